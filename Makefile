@@ -1,0 +1,30 @@
+# `make demo` and `make test` build .venv from nothing and are quick once it exists.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: demo test install bench clean
+
+install: $(STAMP)
+
+# torch is installed first through the pinned constraints so no resolver step can choose a
+# newer (multi-GB CUDA) build; everything else is pinned by the same file.
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -c constraints.txt torch
+	$(PY) -m pip install -q -c constraints.txt -e '.[pyg,dgl,test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/gnnbridge train --backend pyg --nproc 2
+	$(VENV)/bin/gnnbridge train --backend dgl --nproc 2
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) benchmarks/compare.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,1 @@
+"""The DGL backend; dgl is imported lazily (through :mod:`.compat`) inside it."""

@@ -1,0 +1,40 @@
+"""DGL's own ``NeighborSampler`` behind the :class:`~gnnbridge.core.interfaces.Sampler` contract.
+
+DGL lists fanouts from the input layer to the output layer; gnnbridge (like PyG) lists them
+from the seeds outwards. The list is reversed here, once, so ``fanouts=[25, 10]`` means 25
+neighbours per seed and 10 per neighbour on both backends.
+
+Seeds are batched by core (equal counts per rank) and handed to ``sample`` directly; DGL's
+``DataLoader`` would re-batch them. DGL does not bounds-check node ids (a bad id corrupts the
+heap), so ids are checked here before DGL sees them.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+
+from gnnbridge.backends.dgl.compat import import_dgl
+from gnnbridge.core.errors import DataError
+from gnnbridge.core.interfaces import GraphStore, MiniBatch, Sampler
+from gnnbridge.core.sampling import derived_seed
+
+
+class DglNeighborSampler(Sampler):
+    def __init__(self, store: GraphStore, fanouts: list[int]):
+        super().__init__(store, fanouts)
+        dgl = import_dgl()
+        self._dgl = dgl
+        self._sampler = dgl.dataloading.NeighborSampler(list(reversed(fanouts)))
+        self._num_nodes = store.native.num_nodes()
+
+    def reseed(self, seed: int, epoch: int, rank: int) -> None:
+        self._dgl.seed(derived_seed(seed, epoch, rank, stream=3))
+
+    def loader(self, batches: list[torch.Tensor]) -> Iterable[MiniBatch]:
+        graph = self.store.native
+        for seeds in batches:
+            if seeds.numel() and (int(seeds.min()) < 0 or int(seeds.max()) >= self._num_nodes):
+                raise DataError(f"Seed node ids must lie in [0, {self._num_nodes}); got {int(seeds.max())}.")
+            input_nodes, output_nodes, blocks = self._sampler.sample(graph, seeds)
+            yield MiniBatch(output_nodes, input_nodes, blocks)

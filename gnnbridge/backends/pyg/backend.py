@@ -1,0 +1,91 @@
+"""PyG backend: ``torch_geometric.data.Data`` views, PyG layers, PyG's neighbour sampler when
+pyg-lib or torch-sparse is installed (the core sampler otherwise)."""
+from __future__ import annotations
+
+import importlib.metadata
+from typing import Any
+
+import torch
+
+from gnnbridge.core.config import ModelSpec, SamplerKind
+from gnnbridge.core.data import GraphData
+from gnnbridge.core.errors import BackendUnavailableError
+from gnnbridge.core.interfaces import Backend, CoreSampler, GNNModel, GraphStore, Sampler
+from gnnbridge.core.sampling import SampledSubgraph
+
+
+class PygGraphStore(GraphStore):
+    """A ``Data`` with the shared ``edge_index`` (no copy) and no features: core gathers those."""
+
+    def __init__(self, data: GraphData):
+        super().__init__(data)
+        from torch_geometric.data import Data
+
+        self._native = Data(edge_index=data.edge_index, num_nodes=data.num_nodes)
+
+    @property
+    def native(self):
+        return self._native
+
+
+class PygBackend(Backend):
+    name = "pyg"
+    description = "PyTorch Geometric (torch_geometric)"
+
+    def availability(self) -> str | None:
+        try:
+            import torch_geometric  # noqa: F401
+        except Exception as exc:  # ImportError, or a broken install raising anything else
+            return f"torch_geometric cannot be imported ({exc}); install it with pip install 'gnnbridge[pyg]'."
+        return None
+
+    def versions(self) -> dict[str, str]:
+        out = {}
+        for dist in ("torch_geometric", "pyg_lib", "torch_sparse"):
+            try:
+                out[dist] = importlib.metadata.version(dist)
+            except importlib.metadata.PackageNotFoundError:
+                pass
+        return out
+
+    def native_sampler_missing(self) -> str | None:
+        """Why PyG's own sampler cannot run here, or None."""
+        import torch_geometric.typing as pyg_typing
+
+        if pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE:
+            return None
+        return "PyG's NeighborLoader needs pyg-lib or torch-sparse, and neither is installed"
+
+    def graph_store(self, data: GraphData) -> GraphStore:
+        return PygGraphStore(data)
+
+    def sampler(self, store: GraphStore, fanouts: list[int], kind: SamplerKind) -> Sampler:
+        if kind is SamplerKind.CORE:
+            return CoreSampler(store, fanouts, self.from_sampled)
+        missing = self.native_sampler_missing()
+        if missing is None:
+            from gnnbridge.backends.pyg.sampler import PygNeighborLoaderSampler
+
+            return PygNeighborLoaderSampler(store, fanouts)
+        if kind is SamplerKind.NATIVE:
+            raise BackendUnavailableError(f"sampler.kind=native: {missing}; use sampler.kind=core or auto.")
+        return CoreSampler(store, fanouts, self.from_sampled)
+
+    def _model(self, spec: ModelSpec, in_dim: int, out_dim: int) -> GNNModel:
+        from gnnbridge.backends.pyg.models import PygGNN
+
+        return PygGNN(spec, in_dim, out_dim)
+
+    def from_sampled(self, sub: SampledSubgraph) -> Any:
+        from torch_geometric.data import Data
+
+        return Data(
+            edge_index=torch.stack([sub.row, sub.col]),
+            num_nodes=sub.node.numel(),
+            num_sampled_nodes=sub.num_sampled_nodes,
+            num_sampled_edges=sub.num_sampled_edges,
+            batch_size=sub.batch_size,
+        )
+
+    def graph_to(self, graph: Any, device: torch.device) -> Any:
+        return graph.to(device, non_blocking=True)

@@ -1,0 +1,9 @@
+"""Registers the PyG backend through the public hook, exactly as a third-party package would."""
+from gnnbridge.core.hookspecs import hookimpl
+
+
+@hookimpl
+def register_backends(register):
+    from gnnbridge.backends.pyg.backend import PygBackend
+
+    register(PygBackend())

@@ -1,0 +1,109 @@
+"""The ``gnnbridge`` command line: parse, call the library, print.
+
+Every user error surfaces as a :class:`~gnnbridge.core.errors.GnnBridgeError` (or a click usage
+error) and is printed here, once, as a single ``Error: ...`` line on stderr with a non-zero
+exit code and no traceback.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from gnnbridge.core.errors import GnnBridgeError
+
+TRAIN_EXAMPLES = """
+\b
+Examples:
+  gnnbridge train                                   # default experiment, PyG, 1 process
+  gnnbridge train --backend dgl --nproc 2 --out runs/a
+  gnnbridge train my.yaml --backend pyg --set model.arch=gat --set train.epochs=5
+  gnnbridge train --dataset graph.npz --nproc 2 --set sampler.fanouts=[25,10]
+"""
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="gnnbridge")
+def cli() -> None:
+    """Train one GNN experiment on PyG or DGL, on one process or many (DDP)."""
+
+
+@cli.command(epilog=TRAIN_EXAMPLES)
+@click.argument("experiment", required=False)
+@click.option("--backend", help="Backend name (see `gnnbridge backends`), e.g. pyg or dgl.")
+@click.option("--nproc", type=int, help="Number of training processes (ranks) on this machine.")
+@click.option("--device", help="cpu, cuda or auto.")
+@click.option("--dataset", help="A dataset name or a .npz file (replaces the experiment's dataset).")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Override a config key; VALUE is YAML (repeatable), e.g. --set train.epochs=5.")
+@click.option("--out", type=click.Path(file_okay=False), help="Run folder (must not hold a run); default: a new folder under runs/.")
+@click.option("--quiet", is_flag=True, help="No progress bars.")
+def train(experiment, backend, nproc, device, dataset, overrides, out, quiet) -> None:
+    """Train EXPERIMENT (a YAML file or a built-in name; default: sage-synthetic)."""
+    from gnnbridge.core.runner import run
+
+    results = run(experiment, backend=backend, nproc=nproc, device=device, dataset=dataset,
+                  overrides=overrides, out=out, progress=not quiet)
+    m = results["metrics"]
+    click.echo(
+        f"{results['experiment']} on {results['backend']} ({results['world_size']} x {results['device']}): "
+        f"train_acc {m['train_acc']:.4f}  val_acc {m['val_acc']:.4f}  test_acc {m['test_acc']:.4f}"
+    )
+    click.echo(f"results: {results['run_dir']}/results.json")
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def backends(as_json: bool) -> None:
+    """List backends: available or not (and why), and their library versions."""
+    from gnnbridge.core.plugins import backends as registry
+
+    rows = []
+    for entry in registry.entries():
+        reason = entry.value.availability()
+        rows.append({"name": entry.name, "available": reason is None, "reason": reason,
+                     "versions": entry.value.versions() if reason is None else {}, "plugin": entry.plugin})
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for row in rows:
+        if row["available"]:
+            versions = ", ".join(f"{k} {v}" for k, v in row["versions"].items())
+            click.echo(f"{row['name']:<8} available    {versions}")
+        else:
+            click.echo(f"{row['name']:<8} unavailable  {row['reason']}")
+
+
+@cli.command()
+def plugins() -> None:
+    """Loaded plugins and the hooks they implement (JSON)."""
+    from gnnbridge.core.plugins import plugin_info
+
+    click.echo(json.dumps(plugin_info(), indent=2))
+
+
+@cli.command()
+def experiments() -> None:
+    """Built-in experiments with a one-line description."""
+    from gnnbridge.core.plugins import experiments as registry
+
+    for entry in registry.entries():
+        click.echo(f"{entry.name:<18} {entry.description}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        cli.main(args=argv, prog_name="gnnbridge", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        click.echo(f"Error: {exc.format_message()}", err=True)
+        sys.exit(exc.exit_code)
+    except GnnBridgeError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        click.echo("Interrupted.", err=True)
+        sys.exit(130)

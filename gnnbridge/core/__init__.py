@@ -1,0 +1,1 @@
+"""Backend-neutral core. Nothing in this package imports torch_geometric or dgl."""

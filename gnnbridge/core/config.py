@@ -1,0 +1,306 @@
+"""Experiment configuration: typed sections, YAML in and out, ``--set`` overrides, validation.
+
+A config is built in layers: the built-in defaults, then an experiment (a YAML file or a
+registered name), then ``--set KEY=VALUE`` overrides (VALUE parsed as YAML), then CLI flags.
+The merged dict is validated once, here, so every later stage can trust it: unknown keys get a
+"did you mean", wrong types and impossible values name the key, the value and what is allowed.
+Dataset-specific knobs live under ``dataset.options`` and are checked by the dataset itself.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import enum
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gnnbridge.core.errors import ConfigError, DataFileNotFoundError, did_you_mean
+
+
+class Task(str, enum.Enum):
+    NODE = "node"
+
+
+class SamplerKind(str, enum.Enum):
+    AUTO = "auto"  # the backend's own sampler when it can run, else the core sampler
+    NATIVE = "native"  # the library's sampler, or an error saying why it cannot run
+    CORE = "core"  # gnnbridge's framework-neutral vectorised sampler
+
+
+class EvalMode(str, enum.Enum):
+    LAYERWISE = "layerwise"  # exact full-neighbour inference, one layer at a time
+    SAMPLED = "sampled"  # mini-batches with the training fanouts
+
+
+class DeviceChoice(str, enum.Enum):
+    CPU = "cpu"
+    CUDA = "cuda"
+    AUTO = "auto"
+
+
+AGGREGATIONS = ("mean",)
+
+
+@dataclass
+class DatasetConfig:
+    name: str = "synthetic"
+    path: str | None = None  # a file (``.npz``) for file-backed datasets
+    root: str | None = None  # download / cache folder for named real datasets
+    options: dict = field(default_factory=dict)  # checked by the dataset plugin
+
+
+@dataclass
+class ModelSpec:
+    """Backend-neutral model description: the same spec builds the same shapes on every backend."""
+
+    arch: str = "sage"
+    hidden: int = 64
+    layers: int = 2
+    dropout: float = 0.5
+    aggr: str = "mean"  # GraphSAGE neighbour aggregation
+    heads: int = 4  # GAT attention heads (hidden is the per-layer output width, split over heads)
+
+    def __post_init__(self) -> None:
+        _positive("model.hidden", self.hidden)
+        _positive("model.layers", self.layers)
+        _positive("model.heads", self.heads)
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"model.dropout={self.dropout} is out of range; expected 0 <= dropout < 1.")
+        if self.aggr not in AGGREGATIONS:
+            raise ConfigError(
+                f"model.aggr={self.aggr!r} is not supported{did_you_mean(self.aggr, AGGREGATIONS)}. "
+                f"Choose one of: {', '.join(AGGREGATIONS)} (the aggregations both libraries compute alike)."
+            )
+        if self.arch == "gat" and self.layers > 1 and self.hidden % self.heads:
+            raise ConfigError(
+                f"model.hidden={self.hidden} is not divisible by model.heads={self.heads}; GAT splits "
+                "the hidden width over its heads."
+            )
+
+    def layer_dims(self, in_dim: int, out_dim: int) -> list[tuple[int, int, int]]:
+        """(input width, per-head output width, heads) per layer; every backend builds these."""
+        dims = []
+        for i in range(self.layers):
+            last = i == self.layers - 1
+            heads = self.heads if self.arch == "gat" and not last else 1
+            dims.append((in_dim if i == 0 else self.hidden, out_dim if last else self.hidden // heads, heads))
+        return dims
+
+
+@dataclass
+class SamplerConfig:
+    kind: SamplerKind = SamplerKind.AUTO
+    fanouts: list[int] = field(default_factory=lambda: [10, 10])
+
+    def __post_init__(self) -> None:
+        if not self.fanouts:
+            raise ConfigError("sampler.fanouts is empty; give one fanout per layer, e.g. [25, 10].")
+        bad = [f for f in self.fanouts if f <= 0 and f != -1]
+        if bad:
+            raise ConfigError(
+                f"sampler.fanouts={self.fanouts} has {bad[0]}; each fanout must be a positive "
+                "number of neighbours, or -1 for all neighbours."
+            )
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 10
+    batch_size: int = 512
+    lr: float = 0.01
+    weight_decay: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _positive("train.epochs", self.epochs)
+        _positive("train.batch_size", self.batch_size)
+        if not self.lr > 0:
+            raise ConfigError(f"train.lr={self.lr} must be > 0, e.g. 0.01.")
+        if self.weight_decay < 0:
+            raise ConfigError(f"train.weight_decay={self.weight_decay} must be >= 0.")
+
+
+@dataclass
+class EvalConfig:
+    mode: EvalMode = EvalMode.LAYERWISE
+    batch_size: int = 4096  # seeds per inference batch
+
+    def __post_init__(self) -> None:
+        _positive("eval.batch_size", self.batch_size)
+
+
+@dataclass
+class ExperimentConfig:
+    name: str = "custom"
+    description: str = ""
+    task: Task = Task.NODE
+    backend: str = "pyg"
+    nproc: int = 1
+    device: DeviceChoice = DeviceChoice.CPU
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    model: ModelSpec = field(default_factory=ModelSpec)
+    sampler: SamplerConfig = field(default_factory=SamplerConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def __post_init__(self) -> None:
+        _positive("nproc", self.nproc)
+        if len(self.sampler.fanouts) != self.model.layers:
+            raise ConfigError(
+                f"sampler.fanouts={self.sampler.fanouts} has {len(self.sampler.fanouts)} entries "
+                f"but model.layers={self.model.layers}; give one fanout per layer."
+            )
+
+    def to_dict(self) -> dict:
+        return _plain(dataclasses.asdict(self))
+
+
+def _positive(key: str, value: int) -> None:
+    if value <= 0:
+        raise ConfigError(f"{key}={value} must be a positive integer.")
+
+
+def _plain(obj: Any) -> Any:
+    """Enums to their values, recursively, so the dict dumps as plain YAML / JSON."""
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    if isinstance(obj, dict):
+        return {k: _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    return obj
+
+
+# --------------------------------------------------------------------------- building from dicts
+
+
+def from_dict(data: dict) -> ExperimentConfig:
+    """Validate a nested dict into an :class:`ExperimentConfig` (raises :class:`ConfigError`)."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"A config must be a mapping of sections, got {type(data).__name__}.")
+    return _build(ExperimentConfig, data, prefix="")
+
+
+def _build(cls: type, data: dict, prefix: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for key, value in data.items():
+        full = f"{prefix}{key}"
+        if key not in names:
+            valid = ", ".join(f"{prefix}{n}" for n in names)
+            raise ConfigError(
+                f"Unknown config key '{full}'{did_you_mean(key, names)}. Valid keys here: {valid}."
+            )
+        kwargs[key] = _coerce(full, value, hints[key])
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:  # pragma: no cover - all fields have defaults
+        raise ConfigError(f"Invalid section '{prefix.rstrip('.') or 'top level'}': {exc}") from None
+
+
+def _coerce(key: str, value: Any, hint: Any) -> Any:
+    """Check ``value`` against the annotation ``hint``; convert where the YAML form differs."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if value is None:
+            return None
+        return _coerce(key, value, args[0])
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(value, dict):
+            raise ConfigError(f"Config key '{key}' must be a section (mapping), got {value!r}.")
+        return _build(hint, value, prefix=f"{key}.")
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        choices = [m.value for m in hint]
+        if value not in choices:
+            raise ConfigError(
+                f"{key}={value!r} is not valid{did_you_mean(str(value), choices)}. "
+                f"Choose one of: {', '.join(choices)}."
+            )
+        return hint(value)
+    if origin is list:
+        (item,) = typing.get_args(hint)
+        if not isinstance(value, list):
+            raise ConfigError(f"{key}={value!r} must be a list, e.g. {key}=[25,10].")
+        return [_coerce(f"{key}[{i}]", v, item) for i, v in enumerate(value)]
+    if hint is dict or origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}={value!r} must be a mapping.")
+        return dict(value)
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint in (int, float, str, bool) and (type(value) is not hint):
+        raise ConfigError(
+            f"{key}={value!r} has the wrong type: expected {hint.__name__}, got {type(value).__name__}."
+        )
+    return value
+
+
+# --------------------------------------------------------------------------- files and overrides
+
+
+def load_yaml(path: str | Path) -> dict:
+    """Read an experiment YAML file into a dict, with one-line errors for every failure."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataFileNotFoundError(f"Config file '{path}' does not exist.")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataFileNotFoundError(f"Config file '{path}' cannot be read: {exc}.") from None
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        line = f" at line {where.line + 1}" if where else ""
+        raise ConfigError(f"Config file '{path}' is not valid YAML{line}.") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"Config file '{path}' must hold a mapping of sections, got {type(data).__name__}.")
+    return data
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``'model.hidden=128'`` -> ``(['model', 'hidden'], 128)``; VALUE is read as YAML."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set '{text}' is not KEY=VALUE, e.g. --set model.hidden=128.")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        raise ConfigError(f"--set '{text}': the value '{raw}' is not valid YAML.") from None
+    return key.strip().split("."), value
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    """Return a copy of ``data`` with every ``KEY=VALUE`` override applied."""
+    data = copy.deepcopy(data)
+    for text in overrides:
+        path, value = parse_override(text)
+        node = data
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set '{text}': '{part}' is a value, not a section.")
+        node[path[-1]] = value
+    return data
+
+
+def deep_merge(base: dict, extra: dict) -> dict:
+    """Recursive dict merge; ``extra`` wins. Neither input is modified."""
+    out = copy.deepcopy(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def dump_yaml(config: ExperimentConfig) -> str:
+    return yaml.safe_dump(config.to_dict(), sort_keys=False)

@@ -1,0 +1,192 @@
+"""Neutral graph records: what a dataset plugin produces and every backend consumes.
+
+A :class:`GraphData` holds one homogeneous graph for node-level tasks. Topology is kept sorted
+by destination node, once, in two views that share storage: ``edge_index`` (PyG's [2, E]
+layout) and ``indptr`` (CSC offsets, so ``edge_index[0]`` is the CSC ``indices``). That lets
+PyG and DGL both build their native view without copying, and lets the core sampler read
+in-neighbours of any node in O(1).
+
+The record is built once in the launching process, validated, moved to shared memory
+(:meth:`GraphData.share_memory_`), and handed to every rank, which attaches to the same pages.
+Invariants are checked in ``__post_init__``: a bad id here would become heap corruption inside
+DGL later (it does not bounds-check), so nothing unchecked crosses this boundary.
+
+Heterogeneous graphs and edge-level tasks (seed edges) will be sibling records; samplers take
+seeds as a tensor and do not assume they are node ids of a homogeneous graph.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+
+from gnnbridge.core.errors import DataError
+
+
+@dataclass
+class GraphData:
+    """One graph for node classification, with its splits.
+
+    Fields:
+        edge_index: int64 [2, E], row 0 source, row 1 destination, sorted by destination.
+        indptr: int64 [N + 1]; in-edges of node v are ``edge_index[:, indptr[v]:indptr[v+1]]``.
+        x: float32 [N, F] node features, finite.
+        y: int64 [N] class labels in ``[0, num_classes)``.
+        train_idx, val_idx, test_idx: int64 node ids, non-empty, pairwise disjoint.
+        num_classes: number of classes (>= 2).
+        name: a label for logs and results.
+    """
+
+    edge_index: torch.Tensor
+    indptr: torch.Tensor
+    x: torch.Tensor
+    y: torch.Tensor
+    train_idx: torch.Tensor
+    val_idx: torch.Tensor
+    test_idx: torch.Tensor
+    num_classes: int
+    name: str = "graph"
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.x.shape[0])
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.edge_index.shape[1])
+
+    @property
+    def num_features(self) -> int:
+        return int(self.x.shape[1])
+
+    @property
+    def indices(self) -> torch.Tensor:
+        """CSC neighbour ids (sources), a view of ``edge_index[0]``."""
+        return self.edge_index[0]
+
+    def split(self, name: str) -> torch.Tensor:
+        return {"train": self.train_idx, "val": self.val_idx, "test": self.test_idx}[name]
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def from_edges(
+        cls,
+        edge_index: torch.Tensor,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        train_idx: torch.Tensor,
+        val_idx: torch.Tensor,
+        test_idx: torch.Tensor,
+        num_classes: int | None = None,
+        name: str = "graph",
+    ) -> "GraphData":
+        """Build from an unsorted edge list: checks ids, sorts by destination, builds ``indptr``."""
+        _check_tensor("edge_index", edge_index, torch.int64, ndim=2)
+        if edge_index.shape[0] != 2:
+            raise DataError(f"edge_index must have shape [2, E], got {list(edge_index.shape)}.")
+        _check_tensor("x", x, torch.float32, ndim=2)
+        n = int(x.shape[0])
+        _check_ids("edge_index", edge_index, n)
+        dst = edge_index[1]
+        order = torch.argsort(dst, stable=True)
+        edge_index = edge_index[:, order].contiguous()
+        counts = torch.bincount(edge_index[1], minlength=n)
+        indptr = torch.zeros(n + 1, dtype=torch.int64)
+        torch.cumsum(counts, 0, out=indptr[1:])
+        if num_classes is None:
+            num_classes = int(y.max()) + 1 if y.numel() else 0
+        return cls(edge_index, indptr, x, y, train_idx, val_idx, test_idx, int(num_classes), name)
+
+    # ------------------------------------------------------------------ invariants
+
+    def validate(self) -> None:
+        _check_tensor("edge_index", self.edge_index, torch.int64, ndim=2)
+        _check_tensor("indptr", self.indptr, torch.int64, ndim=1)
+        _check_tensor("x", self.x, torch.float32, ndim=2)
+        _check_tensor("y", self.y, torch.int64, ndim=1)
+        n = self.num_nodes
+        if n == 0:
+            raise DataError("The graph has no nodes (x has 0 rows).")
+        if self.y.shape[0] != n:
+            raise DataError(f"y has {self.y.shape[0]} labels but x has {n} rows; give one label per node.")
+        if self.indptr.shape[0] != n + 1 or int(self.indptr[-1]) != self.num_edges:
+            raise DataError(f"indptr must have N+1={n + 1} entries ending at E={self.num_edges}.")
+        _check_ids("edge_index", self.edge_index, n)
+        if self.num_classes < 2:
+            raise DataError(f"num_classes={self.num_classes}; node classification needs at least 2 classes.")
+        if int(self.y.min()) < 0 or int(self.y.max()) >= self.num_classes:
+            raise DataError(
+                f"y holds labels in [{int(self.y.min())}, {int(self.y.max())}] but num_classes={self.num_classes}; "
+                "labels must be in [0, num_classes)."
+            )
+        if not bool(torch.isfinite(self.x).all()):
+            bad = int((~torch.isfinite(self.x)).any(dim=1).nonzero()[0])
+            raise DataError(f"x holds NaN or inf values (first at node {bad}); clean the features first.")
+        self._validate_splits(n)
+
+    def _validate_splits(self, n: int) -> None:
+        seen = torch.zeros(n, dtype=torch.bool)
+        for name in ("train", "val", "test"):
+            idx = self.split(name)
+            _check_tensor(f"{name}_idx", idx, torch.int64, ndim=1)
+            if idx.numel() == 0:
+                raise DataError(f"The {name} split is empty; every split needs at least one node.")
+            _check_ids(f"{name}_idx", idx, n)
+            if bool(seen[idx].any()):
+                raise DataError(f"The {name} split overlaps an earlier split; splits must be disjoint.")
+            if torch.unique(idx).numel() != idx.numel():
+                raise DataError(f"The {name} split lists a node twice.")
+            seen[idx] = True
+
+    # ------------------------------------------------------------------ placement
+
+    def share_memory_(self) -> "GraphData":
+        """Move every tensor to shared memory in place, so spawned ranks attach without a copy."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, torch.Tensor):
+                value.share_memory_()
+        return self
+
+    def summary(self) -> dict:
+        return {
+            "name": self.name,
+            "num_nodes": self.num_nodes,
+            "num_edges": self.num_edges,
+            "num_features": self.num_features,
+            "num_classes": self.num_classes,
+            "train": int(self.train_idx.numel()),
+            "val": int(self.val_idx.numel()),
+            "test": int(self.test_idx.numel()),
+        }
+
+
+def _check_tensor(name: str, t: object, dtype: torch.dtype, ndim: int) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise DataError(f"{name} must be a tensor, got {type(t).__name__}.")
+    if t.dtype != dtype:
+        raise DataError(f"{name} has dtype {str(t.dtype).replace('torch.', '')}; expected {str(dtype).replace('torch.', '')}.")
+    if t.dim() != ndim:
+        raise DataError(f"{name} has {t.dim()} dimensions (shape {list(t.shape)}); expected {ndim}.")
+
+
+def _check_ids(name: str, ids: torch.Tensor, n: int) -> None:
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= n):
+        bad = int(ids.max()) if int(ids.max()) >= n else int(ids.min())
+        raise DataError(f"{name} holds node id {bad}, outside [0, {n}) for a graph of {n} nodes.")
+
+
+def random_split(n: int, seed: int, fractions: tuple[float, float] = (0.6, 0.2)) -> tuple[torch.Tensor, ...]:
+    """A seeded random train/val/test split (60/20/20 by default) of ``n`` nodes."""
+    if n < 3:
+        raise DataError(f"A graph of {n} nodes is too small to split into train/val/test.")
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    n_train = max(1, int(fractions[0] * n))
+    n_val = max(1, int(fractions[1] * n))
+    n_train = min(n_train, n - 2)
+    n_val = min(n_val, n - n_train - 1)
+    return perm[:n_train].sort().values, perm[n_train : n_train + n_val].sort().values, perm[n_train + n_val :].sort().values

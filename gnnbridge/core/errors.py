@@ -1,0 +1,59 @@
+"""Domain errors.
+
+Every error a user can cause is a subclass of :class:`GnnBridgeError` and carries one line that
+names the bad value, the valid choices and the fix. The CLI prints that line alone (no
+traceback) and exits non-zero; library callers can catch the builtin base they expect
+(``KeyError`` for unknown names, ``ValueError`` for bad values, ``FileNotFoundError`` ...).
+"""
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class GnnBridgeError(Exception):
+    """Base of all user-facing errors; ``str(err)`` is the one line shown to the user."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; we never want that.
+        return str(self.args[0]) if self.args else self.__class__.__name__
+
+
+class ConfigError(GnnBridgeError, ValueError):
+    """A config key, value or type is wrong."""
+
+
+class DataError(GnnBridgeError, ValueError):
+    """A dataset file or in-memory graph breaks an invariant."""
+
+
+class DataFileNotFoundError(GnnBridgeError, FileNotFoundError):
+    """A file the user named does not exist or cannot be read."""
+
+
+class UnknownNameError(GnnBridgeError, KeyError):
+    """A name (backend, dataset, experiment, architecture ...) is not registered."""
+
+
+class BackendUnavailableError(GnnBridgeError, RuntimeError):
+    """A registered backend cannot run here (library missing, wrong build, no CUDA ...)."""
+
+
+class OutputExistsError(GnnBridgeError, FileExistsError):
+    """The output folder already holds a run; we never overwrite a user's results."""
+
+
+class RankFailedError(GnnBridgeError, RuntimeError):
+    """A training process failed; the message names the rank and its error."""
+
+
+def did_you_mean(value: str, choices: Iterable[str]) -> str:
+    """Return `` (did you mean 'x'?)`` for the closest choice, or an empty string."""
+    close = difflib.get_close_matches(str(value), list(choices), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def unknown_name(kind: str, value: str, choices: Iterable[str], fix: str = "") -> UnknownNameError:
+    """Build the standard "Unknown <kind> 'x'. Available: a, b." error."""
+    choices = sorted(choices)
+    msg = f"Unknown {kind} '{value}'{did_you_mean(value, choices)}. Available: {', '.join(choices) or 'none'}."
+    return UnknownNameError(f"{msg} {fix}".strip())

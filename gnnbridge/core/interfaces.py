@@ -1,0 +1,194 @@
+"""The contracts a backend implements. Core drives them; it never names a library.
+
+A backend turns neutral records into its library's native objects and back:
+
+    GraphData --graph_store--> GraphStore (native graph view, no copy where possible)
+    GraphStore --sampler-----> Sampler    (seed batches in, MiniBatch with a native graph out)
+    ModelSpec --model--------> GNNModel   (a torch.nn.Module that core wraps in DDP)
+
+Core owns everything around them: which seeds each rank gets (equal batch counts), feature
+gathering and device transfer (so each can be timed on its own), the optimizer step, metric
+reduction, layer-wise inference and outputs. A backend stays a thin adapter, and a
+third-party backend only has to fill in these methods (the conformance suite in
+``tests/conformance.py`` checks it).
+
+Libraries are imported lazily inside methods, so a backend whose library is missing still
+registers and can say why in ``gnnbridge backends``.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from gnnbridge.core.config import ModelSpec, SamplerKind
+from gnnbridge.core.data import GraphData
+from gnnbridge.core.errors import BackendUnavailableError, unknown_name
+from gnnbridge.core.sampling import NeighborSampler, SampledSubgraph, epoch_generator
+
+ARCHITECTURES = ("sage", "gcn", "gat")
+
+
+@dataclass
+class MiniBatch:
+    """One training or inference step's input, as a sampler yields it.
+
+    Fields:
+        seeds: global ids of the nodes whose outputs are wanted (the first rows of the output).
+        input_nodes: global ids of every node whose features the model reads, in the order the
+            native graph expects them (core gathers ``x[input_nodes]``).
+        graph: the backend's native structure (PyG edge_index data, a list of DGL blocks ...).
+    """
+
+    seeds: torch.Tensor
+    input_nodes: torch.Tensor
+    graph: Any
+
+    def __post_init__(self) -> None:
+        if self.seeds.dim() != 1 or self.input_nodes.dim() != 1:
+            raise ValueError("seeds and input_nodes must be 1-D id tensors")
+
+
+class GraphStore(ABC):
+    """A backend's native view of a :class:`GraphData` (shares its tensors where possible)."""
+
+    def __init__(self, data: GraphData):
+        self.data = data
+
+    @property
+    @abstractmethod
+    def native(self) -> Any:
+        """The library object (``torch_geometric.data.Data``, ``dgl.DGLGraph`` ...)."""
+
+
+class Sampler(ABC):
+    """Turns lists of seed batches (chosen by core) into :class:`MiniBatch` objects.
+
+    Core decides the batches so that every rank runs the same number of steps; a sampler only
+    decides neighbours. ``fanouts[i]`` is the count at hop ``i + 1`` from the seeds.
+    """
+
+    def __init__(self, store: GraphStore, fanouts: list[int]):
+        self.store = store
+        self.fanouts = list(fanouts)
+
+    @abstractmethod
+    def reseed(self, seed: int, epoch: int, rank: int) -> None:
+        """Make the next batches a function of (seed, epoch, rank) alone."""
+
+    @abstractmethod
+    def loader(self, batches: list[torch.Tensor]) -> Iterable[MiniBatch]:
+        """Yield one :class:`MiniBatch` per seed tensor in ``batches``, in order."""
+
+
+class GNNModel(nn.Module, ABC):
+    """A node-level GNN built from a :class:`ModelSpec`.
+
+    ``forward(graph, x)`` returns logits for the seeds of a :class:`MiniBatch` (``graph`` and
+    ``x = features[input_nodes]``). ``layer_forward`` runs a single layer on a one-hop graph
+    and powers core's exact layer-wise inference. ``neutral_parameters`` names every parameter
+    in a layout shared by all backends, so weights can be compared and ported between them.
+    """
+
+    spec: ModelSpec
+
+    @abstractmethod
+    def forward(self, graph: Any, x: torch.Tensor) -> torch.Tensor: ...
+
+    @abstractmethod
+    def layer_forward(self, index: int, graph: Any, x: torch.Tensor) -> torch.Tensor:
+        """Output of layer ``index`` (activation and dropout included) for the graph's dst nodes."""
+
+    @abstractmethod
+    def neutral_parameters(self) -> dict[str, torch.Tensor]:
+        """``{neutral name: tensor in the neutral layout}``, e.g. ``layers.0.neigh.weight`` [out, in]."""
+
+    @property
+    def num_layers(self) -> int:
+        return self.spec.layers
+
+
+class Backend(ABC):
+    """A GNN library adapter, registered through the ``register_backends`` hook."""
+
+    name: str = ""
+    description: str = ""
+
+    # -- availability ------------------------------------------------------------------
+
+    @abstractmethod
+    def availability(self) -> str | None:
+        """``None`` when the backend can run here, else the one-line reason (and the fix)."""
+
+    def is_available(self) -> bool:
+        return self.availability() is None
+
+    @abstractmethod
+    def versions(self) -> dict[str, str]:
+        """Versions of the libraries this backend runs on (only those importable)."""
+
+    def check_device(self, device: torch.device) -> None:
+        """Raise :class:`BackendUnavailableError` when the backend cannot compute on ``device``."""
+
+    def require(self) -> "Backend":
+        reason = self.availability()
+        if reason is not None:
+            raise BackendUnavailableError(f"Backend '{self.name}' cannot run here: {reason}")
+        return self
+
+    # -- factories ------------------------------------------------------------------
+
+    def architectures(self) -> tuple[str, ...]:
+        return ARCHITECTURES
+
+    @abstractmethod
+    def graph_store(self, data: GraphData) -> GraphStore: ...
+
+    @abstractmethod
+    def sampler(self, store: GraphStore, fanouts: list[int], kind: SamplerKind) -> Sampler:
+        """A sampler of ``kind``; AUTO picks the native one when it can run, else the core one."""
+
+    def model(self, spec: ModelSpec, in_dim: int, out_dim: int) -> GNNModel:
+        if spec.arch not in self.architectures():
+            raise unknown_name("model.arch", spec.arch, self.architectures())
+        return self._model(spec, in_dim, out_dim)
+
+    @abstractmethod
+    def _model(self, spec: ModelSpec, in_dim: int, out_dim: int) -> GNNModel: ...
+
+    # -- batches ------------------------------------------------------------------
+
+    @abstractmethod
+    def from_sampled(self, sub: SampledSubgraph) -> Any:
+        """The native graph for a core :class:`SampledSubgraph` (used by core sampling and inference)."""
+
+    @abstractmethod
+    def graph_to(self, graph: Any, device: torch.device) -> Any:
+        """Move a native batch graph to ``device``."""
+
+
+class CoreSampler(Sampler):
+    """The framework-neutral sampler behind any backend: core samples, the backend converts.
+
+    ``to_native`` is the backend's :meth:`Backend.from_sampled`. Randomness comes from a
+    generator keyed on (seed, epoch, rank), so a run is reproducible on any number of workers.
+    """
+
+    def __init__(self, store: GraphStore, fanouts: list[int], to_native):
+        super().__init__(store, fanouts)
+        data = store.data
+        self._sampler = NeighborSampler(data.indptr, data.indices, fanouts)
+        self._to_native = to_native
+        self._generator = epoch_generator(0, 0, 0, stream=1)
+
+    def reseed(self, seed: int, epoch: int, rank: int) -> None:
+        self._generator = epoch_generator(seed, epoch, rank, stream=1)
+
+    def loader(self, batches: list[torch.Tensor]) -> Iterable[MiniBatch]:
+        for seeds in batches:
+            sub = self._sampler.sample(seeds, self._generator)
+            yield MiniBatch(sub.seeds, sub.node, self._to_native(sub))

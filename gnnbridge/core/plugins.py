@@ -1,0 +1,172 @@
+"""Plugin machinery: the pluggy manager, plugin loading, and the name registries.
+
+Plugins load once, lazily, on first use: every installed package exposing the ``gnnbridge``
+entry-point group (gnnbridge's own backends and datasets included, declared in its
+``pyproject.toml``), then the built-in modules in :data:`DEFAULT_PLUGINS` that were not already
+loaded that way (a source checkout that was never pip-installed has no entry points).
+
+``GNNBRIDGE_LOAD_PLUGINS=a,b`` restricts loading to the named plugins (empty: load none), which
+is how tests and users isolate a misbehaving third-party package.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pluggy
+
+from gnnbridge.core import hookspecs
+from gnnbridge.core.errors import GnnBridgeError, unknown_name
+
+ENTRY_POINT_GROUP = "gnnbridge"
+ENV_LOAD = "GNNBRIDGE_LOAD_PLUGINS"
+
+DEFAULT_PLUGINS = {
+    "pyg": "gnnbridge.backends.pyg.plugin",
+    "dgl": "gnnbridge.backends.dgl.plugin",
+    "datasets": "gnnbridge.plugins.datasets",
+    "experiments": "gnnbridge.plugins.experiments",
+}
+
+pm = pluggy.PluginManager(hookspecs.PROJECT)
+pm.add_hookspecs(hookspecs)
+_lock = threading.Lock()
+_loaded = False
+
+
+class PluginError(GnnBridgeError, RuntimeError):
+    """A plugin failed to load or registered something invalid."""
+
+
+def _allowed() -> set[str] | None:
+    raw = os.environ.get(ENV_LOAD)
+    if raw is None:
+        return None
+    return {part.strip() for part in raw.split(",") if part.strip()}
+
+
+def load_plugins() -> None:
+    """Load entry-point and built-in plugins once; later calls do nothing."""
+    global _loaded
+    with _lock:
+        if _loaded:
+            return
+        allowed = _allowed()
+        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            if allowed is not None and ep.name not in allowed:
+                continue
+            try:
+                plugin = ep.load()
+            except Exception as exc:  # a broken third-party package must not break the CLI
+                raise PluginError(f"Plugin '{ep.name}' ({ep.value}) failed to load: {exc!r}. "
+                                  f"Uninstall it or exclude it with {ENV_LOAD}.") from None
+            _register(plugin, ep.name)
+        for name, module in DEFAULT_PLUGINS.items():
+            if allowed is not None and name not in allowed:
+                continue
+            _register(importlib.import_module(module), name)
+        pm.check_pending()
+        _loaded = True
+
+
+def _register(plugin: Any, name: str) -> None:
+    if pm.is_registered(plugin) or pm.get_plugin(name) is not None:
+        return
+    pm.register(plugin, name=name)
+
+
+def plugin_info() -> list[dict]:
+    """Loaded plugins and the hooks each implements (for ``gnnbridge plugins``)."""
+    load_plugins()
+    out = []
+    for name, plugin in sorted(pm.list_name_plugin(), key=lambda item: item[0]):
+        hooks = sorted(h.name for h in pm.get_hookcallers(plugin) or [])
+        out.append({"name": name, "module": getattr(plugin, "__name__", repr(plugin)), "hooks": hooks})
+    return out
+
+
+# --------------------------------------------------------------------------- registries
+
+
+@dataclass
+class Entry:
+    name: str
+    value: Any
+    description: str
+    plugin: str
+
+
+class Registry:
+    """Names to objects for one kind of thing; errors list what is available."""
+
+    def __init__(self, kind: str, hook: str, fix: str = ""):
+        self.kind = kind
+        self.hook = hook
+        self.fix = fix
+        self._entries: dict[str, Entry] | None = None
+
+    def _collect(self) -> dict[str, Entry]:
+        if self._entries is not None:
+            return self._entries
+        load_plugins()
+        entries: dict[str, Entry] = {}
+        for impl in getattr(pm.hook, self.hook).get_hookimpls():
+            register = self._register_callback(entries, impl.plugin_name)
+            impl.function(register)
+        self._entries = entries
+        return entries
+
+    def _register_callback(self, entries: dict[str, Entry], plugin: str) -> Callable[..., None]:
+        def register(name: Any, value: Any = None, description: str = "") -> None:
+            if value is None and hasattr(name, "name"):  # register(obj) with obj.name / obj.description
+                name, value, description = name.name, name, getattr(name, "description", "")
+            if not isinstance(name, str) or not name:
+                raise PluginError(f"Plugin '{plugin}' registered a {self.kind} with an invalid name {name!r}.")
+            if name in entries:
+                raise PluginError(
+                    f"{self.kind.capitalize()} '{name}' is registered twice (plugins '{entries[name].plugin}' "
+                    f"and '{plugin}'); uninstall one or exclude it with {ENV_LOAD}."
+                )
+            entries[name] = Entry(name, value, description, plugin)
+
+        return register
+
+    def names(self) -> list[str]:
+        return sorted(self._collect())
+
+    def entries(self) -> list[Entry]:
+        return [self._collect()[n] for n in self.names()]
+
+    def get(self, name: str) -> Any:
+        entries = self._collect()
+        if name not in entries:
+            raise unknown_name(self.kind, name, entries, self.fix)
+        return entries[name].value
+
+    def describe(self, name: str) -> str:
+        self.get(name)
+        return self._entries[name].description
+
+    def reset(self) -> None:
+        """Forget collected entries (after registering or unregistering a plugin)."""
+        self._entries = None
+
+
+backends = Registry("backend", "register_backends", "Install one with pip install 'gnnbridge[pyg]' or 'gnnbridge[dgl]'.")
+datasets = Registry("dataset", "register_datasets", "Or pass a file: --dataset PATH.npz.")
+experiments = Registry("experiment", "register_experiments", "Or pass a YAML file path.")
+REGISTRIES = (backends, datasets, experiments)
+
+
+def reset_registries() -> None:
+    for registry in REGISTRIES:
+        registry.reset()
+
+
+def get_backend(name: str):
+    return backends.get(name)

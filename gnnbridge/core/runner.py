@@ -1,0 +1,227 @@
+"""One experiment from start to finish: the code behind ``gnnbridge train`` and ``gnnbridge.run``.
+
+Order matters for the "bad input writes nothing" contract: the config is resolved and
+validated, the backend, architecture and device are checked, and the dataset is loaded and
+validated, all *before* the output folder is created. Only then are ranks launched.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gnnbridge.core import config as cfgmod
+from gnnbridge.core.config import DeviceChoice, ExperimentConfig
+from gnnbridge.core.data import GraphData
+from gnnbridge.core.distributed import DistContext, launch
+from gnnbridge.core.errors import BackendUnavailableError, ConfigError, OutputExistsError
+from gnnbridge.core.plugins import backends, datasets, experiments
+from gnnbridge.core.trainer import Trainer
+
+DEFAULT_EXPERIMENT = "sage-synthetic"
+RESULTS = "results.json"
+CONFIG = "config.yaml"
+
+
+# --------------------------------------------------------------------------- config
+
+
+def resolve_config(
+    experiment: str | os.PathLike | dict | ExperimentConfig | None = None,
+    *,
+    overrides: list[str] | tuple[str, ...] = (),
+    backend: str | None = None,
+    nproc: int | None = None,
+    device: str | None = None,
+    dataset: str | None = None,
+) -> ExperimentConfig:
+    """Merge defaults, an experiment, ``--dataset``, ``--set`` overrides and flags; validate."""
+    if isinstance(experiment, ExperimentConfig):
+        data = experiment.to_dict()
+    elif isinstance(experiment, dict):
+        data = experiment
+    else:
+        data = _experiment_dict(experiment)
+    if dataset is not None:
+        data = {**data, "dataset": _dataset_section(dataset)}
+    data = cfgmod.apply_overrides(data, list(overrides))
+    flags = {"backend": backend, "nproc": nproc, "device": device}
+    data = {**data, **{k: v for k, v in flags.items() if v is not None}}
+    return cfgmod.from_dict(data)
+
+
+def _experiment_dict(experiment: str | os.PathLike | None) -> dict:
+    if experiment is None:
+        return experiments.get(DEFAULT_EXPERIMENT)
+    text = os.fspath(experiment)
+    if text.endswith((".yaml", ".yml")) or os.sep in text or Path(text).is_file():
+        data = cfgmod.load_yaml(text)
+        return {"name": Path(text).stem, **data}
+    return {"name": text, **experiments.get(text)}
+
+
+def _dataset_section(dataset: str) -> dict:
+    if dataset.endswith(".npz") or os.sep in dataset or Path(dataset).is_file():
+        return {"name": "npz", "path": dataset}
+    return {"name": dataset}
+
+
+# --------------------------------------------------------------------------- preflight
+
+
+def preflight(config: ExperimentConfig) -> ExperimentConfig:
+    """Check everything that can be checked without data; returns the config with device resolved."""
+    backend = backends.get(config.backend).require()
+    if config.model.arch not in backend.architectures():
+        backend.model(config.model, 1, 2)  # raises the standard unknown-arch error
+    datasets.get(config.dataset.name)
+    device = _resolve_device(config)
+    backend.check_device(torch.device(device))
+    if device == "cuda" and config.nproc > torch.cuda.device_count():
+        raise ConfigError(
+            f"nproc={config.nproc} but this machine has {torch.cuda.device_count()} CUDA device(s); "
+            f"use --nproc {torch.cuda.device_count()} or fewer."
+        )
+    config.device = DeviceChoice(device)
+    return config
+
+
+def _resolve_device(config: ExperimentConfig) -> str:
+    if config.device is DeviceChoice.AUTO:
+        if torch.cuda.is_available():
+            try:
+                backends.get(config.backend).check_device(torch.device("cuda", 0))
+                return "cuda"
+            except BackendUnavailableError:
+                return "cpu"
+        return "cpu"
+    if config.device is DeviceChoice.CUDA and not torch.cuda.is_available():
+        raise ConfigError("device=cuda but PyTorch sees no CUDA device here; use --device cpu or auto.")
+    return config.device.value
+
+
+def load_dataset(config: ExperimentConfig) -> GraphData:
+    loader = datasets.get(config.dataset.name)
+    return loader(config.dataset, config.train.seed)
+
+
+# --------------------------------------------------------------------------- outputs
+
+
+def new_run_dir(config: ExperimentConfig, out: str | os.PathLike | None, root: str | os.PathLike = "runs") -> Path:
+    """The run folder: ``out`` if it is absent or empty, else a fresh ``runs/<name>-<backend>-<time>``."""
+    if out is not None:
+        path = Path(out)
+        if path.exists() and (not path.is_dir() or any(path.iterdir())):
+            raise OutputExistsError(
+                f"Output folder '{path}' already exists and is not empty; choose a new --out "
+                "(gnnbridge never overwrites a run)."
+            )
+        return path
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = Path(root) / f"{_slug(config.name)}-{config.backend}-{stamp}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "run"
+
+
+def write_json_atomic(path: Path, payload: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(payload, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def versions(backend_name: str) -> dict[str, str]:
+    import gnnbridge
+
+    out = {"gnnbridge": gnnbridge.__version__, "python": platform.python_version(), "torch": torch.__version__}
+    out.update(backends.get(backend_name).versions())
+    return out
+
+
+# --------------------------------------------------------------------------- running
+
+
+def run(
+    experiment: str | os.PathLike | dict | ExperimentConfig | None = None,
+    *,
+    backend: str | None = None,
+    nproc: int | None = None,
+    device: str | None = None,
+    dataset: str | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
+    out: str | os.PathLike | None = None,
+    progress: bool = True,
+) -> dict:
+    """Train an experiment and return its results (the content of ``results.json``).
+
+    ``experiment`` is a YAML path, a built-in experiment name, a config dict or an
+    :class:`ExperimentConfig`; ``None`` runs the default experiment.
+    """
+    config = resolve_config(experiment, overrides=overrides, backend=backend, nproc=nproc,
+                            device=device, dataset=dataset)
+    config = preflight(config)
+    data = load_dataset(config)
+    run_dir = new_run_dir(config, out)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / CONFIG).write_text(cfgmod.dump_yaml(config))
+    data.share_memory_()
+    launch(_worker, config.nproc, config.device.value, (config, data, str(run_dir), progress))
+    results = json.loads((run_dir / RESULTS).read_text())
+    _plot(run_dir, results)
+    results["run_dir"] = str(run_dir)
+    return results
+
+
+def _worker(ctx: DistContext, config: ExperimentConfig, data: GraphData, run_dir: str, progress: bool) -> None:
+    trainer = Trainer(config, data, ctx, show_progress=progress)
+    outcome = trainer.fit()
+    if ctx.is_main:
+        results = {
+            "experiment": config.name,
+            "backend": config.backend,
+            "task": config.task.value,
+            "world_size": ctx.world_size,
+            "device": config.device.value,
+            "dataset": data.summary(),
+            "sampler": type(trainer.sampler).__name__,
+            **outcome,
+            "versions": versions(config.backend),
+        }
+        write_json_atomic(Path(run_dir) / RESULTS, results)
+    ctx.barrier()
+
+
+def _plot(run_dir: Path, results: dict) -> None:
+    """Loss and validation accuracy per epoch as ``curves.png`` (skipped without matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:  # pragma: no cover - matplotlib is a dependency, but plotting is optional
+        return
+    history = results["history"]
+    epochs = [h["epoch"] + 1 for h in history]
+    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(9, 3.5))
+    ax_loss.plot(epochs, [h["loss"] for h in history], marker="o")
+    ax_loss.set(xlabel="epoch", ylabel="training loss", title="Loss")
+    ax_acc.plot(epochs, [h["train_acc"] for h in history], marker="o", label="train")
+    ax_acc.plot(epochs, [h["val_acc"] for h in history], marker="o", label="val (sampled)")
+    ax_acc.set(xlabel="epoch", ylabel="accuracy", title=f"{results['experiment']} on {results['backend']}")
+    ax_acc.legend()
+    fig.tight_layout()
+    fig.savefig(run_dir / "curves.png", dpi=100)
+    plt.close(fig)

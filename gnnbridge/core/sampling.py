@@ -1,0 +1,249 @@
+"""Framework-neutral mini-batch sampling: seed sharding and a vectorised neighbour sampler.
+
+Two independent pieces:
+
+* :func:`epoch_batches` decides *which seeds* each rank trains on in an epoch. All ranks draw
+  the same permutation from ``(seed, epoch)``, take disjoint contiguous shards that cover every
+  seed, and split their shard into the *same number of batches* on every rank. Equal counts are
+  what keep DDP's all-reduces paired: an uneven split (4097 seeds, batch 1024, 2 ranks gives 3
+  batches on one rank and 2 on the other with naive chunking) hangs the job on the last step.
+* :class:`NeighborSampler` decides *which neighbours* feed each seed. It is torch-only and
+  vectorised over the whole frontier (no Python loop over nodes), samples without replacement
+  with Floyd's algorithm (O(fanout^2) work per node, independent of degree), runs on CPU or
+  CUDA tensors, and is deterministic given its ``torch.Generator``.
+
+The output, :class:`SampledSubgraph`, follows PyG's ``SamplerOutput`` conventions: seeds come
+first in ``node``, edges are local ``(row -> col)`` pairs ordered by hop, and per-hop node/edge
+counts let a model trim layers (each layer only computes what the next one needs).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from gnnbridge.core.errors import ConfigError
+
+ALL_NEIGHBORS = -1
+
+
+@dataclass
+class SampledSubgraph:
+    """A sampled L-hop neighbourhood of ``batch_size`` seeds.
+
+    Fields:
+        node: global ids of all sampled nodes; the first ``batch_size`` are the seeds.
+        row, col: local ids (into ``node``) of each sampled edge ``row -> col`` (message flows
+            from the neighbour ``row`` into the node ``col`` being computed).
+        edge: global edge ids (positions in the graph's destination-sorted edge list).
+        num_sampled_nodes: nodes added at hop 0 (the seeds), 1, ..., L.
+        num_sampled_edges: edges sampled at hop 1, ..., L (in that order within row/col).
+    """
+
+    node: torch.Tensor
+    row: torch.Tensor
+    col: torch.Tensor
+    edge: torch.Tensor
+    num_sampled_nodes: list[int]
+    num_sampled_edges: list[int]
+    batch_size: int
+
+    def __post_init__(self) -> None:
+        if sum(self.num_sampled_nodes) != self.node.numel():
+            raise ValueError("num_sampled_nodes does not add up to the number of sampled nodes")
+        if sum(self.num_sampled_edges) != self.row.numel() or self.row.shape != self.col.shape:
+            raise ValueError("num_sampled_edges does not add up to the number of sampled edges")
+        if self.num_sampled_nodes[0] != self.batch_size:
+            raise ValueError("the seeds must be the first num_sampled_nodes[0] nodes")
+
+    @property
+    def seeds(self) -> torch.Tensor:
+        return self.node[: self.batch_size]
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> "SampledSubgraph":
+        move = lambda t: t.to(device, non_blocking=non_blocking)  # noqa: E731
+        return SampledSubgraph(
+            move(self.node), move(self.row), move(self.col), move(self.edge),
+            self.num_sampled_nodes, self.num_sampled_edges, self.batch_size,
+        )
+
+
+# --------------------------------------------------------------------------- seed sharding
+
+
+def derived_seed(seed: int, epoch: int, rank: int = 0, stream: int = 0) -> int:
+    """One integer seed per (seed, epoch, rank, stream), in [0, 2**31) so every library accepts it."""
+    return (seed * 1_000_003 + epoch * 10_007 + rank * 101 + stream * 7) % (2**31 - 1)
+
+
+def epoch_generator(seed: int, epoch: int, rank: int = 0, stream: int = 0) -> torch.Generator:
+    """A CPU generator for (seed, epoch, rank, stream): same inputs, same numbers, any process."""
+    return torch.Generator().manual_seed(derived_seed(seed, epoch, rank, stream))
+
+
+def num_batches(num_seeds: int, batch_size: int, world_size: int) -> int:
+    """Batches every rank runs per epoch: enough that no rank's batch exceeds ``batch_size``."""
+    per_rank = -(-num_seeds // world_size)
+    return max(1, -(-per_rank // batch_size))
+
+
+def rank_shard(seeds: torch.Tensor, seed: int, epoch: int, rank: int, world_size: int, shuffle: bool = True) -> torch.Tensor:
+    """This rank's disjoint share of ``seeds`` for ``epoch``; all shards together cover ``seeds``."""
+    if seeds.numel() < world_size:
+        raise ConfigError(
+            f"{seeds.numel()} seeds cannot be shared by {world_size} ranks; use --nproc {max(1, seeds.numel())} or fewer."
+        )
+    if shuffle:
+        perm = torch.randperm(seeds.numel(), generator=epoch_generator(seed, epoch))
+        seeds = seeds[perm.to(seeds.device)]
+    return torch.tensor_split(seeds, world_size)[rank]
+
+
+def epoch_batches(
+    seeds: torch.Tensor, batch_size: int, seed: int, epoch: int, rank: int, world_size: int, shuffle: bool = True
+) -> list[torch.Tensor]:
+    """This rank's batches for ``epoch``: the same count on every rank, none larger than ``batch_size``."""
+    shard = rank_shard(seeds, seed, epoch, rank, world_size, shuffle)
+    count = num_batches(seeds.numel(), batch_size, world_size)
+    return list(torch.tensor_split(shard, count))
+
+
+# --------------------------------------------------------------------------- neighbour sampling
+
+
+class NeighborSampler:
+    """Uniform neighbour sampling without replacement over a CSC graph, vectorised in torch.
+
+    ``fanouts[i]`` is the number of in-neighbours drawn per node at hop ``i + 1`` counted from
+    the seeds (PyG's ``num_neighbors`` order); ``-1`` takes all of them. ``indptr`` and
+    ``indices`` may live on CPU (shared memory) or on a CUDA device; sampling runs where they are.
+    """
+
+    def __init__(self, indptr: torch.Tensor, indices: torch.Tensor, fanouts: list[int]):
+        if any(f <= 0 and f != ALL_NEIGHBORS for f in fanouts):
+            raise ConfigError(f"fanouts={fanouts}: each must be positive or -1 (all neighbours).")
+        self.indptr = indptr
+        self.indices = indices
+        self.fanouts = list(fanouts)
+        self.num_nodes = indptr.numel() - 1
+
+    def sample(self, seeds: torch.Tensor, generator: torch.Generator | None = None) -> SampledSubgraph:
+        device = self.indptr.device
+        seeds = seeds.to(device)
+        nodes = [seeds]
+        rows, cols, edges = [], [], []
+        num_nodes, num_edges = [seeds.numel()], []
+        frontier_start, total = 0, seeds.numel()
+        # Global -> local id map, grown hop by hop; -1 marks unseen nodes.
+        local = torch.full((self.num_nodes,), -1, dtype=torch.int64, device=device) if self._dense_map() else None
+        all_nodes = seeds
+        if local is not None:
+            local[seeds] = torch.arange(seeds.numel(), device=device)
+        for fanout in self.fanouts:
+            frontier = all_nodes[frontier_start:]
+            dst_local = torch.arange(frontier_start, total, device=device)
+            nbr, eid, owner = self._sample_hop(frontier, fanout, generator)
+            new_nodes, src_local = self._relabel(all_nodes, nbr, local)
+            rows.append(src_local)
+            cols.append(dst_local[owner])
+            edges.append(eid)
+            num_edges.append(int(eid.numel()))
+            nodes.append(new_nodes)
+            num_nodes.append(int(new_nodes.numel()))
+            all_nodes = torch.cat([all_nodes, new_nodes])
+            frontier_start, total = total, total + new_nodes.numel()
+        return SampledSubgraph(
+            node=all_nodes,
+            row=torch.cat(rows),
+            col=torch.cat(cols),
+            edge=torch.cat(edges),
+            num_sampled_nodes=num_nodes,
+            num_sampled_edges=num_edges,
+            batch_size=int(seeds.numel()),
+        )
+
+    def _dense_map(self) -> bool:
+        # A dense N-sized map per batch is cheapest up to a few million nodes; beyond that
+        # the sort-based relabel avoids an O(N) allocation per batch.
+        return self.num_nodes <= 4_000_000
+
+    def _sample_hop(self, frontier: torch.Tensor, fanout: int, generator: torch.Generator | None):
+        """Sample in-neighbours of every frontier node at once.
+
+        Returns (neighbour global ids, global edge ids, index of the owning frontier node).
+        """
+        device = frontier.device
+        start = self.indptr[frontier]
+        deg = self.indptr[frontier + 1] - start
+        take = deg if fanout == ALL_NEIGHBORS else torch.clamp(deg, max=fanout)
+        owner = torch.repeat_interleave(torch.arange(frontier.numel(), device=device), take)
+        # Position of each output slot within its owner's list of sampled neighbours.
+        offsets = torch.cumsum(take, 0) - take
+        slot = torch.arange(int(take.sum()), device=device) - offsets[owner]
+        pos = slot.clone()  # nodes with deg <= fanout take every neighbour in order
+        if fanout != ALL_NEIGHBORS:
+            big = (deg > fanout).nonzero().flatten()
+            if big.numel():
+                picks = _floyd_sample(deg[big], fanout, generator)  # [len(big), fanout]
+                big_slots = (offsets[big].unsqueeze(1) + torch.arange(fanout, device=device)).flatten()
+                pos[big_slots] = picks.flatten()
+        eid = start[owner] + pos
+        return self.indices[eid], eid, owner
+
+    @staticmethod
+    def _relabel(known: torch.Tensor, nbr: torch.Tensor, local: torch.Tensor | None):
+        """Local ids for ``nbr`` given nodes already ``known``; returns (new nodes, local ids).
+
+        New nodes keep the order of their first appearance, so the result does not depend on
+        sort internals and matches across devices.
+        """
+        device = nbr.device
+        if nbr.numel() == 0:
+            return nbr.new_empty(0), nbr.new_empty(0)
+        if local is not None:
+            is_new = local[nbr] < 0
+            cand = nbr[is_new]
+            uniq, inv = torch.unique(cand, return_inverse=True)
+            first = torch.full((uniq.numel(),), cand.numel(), dtype=torch.int64, device=device)
+            first.scatter_reduce_(0, inv, torch.arange(cand.numel(), device=device), reduce="amin")
+            new_nodes = uniq[torch.argsort(first)]
+            local[new_nodes] = torch.arange(known.numel(), known.numel() + new_nodes.numel(), device=device)
+            return new_nodes, local[nbr]
+        # Sort-based variant for huge graphs: unique over known + nbr, first occurrence wins.
+        both = torch.cat([known, nbr])
+        uniq, inv = torch.unique(both, return_inverse=True)
+        first = torch.full((uniq.numel(),), both.numel(), dtype=torch.int64, device=device)
+        first.scatter_reduce_(0, inv, torch.arange(both.numel(), device=device), reduce="amin")
+        order = torch.argsort(first)
+        rank_of = torch.empty_like(order)
+        rank_of[order] = torch.arange(order.numel(), device=device)
+        new_nodes = uniq[order[known.numel():]]
+        return new_nodes, rank_of[inv[known.numel():]]
+
+
+def _floyd_sample(deg: torch.Tensor, k: int, generator: torch.Generator | None) -> torch.Tensor:
+    """``k`` distinct positions in ``[0, deg_i)`` for every row i (requires deg_i > k).
+
+    Floyd's algorithm, vectorised across rows: for j = deg-k .. deg-1 draw t in [0, j]; keep t
+    unless already chosen, else keep j. Each k-subset is equally likely.
+    """
+    device = deg.device
+    n = deg.numel()
+    out = torch.empty((n, k), dtype=torch.int64, device=device)
+    # float64: exact positions for degrees far beyond 2**24; drawn on the generator's device.
+    gen_device = generator.device if generator is not None else device
+    rand = torch.rand((n, k), generator=generator, dtype=torch.float64, device=gen_device).to(device)
+    for i in range(k):  # loop over the fanout (small), never over nodes
+        j = deg - k + i
+        t = torch.minimum((rand[:, i] * (j + 1).to(rand.dtype)).long(), j)
+        dup = (out[:, :i] == t.unsqueeze(1)).any(dim=1) if i else torch.zeros(n, dtype=torch.bool, device=device)
+        out[:, i] = torch.where(dup, j, t)
+    return out
+
+
+def iterate_sampled(
+    sampler: NeighborSampler, batches: list[torch.Tensor], generator: torch.Generator | None
+) -> Iterator[SampledSubgraph]:
+    for seeds in batches:
+        yield sampler.sample(seeds, generator)

@@ -1,0 +1,1 @@
+"""Built-in plugins that are not backends: datasets and named experiments."""
