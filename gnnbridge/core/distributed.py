@@ -106,7 +106,8 @@ def launch(worker: Callable[..., Any], nproc: int, device_kind: str, args: tuple
             nprocs=nproc, join=True, start_method="spawn",
         )
     except mp.ProcessRaisedException as exc:
-        raise RankFailedError(f"Rank {exc.error_index} failed: {_last_line(str(exc))}") from None
+        line = _last_line(str(exc)).removeprefix("RuntimeError: ")
+        raise RankFailedError(f"Rank {exc.error_index} failed: {line}") from None
     except mp.ProcessExitedException as exc:
         raise RankFailedError(f"Rank {exc.error_index} exited with code {exc.exit_code} ({_signal_name(exc)}).") from None
     finally:

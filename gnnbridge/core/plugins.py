@@ -30,6 +30,7 @@ DEFAULT_PLUGINS = {
     "pyg": "gnnbridge.backends.pyg.plugin",
     "dgl": "gnnbridge.backends.dgl.plugin",
     "datasets": "gnnbridge.plugins.datasets",
+    "real-datasets": "gnnbridge.plugins.real_datasets",
     "experiments": "gnnbridge.plugins.experiments",
 }
 

@@ -58,7 +58,7 @@ def resolve_config(
 
 def _experiment_dict(experiment: str | os.PathLike | None) -> dict:
     if experiment is None:
-        return experiments.get(DEFAULT_EXPERIMENT)
+        return {"name": DEFAULT_EXPERIMENT, **experiments.get(DEFAULT_EXPERIMENT)}
     text = os.fspath(experiment)
     if text.endswith((".yaml", ".yml")) or os.sep in text or Path(text).is_file():
         data = cfgmod.load_yaml(text)

@@ -62,10 +62,10 @@ class Trainer:
             stats.update(validator.evaluate(self.model, ("val",)))
             stats["eval_time_s"] = time.perf_counter() - t0
             self.state.history.append(stats)
+            self._log(stats)
         t0 = time.perf_counter()
         final = self._final_evaluator().evaluate(self.model, ("train", "val", "test"))
-        final["final_eval_time_s"] = time.perf_counter() - t0
-        return {"metrics": final, "history": self.state.history}
+        return {"metrics": final, "history": self.state.history, "final_eval_time_s": time.perf_counter() - t0}
 
     def train_epoch(self, epoch: int) -> dict:
         cfg, ctx, data = self.config, self.ctx, self.data
@@ -95,10 +95,13 @@ class Trainer:
         bar.close()
         stats = {"epoch": epoch, "loss": float(loss_sum) / max(1, counts.total), "train_acc": counts.accuracy(),
                  "epoch_time_s": epoch_time, "batches": len(batches)}
-        if self.show_progress:
-            tqdm.write(f"epoch {epoch + 1:>3}/{cfg.train.epochs}  loss {stats['loss']:.4f}  "
-                       f"train_acc {stats['train_acc']:.4f}  {epoch_time:.2f}s")
         return stats
+
+    def _log(self, stats: dict) -> None:
+        if self.show_progress:
+            tqdm.write(f"epoch {stats['epoch'] + 1:>3}/{self.config.train.epochs}  loss {stats['loss']:.4f}  "
+                       f"train_acc {stats['train_acc']:.4f}  val_acc {stats['val_acc']:.4f}  "
+                       f"{stats['epoch_time_s']:.2f}s")
 
     # ------------------------------------------------------------------ evaluation
 

@@ -57,8 +57,8 @@ SYNTHETIC_DEFAULTS = {
     "num_classes": 8,
     "num_features": 32,
     "avg_degree": 12.0,
-    "homophily": 0.8,  # probability that an edge stays inside its class
-    "feature_signal": 0.35,  # class-centroid strength relative to unit feature noise
+    "homophily": 0.65,  # probability that an edge stays inside its class
+    "feature_signal": 0.25,  # class-centroid strength relative to unit feature noise
 }
 
 

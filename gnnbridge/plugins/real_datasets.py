@@ -1,0 +1,219 @@
+"""Named real node-classification datasets, fetched on first use: ``reddit``, ``ogbn-arxiv``,
+``ogbn-products``.
+
+They live in their own plugin because they need a network and a third-party reader, which the
+built-in ``synthetic``, ``karate`` and ``npz`` datasets do not: Reddit is read by PyG's
+``Reddit`` class, the OGB graphs by the library-neutral ``ogb`` package. Using those readers
+means a folder downloaded by PyG or ogb for another project can be reused as it is.
+
+Where files live: ``dataset.root``, else ``$GNNBRIDGE_DATA``, else
+``~/.cache/gnnbridge/datasets``, with one sub-folder per dataset in the reader's own layout::
+
+    <root>/reddit/raw/reddit_data.npz, reddit_graph.npz      (PyG)
+    <root>/ogbn_arxiv/RELEASE_v1.txt, raw/*.csv.gz, split/time/*.csv.gz           (ogb)
+    <root>/ogbn_products/RELEASE_v1.txt, raw/*.csv.gz, split/sales_ranking/*.csv.gz
+
+Downloads: both readers fetch missing files themselves, but ogb asks with ``input()`` (for
+files over 1 GB, and when a folder lacks its release marker), which hangs or dies on EOF in a
+batch job. So the expected files are checked here first. When they are present the reader only
+reads them and never asks. When they are absent, the reader may download only if
+``dataset.options.download`` is true (the default) and, for ogb, only with a terminal on stdin;
+otherwise a one-line :class:`DataFileNotFoundError` names the folder and the fix.
+
+The OGB graphs are made undirected (both directions of every edge, each kept once), the usual
+practice for GraphSAGE on the citation graph ogbn-arxiv; ogbn-products is already undirected,
+so it only loses duplicates. Reddit is published with both directions stored.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from gnnbridge.core.config import DatasetConfig
+from gnnbridge.core.data import GraphData
+from gnnbridge.core.errors import BackendUnavailableError, DataError, DataFileNotFoundError, GnnBridgeError
+from gnnbridge.core.hookspecs import hookimpl
+from gnnbridge.plugins.datasets import options
+
+ENV_ROOT = "GNNBRIDGE_DATA"
+DEFAULTS = {"download": True}
+
+
+@hookimpl
+def register_datasets(register):
+    register("reddit", load_reddit, "Reddit posts: 232,965 nodes, 41 communities (PyG reader; downloads ~1.5 GB)")
+    register("ogbn-arxiv", load_ogbn_arxiv, "OGB arXiv citations: 169,343 papers, 40 subjects (ogb package; ~80 MB)")
+    register("ogbn-products", load_ogbn_products, "OGB Amazon products: 2.4M nodes, 47 categories (ogb package; ~1.4 GB)")
+
+
+def data_root(config: DatasetConfig) -> Path:
+    """One shared cache for every project on the machine unless the user says otherwise."""
+    default = Path.home() / ".cache" / "gnnbridge" / "datasets"
+    return Path(config.root or os.environ.get(ENV_ROOT) or default).expanduser()
+
+
+def require_files(name: str, folder: Path, missing: list[Path], download: bool, asks: bool) -> None:
+    """Return only when the reader can run without blocking; see the module docstring."""
+    if not missing:
+        return
+    detail = f" (no {missing[0].relative_to(folder)})" if folder.is_dir() else ""
+    where = f"Dataset '{name}' is not in '{folder}'{detail}"
+    elsewhere = f"point dataset.root at the folder that holds an existing '{folder.name}'"
+    if not download:
+        raise DataFileNotFoundError(f"{where}; set dataset.options.download: true to fetch it, or {elsewhere}.")
+    if asks and not (sys.stdin is not None and sys.stdin.isatty()):
+        raise DataFileNotFoundError(
+            f"{where} and ogb asks before downloading, which needs a terminal; run once interactively "
+            f"to fetch it, or {elsewhere}."
+        )
+
+
+@contextlib.contextmanager
+def reader(name: str, folder: Path):
+    """Run a third-party reader: its progress goes to stderr (the CLI keeps stdout for results),
+    and its failures on a corrupt or truncated file become one line naming the folder."""
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    except GnnBridgeError:
+        raise
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise DataError(
+            f"Dataset '{name}' in '{folder}' could not be read or downloaded ({type(exc).__name__}: {first}); "
+            "check the network, or delete the folder to fetch a fresh copy."
+        ) from None
+
+
+def build(name: str, folder: Path, edge_index, x, y, splits, num_classes=None) -> GraphData:
+    """Cast to GraphData's dtypes and report a broken file with its folder."""
+    try:
+        tensors = [torch.as_tensor(s, dtype=torch.int64).reshape(-1) for s in splits]
+        return GraphData.from_edges(
+            torch.as_tensor(edge_index, dtype=torch.int64),
+            torch.as_tensor(x, dtype=torch.float32),
+            torch.as_tensor(y, dtype=torch.int64).reshape(-1),
+            *tensors,
+            num_classes=num_classes,
+            name=name,
+        )
+    except DataError as exc:
+        raise DataError(f"Dataset '{name}' in '{folder}': {exc}") from None
+
+
+# --------------------------------------------------------------------------- reddit
+
+REDDIT_RAW = ("reddit_data.npz", "reddit_graph.npz")
+
+
+def load_reddit(config: DatasetConfig, seed: int) -> GraphData:
+    opts = options(config, DEFAULTS)
+    try:
+        from torch_geometric.datasets import Reddit
+    except ImportError:
+        raise BackendUnavailableError("Dataset 'reddit' needs torch_geometric: pip install 'gnnbridge[pyg]'.") from None
+    folder = data_root(config) / "reddit"
+    missing = [folder / "raw" / f for f in REDDIT_RAW if not (folder / "raw" / f).is_file()]
+    require_files("reddit", folder, missing, opts["download"], asks=False)  # PyG never asks
+    with reader("reddit", folder):
+        data = Reddit(str(folder))[0]
+    splits = [mask.nonzero().view(-1) for mask in (data.train_mask, data.val_mask, data.test_mask)]
+    return build("reddit", folder, data.edge_index, data.x, data.y, splits)
+
+
+# --------------------------------------------------------------------------- ogb
+
+
+@dataclass(frozen=True)
+class OgbLayout:
+    """What ogb 1.3.6 reads for one dataset (its ``master.csv``), so we can check before calling it."""
+
+    folder: str
+    split: str
+    node_files: tuple[str, ...] = ()
+    version: int = 1
+
+    def missing(self, folder: Path) -> list[Path]:
+        wanted = [folder / f"RELEASE_v{self.version}.txt"]
+        wanted += [folder / "split" / self.split / f"{part}.csv.gz" for part in ("train", "valid", "test")]
+        if not (folder / "processed" / "data_processed").is_file():  # ogb's cache replaces raw/
+            raw = ("edge", "num-node-list", "num-edge-list", "node-feat", "node-label", *self.node_files)
+            wanted += [folder / "raw" / f"{stem}.csv.gz" for stem in raw]
+        return [path for path in wanted if not path.is_file()]
+
+
+OGB_LAYOUTS = {
+    "ogbn-arxiv": OgbLayout("ogbn_arxiv", "time", ("node_year",)),
+    "ogbn-products": OgbLayout("ogbn_products", "sales_ranking"),
+}
+
+
+def load_ogbn_arxiv(config: DatasetConfig, seed: int) -> GraphData:
+    return load_ogb("ogbn-arxiv", config)
+
+
+def load_ogbn_products(config: DatasetConfig, seed: int) -> GraphData:
+    return load_ogb("ogbn-products", config)
+
+
+def load_ogb(name: str, config: DatasetConfig) -> GraphData:
+    opts = options(config, DEFAULTS)
+    try:
+        from ogb.nodeproppred import NodePropPredDataset
+    except ImportError:
+        raise BackendUnavailableError(f"Dataset '{name}' needs the ogb package: pip install ogb") from None
+    root = data_root(config)
+    folder = root / OGB_LAYOUTS[name].folder
+    missing = OGB_LAYOUTS[name].missing(folder)
+    require_files(name, folder, missing, opts["download"], asks=True)
+    if not missing:
+        (folder / "processed").mkdir(exist_ok=True)  # ogb saves its cache there without creating it
+    with reader(name, folder), trusted_ogb_cache():
+        dataset = NodePropPredDataset(name=name, root=str(root))
+        split = dataset.get_idx_split()
+    graph, labels = dataset[0]
+    if graph.get("node_feat") is None:
+        raise DataError(f"Dataset '{name}' in '{folder}' has no node features (raw/node-feat.csv.gz).")
+    edge_index = undirected(torch.from_numpy(graph["edge_index"]).long(), int(graph["num_nodes"]))
+    splits = [split["train"], split["valid"], split["test"]]
+    return build(name, folder, edge_index, graph["node_feat"], labels, splits, dataset.num_classes)
+
+
+@contextlib.contextmanager
+def trusted_ogb_cache():
+    """Let ogb re-read its own cache on torch >= 2.6.
+
+    ogb 1.3.6 saves ``processed/data_processed`` as a pickle of numpy arrays (protocol 4), which
+    torch's default weights-only loader refuses, so every load after the first would fail. For
+    this call only, full unpickling is allowed: the file is the one ogb wrote from the raw CSVs
+    in the dataset folder, so it is as trusted as that folder. A user's explicit
+    ``TORCH_FORCE_WEIGHTS_ONLY_LOAD`` is left alone.
+    """
+    key = "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"
+    if key in os.environ or "TORCH_FORCE_WEIGHTS_ONLY_LOAD" in os.environ:
+        yield
+        return
+    os.environ[key] = "1"
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD.*")
+            yield
+    finally:
+        del os.environ[key]
+
+
+def undirected(edge_index: torch.Tensor, n: int) -> torch.Tensor:
+    """Both directions of every edge, each once, ordered by destination (as GraphData stores them).
+
+    One int64 key per edge (``dst * n + src``) makes this a 1-D unique, far lighter than a
+    column-wise unique on ogbn-products' 120M+ edges.
+    """
+    src, dst = edge_index[0], edge_index[1]
+    keys = torch.unique(torch.cat([dst * n + src, src * n + dst]))
+    return torch.stack([keys % n, keys // n])

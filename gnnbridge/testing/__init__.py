@@ -1,0 +1,1 @@
+"""Helpers for testing gnnbridge and its plugins: the backend conformance suite, rank workers."""

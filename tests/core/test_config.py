@@ -1,0 +1,69 @@
+import pytest
+
+from gnnbridge.core.config import ExperimentConfig, SamplerKind, apply_overrides, from_dict, parse_override
+from gnnbridge.core.errors import ConfigError
+from gnnbridge.core.runner import resolve_config
+
+
+def test_override_values_are_yaml():
+    assert parse_override("sampler.fanouts=[25,10]") == (["sampler", "fanouts"], [25, 10])
+    assert parse_override("train.lr=0.01") == (["train", "lr"], 0.01)
+    assert parse_override("model.arch=gat") == (["model", "arch"], "gat")
+
+
+def test_overrides_build_nested_sections_without_touching_input():
+    base = {"model": {"arch": "sage"}}
+    out = apply_overrides(base, ["model.hidden=128", "train.epochs=3"])
+    assert out == {"model": {"arch": "sage", "hidden": 128}, "train": {"epochs": 3}}
+    assert base == {"model": {"arch": "sage"}}
+
+
+def test_defaults_validate_and_round_trip():
+    cfg = from_dict({})
+    assert isinstance(cfg, ExperimentConfig)
+    assert from_dict(cfg.to_dict()) == cfg
+    assert from_dict({"sampler": {"kind": "core"}}).sampler.kind is SamplerKind.CORE
+
+
+@pytest.mark.parametrize(
+    "data, needle",
+    [
+        ({"modle": {}}, "did you mean 'model'"),
+        ({"model": {"hiden": 3}}, "Unknown config key 'model.hiden' (did you mean 'hidden'?)"),
+        ({"model": {"hidden": "big"}}, "model.hidden='big' has the wrong type: expected int"),
+        ({"model": {"hidden": 0}}, "model.hidden=0 must be a positive integer"),
+        ({"train": {"batch_size": 0}}, "train.batch_size=0"),
+        ({"sampler": {"fanouts": [10, 0]}}, "-1 for all neighbours"),
+        ({"sampler": {"fanouts": [10]}}, "one fanout per layer"),
+        ({"sampler": {"kind": "fast"}}, "Choose one of: auto, native, core"),
+        ({"model": {"arch": "gat", "hidden": 10, "heads": 4}}, "not divisible by model.heads=4"),
+        ({"model": {"dropout": 1.5}}, "model.dropout=1.5"),
+        ({"train": {"lr": 0}}, "train.lr=0"),
+    ],
+)
+def test_bad_configs_name_the_key_and_value(data, needle):
+    with pytest.raises(ConfigError) as err:
+        from_dict(data)
+    assert needle in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_resolve_config_layers_experiment_dataset_overrides_and_flags(tmp_path):
+    path = tmp_path / "my.yaml"
+    path.write_text("model:\n  arch: gcn\ntrain:\n  epochs: 4\n")
+    cfg = resolve_config(str(path), overrides=["train.epochs=5", "model.arch=gat"], backend="dgl", nproc=2,
+                         dataset="graph.npz")
+    assert (cfg.name, cfg.backend, cfg.nproc, cfg.train.epochs, cfg.model.arch) == ("my", "dgl", 2, 5, "gat")
+    assert (cfg.dataset.name, cfg.dataset.path) == ("npz", "graph.npz")
+
+
+def test_named_and_default_experiments_resolve():
+    assert resolve_config(None).name == "sage-synthetic"
+    assert resolve_config("gat-synthetic").model.arch == "gat"
+
+
+def test_bad_yaml_file_is_one_line(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("model: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML at line"):
+        resolve_config(str(path))

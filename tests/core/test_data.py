@@ -1,0 +1,59 @@
+import pytest
+import torch
+
+from gnnbridge.core.data import GraphData, random_split
+from gnnbridge.core.errors import DataError
+
+
+def make(**changes):
+    n = 10
+    args = dict(
+        edge_index=torch.tensor([[0, 1, 2, 3], [1, 2, 3, 0]]),
+        x=torch.randn(n, 3),
+        y=torch.arange(n) % 2,
+        train_idx=torch.arange(0, 6),
+        val_idx=torch.arange(6, 8),
+        test_idx=torch.arange(8, 10),
+    )
+    args.update(changes)
+    return GraphData.from_edges(**args)
+
+
+def test_topology_is_destination_sorted_csc():
+    g = make(edge_index=torch.tensor([[5, 0, 1, 9], [3, 1, 3, 0]]))
+    assert g.edge_index[1].tolist() == [0, 1, 3, 3]
+    assert g.indptr.tolist()[:5] == [0, 1, 2, 2, 4]
+    nbrs_of_3 = g.indices[g.indptr[3]:g.indptr[4]].tolist()
+    assert sorted(nbrs_of_3) == [1, 5]
+
+
+@pytest.mark.parametrize(
+    "changes, needle",
+    [
+        ({"edge_index": torch.tensor([[0, 10], [1, 2]])}, "node id 10, outside [0, 10)"),
+        ({"edge_index": torch.tensor([[0, -1], [1, 2]])}, "node id -1"),
+        ({"edge_index": torch.tensor([[0, 1], [1, 2]], dtype=torch.int32)}, "dtype int32; expected int64"),
+        ({"x": torch.full((10, 3), float("nan"))}, "NaN or inf"),
+        ({"y": torch.zeros(9, dtype=torch.int64)}, "y has 9 labels but x has 10 rows"),
+        ({"val_idx": torch.arange(5, 8)}, "overlaps"),
+        ({"test_idx": torch.zeros(0, dtype=torch.int64)}, "test split is empty"),
+        ({"train_idx": torch.tensor([0, 0, 1])}, "lists a node twice"),
+    ],
+)
+def test_invariants_are_enforced_with_one_line(changes, needle):
+    with pytest.raises(DataError) as err:
+        make(**changes)
+    assert needle in str(err.value)
+
+
+def test_random_split_is_seeded_disjoint_and_complete():
+    a = random_split(101, seed=3)
+    b = random_split(101, seed=3)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert torch.cat(a).sort().values.tolist() == list(range(101))
+    assert [t.numel() for t in a] == [60, 20, 21]
+
+
+def test_share_memory_moves_every_tensor(small_data):
+    small_data.share_memory_()
+    assert small_data.x.is_shared() and small_data.edge_index.is_shared() and small_data.indptr.is_shared()

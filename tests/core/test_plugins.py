@@ -1,0 +1,70 @@
+import subprocess
+import sys
+
+import pytest
+
+from gnnbridge import hookimpl
+from gnnbridge.core import plugins
+from gnnbridge.core.errors import UnknownNameError
+from gnnbridge.plugins.datasets import synthetic_graph
+
+
+class InlineDatasetPlugin:
+    @hookimpl
+    def register_datasets(self, register):
+        register("tiny", lambda config, seed: synthetic_graph(60, 2, 4, 4.0, 0.9, 1.0, seed), "tiny test graph")
+
+
+@pytest.fixture
+def inline_plugin():
+    plugins.load_plugins()
+    plugin = InlineDatasetPlugin()
+    plugins.pm.register(plugin, name="inline-test")
+    plugins.reset_registries()
+    yield plugin
+    plugins.pm.unregister(plugin)
+    plugins.reset_registries()
+
+
+def test_builtin_plugins_register_through_hooks():
+    names = {p["name"]: p["hooks"] for p in plugins.plugin_info()}
+    assert names["pyg"] == ["register_backends"] and names["dgl"] == ["register_backends"]
+    assert "register_datasets" in names["datasets"]
+    assert {"pyg", "dgl"} <= set(plugins.backends.names())
+    assert {"synthetic", "karate", "npz"} <= set(plugins.datasets.names())
+
+
+def test_unknown_name_lists_what_is_available():
+    with pytest.raises(UnknownNameError) as err:
+        plugins.backends.get("dlg")
+    msg = str(err.value)
+    assert msg.startswith("Unknown backend 'dlg' (did you mean 'dgl'?). Available: dgl, pyg")
+
+
+def test_a_third_party_plugin_adds_a_dataset(inline_plugin):
+    assert "tiny" in plugins.datasets.names()
+    assert plugins.datasets.get("tiny")(None, 0).num_nodes == 60
+
+
+def test_duplicate_names_are_refused(inline_plugin):
+    class Dup:
+        @hookimpl
+        def register_datasets(self, register):
+            register("tiny", None, "again")
+
+    dup = Dup()
+    plugins.pm.register(dup, name="dup-test")
+    plugins.reset_registries()
+    try:
+        with pytest.raises(plugins.PluginError, match="registered twice"):
+            plugins.datasets.names()
+    finally:
+        plugins.pm.unregister(dup)
+        plugins.reset_registries()
+
+
+def test_env_var_restricts_loaded_plugins():
+    code = "from gnnbridge.core import plugins; print(sorted(plugins.backends.names()))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**__import__("os").environ, "GNNBRIDGE_LOAD_PLUGINS": "pyg"})
+    assert proc.stdout.strip() == "['pyg']", proc.stderr

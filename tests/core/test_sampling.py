@@ -1,0 +1,80 @@
+import pytest
+import torch
+
+from gnnbridge.core.errors import ConfigError
+from gnnbridge.core.sampling import ALL_NEIGHBORS, NeighborSampler, epoch_batches, epoch_generator
+
+
+def edge_set(data):
+    return set(zip(data.edge_index[0].tolist(), data.edge_index[1].tolist()))
+
+
+def test_sampled_edges_exist_and_respect_fanouts(small_data):
+    sampler = NeighborSampler(small_data.indptr, small_data.indices, [3, 2])
+    out = sampler.sample(small_data.train_idx[:40], epoch_generator(0, 0))
+    src, dst = out.node[out.row], out.node[out.col]
+    assert set(zip(src.tolist(), dst.tolist())) <= edge_set(small_data)
+    assert torch.equal(small_data.edge_index[:, out.edge], torch.stack([src, dst]))
+    assert torch.equal(out.node[:40], small_data.train_idx[:40])
+    hop1 = out.col[: out.num_sampled_edges[0]]
+    assert torch.bincount(hop1).max() <= 3  # fanouts[0] applies to the seeds
+    hop2 = out.col[out.num_sampled_edges[0]:]
+    assert hop2.min() >= 40 and torch.bincount(hop2).max() <= 2
+    assert out.edge.unique().numel() == out.edge.numel()  # without replacement
+    assert out.node.unique().numel() == out.node.numel()
+
+
+def test_all_neighbours_takes_the_whole_in_neighbourhood(small_data):
+    sampler = NeighborSampler(small_data.indptr, small_data.indices, [ALL_NEIGHBORS])
+    seeds = torch.tensor([5, 17])
+    out = sampler.sample(seeds)
+    for local, v in enumerate(seeds.tolist()):
+        want = small_data.indices[small_data.indptr[v]: small_data.indptr[v + 1]].sort().values
+        got = out.node[out.row[out.col == local]].sort().values
+        assert torch.equal(got, want)
+
+
+def test_sampling_is_deterministic_per_generator_seed(small_data):
+    sampler = NeighborSampler(small_data.indptr, small_data.indices, [4, 4])
+    seeds = small_data.train_idx[:30]
+    a = sampler.sample(seeds, epoch_generator(1, 2, 0))
+    b = sampler.sample(seeds, epoch_generator(1, 2, 0))
+    c = sampler.sample(seeds, epoch_generator(1, 3, 0))
+    assert torch.equal(a.node, b.node) and torch.equal(a.edge, b.edge)
+    assert not torch.equal(a.edge, c.edge)
+
+
+def test_neighbour_choice_is_uniform():
+    # One node with 10 in-neighbours; draw 3 of them many times: each appears ~30% of draws.
+    indptr = torch.tensor([0, 10] + [10] * 10)
+    indices = torch.arange(1, 11)
+    sampler = NeighborSampler(indptr, indices, [3])
+    gen = epoch_generator(0, 0)
+    counts = torch.zeros(11)
+    for _ in range(2000):
+        out = sampler.sample(torch.tensor([0]), gen)
+        counts[out.node[1:]] += 1
+    freq = counts[1:] / 2000
+    assert torch.allclose(freq, torch.full((10,), 0.3), atol=0.04)
+
+
+def test_uneven_seed_counts_give_equal_batch_counts_and_disjoint_cover():
+    seeds = torch.arange(4097)
+    per_rank = [epoch_batches(seeds, 1024, seed=0, epoch=0, rank=r, world_size=2) for r in range(2)]
+    assert len(per_rank[0]) == len(per_rank[1]) == 3
+    assert max(b.numel() for batches in per_rank for b in batches) <= 1024
+    everything = torch.cat([torch.cat(b) for b in per_rank])
+    assert torch.equal(everything.sort().values, seeds)
+
+
+def test_shards_reshuffle_every_epoch_but_are_reproducible():
+    seeds = torch.arange(1000)
+    e0 = torch.cat(epoch_batches(seeds, 100, 0, 0, 0, 2))
+    e1 = torch.cat(epoch_batches(seeds, 100, 0, 1, 0, 2))
+    assert not torch.equal(e0, e1)
+    assert torch.equal(e0, torch.cat(epoch_batches(seeds, 100, 0, 0, 0, 2)))
+
+
+def test_more_ranks_than_seeds_is_refused():
+    with pytest.raises(ConfigError, match="cannot be shared by 4 ranks"):
+        epoch_batches(torch.arange(3), 10, 0, 0, 0, 4)

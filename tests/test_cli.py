@@ -1,0 +1,121 @@
+"""The command line, end to end, in a subprocess, as a user runs it."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+
+def gnnbridge(*args, cwd=None, timeout=300):
+    return subprocess.run([sys.executable, "-m", "gnnbridge", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=timeout)
+
+
+def assert_one_line_error(proc, *needles):
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    for needle in needles:
+        assert needle in lines[0]
+
+
+def write_npz(path, n=400, classes=3, seed=0, **overrides):
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, classes, n).astype(np.int64)
+    src = rng.integers(0, n, 6 * n)
+    # Homophilous edges: mostly to a node with the same label.
+    same = np.array([rng.choice(np.flatnonzero(y == y[s])) for s in src])
+    dst = np.where(rng.random(6 * n) < 0.85, same, rng.integers(0, n, 6 * n))
+    arrays = {
+        "edge_index": np.stack([np.concatenate([src, dst]), np.concatenate([dst, src])]).astype(np.int64),
+        "x": (rng.normal(size=(n, 8)) + 0.3 * np.eye(classes, 8)[y]).astype(np.float32),
+        "y": y,
+    }
+    arrays.update(overrides)
+    np.savez(path, **arrays)
+    return path
+
+
+@pytest.mark.slow
+def test_train_end_to_end_two_ranks(tmp_path):
+    out = tmp_path / "a"
+    proc = gnnbridge("train", "--backend", "dgl", "--nproc", "2", "--out", str(out), "--set", "train.epochs=2")
+    assert proc.returncode == 0, proc.stderr
+    assert "test_acc" in proc.stdout
+    results = json.loads((out / "results.json").read_text())
+    assert results["backend"] == "dgl" and results["world_size"] == 2
+    assert (out / "config.yaml").exists()
+
+
+@pytest.mark.slow
+def test_train_on_an_npz_file_with_fanouts_override(tmp_path):
+    path = write_npz(tmp_path / "graph.npz")
+    out = tmp_path / "run"
+    proc = gnnbridge("train", "--dataset", str(path), "--backend", "pyg", "--nproc", "2", "--out", str(out),
+                     "--set", "sampler.fanouts=[15,5]", "--set", "train.epochs=6",
+                     "--set", "train.batch_size=32", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads((out / "results.json").read_text())
+    assert results["dataset"]["num_nodes"] == 400
+    assert results["dataset"]["train"] == 240  # random 60/20/20 split when the file has none
+    assert results["metrics"]["test_acc"] > 0.6
+
+
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (["--backend", "dlg"], ["Unknown backend 'dlg'", "Available: dgl, pyg"]),
+        (["--set", "model.arch=gta"], ["Unknown model.arch 'gta'", "Available: gat, gcn, sage"]),
+        (["--dataset", "reddt"], ["Unknown dataset 'reddt'", "synthetic"]),
+        (["--set", "model.hiden=3"], ["did you mean 'hidden'"]),
+        (["--set", "train.batch_size=0"], ["train.batch_size=0"]),
+        (["--dataset", "missing.npz"], ["missing.npz' does not exist"]),
+        (["no-such-experiment"], ["Unknown experiment 'no-such-experiment'"]),
+        (["--nproc", "two"], ["'two' is not a valid integer"]),
+    ],
+)
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, needles):
+    proc = gnnbridge("train", *args, "--out", str(tmp_path / "out"), cwd=tmp_path)
+    assert_one_line_error(proc, *needles)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    "overrides, needle",
+    [
+        ({"x": np.zeros((400, 8), dtype=np.float64)}, "x has dtype float64; expected float32"),
+        ({"edge_index": np.array([[0, 400], [1, 2]], dtype=np.int64)}, "node id 400, outside [0, 400)"),
+        ({"y": np.zeros(5, dtype=np.int64)}, "y has 5 labels but x has 400 rows"),
+        ({"train_idx": np.arange(10, dtype=np.int64)}, "give all three splits or none"),
+    ],
+)
+def test_malformed_npz_is_refused(tmp_path, overrides, needle):
+    path = write_npz(tmp_path / "bad.npz", **overrides)
+    proc = gnnbridge("train", "--dataset", str(path), "--out", str(tmp_path / "out"))
+    assert_one_line_error(proc, needle)
+    assert not (tmp_path / "out").exists()
+
+
+def test_existing_run_folder_is_never_overwritten(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.json").write_text("{}")
+    proc = gnnbridge("train", "--out", str(out))
+    assert_one_line_error(proc, "already exists and is not empty")
+    assert (out / "results.json").read_text() == "{}"
+
+
+def test_backends_plugins_experiments_commands():
+    proc = gnnbridge("backends")
+    assert proc.returncode == 0 and "pyg" in proc.stdout and "dgl" in proc.stdout and "available" in proc.stdout
+    plugins = json.loads(gnnbridge("plugins").stdout)
+    assert {"name": "pyg", "module": "gnnbridge.backends.pyg.plugin", "hooks": ["register_backends"]} in plugins
+    proc = gnnbridge("experiments")
+    assert "sage-synthetic" in proc.stdout and "reddit-sage" in proc.stdout
+
+
+def test_help_shows_examples():
+    proc = gnnbridge("train", "--help")
+    assert proc.returncode == 0 and "gnnbridge train --backend dgl --nproc 2" in proc.stdout
