@@ -89,6 +89,7 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, needles):
         ({"edge_index": np.array([[0, 400], [1, 2]], dtype=np.int64)}, "node id 400, outside [0, 400)"),
         ({"y": np.zeros(5, dtype=np.int64)}, "y has 5 labels but x has 400 rows"),
         ({"train_idx": np.arange(10, dtype=np.int64)}, "give all three splits or none"),
+        ({"x": np.zeros((400, 0), dtype=np.float32)}, "x has 0 feature columns"),
     ],
 )
 def test_malformed_npz_is_refused(tmp_path, overrides, needle):
@@ -119,3 +120,4 @@ def test_backends_plugins_experiments_commands():
 def test_help_shows_examples():
     proc = gnnbridge("train", "--help")
     assert proc.returncode == 0 and "gnnbridge train --backend dgl --nproc 2" in proc.stdout
+

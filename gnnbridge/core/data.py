@@ -111,6 +111,8 @@ class GraphData:
         n = self.num_nodes
         if n == 0:
             raise DataError("The graph has no nodes (x has 0 rows).")
+        if self.num_features == 0:
+            raise DataError("x has 0 feature columns; give every node at least one feature (e.g. a constant 1).")
         if self.y.shape[0] != n:
             raise DataError(f"y has {self.y.shape[0]} labels but x has {n} rows; give one label per node.")
         if self.indptr.shape[0] != n + 1 or int(self.indptr[-1]) != self.num_edges:

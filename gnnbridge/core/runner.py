@@ -10,6 +10,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -176,9 +177,16 @@ def run(
     data = load_dataset(config)
     run_dir = new_run_dir(config, out)
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / CONFIG).write_text(cfgmod.dump_yaml(config))
-    data.share_memory_()
-    launch(_worker, config.nproc, config.device.value, (config, data, str(run_dir), progress))
+    try:
+        (run_dir / CONFIG).write_text(cfgmod.dump_yaml(config))
+        data.share_memory_()
+        launch(_worker, config.nproc, config.device.value, (config, data, str(run_dir), progress))
+    except BaseException:
+        # A run that produced no results leaves no half-made folder behind (the folder was
+        # absent or empty before, so nothing of the user's is removed).
+        if not (run_dir / RESULTS).exists():
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
     results = json.loads((run_dir / RESULTS).read_text())
     _plot(run_dir, results)
     results["run_dir"] = str(run_dir)

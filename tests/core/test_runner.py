@@ -1,0 +1,55 @@
+"""The runner's promises around a run: nothing half-made is left, nothing of the user's is touched."""
+import pytest
+
+import gnnbridge
+from gnnbridge import hookimpl
+from gnnbridge.backends.pyg.backend import PygBackend
+from gnnbridge.core import plugins
+
+
+class BrokenModelBackend(PygBackend):
+    name = "broken"
+    description = "PyG with a model that fails on its first batch"
+
+    def _model(self, spec, in_dim, out_dim):
+        model = super()._model(spec, in_dim, out_dim)
+
+        def fail(*args, **kwargs):
+            raise RuntimeError("boom in forward")
+
+        model.forward = fail
+        return model
+
+
+class BrokenPlugin:
+    @hookimpl
+    def register_backends(self, register):
+        register(BrokenModelBackend())
+
+
+@pytest.fixture
+def broken_backend():
+    plugins.load_plugins()
+    plugin = BrokenPlugin()
+    plugins.pm.register(plugin, name="broken-test")
+    plugins.reset_registries()
+    yield
+    plugins.pm.unregister(plugin)
+    plugins.reset_registries()
+
+
+def test_a_failed_run_leaves_no_folder(tmp_path, broken_backend):
+    with pytest.raises(RuntimeError, match="boom in forward"):
+        gnnbridge.run("karate-sage", backend="broken", nproc=1, out=tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_default_run_folders_never_collide(tmp_path, monkeypatch):
+    from gnnbridge.core.runner import new_run_dir, resolve_config
+
+    monkeypatch.chdir(tmp_path)
+    config = resolve_config("karate-sage")
+    first = new_run_dir(config, None)
+    first.mkdir(parents=True)
+    second = new_run_dir(config, None)
+    assert second != first and not second.exists()
