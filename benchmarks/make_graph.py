@@ -56,7 +56,7 @@ def planted_edges(rng: np.random.Generator, y: np.ndarray, weights: np.ndarray,
     order = np.argsort(y, kind="stable")  # nodes grouped by class, so each class is a slice
     cum = np.cumsum(weights[order])
     bounds = np.concatenate([[0], np.cumsum(np.bincount(y, minlength=classes))])
-    m = int(n * avg_degree / 2 * 1.1)  # a little extra: merging duplicates and loops loses some
+    m = int(n * avg_degree / 2)
     everyone = (np.zeros(m, dtype=np.int64), np.full(m, n, dtype=np.int64))
     src = order[weighted_picks(rng, cum, *everyone)]
     same = rng.random(m) < homophily

@@ -5,6 +5,7 @@ import pytest
 
 from gnnbridge import hookimpl
 from gnnbridge.core import plugins
+from gnnbridge.testing import registered_plugin
 from gnnbridge.core.errors import UnknownNameError
 from gnnbridge.plugins.datasets import synthetic_graph
 
@@ -17,13 +18,8 @@ class InlineDatasetPlugin:
 
 @pytest.fixture
 def inline_plugin():
-    plugins.load_plugins()
-    plugin = InlineDatasetPlugin()
-    plugins.pm.register(plugin, name="inline-test")
-    plugins.reset_registries()
-    yield plugin
-    plugins.pm.unregister(plugin)
-    plugins.reset_registries()
+    with registered_plugin(InlineDatasetPlugin(), "inline-test") as plugin:
+        yield plugin
 
 
 def test_builtin_plugins_register_through_hooks():
@@ -52,15 +48,9 @@ def test_duplicate_names_are_refused(inline_plugin):
         def register_datasets(self, register):
             register("tiny", None, "again")
 
-    dup = Dup()
-    plugins.pm.register(dup, name="dup-test")
-    plugins.reset_registries()
-    try:
+    with registered_plugin(Dup(), "dup-test"):
         with pytest.raises(plugins.PluginError, match="registered twice"):
             plugins.datasets.names()
-    finally:
-        plugins.pm.unregister(dup)
-        plugins.reset_registries()
 
 
 def test_env_var_restricts_loaded_plugins():

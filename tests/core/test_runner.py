@@ -5,6 +5,7 @@ import gnnbridge
 from gnnbridge import hookimpl
 from gnnbridge.backends.pyg.backend import PygBackend
 from gnnbridge.core import plugins
+from gnnbridge.testing import registered_plugin
 
 
 class BrokenModelBackend(PygBackend):
@@ -29,13 +30,8 @@ class BrokenPlugin:
 
 @pytest.fixture
 def broken_backend():
-    plugins.load_plugins()
-    plugin = BrokenPlugin()
-    plugins.pm.register(plugin, name="broken-test")
-    plugins.reset_registries()
-    yield
-    plugins.pm.unregister(plugin)
-    plugins.reset_registries()
+    with registered_plugin(BrokenPlugin(), "broken-test") as plugin:
+        yield plugin
 
 
 def test_a_failed_run_leaves_no_folder(tmp_path, broken_backend):
