@@ -28,8 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-DEFAULTS = dict(nodes=20_000, classes=16, features=64, avg_degree=18.0, homophily=0.7,
-                signal=0.3, pareto_shape=2.5, seed=0)
+DEFAULTS = dict(nodes=20_000, classes=16, features=64, avg_degree=16.0, homophily=0.45,
+                signal=0.22, pareto_shape=2.5, seed=0)
 
 
 def degree_weights(rng: np.random.Generator, n: int, shape: float) -> np.ndarray:

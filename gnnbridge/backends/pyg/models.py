@@ -1,8 +1,10 @@
 """GraphSAGE, GCN and GAT from a neutral :class:`ModelSpec`, with PyG layers.
 
-Training batches carry per-hop node and edge counts, so layer ``i`` is trimmed to the nodes
-and edges the remaining layers still need (PyG's ``trim_to_layer``): the same work DGL's
-blocks do, instead of running every layer on the whole L-hop subgraph.
+Training batches carry per-hop node and edge counts, so each layer reads only the nodes and
+edges it needs and computes only the nodes the next layer reads (a bipartite call on a prefix
+of the batch): the same work DGL's blocks do. Running every layer on the whole L-hop subgraph
+(or trimming its inputs but not its outputs) computes the first layer, its activation and its
+dropout for about twice as many nodes at fanouts [25, 10].
 """
 from __future__ import annotations
 
@@ -43,23 +45,32 @@ class PygGNN(GNNModel):
         return F.dropout(F.relu(h), p=self.spec.dropout, training=self.training)
 
     def forward(self, graph, x: torch.Tensor) -> torch.Tensor:
-        from torch_geometric.utils import trim_to_layer
-
-        edge_index = graph.edge_index
-        nodes, edges = getattr(graph, "num_sampled_nodes", None), getattr(graph, "num_sampled_edges", None)
-        for i, conv in enumerate(self.convs):
-            if nodes is not None and edges is not None:
-                x, edge_index, _ = trim_to_layer(i, nodes, edges, x, edge_index)
-            x = self._activate(i, conv(x, edge_index))
-        return x[: graph.batch_size]
+        nodes = getattr(graph, "num_sampled_nodes", None)
+        edges = getattr(graph, "num_sampled_edges", None)
+        if nodes is None or edges is None:  # an unlayered batch: every layer on every node
+            for i in range(self.spec.layers):
+                x = self._layer(i, x, graph.edge_index, x.shape[0])
+            return x[: graph.batch_size]
+        node_bounds = torch.tensor(nodes).cumsum(0).tolist()
+        edge_bounds = torch.tensor(edges).cumsum(0).tolist()
+        for i in range(self.spec.layers):
+            # Layer i computes the nodes within L-i-1 hops of the seeds from those within L-i
+            # hops, over the edges of hops 1..L-i (a prefix: samplers emit hop by hop).
+            reach = self.spec.layers - i
+            x = self._layer(i, x[: node_bounds[reach]], graph.edge_index[:, : edge_bounds[reach - 1]],
+                            node_bounds[reach - 1])
+        return x
 
     def layer_forward(self, index: int, graph, x: torch.Tensor) -> torch.Tensor:
+        return self._layer(index, x, graph.edge_index, graph.batch_size)
+
+    def _layer(self, index: int, x: torch.Tensor, edge_index: torch.Tensor, n_dst: int) -> torch.Tensor:
+        """Layer ``index`` for the first ``n_dst`` nodes of ``x`` (the dst nodes lead the src nodes)."""
         conv = self.convs[index]
-        n_dst = graph.batch_size
         if self.spec.arch == "gcn":  # GCNConv has no bipartite form
-            h = conv(x, graph.edge_index)[:n_dst]
+            h = conv(x, edge_index)[:n_dst]
         else:
-            h = conv((x, x[:n_dst]), graph.edge_index, size=(x.shape[0], n_dst))
+            h = conv((x, x[:n_dst]), edge_index, size=(x.shape[0], n_dst))
         return self._activate(index, h)
 
     def neutral_parameters(self) -> dict[str, torch.Tensor]:
