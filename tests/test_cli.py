@@ -74,12 +74,25 @@ def test_train_on_an_npz_file_with_fanouts_override(tmp_path):
         (["--dataset", "missing.npz"], ["missing.npz' does not exist"]),
         (["no-such-experiment"], ["Unknown experiment 'no-such-experiment'"]),
         (["--nproc", "two"], ["'two' is not a valid integer"]),
+        (["--set", "train.seed=99999999999999999999"], ["train.seed=99999999999999999999 is out of range"]),
+        (["karate-sage", "--nproc", "7"], ["fewer than nproc=7"]),
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, needles):
-    proc = gnnbridge("train", *args, "--out", str(tmp_path / "out"), cwd=tmp_path)
+    proc = gnnbridge("train", *args, "--out", str(tmp_path / "new" / "out"), cwd=tmp_path)
     assert_one_line_error(proc, *needles)
-    assert not (tmp_path / "out").exists() and not (tmp_path / "runs").exists()
+    assert not (tmp_path / "new").exists() and not (tmp_path / "runs").exists()
+
+
+def test_native_pyg_sampler_without_its_extension_is_refused_before_anything_runs(tmp_path):
+    import torch_geometric.typing as pyg_typing
+
+    if pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE:
+        pytest.skip("pyg-lib or torch-sparse is installed: the native sampler can run")
+    proc = gnnbridge("train", "--backend", "pyg", "--nproc", "2", "--set", "sampler.kind=native",
+                     "--out", str(tmp_path / "out"))
+    assert_one_line_error(proc, "needs pyg-lib or torch-sparse", "sampler.kind=core")
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize(

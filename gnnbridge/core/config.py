@@ -119,6 +119,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         _positive("train.epochs", self.epochs)
         _positive("train.batch_size", self.batch_size)
+        if not 0 <= self.seed < 2**63:
+            raise ConfigError(f"train.seed={self.seed} is out of range; use an integer in [0, 2**63).")
         if not self.lr > 0:
             raise ConfigError(f"train.lr={self.lr} must be > 0, e.g. 0.01.")
         if self.weight_decay < 0:
@@ -139,7 +141,7 @@ class ExperimentConfig:
     name: str = "custom"
     description: str = ""
     task: Task = Task.NODE
-    backend: str = "pyg"
+    backend: str = ""  # empty: the default backend (see gnnbridge.plugins.DEFAULT_BACKEND)
     nproc: int = 1
     device: DeviceChoice = DeviceChoice.CPU
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
@@ -289,17 +291,6 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
                 raise ConfigError(f"--set '{text}': '{part}' is a value, not a section.")
         node[path[-1]] = value
     return data
-
-
-def deep_merge(base: dict, extra: dict) -> dict:
-    """Recursive dict merge; ``extra`` wins. Neither input is modified."""
-    out = copy.deepcopy(base)
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = deep_merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
 
 
 def dump_yaml(config: ExperimentConfig) -> str:

@@ -67,13 +67,6 @@ class DistContext:
         dist.all_gather(parts, padded)
         return torch.cat([p[:n] for p, n in zip(parts, sizes)]).to(rows.device)
 
-    def broadcast_object(self, obj: Any) -> Any:
-        if not self.distributed:
-            return obj
-        box = [obj]
-        dist.broadcast_object_list(box, src=0)
-        return box[0]
-
     def barrier(self) -> None:
         if self.distributed:
             dist.barrier()

@@ -9,8 +9,9 @@ Two evaluators share one interface:
 * :class:`SampledEvaluator` runs the split's nodes through the training sampler (cheap, noisy,
   used for per-epoch validation on graphs where a full pass is too slow).
 
-Either way each rank scores a disjoint share of each split and the confusion matrices are
-summed across ranks, so every node counts exactly once.
+Sampled evaluation scores a disjoint share of each split per rank and sums the confusion
+matrices across ranks; layer-wise evaluation ends with every rank holding all logits and
+scores each split locally. Either way every node counts exactly once.
 """
 from __future__ import annotations
 
@@ -40,13 +41,13 @@ class Evaluator(ABC):
 class LayerwiseEvaluator(Evaluator):
     @torch.no_grad()
     def evaluate(self, model: GNNModel, splits: tuple[str, ...]) -> dict[str, float]:
-        logits = self.full_logits(model)
+        logits = self.full_logits(model)  # every rank holds all of them: score locally
         metrics: dict[str, float] = {}
         for split in splits:
-            idx = torch.tensor_split(self.data.split(split), self.ctx.world_size)[self.ctx.rank]
+            idx = self.data.split(split)
             counts = ConfusionCounts(self.data.num_classes)
             counts.update(logits[idx], self.data.y[idx])
-            metrics.update(counts.reduce(self.ctx).as_metrics(split))
+            metrics.update(counts.as_metrics(split))
         return metrics
 
     @torch.no_grad()
@@ -65,8 +66,7 @@ class LayerwiseEvaluator(Evaluator):
                 sub = one_hop.sample(seeds)
                 graph = self.backend.graph_to(self.backend.from_sampled(sub), ctx.device)
                 outs.append(model.layer_forward(layer, graph, h[sub.node].to(ctx.device)).cpu())
-            mine = torch.cat(outs) if outs else h.new_zeros((0, 0))
-            h = ctx.all_gather_rows(mine, sizes)
+            h = ctx.all_gather_rows(torch.cat(outs), sizes)
         model.train(was_training)
         return h
 
@@ -89,7 +89,7 @@ class SampledEvaluator(Evaluator):
                                     self.ctx.rank, self.ctx.world_size, shuffle=False)
             # A fixed stream: the same model gives the same sampled metric every time.
             self.sampler.reseed(self.seed, -1, self.ctx.rank)
-            for mb in self.sampler.loader(batches):
+            for mb in self.sampler.loader([b for b in batches if b.numel()]):
                 graph = self.backend.graph_to(mb.graph, self.ctx.device)
                 logits = model(graph, self.data.x[mb.input_nodes].to(self.ctx.device))
                 counts.update(logits, self.data.y[mb.seeds])

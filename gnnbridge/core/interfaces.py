@@ -90,11 +90,17 @@ class GNNModel(nn.Module, ABC):
 
     ``forward(graph, x)`` returns logits for the seeds of a :class:`MiniBatch` (``graph`` and
     ``x = features[input_nodes]``). ``layer_forward`` runs a single layer on a one-hop graph
-    and powers core's exact layer-wise inference. ``neutral_parameters`` names every parameter
-    in a layout shared by all backends, so weights can be compared and ported between them.
+    and powers core's exact layer-wise inference. ``bind`` hands the model the full graph's
+    in-degrees (GCN normalises by them; see :mod:`gnnbridge.core.graphops`).
+
+    Subclasses list their layers in ``layers`` and name each layer's parameters in
+    ``NEUTRAL_NAMES[arch]`` (neutral name -> the layer's own parameter name), so that
+    ``neutral_parameters`` names every parameter the same way on all backends, in the same
+    layout, and weights can be compared and ported between them.
     """
 
     spec: ModelSpec
+    NEUTRAL_NAMES: dict[str, dict[str, str]] = {}
 
     @abstractmethod
     def forward(self, graph: Any, x: torch.Tensor) -> torch.Tensor: ...
@@ -104,8 +110,35 @@ class GNNModel(nn.Module, ABC):
         """Output of layer ``index`` (activation and dropout included) for the graph's dst nodes."""
 
     @abstractmethod
+    def _layer_module(self, index: int) -> nn.Module:
+        """The module whose parameters ``NEUTRAL_NAMES`` names for layer ``index``."""
+
+    def bind(self, data: GraphData) -> "GNNModel":
+        # A plain attribute, not a buffer: DDP would broadcast an N-sized buffer every step.
+        self.in_degree = data.indptr.diff()
+        return self
+
+    def degrees(self) -> torch.Tensor:
+        degree = getattr(self, "in_degree", None)
+        if degree is None:
+            raise RuntimeError("GCN needs the graph's degrees: call model.bind(data) before the forward pass")
+        return degree
+
+    def activate(self, index: int, h: torch.Tensor) -> torch.Tensor:
+        """ReLU and dropout between layers; the last layer's logits are left alone."""
+        if index == self.spec.layers - 1:
+            return h
+        return torch.nn.functional.dropout(torch.relu(h), p=self.spec.dropout, training=self.training)
+
     def neutral_parameters(self) -> dict[str, torch.Tensor]:
-        """``{neutral name: tensor in the neutral layout}``, e.g. ``layers.0.neigh.weight`` [out, in]."""
+        """``{neutral name: parameter}``, e.g. ``layers.0.neigh.weight`` [out, in]."""
+        names = self.NEUTRAL_NAMES[self.spec.arch]
+        out = {}
+        for i in range(self.spec.layers):
+            params = dict(self._layer_module(i).named_parameters())
+            for neutral, native in names.items():
+                out[f"layers.{i}.{neutral}"] = params[native]
+        return out
 
     @property
     def num_layers(self) -> int:
@@ -147,6 +180,10 @@ class Backend(ABC):
 
     @abstractmethod
     def graph_store(self, data: GraphData) -> GraphStore: ...
+
+    def sampler_unavailable(self, kind: SamplerKind) -> str | None:
+        """Why a sampler of ``kind`` cannot run here (checked before any rank starts), or None."""
+        return None
 
     @abstractmethod
     def sampler(self, store: GraphStore, fanouts: list[int], kind: SamplerKind) -> Sampler:

@@ -14,17 +14,18 @@ from gnnbridge.core.distributed import DistContext
 class ConfusionCounts:
     """A running ``[num_classes, num_classes]`` confusion matrix (rows: truth, cols: prediction)."""
 
-    def __init__(self, num_classes: int):
+    def __init__(self, num_classes: int, device: torch.device | str = "cpu"):
         self.num_classes = num_classes
-        self.matrix = torch.zeros((num_classes, num_classes), dtype=torch.int64)
+        self.matrix = torch.zeros((num_classes, num_classes), dtype=torch.int64, device=device)
 
     def update(self, logits: torch.Tensor, target: torch.Tensor) -> None:
-        pred = logits.argmax(dim=-1).cpu()
-        index = target.cpu() * self.num_classes + pred
+        pred = logits.argmax(dim=-1).to(self.matrix.device)
+        index = target.to(self.matrix.device) * self.num_classes + pred
         self.matrix += torch.bincount(index, minlength=self.num_classes**2).view(self.num_classes, -1)
 
     def reduce(self, ctx: DistContext) -> "ConfusionCounts":
-        ctx.all_reduce_sum(self.matrix)
+        """Sum over ranks; the matrix then lives on the CPU (metrics are read right after)."""
+        self.matrix = ctx.all_reduce_sum(self.matrix).cpu()
         return self
 
     @property

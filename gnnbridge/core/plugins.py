@@ -2,8 +2,8 @@
 
 Plugins load once, lazily, on first use: every installed package exposing the ``gnnbridge``
 entry-point group (gnnbridge's own backends and datasets included, declared in its
-``pyproject.toml``), then the built-in modules in :data:`DEFAULT_PLUGINS` that were not already
-loaded that way (a source checkout that was never pip-installed has no entry points).
+``pyproject.toml``), then the built-in modules in :data:`gnnbridge.plugins.BUILTIN_PLUGINS` that were not
+already loaded that way (a source checkout that was never pip-installed has no entry points).
 
 ``GNNBRIDGE_LOAD_PLUGINS=a,b`` restricts loading to the named plugins (empty: load none), which
 is how tests and users isolate a misbehaving third-party package.
@@ -25,14 +25,6 @@ from gnnbridge.core.errors import GnnBridgeError, unknown_name
 
 ENTRY_POINT_GROUP = "gnnbridge"
 ENV_LOAD = "GNNBRIDGE_LOAD_PLUGINS"
-
-DEFAULT_PLUGINS = {
-    "pyg": "gnnbridge.backends.pyg.plugin",
-    "dgl": "gnnbridge.backends.dgl.plugin",
-    "datasets": "gnnbridge.plugins.datasets",
-    "real-datasets": "gnnbridge.plugins.real_datasets",
-    "experiments": "gnnbridge.plugins.experiments",
-}
 
 pm = pluggy.PluginManager(hookspecs.PROJECT)
 pm.add_hookspecs(hookspecs)
@@ -67,7 +59,9 @@ def load_plugins() -> None:
                 raise PluginError(f"Plugin '{ep.name}' ({ep.value}) failed to load: {exc!r}. "
                                   f"Uninstall it or exclude it with {ENV_LOAD}.") from None
             _register(plugin, ep.name)
-        for name, module in DEFAULT_PLUGINS.items():
+        from gnnbridge.plugins import BUILTIN_PLUGINS  # core names no plugin itself
+
+        for name, module in BUILTIN_PLUGINS.items():
             if allowed is not None and name not in allowed:
                 continue
             _register(importlib.import_module(module), name)
@@ -148,10 +142,6 @@ class Registry:
         if name not in entries:
             raise unknown_name(self.kind, name, entries, self.fix)
         return entries[name].value
-
-    def describe(self, name: str) -> str:
-        self.get(name)
-        return self._entries[name].description
 
     def reset(self) -> None:
         """Forget collected entries (after registering or unregistering a plugin)."""

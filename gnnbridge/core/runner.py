@@ -21,7 +21,7 @@ from gnnbridge.core import config as cfgmod
 from gnnbridge.core.config import DeviceChoice, ExperimentConfig
 from gnnbridge.core.data import GraphData
 from gnnbridge.core.distributed import DistContext, launch
-from gnnbridge.core.errors import BackendUnavailableError, ConfigError, OutputExistsError
+from gnnbridge.core.errors import BackendUnavailableError, ConfigError, OutputExistsError, unknown_name
 from gnnbridge.core.plugins import backends, datasets, experiments
 from gnnbridge.core.trainer import Trainer
 
@@ -54,7 +54,12 @@ def resolve_config(
     data = cfgmod.apply_overrides(data, list(overrides))
     flags = {"backend": backend, "nproc": nproc, "device": device}
     data = {**data, **{k: v for k, v in flags.items() if v is not None}}
-    return cfgmod.from_dict(data)
+    config = cfgmod.from_dict(data)
+    if not config.backend:
+        from gnnbridge.plugins import DEFAULT_BACKEND  # core names no backend itself
+
+        config.backend = DEFAULT_BACKEND
+    return config
 
 
 def _experiment_dict(experiment: str | os.PathLike | None) -> dict:
@@ -80,7 +85,10 @@ def preflight(config: ExperimentConfig) -> ExperimentConfig:
     """Check everything that can be checked without data; returns the config with device resolved."""
     backend = backends.get(config.backend).require()
     if config.model.arch not in backend.architectures():
-        backend.model(config.model, 1, 2)  # raises the standard unknown-arch error
+        raise unknown_name("model.arch", config.model.arch, backend.architectures())
+    reason = backend.sampler_unavailable(config.sampler.kind)
+    if reason is not None:
+        raise BackendUnavailableError(f"Backend '{config.backend}': {reason}.")
     datasets.get(config.dataset.name)
     device = _resolve_device(config)
     backend.check_device(torch.device(device))
@@ -108,15 +116,24 @@ def _resolve_device(config: ExperimentConfig) -> str:
 
 
 def load_dataset(config: ExperimentConfig) -> GraphData:
-    loader = datasets.get(config.dataset.name)
-    return loader(config.dataset, config.train.seed)
+    """Load and validate the dataset; every split must give each rank at least one node."""
+    data = datasets.get(config.dataset.name)(config.dataset, config.train.seed)
+    for split in ("train", "val", "test"):
+        size = data.split(split).numel()
+        if size < config.nproc:
+            raise ConfigError(
+                f"The {split} split has {size} node(s), fewer than nproc={config.nproc}; "
+                f"use --nproc {size} or fewer, or a larger {split} split."
+            )
+    return data
 
 
 # --------------------------------------------------------------------------- outputs
 
 
 def new_run_dir(config: ExperimentConfig, out: str | os.PathLike | None, root: str | os.PathLike = "runs") -> Path:
-    """The run folder: ``out`` if it is absent or empty, else a fresh ``runs/<name>-<backend>-<time>``."""
+    """Choose the run folder: ``out`` if it is absent or empty, else a fresh
+    ``runs/<name>-<backend>-<time>``. Nothing is created here (see :func:`make_run_dir`)."""
     if out is not None:
         path = Path(out)
         if path.exists() and (not path.is_dir() or any(path.iterdir())):
@@ -126,12 +143,28 @@ def new_run_dir(config: ExperimentConfig, out: str | os.PathLike | None, root: s
             )
         return path
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = Path(root) / f"{_slug(config.name)}-{config.backend}-{stamp}"
-    path, n = base, 1
-    while path.exists():
-        n += 1
-        path = base.with_name(f"{base.name}-{n}")
-    return path
+    return Path(root) / f"{_slug(config.name)}-{config.backend}-{stamp}"
+
+
+def make_run_dir(path: Path, exclusive: bool) -> tuple[Path, Path | None]:
+    """Create the run folder; return it and the top-most folder this call created (to undo).
+
+    With ``exclusive`` (a generated name), two jobs started in the same second never share a
+    folder: creation is atomic and a taken name gets a ``-2``, ``-3`` ... suffix.
+    """
+    created = next((p for p in reversed([path, *path.parents]) if not p.exists()), None)
+    if not exclusive:
+        path.mkdir(parents=True, exist_ok=True)
+        return path, created
+    path.parent.mkdir(parents=True, exist_ok=True)
+    candidate, n = path, 1
+    while True:
+        try:
+            candidate.mkdir()
+            return candidate, created if created != path else candidate
+        except FileExistsError:
+            n += 1
+            candidate = path.with_name(f"{path.name}-{n}")
 
 
 def _slug(text: str) -> str:
@@ -175,17 +208,19 @@ def run(
                             device=device, dataset=dataset)
     config = preflight(config)
     data = load_dataset(config)
-    run_dir = new_run_dir(config, out)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir, created = make_run_dir(new_run_dir(config, out), exclusive=out is None)
     try:
         (run_dir / CONFIG).write_text(cfgmod.dump_yaml(config))
         data.share_memory_()
         launch(_worker, config.nproc, config.device.value, (config, data, str(run_dir), progress))
     except BaseException:
-        # A run that produced no results leaves no half-made folder behind (the folder was
-        # absent or empty before, so nothing of the user's is removed).
+        # A run that produced no results leaves nothing behind: only folders this call
+        # created are removed, so nothing of the user's is touched.
         if not (run_dir / RESULTS).exists():
-            shutil.rmtree(run_dir, ignore_errors=True)
+            if created is not None:
+                shutil.rmtree(created, ignore_errors=True)
+            else:  # the user's own (empty) folder: take back only what we wrote
+                (run_dir / CONFIG).unlink(missing_ok=True)
         raise
     results = json.loads((run_dir / RESULTS).read_text())
     _plot(run_dir, results)

@@ -18,7 +18,6 @@ counts let a model trim layers (each layer only computes what the next one needs
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -120,6 +119,8 @@ class NeighborSampler:
     ``indices`` may live on CPU (shared memory) or on a CUDA device; sampling runs where they are.
     """
 
+    DENSE_MAP_MAX_NODES = 4_000_000
+
     def __init__(self, indptr: torch.Tensor, indices: torch.Tensor, fanouts: list[int]):
         if any(f <= 0 and f != ALL_NEIGHBORS for f in fanouts):
             raise ConfigError(f"fanouts={fanouts}: each must be positive or -1 (all neighbours).")
@@ -127,6 +128,7 @@ class NeighborSampler:
         self.indices = indices
         self.fanouts = list(fanouts)
         self.num_nodes = indptr.numel() - 1
+        self._map: torch.Tensor | None = None
 
     def sample(self, seeds: torch.Tensor, generator: torch.Generator | None = None) -> SampledSubgraph:
         device = self.indptr.device
@@ -135,8 +137,7 @@ class NeighborSampler:
         rows, cols, edges = [], [], []
         num_nodes, num_edges = [seeds.numel()], []
         frontier_start, total = 0, seeds.numel()
-        # Global -> local id map, grown hop by hop; -1 marks unseen nodes.
-        local = torch.full((self.num_nodes,), -1, dtype=torch.int64, device=device) if self._dense_map() else None
+        local = self._local_map(device)
         all_nodes = seeds
         if local is not None:
             local[seeds] = torch.arange(seeds.numel(), device=device)
@@ -153,6 +154,8 @@ class NeighborSampler:
             num_nodes.append(int(new_nodes.numel()))
             all_nodes = torch.cat([all_nodes, new_nodes])
             frontier_start, total = total, total + new_nodes.numel()
+        if local is not None:
+            local[all_nodes] = -1  # reset only what this batch touched
         return SampledSubgraph(
             node=all_nodes,
             row=torch.cat(rows),
@@ -163,10 +166,17 @@ class NeighborSampler:
             batch_size=int(seeds.numel()),
         )
 
-    def _dense_map(self) -> bool:
-        # A dense N-sized map per batch is cheapest up to a few million nodes; beyond that
-        # the sort-based relabel avoids an O(N) allocation per batch.
-        return self.num_nodes <= 4_000_000
+    def _local_map(self, device: torch.device) -> torch.Tensor | None:
+        """The global -> local id map (-1: unseen), allocated once per sampler and device.
+
+        An N-sized map is the cheapest relabel up to a few million nodes; beyond that the
+        sort-based relabel avoids holding one. Each batch resets the entries it touched.
+        """
+        if self.num_nodes > self.DENSE_MAP_MAX_NODES:
+            return None
+        if self._map is None or self._map.device != device:
+            self._map = torch.full((self.num_nodes,), -1, dtype=torch.int64, device=device)
+        return self._map
 
     def _sample_hop(self, frontier: torch.Tensor, fanout: int, generator: torch.Generator | None):
         """Sample in-neighbours of every frontier node at once.
@@ -177,10 +187,11 @@ class NeighborSampler:
         start = self.indptr[frontier]
         deg = self.indptr[frontier + 1] - start
         take = deg if fanout == ALL_NEIGHBORS else torch.clamp(deg, max=fanout)
-        owner = torch.repeat_interleave(torch.arange(frontier.numel(), device=device), take)
+        total = int(take.sum())
+        owner = torch.repeat_interleave(torch.arange(frontier.numel(), device=device), take, output_size=total)
         # Position of each output slot within its owner's list of sampled neighbours.
         offsets = torch.cumsum(take, 0) - take
-        slot = torch.arange(int(take.sum()), device=device) - offsets[owner]
+        slot = torch.arange(total, device=device) - offsets[owner]
         pos = slot.clone()  # nodes with deg <= fanout take every neighbour in order
         if fanout != ALL_NEIGHBORS:
             big = (deg > fanout).nonzero().flatten()
@@ -241,9 +252,3 @@ def _floyd_sample(deg: torch.Tensor, k: int, generator: torch.Generator | None) 
         out[:, i] = torch.where(dup, j, t)
     return out
 
-
-def iterate_sampled(
-    sampler: NeighborSampler, batches: list[torch.Tensor], generator: torch.Generator | None
-) -> Iterator[SampledSubgraph]:
-    for seeds in batches:
-        yield sampler.sample(seeds, generator)

@@ -10,7 +10,6 @@ included), so it compares with a hand-written loop; evaluation time is reported 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -24,13 +23,7 @@ from gnnbridge.core.evaluation import Evaluator, LayerwiseEvaluator, SampledEval
 from gnnbridge.core.interfaces import Backend, GNNModel, Sampler
 from gnnbridge.core.metrics import ConfusionCounts
 from gnnbridge.core.plugins import get_backend
-from gnnbridge.core.sampling import epoch_batches, num_batches
-
-
-@dataclass
-class TrainState:
-    history: list[dict] = field(default_factory=list)
-    seeds_seen: list[torch.Tensor] = field(default_factory=list)  # per-epoch shards, for tests
+from gnnbridge.core.sampling import epoch_batches
 
 
 class Trainer:
@@ -44,12 +37,13 @@ class Trainer:
         torch.manual_seed(config.train.seed)
         store = self.backend.graph_store(data)
         self.sampler: Sampler = self.backend.sampler(store, config.sampler.fanouts, config.sampler.kind)
-        self.model: GNNModel = self.backend.model(config.model, data.num_features, data.num_classes).to(ctx.device)
+        self.model: GNNModel = self.backend.model(config.model, data.num_features, data.num_classes)
+        self.model.bind(data).to(ctx.device)
         device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
         self.ddp = DistributedDataParallel(self.model, device_ids=device_ids) if ctx.distributed else self.model
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.train.lr,
                                           weight_decay=config.train.weight_decay)
-        self.state = TrainState()
+        self.history: list[dict] = []
 
     # ------------------------------------------------------------------ training
 
@@ -61,20 +55,20 @@ class Trainer:
             t0 = time.perf_counter()
             stats.update(validator.evaluate(self.model, ("val",)))
             stats["eval_time_s"] = time.perf_counter() - t0
-            self.state.history.append(stats)
+            self.history.append(stats)
             self._log(stats)
         t0 = time.perf_counter()
         final = self._final_evaluator().evaluate(self.model, ("train", "val", "test"))
-        return {"metrics": final, "history": self.state.history, "final_eval_time_s": time.perf_counter() - t0}
+        return {"metrics": final, "history": self.history, "final_eval_time_s": time.perf_counter() - t0}
 
     def train_epoch(self, epoch: int) -> dict:
         cfg, ctx, data = self.config, self.ctx, self.data
         batches = epoch_batches(data.train_idx, cfg.train.batch_size, cfg.train.seed, epoch, ctx.rank, ctx.world_size)
-        self.state.seeds_seen.append(torch.cat(batches))
         self.sampler.reseed(cfg.train.seed, epoch, ctx.rank)
         self.ddp.train()
-        loss_sum = torch.zeros((), dtype=torch.float64)
-        counts = ConfusionCounts(data.num_classes)
+        # Sums stay on the device: no host sync per step, one reduction per epoch.
+        loss_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
+        counts = ConfusionCounts(data.num_classes, ctx.device)
         bar = tqdm(total=len(batches), desc=f"epoch {epoch + 1}/{cfg.train.epochs}", unit="batch",
                    disable=not self.show_progress, leave=False, dynamic_ncols=True)
         t0 = time.perf_counter()
@@ -82,11 +76,14 @@ class Trainer:
             x = data.x[mb.input_nodes].to(ctx.device, non_blocking=True)
             y = data.y[mb.seeds].to(ctx.device, non_blocking=True)
             logits = self.ddp(self.backend.graph_to(mb.graph, ctx.device), x)
-            loss = F.cross_entropy(logits, y)
+            # Summed then divided: an empty batch (possible when seeds do not split evenly
+            # over ranks) contributes zero, not NaN, and still joins DDP's all-reduce.
+            loss_sum_batch = F.cross_entropy(logits, y, reduction="sum")
+            loss = loss_sum_batch / max(1, y.numel())
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             self.optimizer.step()
-            loss_sum += loss.detach().double().cpu() * y.numel()
+            loss_sum += loss_sum_batch.detach()
             counts.update(logits.detach(), y)
             bar.update(1)
         counts.reduce(ctx)
@@ -113,10 +110,6 @@ class Trainer:
         if self.config.eval.mode is EvalMode.LAYERWISE:
             return LayerwiseEvaluator(self.backend, self.data, self.ctx, self.config.eval.batch_size)
         return self._sampled_evaluator()
-
-
-def batches_per_epoch(config: ExperimentConfig, data: GraphData) -> int:
-    return num_batches(data.train_idx.numel(), config.train.batch_size, config.nproc)
 
 
 def parameters_digest(model: torch.nn.Module) -> torch.Tensor:

@@ -1,1 +1,16 @@
-"""Built-in plugins that are not backends: datasets and named experiments."""
+"""Built-in plugins: the backends and the datasets and experiments that ship with gnnbridge.
+
+They are declared as entry points in ``pyproject.toml`` like any third-party plugin; this list
+also loads them from a source checkout that was never pip-installed (no entry points then).
+"""
+
+BUILTIN_PLUGINS = {
+    "pyg": "gnnbridge.backends.pyg.plugin",
+    "dgl": "gnnbridge.backends.dgl.plugin",
+    "datasets": "gnnbridge.plugins.datasets",
+    "real-datasets": "gnnbridge.plugins.real_datasets",
+    "experiments": "gnnbridge.plugins.experiments",
+}
+
+# The backend a config without ``backend`` (and a command without --backend) runs on.
+DEFAULT_BACKEND = "pyg"

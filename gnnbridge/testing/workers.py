@@ -12,15 +12,14 @@ from gnnbridge.core.trainer import Trainer, parameters_digest
 
 
 def train_and_dump(ctx: DistContext, config: ExperimentConfig, data: GraphData, out: str) -> None:
-    """Train, then save this rank's parameters, seed shards and metrics to ``out/rank<r>.pt``."""
+    """Train, then save this rank's parameters, metrics and history to ``out/rank<r>.pt``."""
     trainer = Trainer(config, data, ctx, show_progress=False)
     outcome = trainer.fit()
     torch.save(
         {
             "params": parameters_digest(trainer.model),
-            "seeds": trainer.state.seeds_seen,
             "metrics": outcome["metrics"],
-            "batches": [h["batches"] for h in outcome["history"]],
+            "history": outcome["history"],
         },
         Path(out) / f"rank{ctx.rank}.pt",
     )

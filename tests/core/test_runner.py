@@ -34,18 +34,21 @@ def broken_backend():
         yield plugin
 
 
-def test_a_failed_run_leaves_no_folder(tmp_path, broken_backend):
+def test_a_failed_run_leaves_no_folder_but_keeps_the_users(tmp_path, broken_backend):
     with pytest.raises(RuntimeError, match="boom in forward"):
-        gnnbridge.run("karate-sage", backend="broken", nproc=1, out=tmp_path / "out", progress=False)
-    assert not (tmp_path / "out").exists()
+        gnnbridge.run("karate-sage", backend="broken", nproc=1, out=tmp_path / "a" / "b" / "out", progress=False)
+    assert not (tmp_path / "a").exists()  # the parents it made go too
+    (tmp_path / "mine").mkdir()
+    with pytest.raises(RuntimeError, match="boom in forward"):
+        gnnbridge.run("karate-sage", backend="broken", nproc=1, out=tmp_path / "mine", progress=False)
+    assert (tmp_path / "mine").is_dir() and not any((tmp_path / "mine").iterdir())  # as the user left it
 
 
 def test_default_run_folders_never_collide(tmp_path, monkeypatch):
-    from gnnbridge.core.runner import new_run_dir, resolve_config
+    from gnnbridge.core.runner import make_run_dir, new_run_dir, resolve_config
 
     monkeypatch.chdir(tmp_path)
     config = resolve_config("karate-sage")
-    first = new_run_dir(config, None)
-    first.mkdir(parents=True)
-    second = new_run_dir(config, None)
-    assert second != first and not second.exists()
+    first, _ = make_run_dir(new_run_dir(config, None), exclusive=True)
+    second, _ = make_run_dir(new_run_dir(config, None), exclusive=True)  # same second, same name
+    assert first.is_dir() and second.is_dir() and first != second

@@ -9,17 +9,28 @@ def edge_set(data):
     return set(zip(data.edge_index[0].tolist(), data.edge_index[1].tolist()))
 
 
-def test_sampled_edges_exist_and_respect_fanouts(small_data):
+@pytest.fixture(params=["dense-map", "sort-relabel"])
+def relabel(request, monkeypatch):
+    if request.param == "sort-relabel":  # the path graphs over DENSE_MAP_MAX_NODES take
+        monkeypatch.setattr(NeighborSampler, "DENSE_MAP_MAX_NODES", 0)
+    return request.param
+
+
+def test_sampled_edges_exist_and_respect_fanouts(small_data, relabel):
     sampler = NeighborSampler(small_data.indptr, small_data.indices, [3, 2])
     out = sampler.sample(small_data.train_idx[:40], epoch_generator(0, 0))
     src, dst = out.node[out.row], out.node[out.col]
     assert set(zip(src.tolist(), dst.tolist())) <= edge_set(small_data)
     assert torch.equal(small_data.edge_index[:, out.edge], torch.stack([src, dst]))
     assert torch.equal(out.node[:40], small_data.train_idx[:40])
+    degree = small_data.indptr.diff()
     hop1 = out.col[: out.num_sampled_edges[0]]
-    assert torch.bincount(hop1).max() <= 3  # fanouts[0] applies to the seeds
+    # fanouts[0] applies to the seeds: exactly min(degree, 3) neighbours each.
+    assert torch.equal(torch.bincount(hop1, minlength=40), degree[out.node[:40]].clamp(max=3))
     hop2 = out.col[out.num_sampled_edges[0]:]
-    assert hop2.min() >= 40 and torch.bincount(hop2).max() <= 2
+    first_hop = torch.arange(40, 40 + out.num_sampled_nodes[1])
+    assert hop2.min() >= 40 and hop2.max() < 40 + out.num_sampled_nodes[1]
+    assert torch.equal(torch.bincount(hop2 - 40, minlength=first_hop.numel()), degree[out.node[first_hop]].clamp(max=2))
     assert out.edge.unique().numel() == out.edge.numel()  # without replacement
     assert out.node.unique().numel() == out.node.numel()
 
@@ -32,6 +43,24 @@ def test_all_neighbours_takes_the_whole_in_neighbourhood(small_data):
         want = small_data.indices[small_data.indptr[v]: small_data.indptr[v + 1]].sort().values
         got = out.node[out.row[out.col == local]].sort().values
         assert torch.equal(got, want)
+
+
+def test_both_relabel_paths_give_the_same_sample(small_data, monkeypatch):
+    seeds = small_data.train_idx[:30]
+    dense = NeighborSampler(small_data.indptr, small_data.indices, [4, 3]).sample(seeds, epoch_generator(0, 0))
+    monkeypatch.setattr(NeighborSampler, "DENSE_MAP_MAX_NODES", 0)
+    sort = NeighborSampler(small_data.indptr, small_data.indices, [4, 3]).sample(seeds, epoch_generator(0, 0))
+    for name in ("node", "row", "col", "edge"):
+        assert torch.equal(getattr(dense, name), getattr(sort, name))
+
+
+def test_reused_sampler_does_not_leak_state_between_batches(small_data):
+    sampler = NeighborSampler(small_data.indptr, small_data.indices, [4, 3])
+    seeds = small_data.train_idx[:30]
+    first = sampler.sample(seeds, epoch_generator(0, 0))
+    sampler.sample(small_data.train_idx[30:90], epoch_generator(0, 1))
+    again = NeighborSampler(small_data.indptr, small_data.indices, [4, 3]).sample(seeds, epoch_generator(0, 0))
+    assert torch.equal(first.node, again.node) and torch.equal(first.row, again.row)
 
 
 def test_sampling_is_deterministic_per_generator_seed(small_data):

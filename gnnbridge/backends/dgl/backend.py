@@ -12,6 +12,7 @@ from gnnbridge.core.config import ModelSpec, SamplerKind
 from gnnbridge.core.data import GraphData
 from gnnbridge.core.errors import BackendUnavailableError
 from gnnbridge.core.interfaces import Backend, CoreSampler, GNNModel, GraphStore, Sampler
+from gnnbridge.core.graphops import layer_bounds
 from gnnbridge.core.sampling import SampledSubgraph
 
 
@@ -80,22 +81,18 @@ class DglBackend(Backend):
         return DglGNN(spec, in_dim, out_dim)
 
     def from_sampled(self, sub: SampledSubgraph) -> Any:
-        """Blocks (input layer first) from a core sample, hop-trimmed like PyG's layers.
+        """Blocks (input layer first) from a core sample, hop-trimmed like the PyG layers.
 
-        Layer l (of L) computes the nodes within L-l-1 hops of the seeds from those within L-l
-        hops, over the edges sampled at hops 1..L-l: a prefix of the edge list, because core
-        emits edges hop by hop.
+        Each block carries its nodes' global ids (``dgl.NID``), as DGL's own blocks do.
         """
         dgl = import_dgl()
-        hops = len(sub.num_sampled_edges)
-        nodes = torch.tensor(sub.num_sampled_nodes).cumsum(0).tolist()
-        edges = torch.tensor(sub.num_sampled_edges).cumsum(0).tolist()
         blocks = []
-        for layer in range(hops):
-            reach = hops - layer
-            e = edges[reach - 1]
-            block = dgl.create_block((sub.row[:e], sub.col[:e]), num_src_nodes=nodes[reach],
-                                     num_dst_nodes=nodes[reach - 1])
+        for n_src, n_dst, n_edges in layer_bounds(sub.num_sampled_nodes, sub.num_sampled_edges,
+                                                  len(sub.num_sampled_edges)):
+            block = dgl.create_block((sub.row[:n_edges], sub.col[:n_edges]), num_src_nodes=n_src,
+                                     num_dst_nodes=n_dst, device=sub.row.device)
+            block.srcdata[dgl.NID] = sub.node[:n_src]
+            block.dstdata[dgl.NID] = sub.node[:n_dst]
             blocks.append(block)
         return blocks
 

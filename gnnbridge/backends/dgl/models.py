@@ -2,38 +2,44 @@
 
 Made to match the PyG backend layer for layer, so one spec means one model:
 
-* GCN and GAT add self-loops to each block (PyG's ``GCNConv`` / ``GATConv`` add them by
-  default); a block's dst nodes are the first of its src nodes, so loop ``i -> i`` is valid.
-* GCN is a bias-free linear map, DGL's normalised aggregation, then a bias: PyG's order, and
-  a weight stored ``[out, in]`` like PyG's (DGL's own ``GraphConv`` weight is ``[in, out]``).
-* ``neutral_parameters`` names parameters the same way on both backends.
+* GAT adds one self-loop per dst node after dropping any the graph already has (what PyG's
+  ``GATConv`` does); a block's dst nodes are the first of its src nodes, so ``i -> i`` is valid.
+* GCN is a bias-free linear map, an aggregation weighted by full-graph degrees
+  (:func:`gnnbridge.core.graphops.gcn_edge_weights`, the same weights the PyG backend uses),
+  then a bias, with the weight stored ``[out, in]`` like PyG's (DGL's ``GraphConv`` stores
+  ``[in, out]``).
 """
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from gnnbridge.backends.dgl.compat import import_dgl
 from gnnbridge.core.config import ModelSpec
+from gnnbridge.core.graphops import gcn_edge_weights
 from gnnbridge.core.interfaces import GNNModel
 
-# neutral name -> DGL parameter name (relative to a layer), per architecture
-NEUTRAL_NAMES = {
-    "sage": {"neigh.weight": "fc_neigh.weight", "root.weight": "fc_self.weight", "bias": "fc_self.bias"},
-    "gcn": {"weight": "lin.weight", "bias": "bias"},
-    "gat": {"weight": "fc.weight", "att_src": "attn_l", "att_dst": "attn_r", "bias": "bias"},
-}
 
+def with_self_loops(block, edge_weight: torch.Tensor | None = None, loop_weight: torch.Tensor | None = None):
+    """The block with exactly one ``i -> i`` edge per dst node (existing self-loops dropped).
 
-def with_self_loops(block):
-    """The block plus an edge ``i -> i`` for every dst node."""
+    With weights given, returns ``(block, weights)`` with the loops' weights appended.
+    """
     dgl = import_dgl()
     src, dst = block.edges()
-    loops = torch.arange(block.num_dst_nodes(), device=src.device)
-    return dgl.create_block((torch.cat([src, loops]), torch.cat([dst, loops])),
-                            num_src_nodes=block.num_src_nodes(), num_dst_nodes=block.num_dst_nodes(),
-                            device=src.device)
+    keep = src != dst
+    n_dst = block.num_dst_nodes()
+    loops = torch.arange(n_dst, device=src.device)
+    new = dgl.create_block((torch.cat([src[keep], loops]), torch.cat([dst[keep], loops])),
+                           num_src_nodes=block.num_src_nodes(), num_dst_nodes=n_dst, device=src.device)
+    if edge_weight is None:
+        return new
+    return new, torch.cat([edge_weight[keep], loop_weight])
+
+
+def global_ids(block) -> tuple[torch.Tensor, torch.Tensor]:
+    dgl = import_dgl()
+    return block.srcdata[dgl.NID], block.dstdata[dgl.NID]
 
 
 class GCNLayer(nn.Module):
@@ -43,11 +49,20 @@ class GCNLayer(nn.Module):
 
         self.lin = nn.Linear(in_dim, out_dim, bias=False)
         nn.init.xavier_uniform_(self.lin.weight)
-        self.conv = GraphConv(out_dim, out_dim, norm="both", weight=False, bias=False, allow_zero_in_degree=True)
+        self.conv = GraphConv(out_dim, out_dim, norm="none", weight=False, bias=False, allow_zero_in_degree=True)
         self.bias = nn.Parameter(torch.zeros(out_dim))
 
-    def forward(self, block, x: torch.Tensor) -> torch.Tensor:
-        return self.conv(with_self_loops(block), self.lin(x)) + self.bias
+    def forward(self, block, x: torch.Tensor, in_degree: torch.Tensor) -> torch.Tensor:
+        src, dst = block.edges()
+        src_ids, dst_ids = global_ids(block)
+        edge_w, loop_w = gcn_edge_weights(in_degree, src_ids, dst_ids, src, dst)
+        # Existing self-loops stay ordinary weighted edges here, as on the PyG backend.
+        dgl = import_dgl()
+        loops = torch.arange(block.num_dst_nodes(), device=src.device)
+        full = dgl.create_block((torch.cat([src, loops]), torch.cat([dst, loops])),
+                                num_src_nodes=block.num_src_nodes(), num_dst_nodes=block.num_dst_nodes(),
+                                device=src.device)
+        return self.conv(full, self.lin(x), edge_weight=torch.cat([edge_w, loop_w])) + self.bias
 
 
 class GATLayer(nn.Module):
@@ -73,6 +88,12 @@ class SAGELayer(nn.Module):
 
 
 class DglGNN(GNNModel):
+    NEUTRAL_NAMES = {
+        "sage": {"neigh.weight": "conv.fc_neigh.weight", "root.weight": "conv.fc_self.weight", "bias": "conv.fc_self.bias"},
+        "gcn": {"weight": "lin.weight", "bias": "bias"},
+        "gat": {"weight": "conv.fc.weight", "att_src": "conv.attn_l", "att_dst": "conv.attn_r", "bias": "conv.bias"},
+    }
+
     def __init__(self, spec: ModelSpec, in_dim: int, out_dim: int):
         super().__init__()
         import_dgl()
@@ -86,26 +107,18 @@ class DglGNN(GNNModel):
             else:
                 self.layers.append(GATLayer(d_in, d_out, heads))
 
-    def _activate(self, index: int, h: torch.Tensor) -> torch.Tensor:
-        if index == self.spec.layers - 1:
-            return h
-        return F.dropout(F.relu(h), p=self.spec.dropout, training=self.training)
+    def _layer_module(self, index: int) -> nn.Module:
+        return self.layers[index]
+
+    def _run_layer(self, index: int, block, x: torch.Tensor) -> torch.Tensor:
+        layer = self.layers[index]
+        h = layer(block, x, self.degrees()) if self.spec.arch == "gcn" else layer(block, x)
+        return self.activate(index, h)
 
     def forward(self, graph, x: torch.Tensor) -> torch.Tensor:
-        h = x
-        for i, (layer, block) in enumerate(zip(self.layers, graph)):
-            h = self._activate(i, layer(block, h))
-        return h
+        for i, block in enumerate(graph):
+            x = self._run_layer(i, block, x)
+        return x
 
     def layer_forward(self, index: int, graph, x: torch.Tensor) -> torch.Tensor:
-        return self._activate(index, self.layers[index](graph[0], x))
-
-    def neutral_parameters(self) -> dict[str, torch.Tensor]:
-        names = NEUTRAL_NAMES[self.spec.arch]
-        out = {}
-        for i, layer in enumerate(self.layers):
-            inner = layer if self.spec.arch == "gcn" else layer.conv
-            params = dict(inner.named_parameters())
-            for neutral, native in names.items():
-                out[f"layers.{i}.{neutral}"] = params[native]
-        return out
+        return self._run_layer(index, graph[0], x)

@@ -48,28 +48,28 @@ class PygBackend(Backend):
                 pass
         return out
 
-    def native_sampler_missing(self) -> str | None:
-        """Why PyG's own sampler cannot run here, or None."""
+    def sampler_unavailable(self, kind: SamplerKind) -> str | None:
+        if kind is not SamplerKind.NATIVE:
+            return None
         import torch_geometric.typing as pyg_typing
 
         if pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE:
             return None
-        return "PyG's NeighborLoader needs pyg-lib or torch-sparse, and neither is installed"
+        return ("sampler.kind=native: PyG's NeighborLoader needs pyg-lib or torch-sparse, and neither is "
+                "installed; use sampler.kind=core or auto")
 
     def graph_store(self, data: GraphData) -> GraphStore:
         return PygGraphStore(data)
 
     def sampler(self, store: GraphStore, fanouts: list[int], kind: SamplerKind) -> Sampler:
-        if kind is SamplerKind.CORE:
+        if kind is SamplerKind.CORE or self.sampler_unavailable(SamplerKind.NATIVE) is not None:
+            reason = self.sampler_unavailable(kind)
+            if reason is not None:
+                raise BackendUnavailableError(reason)
             return CoreSampler(store, fanouts, self.from_sampled)
-        missing = self.native_sampler_missing()
-        if missing is None:
-            from gnnbridge.backends.pyg.sampler import PygNeighborLoaderSampler
+        from gnnbridge.backends.pyg.sampler import PygNeighborLoaderSampler
 
-            return PygNeighborLoaderSampler(store, fanouts)
-        if kind is SamplerKind.NATIVE:
-            raise BackendUnavailableError(f"sampler.kind=native: {missing}; use sampler.kind=core or auto.")
-        return CoreSampler(store, fanouts, self.from_sampled)
+        return PygNeighborLoaderSampler(store, fanouts)
 
     def _model(self, spec: ModelSpec, in_dim: int, out_dim: int) -> GNNModel:
         from gnnbridge.backends.pyg.models import PygGNN
@@ -81,6 +81,7 @@ class PygBackend(Backend):
 
         return Data(
             edge_index=torch.stack([sub.row, sub.col]),
+            n_id=sub.node,
             num_nodes=sub.node.numel(),
             num_sampled_nodes=sub.num_sampled_nodes,
             num_sampled_edges=sub.num_sampled_edges,

@@ -1,0 +1,42 @@
+"""Small graph computations both backends must do identically, kept here once.
+
+* :func:`layer_bounds`: which prefix of a hop-ordered sample each layer reads and writes.
+* :func:`gcn_edge_weights`: GCN normalisation from *full-graph* degrees. The libraries' own
+  GCN layers normalise by degrees counted inside the batch, so the same node gets different
+  weights depending on batch size, rank count and library. Here every edge gets
+  ``1/sqrt((deg_u+1)(deg_v+1))`` (self-loop included), scaled by ``deg_v / sampled_v`` so a
+  sampled neighbourhood is an unbiased estimate of the full one; with all neighbours the scale
+  is 1 and the result is exact full-graph GCN, whatever the batch.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def layer_bounds(num_sampled_nodes: list[int], num_sampled_edges: list[int], layers: int) -> list[tuple[int, int, int]]:
+    """``(n_src, n_dst, n_edges)`` for each layer of a hop-ordered sample (input layer first).
+
+    Layer i of L computes the nodes within L-i-1 hops of the seeds from those within L-i hops,
+    over the edges sampled at hops 1..L-i. Samplers emit nodes and edges hop by hop, so each
+    of these is a prefix.
+    """
+    nodes = torch.tensor(num_sampled_nodes).cumsum(0).tolist()
+    edges = torch.tensor(num_sampled_edges).cumsum(0).tolist()
+    return [(nodes[layers - i], nodes[layers - i - 1], edges[layers - i - 1]) for i in range(layers)]
+
+
+def gcn_edge_weights(
+    in_degree: torch.Tensor, src_ids: torch.Tensor, dst_ids: torch.Tensor, row: torch.Tensor, col: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Weights for the sampled edges ``row -> col`` and for one self-loop per dst node.
+
+    ``src_ids`` / ``dst_ids`` are the global ids of the layer's src / dst nodes (dst first among
+    src), ``row`` / ``col`` local edge endpoints, ``in_degree`` the full graph's in-degrees.
+    """
+    deg = in_degree.to(src_ids.device, torch.float32)
+    d_src = deg[src_ids] + 1
+    d_dst = deg[dst_ids] + 1
+    sampled = torch.bincount(col, minlength=dst_ids.numel()).to(torch.float32)
+    scale = deg[dst_ids] / sampled.clamp(min=1)
+    edge_w = (d_src[row] * d_dst[col]).rsqrt() * scale[col]
+    return edge_w, d_dst.reciprocal()
