@@ -9,6 +9,7 @@ included), so it compares with a hand-written loop; evaluation time is reported 
 """
 from __future__ import annotations
 
+import sys
 import time
 
 import torch
@@ -70,7 +71,8 @@ class Trainer:
         loss_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
         counts = ConfusionCounts(data.num_classes, ctx.device)
         bar = tqdm(total=len(batches), desc=f"epoch {epoch + 1}/{cfg.train.epochs}", unit="batch",
-                   disable=not self.show_progress, leave=False, dynamic_ncols=True)
+                   disable=None if self.show_progress else True,  # None: bars only on a terminal
+                   leave=False, dynamic_ncols=True)
         t0 = time.perf_counter()
         for mb in self.sampler.loader(batches):
             x = data.x[mb.input_nodes].to(ctx.device, non_blocking=True)
@@ -98,7 +100,7 @@ class Trainer:
         if self.show_progress:
             tqdm.write(f"epoch {stats['epoch'] + 1:>3}/{self.config.train.epochs}  loss {stats['loss']:.4f}  "
                        f"train_acc {stats['train_acc']:.4f}  val_acc {stats['val_acc']:.4f}  "
-                       f"{stats['epoch_time_s']:.2f}s")
+                       f"{stats['epoch_time_s']:.2f}s", file=sys.stderr)
 
     # ------------------------------------------------------------------ evaluation
 
