@@ -122,8 +122,11 @@ def test_existing_run_folder_is_never_overwritten(tmp_path):
 
 
 def test_backends_plugins_experiments_commands():
-    proc = gnnbridge("backends")
-    assert proc.returncode == 0 and "pyg" in proc.stdout and "dgl" in proc.stdout and "available" in proc.stdout
+    rows = {row["name"]: row for row in json.loads(gnnbridge("backends", "--json").stdout)}
+    assert rows["pyg"]["available"] and rows["dgl"]["available"], rows  # the pinned stack runs both
+    assert rows["dgl"]["versions"]["dgl"] == "2.1.0"
+    table = gnnbridge("backends").stdout.splitlines()
+    assert any(line.split()[:2] == ["dgl", "available"] for line in table), table
     plugins = json.loads(gnnbridge("plugins").stdout)
     assert {"name": "pyg", "module": "gnnbridge.backends.pyg.plugin", "hooks": ["register_backends"]} in plugins
     proc = gnnbridge("experiments")

@@ -11,7 +11,7 @@ With ``nproc=1`` the worker runs in the calling process with a single-rank gloo 
 keeps tracebacks, debuggers and profilers simple.
 
 :class:`DistContext` is what the training loop sees: rank, world size, device, and the few
-collectives it needs (sum all-reduce, row all-gather, barrier), all no-ops for one rank.
+collectives it needs (sum all-reduce, row all-gather), all no-ops for one rank.
 """
 from __future__ import annotations
 
@@ -66,10 +66,6 @@ class DistContext:
         parts = [torch.empty_like(padded) for _ in range(self.world_size)]
         dist.all_gather(parts, padded)
         return torch.cat([p[:n] for p, n in zip(parts, sizes)]).to(rows.device)
-
-    def barrier(self) -> None:
-        if self.distributed:
-            dist.barrier()
 
     def _comm_device(self) -> torch.device:
         return self.device if dist.get_backend() == "nccl" else torch.device("cpu")
@@ -132,6 +128,9 @@ def _entry(rank: int, world_size: int, host: str, port: int, device_kind: str,
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
     try:
         worker(DistContext(rank, world_size, rank, device), *args)
+        # Leave together: a rank that tears down gloo while a peer is still mid-teardown can
+        # abort that peer ("terminate called without an active exception", SIGABRT).
+        dist.barrier()
     except GnnBridgeError as exc:  # user error found inside a rank: keep its one line
         raise RuntimeError(f"{type(exc).__name__}: {exc}") from None
     except Exception:

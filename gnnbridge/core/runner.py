@@ -244,7 +244,6 @@ def _worker(ctx: DistContext, config: ExperimentConfig, data: GraphData, run_dir
             "versions": versions(config.backend),
         }
         write_json_atomic(Path(run_dir) / RESULTS, results)
-    ctx.barrier()
 
 
 def _plot(run_dir: Path, results: dict) -> None:

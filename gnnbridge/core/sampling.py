@@ -60,13 +60,6 @@ class SampledSubgraph:
     def seeds(self) -> torch.Tensor:
         return self.node[: self.batch_size]
 
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> "SampledSubgraph":
-        move = lambda t: t.to(device, non_blocking=non_blocking)  # noqa: E731
-        return SampledSubgraph(
-            move(self.node), move(self.row), move(self.col), move(self.edge),
-            self.num_sampled_nodes, self.num_sampled_edges, self.batch_size,
-        )
-
 
 # --------------------------------------------------------------------------- seed sharding
 

@@ -2,7 +2,6 @@
 import subprocess
 import sys
 
-import torch
 
 from gnnbridge.backends.dgl.backend import DglBackend
 from gnnbridge.core.config import SamplerKind

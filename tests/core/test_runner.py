@@ -4,7 +4,6 @@ import pytest
 import gnnbridge
 from gnnbridge import hookimpl
 from gnnbridge.backends.pyg.backend import PygBackend
-from gnnbridge.core import plugins
 from gnnbridge.testing import registered_plugin
 
 

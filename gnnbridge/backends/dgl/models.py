@@ -20,21 +20,21 @@ from gnnbridge.core.graphops import gcn_edge_weights
 from gnnbridge.core.interfaces import GNNModel
 
 
-def with_self_loops(block, edge_weight: torch.Tensor | None = None, loop_weight: torch.Tensor | None = None):
-    """The block with exactly one ``i -> i`` edge per dst node (existing self-loops dropped).
+def with_self_loops(block, replace_existing: bool):
+    """The block plus one ``i -> i`` edge per dst node.
 
-    With weights given, returns ``(block, weights)`` with the loops' weights appended.
+    ``replace_existing`` first drops self-loops the graph already has (PyG's ``GATConv``);
+    otherwise they stay as ordinary edges (GCN here, on both backends).
     """
     dgl = import_dgl()
     src, dst = block.edges()
-    keep = src != dst
+    if replace_existing:
+        keep = src != dst
+        src, dst = src[keep], dst[keep]
     n_dst = block.num_dst_nodes()
     loops = torch.arange(n_dst, device=src.device)
-    new = dgl.create_block((torch.cat([src[keep], loops]), torch.cat([dst[keep], loops])),
-                           num_src_nodes=block.num_src_nodes(), num_dst_nodes=n_dst, device=src.device)
-    if edge_weight is None:
-        return new
-    return new, torch.cat([edge_weight[keep], loop_weight])
+    return dgl.create_block((torch.cat([src, loops]), torch.cat([dst, loops])),
+                            num_src_nodes=block.num_src_nodes(), num_dst_nodes=n_dst, device=src.device)
 
 
 def global_ids(block) -> tuple[torch.Tensor, torch.Tensor]:
@@ -56,12 +56,7 @@ class GCNLayer(nn.Module):
         src, dst = block.edges()
         src_ids, dst_ids = global_ids(block)
         edge_w, loop_w = gcn_edge_weights(in_degree, src_ids, dst_ids, src, dst)
-        # Existing self-loops stay ordinary weighted edges here, as on the PyG backend.
-        dgl = import_dgl()
-        loops = torch.arange(block.num_dst_nodes(), device=src.device)
-        full = dgl.create_block((torch.cat([src, loops]), torch.cat([dst, loops])),
-                                num_src_nodes=block.num_src_nodes(), num_dst_nodes=block.num_dst_nodes(),
-                                device=src.device)
+        full = with_self_loops(block, replace_existing=False)  # loops appended after the edges
         return self.conv(full, self.lin(x), edge_weight=torch.cat([edge_w, loop_w])) + self.bias
 
 
@@ -73,7 +68,7 @@ class GATLayer(nn.Module):
         self.conv = GATConv(in_dim, out_dim, num_heads=heads, allow_zero_in_degree=True)
 
     def forward(self, block, x: torch.Tensor) -> torch.Tensor:
-        return self.conv(with_self_loops(block), x).flatten(1)  # concatenate heads, like PyG
+        return self.conv(with_self_loops(block, replace_existing=True), x).flatten(1)  # concatenate heads, like PyG
 
 
 class SAGELayer(nn.Module):
