@@ -46,9 +46,10 @@ def train(experiment, backend, nproc, device, dataset, overrides, out, quiet) ->
     results = run(experiment, backend=backend, nproc=nproc, device=device, dataset=dataset,
                   overrides=overrides, out=out, progress=not quiet)
     m = results["metrics"]
+    auc = f"  test_roc_auc {m['test_roc_auc']:.4f}" if m.get("test_roc_auc") is not None else ""
     click.echo(
         f"{results['experiment']} on {results['backend']} ({results['world_size']} x {results['device']}): "
-        f"train_acc {m['train_acc']:.4f}  val_acc {m['val_acc']:.4f}  test_acc {m['test_acc']:.4f}"
+        f"train_acc {m['train_acc']:.4f}  val_acc {m['val_acc']:.4f}  test_acc {m['test_acc']:.4f}{auc}"
     )
     click.echo(f"results: {results['run_dir']}/results.json")
 

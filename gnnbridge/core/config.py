@@ -23,7 +23,8 @@ from gnnbridge.core.errors import ConfigError, DataFileNotFoundError, did_you_me
 
 
 class Task(str, enum.Enum):
-    NODE = "node"
+    NODE = "node"  # one label per node of one graph (GraphData)
+    GRAPH = "graph"  # one label per graph of a collection (GraphCollection)
 
 
 class SamplerKind(str, enum.Enum):
@@ -44,6 +45,10 @@ class DeviceChoice(str, enum.Enum):
 
 
 AGGREGATIONS = ("mean",)
+POOLINGS = ("sum", "mean")  # graph readouts (GIN's paper and DGL's tutorial use sum)
+
+# The architectures each task trains with the built-in backends (a backend may add more).
+TASK_ARCHITECTURES = {Task.NODE: ("sage", "gcn", "gat"), Task.GRAPH: ("gin",)}
 
 
 @dataclass
@@ -64,6 +69,7 @@ class ModelSpec:
     dropout: float = 0.5
     aggr: str = "mean"  # GraphSAGE neighbour aggregation
     heads: int = 4  # GAT attention heads (hidden is the per-layer output width, split over heads)
+    pooling: str = "sum"  # graph readout for graph-level models (GIN)
 
     def __post_init__(self) -> None:
         _positive("model.hidden", self.hidden)
@@ -75,6 +81,11 @@ class ModelSpec:
             raise ConfigError(
                 f"model.aggr={self.aggr!r} is not supported{did_you_mean(self.aggr, AGGREGATIONS)}. "
                 f"Choose one of: {', '.join(AGGREGATIONS)} (the aggregations both libraries compute alike)."
+            )
+        if self.pooling not in POOLINGS:
+            raise ConfigError(
+                f"model.pooling={self.pooling!r} is not supported{did_you_mean(self.pooling, POOLINGS)}. "
+                f"Choose one of: {', '.join(POOLINGS)}."
             )
         if self.arch == "gat" and self.layers > 1 and self.hidden % self.heads:
             raise ConfigError(
@@ -152,7 +163,8 @@ class ExperimentConfig:
 
     def __post_init__(self) -> None:
         _positive("nproc", self.nproc)
-        if len(self.sampler.fanouts) != self.model.layers:
+        # Graph tasks read whole graphs: fanouts do not apply to them.
+        if self.task is Task.NODE and len(self.sampler.fanouts) != self.model.layers:
             raise ConfigError(
                 f"sampler.fanouts={self.sampler.fanouts} has {len(self.sampler.fanouts)} entries "
                 f"but model.layers={self.model.layers}; give one fanout per layer."

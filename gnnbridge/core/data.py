@@ -47,6 +47,8 @@ class GraphData:
     num_classes: int
     name: str = "graph"
 
+    item_name = "node"  # what a split counts, for messages
+
     def __post_init__(self) -> None:
         self.validate()
 
@@ -85,12 +87,12 @@ class GraphData:
         name: str = "graph",
     ) -> "GraphData":
         """Build from an unsorted edge list: checks ids, sorts by destination, builds ``indptr``."""
-        _check_tensor("edge_index", edge_index, torch.int64, ndim=2)
+        check_tensor("edge_index", edge_index, torch.int64, ndim=2)
         if edge_index.shape[0] != 2:
             raise DataError(f"edge_index must have shape [2, E], got {list(edge_index.shape)}.")
-        _check_tensor("x", x, torch.float32, ndim=2)
+        check_tensor("x", x, torch.float32, ndim=2)
         n = int(x.shape[0])
-        _check_ids("edge_index", edge_index, n)
+        check_ids("edge_index", edge_index, n)
         dst = edge_index[1]
         order = torch.argsort(dst, stable=True)
         edge_index = edge_index[:, order].contiguous()
@@ -104,10 +106,10 @@ class GraphData:
     # ------------------------------------------------------------------ invariants
 
     def validate(self) -> None:
-        _check_tensor("edge_index", self.edge_index, torch.int64, ndim=2)
-        _check_tensor("indptr", self.indptr, torch.int64, ndim=1)
-        _check_tensor("x", self.x, torch.float32, ndim=2)
-        _check_tensor("y", self.y, torch.int64, ndim=1)
+        check_tensor("edge_index", self.edge_index, torch.int64, ndim=2)
+        check_tensor("indptr", self.indptr, torch.int64, ndim=1)
+        check_tensor("x", self.x, torch.float32, ndim=2)
+        check_tensor("y", self.y, torch.int64, ndim=1)
         n = self.num_nodes
         if n == 0:
             raise DataError("The graph has no nodes (x has 0 rows).")
@@ -117,7 +119,7 @@ class GraphData:
             raise DataError(f"y has {self.y.shape[0]} labels but x has {n} rows; give one label per node.")
         if self.indptr.shape[0] != n + 1 or int(self.indptr[-1]) != self.num_edges:
             raise DataError(f"indptr must have N+1={n + 1} entries ending at E={self.num_edges}.")
-        _check_ids("edge_index", self.edge_index, n)
+        check_ids("edge_index", self.edge_index, n)
         if self.num_classes < 2:
             raise DataError(f"num_classes={self.num_classes}; node classification needs at least 2 classes.")
         if int(self.y.min()) < 0 or int(self.y.max()) >= self.num_classes:
@@ -128,21 +130,9 @@ class GraphData:
         if not bool(torch.isfinite(self.x).all()):
             bad = int((~torch.isfinite(self.x)).any(dim=1).nonzero()[0])
             raise DataError(f"x holds NaN or inf values (first at node {bad}); clean the features first.")
-        self._validate_splits(n)
-
-    def _validate_splits(self, n: int) -> None:
-        seen = torch.zeros(n, dtype=torch.bool)
         for name in ("train", "val", "test"):
-            idx = self.split(name)
-            _check_tensor(f"{name}_idx", idx, torch.int64, ndim=1)
-            if idx.numel() == 0:
-                raise DataError(f"The {name} split is empty; every split needs at least one node.")
-            _check_ids(f"{name}_idx", idx, n)
-            if bool(seen[idx].any()):
-                raise DataError(f"The {name} split overlaps an earlier split; splits must be disjoint.")
-            if torch.unique(idx).numel() != idx.numel():
-                raise DataError(f"The {name} split lists a node twice.")
-            seen[idx] = True
+            check_tensor(f"{name}_idx", self.split(name), torch.int64, ndim=1)
+        check_disjoint_splits(self, n)
 
     # ------------------------------------------------------------------ placement
 
@@ -167,7 +157,7 @@ class GraphData:
         }
 
 
-def _check_tensor(name: str, t: object, dtype: torch.dtype, ndim: int) -> None:
+def check_tensor(name: str, t: object, dtype: torch.dtype, ndim: int) -> None:
     if not isinstance(t, torch.Tensor):
         raise DataError(f"{name} must be a tensor, got {type(t).__name__}.")
     if t.dtype != dtype:
@@ -176,16 +166,33 @@ def _check_tensor(name: str, t: object, dtype: torch.dtype, ndim: int) -> None:
         raise DataError(f"{name} has {t.dim()} dimensions (shape {list(t.shape)}); expected {ndim}.")
 
 
-def _check_ids(name: str, ids: torch.Tensor, n: int) -> None:
+def check_ids(name: str, ids: torch.Tensor, n: int, unit: str = "node") -> None:
     if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= n):
         bad = int(ids.max()) if int(ids.max()) >= n else int(ids.min())
-        raise DataError(f"{name} holds node id {bad}, outside [0, {n}) for a graph of {n} nodes.")
+        raise DataError(f"{name} holds {unit} id {bad}, outside [0, {n}) for {n} {unit}s.")
 
 
-def random_split(n: int, seed: int, fractions: tuple[float, float] = (0.6, 0.2)) -> tuple[torch.Tensor, ...]:
-    """A seeded random train/val/test split (60/20/20 by default) of ``n`` nodes."""
+def check_disjoint_splits(data, n: int) -> None:
+    """Every split of ``data`` non-empty, in ``[0, n)``, without repeats, disjoint from the others."""
+    seen = torch.zeros(n, dtype=torch.bool)
+    unit = data.item_name
+    for name in ("train", "val", "test"):
+        idx = data.split(name)
+        if idx.numel() == 0:
+            raise DataError(f"The {name} split is empty; every split needs at least one {unit}.")
+        check_ids(f"{name}_idx", idx, n, unit=unit)
+        if bool(seen[idx].any()):
+            raise DataError(f"The {name} split overlaps an earlier split; splits must be disjoint.")
+        if torch.unique(idx).numel() != idx.numel():
+            raise DataError(f"The {name} split lists a {unit} twice.")
+        seen[idx] = True
+
+
+def random_split(n: int, seed: int, fractions: tuple[float, float] = (0.6, 0.2),
+                 unit: str = "node") -> tuple[torch.Tensor, ...]:
+    """A seeded random train/val/test split (60/20/20 by default) of ``n`` nodes (or graphs)."""
     if n < 3:
-        raise DataError(f"A graph of {n} nodes is too small to split into train/val/test.")
+        raise DataError(f"{n} {unit}(s) are too few to split into train/val/test; at least 3 are needed.")
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
     n_train = max(1, int(fractions[0] * n))
     n_val = max(1, int(fractions[1] * n))

@@ -67,6 +67,17 @@ class DistContext:
         dist.all_gather(parts, padded)
         return torch.cat([p[:n] for p, n in zip(parts, sizes)]).to(rows.device)
 
+    def broadcast_buffers(self, module: torch.nn.Module) -> None:
+        """Give every rank rank 0's buffers (BatchNorm running statistics), as DDP does before
+        each forward; used before evaluation so all ranks score with one model."""
+        if not self.distributed:
+            return
+        for buffer in module.buffers():
+            comm = buffer.detach().to(self._comm_device())
+            dist.broadcast(comm, src=0)
+            if comm is not buffer:
+                buffer.detach().copy_(comm)
+
     def _comm_device(self) -> torch.device:
         return self.device if dist.get_backend() == "nccl" else torch.device("cpu")
 

@@ -9,9 +9,16 @@ Two evaluators share one interface:
 * :class:`SampledEvaluator` runs the split's nodes through the training sampler (cheap, noisy,
   used for per-epoch validation on graphs where a full pass is too slow).
 
-Sampled evaluation scores a disjoint share of each split per rank and sums the confusion
-matrices across ranks; layer-wise evaluation ends with every rank holding all logits and
-scores each split locally. Either way every node counts exactly once.
+Graph tasks use :class:`GraphEvaluator`: whole graphs, batched by the training loader.
+
+Sampled and graph evaluation score a disjoint share of each split per rank (no padding, unlike
+``DistributedSampler``) and combine the counts across ranks; layer-wise evaluation ends with
+every rank holding all logits and scores each split locally. Either way every node or graph
+counts exactly once.
+
+Before scoring, every rank takes rank 0's buffers (BatchNorm running statistics): DDP
+broadcasts them at the start of each forward, so after the last step each rank holds its own
+last update and would otherwise score its share with a slightly different model.
 """
 from __future__ import annotations
 
@@ -19,42 +26,57 @@ from abc import ABC, abstractmethod
 
 import torch
 
+from gnnbridge.core.collection import GraphCollection
 from gnnbridge.core.data import GraphData
 from gnnbridge.core.distributed import DistContext
 from gnnbridge.core.interfaces import Backend, GNNModel, Sampler
-from gnnbridge.core.metrics import ConfusionCounts
+from gnnbridge.core.metrics import ClassificationScores
 from gnnbridge.core.sampling import ALL_NEIGHBORS, NeighborSampler, epoch_batches
 
 
 class Evaluator(ABC):
-    def __init__(self, backend: Backend, data: GraphData, ctx: DistContext, batch_size: int):
+    def __init__(self, backend: Backend, data: GraphData | GraphCollection, ctx: DistContext, batch_size: int):
         self.backend = backend
         self.data = data
         self.ctx = ctx
         self.batch_size = batch_size
 
+    @torch.no_grad()
+    def evaluate(self, model: torch.nn.Module, splits: tuple[str, ...]) -> dict[str, float]:
+        """``{'<split>_acc', '<split>_macro_f1'[, '<split>_roc_auc']}`` per split, identical on all ranks."""
+        self.ctx.broadcast_buffers(model)
+        was_training = model.training
+        model.eval()
+        try:
+            return self._evaluate(model, splits)
+        finally:
+            model.train(was_training)
+
     @abstractmethod
-    def evaluate(self, model: GNNModel, splits: tuple[str, ...]) -> dict[str, float]:
-        """``{'<split>_acc': ..., '<split>_macro_f1': ...}`` for each split, identical on all ranks."""
+    def _evaluate(self, model: torch.nn.Module, splits: tuple[str, ...]) -> dict[str, float]: ...
+
+    def _shard_batches(self, split: str) -> list[torch.Tensor]:
+        """This rank's disjoint, unpadded share of a split, in batches (empty ones dropped)."""
+        batches = epoch_batches(self.data.split(split), self.batch_size, 0, 0, self.ctx.rank,
+                                self.ctx.world_size, shuffle=False)
+        return [b for b in batches if b.numel()]
 
 
 class LayerwiseEvaluator(Evaluator):
-    @torch.no_grad()
-    def evaluate(self, model: GNNModel, splits: tuple[str, ...]) -> dict[str, float]:
+    def _evaluate(self, model: GNNModel, splits: tuple[str, ...]) -> dict[str, float]:
         logits = self.full_logits(model)  # every rank holds all of them: score locally
         metrics: dict[str, float] = {}
         for split in splits:
             idx = self.data.split(split)
-            counts = ConfusionCounts(self.data.num_classes)
-            counts.update(logits[idx], self.data.y[idx])
-            metrics.update(counts.as_metrics(split))
+            scores = ClassificationScores(self.data.num_classes)
+            scores.update(logits[idx], self.data.y[idx])
+            metrics.update(scores.as_metrics(split))
         return metrics
 
     @torch.no_grad()
     def full_logits(self, model: GNNModel) -> torch.Tensor:
-        """``[N, num_classes]`` logits of every node, on CPU, the same on every rank."""
-        was_training = model.training
-        model.eval()
+        """``[N, num_classes]`` logits of every node, on CPU, the same on every rank (call it in
+        eval mode: layer outputs include dropout otherwise)."""
         data, ctx = self.data, self.ctx
         one_hop = NeighborSampler(data.indptr, data.indices, [ALL_NEIGHBORS])
         shards = torch.tensor_split(torch.arange(data.num_nodes), ctx.world_size)
@@ -67,7 +89,6 @@ class LayerwiseEvaluator(Evaluator):
                 graph = self.backend.graph_to(self.backend.from_sampled(sub), ctx.device)
                 outs.append(model.layer_forward(layer, graph, h[sub.node].to(ctx.device)).cpu())
             h = ctx.all_gather_rows(torch.cat(outs), sizes)
-        model.train(was_training)
         return h
 
 
@@ -78,21 +99,34 @@ class SampledEvaluator(Evaluator):
         self.sampler = sampler
         self.seed = seed
 
-    @torch.no_grad()
-    def evaluate(self, model: GNNModel, splits: tuple[str, ...]) -> dict[str, float]:
-        was_training = model.training
-        model.eval()
+    def _evaluate(self, model: GNNModel, splits: tuple[str, ...]) -> dict[str, float]:
         metrics: dict[str, float] = {}
         for split in splits:
-            counts = ConfusionCounts(self.data.num_classes)
-            batches = epoch_batches(self.data.split(split), self.batch_size, self.seed, 0,
-                                    self.ctx.rank, self.ctx.world_size, shuffle=False)
             # A fixed stream: the same model gives the same sampled metric every time.
             self.sampler.reseed(self.seed, -1, self.ctx.rank)
-            for mb in self.sampler.loader([b for b in batches if b.numel()]):
-                graph = self.backend.graph_to(mb.graph, self.ctx.device)
-                logits = model(graph, self.data.x[mb.input_nodes].to(self.ctx.device))
-                counts.update(logits, self.data.y[mb.seeds])
-            metrics.update(counts.reduce(self.ctx).as_metrics(split))
-        model.train(was_training)
+            metrics.update(score_batches(self, model, self.sampler.loader(self._shard_batches(split)), split))
         return metrics
+
+
+class GraphEvaluator(Evaluator):
+    """Whole graphs through the task's graph loader; one row of logits per graph."""
+
+    def __init__(self, backend: Backend, data: GraphCollection, ctx: DistContext, batch_size: int, loader: Sampler):
+        super().__init__(backend, data, ctx, batch_size)
+        self.loader = loader
+
+    def _evaluate(self, model: torch.nn.Module, splits: tuple[str, ...]) -> dict[str, float]:
+        metrics: dict[str, float] = {}
+        for split in splits:
+            metrics.update(score_batches(self, model, self.loader.loader(self._shard_batches(split)), split))
+        return metrics
+
+
+def score_batches(ev: Evaluator, model: torch.nn.Module, batches, split: str) -> dict[str, float]:
+    """Run this rank's batches and combine the scores of all ranks."""
+    scores = ClassificationScores(ev.data.num_classes)
+    for mb in batches:
+        graph = ev.backend.graph_to(mb.graph, ev.ctx.device)
+        logits = model(graph, ev.data.x[mb.input_nodes].to(ev.ctx.device))
+        scores.update(logits, ev.data.y[mb.seeds])
+    return scores.reduce(ev.ctx).as_metrics(split)

@@ -6,6 +6,12 @@ A backend turns neutral records into its library's native objects and back:
     GraphStore --sampler-----> Sampler    (seed batches in, MiniBatch with a native graph out)
     ModelSpec --model--------> GNNModel   (a torch.nn.Module that core wraps in DDP)
 
+and, for graph classification, the same three over a collection of small graphs:
+
+    GraphCollection --collection_store--> GraphStore
+    GraphStore --collection_sampler-----> Sampler (graph-id batches in, batched graphs out)
+    ModelSpec --model-------------------> GraphClassifier (e.g. core's GIN, backend message passing)
+
 Core owns everything around them: which seeds each rank gets (equal batch counts), feature
 gathering and device transfer (so each can be timed on its own), the optimizer step, metric
 reduction, layer-wise inference and outputs. A backend stays a thin adapter, and a
@@ -25,12 +31,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from gnnbridge.core.config import ModelSpec, SamplerKind
+from gnnbridge.core.collection import GraphCollection, PackedGraphs, pack
+from gnnbridge.core.config import TASK_ARCHITECTURES, ModelSpec, SamplerKind, Task
 from gnnbridge.core.data import GraphData
 from gnnbridge.core.errors import BackendUnavailableError, unknown_name
 from gnnbridge.core.sampling import NeighborSampler, SampledSubgraph, epoch_generator
 
-ARCHITECTURES = ("sage", "gcn", "gat")
+ARCHITECTURES = TASK_ARCHITECTURES[Task.NODE]  # node-level architectures
 
 
 @dataclass
@@ -38,7 +45,8 @@ class MiniBatch:
     """One training or inference step's input, as a sampler yields it.
 
     Fields:
-        seeds: global ids of the nodes whose outputs are wanted (the first rows of the output).
+        seeds: global ids of the nodes (or, for graph tasks, the graphs) whose outputs are
+            wanted, in output row order; core reads their labels as ``y[seeds]``.
         input_nodes: global ids of every node whose features the model reads, in the order the
             native graph expects them (core gathers ``x[input_nodes]``).
         graph: the backend's native structure (PyG edge_index data, a list of DGL blocks ...).
@@ -72,7 +80,7 @@ class Sampler(ABC):
     decides neighbours. ``fanouts[i]`` is the count at hop ``i + 1`` from the seeds.
     """
 
-    def __init__(self, store: GraphStore, fanouts: list[int]):
+    def __init__(self, store: GraphStore, fanouts: list[int] = ()):
         self.store = store
         self.fanouts = list(fanouts)
 
@@ -175,8 +183,15 @@ class Backend(ABC):
 
     # -- factories ------------------------------------------------------------------
 
-    def architectures(self) -> tuple[str, ...]:
-        return ARCHITECTURES
+    def tasks(self) -> tuple[Task, ...]:
+        """The tasks this backend trains; graph tasks need the ``collection_*`` factories."""
+        return (Task.NODE,)
+
+    def architectures(self, task: Task | None = None) -> tuple[str, ...]:
+        """Model architectures for ``task`` (all the backend builds when ``task`` is None)."""
+        if task is None:
+            return tuple(a for t in self.tasks() for a in self.architectures(t))
+        return TASK_ARCHITECTURES[task] if task in self.tasks() else ()
 
     @abstractmethod
     def graph_store(self, data: GraphData) -> GraphStore: ...
@@ -189,13 +204,27 @@ class Backend(ABC):
     def sampler(self, store: GraphStore, fanouts: list[int], kind: SamplerKind) -> Sampler:
         """A sampler of ``kind``; AUTO picks the native one when it can run, else the core one."""
 
-    def model(self, spec: ModelSpec, in_dim: int, out_dim: int) -> GNNModel:
+    def model(self, spec: ModelSpec, in_dim: int, out_dim: int) -> "GNNModel | GraphClassifier":
         if spec.arch not in self.architectures():
             raise unknown_name("model.arch", spec.arch, self.architectures())
         return self._model(spec, in_dim, out_dim)
 
     @abstractmethod
-    def _model(self, spec: ModelSpec, in_dim: int, out_dim: int) -> GNNModel: ...
+    def _model(self, spec: ModelSpec, in_dim: int, out_dim: int) -> "GNNModel | GraphClassifier": ...
+
+    # -- graph collections (graph-level tasks) -----------------------------------------
+
+    def collection_store(self, data: GraphCollection) -> GraphStore:
+        raise BackendUnavailableError(f"Backend '{self.name}' does not support graph-level tasks.")
+
+    def collection_sampler(self, store: GraphStore, kind: SamplerKind) -> Sampler:
+        """Batches of whole graphs: the library's own graph loader for NATIVE and AUTO, core's
+        packer (:class:`CorePacker`, converted by :meth:`from_packed`) for CORE."""
+        raise BackendUnavailableError(f"Backend '{self.name}' does not support graph-level tasks.")
+
+    def from_packed(self, packed: PackedGraphs) -> Any:
+        """The native batched graph for a core :class:`PackedGraphs` batch."""
+        raise BackendUnavailableError(f"Backend '{self.name}' does not support graph-level tasks.")
 
     # -- batches ------------------------------------------------------------------
 
@@ -229,3 +258,65 @@ class CoreSampler(Sampler):
         for seeds in batches:
             sub = self._sampler.sample(seeds, self._generator)
             yield MiniBatch(sub.seeds, sub.node, self._to_native(sub))
+
+
+class GraphClassifier(nn.Module, ABC):
+    """A graph-level model: ``forward(graph, x)`` returns ``[num_graphs, num_classes]`` logits
+    for a batched native graph, rows in the batch's graph order (``MiniBatch.seeds``)."""
+
+    spec: ModelSpec
+
+    @abstractmethod
+    def forward(self, graph: Any, x: torch.Tensor) -> torch.Tensor: ...
+
+    def bind(self, data: Any) -> "GraphClassifier":
+        """Nothing graph-wide to learn from a collection (kept for the trainer's one code path)."""
+        return self
+
+    def neutral_parameters(self) -> dict[str, torch.Tensor]:
+        """Subclasses that keep every parameter in core-owned modules name them identically
+        on every backend already."""
+        return dict(self.named_parameters())
+
+
+class CorePacker(Sampler):
+    """Graph batches cut out by core (:func:`~gnnbridge.core.collection.pack`), converted by
+    the backend: vectorised, and the same batches on every backend."""
+
+    def __init__(self, store: GraphStore, to_native):
+        super().__init__(store)
+        self._to_native = to_native
+
+    def reseed(self, seed: int, epoch: int, rank: int) -> None:
+        """Whole graphs: nothing is random beyond which graphs core put in each batch."""
+
+    def loader(self, batches: list[torch.Tensor]) -> Iterable[MiniBatch]:
+        for graph_ids in batches:
+            packed = pack(self.store.data, graph_ids)
+            yield MiniBatch(graph_ids, packed.node, self._to_native(packed))
+
+
+class LibraryGraphLoader(Sampler, ABC):
+    """A library's own graph loader driven by core's batches (rank-sharded, reshuffled by
+    (seed, epoch), equal counts on every rank: what ``DistributedSampler`` + ``set_epoch``
+    would give, without its padded duplicates).
+
+    Libraries cannot collate an empty batch, which equal counts occasionally need (3 graphs,
+    2 ranks, batch size 1): those come from core's packer, so DDP still sees the step.
+    """
+
+    def __init__(self, store: GraphStore, to_native):
+        super().__init__(store)
+        self._empty = CorePacker(store, to_native)
+
+    def reseed(self, seed: int, epoch: int, rank: int) -> None:
+        """Whole graphs: nothing is random beyond which graphs core put in each batch."""
+
+    @abstractmethod
+    def _library_loader(self, batches: list[list[int]]) -> Iterable[MiniBatch]:
+        """One MiniBatch per (non-empty) list of graph ids, from the library's loader."""
+
+    def loader(self, batches: list[torch.Tensor]) -> Iterable[MiniBatch]:
+        full = iter(self._library_loader([b.tolist() for b in batches if b.numel()]))
+        for graph_ids in batches:
+            yield next(full) if graph_ids.numel() else next(iter(self._empty.loader([graph_ids])))

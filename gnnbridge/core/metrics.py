@@ -3,6 +3,8 @@
 Ranks never average per-batch (or per-rank) means: a mean of means weighs a 1-node last batch
 like a full one. Each rank adds its predictions into a confusion matrix; one sum all-reduce
 makes every rank hold the global matrix, from which accuracy and macro-F1 follow exactly.
+ROC-AUC (binary tasks) is not a function of counts: every rank's scores are all-gathered and
+the AUC is computed over all of them at once, on every rank.
 """
 from __future__ import annotations
 
@@ -48,3 +50,64 @@ class ConfusionCounts:
 
     def as_metrics(self, prefix: str) -> dict[str, float]:
         return {f"{prefix}_acc": self.accuracy(), f"{prefix}_macro_f1": self.macro_f1()}
+
+
+class ClassificationScores(ConfusionCounts):
+    """Confusion counts plus, for two classes, every item's score for ROC-AUC.
+
+    The score is the logit margin ``logits[:, 1] - logits[:, 0]``: it orders items exactly as
+    the positive-class probability does, without a softmax.
+    """
+
+    def __init__(self, num_classes: int, device: torch.device | str = "cpu"):
+        super().__init__(num_classes, device)
+        self.binary = num_classes == 2
+        self._scores: list[torch.Tensor] = []
+        self._labels: list[torch.Tensor] = []
+
+    def update(self, logits: torch.Tensor, target: torch.Tensor) -> None:
+        super().update(logits, target)
+        if self.binary:
+            self._scores.append((logits[:, 1].double() - logits[:, 0].double()).cpu())
+            self._labels.append(target.cpu())
+
+    def reduce(self, ctx: DistContext) -> "ClassificationScores":
+        super().reduce(ctx)
+        if self.binary and ctx.distributed:
+            scores, labels = self._local()
+            sizes = torch.zeros(ctx.world_size, dtype=torch.int64)
+            sizes[ctx.rank] = scores.numel()
+            sizes = ctx.all_reduce_sum(sizes).tolist()
+            self._scores = [ctx.all_gather_rows(scores, sizes)]
+            self._labels = [ctx.all_gather_rows(labels, sizes)]
+        return self
+
+    def _local(self) -> tuple[torch.Tensor, torch.Tensor]:
+        scores = torch.cat(self._scores) if self._scores else torch.zeros(0, dtype=torch.float64)
+        labels = torch.cat(self._labels) if self._labels else torch.zeros(0, dtype=torch.int64)
+        return scores, labels
+
+    def as_metrics(self, prefix: str) -> dict[str, float | None]:
+        metrics: dict[str, float | None] = dict(super().as_metrics(prefix))
+        if self.binary:
+            metrics[f"{prefix}_roc_auc"] = roc_auc(*self._local())
+        return metrics
+
+
+def roc_auc(scores: torch.Tensor, labels: torch.Tensor) -> float | None:
+    """Area under the ROC curve of binary ``labels`` (1 = positive) ranked by ``scores``.
+
+    The Mann-Whitney form: the chance that a random positive outscores a random negative, ties
+    counting one half (tied scores share their average rank). ``None`` when a class is absent,
+    where the AUC is undefined.
+    """
+    positive = labels == 1
+    n_pos = int(positive.sum())
+    n_neg = labels.numel() - n_pos
+    if n_pos == 0 or n_neg == 0:
+        return None
+    _, inverse, counts = torch.unique(scores, sorted=True, return_inverse=True, return_counts=True)
+    last = torch.cumsum(counts, 0).double()  # 1-based rank of each distinct score's last copy
+    mean_rank = last - (counts.double() - 1) / 2
+    rank_sum = float(mean_rank[inverse][positive].sum())
+    return (rank_sum - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)

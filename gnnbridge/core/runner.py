@@ -18,7 +18,8 @@ from typing import Any
 import torch
 
 from gnnbridge.core import config as cfgmod
-from gnnbridge.core.config import DeviceChoice, ExperimentConfig
+from gnnbridge.core.collection import GraphCollection
+from gnnbridge.core.config import DeviceChoice, ExperimentConfig, Task
 from gnnbridge.core.data import GraphData
 from gnnbridge.core.distributed import DistContext, launch
 from gnnbridge.core.errors import BackendUnavailableError, ConfigError, OutputExistsError, unknown_name
@@ -84,8 +85,7 @@ def _dataset_section(dataset: str) -> dict:
 def preflight(config: ExperimentConfig) -> ExperimentConfig:
     """Check everything that can be checked without data; returns the config with device resolved."""
     backend = backends.get(config.backend).require()
-    if config.model.arch not in backend.architectures():
-        raise unknown_name("model.arch", config.model.arch, backend.architectures())
+    _check_task(config, backend)
     reason = backend.sampler_unavailable(config.sampler.kind)
     if reason is not None:
         raise BackendUnavailableError(f"Backend '{config.backend}': {reason}.")
@@ -99,6 +99,23 @@ def preflight(config: ExperimentConfig) -> ExperimentConfig:
         )
     config.device = DeviceChoice(device)
     return config
+
+
+def _check_task(config: ExperimentConfig, backend) -> None:
+    task = config.task
+    if task not in backend.tasks():
+        raise ConfigError(f"Backend '{backend.name}' cannot train task={task.value}; it trains "
+                          f"{', '.join(t.value for t in backend.tasks())}.")
+    choices = backend.architectures(task)
+    if config.model.arch in choices:
+        return
+    if config.model.arch in backend.architectures():
+        other = next(t for t in backend.tasks() if config.model.arch in backend.architectures(t))
+        raise ConfigError(
+            f"model.arch={config.model.arch!r} is a {other.value}-level model but task={task.value}; "
+            f"use --set model.arch={choices[0]} (choices for task={task.value}: {', '.join(choices)})."
+        )
+    raise unknown_name("model.arch", config.model.arch, choices)
 
 
 def _resolve_device(config: ExperimentConfig) -> str:
@@ -115,17 +132,34 @@ def _resolve_device(config: ExperimentConfig) -> str:
     return config.device.value
 
 
-def load_dataset(config: ExperimentConfig) -> GraphData:
-    """Load and validate the dataset; every split must give each rank at least one node."""
+def load_dataset(config: ExperimentConfig) -> GraphData | GraphCollection:
+    """Load and validate the dataset; it must suit the task, and every split must give each
+    rank at least one node (or graph)."""
     data = datasets.get(config.dataset.name)(config.dataset, config.train.seed)
+    _check_data_task(config, data)
     for split in ("train", "val", "test"):
         size = data.split(split).numel()
         if size < config.nproc:
             raise ConfigError(
-                f"The {split} split has {size} node(s), fewer than nproc={config.nproc}; "
+                f"The {split} split has {size} {data.item_name}(s), fewer than nproc={config.nproc}; "
                 f"use --nproc {size} or fewer, or a larger {split} split."
             )
     return data
+
+
+def _check_data_task(config: ExperimentConfig, data: GraphData | GraphCollection) -> None:
+    label = config.dataset.path or config.dataset.name
+    if isinstance(data, GraphCollection) and config.task is not Task.GRAPH:
+        raise ConfigError(
+            f"Dataset '{label}' is a collection of {data.num_graphs} graphs (one label per graph) but "
+            f"task={config.task.value}; add --set task=graph --set model.arch=gin."
+        )
+    if isinstance(data, GraphData) and config.task is not Task.NODE:
+        raise ConfigError(
+            f"Dataset '{label}' is one graph with a label per node but task={config.task.value}; use "
+            "a graph collection (gin-synthetic, imdb-binary, proteins, mutag, or a .npz with node_ptr) "
+            "or --set task=node."
+        )
 
 
 # --------------------------------------------------------------------------- outputs
@@ -228,7 +262,7 @@ def run(
     return results
 
 
-def _worker(ctx: DistContext, config: ExperimentConfig, data: GraphData, run_dir: str, progress: bool) -> None:
+def _worker(ctx: DistContext, config: ExperimentConfig, data: GraphData | GraphCollection, run_dir: str, progress: bool) -> None:
     trainer = Trainer(config, data, ctx, show_progress=progress)
     outcome = trainer.fit()
     if ctx.is_main:
@@ -261,7 +295,7 @@ def _plot(run_dir: Path, results: dict) -> None:
     ax_loss.plot(epochs, [h["loss"] for h in history], marker="o")
     ax_loss.set(xlabel="epoch", ylabel="training loss", title="Loss")
     ax_acc.plot(epochs, [h["train_acc"] for h in history], marker="o", label="train")
-    ax_acc.plot(epochs, [h["val_acc"] for h in history], marker="o", label="val (sampled)")
+    ax_acc.plot(epochs, [h["val_acc"] for h in history], marker="o", label="val (sampled)" if results["task"] == "node" else "val")
     ax_acc.set(xlabel="epoch", ylabel="accuracy", title=f"{results['experiment']} on {results['backend']}")
     ax_acc.legend()
     fig.tight_layout()

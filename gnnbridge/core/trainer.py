@@ -17,18 +17,24 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from gnnbridge.core.config import EvalMode, ExperimentConfig
+from gnnbridge.core.collection import GraphCollection
+from gnnbridge.core.config import EvalMode, ExperimentConfig, Task
 from gnnbridge.core.data import GraphData
 from gnnbridge.core.distributed import DistContext
-from gnnbridge.core.evaluation import Evaluator, LayerwiseEvaluator, SampledEvaluator
-from gnnbridge.core.interfaces import Backend, GNNModel, Sampler
+from gnnbridge.core.evaluation import Evaluator, GraphEvaluator, LayerwiseEvaluator, SampledEvaluator
+from gnnbridge.core.interfaces import Backend, GNNModel, GraphClassifier, Sampler
 from gnnbridge.core.metrics import ConfusionCounts
 from gnnbridge.core.plugins import get_backend
 from gnnbridge.core.sampling import epoch_batches
 
 
 class Trainer:
-    def __init__(self, config: ExperimentConfig, data: GraphData, ctx: DistContext, show_progress: bool = True):
+    """One loop for both tasks: a node task's batches are seed nodes and their sampled
+    neighbourhoods, a graph task's are graph ids and those whole graphs. Either way a
+    :class:`MiniBatch` names the rows of ``x`` to gather and of ``y`` to predict."""
+
+    def __init__(self, config: ExperimentConfig, data: GraphData | GraphCollection, ctx: DistContext,
+                 show_progress: bool = True):
         self.config = config
         self.data = data
         self.ctx = ctx
@@ -36,9 +42,8 @@ class Trainer:
         self.backend: Backend = get_backend(config.backend).require()
         self.backend.check_device(ctx.device)
         torch.manual_seed(config.train.seed)
-        store = self.backend.graph_store(data)
-        self.sampler: Sampler = self.backend.sampler(store, config.sampler.fanouts, config.sampler.kind)
-        self.model: GNNModel = self.backend.model(config.model, data.num_features, data.num_classes)
+        self.sampler: Sampler = self._sampler()
+        self.model: GNNModel | GraphClassifier = self.backend.model(config.model, data.num_features, data.num_classes)
         self.model.bind(data).to(ctx.device)
         device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
         self.ddp = DistributedDataParallel(self.model, device_ids=device_ids) if ctx.distributed else self.model
@@ -46,11 +51,17 @@ class Trainer:
                                           weight_decay=config.train.weight_decay)
         self.history: list[dict] = []
 
+    def _sampler(self) -> Sampler:
+        kind = self.config.sampler.kind
+        if self.config.task is Task.GRAPH:
+            return self.backend.collection_sampler(self.backend.collection_store(self.data), kind)
+        return self.backend.sampler(self.backend.graph_store(self.data), self.config.sampler.fanouts, kind)
+
     # ------------------------------------------------------------------ training
 
     def fit(self) -> dict:
         cfg = self.config
-        validator = self._sampled_evaluator()
+        validator = self._validation_evaluator()
         for epoch in range(cfg.train.epochs):
             stats = self.train_epoch(epoch)
             t0 = time.perf_counter()
@@ -104,14 +115,16 @@ class Trainer:
 
     # ------------------------------------------------------------------ evaluation
 
-    def _sampled_evaluator(self) -> Evaluator:
+    def _validation_evaluator(self) -> Evaluator:
+        if self.config.task is Task.GRAPH:
+            return GraphEvaluator(self.backend, self.data, self.ctx, self.config.eval.batch_size, self.sampler)
         return SampledEvaluator(self.backend, self.data, self.ctx, self.config.eval.batch_size,
                                 self.sampler, self.config.train.seed)
 
     def _final_evaluator(self) -> Evaluator:
-        if self.config.eval.mode is EvalMode.LAYERWISE:
+        if self.config.eval.mode is EvalMode.LAYERWISE and self.config.task is Task.NODE:
             return LayerwiseEvaluator(self.backend, self.data, self.ctx, self.config.eval.batch_size)
-        return self._sampled_evaluator()
+        return self._validation_evaluator()
 
 
 def parameters_digest(model: torch.nn.Module) -> torch.Tensor:

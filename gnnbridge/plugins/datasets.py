@@ -5,7 +5,11 @@
   that stops passing messages correctly visibly loses accuracy. Size and difficulty are set in
   ``dataset.options``.
 * ``karate``: Zachary's karate club (34 nodes, 2 clubs) from networkx.
-* ``npz``: bring your own graph in one ``.npz`` file (``--dataset PATH.npz``).
+* ``gin-synthetic``: a graph-classification collection whose label is the family that
+  generated the graph's structure; every node has the same constant feature, so a model that
+  ignores the edges is at chance.
+* ``npz``: bring your own graph in one ``.npz`` file (``--dataset PATH.npz``), or, with a
+  ``node_ptr`` array, your own collection of graphs.
 
 Every loader validates fully and raises one-line errors: nothing unchecked reaches a backend.
 """
@@ -17,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from gnnbridge.core.collection import GraphCollection
 from gnnbridge.core.config import ConfigError, DatasetConfig
 from gnnbridge.core.data import GraphData, random_split
 from gnnbridge.core.errors import DataError, DataFileNotFoundError, did_you_mean
@@ -27,7 +32,10 @@ from gnnbridge.core.hookspecs import hookimpl
 def register_datasets(register):
     register("synthetic", load_synthetic, "Learnable synthetic homophilous graph (size and difficulty in dataset.options)")
     register("karate", load_karate, "Zachary's karate club: 34 nodes, 2 classes (from networkx)")
-    register("npz", load_npz, "Your own graph in a .npz file (edge_index, x, y, optional splits): --dataset PATH.npz")
+    register("gin-synthetic", load_gin_synthetic,
+             "Graph classification: 3 structural families, constant node features (options in dataset.options)")
+    register("npz", load_npz, "Your own graph (edge_index, x, y) or graph collection (+ node_ptr) in a .npz: "
+             "--dataset PATH.npz")
 
 
 def options(config: DatasetConfig, defaults: dict) -> dict:
@@ -116,31 +124,91 @@ def load_karate(config: DatasetConfig, seed: int) -> GraphData:
     return GraphData.from_edges(edge_index, x, y, train, val, test, num_classes=2, name="karate")
 
 
+# --------------------------------------------------------------------------- gin-synthetic
+
+GIN_SYNTHETIC_DEFAULTS = {"num_graphs": 1000, "min_nodes": 12, "max_nodes": 40}
+FAMILIES = ("small-world", "preferential-attachment", "uniform-random")
+
+
+def load_gin_synthetic(config: DatasetConfig, seed: int) -> GraphCollection:
+    opts = options(config, GIN_SYNTHETIC_DEFAULTS)
+    g, lo, hi = opts["num_graphs"], opts["min_nodes"], opts["max_nodes"]
+    if g < 3 * len(FAMILIES) or not 6 <= lo <= hi:
+        raise ConfigError(
+            f"dataset.options: num_graphs={g}, min_nodes={lo}, max_nodes={hi} is impossible; need "
+            f"num_graphs >= {3 * len(FAMILIES)} and 6 <= min_nodes <= max_nodes."
+        )
+    return family_graphs(g, lo, hi, seed)
+
+
+def family_graphs(num_graphs: int, min_nodes: int, max_nodes: int, seed: int) -> GraphCollection:
+    """Graphs from three generators with the same size range and mean degree (about 4): a
+    Watts-Strogatz ring (near-regular, clustered), Barabasi-Albert (hubs), and a uniform random
+    graph with 2n edges (Poisson degrees, few triangles). Only structure tells them apart."""
+    import networkx as nx
+
+    rng = np.random.default_rng(seed)
+    labels = rng.permutation(np.arange(num_graphs) % len(FAMILIES))
+    sizes = rng.integers(min_nodes, max_nodes + 1, size=num_graphs)
+    edges, offset = [], 0
+    for label, n in zip(labels, sizes):
+        n, s = int(n), int(rng.integers(2**31))
+        if label == 0:
+            graph = nx.watts_strogatz_graph(n, 4, 0.1, seed=s)
+        elif label == 1:
+            graph = nx.barabasi_albert_graph(n, 2, seed=s)
+        else:
+            graph = nx.gnm_random_graph(n, 2 * n, seed=s)
+        pairs = np.asarray(list(graph.edges()), dtype=np.int64).reshape(-1, 2).T + offset
+        edges.append(np.concatenate([pairs, pairs[::-1]], axis=1))
+        offset += n
+    node_ptr = torch.from_numpy(np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
+    return GraphCollection.from_edges(
+        torch.ones(offset, 1), torch.from_numpy(np.concatenate(edges, axis=1)), node_ptr,
+        torch.from_numpy(labels.astype(np.int64)), num_classes=len(FAMILIES), seed=seed, name="gin-synthetic",
+    )
+
+
 # --------------------------------------------------------------------------- npz
 
 NPZ_REQUIRED = {"edge_index": (np.int64, 2), "x": (np.float32, 2), "y": (np.int64, 1)}
 NPZ_SPLITS = ("train_idx", "val_idx", "test_idx")
+NODE_PTR = "node_ptr"  # present: the file is a collection of graphs (graph classification)
 
 
-def load_npz(config: DatasetConfig, seed: int) -> GraphData:
+def load_npz(config: DatasetConfig, seed: int) -> GraphData | GraphCollection:
     options(config, {})
     if not config.path:
         raise ConfigError("Dataset 'npz' needs a file: --dataset PATH.npz (or dataset.path in the config).")
     path = Path(config.path)
     arrays = read_npz(path)
     tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}
+    splits = _npz_splits(path, tensors)
+    if NODE_PTR in tensors:
+        try:
+            return GraphCollection.from_edges(tensors["x"], tensors["edge_index"], tensors[NODE_PTR], tensors["y"],
+                                              splits, seed=seed, name=path.stem)
+        except DataError as exc:
+            raise DataError(f"{path}: {exc}") from None
     n = tensors["x"].shape[0]
     if tensors["y"].shape[0] != n:
-        raise DataError(f"{path}: y has {tensors['y'].shape[0]} labels but x has {n} rows; give one label per node.")
-    present = [k for k in NPZ_SPLITS if k in tensors]
-    if present and len(present) != 3:
-        missing = sorted(set(NPZ_SPLITS) - set(present))
-        raise DataError(f"{path}: has {', '.join(present)} but not {', '.join(missing)}; give all three splits or none.")
-    splits = [tensors[k] for k in NPZ_SPLITS] if present else list(random_split(n, seed))
+        raise DataError(
+            f"{path}: y has {tensors['y'].shape[0]} labels but x has {n} rows; give one label per node "
+            f"(or add {NODE_PTR} for a collection of graphs with one label each)."
+        )
+    splits = splits or list(random_split(n, seed))
     try:
         return GraphData.from_edges(tensors["edge_index"], tensors["x"], tensors["y"], *splits, name=path.stem)
     except DataError as exc:
         raise DataError(f"{path}: {exc}") from None
+
+
+def _npz_splits(path: Path, tensors: dict[str, torch.Tensor]) -> list[torch.Tensor] | None:
+    present = [k for k in NPZ_SPLITS if k in tensors]
+    if present and len(present) != 3:
+        missing = sorted(set(NPZ_SPLITS) - set(present))
+        raise DataError(f"{path}: has {', '.join(present)} but not {', '.join(missing)}; give all three splits or none.")
+    return [tensors[k] for k in NPZ_SPLITS] if present else None
 
 
 def read_npz(path: Path) -> dict[str, np.ndarray]:
@@ -156,9 +224,10 @@ def read_npz(path: Path) -> dict[str, np.ndarray]:
     if missing:
         raise DataError(
             f"{path}: missing array(s) {', '.join(missing)}; a graph .npz needs edge_index int64 [2,E], "
-            "x float32 [N,F], y int64 [N] (and optionally train_idx, val_idx, test_idx)."
+            "x float32 [N,F], y int64 [N] (and optionally train_idx, val_idx, test_idx); a collection of "
+            f"graphs also has {NODE_PTR} int64 [G+1] and y int64 [G]."
         )
-    expected = {**NPZ_REQUIRED, **{k: (np.int64, 1) for k in NPZ_SPLITS}}
+    expected = {**NPZ_REQUIRED, NODE_PTR: (np.int64, 1), **{k: (np.int64, 1) for k in NPZ_SPLITS}}
     for key, array in arrays.items():
         if key not in expected:
             continue

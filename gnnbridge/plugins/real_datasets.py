@@ -1,5 +1,5 @@
-"""Named real node-classification datasets, fetched on first use: ``reddit``, ``ogbn-arxiv``,
-``ogbn-products``.
+"""Named real datasets, fetched on first use: node classification on ``reddit``, ``ogbn-arxiv``,
+``ogbn-products``; graph classification on the TU datasets ``imdb-binary``, ``proteins``, ``mutag``.
 
 They live in their own plugin because they need a network and a third-party reader, which the
 built-in ``synthetic``, ``karate`` and ``npz`` datasets do not: Reddit is read by PyG's
@@ -12,6 +12,7 @@ Where files live: ``dataset.root``, else ``$GNNBRIDGE_DATA``, else
     <root>/reddit/raw/reddit_data.npz, reddit_graph.npz      (PyG)
     <root>/ogbn_arxiv/RELEASE_v1.txt, raw/*.csv.gz, split/time/*.csv.gz           (ogb)
     <root>/ogbn_products/RELEASE_v1.txt, raw/*.csv.gz, split/sales_ranking/*.csv.gz
+    <root>/TU/IMDB-BINARY/raw/IMDB-BINARY_A.txt, _graph_indicator.txt, _graph_labels.txt  (PyG)
 
 Downloads: both readers fetch missing files themselves, but ogb asks with ``input()`` (for
 files over 1 GB, and when a folder lacks its release marker), which hangs or dies on EOF in a
@@ -23,6 +24,11 @@ otherwise a one-line :class:`DataFileNotFoundError` names the folder and the fix
 The OGB graphs are made undirected (both directions of every edge, each kept once), the usual
 practice for GraphSAGE on the citation graph ogbn-arxiv; ogbn-products is already undirected,
 so it only loses duplicates. Reddit is published with both directions stored.
+
+TU datasets are read by PyG's ``TUDataset`` with its default features (one-hot node labels for
+PROTEINS and MUTAG). IMDB-BINARY has no node features; its nodes get a one-hot of their degree
+(capped at ``dataset.options.max_degree``), as PyG's and DGL's GIN examples do. Their 80/10/10
+split is drawn from ``train.seed``.
 """
 from __future__ import annotations
 
@@ -35,7 +41,8 @@ from pathlib import Path
 
 import torch
 
-from gnnbridge.core.config import DatasetConfig
+from gnnbridge.core.collection import GraphCollection
+from gnnbridge.core.config import ConfigError, DatasetConfig
 from gnnbridge.core.data import GraphData
 from gnnbridge.core.errors import BackendUnavailableError, DataError, DataFileNotFoundError, GnnBridgeError
 from gnnbridge.core.hookspecs import hookimpl
@@ -50,6 +57,8 @@ def register_datasets(register):
     register("reddit", load_reddit, "Reddit posts: 232,965 nodes, 41 communities (PyG reader; downloads ~1.5 GB)")
     register("ogbn-arxiv", load_ogbn_arxiv, "OGB arXiv citations: 169,343 papers, 40 subjects (ogb package; ~80 MB)")
     register("ogbn-products", load_ogbn_products, "OGB Amazon products: 2.4M nodes, 47 categories (ogb package; ~1.4 GB)")
+    for name, (_, about) in TU_DATASETS.items():
+        register(name, _tu_loader(name), about)
 
 
 def data_root(config: DatasetConfig) -> Path:
@@ -217,3 +226,57 @@ def undirected(edge_index: torch.Tensor, n: int) -> torch.Tensor:
     src, dst = edge_index[0], edge_index[1]
     keys = torch.unique(torch.cat([dst * n + src, src * n + dst]))
     return torch.stack([keys % n, keys // n])
+
+
+# --------------------------------------------------------------------------- TU graph collections
+
+TU_DATASETS = {  # our name: (TU name, description)
+    "imdb-binary": ("IMDB-BINARY", "Graph classification: 1,000 movie ego-networks, 2 genres (PyG TUDataset; <1 MB)"),
+    "proteins": ("PROTEINS", "Graph classification: 1,113 proteins, enzyme or not (PyG TUDataset; ~1 MB)"),
+    "mutag": ("MUTAG", "Graph classification: 188 molecules, mutagenic or not (PyG TUDataset; <1 MB)"),
+}
+TU_DEFAULTS = {"download": True, "max_degree": 135}  # IMDB-BINARY's largest degree
+
+
+def _tu_loader(name: str):
+    def load(config: DatasetConfig, seed: int) -> GraphCollection:
+        return load_tu(name, config, seed)
+
+    return load
+
+
+def load_tu(name: str, config: DatasetConfig, seed: int) -> GraphCollection:
+    opts = options(config, TU_DEFAULTS)
+    if opts["max_degree"] < 1:
+        raise ConfigError(f"dataset.options.max_degree={opts['max_degree']} must be >= 1.")
+    try:
+        from torch_geometric.datasets import TUDataset
+    except ImportError:
+        raise BackendUnavailableError(f"Dataset '{name}' needs torch_geometric: pip install 'gnnbridge[pyg]'.") from None
+    tu_name = TU_DATASETS[name][0]
+    root = data_root(config) / "TU"
+    folder = root / tu_name
+    raw = [folder / "raw" / f"{tu_name}_{part}.txt" for part in ("A", "graph_indicator", "graph_labels")]
+    require_files(name, folder, [p for p in raw if not p.is_file()], opts["download"], asks=False)
+    with reader(name, folder):
+        dataset = TUDataset(str(root), tu_name)
+        graphs = [dataset.get(i) for i in range(len(dataset))]
+    return tu_collection(name, folder, graphs, dataset.num_classes, opts["max_degree"], seed)
+
+
+def tu_collection(name: str, folder: Path, graphs: list, num_classes: int, max_degree: int,
+                  seed: int) -> GraphCollection:
+    """One packed collection from PyG's per-graph ``Data`` (local node ids per graph)."""
+    sizes = torch.tensor([g.num_nodes for g in graphs], dtype=torch.int64)
+    node_ptr = torch.cat([torch.zeros(1, dtype=torch.int64), sizes.cumsum(0)])
+    edge_index = torch.cat([g.edge_index + node_ptr[i] for i, g in enumerate(graphs)], dim=1)
+    if graphs[0].x is not None:
+        x = torch.cat([g.x for g in graphs]).float()
+    else:  # no node features: one-hot degree, capped
+        degree = torch.bincount(edge_index[1], minlength=int(node_ptr[-1])).clamp(max=max_degree)
+        x = torch.nn.functional.one_hot(degree, max_degree + 1).float()
+    y = torch.cat([g.y.view(-1) for g in graphs]).long()
+    try:
+        return GraphCollection.from_edges(x, edge_index, node_ptr, y, num_classes=num_classes, seed=seed, name=name)
+    except DataError as exc:
+        raise DataError(f"Dataset '{name}' in '{folder}': {exc}") from None

@@ -8,10 +8,12 @@ from typing import Any
 import torch
 
 from gnnbridge.backends.dgl.compat import compat_note, import_dgl
-from gnnbridge.core.config import ModelSpec, SamplerKind
+from gnnbridge.core.collection import GraphCollection, PackedGraphs
+from gnnbridge.core.config import ModelSpec, SamplerKind, Task
 from gnnbridge.core.data import GraphData
 from gnnbridge.core.errors import BackendUnavailableError
-from gnnbridge.core.interfaces import Backend, CoreSampler, GNNModel, GraphStore, Sampler
+from gnnbridge.core.interfaces import (Backend, CorePacker, CoreSampler, GNNModel, GraphClassifier, GraphStore,
+                                       Sampler)
 from gnnbridge.core.graphops import layer_bounds
 from gnnbridge.core.sampling import SampledSubgraph
 
@@ -24,6 +26,20 @@ class DglGraphStore(GraphStore):
         dgl = import_dgl()
         eids = torch.arange(data.num_edges)  # CSC position == edge id, as in the core records
         self._native = dgl.graph(("csc", (data.indptr, data.indices, eids)), num_nodes=data.num_nodes)
+
+    @property
+    def native(self):
+        return self._native
+
+
+class DglCollectionStore(GraphStore):
+    """Per-graph ``DGLGraph`` views of a shared :class:`GraphCollection` (built on first use)."""
+
+    def __init__(self, data: GraphCollection):
+        super().__init__(data)
+        from gnnbridge.backends.dgl.graphs import GraphViews
+
+        self._native = GraphViews(data)
 
     @property
     def native(self):
@@ -65,8 +81,29 @@ class DglBackend(Backend):
                 "install a CUDA build of DGL from DGL's wheel index."
             ) from None
 
+    def tasks(self) -> tuple[Task, ...]:
+        return (Task.NODE, Task.GRAPH)
+
     def graph_store(self, data: GraphData) -> GraphStore:
         return DglGraphStore(data)
+
+    def collection_store(self, data: GraphCollection) -> GraphStore:
+        return DglCollectionStore(data)
+
+    def collection_sampler(self, store: GraphStore, kind: SamplerKind) -> Sampler:
+        if kind is SamplerKind.CORE:
+            return CorePacker(store, self.from_packed)
+        from gnnbridge.backends.dgl.graphs import DglGraphLoader
+
+        return DglGraphLoader(store, self.from_packed)
+
+    def from_packed(self, packed: PackedGraphs) -> Any:
+        dgl = import_dgl()
+        graph = dgl.graph((packed.edge_index[0], packed.edge_index[1]), num_nodes=packed.node.numel())
+        graph.set_batch_num_nodes(packed.num_nodes)
+        graph.set_batch_num_edges(packed.num_edges)
+        graph.ndata[dgl.NID] = packed.node
+        return graph
 
     def sampler(self, store: GraphStore, fanouts: list[int], kind: SamplerKind) -> Sampler:
         if kind is SamplerKind.CORE:
@@ -75,7 +112,11 @@ class DglBackend(Backend):
 
         return DglNeighborSampler(store, fanouts)
 
-    def _model(self, spec: ModelSpec, in_dim: int, out_dim: int) -> GNNModel:
+    def _model(self, spec: ModelSpec, in_dim: int, out_dim: int) -> GNNModel | GraphClassifier:
+        if spec.arch == "gin":
+            from gnnbridge.backends.dgl.graphs import DglGIN
+
+            return DglGIN(spec, in_dim, out_dim)
         from gnnbridge.backends.dgl.models import DglGNN
 
         return DglGNN(spec, in_dim, out_dim)
@@ -99,4 +140,6 @@ class DglBackend(Backend):
     def graph_to(self, graph: Any, device: torch.device) -> Any:
         if device.type == "cpu":
             return graph
-        return [block.to(device) for block in graph]
+        if isinstance(graph, list):  # blocks of a sampled node batch
+            return [block.to(device) for block in graph]
+        return graph.to(device)  # a batched graph of a graph task

@@ -7,10 +7,12 @@ from typing import Any
 
 import torch
 
-from gnnbridge.core.config import ModelSpec, SamplerKind
+from gnnbridge.core.collection import GraphCollection, PackedGraphs
+from gnnbridge.core.config import ModelSpec, SamplerKind, Task
 from gnnbridge.core.data import GraphData
 from gnnbridge.core.errors import BackendUnavailableError
-from gnnbridge.core.interfaces import Backend, CoreSampler, GNNModel, GraphStore, Sampler
+from gnnbridge.core.interfaces import (Backend, CorePacker, CoreSampler, GNNModel, GraphClassifier, GraphStore,
+                                       Sampler)
 from gnnbridge.core.sampling import SampledSubgraph
 
 
@@ -22,6 +24,20 @@ class PygGraphStore(GraphStore):
         from torch_geometric.data import Data
 
         self._native = Data(edge_index=data.edge_index, num_nodes=data.num_nodes)
+
+    @property
+    def native(self):
+        return self._native
+
+
+class PygCollectionStore(GraphStore):
+    """Per-graph ``Data`` views of a shared :class:`GraphCollection` (what PyG's loader reads)."""
+
+    def __init__(self, data: GraphCollection):
+        super().__init__(data)
+        from gnnbridge.backends.pyg.graphs import GraphViews
+
+        self._native = GraphViews(data)
 
     @property
     def native(self):
@@ -58,8 +74,28 @@ class PygBackend(Backend):
         return ("sampler.kind=native: PyG's NeighborLoader needs pyg-lib or torch-sparse, and neither is "
                 "installed; use sampler.kind=core or auto")
 
+    def tasks(self) -> tuple[Task, ...]:
+        return (Task.NODE, Task.GRAPH)
+
     def graph_store(self, data: GraphData) -> GraphStore:
         return PygGraphStore(data)
+
+    def collection_store(self, data: GraphCollection) -> GraphStore:
+        return PygCollectionStore(data)
+
+    def collection_sampler(self, store: GraphStore, kind: SamplerKind) -> Sampler:
+        if kind is SamplerKind.CORE:
+            return CorePacker(store, self.from_packed)
+        from gnnbridge.backends.pyg.graphs import PygGraphLoader
+
+        return PygGraphLoader(store, self.from_packed)
+
+    def from_packed(self, packed: PackedGraphs) -> Any:
+        from torch_geometric.data import Batch
+
+        ptr = torch.cat([packed.num_nodes.new_zeros(1), packed.num_nodes.cumsum(0)])
+        return Batch(edge_index=packed.edge_index, batch=packed.batch, ptr=ptr, n_id=packed.node,
+                     graph_id=packed.graph_ids, num_nodes=packed.node.numel())
 
     def sampler(self, store: GraphStore, fanouts: list[int], kind: SamplerKind) -> Sampler:
         if kind is SamplerKind.CORE or self.sampler_unavailable(SamplerKind.NATIVE) is not None:
@@ -71,7 +107,11 @@ class PygBackend(Backend):
 
         return PygNeighborLoaderSampler(store, fanouts)
 
-    def _model(self, spec: ModelSpec, in_dim: int, out_dim: int) -> GNNModel:
+    def _model(self, spec: ModelSpec, in_dim: int, out_dim: int) -> GNNModel | GraphClassifier:
+        if spec.arch == "gin":
+            from gnnbridge.backends.pyg.graphs import PygGIN
+
+            return PygGIN(spec, in_dim, out_dim)
         from gnnbridge.backends.pyg.models import PygGNN
 
         return PygGNN(spec, in_dim, out_dim)

@@ -1,0 +1,57 @@
+"""GIN for graph classification, with every parameter owned by core.
+
+The Graph Isomorphism Network (Xu et al., ICLR 2019), as DGL's multi-GPU graph-classification
+tutorial builds it: each layer sums the in-neighbours' states onto the node's own
+(``h + sum_{u->v} h_u``, epsilon fixed at 0), runs an MLP (Linear, BatchNorm, ReLU, Linear),
+then BatchNorm and ReLU. The readout pools the input features and every layer's output
+(``model.pooling``: sum or mean), maps each through its own linear head, applies dropout and sums
+the class scores, so shallow and deep structure both reach the prediction.
+
+Only the neighbour sum and the pooling are library calls (PyG's or DGL's ``GINConv`` without an
+inner network, and their global pooling); a backend fills in :meth:`GIN.aggregate` and
+:meth:`GIN.readout`. So the parameters have the same names and shapes on every backend by
+construction, and a state dict trained on one backend loads into the other unchanged.
+"""
+from __future__ import annotations
+
+from abc import abstractmethod
+from typing import Any
+
+import torch
+from torch import nn
+
+from gnnbridge.core.config import ModelSpec
+from gnnbridge.core.interfaces import GraphClassifier
+
+
+def gin_mlp(in_dim: int, hidden: int) -> nn.Sequential:
+    # No linear biases: each Linear feeds a BatchNorm, whose shift does that job.
+    return nn.Sequential(nn.Linear(in_dim, hidden, bias=False), nn.BatchNorm1d(hidden), nn.ReLU(),
+                         nn.Linear(hidden, hidden, bias=False))
+
+
+class GIN(GraphClassifier):
+    def __init__(self, spec: ModelSpec, in_dim: int, out_dim: int):
+        super().__init__()
+        self.spec = spec
+        widths = [in_dim] + [spec.hidden] * spec.layers
+        self.mlps = nn.ModuleList(gin_mlp(widths[i], spec.hidden) for i in range(spec.layers))
+        self.norms = nn.ModuleList(nn.BatchNorm1d(spec.hidden) for _ in range(spec.layers))
+        self.heads = nn.ModuleList(nn.Linear(w, out_dim) for w in widths)
+        self.dropout = nn.Dropout(spec.dropout)
+
+    @abstractmethod
+    def aggregate(self, index: int, graph: Any, h: torch.Tensor) -> torch.Tensor:
+        """``h_v + sum of h_u over in-edges u -> v`` for every node of the batched graph."""
+
+    @abstractmethod
+    def readout(self, graph: Any, h: torch.Tensor) -> torch.Tensor:
+        """``[num_graphs, width]``: ``h`` pooled per graph by ``spec.pooling`` (sum or mean)."""
+
+    def forward(self, graph: Any, x: torch.Tensor) -> torch.Tensor:
+        states = [x]
+        h = x
+        for i in range(self.spec.layers):
+            h = torch.relu(self.norms[i](self.mlps[i](self.aggregate(i, graph, h))))
+            states.append(h)
+        return sum(self.dropout(head(self.readout(graph, s))) for head, s in zip(self.heads, states))
