@@ -23,3 +23,30 @@ def train_and_dump(ctx: DistContext, config: ExperimentConfig, data: GraphData, 
         },
         Path(out) / f"rank{ctx.rank}.pt",
     )
+
+
+def graph_batches_and_metrics(ctx: DistContext, backend_name: str, kind: str, data, batch_size: int, out: str) -> None:
+    """Record the graph batches a rank's loader yields for two epochs, and the metrics of an
+    untrained GIN evaluated over the val and test splits, to ``out/rank<r>.pt``."""
+    from gnnbridge.core.config import ModelSpec, SamplerKind
+    from gnnbridge.core.evaluation import GraphEvaluator
+    from gnnbridge.core.plugins import get_backend
+    from gnnbridge.core.sampling import epoch_batches
+
+    backend = get_backend(backend_name)
+    loader = backend.collection_sampler(backend.collection_store(data), SamplerKind(kind))
+    epochs = []
+    for epoch in range(2):
+        batches = epoch_batches(data.train_idx, batch_size, 0, epoch, ctx.rank, ctx.world_size)
+        epochs.append([(mb.seeds.clone(), mb.input_nodes.clone()) for mb in loader.loader(batches)])
+    torch.manual_seed(0)
+    model = backend.model(ModelSpec(arch="gin", hidden=8, layers=2), data.num_features, data.num_classes)
+    with torch.no_grad():  # BatchNorm statistics that differ a lot between ranks
+        model(*_some_batch(loader, data, ctx.rank))
+    metrics = GraphEvaluator(backend, data, ctx, 4, loader).evaluate(model, ("val", "test"))
+    torch.save({"epochs": epochs, "metrics": metrics}, Path(out) / f"rank{ctx.rank}.pt")
+
+
+def _some_batch(loader, data, rank: int):
+    mb = next(iter(loader.loader([data.train_idx[rank::2][:16]])))
+    return mb.graph, data.x[mb.input_nodes] * (1 + 4 * rank) + rank

@@ -67,3 +67,10 @@ def test_bad_yaml_file_is_one_line(tmp_path):
     path.write_text("model: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML at line"):
         resolve_config(str(path))
+
+
+def test_graph_task_needs_no_fanouts_and_checks_pooling():
+    config = from_dict({"task": "graph", "model": {"arch": "gin", "layers": 3, "pooling": "mean"}})
+    assert config.task.value == "graph" and config.sampler.fanouts == [10, 10]  # unused by graph tasks
+    with pytest.raises(ConfigError, match="model.pooling='max' is not supported"):
+        from_dict({"task": "graph", "model": {"pooling": "max"}})

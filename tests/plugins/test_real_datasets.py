@@ -162,3 +162,64 @@ def test_missing_ogb_package_names_the_install(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "ogb.nodeproppred", None)  # import now raises ImportError
     with pytest.raises(BackendUnavailableError, match="pip install ogb"):
         load("ogbn-arxiv", tmp_path)
+
+
+# --------------------------------------------------------------------------- TU collections
+
+
+def write_tu(folder, tu_name: str, node_labels: bool, num_graphs: int = 20):
+    """The raw TU layout PyG's TUDataset reads: 1-based node ids, one line per directed edge,
+    raw class labels (-1 / 1 here, as MUTAG ships them). Graph g is a cycle of 3 + g % 4 nodes
+    (both directions) whose label is whether its size is odd."""
+    raw = folder / tu_name / "raw"
+    raw.mkdir(parents=True)
+    edges, indicator, labels, kinds, start = [], [], [], [], 1
+    for g in range(num_graphs):
+        n = 3 + g % 4
+        for i in range(n):
+            a, b = start + i, start + (i + 1) % n
+            edges += [(a, b), (b, a)]
+        indicator += [g + 1] * n
+        kinds += [i % 3 for i in range(n)]
+        labels.append(1 if n % 2 else -1)
+        start += n
+    (raw / f"{tu_name}_A.txt").write_text("".join(f"{a}, {b}\n" for a, b in edges))
+    (raw / f"{tu_name}_graph_indicator.txt").write_text("".join(f"{g}\n" for g in indicator))
+    (raw / f"{tu_name}_graph_labels.txt").write_text("".join(f"{y}\n" for y in labels))
+    if node_labels:
+        (raw / f"{tu_name}_node_labels.txt").write_text("".join(f"{k}\n" for k in kinds))
+    return edges
+
+
+@pytest.mark.parametrize("name, tu_name, node_labels", [
+    ("imdb-binary", "IMDB-BINARY", False), ("proteins", "PROTEINS", True), ("mutag", "MUTAG", True),
+])
+def test_tu_datasets_are_read_by_pyg_into_a_collection(tmp_path, name, tu_name, node_labels):
+    edges = write_tu(tmp_path / "TU", tu_name, node_labels)
+    data = load(name, tmp_path, download=False, max_degree=3)
+    sizes = [3 + g % 4 for g in range(20)]
+    assert data.num_graphs == 20 and data.node_ptr.diff().tolist() == sizes
+    assert data.y.tolist() == [n % 2 for n in sizes]  # -1 / 1 became 0 / 1
+    assert edge_set(data.edge_index) == {(a - 1, b - 1) for a, b in edges}
+    if node_labels:  # one-hot node labels
+        assert data.num_features == 3 and data.x[:3].argmax(1).tolist() == [0, 1, 2]
+    else:  # one-hot degree (every node of a cycle has degree 2), capped at max_degree
+        assert data.num_features == 4 and bool((data.x.argmax(1) == 2).all())
+    assert [data.split(s).numel() for s in ("train", "val", "test")] == [16, 2, 2]
+
+
+def test_tu_dataset_without_files_and_no_download_is_one_line(tmp_path):
+    with pytest.raises(DataFileNotFoundError, match=r"Dataset 'mutag' is not in .*MUTAG'.*download: true"):
+        load("mutag", tmp_path, download=False)
+
+
+@pytest.mark.slow
+def test_gin_trains_on_a_tu_dataset_and_reports_roc_auc(tmp_path):
+    from gnnbridge.core.runner import run
+
+    write_tu(tmp_path / "TU", "MUTAG", node_labels=True, num_graphs=40)
+    results = run("mutag", backend="dgl", out=tmp_path / "run", progress=False,
+                  overrides=[f"dataset.root={tmp_path}", "dataset.options.download=false", "train.epochs=2",
+                             "train.batch_size=8"])
+    assert results["dataset"]["name"] == "mutag" and results["task"] == "graph"
+    assert 0.0 <= results["metrics"]["test_roc_auc"] <= 1.0
