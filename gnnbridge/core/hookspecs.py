@@ -28,7 +28,7 @@ def register_backends(register):
 def register_datasets(register):
     """Called once when plugins load. Call ``register(name, loader, description)``.
 
-    ``loader(config: DatasetConfig, seed: int) -> GraphData`` runs once, in the launching
+    ``loader(config: DatasetConfig, seed: int) -> GraphData`` (node tasks) or ``GraphCollection`` (graph tasks) runs once, in the launching
     process; it must validate its inputs and raise ``DataError`` / ``ConfigError`` with one line.
     """
 
