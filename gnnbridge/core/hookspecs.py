@@ -28,8 +28,9 @@ def register_backends(register):
 def register_datasets(register):
     """Called once when plugins load. Call ``register(name, loader, description)``.
 
-    ``loader(config: DatasetConfig, seed: int) -> GraphData`` (node tasks) or ``GraphCollection`` (graph tasks) runs once, in the launching
-    process; it must validate its inputs and raise ``DataError`` / ``ConfigError`` with one line.
+    ``loader(config: DatasetConfig, seed: int)`` returns a ``GraphData`` (node tasks) or a
+    ``GraphCollection`` (graph tasks). It runs once, in the launching process; it must validate
+    its inputs and raise ``DataError`` / ``ConfigError`` with one line.
     """
 
 
