@@ -10,14 +10,17 @@ Subclass :class:`BackendConformance` in a pytest file and name your backend::
 Each test checks a promise the training loop relies on: one batch per seed tensor with the
 seeds first, reproducible sampling, layer-wise inference equal to a full forward pass, weights
 that mean the same thing as on the reference backend (ported weights, same logits), and a
-model that learns. Fanout order is backend-specific and tested with each backend.
+model that learns. Fanout order is backend-specific and tested with each backend. A backend
+that lists ``Task.GRAPH`` in ``tasks()`` is also held to the graph-classification promises
+(the ``test_graph_*`` tests; skipped otherwise).
 """
 from __future__ import annotations
 
 import pytest
 import torch
 
-from gnnbridge.core.config import ModelSpec, SamplerKind
+from gnnbridge.core.collection import GraphCollection, pack
+from gnnbridge.core.config import ModelSpec, SamplerKind, Task
 from gnnbridge.core.data import GraphData
 from gnnbridge.core.interfaces import ARCHITECTURES, Backend
 from gnnbridge.core.plugins import backends
@@ -139,6 +142,67 @@ class BackendConformance:
                 losses.append(float(loss))
         assert losses[-1] < 0.5 * losses[0]
 
+    # ------------------------------------------------------------------ graph tasks
+
+    @pytest.fixture(scope="class")
+    def graphs(self, backend) -> GraphCollection:
+        if Task.GRAPH not in backend.tasks():
+            pytest.skip(f"backend {self.backend_name} does not train graph tasks")
+        return small_collection()
+
+    @pytest.mark.parametrize("kind", [SamplerKind.AUTO, SamplerKind.CORE])
+    def test_graph_loader_yields_the_requested_graphs_in_order(self, backend, graphs, kind) -> None:
+        loader = backend.collection_sampler(backend.collection_store(graphs), kind)
+        batches = [torch.tensor([5, 2, 40]), torch.tensor([], dtype=torch.int64), torch.tensor([7])]
+        out = list(loader.loader(batches))
+        assert len(out) == 3  # the empty batch too: DDP needs every rank to step
+        for mb, ids in zip(out, batches):
+            assert torch.equal(mb.seeds, ids)
+            assert torch.equal(mb.input_nodes, pack(graphs, ids).node)
+
+    @pytest.mark.parametrize("pooling", ["sum", "mean"])
+    def test_graph_loaders_native_and_core_give_the_same_logits(self, backend, graphs, pooling) -> None:
+        store = backend.collection_store(graphs)
+        model = self._gin(backend, graphs, pooling).eval()
+        outputs = []
+        for kind in (SamplerKind.NATIVE, SamplerKind.CORE):
+            (mb,) = backend.collection_sampler(store, kind).loader([graphs.test_idx])
+            with torch.no_grad():
+                outputs.append(model(mb.graph, graphs.x[mb.input_nodes]))
+        assert outputs[0].shape == (graphs.test_idx.numel(), graphs.num_classes)
+        torch.testing.assert_close(outputs[0], outputs[1])
+
+    @pytest.mark.parametrize("pooling", ["sum", "mean"])
+    def test_graph_gin_with_the_reference_weights_gives_its_logits(self, backend, graphs, pooling) -> None:
+        """One neutral GIN: identical parameter names and shapes, and the same function of them
+        (self-loops included), so a state dict moves between backends unchanged."""
+        reference = backends.get(REFERENCE_BACKEND)
+        ref_model, mine = self._gin(reference, graphs, pooling, seed=0), self._gin(backend, graphs, pooling, seed=1)
+        shapes = {k: v.shape for k, v in ref_model.neutral_parameters().items()}
+        assert shapes == {k: v.shape for k, v in mine.neutral_parameters().items()}
+        train = pack(graphs, graphs.train_idx)  # one step's BatchNorm statistics, in the reference only
+        ref_model(reference.from_packed(train), graphs.x[train.node])
+        mine.load_state_dict(ref_model.state_dict())
+        packed = pack(graphs, graphs.val_idx)
+        x = graphs.x[packed.node]
+        with torch.no_grad():
+            expected = ref_model.eval()(reference.from_packed(packed), x)
+            torch.testing.assert_close(mine.eval()(backend.from_packed(packed), x), expected)
+
+    def test_graph_gin_on_an_empty_batch_gives_no_rows_and_gradients(self, backend, graphs) -> None:
+        model = self._gin(backend, graphs).train()
+        packed = pack(graphs, torch.tensor([], dtype=torch.int64))
+        logits = model(backend.from_packed(packed), graphs.x[packed.node])
+        assert logits.shape == (0, graphs.num_classes)
+        torch.nn.functional.cross_entropy(logits, torch.zeros(0, dtype=torch.int64), reduction="sum").backward()
+        assert all(p.grad is not None for p in model.parameters())
+
+    @staticmethod
+    def _gin(backend: Backend, graphs: GraphCollection, pooling: str = "sum", seed: int = 0):
+        torch.manual_seed(seed)
+        spec = ModelSpec(arch="gin", hidden=16, layers=3, pooling=pooling, dropout=0.0)
+        return backend.model(spec, graphs.num_features, graphs.num_classes)
+
     @staticmethod
     def _model(backend: Backend, data: GraphData, arch: str, layers: int = 2):
         spec = ModelSpec(arch=arch, hidden=8, layers=layers, heads=2, dropout=0.0)
@@ -149,3 +213,14 @@ def with_some_self_loops(data: GraphData) -> GraphData:
     loops = torch.arange(0, data.num_nodes, 3).repeat(2, 1)
     edges = torch.cat([data.edge_index, loops], dim=1)
     return GraphData.from_edges(edges, data.x, data.y, data.train_idx, data.val_idx, data.test_idx, data.num_classes)
+
+
+def small_collection() -> GraphCollection:
+    """60 small graphs with random features and a self-loop on every fifth node."""
+    from gnnbridge.plugins.datasets import family_graphs
+
+    base = family_graphs(60, 6, 14, seed=0)
+    loops = torch.arange(0, base.num_nodes, 5).repeat(2, 1)
+    x = torch.randn(base.num_nodes, 5, generator=torch.Generator().manual_seed(0))
+    return GraphCollection.from_edges(x, torch.cat([base.edge_index, loops], dim=1), base.node_ptr, base.y,
+                                      (base.train_idx, base.val_idx, base.test_idx), base.num_classes)
