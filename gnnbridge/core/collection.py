@@ -14,11 +14,11 @@ loop over graphs). Backends either convert such a packed batch to their native b
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 
-from gnnbridge.core.data import check_disjoint_splits, check_ids, check_tensor, random_split
+from gnnbridge.core.data import LabelledRecord, check_ids, check_tensor, random_split
 from gnnbridge.core.errors import DataError
 
 # Graph classification's customary split (the DGL GIN tutorial's 80/10/10).
@@ -26,7 +26,7 @@ GRAPH_SPLIT = (0.8, 0.1)
 
 
 @dataclass
-class GraphCollection:
+class GraphCollection(LabelledRecord):
     """Many graphs, one label each, with splits over graphs.
 
     Fields:
@@ -58,21 +58,6 @@ class GraphCollection:
     @property
     def num_graphs(self) -> int:
         return int(self.node_ptr.numel() - 1)
-
-    @property
-    def num_nodes(self) -> int:
-        return int(self.x.shape[0])
-
-    @property
-    def num_edges(self) -> int:
-        return int(self.edge_index.shape[1])
-
-    @property
-    def num_features(self) -> int:
-        return int(self.x.shape[1])
-
-    def split(self, name: str) -> torch.Tensor:
-        return {"train": self.train_idx, "val": self.val_idx, "test": self.test_idx}[name]
 
     def graph_of(self, nodes: torch.Tensor) -> torch.Tensor:
         """The graph that owns each node id."""
@@ -124,19 +109,7 @@ class GraphCollection:
             raise DataError(f"y has {self.y.shape[0]} labels but node_ptr describes {g} graphs; give one label per graph.")
         check_ids("edge_index", self.edge_index, n)
         self._check_edges_stay_inside()
-        if self.num_classes < 2:
-            raise DataError(f"num_classes={self.num_classes}; graph classification needs at least 2 classes.")
-        if int(self.y.min()) < 0 or int(self.y.max()) >= self.num_classes:
-            raise DataError(
-                f"y holds labels in [{int(self.y.min())}, {int(self.y.max())}] but num_classes={self.num_classes}; "
-                "labels must be in [0, num_classes)."
-            )
-        if not bool(torch.isfinite(self.x).all()):
-            bad = int((~torch.isfinite(self.x)).any(dim=1).nonzero()[0])
-            raise DataError(f"x holds NaN or inf values (first at node {bad}); clean the features first.")
-        for name in ("train", "val", "test"):
-            check_tensor(f"{name}_idx", self.split(name), torch.int64, ndim=1)
-        check_disjoint_splits(self, g)
+        self._check_labels_features_splits(g)
 
     def _check_edges_stay_inside(self) -> None:
         src, dst = self.edge_index
@@ -155,16 +128,6 @@ class GraphCollection:
         if self.edge_ptr.shape != self.node_ptr.shape or not torch.equal(self.edge_ptr, expected):
             raise DataError("edge_ptr does not match edge_index and node_ptr; build the record with GraphCollection.from_edges.")
 
-    # ------------------------------------------------------------------ placement
-
-    def share_memory_(self) -> "GraphCollection":
-        """Move every tensor to shared memory in place, so spawned ranks attach without a copy."""
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, torch.Tensor):
-                value.share_memory_()
-        return self
-
     def summary(self) -> dict:
         return {
             "name": self.name,
@@ -173,9 +136,7 @@ class GraphCollection:
             "num_edges": self.num_edges,
             "num_features": self.num_features,
             "num_classes": self.num_classes,
-            "train": int(self.train_idx.numel()),
-            "val": int(self.val_idx.numel()),
-            "test": int(self.test_idx.numel()),
+            **self._split_sizes(),
         }
 
 

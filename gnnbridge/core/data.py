@@ -23,8 +23,57 @@ import torch
 from gnnbridge.core.errors import DataError
 
 
+class LabelledRecord:
+    """What the node and graph records share: ``x`` (one row per node), ``edge_index``, labels
+    ``y`` (one per ``item_name``: node or graph), ``train_idx`` / ``val_idx`` / ``test_idx`` over
+    those items, ``num_classes``; and moving all of it to shared memory."""
+
+    item_name = "item"
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.x.shape[0])
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.edge_index.shape[1])
+
+    @property
+    def num_features(self) -> int:
+        return int(self.x.shape[1])
+
+    def split(self, name: str) -> torch.Tensor:
+        return {"train": self.train_idx, "val": self.val_idx, "test": self.test_idx}[name]
+
+    def share_memory_(self):
+        """Move every tensor to shared memory in place, so spawned ranks attach without a copy."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, torch.Tensor):
+                value.share_memory_()
+        return self
+
+    def _check_labels_features_splits(self, num_items: int) -> None:
+        if self.num_classes < 2:
+            raise DataError(f"num_classes={self.num_classes}; {self.item_name} classification needs at least 2 classes.")
+        if int(self.y.min()) < 0 or int(self.y.max()) >= self.num_classes:
+            raise DataError(
+                f"y holds labels in [{int(self.y.min())}, {int(self.y.max())}] but num_classes={self.num_classes}; "
+                "labels must be in [0, num_classes)."
+            )
+        if not bool(torch.isfinite(self.x).all()):
+            bad = int((~torch.isfinite(self.x)).any(dim=1).nonzero()[0])
+            raise DataError(f"x holds NaN or inf values (first at node {bad}); clean the features first.")
+        for name in ("train", "val", "test"):
+            check_tensor(f"{name}_idx", self.split(name), torch.int64, ndim=1)
+        check_disjoint_splits(self, num_items)
+
+    def _split_sizes(self) -> dict[str, int]:
+        return {name: int(self.split(name).numel()) for name in ("train", "val", "test")}
+
+
 @dataclass
-class GraphData:
+class GraphData(LabelledRecord):
     """One graph for node classification, with its splits.
 
     Fields:
@@ -53,24 +102,9 @@ class GraphData:
         self.validate()
 
     @property
-    def num_nodes(self) -> int:
-        return int(self.x.shape[0])
-
-    @property
-    def num_edges(self) -> int:
-        return int(self.edge_index.shape[1])
-
-    @property
-    def num_features(self) -> int:
-        return int(self.x.shape[1])
-
-    @property
     def indices(self) -> torch.Tensor:
         """CSC neighbour ids (sources), a view of ``edge_index[0]``."""
         return self.edge_index[0]
-
-    def split(self, name: str) -> torch.Tensor:
-        return {"train": self.train_idx, "val": self.val_idx, "test": self.test_idx}[name]
 
     # ------------------------------------------------------------------ construction
 
@@ -120,29 +154,7 @@ class GraphData:
         if self.indptr.shape[0] != n + 1 or int(self.indptr[-1]) != self.num_edges:
             raise DataError(f"indptr must have N+1={n + 1} entries ending at E={self.num_edges}.")
         check_ids("edge_index", self.edge_index, n)
-        if self.num_classes < 2:
-            raise DataError(f"num_classes={self.num_classes}; node classification needs at least 2 classes.")
-        if int(self.y.min()) < 0 or int(self.y.max()) >= self.num_classes:
-            raise DataError(
-                f"y holds labels in [{int(self.y.min())}, {int(self.y.max())}] but num_classes={self.num_classes}; "
-                "labels must be in [0, num_classes)."
-            )
-        if not bool(torch.isfinite(self.x).all()):
-            bad = int((~torch.isfinite(self.x)).any(dim=1).nonzero()[0])
-            raise DataError(f"x holds NaN or inf values (first at node {bad}); clean the features first.")
-        for name in ("train", "val", "test"):
-            check_tensor(f"{name}_idx", self.split(name), torch.int64, ndim=1)
-        check_disjoint_splits(self, n)
-
-    # ------------------------------------------------------------------ placement
-
-    def share_memory_(self) -> "GraphData":
-        """Move every tensor to shared memory in place, so spawned ranks attach without a copy."""
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, torch.Tensor):
-                value.share_memory_()
-        return self
+        self._check_labels_features_splits(n)
 
     def summary(self) -> dict:
         return {
@@ -151,9 +163,7 @@ class GraphData:
             "num_edges": self.num_edges,
             "num_features": self.num_features,
             "num_classes": self.num_classes,
-            "train": int(self.train_idx.numel()),
-            "val": int(self.val_idx.numel()),
-            "test": int(self.test_idx.numel()),
+            **self._split_sizes(),
         }
 
 

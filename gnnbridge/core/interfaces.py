@@ -73,6 +73,18 @@ class GraphStore(ABC):
         """The library object (``torch_geometric.data.Data``, ``dgl.DGLGraph`` ...)."""
 
 
+class CollectionStore(GraphStore):
+    """A graph collection with the backend's per-graph view of it (what its loader reads)."""
+
+    def __init__(self, data: GraphCollection, native: Any):
+        super().__init__(data)
+        self._native = native
+
+    @property
+    def native(self) -> Any:
+        return self._native
+
+
 class Sampler(ABC):
     """Turns lists of seed batches (chosen by core) into :class:`MiniBatch` objects.
 

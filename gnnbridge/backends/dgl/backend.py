@@ -12,8 +12,8 @@ from gnnbridge.core.collection import GraphCollection, PackedGraphs
 from gnnbridge.core.config import ModelSpec, SamplerKind, Task
 from gnnbridge.core.data import GraphData
 from gnnbridge.core.errors import BackendUnavailableError
-from gnnbridge.core.interfaces import (Backend, CorePacker, CoreSampler, GNNModel, GraphClassifier, GraphStore,
-                                       Sampler)
+from gnnbridge.core.interfaces import (Backend, CollectionStore, CorePacker, CoreSampler, GNNModel,
+                                       GraphClassifier, GraphStore, Sampler)
 from gnnbridge.core.graphops import layer_bounds
 from gnnbridge.core.sampling import SampledSubgraph
 
@@ -26,20 +26,6 @@ class DglGraphStore(GraphStore):
         dgl = import_dgl()
         eids = torch.arange(data.num_edges)  # CSC position == edge id, as in the core records
         self._native = dgl.graph(("csc", (data.indptr, data.indices, eids)), num_nodes=data.num_nodes)
-
-    @property
-    def native(self):
-        return self._native
-
-
-class DglCollectionStore(GraphStore):
-    """Per-graph ``DGLGraph`` views of a shared :class:`GraphCollection` (built on first use)."""
-
-    def __init__(self, data: GraphCollection):
-        super().__init__(data)
-        from gnnbridge.backends.dgl.graphs import GraphViews
-
-        self._native = GraphViews(data)
 
     @property
     def native(self):
@@ -88,7 +74,9 @@ class DglBackend(Backend):
         return DglGraphStore(data)
 
     def collection_store(self, data: GraphCollection) -> GraphStore:
-        return DglCollectionStore(data)
+        from gnnbridge.backends.dgl.graphs import GraphViews
+
+        return CollectionStore(data, GraphViews(data))
 
     def collection_sampler(self, store: GraphStore, kind: SamplerKind) -> Sampler:
         if kind is SamplerKind.CORE:

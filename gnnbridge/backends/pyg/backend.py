@@ -11,8 +11,8 @@ from gnnbridge.core.collection import GraphCollection, PackedGraphs
 from gnnbridge.core.config import ModelSpec, SamplerKind, Task
 from gnnbridge.core.data import GraphData
 from gnnbridge.core.errors import BackendUnavailableError
-from gnnbridge.core.interfaces import (Backend, CorePacker, CoreSampler, GNNModel, GraphClassifier, GraphStore,
-                                       Sampler)
+from gnnbridge.core.interfaces import (Backend, CollectionStore, CorePacker, CoreSampler, GNNModel,
+                                       GraphClassifier, GraphStore, Sampler)
 from gnnbridge.core.sampling import SampledSubgraph
 
 
@@ -24,20 +24,6 @@ class PygGraphStore(GraphStore):
         from torch_geometric.data import Data
 
         self._native = Data(edge_index=data.edge_index, num_nodes=data.num_nodes)
-
-    @property
-    def native(self):
-        return self._native
-
-
-class PygCollectionStore(GraphStore):
-    """Per-graph ``Data`` views of a shared :class:`GraphCollection` (what PyG's loader reads)."""
-
-    def __init__(self, data: GraphCollection):
-        super().__init__(data)
-        from gnnbridge.backends.pyg.graphs import GraphViews
-
-        self._native = GraphViews(data)
 
     @property
     def native(self):
@@ -81,7 +67,9 @@ class PygBackend(Backend):
         return PygGraphStore(data)
 
     def collection_store(self, data: GraphCollection) -> GraphStore:
-        return PygCollectionStore(data)
+        from gnnbridge.backends.pyg.graphs import GraphViews
+
+        return CollectionStore(data, GraphViews(data))
 
     def collection_sampler(self, store: GraphStore, kind: SamplerKind) -> Sampler:
         if kind is SamplerKind.CORE:

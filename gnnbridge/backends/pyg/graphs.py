@@ -42,7 +42,7 @@ class PygGraphLoader(LibraryGraphLoader):
     def _library_loader(self, batches: list[list[int]]) -> Iterable[MiniBatch]:
         from torch_geometric.loader import DataLoader
 
-        for batch in DataLoader(GraphViews(self.store.data), batch_sampler=batches):
+        for batch in DataLoader(self.store.native, batch_sampler=batches):
             yield MiniBatch(batch.graph_id, batch.n_id, batch)
 
 
