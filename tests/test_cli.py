@@ -136,6 +136,8 @@ def test_train_gin_on_a_graph_collection_npz(tmp_path):
     assert proc.returncode == 0, proc.stderr
     results = json.loads((out / "results.json").read_text())
     assert results["task"] == "graph" and results["sampler"] == "PygGraphLoader"
+    assert results["experiment"] == "graphs"  # named after the file, not the default experiment
+    assert "graphs on pyg (2 x cpu)" in proc.stdout
     assert results["dataset"]["num_graphs"] == 90 and results["dataset"]["train"] == 72  # seeded 80/10/10
     assert {"test_acc", "test_macro_f1"} <= set(results["metrics"])
     assert (out / "curves.png").exists()

@@ -52,6 +52,9 @@ def resolve_config(
         data = _experiment_dict(experiment)
     if dataset is not None:
         data = {**data, "dataset": _dataset_section(dataset)}
+        if experiment is None:  # the default experiment's name would mislabel this run
+            data = {k: v for k, v in data.items() if k != "description"}
+            data["name"] = Path(dataset).stem
     data = cfgmod.apply_overrides(data, list(overrides))
     flags = {"backend": backend, "nproc": nproc, "device": device}
     data = {**data, **{k: v for k, v in flags.items() if v is not None}}

@@ -17,38 +17,41 @@ from gnnbridge.core.interfaces import LibraryGraphLoader, MiniBatch
 class GraphViews(torch.utils.data.Dataset):
     """``(DGLGraph, g)`` for graph ``g`` of the shared collection, as the tutorial's dataset
     yields ``(graph, label)``; nodes carry their collection ids in ``ndata[dgl.NID]`` (core
-    gathers features). Graphs are built on first use and kept: a ``DGLGraph`` costs far more
-    to create than a PyG ``Data``, and every epoch reads every training graph again."""
+    gathers features). The graphs are built once, when the rank sets up (as the tutorial
+    builds its dataset before training): a ``DGLGraph`` costs far more to create than to batch.
+    """
 
     def __init__(self, data: GraphCollection):
-        self.data = data
-        self._graphs: list = [None] * data.num_graphs
+        dgl = import_dgl()
+        node_ptr, edge_ptr = data.node_ptr.tolist(), data.edge_ptr.tolist()
+        self.items = []
+        for g in range(data.num_graphs):
+            src, dst = data.edge_index[:, edge_ptr[g]:edge_ptr[g + 1]] - node_ptr[g]
+            graph = dgl.graph((src, dst), num_nodes=node_ptr[g + 1] - node_ptr[g])
+            graph.ndata[dgl.NID] = torch.arange(node_ptr[g], node_ptr[g + 1])
+            self.items.append((graph, g))
 
     def __len__(self) -> int:
-        return self.data.num_graphs
+        return len(self.items)
 
     def __getitem__(self, g: int):
-        if self._graphs[g] is None:
-            dgl = import_dgl()
-            d = self.data
-            n0, n1 = int(d.node_ptr[g]), int(d.node_ptr[g + 1])
-            src, dst = d.edge_index[:, int(d.edge_ptr[g]):int(d.edge_ptr[g + 1])] - n0
-            graph = dgl.graph((src, dst), num_nodes=n1 - n0)
-            graph.ndata[dgl.NID] = torch.arange(n0, n1)
-            self._graphs[g] = graph
-        return self._graphs[g], g
+        return self.items[g]
 
 
 class DglGraphLoader(LibraryGraphLoader):
     """``dgl.dataloading.GraphDataLoader`` with core's batches as its ``batch_sampler`` (the
     equivalent of ``use_ddp=True`` + ``set_epoch``, with equal counts and no padding)."""
 
-    def _library_loader(self, batches: list[list[int]]) -> Iterable[MiniBatch]:
-        dgl = import_dgl()
-        from dgl.dataloading import GraphDataLoader
+    def __init__(self, store, to_native):
+        super().__init__(store, to_native)
+        self._nid = import_dgl().NID
+        from dgl.dataloading import GraphDataLoader  # imported at setup, not in epoch 1's time
 
-        for graph, graph_ids in GraphDataLoader(self.store.native, batch_sampler=batches):
-            yield MiniBatch(graph_ids, graph.ndata[dgl.NID], graph)
+        self._loader_class = GraphDataLoader
+
+    def _library_loader(self, batches: list[list[int]]) -> Iterable[MiniBatch]:
+        for graph, graph_ids in self._loader_class(self.store.native, batch_sampler=batches):
+            yield MiniBatch(graph_ids, graph.ndata[self._nid], graph)
 
 
 class DglGIN(GIN):
