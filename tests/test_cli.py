@@ -69,6 +69,7 @@ def test_train_on_an_npz_file_with_fanouts_override(tmp_path):
         (["--backend", "dlg"], ["Unknown backend 'dlg'", "Available: dgl, pyg"]),
         (["--set", "model.arch=gta"], ["Unknown model.arch 'gta'", "Available: gat, gcn, sage"]),
         (["--dataset", "reddt"], ["Unknown dataset 'reddt'", "synthetic"]),
+        (["--dataset", "IMDB-BINARY"], ["Unknown dataset 'IMDB-BINARY' (did you mean 'imdb-binary'?)"]),
         (["--set", "model.hiden=3"], ["did you mean 'hidden'"]),
         (["--set", "train.batch_size=0"], ["train.batch_size=0"]),
         (["--dataset", "missing.npz"], ["missing.npz' does not exist"]),

@@ -47,9 +47,12 @@ class RankFailedError(GnnBridgeError, RuntimeError):
 
 
 def did_you_mean(value: str, choices: Iterable[str]) -> str:
-    """Return `` (did you mean 'x'?)`` for the closest choice, or an empty string."""
-    close = difflib.get_close_matches(str(value), list(choices), n=1, cutoff=0.6)
-    return f" (did you mean '{close[0]}'?)" if close else ""
+    """Return `` (did you mean 'x'?)`` for the closest choice, or an empty string.
+
+    Case is ignored (``IMDB-BINARY`` finds ``imdb-binary``); the suggestion keeps the choice's own."""
+    by_lower = {c.lower(): c for c in choices}
+    close = difflib.get_close_matches(str(value).lower(), list(by_lower), n=1, cutoff=0.6)
+    return f" (did you mean '{by_lower[close[0]]}'?)" if close else ""
 
 
 def unknown_name(kind: str, value: str, choices: Iterable[str], fix: str = "") -> UnknownNameError:

@@ -92,7 +92,7 @@ class Sampler(ABC):
     decides neighbours. ``fanouts[i]`` is the count at hop ``i + 1`` from the seeds.
     """
 
-    def __init__(self, store: GraphStore, fanouts: list[int] = ()):
+    def __init__(self, store: GraphStore, fanouts: Iterable[int] = ()):
         self.store = store
         self.fanouts = list(fanouts)
 
