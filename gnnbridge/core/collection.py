@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gnnbridge.core.data import LabelledRecord, check_ids, check_tensor, random_split
+from gnnbridge.core.data import LabelledRecord, check_edge_index, check_ids, check_tensor, infer_num_classes, random_split
 from gnnbridge.core.errors import DataError
 
 # Graph classification's customary split (the DGL GIN tutorial's 80/10/10).
@@ -79,16 +79,13 @@ class GraphCollection(LabelledRecord):
     ) -> "GraphCollection":
         """Build from an unsorted edge list; without ``splits``, a seeded 80/10/10 split."""
         check_tensor("x", x, torch.float32, ndim=2)
-        check_tensor("edge_index", edge_index, torch.int64, ndim=2)
-        if edge_index.shape[0] != 2:
-            raise DataError(f"edge_index must have shape [2, E], got {list(edge_index.shape)}.")
+        check_edge_index(edge_index)
         check_ids("edge_index", edge_index, int(x.shape[0]))
         _check_node_ptr(node_ptr, int(x.shape[0]))
         edge_index = edge_index[:, torch.argsort(edge_index[1], stable=True)].contiguous()
         edge_ptr = torch.searchsorted(edge_index[1].contiguous(), node_ptr)
-        check_tensor("y", y, torch.int64, ndim=1)
         if num_classes is None:
-            num_classes = int(y.max()) + 1 if y.numel() else 0
+            num_classes = infer_num_classes(y)
         if splits is None:
             splits = random_split(int(node_ptr.numel() - 1), seed, GRAPH_SPLIT, unit="graph")
         return cls(x, edge_index, node_ptr, edge_ptr, y, *splits, num_classes=int(num_classes), name=name)
@@ -97,7 +94,7 @@ class GraphCollection(LabelledRecord):
 
     def validate(self) -> None:
         check_tensor("x", self.x, torch.float32, ndim=2)
-        check_tensor("edge_index", self.edge_index, torch.int64, ndim=2)
+        check_edge_index(self.edge_index)
         check_tensor("edge_ptr", self.edge_ptr, torch.int64, ndim=1)
         check_tensor("y", self.y, torch.int64, ndim=1)
         n = self.num_nodes

@@ -121,9 +121,7 @@ class GraphData(LabelledRecord):
         name: str = "graph",
     ) -> "GraphData":
         """Build from an unsorted edge list: checks ids, sorts by destination, builds ``indptr``."""
-        check_tensor("edge_index", edge_index, torch.int64, ndim=2)
-        if edge_index.shape[0] != 2:
-            raise DataError(f"edge_index must have shape [2, E], got {list(edge_index.shape)}.")
+        check_edge_index(edge_index)
         check_tensor("x", x, torch.float32, ndim=2)
         n = int(x.shape[0])
         check_ids("edge_index", edge_index, n)
@@ -134,13 +132,13 @@ class GraphData(LabelledRecord):
         indptr = torch.zeros(n + 1, dtype=torch.int64)
         torch.cumsum(counts, 0, out=indptr[1:])
         if num_classes is None:
-            num_classes = int(y.max()) + 1 if y.numel() else 0
+            num_classes = infer_num_classes(y)
         return cls(edge_index, indptr, x, y, train_idx, val_idx, test_idx, int(num_classes), name)
 
     # ------------------------------------------------------------------ invariants
 
     def validate(self) -> None:
-        check_tensor("edge_index", self.edge_index, torch.int64, ndim=2)
+        check_edge_index(self.edge_index)
         check_tensor("indptr", self.indptr, torch.int64, ndim=1)
         check_tensor("x", self.x, torch.float32, ndim=2)
         check_tensor("y", self.y, torch.int64, ndim=1)
@@ -174,6 +172,38 @@ def check_tensor(name: str, t: object, dtype: torch.dtype, ndim: int) -> None:
         raise DataError(f"{name} has dtype {str(t.dtype).replace('torch.', '')}; expected {str(dtype).replace('torch.', '')}.")
     if t.dim() != ndim:
         raise DataError(f"{name} has {t.dim()} dimensions (shape {list(t.shape)}); expected {ndim}.")
+
+
+def check_edge_index(edge_index: torch.Tensor) -> None:
+    check_tensor("edge_index", edge_index, torch.int64, ndim=2)
+    if edge_index.shape[0] != 2:
+        raise DataError(f"edge_index must have shape [2, E], got {list(edge_index.shape)}.")
+
+
+def infer_num_classes(y: torch.Tensor) -> int:
+    """The class count of labels that must be ``0 .. C-1``, every class present.
+
+    Labels are refused rather than guessed at: 1-based labels would otherwise add an empty
+    class 0 (and turn a binary task into a 3-class one without ROC-AUC), and one stray large
+    label would size every confusion matrix by it.
+    """
+    check_tensor("y", y, torch.int64, ndim=1)
+    if y.numel() == 0:
+        raise DataError("y is empty; give one label per node (or graph).")
+    if int(y.min()) < 0:
+        raise DataError(f"y holds the label {int(y.min())}; labels must be 0 .. C-1.")
+    present = torch.unique(y)
+    if present.numel() < 2:
+        raise DataError(f"y holds one class only ({int(present[0])}); classification needs at least 2 classes.")
+    num_classes = int(y.max()) + 1
+    if present.numel() != num_classes:
+        absent = sorted(set(range(num_classes)) - set(present.tolist()))
+        shown = ", ".join(map(str, absent[:5])) + (" ..." if len(absent) > 5 else "")
+        raise DataError(
+            f"y has labels up to {num_classes - 1} but no {shown}; labels must be 0 .. C-1 with every class "
+            "present (renumber them, e.g. numpy.unique(y, return_inverse=True)[1])."
+        )
+    return num_classes
 
 
 def check_ids(name: str, ids: torch.Tensor, n: int, unit: str = "node") -> None:

@@ -72,11 +72,14 @@ class DistContext:
         each forward; used before evaluation so all ranks score with one model."""
         if not self.distributed:
             return
+        comm_device = self._comm_device()
         for buffer in module.buffers():
-            comm = buffer.detach().to(self._comm_device())
-            dist.broadcast(comm, src=0)
-            if comm is not buffer:
-                buffer.detach().copy_(comm)
+            if buffer.device == comm_device:
+                dist.broadcast(buffer.data, src=0)
+            else:
+                comm = buffer.data.to(comm_device)
+                dist.broadcast(comm, src=0)
+                buffer.data.copy_(comm)
 
     def _comm_device(self) -> torch.device:
         return self.device if dist.get_backend() == "nccl" else torch.device("cpu")

@@ -18,15 +18,28 @@ from abc import abstractmethod
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from gnnbridge.core.config import ModelSpec
 from gnnbridge.core.interfaces import GraphClassifier
 
 
+class BatchNorm(nn.BatchNorm1d):
+    """BatchNorm over a batch's nodes that uses its running statistics when the batch has a
+    single node: batch statistics of one row are undefined and PyTorch raises, which a batch
+    holding one one-node graph would otherwise turn into a crashed rank."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training and x.shape[0] == 1:
+            return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
+                                training=False, eps=self.eps)
+        return super().forward(x)
+
+
 def gin_mlp(in_dim: int, hidden: int) -> nn.Sequential:
     # No linear biases: each Linear feeds a BatchNorm, whose shift does that job.
-    return nn.Sequential(nn.Linear(in_dim, hidden, bias=False), nn.BatchNorm1d(hidden), nn.ReLU(),
+    return nn.Sequential(nn.Linear(in_dim, hidden, bias=False), BatchNorm(hidden), nn.ReLU(),
                          nn.Linear(hidden, hidden, bias=False))
 
 
@@ -36,7 +49,7 @@ class GIN(GraphClassifier):
         self.spec = spec
         widths = [in_dim] + [spec.hidden] * spec.layers
         self.mlps = nn.ModuleList(gin_mlp(widths[i], spec.hidden) for i in range(spec.layers))
-        self.norms = nn.ModuleList(nn.BatchNorm1d(spec.hidden) for _ in range(spec.layers))
+        self.norms = nn.ModuleList(BatchNorm(spec.hidden) for _ in range(spec.layers))
         self.heads = nn.ModuleList(nn.Linear(w, out_dim) for w in widths)
         self.dropout = nn.Dropout(spec.dropout)
 

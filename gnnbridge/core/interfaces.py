@@ -24,7 +24,7 @@ registers and can say why in ``gnnbridge backends``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,14 +74,21 @@ class GraphStore(ABC):
 
 
 class CollectionStore(GraphStore):
-    """A graph collection with the backend's per-graph view of it (what its loader reads)."""
+    """A graph collection with the backend's per-graph view of it (what its loader reads).
 
-    def __init__(self, data: GraphCollection, native: Any):
+    The view is made on first use: core's packer never reads it, and building thousands of
+    per-graph library objects takes seconds per rank.
+    """
+
+    def __init__(self, data: GraphCollection, make_native: Callable[[GraphCollection], Any]):
         super().__init__(data)
-        self._native = native
+        self._make_native = make_native
+        self._native = None
 
     @property
     def native(self) -> Any:
+        if self._native is None:
+            self._native = self._make_native(self.data)
         return self._native
 
 
@@ -320,6 +327,7 @@ class LibraryGraphLoader(Sampler, ABC):
     def __init__(self, store: GraphStore, to_native):
         super().__init__(store)
         self._empty = CorePacker(store, to_native)
+        self.views = store.native  # built now, at setup, not inside the first epoch's time
 
     def reseed(self, seed: int, epoch: int, rank: int) -> None:
         """Whole graphs: nothing is random beyond which graphs core put in each batch."""

@@ -89,7 +89,8 @@ def preflight(config: ExperimentConfig) -> ExperimentConfig:
     """Check everything that can be checked without data; returns the config with device resolved."""
     backend = backends.get(config.backend).require()
     _check_task(config, backend)
-    reason = backend.sampler_unavailable(config.sampler.kind)
+    # Graph tasks read whole graphs through the library's plain graph loader: nothing to install.
+    reason = backend.sampler_unavailable(config.sampler.kind) if config.task is Task.NODE else None
     if reason is not None:
         raise BackendUnavailableError(f"Backend '{config.backend}': {reason}.")
     datasets.get(config.dataset.name)

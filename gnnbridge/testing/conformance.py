@@ -25,6 +25,7 @@ from gnnbridge.core.data import GraphData
 from gnnbridge.core.interfaces import ARCHITECTURES, Backend
 from gnnbridge.core.plugins import backends
 from gnnbridge.core.distributed import DistContext
+from gnnbridge.core.gin import GIN
 from gnnbridge.core.evaluation import LayerwiseEvaluator
 from gnnbridge.core.sampling import ALL_NEIGHBORS, NeighborSampler, epoch_generator
 
@@ -189,13 +190,32 @@ class BackendConformance:
             expected = ref_model.eval()(reference.from_packed(packed), x)
             torch.testing.assert_close(mine.eval()(backend.from_packed(packed), x), expected)
 
-    def test_graph_gin_on_an_empty_batch_gives_no_rows_and_gradients(self, backend, graphs) -> None:
+    def test_graph_gin_sums_messages_along_the_edges_direction(self, backend, graphs) -> None:
+        """``h_v + sum over edges u -> v of h_u``: a swapped source and destination anywhere
+        (packing, conversion, the conv) fails here, on graphs with one-way edges."""
+        model = self._gin(backend, graphs)
+        if not isinstance(model, GIN):
+            pytest.skip("the backend's graph model is not core's GIN")
+        packed = pack(graphs, graphs.val_idx)
+        h = torch.randn(packed.node.numel(), 4, generator=torch.Generator().manual_seed(0))
+        src, dst = packed.edge_index
+        expected = h.clone().index_add_(0, dst, h[src])
+        torch.testing.assert_close(model.aggregate(0, backend.from_packed(packed), h), expected)
+
+    def test_graph_gin_trains_on_empty_and_one_node_batches(self, backend, graphs) -> None:
+        """An empty batch (equal step counts need them) and a batch of one one-node graph
+        (BatchNorm has no batch statistics there) both give logits and gradients."""
+        one_node = GraphCollection.from_edges(
+            torch.randn(5, graphs.num_features), torch.tensor([[1, 3], [2, 4]]), torch.tensor([0, 1, 3, 5]),
+            torch.tensor([0, 1, 0]), (torch.tensor([0]), torch.tensor([1]), torch.tensor([2])), graphs.num_classes)
         model = self._gin(backend, graphs).train()
-        packed = pack(graphs, torch.tensor([], dtype=torch.int64))
-        logits = model(backend.from_packed(packed), graphs.x[packed.node])
-        assert logits.shape == (0, graphs.num_classes)
-        torch.nn.functional.cross_entropy(logits, torch.zeros(0, dtype=torch.int64), reduction="sum").backward()
-        assert all(p.grad is not None for p in model.parameters())
+        for data, ids in ((graphs, []), (one_node, [0])):
+            packed = pack(data, torch.tensor(ids, dtype=torch.int64))
+            logits = model(backend.from_packed(packed), data.x[packed.node])
+            assert logits.shape == (len(ids), graphs.num_classes)
+            model.zero_grad()
+            torch.nn.functional.cross_entropy(logits, torch.zeros(len(ids), dtype=torch.int64), reduction="sum").backward()
+            assert all(p.grad is not None for p in model.parameters())
 
     @staticmethod
     def _gin(backend: Backend, graphs: GraphCollection, pooling: str = "sum", seed: int = 0):
@@ -216,11 +236,14 @@ def with_some_self_loops(data: GraphData) -> GraphData:
 
 
 def small_collection() -> GraphCollection:
-    """60 small graphs with random features and a self-loop on every fifth node."""
+    """60 small graphs with random features, a self-loop on every fifth node, and in each graph
+    a one-way edge from its third node to its first (so edge direction matters)."""
     from gnnbridge.plugins.datasets import family_graphs
 
     base = family_graphs(60, 6, 14, seed=0)
     loops = torch.arange(0, base.num_nodes, 5).repeat(2, 1)
+    first = base.node_ptr[:-1]
+    one_way = torch.stack([first + 2, first])
     x = torch.randn(base.num_nodes, 5, generator=torch.Generator().manual_seed(0))
-    return GraphCollection.from_edges(x, torch.cat([base.edge_index, loops], dim=1), base.node_ptr, base.y,
-                                      (base.train_idx, base.val_idx, base.test_idx), base.num_classes)
+    return GraphCollection.from_edges(x, torch.cat([base.edge_index, loops, one_way], dim=1), base.node_ptr,
+                                      base.y, (base.train_idx, base.val_idx, base.test_idx), base.num_classes)

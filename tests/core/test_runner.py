@@ -51,3 +51,11 @@ def test_default_run_folders_never_collide(tmp_path, monkeypatch):
     first, _ = make_run_dir(new_run_dir(config, None), exclusive=True)
     second, _ = make_run_dir(new_run_dir(config, None), exclusive=True)  # same second, same name
     assert first.is_dir() and second.is_dir() and first != second
+
+
+def test_graph_tasks_on_pyg_need_no_sampling_extension_for_the_native_loader():
+    """PyG's graph DataLoader needs neither pyg-lib nor torch-sparse (its NeighborLoader does)."""
+    from gnnbridge.core.runner import preflight, resolve_config
+
+    config = preflight(resolve_config("gin-synthetic", backend="pyg", overrides=["sampler.kind=native"]))
+    assert config.sampler.kind.value == "native"

@@ -1,5 +1,6 @@
 """Graph classification under real 2-rank DDP (gloo, CPU)."""
 import json
+import math
 
 import pytest
 import torch
@@ -8,7 +9,8 @@ from gnnbridge.core.collection import GraphCollection, pack
 from gnnbridge.core.distributed import launch
 from gnnbridge.core.runner import run
 from gnnbridge.plugins.datasets import family_graphs
-from gnnbridge.testing.workers import graph_batches_and_metrics
+from gnnbridge.core.config import from_dict
+from gnnbridge.testing.workers import graph_batches_and_metrics, train_and_dump
 
 pytestmark = pytest.mark.slow
 
@@ -31,7 +33,7 @@ def run_ranks(nproc, backend, kind, data, out):
     return [torch.load(out / f"rank{r}.pt") for r in range(nproc)]
 
 
-@pytest.mark.parametrize("backend, kind", [("pyg", "native"), ("dgl", "native"), ("dgl", "core")])
+@pytest.mark.parametrize("backend, kind", [("pyg", "native"), ("pyg", "core"), ("dgl", "native"), ("dgl", "core")])
 def test_ranks_get_disjoint_equal_count_batches_and_exact_metrics(backend, kind, tmp_path):
     data = binary_collection().share_memory_()
     ranks = run_ranks(2, backend, kind, data, tmp_path / "two")
@@ -49,6 +51,22 @@ def test_ranks_get_disjoint_equal_count_batches_and_exact_metrics(backend, kind,
     (single,) = [r["metrics"] for r in run_ranks(1, backend, kind, data, tmp_path / "one")]
     assert ranks[0]["metrics"] == ranks[1]["metrics"] == single
     assert 0.0 <= single["test_roc_auc"] <= 1.0
+
+
+@pytest.mark.parametrize("backend", ["pyg", "dgl"])
+def test_an_empty_batch_on_one_rank_still_steps_with_the_others(backend, tmp_path):
+    # 3 training graphs, batch 1, 2 ranks: rank 1 runs one real and one empty batch.
+    full = binary_collection()
+    data = GraphCollection.from_edges(full.x, full.edge_index, full.node_ptr, full.y,
+                                      splits=(torch.arange(3), torch.arange(3, 60), torch.arange(60, 125)))
+    config = from_dict({"task": "graph", "backend": backend, "nproc": 2,
+                        "model": {"arch": "gin", "hidden": 8, "layers": 2},
+                        "train": {"epochs": 2, "batch_size": 1}, "eval": {"batch_size": 16}})
+    launch(train_and_dump, 2, "cpu", (config, data.share_memory_(), str(tmp_path)), timeout_s=120)
+    r0, r1 = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    assert [h["batches"] for h in r0["history"]] == [2, 2]
+    assert torch.equal(r0["params"], r1["params"]) and r0["metrics"] == r1["metrics"]
+    assert all(math.isfinite(h["loss"]) for h in r0["history"])
 
 
 def test_both_backends_learn_gin_synthetic_and_agree(tmp_path):

@@ -76,7 +76,7 @@ class DglBackend(Backend):
     def collection_store(self, data: GraphCollection) -> GraphStore:
         from gnnbridge.backends.dgl.graphs import GraphViews
 
-        return CollectionStore(data, GraphViews(data))
+        return CollectionStore(data, GraphViews)
 
     def collection_sampler(self, store: GraphStore, kind: SamplerKind) -> Sampler:
         if kind is SamplerKind.CORE:

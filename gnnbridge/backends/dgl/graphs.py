@@ -50,7 +50,7 @@ class DglGraphLoader(LibraryGraphLoader):
         self._loader_class = GraphDataLoader
 
     def _library_loader(self, batches: list[list[int]]) -> Iterable[MiniBatch]:
-        for graph, graph_ids in self._loader_class(self.store.native, batch_sampler=batches):
+        for graph, graph_ids in self._loader_class(self.views, batch_sampler=batches):
             yield MiniBatch(graph_ids, graph.ndata[self._nid], graph)
 
 

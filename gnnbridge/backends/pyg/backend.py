@@ -69,7 +69,7 @@ class PygBackend(Backend):
     def collection_store(self, data: GraphCollection) -> GraphStore:
         from gnnbridge.backends.pyg.graphs import GraphViews
 
-        return CollectionStore(data, GraphViews(data))
+        return CollectionStore(data, GraphViews)
 
     def collection_sampler(self, store: GraphStore, kind: SamplerKind) -> Sampler:
         if kind is SamplerKind.CORE:

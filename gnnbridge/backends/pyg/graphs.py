@@ -50,7 +50,7 @@ class PygGraphLoader(LibraryGraphLoader):
         self._loader_class = DataLoader
 
     def _library_loader(self, batches: list[list[int]]) -> Iterable[MiniBatch]:
-        for batch in self._loader_class(self.store.native, batch_sampler=batches):
+        for batch in self._loader_class(self.views, batch_sampler=batches):
             yield MiniBatch(batch.graph_id, batch.n_id, batch)
 
 
