@@ -150,7 +150,8 @@ def test_train_gin_on_a_graph_collection_npz(tmp_path):
         ({"edge_index": np.array([[0, 1], [1, 20]], dtype=np.int64)}, "edge_index joins two graphs"),
         ({"node_ptr": np.array([0, 10, 20], dtype=np.int64)}, "node_ptr must cover every row of x"),
         ({"node_ptr": np.array([0, 10, 5, 30], dtype=np.int64)}, "every graph needs at least one node"),
-        ({"y": np.zeros(4, dtype=np.int64)}, "y has 4 labels but node_ptr describes 90 graphs"),
+        ({"y": np.arange(4, dtype=np.int64) % 3}, "y has 4 labels but node_ptr describes 90 graphs"),
+        ({"y": np.ones(90, dtype=np.int64)}, "y holds one class only"),
         ({"node_ptr": np.zeros(91, dtype=np.int32)}, "node_ptr has dtype int32; expected int64"),
     ],
 )
