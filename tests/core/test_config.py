@@ -74,3 +74,12 @@ def test_graph_task_needs_no_fanouts_and_checks_pooling():
     assert config.task.value == "graph" and config.sampler.fanouts == [10, 10]  # unused by graph tasks
     with pytest.raises(ConfigError, match="model.pooling='max' is not supported"):
         from_dict({"task": "graph", "model": {"pooling": "max"}})
+
+
+@pytest.mark.parametrize("name", ["my-experiment.yaml", "my-graph-experiment.yaml"])
+def test_example_experiment_files_resolve(name):
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "examples" / name
+    config = resolve_config(str(path))
+    assert config.name == path.stem and config.description
