@@ -169,7 +169,6 @@ class PackedGraphs:
         node: [n] collection ids of the batch's nodes, graph by graph (core gathers ``x[node]``).
         edge_index: [2, e] local (batch) node ids.
         num_nodes, num_edges: [B] per-graph counts.
-        batch: [n] index of each node's graph within the batch (PyG's ``batch`` vector).
     """
 
     graph_ids: torch.Tensor
@@ -177,11 +176,6 @@ class PackedGraphs:
     edge_index: torch.Tensor
     num_nodes: torch.Tensor
     num_edges: torch.Tensor
-    batch: torch.Tensor
-
-    @property
-    def num_graphs(self) -> int:
-        return int(self.graph_ids.numel())
 
 
 def ranges(starts: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
@@ -202,5 +196,4 @@ def pack(data: GraphCollection, graph_ids: torch.Tensor) -> PackedGraphs:
     # Each graph's nodes move from node_start to their offset inside the batch.
     batch_start = torch.cumsum(num_nodes, 0) - num_nodes
     shift = torch.repeat_interleave(batch_start - node_start, num_edges, output_size=edges.shape[1])
-    batch = torch.repeat_interleave(torch.arange(graph_ids.numel()), num_nodes, output_size=node.numel())
-    return PackedGraphs(graph_ids, node, edges + shift, num_nodes, num_edges, batch)
+    return PackedGraphs(graph_ids, node, edges + shift, num_nodes, num_edges)

@@ -24,12 +24,13 @@ def test_pack_cuts_graphs_out_with_local_ids():
     data = family_graphs(40, 6, 12, seed=0)
     ids = torch.tensor([7, 3, 30])
     packed = pack(data, ids)
+    graph_in_batch = torch.repeat_interleave(torch.arange(3), packed.num_nodes)
     offset = 0
     for b, g in enumerate(ids.tolist()):
         n0, n1 = int(data.node_ptr[g]), int(data.node_ptr[g + 1])
         assert torch.equal(packed.node[offset:offset + n1 - n0], torch.arange(n0, n1))
         in_g = (data.edge_index[1] >= n0) & (data.edge_index[1] < n1)
-        mine = packed.batch[packed.edge_index[1]] == b
+        mine = graph_in_batch[packed.edge_index[1]] == b
         expected = data.edge_index[:, in_g] - n0 + offset
         assert torch.equal(packed.edge_index[:, mine], expected)
         offset += n1 - n0

@@ -82,7 +82,9 @@ class PygBackend(Backend):
         from torch_geometric.data import Batch
 
         ptr = torch.cat([packed.num_nodes.new_zeros(1), packed.num_nodes.cumsum(0)])
-        return Batch(edge_index=packed.edge_index, batch=packed.batch, ptr=ptr, n_id=packed.node,
+        batch = torch.repeat_interleave(torch.arange(packed.num_nodes.numel()), packed.num_nodes,
+                                        output_size=packed.node.numel())
+        return Batch(edge_index=packed.edge_index, batch=batch, ptr=ptr, n_id=packed.node,
                      graph_id=packed.graph_ids, num_nodes=packed.node.numel())
 
     def sampler(self, store: GraphStore, fanouts: list[int], kind: SamplerKind) -> Sampler:
