@@ -7,9 +7,15 @@ exit code and no traceback.
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import click
+
+# c10d logs every failed store or socket call with a C++ stack trace. When a job stops because a
+# rank failed, the survivors' calls fail by design, and those traces would bury the one line
+# that says why. Must be set before torch is imported; a user's own setting wins.
+os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
 from gnnbridge.core.errors import GnnBridgeError
 
@@ -20,6 +26,14 @@ Examples:
   gnnbridge train --backend dgl --nproc 2 --out runs/a
   gnnbridge train my.yaml --backend pyg --set model.arch=gat --set train.epochs=5
   gnnbridge train --dataset graph.npz --nproc 2 --set sampler.fanouts=[25,10]
+  gnnbridge train my.yaml --nproc 4 --timeout 120     # any rank failing stops all within 120 s
+
+\b
+Multi-node: start one process per GPU with torchrun or srun; gnnbridge joins the job
+(RANK/WORLD_SIZE/MASTER_ADDR or SLURM_PROCID/SLURM_NTASKS) instead of spawning:
+  torchrun --nnodes 2 --node-rank $R --nproc-per-node 4 --master-addr HOST --master-port 29500 \\
+      -m gnnbridge train reddit-sage --backend pyg
+  srun -N 2 --ntasks-per-node 4 gnnbridge train my.yaml --backend dgl
 """
 
 
@@ -32,19 +46,24 @@ def cli() -> None:
 @cli.command(epilog=TRAIN_EXAMPLES)
 @click.argument("experiment", required=False)
 @click.option("--backend", help="Backend name (see `gnnbridge backends`), e.g. pyg or dgl.")
-@click.option("--nproc", type=int, help="Number of training processes (ranks) on this machine.")
+@click.option("--nproc", type=int, help="Number of training processes (ranks) to spawn on this machine "
+              "(not inside torchrun / srun, which start the ranks themselves).")
 @click.option("--device", help="cpu, cuda or auto.")
 @click.option("--dataset", help="A dataset name or a .npz file (replaces the experiment's dataset).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a config key; VALUE is YAML (repeatable), e.g. --set train.epochs=5.")
 @click.option("--out", type=click.Path(file_okay=False), help="Run folder (must not hold a run); default: a new folder under runs/.")
+@click.option("--timeout", type=float, help="Seconds a rank may wait on its peers before the whole job stops "
+              "(default 180).")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
-def train(experiment, backend, nproc, device, dataset, overrides, out, quiet) -> None:
+def train(experiment, backend, nproc, device, dataset, overrides, out, timeout, quiet) -> None:
     """Train EXPERIMENT (a YAML file or a built-in name; default: sage-synthetic)."""
     from gnnbridge.core.runner import run
 
     results = run(experiment, backend=backend, nproc=nproc, device=device, dataset=dataset,
-                  overrides=overrides, out=out, progress=not quiet)
+                  overrides=overrides, out=out, progress=not quiet, timeout=timeout)
+    if results is None:  # a rank other than 0 of a torchrun / SLURM job: rank 0 reports
+        return
     m = results["metrics"]
     auc = f"  test_roc_auc {m['test_roc_auc']:.4f}" if m.get("test_roc_auc") is not None else ""
     click.echo(
@@ -103,7 +122,8 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(f"Error: {exc.format_message()}", err=True)
         sys.exit(exc.exit_code)
     except GnnBridgeError as exc:
-        click.echo(f"Error: {exc}", err=True)
+        if not getattr(exc, "quiet", False):  # another rank of this node prints the line
+            click.echo(f"Error: {exc}", err=True)
         sys.exit(1)
     except KeyboardInterrupt:
         click.echo("Interrupted.", err=True)

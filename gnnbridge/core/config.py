@@ -47,6 +47,11 @@ class DeviceChoice(str, enum.Enum):
 AGGREGATIONS = ("mean",)
 POOLINGS = ("sum", "mean")  # graph readouts (GIN's paper and DGL's tutorial use sum)
 
+# Seconds a rank may wait on its peers (rendezvous, a collective, a silent heartbeat) before the
+# whole job is stopped: long enough for a slow step on a big graph, short enough that a dead
+# rank does not hold a cluster allocation for long.
+DEFAULT_TIMEOUT_S = 180
+
 # The architectures each task trains with the built-in backends (a backend may add more).
 TASK_ARCHITECTURES = {Task.NODE: ("sage", "gcn", "gat"), Task.GRAPH: ("gin",)}
 
@@ -155,6 +160,7 @@ class ExperimentConfig:
     backend: str = ""  # empty: the default backend (see gnnbridge.plugins.DEFAULT_BACKEND)
     nproc: int = 1
     device: DeviceChoice = DeviceChoice.CPU
+    timeout: float = DEFAULT_TIMEOUT_S  # seconds; see DEFAULT_TIMEOUT_S
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
     model: ModelSpec = field(default_factory=ModelSpec)
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
@@ -163,6 +169,8 @@ class ExperimentConfig:
 
     def __post_init__(self) -> None:
         _positive("nproc", self.nproc)
+        if self.timeout <= 0:
+            raise ConfigError(f"timeout={self.timeout} must be a positive number of seconds, e.g. --timeout 120.")
         # Graph tasks read whole graphs: fanouts do not apply to them.
         if self.task is Task.NODE and len(self.sampler.fanouts) != self.model.layers:
             raise ConfigError(

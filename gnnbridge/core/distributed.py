@@ -1,50 +1,113 @@
-"""Launching ranks and talking between them.
+"""Launching ranks, finding each other, and talking between them.
 
-*Where* a rank computes (cpu / cuda:local_rank) is separate from *how many* ranks there are.
-The launcher spawns N local processes with ``torch.multiprocessing`` (spawn context, so CUDA is
-safe) and rendezvouses them through a ``TCPStore`` that the parent itself hosts: the parent
-binds the port (``MASTER_PORT`` if set, else a free one chosen by the OS) and keeps it for the
-run, so there is no window in which another job can take a port we "found" free. Nothing is
-hard-coded.
+*Where* a rank computes (cpu / cuda:local_rank) is separate from *how many* ranks there are and
+*who started them*:
 
-With ``nproc=1`` the worker runs in the calling process with a single-rank gloo group, which
-keeps tracebacks, debuggers and profilers simple.
+* ``nproc == 1``: the worker runs in the calling process with a one-rank gloo group (tracebacks,
+  debuggers and profilers stay simple).
+* ``--nproc N``: the parent spawns N local processes (spawn context, so CUDA is safe), hosts a
+  ``TCPStore`` on a port the OS picks (so two jobs on one host never meet) and supervises them:
+  the first rank that fails ends the run, with its message, and no child outlives it.
+* inside torchrun or an ``srun`` step (see ``core/launch``): this process *is* one rank; it joins
+  the job's store, and nobody spawns again.
 
-:class:`DistContext` is what the training loop sees: rank, world size, device, and the few
-collectives it needs (sum all-reduce, row all-gather), all no-ops for one rank.
+Every multi-rank path then runs the same :func:`_rank_main`: rendezvous on the store (which names
+the ranks that never came), one gloo/NCCL group for the world plus one per node, a
+:class:`~gnnbridge.core.watchdog.Watchdog` that ends every rank within seconds of any failure,
+the worker, and a final barrier.
+
+:class:`DistContext` is what the training loop sees: rank, world size, device, node layout, and
+the few collectives it needs (sum all-reduce, row all-gather), all no-ops for one rank.
 """
 from __future__ import annotations
 
 import datetime
+import multiprocessing.connection
 import os
+import signal
+import sys
+import time
 import traceback
+import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from gnnbridge.core.errors import GnnBridgeError, RankFailedError
+from gnnbridge.core.config import DEFAULT_TIMEOUT_S
+from gnnbridge.core.errors import ConfigError, GnnBridgeError, RankFailedError
+from gnnbridge.core.launch import JobEnv
+from gnnbridge.core.watchdog import Member, Watchdog, claim_report, post_failure, posted_failure
 
-DEFAULT_TIMEOUT_S = 300
+POLL_S = 0.1
+STOP_GRACE_S = 5.0  # how long survivors get to leave on their own before SIGTERM, then SIGKILL
 
 
 @dataclass
 class DistContext:
+    """One rank's view of the job. ``store`` is the job's key-value store (namespaced), ``None``
+    for a one-rank run; ``local_group`` is the process group of this node's ranks."""
+
     rank: int
     world_size: int
     local_rank: int
     device: torch.device
+    local_world_size: int = 1
+    node_rank: int = 0
+    num_nodes: int = 1
+    members: list[Member] = field(default_factory=list)
+    store: Any = None
+    run_id: str = "local"
+    local_group: Any = None
+    watchdog: Watchdog | None = None
 
     @property
     def is_main(self) -> bool:
         return self.rank == 0
 
     @property
+    def is_local_main(self) -> bool:
+        return self.local_rank == 0
+
+    @property
     def distributed(self) -> bool:
         return self.world_size > 1
+
+    def on_abort(self, cleanup: Callable[[], None]) -> None:
+        """Run ``cleanup`` if this rank is stopped because the job failed (also from SIGTERM)."""
+        if self.watchdog is not None:
+            self.watchdog.on_abort(cleanup)
+
+    def local_barrier(self) -> None:
+        if self.local_world_size > 1:
+            dist.barrier(group=self.local_group)
+
+    def store_barrier(self, tag: str) -> None:
+        """Wait for every rank to reach ``tag``, with no deadline: for waits of unknown length
+        (a download on one node). A rank that dies meanwhile is the watchdog's business."""
+        if not self.distributed:
+            return
+        key = f"barrier/{tag}"
+        self.store.add(key, 1)
+        while int(self.store.add(key, 0)) < self.world_size:
+            time.sleep(POLL_S)
+
+    def wait_key(self, key: str) -> bytes:
+        """``store.get`` without its timeout (see :meth:`store_barrier`)."""
+        while not self.store.check([key]):
+            time.sleep(POLL_S)
+        return self.store.get(key)
+
+    def gather_objects(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj`` (small, picklable) in rank order, on every rank."""
+        if not self.distributed:
+            return [obj]
+        out: list[Any] = [None] * self.world_size
+        dist.all_gather_object(out, obj)
+        return out
 
     def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
         """Sum ``tensor`` over ranks in place (on the collective's device) and return it."""
@@ -86,39 +149,62 @@ class DistContext:
 
 
 def resolve_device(kind: str, local_rank: int) -> torch.device:
-    if kind == "cuda":
+    """cuda:local_rank, except where the launcher gave each rank one GPU of its own (SLURM's
+    ``--gpus-per-task``): then the only visible device is cuda:0."""
+    if kind != "cuda":
+        return torch.device("cpu")
+    count = torch.cuda.device_count()
+    if local_rank < count:
         return torch.device("cuda", local_rank)
-    return torch.device("cpu")
+    if count == 1:
+        return torch.device("cuda", 0)
+    raise ConfigError(f"Local rank {local_rank} has no GPU of its own: this process sees {count} CUDA device(s); "
+                      "start at most that many ranks per node.")
 
 
-def launch(worker: Callable[..., Any], nproc: int, device_kind: str, args: tuple, timeout_s: int = DEFAULT_TIMEOUT_S) -> Any:
-    """Run ``worker(ctx, *args)`` on ``nproc`` ranks; return rank 0's result for one rank.
+# --------------------------------------------------------------------------- entry points
 
-    With several ranks the workers communicate results through files (see the trainer); this
-    returns ``None`` and raises :class:`RankFailedError` naming the first rank that failed.
+
+def launch(worker: Callable[..., Any], nproc: int, device_kind: str, args: tuple,
+           timeout_s: float = DEFAULT_TIMEOUT_S, job: JobEnv | None = None) -> Any:
+    """Run ``worker(ctx, *args)`` on every rank.
+
+    Inside a torchrun / SLURM job (``job``), this process is one rank: returns its worker's
+    result. Otherwise ``nproc`` ranks run here: one in this process (its result is returned), or
+    several spawned ones (``None``; they hand results over through files). A failure raises
+    :class:`RankFailedError` with one line naming the rank that failed first and why.
     """
+    if job is not None:
+        return _rank_main(RankSpec.from_job(job), device_kind, worker, args, timeout_s)
     if nproc == 1:
         return _run_single(worker, device_kind, args, timeout_s)
-    host = "127.0.0.1"
-    port = int(os.environ.get("MASTER_PORT", 0))
-    store = dist.TCPStore(host, port, world_size=None, is_master=True, wait_for_workers=False,
-                          timeout=datetime.timedelta(seconds=timeout_s))
-    try:
-        mp.start_processes(
-            _entry, args=(nproc, host, store.port, device_kind, worker, args, timeout_s),
-            nprocs=nproc, join=True, start_method="spawn",
-        )
-    except mp.ProcessRaisedException as exc:
-        line = _last_line(str(exc)).removeprefix("RuntimeError: ")
-        raise RankFailedError(f"Rank {exc.error_index} failed: {line}") from None
-    except mp.ProcessExitedException as exc:
-        raise RankFailedError(f"Rank {exc.error_index} exited with code {exc.exit_code} ({_signal_name(exc)}).") from None
-    finally:
-        del store
-    return None
+    return _spawn(worker, nproc, device_kind, args, timeout_s)
 
 
-def _run_single(worker: Callable[..., Any], device_kind: str, args: tuple, timeout_s: int) -> Any:
+@dataclass(frozen=True)
+class RankSpec:
+    """Everything a rank needs to find the others."""
+
+    rank: int
+    world_size: int
+    local_rank: int | None  # None: the launcher did not say; taken from the node layout
+    node: str
+    addr: str
+    port: int
+    hosts_store: bool  # this rank binds the port (SLURM rank 0); else it connects
+    announce: bool  # print the failure line itself (jobs); a spawning parent prints it otherwise
+    namespace: str = "gnnbridge/"
+    launcher: str = "gnnbridge"
+
+    @classmethod
+    def from_job(cls, job: JobEnv) -> "RankSpec":
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")  # a restarted job starts clean
+        return cls(job.rank, job.world_size, job.local_rank, job.node, job.master_addr, job.master_port,
+                   hosts_store=job.rank == 0 and not job.agent_store, announce=True,
+                   namespace=f"gnnbridge/{attempt}/", launcher=job.launcher)
+
+
+def _run_single(worker: Callable[..., Any], device_kind: str, args: tuple, timeout_s: float) -> Any:
     owns_group = not dist.is_initialized()
     if owns_group:
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1,
@@ -130,28 +216,216 @@ def _run_single(worker: Callable[..., Any], device_kind: str, args: tuple, timeo
             dist.destroy_process_group()
 
 
-def _entry(rank: int, world_size: int, host: str, port: int, device_kind: str,
-           worker: Callable[..., Any], args: tuple, timeout_s: int) -> None:
+# --------------------------------------------------------------------------- one rank
+
+
+def _rank_main(spec: RankSpec, device_kind: str, worker: Callable[..., Any], args: tuple, timeout_s: float) -> Any:
     timeout = datetime.timedelta(seconds=timeout_s)
-    store = dist.TCPStore(host, port, world_size=None, is_master=False, timeout=timeout)
-    backend = "nccl" if device_kind == "cuda" else "gloo"
-    device = resolve_device(device_kind, rank)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
-    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
+    raw = _connect(spec, timeout)
+    store = dist.PrefixStore(spec.namespace, raw)
+    ctx: DistContext | None = None
     try:
-        worker(DistContext(rank, world_size, rank, device), *args)
+        ctx = _join(spec, store, device_kind, timeout_s)
+        dist.init_process_group("nccl" if ctx.device.type == "cuda" else "gloo",
+                                store=dist.PrefixStore("pg/", store), rank=spec.rank,
+                                world_size=spec.world_size, timeout=timeout)
+        ctx.local_group = _local_groups(ctx)
+        result = worker(ctx, *args)
+        store.set(f"done/{spec.rank}", "1")
+        ctx.watchdog.stop()  # before the barrier: a peer that finished and left is not dead
         # Leave together: a rank that tears down gloo while a peer is still mid-teardown can
         # abort that peer ("terminate called without an active exception", SIGABRT).
         dist.barrier()
-    except GnnBridgeError as exc:  # user error found inside a rank: keep its one line
-        raise RuntimeError(f"{type(exc).__name__}: {exc}") from None
-    except Exception:
-        traceback.print_exc()
-        raise
+        return result
+    except BaseException as exc:
+        if ctx is not None and ctx.watchdog is not None:
+            ctx.watchdog.run_cleanups()
+        raise _failure(spec, store, exc, timeout_s) from None
     finally:
-        dist.destroy_process_group()
+        if ctx is not None and ctx.watchdog is not None:
+            ctx.watchdog.stop()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _connect(spec: RankSpec, timeout: datetime.timedelta):
+    where = f"{spec.addr}:{spec.port}"
+    try:
+        return dist.TCPStore(spec.addr, spec.port, world_size=None, is_master=spec.hosts_store,
+                             wait_for_workers=False, timeout=timeout)
+    except (RuntimeError, OSError) as exc:
+        if spec.hosts_store:
+            raise RankFailedError(f"Rank 0 cannot listen on {where} ({_last_line(str(exc))}); another job may use "
+                                  "this port: set MASTER_PORT to a free one.") from None
+        raise RankFailedError(
+            f"Rank {spec.rank} could not reach the job's store at {where} within {timeout.total_seconds():.0f} s: "
+            f"rank 0 has not started, or MASTER_ADDR / MASTER_PORT point elsewhere ({spec.launcher} job)."
+        ) from None
+
+
+def _join(spec: RankSpec, store, device_kind: str, timeout_s: float) -> DistContext:
+    """Rendezvous, then place this rank: node, local rank, device, threads, watchdog."""
+    me = Member.here(spec.rank, spec.node)
+    members, run_id = _rendezvous(store, me, spec.world_size, timeout_s)
+    nodes = _node_layout(members)
+    node_rank = next(i for i, ranks in enumerate(nodes) if spec.rank in ranks)
+    local = nodes[node_rank]
+    local_rank = spec.local_rank if spec.local_rank is not None else local.index(spec.rank)
+    device = resolve_device(device_kind, local_rank)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    _set_threads(len(local))
+    watchdog = Watchdog(store.clone(), me, members, timeout_s, announce=spec.announce).start()
+    return DistContext(spec.rank, spec.world_size, local_rank, device, local_world_size=len(local),
+                       node_rank=node_rank, num_nodes=len(nodes), members=members, store=store,
+                       run_id=run_id, watchdog=watchdog)
+
+
+def _rendezvous(store, me: Member, world_size: int, timeout_s: float) -> tuple[list[Member], str]:
+    """Announce this rank and wait for all; on timeout name the ranks that never came."""
+    if me.rank == 0:
+        store.set("run_id", uuid.uuid4().hex[:12])  # names this job's shared-memory files
+    store.add(f"beat/{me.rank}", 0)
+    store.set(f"member/{me.rank}", me.to_json())
+    keys = [f"member/{r}" for r in range(world_size)]
+    deadline = time.monotonic() + timeout_s
+    while not store.check(keys):
+        failure = posted_failure(store)
+        if failure:
+            raise PeerFailed(failure)
+        if time.monotonic() > deadline:
+            missing = [r for r, key in enumerate(keys) if not store.check([key])]
+            raise PeerFailed(
+                f"Rendezvous timed out after {timeout_s:.0f} s: rank(s) {_ranges(missing)} of {world_size} never "
+                "joined (not started, crashed early, or started with another MASTER_ADDR / MASTER_PORT)."
+            )
+        time.sleep(POLL_S)
+    members = [Member.from_json(v) for v in store.multi_get(keys)]
+    return members, store.get("run_id").decode()
+
+
+def _node_layout(members: list[Member]) -> list[list[int]]:
+    """The ranks of each node, nodes ordered by their first rank (the node rank)."""
+    nodes: dict[str, list[int]] = {}
+    for m in sorted(members, key=lambda m: m.rank):
+        nodes.setdefault(m.node, []).append(m.rank)
+    return sorted(nodes.values(), key=lambda ranks: ranks[0])
+
+
+def _local_groups(ctx: DistContext):
+    """One process group per node, like the tutorials' ``create_local_process_group``: every rank
+    creates every group (``new_group`` is collective), and keeps its own."""
+    if ctx.num_nodes == 1:
+        return dist.group.WORLD
+    mine = None
+    for ranks in _node_layout(ctx.members):
+        group = dist.new_group(ranks)
+        if ctx.rank in ranks:
+            mine = group
+    return mine
+
+
+def _set_threads(local_world_size: int) -> None:
+    """Split this machine's cores between its ranks, unless the user (or torchrun) chose."""
+    if "OMP_NUM_THREADS" in os.environ:
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    torch.set_num_threads(max(1, cores // local_world_size))
+
+
+# --------------------------------------------------------------------------- failures
+
+
+class PeerFailed(RankFailedError):
+    """A failure whose message already speaks for the job (another rank's failure, a rendezvous
+    that timed out): posted as is, not as "rank N failed: ..."."""
+
+
+def _failure(spec: RankSpec, store, exc: BaseException, timeout_s: float) -> RankFailedError:
+    """Post this rank's failure (unless another came first) and return the error to raise: the
+    job's first failure, quiet on all ranks but one per node."""
+    if isinstance(exc, PeerFailed):
+        message = str(exc)
+    else:
+        line = _describe(exc)
+        if _is_comm_error(exc):  # usually a peer's death seen from here: give its cause time to arrive
+            message = _wait_for_cause(store, spec.rank, line, min(10.0, timeout_s))
+        else:
+            message = f"rank {spec.rank} failed: {line}"
+        if os.environ.get("GNNBRIDGE_TRACEBACK") and not isinstance(exc, GnnBridgeError):
+            traceback.print_exception(exc)
+    try:
+        message = post_failure(store, message)
+        quiet = not (spec.announce and claim_report(store, spec.node, spec.rank))
+        _leave(store, spec)
+    except Exception:  # the store is gone with whoever hosted it
+        quiet = not spec.announce
+    error = RankFailedError(message)
+    error.quiet = quiet
+    return error
+
+
+def _leave(store, spec: RankSpec) -> None:
+    """Say this rank has read the failure; the rank hosting the store waits (briefly) for the
+    others to do so, as its exit takes the store and the message with it."""
+    store.add("left", 1)
+    if not spec.hosts_store:
+        return
+    joined = sum(store.check([f"member/{r}"]) for r in range(spec.world_size))
+    deadline = time.monotonic() + STOP_GRACE_S
+    while int(store.add("left", 0)) < joined and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted"
+    if isinstance(exc, GnnBridgeError):
+        return str(exc)
+    hint = "" if os.environ.get("GNNBRIDGE_TRACEBACK") else " (GNNBRIDGE_TRACEBACK=1 prints the traceback)"
+    return f"{type(exc).__name__}: {_last_line(str(exc))}{hint}"
+
+
+def _is_comm_error(exc: BaseException) -> bool:
+    text = str(exc)
+    return isinstance(exc, dist.DistError) or any(
+        s in text for s in ("gloo", "NCCL", "Connection reset", "Connection closed", "Broken pipe"))
+
+
+def _wait_for_cause(store, rank: int, line: str, grace_s: float) -> str:
+    """Wait up to ``grace_s`` for the failure that caused this one to be posted; failing that,
+    blame the ranks whose heartbeats stopped meanwhile."""
+    keys = [k for k in (f"beat/{r}" for r in range(_world())) if k != f"beat/{rank}"]
+    try:
+        before = store.multi_get(keys)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            posted = posted_failure(store)
+            if posted:
+                return posted
+            time.sleep(POLL_S)
+        silent = [int(k.split("/")[1]) for k, a, b in zip(keys, before, store.multi_get(keys)) if a == b]
+    except Exception:
+        return f"lost the job's store (the process hosting it, rank 0 or the launcher, is gone); rank {rank} saw: {line}"
+    if silent:
+        return f"rank(s) {_ranges(silent)} stopped responding (rank {rank} saw: {line})"
+    return f"rank {rank} failed: {line}"
+
+
+def _world() -> int:
+    return dist.get_world_size() if dist.is_initialized() else 0
+
+
+def _ranges(ranks: list[int]) -> str:
+    """[1, 2, 3, 7] -> "1-3, 7"."""
+    out, start = [], None
+    for i, r in enumerate(ranks):
+        if start is None:
+            start = r
+        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
+            out.append(str(start) if start == r else f"{start}-{r}")
+            start = None
+    return ", ".join(out)
 
 
 def _last_line(text: str) -> str:
@@ -159,5 +433,83 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else "unknown error"
 
 
-def _signal_name(exc: mp.ProcessExitedException) -> str:
-    return f"signal {exc.signal_name}" if getattr(exc, "signal_name", None) else "no Python exception"
+# --------------------------------------------------------------------------- spawning
+
+
+def _spawn(worker: Callable[..., Any], nproc: int, device_kind: str, args: tuple, timeout_s: float) -> None:
+    """Start ``nproc`` local ranks and supervise them until all succeed or the first one fails."""
+    server = dist.TCPStore("127.0.0.1", 0, world_size=None, is_master=True, wait_for_workers=False,
+                           timeout=datetime.timedelta(seconds=timeout_s))
+    store = dist.PrefixStore("gnnbridge/", server)
+    context = mp.get_context("spawn")
+    procs = [
+        context.Process(target=_spawned_rank, name=f"gnnbridge-rank-{rank}", args=(
+            RankSpec(rank, nproc, rank, "local", "127.0.0.1", server.port, hosts_store=False, announce=False),
+            device_kind, worker, args, timeout_s))
+        for rank in range(nproc)
+    ]
+    previous = signal.signal(signal.SIGTERM, _raise_terminated) if _in_main_thread() else None
+    try:
+        for proc in procs:
+            proc.start()
+        message = _supervise(procs, store)
+    finally:
+        _stop(procs)
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        del server
+    if message:
+        raise RankFailedError(message)
+
+
+def _spawned_rank(spec: RankSpec, device_kind: str, worker: Callable[..., Any], args: tuple, timeout_s: float) -> None:
+    try:
+        _rank_main(spec, device_kind, worker, args, timeout_s)
+    except BaseException:
+        sys.exit(1)  # the parent reports the job's first failure; no traceback from here
+
+
+def _supervise(procs: list, store) -> str | None:
+    """Block until every rank exits 0 (``None``) or one fails (the job's failure message)."""
+    pending = {proc.sentinel: rank for rank, proc in enumerate(procs)}
+    while pending:
+        for sentinel in multiprocessing.connection.wait(list(pending), timeout=1.0):
+            rank = pending.pop(sentinel)
+            proc = procs[rank]
+            proc.join()
+            if proc.exitcode != 0:
+                return post_failure(store, _exit_message(rank, proc)) if proc.exitcode < 0 else (
+                    posted_failure(store) or post_failure(store, _exit_message(rank, proc)))
+    return None
+
+
+def _exit_message(rank: int, proc) -> str:
+    if proc.exitcode < 0:
+        name = signal.Signals(-proc.exitcode).name
+        return f"rank {rank} (pid {proc.pid}) was killed by {name}"
+    return f"rank {rank} (pid {proc.pid}) exited with code {proc.exitcode}"
+
+
+def _stop(procs: list) -> None:
+    """Leave no rank behind: survivors see the posted failure and leave by themselves within a
+    second or two; whoever is still there after the grace gets SIGTERM, then SIGKILL."""
+    for sig_time, action in ((STOP_GRACE_S, None), (STOP_GRACE_S, "terminate"), (STOP_GRACE_S, "kill")):
+        alive = [p for p in procs if p.is_alive()]
+        if not alive:
+            return
+        for proc in alive:
+            if action:
+                getattr(proc, action)()
+        deadline = time.monotonic() + sig_time
+        for proc in alive:
+            proc.join(max(0.0, deadline - time.monotonic()))
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise RankFailedError("gnnbridge was stopped by SIGTERM; all ranks were stopped.")
+
+
+def _in_main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()

@@ -43,7 +43,12 @@ class OutputExistsError(GnnBridgeError, FileExistsError):
 
 
 class RankFailedError(GnnBridgeError, RuntimeError):
-    """A training process failed; the message names the rank and its error."""
+    """A training process failed; the message names the rank and its error.
+
+    In a torchrun / SLURM job every rank raises it; ``quiet`` is set on all but one rank per
+    node, so the CLI prints the line once per node instead of once per rank."""
+
+    quiet = False
 
 
 def did_you_mean(value: str, choices: Iterable[str]) -> str:

@@ -3,6 +3,12 @@
 Order matters for the "bad input writes nothing" contract: the config is resolved and
 validated, the backend, architecture and device are checked, and the dataset is loaded and
 validated, all *before* the output folder is created. Only then are ranks launched.
+
+Inside a torchrun or SLURM job (``core/launch``) each process is one rank and runs this same
+code: the config checks happen on every rank before the rendezvous (same answer everywhere, so
+no rank waits for one that gave up); the output folder check, the dataset (loaded once per node,
+``core/sharing``) and the run folder (rank 0's) come after it, where a failure on one rank stops
+all of them.
 """
 from __future__ import annotations
 
@@ -22,8 +28,10 @@ from gnnbridge.core.collection import GraphCollection
 from gnnbridge.core.config import DeviceChoice, ExperimentConfig, Task
 from gnnbridge.core.data import GraphData
 from gnnbridge.core.distributed import DistContext, launch
-from gnnbridge.core.errors import BackendUnavailableError, ConfigError, OutputExistsError, unknown_name
+from gnnbridge.core.errors import BackendUnavailableError, ConfigError, GnnBridgeError, OutputExistsError, unknown_name
+from gnnbridge.core.launch import JobEnv, detect_job
 from gnnbridge.core.plugins import backends, datasets, experiments
+from gnnbridge.core.sharing import node_shared
 from gnnbridge.core.trainer import Trainer
 
 DEFAULT_EXPERIMENT = "sage-synthetic"
@@ -42,6 +50,7 @@ def resolve_config(
     nproc: int | None = None,
     device: str | None = None,
     dataset: str | None = None,
+    timeout: float | None = None,
 ) -> ExperimentConfig:
     """Merge defaults, an experiment, ``--dataset``, ``--set`` overrides and flags; validate."""
     if isinstance(experiment, ExperimentConfig):
@@ -56,7 +65,7 @@ def resolve_config(
             data = {k: v for k, v in data.items() if k != "description"}
             data["name"] = Path(dataset).stem
     data = cfgmod.apply_overrides(data, list(overrides))
-    flags = {"backend": backend, "nproc": nproc, "device": device}
+    flags = {"backend": backend, "nproc": nproc, "device": device, "timeout": timeout}
     data = {**data, **{k: v for k, v in flags.items() if v is not None}}
     config = cfgmod.from_dict(data)
     if not config.backend:
@@ -85,8 +94,10 @@ def _dataset_section(dataset: str) -> dict:
 # --------------------------------------------------------------------------- preflight
 
 
-def preflight(config: ExperimentConfig) -> ExperimentConfig:
-    """Check everything that can be checked without data; returns the config with device resolved."""
+def preflight(config: ExperimentConfig, count_gpus: bool = True) -> ExperimentConfig:
+    """Check everything that can be checked without data; returns the config with device resolved.
+
+    ``count_gpus``: whether ``nproc`` ranks will run on this machine (not so in a multi-node job)."""
     backend = backends.get(config.backend).require()
     _check_task(config, backend)
     # Graph tasks read whole graphs through the library's plain graph loader: nothing to install.
@@ -96,7 +107,7 @@ def preflight(config: ExperimentConfig) -> ExperimentConfig:
     datasets.get(config.dataset.name)
     device = _resolve_device(config)
     backend.check_device(torch.device(device))
-    if device == "cuda" and config.nproc > torch.cuda.device_count():
+    if count_gpus and device == "cuda" and config.nproc > torch.cuda.device_count():
         raise ConfigError(
             f"nproc={config.nproc} but this machine has {torch.cuda.device_count()} CUDA device(s); "
             f"use --nproc {torch.cuda.device_count()} or fewer."
@@ -236,30 +247,82 @@ def run(
     overrides: list[str] | tuple[str, ...] = (),
     out: str | os.PathLike | None = None,
     progress: bool = True,
-) -> dict:
+    timeout: float | None = None,
+) -> dict | None:
     """Train an experiment and return its results (the content of ``results.json``).
 
     ``experiment`` is a YAML path, a built-in experiment name, a config dict or an
-    :class:`ExperimentConfig`; ``None`` runs the default experiment.
+    :class:`ExperimentConfig`; ``None`` runs the default experiment. Inside a torchrun or SLURM
+    job this process is one rank of it: rank 0 writes the run folder and returns the results,
+    every other rank returns ``None``.
     """
     config = resolve_config(experiment, overrides=overrides, backend=backend, nproc=nproc,
-                            device=device, dataset=dataset)
+                            device=device, dataset=dataset, timeout=timeout)
+    job = detect_job()
+    if job is not None:
+        return _run_job_rank(job, config, nproc, out, progress)
     config = preflight(config)
     data = load_dataset(config)
     run_dir, created = make_run_dir(new_run_dir(config, out), exclusive=out is None)
     try:
         (run_dir / CONFIG).write_text(cfgmod.dump_yaml(config))
         data.share_memory_()
-        launch(_worker, config.nproc, config.device.value, (config, data, str(run_dir), progress))
+        launch(_worker, config.nproc, config.device.value, (config, data, str(run_dir), progress),
+               timeout_s=config.timeout)
     except BaseException:
-        # A run that produced no results leaves nothing behind: only folders this call
-        # created are removed, so nothing of the user's is touched.
-        if not (run_dir / RESULTS).exists():
-            if created is not None:
-                shutil.rmtree(created, ignore_errors=True)
-            else:  # the user's own (empty) folder: take back only what we wrote
-                (run_dir / CONFIG).unlink(missing_ok=True)
+        _discard(run_dir, created)
         raise
+    return _finish(run_dir)
+
+
+def _run_job_rank(job: JobEnv, config: ExperimentConfig, nproc: int | None, out, progress: bool) -> dict | None:
+    """One rank of a torchrun / SLURM job: the launcher started the ranks, nobody spawns."""
+    try:
+        if nproc is not None and nproc != job.world_size:
+            raise ConfigError(
+                f"--nproc {nproc} inside a {job.launcher} job of {job.world_size} ranks: the launcher already "
+                "started the ranks; drop --nproc (the job's size decides)."
+            )
+        config.nproc = job.world_size
+        config = preflight(config, count_gpus=False)  # each rank checks its own GPU when it places itself
+    except GnnBridgeError as exc:
+        exc.quiet = job.local_rank not in (None, 0)  # every rank finds it; each node's first says it
+        raise
+    return launch(_job_worker, config.nproc, config.device.value, (config, out, progress),
+                  timeout_s=config.timeout, job=job)
+
+
+def _job_worker(ctx: DistContext, config: ExperimentConfig, out, progress: bool) -> dict | None:
+    """Per rank of a job: rank 0 owns the run folder (on its machine); each node loads the
+    dataset once into shared memory."""
+    target = new_run_dir(config, out) if ctx.is_main else None  # refuse a used --out before any work
+    data = node_shared(ctx, lambda: load_dataset(config))
+    if not ctx.is_main:
+        _worker(ctx, config, data, "", progress)
+        return None
+    run_dir, created = make_run_dir(target, exclusive=out is None)
+    ctx.on_abort(lambda: _discard(run_dir, created))
+    try:
+        (run_dir / CONFIG).write_text(cfgmod.dump_yaml(config))
+        _worker(ctx, config, data, str(run_dir), progress)
+    except BaseException:
+        _discard(run_dir, created)
+        raise
+    return _finish(run_dir)
+
+
+def _discard(run_dir: Path, created: Path | None) -> None:
+    """Undo a run that produced no results. Only folders this run created are removed, so
+    nothing of the user's is touched."""
+    if (run_dir / RESULTS).exists():
+        return
+    if created is not None:
+        shutil.rmtree(created, ignore_errors=True)
+    else:  # the user's own (empty) folder: take back only what we wrote
+        (run_dir / CONFIG).unlink(missing_ok=True)
+
+
+def _finish(run_dir: Path) -> dict:
     results = json.loads((run_dir / RESULTS).read_text())
     _plot(run_dir, results)
     results["run_dir"] = str(run_dir)
@@ -269,19 +332,28 @@ def run(
 def _worker(ctx: DistContext, config: ExperimentConfig, data: GraphData | GraphCollection, run_dir: str, progress: bool) -> None:
     trainer = Trainer(config, data, ctx, show_progress=progress)
     outcome = trainer.fit()
+    ranks = ctx.gather_objects(_rank_summary(ctx, trainer))
     if ctx.is_main:
         results = {
             "experiment": config.name,
             "backend": config.backend,
             "task": config.task.value,
             "world_size": ctx.world_size,
+            "num_nodes": ctx.num_nodes,
             "device": config.device.value,
             "dataset": data.summary(),
             "sampler": type(trainer.sampler).__name__,
             **outcome,
+            "ranks": ranks,
             "versions": versions(config.backend),
         }
         write_json_atomic(Path(run_dir) / RESULTS, results)
+
+
+def _rank_summary(ctx: DistContext, trainer: Trainer) -> dict:
+    """Where a rank ran and which training items it got, to check a job's layout afterwards."""
+    return {"rank": ctx.rank, "node": ctx.node_rank, "local_rank": ctx.local_rank, "host": platform.node(),
+            "device": str(ctx.device), **trainer.shard_fingerprint}
 
 
 def _plot(run_dir: Path, results: dict) -> None:

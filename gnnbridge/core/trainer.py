@@ -9,7 +9,9 @@ included), so it compares with a hand-written loop; evaluation time is reported 
 """
 from __future__ import annotations
 
+import hashlib
 import sys
+import threading
 import time
 
 import torch
@@ -39,6 +41,9 @@ class Trainer:
         self.data = data
         self.ctx = ctx
         self.show_progress = show_progress and ctx.is_main
+        # tqdm's default lock is a multiprocessing semaphore: a rank killed by a signal would leave
+        # it registered, and the resource tracker would warn about a "leak" under the error line.
+        tqdm.set_lock(threading.RLock())
         self.backend: Backend = get_backend(config.backend).require()
         self.backend.check_device(ctx.device)
         torch.manual_seed(config.train.seed)
@@ -50,6 +55,7 @@ class Trainer:
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.train.lr,
                                           weight_decay=config.train.weight_decay)
         self.history: list[dict] = []
+        self.shard_fingerprint: dict = {}  # this rank's first-epoch training items (see _fingerprint)
 
     def _sampler(self) -> Sampler:
         kind = self.config.sampler.kind
@@ -77,6 +83,8 @@ class Trainer:
         cfg, ctx, data = self.config, self.ctx, self.data
         batches = epoch_batches(data.train_idx, cfg.train.batch_size, cfg.train.seed, epoch, ctx.rank, ctx.world_size)
         self.sampler.reseed(cfg.train.seed, epoch, ctx.rank)
+        if not self.shard_fingerprint:
+            self.shard_fingerprint = _fingerprint(batches)
         self.ddp.train()
         # Sums stay on the device: no host sync per step, one reduction per epoch.
         loss_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
@@ -125,6 +133,14 @@ class Trainer:
         if self.config.eval.mode is EvalMode.LAYERWISE and self.config.task is Task.NODE:
             return LayerwiseEvaluator(self.backend, self.data, self.ctx, self.config.eval.batch_size)
         return self._validation_evaluator()
+
+
+def _fingerprint(batches: list[torch.Tensor]) -> dict:
+    """How many training items this rank got in its first epoch and a digest of them, in order:
+    equal digests mean equal shards, whatever the launcher or node layout."""
+    items = torch.cat(batches) if batches else torch.empty(0, dtype=torch.int64)
+    return {"train_items": int(items.numel()),
+            "shard_sha1": hashlib.sha1(items.numpy().tobytes()).hexdigest()[:16]}
 
 
 def parameters_digest(model: torch.nn.Module) -> torch.Tensor:

@@ -1,0 +1,158 @@
+"""Which job this process belongs to, read from the environment of the launcher that started it.
+
+Three ways to get ranks, picked automatically by :func:`detect_job`:
+
+* **torchrun / torchelastic** sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
+  ``GROUP_RANK`` (the node) and ``MASTER_ADDR`` / ``MASTER_PORT``. Its agent on node 0 already
+  hosts a TCPStore there (``TORCHELASTIC_USE_AGENT_STORE``); ranks must join it as clients.
+* **SLURM** (``srun``) sets ``SLURM_PROCID``, ``SLURM_STEP_NUM_TASKS`` / ``SLURM_NTASKS``,
+  ``SLURM_LOCALID``, ``SLURM_NODEID`` and the node list. Nobody hosts a store: rank 0 does, on
+  the first node of the list, on ``MASTER_PORT`` or a port derived from the job and step ids so
+  that two jobs sharing a node do not meet.
+* Neither: a plain process; ``--nproc N`` spawns N local ranks (see ``core/distributed``).
+
+Only an ``srun`` *step* counts as a SLURM job. The batch script itself also carries
+``SLURM_NTASKS`` (and ``SLURM_PROCID=0``), but it is one process: treating it as rank 0 of N
+would wait for N-1 ranks that nobody started, so there it behaves like any machine.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gnnbridge.core.errors import ConfigError
+
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+SLURM_PORT_BASE = 12000  # below Linux's ephemeral range (32768+), where outgoing sockets live
+SLURM_PORT_SPAN = 20000
+
+
+@dataclass(frozen=True)
+class JobEnv:
+    """This process's place in a job started by an external launcher.
+
+    ``node`` names the machine for node-local groups: the launcher's node rank when it gives one
+    (two torchrun "nodes" on one host are still two nodes), else the host name."""
+
+    launcher: str  # "torchrun" or "slurm": for messages
+    rank: int
+    world_size: int
+    local_rank: int | None
+    node: str
+    master_addr: str
+    master_port: int
+    agent_store: bool  # the launcher hosts the store, so rank 0 must not bind the port
+
+
+def detect_job(env: Mapping[str, str] | None = None) -> JobEnv | None:
+    """The job this process is a rank of, or ``None`` outside torchrun and ``srun``."""
+    env = os.environ if env is None else env
+    if "RANK" in env and "WORLD_SIZE" in env:
+        return _torchrun(env)
+    if "SLURM_PROCID" in env and ("SLURM_STEP_ID" in env or "SLURM_STEPID" in env):
+        world = _int(env, "SLURM_STEP_NUM_TASKS") if "SLURM_STEP_NUM_TASKS" in env else _int(env, "SLURM_NTASKS")
+        if world > 1:
+            return _slurm(env, world)
+    return None
+
+
+def _torchrun(env: Mapping[str, str]) -> JobEnv:
+    missing = [v for v in TORCHRUN_VARS if not env.get(v)]
+    if missing:
+        raise ConfigError(f"RANK and WORLD_SIZE are set but {', '.join(missing)} is not; start the job with "
+                          "torchrun, or set all of RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT.")
+    rank, world = _int(env, "RANK"), _int(env, "WORLD_SIZE")
+    _check_rank(rank, world, "RANK", "WORLD_SIZE")
+    node = f"node{_int(env, 'GROUP_RANK')}" if "GROUP_RANK" in env else _hostname()
+    local_rank = _int(env, "LOCAL_RANK") if "LOCAL_RANK" in env else None
+    return JobEnv("torchrun", rank, world, local_rank, node, env["MASTER_ADDR"], _port(env, "MASTER_PORT"),
+                  agent_store=env.get("TORCHELASTIC_USE_AGENT_STORE") == "True")
+
+
+def _slurm(env: Mapping[str, str], world: int) -> JobEnv:
+    rank = _int(env, "SLURM_PROCID")
+    _check_rank(rank, world, "SLURM_PROCID", "SLURM_STEP_NUM_TASKS")
+    nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+    if env.get("MASTER_ADDR"):
+        addr = env["MASTER_ADDR"]
+    elif nodelist:
+        addr = expand_hostlist(nodelist)[0]
+    else:
+        raise ConfigError("SLURM gives no node list (SLURM_STEP_NODELIST / SLURM_JOB_NODELIST); "
+                          "set MASTER_ADDR to the host of rank 0.")
+    port = _port(env, "MASTER_PORT") if env.get("MASTER_PORT") else slurm_port(env)
+    node = f"node{_int(env, 'SLURM_NODEID')}" if "SLURM_NODEID" in env else _hostname()
+    local_rank = _int(env, "SLURM_LOCALID") if "SLURM_LOCALID" in env else None
+    return JobEnv("slurm", rank, world, local_rank, node, addr, port, agent_store=False)
+
+
+def slurm_port(env: Mapping[str, str]) -> int:
+    """A port every rank of one job step derives alike, and that differs between jobs and steps."""
+    job = int(re.sub(r"\D", "", env.get("SLURM_JOB_ID", env.get("SLURM_JOBID", "0"))) or 0)
+    step = int(re.sub(r"\D", "", env.get("SLURM_STEP_ID", env.get("SLURM_STEPID", "0"))) or 0)
+    return SLURM_PORT_BASE + (job * 31 + step) % SLURM_PORT_SPAN
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """Expand SLURM's compressed node list: ``gpu[01-03,7],cpu5`` -> gpu01 gpu02 gpu03 gpu7 cpu5.
+
+    Zero padding is kept; several bracket groups in one name multiply out (``r[1-2]n[1-2]``)."""
+    hosts: list[str] = []
+    for name in _split_top_level(text):
+        parts = re.split(r"(\[[^\]]*\])", name)
+        choices = [_expand_range(p[1:-1], text) if p.startswith("[") else [p] for p in parts]
+        hosts.extend("".join(combo) for combo in itertools.product(*choices))
+    if not hosts:
+        raise ConfigError(f"Cannot read the SLURM node list {text!r}; set MASTER_ADDR to the host of rank 0.")
+    return hosts
+
+
+def _split_top_level(text: str) -> list[str]:
+    names, depth, current = [], 0, ""
+    for ch in text.strip():
+        depth += {"[": 1, "]": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            names.append(current)
+            current = ""
+        else:
+            current += ch
+    return [n for n in [*names, current] if n]
+
+
+def _expand_range(spec: str, text: str) -> list[str]:
+    out = []
+    for item in spec.split(","):
+        lo, _, hi = item.partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()):
+            raise ConfigError(f"Cannot read the SLURM node list {text!r}; set MASTER_ADDR to the host of rank 0.")
+        width = len(lo)
+        out.extend(str(i).zfill(width) for i in range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def _int(env: Mapping[str, str], name: str) -> int:
+    try:
+        return int(env[name])
+    except ValueError:
+        raise ConfigError(f"Environment variable {name}={env[name]!r} is not an integer.") from None
+
+
+def _port(env: Mapping[str, str], name: str) -> int:
+    port = _int(env, name)
+    if not 0 < port < 65536:
+        raise ConfigError(f"Environment variable {name}={port} is not a port (1-65535).")
+    return port
+
+
+def _check_rank(rank: int, world: int, rank_var: str, world_var: str) -> None:
+    if world < 1 or not 0 <= rank < world:
+        raise ConfigError(f"{rank_var}={rank} with {world_var}={world}: a rank must be in [0, {world_var}).")
+
+
+def _hostname() -> str:
+    import socket
+
+    return socket.gethostname()

@@ -1,0 +1,129 @@
+"""One copy of the dataset per machine, for ranks that no gnnbridge parent spawned.
+
+With ``--nproc`` the parent loads the dataset and hands it to its children through
+``torch.multiprocessing`` (shared memory, no copy). Under torchrun or SLURM there is no common
+parent: the ranks of a node are strangers. So the node's first rank loads and validates the
+dataset, writes each tensor into a file in ``/dev/shm`` (RAM, not disk), and publishes a manifest
+(shapes, dtypes, file names) on the job's store; every rank of the node, the first included,
+maps those files (``torch.from_file(shared=True)``), and once all have mapped them the files
+are unlinked. The pages live as long as a rank maps them, nobody can open them by name
+afterwards, and a second job on the same host cannot collide with them: names carry the job's
+run id (drawn by rank 0 at the rendezvous) and the node rank.
+
+Space is reserved with ``posix_fallocate`` before writing: a full ``/dev/shm`` (Docker gives 64
+MB by default) is an error message here, not a SIGBUS in the middle of a copy.
+"""
+from __future__ import annotations
+
+import dataclasses
+import errno
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from gnnbridge.core.data import LabelledRecord
+from gnnbridge.core.distributed import DistContext
+from gnnbridge.core.errors import DataError
+
+
+def node_shared(ctx: DistContext, load: Callable[[], LabelledRecord]) -> LabelledRecord:
+    """``load()`` once per node; every rank of the node gets the same shared-memory record.
+
+    Ends with a job-wide wait without deadline, so a node that downloads for an hour does not
+    make the others' first collective time out."""
+    if ctx.local_world_size == 1:
+        record = load()
+    else:
+        key = f"data/{ctx.node_rank}"
+        if ctx.is_local_main:
+            paths, manifest = export(load(), shm_dir(), f"gnnbridge-{ctx.run_id}-node{ctx.node_rank}")
+            ctx.on_abort(lambda: _unlink(paths))
+            ctx.store.set(key, json.dumps(manifest))
+        record = attach(json.loads(ctx.wait_key(key)))
+        ctx.local_barrier()  # every rank has mapped the files: their names can go
+        if ctx.is_local_main:
+            _unlink(paths)
+    ctx.store_barrier("data")
+    return record
+
+
+def shm_dir() -> Path:
+    """``$GNNBRIDGE_SHM_DIR``, else ``/dev/shm`` (RAM-backed on Linux), else the temp folder."""
+    chosen = os.environ.get("GNNBRIDGE_SHM_DIR")
+    if chosen:
+        return Path(chosen)
+    return Path("/dev/shm") if os.access("/dev/shm", os.W_OK) else Path(tempfile.gettempdir())
+
+
+def export(record: LabelledRecord, folder: Path, prefix: str) -> tuple[list[Path], dict]:
+    """Write ``record``'s tensors to files under ``folder``; return them and the manifest."""
+    manifest: dict = {"type": type(record).__name__, "tensors": {}, "values": {}}
+    paths: list[Path] = []
+    try:
+        for f in dataclasses.fields(record):
+            value = getattr(record, f.name)
+            if not isinstance(value, torch.Tensor):
+                manifest["values"][f.name] = value
+                continue
+            path = folder / f"{prefix}-{f.name}"
+            paths.append(path)
+            _write(path, value.contiguous())
+            manifest["tensors"][f.name] = {"path": str(path), "dtype": str(value.dtype).removeprefix("torch."),
+                                           "shape": list(value.shape)}
+    except BaseException:
+        _unlink(paths)
+        raise
+    return paths, manifest
+
+
+def attach(manifest: dict) -> LabelledRecord:
+    """Map the files of a manifest into a record; the record was validated by its loader."""
+    cls = _record_types()[manifest["type"]]
+    record = cls.__new__(cls)  # no __post_init__: validating again would read every page
+    for name, spec in manifest["tensors"].items():
+        dtype, shape = getattr(torch, spec["dtype"]), spec["shape"]
+        numel = int(torch.Size(shape).numel())
+        tensor = (torch.from_file(spec["path"], shared=True, size=numel, dtype=dtype) if numel
+                  else torch.empty(0, dtype=dtype))
+        setattr(record, name, tensor.view(shape))
+    for name, value in manifest["values"].items():
+        setattr(record, name, value)
+    return record
+
+
+def _write(path: Path, tensor: torch.Tensor) -> None:
+    nbytes = tensor.numel() * tensor.element_size()
+    if nbytes == 0:
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.posix_fallocate(fd, 0, nbytes)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EFBIG):
+            raise DataError(
+                f"Not enough room in {path.parent} to share the dataset between this node's ranks "
+                f"({nbytes / 2**20:.0f} MB more needed); enlarge it (docker --shm-size) or point "
+                "GNNBRIDGE_SHM_DIR at a larger RAM-backed folder."
+            ) from None
+        raise
+    finally:
+        os.close(fd)
+    torch.from_file(str(path), shared=True, size=tensor.numel(), dtype=tensor.dtype).copy_(tensor.flatten())
+
+
+def _unlink(paths: list[Path]) -> None:
+    for path in paths:
+        path.unlink(missing_ok=True)
+
+
+def _record_types() -> dict[str, type]:
+    found, todo = {}, [LabelledRecord]
+    while todo:
+        cls = todo.pop()
+        found[cls.__name__] = cls
+        todo.extend(cls.__subclasses__())
+    return found

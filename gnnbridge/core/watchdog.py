@@ -1,0 +1,231 @@
+"""Failing fast: every rank learns within seconds that another rank failed, and stops.
+
+A DDP job is only as alive as its least alive rank. A rank that raises, is killed (SIGKILL,
+out-of-memory killer) or whose machine disappears leaves its peers blocked in a collective: gloo
+notices a closed socket at once, NCCL only after its timeout, and a rank waiting on the store
+(data loading, the rendezvous) never notices at all. So every rank runs a :class:`Watchdog`
+thread that talks to the job's store on its own connection:
+
+* it **beats** (``beat/<rank>`` += 1) every second;
+* it **polls** ``abort``: the first failure message, posted once with ``compare_set`` so the
+  first failure wins and a peer's consequential "connection reset" never hides the cause;
+* it checks the **pids** of the ranks on its own host (a killed rank is seen within a second);
+* each node's first rank checks the **beats** of all ranks (a lost machine is seen after
+  ``timeout_s``).
+
+On an abort it runs the cleanups registered with :meth:`Watchdog.on_abort` (remove a half-made
+run folder, unlink shared-memory files), prints the message if it is this node's turn, and ends
+the process with ``os._exit(1)``: the main thread may be blocked inside a C++ collective where
+no Python exception can reach it. SIGTERM (sent by torchrun, srun or our own launcher to the
+survivors) takes the same path through a wakeup socket, so it works even while the main thread
+is blocked.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+ABORT = "abort"
+INTERVAL_S = 1.0
+
+
+@dataclass(frozen=True)
+class Member:
+    """One rank as it announced itself at the rendezvous."""
+
+    rank: int
+    node: str
+    host: str
+    boot: str  # kernel boot id: two containers may share a host name but not a pid space
+    pid: int
+
+    @classmethod
+    def here(cls, rank: int, node: str) -> "Member":
+        return cls(rank, node, socket.gethostname(), _boot_id(), os.getpid())
+
+    def to_json(self) -> str:
+        return json.dumps(self.__dict__)
+
+    @classmethod
+    def from_json(cls, text: bytes | str) -> "Member":
+        return cls(**json.loads(text))
+
+    def same_host(self, other: "Member") -> bool:
+        return (self.host, self.boot) == (other.host, other.boot)
+
+
+def post_failure(store, message: str) -> str:
+    """Post ``message`` as the job's failure unless one is already there; return the one that won."""
+    return store.compare_set(ABORT, "", message).decode()
+
+
+def posted_failure(store) -> str | None:
+    return store.get(ABORT).decode() if store.check([ABORT]) else None
+
+
+def claim_report(store, node: str, rank: int) -> bool:
+    """True for exactly one rank per node: the one that prints the failure line there."""
+    try:
+        return store.compare_set(f"reported/{node}", "", str(rank)).decode() == str(rank)
+    except Exception:  # store gone: better a duplicate line than none
+        return True
+
+
+class Watchdog:
+    """Per-rank guardian thread; see the module docstring."""
+
+    def __init__(self, store, me: Member, members: list[Member], timeout_s: float, *, announce: bool):
+        self.store = store  # a connection of its own (clone), never shared with the main thread
+        self.me = me
+        self.timeout_s = timeout_s
+        self.announce = announce  # print the failure line (job mode); the spawn parent prints otherwise
+        self.neighbours = [m for m in members if m.rank != me.rank and m.same_host(me)]
+        self.watch_beats = me.rank == min(m.rank for m in members if m.node == me.node)
+        self.peers = [m for m in members if m.rank != me.rank]
+        self._last_beat: dict[int, tuple[int, float]] = {}
+        self._cleanups: list[Callable[[], None]] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="gnnbridge-watchdog", daemon=True)
+        self._wakeup: socket.socket | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> "Watchdog":
+        self._catch_sigterm()
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop watching (before the final barrier: a peer that finished and exited is not dead)."""
+        self._stop.set()
+        self._thread.join(timeout=5 * INTERVAL_S)
+        self._release_sigterm()
+
+    def on_abort(self, cleanup: Callable[[], None]) -> None:
+        self._cleanups.append(cleanup)
+
+    def run_cleanups(self) -> None:
+        while self._cleanups:
+            try:
+                self._cleanups.pop()()
+            except Exception:  # a cleanup that fails must not keep the others from running
+                pass
+
+    # ------------------------------------------------------------------ the loop
+
+    def _run(self) -> None:
+        while not self._stop.wait(INTERVAL_S):
+            if self._signalled():
+                self._abort(f"rank {self.me.rank} was asked to stop (SIGTERM)", post=True)
+            try:
+                self.store.add(f"beat/{self.me.rank}", 1)
+                message = posted_failure(self.store) or self._dead_neighbour() or self._silent_peer()
+            except Exception:
+                if self._stop.is_set():
+                    return
+                message = ("lost the job's rendezvous store (the process hosting it, rank 0 or the launcher, "
+                           "is gone)")
+                self._abort(message, post=False)
+                return
+            if message:
+                self._abort(message, post=True)
+
+    def _dead_neighbour(self) -> str | None:
+        for m in self.neighbours:
+            if not _pid_alive(m.pid) and not self._finished(m.rank):
+                return (f"rank {m.rank} (pid {m.pid} on {m.host}) died without a Python error "
+                        "(killed by a signal or the out-of-memory killer?)")
+        return None
+
+    def _silent_peer(self) -> str | None:
+        if not self.watch_beats or not self.peers:
+            return None
+        now = time.monotonic()
+        counts = self.store.multi_get([f"beat/{m.rank}" for m in self.peers])  # created at the rendezvous
+        for m, raw in zip(self.peers, counts):
+            last, since = self._last_beat.get(m.rank, (-1, now))
+            if int(raw) != last:
+                self._last_beat[m.rank] = (int(raw), now)
+            elif now - since > self.timeout_s and not self._finished(m.rank):
+                return (f"rank {m.rank} on {m.host} sent no heartbeat for {self.timeout_s:.0f} s "
+                        "(its process or its machine is gone)")
+        return None
+
+    def _finished(self, rank: int) -> bool:
+        return self.store.check([f"done/{rank}"])
+
+    def _abort(self, message: str, *, post: bool) -> None:
+        with self._lock:
+            if post:
+                try:
+                    message = post_failure(self.store, message)
+                except Exception:
+                    pass
+            self.run_cleanups()
+            if self.announce and claim_report(self.store, self.me.node, self.me.rank):
+                print(f"Error: {message}", file=sys.stderr, flush=True)
+            os._exit(1)
+
+    # ------------------------------------------------------------------ SIGTERM
+
+    def _catch_sigterm(self) -> None:
+        """Route SIGTERM to this thread: the C-level handler writes to a socket even while the main
+        thread is blocked in C++, and Python's handler (should the main thread run) exits too."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        reader, writer = socket.socketpair()
+        reader.setblocking(False)
+        writer.setblocking(False)
+        self._wakeup, self._writer = reader, writer
+        self._old_fd = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+        self._old_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _on_sigterm(self, signum, frame) -> None:
+        self._abort(f"rank {self.me.rank} was asked to stop (SIGTERM)", post=True)
+
+    def _signalled(self) -> bool:
+        if self._wakeup is None:
+            return False
+        try:
+            return signal.SIGTERM in self._wakeup.recv(64)
+        except (BlockingIOError, OSError):
+            return False
+
+    def _release_sigterm(self) -> None:
+        if self._wakeup is None or threading.current_thread() is not threading.main_thread():
+            return
+        signal.set_wakeup_fd(self._old_fd)
+        signal.signal(signal.SIGTERM, self._old_handler)
+        self._wakeup.close()
+        self._writer.close()
+        self._wakeup = None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a dead child not yet reaped by its parent is a zombie: dead for our purpose
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
