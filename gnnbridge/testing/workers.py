@@ -1,6 +1,7 @@
 """Rank workers for multi-process tests (importable by spawned children, unlike test modules)."""
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import torch
@@ -50,3 +51,34 @@ def graph_batches_and_metrics(ctx: DistContext, backend_name: str, kind: str, da
 def _some_batch(loader, data, rank: int):
     mb = next(iter(loader.loader([data.train_idx[rank::2][:16]])))
     return mb.graph, data.x[mb.input_nodes] * (1 + 4 * rank) + rank
+
+
+def fail_on_one_rank(ctx: DistContext, failing_rank: int, how: str) -> None:
+    """All ranks meet once; then ``failing_rank`` raises (``how="raise"``) or stops talking
+    (``"hang"``) while the others wait for it in a collective, as a crashed or stuck rank
+    leaves its peers mid-epoch."""
+    torch.distributed.barrier()
+    if ctx.rank == failing_rank:
+        if how == "raise":
+            raise ValueError(f"boom on rank {ctx.rank}")
+        time.sleep(3600)
+    torch.distributed.all_reduce(torch.ones(4))
+
+
+def load_shared_and_dump(ctx: DistContext, out: str) -> None:
+    """Each rank takes the dataset through ``node_shared`` and reports what it got and where the
+    pages of ``x`` live; the loader leaves a mark per call, so a test can count the loads."""
+    from functools import partial
+
+    from gnnbridge.core.sharing import node_shared
+
+    data = node_shared(ctx, partial(_marked_small_graph, Path(out) / f"loaded-by-rank{ctx.rank}"))
+    torch.save({"x": data.x.clone(), "edge_index": data.edge_index.clone(), "summary": data.summary(),
+                "x_file": data.x.untyped_storage().filename}, Path(out) / f"rank{ctx.rank}.pt")
+
+
+def _marked_small_graph(mark: Path):
+    from gnnbridge.testing.conformance import small_graph
+
+    mark.touch()
+    return small_graph()

@@ -1,0 +1,260 @@
+"""Launching as users do (``--nproc``, torchrun on two "nodes" of 127.0.0.1, srun's environment),
+and failing as real jobs fail: a rank killed by SIGKILL, a rank that raises, a rank that hangs,
+a rank that never starts. What is asserted is what a user sees: exit codes, the one error line,
+how long it took, the processes and files left behind."""
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from gnnbridge.core.distributed import launch
+from gnnbridge.core.errors import RankFailedError
+from gnnbridge.core.sharing import shm_dir
+from gnnbridge.testing.conformance import small_graph
+from gnnbridge.testing.workers import fail_on_one_rank, load_shared_and_dump
+
+pytestmark = pytest.mark.slow
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
+TRAIN = ["train", "--quiet", "--set", "train.epochs=2", "--set", "train.batch_size=256"]
+# One thread per rank in every layout: the reduction order inside a matmul depends on the thread
+# count, and this test compares final metrics for equality, not closeness.
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+class Job:
+    """A command started in the background whose stderr is read as it comes."""
+
+    def __init__(self, args, cwd, env=ENV):
+        self.proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.lines: list[str] = []
+        self.out: list[str] = []
+        self._readers = [threading.Thread(target=self._read, args=(pipe, sink), daemon=True)
+                         for pipe, sink in ((self.proc.stderr, self.lines), (self.proc.stdout, self.out))]
+        for reader in self._readers:
+            reader.start()
+
+    @staticmethod
+    def _read(pipe, sink):
+        for line in pipe:
+            sink.append(line.rstrip("\n"))
+
+    def wait_for(self, pattern, timeout=240):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(re.search(pattern, line) for line in self.lines):
+                return
+            assert self.proc.poll() is None, "\n".join(self.lines)
+            time.sleep(0.1)
+        raise AssertionError(f"no line matched {pattern!r}:\n" + "\n".join(self.lines))
+
+    def finish(self, timeout=300):
+        self.proc.wait(timeout=timeout)
+        for reader in self._readers:
+            reader.join(5)
+        return self.proc.returncode
+
+    @property
+    def stdout(self):
+        return "\n".join(self.out)
+
+    @property
+    def errors(self):
+        return [line for line in self.lines if line.startswith("Error: ")]
+
+
+def gnnbridge(*args):
+    return [sys.executable, "-m", "gnnbridge", *args]
+
+
+def torchrun(nnodes, node_rank, nproc, port, *args):
+    return [*TORCHRUN, "--nnodes", str(nnodes), "--node-rank", str(node_rank), "--nproc-per-node", str(nproc),
+            "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", "gnnbridge", *args]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def descendants(pid):
+    try:
+        kids = [int(k) for k in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+    return [p for k in kids for p in (k, *descendants(k))]
+
+
+def alive(pids, grace=5.0):
+    """The pids still running (zombies count as gone) after up to ``grace`` seconds."""
+    deadline = time.monotonic() + grace
+    while True:
+        running = [p for p in pids if Path(f"/proc/{p}").exists() and " Z " not in Path(f"/proc/{p}/stat").read_text()]
+        if not running or time.monotonic() > deadline:
+            return running
+        time.sleep(0.2)
+
+
+def ranks_of(pid):
+    """The training processes under a launcher (not multiprocessing's resource tracker)."""
+    return [p for p in descendants(pid) if "resource_tracker" not in Path(f"/proc/{p}/cmdline").read_text()]
+
+
+def results(folder):
+    data = json.loads((Path(folder) / "results.json").read_text())
+    return data["metrics"], [h["loss"] for h in data["history"]], [r["shard_sha1"] for r in data["ranks"]], data
+
+
+# --------------------------------------------------------------------------- same numbers everywhere
+
+
+@pytest.mark.parametrize("backend", ["pyg", "dgl"])
+def test_two_torchrun_nodes_match_one_node_with_two_ranks(backend, tmp_path):
+    args = [*TRAIN, "--backend", backend]
+    single = Job(gnnbridge(*args, "--nproc", "2", "--out", "single"), tmp_path)
+    assert single.finish() == 0, single.lines
+    port = free_port()
+    nodes = [Job(torchrun(2, r, 1, port, *args, "--out", "multi"), tmp_path) for r in (1, 0)]
+    assert [n.finish() for n in nodes] == [0, 0], [n.lines for n in nodes]
+    one, two = results(tmp_path / "single"), results(tmp_path / "multi")
+    assert two[3]["num_nodes"] == 2 and one[3]["num_nodes"] == 1
+    assert [r["node"] for r in two[3]["ranks"]] == [0, 1]
+    assert two[2] == one[2]  # the same per-rank seed shards
+    assert two[1] == one[1]  # the same loss, epoch by epoch
+    assert two[0] == one[0]  # the same final metrics, exactly
+    assert "test_acc" in nodes[1].stdout and nodes[0].stdout == ""  # rank 0 reports, rank 1 is silent
+
+
+def test_ranks_of_one_torchrun_node_share_the_dataset_and_match(tmp_path):
+    single = Job(gnnbridge(*TRAIN, "--backend", "dgl", "--nproc", "2", "--out", "single"), tmp_path)
+    assert single.finish() == 0, single.lines
+    before = set(shm_dir().glob("gnnbridge-*"))
+    job = Job(torchrun(1, 0, 2, free_port(), *TRAIN, "--backend", "dgl", "--out", "job"), tmp_path)
+    assert job.finish() == 0, job.lines
+    assert results(tmp_path / "job")[:3] == results(tmp_path / "single")[:3]
+    assert set(shm_dir().glob("gnnbridge-*")) == before  # this job's shared files were unlinked
+
+
+def test_a_node_loads_the_dataset_once_and_its_ranks_map_the_same_pages(tmp_path):
+    launch(load_shared_and_dump, 2, "cpu", (str(tmp_path),), timeout_s=120)
+    assert sorted(p.name for p in tmp_path.glob("loaded-by-*")) == ["loaded-by-rank0"]  # one load per node
+    got = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    expected = small_graph()
+    for rank in got:
+        assert torch.equal(rank["x"], expected.x) and torch.equal(rank["edge_index"], expected.edge_index)
+        assert rank["summary"] == expected.summary()
+    files = {rank["x_file"] for rank in got}
+    assert len(files) == 1 and files.pop().startswith(f"{shm_dir()}/gnnbridge-")  # one mapped file for both
+    assert not Path(got[0]["x_file"]).exists()  # and its name is gone
+
+
+# --------------------------------------------------------------------------- failing fast
+
+
+def test_sigkill_of_a_spawned_rank_ends_the_job_within_a_minute(tmp_path):
+    job = Job(gnnbridge("train", "--nproc", "2", "--set", "train.epochs=500", "--out", "run"), tmp_path)
+    job.wait_for(r"epoch +1/500")
+    ranks = ranks_of(job.proc.pid)
+    assert len(ranks) == 2
+    killed_at = time.monotonic()
+    os.kill(ranks[1], signal.SIGKILL)
+    code = job.finish(timeout=60)
+    assert code != 0
+    assert time.monotonic() - killed_at < 60
+    assert job.errors == [f"Error: rank 1 (pid {ranks[1]}) was killed by SIGKILL"], job.lines
+    assert not any("Traceback" in line for line in job.lines)
+    assert alive(ranks) == []
+    assert not (tmp_path / "run").exists()  # no half-made run folder
+
+
+def test_sigkill_of_one_torchrun_node_ends_the_other_within_the_timeout(tmp_path):
+    port = free_port()
+    args = ["train", "--set", "train.epochs=500", "--timeout", "30", "--out", "run"]
+    node1 = Job(torchrun(2, 1, 1, port, *args), tmp_path)
+    node0 = Job(torchrun(2, 0, 1, port, *args), tmp_path)
+    node0.wait_for(r"epoch +1/500")
+    victim = ranks_of(node1.proc.pid)[0]
+    everyone = ranks_of(node0.proc.pid) + [victim]
+    killed_at = time.monotonic()
+    os.kill(victim, signal.SIGKILL)
+    assert node0.finish(timeout=90) != 0 and node1.finish(timeout=90) != 0
+    assert time.monotonic() - killed_at < 30
+    assert any(re.match(rf"Error: rank 1 \(pid {victim} on .*\) died", line) for line in node0.errors), node0.lines
+    assert alive(everyone) == []
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_rank_that_raises_stops_its_peers_blocked_in_a_collective():
+    started = time.monotonic()
+    with pytest.raises(RankFailedError, match=r"^rank 1 failed: ValueError: boom on rank 1"):
+        launch(fail_on_one_rank, 2, "cpu", (1, "raise"), timeout_s=120)
+    assert time.monotonic() - started < 60  # not the 120 s collective timeout
+
+
+def test_a_rank_that_hangs_ends_the_job_after_the_timeout():
+    started = time.monotonic()
+    with pytest.raises(RankFailedError, match="rank 0 failed: .*"):
+        launch(fail_on_one_rank, 2, "cpu", (1, "hang"), timeout_s=5)
+    assert time.monotonic() - started < 60
+
+
+def test_a_rank_that_never_joins_is_named(tmp_path):
+    """srun's environment with 3 tasks, of which only 2 start: both stop, and say which is missing."""
+    port = free_port()
+    env = {**ENV, "SLURM_NTASKS": "3", "SLURM_STEP_ID": "0", "SLURM_NODEID": "0", "SLURM_STEP_NODELIST": "localhost",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    started = time.monotonic()
+    ranks = [Job(gnnbridge("train", "--timeout", "5", "--out", "run"), tmp_path,
+                 env={**env, "SLURM_PROCID": str(r), "SLURM_LOCALID": str(r)}) for r in (0, 1)]
+    assert [r.finish(timeout=120) for r in ranks] == [1, 1]
+    assert time.monotonic() - started < 60
+    lines = ranks[0].errors + ranks[1].errors
+    assert lines == ["Error: Rendezvous timed out after 5 s: rank(s) 2 of 3 never joined (not started, crashed "
+                     "early, or started with another MASTER_ADDR / MASTER_PORT)."]  # one line for the node
+    assert not (tmp_path / "run").exists()
+
+
+def test_sigterm_to_the_launcher_stops_every_rank_and_keeps_nothing(tmp_path):
+    job = Job(gnnbridge("train", "--nproc", "2", "--set", "train.epochs=500", "--out", "run"), tmp_path)
+    job.wait_for(r"epoch +1/500")
+    ranks = ranks_of(job.proc.pid)
+    job.proc.terminate()
+    assert job.finish(timeout=60) != 0
+    assert job.errors == ["Error: gnnbridge was stopped by SIGTERM; all ranks were stopped."], job.lines
+    assert alive(ranks) == []
+    assert not (tmp_path / "run").exists()
+
+
+# --------------------------------------------------------------------------- two jobs on one host
+
+
+def test_two_jobs_at_once_on_one_host_do_not_collide(tmp_path):
+    """Two spawned jobs in the same folder (same second, default run folders), and two torchrun
+    jobs of two ranks each (their own ports, shared-memory files named per job)."""
+    jobs = [Job(gnnbridge(*TRAIN, "--nproc", "2"), tmp_path) for _ in range(2)]
+    jobs += [Job(torchrun(1, 0, 2, free_port(), *TRAIN, "--backend", "dgl", "--out", f"tr{i}"), tmp_path)
+             for i in range(2)]
+    assert [j.finish() for j in jobs] == [0] * 4, [j.lines for j in jobs]
+    spawned = sorted((tmp_path / "runs").iterdir())
+    assert len(spawned) == 2
+    for folder in [*spawned, tmp_path / "tr0", tmp_path / "tr1"]:
+        assert results(folder)[0]["test_acc"] > 0.5
+
+
+def test_nproc_inside_a_job_is_refused_in_one_line(tmp_path):
+    env = {**ENV, "RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
+    proc = subprocess.run(gnnbridge("train", "--nproc", "4", "--out", "run"), cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == ("Error: --nproc 4 inside a torchrun job of 2 ranks: the launcher already started "
+                                   "the ranks; drop --nproc (the job's size decides).")
+    assert not (tmp_path / "run").exists()
