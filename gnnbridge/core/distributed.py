@@ -40,7 +40,7 @@ import torch.multiprocessing as mp
 from gnnbridge.core.config import DEFAULT_TIMEOUT_S
 from gnnbridge.core.errors import ConfigError, GnnBridgeError, RankFailedError
 from gnnbridge.core.launch import JobEnv
-from gnnbridge.core.watchdog import Member, Watchdog, claim_report, post_failure, posted_failure
+from gnnbridge.core.watchdog import Member, Watchdog, claim_report, post_failure, posted_failure, record_for_launcher
 
 POLL_S = 0.1
 STOP_GRACE_S = 5.0  # how long survivors get to leave on their own before SIGTERM, then SIGKILL
@@ -175,6 +175,9 @@ def launch(worker: Callable[..., Any], nproc: int, device_kind: str, args: tuple
     :class:`RankFailedError` with one line naming the rank that failed first and why.
     """
     if job is not None:
+        if dist.is_initialized():
+            raise ConfigError("A default process group already exists in this process; gnnbridge joins the "
+                              f"{job.launcher} job itself: run it before (or instead of) init_process_group.")
         return _rank_main(RankSpec.from_job(job), device_kind, worker, args, timeout_s)
     if nproc == 1:
         return _run_single(worker, device_kind, args, timeout_s)
@@ -360,6 +363,7 @@ def _failure(spec: RankSpec, store, exc: BaseException, timeout_s: float) -> Ran
         _leave(store, spec)
     except Exception:  # the store is gone with whoever hosted it
         quiet = not spec.announce
+    record_for_launcher(message)
     error = RankFailedError(message)
     error.quiet = quiet
     return error

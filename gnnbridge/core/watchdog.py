@@ -78,6 +78,21 @@ def claim_report(store, node: str, rank: int) -> bool:
         return True
 
 
+def record_for_launcher(message: str) -> None:
+    """Hand the failure line to torchrun, whose end-of-job summary then shows it as the root
+    cause instead of "error_file: <N/A>" (the format of torchelastic's ``@record``)."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return
+    payload = {"message": {"message": message, "extraInfo": {"py_callstack": message,
+                                                             "timestamp": str(int(time.time()))}}}
+    try:
+        with open(path, "w") as f:
+            json.dump(payload, f)
+    except OSError:
+        pass
+
+
 class Watchdog:
     """Per-rank guardian thread; see the module docstring."""
 
@@ -170,6 +185,7 @@ class Watchdog:
                 except Exception:
                     pass
             self.run_cleanups()
+            record_for_launcher(message)
             if self.announce and claim_report(self.store, self.me.node, self.me.rank):
                 print(f"Error: {message}", file=sys.stderr, flush=True)
             os._exit(1)
