@@ -24,6 +24,7 @@ from __future__ import annotations
 import datetime
 import multiprocessing.connection
 import os
+import re
 import signal
 import sys
 import time
@@ -40,7 +41,15 @@ import torch.multiprocessing as mp
 from gnnbridge.core.config import DEFAULT_TIMEOUT_S
 from gnnbridge.core.errors import ConfigError, GnnBridgeError, RankFailedError
 from gnnbridge.core.launch import JobEnv
-from gnnbridge.core.watchdog import Member, Watchdog, claim_report, post_failure, posted_failure, record_for_launcher
+from gnnbridge.core.watchdog import (
+    STORE_ERRORS,
+    Member,
+    Watchdog,
+    claim_report,
+    post_failure,
+    posted_failure,
+    record_for_launcher,
+)
 
 POLL_S = 0.1
 STOP_GRACE_S = 5.0  # how long survivors get to leave on their own before SIGTERM, then SIGKILL
@@ -200,7 +209,7 @@ class RankSpec:
     launcher: str = "gnnbridge"
 
     @classmethod
-    def from_job(cls, job: JobEnv) -> "RankSpec":
+    def from_job(cls, job: JobEnv) -> RankSpec:
         attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")  # a restarted job starts clean
         return cls(job.rank, job.world_size, job.local_rank, job.node, job.master_addr, job.master_port,
                    hosts_store=job.rank == 0 and not job.agent_store, announce=True,
@@ -240,7 +249,7 @@ def _rank_main(spec: RankSpec, device_kind: str, worker: Callable[..., Any], arg
         # abort that peer ("terminate called without an active exception", SIGABRT).
         dist.barrier()
         return result
-    except BaseException as exc:
+    except BaseException as exc:  # noqa: BLE001 - every failure, Ctrl-C included, must reach the others
         if ctx is not None and ctx.watchdog is not None:
             ctx.watchdog.run_cleanups()
         raise _failure(spec, store, exc, timeout_s) from None
@@ -361,7 +370,7 @@ def _failure(spec: RankSpec, store, exc: BaseException, timeout_s: float) -> Ran
         message = post_failure(store, message)
         quiet = not (spec.announce and claim_report(store, spec.node, spec.rank))
         _leave(store, spec)
-    except Exception:  # the store is gone with whoever hosted it
+    except STORE_ERRORS:  # the store is gone with whoever hosted it
         quiet = not spec.announce
     record_for_launcher(message)
     error = RankFailedError(message)
@@ -387,7 +396,8 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, GnnBridgeError):
         return str(exc)
     hint = "" if os.environ.get("GNNBRIDGE_TRACEBACK") else " (GNNBRIDGE_TRACEBACK=1 prints the traceback)"
-    return f"{type(exc).__name__}: {_last_line(str(exc))}{hint}"
+    text = re.sub(r"^\[[^\]]*\.(?:cc|cpp|h|hpp):\d+\] ", "", _last_line(str(exc)))  # C++ source location
+    return f"{type(exc).__name__}: {text}{hint}"
 
 
 def _is_comm_error(exc: BaseException) -> bool:
@@ -409,10 +419,13 @@ def _wait_for_cause(store, rank: int, line: str, grace_s: float) -> str:
                 return posted
             time.sleep(POLL_S)
         silent = [int(k.split("/")[1]) for k, a, b in zip(keys, before, store.multi_get(keys)) if a == b]
-    except Exception:
+    except STORE_ERRORS:
         return f"lost the job's store (the process hosting it, rank 0 or the launcher, is gone); rank {rank} saw: {line}"
     if silent:
         return f"rank(s) {_ranges(silent)} stopped responding (rank {rank} saw: {line})"
+    if "timed out" in line.lower():
+        return (f"rank {rank} waited longer than the timeout in a collective: another rank is stuck or far "
+                f"slower (raise --timeout if that is expected): {line}")
     return f"rank {rank} failed: {line}"
 
 
@@ -469,7 +482,7 @@ def _spawn(worker: Callable[..., Any], nproc: int, device_kind: str, args: tuple
 def _spawned_rank(spec: RankSpec, device_kind: str, worker: Callable[..., Any], args: tuple, timeout_s: float) -> None:
     try:
         _rank_main(spec, device_kind, worker, args, timeout_s)
-    except BaseException:
+    except BaseException:  # noqa: BLE001
         sys.exit(1)  # the parent reports the job's first failure; no traceback from here
 
 

@@ -22,6 +22,7 @@ is blocked.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 
 ABORT = "abort"
 INTERVAL_S = 1.0
+STORE_ERRORS = (RuntimeError, OSError)  # what a store call raises once its server is gone (DistError included)
 
 
 @dataclass(frozen=True)
@@ -47,17 +49,17 @@ class Member:
     pid: int
 
     @classmethod
-    def here(cls, rank: int, node: str) -> "Member":
+    def here(cls, rank: int, node: str) -> Member:
         return cls(rank, node, socket.gethostname(), _boot_id(), os.getpid())
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__)
 
     @classmethod
-    def from_json(cls, text: bytes | str) -> "Member":
+    def from_json(cls, text: bytes | str) -> Member:
         return cls(**json.loads(text))
 
-    def same_host(self, other: "Member") -> bool:
+    def same_host(self, other: Member) -> bool:
         return (self.host, self.boot) == (other.host, other.boot)
 
 
@@ -74,7 +76,7 @@ def claim_report(store, node: str, rank: int) -> bool:
     """True for exactly one rank per node: the one that prints the failure line there."""
     try:
         return store.compare_set(f"reported/{node}", "", str(rank)).decode() == str(rank)
-    except Exception:  # store gone: better a duplicate line than none
+    except STORE_ERRORS:  # store gone: better a duplicate line than none
         return True
 
 
@@ -86,11 +88,8 @@ def record_for_launcher(message: str) -> None:
         return
     payload = {"message": {"message": message, "extraInfo": {"py_callstack": message,
                                                              "timestamp": str(int(time.time()))}}}
-    try:
-        with open(path, "w") as f:
-            json.dump(payload, f)
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open(path, "w") as f:
+        json.dump(payload, f)
 
 
 class Watchdog:
@@ -113,7 +112,7 @@ class Watchdog:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def start(self) -> "Watchdog":
+    def start(self) -> Watchdog:
         self._catch_sigterm()
         self._thread.start()
         return self
@@ -131,7 +130,7 @@ class Watchdog:
         while self._cleanups:
             try:
                 self._cleanups.pop()()
-            except Exception:  # a cleanup that fails must not keep the others from running
+            except Exception:  # noqa: BLE001, S110 - a failing cleanup must not keep the others from running
                 pass
 
     # ------------------------------------------------------------------ the loop
@@ -143,7 +142,7 @@ class Watchdog:
             try:
                 self.store.add(f"beat/{self.me.rank}", 1)
                 message = posted_failure(self.store) or self._dead_neighbour() or self._silent_peer()
-            except Exception:
+            except STORE_ERRORS:
                 if self._stop.is_set():
                     return
                 message = ("lost the job's rendezvous store (the process hosting it, rank 0 or the launcher, "
@@ -180,10 +179,8 @@ class Watchdog:
     def _abort(self, message: str, *, post: bool) -> None:
         with self._lock:
             if post:
-                try:
+                with contextlib.suppress(*STORE_ERRORS):
                     message = post_failure(self.store, message)
-                except Exception:
-                    pass
             self.run_cleanups()
             record_for_launcher(message)
             if self.announce and claim_report(self.store, self.me.node, self.me.rank):

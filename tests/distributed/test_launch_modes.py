@@ -202,7 +202,8 @@ def test_a_rank_that_raises_stops_its_peers_blocked_in_a_collective():
 
 def test_a_rank_that_hangs_ends_the_job_after_the_timeout():
     started = time.monotonic()
-    with pytest.raises(RankFailedError, match="rank 0 failed: .*"):
+    with pytest.raises(RankFailedError, match="rank 0 waited longer than the timeout in a collective: another rank "
+                       "is stuck or far slower"):
         launch(fail_on_one_rank, 2, "cpu", (1, "hang"), timeout_s=5)
     assert time.monotonic() - started < 60
 
@@ -218,8 +219,9 @@ def test_a_rank_that_never_joins_is_named(tmp_path):
     assert [r.finish(timeout=120) for r in ranks] == [1, 1]
     assert time.monotonic() - started < 60
     lines = ranks[0].errors + ranks[1].errors
-    assert lines == ["Error: Rendezvous timed out after 5 s: rank(s) 2 of 3 never joined (not started, crashed "
-                     "early, or started with another MASTER_ADDR / MASTER_PORT)."]  # one line for the node
+    expected = ("Error: Rendezvous timed out after 5 s: rank(s) 2 of 3 never joined (not started, crashed "
+                "early, or started with another MASTER_ADDR / MASTER_PORT).")
+    assert lines == [expected]  # one line for the node
     assert not (tmp_path / "run").exists()
 
 
@@ -252,7 +254,7 @@ def test_two_jobs_at_once_on_one_host_do_not_collide(tmp_path):
 
 def test_nproc_inside_a_job_is_refused_in_one_line(tmp_path):
     env = {**ENV, "RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
-    proc = subprocess.run(gnnbridge("train", "--nproc", "4", "--out", "run"), cwd=tmp_path, env=env,
+    proc = subprocess.run(gnnbridge("train", "--nproc", "4", "--out", "run"), check=False, cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
     assert proc.stderr.strip() == ("Error: --nproc 4 inside a torchrun job of 2 ranks: the launcher already started "
