@@ -46,6 +46,7 @@ from gnnbridge.core.watchdog import (
     Member,
     Watchdog,
     claim_report,
+    leave,
     post_failure,
     posted_failure,
     record_for_launcher,
@@ -84,6 +85,12 @@ class DistContext:
     @property
     def distributed(self) -> bool:
         return self.world_size > 1
+
+    def advance(self) -> None:
+        """Count one step of this rank (a training batch): if a collective times out, the ranks
+        that are behind are named as the stuck ones."""
+        if self.watchdog is not None:
+            self.watchdog.progress += 1
 
     def on_abort(self, cleanup: Callable[[], None]) -> None:
         """Run ``cleanup`` if this rank is stopped because the job failed (also from SIGTERM)."""
@@ -157,18 +164,19 @@ class DistContext:
         return self.device if dist.get_backend() == "nccl" else torch.device("cpu")
 
 
-def resolve_device(kind: str, local_rank: int) -> torch.device:
-    """cuda:local_rank, except where the launcher gave each rank one GPU of its own (SLURM's
-    ``--gpus-per-task``): then the only visible device is cuda:0."""
+def resolve_device(kind: str, local_rank: int, local_world_size: int = 1) -> torch.device:
+    """cuda:local_rank when this process sees a GPU for every rank of its node; cuda:0 when the
+    launcher gave each rank GPUs of its own (SLURM's ``--gpus-per-task``, which narrows
+    ``CUDA_VISIBLE_DEVICES`` per task); anything else would put two ranks on one GPU."""
     if kind != "cuda":
         return torch.device("cpu")
     count = torch.cuda.device_count()
-    if local_rank < count:
+    if local_rank < count and (local_world_size <= count or not os.environ.get("CUDA_VISIBLE_DEVICES")):
         return torch.device("cuda", local_rank)
-    if count == 1:
+    if os.environ.get("CUDA_VISIBLE_DEVICES") and count >= 1:
         return torch.device("cuda", 0)
-    raise ConfigError(f"Local rank {local_rank} has no GPU of its own: this process sees {count} CUDA device(s); "
-                      "start at most that many ranks per node.")
+    raise ConfigError(f"Local rank {local_rank} has no GPU of its own: this process sees {count} CUDA device(s) for "
+                      f"{local_world_size} rank(s) on its node; start at most {count} ranks per node.")
 
 
 # --------------------------------------------------------------------------- entry points
@@ -210,10 +218,19 @@ class RankSpec:
 
     @classmethod
     def from_job(cls, job: JobEnv) -> RankSpec:
-        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")  # a restarted job starts clean
+        # The job id (and torchrun's attempt) in every key: a restarted job starts clean, and a
+        # job whose rank 0 found the port taken cannot join the job that holds it.
         return cls(job.rank, job.world_size, job.local_rank, job.node, job.master_addr, job.master_port,
                    hosts_store=job.rank == 0 and not job.agent_store, announce=True,
-                   namespace=f"gnnbridge/{attempt}/", launcher=job.launcher)
+                   namespace=f"gnnbridge/{job.job_id}/", launcher=job.launcher)
+
+    @property
+    def store_owner(self) -> str:
+        if self.launcher == "gnnbridge":
+            return "the launching gnnbridge process (which hosts it)"
+        if self.launcher == "torchrun" and not (self.rank == 0 and self.hosts_store):
+            return f"torchrun on node 0 ({self.addr}), or rank 0 (which hosts it)"
+        return f"rank 0 (on {self.addr}, which hosts it)"
 
 
 def _run_single(worker: Callable[..., Any], device_kind: str, args: tuple, timeout_s: float) -> Any:
@@ -283,11 +300,12 @@ def _join(spec: RankSpec, store, device_kind: str, timeout_s: float) -> DistCont
     node_rank = next(i for i, ranks in enumerate(nodes) if spec.rank in ranks)
     local = nodes[node_rank]
     local_rank = spec.local_rank if spec.local_rank is not None else local.index(spec.rank)
-    device = resolve_device(device_kind, local_rank)
+    device = resolve_device(device_kind, local_rank, len(local))
     if device.type == "cuda":
         torch.cuda.set_device(device)
     _set_threads(len(local))
-    watchdog = Watchdog(store.clone(), me, members, timeout_s, announce=spec.announce).start()
+    watchdog = Watchdog(store.clone(), me, members, timeout_s, announce=spec.announce,
+                        hosts_store=spec.hosts_store, store_owner=spec.store_owner).start()
     return DistContext(spec.rank, spec.world_size, local_rank, device, local_world_size=len(local),
                        node_rank=node_rank, num_nodes=len(nodes), members=members, store=store,
                        run_id=run_id, watchdog=watchdog)
@@ -338,11 +356,13 @@ def _local_groups(ctx: DistContext):
 
 
 def _set_threads(local_world_size: int) -> None:
-    """Split this machine's cores between its ranks, unless the user (or torchrun) chose."""
+    """Split this machine's cores between its ranks, unless the user (or torchrun) chose, or the
+    launcher already bound this rank to its own cores (SLURM's ``--cpus-per-task``)."""
     if "OMP_NUM_THREADS" in os.environ:
         return
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    torch.set_num_threads(max(1, cores // local_world_size))
+    total = os.cpu_count() or 1
+    mine = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else total
+    torch.set_num_threads(max(1, mine if mine < total else total // local_world_size))
 
 
 # --------------------------------------------------------------------------- failures
@@ -366,28 +386,24 @@ def _failure(spec: RankSpec, store, exc: BaseException, timeout_s: float) -> Ran
             message = f"rank {spec.rank} failed: {line}"
         if os.environ.get("GNNBRIDGE_TRACEBACK") and not isinstance(exc, GnnBridgeError):
             traceback.print_exception(exc)
+    leader = spec.local_rank in (0, None)
     try:
         message = post_failure(store, message)
-        quiet = not (spec.announce and claim_report(store, spec.node, spec.rank))
-        _leave(store, spec)
+        quiet = not (spec.announce and claim_report(store, spec.node, spec.rank, fallback=leader))
     except STORE_ERRORS:  # the store is gone with whoever hosted it
-        quiet = not spec.announce
+        quiet = not (spec.announce and leader)
+    leave(store, spec.rank, spec.hosts_store, _joined(store, spec.world_size))
     record_for_launcher(message)
     error = RankFailedError(message)
     error.quiet = quiet
     return error
 
 
-def _leave(store, spec: RankSpec) -> None:
-    """Say this rank has read the failure; the rank hosting the store waits (briefly) for the
-    others to do so, as its exit takes the store and the message with it."""
-    store.add("left", 1)
-    if not spec.hosts_store:
-        return
-    joined = sum(store.check([f"member/{r}"]) for r in range(spec.world_size))
-    deadline = time.monotonic() + STOP_GRACE_S
-    while int(store.add("left", 0)) < joined and time.monotonic() < deadline:
-        time.sleep(POLL_S)
+def _joined(store, world_size: int) -> int:
+    try:
+        return sum(store.check([f"member/{r}"]) for r in range(world_size))
+    except STORE_ERRORS:
+        return 0
 
 
 def _describe(exc: BaseException) -> str:
@@ -419,14 +435,26 @@ def _wait_for_cause(store, rank: int, line: str, grace_s: float) -> str:
                 return posted
             time.sleep(POLL_S)
         silent = [int(k.split("/")[1]) for k, a, b in zip(keys, before, store.multi_get(keys)) if a == b]
+        behind = _behind(store, _world())
     except STORE_ERRORS:
-        return f"lost the job's store (the process hosting it, rank 0 or the launcher, is gone); rank {rank} saw: {line}"
+        return f"lost the job's store (whoever hosted it is gone); rank {rank} saw: {line}"
     if silent:
         return f"rank(s) {_ranges(silent)} stopped responding (rank {rank} saw: {line})"
     if "timed out" in line.lower():
-        return (f"rank {rank} waited longer than the timeout in a collective: another rank is stuck or far "
-                f"slower (raise --timeout if that is expected): {line}")
+        who = f"rank(s) {_ranges(behind)} stuck behind the others" if behind else "another rank is stuck"
+        return (f"rank {rank} waited longer than the timeout in a collective: {who} (raise --timeout if "
+                f"a step can take that long): {line}")
     return f"rank {rank} failed: {line}"
+
+
+def _behind(store, world_size: int) -> list[int]:
+    """The ranks whose published progress is below the others' (empty when all are level)."""
+    steps = []
+    for r in range(world_size):
+        key = f"progress/{r}"
+        steps.append(int(store.get(key)) if store.check([key]) else 0)
+    top = max(steps, default=0)
+    return [r for r, step in enumerate(steps) if step < top]
 
 
 def _world() -> int:
@@ -494,9 +522,11 @@ def _supervise(procs: list, store) -> str | None:
             rank = pending.pop(sentinel)
             proc = procs[rank]
             proc.join()
-            if proc.exitcode != 0:
-                return post_failure(store, _exit_message(rank, proc)) if proc.exitcode < 0 else (
-                    posted_failure(store) or post_failure(store, _exit_message(rank, proc)))
+            if proc.exitcode < 0:  # killed by a signal: nobody knows it better than its parent
+                post_failure(store, _exit_message(rank, proc))
+                return _exit_message(rank, proc)
+            if proc.exitcode > 0:
+                return posted_failure(store) or post_failure(store, _exit_message(rank, proc))
     return None
 
 

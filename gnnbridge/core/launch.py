@@ -45,6 +45,7 @@ class JobEnv:
     master_addr: str
     master_port: int
     agent_store: bool  # the launcher hosts the store, so rank 0 must not bind the port
+    job_id: str = ""  # the launcher's id of this job (and attempt): two jobs meeting on one port stay apart
 
 
 def detect_job(env: Mapping[str, str] | None = None) -> JobEnv | None:
@@ -68,8 +69,9 @@ def _torchrun(env: Mapping[str, str]) -> JobEnv:
     _check_rank(rank, world, "RANK", "WORLD_SIZE")
     node = f"node{_int(env, 'GROUP_RANK')}" if "GROUP_RANK" in env else _hostname()
     local_rank = _int(env, "LOCAL_RANK") if "LOCAL_RANK" in env else None
+    job_id = f"{env.get('TORCHELASTIC_RUN_ID', 'none')}.{env.get('TORCHELASTIC_RESTART_COUNT', '0')}"
     return JobEnv("torchrun", rank, world, local_rank, node, env["MASTER_ADDR"], _port(env, "MASTER_PORT"),
-                  agent_store=env.get("TORCHELASTIC_USE_AGENT_STORE") == "True")
+                  agent_store=env.get("TORCHELASTIC_USE_AGENT_STORE") == "True", job_id=job_id)
 
 
 def _slurm(env: Mapping[str, str], world: int) -> JobEnv:
@@ -86,7 +88,8 @@ def _slurm(env: Mapping[str, str], world: int) -> JobEnv:
     port = _port(env, "MASTER_PORT") if env.get("MASTER_PORT") else slurm_port(env)
     node = f"node{_int(env, 'SLURM_NODEID')}" if "SLURM_NODEID" in env else _hostname()
     local_rank = _int(env, "SLURM_LOCALID") if "SLURM_LOCALID" in env else None
-    return JobEnv("slurm", rank, world, local_rank, node, addr, port, agent_store=False)
+    job_id = f"{env.get('SLURM_JOB_ID', env.get('SLURM_JOBID', ''))}.{env.get('SLURM_STEP_ID', env.get('SLURM_STEPID', ''))}"
+    return JobEnv("slurm", rank, world, local_rank, node, addr, port, agent_store=False, job_id=job_id)
 
 
 def slurm_port(env: Mapping[str, str]) -> int:

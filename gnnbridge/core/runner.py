@@ -298,9 +298,11 @@ def _job_worker(ctx: DistContext, config: ExperimentConfig, out, progress: bool)
     target = new_run_dir(config, out) if ctx.is_main else None  # refuse a used --out before any work
     data = node_shared(ctx, lambda: load_dataset(config))
     if not ctx.is_main:
+        _guard_run_dir(ctx)
         _worker(ctx, config, data, "", progress)
         return None
     run_dir, created = make_run_dir(target, exclusive=out is None)
+    ctx.store.set("run_dir", json.dumps([str(run_dir), created and str(created)]))
     ctx.on_abort(lambda: _discard(run_dir, created))
     try:
         (run_dir / CONFIG).write_text(cfgmod.dump_yaml(config))
@@ -309,6 +311,15 @@ def _job_worker(ctx: DistContext, config: ExperimentConfig, out, progress: bool)
         _discard(run_dir, created)
         raise
     return _finish(run_dir)
+
+
+def _guard_run_dir(ctx: DistContext) -> None:
+    """Ranks on rank 0's machine also remove its run folder if the job fails: should rank 0 be
+    killed outright, they are the only ones left to do it."""
+    if not any(m.rank == 0 and m.same_host(ctx.members[ctx.rank]) for m in ctx.members):
+        return
+    path, created = json.loads(ctx.wait_key("run_dir"))
+    ctx.on_abort(lambda: _discard(Path(path), created and Path(created)))
 
 
 def _discard(run_dir: Path, created: Path | None) -> None:

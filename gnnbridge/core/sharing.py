@@ -38,12 +38,15 @@ def node_shared(ctx: DistContext, load: Callable[[], LabelledRecord]) -> Labelle
     if ctx.local_world_size == 1:
         record = load()
     else:
-        key = f"data/{ctx.node_rank}"
+        key, folder, prefix = f"data/{ctx.node_rank}", shm_dir(), f"gnnbridge-{ctx.run_id}-node{ctx.node_rank}"
+        # Any rank of the node removes the node's files if the job fails, even half-written ones
+        # of a first rank that was killed mid-export: the names are known from the prefix.
+        ctx.on_abort(lambda: _unlink(list(folder.glob(f"{prefix}-*"))))
         if ctx.is_local_main:
-            paths, manifest = export(load(), shm_dir(), f"gnnbridge-{ctx.run_id}-node{ctx.node_rank}")
-            ctx.on_abort(lambda: _unlink(paths))
-            ctx.store.set(key, json.dumps(manifest))
-        record = attach(json.loads(ctx.wait_key(key)))
+            ctx.store.set(key, json.dumps(export(load(), folder, prefix)))
+        manifest = json.loads(ctx.wait_key(key))
+        paths = [Path(t["path"]) for t in manifest["tensors"].values()]
+        record = attach(manifest)
         ctx.local_barrier()  # every rank has mapped the files: their names can go
         if ctx.is_local_main:
             _unlink(paths)
@@ -59,10 +62,11 @@ def shm_dir() -> Path:
     return Path("/dev/shm") if os.access("/dev/shm", os.W_OK) else Path(tempfile.gettempdir())
 
 
-def export(record: LabelledRecord, folder: Path, prefix: str) -> tuple[list[Path], dict]:
-    """Write ``record``'s tensors to files under ``folder``; return them and the manifest."""
+def export(record: LabelledRecord, folder: Path, prefix: str, written: list[Path] | None = None) -> dict:
+    """Write ``record``'s tensors to files ``folder/prefix-<field>`` and return the manifest. Each
+    file is added to ``written`` before it is filled; on an error they are all removed."""
+    written = [] if written is None else written
     manifest: dict = {"type": type(record).__name__, "tensors": {}, "values": {}}
-    paths: list[Path] = []
     try:
         for f in dataclasses.fields(record):
             value = getattr(record, f.name)
@@ -70,14 +74,14 @@ def export(record: LabelledRecord, folder: Path, prefix: str) -> tuple[list[Path
                 manifest["values"][f.name] = value
                 continue
             path = folder / f"{prefix}-{f.name}"
-            paths.append(path)
+            written.append(path)
             _write(path, value.contiguous())
             manifest["tensors"][f.name] = {"path": str(path), "dtype": str(value.dtype).removeprefix("torch."),
                                            "shape": list(value.shape)}
     except BaseException:
-        _unlink(paths)
+        _unlink(written)
         raise
-    return paths, manifest
+    return manifest
 
 
 def attach(manifest: dict) -> LabelledRecord:

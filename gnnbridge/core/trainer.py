@@ -94,6 +94,7 @@ class Trainer:
                    leave=False, dynamic_ncols=True)
         t0 = time.perf_counter()
         for mb in self.sampler.loader(batches):
+            ctx.advance()
             x = data.x[mb.input_nodes].to(ctx.device, non_blocking=True)
             y = data.y[mb.seeds].to(ctx.device, non_blocking=True)
             logits = self.ddp(self.backend.graph_to(mb.graph, ctx.device), x)

@@ -11,7 +11,9 @@ thread that talks to the job's store on its own connection:
   first failure wins and a peer's consequential "connection reset" never hides the cause;
 * it checks the **pids** of the ranks on its own host (a killed rank is seen within a second);
 * each node's first rank checks the **beats** of all ranks (a lost machine is seen after
-  ``timeout_s``).
+  ``timeout_s``);
+* it publishes this rank's **progress** (steps taken), so a rank that times out in a collective
+  can name the peer that is stuck behind.
 
 On an abort it runs the cleanups registered with :meth:`Watchdog.on_abort` (remove a half-made
 run folder, unlink shared-memory files), prints the message if it is this node's turn, and ends
@@ -35,6 +37,8 @@ from dataclasses import dataclass
 
 ABORT = "abort"
 INTERVAL_S = 1.0
+LEAVE_GRACE_S = 5.0
+SIGTERM_GRACE_S = 3.0  # a launcher's SIGTERM follows a failure: give its message time to arrive
 STORE_ERRORS = (RuntimeError, OSError)  # what a store call raises once its server is gone (DistError included)
 
 
@@ -45,7 +49,7 @@ class Member:
     rank: int
     node: str
     host: str
-    boot: str  # kernel boot id: two containers may share a host name but not a pid space
+    boot: str  # kernel boot id and pid namespace: containers may share a host name but not pids
     pid: int
 
     @classmethod
@@ -72,12 +76,23 @@ def posted_failure(store) -> str | None:
     return store.get(ABORT).decode() if store.check([ABORT]) else None
 
 
-def claim_report(store, node: str, rank: int) -> bool:
-    """True for exactly one rank per node: the one that prints the failure line there."""
+def claim_report(store, node: str, rank: int, fallback: bool) -> bool:
+    """True for exactly one rank per node: the one that prints the failure line there.
+    ``fallback`` answers when the store is gone (True for one rank per node)."""
     try:
         return store.compare_set(f"reported/{node}", "", str(rank)).decode() == str(rank)
-    except STORE_ERRORS:  # store gone: better a duplicate line than none
-        return True
+    except STORE_ERRORS:
+        return fallback
+
+
+def leave(store, me: int, hosts_store: bool, joined: int) -> None:
+    """Say this rank has read the failure. The rank hosting the store then waits (briefly) for
+    the ``joined`` others to do so: its exit takes the store, and the message, with it."""
+    with contextlib.suppress(*STORE_ERRORS):
+        store.add("left", 1)
+        deadline = time.monotonic() + LEAVE_GRACE_S
+        while hosts_store and int(store.add("left", 0)) < joined and time.monotonic() < deadline:
+            time.sleep(0.1)
 
 
 def record_for_launcher(message: str) -> None:
@@ -95,14 +110,20 @@ def record_for_launcher(message: str) -> None:
 class Watchdog:
     """Per-rank guardian thread; see the module docstring."""
 
-    def __init__(self, store, me: Member, members: list[Member], timeout_s: float, *, announce: bool):
+    def __init__(self, store, me: Member, members: list[Member], timeout_s: float, *, announce: bool,
+                 hosts_store: bool, store_owner: str):
         self.store = store  # a connection of its own (clone), never shared with the main thread
         self.me = me
         self.timeout_s = timeout_s
         self.announce = announce  # print the failure line (job mode); the spawn parent prints otherwise
+        self.hosts_store = hosts_store
+        self.store_owner = store_owner  # who hosts the store, for the message when it is gone
+        self.joined = len(members)
         self.neighbours = [m for m in members if m.rank != me.rank and m.same_host(me)]
-        self.watch_beats = me.rank == min(m.rank for m in members if m.node == me.node)
+        self.node_leader = me.rank == min(m.rank for m in members if m.node == me.node)
         self.peers = [m for m in members if m.rank != me.rank]
+        self.progress = 0  # steps taken by this rank (DistContext.advance); published with the beat
+        self._published = -1
         self._last_beat: dict[int, tuple[int, float]] = {}
         self._cleanups: list[Callable[[], None]] = []
         self._stop = threading.Event()
@@ -137,20 +158,34 @@ class Watchdog:
 
     def _run(self) -> None:
         while not self._stop.wait(INTERVAL_S):
-            if self._signalled():
-                self._abort(f"rank {self.me.rank} was asked to stop (SIGTERM)", post=True)
             try:
-                self.store.add(f"beat/{self.me.rank}", 1)
+                self._beat()
                 message = posted_failure(self.store) or self._dead_neighbour() or self._silent_peer()
+                if not message and self._signalled():
+                    message = self._cause_of_sigterm()
             except STORE_ERRORS:
                 if self._stop.is_set():
                     return
-                message = ("lost the job's rendezvous store (the process hosting it, rank 0 or the launcher, "
-                           "is gone)")
-                self._abort(message, post=False)
+                self._abort(f"lost the job's store: {self.store_owner} is gone", post=False)
                 return
             if message:
                 self._abort(message, post=True)
+
+    def _beat(self) -> None:
+        self.store.add(f"beat/{self.me.rank}", 1)
+        if self.progress != self._published:
+            self._published = self.progress
+            self.store.set(f"progress/{self.me.rank}", str(self._published))
+
+    def _cause_of_sigterm(self) -> str:
+        """Launchers SIGTERM the survivors right after a rank fails: look for that failure first."""
+        deadline = time.monotonic() + SIGTERM_GRACE_S
+        while time.monotonic() < deadline:
+            found = posted_failure(self.store) or self._dead_neighbour()
+            if found:
+                return found
+            time.sleep(0.1)
+        return f"rank {self.me.rank} was stopped by SIGTERM (from its launcher, or a user)"
 
     def _dead_neighbour(self) -> str | None:
         for m in self.neighbours:
@@ -160,7 +195,7 @@ class Watchdog:
         return None
 
     def _silent_peer(self) -> str | None:
-        if not self.watch_beats or not self.peers:
+        if not self.node_leader or not self.peers:
             return None
         now = time.monotonic()
         counts = self.store.multi_get([f"beat/{m.rank}" for m in self.peers])  # created at the rendezvous
@@ -183,15 +218,17 @@ class Watchdog:
                     message = post_failure(self.store, message)
             self.run_cleanups()
             record_for_launcher(message)
-            if self.announce and claim_report(self.store, self.me.node, self.me.rank):
+            if self.announce and claim_report(self.store, self.me.node, self.me.rank, fallback=self.node_leader):
                 print(f"Error: {message}", file=sys.stderr, flush=True)
+            leave(self.store, self.me.rank, self.hosts_store, self.joined)
             os._exit(1)
 
     # ------------------------------------------------------------------ SIGTERM
 
     def _catch_sigterm(self) -> None:
         """Route SIGTERM to this thread: the C-level handler writes to a socket even while the main
-        thread is blocked in C++, and Python's handler (should the main thread run) exits too."""
+        thread is blocked in C++. The Python-level handler does nothing (it only replaces the
+        default, which would kill the process before the cleanups): all work happens here."""
         if threading.current_thread() is not threading.main_thread():
             return
         reader, writer = socket.socketpair()
@@ -199,10 +236,7 @@ class Watchdog:
         writer.setblocking(False)
         self._wakeup, self._writer = reader, writer
         self._old_fd = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
-        self._old_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
-
-    def _on_sigterm(self, signum, frame) -> None:
-        self._abort(f"rank {self.me.rank} was asked to stop (SIGTERM)", post=True)
+        self._old_handler = signal.signal(signal.SIGTERM, _ignore)
 
     def _signalled(self) -> bool:
         if self._wakeup is None:
@@ -222,6 +256,10 @@ class Watchdog:
         self._wakeup = None
 
 
+def _ignore(signum, frame) -> None:
+    pass
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -237,8 +275,9 @@ def _pid_alive(pid: int) -> bool:
 
 
 def _boot_id() -> str:
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
+    parts = []
+    with contextlib.suppress(OSError), open("/proc/sys/kernel/random/boot_id") as f:
+        parts.append(f.read().strip())
+    with contextlib.suppress(OSError):
+        parts.append(str(os.stat("/proc/self/ns/pid").st_ino))
+    return "/".join(parts)

@@ -62,6 +62,7 @@ def fail_on_one_rank(ctx: DistContext, failing_rank: int, how: str) -> None:
         if how == "raise":
             raise ValueError(f"boom on rank {ctx.rank}")
         time.sleep(3600)
+    ctx.advance()  # the others step on, and wait for the stuck rank in the next collective
     torch.distributed.all_reduce(torch.ones(4))
 
 

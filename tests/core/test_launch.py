@@ -76,8 +76,10 @@ def test_unreadable_hostlist_says_to_set_master_addr():
 @pytest.mark.parametrize("record", ["node", "graph"])
 def test_shared_record_round_trips_through_files_that_can_then_go(record, tmp_path):
     data = small_graph() if record == "node" else family_graphs(30, 5, 9, seed=0)
-    paths, manifest = export(data, tmp_path, "gnnbridge-test")
+    paths: list = []
+    manifest = export(data, tmp_path, "gnnbridge-test", paths)
     copy = attach(manifest)
+    assert len(paths) == len(manifest["tensors"])
     for path in paths:
         path.unlink()  # what node_shared does once every rank has mapped them
     assert type(copy) is type(data)

@@ -109,6 +109,11 @@ def ranks_of(pid):
     return [p for p in descendants(pid) if "resource_tracker" not in Path(f"/proc/{p}/cmdline").read_text()]
 
 
+def rank_pid(pids, rank):
+    """Which of the launcher's processes is global rank ``rank`` (torchrun passes RANK by environment)."""
+    return next(p for p in pids if f"\0RANK={rank}\0" in "\0" + Path(f"/proc/{p}/environ").read_text())
+
+
 def results(folder):
     data = json.loads((Path(folder) / "results.json").read_text())
     return data["metrics"], [h["loss"] for h in data["history"]], [r["shard_sha1"] for r in data["ranks"]], data
@@ -176,19 +181,24 @@ def test_sigkill_of_a_spawned_rank_ends_the_job_within_a_minute(tmp_path):
     assert not (tmp_path / "run").exists()  # no half-made run folder
 
 
-def test_sigkill_of_one_torchrun_node_ends_the_other_within_the_timeout(tmp_path):
+@pytest.mark.parametrize("nodes, per_node, victim_rank", [(2, 1, 1), (1, 2, 0)])
+def test_sigkill_of_a_torchrun_rank_ends_the_job_within_the_timeout(nodes, per_node, victim_rank, tmp_path):
+    """Two nodes of one rank (the survivor is on another "machine"), and one node of two ranks
+    whose rank 0, the owner of the run folder, is killed (its neighbour removes the folder;
+    torchrun SIGTERMs the neighbour, which must still name the killed rank, not itself)."""
     port = free_port()
     args = ["train", "--set", "train.epochs=500", "--timeout", "30", "--out", "run"]
-    node1 = Job(torchrun(2, 1, 1, port, *args), tmp_path)
-    node0 = Job(torchrun(2, 0, 1, port, *args), tmp_path)
-    node0.wait_for(r"epoch +1/500")
-    victim = ranks_of(node1.proc.pid)[0]
-    everyone = ranks_of(node0.proc.pid) + [victim]
+    launchers = [Job(torchrun(nodes, r, per_node, port, *args), tmp_path) for r in reversed(range(nodes))]
+    launchers[-1].wait_for(r"epoch +1/500")
+    everyone = [p for job in launchers for p in ranks_of(job.proc.pid)]
+    victim = rank_pid(everyone, victim_rank)
     killed_at = time.monotonic()
     os.kill(victim, signal.SIGKILL)
-    assert node0.finish(timeout=90) != 0 and node1.finish(timeout=90) != 0
+    assert all(job.finish(timeout=90) != 0 for job in launchers)
     assert time.monotonic() - killed_at < 30
-    assert any(re.match(rf"Error: rank 1 \(pid {victim} on .*\) died", line) for line in node0.errors), node0.lines
+    errors = [line for job in launchers for line in job.errors]
+    assert errors and all(re.match(rf"Error: rank {victim_rank} \(pid {victim} on .*\) died", e) for e in errors), [
+        job.lines for job in launchers]
     assert alive(everyone) == []
     assert not (tmp_path / "run").exists()
 
@@ -202,8 +212,8 @@ def test_a_rank_that_raises_stops_its_peers_blocked_in_a_collective():
 
 def test_a_rank_that_hangs_ends_the_job_after_the_timeout():
     started = time.monotonic()
-    with pytest.raises(RankFailedError, match="rank 0 waited longer than the timeout in a collective: another rank "
-                       "is stuck or far slower"):
+    with pytest.raises(RankFailedError, match=r"rank 0 waited longer than the timeout in a collective: rank\(s\) 1 "
+                       "stuck behind the others"):
         launch(fail_on_one_rank, 2, "cpu", (1, "hang"), timeout_s=5)
     assert time.monotonic() - started < 60
 
@@ -214,12 +224,12 @@ def test_a_rank_that_never_joins_is_named(tmp_path):
     env = {**ENV, "SLURM_NTASKS": "3", "SLURM_STEP_ID": "0", "SLURM_NODEID": "0", "SLURM_STEP_NODELIST": "localhost",
            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
     started = time.monotonic()
-    ranks = [Job(gnnbridge("train", "--timeout", "5", "--out", "run"), tmp_path,
+    ranks = [Job(gnnbridge("train", "--timeout", "8", "--out", "run"), tmp_path,
                  env={**env, "SLURM_PROCID": str(r), "SLURM_LOCALID": str(r)}) for r in (0, 1)]
     assert [r.finish(timeout=120) for r in ranks] == [1, 1]
     assert time.monotonic() - started < 60
     lines = ranks[0].errors + ranks[1].errors
-    expected = ("Error: Rendezvous timed out after 5 s: rank(s) 2 of 3 never joined (not started, crashed "
+    expected = ("Error: Rendezvous timed out after 8 s: rank(s) 2 of 3 never joined (not started, crashed "
                 "early, or started with another MASTER_ADDR / MASTER_PORT).")
     assert lines == [expected]  # one line for the node
     assert not (tmp_path / "run").exists()
@@ -250,6 +260,27 @@ def test_two_jobs_at_once_on_one_host_do_not_collide(tmp_path):
     assert len(spawned) == 2
     for folder in [*spawned, tmp_path / "tr0", tmp_path / "tr1"]:
         assert results(folder)[0]["test_acc"] > 0.5
+
+
+def test_a_job_that_finds_its_port_taken_fails_alone(tmp_path):
+    """Two srun steps told to use one MASTER_PORT: the second cannot listen there, and its
+    ranks must not join (or stop) the first job, whose store holds that port."""
+    port = free_port()
+
+    def slurm(job, rank, *args):
+        env = {**ENV, "SLURM_JOB_ID": str(job), "SLURM_STEP_ID": "0", "SLURM_NTASKS": "2", "SLURM_NODEID": "0",
+               "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank), "SLURM_STEP_NODELIST": "localhost",
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+        return Job(gnnbridge("train", "--set", "train.epochs=200", *args), tmp_path, env=env)
+
+    first = [slurm(1, r, "--out", "first") for r in (0, 1)]
+    first[0].wait_for(r"epoch +1/200")
+    second = [slurm(2, r, "--timeout", "8", "--out", "second") for r in (0, 1)]
+    assert [job.finish() for job in second] == [1, 1]
+    assert [job.finish() for job in first] == [0, 0], [job.lines for job in first]
+    assert any(f"Rank 0 cannot listen on 127.0.0.1:{port}" in line for line in second[0].errors), second[0].lines
+    assert results(tmp_path / "first")[0]["test_acc"] > 0.5
+    assert not (tmp_path / "second").exists()
 
 
 def test_nproc_inside_a_job_is_refused_in_one_line(tmp_path):
