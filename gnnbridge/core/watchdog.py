@@ -127,7 +127,6 @@ class Watchdog:
         self._last_beat: dict[int, tuple[int, float]] = {}
         self._cleanups: list[Callable[[], None]] = []
         self._stop = threading.Event()
-        self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="gnnbridge-watchdog", daemon=True)
         self._wakeup: socket.socket | None = None
 
@@ -212,16 +211,15 @@ class Watchdog:
         return self.store.check([f"done/{rank}"])
 
     def _abort(self, message: str, *, post: bool) -> None:
-        with self._lock:
-            if post:
-                with contextlib.suppress(*STORE_ERRORS):
-                    message = post_failure(self.store, message)
-            self.run_cleanups()
-            record_for_launcher(message)
-            if self.announce and claim_report(self.store, self.me.node, self.me.rank, fallback=self.node_leader):
-                print(f"Error: {message}", file=sys.stderr, flush=True)
-            leave(self.store, self.me.rank, self.hosts_store, self.joined)
-            os._exit(1)
+        if post:
+            with contextlib.suppress(*STORE_ERRORS):
+                message = post_failure(self.store, message)
+        self.run_cleanups()
+        record_for_launcher(message)
+        if self.announce and claim_report(self.store, self.me.node, self.me.rank, fallback=self.node_leader):
+            print(f"Error: {message}", file=sys.stderr, flush=True)
+        leave(self.store, self.me.rank, self.hosts_store, self.joined)
+        os._exit(1)
 
     # ------------------------------------------------------------------ SIGTERM
 
