@@ -27,6 +27,7 @@ import os
 import re
 import signal
 import sys
+import threading
 import time
 import traceback
 import uuid
@@ -381,7 +382,7 @@ def _failure(spec: RankSpec, store, exc: BaseException, timeout_s: float) -> Ran
     else:
         line = _describe(exc)
         if _is_comm_error(exc):  # usually a peer's death seen from here: give its cause time to arrive
-            message = _wait_for_cause(store, spec.rank, line, min(10.0, timeout_s))
+            message = _wait_for_cause(store, spec.rank, spec.world_size, line, min(10.0, timeout_s))
         else:
             message = f"rank {spec.rank} failed: {line}"
         if os.environ.get("GNNBRIDGE_TRACEBACK") and not isinstance(exc, GnnBridgeError):
@@ -392,7 +393,7 @@ def _failure(spec: RankSpec, store, exc: BaseException, timeout_s: float) -> Ran
         quiet = not (spec.announce and claim_report(store, spec.node, spec.rank, fallback=leader))
     except STORE_ERRORS:  # the store is gone with whoever hosted it
         quiet = not (spec.announce and leader)
-    leave(store, spec.rank, spec.hosts_store, _joined(store, spec.world_size))
+    leave(store, spec.hosts_store, _joined(store, spec.world_size))
     record_for_launcher(message)
     error = RankFailedError(message)
     error.quiet = quiet
@@ -422,10 +423,10 @@ def _is_comm_error(exc: BaseException) -> bool:
         s in text for s in ("gloo", "NCCL", "Connection reset", "Connection closed", "Broken pipe"))
 
 
-def _wait_for_cause(store, rank: int, line: str, grace_s: float) -> str:
+def _wait_for_cause(store, rank: int, world_size: int, line: str, grace_s: float) -> str:
     """Wait up to ``grace_s`` for the failure that caused this one to be posted; failing that,
     blame the ranks whose heartbeats stopped meanwhile."""
-    keys = [k for k in (f"beat/{r}" for r in range(_world())) if k != f"beat/{rank}"]
+    keys = [k for k in (f"beat/{r}" for r in range(world_size)) if k != f"beat/{rank}"]
     try:
         before = store.multi_get(keys)
         deadline = time.monotonic() + grace_s
@@ -435,7 +436,7 @@ def _wait_for_cause(store, rank: int, line: str, grace_s: float) -> str:
                 return posted
             time.sleep(POLL_S)
         silent = [int(k.split("/")[1]) for k, a, b in zip(keys, before, store.multi_get(keys)) if a == b]
-        behind = _behind(store, _world())
+        behind = _behind(store, world_size)
     except STORE_ERRORS:
         return f"lost the job's store (whoever hosted it is gone); rank {rank} saw: {line}"
     if silent:
@@ -455,10 +456,6 @@ def _behind(store, world_size: int) -> list[int]:
         steps.append(int(store.get(key)) if store.check([key]) else 0)
     top = max(steps, default=0)
     return [r for r, step in enumerate(steps) if step < top]
-
-
-def _world() -> int:
-    return dist.get_world_size() if dist.is_initialized() else 0
 
 
 def _ranges(ranks: list[int]) -> str:
@@ -557,6 +554,4 @@ def _raise_terminated(signum, frame) -> None:
 
 
 def _in_main_thread() -> bool:
-    import threading
-
     return threading.current_thread() is threading.main_thread()

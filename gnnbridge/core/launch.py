@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -156,6 +157,4 @@ def _check_rank(rank: int, world: int, rank_var: str, world_var: str) -> None:
 
 
 def _hostname() -> str:
-    import socket
-
     return socket.gethostname()

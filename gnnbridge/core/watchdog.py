@@ -85,7 +85,7 @@ def claim_report(store, node: str, rank: int, fallback: bool) -> bool:
         return fallback
 
 
-def leave(store, me: int, hosts_store: bool, joined: int) -> None:
+def leave(store, hosts_store: bool, joined: int) -> None:
     """Say this rank has read the failure. The rank hosting the store then waits (briefly) for
     the ``joined`` others to do so: its exit takes the store, and the message, with it."""
     with contextlib.suppress(*STORE_ERRORS):
@@ -218,7 +218,7 @@ class Watchdog:
         record_for_launcher(message)
         if self.announce and claim_report(self.store, self.me.node, self.me.rank, fallback=self.node_leader):
             print(f"Error: {message}", file=sys.stderr, flush=True)
-        leave(self.store, self.me.rank, self.hosts_store, self.joined)
+        leave(self.store, self.hosts_store, self.joined)
         os._exit(1)
 
     # ------------------------------------------------------------------ SIGTERM
