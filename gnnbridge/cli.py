@@ -27,6 +27,8 @@ Examples:
   gnnbridge train my.yaml --backend pyg --set model.arch=gat --set train.epochs=5
   gnnbridge train --dataset graph.npz --nproc 2 --set sampler.fanouts=[25,10]
   gnnbridge train my.yaml --nproc 4 --timeout 120     # any rank failing stops all within 120 s
+  gnnbridge train my.yaml --out runs/x --set train.patience=5   # early stopping on val_acc
+  gnnbridge train --resume runs/x --set train.epochs=20          # continue (and extend) runs/x
 
 \b
 Multi-node: start one process per GPU with torchrun or srun; gnnbridge joins the job
@@ -55,22 +57,82 @@ def cli() -> None:
 @click.option("--out", type=click.Path(file_okay=False), help="Run folder (must not hold a run); default: a new folder under runs/.")
 @click.option("--timeout", type=float, help="Seconds a rank may wait on its peers before the whole job stops "
               "(default 180).")
+@click.option("--resume", type=click.Path(), metavar="RUN",
+              help="Continue the run folder RUN from its latest checkpoint, in place (--set may extend train.epochs).")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
-def train(experiment, backend, nproc, device, dataset, overrides, out, timeout, quiet) -> None:
+def train(experiment, backend, nproc, device, dataset, overrides, out, timeout, resume, quiet) -> None:
     """Train EXPERIMENT (a YAML file or a built-in name; default: sage-synthetic)."""
     from gnnbridge.core.runner import run
 
     results = run(experiment, backend=backend, nproc=nproc, device=device, dataset=dataset,
-                  overrides=overrides, out=out, progress=not quiet, timeout=timeout)
+                  overrides=overrides, out=out, progress=not quiet, timeout=timeout, resume=resume)
     if results is None:  # a rank other than 0 of a torchrun / SLURM job: rank 0 reports
         return
-    m = results["metrics"]
-    auc = f"  test_roc_auc {m['test_roc_auc']:.4f}" if m.get("test_roc_auc") is not None else ""
-    click.echo(
-        f"{results['experiment']} on {results['backend']} ({results['world_size']} x {results['device']}): "
-        f"train_acc {m['train_acc']:.4f}  val_acc {m['val_acc']:.4f}  test_acc {m['test_acc']:.4f}{auc}"
-    )
+    click.echo(f"{results['experiment']} on {results['backend']} ({results['world_size']} x {results['device']}): "
+               f"{_metrics_line(results['metrics'])}")
+    best, stop = results["best"], results["early_stopping"]
+    if best["metrics"] is not None and best["epoch"] != results["history"][-1]["epoch"]:
+        click.echo(f"best epoch {best['epoch'] + 1} ({best['monitor']} {best['value']:.4f}): "
+                   f"{_metrics_line(best['metrics'])}")
+    if stop["stopped"]:
+        click.echo(f"stopped early after epoch {stop['stopped_after_epoch'] + 1} (train.patience={stop['patience']})")
     click.echo(f"results: {results['run_dir']}/results.json")
+
+
+def _metrics_line(m: dict) -> str:
+    auc = f"  test_roc_auc {m['test_roc_auc']:.4f}" if m.get("test_roc_auc") is not None else ""
+    return f"train_acc {m['train_acc']:.4f}  val_acc {m['val_acc']:.4f}  test_acc {m['test_acc']:.4f}{auc}"
+
+
+FROM_RUN_EXAMPLES = """
+\b
+Examples:
+  gnnbridge evaluate runs/x                          # the best checkpoint's metrics
+  gnnbridge evaluate runs/x --checkpoint latest --json
+  gnnbridge evaluate runs/x/checkpoints/best.pt --device cuda
+  gnnbridge predict runs/x --out preds.npz           # logits, probs, pred, y and the splits
+  gnnbridge predict runs/x --out p.npz --set dataset.path=/data/moved.npz
+"""
+
+checkpoint_option = click.option("--checkpoint", "kind", type=click.Choice(["best", "latest"]), default="best",
+                                 show_default=True, help="Which checkpoint of a run folder to use.")
+device_option = click.option("--device", help="cpu, cuda or auto (default: the run's device).")
+set_option = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+                          help="Override a data or eval key (not the model), e.g. --set dataset.path=NEW.npz.")
+
+
+@cli.command(epilog=FROM_RUN_EXAMPLES)
+@click.argument("target", metavar="RUN|CHECKPOINT")
+@checkpoint_option
+@device_option
+@set_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def evaluate(target, kind, device, overrides, as_json) -> None:
+    """Metrics of a trained model on every split (a run folder's best checkpoint by default)."""
+    from gnnbridge.core.inference import evaluate as evaluate_run
+
+    report = evaluate_run(target, kind=kind, device=device, overrides=overrides)
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+        return
+    click.echo(f"{report['checkpoint']} (epoch {report['epoch'] + 1}, {report['experiment']} on {report['backend']}): "
+               f"{_metrics_line(report['metrics'])}")
+
+
+@cli.command(epilog=FROM_RUN_EXAMPLES)
+@click.argument("target", metavar="RUN|CHECKPOINT")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="The .npz file to write (must not exist).")
+@checkpoint_option
+@device_option
+@set_option
+def predict(target, out, kind, device, overrides) -> None:
+    """Class scores for every node (or graph) of the run's dataset, written to a .npz file."""
+    from gnnbridge.core.inference import predict as predict_run
+
+    report = predict_run(target, out, kind=kind, device=device, overrides=overrides)
+    shape = "x".join(map(str, report["shape"]))
+    click.echo(f"{report['out']}: logits, probs [{shape}], pred, y, train_idx, val_idx, test_idx "
+               f"(from {report['checkpoint']}, epoch {report['epoch'] + 1})")
 
 
 @cli.command()

@@ -45,6 +45,7 @@ class DeviceChoice(str, enum.Enum):
 
 
 AGGREGATIONS = ("mean",)
+MONITORS = ("val_acc", "val_macro_f1", "val_roc_auc")  # higher is better for each
 POOLINGS = ("sum", "mean")  # graph readouts (GIN's paper and DGL's tutorial use sum)
 
 # Seconds a rank may wait on its peers (rendezvous, a collective, a silent heartbeat) before the
@@ -131,10 +132,21 @@ class TrainConfig:
     lr: float = 0.01
     weight_decay: float = 0.0
     seed: int = 0
+    checkpoint_every: int = 1  # epochs between checkpoints/latest.pt; 0: only after the last epoch
+    patience: int = 0  # stop after this many epochs without a better monitor value; 0: never
+    monitor: str = "val_acc"  # the validation metric that picks "best" and drives early stopping
 
     def __post_init__(self) -> None:
         _positive("train.epochs", self.epochs)
         _positive("train.batch_size", self.batch_size)
+        for key in ("checkpoint_every", "patience"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"train.{key}={getattr(self, key)} must be >= 0 (0 turns it off).")
+        if self.monitor not in MONITORS:
+            raise ConfigError(
+                f"train.monitor={self.monitor!r} is not a validation metric{did_you_mean(self.monitor, MONITORS)}. "
+                f"Choose one of: {', '.join(MONITORS)} (val_roc_auc for two classes only)."
+            )
         if not 0 <= self.seed < 2**63:
             raise ConfigError(f"train.seed={self.seed} is out of range; use an integer in [0, 2**63).")
         if not self.lr > 0:

@@ -98,6 +98,10 @@ class DistContext:
         if self.watchdog is not None:
             self.watchdog.on_abort(cleanup)
 
+    def barrier(self) -> None:
+        if self.distributed:
+            dist.barrier()
+
     def local_barrier(self) -> None:
         if self.local_world_size > 1:
             dist.barrier(group=self.local_group)

@@ -42,6 +42,10 @@ class OutputExistsError(GnnBridgeError, FileExistsError):
     """The output folder already holds a run; we never overwrite a user's results."""
 
 
+class CheckpointError(GnnBridgeError, ValueError):
+    """A checkpoint is missing, corrupt, from another model, or carries pickled code."""
+
+
 class RankFailedError(GnnBridgeError, RuntimeError):
     """A training process failed; the message names the rank and its error.
 

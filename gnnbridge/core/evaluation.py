@@ -23,13 +23,15 @@ last update and would otherwise score its share with a slightly different model.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from contextlib import contextmanager
 
 import torch
 
 from gnnbridge.core.collection import GraphCollection
 from gnnbridge.core.data import GraphData
 from gnnbridge.core.distributed import DistContext
-from gnnbridge.core.interfaces import Backend, GNNModel, Sampler
+from gnnbridge.core.interfaces import Backend, GNNModel, MiniBatch, Sampler
 from gnnbridge.core.metrics import ClassificationScores
 from gnnbridge.core.sampling import ALL_NEIGHBORS, NeighborSampler, epoch_batches
 
@@ -44,16 +46,20 @@ class Evaluator(ABC):
     @torch.no_grad()
     def evaluate(self, model: torch.nn.Module, splits: tuple[str, ...]) -> dict[str, float]:
         """``{'<split>_acc', '<split>_macro_f1'[, '<split>_roc_auc']}`` per split, identical on all ranks."""
-        self.ctx.broadcast_buffers(model)
-        was_training = model.training
-        model.eval()
-        try:
+        with _inference(self.ctx, model):
             return self._evaluate(model, splits)
-        finally:
-            model.train(was_training)
+
+    @torch.no_grad()
+    def predict(self, model: torch.nn.Module) -> torch.Tensor:
+        """``[items, num_classes]`` logits of every node (or graph) in id order, on CPU, on every rank."""
+        with _inference(self.ctx, model):
+            return self._predict(model)
 
     @abstractmethod
     def _evaluate(self, model: torch.nn.Module, splits: tuple[str, ...]) -> dict[str, float]: ...
+
+    @abstractmethod
+    def _predict(self, model: torch.nn.Module) -> torch.Tensor: ...
 
     def _shard_batches(self, split: str) -> list[torch.Tensor]:
         """This rank's disjoint, unpadded share of a split, in batches (empty ones dropped)."""
@@ -63,6 +69,9 @@ class Evaluator(ABC):
 
 
 class LayerwiseEvaluator(Evaluator):
+    def _predict(self, model: GNNModel) -> torch.Tensor:
+        return self.full_logits(model)
+
     def _evaluate(self, model: GNNModel, splits: tuple[str, ...]) -> dict[str, float]:
         logits = self.full_logits(model)  # every rank holds all of them: score locally
         metrics: dict[str, float] = {}
@@ -92,34 +101,62 @@ class LayerwiseEvaluator(Evaluator):
         return h
 
 
-class SampledEvaluator(Evaluator):
+class BatchedEvaluator(Evaluator, ABC):
+    """Scores mini-batches from a loader: each rank a disjoint share, counts combined."""
+
+    @abstractmethod
+    def _loader(self, batches: list[torch.Tensor]) -> Iterable[MiniBatch]: ...
+
+    def _evaluate(self, model: torch.nn.Module, splits: tuple[str, ...]) -> dict[str, float]:
+        metrics: dict[str, float] = {}
+        for split in splits:
+            metrics.update(score_batches(self, model, self._loader(self._shard_batches(split)), split))
+        return metrics
+
+    def _predict(self, model: torch.nn.Module) -> torch.Tensor:
+        """Every item through the loader: ranks split the ids, then share their rows."""
+        shards = torch.tensor_split(torch.arange(self.data.y.shape[0]), self.ctx.world_size)
+        batches = [b for b in shards[self.ctx.rank].split(self.batch_size) if b.numel()]
+        rows = [model(self.backend.graph_to(mb.graph, self.ctx.device), self.data.x[mb.input_nodes].to(self.ctx.device))
+                .cpu() for mb in self._loader(batches)]
+        mine = torch.cat(rows) if rows else torch.empty(0, self.data.num_classes)
+        return self.ctx.all_gather_rows(mine, [s.numel() for s in shards])
+
+
+class SampledEvaluator(BatchedEvaluator):
     def __init__(self, backend: Backend, data: GraphData, ctx: DistContext, batch_size: int,
                  sampler: Sampler, seed: int):
         super().__init__(backend, data, ctx, batch_size)
         self.sampler = sampler
         self.seed = seed
 
-    def _evaluate(self, model: GNNModel, splits: tuple[str, ...]) -> dict[str, float]:
-        metrics: dict[str, float] = {}
-        for split in splits:
-            # A fixed stream: the same model gives the same sampled metric every time.
-            self.sampler.reseed(self.seed, -1, self.ctx.rank)
-            metrics.update(score_batches(self, model, self.sampler.loader(self._shard_batches(split)), split))
-        return metrics
+    def _loader(self, batches: list[torch.Tensor]) -> Iterable[MiniBatch]:
+        # A fixed stream: the same model gives the same sampled metric every time.
+        self.sampler.reseed(self.seed, -1, self.ctx.rank)
+        return self.sampler.loader(batches)
 
 
-class GraphEvaluator(Evaluator):
+class GraphEvaluator(BatchedEvaluator):
     """Whole graphs through the task's graph loader; one row of logits per graph."""
 
     def __init__(self, backend: Backend, data: GraphCollection, ctx: DistContext, batch_size: int, loader: Sampler):
         super().__init__(backend, data, ctx, batch_size)
         self.loader = loader
 
-    def _evaluate(self, model: torch.nn.Module, splits: tuple[str, ...]) -> dict[str, float]:
-        metrics: dict[str, float] = {}
-        for split in splits:
-            metrics.update(score_batches(self, model, self.loader.loader(self._shard_batches(split)), split))
-        return metrics
+    def _loader(self, batches: list[torch.Tensor]) -> Iterable[MiniBatch]:
+        return self.loader.loader(batches)
+
+
+@contextmanager
+def _inference(ctx: DistContext, model: torch.nn.Module):
+    """Eval mode with rank 0's buffers (see the module docstring); the mode is restored after."""
+    ctx.broadcast_buffers(model)
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
 
 
 def score_batches(ev: Evaluator, model: torch.nn.Module, batches, split: str) -> dict[str, float]:

@@ -161,3 +161,17 @@ def reset_registries() -> None:
 
 def get_backend(name: str):
     return backends.get(name)
+
+
+def library_versions(backend_name: str) -> dict[str, str]:
+    """gnnbridge, Python, torch and the backend's libraries: recorded with every result and
+    checkpoint, because a number is only reproducible with the stack that produced it."""
+    import platform
+
+    import torch
+
+    import gnnbridge
+
+    out = {"gnnbridge": gnnbridge.__version__, "python": platform.python_version(), "torch": torch.__version__}
+    out.update(backends.get(backend_name).versions())
+    return {name: str(version) for name, version in out.items()}  # torch's is a str subclass

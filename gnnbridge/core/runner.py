@@ -18,21 +18,25 @@ import platform
 import re
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from gnnbridge.core import checkpoint
 from gnnbridge.core import config as cfgmod
 from gnnbridge.core.collection import GraphCollection
 from gnnbridge.core.config import DeviceChoice, ExperimentConfig, Task
 from gnnbridge.core.data import GraphData
 from gnnbridge.core.distributed import DistContext, launch
-from gnnbridge.core.errors import BackendUnavailableError, ConfigError, GnnBridgeError, OutputExistsError, unknown_name
+from gnnbridge.core.errors import (
+    BackendUnavailableError, ConfigError, DataFileNotFoundError, GnnBridgeError, OutputExistsError, unknown_name,
+)
 from gnnbridge.core.launch import JobEnv, detect_job
-from gnnbridge.core.plugins import backends, datasets, experiments
+from gnnbridge.core.plugins import backends, datasets, experiments, library_versions
 from gnnbridge.core.sharing import node_shared
-from gnnbridge.core.trainer import Trainer
+from gnnbridge.core.trainer import Trainer, TrainState
 
 DEFAULT_EXPERIMENT = "sage-synthetic"
 RESULTS = "results.json"
@@ -68,6 +72,10 @@ def resolve_config(
     flags = {"backend": backend, "nproc": nproc, "device": device, "timeout": timeout}
     data = {**data, **{k: v for k, v in flags.items() if v is not None}}
     config = cfgmod.from_dict(data)
+    # Absolute, so a run can be resumed, evaluated or predicted from any working directory.
+    for key in ("path", "root"):
+        if getattr(config.dataset, key):
+            setattr(config.dataset, key, os.path.abspath(getattr(config.dataset, key)))
     if not config.backend:
         from gnnbridge.plugins import DEFAULT_BACKEND  # core names no backend itself
 
@@ -91,6 +99,72 @@ def _dataset_section(dataset: str) -> dict:
     return {"name": dataset}
 
 
+# Keys a resumed run keeps from its checkpoint: they decide the weights' shapes, the data the
+# epochs replay on, and what "best" means. Everything else (epochs, patience, nproc, device,
+# eval, lr ...) may change when a run continues.
+RESUME_FROZEN = ("task", "backend", "dataset", "model", "train.monitor")
+
+
+def plan_resume(run_dir: str | os.PathLike, experiment, dataset, out, overrides, flags: dict) -> "Plan":
+    """Config and checks for continuing ``run_dir`` from its latest checkpoint."""
+    given = [name for name, value in (("EXPERIMENT", experiment), ("--dataset", dataset), ("--out", out))
+             if value is not None]
+    if given:
+        raise ConfigError(f"--resume {run_dir} continues that run's own experiment, data and folder; drop "
+                          f"{' and '.join(given)} (change training keys with --set).")
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise DataFileNotFoundError(f"Run folder '{run_dir}' does not exist.")
+    path = checkpoint.path_in(run_dir, checkpoint.LATEST)
+    if not path.is_file():
+        raise DataFileNotFoundError(
+            f"Run folder '{run_dir}' has no {path.relative_to(run_dir)} to resume from (stopped before its first "
+            "checkpoint, or not a gnnbridge run); start it again."
+        )
+    state = checkpoint.load(path)
+    config = resolve_config(state["config"], overrides=overrides, **flags)
+    check_frozen(state["config"], config.to_dict())
+    _check_epochs_left(state, config, run_dir)
+    return Plan(config, resume_dir=run_dir)
+
+
+def check_frozen(saved: dict, new: dict, frozen: tuple[str, ...] = RESUME_FROZEN, action: str = "--resume") -> None:
+    """Refuse a change to a key under ``frozen`` between a checkpoint's config and ``new``."""
+    old_flat, new_flat = _flatten(saved), _flatten(new)
+    for key in sorted(set(old_flat) | set(new_flat)):
+        if key.startswith(frozen) and old_flat.get(key) != new_flat.get(key):
+            raise ConfigError(
+                f"{key}={new_flat.get(key)!r} differs from the checkpoint's {old_flat.get(key)!r}, but {action} keeps "
+                f"{', '.join(frozen)} as trained; start a new run for that (gnnbridge train ... --out NEW)."
+            )
+
+
+def _flatten(data: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and value:
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _check_epochs_left(state: dict, config: ExperimentConfig, run_dir: Path) -> None:
+    done, train = state["epoch"] + 1, config.train
+    if train.epochs <= done:
+        raise ConfigError(
+            f"Run '{run_dir}' has already trained {done} epoch(s) and train.epochs={train.epochs}; extend it with "
+            f"--set train.epochs=N for some N > {done}."
+        )
+    progress = TrainState.from_checkpoint(state)
+    if progress.should_stop(train.patience):
+        raise ConfigError(
+            f"Run '{run_dir}' stopped early after {done} epoch(s): {train.monitor} did not improve for "
+            f"{progress.bad_epochs} (train.patience={train.patience}); continue with a larger train.patience, or 0 "
+            "to turn early stopping off."
+        )
+
+
 # --------------------------------------------------------------------------- preflight
 
 
@@ -111,6 +185,12 @@ def preflight(config: ExperimentConfig, count_gpus: bool = True) -> ExperimentCo
         raise ConfigError(
             f"nproc={config.nproc} but this machine has {torch.cuda.device_count()} CUDA device(s); "
             f"use --nproc {torch.cuda.device_count()} or fewer."
+        )
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if count_gpus and device == "cpu" and config.nproc > cores:
+        raise ConfigError(
+            f"nproc={config.nproc} but this process may use {cores} CPU core(s); use --nproc {cores} or fewer "
+            "(each CPU rank needs a core of its own, more only slows every rank down)."
         )
     config.device = DeviceChoice(device)
     return config
@@ -152,6 +232,9 @@ def load_dataset(config: ExperimentConfig) -> GraphData | GraphCollection:
     rank at least one node (or graph)."""
     data = datasets.get(config.dataset.name)(config.dataset, config.train.seed)
     _check_data_task(config, data)
+    if config.train.monitor == "val_roc_auc" and data.num_classes != 2:
+        raise ConfigError(f"train.monitor=val_roc_auc needs two classes but the dataset has {data.num_classes}; "
+                          "use train.monitor=val_acc or val_macro_f1.")
     for split in ("train", "val", "test"):
         size = data.split(split).numel()
         if size < config.nproc:
@@ -221,17 +304,13 @@ def _slug(text: str) -> str:
 
 
 def write_json_atomic(path: Path, payload: Any) -> None:
+    write_text_atomic(path, json.dumps(payload, indent=2) + "\n")
+
+
+def write_text_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(payload, indent=2) + "\n")
+    tmp.write_text(text)
     os.replace(tmp, path)
-
-
-def versions(backend_name: str) -> dict[str, str]:
-    import gnnbridge
-
-    out = {"gnnbridge": gnnbridge.__version__, "python": platform.python_version(), "torch": torch.__version__}
-    out.update(backends.get(backend_name).versions())
-    return out
 
 
 # --------------------------------------------------------------------------- running
@@ -248,34 +327,81 @@ def run(
     out: str | os.PathLike | None = None,
     progress: bool = True,
     timeout: float | None = None,
+    resume: str | os.PathLike | None = None,
 ) -> dict | None:
     """Train an experiment and return its results (the content of ``results.json``).
 
     ``experiment`` is a YAML path, a built-in experiment name, a config dict or an
-    :class:`ExperimentConfig`; ``None`` runs the default experiment. Inside a torchrun or SLURM
-    job this process is one rank of it: rank 0 writes the run folder and returns the results,
-    every other rank returns ``None``.
+    :class:`ExperimentConfig`; ``None`` runs the default experiment. ``resume`` is instead a run
+    folder to continue from its latest checkpoint, in place (``overrides`` may extend
+    ``train.epochs`` or change other training keys, never the model or the data).
+
+    Inside a torchrun or SLURM job this process is one rank of it: rank 0 writes the run folder
+    and returns the results, every other rank returns ``None``.
     """
-    config = resolve_config(experiment, overrides=overrides, backend=backend, nproc=nproc,
-                            device=device, dataset=dataset, timeout=timeout)
+    flags = {"backend": backend, "nproc": nproc, "device": device, "timeout": timeout}
+    if resume is not None:
+        plan = plan_resume(resume, experiment, dataset, out, overrides, flags)
+    else:
+        plan = Plan(resolve_config(experiment, overrides=overrides, dataset=dataset, **flags), out)
     job = detect_job()
     if job is not None:
-        return _run_job_rank(job, config, nproc, out, progress)
-    config = preflight(config)
-    data = load_dataset(config)
-    run_dir, created = make_run_dir(new_run_dir(config, out), exclusive=out is None)
+        return _run_job_rank(job, plan, nproc, progress)
+    plan.config = preflight(plan.config)
+    data = load_dataset(plan.config)
+    run_dir, created = plan.make_run_dir()
     try:
-        (run_dir / CONFIG).write_text(cfgmod.dump_yaml(config))
+        plan.write_config(run_dir)
         data.share_memory_()
-        launch(_worker, config.nproc, config.device.value, (config, data, str(run_dir), progress),
-               timeout_s=config.timeout)
-    except BaseException:
+        launch(_worker, plan.config.nproc, plan.config.device.value, (plan, data, str(run_dir), progress),
+               timeout_s=plan.config.timeout)
+    except BaseException as exc:
         _discard(run_dir, created)
+        _hint_resume(exc, run_dir)
         raise
     return _finish(run_dir)
 
 
-def _run_job_rank(job: JobEnv, config: ExperimentConfig, nproc: int | None, out, progress: bool) -> dict | None:
+@dataclass
+class Plan:
+    """What a ``train`` call will do: a fresh run (into ``out`` or a new folder) or the
+    continuation of ``resume_dir`` from its latest checkpoint."""
+
+    config: ExperimentConfig
+    out: str | os.PathLike | None = None
+    resume_dir: Path | None = None
+
+    def make_run_dir(self) -> tuple[Path, Path | None]:
+        """The run folder and what to remove if the run fails (nothing, when resuming)."""
+        if self.resume_dir is not None:
+            return self.resume_dir, None
+        return make_run_dir(new_run_dir(self.config, self.out), exclusive=self.out is None)
+
+    def check_out(self) -> None:
+        """Refuse a used ``--out`` (rank 0 of a job calls this before any work)."""
+        if self.resume_dir is None:
+            new_run_dir(self.config, self.out)
+
+    def write_config(self, run_dir: Path) -> None:
+        write_text_atomic(run_dir / CONFIG, cfgmod.dump_yaml(self.config))
+
+    def resume_state(self) -> dict | None:
+        """The latest checkpoint, with the best epoch's weights when those are not the latest's
+        (each rank reads the files: the run folder must be visible to every node)."""
+        if self.resume_dir is None:
+            return None
+        path = checkpoint.path_in(self.resume_dir, checkpoint.LATEST)
+        state = {**checkpoint.load(path), "path": str(path)}
+        best_path = checkpoint.path_in(self.resume_dir, checkpoint.BEST)
+        best_epoch = state["monitor"]["best_epoch"]
+        if best_epoch is not None and best_epoch != state["epoch"] and best_path.is_file():
+            best = checkpoint.load(best_path)
+            if best["epoch"] == best_epoch:
+                state["best_model"] = best["model"]
+        return state
+
+
+def _run_job_rank(job: JobEnv, plan: Plan, nproc: int | None, progress: bool) -> dict | None:
     """One rank of a torchrun / SLURM job: the launcher started the ranks, nobody spawns."""
     try:
         if nproc is not None and nproc != job.world_size:
@@ -283,32 +409,34 @@ def _run_job_rank(job: JobEnv, config: ExperimentConfig, nproc: int | None, out,
                 f"--nproc {nproc} inside a {job.launcher} job of {job.world_size} ranks: the launcher already "
                 "started the ranks; drop --nproc (the job's size decides)."
             )
-        config.nproc = job.world_size
-        config = preflight(config, count_gpus=False)  # each rank checks its own GPU when it places itself
+        plan.config.nproc = job.world_size
+        plan.config = preflight(plan.config, count_gpus=False)  # each rank checks its own GPU when it places itself
     except GnnBridgeError as exc:
         exc.quiet = job.local_rank not in (None, 0)  # every rank finds it; each node's first says it
         raise
-    return launch(_job_worker, config.nproc, config.device.value, (config, out, progress),
-                  timeout_s=config.timeout, job=job)
+    return launch(_job_worker, plan.config.nproc, plan.config.device.value, (plan, progress),
+                  timeout_s=plan.config.timeout, job=job)
 
 
-def _job_worker(ctx: DistContext, config: ExperimentConfig, out, progress: bool) -> dict | None:
+def _job_worker(ctx: DistContext, plan: Plan, progress: bool) -> dict | None:
     """Per rank of a job: rank 0 owns the run folder (on its machine); each node loads the
     dataset once into shared memory."""
-    target = new_run_dir(config, out) if ctx.is_main else None  # refuse a used --out before any work
-    data = node_shared(ctx, lambda: load_dataset(config))
+    if ctx.is_main:
+        plan.check_out()  # refuse a used --out before any work
+    data = node_shared(ctx, lambda: load_dataset(plan.config))
     if not ctx.is_main:
         _guard_run_dir(ctx)
-        _worker(ctx, config, data, "", progress)
+        _worker(ctx, plan, data, "", progress)
         return None
-    run_dir, created = make_run_dir(target, exclusive=out is None)
+    run_dir, created = plan.make_run_dir()
     ctx.store.set("run_dir", json.dumps([str(run_dir), created and str(created)]))
     ctx.on_abort(lambda: _discard(run_dir, created))
     try:
-        (run_dir / CONFIG).write_text(cfgmod.dump_yaml(config))
-        _worker(ctx, config, data, str(run_dir), progress)
-    except BaseException:
+        plan.write_config(run_dir)
+        _worker(ctx, plan, data, str(run_dir), progress)
+    except BaseException as exc:
         _discard(run_dir, created)
+        _hint_resume(exc, run_dir)
         raise
     return _finish(run_dir)
 
@@ -323,14 +451,21 @@ def _guard_run_dir(ctx: DistContext) -> None:
 
 
 def _discard(run_dir: Path, created: Path | None) -> None:
-    """Undo a run that produced no results. Only folders this run created are removed, so
-    nothing of the user's is touched."""
-    if (run_dir / RESULTS).exists():
+    """Undo a run that produced no results and no checkpoint (one with a checkpoint is kept:
+    it can be resumed). Only folders this run created are removed, so nothing of the user's is
+    touched."""
+    if (run_dir / RESULTS).exists() or checkpoint.has_checkpoint(run_dir):
         return
     if created is not None:
         shutil.rmtree(created, ignore_errors=True)
     else:  # the user's own (empty) folder: take back only what we wrote
         (run_dir / CONFIG).unlink(missing_ok=True)
+
+
+def _hint_resume(exc: BaseException, run_dir: Path) -> None:
+    """A failed run that left a checkpoint says how to continue it, on its one error line."""
+    if isinstance(exc, GnnBridgeError) and exc.args and checkpoint.has_checkpoint(run_dir):
+        exc.args = (f"{exc.args[0]} Its checkpoint is kept: gnnbridge train --resume {run_dir}",)
 
 
 def _finish(run_dir: Path) -> dict:
@@ -340,8 +475,10 @@ def _finish(run_dir: Path) -> dict:
     return results
 
 
-def _worker(ctx: DistContext, config: ExperimentConfig, data: GraphData | GraphCollection, run_dir: str, progress: bool) -> None:
-    trainer = Trainer(config, data, ctx, show_progress=progress)
+def _worker(ctx: DistContext, plan: Plan, data: GraphData | GraphCollection, run_dir: str, progress: bool) -> None:
+    config = plan.config
+    resume = plan.resume_state()
+    trainer = Trainer(config, data, ctx, show_progress=progress, run_dir=run_dir or None, resume=resume)
     outcome = trainer.fit()
     ranks = ctx.gather_objects(_rank_summary(ctx, trainer))
     if ctx.is_main:
@@ -355,10 +492,29 @@ def _worker(ctx: DistContext, config: ExperimentConfig, data: GraphData | GraphC
             "dataset": data.summary(),
             "sampler": type(trainer.sampler).__name__,
             **outcome,
+            "resumed_from": resume and {"epoch": resume["epoch"], "world_size": resume.get("world_size")},
             "ranks": ranks,
-            "versions": versions(config.backend),
+            "versions": library_versions(config.backend),
         }
+        _keep_earlier_results(Path(run_dir))
         write_json_atomic(Path(run_dir) / RESULTS, results)
+
+
+def _keep_earlier_results(run_dir: Path) -> None:
+    """A resumed, finished run gets new results; the earlier ones stay, renamed
+    ``results.epochs-N.json`` after the epochs they cover."""
+    path = run_dir / RESULTS
+    if not path.exists():
+        return
+    try:
+        epochs = len(json.loads(path.read_text()).get("history", []))
+    except (OSError, ValueError):
+        epochs = 0
+    target, n = run_dir / f"results.epochs-{epochs}.json", 1
+    while target.exists():
+        n += 1
+        target = run_dir / f"results.epochs-{epochs}-{n}.json"
+    os.replace(path, target)
 
 
 def _rank_summary(ctx: DistContext, trainer: Trainer) -> dict:

@@ -10,15 +10,22 @@ included), so it compares with a hand-written loop; evaluation time is reported 
 from __future__ import annotations
 
 import hashlib
+import random
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
 
 import torch
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
+from gnnbridge.core import checkpoint
+from gnnbridge.core.checkpoint import load_model_state
 from gnnbridge.core.collection import GraphCollection
 from gnnbridge.core.config import EvalMode, ExperimentConfig, Task
 from gnnbridge.core.data import GraphData
@@ -26,8 +33,8 @@ from gnnbridge.core.distributed import DistContext
 from gnnbridge.core.evaluation import Evaluator, GraphEvaluator, LayerwiseEvaluator, SampledEvaluator
 from gnnbridge.core.interfaces import Backend, GNNModel, GraphClassifier, Sampler
 from gnnbridge.core.metrics import ConfusionCounts
-from gnnbridge.core.plugins import get_backend
-from gnnbridge.core.sampling import epoch_batches
+from gnnbridge.core.plugins import get_backend, library_versions
+from gnnbridge.core.sampling import derived_seed, epoch_batches
 
 
 class Trainer:
@@ -36,7 +43,9 @@ class Trainer:
     :class:`MiniBatch` names the rows of ``x`` to gather and of ``y`` to predict."""
 
     def __init__(self, config: ExperimentConfig, data: GraphData | GraphCollection, ctx: DistContext,
-                 show_progress: bool = True):
+                 show_progress: bool = True, run_dir: str | None = None, resume: dict | None = None):
+        """``run_dir``: where rank 0 writes checkpoints (None: nowhere). ``resume``: a loaded
+        checkpoint (every rank holds it) to continue from."""
         self.config = config
         self.data = data
         self.ctx = ctx
@@ -49,13 +58,36 @@ class Trainer:
         torch.manual_seed(config.train.seed)
         self.sampler: Sampler = self._sampler()
         self.model: GNNModel | GraphClassifier = self.backend.model(config.model, data.num_features, data.num_classes)
+        if resume is not None:
+            load_model_state(self.model, resume, resume.get("path", "checkpoint"))
         self.model.bind(data).to(ctx.device)
-        device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
-        self.ddp = DistributedDataParallel(self.model, device_ids=device_ids) if ctx.distributed else self.model
+        # Built after the move: a loaded optimizer state follows its parameters' device.
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.train.lr,
                                           weight_decay=config.train.weight_decay)
-        self.history: list[dict] = []
+        self.state = TrainState()
+        self.best_weights: dict | None = None  # a CPU copy of the best epoch's weights
+        if resume is not None:
+            self._restore(resume)
+        device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
+        self.ddp = DistributedDataParallel(self.model, device_ids=device_ids) if ctx.distributed else self.model
+        self.checkpoints = Path(run_dir) if run_dir and ctx.is_main else None
         self.shard_fingerprint: dict = {}  # this rank's first-epoch training items (see _fingerprint)
+
+    @property
+    def history(self) -> list[dict]:
+        return self.state.history
+
+    def _restore(self, state: dict) -> None:
+        """Continue from a checkpoint (weights already loaded): optimizer moments and the
+        monitor's memory. The learning rate and weight decay follow the (possibly changed) config."""
+        self.optimizer.load_state_dict(state["optimizer"])
+        for group in self.optimizer.param_groups:
+            group.update(lr=self.config.train.lr, weight_decay=self.config.train.weight_decay)
+        self.state = TrainState.from_checkpoint(state)
+        # The best epoch's weights, from best.pt. They are missing only when latest.pt is older
+        # than best.pt's epoch and an earlier best was overwritten; the replayed epochs then
+        # find that best again, or the results say best metrics are unknown.
+        self.best_weights = state.get("best_model")
 
     def _sampler(self) -> Sampler:
         kind = self.config.sampler.kind
@@ -66,21 +98,74 @@ class Trainer:
     # ------------------------------------------------------------------ training
 
     def fit(self) -> dict:
-        cfg = self.config
+        """Train from ``state.next_epoch`` to ``train.epochs`` (or until early stopping), then
+        score the final and the best model on every split."""
+        cfg, state = self.config.train, self.state
         validator = self._validation_evaluator()
-        for epoch in range(cfg.train.epochs):
+        for epoch in range(state.next_epoch, cfg.epochs):
+            if state.should_stop(cfg.patience):
+                break
             stats = self.train_epoch(epoch)
             t0 = time.perf_counter()
             stats.update(validator.evaluate(self.model, ("val",)))
             stats["eval_time_s"] = time.perf_counter() - t0
-            self.history.append(stats)
+            improved = state.record(stats, cfg.monitor)
+            if improved:
+                self.best_weights = _cpu_copy(self.model.state_dict())
             self._log(stats)
+            last = epoch == cfg.epochs - 1 or state.should_stop(cfg.patience)
+            self._checkpoint(epoch, improved, last)
         t0 = time.perf_counter()
-        final = self._final_evaluator().evaluate(self.model, ("train", "val", "test"))
-        return {"metrics": final, "history": self.history, "final_eval_time_s": time.perf_counter() - t0}
+        final_evaluator = self._final_evaluator()
+        final = final_evaluator.evaluate(self.model, ("train", "val", "test"))
+        return {"metrics": final, "history": state.history, "final_eval_time_s": time.perf_counter() - t0,
+                "best": {**state.best_summary(cfg.monitor), "metrics": self._best_metrics(final_evaluator, final)},
+                "early_stopping": state.stopping_summary(cfg.patience), "epochs_trained": len(state.history)}
+
+    def _best_metrics(self, evaluator: Evaluator, final: dict) -> dict | None:
+        """Every split's metrics for the best epoch's weights (the model a user should keep);
+        None in the one case they are gone (see :meth:`_restore`)."""
+        if self.state.best_epoch is None or self.state.best_epoch == self.state.history[-1]["epoch"]:
+            return final
+        if self.best_weights is None:
+            return None
+        current = _cpu_copy(self.model.state_dict())
+        self.model.load_state_dict(self.best_weights)
+        try:
+            return evaluator.evaluate(self.model, ("train", "val", "test"))
+        finally:
+            self.model.load_state_dict(current)
+
+    def _checkpoint(self, epoch: int, improved: bool, last: bool) -> None:
+        """Rank 0 writes latest (every ``checkpoint_every`` epochs and after the last) and best
+        (when the monitor improved); the others wait, so nobody runs ahead of a checkpoint."""
+        every = self.config.train.checkpoint_every
+        write_latest = last or (every > 0 and (epoch + 1) % every == 0)
+        if not (write_latest or improved):
+            return
+        if self.checkpoints is not None:
+            payload = self._payload(epoch)
+            latest, best = checkpoint.path_in(self.checkpoints, checkpoint.LATEST), \
+                checkpoint.path_in(self.checkpoints, checkpoint.BEST)
+            if write_latest:
+                checkpoint.save(latest, payload)
+            if improved:
+                checkpoint.copy(latest, best) if write_latest else checkpoint.save(best, payload)
+        self.ctx.barrier()
+
+    def _payload(self, epoch: int) -> dict:
+        return {
+            "format": checkpoint.FORMAT, "version": checkpoint.VERSION, "epoch": epoch,
+            "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "rng": checkpoint.rng_states(), "monitor": self.state.monitor_state(),
+            "history": self.state.history, "config": self.config.to_dict(),
+            "versions": library_versions(self.config.backend), "world_size": self.ctx.world_size,
+            "data": self.data.summary(),
+        }
 
     def train_epoch(self, epoch: int) -> dict:
         cfg, ctx, data = self.config, self.ctx, self.data
+        seed_everything(derived_seed(cfg.train.seed, epoch, ctx.rank, stream=4))
         batches = epoch_batches(data.train_idx, cfg.train.batch_size, cfg.train.seed, epoch, ctx.rank, ctx.world_size)
         self.sampler.reseed(cfg.train.seed, epoch, ctx.rank)
         if not self.shard_fingerprint:
@@ -130,6 +215,14 @@ class Trainer:
         return SampledEvaluator(self.backend, self.data, self.ctx, self.config.eval.batch_size,
                                 self.sampler, self.config.train.seed)
 
+    def evaluate(self) -> dict[str, float]:
+        """The final evaluation (``eval.mode``) of the current weights on every split."""
+        return self._final_evaluator().evaluate(self.model, ("train", "val", "test"))
+
+    def predict(self) -> torch.Tensor:
+        """Logits of every node (or graph), by the same evaluator as :meth:`evaluate`."""
+        return self._final_evaluator().predict(self.model)
+
     def _final_evaluator(self) -> Evaluator:
         if self.config.eval.mode is EvalMode.LAYERWISE and self.config.task is Task.NODE:
             return LayerwiseEvaluator(self.backend, self.data, self.ctx, self.config.eval.batch_size)
@@ -147,3 +240,60 @@ def _fingerprint(batches: list[torch.Tensor]) -> dict:
 def parameters_digest(model: torch.nn.Module) -> torch.Tensor:
     """All parameters flattened into one vector (to compare models across ranks)."""
     return torch.cat([p.detach().flatten().cpu() for p in model.parameters()])
+
+
+@dataclass
+class TrainState:
+    """Where training stands besides the weights: the epochs done (their history) and the
+    monitor's memory, which early stopping reads. A checkpoint carries it, so a resumed run
+    stops exactly when the uninterrupted one would."""
+
+    history: list[dict] = field(default_factory=list)
+    best_value: float | None = None
+    best_epoch: int | None = None
+    bad_epochs: int = 0
+
+    @property
+    def next_epoch(self) -> int:
+        return self.history[-1]["epoch"] + 1 if self.history else 0
+
+    def record(self, stats: dict, monitor: str) -> bool:
+        """Add an epoch; True when its monitor value beats every earlier one (ties do not)."""
+        self.history.append(stats)
+        value = stats.get(monitor)  # None: ROC-AUC of a split holding one class only
+        if value is not None and (self.best_value is None or value > self.best_value):
+            self.best_value, self.best_epoch, self.bad_epochs = value, stats["epoch"], 0
+            return True
+        self.bad_epochs += 1
+        return False
+
+    def should_stop(self, patience: int) -> bool:
+        return patience > 0 and self.bad_epochs >= patience
+
+    def monitor_state(self) -> dict:
+        return {"best": self.best_value, "best_epoch": self.best_epoch, "bad_epochs": self.bad_epochs}
+
+    def best_summary(self, monitor: str) -> dict:
+        return {"monitor": monitor, "epoch": self.best_epoch, "value": self.best_value}
+
+    def stopping_summary(self, patience: int) -> dict:
+        stopped = self.should_stop(patience)
+        return {"patience": patience, "stopped": stopped,
+                "stopped_after_epoch": self.history[-1]["epoch"] if stopped else None}
+
+    @classmethod
+    def from_checkpoint(cls, state: dict) -> "TrainState":
+        monitor = state["monitor"]
+        return cls(list(state["history"]), monitor["best"], monitor["best_epoch"], monitor["bad_epochs"])
+
+
+def seed_everything(seed: int) -> None:
+    """Seed every global generator a model or sampler may draw from (dropout, a library's
+    sampler, plugin code using ``random`` or numpy)."""
+    torch.manual_seed(seed)  # CPU and every CUDA device
+    random.seed(seed)
+    np.random.seed(seed)
+
+
+def _cpu_copy(state: dict) -> dict:
+    return {k: v.detach().to("cpu", copy=True) for k, v in state.items()}

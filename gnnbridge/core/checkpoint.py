@@ -1,0 +1,211 @@
+"""Checkpoints: what a run saves so it can be resumed, evaluated or served later.
+
+A checkpoint is one ``torch.save`` zip holding only tensors and plain values (dicts, lists,
+numbers, strings), so it loads with ``torch.load(weights_only=True)``: a file that carries
+pickled code is refused and the code never runs. Rank 0 writes it (DDP keeps every rank's
+model and optimizer identical) to a temporary file in the same folder, fsyncs it and renames it
+over the old one: a crash mid-write leaves the previous checkpoint whole.
+
+A run folder keeps two: ``checkpoints/latest.pt`` (every ``train.checkpoint_every`` epochs and
+after the last one) and ``checkpoints/best.pt`` (whenever the monitored validation metric
+improves). Both hold the full training state, so either can be resumed.
+
+Random state: every random stream (dropout, samplers, shuffling) is reseeded at the start of
+each epoch from (seed, epoch, rank), which is what makes a resumed run equal to an
+uninterrupted one, on any number of ranks. The RNG states recorded here are rank 0's at save
+time, kept so a checkpoint fully describes the process that wrote it.
+"""
+from __future__ import annotations
+
+import os
+import random
+import re
+import warnings
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from gnnbridge.core.errors import CheckpointError, DataFileNotFoundError
+
+FORMAT = "gnnbridge-checkpoint"
+VERSION = 1
+FOLDER = "checkpoints"
+LATEST = "latest"
+BEST = "best"
+KINDS = (BEST, LATEST)
+REQUIRED = ("format", "version", "epoch", "model", "optimizer", "config", "monitor", "history", "versions")
+
+
+def path_in(run_dir: str | os.PathLike, kind: str) -> Path:
+    return Path(run_dir) / FOLDER / f"{kind}.pt"
+
+
+def has_checkpoint(run_dir: str | os.PathLike) -> bool:
+    return any(path_in(run_dir, kind).is_file() for kind in KINDS)
+
+
+def find(target: str | os.PathLike, kind: str = BEST) -> Path:
+    """The checkpoint file for ``target``: a run folder (its ``kind`` checkpoint) or a file."""
+    path = Path(target)
+    if path.is_file():
+        return path
+    if not path.is_dir():
+        raise DataFileNotFoundError(f"'{path}' is neither a run folder nor a checkpoint file.")
+    found = path_in(path, kind)
+    if not found.is_file():
+        if not (path / FOLDER).is_dir():
+            raise DataFileNotFoundError(
+                f"Run folder '{path}' has no {FOLDER}/ (runs made before checkpoints existed, or a folder that "
+                "is not a gnnbridge run); train it again."
+            )
+        raise DataFileNotFoundError(f"Run folder '{path}' has no {kind} checkpoint ({found}).")
+    return found
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def save(path: Path, payload: dict) -> None:
+    """Write ``payload`` to ``path`` atomically: the old file stays whole until the new one is."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def copy(src: Path, dst: Path) -> None:
+    """``dst`` becomes the same checkpoint as ``src``: a hard link (no second write) where the
+    file system has them, else a copy; atomic either way."""
+    tmp = dst.with_name(f".{dst.name}.tmp-{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    try:
+        try:
+            os.link(src, tmp)
+        except OSError:
+            tmp.write_bytes(src.read_bytes())
+        os.replace(tmp, dst)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(dst.parent)
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make the rename itself durable (a power cut after it must not bring back the old name)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover - some network file systems refuse it
+        pass
+    finally:
+        os.close(fd)
+
+
+def rng_states() -> dict[str, Any]:
+    """This process's generator states, as tensors and plain values (weights_only-loadable)."""
+    states: dict[str, Any] = {"torch": torch.get_rng_state(), "python": _plain(random.getstate())}
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    states["numpy"] = {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                       "has_gauss": int(has_gauss), "gauss": float(gauss)}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def _plain(obj: Any) -> Any:
+    return [_plain(v) for v in obj] if isinstance(obj, (tuple, list)) else obj
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def load(path: str | os.PathLike) -> dict:
+    """Read and check a checkpoint; every way it can be wrong is one :class:`CheckpointError` line."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataFileNotFoundError(f"Checkpoint '{path}' does not exist.")
+    if not os.access(path, os.R_OK):
+        raise DataFileNotFoundError(f"Checkpoint '{path}' cannot be read (permission denied).")
+    if not zipfile.is_zipfile(path):
+        raise CheckpointError(
+            f"Checkpoint '{path}' is corrupt or not a PyTorch zip file (truncated by a crash or a copy?); "
+            f"use the other checkpoint of the run ({', '.join(KINDS)}) or train again."
+        )
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - torch raises several types; all mean "unusable file"
+        raise _load_error(path, exc) from None
+    return _check_format(path, state)
+
+
+def _load_error(path: Path, exc: Exception) -> CheckpointError:
+    code = re.search(r"GLOBAL (\S+)", str(exc))
+    if code:
+        return CheckpointError(
+            f"Checkpoint '{path}' carries pickled code ({code.group(1)}) and was refused; gnnbridge loads only "
+            "tensors and plain values (torch.load weights_only=True). Use a checkpoint written by gnnbridge."
+        )
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return CheckpointError(f"Checkpoint '{path}' is corrupt: {first[:160]}; use the run's other checkpoint or train again.")
+
+
+def _check_format(path: Path, state: Any) -> dict:
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise CheckpointError(
+            f"'{path}' is a PyTorch file but not a gnnbridge checkpoint (no format '{FORMAT}'); give a run folder "
+            f"or a file from its {FOLDER}/."
+        )
+    if not isinstance(state.get("version"), int) or state["version"] > VERSION:
+        raise CheckpointError(
+            f"Checkpoint '{path}' has format version {state.get('version')!r}; this gnnbridge reads up to {VERSION}. "
+            "Upgrade gnnbridge to read it."
+        )
+    missing = [k for k in REQUIRED if k not in state]
+    if missing:
+        raise CheckpointError(f"Checkpoint '{path}' is incomplete: it lacks {', '.join(missing)}.")
+    return state
+
+
+def load_model_state(model: torch.nn.Module, state: dict, label: str | os.PathLike) -> None:
+    """Put a checkpoint's weights into ``model``; a different model is refused by name and shape
+    (``load_state_dict`` would otherwise fail with a page of tensor names, or half-load)."""
+    theirs: dict = state["model"]
+    mine = model.state_dict()
+    missing = [k for k in mine if k not in theirs]
+    extra = [k for k in theirs if k not in mine]
+    where = _model_summary(state)
+    if missing or extra:
+        detail = f"it lacks {missing[0]}" if missing else f"it has {extra[0]}, which this model does not"
+        raise CheckpointError(f"Checkpoint '{label}' was made by a different model ({where}): {detail}.")
+    for key, tensor in mine.items():
+        other = theirs[key]
+        if not isinstance(other, torch.Tensor) or other.shape != tensor.shape:
+            shape = list(other.shape) if isinstance(other, torch.Tensor) else type(other).__name__
+            raise CheckpointError(
+                f"Checkpoint '{label}' was made by a different model ({where}): {key} is {shape} there but "
+                f"{list(tensor.shape)} here."
+            )
+    model.load_state_dict(theirs)
+
+
+def _model_summary(state: dict) -> str:
+    config = state.get("config", {})
+    model = config.get("model", {})
+    return f"backend {config.get('backend', '?')}, model {model.get('arch', '?')} hidden={model.get('hidden', '?')} " \
+           f"layers={model.get('layers', '?')}"

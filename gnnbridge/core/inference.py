@@ -1,0 +1,108 @@
+"""Using a trained model: the code behind ``gnnbridge evaluate`` and ``gnnbridge predict``.
+
+The model is rebuilt from the checkpoint's own config, on the backend it was trained with, so
+its shapes always fit; the dataset is loaded from that config too (``--set dataset.path=...``
+points at data that moved, and is checked to have the feature and class counts the model was
+trained with). Everything is checked before any output exists; ``predict`` writes its file
+atomically and never over an existing one. One process: inference is a fraction of training.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from gnnbridge.core import checkpoint
+from gnnbridge.core.collection import GraphCollection
+from gnnbridge.core.config import ExperimentConfig
+from gnnbridge.core.data import GraphData
+from gnnbridge.core.distributed import DistContext, launch
+from gnnbridge.core.errors import CheckpointError, ConfigError, OutputExistsError
+from gnnbridge.core.runner import check_frozen, load_dataset, preflight, resolve_config
+from gnnbridge.core.trainer import Trainer
+
+# What a checkpoint's weights are tied to: neither can change when they are used.
+INFERENCE_FROZEN = ("task", "backend", "model")
+
+
+def evaluate(target: str | os.PathLike, *, kind: str = checkpoint.BEST, device: str | None = None,
+             overrides: list[str] | tuple[str, ...] = ()) -> dict:
+    """Metrics of ``target`` (a run folder's ``kind`` checkpoint, or a checkpoint file) on
+    every split, computed as training's final evaluation is (``eval.mode``)."""
+    path, state, config, data = _prepare(target, kind, device, overrides, "evaluate")
+    metrics = launch(_evaluate_worker, 1, config.device.value, (config, data, state), timeout_s=config.timeout)
+    return {**_describe(path, state, config), "metrics": metrics}
+
+
+def predict(target: str | os.PathLike, out: str | os.PathLike, *, kind: str = checkpoint.BEST,
+            device: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> dict:
+    """Write ``out`` (.npz): ``logits`` and ``probs`` [items, classes] float32, ``pred`` and
+    ``y`` int64 [items], and the ``train_idx`` / ``val_idx`` / ``test_idx`` the run used."""
+    out = _check_out(Path(out))
+    path, state, config, data = _prepare(target, kind, device, overrides, "predict")
+    logits = launch(_predict_worker, 1, config.device.value, (config, data, state), timeout_s=config.timeout)
+    logits = logits.float()
+    arrays = {"logits": logits, "probs": torch.softmax(logits, dim=1), "pred": logits.argmax(dim=1), "y": data.y,
+              "train_idx": data.train_idx, "val_idx": data.val_idx, "test_idx": data.test_idx}
+    _write_npz(out, {k: v.numpy() for k, v in arrays.items()})
+    return {**_describe(path, state, config), "out": str(out), "shape": list(logits.shape)}
+
+
+def _prepare(target, kind: str, device: str | None, overrides, action: str):
+    path = checkpoint.find(target, kind)
+    state = {**checkpoint.load(path), "path": str(path)}
+    config = resolve_config(state["config"], overrides=overrides, device=device, nproc=1)
+    check_frozen(state["config"], config.to_dict(), INFERENCE_FROZEN, action)
+    config = preflight(config)
+    data = load_dataset(config)
+    _check_fits(path, state, data)
+    return path, state, config, data
+
+
+def _check_fits(path: Path, state: dict, data: GraphData | GraphCollection) -> None:
+    trained = state.get("data", {})
+    now = data.summary()
+    for key in ("num_features", "num_classes"):
+        if key in trained and trained[key] != now[key]:
+            raise CheckpointError(
+                f"The dataset has {key}={now[key]} but the model in '{path}' was trained with {trained[key]}; "
+                "point dataset.path at data of the same kind (--set dataset.path=...)."
+            )
+
+
+def _check_out(out: Path) -> Path:
+    if out.suffix != ".npz":
+        raise ConfigError(f"--out {out} must end in .npz (numpy.load reads it), e.g. --out preds.npz.")
+    if out.exists():
+        raise OutputExistsError(f"'{out}' already exists; choose a new --out (gnnbridge never overwrites a file).")
+    return out
+
+
+def _write_npz(out: Path, arrays: dict[str, np.ndarray]) -> None:
+    """Written beside ``out`` and linked into place: a crash leaves no half file, and a file that
+    appeared meanwhile is not replaced."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+        os.link(tmp, out)
+    except FileExistsError:
+        raise OutputExistsError(f"'{out}' appeared while predicting; it was left as it is.") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _describe(path: Path, state: dict, config: ExperimentConfig) -> dict:
+    return {"checkpoint": str(path), "epoch": state["epoch"], "experiment": config.name,
+            "backend": config.backend, "task": config.task.value, "device": config.device.value}
+
+
+def _evaluate_worker(ctx: DistContext, config: ExperimentConfig, data, state: dict) -> dict:
+    return Trainer(config, data, ctx, show_progress=False, resume=state).evaluate()
+
+
+def _predict_worker(ctx: DistContext, config: ExperimentConfig, data, state: dict) -> torch.Tensor:
+    return Trainer(config, data, ctx, show_progress=False, resume=state).predict()
