@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import enum
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -212,6 +213,8 @@ def _plain(obj: Any) -> Any:
 
 # --------------------------------------------------------------------------- building from dicts
 
+_EXPONENT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
 
 def from_dict(data: dict) -> ExperimentConfig:
     """Validate a nested dict into an :class:`ExperimentConfig` (raises :class:`ConfigError`)."""
@@ -269,6 +272,8 @@ def _coerce(key: str, value: Any, hint: Any) -> Any:
         return dict(value)
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if hint is float and isinstance(value, str) and _EXPONENT.fullmatch(value.strip()):
+        return float(value)  # YAML 1.1 reads 1e-3 (no dot) as a string; every user means the number
     if hint in (int, float, str, bool) and (type(value) is not hint):
         raise ConfigError(
             f"{key}={value!r} has the wrong type: expected {hint.__name__}, got {type(value).__name__}."

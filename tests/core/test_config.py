@@ -1,3 +1,5 @@
+import os
+
 import pytest
 
 from gnnbridge.core.config import ExperimentConfig, SamplerKind, apply_overrides, from_dict, parse_override
@@ -9,6 +11,13 @@ def test_override_values_are_yaml():
     assert parse_override("sampler.fanouts=[25,10]") == (["sampler", "fanouts"], [25, 10])
     assert parse_override("train.lr=0.01") == (["train", "lr"], 0.01)
     assert parse_override("model.arch=gat") == (["model", "arch"], "gat")
+
+
+def test_exponent_floats_without_a_dot_are_numbers():
+    # YAML 1.1 reads 1e-3 as a string; a learning rate is what every user means by it.
+    assert from_dict({"train": {"lr": "1e-3", "weight_decay": "5E-4"}}).train.lr == 0.001
+    with pytest.raises(ConfigError, match="expected float"):
+        from_dict({"train": {"lr": "fast"}})
 
 
 def test_overrides_build_nested_sections_without_touching_input():
@@ -54,7 +63,7 @@ def test_resolve_config_layers_experiment_dataset_overrides_and_flags(tmp_path):
     cfg = resolve_config(str(path), overrides=["train.epochs=5", "model.arch=gat"], backend="dgl", nproc=2,
                          dataset="graph.npz")
     assert (cfg.name, cfg.backend, cfg.nproc, cfg.train.epochs, cfg.model.arch) == ("my", "dgl", 2, 5, "gat")
-    assert (cfg.dataset.name, cfg.dataset.path) == ("npz", "graph.npz")
+    assert (cfg.dataset.name, cfg.dataset.path) == ("npz", os.path.abspath("graph.npz"))  # absolute: resumable anywhere
 
 
 def test_named_and_default_experiments_resolve():

@@ -1,0 +1,245 @@
+"""Checkpoints as a user meets them, through the CLI: a job killed outright and resumed, a
+finished run extended, early stopping, evaluate / predict, and checkpoints that must be refused.
+
+Equality here is exact (``==`` on floats, ``torch.equal`` on weights): a resumed run must be the
+very same run, not a close one. Every run uses one thread per rank (see test_launch_modes)."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+from gnnbridge.core import checkpoint
+
+pytestmark = pytest.mark.slow
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+SMALL = ["--quiet", "--set", "dataset.options.num_nodes=800", "--set", "train.batch_size=64"]
+GIN = ["gin-synthetic", "--quiet", "--set", "dataset.options.num_graphs=120", "--set", "train.batch_size=16"]
+
+# Preemption, deterministically: every process of the job imports this (PYTHONPATH), and rank 0
+# SIGKILLs the whole job (launcher included) right after its second latest.pt is on disk.
+PREEMPT = textwrap.dedent("""
+    import os, signal
+    import gnnbridge.core.checkpoint as ckpt
+
+    _save, _count = ckpt.save, [0]
+
+    def save(path, payload):
+        _save(path, payload)
+        if path.name == "latest.pt":
+            _count[0] += 1
+            if _count[0] == 2:
+                os.killpg(os.getpgid(0), signal.SIGKILL)
+
+    ckpt.save = save
+""")
+
+
+def gnnbridge(*args, cwd, env=ENV, timeout=300):
+    return subprocess.run([sys.executable, "-m", "gnnbridge", *args], capture_output=True, text=True, cwd=cwd,
+                          env=env, timeout=timeout)
+
+
+def ok(proc):
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def results(run):
+    return json.loads((run / "results.json").read_text())
+
+
+def weights(run, kind="latest"):
+    return checkpoint.load(checkpoint.path_in(run, kind))["model"]
+
+
+def assert_same_run(a, b):
+    """Byte-identical metrics and losses, and equal final weights."""
+    ra, rb = results(a), results(b)
+    assert json.dumps(ra["metrics"]) == json.dumps(rb["metrics"])
+    assert json.dumps(ra["best"]) == json.dumps(rb["best"])
+    assert [h["loss"] for h in ra["history"]] == [h["loss"] for h in rb["history"]]
+    wa, wb = weights(a), weights(b)
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """4-epoch runs on 2 ranks, one per backend (and a graph task), computed once."""
+    root = tmp_path_factory.mktemp("full")
+    runs = {}
+    for name, args in {"pyg": ["--backend", "pyg", *SMALL], "dgl": ["--backend", "dgl", *SMALL],
+                       "gin": ["--backend", "pyg", *GIN]}.items():
+        ok(gnnbridge("train", *args, "--nproc", "2", "--set", "train.epochs=4", "--out", f"{name}", cwd=root))
+        runs[name] = root / name
+    return runs
+
+
+@pytest.mark.parametrize("backend", ["pyg", "dgl"])
+def test_a_job_killed_after_its_second_checkpoint_resumes_to_identical_results(tmp_path, uninterrupted, backend):
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(PREEMPT)
+    env = {**ENV, "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "gnnbridge", "train", "--backend", backend, *SMALL, "--nproc", "2",
+                           "--set", "train.epochs=4", "--out", "run"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300, start_new_session=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    run = tmp_path / "run"
+    assert not (run / "results.json").exists()
+    assert checkpoint.load(checkpoint.path_in(run, "latest"))["epoch"] == 1  # two epochs done
+    assert not [p for p in (run / "checkpoints").iterdir() if p.name.startswith(".")]  # no half-written file
+
+    resumed = ok(gnnbridge("train", "--resume", "run", "--quiet", cwd=tmp_path))
+    assert "results: run/results.json" in resumed.stdout
+    assert results(run)["resumed_from"] == {"epoch": 1, "world_size": 2}
+    assert_same_run(run, uninterrupted[backend])
+
+
+@pytest.mark.parametrize("name, args", [("dgl", ["--backend", "dgl", *SMALL]), ("gin", ["--backend", "pyg", *GIN])])
+def test_a_finished_run_extended_equals_the_longer_run(tmp_path, uninterrupted, name, args):
+    ok(gnnbridge("train", *args, "--nproc", "2", "--set", "train.epochs=2", "--out", "run", cwd=tmp_path))
+    first = results(tmp_path / "run")
+    ok(gnnbridge("train", "--resume", "run", "--set", "train.epochs=4", "--quiet", cwd=tmp_path))
+    assert_same_run(tmp_path / "run", uninterrupted[name])
+    # The shorter run's results are kept beside the new ones, never overwritten.
+    assert json.loads((tmp_path / "run" / "results.epochs-2.json").read_text()) == first
+
+
+def test_a_two_rank_checkpoint_resumes_on_one_rank(tmp_path, uninterrupted):
+    shutil.copytree(uninterrupted["pyg"], tmp_path / "run")
+    ok(gnnbridge("train", "--resume", "run", "--nproc", "1", "--set", "train.epochs=5", "--quiet", cwd=tmp_path))
+    after, before = results(tmp_path / "run"), results(uninterrupted["pyg"])
+    assert after["world_size"] == 1 and after["resumed_from"] == {"epoch": 3, "world_size": 2}
+    assert len(after["history"]) == 5 and after["history"][:4] == before["history"]
+    assert after["metrics"]["test_acc"] > 0.5
+
+
+def test_same_seed_same_metrics_on_both_backends(tmp_path):
+    for backend in ("pyg", "dgl"):
+        for run in ("a", "b"):
+            ok(gnnbridge("train", "--backend", backend, *SMALL, "--set", "train.epochs=2", "--out", f"{backend}-{run}",
+                         cwd=tmp_path))
+        a, b = results(tmp_path / f"{backend}-a"), results(tmp_path / f"{backend}-b")
+        assert json.dumps(a["metrics"]) == json.dumps(b["metrics"])
+        assert [h["loss"] for h in a["history"]] == [h["loss"] for h in b["history"]]
+
+
+def test_early_stopping_stops_records_and_resumes_only_with_more_patience(tmp_path):
+    # A learning rate too small to move val_acc: every epoch after the first is a tie.
+    args = ["--set", "train.lr=1e-12", "--set", "train.epochs=10", "--set", "train.patience=2"]
+    proc = ok(gnnbridge("train", *SMALL, *args, "--out", "run", cwd=tmp_path))
+    assert "stopped early after epoch 3 (train.patience=2)" in proc.stdout
+    res = results(tmp_path / "run")
+    assert res["early_stopping"] == {"patience": 2, "stopped": True, "stopped_after_epoch": 2}
+    assert res["epochs_trained"] == 3 and res["best"]["epoch"] == 0
+
+    again = gnnbridge("train", "--resume", "run", cwd=tmp_path)
+    assert again.returncode == 1 and again.stderr.strip().splitlines() == [
+        f"Error: Run 'run' stopped early after 3 epoch(s): val_acc did not improve for 2 (train.patience=2); "
+        "continue with a larger train.patience, or 0 to turn early stopping off."]
+    ok(gnnbridge("train", "--resume", "run", "--set", "train.patience=3", "--quiet", cwd=tmp_path))
+    assert results(tmp_path / "run")["epochs_trained"] == 4
+
+
+def test_evaluate_and_predict_from_a_run_folder_or_a_checkpoint_file(tmp_path, uninterrupted):
+    run = uninterrupted["pyg"]
+    report = json.loads(ok(gnnbridge("evaluate", str(run), "--json", cwd=tmp_path)).stdout)
+    best = results(run)["best"]
+    assert report["epoch"] == best["epoch"] and report["checkpoint"].endswith("best.pt")
+    assert report["metrics"] == pytest.approx(best["metrics"])
+
+    latest = ok(gnnbridge("evaluate", str(run / "checkpoints" / "latest.pt"), cwd=tmp_path)).stdout
+    assert "(epoch 4, sage-synthetic on pyg): train_acc" in latest
+
+    ok(gnnbridge("predict", str(run), "--out", "preds.npz", cwd=tmp_path))
+    with np.load(tmp_path / "preds.npz") as preds:
+        assert preds["probs"].shape == (800, 8) and preds["probs"].dtype == np.float32
+        assert np.allclose(preds["probs"].sum(1), 1, atol=1e-5)
+        test = preds["test_idx"]
+        assert (preds["pred"][test] == preds["y"][test]).mean() == pytest.approx(report["metrics"]["test_acc"])
+
+
+def test_predict_for_a_graph_task_scores_every_graph(tmp_path, uninterrupted):
+    ok(gnnbridge("predict", str(uninterrupted["gin"]), "--checkpoint", "latest", "--out", "g.npz", cwd=tmp_path))
+    with np.load(tmp_path / "g.npz") as preds:
+        assert preds["logits"].shape == (120, 3) and preds["y"].shape == (120,)
+
+
+def one_line(proc, needle):
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert needle in lines[0], lines[0]
+
+
+def test_predict_never_overwrites_and_wants_npz(tmp_path, uninterrupted):
+    (tmp_path / "preds.npz").write_text("mine")
+    one_line(gnnbridge("predict", str(uninterrupted["pyg"]), "--out", "preds.npz", cwd=tmp_path), "already exists")
+    assert (tmp_path / "preds.npz").read_text() == "mine"
+    one_line(gnnbridge("predict", str(uninterrupted["pyg"]), "--out", "preds.csv", cwd=tmp_path), "must end in .npz")
+    assert sorted(os.listdir(tmp_path)) == ["preds.npz"]
+
+
+def snapshot(folder):
+    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--set", "model.hidden=128"], "model.hidden=128 differs from the checkpoint's 64, but --resume keeps"),
+        (["--backend", "dgl"], "backend='dgl' differs from the checkpoint's 'pyg'"),
+        (["--set", "dataset.options.num_nodes=900"], "dataset.options.num_nodes=900 differs"),
+        ([], "has already trained 4 epoch(s) and train.epochs=4; extend it with --set train.epochs=N"),
+        (["--set", "train.epochs=2"], "extend it with --set train.epochs=N for some N > 4"),
+        (["sage-synthetic"], "drop EXPERIMENT"),
+        (["--set", "train.epochz=9"], "did you mean 'epochs'"),
+    ],
+)
+def test_resume_refuses_what_would_not_continue_the_run(tmp_path, uninterrupted, args, needle):
+    run = uninterrupted["pyg"]
+    before = snapshot(run)
+    one_line(gnnbridge("train", "--resume", str(run), *args, cwd=tmp_path), needle)
+    assert snapshot(run) == before
+
+
+def test_unusable_checkpoints_are_refused_and_nothing_runs_or_changes(tmp_path, uninterrupted):
+    run = tmp_path / "run"
+    shutil.copytree(uninterrupted["pyg"], run)
+    latest = checkpoint.path_in(run, "latest")
+    latest.write_bytes(latest.read_bytes()[:5000])  # truncated by a crash outside gnnbridge
+    before = snapshot(run)
+    one_line(gnnbridge("train", "--resume", "run", "--set", "train.epochs=9", cwd=tmp_path), "latest.pt' is corrupt")
+    assert snapshot(run) == before
+
+    marker = tmp_path / "pwned"
+    evil = tmp_path / "evil.pt"
+    torch.save({"format": checkpoint.FORMAT, "model": Evil(marker)}, evil)
+    for command in (["evaluate", "evil.pt"], ["predict", "evil.pt", "--out", "p.npz"]):
+        one_line(gnnbridge(*command, cwd=tmp_path), "carries pickled code (posix.system) and was refused")
+    assert not marker.exists() and not (tmp_path / "p.npz").exists()
+
+    state = checkpoint.load(checkpoint.path_in(uninterrupted["pyg"], "best"))
+    state["config"]["model"]["hidden"] = 32  # the model code or config changed since it was saved
+    torch.save(state, tmp_path / "other.pt")
+    one_line(gnnbridge("evaluate", "other.pt", cwd=tmp_path), "was made by a different model")
+    one_line(gnnbridge("evaluate", "run", "--set", "model.hidden=32", cwd=tmp_path),
+             "model.hidden=32 differs from the checkpoint's 64, but evaluate keeps task, backend, model as trained")
+    one_line(gnnbridge("train", "--resume", "nowhere", cwd=tmp_path), "Run folder 'nowhere' does not exist")
+
+
+class Evil:
+    """Runs a command when unpickled, as a malicious checkpoint would."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
