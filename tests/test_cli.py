@@ -1,5 +1,6 @@
 """The command line, end to end, in a subprocess, as a user runs it."""
 import json
+import os
 import subprocess
 import sys
 
@@ -12,6 +13,23 @@ def gnnbridge(*args, cwd=None, timeout=300):
                           cwd=cwd, timeout=timeout)
 
 
+@pytest.fixture
+def refused(capsys, monkeypatch, tmp_path):
+    """Run the CLI in this process for input it must refuse before any work (fast: no fresh
+    interpreter); returns what a user sees. End-to-end subprocess runs are in the other tests."""
+    from gnnbridge.cli import main
+
+    monkeypatch.chdir(tmp_path)
+
+    def run(*args):
+        with pytest.raises(SystemExit) as exited:
+            main(list(args))
+        seen = capsys.readouterr()
+        return subprocess.CompletedProcess(args, exited.value.code, seen.out, seen.err)
+
+    return run
+
+
 def assert_one_line_error(proc, *needles):
     assert proc.returncode != 0
     lines = proc.stderr.strip().splitlines()
@@ -19,6 +37,11 @@ def assert_one_line_error(proc, *needles):
     assert "Traceback" not in proc.stderr
     for needle in needles:
         assert needle in lines[0]
+
+
+# Explicit splits (train 0-249, val 250-299, test 300-399), for the split checks.
+SPLITS = {"train_idx": np.arange(250, dtype=np.int64), "val_idx": np.arange(250, 300, dtype=np.int64),
+          "test_idx": np.arange(300, 400, dtype=np.int64)}
 
 
 def write_npz(path, n=400, classes=3, seed=0, **overrides):
@@ -76,11 +99,21 @@ def test_train_on_an_npz_file_with_fanouts_override(tmp_path):
         (["no-such-experiment"], ["Unknown experiment 'no-such-experiment'"]),
         (["--nproc", "two"], ["'two' is not a valid integer"]),
         (["--set", "train.seed=99999999999999999999"], ["train.seed=99999999999999999999 is out of range"]),
-        (["karate-sage", "--nproc", "7"], ["fewer than nproc=7"]),
+        (["--nproc", "64"], ["nproc=64 but this process may use", "use --nproc"]),
+        (["--set", "model.hidden=0"], ["model.hidden=0 must be a positive integer"]),
+        (["--set", "model.hidden=big"], ["model.hidden='big' has the wrong type: expected int, got str"]),
+        (["--set", "sampler.fanouts=[10,0]"], ["sampler.fanouts=[10, 0] has 0", "-1 for all neighbours"]),
+        (["--set", "sampler.fanouts=[10,-2]"], ["has -2"]),
+        (["--set", "train.patience=-1"], ["train.patience=-1 must be >= 0"]),
+        (["--set", "train.monitor=val_accuracy"], ["(did you mean 'val_acc'?)", "val_macro_f1"]),
+        (["--set", "train.monitor=val_roc_auc"], ["needs two classes but the dataset has 8"]),
+        (["--set", "train.checkpoint_every=2.5"], ["expected int, got float"]),
+        (["--timeout", "0"], ["timeout=0.0 must be a positive number of seconds"]),
+        (["missing.yaml"], ["Config file 'missing.yaml' does not exist"]),
     ],
 )
-def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, needles):
-    proc = gnnbridge("train", *args, "--out", str(tmp_path / "new" / "out"), cwd=tmp_path)
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, refused, args, needles):
+    proc = refused("train", *args, "--out", str(tmp_path / "new" / "out"))
     assert_one_line_error(proc, *needles)
     assert not (tmp_path / "new").exists() and not (tmp_path / "runs").exists()
 
@@ -104,13 +137,41 @@ def test_native_pyg_sampler_without_its_extension_is_refused_before_anything_run
         ({"y": np.zeros(5, dtype=np.int64)}, "y has 5 labels but x has 400 rows"),
         ({"train_idx": np.arange(10, dtype=np.int64)}, "give all three splits or none"),
         ({"x": np.zeros((400, 0), dtype=np.float32)}, "x has 0 feature columns"),
+        ({"x": np.where(np.arange(400)[:, None] == 7, np.nan, 0).astype(np.float32)}, "x holds NaN or inf values (first at node 7)"),
+        ({"x": np.full((400, 8), np.inf, dtype=np.float32)}, "x holds NaN or inf values"),
+        ({"edge_index": np.zeros((3, 5), dtype=np.int64)}, "edge_index has shape [3, 5]; expected [2, E]"),
+        ({"edge_index": np.array([[-1], [0]], dtype=np.int64)}, "node id -1, outside [0, 400)"),
+        ({"y": np.zeros((400, 2), dtype=np.int64)}, "y has shape [400, 2]; expected 1 dimension(s)"),
+        ({"y": np.arange(400, dtype=np.int32)}, "y has dtype int32; expected int64"),
+        (SPLITS | {"val_idx": np.array([], dtype=np.int64)}, "The val split is empty"),
+        (SPLITS | {"test_idx": np.arange(250, 400, dtype=np.int64)}, "The test split overlaps an earlier split"),
+        (SPLITS | {"test_idx": np.arange(300, 401, dtype=np.int64)}, "test_idx holds node id 400, outside [0, 400)"),
     ],
 )
-def test_malformed_npz_is_refused(tmp_path, overrides, needle):
+def test_malformed_npz_is_refused(tmp_path, refused, overrides, needle):
     path = write_npz(tmp_path / "bad.npz", **overrides)
-    proc = gnnbridge("train", "--dataset", str(path), "--out", str(tmp_path / "out"))
+    proc = refused("train", "--dataset", str(path), "--out", str(tmp_path / "out"))
     assert_one_line_error(proc, needle)
     assert not (tmp_path / "out").exists()
+
+
+def test_missing_keys_unreadable_files_and_tiny_splits_are_refused(tmp_path, refused):
+    np.savez(tmp_path / "nox.npz", edge_index=np.zeros((2, 1), dtype=np.int64), y=np.zeros(3, dtype=np.int64))
+    (tmp_path / "text.npz").write_text("edge_index,x,y")
+    (tmp_path / "folder.npz").mkdir()
+    write_npz(tmp_path / "tiny-val.npz", **(SPLITS | {"val_idx": np.array([299], dtype=np.int64)}))
+    cases = [
+        (["--dataset", "nox.npz"], "nox.npz: missing array(s) x; a graph .npz needs edge_index int64 [2,E], x float32"),
+        (["--dataset", "text.npz"], "text.npz: cannot be read as a numpy .npz file"),
+        (["--dataset", "folder.npz"], "folder.npz' is a folder, not a file"),
+        (["--dataset", "tiny-val.npz", "--nproc", "2"], "The val split has 1 node(s), fewer than nproc=2"),
+    ]
+    if os.geteuid() != 0:  # root reads any file
+        write_npz(tmp_path / "locked.npz").chmod(0)
+        cases.append((["--dataset", "locked.npz"], "locked.npz: cannot be read"))
+    for args, needle in cases:
+        assert_one_line_error(refused("train", *args, "--out", "out"), needle)
+        assert not (tmp_path / "out").exists()
 
 
 def write_graphs_npz(path, **overrides):
@@ -155,9 +216,9 @@ def test_train_gin_on_a_graph_collection_npz(tmp_path):
         ({"node_ptr": np.zeros(91, dtype=np.int32)}, "node_ptr has dtype int32; expected int64"),
     ],
 )
-def test_malformed_graph_collection_is_refused(tmp_path, overrides, needle):
+def test_malformed_graph_collection_is_refused(tmp_path, refused, overrides, needle):
     path = write_graphs_npz(tmp_path / "bad.npz", **overrides)
-    proc = gnnbridge("train", "--dataset", str(path), *GIN, "--out", str(tmp_path / "out"))
+    proc = refused("train", "--dataset", str(path), *GIN, "--out", str(tmp_path / "out"))
     assert_one_line_error(proc, "bad.npz", needle)
     assert not (tmp_path / "out").exists()
 
@@ -173,8 +234,8 @@ def test_malformed_graph_collection_is_refused(tmp_path, overrides, needle):
         (["--dataset", "gin-synthetic"], ["collection of 1000 graphs", "--set task=graph --set model.arch=gin"]),
     ],
 )
-def test_task_model_and_dataset_must_match(tmp_path, args, needles):
-    proc = gnnbridge("train", *args, "--out", str(tmp_path / "out"))
+def test_task_model_and_dataset_must_match(tmp_path, refused, args, needles):
+    proc = refused("train", *args, "--out", str(tmp_path / "out"))
     assert_one_line_error(proc, *needles)
     assert not (tmp_path / "out").exists()
 

@@ -213,6 +213,8 @@ def _npz_splits(path: Path, tensors: dict[str, torch.Tensor]) -> list[torch.Tens
 
 def read_npz(path: Path) -> dict[str, np.ndarray]:
     """Load and type-check the arrays; pickled objects are refused (``allow_pickle=False``)."""
+    if path.is_dir():
+        raise DataFileNotFoundError(f"Dataset file '{path}' is a folder, not a file; give the .npz file itself.")
     if not path.is_file():
         raise DataFileNotFoundError(f"Dataset file '{path}' does not exist.")
     try:

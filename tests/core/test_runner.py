@@ -4,6 +4,7 @@ import pytest
 import gnnbridge
 from gnnbridge import hookimpl
 from gnnbridge.backends.pyg.backend import PygBackend
+from gnnbridge.core import checkpoint
 from gnnbridge.testing import registered_plugin
 
 
@@ -21,10 +22,29 @@ class BrokenModelBackend(PygBackend):
         return model
 
 
+class FailsInSecondEpochBackend(PygBackend):
+    name = "fails-later"
+    description = "PyG with a model that fails on its second training batch"
+
+    def _model(self, spec, in_dim, out_dim):
+        model = super()._model(spec, in_dim, out_dim)
+        forward, calls = model.forward, []
+
+        def fail_later(*args, **kwargs):
+            calls.append(model.training)
+            if calls.count(True) == 2:
+                raise RuntimeError("boom in epoch 2")
+            return forward(*args, **kwargs)
+
+        model.forward = fail_later
+        return model
+
+
 class BrokenPlugin:
     @hookimpl
     def register_backends(self, register):
         register(BrokenModelBackend())
+        register(FailsInSecondEpochBackend())
 
 
 @pytest.fixture
@@ -41,6 +61,15 @@ def test_a_failed_run_leaves_no_folder_but_keeps_the_users(tmp_path, broken_back
     with pytest.raises(RuntimeError, match="boom in forward"):
         gnnbridge.run("karate-sage", backend="broken", nproc=1, out=tmp_path / "mine", progress=False)
     assert (tmp_path / "mine").is_dir() and not any((tmp_path / "mine").iterdir())  # as the user left it
+
+
+def test_a_failed_run_with_a_checkpoint_is_kept_for_resuming(tmp_path, broken_backend):
+    out = tmp_path / "out"
+    with pytest.raises(RuntimeError, match="boom in epoch 2"):
+        gnnbridge.run("karate-sage", backend="fails-later", nproc=1, out=out, progress=False,
+                      overrides=["train.batch_size=64"])
+    assert (out / "config.yaml").exists() and not (out / "results.json").exists()
+    assert checkpoint.load(checkpoint.path_in(out, "latest"))["epoch"] == 0
 
 
 def test_default_run_folders_never_collide(tmp_path, monkeypatch):
