@@ -8,7 +8,7 @@ from gnnbridge.core.hookspecs import hookimpl
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "hookimpl", "run", "resolve_config"]
+__all__ = ["__version__", "evaluate", "hookimpl", "predict", "resolve_config", "run"]
 
 
 def run(experiment=None, **kwargs):
@@ -23,3 +23,17 @@ def resolve_config(experiment=None, **kwargs):
     from gnnbridge.core.runner import resolve_config as _resolve
 
     return _resolve(experiment, **kwargs)
+
+
+def evaluate(target, **kwargs):
+    """Metrics of a run folder's (or a checkpoint file's) model; see :func:`gnnbridge.core.inference.evaluate`."""
+    from gnnbridge.core.inference import evaluate as _evaluate
+
+    return _evaluate(target, **kwargs)
+
+
+def predict(target, out, **kwargs):
+    """Write class scores for every node or graph to ``out`` (.npz); see :func:`gnnbridge.core.inference.predict`."""
+    from gnnbridge.core.inference import predict as _predict
+
+    return _predict(target, out, **kwargs)

@@ -41,9 +41,34 @@ PREEMPT = textwrap.dedent("""
 """)
 
 
+# A rank that dies on its own: rank 1 is SIGKILLed as its second epoch starts, after the first
+# checkpoint (the barrier after a checkpoint lets no rank start the next epoch before it is on disk).
+RANK_DIES = textwrap.dedent("""
+    import os, signal
+    from gnnbridge.core.trainer import Trainer
+
+    _train_epoch = Trainer.train_epoch
+
+    def train_epoch(self, epoch):
+        if epoch == 1 and self.ctx.rank == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return _train_epoch(self, epoch)
+
+    Trainer.train_epoch = train_epoch
+""")
+
+
+def hooked_env(tmp_path, code):
+    """An environment whose Python processes (the launcher and every rank) all run ``code`` first."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(code)
+    return {**ENV, "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")])}
+
+
 def gnnbridge(*args, cwd, env=ENV, timeout=300):
-    return subprocess.run([sys.executable, "-m", "gnnbridge", *args], capture_output=True, text=True, cwd=cwd,
-                          env=env, timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "gnnbridge", *args], check=False, capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=timeout)
 
 
 def ok(proc):
@@ -83,13 +108,10 @@ def uninterrupted(tmp_path_factory):
 
 @pytest.mark.parametrize("backend", ["pyg", "dgl"])
 def test_a_job_killed_after_its_second_checkpoint_resumes_to_identical_results(tmp_path, uninterrupted, backend):
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(PREEMPT)
-    env = {**ENV, "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")])}
+    env = hooked_env(tmp_path, PREEMPT)
     proc = subprocess.run([sys.executable, "-m", "gnnbridge", "train", "--backend", backend, *SMALL, "--nproc", "2",
-                           "--set", "train.epochs=4", "--out", "run"], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=300, start_new_session=True)
+                           "--set", "train.epochs=4", "--out", "run"], check=False, cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300, start_new_session=True)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     run = tmp_path / "run"
     assert not (run / "results.json").exists()
@@ -100,6 +122,18 @@ def test_a_job_killed_after_its_second_checkpoint_resumes_to_identical_results(t
     assert "results: run/results.json" in resumed.stdout
     assert results(run)["resumed_from"] == {"epoch": 1, "world_size": 2}
     assert_same_run(run, uninterrupted[backend])
+
+
+def test_a_failed_job_keeps_its_checkpoint_and_says_how_to_resume(tmp_path, uninterrupted):
+    proc = gnnbridge("train", "--backend", "pyg", *SMALL, "--nproc", "2", "--set", "train.epochs=4", "--out", "run",
+                     cwd=tmp_path, env=hooked_env(tmp_path, RANK_DIES))
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+    assert "rank 1 (pid" in lines[0] and lines[0].endswith(
+        "SIGKILL. The run's checkpoint is kept; continue it with: gnnbridge train --resume run")
+    assert checkpoint.load(checkpoint.path_in(tmp_path / "run", "latest"))["epoch"] == 0
+    ok(gnnbridge("train", "--resume", "run", "--quiet", cwd=tmp_path))
+    assert_same_run(tmp_path / "run", uninterrupted["pyg"])
 
 
 @pytest.mark.parametrize("name, args", [("dgl", ["--backend", "dgl", *SMALL]), ("gin", ["--backend", "pyg", *GIN])])
@@ -141,9 +175,9 @@ def test_early_stopping_stops_records_and_resumes_only_with_more_patience(tmp_pa
     assert res["epochs_trained"] == 3 and res["best"]["epoch"] == 0
 
     again = gnnbridge("train", "--resume", "run", cwd=tmp_path)
-    assert again.returncode == 1 and again.stderr.strip().splitlines() == [
-        f"Error: Run 'run' stopped early after 3 epoch(s): val_acc did not improve for 2 (train.patience=2); "
-        "continue with a larger train.patience, or 0 to turn early stopping off."]
+    assert again.returncode == 1 and again.stderr.strip().splitlines() == [(
+        "Error: Run 'run' stopped early after 3 epoch(s): val_acc did not improve for 2 epoch(s) "
+        "(train.patience=2); continue with a larger train.patience, or 0 to turn early stopping off.")]
     ok(gnnbridge("train", "--resume", "run", "--set", "train.patience=3", "--quiet", cwd=tmp_path))
     assert results(tmp_path / "run")["epochs_trained"] == 4
 

@@ -71,7 +71,7 @@ def find(target: str | os.PathLike, kind: str = BEST) -> Path:
 def save(path: Path, payload: dict) -> None:
     """Write ``payload`` to ``path`` atomically: the old file stays whole until the new one is."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = _partial(path)
     try:
         with open(tmp, "wb") as f:
             torch.save(payload, f)
@@ -87,7 +87,7 @@ def save(path: Path, payload: dict) -> None:
 def copy(src: Path, dst: Path) -> None:
     """``dst`` becomes the same checkpoint as ``src``: a hard link (no second write) where the
     file system has them, else a copy; atomic either way."""
-    tmp = dst.with_name(f".{dst.name}.tmp-{os.getpid()}")
+    tmp = _partial(dst)
     tmp.unlink(missing_ok=True)
     try:
         try:
@@ -99,6 +99,17 @@ def copy(src: Path, dst: Path) -> None:
         tmp.unlink(missing_ok=True)
         raise
     _fsync_dir(dst.parent)
+
+
+def _partial(path: Path) -> Path:
+    """The one temporary name for ``path``: a write killed midway is overwritten by the next."""
+    return path.with_name(f".{path.name}.partial")
+
+
+def remove_partial(run_dir: str | os.PathLike) -> None:
+    """Remove what a write killed midway left (the checkpoints themselves are whole)."""
+    for leftover in (Path(run_dir) / FOLDER).glob(".*.partial"):
+        leftover.unlink(missing_ok=True)
 
 
 def _fsync_dir(folder: Path) -> None:

@@ -267,9 +267,9 @@ def _rank_main(spec: RankSpec, device_kind: str, worker: Callable[..., Any], arg
         result = worker(ctx, *args)
         store.set(f"done/{spec.rank}", "1")
         ctx.watchdog.stop()  # before the barrier: a peer that finished and left is not dead
-        # Leave together: a rank that tears down gloo while a peer is still mid-teardown can
-        # abort that peer ("terminate called without an active exception", SIGABRT).
         dist.barrier()
+        dist.destroy_process_group()
+        _leave_together(store, spec.world_size)
         return result
     except BaseException as exc:  # noqa: BLE001 - every failure, Ctrl-C included, must reach the others
         if ctx is not None and ctx.watchdog is not None:
@@ -280,6 +280,20 @@ def _rank_main(spec: RankSpec, device_kind: str, worker: Callable[..., Any], arg
             ctx.watchdog.stop()
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _leave_together(store, world_size: int, deadline_s: float = 30.0) -> None:
+    """Exit only once every rank has torn down its process group: a rank whose peer exits (and
+    closes its sockets) while it is still inside gloo's teardown can abort with "terminate called
+    without an active exception" (SIGABRT), failing a job that had finished. The wait goes
+    through the store, not gloo, and gives up quietly: the work is done either way."""
+    try:
+        store.add("left", 1)
+        end = time.monotonic() + deadline_s
+        while int(store.add("left", 0)) < world_size and time.monotonic() < end:
+            time.sleep(POLL_S)
+    except (RuntimeError, OSError, dist.DistError):  # the store's host already left: so did everyone
+        pass
 
 
 def _connect(spec: RankSpec, timeout: datetime.timedelta):

@@ -31,7 +31,12 @@ from gnnbridge.core.config import DeviceChoice, ExperimentConfig, Task
 from gnnbridge.core.data import GraphData
 from gnnbridge.core.distributed import DistContext, launch
 from gnnbridge.core.errors import (
-    BackendUnavailableError, ConfigError, DataFileNotFoundError, GnnBridgeError, OutputExistsError, unknown_name,
+    BackendUnavailableError,
+    ConfigError,
+    DataFileNotFoundError,
+    GnnBridgeError,
+    OutputExistsError,
+    unknown_name,
 )
 from gnnbridge.core.launch import JobEnv, detect_job
 from gnnbridge.core.plugins import backends, datasets, experiments, library_versions
@@ -105,7 +110,7 @@ def _dataset_section(dataset: str) -> dict:
 RESUME_FROZEN = ("task", "backend", "dataset", "model", "train.monitor")
 
 
-def plan_resume(run_dir: str | os.PathLike, experiment, dataset, out, overrides, flags: dict) -> "Plan":
+def plan_resume(run_dir: str | os.PathLike, experiment, dataset, out, overrides, flags: dict) -> Plan:
     """Config and checks for continuing ``run_dir`` from its latest checkpoint."""
     given = [name for name, value in (("EXPERIMENT", experiment), ("--dataset", dataset), ("--out", out))
              if value is not None]
@@ -160,7 +165,7 @@ def _check_epochs_left(state: dict, config: ExperimentConfig, run_dir: Path) -> 
     if progress.should_stop(train.patience):
         raise ConfigError(
             f"Run '{run_dir}' stopped early after {done} epoch(s): {train.monitor} did not improve for "
-            f"{progress.bad_epochs} (train.patience={train.patience}); continue with a larger train.patience, or 0 "
+            f"{progress.bad_epochs} epoch(s) (train.patience={train.patience}); continue with a larger train.patience, or 0 "
             "to turn early stopping off."
         )
 
@@ -374,6 +379,7 @@ class Plan:
     def make_run_dir(self) -> tuple[Path, Path | None]:
         """The run folder and what to remove if the run fails (nothing, when resuming)."""
         if self.resume_dir is not None:
+            checkpoint.remove_partial(self.resume_dir)  # left by a write the kill cut short
             return self.resume_dir, None
         return make_run_dir(new_run_dir(self.config, self.out), exclusive=self.out is None)
 
@@ -454,7 +460,10 @@ def _discard(run_dir: Path, created: Path | None) -> None:
     """Undo a run that produced no results and no checkpoint (one with a checkpoint is kept:
     it can be resumed). Only folders this run created are removed, so nothing of the user's is
     touched."""
-    if (run_dir / RESULTS).exists() or checkpoint.has_checkpoint(run_dir):
+    if (run_dir / RESULTS).exists():
+        return
+    if checkpoint.has_checkpoint(run_dir):
+        checkpoint.remove_partial(run_dir)  # a checkpoint write the failure cut short
         return
     if created is not None:
         shutil.rmtree(created, ignore_errors=True)
@@ -465,7 +474,8 @@ def _discard(run_dir: Path, created: Path | None) -> None:
 def _hint_resume(exc: BaseException, run_dir: Path) -> None:
     """A failed run that left a checkpoint says how to continue it, on its one error line."""
     if isinstance(exc, GnnBridgeError) and exc.args and checkpoint.has_checkpoint(run_dir):
-        exc.args = (f"{exc.args[0]} Its checkpoint is kept: gnnbridge train --resume {run_dir}",)
+        exc.args = (f"{str(exc.args[0]).rstrip('.')}. The run's checkpoint is kept; continue it with: "
+                    f"gnnbridge train --resume {run_dir}",)
 
 
 def _finish(run_dir: Path) -> dict:

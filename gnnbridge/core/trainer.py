@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-
 import torch
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
@@ -282,7 +281,7 @@ class TrainState:
                 "stopped_after_epoch": self.history[-1]["epoch"] if stopped else None}
 
     @classmethod
-    def from_checkpoint(cls, state: dict) -> "TrainState":
+    def from_checkpoint(cls, state: dict) -> TrainState:
         monitor = state["monitor"]
         return cls(list(state["history"]), monitor["best"], monitor["best_epoch"], monitor["bad_epochs"])
 

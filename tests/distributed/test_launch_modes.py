@@ -174,9 +174,27 @@ def test_a_node_loads_the_dataset_once_and_its_ranks_map_the_same_pages(tmp_path
 # --------------------------------------------------------------------------- failing fast
 
 
+def wait_for_checkpoint(run, timeout=240):
+    """Kill only once the first checkpoint is on disk, so what is kept afterwards is known."""
+    deadline = time.monotonic() + timeout
+    while not (run / "checkpoints" / "latest.pt").exists():
+        assert time.monotonic() < deadline, "no checkpoint was written"
+        time.sleep(0.05)
+
+
+def assert_kept_for_resume(run):
+    """A failed run that has a checkpoint keeps exactly what resuming needs: no results, no
+    temporary files."""
+    files = sorted(str(p.relative_to(run)) for p in run.rglob("*") if p.is_file())
+    assert files == ["checkpoints/best.pt", "checkpoints/latest.pt", "config.yaml"], files
+
+
+RESUME_HINT = r"\. The run's checkpoint is kept; continue it with: gnnbridge train --resume run"
+
+
 def test_sigkill_of_a_spawned_rank_ends_the_job_within_a_minute(tmp_path):
     job = Job(gnnbridge("train", "--nproc", "2", "--set", "train.epochs=500", "--out", "run"), tmp_path)
-    job.wait_for(r"epoch +1/500")
+    wait_for_checkpoint(tmp_path / "run")
     ranks = ranks_of(job.proc.pid)
     assert len(ranks) == 2
     killed_at = time.monotonic()
@@ -185,21 +203,22 @@ def test_sigkill_of_a_spawned_rank_ends_the_job_within_a_minute(tmp_path):
     assert code != 0
     assert time.monotonic() - killed_at < 60
     assert len(job.errors) == 1, job.lines
-    assert re.fullmatch(rf"Error: rank [01] \(pid {ranks[1]}\) was killed by SIGKILL", job.errors[0])
+    assert re.fullmatch(rf"Error: rank [01] \(pid {ranks[1]}\) was killed by SIGKILL{RESUME_HINT}", job.errors[0])
     assert not any("Traceback" in line for line in job.lines)
     assert alive(ranks) == []
-    assert not (tmp_path / "run").exists()  # no half-made run folder
+    assert_kept_for_resume(tmp_path / "run")
 
 
 @pytest.mark.parametrize("nodes, per_node, victim_rank", [(2, 1, 1), (1, 2, 0)])
 def test_sigkill_of_a_torchrun_rank_ends_the_job_within_the_timeout(nodes, per_node, victim_rank, tmp_path):
     """Two nodes of one rank (the survivor is on another "machine"), and one node of two ranks
-    whose rank 0, the owner of the run folder, is killed (its neighbour removes the folder;
-    torchrun SIGTERMs the neighbour, which must still name the killed rank, not itself)."""
+    whose rank 0, the owner of the run folder, is killed (torchrun SIGTERMs the neighbour, which
+    must still name the killed rank, not itself). The run folder, which has a checkpoint by then,
+    is kept for resuming."""
     port = free_port()
     args = ["train", "--set", "train.epochs=500", "--timeout", "30", "--out", "run"]
     launchers = [Job(torchrun(nodes, r, per_node, port, *args), tmp_path) for r in reversed(range(nodes))]
-    launchers[-1].wait_for(r"epoch +1/500")
+    wait_for_checkpoint(tmp_path / "run")
     everyone = [p for job in launchers for p in ranks_of(job.proc.pid)]
     victim = rank_pid(everyone, victim_rank)
     killed_at = time.monotonic()
@@ -210,7 +229,7 @@ def test_sigkill_of_a_torchrun_rank_ends_the_job_within_the_timeout(nodes, per_n
     assert errors and all(re.match(rf"Error: rank {victim_rank} \(pid {victim} on .*\) died", e) for e in errors), [
         job.lines for job in launchers]
     assert alive(everyone) == []
-    assert not (tmp_path / "run").exists()
+    assert_kept_for_resume(tmp_path / "run")
 
 
 def test_a_rank_that_raises_stops_its_peers_blocked_in_a_collective():
@@ -245,15 +264,16 @@ def test_a_rank_that_never_joins_is_named(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-def test_sigterm_to_the_launcher_stops_every_rank_and_keeps_nothing(tmp_path):
+def test_sigterm_to_the_launcher_stops_every_rank_and_keeps_only_the_resumable_run(tmp_path):
     job = Job(gnnbridge("train", "--nproc", "2", "--set", "train.epochs=500", "--out", "run"), tmp_path)
-    job.wait_for(r"epoch +1/500")
+    wait_for_checkpoint(tmp_path / "run")
     ranks = ranks_of(job.proc.pid)
     job.proc.terminate()
     assert job.finish(timeout=60) != 0
-    assert job.errors == ["Error: gnnbridge was stopped by SIGTERM; all ranks were stopped."], job.lines
+    assert len(job.errors) == 1 and re.fullmatch(
+        rf"Error: gnnbridge was stopped by SIGTERM; all ranks were stopped{RESUME_HINT}", job.errors[0]), job.lines
     assert alive(ranks) == []
-    assert not (tmp_path / "run").exists()
+    assert_kept_for_resume(tmp_path / "run")
 
 
 # --------------------------------------------------------------------------- two jobs on one host
