@@ -173,7 +173,9 @@ def _load_error(path: Path, exc: Exception) -> CheckpointError:
             "tensors and plain values (torch.load weights_only=True). Use a checkpoint written by gnnbridge."
         )
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return CheckpointError(f"Checkpoint '{path}' is corrupt: {first[:160]}; use the run's other checkpoint or train again.")
+    return CheckpointError(
+        f"Checkpoint '{path}' is corrupt: {first[:160]}; use the run's other checkpoint or train again."
+    )
 
 
 def _check_format(path: Path, state: Any) -> dict:

@@ -165,8 +165,8 @@ def _check_epochs_left(state: dict, config: ExperimentConfig, run_dir: Path) -> 
     if progress.should_stop(train.patience):
         raise ConfigError(
             f"Run '{run_dir}' stopped early after {done} epoch(s): {train.monitor} did not improve for "
-            f"{progress.bad_epochs} epoch(s) (train.patience={train.patience}); continue with a larger train.patience, or 0 "
-            "to turn early stopping off."
+            f"{progress.bad_epochs} epoch(s) (train.patience={train.patience}); continue with a larger "
+            "train.patience, or 0 to turn early stopping off."
         )
 
 
@@ -474,8 +474,8 @@ def _discard(run_dir: Path, created: Path | None) -> None:
 def _hint_resume(exc: BaseException, run_dir: Path) -> None:
     """A failed run that left a checkpoint says how to continue it, on its one error line."""
     if isinstance(exc, GnnBridgeError) and exc.args and checkpoint.has_checkpoint(run_dir):
-        exc.args = (f"{str(exc.args[0]).rstrip('.')}. The run's checkpoint is kept; continue it with: "
-                    f"gnnbridge train --resume {run_dir}",)
+        line = f"{str(exc.args[0]).rstrip('.')}. The run's checkpoint is kept; continue it with: "
+        exc.args = (f"{line}gnnbridge train --resume {run_dir}",)
 
 
 def _finish(run_dir: Path) -> dict:

@@ -5,6 +5,7 @@ how long it took, the processes and files left behind."""
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -169,6 +170,23 @@ def test_a_node_loads_the_dataset_once_and_its_ranks_map_the_same_pages(tmp_path
     files = {rank["x_file"] for rank in got}
     assert len(files) == 1 and files.pop().startswith(f"{shm_dir()}/gnnbridge-")  # one mapped file for both
     assert not Path(got[0]["x_file"]).exists()  # and its name is gone
+
+
+def test_a_torchrun_job_resumes_a_spawned_run_like_the_spawned_launcher_does(tmp_path):
+    """Resuming inside a job: every rank reads the checkpoint, rank 0 continues the folder."""
+    first = Job(gnnbridge(*TRAIN, "--nproc", "2", "--out", "spawned"), tmp_path)
+    assert first.finish() == 0, first.lines
+    shutil.copytree(tmp_path / "spawned", tmp_path / "job")
+    again = Job(gnnbridge("train", "--resume", "spawned", "--set", "train.epochs=3", "--quiet"), tmp_path)
+    assert again.finish() == 0, again.lines
+    port = free_port()
+    nodes = [Job(torchrun(2, r, 1, port, "train", "--resume", "job", "--set", "train.epochs=3", "--quiet"), tmp_path)
+             for r in (1, 0)]
+    assert [n.finish() for n in nodes] == [0, 0], [n.lines for n in nodes]
+    spawned, job = results(tmp_path / "spawned"), results(tmp_path / "job")
+    assert job[3]["num_nodes"] == 2 and job[3]["resumed_from"] == {"epoch": 1, "world_size": 2}
+    assert job[1] == spawned[1] and len(job[1]) == 3  # the same loss, epoch by epoch
+    assert job[0] == spawned[0]  # the same final metrics, exactly
 
 
 # --------------------------------------------------------------------------- failing fast
