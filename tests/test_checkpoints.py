@@ -183,11 +183,13 @@ def test_early_stopping_stops_records_and_resumes_only_with_more_patience(tmp_pa
 
 
 def test_evaluate_and_predict_from_a_run_folder_or_a_checkpoint_file(tmp_path, uninterrupted):
-    run = uninterrupted["pyg"]
-    report = json.loads(ok(gnnbridge("evaluate", str(run), "--json", cwd=tmp_path)).stdout)
-    best = results(run)["best"]
-    assert report["epoch"] == best["epoch"] and report["checkpoint"].endswith("best.pt")
-    assert report["metrics"] == pytest.approx(best["metrics"])
+    for backend in ("dgl", "pyg"):  # each on the backend it was trained with
+        run = uninterrupted[backend]
+        report = json.loads(ok(gnnbridge("evaluate", str(run), "--json", cwd=tmp_path)).stdout)
+        best = results(run)["best"]
+        assert report["backend"] == backend and report["epoch"] == best["epoch"]
+        assert report["checkpoint"].endswith("best.pt")
+        assert report["metrics"] == pytest.approx(best["metrics"])
 
     latest = ok(gnnbridge("evaluate", str(run / "checkpoints" / "latest.pt"), cwd=tmp_path)).stdout
     assert "(epoch 4, sage-synthetic on pyg): train_acc" in latest
@@ -277,3 +279,26 @@ class Evil:
 
     def __reduce__(self):
         return (os.system, (f"touch {self.marker}",))
+
+
+def graph_npz(path, n=300, features=8, seed=0):
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 3, n).astype(np.int64)
+    edges = rng.integers(0, n, (2, 4 * n)).astype(np.int64)
+    x = (rng.normal(size=(n, features)) + np.eye(3, features)[y]).astype(np.float32)
+    np.savez(path, edge_index=edges, x=x, y=y)
+
+
+def test_data_that_moved_is_pointed_at_and_must_fit_the_model(tmp_path):
+    graph_npz(tmp_path / "graph.npz")
+    ok(gnnbridge("train", "--dataset", "graph.npz", "--quiet", "--set", "train.epochs=1", "--out", "run",
+                 cwd=tmp_path))
+    (tmp_path / "graph.npz").rename(tmp_path / "moved.npz")
+    one_line(gnnbridge("evaluate", "run", cwd=tmp_path), "graph.npz' does not exist")
+    moved = json.loads(ok(gnnbridge("evaluate", "run", "--json", "--set", "dataset.path=moved.npz",
+                                    cwd=tmp_path)).stdout)
+    assert moved["metrics"] == pytest.approx(results(tmp_path / "run")["best"]["metrics"])
+    graph_npz(tmp_path / "wider.npz", features=12)
+    one_line(gnnbridge("predict", "run", "--out", "p.npz", "--set", "dataset.path=wider.npz", cwd=tmp_path),
+             "The dataset has num_features=12 but the model in")
+    assert not (tmp_path / "p.npz").exists()
