@@ -20,8 +20,10 @@ from __future__ import annotations
 import os
 import random
 import re
+import shutil
 import warnings
 import zipfile
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -71,34 +73,34 @@ def find(target: str | os.PathLike, kind: str = BEST) -> Path:
 def save(path: Path, payload: dict) -> None:
     """Write ``payload`` to ``path`` atomically: the old file stays whole until the new one is."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _partial(path)
-    try:
-        with open(tmp, "wb") as f:
-            torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
+    with _replacing(path) as tmp, open(tmp, "wb") as f:
+        torch.save(payload, f)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def copy(src: Path, dst: Path) -> None:
     """``dst`` becomes the same checkpoint as ``src``: a hard link (no second write) where the
     file system has them, else a copy; atomic either way."""
-    tmp = _partial(dst)
-    tmp.unlink(missing_ok=True)
-    try:
+    with _replacing(dst) as tmp:
         try:
             os.link(src, tmp)
         except OSError:
-            tmp.write_bytes(src.read_bytes())
-        os.replace(tmp, dst)
+            shutil.copyfile(src, tmp)
+
+
+@contextmanager
+def _replacing(path: Path):
+    """Yield a temporary name to fill; it then replaces ``path`` in one rename, or is removed."""
+    tmp = _partial(path)
+    tmp.unlink(missing_ok=True)
+    try:
+        yield tmp
+        os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _fsync_dir(dst.parent)
+    _fsync_dir(path.parent)
 
 
 def _partial(path: Path) -> Path:
