@@ -126,11 +126,11 @@ def plan_resume(run_dir: str | os.PathLike, experiment, dataset, out, overrides,
             f"Run folder '{run_dir}' has no {path.relative_to(run_dir)} to resume from (stopped before its first "
             "checkpoint, or not a gnnbridge run); start it again."
         )
-    state = checkpoint.load(path)
+    state = {**checkpoint.load(path), "path": str(path)}
     config = resolve_config(state["config"], overrides=overrides, **flags)
     check_frozen(state["config"], config.to_dict())
     _check_epochs_left(state, config, run_dir)
-    return Plan(config, resume_dir=run_dir)
+    return Plan(config, resume_dir=run_dir, latest=state)
 
 
 def check_frozen(saved: dict, new: dict, frozen: tuple[str, ...] = RESUME_FROZEN, action: str = "--resume") -> None:
@@ -375,6 +375,7 @@ class Plan:
     config: ExperimentConfig
     out: str | os.PathLike | None = None
     resume_dir: Path | None = None
+    latest: dict | None = None  # the checkpoint resumed from, read once (ranks get it with the plan)
 
     def make_run_dir(self) -> tuple[Path, Path | None]:
         """The run folder and what to remove if the run fails (nothing, when resuming)."""
@@ -393,11 +394,10 @@ class Plan:
 
     def resume_state(self) -> dict | None:
         """The latest checkpoint, with the best epoch's weights when those are not the latest's
-        (each rank reads the files: the run folder must be visible to every node)."""
-        if self.resume_dir is None:
+        (read from best.pt by each rank: the run folder must be visible to every node)."""
+        if self.latest is None:
             return None
-        path = checkpoint.path_in(self.resume_dir, checkpoint.LATEST)
-        state = {**checkpoint.load(path), "path": str(path)}
+        state = dict(self.latest)
         best_path = checkpoint.path_in(self.resume_dir, checkpoint.BEST)
         best_epoch = state["monitor"]["best_epoch"]
         if best_epoch is not None and best_epoch != state["epoch"] and best_path.is_file():

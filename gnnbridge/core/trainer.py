@@ -9,6 +9,7 @@ included), so it compares with a hand-written loop; evaluation time is reported 
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import random
 import sys
@@ -79,7 +80,9 @@ class Trainer:
     def _restore(self, state: dict) -> None:
         """Continue from a checkpoint (weights already loaded): optimizer moments and the
         monitor's memory. The learning rate and weight decay follow the (possibly changed) config."""
-        self.optimizer.load_state_dict(state["optimizer"])
+        # A copy: load_state_dict keeps tensors that already fit, and spawned ranks receive the
+        # checkpoint in shared memory, so without it every rank would step the same Adam moments.
+        self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
         for group in self.optimizer.param_groups:
             group.update(lr=self.config.train.lr, weight_decay=self.config.train.weight_decay)
         self.state = TrainState.from_checkpoint(state)
