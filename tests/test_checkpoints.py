@@ -152,6 +152,8 @@ def test_a_two_rank_checkpoint_resumes_on_one_rank(tmp_path, uninterrupted):
     after, before = results(tmp_path / "run"), results(uninterrupted["pyg"])
     assert after["world_size"] == 1 and after["resumed_from"] == {"epoch": 3, "world_size": 2}
     assert len(after["history"]) == 5 and after["history"][:4] == before["history"]
+    # It continued from the trained weights: its epoch's loss is far below a fresh model's.
+    assert after["history"][4]["loss"] < 0.8 * before["history"][0]["loss"]
     assert after["metrics"]["test_acc"] > 0.5
 
 
