@@ -117,8 +117,7 @@ class BatchedEvaluator(Evaluator, ABC):
         """Every item through the loader: ranks split the ids, then share their rows."""
         shards = torch.tensor_split(torch.arange(self.data.y.shape[0]), self.ctx.world_size)
         batches = [b for b in shards[self.ctx.rank].split(self.batch_size) if b.numel()]
-        rows = [model(self.backend.graph_to(mb.graph, self.ctx.device), self.data.x[mb.input_nodes].to(self.ctx.device))
-                .cpu() for mb in self._loader(batches)]
+        rows = [forward(self, model, mb).cpu() for mb in self._loader(batches)]
         mine = torch.cat(rows) if rows else torch.empty(0, self.data.num_classes)
         return self.ctx.all_gather_rows(mine, [s.numel() for s in shards])
 
@@ -163,7 +162,10 @@ def score_batches(ev: Evaluator, model: torch.nn.Module, batches, split: str) ->
     """Run this rank's batches and combine the scores of all ranks."""
     scores = ClassificationScores(ev.data.num_classes)
     for mb in batches:
-        graph = ev.backend.graph_to(mb.graph, ev.ctx.device)
-        logits = model(graph, ev.data.x[mb.input_nodes].to(ev.ctx.device))
-        scores.update(logits, ev.data.y[mb.seeds])
+        scores.update(forward(ev, model, mb), ev.data.y[mb.seeds])
     return scores.reduce(ev.ctx).as_metrics(split)
+
+
+def forward(ev: Evaluator, model: torch.nn.Module, mb: MiniBatch) -> torch.Tensor:
+    """The model's logits for one batch's seeds (its graph and features on the rank's device)."""
+    return model(ev.backend.graph_to(mb.graph, ev.ctx.device), ev.data.x[mb.input_nodes].to(ev.ctx.device))
