@@ -4,7 +4,12 @@
     results = gnnbridge.run("sage-synthetic", backend="dgl", nproc=2)
     print(results["metrics"]["test_acc"])
 """
-from gnnbridge.core.hookspecs import hookimpl
+from gnnbridge.core.contracts import plugins as _plugins
+from gnnbridge.core.contracts.hookspecs import hookimpl
+from gnnbridge.plugins import BUILTIN_PLUGINS, DEFAULT_BACKEND
+
+# Core names no plugin and no backend: the package, which sits above it, hands them over.
+_plugins.set_defaults(BUILTIN_PLUGINS, DEFAULT_BACKEND)
 
 __version__ = "0.1.0"
 
@@ -12,28 +17,28 @@ __all__ = ["__version__", "evaluate", "hookimpl", "predict", "resolve_config", "
 
 
 def run(experiment=None, **kwargs):
-    """Train an experiment and return its results; see :func:`gnnbridge.core.runner.run`."""
-    from gnnbridge.core.runner import run as _run
+    """Train an experiment and return its results; see :func:`gnnbridge.core.app.train.run`."""
+    from gnnbridge.core.app.train import run as _run
 
     return _run(experiment, **kwargs)
 
 
 def resolve_config(experiment=None, **kwargs):
-    """The validated :class:`ExperimentConfig` a run would use; see :func:`gnnbridge.core.runner.resolve_config`."""
-    from gnnbridge.core.runner import resolve_config as _resolve
+    """The validated :class:`ExperimentConfig` a run would use; see :func:`gnnbridge.core.app.resolve.resolve_config`."""
+    from gnnbridge.core.app.resolve import resolve_config as _resolve
 
     return _resolve(experiment, **kwargs)
 
 
 def evaluate(target, **kwargs):
-    """Metrics of a run folder's (or a checkpoint file's) model; see :func:`gnnbridge.core.inference.evaluate`."""
-    from gnnbridge.core.inference import evaluate as _evaluate
+    """Metrics of a run folder's (or a checkpoint file's) model; see :func:`gnnbridge.core.app.inference.evaluate`."""
+    from gnnbridge.core.app.inference import evaluate as _evaluate
 
     return _evaluate(target, **kwargs)
 
 
 def predict(target, out, **kwargs):
-    """Write class scores for every node or graph to ``out`` (.npz); see :func:`gnnbridge.core.inference.predict`."""
-    from gnnbridge.core.inference import predict as _predict
+    """Write class scores for every node or graph to ``out`` (.npz); see :func:`gnnbridge.core.app.inference.predict`."""
+    from gnnbridge.core.app.inference import predict as _predict
 
     return _predict(target, out, **kwargs)

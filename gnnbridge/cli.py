@@ -29,12 +29,13 @@ Examples:
   gnnbridge train my.yaml --nproc 4 --timeout 120     # any rank failing stops all within 120 s
   gnnbridge train my.yaml --out runs/x --set train.patience=5   # early stopping on val_acc
   gnnbridge train --resume runs/x --set train.epochs=20          # continue (and extend) runs/x
+  gnnbridge train my.yaml --nproc 4 --max-restarts 3 --out runs/y  # a failed rank restarts all, from the checkpoint
 
 \b
 Multi-node: start one process per GPU with torchrun or srun; gnnbridge joins the job
 (RANK/WORLD_SIZE/MASTER_ADDR or SLURM_PROCID/SLURM_NTASKS) instead of spawning:
   torchrun --nnodes 2 --node-rank $R --nproc-per-node 4 --master-addr HOST --master-port 29500 \\
-      -m gnnbridge train reddit-sage --backend pyg
+      --max-restarts 2 -m gnnbridge train reddit-sage --backend pyg --out runs/reddit
   srun -N 2 --ntasks-per-node 4 gnnbridge train my.yaml --backend dgl
 """
 
@@ -57,15 +58,19 @@ def cli() -> None:
 @click.option("--out", type=click.Path(file_okay=False), help="Run folder (must not hold a run); default: a new folder under runs/.")
 @click.option("--timeout", type=float, help="Seconds a rank may wait on its peers before the whole job stops "
               "(default 180).")
+@click.option("--max-restarts", type=click.IntRange(min=0), metavar="K",
+              help="When a rank fails, restart every rank up to K times; each restart continues the run "
+              "from its latest checkpoint (default 0).")
 @click.option("--resume", type=click.Path(), metavar="RUN",
               help="Continue the run folder RUN from its latest checkpoint, in place (--set may extend train.epochs).")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
-def train(experiment, backend, nproc, device, dataset, overrides, out, timeout, resume, quiet) -> None:
+def train(experiment, backend, nproc, device, dataset, overrides, out, timeout, max_restarts, resume, quiet) -> None:
     """Train EXPERIMENT (a YAML file or a built-in name; default: sage-synthetic)."""
-    from gnnbridge.core.runner import run
+    from gnnbridge.core.app.train import run
 
     results = run(experiment, backend=backend, nproc=nproc, device=device, dataset=dataset,
-                  overrides=overrides, out=out, progress=not quiet, timeout=timeout, resume=resume)
+                  overrides=overrides, out=out, progress=not quiet, timeout=timeout, resume=resume,
+                  max_restarts=max_restarts)
     if results is None:  # a rank other than 0 of a torchrun / SLURM job: rank 0 reports
         return
     click.echo(f"{results['experiment']} on {results['backend']} ({results['world_size']} x {results['device']}): "
@@ -109,7 +114,7 @@ set_option = click.option("--set", "overrides", multiple=True, metavar="KEY=VALU
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def evaluate(target, kind, device, overrides, as_json) -> None:
     """Metrics of a trained model on every split (a run folder's best checkpoint by default)."""
-    from gnnbridge.core.inference import evaluate as evaluate_run
+    from gnnbridge.core.app.inference import evaluate as evaluate_run
 
     report = evaluate_run(target, kind=kind, device=device, overrides=overrides)
     if as_json:
@@ -127,7 +132,7 @@ def evaluate(target, kind, device, overrides, as_json) -> None:
 @set_option
 def predict(target, out, kind, device, overrides) -> None:
     """Class scores for every node (or graph) of the run's dataset, written to a .npz file."""
-    from gnnbridge.core.inference import predict as predict_run
+    from gnnbridge.core.app.inference import predict as predict_run
 
     report = predict_run(target, out, kind=kind, device=device, overrides=overrides)
     shape = "x".join(map(str, report["shape"]))
@@ -139,7 +144,7 @@ def predict(target, out, kind, device, overrides) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def backends(as_json: bool) -> None:
     """List backends: available or not (and why), and their library versions."""
-    from gnnbridge.core.plugins import backends as registry
+    from gnnbridge.core.contracts.plugins import backends as registry
 
     rows = []
     for entry in registry.entries():
@@ -160,7 +165,7 @@ def backends(as_json: bool) -> None:
 @cli.command()
 def plugins() -> None:
     """Loaded plugins and the hooks they implement (JSON)."""
-    from gnnbridge.core.plugins import plugin_info
+    from gnnbridge.core.contracts.plugins import plugin_info
 
     click.echo(json.dumps(plugin_info(), indent=2))
 
@@ -168,7 +173,7 @@ def plugins() -> None:
 @cli.command()
 def experiments() -> None:
     """Built-in experiments with a one-line description."""
-    from gnnbridge.core.plugins import experiments as registry
+    from gnnbridge.core.contracts.plugins import experiments as registry
 
     for entry in registry.entries():
         click.echo(f"{entry.name:<18} {entry.description}")

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from gnnbridge.core import checkpoint
+from gnnbridge.core.training import checkpoint
 
 pytestmark = pytest.mark.slow
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -26,7 +26,7 @@ GIN = ["gin-synthetic", "--quiet", "--set", "dataset.options.num_graphs=120", "-
 # SIGKILLs the whole job (launcher included) right after its second latest.pt is on disk.
 PREEMPT = textwrap.dedent("""
     import os, signal
-    import gnnbridge.core.checkpoint as ckpt
+    import gnnbridge.core.training.checkpoint as ckpt
 
     _save, _count = ckpt.save, [0]
 
@@ -45,7 +45,7 @@ PREEMPT = textwrap.dedent("""
 # checkpoint (the barrier after a checkpoint lets no rank start the next epoch before it is on disk).
 RANK_DIES = textwrap.dedent("""
     import os, signal
-    from gnnbridge.core.trainer import Trainer
+    from gnnbridge.core.training.trainer import Trainer
 
     _train_epoch = Trainer.train_epoch
 

@@ -1,1 +1,16 @@
-"""Backend-neutral core. Nothing in this package imports torch_geometric or dgl."""
+"""Backend-neutral core, in layers. A layer imports only the layers below it, never one beside or
+above it, and nothing in core imports ``torch_geometric``, ``dgl``, ``gnnbridge.backends``,
+``gnnbridge.plugins`` or ``gnnbridge.cli`` (``tests/core/test_layers.py`` enforces both)::
+
+    app/        resolve -> preflight -> run folder -> launch -> results; evaluate, predict
+    training/   the DDP loop, evaluators, metrics, checkpoints, training state
+    runtime/    launching on torch.distributed.elastic, rank setup, watchdog, node-shared data
+    sampling/   seed sharding, the core neighbour sampler, sampler adapters
+    models/     model parts core owns for every backend (GIN's MLPs, GCN normalisation)
+    contracts/  ABCs, hook specs, plugin manager and registries, config
+    records/    graph data, collections, batch records
+    errors.py   the error types every layer raises
+
+``runtime``, ``sampling`` and ``models`` stand side by side on ``contracts``. ``interfaces.py``
+re-exports what plugins import and is imported by nothing in core.
+"""

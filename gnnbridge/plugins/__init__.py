@@ -2,6 +2,7 @@
 
 They are declared as entry points in ``pyproject.toml`` like any third-party plugin; this list
 also loads them from a source checkout that was never pip-installed (no entry points then).
+``gnnbridge/__init__.py`` hands it, and the default backend, to core's plugin manager.
 """
 
 BUILTIN_PLUGINS = {

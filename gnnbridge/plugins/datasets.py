@@ -21,11 +21,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gnnbridge.core.collection import GraphCollection
-from gnnbridge.core.config import ConfigError, DatasetConfig
-from gnnbridge.core.data import GraphData, random_split
+from gnnbridge.core.contracts.config import ConfigError, DatasetConfig
+from gnnbridge.core.contracts.hookspecs import hookimpl
 from gnnbridge.core.errors import DataError, DataFileNotFoundError, did_you_mean
-from gnnbridge.core.hookspecs import hookimpl
+from gnnbridge.core.records.collection import GraphCollection
+from gnnbridge.core.records.data import GraphData, random_split
 
 
 @hookimpl

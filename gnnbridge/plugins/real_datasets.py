@@ -41,11 +41,11 @@ from pathlib import Path
 
 import torch
 
-from gnnbridge.core.collection import GraphCollection
-from gnnbridge.core.config import ConfigError, DatasetConfig
-from gnnbridge.core.data import GraphData
+from gnnbridge.core.contracts.config import ConfigError, DatasetConfig
+from gnnbridge.core.contracts.hookspecs import hookimpl
 from gnnbridge.core.errors import BackendUnavailableError, DataError, DataFileNotFoundError, GnnBridgeError
-from gnnbridge.core.hookspecs import hookimpl
+from gnnbridge.core.records.collection import GraphCollection
+from gnnbridge.core.records.data import GraphData
 from gnnbridge.plugins.datasets import options
 
 ENV_ROOT = "GNNBRIDGE_DATA"

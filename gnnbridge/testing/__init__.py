@@ -10,7 +10,7 @@ def registered_plugin(plugin: object, name: str) -> Iterator[object]:
 
     Registries are rebuilt on entry and exit, so names the plugin adds exist only inside.
     """
-    from gnnbridge.core import plugins
+    from gnnbridge.core.contracts import plugins
 
     plugins.load_plugins()
     plugins.pm.register(plugin, name=name)

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import torch
 
-from gnnbridge.core.config import ExperimentConfig
-from gnnbridge.core.data import GraphData
-from gnnbridge.core.distributed import DistContext
-from gnnbridge.core.trainer import Trainer, parameters_digest
+from gnnbridge.core.contracts.config import ExperimentConfig
+from gnnbridge.core.records.data import GraphData
+from gnnbridge.core.runtime.context import DistContext
+from gnnbridge.core.training.trainer import Trainer, parameters_digest
 
 
 def train_and_dump(ctx: DistContext, config: ExperimentConfig, data: GraphData, out: str) -> None:
@@ -29,10 +29,10 @@ def train_and_dump(ctx: DistContext, config: ExperimentConfig, data: GraphData, 
 def graph_batches_and_metrics(ctx: DistContext, backend_name: str, kind: str, data, batch_size: int, out: str) -> None:
     """Record the graph batches a rank's loader yields for two epochs, and the metrics of an
     untrained GIN evaluated over the val and test splits, to ``out/rank<r>.pt``."""
-    from gnnbridge.core.config import ModelSpec, SamplerKind
-    from gnnbridge.core.evaluation import GraphEvaluator
-    from gnnbridge.core.plugins import get_backend
-    from gnnbridge.core.sampling import epoch_batches
+    from gnnbridge.core.contracts.config import ModelSpec, SamplerKind
+    from gnnbridge.core.contracts.plugins import get_backend
+    from gnnbridge.core.sampling.seeds import epoch_batches
+    from gnnbridge.core.training.evaluation import GraphEvaluator
 
     backend = get_backend(backend_name)
     loader = backend.collection_sampler(backend.collection_store(data), SamplerKind(kind))
@@ -71,7 +71,7 @@ def load_shared_and_dump(ctx: DistContext, out: str) -> None:
     pages of ``x`` live; the loader leaves a mark per call, so a test can count the loads."""
     from functools import partial
 
-    from gnnbridge.core.sharing import node_shared
+    from gnnbridge.core.runtime.sharing import node_shared
 
     data = node_shared(ctx, partial(_marked_small_graph, Path(out) / f"loaded-by-rank{ctx.rank}"))
     torch.save({"x": data.x.clone(), "edge_index": data.edge_index.clone(), "summary": data.summary(),

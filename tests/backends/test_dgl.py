@@ -2,9 +2,8 @@
 import subprocess
 import sys
 
-
 from gnnbridge.backends.dgl.backend import DglBackend
-from gnnbridge.core.config import SamplerKind
+from gnnbridge.core.contracts.config import SamplerKind
 from gnnbridge.plugins.datasets import synthetic_graph
 
 

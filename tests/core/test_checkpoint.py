@@ -4,9 +4,9 @@ import os
 import pytest
 import torch
 
-from gnnbridge.core import checkpoint
 from gnnbridge.core.errors import CheckpointError, DataFileNotFoundError
-from gnnbridge.core.trainer import TrainState
+from gnnbridge.core.training import checkpoint
+from gnnbridge.core.training.trainer import TrainState
 
 
 def payload(**changes):

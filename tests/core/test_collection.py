@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from gnnbridge.core.collection import GraphCollection, pack
 from gnnbridge.core.errors import DataError
+from gnnbridge.core.records.collection import GraphCollection, pack
 from gnnbridge.plugins.datasets import family_graphs
 
 

@@ -2,9 +2,9 @@ import os
 
 import pytest
 
-from gnnbridge.core.config import ExperimentConfig, SamplerKind, apply_overrides, from_dict, parse_override
+from gnnbridge.core.app.resolve import resolve_config
+from gnnbridge.core.contracts.config import ExperimentConfig, SamplerKind, apply_overrides, from_dict, parse_override
 from gnnbridge.core.errors import ConfigError
-from gnnbridge.core.runner import resolve_config
 
 
 def test_override_values_are_yaml():

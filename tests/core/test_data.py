@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from gnnbridge.core.data import GraphData, random_split
 from gnnbridge.core.errors import DataError
+from gnnbridge.core.records.data import GraphData, random_split
 
 
 def make(**changes):

@@ -3,8 +3,8 @@ import pytest
 import torch
 
 from gnnbridge.core.errors import ConfigError
-from gnnbridge.core.launch import detect_job, expand_hostlist
-from gnnbridge.core.sharing import attach, export
+from gnnbridge.core.runtime.jobs import detect_job, expand_hostlist
+from gnnbridge.core.runtime.sharing import attach, export
 from gnnbridge.plugins.datasets import family_graphs
 from gnnbridge.testing.conformance import small_graph
 

@@ -1,7 +1,7 @@
 """Exact metrics: ROC-AUC against its definition, and across ranks."""
 import torch
 
-from gnnbridge.core.metrics import ClassificationScores, roc_auc
+from gnnbridge.core.training.metrics import ClassificationScores, roc_auc
 
 
 def pairwise_auc(scores, labels):

@@ -4,7 +4,7 @@ import pytest
 import gnnbridge
 from gnnbridge import hookimpl
 from gnnbridge.backends.pyg.backend import PygBackend
-from gnnbridge.core import checkpoint
+from gnnbridge.core.training import checkpoint
 from gnnbridge.testing import registered_plugin
 
 
@@ -73,7 +73,8 @@ def test_a_failed_run_with_a_checkpoint_is_kept_for_resuming(tmp_path, broken_ba
 
 
 def test_default_run_folders_never_collide(tmp_path, monkeypatch):
-    from gnnbridge.core.runner import make_run_dir, new_run_dir, resolve_config
+    from gnnbridge.core.app.resolve import resolve_config
+    from gnnbridge.core.app.rundir import make_run_dir, new_run_dir
 
     monkeypatch.chdir(tmp_path)
     config = resolve_config("karate-sage")
@@ -84,7 +85,8 @@ def test_default_run_folders_never_collide(tmp_path, monkeypatch):
 
 def test_graph_tasks_on_pyg_need_no_sampling_extension_for_the_native_loader():
     """PyG's graph DataLoader needs neither pyg-lib nor torch-sparse (its NeighborLoader does)."""
-    from gnnbridge.core.runner import preflight, resolve_config
+    from gnnbridge.core.app.preflight import preflight
+    from gnnbridge.core.app.resolve import resolve_config
 
     config = preflight(resolve_config("gin-synthetic", backend="pyg", overrides=["sampler.kind=native"]))
     assert config.sampler.kind.value == "native"

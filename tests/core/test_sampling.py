@@ -2,7 +2,8 @@ import pytest
 import torch
 
 from gnnbridge.core.errors import ConfigError
-from gnnbridge.core.sampling import ALL_NEIGHBORS, NeighborSampler, epoch_batches, epoch_generator
+from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS, NeighborSampler
+from gnnbridge.core.sampling.seeds import epoch_batches, epoch_generator
 
 
 def edge_set(data):

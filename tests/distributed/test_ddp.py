@@ -2,10 +2,10 @@
 import pytest
 import torch
 
-from gnnbridge.core.config import from_dict
-from gnnbridge.core.data import GraphData
-from gnnbridge.core.distributed import launch
-from gnnbridge.core.sampling import epoch_batches
+from gnnbridge.core.contracts.config import from_dict
+from gnnbridge.core.records.data import GraphData
+from gnnbridge.core.runtime.launcher import launch
+from gnnbridge.core.sampling.seeds import epoch_batches
 from gnnbridge.plugins.datasets import synthetic_graph
 from gnnbridge.testing.workers import train_and_dump
 

@@ -5,11 +5,11 @@ import math
 import pytest
 import torch
 
-from gnnbridge.core.collection import GraphCollection, pack
-from gnnbridge.core.distributed import launch
-from gnnbridge.core.runner import run
+from gnnbridge.core.app.train import run
+from gnnbridge.core.contracts.config import from_dict
+from gnnbridge.core.records.collection import GraphCollection, pack
+from gnnbridge.core.runtime.launcher import launch
 from gnnbridge.plugins.datasets import family_graphs
-from gnnbridge.core.config import from_dict
 from gnnbridge.testing.workers import graph_batches_and_metrics, train_and_dump
 
 pytestmark = pytest.mark.slow

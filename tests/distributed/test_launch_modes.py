@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from gnnbridge.core.distributed import launch
 from gnnbridge.core.errors import RankFailedError
-from gnnbridge.core.sharing import shm_dir
+from gnnbridge.core.runtime.launcher import launch
+from gnnbridge.core.runtime.sharing import shm_dir
 from gnnbridge.testing.conformance import small_graph
 from gnnbridge.testing.workers import fail_on_one_rank, load_shared_and_dump
 

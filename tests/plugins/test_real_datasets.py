@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from gnnbridge.core.config import DatasetConfig
+from gnnbridge.core.contracts.config import DatasetConfig
+from gnnbridge.core.contracts.plugins import datasets
 from gnnbridge.core.errors import BackendUnavailableError, DataFileNotFoundError
-from gnnbridge.core.plugins import datasets
 
 N, F, C = 40, 6, 3
 
@@ -215,7 +215,7 @@ def test_tu_dataset_without_files_and_no_download_is_one_line(tmp_path):
 
 @pytest.mark.slow
 def test_gin_trains_on_a_tu_dataset_and_reports_roc_auc(tmp_path):
-    from gnnbridge.core.runner import run
+    from gnnbridge.core.app.train import run
 
     write_tu(tmp_path / "TU", "MUTAG", node_labels=True, num_graphs=40)
     results = run("mutag", backend="dgl", out=tmp_path / "run", progress=False,

@@ -8,14 +8,14 @@ from typing import Any
 import torch
 
 from gnnbridge.backends.dgl.compat import compat_note, import_dgl
-from gnnbridge.core.collection import GraphCollection, PackedGraphs
-from gnnbridge.core.config import ModelSpec, SamplerKind, Task
-from gnnbridge.core.data import GraphData
+from gnnbridge.core.contracts.config import ModelSpec, SamplerKind, Task
+from gnnbridge.core.contracts.interfaces import Backend, CollectionStore, GNNModel, GraphClassifier, GraphStore, Sampler
 from gnnbridge.core.errors import BackendUnavailableError
-from gnnbridge.core.interfaces import (Backend, CollectionStore, CorePacker, CoreSampler, GNNModel,
-                                       GraphClassifier, GraphStore, Sampler)
-from gnnbridge.core.graphops import layer_bounds
-from gnnbridge.core.sampling import SampledSubgraph
+from gnnbridge.core.models.graphops import layer_bounds
+from gnnbridge.core.records.batches import SampledSubgraph
+from gnnbridge.core.records.collection import GraphCollection, PackedGraphs
+from gnnbridge.core.records.data import GraphData
+from gnnbridge.core.sampling.adapters import CorePacker, CoreSampler
 
 
 class DglGraphStore(GraphStore):
@@ -35,6 +35,7 @@ class DglGraphStore(GraphStore):
 class DglBackend(Backend):
     name = "dgl"
     description = "Deep Graph Library (dgl)"
+    ARCHITECTURES = {Task.NODE: ("sage", "gcn", "gat"), Task.GRAPH: ("gin",)}
 
     def availability(self) -> str | None:
         try:
@@ -66,9 +67,6 @@ class DglBackend(Backend):
                 "The installed DGL is a CPU build and cannot compute on CUDA; use --device cpu, or "
                 "install a CUDA build of DGL from DGL's wheel index."
             ) from None
-
-    def tasks(self) -> tuple[Task, ...]:
-        return (Task.NODE, Task.GRAPH)
 
     def graph_store(self, data: GraphData) -> GraphStore:
         return DglGraphStore(data)

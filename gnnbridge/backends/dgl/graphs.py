@@ -8,10 +8,11 @@ import torch
 from torch import nn
 
 from gnnbridge.backends.dgl.compat import import_dgl
-from gnnbridge.core.collection import GraphCollection
-from gnnbridge.core.config import ModelSpec
-from gnnbridge.core.gin import GIN
-from gnnbridge.core.interfaces import LibraryGraphLoader, MiniBatch
+from gnnbridge.core.contracts.config import ModelSpec
+from gnnbridge.core.models.gin import GIN
+from gnnbridge.core.records.batches import MiniBatch
+from gnnbridge.core.records.collection import GraphCollection
+from gnnbridge.core.sampling.adapters import LibraryGraphLoader
 
 
 class GraphViews(torch.utils.data.Dataset):
@@ -60,7 +61,7 @@ class DglGIN(GIN):
         import_dgl()
         from dgl.nn import AvgPooling, GINConv, SumPooling
 
-        # The MLP stays in core (see gnnbridge.core.gin); the conv only sums neighbours.
+        # The MLP stays in core (see gnnbridge.core.models.gin); the conv only sums neighbours.
         self.convs = nn.ModuleList(GINConv(None, "sum", init_eps=0.0) for _ in range(spec.layers))
         self.pool = SumPooling() if spec.pooling == "sum" else AvgPooling()
 

@@ -5,7 +5,7 @@ Made to match the PyG backend layer for layer, so one spec means one model:
 * GAT adds one self-loop per dst node after dropping any the graph already has (what PyG's
   ``GATConv`` does); a block's dst nodes are the first of its src nodes, so ``i -> i`` is valid.
 * GCN is a bias-free linear map, an aggregation weighted by full-graph degrees
-  (:func:`gnnbridge.core.graphops.gcn_edge_weights`, the same weights the PyG backend uses),
+  (:func:`gnnbridge.core.models.graphops.gcn_edge_weights`, the same weights the PyG backend uses),
   then a bias, with the weight stored ``[out, in]`` like PyG's (DGL's ``GraphConv`` stores
   ``[in, out]``).
 """
@@ -15,9 +15,9 @@ import torch
 from torch import nn
 
 from gnnbridge.backends.dgl.compat import import_dgl
-from gnnbridge.core.config import ModelSpec
-from gnnbridge.core.graphops import gcn_edge_weights
-from gnnbridge.core.interfaces import GNNModel
+from gnnbridge.core.contracts.config import ModelSpec
+from gnnbridge.core.contracts.interfaces import GNNModel
+from gnnbridge.core.models.graphops import gcn_edge_weights
 
 
 def with_self_loops(block, replace_existing: bool):

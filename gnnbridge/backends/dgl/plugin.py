@@ -1,5 +1,5 @@
 """Registers the DGL backend through the public hook, exactly as a third-party package would."""
-from gnnbridge.core.hookspecs import hookimpl
+from gnnbridge.core.contracts.hookspecs import hookimpl
 
 
 @hookimpl

@@ -15,9 +15,10 @@ from collections.abc import Iterable
 import torch
 
 from gnnbridge.backends.dgl.compat import import_dgl
+from gnnbridge.core.contracts.interfaces import GraphStore, Sampler
 from gnnbridge.core.errors import DataError
-from gnnbridge.core.interfaces import GraphStore, MiniBatch, Sampler
-from gnnbridge.core.sampling import derived_seed
+from gnnbridge.core.records.batches import MiniBatch
+from gnnbridge.core.sampling.seeds import derived_seed
 
 
 class DglNeighborSampler(Sampler):

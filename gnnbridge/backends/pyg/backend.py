@@ -7,13 +7,13 @@ from typing import Any
 
 import torch
 
-from gnnbridge.core.collection import GraphCollection, PackedGraphs
-from gnnbridge.core.config import ModelSpec, SamplerKind, Task
-from gnnbridge.core.data import GraphData
+from gnnbridge.core.contracts.config import ModelSpec, SamplerKind, Task
+from gnnbridge.core.contracts.interfaces import Backend, CollectionStore, GNNModel, GraphClassifier, GraphStore, Sampler
 from gnnbridge.core.errors import BackendUnavailableError
-from gnnbridge.core.interfaces import (Backend, CollectionStore, CorePacker, CoreSampler, GNNModel,
-                                       GraphClassifier, GraphStore, Sampler)
-from gnnbridge.core.sampling import SampledSubgraph
+from gnnbridge.core.records.batches import SampledSubgraph
+from gnnbridge.core.records.collection import GraphCollection, PackedGraphs
+from gnnbridge.core.records.data import GraphData
+from gnnbridge.core.sampling.adapters import CorePacker, CoreSampler
 
 
 class PygGraphStore(GraphStore):
@@ -33,6 +33,7 @@ class PygGraphStore(GraphStore):
 class PygBackend(Backend):
     name = "pyg"
     description = "PyTorch Geometric (torch_geometric)"
+    ARCHITECTURES = {Task.NODE: ("sage", "gcn", "gat"), Task.GRAPH: ("gin",)}
 
     def availability(self) -> str | None:
         try:
@@ -59,9 +60,6 @@ class PygBackend(Backend):
             return None
         return ("sampler.kind=native: PyG's NeighborLoader needs pyg-lib or torch-sparse, and neither is "
                 "installed; use sampler.kind=core or auto")
-
-    def tasks(self) -> tuple[Task, ...]:
-        return (Task.NODE, Task.GRAPH)
 
     def graph_store(self, data: GraphData) -> GraphStore:
         return PygGraphStore(data)

@@ -7,10 +7,11 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from gnnbridge.core.collection import GraphCollection
-from gnnbridge.core.config import ModelSpec
-from gnnbridge.core.gin import GIN
-from gnnbridge.core.interfaces import LibraryGraphLoader, MiniBatch
+from gnnbridge.core.contracts.config import ModelSpec
+from gnnbridge.core.models.gin import GIN
+from gnnbridge.core.records.batches import MiniBatch
+from gnnbridge.core.records.collection import GraphCollection
+from gnnbridge.core.sampling.adapters import LibraryGraphLoader
 
 
 class GraphViews(torch.utils.data.Dataset):
@@ -59,7 +60,7 @@ class PygGIN(GIN):
         super().__init__(spec, in_dim, out_dim)
         from torch_geometric.nn import GINConv
 
-        # The MLP stays in core (see gnnbridge.core.gin); the conv only sums neighbours.
+        # The MLP stays in core (see gnnbridge.core.models.gin); the conv only sums neighbours.
         self.convs = nn.ModuleList(GINConv(nn.Identity(), eps=0.0) for _ in range(spec.layers))
 
     def aggregate(self, index: int, graph, h: torch.Tensor) -> torch.Tensor:

@@ -6,7 +6,7 @@ of the batch): the same work DGL's blocks do. Running every layer on the whole L
 (or trimming its inputs but not its outputs) computes the first layer, its activation and its
 dropout for about twice as many nodes at fanouts [25, 10].
 
-GCN is normalised by full-graph degrees (:func:`gnnbridge.core.graphops.gcn_edge_weights`),
+GCN is normalised by full-graph degrees (:func:`gnnbridge.core.models.graphops.gcn_edge_weights`),
 not by ``GCNConv``'s in-batch degrees, so it computes what the DGL backend computes.
 """
 from __future__ import annotations
@@ -14,9 +14,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from gnnbridge.core.config import ModelSpec
-from gnnbridge.core.graphops import gcn_edge_weights, layer_bounds
-from gnnbridge.core.interfaces import GNNModel
+from gnnbridge.core.contracts.config import ModelSpec
+from gnnbridge.core.contracts.interfaces import GNNModel
+from gnnbridge.core.models.graphops import gcn_edge_weights, layer_bounds
 
 
 class PygGNN(GNNModel):

@@ -11,8 +11,9 @@ from collections.abc import Iterable
 
 import torch
 
-from gnnbridge.core.interfaces import GraphStore, MiniBatch, Sampler
-from gnnbridge.core.sampling import derived_seed
+from gnnbridge.core.contracts.interfaces import GraphStore, Sampler
+from gnnbridge.core.records.batches import MiniBatch
+from gnnbridge.core.sampling.seeds import derived_seed
 
 
 class PygNeighborLoaderSampler(Sampler):

@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gnnbridge.core.config import ModelSpec
-from gnnbridge.core.interfaces import GraphClassifier
+from gnnbridge.core.contracts.config import ModelSpec
+from gnnbridge.core.contracts.interfaces import GraphClassifier
 
 
 class BatchNorm(nn.BatchNorm1d):

@@ -54,9 +54,6 @@ POOLINGS = ("sum", "mean")  # graph readouts (GIN's paper and DGL's tutorial use
 # rank does not hold a cluster allocation for long.
 DEFAULT_TIMEOUT_S = 180
 
-# The architectures each task trains with the built-in backends (a backend may add more).
-TASK_ARCHITECTURES = {Task.NODE: ("sage", "gcn", "gat"), Task.GRAPH: ("gin",)}
-
 
 @dataclass
 class DatasetConfig:
@@ -170,10 +167,11 @@ class ExperimentConfig:
     name: str = "custom"
     description: str = ""
     task: Task = Task.NODE
-    backend: str = ""  # empty: the default backend (see gnnbridge.plugins.DEFAULT_BACKEND)
+    backend: str = ""  # empty: the default backend the package registered (contracts.plugins)
     nproc: int = 1
     device: DeviceChoice = DeviceChoice.CPU
     timeout: float = DEFAULT_TIMEOUT_S  # seconds; see DEFAULT_TIMEOUT_S
+    max_restarts: int = 0  # times the launcher restarts every rank after a failure (each resumes the run)
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
     model: ModelSpec = field(default_factory=ModelSpec)
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
@@ -182,6 +180,8 @@ class ExperimentConfig:
 
     def __post_init__(self) -> None:
         _positive("nproc", self.nproc)
+        if self.max_restarts < 0:
+            raise ConfigError(f"max_restarts={self.max_restarts} must be >= 0 (0: a failure ends the run).")
         if self.timeout <= 0:
             raise ConfigError(f"timeout={self.timeout} must be a positive number of seconds, e.g. --timeout 120.")
         # Graph tasks read whole graphs: fanouts do not apply to them.

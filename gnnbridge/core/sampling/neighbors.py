@@ -1,107 +1,20 @@
-"""Framework-neutral mini-batch sampling: seed sharding and a vectorised neighbour sampler.
+"""The framework-neutral neighbour sampler, written here because neither library's fast path
+installs everywhere (PyG's needs pyg-lib or torch-sparse; DGL's is tied to old torch builds).
 
-Two independent pieces:
-
-* :func:`epoch_batches` decides *which seeds* each rank trains on in an epoch. All ranks draw
-  the same permutation from ``(seed, epoch)``, take disjoint contiguous shards that cover every
-  seed, and split their shard into the *same number of batches* on every rank. Equal counts are
-  what keep DDP's all-reduces paired: an uneven split (4097 seeds, batch 1024, 2 ranks gives 3
-  batches on one rank and 2 on the other with naive chunking) hangs the job on the last step.
-* :class:`NeighborSampler` decides *which neighbours* feed each seed. It is torch-only and
-  vectorised over the whole frontier (no Python loop over nodes), samples without replacement
-  with Floyd's algorithm (O(fanout^2) work per node, independent of degree), runs on CPU or
-  CUDA tensors, and is deterministic given its ``torch.Generator``.
-
-The output, :class:`SampledSubgraph`, follows PyG's ``SamplerOutput`` conventions: seeds come
-first in ``node``, edges are local ``(row -> col)`` pairs ordered by hop, and per-hop node/edge
-counts let a model trim layers (each layer only computes what the next one needs).
+:class:`NeighborSampler` decides *which neighbours* feed each seed. It is torch-only and
+vectorised over the whole frontier (no Python loop over nodes), samples without replacement with
+Floyd's algorithm (O(fanout^2) work per node, independent of degree), runs on CPU or CUDA
+tensors, and is deterministic given its ``torch.Generator``. Its output is a
+:class:`~gnnbridge.core.records.batches.SampledSubgraph`.
 """
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import torch
 
 from gnnbridge.core.errors import ConfigError
+from gnnbridge.core.records.batches import SampledSubgraph
 
 ALL_NEIGHBORS = -1
-
-
-@dataclass
-class SampledSubgraph:
-    """A sampled L-hop neighbourhood of ``batch_size`` seeds.
-
-    Fields:
-        node: global ids of all sampled nodes; the first ``batch_size`` are the seeds.
-        row, col: local ids (into ``node``) of each sampled edge ``row -> col`` (message flows
-            from the neighbour ``row`` into the node ``col`` being computed).
-        edge: global edge ids (positions in the graph's destination-sorted edge list).
-        num_sampled_nodes: nodes added at hop 0 (the seeds), 1, ..., L.
-        num_sampled_edges: edges sampled at hop 1, ..., L (in that order within row/col).
-    """
-
-    node: torch.Tensor
-    row: torch.Tensor
-    col: torch.Tensor
-    edge: torch.Tensor
-    num_sampled_nodes: list[int]
-    num_sampled_edges: list[int]
-    batch_size: int
-
-    def __post_init__(self) -> None:
-        if sum(self.num_sampled_nodes) != self.node.numel():
-            raise ValueError("num_sampled_nodes does not add up to the number of sampled nodes")
-        if sum(self.num_sampled_edges) != self.row.numel() or self.row.shape != self.col.shape:
-            raise ValueError("num_sampled_edges does not add up to the number of sampled edges")
-        if self.num_sampled_nodes[0] != self.batch_size:
-            raise ValueError("the seeds must be the first num_sampled_nodes[0] nodes")
-
-    @property
-    def seeds(self) -> torch.Tensor:
-        return self.node[: self.batch_size]
-
-
-# --------------------------------------------------------------------------- seed sharding
-
-
-def derived_seed(seed: int, epoch: int, rank: int = 0, stream: int = 0) -> int:
-    """One integer seed per (seed, epoch, rank, stream), in [0, 2**31) so every library accepts it."""
-    return (seed * 1_000_003 + epoch * 10_007 + rank * 101 + stream * 7) % (2**31 - 1)
-
-
-def epoch_generator(seed: int, epoch: int, rank: int = 0, stream: int = 0) -> torch.Generator:
-    """A CPU generator for (seed, epoch, rank, stream): same inputs, same numbers, any process."""
-    return torch.Generator().manual_seed(derived_seed(seed, epoch, rank, stream))
-
-
-def num_batches(num_seeds: int, batch_size: int, world_size: int) -> int:
-    """Batches every rank runs per epoch: enough that no rank's batch exceeds ``batch_size``."""
-    per_rank = -(-num_seeds // world_size)
-    return max(1, -(-per_rank // batch_size))
-
-
-def rank_shard(seeds: torch.Tensor, seed: int, epoch: int, rank: int, world_size: int, shuffle: bool = True) -> torch.Tensor:
-    """This rank's disjoint share of ``seeds`` for ``epoch``; all shards together cover ``seeds``."""
-    if seeds.numel() < world_size:
-        raise ConfigError(
-            f"{seeds.numel()} seeds cannot be shared by {world_size} ranks; use --nproc {max(1, seeds.numel())} or fewer."
-        )
-    if shuffle:
-        perm = torch.randperm(seeds.numel(), generator=epoch_generator(seed, epoch))
-        seeds = seeds[perm.to(seeds.device)]
-    return torch.tensor_split(seeds, world_size)[rank]
-
-
-def epoch_batches(
-    seeds: torch.Tensor, batch_size: int, seed: int, epoch: int, rank: int, world_size: int, shuffle: bool = True
-) -> list[torch.Tensor]:
-    """This rank's batches for ``epoch``: the same count on every rank, none larger than ``batch_size``."""
-    shard = rank_shard(seeds, seed, epoch, rank, world_size, shuffle)
-    count = num_batches(seeds.numel(), batch_size, world_size)
-    return list(torch.tensor_split(shard, count))
-
-
-# --------------------------------------------------------------------------- neighbour sampling
 
 
 class NeighborSampler:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from gnnbridge.core.distributed import DistContext
+from gnnbridge.core.runtime.context import DistContext
 
 
 class ConfusionCounts:

@@ -9,7 +9,8 @@ Three ways to get ranks, picked automatically by :func:`detect_job`:
   ``SLURM_LOCALID``, ``SLURM_NODEID`` and the node list. Nobody hosts a store: rank 0 does, on
   the first node of the list, on ``MASTER_PORT`` or a port derived from the job and step ids so
   that two jobs sharing a node do not meet.
-* Neither: a plain process; ``--nproc N`` spawns N local ranks (see ``core/distributed``).
+* Neither: a plain process; ``--nproc N`` starts N local ranks through torch's elastic agent,
+  which sets torchrun's variables, so those ranks take the torchrun path (see ``launcher``).
 
 Only an ``srun`` *step* counts as a SLURM job. The batch script itself also carries
 ``SLURM_NTASKS`` (and ``SLURM_PROCID=0``), but it is one process: treating it as rank 0 of N
@@ -46,7 +47,9 @@ class JobEnv:
     master_addr: str
     master_port: int
     agent_store: bool  # the launcher hosts the store, so rank 0 must not bind the port
-    job_id: str = ""  # the launcher's id of this job (and attempt): two jobs meeting on one port stay apart
+    run_id: str = ""  # the launcher's id of this job: two jobs meeting on one port stay apart
+    attempt: int = 0  # torchelastic's restart count: 0, then 1, 2 ... after each restart of the ranks
+    max_restarts: int = 0  # how often the launcher may restart the ranks (torchrun --max-restarts)
 
 
 def detect_job(env: Mapping[str, str] | None = None) -> JobEnv | None:
@@ -70,9 +73,11 @@ def _torchrun(env: Mapping[str, str]) -> JobEnv:
     _check_rank(rank, world, "RANK", "WORLD_SIZE")
     node = f"node{_int(env, 'GROUP_RANK')}" if "GROUP_RANK" in env else _hostname()
     local_rank = _int(env, "LOCAL_RANK") if "LOCAL_RANK" in env else None
-    job_id = f"{env.get('TORCHELASTIC_RUN_ID', 'none')}.{env.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+    attempt = _int(env, "TORCHELASTIC_RESTART_COUNT") if "TORCHELASTIC_RESTART_COUNT" in env else 0
     return JobEnv("torchrun", rank, world, local_rank, node, env["MASTER_ADDR"], _port(env, "MASTER_PORT"),
-                  agent_store=env.get("TORCHELASTIC_USE_AGENT_STORE") == "True", job_id=job_id)
+                  agent_store=env.get("TORCHELASTIC_USE_AGENT_STORE") == "True",
+                  run_id=env.get("TORCHELASTIC_RUN_ID", "none"), attempt=attempt,
+                  max_restarts=_int(env, "TORCHELASTIC_MAX_RESTARTS") if "TORCHELASTIC_MAX_RESTARTS" in env else 0)
 
 
 def _slurm(env: Mapping[str, str], world: int) -> JobEnv:
@@ -89,8 +94,8 @@ def _slurm(env: Mapping[str, str], world: int) -> JobEnv:
     port = _port(env, "MASTER_PORT") if env.get("MASTER_PORT") else slurm_port(env)
     node = f"node{_int(env, 'SLURM_NODEID')}" if "SLURM_NODEID" in env else _hostname()
     local_rank = _int(env, "SLURM_LOCALID") if "SLURM_LOCALID" in env else None
-    job_id = f"{env.get('SLURM_JOB_ID', env.get('SLURM_JOBID', ''))}.{env.get('SLURM_STEP_ID', env.get('SLURM_STEPID', ''))}"
-    return JobEnv("slurm", rank, world, local_rank, node, addr, port, agent_store=False, job_id=job_id)
+    run_id = f"{env.get('SLURM_JOB_ID', env.get('SLURM_JOBID', ''))}.{env.get('SLURM_STEP_ID', env.get('SLURM_STEPID', ''))}"
+    return JobEnv("slurm", rank, world, local_rank, node, addr, port, agent_store=False, run_id=run_id)
 
 
 def slurm_port(env: Mapping[str, str]) -> int:

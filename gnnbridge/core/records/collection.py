@@ -1,7 +1,7 @@
 """Neutral graph collections: many small graphs for graph-level tasks, stored packed.
 
 A :class:`GraphCollection` is the graph-classification sibling of
-:class:`~gnnbridge.core.data.GraphData`. The graphs are laid end to end as one disconnected
+:class:`~gnnbridge.core.records.data.GraphData`. The graphs are laid end to end as one disconnected
 graph: graph ``g`` owns the node rows ``node_ptr[g]:node_ptr[g+1]`` of ``x`` and the edges
 ``edge_ptr[g]:edge_ptr[g+1]`` of ``edge_index`` (global node ids, sorted by destination, so each
 graph's edges are contiguous). A handful of flat tensors instead of thousands of per-graph
@@ -18,8 +18,15 @@ from dataclasses import dataclass
 
 import torch
 
-from gnnbridge.core.data import LabelledRecord, check_edge_index, check_ids, check_tensor, infer_num_classes, random_split
 from gnnbridge.core.errors import DataError
+from gnnbridge.core.records.data import (
+    LabelledRecord,
+    check_edge_index,
+    check_ids,
+    check_tensor,
+    infer_num_classes,
+    random_split,
+)
 
 # Graph classification's customary split (the DGL GIN tutorial's 80/10/10).
 GRAPH_SPLIT = (0.8, 0.1)

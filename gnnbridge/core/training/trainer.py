@@ -15,7 +15,6 @@ import random
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -24,17 +23,18 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from gnnbridge.core import checkpoint
-from gnnbridge.core.checkpoint import load_model_state
-from gnnbridge.core.collection import GraphCollection
-from gnnbridge.core.config import EvalMode, ExperimentConfig, Task
-from gnnbridge.core.data import GraphData
-from gnnbridge.core.distributed import DistContext
-from gnnbridge.core.evaluation import Evaluator, GraphEvaluator, LayerwiseEvaluator, SampledEvaluator
-from gnnbridge.core.interfaces import Backend, GNNModel, GraphClassifier, Sampler
-from gnnbridge.core.metrics import ConfusionCounts
-from gnnbridge.core.plugins import get_backend, library_versions
-from gnnbridge.core.sampling import derived_seed, epoch_batches
+from gnnbridge.core.contracts.config import EvalMode, ExperimentConfig, Task
+from gnnbridge.core.contracts.interfaces import Backend, GNNModel, GraphClassifier, Sampler
+from gnnbridge.core.contracts.plugins import get_backend, library_versions
+from gnnbridge.core.records.collection import GraphCollection
+from gnnbridge.core.records.data import GraphData
+from gnnbridge.core.runtime.context import DistContext
+from gnnbridge.core.sampling.seeds import derived_seed, epoch_batches
+from gnnbridge.core.training import checkpoint
+from gnnbridge.core.training.checkpoint import load_model_state
+from gnnbridge.core.training.evaluation import Evaluator, GraphEvaluator, LayerwiseEvaluator, SampledEvaluator
+from gnnbridge.core.training.metrics import ConfusionCounts
+from gnnbridge.core.training.state import TrainState
 
 
 class Trainer:
@@ -160,7 +160,7 @@ class Trainer:
             "format": checkpoint.FORMAT, "version": checkpoint.VERSION, "epoch": epoch,
             "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
             "rng": checkpoint.rng_states(), "monitor": self.state.monitor_state(),
-            "history": self.state.history, "config": self.config.to_dict(),
+            "history": self.state.history, "restarts": self.state.restarts, "config": self.config.to_dict(),
             "versions": library_versions(self.config.backend), "world_size": self.ctx.world_size,
             "data": self.data.summary(),
         }
@@ -242,51 +242,6 @@ def _fingerprint(batches: list[torch.Tensor]) -> dict:
 def parameters_digest(model: torch.nn.Module) -> torch.Tensor:
     """All parameters flattened into one vector (to compare models across ranks)."""
     return torch.cat([p.detach().flatten().cpu() for p in model.parameters()])
-
-
-@dataclass
-class TrainState:
-    """Where training stands besides the weights: the epochs done (their history) and the
-    monitor's memory, which early stopping reads. A checkpoint carries it, so a resumed run
-    stops exactly when the uninterrupted one would."""
-
-    history: list[dict] = field(default_factory=list)
-    best_value: float | None = None
-    best_epoch: int | None = None
-    bad_epochs: int = 0
-
-    @property
-    def next_epoch(self) -> int:
-        return self.history[-1]["epoch"] + 1 if self.history else 0
-
-    def record(self, stats: dict, monitor: str) -> bool:
-        """Add an epoch; True when its monitor value beats every earlier one (ties do not)."""
-        self.history.append(stats)
-        value = stats.get(monitor)  # None: ROC-AUC of a split holding one class only
-        if value is not None and (self.best_value is None or value > self.best_value):
-            self.best_value, self.best_epoch, self.bad_epochs = value, stats["epoch"], 0
-            return True
-        self.bad_epochs += 1
-        return False
-
-    def should_stop(self, patience: int) -> bool:
-        return patience > 0 and self.bad_epochs >= patience
-
-    def monitor_state(self) -> dict:
-        return {"best": self.best_value, "best_epoch": self.best_epoch, "bad_epochs": self.bad_epochs}
-
-    def best_summary(self, monitor: str) -> dict:
-        return {"monitor": monitor, "epoch": self.best_epoch, "value": self.best_value}
-
-    def stopping_summary(self, patience: int) -> dict:
-        stopped = self.should_stop(patience)
-        return {"patience": patience, "stopped": stopped,
-                "stopped_after_epoch": self.history[-1]["epoch"] if stopped else None}
-
-    @classmethod
-    def from_checkpoint(cls, state: dict) -> TrainState:
-        monitor = state["monitor"]
-        return cls(list(state["history"]), monitor["best"], monitor["best_epoch"], monitor["bad_epochs"])
 
 
 def seed_everything(seed: int) -> None:

@@ -14,14 +14,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gnnbridge.core import checkpoint
-from gnnbridge.core.collection import GraphCollection
-from gnnbridge.core.config import ExperimentConfig
-from gnnbridge.core.data import GraphData
-from gnnbridge.core.distributed import DistContext, launch
+from gnnbridge.core.app.preflight import load_dataset, preflight
+from gnnbridge.core.app.resolve import check_frozen, resolve_config
+from gnnbridge.core.contracts.config import ExperimentConfig
 from gnnbridge.core.errors import CheckpointError, ConfigError, OutputExistsError
-from gnnbridge.core.runner import check_frozen, load_dataset, preflight, resolve_config
-from gnnbridge.core.trainer import Trainer
+from gnnbridge.core.records.collection import GraphCollection
+from gnnbridge.core.records.data import GraphData
+from gnnbridge.core.runtime.context import DistContext
+from gnnbridge.core.runtime.launcher import launch
+from gnnbridge.core.training import checkpoint
+from gnnbridge.core.training.trainer import Trainer
 
 # What a checkpoint's weights are tied to: neither can change when they are used.
 INFERENCE_FROZEN = ("task", "backend", "model")

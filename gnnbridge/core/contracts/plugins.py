@@ -2,8 +2,10 @@
 
 Plugins load once, lazily, on first use: every installed package exposing the ``gnnbridge``
 entry-point group (gnnbridge's own backends and datasets included, declared in its
-``pyproject.toml``), then the built-in modules in :data:`gnnbridge.plugins.BUILTIN_PLUGINS` that were not
-already loaded that way (a source checkout that was never pip-installed has no entry points).
+``pyproject.toml``), then the default modules the package named with :func:`set_defaults` that
+were not already loaded that way (a source checkout that was never pip-installed has no entry
+points). Core itself names no plugin and no backend: the ``gnnbridge`` package, which sits above
+core, hands over its built-in list and default backend when it is imported.
 
 ``GNNBRIDGE_LOAD_PLUGINS=a,b`` restricts loading to the named plugins (empty: load none), which
 is how tests and users isolate a misbehaving third-party package.
@@ -20,8 +22,8 @@ from typing import Any
 
 import pluggy
 
-from gnnbridge.core import hookspecs
-from gnnbridge.core.errors import GnnBridgeError, unknown_name
+from gnnbridge.core.contracts import hookspecs
+from gnnbridge.core.errors import ConfigError, GnnBridgeError, unknown_name
 
 ENTRY_POINT_GROUP = "gnnbridge"
 ENV_LOAD = "GNNBRIDGE_LOAD_PLUGINS"
@@ -30,6 +32,8 @@ pm = pluggy.PluginManager(hookspecs.PROJECT)
 pm.add_hookspecs(hookspecs)
 _lock = threading.Lock()
 _loaded = False
+_defaults: dict[str, str] = {}  # plugin name -> module, loaded when no entry point provided it
+_default_backend: str | None = None
 
 
 class PluginError(GnnBridgeError, RuntimeError):
@@ -59,14 +63,28 @@ def load_plugins() -> None:
                 raise PluginError(f"Plugin '{ep.name}' ({ep.value}) failed to load: {exc!r}. "
                                   f"Uninstall it or exclude it with {ENV_LOAD}.") from None
             _register(plugin, ep.name)
-        from gnnbridge.plugins import BUILTIN_PLUGINS  # core names no plugin itself
-
-        for name, module in BUILTIN_PLUGINS.items():
+        for name, module in _defaults.items():
             if allowed is not None and name not in allowed:
                 continue
             _register(importlib.import_module(module), name)
         pm.check_pending()
         _loaded = True
+
+
+def set_defaults(plugins: dict[str, str], backend: str | None) -> None:
+    """Name the plugin modules to load when no entry point provides them, and the backend a
+    config without ``backend`` runs on. Called by the ``gnnbridge`` package on import."""
+    global _default_backend
+    _defaults.update(plugins)
+    _default_backend = backend
+
+
+def default_backend() -> str:
+    """The backend for a config that names none."""
+    if _default_backend is None:
+        raise ConfigError(f"No backend was chosen and none is the default; pass --backend "
+                          f"(available: {', '.join(backends.names()) or 'none'}).")
+    return _default_backend
 
 
 def _register(plugin: Any, name: str) -> None:
@@ -163,6 +181,14 @@ def get_backend(name: str):
     return backends.get(name)
 
 
+def gnnbridge_version() -> str:
+    """The installed distribution's version (a source checkout without metadata says so)."""
+    try:
+        return importlib.metadata.version("gnnbridge")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def library_versions(backend_name: str) -> dict[str, str]:
     """gnnbridge, Python, torch and the backend's libraries: recorded with every result and
     checkpoint, because a number is only reproducible with the stack that produced it."""
@@ -170,8 +196,6 @@ def library_versions(backend_name: str) -> dict[str, str]:
 
     import torch
 
-    import gnnbridge
-
-    out = {"gnnbridge": gnnbridge.__version__, "python": platform.python_version(), "torch": torch.__version__}
+    out = {"gnnbridge": gnnbridge_version(), "python": platform.python_version(), "torch": torch.__version__}
     out.update(backends.get(backend_name).versions())
     return {name: str(version) for name, version in out.items()}  # torch's is a str subclass

@@ -25,9 +25,9 @@ from pathlib import Path
 
 import torch
 
-from gnnbridge.core.data import LabelledRecord
-from gnnbridge.core.distributed import DistContext
 from gnnbridge.core.errors import DataError
+from gnnbridge.core.records.data import LabelledRecord
+from gnnbridge.core.runtime.context import DistContext
 
 
 def node_shared(ctx: DistContext, load: Callable[[], LabelledRecord]) -> LabelledRecord:

@@ -28,12 +28,14 @@ from contextlib import contextmanager
 
 import torch
 
-from gnnbridge.core.collection import GraphCollection
-from gnnbridge.core.data import GraphData
-from gnnbridge.core.distributed import DistContext
-from gnnbridge.core.interfaces import Backend, GNNModel, MiniBatch, Sampler
-from gnnbridge.core.metrics import ClassificationScores
-from gnnbridge.core.sampling import ALL_NEIGHBORS, NeighborSampler, epoch_batches
+from gnnbridge.core.contracts.interfaces import Backend, GNNModel, Sampler
+from gnnbridge.core.records.batches import MiniBatch
+from gnnbridge.core.records.collection import GraphCollection
+from gnnbridge.core.records.data import GraphData
+from gnnbridge.core.runtime.context import DistContext
+from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS, NeighborSampler
+from gnnbridge.core.sampling.seeds import epoch_batches
+from gnnbridge.core.training.metrics import ClassificationScores
 
 
 class Evaluator(ABC):

@@ -1,0 +1,9 @@
+"""Application: what the CLI and ``gnnbridge.run / evaluate / predict`` call.
+
+resolve (:mod:`.resolve`) -> preflight and data checks (:mod:`.preflight`) -> run folder
+(:mod:`.rundir`) -> what to do: fresh, resumed or restarted (:mod:`.plan`) -> launch and train
+(:mod:`.train`) -> results (:mod:`.results`); and using a trained model (:mod:`.inference`),
+built from the same pieces.
+
+May import: every layer below.
+"""

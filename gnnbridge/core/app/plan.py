@@ -1,0 +1,122 @@
+"""What one ``train`` call will do: a fresh run, the continuation of a run folder by hand
+(``--resume``), or the continuation after the launcher restarted every rank (``--max-restarts``,
+or ``torchrun --max-restarts``).
+
+All three end in the same place: a :class:`Plan` whose ``latest`` checkpoint (if any) the
+trainer continues from. Every random stream is reseeded per epoch from (seed, epoch, rank), so
+continuing from a checkpoint gives the very run that was interrupted, on any number of ranks.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from gnnbridge.core.app.resolve import check_frozen, resolve_config
+from gnnbridge.core.app.rundir import CONFIG, make_run_dir, new_run_dir, write_text_atomic
+from gnnbridge.core.contracts import config as cfgmod
+from gnnbridge.core.contracts.config import ExperimentConfig
+from gnnbridge.core.errors import ConfigError, DataFileNotFoundError
+from gnnbridge.core.training import checkpoint
+from gnnbridge.core.training.state import TrainState
+
+# Keys a resumed run keeps from its checkpoint: they decide the weights' shapes, the data the
+# epochs replay on, and what "best" means. Everything else (epochs, patience, nproc, device,
+# eval, lr ...) may change when a run continues.
+RESUME_FROZEN = ("task", "backend", "dataset", "model", "train.monitor")
+
+
+@dataclass
+class Plan:
+    """A fresh run (into ``out`` or a new folder), or the continuation of ``resume_dir`` from its
+    ``latest`` checkpoint (``None``: from the start, in that folder). ``restart`` describes the
+    restart that led here: ``{"attempt", "after", "resumed_from_epoch"}``."""
+
+    config: ExperimentConfig
+    out: str | os.PathLike | None = None
+    resume_dir: Path | None = None
+    latest: dict | None = None  # the checkpoint resumed from, read once (ranks get it with the plan)
+    restart: dict | None = None
+
+    def make_run_dir(self) -> tuple[Path, Path | None]:
+        """The run folder and what to remove if the run fails (nothing, when continuing)."""
+        if self.resume_dir is not None:
+            checkpoint.remove_partial(self.resume_dir)  # left by a write the kill cut short
+            return self.resume_dir, None
+        return make_run_dir(new_run_dir(self.config, self.out), exclusive=self.out is None)
+
+    def check_out(self) -> None:
+        """Refuse a used ``--out`` (rank 0 of a job calls this before any work)."""
+        if self.resume_dir is None:
+            new_run_dir(self.config, self.out)
+
+    def write_config(self, run_dir: Path) -> None:
+        write_text_atomic(run_dir / CONFIG, cfgmod.dump_yaml(self.config))
+
+    def resume_state(self) -> dict | None:
+        """The latest checkpoint, with the best epoch's weights when those are not the latest's
+        (read from best.pt by each rank: the run folder must be visible to every node)."""
+        if self.latest is None:
+            return None
+        state = dict(self.latest)
+        best_path = checkpoint.path_in(self.resume_dir, checkpoint.BEST)
+        best_epoch = state["monitor"]["best_epoch"]
+        if best_epoch is not None and best_epoch != state["epoch"] and best_path.is_file():
+            best = checkpoint.load(best_path)
+            if best["epoch"] == best_epoch:
+                state["best_model"] = best["model"]
+        return state
+
+    def after_restart(self, run_dir: Path, attempt: int, failure: str | None) -> Plan:
+        """The plan of restart ``attempt`` of this run: continue ``run_dir`` from its latest
+        checkpoint, or train it again from the start when the failure came before the first.
+
+        Unlike ``--resume``, nothing is refused: the restarted command is the one that already
+        passed every check, and a run that failed after its last epoch only re-evaluates."""
+        path = checkpoint.path_in(run_dir, checkpoint.LATEST)
+        if not path.is_file():
+            return dataclasses.replace(self, out=None, resume_dir=run_dir, latest=None,
+                                       restart={"attempt": attempt, "after": failure, "resumed_from_epoch": None})
+        state = {**checkpoint.load(path), "path": str(path)}
+        return dataclasses.replace(self, out=None, resume_dir=run_dir, latest=state,
+                                   restart={"attempt": attempt, "after": failure, "resumed_from_epoch": state["epoch"]})
+
+
+def plan_resume(run_dir: str | os.PathLike, experiment, dataset, out, overrides, flags: dict) -> Plan:
+    """Config and checks for continuing ``run_dir`` from its latest checkpoint (``--resume``)."""
+    given = [name for name, value in (("EXPERIMENT", experiment), ("--dataset", dataset), ("--out", out))
+             if value is not None]
+    if given:
+        raise ConfigError(f"--resume {run_dir} continues that run's own experiment, data and folder; drop "
+                          f"{' and '.join(given)} (change training keys with --set).")
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise DataFileNotFoundError(f"Run folder '{run_dir}' does not exist.")
+    path = checkpoint.path_in(run_dir, checkpoint.LATEST)
+    if not path.is_file():
+        raise DataFileNotFoundError(
+            f"Run folder '{run_dir}' has no {path.relative_to(run_dir)} to resume from (stopped before its first "
+            "checkpoint, or not a gnnbridge run); start it again."
+        )
+    state = {**checkpoint.load(path), "path": str(path)}
+    config = resolve_config(state["config"], overrides=overrides, **flags)
+    check_frozen(state["config"], config.to_dict(), RESUME_FROZEN, "--resume")
+    _check_epochs_left(state, config, run_dir)
+    return Plan(config, resume_dir=run_dir, latest=state)
+
+
+def _check_epochs_left(state: dict, config: ExperimentConfig, run_dir: Path) -> None:
+    done, train = state["epoch"] + 1, config.train
+    if train.epochs <= done:
+        raise ConfigError(
+            f"Run '{run_dir}' has already trained {done} epoch(s) and train.epochs={train.epochs}; extend it with "
+            f"--set train.epochs=N for some N > {done}."
+        )
+    progress = TrainState.from_checkpoint(state)
+    if progress.should_stop(train.patience):
+        raise ConfigError(
+            f"Run '{run_dir}' stopped early after {done} epoch(s): {train.monitor} did not improve for "
+            f"{progress.bad_epochs} epoch(s) (train.patience={train.patience}); continue with a larger "
+            "train.patience, or 0 to turn early stopping off."
+        )

@@ -1,0 +1,110 @@
+"""Everything that can be checked before any output exists: backend, task, model, device, ranks,
+and the dataset itself.
+
+The "bad input writes nothing" contract rests on the order: :func:`preflight` (no data) and
+:func:`load_dataset` (data loaded and validated) both run before a run folder is made, in the
+launching process (or on every rank of a job, where the answer is the same everywhere).
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from gnnbridge.core.contracts.config import DeviceChoice, ExperimentConfig, Task
+from gnnbridge.core.contracts.plugins import backends, datasets
+from gnnbridge.core.errors import BackendUnavailableError, ConfigError, unknown_name
+from gnnbridge.core.records.collection import GraphCollection
+from gnnbridge.core.records.data import GraphData
+
+
+def preflight(config: ExperimentConfig, count_gpus: bool = True) -> ExperimentConfig:
+    """Check everything that can be checked without data; returns the config with device resolved.
+
+    ``count_gpus``: whether ``nproc`` ranks will run on this machine (not so in a multi-node job)."""
+    backend = backends.get(config.backend).require()
+    _check_task(config, backend)
+    # Graph tasks read whole graphs through the library's plain graph loader: nothing to install.
+    reason = backend.sampler_unavailable(config.sampler.kind) if config.task is Task.NODE else None
+    if reason is not None:
+        raise BackendUnavailableError(f"Backend '{config.backend}': {reason}.")
+    datasets.get(config.dataset.name)
+    device = _resolve_device(config)
+    backend.check_device(torch.device(device))
+    if count_gpus and device == "cuda" and config.nproc > torch.cuda.device_count():
+        raise ConfigError(
+            f"nproc={config.nproc} but this machine has {torch.cuda.device_count()} CUDA device(s); "
+            f"use --nproc {torch.cuda.device_count()} or fewer."
+        )
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if count_gpus and device == "cpu" and config.nproc > cores:
+        raise ConfigError(
+            f"nproc={config.nproc} but this process may use {cores} CPU core(s); use --nproc {cores} or fewer "
+            "(each CPU rank needs a core of its own, more only slows every rank down)."
+        )
+    config.device = DeviceChoice(device)
+    return config
+
+
+def _check_task(config: ExperimentConfig, backend) -> None:
+    task = config.task
+    if task not in backend.tasks():
+        raise ConfigError(f"Backend '{backend.name}' cannot train task={task.value}; it trains "
+                          f"{', '.join(t.value for t in backend.tasks())}.")
+    choices = backend.architectures(task)
+    if config.model.arch in choices:
+        return
+    if config.model.arch in backend.architectures():
+        other = next(t for t in backend.tasks() if config.model.arch in backend.architectures(t))
+        raise ConfigError(
+            f"model.arch={config.model.arch!r} is a {other.value}-level model but task={task.value}; "
+            f"use --set model.arch={choices[0]} (choices for task={task.value}: {', '.join(choices)})."
+        )
+    raise unknown_name("model.arch", config.model.arch, choices)
+
+
+def _resolve_device(config: ExperimentConfig) -> str:
+    if config.device is DeviceChoice.AUTO:
+        if torch.cuda.is_available():
+            try:
+                backends.get(config.backend).check_device(torch.device("cuda", 0))
+                return "cuda"
+            except BackendUnavailableError:
+                return "cpu"
+        return "cpu"
+    if config.device is DeviceChoice.CUDA and not torch.cuda.is_available():
+        raise ConfigError("device=cuda but PyTorch sees no CUDA device here; use --device cpu or auto.")
+    return config.device.value
+
+
+def load_dataset(config: ExperimentConfig) -> GraphData | GraphCollection:
+    """Load and validate the dataset; it must suit the task, and every split must give each
+    rank at least one node (or graph)."""
+    data = datasets.get(config.dataset.name)(config.dataset, config.train.seed)
+    _check_data_task(config, data)
+    if config.train.monitor == "val_roc_auc" and data.num_classes != 2:
+        raise ConfigError(f"train.monitor=val_roc_auc needs two classes but the dataset has {data.num_classes}; "
+                          "use train.monitor=val_acc or val_macro_f1.")
+    for split in ("train", "val", "test"):
+        size = data.split(split).numel()
+        if size < config.nproc:
+            raise ConfigError(
+                f"The {split} split has {size} {data.item_name}(s), fewer than nproc={config.nproc}; "
+                f"use --nproc {size} or fewer, or a larger {split} split."
+            )
+    return data
+
+
+def _check_data_task(config: ExperimentConfig, data: GraphData | GraphCollection) -> None:
+    label = config.dataset.path or config.dataset.name
+    if isinstance(data, GraphCollection) and config.task is not Task.GRAPH:
+        raise ConfigError(
+            f"Dataset '{label}' is a collection of {data.num_graphs} graphs (one label per graph) but "
+            f"task={config.task.value}; add --set task=graph --set model.arch=gin."
+        )
+    if isinstance(data, GraphData) and config.task is not Task.NODE:
+        raise ConfigError(
+            f"Dataset '{label}' is one graph with a label per node but task={config.task.value}; use "
+            "a graph collection (gin-synthetic, imdb-binary, proteins, mutag, or a .npz with node_ptr) "
+            "or --set task=node."
+        )

@@ -1,0 +1,91 @@
+"""From what the user typed to one validated :class:`ExperimentConfig`.
+
+Layers, last wins: the built-in defaults, an experiment (YAML path or registered name),
+``--dataset``, ``--set KEY=VALUE`` overrides, then flags. Nothing here touches data, devices or
+the disk beyond reading the experiment file, so every rank of a job can resolve the same config
+and refuse the same bad input before any of them waits for the others.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from gnnbridge.core.contracts import config as cfgmod
+from gnnbridge.core.contracts.config import ExperimentConfig
+from gnnbridge.core.contracts.plugins import default_backend, experiments
+from gnnbridge.core.errors import ConfigError
+
+DEFAULT_EXPERIMENT = "sage-synthetic"
+
+
+def resolve_config(
+    experiment: str | os.PathLike | dict | ExperimentConfig | None = None,
+    *,
+    overrides: list[str] | tuple[str, ...] = (),
+    backend: str | None = None,
+    nproc: int | None = None,
+    device: str | None = None,
+    dataset: str | None = None,
+    timeout: float | None = None,
+    max_restarts: int | None = None,
+) -> ExperimentConfig:
+    """Merge defaults, an experiment, ``--dataset``, ``--set`` overrides and flags; validate."""
+    if isinstance(experiment, ExperimentConfig):
+        data = experiment.to_dict()
+    elif isinstance(experiment, dict):
+        data = experiment
+    else:
+        data = _experiment_dict(experiment)
+    if dataset is not None:
+        data = {**data, "dataset": _dataset_section(dataset)}
+        if experiment is None:  # the default experiment's name would mislabel this run
+            data = {k: v for k, v in data.items() if k != "description"}
+            data["name"] = Path(dataset).stem
+    data = cfgmod.apply_overrides(data, list(overrides))
+    flags = {"backend": backend, "nproc": nproc, "device": device, "timeout": timeout, "max_restarts": max_restarts}
+    data = {**data, **{k: v for k, v in flags.items() if v is not None}}
+    config = cfgmod.from_dict(data)
+    # Absolute, so a run can be resumed, evaluated or predicted from any working directory.
+    for key in ("path", "root"):
+        if getattr(config.dataset, key):
+            setattr(config.dataset, key, os.path.abspath(getattr(config.dataset, key)))
+    if not config.backend:
+        config.backend = default_backend()
+    return config
+
+
+def _experiment_dict(experiment: str | os.PathLike | None) -> dict:
+    if experiment is None:
+        return {"name": DEFAULT_EXPERIMENT, **experiments.get(DEFAULT_EXPERIMENT)}
+    text = os.fspath(experiment)
+    if text.endswith((".yaml", ".yml")) or os.sep in text or Path(text).is_file():
+        data = cfgmod.load_yaml(text)
+        return {"name": Path(text).stem, **data}
+    return {"name": text, **experiments.get(text)}
+
+
+def _dataset_section(dataset: str) -> dict:
+    if dataset.endswith(".npz") or os.sep in dataset or Path(dataset).is_file():
+        return {"name": "npz", "path": dataset}
+    return {"name": dataset}
+
+
+def check_frozen(saved: dict, new: dict, frozen: tuple[str, ...], action: str) -> None:
+    """Refuse a change to a key under ``frozen`` between a checkpoint's config and ``new``."""
+    old_flat, new_flat = _flatten(saved), _flatten(new)
+    for key in sorted(set(old_flat) | set(new_flat)):
+        if key.startswith(frozen) and old_flat.get(key) != new_flat.get(key):
+            raise ConfigError(
+                f"{key}={new_flat.get(key)!r} differs from the checkpoint's {old_flat.get(key)!r}, but {action} keeps "
+                f"{', '.join(frozen)} as trained; start a new run for that (gnnbridge train ... --out NEW)."
+            )
+
+
+def _flatten(data: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and value:
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out

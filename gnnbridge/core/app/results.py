@@ -1,0 +1,81 @@
+"""What a finished run reports: ``results.json`` (the contract in DESIGN.md) and ``curves.png``.
+
+Rank 0 builds the results from the trainer's outcome and every rank's summary (where it ran,
+which training items it got); the launching process reads them back, draws the curves and
+returns them to the caller.
+"""
+from __future__ import annotations
+
+import json
+import platform
+from pathlib import Path
+
+from gnnbridge.core.app.rundir import RESULTS, keep_earlier_results, write_json_atomic
+from gnnbridge.core.contracts.config import ExperimentConfig
+from gnnbridge.core.contracts.plugins import library_versions
+from gnnbridge.core.runtime.context import DistContext
+from gnnbridge.core.training.trainer import Trainer
+
+
+def write(run_dir: Path, config: ExperimentConfig, ctx: DistContext, trainer: Trainer, outcome: dict,
+          resume: dict | None, ranks: list[dict]) -> None:
+    """Rank 0: ``results.json``; results of an earlier, shorter run stay beside it."""
+    results = {
+        "experiment": config.name,
+        "backend": config.backend,
+        "task": config.task.value,
+        "world_size": ctx.world_size,
+        "num_nodes": ctx.num_nodes,
+        "device": config.device.value,
+        "dataset": trainer.data.summary(),
+        "sampler": type(trainer.sampler).__name__,
+        **outcome,
+        "resumed_from": resume and {"epoch": resume["epoch"], "world_size": resume.get("world_size")},
+        "restarts": trainer.state.restarts,
+        "ranks": ranks,
+        "versions": library_versions(config.backend),
+    }
+    keep_earlier_results(run_dir)
+    write_json_atomic(run_dir / RESULTS, results)
+
+
+def rank_summary(ctx: DistContext, trainer: Trainer) -> dict:
+    """Where a rank ran and which training items it got, to check a job's layout afterwards."""
+    return {"rank": ctx.rank, "node": ctx.node_rank, "local_rank": ctx.local_rank, "host": platform.node(),
+            "device": str(ctx.device), **trainer.shard_fingerprint}
+
+
+def finish(run_dir: Path) -> dict:
+    """The results a caller gets back, after drawing them."""
+    results = json.loads((run_dir / RESULTS).read_text())
+    plot(run_dir, results)
+    results["run_dir"] = str(run_dir)
+    return results
+
+
+def plot(run_dir: Path, results: dict) -> None:
+    """Loss and validation accuracy per epoch as ``curves.png`` (skipped without matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:  # pragma: no cover - matplotlib is a dependency, but plotting is optional
+        return
+    history = results["history"]
+    epochs = [h["epoch"] + 1 for h in history]
+    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(9, 3.5))
+    ax_loss.plot(epochs, [h["loss"] for h in history], marker="o")
+    ax_loss.set(xlabel="epoch", ylabel="training loss", title="Loss")
+    ax_acc.plot(epochs, [h["train_acc"] for h in history], marker="o", label="train")
+    label = "val (sampled)" if results["task"] == "node" else "val"
+    ax_acc.plot(epochs, [h["val_acc"] for h in history], marker="o", label=label)
+    ax_acc.set(xlabel="epoch", ylabel="accuracy", title=f"{results['experiment']} on {results['backend']}")
+    for restart in results.get("restarts", []):
+        if restart.get("resumed_from_epoch") is not None:  # where a restarted run picked up
+            for ax in (ax_loss, ax_acc):
+                ax.axvline(restart["resumed_from_epoch"] + 1.5, color="grey", linestyle=":", linewidth=1)
+    ax_acc.legend()
+    fig.tight_layout()
+    fig.savefig(run_dir / "curves.png", dpi=100)
+    plt.close(fig)

@@ -1,0 +1,187 @@
+"""One training run from start to finish: the code behind ``gnnbridge train`` and ``gnnbridge.run``.
+
+resolve (``app.resolve``) -> preflight and data checks (``app.preflight``) -> run folder
+(``app.rundir``) -> launch the ranks (``runtime.launcher``) -> per rank: continue after a restart
+(``app.plan``), train (``training``) -> results (``app.results``).
+
+Order matters for the "bad input writes nothing" contract: everything is checked, and the
+dataset loaded and validated, *before* the run folder is created. Inside a torchrun or SLURM job
+each process is one rank and runs this same code: the config checks happen on every rank before
+the rendezvous (same answer everywhere, so no rank waits for one that gave up); the output
+folder check, the dataset (loaded once per node, ``runtime.sharing``) and the run folder (rank
+0's) come after it, where a failure on one rank stops all of them.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from gnnbridge.core.app import results
+from gnnbridge.core.app.plan import Plan, plan_resume
+from gnnbridge.core.app.preflight import load_dataset, preflight
+from gnnbridge.core.app.resolve import resolve_config
+from gnnbridge.core.app.rundir import discard, hint_resume
+from gnnbridge.core.contracts.config import ExperimentConfig
+from gnnbridge.core.errors import ConfigError, GnnBridgeError
+from gnnbridge.core.records.data import LabelledRecord
+from gnnbridge.core.runtime.context import DistContext
+from gnnbridge.core.runtime.jobs import JobEnv, detect_job
+from gnnbridge.core.runtime.launcher import launch
+from gnnbridge.core.runtime.sharing import node_shared
+from gnnbridge.core.training.trainer import Trainer
+
+
+def run(
+    experiment: str | os.PathLike | dict | ExperimentConfig | None = None,
+    *,
+    backend: str | None = None,
+    nproc: int | None = None,
+    device: str | None = None,
+    dataset: str | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
+    out: str | os.PathLike | None = None,
+    progress: bool = True,
+    timeout: float | None = None,
+    resume: str | os.PathLike | None = None,
+    max_restarts: int | None = None,
+) -> dict | None:
+    """Train an experiment and return its results (the content of ``results.json``).
+
+    ``experiment`` is a YAML path, a built-in experiment name, a config dict or an
+    :class:`ExperimentConfig`; ``None`` runs the default experiment. ``resume`` is instead a run
+    folder to continue from its latest checkpoint, in place (``overrides`` may extend
+    ``train.epochs`` or change other training keys, never the model or the data).
+    ``max_restarts``: when a rank fails, restart every rank up to this many times; each restart
+    continues the run from its latest checkpoint.
+
+    Inside a torchrun or SLURM job this process is one rank of it: rank 0 writes the run folder
+    and returns the results, every other rank returns ``None``.
+    """
+    flags = {"backend": backend, "nproc": nproc, "device": device, "timeout": timeout, "max_restarts": max_restarts}
+    if resume is not None:
+        plan = plan_resume(resume, experiment, dataset, out, overrides, flags)
+    else:
+        plan = Plan(resolve_config(experiment, overrides=overrides, dataset=dataset, **flags), out)
+    job = detect_job()
+    if job is not None:
+        return _run_job_rank(job, plan, flags, progress)
+    plan.config = preflight(plan.config)
+    data = load_dataset(plan.config)
+    run_dir, created = plan.make_run_dir()
+    try:
+        plan.write_config(run_dir)
+        data.share_memory_()
+        config = plan.config
+        launch(_local_worker, config.nproc, config.device.value, (plan, data, run_dir, progress),
+               timeout_s=config.timeout, max_restarts=config.max_restarts)
+    except BaseException as exc:
+        discard(run_dir, created)
+        hint_resume(exc, run_dir)
+        raise
+    return results.finish(run_dir)
+
+
+def _local_worker(ctx: DistContext, plan: Plan, data: LabelledRecord, run_dir: Path, progress: bool) -> None:
+    """A rank this process started: the run folder exists (this process made it); after a
+    restart, every rank continues it from its latest checkpoint."""
+    _worker(ctx, _after_restart(ctx, plan, run_dir), data, run_dir, progress)
+
+
+def _run_job_rank(job: JobEnv, plan: Plan, flags: dict, progress: bool) -> dict | None:
+    """One rank of a torchrun / SLURM job: the launcher started the ranks and restarts them."""
+    try:
+        _refuse_launch_flags(job, flags)
+        plan.config.nproc = job.world_size
+        plan.config.max_restarts = job.max_restarts
+        plan.config = preflight(plan.config, count_gpus=False)  # each rank checks its own GPU when it places itself
+    except GnnBridgeError as exc:
+        exc.quiet = job.local_rank not in (None, 0)  # every rank finds it; each node's first says it
+        raise
+    return launch(_job_worker, plan.config.nproc, plan.config.device.value, (plan, progress),
+                  timeout_s=plan.config.timeout, job=job)
+
+
+def _refuse_launch_flags(job: JobEnv, flags: dict) -> None:
+    nproc, restarts = flags["nproc"], flags["max_restarts"]
+    if nproc is not None and nproc != job.world_size:
+        raise ConfigError(
+            f"--nproc {nproc} inside a {job.launcher} job of {job.world_size} ranks: the launcher already "
+            "started the ranks; drop --nproc (the job's size decides)."
+        )
+    if restarts is not None and restarts != job.max_restarts:
+        raise ConfigError(
+            f"--max-restarts {restarts} inside a {job.launcher} job: the launcher restarts the ranks; drop "
+            "--max-restarts and give it to the launcher (torchrun --max-restarts K)."
+        )
+
+
+def _job_worker(ctx: DistContext, plan: Plan, progress: bool) -> dict | None:
+    """Per rank of a job: rank 0 owns the run folder (on its machine); each node loads the
+    dataset once into shared memory. After a restart, every rank continues the folder the
+    previous attempt published."""
+    plan = _after_restart(ctx, plan, _published_run_dir(ctx))
+    if ctx.is_main:
+        plan.check_out()  # refuse a used --out before any work
+    data = node_shared(ctx, lambda: load_dataset(plan.config))
+    if not ctx.is_main:
+        _guard_run_dir(ctx)
+        _worker(ctx, plan, data, None, progress)
+        return None
+    run_dir, created = plan.make_run_dir()
+    ctx.store.set("run_dir", json.dumps([str(run_dir), created and str(created)]))
+    ctx.job_store.set("run_dir", str(run_dir))  # where a restarted attempt continues
+    ctx.on_abort(lambda: discard(run_dir, created))
+    try:
+        plan.write_config(run_dir)
+        _worker(ctx, plan, data, run_dir, progress)
+    except BaseException as exc:
+        discard(run_dir, created)
+        hint_resume(exc, run_dir)
+        raise
+    return results.finish(run_dir)
+
+
+def _published_run_dir(ctx: DistContext) -> Path | None:
+    """The folder an earlier attempt of this job wrote into (None on the first attempt, or when
+    it failed before making one, or its folder was removed for holding no checkpoint)."""
+    if ctx.attempt == 0 or not ctx.job_store.check(["run_dir"]):
+        return None
+    path = Path(ctx.job_store.get("run_dir").decode())
+    return path if path.is_dir() else None
+
+
+def _after_restart(ctx: DistContext, plan: Plan, run_dir: Path | None) -> Plan:
+    """On a restart, continue ``run_dir``; every rank reads the same checkpoint, so all agree."""
+    if ctx.attempt == 0 or run_dir is None:
+        return plan
+    plan = plan.after_restart(run_dir, ctx.attempt, ctx.previous_failure())
+    if ctx.is_main:
+        epoch = plan.restart["resumed_from_epoch"]
+        where = f"from epoch {epoch + 2}" if epoch is not None else "from the start (no checkpoint yet)"
+        print(f"Restart {ctx.attempt} of {plan.config.max_restarts} after: {plan.restart['after'] or 'a rank failed'}; "
+              f"continuing {run_dir} {where}.", file=sys.stderr, flush=True)
+    return plan
+
+
+def _guard_run_dir(ctx: DistContext) -> None:
+    """Ranks on rank 0's machine also remove its run folder if the job fails: should rank 0 be
+    killed outright, they are the only ones left to do it."""
+    if not any(m.rank == 0 and m.same_host(ctx.members[ctx.rank]) for m in ctx.members):
+        return
+    path, created = json.loads(ctx.wait_key("run_dir"))
+    ctx.on_abort(lambda: discard(Path(path), created and Path(created)))
+
+
+def _worker(ctx: DistContext, plan: Plan, data: LabelledRecord, run_dir: Path | None, progress: bool) -> None:
+    """Every rank: train (continuing the plan's checkpoint, if any), then rank 0 writes results.
+    ``run_dir`` is None on ranks that do not write (ranks other than 0 of a job)."""
+    resume = plan.resume_state()
+    trainer = Trainer(plan.config, data, ctx, show_progress=progress, run_dir=run_dir, resume=resume)
+    if plan.restart is not None:
+        trainer.state.restarts.append(plan.restart)
+    outcome = trainer.fit()
+    ranks = ctx.gather_objects(results.rank_summary(ctx, trainer))
+    if ctx.is_main:
+        results.write(run_dir, plan.config, ctx, trainer, outcome, resume, ranks)

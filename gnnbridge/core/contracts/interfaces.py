@@ -1,0 +1,254 @@
+"""The contracts a backend implements. Core drives them; it never names a library.
+
+A backend turns neutral records into its library's native objects and back:
+
+    GraphData --graph_store--> GraphStore (native graph view, no copy where possible)
+    GraphStore --sampler-----> Sampler    (seed batches in, MiniBatch with a native graph out)
+    ModelSpec --model--------> GNNModel   (a torch.nn.Module that core wraps in DDP)
+
+and, for graph classification, the same three over a collection of small graphs:
+
+    GraphCollection --collection_store--> GraphStore
+    GraphStore --collection_sampler-----> Sampler (graph-id batches in, batched graphs out)
+    ModelSpec --model-------------------> GraphClassifier (e.g. core's GIN, backend message passing)
+
+Core owns everything around them: which seeds each rank gets (equal batch counts), feature
+gathering and device transfer (so each can be timed on its own), the optimizer step, metric
+reduction, layer-wise inference and outputs. A backend stays a thin adapter, and a
+third-party backend only has to fill in these methods (the conformance suite in
+``tests/conformance.py`` checks it).
+
+Libraries are imported lazily inside methods, so a backend whose library is missing still
+registers and can say why in ``gnnbridge backends``.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch import nn
+
+from gnnbridge.core.contracts.config import ModelSpec, SamplerKind, Task
+from gnnbridge.core.errors import BackendUnavailableError, unknown_name
+from gnnbridge.core.records.batches import MiniBatch, SampledSubgraph
+from gnnbridge.core.records.collection import GraphCollection, PackedGraphs
+from gnnbridge.core.records.data import GraphData
+
+
+class GraphStore(ABC):
+    """A backend's native view of a :class:`GraphData` (shares its tensors where possible)."""
+
+    def __init__(self, data: GraphData):
+        self.data = data
+
+    @property
+    @abstractmethod
+    def native(self) -> Any:
+        """The library object (``torch_geometric.data.Data``, ``dgl.DGLGraph`` ...)."""
+
+
+class CollectionStore(GraphStore):
+    """A graph collection with the backend's per-graph view of it (what its loader reads).
+
+    The view is made on first use: core's packer never reads it, and building thousands of
+    per-graph library objects takes seconds per rank.
+    """
+
+    def __init__(self, data: GraphCollection, make_native: Callable[[GraphCollection], Any]):
+        super().__init__(data)
+        self._make_native = make_native
+        self._native = None
+
+    @property
+    def native(self) -> Any:
+        if self._native is None:
+            self._native = self._make_native(self.data)
+        return self._native
+
+
+class Sampler(ABC):
+    """Turns lists of seed batches (chosen by core) into :class:`MiniBatch` objects.
+
+    Core decides the batches so that every rank runs the same number of steps; a sampler only
+    decides neighbours. ``fanouts[i]`` is the count at hop ``i + 1`` from the seeds.
+    """
+
+    def __init__(self, store: GraphStore, fanouts: Iterable[int] = ()):
+        self.store = store
+        self.fanouts = list(fanouts)
+
+    @abstractmethod
+    def reseed(self, seed: int, epoch: int, rank: int) -> None:
+        """Make the next batches a function of (seed, epoch, rank) alone."""
+
+    @abstractmethod
+    def loader(self, batches: list[torch.Tensor]) -> Iterable[MiniBatch]:
+        """Yield one :class:`MiniBatch` per seed tensor in ``batches``, in order."""
+
+
+class GNNModel(nn.Module, ABC):
+    """A node-level GNN built from a :class:`ModelSpec`.
+
+    ``forward(graph, x)`` returns logits for the seeds of a :class:`MiniBatch` (``graph`` and
+    ``x = features[input_nodes]``). ``layer_forward`` runs a single layer on a one-hop graph
+    and powers core's exact layer-wise inference. ``bind`` hands the model the full graph's
+    in-degrees (GCN normalises by them; see :mod:`gnnbridge.core.models.graphops`).
+
+    Subclasses list their layers in ``layers`` and name each layer's parameters in
+    ``NEUTRAL_NAMES[arch]`` (neutral name -> the layer's own parameter name), so that
+    ``neutral_parameters`` names every parameter the same way on all backends, in the same
+    layout, and weights can be compared and ported between them.
+    """
+
+    spec: ModelSpec
+    NEUTRAL_NAMES: dict[str, dict[str, str]] = {}
+
+    @abstractmethod
+    def forward(self, graph: Any, x: torch.Tensor) -> torch.Tensor: ...
+
+    @abstractmethod
+    def layer_forward(self, index: int, graph: Any, x: torch.Tensor) -> torch.Tensor:
+        """Output of layer ``index`` (activation and dropout included) for the graph's dst nodes."""
+
+    @abstractmethod
+    def _layer_module(self, index: int) -> nn.Module:
+        """The module whose parameters ``NEUTRAL_NAMES`` names for layer ``index``."""
+
+    def bind(self, data: GraphData) -> "GNNModel":
+        # A plain attribute, not a buffer: DDP would broadcast an N-sized buffer every step.
+        self.in_degree = data.indptr.diff()
+        return self
+
+    def degrees(self) -> torch.Tensor:
+        degree = getattr(self, "in_degree", None)
+        if degree is None:
+            raise RuntimeError("GCN needs the graph's degrees: call model.bind(data) before the forward pass")
+        return degree
+
+    def activate(self, index: int, h: torch.Tensor) -> torch.Tensor:
+        """ReLU and dropout between layers; the last layer's logits are left alone."""
+        if index == self.spec.layers - 1:
+            return h
+        return torch.nn.functional.dropout(torch.relu(h), p=self.spec.dropout, training=self.training)
+
+    def neutral_parameters(self) -> dict[str, torch.Tensor]:
+        """``{neutral name: parameter}``, e.g. ``layers.0.neigh.weight`` [out, in]."""
+        names = self.NEUTRAL_NAMES[self.spec.arch]
+        out = {}
+        for i in range(self.spec.layers):
+            params = dict(self._layer_module(i).named_parameters())
+            for neutral, native in names.items():
+                out[f"layers.{i}.{neutral}"] = params[native]
+        return out
+
+    @property
+    def num_layers(self) -> int:
+        return self.spec.layers
+
+
+class Backend(ABC):
+    """A GNN library adapter, registered through the ``register_backends`` hook."""
+
+    name: str = ""
+    description: str = ""
+
+    # -- availability ------------------------------------------------------------------
+
+    @abstractmethod
+    def availability(self) -> str | None:
+        """``None`` when the backend can run here, else the one-line reason (and the fix)."""
+
+    def is_available(self) -> bool:
+        return self.availability() is None
+
+    @abstractmethod
+    def versions(self) -> dict[str, str]:
+        """Versions of the libraries this backend runs on (only those importable)."""
+
+    def check_device(self, device: torch.device) -> None:
+        """Raise :class:`BackendUnavailableError` when the backend cannot compute on ``device``."""
+
+    def require(self) -> "Backend":
+        reason = self.availability()
+        if reason is not None:
+            raise BackendUnavailableError(f"Backend '{self.name}' cannot run here: {reason}")
+        return self
+
+    # -- factories ------------------------------------------------------------------
+
+    # The architectures this backend builds, per task: the backend's own list, never core's.
+    ARCHITECTURES: dict[Task, tuple[str, ...]] = {}
+
+    def tasks(self) -> tuple[Task, ...]:
+        """The tasks this backend trains; graph tasks need the ``collection_*`` factories."""
+        return tuple(self.ARCHITECTURES)
+
+    def architectures(self, task: Task | None = None) -> tuple[str, ...]:
+        """Model architectures for ``task`` (all the backend builds when ``task`` is None)."""
+        if task is None:
+            return tuple(a for t in self.tasks() for a in self.architectures(t))
+        return self.ARCHITECTURES.get(task, ())
+
+    @abstractmethod
+    def graph_store(self, data: GraphData) -> GraphStore: ...
+
+    def sampler_unavailable(self, kind: SamplerKind) -> str | None:
+        """Why a sampler of ``kind`` cannot run here (checked before any rank starts), or None."""
+        return None
+
+    @abstractmethod
+    def sampler(self, store: GraphStore, fanouts: list[int], kind: SamplerKind) -> Sampler:
+        """A sampler of ``kind``; AUTO picks the native one when it can run, else the core one."""
+
+    def model(self, spec: ModelSpec, in_dim: int, out_dim: int) -> "GNNModel | GraphClassifier":
+        if spec.arch not in self.architectures():
+            raise unknown_name("model.arch", spec.arch, self.architectures())
+        return self._model(spec, in_dim, out_dim)
+
+    @abstractmethod
+    def _model(self, spec: ModelSpec, in_dim: int, out_dim: int) -> "GNNModel | GraphClassifier": ...
+
+    # -- graph collections (graph-level tasks) -----------------------------------------
+
+    def collection_store(self, data: GraphCollection) -> GraphStore:
+        raise BackendUnavailableError(f"Backend '{self.name}' does not support graph-level tasks.")
+
+    def collection_sampler(self, store: GraphStore, kind: SamplerKind) -> Sampler:
+        """Batches of whole graphs: the library's own graph loader for NATIVE and AUTO, core's
+        packer (:class:`CorePacker`, converted by :meth:`from_packed`) for CORE."""
+        raise BackendUnavailableError(f"Backend '{self.name}' does not support graph-level tasks.")
+
+    def from_packed(self, packed: PackedGraphs) -> Any:
+        """The native batched graph for a core :class:`PackedGraphs` batch."""
+        raise BackendUnavailableError(f"Backend '{self.name}' does not support graph-level tasks.")
+
+    # -- batches ------------------------------------------------------------------
+
+    @abstractmethod
+    def from_sampled(self, sub: SampledSubgraph) -> Any:
+        """The native graph for a core :class:`SampledSubgraph` (used by core sampling and inference)."""
+
+    @abstractmethod
+    def graph_to(self, graph: Any, device: torch.device) -> Any:
+        """Move a native batch graph to ``device``."""
+
+
+class GraphClassifier(nn.Module, ABC):
+    """A graph-level model: ``forward(graph, x)`` returns ``[num_graphs, num_classes]`` logits
+    for a batched native graph, rows in the batch's graph order (``MiniBatch.seeds``)."""
+
+    spec: ModelSpec
+
+    @abstractmethod
+    def forward(self, graph: Any, x: torch.Tensor) -> torch.Tensor: ...
+
+    def bind(self, data: Any) -> "GraphClassifier":
+        """Nothing graph-wide to learn from a collection (kept for the trainer's one code path)."""
+        return self
+
+    def neutral_parameters(self) -> dict[str, torch.Tensor]:
+        """Subclasses that keep every parameter in core-owned modules name them identically
+        on every backend already."""
+        return dict(self.named_parameters())

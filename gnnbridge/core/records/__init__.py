@@ -1,0 +1,7 @@
+"""Records: the data that crosses every interface, as dataclasses with checked invariants.
+
+A graph (:mod:`.data`), a collection of small graphs (:mod:`.collection`) and the batches a
+sampler hands the trainer (:mod:`.batches`). Library-neutral: tensors and plain values only.
+
+May import: ``gnnbridge.core.errors``. Nothing else of gnnbridge.
+"""

@@ -1,0 +1,71 @@
+"""Batch records: what a sampler hands the training loop, in the library-neutral form.
+
+:class:`SampledSubgraph` is the core sampler's output and follows PyG's ``SamplerOutput``
+conventions: seeds come first in ``node``, edges are local ``(row -> col)`` pairs ordered by hop,
+and per-hop node/edge counts let a model trim layers (each layer only computes what the next one
+needs). :class:`MiniBatch` is what every sampler, native or core, yields to the trainer.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass
+class SampledSubgraph:
+    """A sampled L-hop neighbourhood of ``batch_size`` seeds.
+
+    Fields:
+        node: global ids of all sampled nodes; the first ``batch_size`` are the seeds.
+        row, col: local ids (into ``node``) of each sampled edge ``row -> col`` (message flows
+            from the neighbour ``row`` into the node ``col`` being computed).
+        edge: global edge ids (positions in the graph's destination-sorted edge list).
+        num_sampled_nodes: nodes added at hop 0 (the seeds), 1, ..., L.
+        num_sampled_edges: edges sampled at hop 1, ..., L (in that order within row/col).
+    """
+
+    node: torch.Tensor
+    row: torch.Tensor
+    col: torch.Tensor
+    edge: torch.Tensor
+    num_sampled_nodes: list[int]
+    num_sampled_edges: list[int]
+    batch_size: int
+
+    def __post_init__(self) -> None:
+        if sum(self.num_sampled_nodes) != self.node.numel():
+            raise ValueError("num_sampled_nodes does not add up to the number of sampled nodes")
+        if sum(self.num_sampled_edges) != self.row.numel() or self.row.shape != self.col.shape:
+            raise ValueError("num_sampled_edges does not add up to the number of sampled edges")
+        if self.num_sampled_nodes[0] != self.batch_size:
+            raise ValueError("the seeds must be the first num_sampled_nodes[0] nodes")
+
+    @property
+    def seeds(self) -> torch.Tensor:
+        return self.node[: self.batch_size]
+
+
+# --------------------------------------------------------------------------- seed sharding
+
+
+@dataclass
+class MiniBatch:
+    """One training or inference step's input, as a sampler yields it.
+
+    Fields:
+        seeds: global ids of the nodes (or, for graph tasks, the graphs) whose outputs are
+            wanted, in output row order; core reads their labels as ``y[seeds]``.
+        input_nodes: global ids of every node whose features the model reads, in the order the
+            native graph expects them (core gathers ``x[input_nodes]``).
+        graph: the backend's native structure (PyG edge_index data, a list of DGL blocks ...).
+    """
+
+    seeds: torch.Tensor
+    input_nodes: torch.Tensor
+    graph: Any
+
+    def __post_init__(self) -> None:
+        if self.seeds.dim() != 1 or self.input_nodes.dim() != 1:
+            raise ValueError("seeds and input_nodes must be 1-D id tensors")

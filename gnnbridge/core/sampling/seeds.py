@@ -1,0 +1,53 @@
+"""Which seeds each rank trains on in an epoch, and the random streams keyed on (seed, epoch, rank).
+
+All ranks draw the same permutation from ``(seed, epoch)``, take disjoint contiguous shards that
+cover every seed, and split their shard into the *same number of batches* on every rank. Equal
+counts are what keep DDP's all-reduces paired: an uneven split (4097 seeds, batch 1024, 2 ranks
+gives 3 batches on one rank and 2 on the other with naive chunking) hangs the job on the last
+step. ``DistributedSampler`` pads with duplicates instead, which makes metrics inexact.
+"""
+from __future__ import annotations
+
+import torch
+
+from gnnbridge.core.errors import ConfigError
+
+
+def derived_seed(seed: int, epoch: int, rank: int = 0, stream: int = 0) -> int:
+    """One integer seed per (seed, epoch, rank, stream), in [0, 2**31) so every library accepts it."""
+    return (seed * 1_000_003 + epoch * 10_007 + rank * 101 + stream * 7) % (2**31 - 1)
+
+
+def epoch_generator(seed: int, epoch: int, rank: int = 0, stream: int = 0) -> torch.Generator:
+    """A CPU generator for (seed, epoch, rank, stream): same inputs, same numbers, any process."""
+    return torch.Generator().manual_seed(derived_seed(seed, epoch, rank, stream))
+
+
+def num_batches(num_seeds: int, batch_size: int, world_size: int) -> int:
+    """Batches every rank runs per epoch: enough that no rank's batch exceeds ``batch_size``."""
+    per_rank = -(-num_seeds // world_size)
+    return max(1, -(-per_rank // batch_size))
+
+
+def rank_shard(seeds: torch.Tensor, seed: int, epoch: int, rank: int, world_size: int, shuffle: bool = True) -> torch.Tensor:
+    """This rank's disjoint share of ``seeds`` for ``epoch``; all shards together cover ``seeds``."""
+    if seeds.numel() < world_size:
+        raise ConfigError(
+            f"{seeds.numel()} seeds cannot be shared by {world_size} ranks; use --nproc {max(1, seeds.numel())} or fewer."
+        )
+    if shuffle:
+        perm = torch.randperm(seeds.numel(), generator=epoch_generator(seed, epoch))
+        seeds = seeds[perm.to(seeds.device)]
+    return torch.tensor_split(seeds, world_size)[rank]
+
+
+def epoch_batches(
+    seeds: torch.Tensor, batch_size: int, seed: int, epoch: int, rank: int, world_size: int, shuffle: bool = True
+) -> list[torch.Tensor]:
+    """This rank's batches for ``epoch``: the same count on every rank, none larger than ``batch_size``."""
+    shard = rank_shard(seeds, seed, epoch, rank, world_size, shuffle)
+    count = num_batches(seeds.numel(), batch_size, world_size)
+    return list(torch.tensor_split(shard, count))
+
+
+# --------------------------------------------------------------------------- neighbour sampling
