@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test install bench bench-gin clean
+.PHONY: demo test test-fast install bench bench-gin clean
 
 install: $(STAMP)
 
@@ -20,8 +20,13 @@ demo: $(STAMP)
 	$(VENV)/bin/gnnbridge train --backend pyg --nproc 2
 	$(VENV)/bin/gnnbridge train --backend dgl --nproc 2
 
+# The full suite: what CI runs (multi-process DDP, launch, kill and restart tests included).
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# The everyday loop: unit tests only, no multi-process training runs (under a minute on 2 cores).
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow"
 
 bench: $(STAMP)
 	$(PY) benchmarks/compare.py

@@ -24,7 +24,8 @@ def run(experiment=None, **kwargs):
 
 
 def resolve_config(experiment=None, **kwargs):
-    """The validated :class:`ExperimentConfig` a run would use; see :func:`gnnbridge.core.app.resolve.resolve_config`."""
+    """The validated :class:`ExperimentConfig` a run would use; see
+    :func:`gnnbridge.core.app.resolve.resolve_config`."""
     from gnnbridge.core.app.resolve import resolve_config as _resolve
 
     return _resolve(experiment, **kwargs)
@@ -38,7 +39,8 @@ def evaluate(target, **kwargs):
 
 
 def predict(target, out, **kwargs):
-    """Write class scores for every node or graph to ``out`` (.npz); see :func:`gnnbridge.core.app.inference.predict`."""
+    """Write class scores for every node or graph to ``out`` (.npz); see
+    :func:`gnnbridge.core.app.inference.predict`."""
     from gnnbridge.core.app.inference import predict as _predict
 
     return _predict(target, out, **kwargs)

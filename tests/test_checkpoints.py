@@ -5,8 +5,10 @@ Equality here is exact (``==`` on floats, ``torch.equal`` on weights): a resumed
 very same run, not a close one. Every run uses one thread per rank (see test_launch_modes)."""
 import json
 import os
+import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -313,3 +315,67 @@ def test_data_that_moved_is_pointed_at_and_must_fit_the_model(tmp_path):
     one_line(gnnbridge("predict", "run", "--out", "p.npz", "--set", "dataset.path=wider.npz", cwd=tmp_path),
              "The dataset has num_features=12 but the model in")
     assert not (tmp_path / "p.npz").exists()
+
+
+# --------------------------------------------------------------------------- restarts that resume
+
+# Rank 1 SIGKILLs itself as its third epoch starts, after two checkpoints; on the first attempt
+# only, or on every attempt (so the restarts run out).
+RANK_DIES_ON_ATTEMPTS = textwrap.dedent("""
+    import os, signal
+    from gnnbridge.core.training.trainer import Trainer
+
+    _train_epoch = Trainer.train_epoch
+
+    def train_epoch(self, epoch):
+        every = os.environ.get("KILL_EVERY_ATTEMPT") == "1"
+        if epoch == 2 and self.ctx.rank == 1 and (every or self.ctx.attempt == 0):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return _train_epoch(self, epoch)
+
+    Trainer.train_epoch = train_epoch
+""")
+RESTART_LINE = (r"Restart 1 of 1 after: rank 1 \(pid \d+ on .*\) died without a Python error \(killed by a signal "
+                r"or the out-of-memory killer\?\); continuing run from epoch 3\.")
+
+
+def test_a_killed_rank_is_restarted_and_the_run_ends_as_if_uninterrupted(tmp_path, uninterrupted):
+    env = hooked_env(tmp_path, RANK_DIES_ON_ATTEMPTS)
+    proc = ok(gnnbridge("train", "--backend", "pyg", *SMALL, "--nproc", "2", "--set", "train.epochs=4",
+                        "--max-restarts", "1", "--out", "run", cwd=tmp_path, env=env))
+    assert re.fullmatch(RESTART_LINE, proc.stderr.strip()), proc.stderr  # said once, and no error line
+    run = results(tmp_path / "run")
+    assert run["restarts"] == [{"attempt": 1, "after": run["restarts"][0]["after"], "resumed_from_epoch": 1}]
+    assert "rank 1 (pid" in run["restarts"][0]["after"]
+    assert_same_run(tmp_path / "run", uninterrupted["pyg"])
+    assert results(uninterrupted["pyg"])["restarts"] == []
+
+
+def test_without_restarts_left_the_job_fails_as_before_and_resumes_by_hand(tmp_path, uninterrupted):
+    env = {**hooked_env(tmp_path, RANK_DIES_ON_ATTEMPTS), "KILL_EVERY_ATTEMPT": "1"}
+    proc = gnnbridge("train", "--backend", "pyg", *SMALL, "--nproc", "2", "--set", "train.epochs=4",
+                     "--max-restarts", "1", "--out", "run", cwd=tmp_path, env=env)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("Error:")]
+    assert proc.returncode == 1 and len(errors) == 1, proc.stderr
+    assert re.fullmatch(r"Error: rank 1 \(pid \d+\) was killed by SIGKILL\. The run's checkpoint is kept; continue "
+                        r"it with: gnnbridge train --resume run", errors[0])
+    assert not (tmp_path / "run" / "results.json").exists()
+    ok(gnnbridge("train", "--resume", "run", "--quiet", cwd=tmp_path))
+    assert_same_run(tmp_path / "run", uninterrupted["pyg"])
+    assert [r["attempt"] for r in results(tmp_path / "run")["restarts"]] == [1]  # the restart it had is on record
+
+
+def test_torchrun_restarts_continue_the_run_folder_the_first_attempt_chose(tmp_path, uninterrupted):
+    """No --out: the restarted ranks find the generated folder through the job's store."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2", "--max-restarts",
+           "1", "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", "gnnbridge", "train", "--backend",
+           "pyg", *SMALL, "--set", "train.epochs=4"]
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                          env=hooked_env(tmp_path, RANK_DIES_ON_ATTEMPTS))
+    assert proc.returncode == 0, proc.stderr
+    (folder,) = (tmp_path / "runs").iterdir()
+    assert [r["resumed_from_epoch"] for r in results(folder)["restarts"]] == [1]
+    assert_same_run(folder, uninterrupted["pyg"])

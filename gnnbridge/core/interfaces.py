@@ -8,7 +8,6 @@ core keeps each piece. Nothing inside core imports it.
 from gnnbridge.core.contracts.config import DatasetConfig, ModelSpec, SamplerKind, Task
 from gnnbridge.core.contracts.interfaces import (
     Backend,
-    CollectionStore,
     GNNModel,
     GraphClassifier,
     GraphStore,
@@ -17,7 +16,7 @@ from gnnbridge.core.contracts.interfaces import (
 from gnnbridge.core.records.batches import MiniBatch, SampledSubgraph
 from gnnbridge.core.records.collection import GraphCollection, PackedGraphs
 from gnnbridge.core.records.data import GraphData
-from gnnbridge.core.sampling.adapters import CorePacker, CoreSampler, LibraryGraphLoader
+from gnnbridge.core.sampling.adapters import CollectionStore, CorePacker, CoreSampler, LibraryGraphLoader
 
 __all__ = [
     "Backend", "CollectionStore", "CorePacker", "CoreSampler", "DatasetConfig", "GNNModel", "GraphClassifier",

@@ -87,3 +87,10 @@ def test_shared_record_round_trips_through_files_that_can_then_go(record, tmp_pa
     for name in ("x", "edge_index", "y", "train_idx", "val_idx", "test_idx"):
         assert torch.equal(getattr(copy, name), getattr(data, name))
     assert not list(tmp_path.iterdir())
+
+
+def test_torchrun_restart_count_and_limit_are_read():
+    job = detect_job({**TORCHRUN, "TORCHELASTIC_RUN_ID": "abc", "TORCHELASTIC_RESTART_COUNT": "2",
+                      "TORCHELASTIC_MAX_RESTARTS": "3"})
+    assert (job.run_id, job.attempt, job.max_restarts) == ("abc", 2, 3)
+    assert (detect_job(TORCHRUN).attempt, detect_job(TORCHRUN).max_restarts) == (0, 0)

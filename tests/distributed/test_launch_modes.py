@@ -251,10 +251,13 @@ def test_sigkill_of_a_torchrun_rank_ends_the_job_within_the_timeout(nodes, per_n
 
 
 def test_a_rank_that_raises_stops_its_peers_blocked_in_a_collective():
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     started = time.monotonic()
     with pytest.raises(RankFailedError, match=r"^rank 1 failed: ValueError: boom on rank 1"):
         launch(fail_on_one_rank, 2, "cpu", (1, "raise"), timeout_s=120)
     assert time.monotonic() - started < 60  # not the 120 s collective timeout
+    # The elastic agent's signal handlers are gone again: Ctrl-C in a notebook is a KeyboardInterrupt.
+    assert {s: signal.getsignal(s) for s in handlers} == handlers
 
 
 def test_a_rank_that_hangs_ends_the_job_after_the_timeout():

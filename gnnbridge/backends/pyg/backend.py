@@ -8,12 +8,12 @@ from typing import Any
 import torch
 
 from gnnbridge.core.contracts.config import ModelSpec, SamplerKind, Task
-from gnnbridge.core.contracts.interfaces import Backend, CollectionStore, GNNModel, GraphClassifier, GraphStore, Sampler
+from gnnbridge.core.contracts.interfaces import Backend, GNNModel, GraphClassifier, GraphStore, Sampler
 from gnnbridge.core.errors import BackendUnavailableError
 from gnnbridge.core.records.batches import SampledSubgraph
 from gnnbridge.core.records.collection import GraphCollection, PackedGraphs
 from gnnbridge.core.records.data import GraphData
-from gnnbridge.core.sampling.adapters import CorePacker, CoreSampler
+from gnnbridge.core.sampling.adapters import CollectionStore, CorePacker, CoreSampler
 
 
 class PygGraphStore(GraphStore):

@@ -24,7 +24,7 @@ registers and can say why in ``gnnbridge backends``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -47,25 +47,6 @@ class GraphStore(ABC):
     @abstractmethod
     def native(self) -> Any:
         """The library object (``torch_geometric.data.Data``, ``dgl.DGLGraph`` ...)."""
-
-
-class CollectionStore(GraphStore):
-    """A graph collection with the backend's per-graph view of it (what its loader reads).
-
-    The view is made on first use: core's packer never reads it, and building thousands of
-    per-graph library objects takes seconds per rank.
-    """
-
-    def __init__(self, data: GraphCollection, make_native: Callable[[GraphCollection], Any]):
-        super().__init__(data)
-        self._make_native = make_native
-        self._native = None
-
-    @property
-    def native(self) -> Any:
-        if self._native is None:
-            self._native = self._make_native(self.data)
-        return self._native
 
 
 class Sampler(ABC):

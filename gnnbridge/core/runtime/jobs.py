@@ -94,7 +94,8 @@ def _slurm(env: Mapping[str, str], world: int) -> JobEnv:
     port = _port(env, "MASTER_PORT") if env.get("MASTER_PORT") else slurm_port(env)
     node = f"node{_int(env, 'SLURM_NODEID')}" if "SLURM_NODEID" in env else _hostname()
     local_rank = _int(env, "SLURM_LOCALID") if "SLURM_LOCALID" in env else None
-    run_id = f"{env.get('SLURM_JOB_ID', env.get('SLURM_JOBID', ''))}.{env.get('SLURM_STEP_ID', env.get('SLURM_STEPID', ''))}"
+    job, step = env.get("SLURM_JOB_ID", env.get("SLURM_JOBID", "")), env.get("SLURM_STEP_ID", env.get("SLURM_STEPID", ""))
+    run_id = f"{job}.{step}"
     return JobEnv("slurm", rank, world, local_rank, node, addr, port, agent_store=False, run_id=run_id)
 
 

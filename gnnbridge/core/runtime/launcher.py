@@ -23,9 +23,11 @@ from __future__ import annotations
 import contextlib
 import datetime
 import logging
+import os
 import signal
 import sys
 import tempfile
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -39,7 +41,8 @@ from gnnbridge.core.runtime.jobs import JobEnv, detect_job
 from gnnbridge.core.runtime.rank import RankSpec, rank_main
 
 AGENT_LOGGERS = ("torch.distributed.elastic", "torch.distributed.launcher", "torch.multiprocessing")
-MONITOR_INTERVAL_S = 0.1  # how often the agent polls its ranks: a dead rank is seen at once
+MONITOR_INTERVAL_S = 0.1
+SIGNALS_VAR = "TORCHELASTIC_SIGNALS_TO_HANDLE"  # how often the agent polls its ranks: a dead rank is seen at once
 
 
 def launch(worker: Callable[..., Any], nproc: int, device_kind: str, args: tuple,
@@ -80,7 +83,7 @@ def _run_elastic(worker: Callable[..., Any], nproc: int, device_kind: str, args:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    with tempfile.TemporaryDirectory(prefix="gnnbridge-elastic-") as log_dir, _agent_quiet():
+    with tempfile.TemporaryDirectory(prefix="gnnbridge-elastic-") as log_dir, _agent_quiet(), _agent_leaves_no_trace():
         config = LaunchConfig(
             min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=uuid.uuid4().hex, role="gnnbridge",
             rdzv_backend="c10d", rdzv_endpoint="localhost:0", rdzv_configs={"join_timeout": int(timeout_s)},
@@ -112,13 +115,37 @@ def _root_cause(failures: dict) -> str:
     for rank, failure in sorted(failures.items()):
         if failure.exitcode < 0 and failure.signal_name() != "SIGTERM":  # SIGTERM: the agent stopping survivors
             return f"rank {rank} (pid {failure.pid}) was killed by {failure.signal_name()}"
+    posted = [(f.timestamp, _posted_line(f)) for f in failures.values() if _posted_line(f)]
+    if posted:
+        return min(posted)[1]
     rank, failure = min(failures.items(), key=lambda item: item[1].timestamp)
-    message = failure.message.get("message") if isinstance(failure.message, dict) else None
-    if message:
-        return message
     if failure.exitcode < 0:
         return f"rank {rank} (pid {failure.pid}) was killed by {failure.signal_name()}"
     return f"rank {rank} (pid {failure.pid}) exited with code {failure.exitcode}"
+
+
+def _posted_line(failure) -> str | None:
+    """The line a gnnbridge rank wrote into its torchelastic error file (``record_for_launcher``)."""
+    return failure.message.get("message") if isinstance(failure.message, dict) else None
+
+
+@contextlib.contextmanager
+def _agent_leaves_no_trace() -> Iterator[None]:
+    """The agent installs signal handlers (Ctrl-C then raises its ``SignalException``) and sets an
+    environment variable in the launching process, and keeps both: a library call must not."""
+    names = [s for s in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT") if hasattr(signal, s)]
+    main = threading.current_thread() is threading.main_thread()
+    handlers = {name: signal.getsignal(getattr(signal, name)) for name in names} if main else {}
+    env = os.environ.get(SIGNALS_VAR)
+    try:
+        yield
+    finally:
+        for name, handler in handlers.items():
+            signal.signal(getattr(signal, name), handler)
+        if env is None:
+            os.environ.pop(SIGNALS_VAR, None)
+        else:
+            os.environ[SIGNALS_VAR] = env
 
 
 @contextlib.contextmanager

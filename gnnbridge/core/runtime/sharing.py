@@ -1,14 +1,15 @@
-"""One copy of the dataset per machine, for ranks that no gnnbridge parent spawned.
+"""One copy of the dataset per machine, for ranks that no gnnbridge process started.
 
-With ``--nproc`` the parent loads the dataset and hands it to its children through
-``torch.multiprocessing`` (shared memory, no copy). Under torchrun or SLURM there is no common
-parent: the ranks of a node are strangers. So the node's first rank loads and validates the
-dataset, writes each tensor into a file in ``/dev/shm`` (RAM, not disk), and publishes a manifest
-(shapes, dtypes, file names) on the job's store; every rank of the node, the first included,
-maps those files (``torch.from_file(shared=True)``), and once all have mapped them the files
-are unlinked. The pages live as long as a rank maps them, nobody can open them by name
-afterwards, and a second job on the same host cannot collide with them: names carry the job's
-run id (drawn by rank 0 at the rendezvous) and the node rank.
+With ``--nproc`` the launching process loads the dataset and hands it to the ranks the elastic
+agent starts, as arguments pickled by ``torch.multiprocessing`` (shared memory, no copy). Under
+torchrun or SLURM there is no common parent: the ranks of a node are strangers. So the node's
+first rank loads and validates the dataset, writes each tensor into a file in ``/dev/shm``
+(RAM, not disk), and publishes a manifest (shapes, dtypes, file names) on the job's store;
+every rank of the node, the first included, maps those files
+(``torch.from_file(shared=True)``), and once all have mapped them the files are unlinked. The
+pages live as long as a rank maps them, nobody can open them by name afterwards, and a second
+job on the same host cannot collide with them: names carry the job's run id (drawn by rank 0 at
+the rendezvous) and the node rank.
 
 Space is reserved with ``posix_fallocate`` before writing: a full ``/dev/shm`` (Docker gives 64
 MB by default) is an error message here, not a SIGBUS in the middle of a copy.

@@ -18,7 +18,7 @@ thread that talks to the job's store on its own connection:
 On an abort it runs the cleanups registered with :meth:`Watchdog.on_abort` (remove a half-made
 run folder, unlink shared-memory files), prints the message if it is this node's turn, and ends
 the process with ``os._exit(1)``: the main thread may be blocked inside a C++ collective where
-no Python exception can reach it. SIGTERM (sent by torchrun, srun or our own launcher to the
+no Python exception can reach it. SIGTERM (sent by torchrun, srun or torch's elastic agent to the
 survivors) takes the same path through a wakeup socket, so it works even while the main thread
 is blocked.
 """
@@ -115,7 +115,7 @@ class Watchdog:
         self.store = store  # a connection of its own (clone), never shared with the main thread
         self.me = me
         self.timeout_s = timeout_s
-        self.announce = announce  # print the failure line (job mode); the spawn parent prints otherwise
+        self.announce = announce  # print the failure line (jobs); the --nproc launcher prints it otherwise
         self.hosts_store = hosts_store
         self.store_owner = store_owner  # who hosts the store, for the message when it is gone
         self.joined = len(members)

@@ -4,20 +4,41 @@ writing its own.
 * :class:`CoreSampler`: the core neighbour sampler; the backend converts each
   :class:`SampledSubgraph` into its native graph.
 * :class:`CorePacker`: graph batches cut out by core, converted by the backend.
-* :class:`LibraryGraphLoader`: a library's own graph loader, driven by core's rank-sharded batches.
+* :class:`LibraryGraphLoader`: a library's own graph loader, driven by core's rank-sharded batches,
+  reading the per-graph views a :class:`CollectionStore` builds on first use.
 """
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
 
 from gnnbridge.core.contracts.interfaces import GraphStore, Sampler
 from gnnbridge.core.records.batches import MiniBatch
-from gnnbridge.core.records.collection import pack
+from gnnbridge.core.records.collection import GraphCollection, pack
 from gnnbridge.core.sampling.neighbors import NeighborSampler
 from gnnbridge.core.sampling.seeds import epoch_generator
+
+
+class CollectionStore(GraphStore):
+    """A graph collection with the backend's per-graph view of it (what its loader reads).
+
+    The view is made on first use: core's packer never reads it, and building thousands of
+    per-graph library objects takes seconds per rank.
+    """
+
+    def __init__(self, data: GraphCollection, make_native: Callable[[GraphCollection], Any]):
+        super().__init__(data)
+        self._make_native = make_native
+        self._native = None
+
+    @property
+    def native(self) -> Any:
+        if self._native is None:
+            self._native = self._make_native(self.data)
+        return self._native
 
 
 class CoreSampler(Sampler):

@@ -1,0 +1,38 @@
+"""The one failure line the launcher makes of what torch's elastic agent reports."""
+import signal
+
+from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+
+from gnnbridge.core.runtime.launcher import _root_cause
+from gnnbridge.core.runtime.watchdog import record_for_launcher
+
+NO_FILE = "<N/A>"
+
+
+def failure_with_message(tmp_path, monkeypatch, rank, message, pid=100):
+    """A rank that failed the way gnnbridge's ranks do: its line in torchelastic's error file."""
+    path = tmp_path / f"error-{rank}.json"
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(path))
+    record_for_launcher(message)
+    return ProcessFailure(local_rank=rank, pid=pid, exitcode=1, error_file=str(path))
+
+
+def test_a_rank_killed_by_a_signal_is_named_with_its_pid():
+    killed = ProcessFailure(local_rank=1, pid=4242, exitcode=-signal.SIGKILL, error_file=NO_FILE)
+    assert _root_cause({1: killed}) == "rank 1 (pid 4242) was killed by SIGKILL"
+
+
+def test_the_posted_line_is_the_message_not_the_agents_exit_code(tmp_path, monkeypatch):
+    failure = failure_with_message(tmp_path, monkeypatch, 0, "rank 1 failed: ValueError: boom")
+    assert _root_cause({0: failure}) == "rank 1 failed: ValueError: boom"
+
+
+def test_a_survivor_stopped_by_sigterm_does_not_hide_the_cause(tmp_path, monkeypatch):
+    stopped = ProcessFailure(local_rank=0, pid=1, exitcode=-signal.SIGTERM, error_file=NO_FILE)
+    cause = failure_with_message(tmp_path, monkeypatch, 1, "rank 1 failed: RuntimeError: out of memory")
+    assert _root_cause({0: stopped, 1: cause}) == "rank 1 failed: RuntimeError: out of memory"
+
+
+def test_a_silent_exit_still_says_which_rank():
+    quiet = ProcessFailure(local_rank=3, pid=7, exitcode=2, error_file=NO_FILE)
+    assert _root_cause({3: quiet}) == "rank 3 (pid 7) exited with code 2"
