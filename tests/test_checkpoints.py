@@ -362,7 +362,7 @@ def test_without_restarts_left_the_job_fails_as_before_and_resumes_by_hand(tmp_p
     assert not (tmp_path / "run" / "results.json").exists()
     ok(gnnbridge("train", "--resume", "run", "--quiet", cwd=tmp_path))
     assert_same_run(tmp_path / "run", uninterrupted["pyg"])
-    assert [r["attempt"] for r in results(tmp_path / "run")["restarts"]] == [1]  # the restart it had is on record
+    assert results(tmp_path / "run")["resumed_from"] == {"epoch": 1, "world_size": 2}
 
 
 def test_torchrun_restarts_continue_the_run_folder_the_first_attempt_chose(tmp_path, uninterrupted):
