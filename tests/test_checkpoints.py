@@ -319,8 +319,8 @@ def test_data_that_moved_is_pointed_at_and_must_fit_the_model(tmp_path):
 
 # --------------------------------------------------------------------------- restarts that resume
 
-# Rank 1 SIGKILLs itself as its third epoch starts, after two checkpoints; on the first attempt
-# only, or on every attempt (so the restarts run out).
+# Rank 1 SIGKILLs itself as its third epoch starts, after two checkpoints (or as epoch KILL_AT_EPOCH
+# starts); on the first attempt only, or on every attempt (so the restarts run out).
 RANK_DIES_ON_ATTEMPTS = textwrap.dedent("""
     import os, signal
     from gnnbridge.core.training.trainer import Trainer
@@ -329,7 +329,8 @@ RANK_DIES_ON_ATTEMPTS = textwrap.dedent("""
 
     def train_epoch(self, epoch):
         every = os.environ.get("KILL_EVERY_ATTEMPT") == "1"
-        if epoch == 2 and self.ctx.rank == 1 and (every or self.ctx.attempt == 0):
+        at = int(os.environ.get("KILL_AT_EPOCH", "2"))
+        if epoch == at and self.ctx.rank == 1 and (every or self.ctx.attempt == 0):
             os.kill(os.getpid(), signal.SIGKILL)
         return _train_epoch(self, epoch)
 
@@ -365,17 +366,20 @@ def test_without_restarts_left_the_job_fails_as_before_and_resumes_by_hand(tmp_p
     assert results(tmp_path / "run")["resumed_from"] == {"epoch": 1, "world_size": 2}
 
 
-def test_torchrun_restarts_continue_the_run_folder_the_first_attempt_chose(tmp_path, uninterrupted):
-    """No --out: the restarted ranks find the generated folder through the job's store."""
+@pytest.mark.parametrize("kill_at, resumed_from", [(2, 1), (0, None)])
+def test_torchrun_restarts_continue_the_run_folder_the_first_attempt_chose(tmp_path, uninterrupted, kill_at,
+                                                                         resumed_from):
+    """No --out: the restarted ranks find the generated folder through the job's store, also when
+    the first attempt died before its first checkpoint (then they train it again from epoch 0)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2", "--max-restarts",
            "1", "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", "gnnbridge", "train", "--backend",
            "pyg", *SMALL, "--set", "train.epochs=4"]
-    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=tmp_path, timeout=300,
-                          env=hooked_env(tmp_path, RANK_DIES_ON_ATTEMPTS))
+    env = {**hooked_env(tmp_path, RANK_DIES_ON_ATTEMPTS), "KILL_AT_EPOCH": str(kill_at)}
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=tmp_path, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr
     (folder,) = (tmp_path / "runs").iterdir()
-    assert [r["resumed_from_epoch"] for r in results(folder)["restarts"]] == [1]
+    assert [r["resumed_from_epoch"] for r in results(folder)["restarts"]] == [resumed_from]
     assert_same_run(folder, uninterrupted["pyg"])

@@ -1,6 +1,7 @@
 """Backend-neutral core, in layers. A layer imports only the layers below it, never one beside or
 above it, and nothing in core imports ``torch_geometric``, ``dgl``, ``gnnbridge.backends``,
-``gnnbridge.plugins`` or ``gnnbridge.cli`` (``tests/core/test_layers.py`` enforces both)::
+``gnnbridge.plugins``, ``gnnbridge.cli`` or ``gnnbridge.testing`` (``tests/core/test_layers.py``
+enforces both)::
 
     app/        resolve -> preflight -> run folder -> launch -> results; evaluate, predict
     training/   the DDP loop, evaluators, metrics, checkpoints, training state

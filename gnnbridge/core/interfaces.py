@@ -14,12 +14,15 @@ from gnnbridge.core.contracts.interfaces import (
     Sampler,
 )
 from gnnbridge.core.records.batches import MiniBatch, SampledSubgraph
-from gnnbridge.core.records.collection import GraphCollection, PackedGraphs
-from gnnbridge.core.records.data import GraphData
+from gnnbridge.core.records.collection import GraphCollection, PackedGraphs, pack
+from gnnbridge.core.records.data import GraphData, random_split
 from gnnbridge.core.sampling.adapters import CollectionStore, CorePacker, CoreSampler, LibraryGraphLoader
+from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS, NeighborSampler
+from gnnbridge.core.sampling.seeds import derived_seed, epoch_generator
 
 __all__ = [
     "Backend", "CollectionStore", "CorePacker", "CoreSampler", "DatasetConfig", "GNNModel", "GraphClassifier",
     "GraphCollection", "GraphData", "GraphStore", "LibraryGraphLoader", "MiniBatch", "ModelSpec", "PackedGraphs",
-    "SampledSubgraph", "Sampler", "SamplerKind", "Task",
+    "SampledSubgraph", "Sampler", "SamplerKind", "Task", "ALL_NEIGHBORS", "NeighborSampler", "derived_seed",
+    "epoch_generator", "pack", "random_split",
 ]

@@ -21,11 +21,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gnnbridge.core.contracts.config import ConfigError, DatasetConfig
-from gnnbridge.core.contracts.hookspecs import hookimpl
-from gnnbridge.core.errors import DataError, DataFileNotFoundError, did_you_mean
-from gnnbridge.core.records.collection import GraphCollection
-from gnnbridge.core.records.data import GraphData, random_split
+from gnnbridge import hookimpl
+from gnnbridge.core.errors import ConfigError, DataError, DataFileNotFoundError, did_you_mean
+from gnnbridge.core.interfaces import DatasetConfig, GraphCollection, GraphData, random_split
 
 
 @hookimpl

@@ -5,7 +5,7 @@ from importlib import resources
 
 import yaml
 
-from gnnbridge.core.contracts.hookspecs import hookimpl
+from gnnbridge import hookimpl
 
 
 @hookimpl

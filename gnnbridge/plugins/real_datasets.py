@@ -41,11 +41,9 @@ from pathlib import Path
 
 import torch
 
-from gnnbridge.core.contracts.config import ConfigError, DatasetConfig
-from gnnbridge.core.contracts.hookspecs import hookimpl
-from gnnbridge.core.errors import BackendUnavailableError, DataError, DataFileNotFoundError, GnnBridgeError
-from gnnbridge.core.records.collection import GraphCollection
-from gnnbridge.core.records.data import GraphData
+from gnnbridge import hookimpl
+from gnnbridge.core.errors import BackendUnavailableError, ConfigError, DataError, DataFileNotFoundError, GnnBridgeError
+from gnnbridge.core.interfaces import DatasetConfig, GraphCollection, GraphData
 from gnnbridge.plugins.datasets import options
 
 ENV_ROOT = "GNNBRIDGE_DATA"

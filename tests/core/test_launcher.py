@@ -27,10 +27,11 @@ def test_the_posted_line_is_the_message_not_the_agents_exit_code(tmp_path, monke
     assert _root_cause({0: failure}) == "rank 1 failed: ValueError: boom"
 
 
-def test_a_survivor_stopped_by_sigterm_does_not_hide_the_cause(tmp_path, monkeypatch):
-    stopped = ProcessFailure(local_rank=0, pid=1, exitcode=-signal.SIGTERM, error_file=NO_FILE)
-    cause = failure_with_message(tmp_path, monkeypatch, 1, "rank 1 failed: RuntimeError: out of memory")
-    assert _root_cause({0: stopped, 1: cause}) == "rank 1 failed: RuntimeError: out of memory"
+def test_a_rank_that_posted_its_line_and_then_died_of_a_signal_is_reported_by_its_line(tmp_path, monkeypatch):
+    """e.g. SIGABRT in gloo's teardown after the rank had said why it failed."""
+    failure = failure_with_message(tmp_path, monkeypatch, 1, "rank 1 failed: RuntimeError: out of memory")
+    failure.exitcode = -signal.SIGABRT
+    assert _root_cause({1: failure}) == "rank 1 failed: RuntimeError: out of memory"
 
 
 def test_a_silent_exit_still_says_which_rank():

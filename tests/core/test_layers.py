@@ -63,6 +63,8 @@ def core_rule(importer: str, target: str) -> str | None:
         return f"nothing in core imports the plugin facade {FACADE}"
     if not under(target, "gnnbridge.core") or target == "gnnbridge.core.__init__":
         return "core imports only gnnbridge.core (the package above it is higher)"
+    if target != "gnnbridge.core" and layer(target) is None:
+        return f"{target} is in no layer of core ({', '.join(LAYERS)})"
     mine, theirs = layer(importer), layer(target)
     if importer == FACADE or mine is None or theirs is None or mine == theirs:
         return None
@@ -86,6 +88,8 @@ def violations(root: Path) -> list[str]:
     out = []
     for path in sorted((root / "gnnbridge").rglob("*.py")):
         name = module_name(path, root)
+        if under(name, "gnnbridge.core") and layer(name) is None and name not in ("gnnbridge.core", FACADE):
+            out.append(f"{path.relative_to(root)} is in no layer of core: move it into one ({', '.join(LAYERS)})")
         if under(name, "gnnbridge.core"):
             rule = core_rule
         elif under(name, "gnnbridge.backends") and name.count(".") >= 2:
@@ -104,8 +108,10 @@ def test_the_package_keeps_its_layers():
     assert violations(root) == []
 
 
-def test_every_core_layer_is_a_documented_package():
+def test_core_holds_its_layers_and_nothing_else_each_documented():
     core = Path(gnnbridge.__file__).parent / "core"
+    entries = {p.stem for p in core.iterdir() if p.suffix == ".py" or (p / "__init__.py").is_file()}
+    assert entries == {*LAYERS, "interfaces", "__init__"}
     for name in LAYERS:
         init = core / name / "__init__.py" if name != "errors" else core / "errors.py"
         doc = ast.get_docstring(ast.parse(init.read_text()))
@@ -121,8 +127,10 @@ BROKEN = {
     # a library, the built-in plugins and the package above core
     "gnnbridge/core/contracts/config.py":
         "import torch_geometric\nfrom gnnbridge.plugins import BUILTIN\nimport gnnbridge\n",
-    # core reaching for the facade meant for plugins
-    "gnnbridge/core/app/train.py": "from gnnbridge.core.interfaces import Backend\n",
+    # core reaching for the facade meant for plugins, and for a name of core's package itself
+    "gnnbridge/core/app/train.py": "from gnnbridge.core.interfaces import Backend\nfrom gnnbridge.core import utils\n",
+    # a module outside every layer
+    "gnnbridge/core/helpers.py": "import os\n",
     # one backend importing the other, and the CLI
     "gnnbridge/backends/pyg/models.py": "from gnnbridge.backends.dgl import compat\nimport gnnbridge.cli\n",
     # allowed: downward, own layer, facade importing anything, a backend importing core
@@ -145,10 +153,14 @@ def test_the_checker_names_each_broken_rule(tmp_path):
         "gnnbridge/backends/pyg/models.py:2 imports gnnbridge.cli: a backend never imports the CLI",
         "gnnbridge/core/app/train.py:1 imports gnnbridge.core.interfaces.Backend: nothing in core imports the plugin "
         "facade gnnbridge.core.interfaces",
+        "gnnbridge/core/app/train.py:2 imports gnnbridge.core.utils: gnnbridge.core.utils is in no layer of core "
+        "(errors, records, contracts, runtime, sampling, models, training, app)",
         "gnnbridge/core/contracts/config.py:1 imports torch_geometric: core never imports torch_geometric",
         "gnnbridge/core/contracts/config.py:2 imports gnnbridge.plugins.BUILTIN: core never imports gnnbridge.plugins",
         "gnnbridge/core/contracts/config.py:3 imports gnnbridge: core imports only gnnbridge.core (the package above "
         "it is higher)",
+        "gnnbridge/core/helpers.py is in no layer of core: move it into one (errors, records, contracts, runtime, "
+        "sampling, models, training, app)",
         "gnnbridge/core/records/data.py:2 imports gnnbridge.core.training.trainer.Trainer: layer records imports "
         "training, which stands above it",
         "gnnbridge/core/runtime/rank.py:1 imports gnnbridge.core.sampling.seeds: layer runtime imports sampling, which "

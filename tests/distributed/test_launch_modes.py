@@ -297,6 +297,19 @@ def test_sigterm_to_the_launcher_stops_every_rank_and_keeps_only_the_resumable_r
     assert_kept_for_resume(tmp_path / "run")
 
 
+def test_ctrl_c_to_the_launcher_interrupts_like_any_command(tmp_path):
+    """SIGINT (Ctrl-C) stops every rank and exits 130 with "Aborted.", as before torch's agent
+    (whose own handler would have turned it into an error) started the ranks."""
+    job = Job(gnnbridge("train", "--nproc", "2", "--set", "train.epochs=500", "--out", "run"), tmp_path)
+    wait_for_checkpoint(tmp_path / "run")
+    ranks = ranks_of(job.proc.pid)
+    job.proc.send_signal(signal.SIGINT)
+    assert job.finish(timeout=60) == 130
+    assert job.lines[-1] == "Aborted." and not job.errors, job.lines
+    assert alive(ranks) == []
+    assert_kept_for_resume(tmp_path / "run")
+
+
 # --------------------------------------------------------------------------- two jobs on one host
 
 

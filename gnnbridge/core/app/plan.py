@@ -38,12 +38,14 @@ class Plan:
     resume_dir: Path | None = None
     latest: dict | None = None  # the checkpoint resumed from, read once (ranks get it with the plan)
     restart: dict | None = None
+    resumed_from: dict | None = None  # {"epoch", "world_size"} of a --resume (kept through restarts)
+    created: Path | None = None  # what the first attempt created for ``resume_dir`` (removed if all fail)
 
     def make_run_dir(self) -> tuple[Path, Path | None]:
         """The run folder and what to remove if the run fails (nothing, when continuing)."""
         if self.resume_dir is not None:
             checkpoint.remove_partial(self.resume_dir)  # left by a write the kill cut short
-            return self.resume_dir, None
+            return self.resume_dir, self.created
         return make_run_dir(new_run_dir(self.config, self.out), exclusive=self.out is None)
 
     def check_out(self) -> None:
@@ -68,22 +70,21 @@ class Plan:
                 state["best_model"] = best["model"]
         return state
 
-    def after_restart(self, run_dir: Path, attempt: int, failure: str | None) -> Plan:
+    def after_restart(self, run_dir: Path, attempt: int, failure: str | None, created: Path | None = None) -> Plan:
         """The plan of restart ``attempt`` of this run: continue ``run_dir`` from its latest
         checkpoint, or train it again from the start when the failure came before the first.
 
         Unlike ``--resume``, nothing is refused: the restarted command is the one that already
         passed every check, and a run that failed after its last epoch only re-evaluates."""
         path = checkpoint.path_in(run_dir, checkpoint.LATEST)
-        if not path.is_file():
-            return dataclasses.replace(self, out=None, resume_dir=run_dir, latest=None,
-                                       restart={"attempt": attempt, "after": failure, "resumed_from_epoch": None})
-        state = {**checkpoint.load(path), "path": str(path)}
-        return dataclasses.replace(self, out=None, resume_dir=run_dir, latest=state,
-                                   restart={"attempt": attempt, "after": failure, "resumed_from_epoch": state["epoch"]})
+        state = {**checkpoint.load(path), "path": str(path)} if path.is_file() else None
+        restart = {"attempt": attempt, "after": failure, "resumed_from_epoch": state and state["epoch"]}
+        return dataclasses.replace(self, out=None, resume_dir=run_dir, latest=state, restart=restart,
+                                   created=created if self.resume_dir is None else self.created)
 
 
-def plan_resume(run_dir: str | os.PathLike, experiment, dataset, out, overrides, flags: dict) -> Plan:
+def plan_resume(run_dir: str | os.PathLike, experiment, dataset, out, overrides, flags: dict,
+                check_epochs: bool = True) -> Plan:
     """Config and checks for continuing ``run_dir`` from its latest checkpoint (``--resume``)."""
     given = [name for name, value in (("EXPERIMENT", experiment), ("--dataset", dataset), ("--out", out))
              if value is not None]
@@ -102,8 +103,10 @@ def plan_resume(run_dir: str | os.PathLike, experiment, dataset, out, overrides,
     state = {**checkpoint.load(path), "path": str(path)}
     config = resolve_config(state["config"], overrides=overrides, **flags)
     check_frozen(state["config"], config.to_dict(), RESUME_FROZEN, "--resume")
-    _check_epochs_left(state, config, run_dir)
-    return Plan(config, resume_dir=run_dir, latest=state)
+    if check_epochs:
+        _check_epochs_left(state, config, run_dir)
+    return Plan(config, resume_dir=run_dir, latest=state,
+                resumed_from={"epoch": state["epoch"], "world_size": state.get("world_size")})
 
 
 def _check_epochs_left(state: dict, config: ExperimentConfig, run_dir: Path) -> None:

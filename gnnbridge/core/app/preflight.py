@@ -48,6 +48,9 @@ def preflight(config: ExperimentConfig, count_gpus: bool = True) -> ExperimentCo
 
 def _check_task(config: ExperimentConfig, backend) -> None:
     task = config.task
+    if not backend.tasks():
+        raise ConfigError(f"Backend '{backend.name}' declares no architectures; a backend lists what it builds in "
+                          "ARCHITECTURES = {Task.NODE: (...), Task.GRAPH: (...)}.")
     if task not in backend.tasks():
         raise ConfigError(f"Backend '{backend.name}' cannot train task={task.value}; it trains "
                           f"{', '.join(t.value for t in backend.tasks())}.")

@@ -1,4 +1,5 @@
-"""What a finished run reports: ``results.json`` (the contract in DESIGN.md) and ``curves.png``.
+"""What a finished run reports: ``results.json`` (the contract in the README's Outputs) and
+``curves.png``.
 
 Rank 0 builds the results from the trainer's outcome and every rank's summary (where it ran,
 which training items it got); the launching process reads them back, draws the curves and
@@ -10,16 +11,16 @@ import json
 import platform
 from pathlib import Path
 
+from gnnbridge.core.app.plan import Plan
 from gnnbridge.core.app.rundir import RESULTS, keep_earlier_results, write_json_atomic
-from gnnbridge.core.contracts.config import ExperimentConfig
 from gnnbridge.core.contracts.plugins import library_versions
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.training.trainer import Trainer
 
 
-def write(run_dir: Path, config: ExperimentConfig, ctx: DistContext, trainer: Trainer, outcome: dict,
-          resume: dict | None, ranks: list[dict]) -> None:
+def write(run_dir: Path, plan: Plan, ctx: DistContext, trainer: Trainer, outcome: dict, ranks: list[dict]) -> None:
     """Rank 0: ``results.json``; results of an earlier, shorter run stay beside it."""
+    config = plan.config
     results = {
         "experiment": config.name,
         "backend": config.backend,
@@ -30,7 +31,7 @@ def write(run_dir: Path, config: ExperimentConfig, ctx: DistContext, trainer: Tr
         "dataset": trainer.data.summary(),
         "sampler": type(trainer.sampler).__name__,
         **outcome,
-        "resumed_from": resume and {"epoch": resume["epoch"], "world_size": resume.get("world_size")},
+        "resumed_from": plan.resumed_from,
         "restarts": trainer.state.restarts,
         "ranks": ranks,
         "versions": library_versions(config.backend),

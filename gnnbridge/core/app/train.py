@@ -60,11 +60,11 @@ def run(
     and returns the results, every other rank returns ``None``.
     """
     flags = {"backend": backend, "nproc": nproc, "device": device, "timeout": timeout, "max_restarts": max_restarts}
-    if resume is not None:
-        plan = plan_resume(resume, experiment, dataset, out, overrides, flags)
+    job = detect_job()
+    if resume is not None:  # a restarted attempt of a resumed job checks nothing again (see Plan.after_restart)
+        plan = plan_resume(resume, experiment, dataset, out, overrides, flags, check_epochs=not (job and job.attempt))
     else:
         plan = Plan(resolve_config(experiment, overrides=overrides, dataset=dataset, **flags), out)
-    job = detect_job()
     if job is not None:
         return _run_job_rank(job, plan, flags, progress)
     plan.config = preflight(plan.config)
@@ -121,7 +121,7 @@ def _job_worker(ctx: DistContext, plan: Plan, progress: bool) -> dict | None:
     """Per rank of a job: rank 0 owns the run folder (on its machine); each node loads the
     dataset once into shared memory. After a restart, every rank continues the folder the
     previous attempt published."""
-    plan = _after_restart(ctx, plan, _published_run_dir(ctx))
+    plan = _after_restart(ctx, plan, *_published_run_dir(ctx))
     if ctx.is_main:
         plan.check_out()  # refuse a used --out before any work
     data = node_shared(ctx, lambda: load_dataset(plan.config))
@@ -130,8 +130,11 @@ def _job_worker(ctx: DistContext, plan: Plan, progress: bool) -> dict | None:
         _worker(ctx, plan, data, None, progress)
         return None
     run_dir, created = plan.make_run_dir()
+    # Where a restarted attempt continues, and what to remove once no restart is left.
+    ctx.job_store.set("run_dir", json.dumps([str(run_dir), created and str(created)]))
+    if ctx.attempt < plan.config.max_restarts:
+        created = None  # the next attempt continues this folder, checkpoint or not
     ctx.store.set("run_dir", json.dumps([str(run_dir), created and str(created)]))
-    ctx.job_store.set("run_dir", str(run_dir))  # where a restarted attempt continues
     ctx.on_abort(lambda: discard(run_dir, created))
     try:
         plan.write_config(run_dir)
@@ -143,26 +146,43 @@ def _job_worker(ctx: DistContext, plan: Plan, progress: bool) -> dict | None:
     return results.finish(run_dir)
 
 
-def _published_run_dir(ctx: DistContext) -> Path | None:
-    """The folder an earlier attempt of this job wrote into (None on the first attempt, or when
-    it failed before making one, or its folder was removed for holding no checkpoint)."""
+def _published_run_dir(ctx: DistContext) -> tuple[Path | None, Path | None]:
+    """The folder an earlier attempt of this job wrote into and what that attempt created (None
+    on the first attempt, or when it failed before making one)."""
     if ctx.attempt == 0 or not ctx.job_store.check(["run_dir"]):
-        return None
-    path = Path(ctx.job_store.get("run_dir").decode())
-    return path if path.is_dir() else None
+        return None, None
+    path, created = json.loads(ctx.job_store.get("run_dir"))
+    return (Path(path), created and Path(created)) if Path(path).is_dir() else (None, None)
 
 
-def _after_restart(ctx: DistContext, plan: Plan, run_dir: Path | None) -> Plan:
+def _after_restart(ctx: DistContext, plan: Plan, run_dir: Path | None, created: Path | None = None) -> Plan:
     """On a restart, continue ``run_dir``; every rank reads the same checkpoint, so all agree."""
-    if ctx.attempt == 0 or run_dir is None:
+    if ctx.attempt == 0:
         return plan
-    plan = plan.after_restart(run_dir, ctx.attempt, ctx.previous_failure())
-    if ctx.is_main:
+    if run_dir is not None:
+        plan = plan.after_restart(run_dir, ctx.attempt, ctx.previous_failure(), created)
+    _agree(ctx, plan)
+    if ctx.is_main and plan.restart is not None:
         epoch = plan.restart["resumed_from_epoch"]
         where = f"from epoch {epoch + 2}" if epoch is not None else "from the start (no checkpoint yet)"
         print(f"Restart {ctx.attempt} of {plan.config.max_restarts} after: {plan.restart['after'] or 'a rank failed'}; "
               f"continuing {run_dir} {where}.", file=sys.stderr, flush=True)
     return plan
+
+
+def _agree(ctx: DistContext, plan: Plan) -> None:
+    """Every rank must continue from the epoch rank 0 continues from. They differ only when the
+    run folder is not on a file system every node sees: say so instead of hanging in DDP."""
+    epoch = plan.restart and plan.restart["resumed_from_epoch"]
+    if ctx.is_main:
+        ctx.store.set("restart_epoch", json.dumps(epoch))
+        return
+    expected = json.loads(ctx.wait_key("restart_epoch"))
+    if epoch != expected:
+        raise ConfigError(
+            f"After restart {ctx.attempt}, rank {ctx.rank} would continue from epoch {epoch} but rank 0 from epoch "
+            f"{expected}: the run folder must be on a file system every node sees (as for --resume)."
+        )
 
 
 def _guard_run_dir(ctx: DistContext) -> None:
@@ -171,7 +191,7 @@ def _guard_run_dir(ctx: DistContext) -> None:
     if not any(m.rank == 0 and m.same_host(ctx.members[ctx.rank]) for m in ctx.members):
         return
     path, created = json.loads(ctx.wait_key("run_dir"))
-    ctx.on_abort(lambda: discard(Path(path), created and Path(created)))
+    ctx.on_abort(lambda: discard(Path(path), created and Path(created)))  # None while restarts remain
 
 
 def _worker(ctx: DistContext, plan: Plan, data: LabelledRecord, run_dir: Path | None, progress: bool) -> None:
@@ -184,4 +204,4 @@ def _worker(ctx: DistContext, plan: Plan, data: LabelledRecord, run_dir: Path | 
     outcome = trainer.fit()
     ranks = ctx.gather_objects(results.rank_summary(ctx, trainer))
     if ctx.is_main:
-        results.write(run_dir, plan.config, ctx, trainer, outcome, resume, ranks)
+        results.write(run_dir, plan, ctx, trainer, outcome, ranks)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import logging
+import math
 import os
 import signal
 import sys
@@ -41,8 +42,8 @@ from gnnbridge.core.runtime.jobs import JobEnv, detect_job
 from gnnbridge.core.runtime.rank import RankSpec, rank_main
 
 AGENT_LOGGERS = ("torch.distributed.elastic", "torch.distributed.launcher", "torch.multiprocessing")
-MONITOR_INTERVAL_S = 0.1
-SIGNALS_VAR = "TORCHELASTIC_SIGNALS_TO_HANDLE"  # how often the agent polls its ranks: a dead rank is seen at once
+MONITOR_INTERVAL_S = 0.1  # how often the agent polls its ranks: a dead rank is seen at once
+SIGNALS_VAR = "TORCHELASTIC_SIGNALS_TO_HANDLE"  # set by the agent in the launching process  # set by the agent in the launching process
 
 
 def launch(worker: Callable[..., Any], nproc: int, device_kind: str, args: tuple,
@@ -86,7 +87,8 @@ def _run_elastic(worker: Callable[..., Any], nproc: int, device_kind: str, args:
     with tempfile.TemporaryDirectory(prefix="gnnbridge-elastic-") as log_dir, _agent_quiet(), _agent_leaves_no_trace():
         config = LaunchConfig(
             min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=uuid.uuid4().hex, role="gnnbridge",
-            rdzv_backend="c10d", rdzv_endpoint="localhost:0", rdzv_configs={"join_timeout": int(timeout_s)},
+            rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", rdzv_configs={"join_timeout": math.ceil(timeout_s)},
+            local_addr="127.0.0.1",  # not the host's FQDN, which need not resolve on a laptop or in a container
             max_restarts=max_restarts, monitor_interval=MONITOR_INTERVAL_S, start_method="spawn",
             logs_specs=DefaultLogsSpecs(log_dir=log_dir),  # error files only; output stays on our console
         )
@@ -95,6 +97,8 @@ def _run_elastic(worker: Callable[..., Any], nproc: int, device_kind: str, args:
         except ChildFailedError as exc:
             raise RankFailedError(_root_cause(exc.failures)) from None
         except SignalException as exc:
+            if exc.sigval == signal.SIGINT:  # Ctrl-C: the agent stopped the ranks; the caller sees what it pressed
+                raise KeyboardInterrupt from None
             name = signal.Signals(exc.sigval).name
             raise RankFailedError(f"gnnbridge was stopped by {name}; all ranks were stopped.") from None
     return results.get(0)
@@ -111,14 +115,13 @@ def _elastic_rank(worker: Callable[..., Any], device_kind: str, args: tuple, tim
 
 
 def _root_cause(failures: dict) -> str:
-    """One line for the job's failure from the agent's ``{global rank: ProcessFailure}``."""
-    for rank, failure in sorted(failures.items()):
-        if failure.exitcode < 0 and failure.signal_name() != "SIGTERM":  # SIGTERM: the agent stopping survivors
-            return f"rank {rank} (pid {failure.pid}) was killed by {failure.signal_name()}"
-    posted = [(f.timestamp, _posted_line(f)) for f in failures.values() if _posted_line(f)]
-    if posted:
-        return min(posted)[1]
+    """One line for the job's failure from the agent's ``{global rank: ProcessFailure}`` (for a
+    function entrypoint it holds the one rank it found dead first): the line that rank posted,
+    else its signal or exit code."""
     rank, failure = min(failures.items(), key=lambda item: item[1].timestamp)
+    posted = _posted_line(failure)
+    if posted:
+        return posted
     if failure.exitcode < 0:
         return f"rank {rank} (pid {failure.pid}) was killed by {failure.signal_name()}"
     return f"rank {rank} (pid {failure.pid}) exited with code {failure.exitcode}"
@@ -141,7 +144,8 @@ def _agent_leaves_no_trace() -> Iterator[None]:
         yield
     finally:
         for name, handler in handlers.items():
-            signal.signal(getattr(signal, name), handler)
+            if handler is not None:  # None: installed outside Python, and left as it was
+                signal.signal(getattr(signal, name), handler)
         if env is None:
             os.environ.pop(SIGNALS_VAR, None)
         else:
