@@ -42,7 +42,8 @@ class Plan:
     created: Path | None = None  # what the first attempt created for ``resume_dir`` (removed if all fail)
 
     def make_run_dir(self) -> tuple[Path, Path | None]:
-        """The run folder and what to remove if the run fails (nothing, when continuing)."""
+        """The run folder and what to remove if the run fails (when continuing: only what a first
+        attempt of this job created, once no restart is left)."""
         if self.resume_dir is not None:
             checkpoint.remove_partial(self.resume_dir)  # left by a write the kill cut short
             return self.resume_dir, self.created

@@ -43,7 +43,7 @@ from gnnbridge.core.runtime.rank import RankSpec, rank_main
 
 AGENT_LOGGERS = ("torch.distributed.elastic", "torch.distributed.launcher", "torch.multiprocessing")
 MONITOR_INTERVAL_S = 0.1  # how often the agent polls its ranks: a dead rank is seen at once
-SIGNALS_VAR = "TORCHELASTIC_SIGNALS_TO_HANDLE"  # set by the agent in the launching process  # set by the agent in the launching process
+SIGNALS_VAR = "TORCHELASTIC_SIGNALS_TO_HANDLE"  # set by the agent in the launching process
 
 
 def launch(worker: Callable[..., Any], nproc: int, device_kind: str, args: tuple,
