@@ -1,5 +1,6 @@
 """The runner's promises around a run: nothing half-made is left, nothing of the user's is touched."""
 import pytest
+import torch
 
 import gnnbridge
 from gnnbridge import hookimpl
@@ -90,3 +91,22 @@ def test_graph_tasks_on_pyg_need_no_sampling_extension_for_the_native_loader():
 
     config = preflight(resolve_config("gin-synthetic", backend="pyg", overrides=["sampler.kind=native"]))
     assert config.sampler.kind.value == "native"
+
+
+def test_ranks_that_would_continue_a_restart_from_different_epochs_stop_with_one_line():
+    """Without a shared file system a restarted rank may not see the checkpoint rank 0 continues
+    from; it must say so instead of training out of step and hanging in DDP."""
+    import torch.distributed as dist
+
+    from gnnbridge.core.app.plan import Plan
+    from gnnbridge.core.app.train import _agree
+    from gnnbridge.core.errors import ConfigError
+    from gnnbridge.core.runtime.context import DistContext
+
+    store = dist.HashStore()
+    rank0, rank1 = (DistContext(r, 2, r, torch.device("cpu"), store=store, attempt=1) for r in (0, 1))
+    _agree(rank0, Plan(None, restart={"resumed_from_epoch": 3}))
+    _agree(rank1, Plan(None, restart={"resumed_from_epoch": 3}))  # the same checkpoint: fine
+    with pytest.raises(ConfigError, match=r"^After restart 1, rank 1 would continue from epoch None but rank 0 "
+                       r"from epoch 3: the run folder must be on a file system every node sees"):
+        _agree(rank1, Plan(None))
