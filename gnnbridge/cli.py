@@ -6,9 +6,13 @@ exit code and no traceback.
 """
 from __future__ import annotations
 
+import datetime
+import functools
 import json
 import os
 import sys
+import tempfile
+import traceback
 
 import click
 
@@ -18,6 +22,21 @@ import click
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
 from gnnbridge.core.errors import GnnBridgeError
+
+
+class _Stopped(Exception):
+    """Carries a KeyboardInterrupt out of a command: click would print a bare "Aborted!" for it."""
+
+
+def interruptible(command):
+    """Ctrl-C or SIGTERM inside a command ends in the run's own line (what was kept, how to go on)."""
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except KeyboardInterrupt as exc:
+            raise _Stopped(exc) from None
+    return wrapper
 
 TRAIN_EXAMPLES = """
 \b
@@ -64,6 +83,7 @@ def cli() -> None:
 @click.option("--resume", type=click.Path(), metavar="RUN",
               help="Continue the run folder RUN from its latest checkpoint, in place (--set may extend train.epochs).")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
+@interruptible
 def train(experiment, backend, nproc, device, dataset, overrides, out, timeout, max_restarts, resume, quiet) -> None:
     """Train EXPERIMENT (a YAML file or a built-in name; default: sage-synthetic)."""
     from gnnbridge.core.app.train import run
@@ -76,7 +96,7 @@ def train(experiment, backend, nproc, device, dataset, overrides, out, timeout, 
     click.echo(f"{results['experiment']} on {results['backend']} ({results['world_size']} x {results['device']}): "
                f"{_metrics_line(results['metrics'])}")
     best, stop = results["best"], results["early_stopping"]
-    if best["metrics"] is not None and best["epoch"] != results["history"][-1]["epoch"]:
+    if best["metrics"] is not None and best["value"] is not None and best["epoch"] != results["history"][-1]["epoch"]:
         click.echo(f"best epoch {best['epoch'] + 1} ({best['monitor']} {best['value']:.4f}): "
                    f"{_metrics_line(best['metrics'])}")
     if stop["stopped"]:
@@ -86,7 +106,11 @@ def train(experiment, backend, nproc, device, dataset, overrides, out, timeout, 
 
 def _metrics_line(m: dict) -> str:
     auc = f"  test_roc_auc {m['test_roc_auc']:.4f}" if m.get("test_roc_auc") is not None else ""
-    return f"train_acc {m['train_acc']:.4f}  val_acc {m['val_acc']:.4f}  test_acc {m['test_acc']:.4f}{auc}"
+    return "  ".join(f"{k} {_number(m.get(k))}" for k in ("train_acc", "val_acc", "test_acc")) + auc
+
+
+def _number(value) -> str:
+    return f"{value:.4f}" if isinstance(value, (int, float)) else "n/a"
 
 
 FROM_RUN_EXAMPLES = """
@@ -112,6 +136,7 @@ set_option = click.option("--set", "overrides", multiple=True, metavar="KEY=VALU
 @device_option
 @set_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@interruptible
 def evaluate(target, kind, device, overrides, as_json) -> None:
     """Metrics of a trained model on every split (a run folder's best checkpoint by default)."""
     from gnnbridge.core.app.inference import evaluate as evaluate_run
@@ -130,6 +155,7 @@ def evaluate(target, kind, device, overrides, as_json) -> None:
 @checkpoint_option
 @device_option
 @set_option
+@interruptible
 def predict(target, out, kind, device, overrides) -> None:
     """Class scores for every node (or graph) of the run's dataset, written to a .npz file."""
     from gnnbridge.core.app.inference import predict as predict_run
@@ -180,8 +206,14 @@ def experiments() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Every way a command can end is one line on stderr and an exit code; an exception nobody
+    anticipated included (its traceback goes to a file the line names)."""
     try:
         cli.main(args=argv, prog_name="gnnbridge", standalone_mode=False)
+    except _Stopped as stopped:
+        exc = stopped.args[0]
+        click.echo(str(exc) if str(exc) else "Interrupted (Ctrl-C); nothing was written.", err=True)
+        sys.exit(getattr(exc, "exit_code", 130))
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
         sys.exit(130)
@@ -195,3 +227,31 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         click.echo("Interrupted.", err=True)
         sys.exit(130)
+    except RecursionError:
+        click.echo("Error: the input is nested too deeply to read; a config or data file has a few levels.", err=True)
+        sys.exit(1)
+    except MemoryError:
+        click.echo("Error: out of memory; use a smaller dataset or model (or a machine with more memory).", err=True)
+        sys.exit(1)
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: never a wall of text
+        click.echo(f"Error: unexpected {type(exc).__name__}: {_first_line(exc)} (this is a gnnbridge bug; the full "
+                   f"traceback is in {_save_traceback(exc)}).", err=True)
+        sys.exit(1)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0][:200] if text else "no message")
+
+
+def _save_traceback(exc: BaseException) -> str:
+    """Write the traceback to a file of its own (the run folder may be what failed)."""
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    try:
+        fd, path = tempfile.mkstemp(prefix=f"gnnbridge-crash-{stamp}-", suffix=".txt")
+        with os.fdopen(fd, "w") as f:
+            f.write(f"gnnbridge {' '.join(sys.argv[1:])}\n\n")
+            traceback.print_exception(exc, file=f)
+        return path
+    except OSError:
+        return "nowhere (no temporary folder is writable); rerun with python -X faulthandler"

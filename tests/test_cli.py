@@ -98,7 +98,7 @@ def test_train_on_an_npz_file_with_fanouts_override(tmp_path):
         (["--dataset", "missing.npz"], ["missing.npz' does not exist"]),
         (["no-such-experiment"], ["Unknown experiment 'no-such-experiment'"]),
         (["--nproc", "two"], ["'two' is not a valid integer"]),
-        (["--set", "train.seed=99999999999999999999"], ["train.seed=99999999999999999999 is out of range"]),
+        (["--set", "train.seed=99999999999999999999"], ["train.seed=99999999999999999999 is too large"]),
         (["--nproc", "64"], ["nproc=64 but this process may use", "use --nproc"]),
         (["--set", "model.hidden=0"], ["model.hidden=0 must be a positive integer"]),
         (["--set", "model.hidden=big"], ["model.hidden='big' has the wrong type: expected int, got str"]),

@@ -46,6 +46,48 @@ class CheckpointError(GnnBridgeError, ValueError):
     """A checkpoint is missing, corrupt, from another model, or carries pickled code."""
 
 
+class OutputPathError(GnnBridgeError, OSError):
+    """An output (run folder, checkpoint, prediction file) cannot be written where the user asked."""
+
+
+class ResourceError(ConfigError):
+    """A value asks for more memory or disk than the machine has: refused before allocating it."""
+
+
+class TrainingDivergedError(GnnBridgeError, FloatingPointError):
+    """The loss or the model's outputs became NaN or infinite; nothing past the last good
+    checkpoint is kept."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """The run was stopped by SIGINT (Ctrl-C) or SIGTERM, in any launch mode.
+
+    A ``KeyboardInterrupt``, so library callers (a notebook, a script) see what they pressed;
+    ``str(err)`` is the one line the CLI prints (what was kept and how to continue) and
+    ``exit_code`` is the shell's ``128 + signal``."""
+
+    def __init__(self, signum: int, message: str = ""):
+        super().__init__(message or f"Stopped by {signal_name(signum)}.")
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + int(self.signum)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def signal_name(signum: int) -> str:
+    import signal
+
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = f"signal {signum}"
+    return f"{name} (Ctrl-C)" if name == "SIGINT" else name
+
+
 class RankFailedError(GnnBridgeError, RuntimeError):
     """A training process failed; the message names the rank and its error.
 

@@ -15,15 +15,25 @@ Every loader validates fully and raises one-line errors: nothing unchecked reach
 """
 from __future__ import annotations
 
+import math
+import struct
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from gnnbridge import hookimpl
-from gnnbridge.core.errors import ConfigError, DataError, DataFileNotFoundError, did_you_mean
-from gnnbridge.core.interfaces import DatasetConfig, GraphCollection, GraphData, random_split
+from gnnbridge.core.errors import ConfigError, DataError, DataFileNotFoundError, ResourceError, did_you_mean
+from gnnbridge.core.interfaces import (
+    DatasetConfig,
+    GraphCollection,
+    GraphData,
+    available_memory,
+    format_bytes,
+    random_split,
+)
 
 
 @hookimpl
@@ -46,14 +56,29 @@ def options(config: DatasetConfig, defaults: dict) -> dict:
                 f"Valid options: {', '.join(sorted(defaults))}."
             )
         expected = type(defaults[key])
-        if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        if expected is float and isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**63:
             value = float(value)
         if type(value) is not expected:
             raise ConfigError(
-                f"dataset.options.{key}={value!r} has the wrong type: expected {expected.__name__}."
+                f"dataset.options.{key}={_show(value)} has the wrong type: expected {expected.__name__}."
             )
+        if expected is float and not math.isfinite(value):
+            raise ConfigError(f"dataset.options.{key}={value} is not a finite number; give a real number.")
         out[key] = value
     return out
+
+
+def _show(value, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit - 3]}..."
+
+
+def check_fits(what: str, nbytes: int, fix: str) -> None:
+    """Refuse to build something of ``nbytes`` that this machine cannot hold (before building it)."""
+    free = available_memory()
+    if nbytes > free:
+        raise ResourceError(f"{what} would need about {format_bytes(nbytes)} of memory but {format_bytes(free)} is "
+                            f"free; {fix}.")
 
 
 # --------------------------------------------------------------------------- synthetic
@@ -71,14 +96,25 @@ SYNTHETIC_DEFAULTS = {
 def load_synthetic(config: DatasetConfig, seed: int) -> GraphData:
     opts = options(config, SYNTHETIC_DEFAULTS)
     n, c, f = opts["num_nodes"], opts["num_classes"], opts["num_features"]
-    if n < 3 * c or c < 2 or f < 1:
-        raise ConfigError(
-            f"dataset.options: num_nodes={n}, num_classes={c}, num_features={f} is impossible; "
-            "need num_classes >= 2, num_features >= 1 and num_nodes >= 3 * num_classes."
-        )
-    if not 0.0 <= opts["homophily"] <= 1.0 or opts["avg_degree"] <= 0:
-        raise ConfigError("dataset.options: homophily must be in [0, 1] and avg_degree > 0.")
+    _at_least("num_classes", c, 2, "classification needs two classes")
+    _at_least("num_features", f, 1, "every node needs a feature")
+    _at_least("num_nodes", n, 3 * c, f"every class needs a node in each split (3 x num_classes={c})")
+    if not opts["avg_degree"] > 0:
+        raise ConfigError(f"dataset.options.avg_degree={opts['avg_degree']} must be > 0 (the mean number of "
+                          "edges per node, e.g. 12).")
+    if not 0.0 <= opts["homophily"] <= 1.0:
+        raise ConfigError(f"dataset.options.homophily={opts['homophily']} must be in [0, 1] (the share of edges "
+                          "that stay inside a class, e.g. 0.65).")
+    edges = n * opts["avg_degree"]
+    check_fits(f"The synthetic graph (num_nodes={n}, num_features={f}, avg_degree={opts['avg_degree']})",
+               int(n * f * 4 * 3 + edges * 8 * 12 + n * 8 * 8),
+               "use smaller dataset.options")
     return synthetic_graph(n, c, f, opts["avg_degree"], opts["homophily"], opts["feature_signal"], seed)
+
+
+def _at_least(key: str, value: int, low: int, why: str) -> None:
+    if value < low:
+        raise ConfigError(f"dataset.options.{key}={value} is too small: it must be at least {low} ({why}).")
 
 
 def synthetic_graph(n: int, c: int, f: int, avg_degree: float, homophily: float, signal: float, seed: int) -> GraphData:
@@ -125,16 +161,21 @@ def load_karate(config: DatasetConfig, seed: int) -> GraphData:
 # --------------------------------------------------------------------------- gin-synthetic
 
 GIN_SYNTHETIC_DEFAULTS = {"num_graphs": 1000, "min_nodes": 12, "max_nodes": 40}
+GIN_SYNTHETIC_MAX_NODES = 2_000_000  # nodes in all: about a minute of networkx
 FAMILIES = ("small-world", "preferential-attachment", "uniform-random")
 
 
 def load_gin_synthetic(config: DatasetConfig, seed: int) -> GraphCollection:
     opts = options(config, GIN_SYNTHETIC_DEFAULTS)
     g, lo, hi = opts["num_graphs"], opts["min_nodes"], opts["max_nodes"]
-    if g < 3 * len(FAMILIES) or not 6 <= lo <= hi:
+    _at_least("num_graphs", g, 3 * len(FAMILIES), "each family needs a graph in each split")
+    _at_least("min_nodes", lo, 6, "the generators need six nodes")
+    _at_least("max_nodes", hi, lo, f"the largest graph cannot be smaller than min_nodes={lo}")
+    if g * (lo + hi) // 2 > GIN_SYNTHETIC_MAX_NODES:  # networkx builds each graph in Python: a time bound too
         raise ConfigError(
-            f"dataset.options: num_graphs={g}, min_nodes={lo}, max_nodes={hi} is impossible; need "
-            f"num_graphs >= {3 * len(FAMILIES)} and 6 <= min_nodes <= max_nodes."
+            f"dataset.options: num_graphs={g} graphs of {lo} to {hi} nodes make about {g * (lo + hi) // 2:,} nodes, "
+            f"more than gin-synthetic generates ({GIN_SYNTHETIC_MAX_NODES:,}); lower num_graphs or max_nodes, or "
+            "bring a large collection as a .npz file (--dataset PATH.npz)."
         )
     return family_graphs(g, lo, hi, seed)
 
@@ -209,33 +250,81 @@ def _npz_splits(path: Path, tensors: dict[str, torch.Tensor]) -> list[torch.Tens
     return [tensors[k] for k in NPZ_SPLITS] if present else None
 
 
+# What each array of the format is; nothing else in a file is read (an unused member is never
+# decompressed, whatever its header claims).
+NPZ_ARRAYS = {**NPZ_REQUIRED, NODE_PTR: (np.int64, 1), **{k: (np.int64, 1) for k in NPZ_SPLITS}}
+HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+DEFLATE_MAX_RATIO = 1100  # deflate cannot expand data more than ~1032x: a header claiming more lies
+ZIP_ERRORS = (OSError, ValueError, EOFError, zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError,
+              RuntimeError, zlib.error, struct.error, KeyError, OverflowError, SyntaxError, TypeError)
+
+
 def read_npz(path: Path) -> dict[str, np.ndarray]:
-    """Load and type-check the arrays; pickled objects are refused (``allow_pickle=False``)."""
+    """Read the format's arrays from ``path``, checking each header (dtype, shape, size) before
+    any data is read: object arrays (pickles) are refused, and so is a header that claims more
+    data than the member holds or than this machine could hold.
+
+    Why not ``numpy.load``: it trusts each header and allocates what it claims before reading."""
     if path.is_dir():
         raise DataFileNotFoundError(f"Dataset file '{path}' is a folder, not a file; give the .npz file itself.")
     if not path.is_file():
         raise DataFileNotFoundError(f"Dataset file '{path}' does not exist.")
     try:
-        with np.load(path, allow_pickle=False) as npz:
-            arrays = {k: npz[k] for k in npz.files}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
-        raise DataError(f"{path}: cannot be read as a numpy .npz file ({exc}).") from None
-    missing = [k for k in NPZ_REQUIRED if k not in arrays]
-    if missing:
-        raise DataError(
-            f"{path}: missing array(s) {', '.join(missing)}; a graph .npz needs edge_index int64 [2,E], "
-            "x float32 [N,F], y int64 [N] (and optionally train_idx, val_idx, test_idx); a collection of "
-            f"graphs also has {NODE_PTR} int64 [G+1] and y int64 [G]."
-        )
-    expected = {**NPZ_REQUIRED, NODE_PTR: (np.int64, 1), **{k: (np.int64, 1) for k in NPZ_SPLITS}}
-    for key, array in arrays.items():
-        if key not in expected:
-            continue
-        dtype, ndim = expected[key]
-        if array.dtype != dtype:
-            raise DataError(f"{path}: {key} has dtype {array.dtype}; expected {np.dtype(dtype).name} (cast it with .astype).")
-        if array.ndim != ndim:
-            raise DataError(f"{path}: {key} has shape {list(array.shape)}; expected {ndim} dimension(s).")
+        with zipfile.ZipFile(path) as archive:
+            members = {info.filename[:-4]: info for info in archive.infolist() if info.filename.endswith(".npy")}
+            missing = [k for k in NPZ_REQUIRED if k not in members]
+            if missing:
+                raise DataError(
+                    f"{path}: missing array(s) {', '.join(missing)}; a graph .npz needs edge_index int64 [2,E], "
+                    "x float32 [N,F], y int64 [N] (and optionally train_idx, val_idx, test_idx); a collection of "
+                    f"graphs also has {NODE_PTR} int64 [G+1] and y int64 [G]."
+                )
+            arrays = {key: _read_member(path, archive, members[key], key, *spec)
+                      for key, spec in NPZ_ARRAYS.items() if key in members}
+    except (DataError, ResourceError):
+        raise
+    except ZIP_ERRORS as exc:
+        detail = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
+        raise DataError(f"{path}: cannot be read as a numpy .npz file ({detail}); write it with "
+                        "numpy.savez(path, edge_index=..., x=..., y=...).") from None
     if arrays["edge_index"].shape[0] != 2:
         raise DataError(f"{path}: edge_index has shape {list(arrays['edge_index'].shape)}; expected [2, E].")
     return arrays
+
+
+def _read_member(path: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo, key: str, dtype, ndim: int) -> np.ndarray:
+    with archive.open(info) as f:
+        try:
+            version = np.lib.format.read_magic(f)
+            if version not in HEADER_READERS:  # 3.0 exists only for structured dtypes: never one of ours
+                raise ValueError(f"npy format version {version}")
+            shape, fortran, found = HEADER_READERS[version](f)
+        except ValueError as exc:
+            raise DataError(f"{path}: {key} is not a numpy array ({str(exc)[:100]}); save arrays with numpy.savez.") \
+                from None
+        _check_header(path, key, found, shape, dtype, ndim)
+        nbytes = math.prod(shape) * found.itemsize
+        if nbytes > info.file_size - f.tell() or nbytes > info.compress_size * DEFLATE_MAX_RATIO + 4096:
+            raise DataError(f"{path}: {key} claims shape {list(shape)} ({format_bytes(nbytes)}) but the file holds "
+                            "less: it is truncated or corrupt; write it again.")
+        check_fits(f"{path}: {key} {list(shape)}", nbytes, "use a machine with more memory, or a smaller graph")
+        buffer = bytearray(nbytes)
+        if f.readinto(buffer) != nbytes:
+            raise DataError(f"{path}: {key} ends early: the file is truncated or corrupt; write it again.")
+    array = np.frombuffer(buffer, dtype=found)
+    return array.reshape(shape, order="F" if fortran else "C")
+
+
+def _check_header(path: Path, key: str, found: np.dtype, shape: tuple, dtype, ndim: int) -> None:
+    expected = np.dtype(dtype)
+    if found != expected:
+        if found.hasobject:
+            raise DataError(f"{path}: {key} holds Python objects (dtype object), which are never unpickled; save "
+                            f"it as a numeric array: {key}.astype(numpy.{expected.name}).")
+        if found.newbyteorder("=") == expected or found.newbyteorder("<") == expected:
+            raise DataError(f"{path}: {key} has dtype {found.str} ({'big' if found.byteorder == '>' else 'other'}-endian "
+                            f"{expected.name}); convert it to this machine's order with {key}.astype(numpy.{expected.name}).")
+        raise DataError(f"{path}: {key} has dtype {found}; expected {expected.name} (cast it with "
+                        f"{key}.astype(numpy.{expected.name})).")
+    if len(shape) != ndim or any(d < 0 for d in shape):
+        raise DataError(f"{path}: {key} has shape {list(shape)}; expected {ndim} dimension(s).")

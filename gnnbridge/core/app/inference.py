@@ -8,7 +8,9 @@ atomically and never over an existing one. One process: inference is a fraction 
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -16,12 +18,14 @@ import torch
 
 from gnnbridge.core.app.preflight import load_dataset, preflight
 from gnnbridge.core.app.resolve import check_frozen, resolve_config
+from gnnbridge.core.app.rundir import output_error
 from gnnbridge.core.contracts.config import ExperimentConfig
-from gnnbridge.core.errors import CheckpointError, ConfigError, OutputExistsError
+from gnnbridge.core.contracts.plugins import no_downloads
+from gnnbridge.core.errors import CheckpointError, ConfigError, OutputExistsError, TrainingDivergedError
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData
 from gnnbridge.core.runtime.context import DistContext
-from gnnbridge.core.runtime.launcher import launch
+from gnnbridge.core.runtime.launcher import interrupt_on_sigterm, launch
 from gnnbridge.core.training import checkpoint
 from gnnbridge.core.training.trainer import Trainer
 
@@ -34,7 +38,11 @@ def evaluate(target: str | os.PathLike, *, kind: str = checkpoint.BEST, device: 
     """Metrics of ``target`` (a run folder's ``kind`` checkpoint, or a checkpoint file) on
     every split, computed as training's final evaluation is (``eval.mode``)."""
     path, state, config, data = _prepare(target, kind, device, overrides, "evaluate")
-    metrics = launch(_evaluate_worker, 1, config.device.value, (config, data, state), timeout_s=config.timeout)
+    try:
+        with interrupt_on_sigterm():
+            metrics = launch(_evaluate_worker, 1, config.device.value, (config, data, state), timeout_s=config.timeout)
+    except TrainingDivergedError as exc:
+        raise _nonfinite(path, str(exc)) from None
     return {**_describe(path, state, config), "metrics": metrics}
 
 
@@ -42,23 +50,35 @@ def predict(target: str | os.PathLike, out: str | os.PathLike, *, kind: str = ch
             device: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> dict:
     """Write ``out`` (.npz): ``logits`` and ``probs`` [items, classes] float32, ``pred`` and
     ``y`` int64 [items], and the ``train_idx`` / ``val_idx`` / ``test_idx`` the run used."""
-    out = _check_out(Path(out))
+    out = _check_out(out)
     path, state, config, data = _prepare(target, kind, device, overrides, "predict")
-    logits = launch(_predict_worker, 1, config.device.value, (config, data, state), timeout_s=config.timeout)
-    logits = logits.float()
-    arrays = {"logits": logits, "probs": torch.softmax(logits, dim=1), "pred": logits.argmax(dim=1), "y": data.y,
-              "train_idx": data.train_idx, "val_idx": data.val_idx, "test_idx": data.test_idx}
-    _write_npz(out, {k: v.numpy() for k, v in arrays.items()})
+    with _reserved(out) as tmp, interrupt_on_sigterm():  # a folder we cannot write fails now, not after inference
+        logits = launch(_predict_worker, 1, config.device.value, (config, data, state), timeout_s=config.timeout)
+        logits = logits.float()
+        if not bool(torch.isfinite(logits).all()):
+            raise _nonfinite(path, "the model's outputs are NaN or infinite")
+        arrays = {"logits": logits, "probs": torch.softmax(logits, dim=1), "pred": logits.argmax(dim=1), "y": data.y,
+                  "train_idx": data.train_idx, "val_idx": data.val_idx, "test_idx": data.test_idx}
+        _write_npz(out, tmp, {k: v.numpy() for k, v in arrays.items()})
     return {**_describe(path, state, config), "out": str(out), "shape": list(logits.shape)}
 
 
+def _nonfinite(path: Path, what: str) -> TrainingDivergedError:
+    return TrainingDivergedError(f"{what[0].upper()}{what[1:]} with the weights in '{path}' (they diverged); nothing "
+                                 "was scored or written. Use the run's other checkpoint, or train again with a smaller "
+                                 "train.lr.")
+
+
 def _prepare(target, kind: str, device: str | None, overrides, action: str):
+    if not isinstance(target, (str, os.PathLike)):
+        raise ConfigError(f"target={target!r} must be a run folder or a checkpoint file (a str or a pathlib.Path).")
     path = checkpoint.find(target, kind)
     state = {**checkpoint.load(path), "path": str(path)}
     config = resolve_config(state["config"], overrides=overrides, device=device, nproc=1)
     check_frozen(state["config"], config.to_dict(), INFERENCE_FROZEN, action)
     config = preflight(config)
-    data = load_dataset(config)
+    with no_downloads():  # the checkpoint names the data; it never makes us fetch or create it
+        data = load_dataset(config)
     _check_fits(path, state, data)
     return path, state, config, data
 
@@ -74,27 +94,44 @@ def _check_fits(path: Path, state: dict, data: GraphData | GraphCollection) -> N
             )
 
 
-def _check_out(out: Path) -> Path:
+def _check_out(out) -> Path:
+    if not isinstance(out, (str, os.PathLike)):
+        raise ConfigError(f"out={out!r} must be a path ending in .npz (a str or a pathlib.Path).")
+    out = Path(out)
     if out.suffix != ".npz":
         raise ConfigError(f"--out {out} must end in .npz (numpy.load reads it), e.g. --out preds.npz.")
-    if out.exists():
+    if out.exists() or out.is_symlink():
         raise OutputExistsError(f"'{out}' already exists; choose a new --out (gnnbridge never overwrites a file).")
     return out
 
 
-def _write_npz(out: Path, arrays: dict[str, np.ndarray]) -> None:
+@contextlib.contextmanager
+def _reserved(out: Path):
+    """A temporary file beside ``out``, created before any work (so an unwritable folder is found
+    at once) and always removed; ``out`` itself appears only whole (see :func:`_write_npz`)."""
+    tmp = out.with_name(f".{out.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp.touch(exist_ok=False)
+    except OSError as exc:
+        raise output_error(out, exc, "--out") from None
+    try:
+        yield tmp
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _write_npz(out: Path, tmp: Path, arrays: dict[str, np.ndarray]) -> None:
     """Written beside ``out`` and linked into place: a crash leaves no half file, and a file that
     appeared meanwhile is not replaced."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     try:
         with open(tmp, "wb") as f:
             np.savez(f, **arrays)
         os.link(tmp, out)
     except FileExistsError:
         raise OutputExistsError(f"'{out}' appeared while predicting; it was left as it is.") from None
-    finally:
-        tmp.unlink(missing_ok=True)
+    except OSError as exc:
+        raise output_error(out, exc, "--out") from None
 
 
 def _describe(path: Path, state: dict, config: ExperimentConfig) -> dict:

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gnnbridge.core.app.resolve import check_frozen, resolve_config
-from gnnbridge.core.app.rundir import CONFIG, make_run_dir, new_run_dir, write_text_atomic
+from gnnbridge.core.app.rundir import CONFIG, lock, make_run_dir, new_run_dir, output_error, write_text_atomic
 from gnnbridge.core.contracts import config as cfgmod
 from gnnbridge.core.contracts.config import ExperimentConfig
-from gnnbridge.core.errors import ConfigError, DataFileNotFoundError
+from gnnbridge.core.errors import ConfigError, DataFileNotFoundError, GnnBridgeError
 from gnnbridge.core.training import checkpoint
 from gnnbridge.core.training.state import TrainState
 
@@ -45,9 +45,19 @@ class Plan:
         """The run folder and what to remove if the run fails (when continuing: only what a first
         attempt of this job created, once no restart is left)."""
         if self.resume_dir is not None:
-            checkpoint.remove_partial(self.resume_dir)  # left by a write the kill cut short
+            try:
+                lock(self.resume_dir)  # a second --resume of a run still going is refused here
+                checkpoint.remove_partial(self.resume_dir)  # left by a write the kill cut short
+            except GnnBridgeError:
+                raise
+            except OSError as exc:
+                raise output_error(self.resume_dir, exc, "the run folder") from None
             return self.resume_dir, self.created
         return make_run_dir(new_run_dir(self.config, self.out), exclusive=self.out is None)
+
+    def folder(self) -> Path:
+        """Where the run will write (its file system decides whether the checkpoints fit)."""
+        return Path(self.resume_dir or self.out or "runs")
 
     def check_out(self) -> None:
         """Refuse a used ``--out`` (rank 0 of a job calls this before any work)."""

@@ -13,9 +13,15 @@ import torch
 
 from gnnbridge.core.contracts.config import DeviceChoice, ExperimentConfig, Task
 from gnnbridge.core.contracts.plugins import backends, datasets
-from gnnbridge.core.errors import BackendUnavailableError, ConfigError, unknown_name
+from gnnbridge.core.errors import BackendUnavailableError, ConfigError, ResourceError, unknown_name
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData
+from gnnbridge.core.runtime.host import available_memory, format_bytes, free_disk
+
+# Bytes per parameter while training: the weights, their gradients, Adam's two moments and the
+# best epoch's copy. A checkpoint holds the weights and both moments.
+TRAIN_BYTES_PER_PARAM = 4 * 5
+CHECKPOINT_BYTES_PER_PARAM = 4 * 3
 
 
 def preflight(config: ExperimentConfig, count_gpus: bool = True) -> ExperimentConfig:
@@ -95,7 +101,65 @@ def load_dataset(config: ExperimentConfig) -> GraphData | GraphCollection:
                 f"The {split} split has {size} {data.item_name}(s), fewer than nproc={config.nproc}; "
                 f"use --nproc {size} or fewer, or a larger {split} split."
             )
+    _check_monitor_can_improve(config, data)
+    check_memory(config, data)
     return data
+
+
+def _check_monitor_can_improve(config: ExperimentConfig, data: GraphData | GraphCollection) -> None:
+    """ROC-AUC is undefined on a split holding one class: such a monitor never names a best epoch."""
+    if config.train.monitor != "val_roc_auc":
+        return
+    classes = data.y[data.val_idx].unique()
+    if classes.numel() < 2:
+        raise ConfigError(
+            f"train.monitor=val_roc_auc, but every {data.item_name} of the val split has class {int(classes[0])}, "
+            "so ROC-AUC is undefined there and no epoch could ever be best; use train.monitor=val_acc, or a "
+            "val split holding both classes."
+        )
+
+
+def model_parameters(config: ExperimentConfig, data: GraphData | GraphCollection) -> int:
+    return config.model.parameter_estimate(data.num_features, data.num_classes)
+
+
+def check_memory(config: ExperimentConfig, data: GraphData | GraphCollection) -> None:
+    """Refuse a model (or a label space) this machine cannot hold, before any rank allocates it:
+    ``model.hidden=10**7`` would otherwise grow until the kernel kills the job."""
+    params = model_parameters(config, data)
+    ranks = config.nproc if config.device is DeviceChoice.CPU else 1  # GPU ranks hold weights on their device
+    width = max(config.model.hidden * config.model.heads, data.num_classes)
+    need = (ranks * (params * TRAIN_BYTES_PER_PARAM + 2 * 8 * data.num_classes**2)  # + confusion matrices
+            + 2 * 4 * data.num_nodes * width)  # one layer's input and output for every node (full-graph eval)
+    free = available_memory()
+    if need > free:
+        raise ResourceError(
+            f"model.hidden={config.model.hidden}, model.layers={config.model.layers} on {data.num_features} features "
+            f"and {data.num_classes} classes make a model of about {params:,} parameters; training it on "
+            f"{ranks} rank(s) needs about {format_bytes(need)} of memory but {format_bytes(free)} is free. Use a "
+            "smaller model.hidden or model.layers."
+        )
+    if config.device is DeviceChoice.CUDA:
+        total = torch.cuda.get_device_properties(0).total_memory
+        if params * TRAIN_BYTES_PER_PARAM > total:
+            raise ResourceError(
+                f"A model of about {params:,} parameters (model.hidden={config.model.hidden}) needs about "
+                f"{format_bytes(params * TRAIN_BYTES_PER_PARAM)} to train, more than the GPU's "
+                f"{format_bytes(total)}; use a smaller model.hidden or model.layers."
+            )
+
+
+def check_disk(config: ExperimentConfig, data: GraphData | GraphCollection, folder) -> None:
+    """Two checkpoints must fit where the run writes them (the new one is written beside the old
+    one before it replaces it): found now, not after the first epoch."""
+    need = 2 * model_parameters(config, data) * CHECKPOINT_BYTES_PER_PARAM
+    free = free_disk(folder)
+    if need > free:
+        raise ResourceError(
+            f"The run's checkpoints need about {format_bytes(need)} (a model of about "
+            f"{model_parameters(config, data):,} parameters) but '{folder}' has {format_bytes(free)} free; free "
+            "some space, choose another --out, or use a smaller model."
+        )
 
 
 def _check_data_task(config: ExperimentConfig, data: GraphData | GraphCollection) -> None:

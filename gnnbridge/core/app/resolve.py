@@ -30,18 +30,26 @@ def resolve_config(
     max_restarts: int | None = None,
 ) -> ExperimentConfig:
     """Merge defaults, an experiment, ``--dataset``, ``--set`` overrides and flags; validate."""
+    overrides = cfgmod.check_overrides(overrides)
     if isinstance(experiment, ExperimentConfig):
         data = experiment.to_dict()
     elif isinstance(experiment, dict):
+        cfgmod.check_plain(experiment, "The experiment")  # before it is copied or printed
         data = experiment
-    else:
+    elif experiment is None or isinstance(experiment, (str, os.PathLike)):
         data = _experiment_dict(experiment)
+    else:
+        raise ConfigError(f"experiment={cfgmod.show(experiment)} ({type(experiment).__name__}) is not an experiment; "
+                          "give a YAML path, a built-in name (gnnbridge experiments), a dict or an ExperimentConfig.")
+    if dataset is not None and not isinstance(dataset, (str, os.PathLike)):
+        raise ConfigError(f"dataset={cfgmod.show(dataset)} must be a dataset name or a .npz path.")
+    dataset = os.fspath(dataset) if dataset is not None else None
     if dataset is not None:
         data = {**data, "dataset": _dataset_section(dataset)}
         if experiment is None:  # the default experiment's name would mislabel this run
             data = {k: v for k, v in data.items() if k != "description"}
             data["name"] = Path(dataset).stem
-    data = cfgmod.apply_overrides(data, list(overrides))
+    data = cfgmod.apply_overrides(data, overrides)
     flags = {"backend": backend, "nproc": nproc, "device": device, "timeout": timeout, "max_restarts": max_restarts}
     data = {**data, **{k: v for k, v in flags.items() if v is not None}}
     config = cfgmod.from_dict(data)

@@ -5,23 +5,43 @@ A run folder holds ``config.yaml``, ``checkpoints/`` (see
 :mod:`~gnnbridge.core.training.checkpoint`), ``results.json`` and ``curves.png``. A failed run
 with a checkpoint is kept (it can be resumed, by hand or by a restart); one without is removed,
 but only the folders this run created.
+
+Claiming a folder: "is it empty?" and "create it" are two steps, so two runs started at the same
+instant could both pass the first. The run that continues or creates a folder therefore holds an
+exclusive ``flock`` on ``.gnnbridge.lock`` inside it for as long as it runs (the kernel drops it
+when the process dies, however it dies), and checks emptiness again once it holds the lock. A
+second run on the same folder, a ``--resume`` of a run that is still going included, is refused
+in one line. Every temporary file gets a name of its own, so no two writers ever share one.
 """
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
 import re
 import shutil
+import signal
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 from gnnbridge.core.contracts.config import ExperimentConfig
-from gnnbridge.core.errors import GnnBridgeError, OutputExistsError
+from gnnbridge.core.errors import (
+    GnnBridgeError,
+    OutputExistsError,
+    OutputPathError,
+    RunInterrupted,
+    TrainingDivergedError,
+    signal_name,
+)
 from gnnbridge.core.training import checkpoint
 
 RESULTS = "results.json"
 CONFIG = "config.yaml"
+LOCK = ".gnnbridge.lock"
+_held: dict[Path, int] = {}  # run folder -> the descriptor holding its lock, in this process
 
 
 def new_run_dir(config: ExperimentConfig, out: str | os.PathLike | None, root: str | os.PathLike = "runs") -> Path:
@@ -29,14 +49,37 @@ def new_run_dir(config: ExperimentConfig, out: str | os.PathLike | None, root: s
     ``runs/<name>-<backend>-<time>``. Nothing is created here (see :func:`make_run_dir`)."""
     if out is not None:
         path = Path(out)
-        if path.exists() and (not path.is_dir() or any(path.iterdir())):
-            raise OutputExistsError(
-                f"Output folder '{path}' already exists and is not empty; choose a new --out "
-                "(gnnbridge never overwrites a run)."
-            )
+        try:
+            _check_unused(path)
+        except GnnBridgeError:
+            raise
+        except OSError as exc:
+            raise output_error(path, exc, "--out") from None
         return path
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path(root) / f"{_slug(config.name)}-{config.backend}-{stamp}"
+    return Path(root) / f"{_slug(config.name)[:64]}-{_slug(config.backend)[:32]}-{stamp}"
+
+
+def _check_unused(path: Path) -> None:
+    if path.is_symlink() and not path.exists():
+        raise OutputPathError(f"--out {path} is a symbolic link to '{os.readlink(path)}', which does not exist; "
+                              "give a real folder.")
+    if path.exists() and not path.is_dir():
+        raise OutputExistsError(f"--out {path} is a file, not a folder; choose a new --out (gnnbridge never "
+                                "overwrites a file).")
+    entries = {p.name for p in path.iterdir()} - {LOCK} if path.exists() else set()
+    if path.exists() and _locked_elsewhere(path):
+        raise OutputExistsError(f"Output folder '{path}' is in use by another gnnbridge run; choose a new --out.")
+    if entries == {CONFIG}:
+        raise OutputExistsError(
+            f"Output folder '{path}' holds only the config.yaml of a run that was killed before its first "
+            "checkpoint (nothing to resume); remove the folder or choose a new --out."
+        )
+    if entries:
+        raise OutputExistsError(
+            f"Output folder '{path}' already exists and is not empty; choose a new --out "
+            "(gnnbridge never overwrites a run)."
+        )
 
 
 def make_run_dir(path: Path, exclusive: bool) -> tuple[Path, Path | None]:
@@ -46,18 +89,93 @@ def make_run_dir(path: Path, exclusive: bool) -> tuple[Path, Path | None]:
     folder: creation is atomic and a taken name gets a ``-2``, ``-3`` ... suffix.
     """
     created = next((p for p in reversed([path, *path.parents]) if not p.exists()), None)
-    if not exclusive:
-        path.mkdir(parents=True, exist_ok=True)
-        return path, created
-    path.parent.mkdir(parents=True, exist_ok=True)
-    candidate, n = path, 1
-    while True:
-        try:
-            candidate.mkdir()
+    try:
+        if not exclusive:
+            path.mkdir(parents=True, exist_ok=True)
+            lock(path)
+            _check_unused(path)  # again, now that no other run can take it: it may have lost the race
+            return path, created
+        path.parent.mkdir(parents=True, exist_ok=True)
+        candidate, n = path, 1
+        while True:
+            try:
+                candidate.mkdir()
+            except FileExistsError:
+                n += 1
+                candidate = path.with_name(f"{path.name}-{n}")
+                continue
+            lock(candidate)
             return candidate, created if created != path else candidate
-        except FileExistsError:
-            n += 1
-            candidate = path.with_name(f"{path.name}-{n}")
+    except GnnBridgeError:
+        release(path)
+        raise
+    except OSError as exc:
+        raise output_error(path, exc, "the run folder") from None
+
+
+def lock(run_dir: Path) -> None:
+    """Hold ``run_dir`` for this process until :func:`release` (or its exit); refuse if another
+    process holds it."""
+    if run_dir in _held:
+        return
+    fd = os.open(run_dir / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise OutputExistsError(
+            f"Run folder '{run_dir}' is in use by another gnnbridge run (training or resuming it); wait for it to "
+            "finish, or choose another folder."
+        ) from None
+    except OSError:  # a file system without locks (some network mounts): go on unguarded
+        pass
+    _held[run_dir] = fd
+
+
+def release(run_dir: Path | None) -> None:
+    fd = _held.pop(run_dir, None) if run_dir is not None else None
+    if fd is not None:
+        os.close(fd)
+
+
+def _locked_elsewhere(path: Path) -> bool:
+    if path in _held or not (path / LOCK).is_file():
+        return False
+    try:
+        fd = os.open(path / LOCK, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+OS_REASONS = {
+    errno.EROFS: "it is on a read-only file system",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.ENOTDIR: "a part of the path is a file, not a folder",
+    errno.ENAMETOOLONG: "a name in it is longer than the file system allows (255 bytes)",
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "the disk quota is exhausted",
+    errno.EEXIST: "it exists and is not a folder (a file, or a link to nothing)",
+    errno.ENOENT: "a part of the path does not exist (a link to nothing?)",
+    errno.ELOOP: "it is a loop of symbolic links",
+}
+
+
+def output_error(path: Path, exc: OSError, what: str) -> OutputPathError:
+    """One line for an ``OSError`` raised while writing ``path``: what, where, why, and the fix."""
+    reason = OS_REASONS.get(exc.errno, exc.strerror or type(exc).__name__)
+    fix = "free some space and try again" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else \
+        "choose a folder you can write (--out DIR)"
+    return OutputPathError(f"Cannot write {what} '{path}': {reason}; {fix}.")
 
 
 def _slug(text: str) -> str:
@@ -69,9 +187,14 @@ def write_json_atomic(path: Path, payload: Any) -> None:
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    """Written under a name no other writer uses, then renamed over ``path`` in one step."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise output_error(path, exc, path.name) from None
 
 
 def discard(run_dir: Path, created: Path | None) -> None:
@@ -87,13 +210,25 @@ def discard(run_dir: Path, created: Path | None) -> None:
         shutil.rmtree(created, ignore_errors=True)
     else:  # the user's own (empty) folder: take back only what we wrote
         (run_dir / CONFIG).unlink(missing_ok=True)
+        shutil.rmtree(run_dir / checkpoint.FOLDER, ignore_errors=True)  # empty: no checkpoint was written
+        (run_dir / LOCK).unlink(missing_ok=True)
 
 
-def hint_resume(exc: BaseException, run_dir: Path) -> None:
-    """A failed run that left a checkpoint says how to continue it, on its one error line."""
-    if isinstance(exc, GnnBridgeError) and exc.args and checkpoint.has_checkpoint(run_dir):
-        line = f"{str(exc.args[0]).rstrip('.')}. The run's checkpoint is kept; continue it with: "
-        exc.args = (f"{line}gnnbridge train --resume {run_dir}",)
+def explain_stop(exc: BaseException, run_dir: Path) -> BaseException:
+    """The error to raise for a run that stopped: its one line says whether the run was kept and
+    how to continue it. Ctrl-C and SIGTERM become :class:`RunInterrupted` (a KeyboardInterrupt)."""
+    kept = checkpoint.has_checkpoint(run_dir)
+    resume = f"gnnbridge train --resume {run_dir}"
+    if isinstance(exc, KeyboardInterrupt):
+        signum = getattr(exc, "signum", signal.SIGINT)
+        state = f"its checkpoint is kept in {run_dir}; continue it with: {resume}" if kept else \
+            "it had no checkpoint yet, so its run folder was removed"
+        return RunInterrupted(signum, f"Stopped by {signal_name(signum)}: {state}.")
+    if isinstance(exc, GnnBridgeError) and exc.args and kept:
+        fix = " --set train.lr=SMALLER" if isinstance(exc, TrainingDivergedError) else ""
+        line = f"{str(exc.args[0]).rstrip('.')}. The run's last good checkpoint is kept; continue it with: "
+        exc.args = (f"{line}{resume}{fix}",)
+    return exc
 
 
 def keep_earlier_results(run_dir: Path) -> None:

@@ -20,15 +20,20 @@ from pathlib import Path
 
 from gnnbridge.core.app import results
 from gnnbridge.core.app.plan import Plan, plan_resume
-from gnnbridge.core.app.preflight import load_dataset, preflight
+from gnnbridge.core.app.preflight import check_disk, load_dataset, preflight
 from gnnbridge.core.app.resolve import resolve_config
-from gnnbridge.core.app.rundir import discard, hint_resume
+from gnnbridge.core.app.rundir import discard, explain_stop, release
 from gnnbridge.core.contracts.config import ExperimentConfig
 from gnnbridge.core.errors import ConfigError, GnnBridgeError
 from gnnbridge.core.records.data import LabelledRecord
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.runtime.jobs import JobEnv, detect_job
-from gnnbridge.core.runtime.launcher import launch
+from gnnbridge.core.runtime.launcher import (
+    interrupt_on_sigterm,
+    launch,
+    refuse_unguarded_script,
+    refuse_unguarded_start,
+)
 from gnnbridge.core.runtime.sharing import node_shared
 from gnnbridge.core.training.trainer import Trainer
 
@@ -59,7 +64,9 @@ def run(
     Inside a torchrun or SLURM job this process is one rank of it: rank 0 writes the run folder
     and returns the results, every other rank returns ``None``.
     """
+    refuse_unguarded_start()
     flags = {"backend": backend, "nproc": nproc, "device": device, "timeout": timeout, "max_restarts": max_restarts}
+    _check_paths(out=out, resume=resume)
     job = detect_job()
     if resume is not None:  # a restarted attempt of a resumed job checks nothing again (see Plan.after_restart)
         plan = plan_resume(resume, experiment, dataset, out, overrides, flags, check_epochs=not (job and job.attempt))
@@ -67,8 +74,17 @@ def run(
         plan = Plan(resolve_config(experiment, overrides=overrides, dataset=dataset, **flags), out)
     if job is not None:
         return _run_job_rank(job, plan, flags, progress)
+    if plan.config.nproc > 1 or plan.config.max_restarts:
+        refuse_unguarded_script()
+    with interrupt_on_sigterm():
+        return _run_local(plan, progress)
+
+
+def _run_local(plan: Plan, progress: bool) -> dict:
+    """This process launches the ranks and owns the run folder."""
     plan.config = preflight(plan.config)
     data = load_dataset(plan.config)
+    check_disk(plan.config, data, plan.folder())
     run_dir, created = plan.make_run_dir()
     try:
         plan.write_config(run_dir)
@@ -76,11 +92,18 @@ def run(
         config = plan.config
         launch(_local_worker, config.nproc, config.device.value, (plan, data, run_dir, progress),
                timeout_s=config.timeout, max_restarts=config.max_restarts)
+        return results.finish(run_dir)
     except BaseException as exc:
         discard(run_dir, created)
-        hint_resume(exc, run_dir)
-        raise
-    return results.finish(run_dir)
+        raise explain_stop(exc, run_dir) from None
+    finally:
+        release(run_dir)
+
+
+def _check_paths(**paths) -> None:
+    for name, value in paths.items():
+        if value is not None and not isinstance(value, (str, os.PathLike)):
+            raise ConfigError(f"{name}={value!r} ({type(value).__name__}) must be a path (a str or a pathlib.Path).")
 
 
 def _local_worker(ctx: DistContext, plan: Plan, data: LabelledRecord, run_dir: Path, progress: bool) -> None:
@@ -139,11 +162,12 @@ def _job_worker(ctx: DistContext, plan: Plan, progress: bool) -> dict | None:
     try:
         plan.write_config(run_dir)
         _worker(ctx, plan, data, run_dir, progress)
+        return results.finish(run_dir)
     except BaseException as exc:
         discard(run_dir, created)
-        hint_resume(exc, run_dir)
-        raise
-    return results.finish(run_dir)
+        raise explain_stop(exc, run_dir) from None
+    finally:
+        release(run_dir)
 
 
 def _published_run_dir(ctx: DistContext) -> tuple[Path | None, Path | None]:

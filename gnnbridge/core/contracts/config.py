@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import enum
+import math
 import re
 import types
 import typing
@@ -53,6 +54,15 @@ POOLINGS = ("sum", "mean")  # graph readouts (GIN's paper and DGL's tutorial use
 # whole job is stopped: long enough for a slow step on a big graph, short enough that a dead
 # rank does not hold a cluster allocation for long.
 DEFAULT_TIMEOUT_S = 180
+MAX_TIMEOUT_S = 7 * 24 * 3600  # beyond a week no step is slow, it is stuck (and timedelta/thread waits overflow)
+
+# Bounds on what a config may be, checked before anything prints, copies or recurses into it: an
+# experiment is a few dozen values three levels deep, so these refuse only what is not a config
+# (a YAML alias bomb, a list nested thousands deep, a multi-megabyte file), in one line.
+MAX_DEPTH = 32
+MAX_VALUES = 100_000  # counted with every alias expanded
+MAX_TEXT_BYTES = 1_000_000
+MAX_INT = 2**63 - 1  # what torch and numpy can hold
 
 
 @dataclass
@@ -83,12 +93,12 @@ class ModelSpec:
             raise ConfigError(f"model.dropout={self.dropout} is out of range; expected 0 <= dropout < 1.")
         if self.aggr not in AGGREGATIONS:
             raise ConfigError(
-                f"model.aggr={self.aggr!r} is not supported{did_you_mean(self.aggr, AGGREGATIONS)}. "
+                f"model.aggr={show(self.aggr)} is not supported{did_you_mean(self.aggr, AGGREGATIONS)}. "
                 f"Choose one of: {', '.join(AGGREGATIONS)} (the aggregations both libraries compute alike)."
             )
         if self.pooling not in POOLINGS:
             raise ConfigError(
-                f"model.pooling={self.pooling!r} is not supported{did_you_mean(self.pooling, POOLINGS)}. "
+                f"model.pooling={show(self.pooling)} is not supported{did_you_mean(self.pooling, POOLINGS)}. "
                 f"Choose one of: {', '.join(POOLINGS)}."
             )
         if self.arch == "gat" and self.layers > 1 and self.hidden % self.heads:
@@ -96,6 +106,16 @@ class ModelSpec:
                 f"model.hidden={self.hidden} is not divisible by model.heads={self.heads}; GAT splits "
                 "the hidden width over its heads."
             )
+
+    def parameter_estimate(self, in_dim: int, out_dim: int) -> int:
+        """An upper bound on the parameters any backend builds for this spec (two input projections
+        and one hidden-to-hidden map per layer covers SAGE, GCN, GAT and GIN's MLPs), computed
+        without building anything: it decides whether a model can fit before it is allocated."""
+        total = 0
+        for i, o, h in self.layer_dims(in_dim, out_dim):
+            width = o * h
+            total += 2 * (i + 1) * width + (width + 1) * width
+        return total
 
     def layer_dims(self, in_dim: int, out_dim: int) -> list[tuple[int, int, int]]:
         """(input width, per-head output width, heads) per layer; every backend builds these."""
@@ -142,7 +162,7 @@ class TrainConfig:
                 raise ConfigError(f"train.{key}={getattr(self, key)} must be >= 0 (0 turns it off).")
         if self.monitor not in MONITORS:
             raise ConfigError(
-                f"train.monitor={self.monitor!r} is not a validation metric{did_you_mean(self.monitor, MONITORS)}. "
+                f"train.monitor={show(self.monitor)} is not a validation metric{did_you_mean(self.monitor, MONITORS)}. "
                 f"Choose one of: {', '.join(MONITORS)} (val_roc_auc for two classes only)."
             )
         if not 0 <= self.seed < 2**63:
@@ -182,8 +202,9 @@ class ExperimentConfig:
         _positive("nproc", self.nproc)
         if self.max_restarts < 0:
             raise ConfigError(f"max_restarts={self.max_restarts} must be >= 0 (0: a failure ends the run).")
-        if self.timeout <= 0:
-            raise ConfigError(f"timeout={self.timeout} must be a positive number of seconds, e.g. --timeout 120.")
+        if not 0 < self.timeout <= MAX_TIMEOUT_S:
+            raise ConfigError(f"timeout={self.timeout} must be a positive number of seconds up to {MAX_TIMEOUT_S} "
+                              "(a week), e.g. --timeout 120.")
         # Graph tasks read whole graphs: fanouts do not apply to them.
         if self.task is Task.NODE and len(self.sampler.fanouts) != self.model.layers:
             raise ConfigError(
@@ -220,7 +241,30 @@ def from_dict(data: dict) -> ExperimentConfig:
     """Validate a nested dict into an :class:`ExperimentConfig` (raises :class:`ConfigError`)."""
     if not isinstance(data, dict):
         raise ConfigError(f"A config must be a mapping of sections, got {type(data).__name__}.")
+    check_plain(data, "The config")
     return _build(ExperimentConfig, data, prefix="")
+
+
+def check_plain(value: Any, where: str) -> None:
+    """Refuse a value nested deeper than :data:`MAX_DEPTH` or holding more than
+    :data:`MAX_VALUES` values once shared references (YAML aliases, pickle memo) are expanded.
+
+    Iterative and stopped at the bound, so it costs at most ``MAX_VALUES`` steps whatever it is
+    given (a cycle or a billion-laughs value included); everything after it (printing the value
+    in a message, copying it, flattening it) may then recurse and expand freely."""
+    stack, seen = [(value, 1)], 0
+    while stack:
+        item, depth = stack.pop()
+        seen += 1
+        if seen > MAX_VALUES:
+            raise ConfigError(f"{where} expands to more than {MAX_VALUES:,} values (a YAML alias bomb or a "
+                              "self-referencing value?); an experiment holds a few dozen.")
+        if isinstance(item, (dict, list, tuple, set)):
+            if depth > MAX_DEPTH:
+                raise ConfigError(f"{where} is nested more than {MAX_DEPTH} levels deep; an experiment has "
+                                  "sections, keys and at most a short list.")
+            children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
 
 
 def _build(cls: type, data: dict, prefix: str) -> Any:
@@ -232,7 +276,7 @@ def _build(cls: type, data: dict, prefix: str) -> Any:
         if key not in names:
             valid = ", ".join(f"{prefix}{n}" for n in names)
             raise ConfigError(
-                f"Unknown config key '{full}'{did_you_mean(key, names)}. Valid keys here: {valid}."
+                f"Unknown config key {show(str(full))}{did_you_mean(str(key)[:100], names)}. Valid keys here: {valid}."
             )
         kwargs[key] = _coerce(full, value, hints[key])
     try:
@@ -251,37 +295,84 @@ def _coerce(key: str, value: Any, hint: Any) -> Any:
         return _coerce(key, value, args[0])
     if dataclasses.is_dataclass(hint):
         if not isinstance(value, dict):
-            raise ConfigError(f"Config key '{key}' must be a section (mapping), got {value!r}.")
+            raise ConfigError(f"Config key '{key}' must be a section (mapping), got {show(value)}.")
         return _build(hint, value, prefix=f"{key}.")
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         choices = [m.value for m in hint]
         if value not in choices:
             raise ConfigError(
-                f"{key}={value!r} is not valid{did_you_mean(str(value), choices)}. "
+                f"{key}={show(value)} is not valid{did_you_mean(str(value)[:100], choices)}. "
                 f"Choose one of: {', '.join(choices)}."
             )
         return hint(value)
     if origin is list:
         (item,) = typing.get_args(hint)
         if not isinstance(value, list):
-            raise ConfigError(f"{key}={value!r} must be a list, e.g. {key}=[25,10].")
+            raise ConfigError(f"{key}={show(value)} must be a list, e.g. {key}=[25,10].")
         return [_coerce(f"{key}[{i}]", v, item) for i, v in enumerate(value)]
     if hint is dict or origin is dict:
         if not isinstance(value, dict):
-            raise ConfigError(f"{key}={value!r} must be a mapping.")
+            raise ConfigError(f"{key}={show(value)} must be a mapping, e.g. {key}={{num_nodes: 1000}}.")
         return dict(value)
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
+        value = _float(key, value)
     if hint is float and isinstance(value, str) and _EXPONENT.fullmatch(value.strip()):
-        return float(value)  # YAML 1.1 reads 1e-3 (no dot) as a string; every user means the number
+        value = _float(key, value)  # YAML 1.1 reads 1e-3 (no dot) as a string; every user means the number
     if hint in (int, float, str, bool) and (type(value) is not hint):
         raise ConfigError(
-            f"{key}={value!r} has the wrong type: expected {hint.__name__}, got {type(value).__name__}."
+            f"{key}={show(value)} has the wrong type: expected {hint.__name__}, got {type(value).__name__}."
         )
+    if hint is float:
+        check_finite(key, value)
+    if hint is int and abs(value) > MAX_INT:
+        raise ConfigError(f"{key}={show(value)} is too large; it must fit in 64 bits (at most {MAX_INT}).")
     return value
 
 
+def _float(key: str, value: int | str) -> float:
+    try:
+        return float(value)
+    except OverflowError:
+        raise ConfigError(f"{key}={show(value)} is too large for a float; give a finite number.") from None
+
+
+def check_finite(key: str, value: float) -> None:
+    """Refuse NaN and infinity: they pass every ``>`` check one writes (``inf > 0``) and then
+    train to NaN, or wait forever."""
+    if not math.isfinite(value):
+        raise ConfigError(f"{key}={value} is not a finite number; give a real number (NaN and infinity are refused).")
+
+
+def show(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters: a message names the value, it does not dump it."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit - 3]}..."
+
+
 # --------------------------------------------------------------------------- files and overrides
+
+
+def safe_yaml(text: str, where: str) -> Any:
+    """``yaml.safe_load`` that refuses, in one line, what is not a config: text over
+    :data:`MAX_TEXT_BYTES`, nesting deeper than :data:`MAX_DEPTH` (PyYAML builds nested values
+    recursively and would end in a RecursionError) and values that expand past
+    :data:`MAX_VALUES` (an alias bomb loads in microseconds but never finishes printing).
+    Raises ``yaml.YAMLError`` for text that is not YAML."""
+    if len(text) > MAX_TEXT_BYTES:
+        raise ConfigError(f"{where} is {len(text):,} characters long; an experiment is a few lines "
+                          f"(at most {MAX_TEXT_BYTES:,}).")
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):  # the parser is a state machine: no recursion
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise ConfigError(f"{where} is nested more than {MAX_DEPTH} levels deep; an experiment has "
+                                  "sections, keys and at most a short list.")
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+    data = yaml.safe_load(text)
+    check_plain(data, where)
+    return data
 
 
 def load_yaml(path: str | Path) -> dict:
@@ -290,7 +381,7 @@ def load_yaml(path: str | Path) -> dict:
     if not path.is_file():
         raise DataFileNotFoundError(f"Config file '{path}' does not exist.")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = safe_yaml(path.read_text(), f"Config file '{path}'")
     except (OSError, UnicodeDecodeError) as exc:
         raise DataFileNotFoundError(f"Config file '{path}' cannot be read: {exc}.") from None
     except yaml.YAMLError as exc:
@@ -306,20 +397,41 @@ def load_yaml(path: str | Path) -> dict:
 
 def parse_override(text: str) -> tuple[list[str], Any]:
     """``'model.hidden=128'`` -> ``(['model', 'hidden'], 128)``; VALUE is read as YAML."""
+    if not isinstance(text, str):
+        raise ConfigError(f"An override must be a 'KEY=VALUE' string, got {show(text)} ({type(text).__name__}).")
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
-        raise ConfigError(f"--set '{text}' is not KEY=VALUE, e.g. --set model.hidden=128.")
+        raise ConfigError(f"--set {show(text)} is not KEY=VALUE, e.g. --set model.hidden=128.")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
+        value = safe_yaml(raw, f"--set {key.strip()[:80]}") if raw.strip() else None
     except yaml.YAMLError:
-        raise ConfigError(f"--set '{text}': the value '{raw}' is not valid YAML.") from None
+        raise ConfigError(f"--set {show(text)}: the value {show(raw)} is not valid YAML "
+                          "(quote a string, e.g. --set name='\"my run\"').") from None
     return key.strip().split("."), value
+
+
+def check_overrides(overrides: Any) -> list[str]:
+    """``overrides`` as a list of strings; a bare string is refused (iterating it would apply one
+    override per character)."""
+    if isinstance(overrides, (str, bytes)):
+        raise ConfigError(f"overrides={show(overrides)} is a string; pass a list of 'KEY=VALUE' strings, "
+                          f"e.g. overrides=[{show(overrides)}].")
+    try:
+        items = list(overrides or ())
+    except TypeError:
+        raise ConfigError(f"overrides={show(overrides)} is not a list of 'KEY=VALUE' strings, "
+                          "e.g. overrides=['train.epochs=5'].") from None
+    for item in items:
+        if not isinstance(item, str):
+            raise ConfigError(f"overrides holds {show(item)} ({type(item).__name__}); each must be a 'KEY=VALUE' "
+                              "string, e.g. 'train.epochs=5'.")
+    return items
 
 
 def apply_overrides(data: dict, overrides: list[str]) -> dict:
     """Return a copy of ``data`` with every ``KEY=VALUE`` override applied."""
     data = copy.deepcopy(data)
-    for text in overrides:
+    for text in check_overrides(overrides):
         path, value = parse_override(text)
         node = data
         for part in path[:-1]:

@@ -12,6 +12,8 @@ is how tests and users isolate a misbehaving third-party package.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import importlib
 import importlib.metadata
 import os
@@ -23,7 +25,7 @@ from typing import Any
 import pluggy
 
 from gnnbridge.core.contracts import hookspecs
-from gnnbridge.core.errors import ConfigError, GnnBridgeError, unknown_name
+from gnnbridge.core.errors import ConfigError, GnnBridgeError, did_you_mean, unknown_name
 
 ENTRY_POINT_GROUP = "gnnbridge"
 ENV_LOAD = "GNNBRIDGE_LOAD_PLUGINS"
@@ -54,7 +56,9 @@ def load_plugins() -> None:
         if _loaded:
             return
         allowed = _allowed()
-        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        points = list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+        _check_allowed(allowed, {ep.name for ep in points} | set(_defaults))
+        for ep in points:
             if allowed is not None and ep.name not in allowed:
                 continue
             try:
@@ -69,6 +73,35 @@ def load_plugins() -> None:
             _register(importlib.import_module(module), name)
         pm.check_pending()
         _loaded = True
+
+
+_downloads: contextvars.ContextVar[bool] = contextvars.ContextVar("gnnbridge_downloads", default=True)
+
+
+def downloads_allowed() -> bool:
+    """Whether a dataset plugin may download or create its files now. ``evaluate`` and
+    ``predict`` load the dataset a checkpoint names, and a checkpoint is data, not orders: there a
+    dataset must already be where its config says, or the loader raises one line."""
+    return _downloads.get()
+
+
+@contextlib.contextmanager
+def no_downloads():
+    token = _downloads.set(False)
+    try:
+        yield
+    finally:
+        _downloads.reset(token)
+
+
+def _check_allowed(allowed: set[str] | None, known: set[str]) -> None:
+    unknown = sorted((allowed or set()) - known)
+    if unknown:
+        raise PluginError(
+            f"{ENV_LOAD}={os.environ.get(ENV_LOAD)!r} names {', '.join(repr(u) for u in unknown)}, which is not an "
+            f"installed plugin{did_you_mean(unknown[0], known)}. Installed: {', '.join(sorted(known))} "
+            "(gnnbridge plugins lists them; unset the variable to load all)."
+        )
 
 
 def set_defaults(plugins: dict[str, str], backend: str | None) -> None:

@@ -197,13 +197,26 @@ def infer_num_classes(y: torch.Tensor) -> int:
         raise DataError(f"y holds one class only ({int(present[0])}); classification needs at least 2 classes.")
     num_classes = int(y.max()) + 1
     if present.numel() != num_classes:
-        absent = sorted(set(range(num_classes)) - set(present.tolist()))
-        shown = ", ".join(map(str, absent[:5])) + (" ..." if len(absent) > 5 else "")
+        absent = first_absent(present, 5)
+        shown = ", ".join(map(str, absent)) + (" ..." if num_classes - present.numel() > len(absent) else "")
         raise DataError(
             f"y has labels up to {num_classes - 1} but no {shown}; labels must be 0 .. C-1 with every class "
             "present (renumber them, e.g. numpy.unique(y, return_inverse=True)[1])."
         )
     return num_classes
+
+
+def first_absent(present: torch.Tensor, k: int) -> list[int]:
+    """The first ``k`` labels from 0 up missing from the sorted, unique ``present``: work bounded by
+    the labels there are, not by the largest (one label of 10**9 must not build a billion-set)."""
+    starts = torch.cat([present.new_zeros(1), present + 1])  # each gap starts after a present label
+    ends = torch.cat([present, present.new_full((1,), present[-1] + 1)])  # ... and ends before the next
+    absent: list[int] = []
+    for lo, hi in zip(starts.tolist(), ends.tolist()):
+        absent.extend(range(lo, min(hi, lo + k - len(absent))))
+        if len(absent) >= k:
+            break
+    return absent
 
 
 def check_ids(name: str, ids: torch.Tensor, n: int, unit: str = "node") -> None:

@@ -87,7 +87,7 @@ def _slurm(env: Mapping[str, str], world: int) -> JobEnv:
     if env.get("MASTER_ADDR"):
         addr = env["MASTER_ADDR"]
     elif nodelist:
-        addr = expand_hostlist(nodelist)[0]
+        addr = first_host(nodelist)
     else:
         raise ConfigError("SLURM gives no node list (SLURM_STEP_NODELIST / SLURM_JOB_NODELIST); "
                           "set MASTER_ADDR to the host of rank 0.")
@@ -106,18 +106,51 @@ def slurm_port(env: Mapping[str, str]) -> int:
     return SLURM_PORT_BASE + (job * 31 + step) % SLURM_PORT_SPAN
 
 
+MAX_HOSTS = 100_000  # more nodes than any cluster has: a list that expands further is not a node list
+
+
+def first_host(text: str) -> str:
+    """The first host of SLURM's compressed node list (rank 0's node), read without expanding
+    the list: ``n[0-99999999]`` names a hundred million hosts, and only the first is needed."""
+    return next(iter_hostlist(text))
+
+
 def expand_hostlist(text: str) -> list[str]:
     """Expand SLURM's compressed node list: ``gpu[01-03,7],cpu5`` -> gpu01 gpu02 gpu03 gpu7 cpu5.
 
-    Zero padding is kept; several bracket groups in one name multiply out (``r[1-2]n[1-2]``)."""
-    hosts: list[str] = []
+    Zero padding is kept; several bracket groups in one name multiply out (``r[1-2]n[1-2]``).
+    A list of more than :data:`MAX_HOSTS` hosts is refused, not expanded."""
+    hosts = list(itertools.islice(iter_hostlist(text), MAX_HOSTS + 1))
+    if len(hosts) > MAX_HOSTS:
+        raise ConfigError(f"The SLURM node list {text[:80]!r} names more than {MAX_HOSTS:,} hosts; set MASTER_ADDR "
+                          "to the host of rank 0.")
+    return hosts
+
+
+def iter_hostlist(text: str):
+    """Hosts of a compressed node list one at a time (lazily: memory and time stay bounded)."""
+    found = False
     for name in _split_top_level(text):
         parts = re.split(r"(\[[^\]]*\])", name)
-        choices = [_expand_range(p[1:-1], text) if p.startswith("[") else [p] for p in parts]
-        hosts.extend("".join(combo) for combo in itertools.product(*choices))
-    if not hosts:
-        raise ConfigError(f"Cannot read the SLURM node list {text!r}; set MASTER_ADDR to the host of rank 0.")
-    return hosts
+        if len(parts) > 64:  # real names have one or two bracket groups
+            raise ConfigError(f"Cannot read the SLURM node list {text[:80]!r}; set MASTER_ADDR to the host of rank 0.")
+        choices = [_RangeList(p[1:-1], text) if p.startswith("[") else [p] for p in parts]
+        for combo in _lazy_product(choices):
+            found = True
+            yield "".join(combo)
+    if not found:
+        raise ConfigError(f"Cannot read the SLURM node list {text[:80]!r}; set MASTER_ADDR to the host of rank 0.")
+
+
+def _lazy_product(choices: list):
+    """``itertools.product`` without materialising its inputs (it would list every range)."""
+    if not choices:
+        yield ()
+        return
+    head, rest = choices[0], choices[1:]
+    for item in head:
+        for tail in _lazy_product(rest):
+            yield (item, *tail)
 
 
 def _split_top_level(text: str) -> list[str]:
@@ -132,15 +165,22 @@ def _split_top_level(text: str) -> list[str]:
     return [n for n in [*names, current] if n]
 
 
-def _expand_range(spec: str, text: str) -> list[str]:
-    out = []
-    for item in spec.split(","):
-        lo, _, hi = item.partition("-")
-        if not lo.isdigit() or (hi and not hi.isdigit()):
-            raise ConfigError(f"Cannot read the SLURM node list {text!r}; set MASTER_ADDR to the host of rank 0.")
-        width = len(lo)
-        out.extend(str(i).zfill(width) for i in range(int(lo), int(hi or lo) + 1))
-    return out
+class _RangeList:
+    """The names of one bracket group (``01-03,7``), checked at once and produced on demand."""
+
+    def __init__(self, spec: str, text: str):
+        self.items = []
+        for item in spec.split(","):
+            lo, _, hi = item.partition("-")
+            if not lo.isdigit() or (hi and not hi.isdigit()) or len(lo) > 18 or len(hi) > 18:
+                raise ConfigError(f"Cannot read the SLURM node list {text[:80]!r}; set MASTER_ADDR to the host of "
+                                  "rank 0.")
+            self.items.append((int(lo), int(hi or lo), len(lo)))
+
+    def __iter__(self):
+        for lo, hi, width in self.items:
+            for i in range(lo, hi + 1):
+                yield str(i).zfill(width)
 
 
 def _int(env: Mapping[str, str], name: str) -> int:

@@ -20,10 +20,12 @@ agent's own loggers are silenced while it runs, so that line is the only one.
 """
 from __future__ import annotations
 
+import ast
 import contextlib
 import datetime
 import logging
 import math
+import multiprocessing
 import os
 import signal
 import sys
@@ -36,7 +38,7 @@ from typing import Any
 import torch.distributed as dist
 
 from gnnbridge.core.contracts.config import DEFAULT_TIMEOUT_S
-from gnnbridge.core.errors import ConfigError, RankFailedError
+from gnnbridge.core.errors import ConfigError, RankFailedError, RunInterrupted
 from gnnbridge.core.runtime.context import DistContext, resolve_device
 from gnnbridge.core.runtime.jobs import JobEnv, detect_job
 from gnnbridge.core.runtime.rank import RankSpec, rank_main
@@ -96,12 +98,32 @@ def _run_elastic(worker: Callable[..., Any], nproc: int, device_kind: str, args:
             results = elastic_launch(config, _elastic_rank)(worker, device_kind, args, timeout_s)
         except ChildFailedError as exc:
             raise RankFailedError(_root_cause(exc.failures)) from None
-        except SignalException as exc:
-            if exc.sigval == signal.SIGINT:  # Ctrl-C: the agent stopped the ranks; the caller sees what it pressed
-                raise KeyboardInterrupt from None
-            name = signal.Signals(exc.sigval).name
-            raise RankFailedError(f"gnnbridge was stopped by {name}; all ranks were stopped.") from None
+        except SignalException as exc:  # the agent stopped every rank; the caller sees what was sent
+            raise RunInterrupted(int(exc.sigval)) from None
     return results.get(0)
+
+
+@contextlib.contextmanager
+def interrupt_on_sigterm() -> Iterator[None]:
+    """SIGTERM raises :class:`RunInterrupted` in this (launching) process, as Ctrl-C raises
+    ``KeyboardInterrupt``: by default it would kill the process on the spot, skipping the cleanup
+    that removes a half-made run folder (and with it the user's --out) or the line that says how
+    to resume. With ``--nproc N`` the elastic agent takes SIGTERM over while it runs and reports it
+    the same way (see :func:`_run_elastic`). Only the main thread can own a handler."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def handler(signum, frame):
+        raise RunInterrupted(signum)
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _elastic_rank(worker: Callable[..., Any], device_kind: str, args: tuple, timeout_s: float) -> Any:
@@ -168,3 +190,58 @@ def _agent_quiet() -> Iterator[None]:
     finally:
         for lg, was in zip(loggers, before):
             lg.disabled = was
+
+
+# ------------------------------------------------------------------ the script's main guard
+
+GUARD = 'put the call under  if __name__ == "__main__":  (see the README\'s Python example)'
+
+
+def refuse_unguarded_start() -> None:
+    """Stop a rank that is still importing the user's script and reached a gnnbridge call.
+
+    Ranks start with the spawn method, which imports the launching script again in every rank
+    (as ``__mp_main__``); a call at its top level would start a whole new run inside each rank.
+    :func:`refuse_unguarded_script` catches this before any rank starts; this is the rank-side
+    net for scripts it cannot read. ``SystemExit``: the one line, no traceback."""
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        print(f"Error: a rank started by gnnbridge was importing your script and reached a gnnbridge call at its "
+              f"top level; {GUARD}.", file=sys.stderr, flush=True)
+        raise SystemExit(1)
+
+
+def refuse_unguarded_script() -> None:
+    """Refuse, before any rank starts, a multi-rank run started from the top level of a script
+    without the ``if __name__ == "__main__":`` guard (every rank would re-run it)."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    frame = sys._getframe(1)  # noqa: SLF001 - the caller's stack is what decides
+    while frame is not None and not (frame.f_globals is getattr(main, "__dict__", None)
+                                     and frame.f_code.co_name == "<module>"):
+        frame = frame.f_back
+    if frame is None or not path or not str(path).endswith(".py"):
+        return  # not called while the script runs top to bottom (a function, a notebook, python -c)
+    try:
+        tree = ast.parse(open(path, encoding="utf-8").read(), path)  # noqa: SIM115
+    except (OSError, SyntaxError, ValueError):
+        return
+    if not _under_main_guard(tree, frame.f_lineno):
+        raise ConfigError(f"{path}, line {frame.f_lineno}: a run with several ranks is started at the top level of "
+                          f"the script, and every rank imports the script again (so it would start again); {GUARD}.")
+
+
+def _under_main_guard(tree: ast.Module, line: int) -> bool:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and _is_main_test(node.test) and node.body:
+            if node.body[0].lineno <= line <= (node.body[-1].end_lineno or line):
+                return True
+    return False
+
+
+def _is_main_test(test: ast.expr) -> bool:
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return False
+    sides = [test.left, test.comparators[0]]
+    names = [s.id for s in sides if isinstance(s, ast.Name)]
+    values = [s.value for s in sides if isinstance(s, ast.Constant)]
+    return names == ["__name__"] and values == ["__main__"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime
 import os
 import re
+import socket
 import time
 import traceback
 import uuid
@@ -125,6 +126,7 @@ def _leave_together(store, world_size: int, deadline_s: float = 30.0) -> None:
 
 def _connect(spec: RankSpec, timeout: datetime.timedelta):
     where = f"{spec.addr}:{spec.port}"
+    _check_resolves(spec)
     try:
         return dist.TCPStore(spec.addr, spec.port, world_size=None, is_master=spec.hosts_store,
                              wait_for_workers=False, timeout=timeout)
@@ -136,6 +138,17 @@ def _connect(spec: RankSpec, timeout: datetime.timedelta):
             f"Rank {spec.rank} could not reach the job's store at {where} within {timeout.total_seconds():.0f} s: "
             f"rank 0 has not started, or MASTER_ADDR / MASTER_PORT point elsewhere ({spec.launcher} job)."
         ) from None
+
+
+def _check_resolves(spec: RankSpec) -> None:
+    """A host name that does not resolve is one line here; c10d would retry it for the whole
+    timeout, logging a C++ stack per attempt."""
+    try:
+        socket.getaddrinfo(spec.addr, spec.port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        raise RankFailedError(f"MASTER_ADDR={spec.addr!r} does not resolve to an address ({reason}); set it to the "
+                              f"host name or IP address of rank 0's machine ({spec.launcher} job).") from None
 
 
 def _join(spec: RankSpec, store, device_kind: str, timeout_s: float) -> DistContext:

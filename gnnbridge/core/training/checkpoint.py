@@ -21,6 +21,7 @@ import os
 import random
 import re
 import shutil
+import uuid
 import warnings
 import zipfile
 from contextlib import contextmanager
@@ -30,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gnnbridge.core.errors import CheckpointError, DataFileNotFoundError
+from gnnbridge.core.errors import CheckpointError, DataFileNotFoundError, OutputPathError
 
 FORMAT = "gnnbridge-checkpoint"
 VERSION = 1
@@ -71,29 +72,45 @@ def find(target: str | os.PathLike, kind: str = BEST) -> Path:
 
 
 def save(path: Path, payload: dict) -> None:
-    """Write ``payload`` to ``path`` atomically: the old file stays whole until the new one is."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with _replacing(path) as tmp, open(tmp, "wb") as f:
-        torch.save(payload, f)
-        f.flush()
-        os.fsync(f.fileno())
+    """Write ``payload`` to ``path`` atomically: the old file stays whole until the new one is.
+    A disk that fills up (or any other write error) is one line, and the old file stays."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with _replacing(path) as tmp, open(tmp, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        raise _write_error(path, exc) from None
+    except RuntimeError as exc:  # torch.save reports a failed write as "PytorchStreamWriter failed writing file"
+        if "writ" not in str(exc).lower():
+            raise
+        raise _write_error(path, OSError(None, "the write failed (is the disk full?)")) from None
 
 
 def copy(src: Path, dst: Path) -> None:
     """``dst`` becomes the same checkpoint as ``src``: a hard link (no second write) where the
     file system has them, else a copy; atomic either way."""
-    with _replacing(dst) as tmp:
-        try:
-            os.link(src, tmp)
-        except OSError:
-            shutil.copyfile(src, tmp)
+    try:
+        with _replacing(dst) as tmp:
+            try:
+                os.link(src, tmp)
+            except OSError:
+                shutil.copyfile(src, tmp)
+    except OSError as exc:
+        raise _write_error(dst, exc) from None
+
+
+def _write_error(path: Path, exc: OSError) -> OutputPathError:
+    reason = "no space left on the device" if exc.errno == 28 else (exc.strerror or str(exc))
+    return OutputPathError(f"Cannot write checkpoint '{path}': {reason}; the previous checkpoint (if any) is kept "
+                           "whole. Free some space or fix the folder, then continue the run.")
 
 
 @contextmanager
 def _replacing(path: Path):
     """Yield a temporary name to fill; it then replaces ``path`` in one rename, or is removed."""
     tmp = _partial(path)
-    tmp.unlink(missing_ok=True)
     try:
         yield tmp
         os.replace(tmp, path)
@@ -104,8 +121,9 @@ def _replacing(path: Path):
 
 
 def _partial(path: Path) -> Path:
-    """The one temporary name for ``path``: a write killed midway is overwritten by the next."""
-    return path.with_name(f".{path.name}.partial")
+    """A temporary name no other writer shares (two processes never write one file); what a
+    killed write leaves is removed by :func:`remove_partial`."""
+    return path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.partial")
 
 
 def remove_partial(run_dir: str | os.PathLike) -> None:
@@ -194,7 +212,56 @@ def _check_format(path: Path, state: Any) -> dict:
     missing = [k for k in REQUIRED if k not in state]
     if missing:
         raise CheckpointError(f"Checkpoint '{path}' is incomplete: it lacks {', '.join(missing)}.")
+    problem = _field_problem(state)
+    if problem:
+        raise CheckpointError(f"Checkpoint '{path}' is corrupt or was not written by gnnbridge: {problem}; use the "
+                              f"run's other checkpoint ({', '.join(KINDS)}) or train again.")
     return state
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _field_problem(state: dict) -> str | None:
+    """What is wrong with a checkpoint whose fields have the right names: every field is read
+    later (the epoch counts, the history is plotted, the monitor decides "best"), so each is
+    checked here, where the message can still name the file."""
+    epoch, monitor, history = state["epoch"], state["monitor"], state["history"]
+    checks = [
+        (_is_int(epoch) and 0 <= epoch < 2**62, f"epoch is {_short(epoch)}, not an epoch number"),
+        (isinstance(state["model"], dict) and all(isinstance(k, str) and isinstance(v, torch.Tensor)
+                                                  for k, v in state["model"].items()), "model is not a set of weights"),
+        (isinstance(state["optimizer"], dict) and isinstance(state["optimizer"].get("state"), dict)
+         and isinstance(state["optimizer"].get("param_groups"), list), "optimizer is not an optimizer state"),
+        (isinstance(state["config"], dict), "config is not a mapping"),
+        (isinstance(state["versions"], dict), "versions is not a mapping"),
+        (isinstance(monitor, dict) and (monitor.get("best") is None or _is_number(monitor.get("best")))
+         and (monitor.get("best_epoch") is None or _is_int(monitor.get("best_epoch")))
+         and _is_int(monitor.get("bad_epochs")), "monitor is not a monitor state"),
+        (isinstance(history, list) and history and all(_history_entry_ok(h) for h in history),
+         "history is not a list of epochs"),
+        (not isinstance(history, list) or not history or not isinstance(history[-1], dict)
+         or history[-1].get("epoch") == epoch, "its history does not end at its epoch"),
+        (isinstance(state.get("restarts", []), list), "restarts is not a list"),
+        (state.get("world_size") is None or _is_int(state.get("world_size")), "world_size is not a number"),
+        (isinstance(state.get("data", {}), dict), "data is not a mapping"),
+    ]
+    return next((problem for ok, problem in checks if not ok), None)
+
+
+def _history_entry_ok(entry: Any) -> bool:
+    return isinstance(entry, dict) and _is_int(entry.get("epoch")) and all(
+        entry.get(k) is None or _is_number(entry.get(k)) for k in ("loss", "train_acc", "val_acc"))
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
 
 
 def load_model_state(model: torch.nn.Module, state: dict, label: str | os.PathLike) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from gnnbridge.core.errors import TrainingDivergedError
 from gnnbridge.core.runtime.context import DistContext
 
 
@@ -56,7 +57,9 @@ class ClassificationScores(ConfusionCounts):
     """Confusion counts plus, for two classes, every item's score for ROC-AUC.
 
     The score is the logit margin ``logits[:, 1] - logits[:, 0]``: it orders items exactly as
-    the positive-class probability does, without a softmax.
+    the positive-class probability does, without a softmax. Outputs that are NaN or infinite
+    are never scored (argmax and AUC over them are arbitrary): :meth:`as_metrics` raises
+    :class:`TrainingDivergedError` instead.
     """
 
     def __init__(self, num_classes: int, device: torch.device | str = "cpu"):
@@ -64,8 +67,10 @@ class ClassificationScores(ConfusionCounts):
         self.binary = num_classes == 2
         self._scores: list[torch.Tensor] = []
         self._labels: list[torch.Tensor] = []
+        self.nonfinite = torch.zeros((), dtype=torch.int64, device=device)  # items with a NaN/inf output
 
     def update(self, logits: torch.Tensor, target: torch.Tensor) -> None:
+        self.nonfinite += (~torch.isfinite(logits.detach())).any(dim=-1).sum().to(self.nonfinite.device)
         super().update(logits, target)
         if self.binary:
             self._scores.append((logits[:, 1].double() - logits[:, 0].double()).cpu())
@@ -73,6 +78,7 @@ class ClassificationScores(ConfusionCounts):
 
     def reduce(self, ctx: DistContext) -> "ClassificationScores":
         super().reduce(ctx)
+        self.nonfinite = ctx.all_reduce_sum(self.nonfinite)
         if self.binary and ctx.distributed:
             scores, labels = self._local()
             sizes = torch.zeros(ctx.world_size, dtype=torch.int64)
@@ -88,6 +94,10 @@ class ClassificationScores(ConfusionCounts):
         return scores, labels
 
     def as_metrics(self, prefix: str) -> dict[str, float | None]:
+        bad = int(self.nonfinite)
+        if bad:
+            raise TrainingDivergedError(f"the model's outputs are NaN or infinite for {bad} of {self.total} {prefix} "
+                                        "item(s), which are never scored")
         metrics: dict[str, float | None] = dict(super().as_metrics(prefix))
         if self.binary:
             metrics[f"{prefix}_roc_auc"] = roc_auc(*self._local())

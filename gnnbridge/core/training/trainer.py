@@ -26,6 +26,7 @@ from tqdm import tqdm
 from gnnbridge.core.contracts.config import EvalMode, ExperimentConfig, Task
 from gnnbridge.core.contracts.interfaces import Backend, GNNModel, GraphClassifier, Sampler
 from gnnbridge.core.contracts.plugins import get_backend, library_versions
+from gnnbridge.core.errors import TrainingDivergedError
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData
 from gnnbridge.core.runtime.context import DistContext
@@ -109,7 +110,10 @@ class Trainer:
                 break
             stats = self.train_epoch(epoch)
             t0 = time.perf_counter()
-            stats.update(validator.evaluate(self.model, ("val",)))
+            try:
+                stats.update(validator.evaluate(self.model, ("val",)))
+            except TrainingDivergedError as exc:
+                raise self._diverged(epoch, f"after its last step {exc}") from None
             stats["eval_time_s"] = time.perf_counter() - t0
             improved = state.record(stats, cfg.monitor)
             if improved:
@@ -173,14 +177,16 @@ class Trainer:
         if not self.shard_fingerprint:
             self.shard_fingerprint = _fingerprint(batches)
         self.ddp.train()
-        # Sums stay on the device: no host sync per step, one reduction per epoch.
+        # Sums stay on the device: no host sync per step, one reduction per epoch. So does the
+        # first step whose loss was NaN or infinite (-1: none), checked once the epoch is done.
         loss_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
+        first_bad = torch.full((), -1, dtype=torch.int64, device=ctx.device)
         counts = ConfusionCounts(data.num_classes, ctx.device)
         bar = tqdm(total=len(batches), desc=f"epoch {epoch + 1}/{cfg.train.epochs}", unit="batch",
                    disable=None if self.show_progress else True,  # None: bars only on a terminal
                    leave=False, dynamic_ncols=True)
         t0 = time.perf_counter()
-        for mb in self.sampler.loader(batches):
+        for step, mb in enumerate(self.sampler.loader(batches)):
             ctx.advance()
             x = data.x[mb.input_nodes].to(ctx.device, non_blocking=True)
             y = data.y[mb.seeds].to(ctx.device, non_blocking=True)
@@ -193,15 +199,30 @@ class Trainer:
             loss.backward()
             self.optimizer.step()
             loss_sum += loss_sum_batch.detach()
+            first_bad = torch.where((first_bad < 0) & ~torch.isfinite(loss_sum_batch.detach()), step, first_bad)
             counts.update(logits.detach(), y)
             bar.update(1)
         counts.reduce(ctx)
         ctx.all_reduce_sum(loss_sum)
+        self._check_loss(epoch, int(first_bad), int(ctx.all_reduce_sum((first_bad >= 0).long())))
         epoch_time = time.perf_counter() - t0
         bar.close()
         stats = {"epoch": epoch, "loss": float(loss_sum) / max(1, counts.total), "train_acc": counts.accuracy(),
                  "epoch_time_s": epoch_time, "batches": len(batches)}
         return stats
+
+    def _check_loss(self, epoch: int, first_bad: int, ranks_bad: int) -> None:
+        """Every rank raises alike (the count is all-reduced); nothing of this epoch is saved."""
+        if ranks_bad:
+            where = f"step {first_bad + 1}" if first_bad >= 0 else "a step of another rank"
+            raise self._diverged(epoch, f"the training loss became NaN or infinite at {where}")
+
+    def _diverged(self, epoch: int, what: str) -> TrainingDivergedError:
+        lr = self.config.train.lr
+        cause = f"train.lr={lr:g} is likely too high" if lr > 0.05 else \
+            "the learning rate may be too high, or the features need scaling"
+        return TrainingDivergedError(f"Training diverged in epoch {epoch + 1}: {what} ({cause}); nothing from this "
+                                     "epoch on was saved")
 
     def _log(self, stats: dict) -> None:
         if self.show_progress:
