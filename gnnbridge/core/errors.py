@@ -67,7 +67,7 @@ class RunInterrupted(KeyboardInterrupt):
     ``exit_code`` is the shell's ``128 + signal``."""
 
     def __init__(self, signum: int, message: str = ""):
-        super().__init__(message or f"Stopped by {signal_name(signum)}.")
+        super().__init__(message or f"Stopped by {signal_name(signum)}; nothing was written.")
         self.signum = signum
 
     @property

@@ -51,13 +51,18 @@ def options(config: DatasetConfig, defaults: dict) -> dict:
     out = dict(defaults)
     for key, value in config.options.items():
         if key not in defaults:
+            valid = f"Valid options: {', '.join(sorted(defaults))}." if defaults else \
+                f"Dataset '{config.name}' takes no options; remove dataset.options."
             raise ConfigError(
-                f"Unknown option 'dataset.options.{key}' for dataset '{config.name}'{did_you_mean(key, defaults)}. "
-                f"Valid options: {', '.join(sorted(defaults))}."
+                f"Unknown option {_show(f'dataset.options.{key}')} for dataset '{config.name}'"
+                f"{did_you_mean(str(key)[:100], defaults)}. {valid}"
             )
         expected = type(defaults[key])
-        if expected is float and isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**63:
-            value = float(value)
+        if expected is float and isinstance(value, int) and not isinstance(value, bool):
+            try:
+                value = float(value)
+            except OverflowError:
+                raise ConfigError(f"dataset.options.{key}={_show(value)} is too large for a number.") from None
         if type(value) is not expected:
             raise ConfigError(
                 f"dataset.options.{key}={_show(value)} has the wrong type: expected {expected.__name__}."

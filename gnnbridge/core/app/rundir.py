@@ -61,6 +61,8 @@ def new_run_dir(config: ExperimentConfig, out: str | os.PathLike | None, root: s
 
 
 def _check_unused(path: Path) -> None:
+    if "\0" in str(path):
+        raise OutputPathError(f"--out {str(path)!r} holds a NUL byte; give a folder name without one.")
     if path.is_symlink() and not path.exists():
         raise OutputPathError(f"--out {path} is a symbolic link to '{os.readlink(path)}', which does not exist; "
                               "give a real folder.")

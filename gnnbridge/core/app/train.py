@@ -82,6 +82,7 @@ def run(
 
 def _run_local(plan: Plan, progress: bool) -> dict:
     """This process launches the ranks and owns the run folder."""
+    plan.check_out()  # cheap, so before the data loads
     plan.config = preflight(plan.config)
     data = load_dataset(plan.config)
     check_disk(plan.config, data, plan.folder())

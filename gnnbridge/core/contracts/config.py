@@ -386,8 +386,9 @@ def load_yaml(path: str | Path) -> dict:
         raise DataFileNotFoundError(f"Config file '{path}' cannot be read: {exc}.") from None
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
-        line = f" at line {where.line + 1}" if where else ""
-        raise ConfigError(f"Config file '{path}' is not valid YAML{line}.") from None
+        line = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+        problem = f": {exc.problem}" if getattr(exc, "problem", None) else ""
+        raise ConfigError(f"Config file '{path}' is not valid YAML{line}{problem}.") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

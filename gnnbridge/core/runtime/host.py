@@ -25,13 +25,14 @@ def available_memory() -> int:
 
 def free_disk(path: str | os.PathLike) -> int:
     """Free bytes on the file system that holds ``path`` (or its nearest existing parent)."""
-    folder = Path(os.path.abspath(path))
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
     try:
-        return shutil.disk_usage(folder).free
-    except OSError:
-        return UNKNOWN
+        folder = Path(os.path.abspath(path))
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+        usage = shutil.disk_usage(folder)
+    except (OSError, ValueError):
+        return UNKNOWN  # the write itself will say what is wrong with the path
+    return usage.free if usage.total else UNKNOWN  # total 0: /proc, /sys ... (not storage; writes fail anyway)
 
 
 def format_bytes(n: float) -> str:

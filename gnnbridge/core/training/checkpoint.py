@@ -53,6 +53,8 @@ def has_checkpoint(run_dir: str | os.PathLike) -> bool:
 def find(target: str | os.PathLike, kind: str = BEST) -> Path:
     """The checkpoint file for ``target``: a run folder (its ``kind`` checkpoint) or a file."""
     path = Path(target)
+    if "\0" in str(path):
+        raise DataFileNotFoundError(f"{str(path)!r} holds a NUL byte; give a run folder or a checkpoint file.")
     if path.is_file():
         return path
     if not path.is_dir():

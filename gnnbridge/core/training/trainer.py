@@ -222,7 +222,7 @@ class Trainer:
         cause = f"train.lr={lr:g} is likely too high" if lr > 0.05 else \
             "the learning rate may be too high, or the features need scaling"
         return TrainingDivergedError(f"Training diverged in epoch {epoch + 1}: {what} ({cause}); nothing from this "
-                                     "epoch on was saved")
+                                     "epoch on was saved.")
 
     def _log(self, stats: dict) -> None:
         if self.show_progress:

@@ -1,0 +1,487 @@
+"""Hostile and careless input, one class at a time (README: "What is guaranteed").
+
+Each test drives the real CLI (in this process where it can, so it is fast) or the real library
+function, and asserts what a user would see: one ``Error:`` line naming the bad value, a
+non-zero exit, nothing partial on disk, and memory bounded by the data rather than by a value.
+"""
+from __future__ import annotations
+
+import errno
+import io
+import multiprocessing
+import os
+import resource
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from gnnbridge.core.errors import ConfigError, OutputExistsError, TrainingDivergedError
+
+PY = sys.executable
+
+
+@pytest.fixture
+def cli(capsys, monkeypatch, tmp_path):
+    """The CLI in this process: returns (exit code, stdout, stderr)."""
+    from gnnbridge.cli import main
+
+    monkeypatch.chdir(tmp_path)
+
+    def run(*args):
+        code = 0
+        try:
+            main([str(a) for a in args])
+        except SystemExit as exc:
+            code = exc.code or 0
+        seen = capsys.readouterr()
+        return code, seen.out, seen.err
+
+    return run
+
+
+def one_error(result, *needles):
+    code, _, err = result
+    lines = err.strip().splitlines()
+    assert code != 0, err
+    assert len(lines) == 1 and lines[0].startswith("Error: "), err
+    assert "unexpected" not in lines[0], lines[0]
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def tiny_npz(path, n=40, classes=2, **overrides):
+    rng = np.random.default_rng(0)
+    y = (np.arange(n) % classes).astype(np.int64)
+    src = rng.integers(0, n, 4 * n)
+    arrays = {"edge_index": np.stack([src, rng.integers(0, n, 4 * n)]).astype(np.int64),
+              "x": rng.normal(size=(n, 4)).astype(np.float32), "y": y}
+    arrays.update(overrides)
+    np.savez(path, **{k: v for k, v in arrays.items() if v is not None})
+    return path
+
+
+def peak_rss_growth(fn) -> int:
+    """How far this process's peak resident memory rose while ``fn`` ran, in bytes."""
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    fn()
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024
+
+
+# --------------------------------------------------------------------------- 1. one folder, one run
+
+
+def _claim(path, barrier, results):
+    from gnnbridge.core.app.rundir import make_run_dir
+
+    barrier.wait()
+    try:
+        make_run_dir(Path(path), exclusive=False)
+        results.put("won")
+        time.sleep(1.0)  # hold the folder while the others try
+    except OutputExistsError as exc:
+        results.put(f"refused: {exc}")
+
+
+def test_runs_started_at_the_same_instant_never_share_an_out_folder(tmp_path):
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(4), ctx.Queue()
+    procs = [ctx.Process(target=_claim, args=(tmp_path / "out", barrier, results)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    outcomes = [results.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+    assert outcomes.count("won") == 1, outcomes
+    assert all("in use by another gnnbridge run" in o or "not empty" in o for o in outcomes if o != "won")
+
+
+def test_a_run_folder_in_use_refuses_resume_and_out(tmp_path, cli):
+    folder = tmp_path / "busy"
+    folder.mkdir()
+    holder = subprocess.Popen([PY, "-c", textwrap.dedent(f"""
+        import fcntl, os, sys, time
+        fd = os.open({str(folder / '.gnnbridge.lock')!r}, os.O_RDWR | os.O_CREAT)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        print("held", flush=True)
+        time.sleep(60)
+    """)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        one_error(cli("train", "--dataset", "karate", "--out", folder), "in use by another gnnbridge run")
+        (folder / "checkpoints").mkdir()
+        one_error(cli("train", "--resume", folder), "has no checkpoints/latest.pt")
+    finally:
+        holder.kill()
+    assert sorted(p.name for p in folder.iterdir()) == [".gnnbridge.lock", "checkpoints"]
+
+
+def test_temporary_names_are_unique_and_a_stale_one_is_harmless(tmp_path):
+    from gnnbridge.core.training import checkpoint
+
+    target = tmp_path / "checkpoints" / "latest.pt"
+    assert checkpoint._partial(target) != checkpoint._partial(target)
+    target.parent.mkdir()
+    (target.parent / ".latest.pt.partial").write_text("another writer's half file")
+    checkpoint.save(target, {"w": torch.ones(2)})
+    assert torch.equal(torch.load(target)["w"], torch.ones(2))
+    assert (target.parent / ".latest.pt.partial").read_text() == "another writer's half file"
+
+
+def test_a_folder_left_with_only_config_yaml_says_so(tmp_path, cli):
+    (tmp_path / "dead").mkdir()
+    (tmp_path / "dead" / "config.yaml").write_text("name: x\n")
+    one_error(cli("train", "--out", tmp_path / "dead"), "killed before its first checkpoint")
+
+
+# --------------------------------------------------------------------------- 2. bounded by the data
+
+
+def test_one_huge_label_is_refused_without_a_billion_element_set(tmp_path, cli):
+    path = tiny_npz(tmp_path / "g.npz", y=np.array([0, 1] * 19 + [0, 10**9], dtype=np.int64))
+    growth = peak_rss_growth(lambda: one_error(cli("train", "--dataset", path), "labels up to 1000000000", "no 2"))
+    assert growth < 500 * 2**20
+
+
+def test_a_slurm_node_list_is_not_expanded_to_find_its_first_host():
+    from gnnbridge.core.runtime.jobs import detect_job
+
+    env = {"SLURM_PROCID": "0", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "2", "SLURM_JOB_ID": "7",
+           "SLURM_STEP_NODELIST": "n[00000000-99999999]"}
+    growth = peak_rss_growth(lambda: detect_job(env))
+    assert detect_job(env).master_addr == "n00000000"
+    assert growth < 100 * 2**20
+
+
+def test_a_model_that_cannot_fit_is_refused_before_it_is_allocated(cli):
+    growth = peak_rss_growth(lambda: one_error(cli("train", "--dataset", "karate", "--set", "model.hidden=10000000"),
+                                               "model.hidden=10000000", "parameters", "free"))
+    assert growth < 500 * 2**20
+
+
+def _npz_with_member(path, name, header: bytes, body: bytes = b""):
+    tiny_npz(path)
+    with zipfile.ZipFile(path, "a") as archive:
+        archive.writestr(f"{name}.npy", header + body)
+
+
+def _full_header(shape, dtype="<i8") -> bytes:
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buffer, {"descr": dtype, "fortran_order": False, "shape": shape})
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("member", ["unused", "train_idx"])
+def test_an_npz_header_claiming_a_trillion_elements_reads_nothing(tmp_path, cli, member):
+    path = tmp_path / "g.npz"
+    _npz_with_member(path, member, _full_header((10**12,)))
+    if member == "unused":
+        code, _, err = cli("train", "--dataset", path, "--set", "train.epochs=1", "--quiet", "--out", tmp_path / "r")
+        assert code == 0, err  # never looked at
+    else:
+        growth = peak_rss_growth(lambda: one_error(cli("train", "--dataset", path), "train_idx claims shape",
+                                                   "truncated or corrupt"))
+        assert growth < 500 * 2**20
+
+
+def test_an_npz_member_that_is_not_an_array_is_one_line(tmp_path, cli):
+    path = tmp_path / "g.npz"
+    tiny_npz(path)
+    with zipfile.ZipFile(path, "a") as archive:
+        archive.writestr("val_idx.npy", b"this is text, not an array")
+    one_error(cli("train", "--dataset", path), "val_idx is not a numpy array")
+
+
+# --------------------------------------------------------------------------- 3. YAML bombs and depth
+
+BOMB = "[" + ",".join(f"&{c} [" + ",".join([f"*{p}" if p else "1"] * 9) + "]"
+                      for c, p in zip("abcdefgh", ["", *"abcdefg"])) + "]"
+
+
+def test_an_alias_bomb_is_refused_at_once(tmp_path, cli):
+    started = time.monotonic()
+    one_error(cli("train", "--set", f"model.hidden={BOMB}"), "--set model.hidden expands to more than")
+    (tmp_path / "bomb.yaml").write_text(f"name: x\ndataset:\n  options:\n    lol: {BOMB}\n")
+    one_error(cli("train", tmp_path / "bomb.yaml"), "bomb.yaml' expands to more than")
+    assert time.monotonic() - started < 30
+
+
+def test_deep_nesting_is_one_line_not_a_recursion_error(tmp_path, cli):
+    deep = "[" * 20000 + "]" * 20000
+    one_error(cli("train", "--set", f"model.hidden={deep}"), "nested more than 32 levels")
+    (tmp_path / "deep.yaml").write_text(f"name: {deep}\n")
+    one_error(cli("train", tmp_path / "deep.yaml"), "nested more than 32 levels")
+
+
+def test_a_self_referencing_python_config_is_refused():
+    import gnnbridge
+
+    config = {"dataset": {"options": {}}}
+    config["dataset"]["options"]["me"] = config
+    with pytest.raises(ConfigError, match="expands to more than|nested more than"):
+        gnnbridge.resolve_config(config)
+
+
+# --------------------------------------------------------------------------- 4. divergence
+
+
+@pytest.mark.parametrize("setting", ["train.lr=.inf", "train.lr=-.inf", "train.weight_decay=.nan", "model.dropout=.nan",
+                                     "timeout=.inf", "train.lr=1e400", "dataset.options.homophily=.nan"])
+def test_non_finite_numbers_are_refused_everywhere(cli, setting):
+    key = setting.split("=")[0]
+    one_error(cli("train", "--set", setting), key, "finite")
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e999"])
+def test_timeout_flag_must_be_finite(cli, value):
+    one_error(cli("train", "--timeout", value), "timeout=", "finite")
+
+
+def test_a_diverging_run_stops_with_one_line_and_keeps_the_last_good_checkpoint(tmp_path, cli):
+    run = tmp_path / "r"
+    code, _, err = cli("train", "--dataset", "karate", "--set", "train.epochs=1", "--quiet", "--out", run)
+    assert code == 0, err
+    good = (run / "checkpoints" / "latest.pt").read_bytes()
+    line = one_error(cli("train", "--resume", run, "--set", "train.epochs=3", "--set", "train.lr=1e30", "--quiet"),
+                     "Training diverged in epoch 2", "train.lr=1e+30 is likely too high",
+                     f"gnnbridge train --resume {run} --set train.lr=SMALLER")
+    assert "NaN or infinite" in line
+    assert (run / "checkpoints" / "latest.pt").read_bytes() == good
+    assert not list((run / "checkpoints").glob(".*partial"))
+
+
+def test_a_run_diverging_before_its_first_checkpoint_leaves_nothing(tmp_path, cli):
+    one_error(cli("train", "--dataset", "karate", "--set", "train.lr=1e30", "--quiet", "--out", tmp_path / "r"),
+              "Training diverged in epoch 1")
+    assert not (tmp_path / "r").exists()
+
+
+def test_nan_outputs_are_never_scored():
+    from gnnbridge.core.training.metrics import ClassificationScores
+
+    scores = ClassificationScores(2)
+    scores.update(torch.tensor([[0.1, float("nan")], [1.0, 0.0]]), torch.tensor([1, 0]))
+    with pytest.raises(TrainingDivergedError, match="NaN or infinite for 1 of 2 val"):
+        scores.as_metrics("val")
+
+
+# --------------------------------------------------------------------------- 5. every failure is one line
+
+
+def test_out_that_cannot_be_written_is_one_line(tmp_path, cli):
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    one_error(cli("train", "--out", tmp_path / "file" / "run"), "a part of the path is a file")
+    one_error(cli("train", "--out", tmp_path / "file"), "is a file")
+    one_error(cli("train", "--out", tmp_path / "dangling"), "symbolic link", "does not exist")
+    one_error(cli("train", "--out", tmp_path / ("x" * 300)), "longer than the file system allows")
+    one_error(cli("train", "--out", "/proc/gnnbridge-run"), "Cannot write")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling", "file"]
+
+
+def test_default_runs_folder_in_a_read_only_place_is_one_line(cli, monkeypatch):
+    monkeypatch.chdir("/proc")
+    one_error(cli("train", "--dataset", "karate", "--quiet"), "Cannot write", "runs")
+
+
+def test_a_full_disk_while_checkpointing_is_one_line_and_keeps_nothing_partial(tmp_path, cli, monkeypatch):
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", full)
+    line = one_error(cli("train", "--dataset", "karate", "--quiet", "--out", tmp_path / "r"),
+                     "no space left on the device")
+    assert "checkpoint" in line
+    assert not (tmp_path / "r").exists()
+
+
+def test_predict_into_an_unwritable_place_fails_before_inference(tmp_path, cli, monkeypatch):
+    run = tmp_path / "r"
+    assert cli("train", "--dataset", "karate", "--set", "train.epochs=1", "--quiet", "--out", run)[0] == 0
+    from gnnbridge.core.app import inference
+
+    monkeypatch.setattr(inference, "launch", lambda *a, **k: pytest.fail("inference ran before --out was checked"))
+    one_error(cli("predict", run, "--out", "/proc/gnnbridge/preds.npz"), "Cannot write --out")
+
+
+def test_an_unexpected_exception_is_one_line_naming_the_traceback_file(cli, monkeypatch):
+    from gnnbridge.core.app import preflight
+
+    def broken(*args, **kwargs):
+        raise ValueError("something nobody anticipated")
+
+    monkeypatch.setattr(preflight, "_resolve_device", broken)
+    code, _, err = cli("train", "--dataset", "karate")
+    assert code == 1 and len(err.strip().splitlines()) == 1, err
+    assert "unexpected ValueError: something nobody anticipated" in err
+    path = err.split("traceback is in ")[1].split(")")[0]
+    assert "Traceback" in Path(path).read_text()
+    Path(path).unlink()
+
+
+def _checkpoint_with(tmp_path, cli, **fields):
+    run = tmp_path / "r"
+    assert cli("train", "--dataset", "karate", "--set", "train.epochs=1", "--quiet", "--out", run)[0] == 0
+    path = run / "checkpoints" / "latest.pt"
+    state = torch.load(path, weights_only=True)
+    state.update(fields)
+    torch.save(state, path)
+    return run, path
+
+
+@pytest.mark.parametrize("fields, needle", [
+    ({"epoch": "3"}, "epoch is '3'"),
+    ({"history": {"a": 1}}, "history is not a list"),
+    ({"monitor": [1]}, "monitor is not a monitor state"),
+    ({"model": {"w": "weights"}}, "model is not a set of weights"),
+    ({"optimizer": 5}, "optimizer is not an optimizer state"),
+])
+def test_a_checkpoint_with_wrong_types_is_one_line(tmp_path, cli, fields, needle):
+    run, path = _checkpoint_with(tmp_path, cli, **fields)
+    one_error(cli("evaluate", path), needle)
+    one_error(cli("train", "--resume", run, "--set", "train.epochs=2"), needle)
+
+
+# --------------------------------------------------------------------------- 6. a checkpoint is data
+
+
+def test_evaluate_never_downloads_or_creates_what_a_checkpoint_names(tmp_path, cli):
+    run, path = _checkpoint_with(tmp_path, cli)
+    state = torch.load(path, weights_only=True)
+    root = tmp_path / "attacker" / "chosen"
+    state["config"]["dataset"] = {"name": "reddit", "path": None, "root": str(root), "options": {}}
+    torch.save(state, path)
+    one_error(cli("evaluate", path), "never download", "--set dataset.root=DIR")
+    one_error(cli("predict", path, "--out", tmp_path / "p.npz"), "never download")
+    assert not (tmp_path / "attacker").exists()
+    assert not (tmp_path / "p.npz").exists()
+
+
+# --------------------------------------------------------------------------- 7. signals
+
+
+def _train_then_signal(tmp_path, sig, wait_for_checkpoint, nproc=1):
+    run = tmp_path / "r"
+    proc = subprocess.Popen([PY, "-m", "gnnbridge", "train", "--set", "train.epochs=500", "--quiet",
+                             "--nproc", str(nproc), "--out", str(run)], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    marker = run / "checkpoints" / "latest.pt" if wait_for_checkpoint else run / "config.yaml"
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    return proc.returncode, err.strip().splitlines(), run
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nproc", [1, 2])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_keeps_a_resumable_run_and_says_how_to_continue(tmp_path, sig, nproc):
+    code, lines, run = _train_then_signal(tmp_path, sig, wait_for_checkpoint=True, nproc=nproc)
+    assert code == 128 + sig, lines
+    assert lines == [f"Stopped by {signal.Signals(sig).name}{' (Ctrl-C)' if sig == signal.SIGINT else ''}: its "
+                     f"checkpoint is kept in {run}; continue it with: gnnbridge train --resume {run}."]
+    assert (run / "checkpoints" / "latest.pt").is_file()
+    assert not list(run.rglob("*.partial")) and not list(run.rglob("*.tmp"))
+
+
+@pytest.mark.slow
+def test_sigterm_before_the_first_checkpoint_frees_the_out_folder(tmp_path):
+    code, lines, run = _train_then_signal(tmp_path, signal.SIGTERM, wait_for_checkpoint=False)
+    assert code == 143
+    assert len(lines) == 1 and lines[0].startswith("Stopped by SIGTERM"), lines
+    assert not run.exists()
+
+
+# --------------------------------------------------------------------------- 8. monitors
+
+
+def test_a_monitor_that_can_never_improve_is_refused_up_front(tmp_path, cli):
+    n = 40
+    path = tiny_npz(tmp_path / "g.npz", n=n, train_idx=np.arange(0, 20, dtype=np.int64),
+                    val_idx=np.arange(20, 40, 2, dtype=np.int64), test_idx=np.arange(21, 40, 2, dtype=np.int64))
+    line = one_error(cli("train", "--dataset", path, "--set", "train.monitor=val_roc_auc", "--out", tmp_path / "r"),
+                     "train.monitor=val_roc_auc", "val split has class 0")
+    assert "train.monitor=val_acc" in line
+    assert not (tmp_path / "r").exists()
+
+
+# --------------------------------------------------------------------------- 9. the script guard
+
+UNGUARDED = """
+import gnnbridge
+results = gnnbridge.run("sage-synthetic", nproc=2, overrides=["train.epochs=1"], out={out!r})
+print(results["metrics"]["test_acc"])
+"""
+
+
+def test_a_script_without_the_main_guard_is_one_line(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(UNGUARDED.format(out=str(tmp_path / "r")))
+    proc = subprocess.run([PY, str(script)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert "Traceback" in proc.stderr  # a plain library error in a user's script: Python prints it
+    assert "line 3: a run with several ranks is started at the top level" in lines[-1]
+    assert 'if __name__ == "__main__":' in lines[-1]
+    assert not (tmp_path / "r").exists()
+
+
+def test_the_guard_check_reads_the_script():
+    import ast
+
+    from gnnbridge.core.runtime.launcher import _under_main_guard
+
+    tree = ast.parse("import x\nx.run()\nif __name__ == '__main__':\n    x.run()\n    y = 1\nif '__main__' == __name__:\n"
+                     "    x.run()\n")
+    assert [_under_main_guard(tree, line) for line in (2, 4, 5, 7)] == [False, True, True, True]
+
+
+# --------------------------------------------------------------------------- 10. messages
+
+
+@pytest.mark.parametrize("setting, needle", [
+    ("dataset.options.avg_degree=-1", "dataset.options.avg_degree=-1.0 must be > 0"),
+    ("dataset.options.homophily=2", "dataset.options.homophily=2.0 must be in [0, 1]"),
+    ("dataset.options.num_nodes=5", "dataset.options.num_nodes=5 is too small"),
+    ("dataset.options.num_nodes=1000000000000", "synthetic graph"),
+])
+def test_dataset_option_messages_name_the_bad_value(cli, setting, needle):
+    one_error(cli("train", "--set", setting), needle)
+
+
+def test_a_big_endian_array_says_how_to_convert(tmp_path, cli):
+    path = tiny_npz(tmp_path / "g.npz", y=(np.arange(40) % 2).astype(">i8"))
+    one_error(cli("train", "--dataset", path), "y has dtype >i8 (big-endian int64)", "y.astype(numpy.int64)")
+
+
+def test_overrides_given_as_a_string_are_refused():
+    import gnnbridge
+
+    with pytest.raises(ConfigError, match=r"overrides='train.epochs=3' is a string; pass a list"):
+        gnnbridge.resolve_config(overrides="train.epochs=3")
+
+
+def test_an_unknown_plugin_in_the_load_list_is_named():
+    proc = subprocess.run([PY, "-m", "gnnbridge", "backends"], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "GNNBRIDGE_LOAD_PLUGINS": "pyg,bogus"})
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
+    assert "names 'bogus', which is not an installed plugin" in proc.stderr
+
+
+def test_an_unresolvable_master_addr_is_one_line(tmp_path):
+    env = {**os.environ, "RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "no-such-host.invalid", "MASTER_PORT": "29555"}
+    proc = subprocess.run([PY, "-m", "gnnbridge", "train", "--dataset", "karate", "--timeout", "20"],
+                          capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().count("\n") == 0, proc.stderr
+    assert "MASTER_ADDR='no-such-host.invalid' does not resolve" in proc.stderr
