@@ -228,7 +228,7 @@ def explain_stop(exc: BaseException, run_dir: Path) -> BaseException:
         return RunInterrupted(signum, f"Stopped by {signal_name(signum)}: {state}.")
     if isinstance(exc, GnnBridgeError) and exc.args and kept:
         fix = " --set train.lr=SMALLER" if isinstance(exc, TrainingDivergedError) else ""
-        line = f"{str(exc.args[0]).rstrip('.')}. The run's last good checkpoint is kept; continue it with: "
+        line = f"{str(exc.args[0]).rstrip('.')}. The run's checkpoint is kept; continue it with: "
         exc.args = (f"{line}{resume}{fix}",)
     return exc
 

@@ -39,6 +39,7 @@ ABORT = "abort"
 INTERVAL_S = 1.0
 LEAVE_GRACE_S = 5.0
 SIGTERM_GRACE_S = 3.0  # a launcher's SIGTERM follows a failure: give its message time to arrive
+SIGTERM_STOP = "was stopped by SIGTERM (from its launcher, or a user)"
 STORE_ERRORS = (RuntimeError, OSError)  # what a store call raises once its server is gone (DistError included)
 
 
@@ -184,7 +185,7 @@ class Watchdog:
             if found:
                 return found
             time.sleep(0.1)
-        return f"rank {self.me.rank} was stopped by SIGTERM (from its launcher, or a user)"
+        return f"rank {self.me.rank} {SIGTERM_STOP}"
 
     def _dead_neighbour(self) -> str | None:
         for m in self.neighbours:
@@ -219,7 +220,8 @@ class Watchdog:
         if self.announce and claim_report(self.store, self.me.node, self.me.rank, fallback=self.node_leader):
             print(f"Error: {message}", file=sys.stderr, flush=True)
         leave(self.store, self.hosts_store, self.joined)
-        os._exit(1)
+        # A job stopped by SIGTERM (and nothing before it) exits as the shell expects: 128 + 15.
+        os._exit(128 + signal.SIGTERM if message.endswith(SIGTERM_STOP) else 1)
 
     # ------------------------------------------------------------------ SIGTERM
 
