@@ -86,9 +86,10 @@ def _resolve_device(config: ExperimentConfig) -> str:
     return config.device.value
 
 
-def load_dataset(config: ExperimentConfig) -> GraphData | GraphCollection:
-    """Load and validate the dataset; it must suit the task, and every split must give each
-    rank at least one node (or graph)."""
+def load_dataset(config: ExperimentConfig, ranks_here: int | None = None) -> GraphData | GraphCollection:
+    """Load and validate the dataset; it must suit the task, every split must give each rank at
+    least one node (or graph), and the model must fit the ``ranks_here`` ranks of this machine
+    (default: all ``nproc``)."""
     data = datasets.get(config.dataset.name)(config.dataset, config.train.seed)
     _check_data_task(config, data)
     if config.train.monitor == "val_roc_auc" and data.num_classes != 2:
@@ -102,7 +103,7 @@ def load_dataset(config: ExperimentConfig) -> GraphData | GraphCollection:
                 f"use --nproc {size} or fewer, or a larger {split} split."
             )
     _check_monitor_can_improve(config, data)
-    check_memory(config, data)
+    check_memory(config, data, config.nproc if ranks_here is None else ranks_here)
     return data
 
 
@@ -123,11 +124,11 @@ def model_parameters(config: ExperimentConfig, data: GraphData | GraphCollection
     return config.model.parameter_estimate(data.num_features, data.num_classes)
 
 
-def check_memory(config: ExperimentConfig, data: GraphData | GraphCollection) -> None:
+def check_memory(config: ExperimentConfig, data: GraphData | GraphCollection, ranks_here: int) -> None:
     """Refuse a model (or a label space) this machine cannot hold, before any rank allocates it:
     ``model.hidden=10**7`` would otherwise grow until the kernel kills the job."""
     params = model_parameters(config, data)
-    ranks = config.nproc if config.device is DeviceChoice.CPU else 1  # GPU ranks hold weights on their device
+    ranks = ranks_here if config.device is DeviceChoice.CPU else 1  # GPU ranks hold weights on their device
     width = max(config.model.hidden * config.model.heads, data.num_classes)
     need = (ranks * (params * TRAIN_BYTES_PER_PARAM + 2 * 8 * data.num_classes**2)  # + confusion matrices
             + 2 * 4 * data.num_nodes * width)  # one layer's input and output for every node (full-graph eval)

@@ -36,6 +36,7 @@ from gnnbridge.core.errors import (
     TrainingDivergedError,
     signal_name,
 )
+from gnnbridge.core.training.trainer import DIVERGED
 from gnnbridge.core.training import checkpoint
 
 RESULTS = "results.json"
@@ -227,7 +228,8 @@ def explain_stop(exc: BaseException, run_dir: Path) -> BaseException:
             "it had no checkpoint yet, so its run folder was removed"
         return RunInterrupted(signum, f"Stopped by {signal_name(signum)}: {state}.")
     if isinstance(exc, GnnBridgeError) and exc.args and kept:
-        fix = " --set train.lr=SMALLER" if isinstance(exc, TrainingDivergedError) else ""
+        # From another rank the divergence arrives as that rank's line (a RankFailedError).
+        fix = " --set train.lr=SMALLER" if isinstance(exc, TrainingDivergedError) or DIVERGED in str(exc) else ""
         line = f"{str(exc.args[0]).rstrip('.')}. The run's checkpoint is kept; continue it with: "
         exc.args = (f"{line}{resume}{fix}",)
     return exc

@@ -148,7 +148,7 @@ def _job_worker(ctx: DistContext, plan: Plan, progress: bool) -> dict | None:
     plan = _after_restart(ctx, plan, *_published_run_dir(ctx))
     if ctx.is_main:
         plan.check_out()  # refuse a used --out before any work
-    data = node_shared(ctx, lambda: load_dataset(plan.config))
+    data = node_shared(ctx, lambda: load_dataset(plan.config, ranks_here=ctx.local_world_size))
     if not ctx.is_main:
         _guard_run_dir(ctx)
         _worker(ctx, plan, data, None, progress)

@@ -249,7 +249,8 @@ def _field_problem(state: dict) -> str | None:
          "history is not a list of epochs"),
         (not isinstance(history, list) or not history or not isinstance(history[-1], dict)
          or history[-1].get("epoch") == epoch, "its history does not end at its epoch"),
-        (isinstance(state.get("restarts", []), list), "restarts is not a list"),
+        (isinstance(state.get("restarts", []), list) and all(isinstance(r, dict) for r in state.get("restarts", [])),
+         "restarts is not a list of restarts"),
         (state.get("world_size") is None or _is_int(state.get("world_size")), "world_size is not a number"),
         (isinstance(state.get("data", {}), dict), "data is not a mapping"),
     ]

@@ -38,6 +38,9 @@ from gnnbridge.core.training.metrics import ConfusionCounts
 from gnnbridge.core.training.state import TrainState
 
 
+DIVERGED = "Training diverged"  # how the line starts, also when it arrives as another rank's failure
+
+
 class Trainer:
     """One loop for both tasks: a node task's batches are seed nodes and their sampled
     neighbourhoods, a graph task's are graph ids and those whole graphs. Either way a
@@ -221,7 +224,7 @@ class Trainer:
         lr = self.config.train.lr
         cause = f"train.lr={lr:g} is likely too high" if lr > 0.05 else \
             "the learning rate may be too high, or the features need scaling"
-        return TrainingDivergedError(f"Training diverged in epoch {epoch + 1}: {what} ({cause}); nothing from this "
+        return TrainingDivergedError(f"{DIVERGED} in epoch {epoch + 1}: {what} ({cause}); nothing from this "
                                      "epoch on was saved.")
 
     def _log(self, stats: dict) -> None:
