@@ -485,3 +485,12 @@ def test_an_unresolvable_master_addr_is_one_line(tmp_path):
     assert proc.returncode == 1
     assert proc.stderr.strip().count("\n") == 0, proc.stderr
     assert "MASTER_ADDR='no-such-host.invalid' does not resolve" in proc.stderr
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--backend", ""], "--backend is empty"),
+    (["/dev/zero"], "Config file '/dev/zero' is not a regular file"),
+    (["--dataset", "/dev/zero"], "Dataset file '/dev/zero' is not a regular file"),
+])
+def test_empty_names_and_special_files_are_named(cli, args, needle):
+    one_error(cli("train", *args), needle)

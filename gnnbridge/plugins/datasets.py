@@ -272,6 +272,9 @@ def read_npz(path: Path) -> dict[str, np.ndarray]:
     Why not ``numpy.load``: it trusts each header and allocates what it claims before reading."""
     if path.is_dir():
         raise DataFileNotFoundError(f"Dataset file '{path}' is a folder, not a file; give the .npz file itself.")
+    if path.exists() and not path.is_file():
+        raise DataFileNotFoundError(f"Dataset file '{path}' is not a regular file (a device, pipe or socket); give "
+                                    "the .npz file itself.")
     if not path.is_file():
         raise DataFileNotFoundError(f"Dataset file '{path}' does not exist.")
     try:

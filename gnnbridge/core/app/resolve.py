@@ -31,6 +31,9 @@ def resolve_config(
 ) -> ExperimentConfig:
     """Merge defaults, an experiment, ``--dataset``, ``--set`` overrides and flags; validate."""
     overrides = cfgmod.check_overrides(overrides)
+    if backend is not None and isinstance(backend, str) and not backend.strip():
+        raise ConfigError("--backend is empty; name one (gnnbridge backends lists them), or leave it out for the "
+                          "default.")
     if isinstance(experiment, ExperimentConfig):
         data = experiment.to_dict()
     elif isinstance(experiment, dict):

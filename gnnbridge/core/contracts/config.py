@@ -378,6 +378,9 @@ def safe_yaml(text: str, where: str) -> Any:
 def load_yaml(path: str | Path) -> dict:
     """Read an experiment YAML file into a dict, with one-line errors for every failure."""
     path = Path(path)
+    if path.exists() and not path.is_file():
+        raise DataFileNotFoundError(f"Config file '{path}' is not a regular file (a folder, device or pipe); give "
+                                    "the experiment's .yaml file.")
     if not path.is_file():
         raise DataFileNotFoundError(f"Config file '{path}' does not exist.")
     try:
