@@ -36,8 +36,8 @@ from gnnbridge.core.errors import (
     TrainingDivergedError,
     signal_name,
 )
-from gnnbridge.core.training.trainer import DIVERGED
 from gnnbridge.core.training import checkpoint
+from gnnbridge.core.training.trainer import DIVERGED
 
 RESULTS = "results.json"
 CONFIG = "config.yaml"

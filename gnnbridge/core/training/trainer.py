@@ -37,7 +37,6 @@ from gnnbridge.core.training.evaluation import Evaluator, GraphEvaluator, Layerw
 from gnnbridge.core.training.metrics import ConfusionCounts
 from gnnbridge.core.training.state import TrainState
 
-
 DIVERGED = "Training diverged"  # how the line starts, also when it arrives as another rank's failure
 
 
