@@ -128,6 +128,9 @@ checkpoint_option = click.option("--checkpoint", "kind", type=click.Choice(["bes
 device_option = click.option("--device", help="cpu, cuda or auto (default: the run's device).")
 set_option = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
                           help="Override a data or eval key (not the model), e.g. --set dataset.path=NEW.npz.")
+trust_option = click.option("--trust-code", is_flag=True,
+                            help="Import the model class the checkpoint names by import path (model.arch=module:Class); "
+                            "importing runs that module's code.")
 
 
 @cli.command(epilog=FROM_RUN_EXAMPLES)
@@ -135,13 +138,14 @@ set_option = click.option("--set", "overrides", multiple=True, metavar="KEY=VALU
 @checkpoint_option
 @device_option
 @set_option
+@trust_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @interruptible
-def evaluate(target, kind, device, overrides, as_json) -> None:
+def evaluate(target, kind, device, overrides, trust_code, as_json) -> None:
     """Metrics of a trained model on every split (a run folder's best checkpoint by default)."""
     from gnnbridge.core.app.inference import evaluate as evaluate_run
 
-    report = evaluate_run(target, kind=kind, device=device, overrides=overrides)
+    report = evaluate_run(target, kind=kind, device=device, overrides=overrides, trust_code=trust_code)
     if as_json:
         click.echo(json.dumps(report, indent=2))
         return
@@ -155,12 +159,13 @@ def evaluate(target, kind, device, overrides, as_json) -> None:
 @checkpoint_option
 @device_option
 @set_option
+@trust_option
 @interruptible
-def predict(target, out, kind, device, overrides) -> None:
+def predict(target, out, kind, device, overrides, trust_code) -> None:
     """Class scores for every node (or graph) of the run's dataset, written to a .npz file."""
     from gnnbridge.core.app.inference import predict as predict_run
 
-    report = predict_run(target, out, kind=kind, device=device, overrides=overrides)
+    report = predict_run(target, out, kind=kind, device=device, overrides=overrides, trust_code=trust_code)
     shape = "x".join(map(str, report["shape"]))
     click.echo(f"{report['out']}: logits, probs [{shape}], pred, y, train_idx, val_idx, test_idx "
                f"(from {report['checkpoint']}, epoch {report['epoch'] + 1})")
@@ -190,10 +195,43 @@ def backends(as_json: bool) -> None:
 
 @cli.command()
 def plugins() -> None:
-    """Loaded plugins and the hooks they implement (JSON)."""
+    """Loaded plugins (JSON): the distribution that installed each, its hooks, what it registered,
+    and the plugins left out with why."""
     from gnnbridge.core.contracts.plugins import plugin_info
 
     click.echo(json.dumps(plugin_info(), indent=2))
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def models(as_json: bool) -> None:
+    """Model architectures by task and backend (model.arch), and the plugin of each."""
+    from gnnbridge.core.contracts.plugins import models as registry
+
+    _components(registry, as_json, with_tasks=True)
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def samplers(as_json: bool) -> None:
+    """Neighbour samplers (sampler.kind) by backend; auto and native are each backend's own."""
+    from gnnbridge.core.contracts.plugins import samplers as registry
+
+    if not as_json:
+        click.echo(f"{'auto':<14} {'every backend':<16} {'gnnbridge':<14} the backend's own sampler when it can run, else core")
+        click.echo(f"{'native':<14} {'every backend':<16} {'gnnbridge':<14} the library's own sampler, or one line saying why not")
+    _components(registry, as_json, with_tasks=False)
+
+
+def _components(registry, as_json: bool, with_tasks: bool) -> None:
+    rows = [{"name": c.name, "backend": "every backend" if c.backend == "*" else c.backend, "plugin": c.plugin,
+             "tasks": [t.value for t in c.tasks], "description": c.description} for c in registry.entries()]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for row in rows:
+        tasks = f"{','.join(row['tasks']):<11}" if with_tasks else ""
+        click.echo(f"{row['name']:<14} {tasks}{row['backend']:<16} {row['plugin']:<14} {row['description']}")
 
 
 @cli.command()
@@ -209,6 +247,7 @@ def main(argv: list[str] | None = None) -> None:
     """Every way a command can end is one line on stderr and an exit code; an exception nobody
     anticipated included (its traceback goes to a file the line names)."""
     try:
+        _plugin_commands()
         cli.main(args=argv, prog_name="gnnbridge", standalone_mode=False)
     except _Stopped as stopped:
         exc = stopped.args[0]
@@ -237,6 +276,15 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(f"Error: unexpected {type(exc).__name__}: {_first_line(exc)} (this is a gnnbridge bug; the full "
                    f"traceback is in {_save_traceback(exc)}).", err=True)
         sys.exit(1)
+
+
+def _plugin_commands() -> None:
+    """Commands from plugins (``register_commands``), added once, before parsing."""
+    from gnnbridge.core.contracts.plugins import extend_cli
+
+    if not getattr(cli, "plugins_added", False):
+        extend_cli(cli)
+        cli.plugins_added = True
 
 
 def _first_line(exc: BaseException) -> str:

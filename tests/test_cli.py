@@ -90,7 +90,10 @@ def test_train_on_an_npz_file_with_fanouts_override(tmp_path):
     "args, needles",
     [
         (["--backend", "dlg"], ["Unknown backend 'dlg'", "Available: dgl, pyg"]),
-        (["--set", "model.arch=gta"], ["Unknown model.arch 'gta'", "Available: gat, gcn, sage"]),
+        (["--set", "model.arch=gta"], ["Unknown model.arch 'gta' (did you mean 'gat'?)", "gat, gcn, sage",
+                                        "--set model.arch=my_lab.models:DeepSAGE"]),
+        (["--set", "model.arch=gat", "--set", "model.hidden=10"], ["model.hidden=10 is not divisible by model.heads=4"]),
+        (["--set", "sampler.kind=fast"], ["Unknown sampler.kind 'fast'", "Available: auto, core, native"]),
         (["--dataset", "reddt"], ["Unknown dataset 'reddt'", "synthetic"]),
         (["--dataset", "IMDB-BINARY"], ["Unknown dataset 'IMDB-BINARY' (did you mean 'imdb-binary'?)"]),
         (["--set", "model.hiden=3"], ["did you mean 'hidden'"]),
@@ -257,7 +260,10 @@ def test_backends_plugins_experiments_commands():
     table = gnnbridge("backends").stdout.splitlines()
     assert any(line.split()[:2] == ["dgl", "available"] for line in table), table
     plugins = json.loads(gnnbridge("plugins").stdout)
-    assert {"name": "pyg", "module": "gnnbridge.backends.pyg.plugin", "hooks": ["register_backends"]} in plugins
+    pyg = next(p for p in plugins if p["name"] == "pyg")
+    assert pyg["module"] == "gnnbridge.backends.pyg.plugin" and pyg["hooks"] == ["register_backends", "register_models"]
+    assert pyg["registers"] == {"backends": ["pyg"], "models": ["EdgeCNN", "GAT", "GCN", "GIN", "GraphSAGE", "PNA",
+                                                              "gat", "gcn", "gin", "sage"]}
     proc = gnnbridge("experiments")
     assert "sage-synthetic" in proc.stdout and "reddit-sage" in proc.stdout
     assert "gin-synthetic" in proc.stdout and "imdb-binary" in proc.stdout

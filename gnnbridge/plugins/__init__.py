@@ -1,4 +1,5 @@
-"""Built-in plugins: the backends and the datasets and experiments that ship with gnnbridge.
+"""Built-in plugins: the backends (with their models), the core sampler, and the datasets and
+experiments that ship with gnnbridge.
 
 They are declared as entry points in ``pyproject.toml`` like any third-party plugin; this list
 also loads them from a source checkout that was never pip-installed (no entry points then).
@@ -8,6 +9,7 @@ also loads them from a source checkout that was never pip-installed (no entry po
 BUILTIN_PLUGINS = {
     "pyg": "gnnbridge.backends.pyg.plugin",
     "dgl": "gnnbridge.backends.dgl.plugin",
+    "samplers": "gnnbridge.plugins.samplers",
     "datasets": "gnnbridge.plugins.datasets",
     "real-datasets": "gnnbridge.plugins.real_datasets",
     "experiments": "gnnbridge.plugins.experiments",

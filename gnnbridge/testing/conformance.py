@@ -21,7 +21,8 @@ import torch
 
 from gnnbridge.core.contracts.config import ModelSpec, SamplerKind, Task
 from gnnbridge.core.contracts.interfaces import Backend
-from gnnbridge.core.contracts.plugins import backends
+from gnnbridge.core.contracts.plugins import backends, models
+from gnnbridge.core.models.build import build_model
 from gnnbridge.core.models.gin import GIN
 from gnnbridge.core.records.collection import GraphCollection, pack
 from gnnbridge.core.records.data import GraphData
@@ -34,6 +35,11 @@ REFERENCE_BACKEND = "pyg"
 # The node-level architectures of the neutral ModelSpec: every backend that trains node tasks
 # builds them, with the same parameter shapes (so weights move between backends).
 ARCHITECTURES = ("sage", "gcn", "gat")
+
+
+def build(backend: Backend, spec: ModelSpec, data, task: Task = Task.NODE) -> torch.nn.Module:
+    """The model ``spec`` names, as a run on ``backend`` builds it (bound to ``data``)."""
+    return build_model(spec, backend.name, task, data.num_features, data.num_classes, data)[0]
 
 
 def small_graph(seed: int = 0, n: int = 300, classes: int = 4, features: int = 12) -> GraphData:
@@ -64,7 +70,7 @@ class BackendConformance:
     def test_declares_itself(self, backend: Backend) -> None:
         assert backend.name == self.backend_name
         assert isinstance(backend.versions(), dict)
-        assert set(backend.architectures(Task.NODE)) >= set(ARCHITECTURES)
+        assert set(models.names(backend.name, Task.NODE)) >= set(ARCHITECTURES)
 
     @pytest.mark.parametrize("kind", [SamplerKind.AUTO, SamplerKind.CORE])
     def test_sampler_yields_one_batch_per_seed_tensor_seeds_first(self, backend, data, kind) -> None:
@@ -74,7 +80,7 @@ class BackendConformance:
         batches = [data.train_idx[:17], data.train_idx[17:40]]
         out = list(sampler.loader(batches))
         assert len(out) == len(batches)
-        model = backend.model(ModelSpec(arch="sage", hidden=8, layers=2, dropout=0.0), data.num_features, 4)
+        model = build(backend, ModelSpec(arch="sage", hidden=8, layers=2, dropout=0.0), data)
         for seeds, mb in zip(batches, out):
             assert torch.equal(mb.seeds, seeds)
             assert torch.equal(mb.input_nodes[: seeds.numel()], seeds)
@@ -134,7 +140,7 @@ class BackendConformance:
         torch.manual_seed(0)
         store = backend.graph_store(data)
         sampler = backend.sampler(store, [5, 5], SamplerKind.AUTO)
-        model = backend.model(ModelSpec(arch="sage", hidden=32, layers=2, dropout=0.0), data.num_features, data.num_classes)
+        model = build(backend, ModelSpec(arch="sage", hidden=32, layers=2, dropout=0.0), data)
         opt = torch.optim.Adam(model.parameters(), lr=0.02)
         sampler.reseed(0, 0, 0)
         losses = []
@@ -225,12 +231,12 @@ class BackendConformance:
     def _gin(backend: Backend, graphs: GraphCollection, pooling: str = "sum", seed: int = 0):
         torch.manual_seed(seed)
         spec = ModelSpec(arch="gin", hidden=16, layers=3, pooling=pooling, dropout=0.0)
-        return backend.model(spec, graphs.num_features, graphs.num_classes)
+        return build(backend, spec, graphs, Task.GRAPH)
 
     @staticmethod
     def _model(backend: Backend, data: GraphData, arch: str, layers: int = 2):
         spec = ModelSpec(arch=arch, hidden=8, layers=layers, heads=2, dropout=0.0)
-        return backend.model(spec, data.num_features, data.num_classes).bind(data)
+        return build(backend, spec, data)
 
 
 def with_some_self_loops(data: GraphData) -> GraphData:

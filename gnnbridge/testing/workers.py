@@ -29,8 +29,9 @@ def train_and_dump(ctx: DistContext, config: ExperimentConfig, data: GraphData, 
 def graph_batches_and_metrics(ctx: DistContext, backend_name: str, kind: str, data, batch_size: int, out: str) -> None:
     """Record the graph batches a rank's loader yields for two epochs, and the metrics of an
     untrained GIN evaluated over the val and test splits, to ``out/rank<r>.pt``."""
-    from gnnbridge.core.contracts.config import ModelSpec, SamplerKind
+    from gnnbridge.core.contracts.config import ModelSpec, SamplerKind, Task
     from gnnbridge.core.contracts.plugins import get_backend
+    from gnnbridge.core.models.build import build_model
     from gnnbridge.core.sampling.seeds import epoch_batches
     from gnnbridge.core.training.evaluation import GraphEvaluator
 
@@ -41,7 +42,8 @@ def graph_batches_and_metrics(ctx: DistContext, backend_name: str, kind: str, da
         batches = epoch_batches(data.train_idx, batch_size, 0, epoch, ctx.rank, ctx.world_size)
         epochs.append([(mb.seeds.clone(), mb.input_nodes.clone()) for mb in loader.loader(batches)])
     torch.manual_seed(0)
-    model = backend.model(ModelSpec(arch="gin", hidden=8, layers=2), data.num_features, data.num_classes)
+    model, _ = build_model(ModelSpec(arch="gin", hidden=8, layers=2), backend_name, Task.GRAPH, data.num_features,
+                           data.num_classes, data)
     with torch.no_grad():  # BatchNorm statistics that differ a lot between ranks
         model(*_some_batch(loader, data, ctx.rank))
     metrics = GraphEvaluator(backend, data, ctx, 4, loader).evaluate(model, ("val", "test"))

@@ -24,7 +24,8 @@ def inline_plugin():
 
 def test_builtin_plugins_register_through_hooks():
     names = {p["name"]: p["hooks"] for p in plugins.plugin_info()}
-    assert names["pyg"] == ["register_backends"] and names["dgl"] == ["register_backends"]
+    assert names["pyg"] == names["dgl"] == ["register_backends", "register_models"]
+    assert names["samplers"] == ["register_samplers"]
     assert "register_datasets" in names["datasets"]
     assert {"pyg", "dgl"} <= set(plugins.backends.names())
     assert {"synthetic", "karate", "npz"} <= set(plugins.datasets.names())

@@ -4,48 +4,43 @@ import torch
 
 import gnnbridge
 from gnnbridge import hookimpl
-from gnnbridge.backends.pyg.backend import PygBackend
+from gnnbridge.backends.pyg.plugin import build_gnn
+from gnnbridge.core.contracts.plugins import PluginError
 from gnnbridge.core.training import checkpoint
 from gnnbridge.testing import registered_plugin
 
 
-class BrokenModelBackend(PygBackend):
-    name = "broken"
-    description = "PyG with a model that fails on its first batch"
+def broken_sage(in_dim, out_dim, spec):
+    """The built-in sage, failing on its first batch."""
+    model = build_gnn(in_dim, out_dim, spec.__class__(**{**vars(spec), "arch": "sage"}))
 
-    def _model(self, spec, in_dim, out_dim):
-        model = super()._model(spec, in_dim, out_dim)
+    def fail(*args, **kwargs):
+        raise RuntimeError("boom in forward")
 
-        def fail(*args, **kwargs):
-            raise RuntimeError("boom in forward")
-
-        model.forward = fail
-        return model
+    model.forward = fail
+    return model
 
 
-class FailsInSecondEpochBackend(PygBackend):
-    name = "fails-later"
-    description = "PyG with a model that fails on its second training batch"
+def sage_failing_later(in_dim, out_dim, spec):
+    """The built-in sage, failing on its second training batch."""
+    model = build_gnn(in_dim, out_dim, spec.__class__(**{**vars(spec), "arch": "sage"}))
+    forward, calls = model.forward, []
 
-    def _model(self, spec, in_dim, out_dim):
-        model = super()._model(spec, in_dim, out_dim)
-        forward, calls = model.forward, []
+    def fail_later(*args, **kwargs):
+        calls.append(model.training)
+        if calls.count(True) == 2:
+            raise RuntimeError("boom in epoch 2")
+        return forward(*args, **kwargs)
 
-        def fail_later(*args, **kwargs):
-            calls.append(model.training)
-            if calls.count(True) == 2:
-                raise RuntimeError("boom in epoch 2")
-            return forward(*args, **kwargs)
-
-        model.forward = fail_later
-        return model
+    model.forward = fail_later
+    return model
 
 
 class BrokenPlugin:
     @hookimpl
-    def register_backends(self, register):
-        register(BrokenModelBackend())
-        register(FailsInSecondEpochBackend())
+    def register_models(self, register):
+        register("broken", {"pyg": broken_sage})
+        register("fails-later", {"pyg": sage_failing_later})
 
 
 @pytest.fixture
@@ -55,20 +50,23 @@ def broken_backend():
 
 
 def test_a_failed_run_leaves_no_folder_but_keeps_the_users(tmp_path, broken_backend):
-    with pytest.raises(RuntimeError, match="boom in forward"):
-        gnnbridge.run("karate-sage", backend="broken", nproc=1, out=tmp_path / "a" / "b" / "out", progress=False)
+    broken = ["model.arch=broken"]
+    with pytest.raises(PluginError, match="^model 'broken' .plugin 'broken-test'. failed in its forward pass: "
+                       "RuntimeError: boom in forward$"):
+        gnnbridge.run("karate-sage", backend="pyg", nproc=1, out=tmp_path / "a" / "b" / "out", progress=False,
+                      overrides=broken)
     assert not (tmp_path / "a").exists()  # the parents it made go too
     (tmp_path / "mine").mkdir()
-    with pytest.raises(RuntimeError, match="boom in forward"):
-        gnnbridge.run("karate-sage", backend="broken", nproc=1, out=tmp_path / "mine", progress=False)
+    with pytest.raises(PluginError, match="boom in forward"):
+        gnnbridge.run("karate-sage", backend="pyg", nproc=1, out=tmp_path / "mine", progress=False, overrides=broken)
     assert (tmp_path / "mine").is_dir() and not any((tmp_path / "mine").iterdir())  # as the user left it
 
 
 def test_a_failed_run_with_a_checkpoint_is_kept_for_resuming(tmp_path, broken_backend):
     out = tmp_path / "out"
-    with pytest.raises(RuntimeError, match="boom in epoch 2"):
-        gnnbridge.run("karate-sage", backend="fails-later", nproc=1, out=out, progress=False,
-                      overrides=["train.batch_size=64"])
+    with pytest.raises(PluginError, match="boom in epoch 2"):
+        gnnbridge.run("karate-sage", backend="pyg", nproc=1, out=out, progress=False,
+                      overrides=["train.batch_size=64", "model.arch=fails-later"])
     assert (out / "config.yaml").exists() and not (out / "results.json").exists()
     assert checkpoint.load(checkpoint.path_in(out, "latest"))["epoch"] == 0
 
@@ -90,7 +88,7 @@ def test_graph_tasks_on_pyg_need_no_sampling_extension_for_the_native_loader():
     from gnnbridge.core.app.resolve import resolve_config
 
     config = preflight(resolve_config("gin-synthetic", backend="pyg", overrides=["sampler.kind=native"]))
-    assert config.sampler.kind.value == "native"
+    assert config.sampler.kind == "native"
 
 
 def test_ranks_that_would_continue_a_restart_from_different_epochs_stop_with_one_line():

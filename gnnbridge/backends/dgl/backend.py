@@ -8,8 +8,8 @@ from typing import Any
 import torch
 
 from gnnbridge.backends.dgl.compat import compat_note, import_dgl
-from gnnbridge.core.contracts.config import ModelSpec, SamplerKind, Task
-from gnnbridge.core.contracts.interfaces import Backend, GNNModel, GraphClassifier, GraphStore, Sampler
+from gnnbridge.core.contracts.config import SamplerKind, Task
+from gnnbridge.core.contracts.interfaces import Backend, GraphStore, Sampler
 from gnnbridge.core.errors import BackendUnavailableError
 from gnnbridge.core.models.graphops import layer_bounds
 from gnnbridge.core.records.batches import SampledSubgraph
@@ -35,7 +35,7 @@ class DglGraphStore(GraphStore):
 class DglBackend(Backend):
     name = "dgl"
     description = "Deep Graph Library (dgl)"
-    ARCHITECTURES = {Task.NODE: ("sage", "gcn", "gat"), Task.GRAPH: ("gin",)}
+    TASKS = (Task.NODE, Task.GRAPH)
 
     def availability(self) -> str | None:
         try:
@@ -98,14 +98,14 @@ class DglBackend(Backend):
 
         return DglNeighborSampler(store, fanouts)
 
-    def _model(self, spec: ModelSpec, in_dim: int, out_dim: int) -> GNNModel | GraphClassifier:
-        if spec.arch == "gin":
-            from gnnbridge.backends.dgl.graphs import DglGIN
+    def adopt_sampler(self, sampler: Any, store: GraphStore, fanouts: list[int]) -> Sampler | None:
+        """A plugin's ``dgl.dataloading.BlockSampler``, driven like DGL's own."""
+        dgl = import_dgl()
+        if not isinstance(sampler, dgl.dataloading.BlockSampler):
+            return None
+        from gnnbridge.backends.dgl.sampler import DglNeighborSampler
 
-            return DglGIN(spec, in_dim, out_dim)
-        from gnnbridge.backends.dgl.models import DglGNN
-
-        return DglGNN(spec, in_dim, out_dim)
+        return DglNeighborSampler(store, fanouts, sampler)
 
     def from_sampled(self, sub: SampledSubgraph) -> Any:
         """Blocks (input layer first) from a core sample, hop-trimmed like the PyG layers.

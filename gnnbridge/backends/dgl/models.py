@@ -17,7 +17,7 @@ from torch import nn
 from gnnbridge.backends.dgl.compat import import_dgl
 from gnnbridge.core.contracts.config import ModelSpec
 from gnnbridge.core.contracts.interfaces import GNNModel
-from gnnbridge.core.models.graphops import gcn_edge_weights
+from gnnbridge.core.models.graphops import attention_heads, gcn_edge_weights, layer_dims
 
 
 def with_self_loops(block, replace_existing: bool):
@@ -94,7 +94,8 @@ class DglGNN(GNNModel):
         import_dgl()
         self.spec = spec
         self.layers = nn.ModuleList()
-        for d_in, d_out, heads in spec.layer_dims(in_dim, out_dim):
+        gat_heads = attention_heads(spec) if spec.arch == "gat" else 1
+        for d_in, d_out, heads in layer_dims(spec.layers, spec.hidden, in_dim, out_dim, gat_heads):
             if spec.arch == "sage":
                 self.layers.append(SAGELayer(d_in, d_out, spec.aggr))
             elif spec.arch == "gcn":

@@ -1,5 +1,8 @@
-"""Registers the DGL backend through the public hook, exactly as a third-party package would."""
+"""Registers the DGL backend and its models through the public hooks, exactly as a third-party
+package would: the neutral sage, gcn, gat (node tasks) and gin (graph tasks)."""
 from gnnbridge.core.contracts.hookspecs import hookimpl
+
+BACKEND = "dgl"
 
 
 @hookimpl
@@ -7,3 +10,23 @@ def register_backends(register):
     from gnnbridge.backends.dgl.backend import DglBackend
 
     register(DglBackend())
+
+
+def build_gnn(in_dim, out_dim, spec):
+    from gnnbridge.backends.dgl.models import DglGNN
+
+    return DglGNN(spec, in_dim, out_dim)
+
+
+def build_gin(in_dim, out_dim, spec):
+    from gnnbridge.backends.dgl.graphs import DglGIN
+
+    return DglGIN(spec, in_dim, out_dim)
+
+
+@hookimpl
+def register_models(register):
+    register("sage", {BACKEND: build_gnn}, tasks=["node"], description="GraphSAGE, mean aggregation (SAGEConv)")
+    register("gcn", {BACKEND: build_gnn}, tasks=["node"], description="GCN normalised by full-graph degrees (GraphConv)")
+    register("gat", {BACKEND: build_gnn}, tasks=["node"], description="GAT, model.heads heads (GATConv)")
+    register("gin", {BACKEND: build_gin}, tasks=["graph"], description="GIN with core-held MLPs and sum/mean readout")

@@ -1,4 +1,6 @@
-"""DGL's own ``NeighborSampler`` behind the :class:`~gnnbridge.core.interfaces.Sampler` contract.
+"""DGL's own ``NeighborSampler`` (or any ``BlockSampler`` a plugin registers, like the custom
+multi-layer sampler of DGL's tutorials) behind the :class:`~gnnbridge.core.interfaces.Sampler`
+contract.
 
 DGL lists fanouts from the input layer to the output layer; gnnbridge (like PyG) lists them
 from the seeds outwards. The list is reversed here, once, so ``fanouts=[25, 10]`` means 25
@@ -22,11 +24,14 @@ from gnnbridge.core.sampling.seeds import derived_seed
 
 
 class DglNeighborSampler(Sampler):
-    def __init__(self, store: GraphStore, fanouts: list[int]):
+    """``block_sampler``: a ``dgl.dataloading.BlockSampler`` (default: DGL's ``NeighborSampler``
+    with ``fanouts``); its ``sample(graph, seeds)`` gives ``(input_nodes, output_nodes, blocks)``."""
+
+    def __init__(self, store: GraphStore, fanouts: list[int], block_sampler=None):
         super().__init__(store, fanouts)
         dgl = import_dgl()
         self._dgl = dgl
-        self._sampler = dgl.dataloading.NeighborSampler(list(reversed(fanouts)))
+        self._sampler = block_sampler or dgl.dataloading.NeighborSampler(list(reversed(fanouts)))
         self._num_nodes = store.native.num_nodes()
 
     def reseed(self, seed: int, epoch: int, rank: int) -> None:

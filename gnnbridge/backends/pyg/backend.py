@@ -7,8 +7,8 @@ from typing import Any
 
 import torch
 
-from gnnbridge.core.contracts.config import ModelSpec, SamplerKind, Task
-from gnnbridge.core.contracts.interfaces import Backend, GNNModel, GraphClassifier, GraphStore, Sampler
+from gnnbridge.core.contracts.config import SamplerKind, Task
+from gnnbridge.core.contracts.interfaces import Backend, GraphStore, Sampler
 from gnnbridge.core.errors import BackendUnavailableError
 from gnnbridge.core.records.batches import SampledSubgraph
 from gnnbridge.core.records.collection import GraphCollection, PackedGraphs
@@ -33,7 +33,7 @@ class PygGraphStore(GraphStore):
 class PygBackend(Backend):
     name = "pyg"
     description = "PyTorch Geometric (torch_geometric)"
-    ARCHITECTURES = {Task.NODE: ("sage", "gcn", "gat"), Task.GRAPH: ("gin",)}
+    TASKS = (Task.NODE, Task.GRAPH)
 
     def availability(self) -> str | None:
         try:
@@ -94,15 +94,6 @@ class PygBackend(Backend):
         from gnnbridge.backends.pyg.sampler import PygNeighborLoaderSampler
 
         return PygNeighborLoaderSampler(store, fanouts)
-
-    def _model(self, spec: ModelSpec, in_dim: int, out_dim: int) -> GNNModel | GraphClassifier:
-        if spec.arch == "gin":
-            from gnnbridge.backends.pyg.graphs import PygGIN
-
-            return PygGIN(spec, in_dim, out_dim)
-        from gnnbridge.backends.pyg.models import PygGNN
-
-        return PygGNN(spec, in_dim, out_dim)
 
     def from_sampled(self, sub: SampledSubgraph) -> Any:
         from torch_geometric.data import Data

@@ -16,7 +16,7 @@ from torch import nn
 
 from gnnbridge.core.contracts.config import ModelSpec
 from gnnbridge.core.contracts.interfaces import GNNModel
-from gnnbridge.core.models.graphops import gcn_edge_weights, layer_bounds
+from gnnbridge.core.models.graphops import attention_heads, gcn_edge_weights, layer_bounds, layer_dims
 
 
 class PygGNN(GNNModel):
@@ -32,7 +32,8 @@ class PygGNN(GNNModel):
 
         self.spec = spec
         self.convs = nn.ModuleList()
-        for d_in, d_out, heads in spec.layer_dims(in_dim, out_dim):
+        gat_heads = attention_heads(spec) if spec.arch == "gat" else 1
+        for d_in, d_out, heads in layer_dims(spec.layers, spec.hidden, in_dim, out_dim, gat_heads):
             if spec.arch == "sage":
                 conv = SAGEConv(d_in, d_out, aggr=spec.aggr)
             elif spec.arch == "gcn":

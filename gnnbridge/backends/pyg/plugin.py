@@ -1,5 +1,9 @@
-"""Registers the PyG backend through the public hook, exactly as a third-party package would."""
+"""Registers the PyG backend and its models through the public hooks, exactly as a third-party
+package would: the neutral sage, gcn, gat (node tasks) and gin (graph tasks), and PyG's model
+zoo by its own class names (:mod:`gnnbridge.backends.pyg.zoo`)."""
 from gnnbridge.core.contracts.hookspecs import hookimpl
+
+BACKEND = "pyg"
 
 
 @hookimpl
@@ -7,3 +11,27 @@ def register_backends(register):
     from gnnbridge.backends.pyg.backend import PygBackend
 
     register(PygBackend())
+
+
+def build_gnn(in_dim, out_dim, spec):
+    from gnnbridge.backends.pyg.models import PygGNN
+
+    return PygGNN(spec, in_dim, out_dim)
+
+
+def build_gin(in_dim, out_dim, spec):
+    from gnnbridge.backends.pyg.graphs import PygGIN
+
+    return PygGIN(spec, in_dim, out_dim)
+
+
+@hookimpl
+def register_models(register):
+    from gnnbridge.backends.pyg.zoo import ZOO, zoo_builder
+
+    register("sage", {BACKEND: build_gnn}, tasks=["node"], description="GraphSAGE, mean aggregation (SAGEConv)")
+    register("gcn", {BACKEND: build_gnn}, tasks=["node"], description="GCN normalised by full-graph degrees (GCNConv)")
+    register("gat", {BACKEND: build_gnn}, tasks=["node"], description="GAT, model.heads heads (GATConv)")
+    register("gin", {BACKEND: build_gin}, tasks=["graph"], description="GIN with core-held MLPs and sum/mean readout")
+    for name, description in ZOO.items():
+        register(name, {BACKEND: zoo_builder(name)}, tasks=["node", "graph"], description=description)

@@ -20,7 +20,7 @@ from gnnbridge.core.app.preflight import load_dataset, preflight
 from gnnbridge.core.app.resolve import check_frozen, resolve_config
 from gnnbridge.core.app.rundir import output_error
 from gnnbridge.core.contracts.config import ExperimentConfig
-from gnnbridge.core.contracts.plugins import no_downloads
+from gnnbridge.core.contracts.plugins import no_code, no_downloads
 from gnnbridge.core.errors import CheckpointError, ConfigError, OutputExistsError, TrainingDivergedError
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData
@@ -34,10 +34,11 @@ INFERENCE_FROZEN = ("task", "backend", "model")
 
 
 def evaluate(target: str | os.PathLike, *, kind: str = checkpoint.BEST, device: str | None = None,
-             overrides: list[str] | tuple[str, ...] = ()) -> dict:
+             overrides: list[str] | tuple[str, ...] = (), trust_code: bool = False) -> dict:
     """Metrics of ``target`` (a run folder's ``kind`` checkpoint, or a checkpoint file) on
-    every split, computed as training's final evaluation is (``eval.mode``)."""
-    path, state, config, data = _prepare(target, kind, device, overrides, "evaluate")
+    every split, computed as training's final evaluation is (``eval.mode``). ``trust_code``:
+    import the model class the checkpoint names by import path (importing runs that code)."""
+    path, state, config, data = _prepare(target, kind, device, overrides, "evaluate", trust_code)
     try:
         with interrupt_on_sigterm():
             metrics = launch(_evaluate_worker, 1, config.device.value, (config, data, state), timeout_s=config.timeout)
@@ -47,11 +48,11 @@ def evaluate(target: str | os.PathLike, *, kind: str = checkpoint.BEST, device: 
 
 
 def predict(target: str | os.PathLike, out: str | os.PathLike, *, kind: str = checkpoint.BEST,
-            device: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> dict:
+            device: str | None = None, overrides: list[str] | tuple[str, ...] = (), trust_code: bool = False) -> dict:
     """Write ``out`` (.npz): ``logits`` and ``probs`` [items, classes] float32, ``pred`` and
     ``y`` int64 [items], and the ``train_idx`` / ``val_idx`` / ``test_idx`` the run used."""
     out = _check_out(out)
-    path, state, config, data = _prepare(target, kind, device, overrides, "predict")
+    path, state, config, data = _prepare(target, kind, device, overrides, "predict", trust_code)
     with _reserved(out) as tmp, interrupt_on_sigterm():  # a folder we cannot write fails now, not after inference
         logits = launch(_predict_worker, 1, config.device.value, (config, data, state), timeout_s=config.timeout)
         logits = logits.float()
@@ -69,15 +70,17 @@ def _nonfinite(path: Path, what: str) -> TrainingDivergedError:
                                  "train.lr.")
 
 
-def _prepare(target, kind: str, device: str | None, overrides, action: str):
+def _prepare(target, kind: str, device: str | None, overrides, action: str, trust_code: bool):
     if not isinstance(target, (str, os.PathLike)):
         raise ConfigError(f"target={target!r} must be a run folder or a checkpoint file (a str or a pathlib.Path).")
     path = checkpoint.find(target, kind)
     state = {**checkpoint.load(path), "path": str(path)}
     config = resolve_config(state["config"], overrides=overrides, device=device, nproc=1)
     check_frozen(state["config"], config.to_dict(), INFERENCE_FROZEN, action)
-    config = preflight(config)
-    with no_downloads():  # the checkpoint names the data; it never makes us fetch or create it
+    # The checkpoint names the data and the model: it never makes us fetch or create a dataset,
+    # nor import code unless the user says they trust it.
+    with no_downloads(), contextlib.nullcontext() if trust_code else no_code():
+        config = preflight(config)
         data = load_dataset(config)
     _check_fits(path, state, data)
     return path, state, config, data

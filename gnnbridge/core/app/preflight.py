@@ -11,12 +11,17 @@ import os
 
 import torch
 
-from gnnbridge.core.contracts.config import DeviceChoice, ExperimentConfig, Task
+from gnnbridge.core.contracts.config import DeviceChoice, ExperimentConfig, SamplerKind, Task
 from gnnbridge.core.contracts.plugins import backends, datasets
-from gnnbridge.core.errors import BackendUnavailableError, ConfigError, ResourceError, unknown_name
+from gnnbridge.core.errors import BackendUnavailableError, ConfigError, ResourceError
+from gnnbridge.core.models.build import build_model, count_parameters
+from gnnbridge.core.models.build import resolve as resolve_model
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData
 from gnnbridge.core.runtime.host import available_memory, format_bytes, free_disk
+from gnnbridge.core.sampling.build import BACKEND_KINDS, check_kind
+
+GRAPH_KINDS = tuple(k.value for k in SamplerKind)
 
 # Bytes per parameter while training: the weights, their gradients, Adam's two moments and the
 # best epoch's copy. A checkpoint holds the weights and both moments.
@@ -30,10 +35,7 @@ def preflight(config: ExperimentConfig, count_gpus: bool = True) -> ExperimentCo
     ``count_gpus``: whether ``nproc`` ranks will run on this machine (not so in a multi-node job)."""
     backend = backends.get(config.backend).require()
     _check_task(config, backend)
-    # Graph tasks read whole graphs through the library's plain graph loader: nothing to install.
-    reason = backend.sampler_unavailable(config.sampler.kind) if config.task is Task.NODE else None
-    if reason is not None:
-        raise BackendUnavailableError(f"Backend '{config.backend}': {reason}.")
+    _check_sampler(config, backend)
     datasets.get(config.dataset.name)
     device = _resolve_device(config)
     backend.check_device(torch.device(device))
@@ -54,22 +56,23 @@ def preflight(config: ExperimentConfig, count_gpus: bool = True) -> ExperimentCo
 
 def _check_task(config: ExperimentConfig, backend) -> None:
     task = config.task
-    if not backend.tasks():
-        raise ConfigError(f"Backend '{backend.name}' declares no architectures; a backend lists what it builds in "
-                          "ARCHITECTURES = {Task.NODE: (...), Task.GRAPH: (...)}.")
     if task not in backend.tasks():
         raise ConfigError(f"Backend '{backend.name}' cannot train task={task.value}; it trains "
-                          f"{', '.join(t.value for t in backend.tasks())}.")
-    choices = backend.architectures(task)
-    if config.model.arch in choices:
+                          f"{', '.join(t.value for t in backend.tasks()) or 'nothing (it declares no TASKS)'}.")
+    resolve_model(config.model, backend.name, task)
+
+
+def _check_sampler(config: ExperimentConfig, backend) -> None:
+    kind = config.sampler.kind
+    if config.task is Task.GRAPH:  # whole graphs through the library's plain loader: nothing to install
+        if kind not in GRAPH_KINDS:
+            raise ConfigError(f"sampler.kind={kind!r} samples neighbourhoods, but task=graph batches whole graphs; "
+                              f"use one of: {', '.join(GRAPH_KINDS)}.")
         return
-    if config.model.arch in backend.architectures():
-        other = next(t for t in backend.tasks() if config.model.arch in backend.architectures(t))
-        raise ConfigError(
-            f"model.arch={config.model.arch!r} is a {other.value}-level model but task={task.value}; "
-            f"use --set model.arch={choices[0]} (choices for task={task.value}: {', '.join(choices)})."
-        )
-    raise unknown_name("model.arch", config.model.arch, choices)
+    check_kind(kind, backend)
+    reason = backend.sampler_unavailable(SamplerKind(kind)) if kind in BACKEND_KINDS else None
+    if reason is not None:
+        raise BackendUnavailableError(f"Backend '{config.backend}': {reason}.")
 
 
 def _resolve_device(config: ExperimentConfig) -> str:
@@ -103,7 +106,7 @@ def load_dataset(config: ExperimentConfig, ranks_here: int | None = None) -> Gra
                 f"use --nproc {size} or fewer, or a larger {split} split."
             )
     _check_monitor_can_improve(config, data)
-    check_memory(config, data, config.nproc if ranks_here is None else ranks_here)
+    check_model(config, data, config.nproc if ranks_here is None else ranks_here)
     return data
 
 
@@ -121,13 +124,29 @@ def _check_monitor_can_improve(config: ExperimentConfig, data: GraphData | Graph
 
 
 def model_parameters(config: ExperimentConfig, data: GraphData | GraphCollection) -> int:
-    return config.model.parameter_estimate(data.num_features, data.num_classes)
+    """The model's parameter count: exact (built on the meta device), or estimated from its width
+    and depth when the builder cannot run there."""
+    exact = count_parameters(config.model, config.backend, config.task, data.num_features, data.num_classes, data)
+    return exact if exact is not None else config.model.parameter_estimate(data.num_features, data.num_classes)
 
 
-def check_memory(config: ExperimentConfig, data: GraphData | GraphCollection, ranks_here: int) -> None:
+def check_model(config: ExperimentConfig, data: GraphData | GraphCollection, ranks_here: int) -> None:
+    """The model fits this machine and its builder accepts the config: on the meta device when it
+    can be built there, else (once it is known to fit) for real, on CPU, and thrown away. A
+    builder's error is one line naming the model, before any rank starts or anything is written."""
+    exact = count_parameters(config.model, config.backend, config.task, data.num_features, data.num_classes, data)
+    check_memory(config, data, ranks_here,
+                 exact if exact is not None else config.model.parameter_estimate(data.num_features, data.num_classes))
+    if exact is None:
+        build_model(config.model, config.backend, config.task, data.num_features, data.num_classes, data)
+
+
+def check_memory(config: ExperimentConfig, data: GraphData | GraphCollection, ranks_here: int,
+                 params: int | None = None) -> None:
     """Refuse a model (or a label space) this machine cannot hold, before any rank allocates it:
-    ``model.hidden=10**7`` would otherwise grow until the kernel kills the job."""
-    params = model_parameters(config, data)
+    ``model.hidden=10**7`` would otherwise grow until the kernel kills the job. ``params``: the
+    model's parameter count (counted here when not given)."""
+    params = model_parameters(config, data) if params is None else params
     ranks = ranks_here if config.device is DeviceChoice.CPU else 1  # GPU ranks hold weights on their device
     width = max(config.model.hidden * config.model.heads, data.num_classes)
     need = (ranks * (params * TRAIN_BYTES_PER_PARAM + 2 * 8 * data.num_classes**2)  # + confusion matrices
@@ -153,12 +172,13 @@ def check_memory(config: ExperimentConfig, data: GraphData | GraphCollection, ra
 def check_disk(config: ExperimentConfig, data: GraphData | GraphCollection, folder) -> None:
     """Two checkpoints must fit where the run writes them (the new one is written beside the old
     one before it replaces it): found now, not after the first epoch."""
-    need = 2 * model_parameters(config, data) * CHECKPOINT_BYTES_PER_PARAM
+    params = model_parameters(config, data)
+    need = 2 * params * CHECKPOINT_BYTES_PER_PARAM
     free = free_disk(folder)
     if need > free:
         raise ResourceError(
             f"The run's checkpoints need about {format_bytes(need)} (a model of about "
-            f"{model_parameters(config, data):,} parameters) but '{folder}' has {format_bytes(free)} free; free "
+            f"{params:,} parameters) but '{folder}' has {format_bytes(free)} free; free "
             "some space, choose another --out, or use a smaller model."
         )
 

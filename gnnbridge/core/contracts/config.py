@@ -30,13 +30,16 @@ class Task(str, enum.Enum):
 
 
 class SamplerKind(str, enum.Enum):
+    """The kinds every backend answers itself; ``sampler.kind`` may also name a plugin's sampler."""
+
     AUTO = "auto"  # the backend's own sampler when it can run, else the core sampler
     NATIVE = "native"  # the library's sampler, or an error saying why it cannot run
     CORE = "core"  # gnnbridge's framework-neutral vectorised sampler
 
 
 class EvalMode(str, enum.Enum):
-    LAYERWISE = "layerwise"  # exact full-neighbour inference, one layer at a time
+    LAYERWISE = "layerwise"  # exact full-neighbour inference, one layer at a time (needs layer_forward)
+    FULL = "full"  # exact: mini-batches of every seed's whole L-hop neighbourhood, any model
     SAMPLED = "sampled"  # mini-batches with the training fanouts
 
 
@@ -75,20 +78,28 @@ class DatasetConfig:
 
 @dataclass
 class ModelSpec:
-    """Backend-neutral model description: the same spec builds the same shapes on every backend."""
+    """Backend-neutral model description: the same spec builds the same shapes on every backend.
+
+    ``arch`` names a registered model (``gnnbridge models``) or a class by import path
+    (``my_lab.models:DeepSAGE``); ``options`` are further keyword arguments of its builder. Which
+    of the other fields a model reads is the model's business (``heads`` is GAT's)."""
 
     arch: str = "sage"
     hidden: int = 64
     layers: int = 2
     dropout: float = 0.5
     aggr: str = "mean"  # GraphSAGE neighbour aggregation
-    heads: int = 4  # GAT attention heads (hidden is the per-layer output width, split over heads)
+    heads: int = 4  # attention heads (hidden is the per-layer output width, split over heads)
     pooling: str = "sum"  # graph readout for graph-level models (GIN)
+    options: dict = field(default_factory=dict)  # keyword arguments of the model's builder
 
     def __post_init__(self) -> None:
         _positive("model.hidden", self.hidden)
         _positive("model.layers", self.layers)
         _positive("model.heads", self.heads)
+        if not self.arch.strip():
+            raise ConfigError("model.arch is empty; name a model (gnnbridge models lists them) or a class as "
+                              "module:Class.")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"model.dropout={self.dropout} is out of range; expected 0 <= dropout < 1.")
         if self.aggr not in AGGREGATIONS:
@@ -101,38 +112,33 @@ class ModelSpec:
                 f"model.pooling={show(self.pooling)} is not supported{did_you_mean(self.pooling, POOLINGS)}. "
                 f"Choose one of: {', '.join(POOLINGS)}."
             )
-        if self.arch == "gat" and self.layers > 1 and self.hidden % self.heads:
-            raise ConfigError(
-                f"model.hidden={self.hidden} is not divisible by model.heads={self.heads}; GAT splits "
-                "the hidden width over its heads."
-            )
+        bad = [k for k in self.options if not isinstance(k, str) or not k.isidentifier()]
+        if bad:
+            raise ConfigError(f"model.options has the key {show(bad[0])}; keys are keyword argument names, "
+                              "e.g. model.options.jk=cat.")
 
     def parameter_estimate(self, in_dim: int, out_dim: int) -> int:
-        """An upper bound on the parameters any backend builds for this spec (two input projections
-        and one hidden-to-hidden map per layer covers SAGE, GCN, GAT and GIN's MLPs), computed
-        without building anything: it decides whether a model can fit before it is allocated."""
+        """About the parameters of a message-passing model of this width and depth (two input
+        projections and one hidden-to-hidden map per layer covers SAGE, GCN, GAT and GIN's MLPs),
+        computed without building anything; used when a model cannot be built on the meta device
+        to be counted exactly."""
         total = 0
-        for i, o, h in self.layer_dims(in_dim, out_dim):
-            width = o * h
-            total += 2 * (i + 1) * width + (width + 1) * width
-        return total
-
-    def layer_dims(self, in_dim: int, out_dim: int) -> list[tuple[int, int, int]]:
-        """(input width, per-head output width, heads) per layer; every backend builds these."""
-        dims = []
         for i in range(self.layers):
-            last = i == self.layers - 1
-            heads = self.heads if self.arch == "gat" and not last else 1
-            dims.append((in_dim if i == 0 else self.hidden, out_dim if last else self.hidden // heads, heads))
-        return dims
+            d_in = in_dim if i == 0 else self.hidden
+            width = out_dim if i == self.layers - 1 else self.hidden
+            total += 2 * (d_in + 1) * width + (width + 1) * width
+        return total
 
 
 @dataclass
 class SamplerConfig:
-    kind: SamplerKind = SamplerKind.AUTO
+    kind: str = "auto"  # auto, native, core, or a plugin's sampler (gnnbridge samplers)
     fanouts: list[int] = field(default_factory=lambda: [10, 10])
 
     def __post_init__(self) -> None:
+        if not self.kind.strip():
+            raise ConfigError("sampler.kind is empty; use auto, native, core or a plugin's sampler "
+                              "(gnnbridge samplers lists them).")
         if not self.fanouts:
             raise ConfigError("sampler.fanouts is empty; give one fanout per layer, e.g. [25, 10].")
         bad = [f for f in self.fanouts if f <= 0 and f != -1]

@@ -40,3 +40,33 @@ def register_experiments(register):
 
     ``config_dict`` is a partial config (same keys as a YAML experiment file).
     """
+
+
+@hookspec
+def register_models(register):
+    """Called once when plugins load. Call ``register(name, build, tasks=("node",), description="")``.
+
+    ``build`` makes the ``torch.nn.Module``: one callable for every backend (a model that needs no
+    message passing, such as an MLP, or one written against the neutral batch), or a mapping
+    ``{backend name: callable}`` for models written with one library's layers. It is called as
+    ``build(in_dim, out_dim, **kw)``; ``kw`` holds those of ``hidden``, ``layers``, ``dropout``,
+    ``aggr``, ``heads``, ``pooling``, ``spec`` and ``data`` that its signature names, plus
+    ``model.options``. See :mod:`gnnbridge.core.models.build` for the forward contract.
+    """
+
+
+@hookspec
+def register_samplers(register):
+    """Called once when plugins load. Call ``register(name, build, description="")``.
+
+    ``build(store, fanouts)`` is called on every rank. With one callable for every backend it
+    returns an object whose ``sample(seeds, generator)`` gives a core ``SampledSubgraph`` (the
+    backend turns it into its native batch); with ``{backend name: callable}`` it may return the
+    library's own sampler (a DGL ``BlockSampler``) or a full :class:`Sampler`.
+    """
+
+
+@hookspec
+def register_commands(cli):
+    """Called once when the command line starts, with its ``click.Group``: add subcommands with
+    ``@cli.command()``. A name gnnbridge or an earlier plugin already uses is not replaced."""

@@ -4,19 +4,21 @@ A backend turns neutral records into its library's native objects and back:
 
     GraphData --graph_store--> GraphStore (native graph view, no copy where possible)
     GraphStore --sampler-----> Sampler    (seed batches in, MiniBatch with a native graph out)
-    ModelSpec --model--------> GNNModel   (a torch.nn.Module that core wraps in DDP)
 
-and, for graph classification, the same three over a collection of small graphs:
+and, for graph classification, the same two over a collection of small graphs:
 
     GraphCollection --collection_store--> GraphStore
     GraphStore --collection_sampler-----> Sampler (graph-id batches in, batched graphs out)
-    ModelSpec --model-------------------> GraphClassifier (e.g. core's GIN, backend message passing)
+
+Models are not a backend's: they register through the ``register_models`` hook, each for the
+backends it is written for (:mod:`gnnbridge.core.models.build`), and so do further samplers. A
+backend's plugin registers its library's models beside the backend itself.
 
 Core owns everything around them: which seeds each rank gets (equal batch counts), feature
 gathering and device transfer (so each can be timed on its own), the optimizer step, metric
 reduction, layer-wise inference and outputs. A backend stays a thin adapter, and a
 third-party backend only has to fill in these methods (the conformance suite in
-``tests/conformance.py`` checks it).
+:mod:`gnnbridge.testing.conformance` checks it).
 
 Libraries are imported lazily inside methods, so a backend whose library is missing still
 registers and can say why in ``gnnbridge backends``.
@@ -31,7 +33,7 @@ import torch
 from torch import nn
 
 from gnnbridge.core.contracts.config import ModelSpec, SamplerKind, Task
-from gnnbridge.core.errors import BackendUnavailableError, unknown_name
+from gnnbridge.core.errors import BackendUnavailableError
 from gnnbridge.core.records.batches import MiniBatch, SampledSubgraph
 from gnnbridge.core.records.collection import GraphCollection, PackedGraphs
 from gnnbridge.core.records.data import GraphData
@@ -159,18 +161,11 @@ class Backend(ABC):
 
     # -- factories ------------------------------------------------------------------
 
-    # The architectures this backend builds, per task: the backend's own list, never core's.
-    ARCHITECTURES: dict[Task, tuple[str, ...]] = {}
+    # The tasks this backend trains; graph tasks need the ``collection_*`` factories.
+    TASKS: tuple[Task, ...] = (Task.NODE,)
 
     def tasks(self) -> tuple[Task, ...]:
-        """The tasks this backend trains; graph tasks need the ``collection_*`` factories."""
-        return tuple(self.ARCHITECTURES)
-
-    def architectures(self, task: Task | None = None) -> tuple[str, ...]:
-        """Model architectures for ``task`` (all the backend builds when ``task`` is None)."""
-        if task is None:
-            return tuple(a for t in self.tasks() for a in self.architectures(t))
-        return self.ARCHITECTURES.get(task, ())
+        return tuple(self.TASKS)
 
     @abstractmethod
     def graph_store(self, data: GraphData) -> GraphStore: ...
@@ -183,13 +178,10 @@ class Backend(ABC):
     def sampler(self, store: GraphStore, fanouts: list[int], kind: SamplerKind) -> Sampler:
         """A sampler of ``kind``; AUTO picks the native one when it can run, else the core one."""
 
-    def model(self, spec: ModelSpec, in_dim: int, out_dim: int) -> "GNNModel | GraphClassifier":
-        if spec.arch not in self.architectures():
-            raise unknown_name("model.arch", spec.arch, self.architectures())
-        return self._model(spec, in_dim, out_dim)
-
-    @abstractmethod
-    def _model(self, spec: ModelSpec, in_dim: int, out_dim: int) -> "GNNModel | GraphClassifier": ...
+    def adopt_sampler(self, sampler: Any, store: GraphStore, fanouts: list[int]) -> Sampler | None:
+        """A :class:`Sampler` around a plugin's library sampler (e.g. a DGL ``BlockSampler``), or
+        None when ``sampler`` is not one this backend knows."""
+        return None
 
     # -- graph collections (graph-level tasks) -----------------------------------------
 

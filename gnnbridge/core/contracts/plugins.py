@@ -9,6 +9,12 @@ core, hands over its built-in list and default backend when it is imported.
 
 ``GNNBRIDGE_LOAD_PLUGINS=a,b`` restricts loading to the named plugins (empty: load none), which
 is how tests and users isolate a misbehaving third-party package.
+
+A plugin that fails to import, implements a hook gnnbridge does not have, or raises inside a
+registration hook is named in one warning line on stderr and left out; everything else keeps
+working (a name it would have added is then "unknown", after that warning). A plugin that
+registers something invalid, or a name another plugin holds, is an error naming the plugin(s):
+which of two models a config means cannot be guessed.
 """
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ import contextvars
 import importlib
 import importlib.metadata
 import os
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,10 +32,15 @@ from typing import Any
 import pluggy
 
 from gnnbridge.core.contracts import hookspecs
+from gnnbridge.core.contracts.config import Task
 from gnnbridge.core.errors import ConfigError, GnnBridgeError, did_you_mean, unknown_name
 
 ENTRY_POINT_GROUP = "gnnbridge"
 ENV_LOAD = "GNNBRIDGE_LOAD_PLUGINS"
+# Set once warnings were printed: rank processes inherit it and do not repeat them.
+ENV_WARNED = "GNNBRIDGE_PLUGIN_WARNINGS_SHOWN"
+_quiet = ENV_WARNED in os.environ
+_failures: dict[str, str] = {}  # plugin name -> why it was left out
 
 pm = pluggy.PluginManager(hookspecs.PROJECT)
 pm.add_hookspecs(hookspecs)
@@ -59,20 +71,66 @@ def load_plugins() -> None:
         points = list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
         _check_allowed(allowed, {ep.name for ep in points} | set(_defaults))
         for ep in points:
-            if allowed is not None and ep.name not in allowed:
-                continue
-            try:
-                plugin = ep.load()
-            except Exception as exc:  # a broken third-party package must not break the CLI
-                raise PluginError(f"Plugin '{ep.name}' ({ep.value}) failed to load: {exc!r}. "
-                                  f"Uninstall it or exclude it with {ENV_LOAD}.") from None
-            _register(plugin, ep.name)
+            if allowed is None or ep.name in allowed:
+                _load_one(ep.name, ep.value, ep.load)
         for name, module in _defaults.items():
-            if allowed is not None and name not in allowed:
-                continue
-            _register(importlib.import_module(module), name)
-        pm.check_pending()
+            if allowed is None or name in allowed:
+                _load_one(name, module, lambda module=module: importlib.import_module(module))
         _loaded = True
+
+
+def _load_one(name: str, where: str, load: Callable[[], Any]) -> None:
+    """Import and register one plugin, or warn and leave it out (a broken third-party package
+    must not take the command line, or the other plugins, down with it)."""
+    if pm.get_plugin(name) is not None or name in _failures:
+        return
+    try:
+        plugin = load()
+    except Exception as exc:  # noqa: BLE001 - ImportError, or anything its import raises
+        return plugin_failed(name, f"({where}) failed to load: {type(exc).__name__}: {_short(exc)}")
+    if pm.is_registered(plugin):
+        return
+    unknown = [attr for attr in dir(plugin) if getattr(getattr(plugin, attr, None), f"{hookspecs.PROJECT}_impl", None)
+               is not None and not hasattr(hookspecs, attr)]
+    if unknown:
+        hooks = [n for n in dir(hookspecs) if n.startswith("register_")]
+        return plugin_failed(name, f"({where}) implements '{unknown[0]}', which is not a gnnbridge hook"
+                                   f"{did_you_mean(unknown[0], hooks)}; hooks: {', '.join(hooks)}")
+    try:
+        pm.register(plugin, name=name)
+    except pluggy.PluginValidationError as exc:
+        plugin_failed(name, f"({where}) has a malformed hook: {_short(exc)}")
+
+
+def plugin_failed(name: str, why: str) -> None:
+    """Leave plugin ``name`` out, saying why in one warning line (once per job)."""
+    _failures[name] = why
+    plugin = pm.get_plugin(name)
+    if plugin is not None:
+        pm.unregister(plugin)
+    if not _quiet:
+        print(f"Warning: plugin '{name}' {why}; it is left out (uninstall it, or exclude it with {ENV_LOAD}).",
+              file=sys.stderr)
+        os.environ[ENV_WARNED] = "1"
+
+
+@contextlib.contextmanager
+def blame(origin: str, what: str):
+    """Turn an exception from a plugin's code (a model's forward, a sampler's loader) into one
+    line naming it; gnnbridge's own errors, memory exhaustion and a failed peer pass through."""
+    import torch
+
+    try:
+        yield
+    except (GnnBridgeError, MemoryError, torch.OutOfMemoryError, torch.distributed.DistError):
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise PluginError(f"{origin} failed in its {what}: {type(exc).__name__}: {_short(exc)}") from None
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else "no message"
 
 
 _downloads: contextvars.ContextVar[bool] = contextvars.ContextVar("gnnbridge_downloads", default=True)
@@ -94,6 +152,25 @@ def no_downloads():
         _downloads.reset(token)
 
 
+_code: contextvars.ContextVar[bool] = contextvars.ContextVar("gnnbridge_code", default=True)
+
+
+def code_allowed() -> bool:
+    """Whether a config may name code to import (``model.arch: module:Class``). Not so for the
+    config inside a checkpoint that ``evaluate`` / ``predict`` read, unless the user trusts it:
+    importing a module runs it."""
+    return _code.get()
+
+
+@contextlib.contextmanager
+def no_code():
+    token = _code.set(False)
+    try:
+        yield
+    finally:
+        _code.reset(token)
+
+
 def _check_allowed(allowed: set[str] | None, known: set[str]) -> None:
     unknown = sorted((allowed or set()) - known)
     if unknown:
@@ -112,6 +189,11 @@ def set_defaults(plugins: dict[str, str], backend: str | None) -> None:
     _default_backend = backend
 
 
+def is_builtin(plugin: str) -> bool:
+    """Whether ``plugin`` is one the package itself ships (see :func:`set_defaults`)."""
+    return plugin in _defaults
+
+
 def default_backend() -> str:
     """The backend for a config that names none."""
     if _default_backend is None:
@@ -120,19 +202,19 @@ def default_backend() -> str:
     return _default_backend
 
 
-def _register(plugin: Any, name: str) -> None:
-    if pm.is_registered(plugin) or pm.get_plugin(name) is not None:
-        return
-    pm.register(plugin, name=name)
-
-
 def plugin_info() -> list[dict]:
-    """Loaded plugins and the hooks each implements (for ``gnnbridge plugins``)."""
+    """Loaded plugins (the distribution that installed each, the hooks it implements, what it
+    registered) and the plugins left out with why (for ``gnnbridge plugins``)."""
     load_plugins()
+    dists = {ep.name: ep.dist for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
     out = []
     for name, plugin in sorted(pm.list_name_plugin(), key=lambda item: item[0]):
         hooks = sorted(h.name for h in pm.get_hookcallers(plugin) or [])
-        out.append({"name": name, "module": getattr(plugin, "__name__", repr(plugin)), "hooks": hooks})
+        dist = dists.get(name)
+        out.append({"name": name, "module": getattr(plugin, "__name__", type(plugin).__name__), "hooks": hooks,
+                    "distribution": f"{dist.name} {dist.version}" if dist else None,
+                    "registers": {r.kind + "s": r.names_from(name) for r in REGISTRIES if r.names_from(name)}})
+    out += [{"name": name, "error": why} for name, why in sorted(_failures.items())]
     return out
 
 
@@ -154,36 +236,54 @@ class Registry:
         self.kind = kind
         self.hook = hook
         self.fix = fix
-        self._entries: dict[str, Entry] | None = None
+        self._entries: dict[str, Any] | None = None
 
-    def _collect(self) -> dict[str, Entry]:
+    def _collect(self) -> dict[str, Any]:
         if self._entries is not None:
             return self._entries
         load_plugins()
-        entries: dict[str, Entry] = {}
+        entries: dict[str, Any] = {}
         for impl in getattr(pm.hook, self.hook).get_hookimpls():
-            register = self._register_callback(entries, impl.plugin_name)
-            impl.function(register)
+            before = dict(entries)
+            try:
+                impl.function(self._register_callback(entries, impl.plugin_name))
+            except GnnBridgeError:
+                raise  # an invalid registration or a taken name: the plugin's author must fix it
+            except Exception as exc:  # noqa: BLE001 - a plugin's bug must not stop the others
+                entries.clear()
+                entries.update(before)
+                plugin_failed(impl.plugin_name, f"raised in {self.hook}: {type(exc).__name__}: {_short(exc)}")
         self._entries = entries
         return entries
 
-    def _register_callback(self, entries: dict[str, Entry], plugin: str) -> Callable[..., None]:
+    def _register_callback(self, entries: dict[str, Any], plugin: str) -> Callable[..., None]:
         def register(name: Any, value: Any = None, description: str = "") -> None:
             if value is None and hasattr(name, "name"):  # register(obj) with obj.name / obj.description
                 name, value, description = name.name, name, getattr(name, "description", "")
-            if not isinstance(name, str) or not name:
-                raise PluginError(f"Plugin '{plugin}' registered a {self.kind} with an invalid name {name!r}.")
+            self._check_name(name, plugin)
             if name in entries:
-                raise PluginError(
-                    f"{self.kind.capitalize()} '{name}' is registered twice (plugins '{entries[name].plugin}' "
-                    f"and '{plugin}'); uninstall one or exclude it with {ENV_LOAD}."
-                )
+                self._taken(name, entries[name].plugin, plugin)
             entries[name] = Entry(name, value, description, plugin)
 
         return register
 
+    def _check_name(self, name: Any, plugin: str) -> None:
+        if not isinstance(name, str) or not name or name != name.strip() or ":" in name:
+            raise PluginError(f"Plugin '{plugin}' registered a {self.kind} with an invalid name {name!r}; a name is "
+                              "a non-empty string without spaces around it or ':'.")
+
+    def _taken(self, name: str, holder: str, plugin: str, where: str = "") -> None:
+        raise PluginError(
+            f"{self.kind.capitalize()} '{name}'{where} is registered twice (plugins '{holder}' and '{plugin}'); "
+            f"uninstall one or exclude it with {ENV_LOAD}."
+        )
+
     def names(self) -> list[str]:
         return sorted(self._collect())
+
+    def names_from(self, plugin: str) -> list[str]:
+        """What ``plugin`` registered here."""
+        return sorted({e.name for e in self.entries() if e.plugin == plugin})
 
     def entries(self) -> list[Entry]:
         return [self._collect()[n] for n in self.names()]
@@ -199,15 +299,142 @@ class Registry:
         self._entries = None
 
 
+ANY_BACKEND = "*"  # the key of a component every backend can use
+
+
+@dataclass
+class Component:
+    """One registration of a model or sampler: ``build`` for ``backend`` (``ANY_BACKEND``: all)."""
+
+    name: str
+    backend: str
+    build: Callable[..., Any]
+    tasks: tuple[Task, ...]
+    description: str
+    plugin: str
+
+    @property
+    def origin(self) -> str:
+        return f"'{self.name}' (plugin '{self.plugin}')"
+
+
+class ScopedRegistry(Registry):
+    """Names to per-backend builders: models and samplers.
+
+    One name may be registered by several plugins for different backends (a third-party backend
+    adds its own ``sage``); a name registered for every backend, or twice for one, is taken.
+    ``get(name, backend, task)`` answers in one line which backends or tasks a name serves when
+    it does not serve the one asked for.
+    """
+
+    def __init__(self, kind: str, hook: str, key: str, fix: str = "", reserved: tuple[str, ...] = ()):
+        """``reserved``: names every backend answers itself, listed first among the choices."""
+        super().__init__(kind, hook, fix)
+        self.key = key
+        self.reserved = reserved
+
+    def _register_callback(self, entries: dict[str, Any], plugin: str) -> Callable[..., None]:
+        def register(name: Any, build: Any = None, *, tasks: Any = (Task.NODE,), description: str = "") -> None:
+            self._check_name(name, plugin)
+            for backend, fn in self._builders(name, build, plugin).items():
+                for held in entries.get(name, []):
+                    if ANY_BACKEND in (backend, held.backend) or backend == held.backend:
+                        where = "" if ANY_BACKEND in (backend, held.backend) else f" for backend '{backend}'"
+                        self._taken(name, held.plugin, plugin, where)
+                comp = Component(name, backend, fn, self._tasks(name, tasks, plugin), str(description), plugin)
+                entries.setdefault(name, []).append(comp)
+
+        return register
+
+    def _builders(self, name: str, build: Any, plugin: str) -> dict[str, Callable]:
+        builders = dict(build) if isinstance(build, dict) else {ANY_BACKEND: build}
+        bad = [k for k, v in builders.items() if not isinstance(k, str) or not k or not callable(v)]
+        if not builders or bad:
+            raise PluginError(f"Plugin '{plugin}' registered {self.kind} '{name}' with {build!r}; give a callable "
+                              "(every backend) or a mapping {backend name: callable}.")
+        return builders
+
+    def _tasks(self, name: str, tasks: Any, plugin: str) -> tuple[Task, ...]:
+        values = [tasks] if isinstance(tasks, (str, Task)) else list(tasks or ())
+        valid = [t.value for t in Task]
+        bad = [t for t in values if getattr(t, "value", t) not in valid]
+        if not values or bad:
+            raise PluginError(f"Plugin '{plugin}' registered {self.kind} '{name}' with tasks={tasks!r}; "
+                              f"tasks are a list of: {', '.join(valid)}.")
+        return tuple(Task(getattr(t, "value", t)) for t in values)
+
+    def entries(self) -> list[Component]:
+        entries = self._collect()
+        return [c for n in sorted(entries) for c in entries[n]]
+
+    def names(self, backend: str | None = None, task: Task | None = None) -> list[str]:
+        return sorted({c.name for c in self.entries() if (backend is None or c.backend in (backend, ANY_BACKEND))
+                       and (task is None or task in c.tasks)})
+
+    def choices(self, backend: str | None = None, task: Task | None = None) -> list[str]:
+        return [*self.reserved, *self.names(backend, task)]
+
+    def get(self, name: str, backend: str | None = None, task: Task | None = None) -> Component:
+        """The component ``name`` for ``backend`` and ``task``, or one line saying what to use."""
+        comps = self._collect().get(name)
+        if not comps:
+            raise unknown_name(self.key, name, self.choices(backend, task), self.fix)
+        usable = [c for c in comps if backend is None or c.backend in (backend, ANY_BACKEND)]
+        if not usable:
+            others = ", ".join(sorted(c.backend for c in comps))
+            raise ConfigError(
+                f"{self.key}={name!r} (plugin '{comps[0].plugin}') is built only for backend "
+                f"{others}, not '{backend}'; use --backend {comps[0].backend}, or one of the {self.kind}s '{backend}' has: "
+                f"{', '.join(self.choices(backend, task)) or 'none'}."
+            )
+        comp = usable[0]
+        if task is not None and task not in comp.tasks:
+            served = ", ".join(t.value for t in comp.tasks)
+            choices = self.names(backend, task)
+            raise ConfigError(
+                f"{self.key}={name!r} is a {served}-level {self.kind} but task={task.value}; use one of: "
+                f"{', '.join(choices) or 'none'} (e.g. --set {self.key}={min(choices, key=lambda c: c[0].isupper()) if choices else '...'})."
+            )
+        return comp
+
+
 backends = Registry("backend", "register_backends", "Install one with pip install 'gnnbridge[pyg]' or 'gnnbridge[dgl]'.")
 datasets = Registry("dataset", "register_datasets", "Or pass a file: --dataset PATH.npz.")
 experiments = Registry("experiment", "register_experiments", "Or pass a YAML file path.")
-REGISTRIES = (backends, datasets, experiments)
+models = ScopedRegistry("model", "register_models", "model.arch",
+                        "Or give a class by import path, e.g. --set model.arch=my_lab.models:DeepSAGE (gnnbridge models "
+                        "lists them all).")
+samplers = ScopedRegistry("sampler", "register_samplers", "sampler.kind", "(gnnbridge samplers lists them all).",
+                          reserved=("auto", "native"))
+REGISTRIES = (backends, datasets, experiments, models, samplers)
 
 
 def reset_registries() -> None:
     for registry in REGISTRIES:
         registry.reset()
+
+
+def extend_cli(group: Any) -> None:
+    """Let every plugin add commands to the click ``group``; a name already taken keeps its command
+    (gnnbridge's own first), and the plugin that tried is named in a warning."""
+    load_plugins()
+    for impl in reversed(pm.hook.register_commands.get_hookimpls()):  # pluggy lists the newest first
+        before = dict(group.commands)
+        try:
+            impl.function(group)
+        except Exception as exc:  # noqa: BLE001
+            group.commands.clear()
+            group.commands.update(before)
+            plugin_failed(impl.plugin_name, f"raised in register_commands: {type(exc).__name__}: {_short(exc)}")
+            continue
+        for name, command in list(group.commands.items()):
+            if name in before and before[name] is not command:
+                group.commands[name] = before[name]
+                owner = getattr(before[name], "gnnbridge_plugin", "gnnbridge")
+                print(f"Warning: plugin '{impl.plugin_name}' adds a command '{name}', which plugin '{owner}' already "
+                      "has; the first one is kept.", file=sys.stderr)
+            elif name not in before:
+                command.gnnbridge_plugin = impl.plugin_name
 
 
 def get_backend(name: str):

@@ -1,6 +1,7 @@
 """Small graph computations both backends must do identically, kept here once.
 
 * :func:`layer_bounds`: which prefix of a hop-ordered sample each layer reads and writes.
+* :func:`layer_dims`: the layer widths of the built-in node models on every backend.
 * :func:`gcn_edge_weights`: GCN normalisation from *full-graph* degrees. The libraries' own
   GCN layers normalise by degrees counted inside the batch, so the same node gets different
   weights depending on batch size, rank count and library. Here every edge gets
@@ -40,3 +41,25 @@ def gcn_edge_weights(
     scale = deg[dst_ids] / sampled.clamp(min=1)
     edge_w = (d_src[row] * d_dst[col]).rsqrt() * scale[col]
     return edge_w, d_dst.reciprocal()
+
+
+def layer_dims(layers: int, hidden: int, in_dim: int, out_dim: int, heads: int = 1) -> list[tuple[int, int, int]]:
+    """``(input width, per-head output width, heads)`` of each layer of a ``layers``-deep GNN of
+    width ``hidden``: hidden layers split their width over ``heads`` (GAT), the last maps to
+    ``out_dim`` with one head. Both backends build exactly these shapes, so weights port."""
+    dims = []
+    for i in range(layers):
+        last = i == layers - 1
+        h = 1 if last else heads
+        dims.append((in_dim if i == 0 else hidden, out_dim if last else hidden // h, h))
+    return dims
+
+
+def attention_heads(spec) -> int:
+    """GAT's heads for a :class:`ModelSpec`, checked: each hidden layer splits its width over them."""
+    from gnnbridge.core.errors import ConfigError
+
+    if spec.layers > 1 and spec.hidden % spec.heads:
+        raise ConfigError(f"model.hidden={spec.hidden} is not divisible by model.heads={spec.heads}; GAT splits "
+                          "the hidden width over its heads.")
+    return spec.heads

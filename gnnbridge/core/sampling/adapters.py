@@ -42,16 +42,18 @@ class CollectionStore(GraphStore):
 
 
 class CoreSampler(Sampler):
-    """The framework-neutral sampler behind any backend: core samples, the backend converts.
+    """A framework-neutral sampler behind any backend: core samples, the backend converts.
 
-    ``to_native`` is the backend's :meth:`Backend.from_sampled`. Randomness comes from a
-    generator keyed on (seed, epoch, rank), so a run is reproducible on any number of workers.
+    ``to_native`` is the backend's :meth:`Backend.from_sampled`; ``impl`` is anything with
+    ``sample(seeds, generator) -> SampledSubgraph`` (core's :class:`NeighborSampler` by default,
+    or a plugin's). Randomness comes from a generator keyed on (seed, epoch, rank), so a run is
+    reproducible on any number of workers.
     """
 
-    def __init__(self, store: GraphStore, fanouts: list[int], to_native):
+    def __init__(self, store: GraphStore, fanouts: list[int], to_native, impl: Any = None):
         super().__init__(store, fanouts)
         data = store.data
-        self._sampler = NeighborSampler(data.indptr, data.indices, fanouts)
+        self._sampler = impl if impl is not None else NeighborSampler(data.indptr, data.indices, fanouts)
         self._to_native = to_native
         self._generator = epoch_generator(0, 0, 0, stream=1)
 

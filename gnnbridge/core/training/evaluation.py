@@ -6,8 +6,11 @@ Two evaluators share one interface:
   neighbours (the PyG Reddit tutorial's ``inference``): no sampling noise, and each layer's
   work is done once for the whole graph instead of once per seed's L-hop tree. Ranks split the
   nodes, and all-gather each layer's output before the next layer reads it.
-* :class:`SampledEvaluator` runs the split's nodes through the training sampler (cheap, noisy,
-  used for per-epoch validation on graphs where a full pass is too slow).
+* :class:`SampledEvaluator` runs the split's nodes through a sampler: the training sampler
+  (cheap, noisy, used for per-epoch validation on graphs where a full pass is too slow), or one
+  taking every neighbour at every hop (``eval.mode=full``: exact for any model, the fallback
+  for models without ``layer_forward``, and costlier than layer-wise on large graphs because
+  neighbourhoods of different seeds overlap).
 
 Graph tasks use :class:`GraphEvaluator`: whole graphs, batched by the training loader.
 
@@ -29,6 +32,7 @@ from contextlib import contextmanager
 import torch
 
 from gnnbridge.core.contracts.interfaces import Backend, GNNModel, Sampler
+from gnnbridge.core.models.build import ModelCall
 from gnnbridge.core.records.batches import MiniBatch
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData
@@ -39,11 +43,14 @@ from gnnbridge.core.training.metrics import ClassificationScores
 
 
 class Evaluator(ABC):
-    def __init__(self, backend: Backend, data: GraphData | GraphCollection, ctx: DistContext, batch_size: int):
+    def __init__(self, backend: Backend, data: GraphData | GraphCollection, ctx: DistContext, batch_size: int,
+                 call: ModelCall | None = None):
+        """``call``: how the model is called (names the model when it fails); a plain call by default."""
         self.backend = backend
         self.data = data
         self.ctx = ctx
         self.batch_size = batch_size
+        self.call = call or ModelCall("the model", data.num_classes)
 
     @torch.no_grad()
     def evaluate(self, model: torch.nn.Module, splits: tuple[str, ...]) -> dict[str, float]:
@@ -98,7 +105,7 @@ class LayerwiseEvaluator(Evaluator):
             for seeds in shards[ctx.rank].split(self.batch_size):
                 sub = one_hop.sample(seeds)
                 graph = self.backend.graph_to(self.backend.from_sampled(sub), ctx.device)
-                outs.append(model.layer_forward(layer, graph, h[sub.node].to(ctx.device)).cpu())
+                outs.append(self.call.layer(model, layer, graph, h[sub.node].to(ctx.device)).cpu())
             h = ctx.all_gather_rows(torch.cat(outs), sizes)
         return h
 
@@ -126,8 +133,8 @@ class BatchedEvaluator(Evaluator, ABC):
 
 class SampledEvaluator(BatchedEvaluator):
     def __init__(self, backend: Backend, data: GraphData, ctx: DistContext, batch_size: int,
-                 sampler: Sampler, seed: int):
-        super().__init__(backend, data, ctx, batch_size)
+                 sampler: Sampler, seed: int, call: ModelCall | None = None):
+        super().__init__(backend, data, ctx, batch_size, call)
         self.sampler = sampler
         self.seed = seed
 
@@ -140,8 +147,9 @@ class SampledEvaluator(BatchedEvaluator):
 class GraphEvaluator(BatchedEvaluator):
     """Whole graphs through the task's graph loader; one row of logits per graph."""
 
-    def __init__(self, backend: Backend, data: GraphCollection, ctx: DistContext, batch_size: int, loader: Sampler):
-        super().__init__(backend, data, ctx, batch_size)
+    def __init__(self, backend: Backend, data: GraphCollection, ctx: DistContext, batch_size: int, loader: Sampler,
+                 call: ModelCall | None = None):
+        super().__init__(backend, data, ctx, batch_size, call)
         self.loader = loader
 
     def _loader(self, batches: list[torch.Tensor]) -> Iterable[MiniBatch]:
@@ -170,4 +178,10 @@ def score_batches(ev: Evaluator, model: torch.nn.Module, batches, split: str) ->
 
 def forward(ev: Evaluator, model: torch.nn.Module, mb: MiniBatch) -> torch.Tensor:
     """The model's logits for one batch's seeds (its graph and features on the rank's device)."""
-    return model(ev.backend.graph_to(mb.graph, ev.ctx.device), ev.data.x[mb.input_nodes].to(ev.ctx.device))
+    return ev.call(model, ev.backend.graph_to(mb.graph, ev.ctx.device), ev.data.x[mb.input_nodes].to(ev.ctx.device),
+                   mb.seeds.numel())
+
+
+def supports_layerwise(model: torch.nn.Module) -> bool:
+    """Whether ``model`` can run one layer at a time (``layer_forward`` and ``num_layers``)."""
+    return callable(getattr(model, "layer_forward", None)) and isinstance(getattr(model, "num_layers", None), int)

@@ -23,17 +23,26 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from gnnbridge.core.contracts.config import EvalMode, ExperimentConfig, Task
-from gnnbridge.core.contracts.interfaces import Backend, GNNModel, GraphClassifier, Sampler
+from gnnbridge.core.contracts.config import EvalMode, ExperimentConfig, SamplerKind, Task
+from gnnbridge.core.contracts.interfaces import Backend, Sampler
 from gnnbridge.core.contracts.plugins import get_backend, library_versions
 from gnnbridge.core.errors import TrainingDivergedError
+from gnnbridge.core.models.build import ModelCall, build_model
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData
 from gnnbridge.core.runtime.context import DistContext
+from gnnbridge.core.sampling.build import make_sampler
+from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS
 from gnnbridge.core.sampling.seeds import derived_seed, epoch_batches
 from gnnbridge.core.training import checkpoint
 from gnnbridge.core.training.checkpoint import load_model_state
-from gnnbridge.core.training.evaluation import Evaluator, GraphEvaluator, LayerwiseEvaluator, SampledEvaluator
+from gnnbridge.core.training.evaluation import (
+    Evaluator,
+    GraphEvaluator,
+    LayerwiseEvaluator,
+    SampledEvaluator,
+    supports_layerwise,
+)
 from gnnbridge.core.training.metrics import ConfusionCounts
 from gnnbridge.core.training.state import TrainState
 
@@ -60,10 +69,12 @@ class Trainer:
         self.backend.check_device(ctx.device)
         torch.manual_seed(config.train.seed)
         self.sampler: Sampler = self._sampler()
-        self.model: GNNModel | GraphClassifier = self.backend.model(config.model, data.num_features, data.num_classes)
+        self.model, choice = build_model(config.model, config.backend, config.task, data.num_features,
+                                         data.num_classes, data)
+        self.call = ModelCall(choice.origin, data.num_classes)
         if resume is not None:
             load_model_state(self.model, resume, resume.get("path", "checkpoint"))
-        self.model.bind(data).to(ctx.device)
+        self.model.to(ctx.device)
         # Built after the move: a loaded optimizer state follows its parameters' device.
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.train.lr,
                                           weight_decay=config.train.weight_decay)
@@ -97,8 +108,8 @@ class Trainer:
     def _sampler(self) -> Sampler:
         kind = self.config.sampler.kind
         if self.config.task is Task.GRAPH:
-            return self.backend.collection_sampler(self.backend.collection_store(self.data), kind)
-        return self.backend.sampler(self.backend.graph_store(self.data), self.config.sampler.fanouts, kind)
+            return self.backend.collection_sampler(self.backend.collection_store(self.data), SamplerKind(kind))
+        return make_sampler(self.backend, self.backend.graph_store(self.data), self.config.sampler.fanouts, kind)
 
     # ------------------------------------------------------------------ training
 
@@ -128,7 +139,8 @@ class Trainer:
         final = final_evaluator.evaluate(self.model, ("train", "val", "test"))
         return {"metrics": final, "history": state.history, "final_eval_time_s": time.perf_counter() - t0,
                 "best": {**state.best_summary(cfg.monitor), "metrics": self._best_metrics(final_evaluator, final)},
-                "early_stopping": state.stopping_summary(cfg.patience), "epochs_trained": len(state.history)}
+                "early_stopping": state.stopping_summary(cfg.patience), "epochs_trained": len(state.history),
+                "eval": self.eval_summary()}
 
     def _best_metrics(self, evaluator: Evaluator, final: dict) -> dict | None:
         """Every split's metrics for the best epoch's weights (the model a user should keep);
@@ -192,7 +204,7 @@ class Trainer:
             ctx.advance()
             x = data.x[mb.input_nodes].to(ctx.device, non_blocking=True)
             y = data.y[mb.seeds].to(ctx.device, non_blocking=True)
-            logits = self.ddp(self.backend.graph_to(mb.graph, ctx.device), x)
+            logits = self.call(self.ddp, self.backend.graph_to(mb.graph, ctx.device), x, y.numel())
             # Summed then divided: an empty batch (possible when seeds do not split evenly
             # over ranks) contributes zero, not NaN, and still joins DDP's all-reduce.
             loss_sum_batch = F.cross_entropy(logits, y, reduction="sum")
@@ -236,9 +248,12 @@ class Trainer:
 
     def _validation_evaluator(self) -> Evaluator:
         if self.config.task is Task.GRAPH:
-            return GraphEvaluator(self.backend, self.data, self.ctx, self.config.eval.batch_size, self.sampler)
-        return SampledEvaluator(self.backend, self.data, self.ctx, self.config.eval.batch_size,
-                                self.sampler, self.config.train.seed)
+            return GraphEvaluator(self.backend, self.data, self.ctx, self.config.eval.batch_size, self.sampler, self.call)
+        return self._sampled(self.sampler)
+
+    def _sampled(self, sampler: Sampler) -> SampledEvaluator:
+        return SampledEvaluator(self.backend, self.data, self.ctx, self.config.eval.batch_size, sampler,
+                                self.config.train.seed, self.call)
 
     def evaluate(self) -> dict[str, float]:
         """The final evaluation (``eval.mode``) of the current weights on every split."""
@@ -248,9 +263,31 @@ class Trainer:
         """Logits of every node (or graph), by the same evaluator as :meth:`evaluate`."""
         return self._final_evaluator().predict(self.model)
 
+    def final_mode(self) -> EvalMode | None:
+        """How the final evaluation runs: ``eval.mode``, except that a model without
+        ``layer_forward`` is evaluated on full neighbourhoods (exact too). None: whole graphs."""
+        if self.config.task is Task.GRAPH:
+            return None
+        mode = self.config.eval.mode
+        return EvalMode.FULL if mode is EvalMode.LAYERWISE and not supports_layerwise(self.model) else mode
+
+    def eval_summary(self) -> dict:
+        """What ``results.json`` says about evaluation: the mode that ran, and why when it is not
+        the one asked for."""
+        mode = self.final_mode()
+        out = {"requested": self.config.eval.mode.value, "final": mode.value if mode else "whole graphs",
+               "validation": "whole graphs" if mode is None else "sampled"}
+        if mode is not None and mode.value != out["requested"]:
+            out["note"] = f"{self.call.origin} has no layer_forward: evaluated on every seed's full neighbourhood"
+        return out
+
     def _final_evaluator(self) -> Evaluator:
-        if self.config.eval.mode is EvalMode.LAYERWISE and self.config.task is Task.NODE:
-            return LayerwiseEvaluator(self.backend, self.data, self.ctx, self.config.eval.batch_size)
+        mode = self.final_mode()
+        if mode is EvalMode.LAYERWISE:
+            return LayerwiseEvaluator(self.backend, self.data, self.ctx, self.config.eval.batch_size, self.call)
+        if mode is EvalMode.FULL:
+            everyone = [ALL_NEIGHBORS] * len(self.config.sampler.fanouts)
+            return self._sampled(self.backend.sampler(self.sampler.store, everyone, SamplerKind.AUTO))
         return self._validation_evaluator()
 
 

@@ -1,0 +1,184 @@
+"""From ``model.arch`` to a ``torch.nn.Module``, and calls into it that name whose model failed.
+
+``model.arch`` is a name from the ``register_models`` hook (built-in or a plugin's, for the
+chosen backend and task) or a class by import path, ``my_lab.models:DeepSAGE``, imported with
+the current folder on ``sys.path`` (as ``uvicorn module:app`` does). Every builder is called the
+same way, so one contract serves registered models, classes and PyG's zoo::
+
+    build(in_dim, out_dim, **kw)
+
+``kw`` holds those of ``hidden``, ``layers``, ``dropout``, ``aggr``, ``heads``, ``pooling`` (the
+``model.*`` values), ``spec`` (the whole :class:`ModelSpec`) and ``data`` (the dataset) that the
+builder's signature names, plus every ``model.options`` entry. Naming is the opt-in: a model
+reads what it declares and nothing is forced on a ``**kwargs`` it forwards to its layers.
+
+The model's ``forward(graph, x)`` gets the backend's native batch graph (PyG: a ``Data`` with
+``edge_index``, ``n_id``, ``batch_size`` and per-hop counts; DGL: a list of blocks, input layer
+first; graph tasks: the library's batched graph) and ``x``, the features of the batch's input
+nodes, seeds first. It returns logits for the seeds (or for every input node: core keeps the
+first rows). Optional: ``layer_forward(i, graph, x)`` and ``num_layers`` for exact layer-wise
+evaluation (else evaluation is full-neighbourhood sampling, equally exact), and ``bind(data)``.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from gnnbridge.core.contracts.config import ModelSpec, Task
+from gnnbridge.core.contracts.plugins import PluginError, blame, code_allowed, models
+from gnnbridge.core.errors import ConfigError, GnnBridgeError
+
+INJECTED = ("hidden", "layers", "dropout", "aggr", "heads", "pooling")
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+@dataclass
+class ModelChoice:
+    """What ``model.arch`` resolved to for one backend: the builder and who provides it."""
+
+    arch: str
+    build: Callable[..., Any]
+    origin: str  # names the model and its plugin (or class) in every message about it
+
+
+def resolve(spec: ModelSpec, backend: str, task: Task) -> ModelChoice:
+    """The builder ``spec.arch`` names on ``backend`` for ``task``, or one line saying why none."""
+    if ":" in spec.arch:
+        return _import_class(spec.arch, backend)
+    comp = models.get(spec.arch, backend, task)
+    return ModelChoice(spec.arch, comp.build, f"model '{comp.name}' (plugin '{comp.plugin}')")
+
+
+def _import_class(path: str, backend: str) -> ModelChoice:
+    if not code_allowed():
+        raise ConfigError(f"The checkpoint's model is the class '{path}'; importing code a checkpoint names runs "
+                          "it, so evaluate and predict do that only with --trust-code.")
+    module_name, _, attr = path.partition(":")
+    if os.getcwd() not in sys.path:  # once, for good: spawned ranks inherit the parent's sys.path
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # noqa: BLE001 - whatever the user's module raises on import
+        raise ConfigError(f"model.arch='{path}': module '{module_name}' cannot be imported ({type(exc).__name__}: "
+                          f"{_line(exc)}); it must be importable from the current folder or PYTHONPATH.") from None
+    obj: Any = module
+    for part in attr.split("."):
+        obj = getattr(obj, part, None)
+    if not (isinstance(obj, type) and issubclass(obj, nn.Module)):
+        found = sorted(n for n, v in vars(module).items() if isinstance(v, type) and issubclass(v, nn.Module)
+                       and v.__module__ == module.__name__)
+        raise ConfigError(f"model.arch='{path}': '{attr}' is not a torch.nn.Module class in '{module_name}'; "
+                          f"classes there: {', '.join(found) or 'none'}.")
+    written_for = getattr(obj, "backends", None)
+    if written_for and backend not in written_for:
+        raise ConfigError(f"model.arch='{path}' is written for backend {', '.join(written_for)}, not '{backend}'; "
+                          f"use --backend {written_for[0]}.")
+    return ModelChoice(path, obj, f"class '{path}'")
+
+
+def arguments(choice: ModelChoice, spec: ModelSpec, data: Any) -> dict[str, Any]:
+    """The keyword arguments the builder gets (see the module docstring), checked against its
+    signature so a wrong option is one line naming it and the parameters there are."""
+    try:
+        params = list(inspect.signature(choice.build).parameters.values())
+    except (TypeError, ValueError):  # no signature to read (a C extension): options alone
+        return dict(spec.options)
+    positional = [p for p in params if p.kind in _POSITIONAL]
+    if len(positional) < 2 and not any(p.kind is p.VAR_POSITIONAL for p in params):
+        raise PluginError(f"{choice.origin} must take (in_dim, out_dim, ...) as its first two arguments; its "
+                          f"signature is {choice.build.__name__}{inspect.signature(choice.build)}.")
+    named = [p.name for p in params if p.kind in (*_POSITIONAL, p.KEYWORD_ONLY)][2:]
+    offered = {**{n: getattr(spec, n) for n in INJECTED}, "spec": spec, "data": data}
+    kwargs = {n: offered[n] for n in named if n in offered}
+    for key in spec.options:
+        if key in offered:
+            where = f"model.{key}" if key in INJECTED else "gnnbridge"
+            raise ConfigError(f"model.options.{key} is set by {where}; remove it from model.options.")
+        if key not in named and not any(p.kind is p.VAR_KEYWORD for p in params):
+            raise ConfigError(f"model.options.{key} is not a parameter of {choice.origin}; its parameters: "
+                              f"{', '.join(named) or 'none beyond in_dim, out_dim'}.")
+    return {**kwargs, **spec.options}
+
+
+def construct(choice: ModelChoice, spec: ModelSpec, in_dim: int, out_dim: int, data: Any) -> nn.Module:
+    """Call the builder; exceptions are the caller's to name (see :func:`build_model`)."""
+    model = choice.build(in_dim, out_dim, **arguments(choice, spec, data))
+    if not isinstance(model, nn.Module):
+        raise PluginError(f"{choice.origin} built a {type(model).__name__}, not a torch.nn.Module.")
+    return model
+
+
+def build_model(spec: ModelSpec, backend: str, task: Task, in_dim: int, out_dim: int, data: Any) -> tuple[nn.Module, ModelChoice]:
+    choice = resolve(spec, backend, task)
+    try:
+        model = construct(choice, spec, in_dim, out_dim, data)
+    except GnnBridgeError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the builder is a plugin's code
+        raise PluginError(f"{choice.origin} could not be built with {_spec_text(spec)}: {type(exc).__name__}: "
+                          f"{_line(exc)}") from None
+    if hasattr(model, "bind"):
+        model.bind(data)
+    return model, choice
+
+
+def count_parameters(spec: ModelSpec, backend: str, task: Task, in_dim: int, out_dim: int, data: Any) -> int | None:
+    """The model's exact parameter count, built on the meta device (no memory is allocated, so a
+    model too large for the machine is counted, not built), or None when the builder cannot run
+    there (it reads values out of tensors, or its layers are lazy). Config errors are raised."""
+    choice = resolve(spec, backend, task)
+    try:
+        with torch.device("meta"):
+            model = construct(choice, spec, in_dim, out_dim, data)
+        return sum(p.numel() for p in model.parameters())
+    except GnnBridgeError:
+        raise
+    except Exception:  # noqa: BLE001 - not buildable on meta: the caller estimates, then builds on CPU
+        return None
+
+
+class ModelCall:
+    """Calls into a model (training and evaluation alike) that end in one line naming the model
+    when it raises or returns something that is not one row of logits per seed."""
+
+    def __init__(self, origin: str, num_classes: int):
+        self.origin = origin
+        self.num_classes = num_classes
+
+    def __call__(self, model: Callable[..., Any], graph: Any, x: torch.Tensor, rows: int) -> torch.Tensor:
+        with self.blame("forward pass"):
+            logits = model(graph, x)
+        return self.check(logits, rows)
+
+    def layer(self, model: Any, index: int, graph: Any, x: torch.Tensor) -> torch.Tensor:
+        with self.blame(f"layer_forward({index})"):
+            return model.layer_forward(index, graph, x)
+
+    def blame(self, what: str):
+        return blame(self.origin, what)
+
+    def check(self, logits: Any, rows: int) -> torch.Tensor:
+        shape = list(logits.shape) if isinstance(logits, torch.Tensor) else None
+        if shape is None or len(shape) != 2 or shape[0] < rows or shape[1] != self.num_classes:
+            got = f"shape {shape}" if shape is not None else f"a {type(logits).__name__}"
+            raise PluginError(f"{self.origin} returned {got}; expected logits of shape [{rows}, {self.num_classes}] "
+                              "(a row per seed, seeds first; a column per class).")
+        return logits[:rows]
+
+
+def _spec_text(spec: ModelSpec) -> str:
+    options = f", model.options={spec.options}" if spec.options else ""
+    return f"model.hidden={spec.hidden}, model.layers={spec.layers}{options}"
+
+
+def _line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else "no message"

@@ -1,0 +1,110 @@
+"""From ``sampler.kind`` to a :class:`Sampler`, and checks that name a plugin's sampler when it
+hands the loop something the loop cannot trust.
+
+``auto`` and ``native`` are the backend's own; every other kind comes from the
+``register_samplers`` hook (``core`` included). A builder ``build(store, fanouts)`` may return:
+
+* a full :class:`Sampler` (used as it is);
+* a library sampler the backend adopts (:meth:`Backend.adopt_sampler`, e.g. a DGL ``BlockSampler``);
+* anything with ``sample(seeds, generator) -> SampledSubgraph``, which works on every backend
+  (core draws the generator from (seed, epoch, rank); the backend converts the subgraph).
+
+A plugin's sampler is wrapped in :class:`CheckedSampler`: a batch whose seeds are not the ones
+asked for, or whose node ids lie outside the graph, would train on the wrong labels or (in DGL,
+which does not bounds-check) corrupt memory, so each is checked before it is used.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from gnnbridge.core.contracts.config import SamplerKind
+from gnnbridge.core.contracts.interfaces import Backend, GraphStore, Sampler
+from gnnbridge.core.contracts.plugins import PluginError, blame, is_builtin, samplers
+from gnnbridge.core.records.batches import MiniBatch, SampledSubgraph
+from gnnbridge.core.sampling.adapters import CoreSampler
+
+BACKEND_KINDS = (SamplerKind.AUTO.value, SamplerKind.NATIVE.value)
+
+
+def check_kind(kind: str, backend: Backend) -> None:
+    """Raise one line when ``kind`` names no sampler ``backend`` can use (before any rank starts)."""
+    if kind not in BACKEND_KINDS:
+        samplers.get(kind, backend.name)
+
+
+def make_sampler(backend: Backend, store: GraphStore, fanouts: list[int], kind: str) -> Sampler:
+    if kind in BACKEND_KINDS:
+        return backend.sampler(store, fanouts, SamplerKind(kind))
+    comp = samplers.get(kind, backend.name)
+    origin = f"sampler {comp.origin}"
+    with blame(origin, "construction"):
+        made = comp.build(store, list(fanouts))
+    trusted = is_builtin(comp.plugin)
+    if isinstance(made, Sampler):
+        sampler = made
+    elif (adopted := backend.adopt_sampler(made, store, list(fanouts))) is not None:
+        sampler = adopted
+    elif callable(getattr(made, "sample", None)):
+        impl = made if trusted else _CheckedSubgraphs(made, origin, store.data.num_nodes)
+        sampler = CoreSampler(store, list(fanouts), backend.from_sampled, impl)
+    else:
+        raise PluginError(f"{origin} built a {type(made).__name__}: not a Sampler, not a sampler backend "
+                          f"'{backend.name}' adopts, and without sample(seeds, generator).")
+    return sampler if trusted else CheckedSampler(sampler, origin, store.data.num_nodes)
+
+
+class _CheckedSubgraphs:
+    """A plugin's ``sample(seeds, generator)``, its output checked before a backend converts it."""
+
+    def __init__(self, impl: Any, origin: str, num_nodes: int):
+        self.impl, self.origin, self.num_nodes = impl, origin, num_nodes
+
+    def sample(self, seeds: torch.Tensor, generator: torch.Generator) -> SampledSubgraph:
+        with blame(self.origin, "sample()"):
+            sub = self.impl.sample(seeds, generator)
+        if not isinstance(sub, SampledSubgraph):
+            raise PluginError(f"{self.origin} returned a {type(sub).__name__} from sample(); expected a SampledSubgraph.")
+        _check_ids(self.origin, "node id", sub.node, self.num_nodes)
+        _check_ids(self.origin, "local edge endpoint", torch.cat([sub.row, sub.col]), sub.node.numel())
+        return sub
+
+
+class CheckedSampler(Sampler):
+    def __init__(self, inner: Sampler, origin: str, num_nodes: int):
+        super().__init__(inner.store, inner.fanouts)
+        self.inner, self.origin, self.num_nodes = inner, origin, num_nodes
+
+    def reseed(self, seed: int, epoch: int, rank: int) -> None:
+        with blame(self.origin, "reseed()"):
+            self.inner.reseed(seed, epoch, rank)
+
+    def loader(self, batches: list[torch.Tensor]) -> Iterable[MiniBatch]:
+        with blame(self.origin, "loader()"):
+            stream = iter(self.inner.loader(batches))
+        for seeds in batches:
+            with blame(self.origin, "loader()"):
+                mb = next(stream, None)
+            yield self._check(mb, seeds)
+
+    def _check(self, mb: Any, seeds: torch.Tensor) -> MiniBatch:
+        if not isinstance(mb, MiniBatch):
+            got = "too few batches" if mb is None else f"a {type(mb).__name__}"
+            raise PluginError(f"{self.origin} yielded {got}; it must yield one MiniBatch per seed tensor, in order.")
+        if not torch.equal(mb.seeds.cpu(), seeds.cpu()):
+            raise PluginError(f"{self.origin} yielded a batch whose seeds are not the {seeds.numel()} asked for (in "
+                              "order); labels would be read for the wrong nodes.")
+        _check_ids(self.origin, "input node id", mb.input_nodes, self.num_nodes)
+        return mb
+
+
+def _check_ids(origin: str, what: str, ids: torch.Tensor, bound: int) -> None:
+    if ids.numel() == 0:
+        return
+    low, high = (int(v) for v in torch.aminmax(ids))
+    if low < 0 or high >= bound:
+        bad = low if low < 0 else high
+        raise PluginError(f"{origin} returned {what} {bad}, outside [0, {bound}).")
+
