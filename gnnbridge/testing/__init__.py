@@ -1,4 +1,5 @@
-"""Helpers for testing gnnbridge and its plugins: the backend conformance suite, rank workers."""
+"""Helpers for testing gnnbridge and its plugins: the conformance suites for backends
+(:mod:`.conformance`) and for plugin models and samplers (:mod:`.plugins`), rank workers."""
 
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,5 +19,7 @@ def registered_plugin(plugin: object, name: str) -> Iterator[object]:
     try:
         yield plugin
     finally:
-        plugins.pm.unregister(plugin)
+        if plugins.pm.is_registered(plugin):  # a plugin that failed was unregistered already
+            plugins.pm.unregister(plugin)
+        plugins._failures.pop(name, None)
         plugins.reset_registries()

@@ -1,0 +1,316 @@
+"""The plugin contract: models, samplers and commands from plugins, a model by import path, PyG's
+zoo by name, and a broken plugin always named in one line (never a hang, never a wrong run)."""
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+import gnnbridge
+from gnnbridge import hookimpl
+from gnnbridge.core.contracts import plugins
+from gnnbridge.core.contracts.config import ModelSpec, Task
+from gnnbridge.core.errors import ConfigError
+from gnnbridge.core.records.batches import SampledSubgraph
+from gnnbridge.core.sampling.neighbors import NeighborSampler
+from gnnbridge.testing import registered_plugin
+from gnnbridge.testing.conformance import small_graph
+
+KARATE = dict(backend="pyg", nproc=1, progress=False)
+
+
+class Linear(nn.Module):
+    """The smallest model: no message passing, so one builder serves every backend."""
+
+    def __init__(self, in_dim, out_dim, hidden=8):
+        super().__init__()
+        self.lin = nn.Linear(in_dim, out_dim)
+
+    def forward(self, graph, x):
+        return self.lin(x)
+
+
+class SkipFirstNeighbour:
+    """A backend-neutral sampler: core's, with a configurable off-by-one bug."""
+
+    def __init__(self, store, fanouts, shift=0):
+        self.inner = NeighborSampler(store.data.indptr, store.data.indices, fanouts)
+        self.shift = shift
+
+    def sample(self, seeds, generator):
+        sub = self.inner.sample(seeds, generator)
+        return SampledSubgraph(sub.node + self.shift * (sub.node >= 0), sub.row, sub.col, sub.edge,
+                               sub.num_sampled_nodes, sub.num_sampled_edges, sub.batch_size)
+
+
+class ModelsAndSamplers:
+    @hookimpl
+    def register_models(self, register):
+        register("tiny-linear", Linear, tasks=["node"], description="a linear map")
+        register("pyg-only", {"pyg": Linear})
+        register("wrong-shape", lambda in_dim, out_dim: Linear(in_dim, out_dim + 1))
+
+    @hookimpl
+    def register_samplers(self, register):
+        register("neutral", lambda store, fanouts: SkipFirstNeighbour(store, fanouts))
+        register("off-by-many", lambda store, fanouts: SkipFirstNeighbour(store, fanouts, shift=10**6))
+
+
+@pytest.fixture
+def plugin():
+    with registered_plugin(ModelsAndSamplers(), "lab") as p:
+        yield p
+
+
+@pytest.mark.parametrize("backend", ["pyg", "dgl"])
+def test_a_plugin_model_and_a_neutral_plugin_sampler_train_on_both_backends(tmp_path, plugin, backend):
+    results = gnnbridge.run("karate-sage", backend=backend, nproc=1, progress=False, out=tmp_path / "r",
+                            overrides=["model.arch=tiny-linear", "sampler.kind=neutral", "train.epochs=2"])
+    assert results["eval"] == {"requested": "layerwise", "final": "full", "validation": "sampled",
+                               "note": "model 'tiny-linear' (plugin 'lab') has no layer_forward: evaluated on every "
+                                       "seed's full neighbourhood"}
+    assert results["sampler"] == "CheckedSampler" and 0 <= results["metrics"]["test_acc"] <= 1
+
+
+def test_models_are_listed_by_task_and_backend(plugin):
+    assert {"tiny-linear", "pyg-only", "sage", "GraphSAGE"} <= set(plugins.models.names("pyg", Task.NODE))
+    assert "pyg-only" not in plugins.models.names("dgl") and "gin" in plugins.models.names("dgl", Task.GRAPH)
+    with pytest.raises(ConfigError, match=r"^model.arch='pyg-only' \(plugin 'lab'\) is built only for backend pyg, "
+                       r"not 'dgl'; use --backend pyg"):
+        plugins.models.get("pyg-only", "dgl", Task.NODE)
+
+
+@pytest.mark.parametrize("overrides, needle", [
+    (["model.arch=wrong-shape"], r"^model 'wrong-shape' \(plugin 'lab'\) returned shape \[\d+, 3\]; expected logits "
+                                 r"of shape \[\d+, 2\]"),
+    (["sampler.kind=off-by-many"], r"^sampler 'off-by-many' \(plugin 'lab'\) returned node id 100\d+, outside \[0, 34\)"),
+])
+def test_a_plugin_that_returns_nonsense_is_named_and_the_run_folder_is_removed(tmp_path, plugin, overrides, needle):
+    with pytest.raises(plugins.PluginError, match=needle):
+        gnnbridge.run("karate-sage", out=tmp_path / "r", overrides=overrides, **KARATE)
+    assert not (tmp_path / "r").exists()
+
+
+def test_taken_names_are_an_error_naming_both_plugins(plugin):
+    class Again:
+        @hookimpl
+        def register_models(self, register):
+            register("pyg-only", {"pyg": Linear})
+
+    class OtherBackend:  # the same name for a backend nobody registered it for is fine
+        @hookimpl
+        def register_models(self, register):
+            register("pyg-only", {"dgl": Linear})
+
+    with registered_plugin(OtherBackend(), "elsewhere"):
+        assert {c.backend for c in plugins.models.entries() if c.name == "pyg-only"} == {"pyg", "dgl"}
+    with registered_plugin(Again(), "again"):
+        with pytest.raises(plugins.PluginError, match="^Model 'pyg-only' for backend 'pyg' is registered twice "
+                           r"\(plugins 'lab' and 'again'\)"):
+            plugins.models.names()
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("", Linear), "invalid name ''"),
+    (("x", "not callable"), "registered model 'x' with 'not callable'; give a callable"),
+    (("x", Linear, ["edge"]), "tasks=['edge']; tasks are a list of: node, graph"),
+])
+def test_invalid_registrations_name_the_plugin(args, needle):
+    class Bad:
+        @hookimpl
+        def register_models(self, register):
+            name, build, *tasks = args
+            register(name, build, tasks=tasks[0] if tasks else ["node"])
+
+    with registered_plugin(Bad(), "bad"), pytest.raises(plugins.PluginError, match=f"^Plugin 'bad' .*{re.escape(needle)}"):
+        plugins.models.names()
+
+
+def test_a_plugin_that_raises_while_registering_is_left_out_with_a_warning(plugin, capsys, monkeypatch):
+    monkeypatch.setattr(plugins, "_quiet", False)
+
+    class Raises:
+        @hookimpl
+        def register_models(self, register):
+            raise ImportError("No module named 'lab_dependency'")
+
+    with registered_plugin(Raises(), "raises"):
+        assert "tiny-linear" in plugins.models.names()  # everything else keeps working
+    assert capsys.readouterr().err == ("Warning: plugin 'raises' raised in register_models: ImportError: No module "
+                                       "named 'lab_dependency'; it is left out (uninstall it, or exclude it with "
+                                       "GNNBRIDGE_LOAD_PLUGINS).\n")
+
+
+def test_a_plugin_that_fails_to_import_or_misnames_a_hook_is_left_out_with_a_warning(capsys, monkeypatch):
+    monkeypatch.setattr(plugins, "_quiet", False)
+
+    class Typo:
+        @hookimpl
+        def register_modles(self, register):
+            pass
+
+    plugins._load_one("ghost", "ghost_plugin_pkg", lambda: __import__("ghost_plugin_pkg"))
+    plugins._load_one("typo", "typo:Typo", Typo)
+    try:
+        lines = capsys.readouterr().err.splitlines()
+        assert lines == [
+            "Warning: plugin 'ghost' (ghost_plugin_pkg) failed to load: ModuleNotFoundError: No module named "
+            "'ghost_plugin_pkg'; it is left out (uninstall it, or exclude it with GNNBRIDGE_LOAD_PLUGINS).",
+            "Warning: plugin 'typo' (typo:Typo) implements 'register_modles', which is not a gnnbridge hook (did you "
+            "mean 'register_models'?); hooks: register_backends, register_commands, register_datasets, "
+            "register_experiments, register_models, register_samplers; it is left out (uninstall it, or exclude it "
+            "with GNNBRIDGE_LOAD_PLUGINS).",
+        ]
+        errors = {p["name"]: p["error"] for p in plugins.plugin_info() if "error" in p}
+        assert set(errors) == {"ghost", "typo"}
+        assert plugins.pm.get_plugin("typo") is None and "sage" in plugins.models.names()
+    finally:
+        plugins._failures.pop("ghost")
+        plugins._failures.pop("typo")
+
+
+LAB_MODULE = '''
+import torch
+from torch import nn
+
+
+class DeepMLP(nn.Module):
+    def __init__(self, in_dim, out_dim, hidden=16, layers=2, scale=1.0):
+        super().__init__()
+        self.scale = scale
+        self.net = nn.Sequential(nn.Linear(in_dim, hidden), nn.ReLU(), nn.Linear(hidden, out_dim))
+
+    def forward(self, graph, x):
+        return self.net(x) * self.scale
+'''
+
+
+@pytest.fixture
+def lab(tmp_path, monkeypatch):
+    (tmp_path / "my_lab").mkdir()
+    (tmp_path / "my_lab" / "__init__.py").write_text("")
+    (tmp_path / "my_lab" / "models.py").write_text(LAB_MODULE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    yield tmp_path
+    for name in [m for m in sys.modules if m.startswith("my_lab")]:
+        del sys.modules[name]
+
+
+def test_a_model_class_by_import_path_from_a_yaml_file_trains(lab):
+    (lab / "exp.yaml").write_text("model:\n  arch: my_lab.models:DeepMLP\n  hidden: 8\n  options: {scale: 0.5}\n"
+                                  "train: {epochs: 2}\ndataset: {name: karate}\nsampler: {fanouts: [5, 5]}\n")
+    results = gnnbridge.run(str(lab / "exp.yaml"), out=lab / "run", **KARATE)
+    assert results["eval"]["final"] == "full" and results["epochs_trained"] == 2
+    from gnnbridge.core.training import checkpoint
+
+    state = checkpoint.load(checkpoint.path_in(lab / "run", "best"))
+    assert state["config"]["model"]["options"] == {"scale": 0.5} and "net.0.weight" in state["model"]
+
+
+@pytest.mark.parametrize("arch, options, needle", [
+    ("my_lab.models:DeepMLP", ["model.options.depth=3"], "model.options.depth is not a parameter of class "
+                                                         "'my_lab.models:DeepMLP'; its parameters: hidden, layers, scale."),
+    ("my_lab.models:DeepMLP", ["model.options.hidden=3"], "model.options.hidden is set by model.hidden; remove it"),
+    ("my_lab.models:Missing", [], "'Missing' is not a torch.nn.Module class in 'my_lab.models'; classes there: DeepMLP."),
+    ("my_lab.nothing:Net", [], "module 'my_lab.nothing' cannot be imported (ModuleNotFoundError"),
+    ("os:system", [], "'system' is not a torch.nn.Module class in 'os'"),
+])
+def test_import_path_mistakes_are_one_line(lab, arch, options, needle):
+    with pytest.raises(ConfigError) as err:
+        gnnbridge.run("karate-sage", out=lab / "run", overrides=[f"model.arch={arch}", *options], **KARATE)
+    assert needle in str(err.value)
+    assert not (lab / "run").exists()
+
+
+def test_a_checkpoint_naming_code_is_imported_only_with_trust_code(lab):
+    gnnbridge.run("karate-sage", out=lab / "run", overrides=["model.arch=my_lab.models:DeepMLP", "train.epochs=1"],
+                  **KARATE)
+    with pytest.raises(ConfigError, match="importing code a checkpoint names runs it, so evaluate and predict do "
+                       "that only with --trust-code"):
+        gnnbridge.evaluate(lab / "run")
+    assert 0 <= gnnbridge.evaluate(lab / "run", trust_code=True)["metrics"]["test_acc"] <= 1
+
+
+def test_pyg_zoo_models_trim_per_hop_and_compute_what_untrimmed_ones_do():
+    """Per-hop trimming is an optimisation, never a different function."""
+    from gnnbridge.core.models.build import build_model
+
+    data = small_graph(seed=2)
+    spec = ModelSpec(arch="GraphSAGE", hidden=16, layers=2, dropout=0.0)
+    model, _ = build_model(spec, "pyg", Task.NODE, data.num_features, data.num_classes, data)
+    model.eval()
+    sub = NeighborSampler(data.indptr, data.indices, [5, 3]).sample(data.val_idx[:20], torch.Generator().manual_seed(0))
+    graph = gnnbridge.core.contracts.plugins.backends.get("pyg").from_sampled(sub)
+    with torch.no_grad():
+        trimmed = model(graph, data.x[sub.node])
+        graph.num_sampled_nodes = graph.num_sampled_edges = None
+        full = model(graph, data.x[sub.node])
+    torch.testing.assert_close(trimmed, full, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("arch, task_args", [
+    ("PNA", ["karate-sage"]), ("GAT", ["karate-sage", "model.options.v2=true"]), ("GIN", ["gin-synthetic"]),
+])
+def test_pyg_zoo_models_train_by_name_with_their_options(tmp_path, arch, task_args):
+    experiment, *options = task_args
+    results = gnnbridge.run(experiment, out=tmp_path / "r", overrides=[f"model.arch={arch}", "train.epochs=1", *options],
+                            **KARATE)
+    assert results["epochs_trained"] == 1
+
+
+def test_full_neighbourhood_evaluation_is_exact_like_layerwise(tmp_path):
+    runs = [gnnbridge.run("karate-sage", out=tmp_path / mode, overrides=["train.epochs=3", f"eval.mode={mode}"], **KARATE)
+            for mode in ("layerwise", "full")]
+    assert [r["eval"]["final"] for r in runs] == ["layerwise", "full"]
+    for key in ("train_acc", "val_acc", "test_acc"):
+        assert runs[0]["metrics"][key] == runs[1]["metrics"][key]
+
+
+class Commands:
+    @hookimpl
+    def register_commands(self, cli):
+        import click
+
+        @cli.command(name="lab-hello")
+        @click.argument("who")
+        def hello(who):
+            """Say hello."""
+            click.echo(f"hello {who}")
+
+        @cli.command(name="train")
+        def hijack():
+            click.echo("hijacked")
+
+
+def test_commands_come_from_plugins_and_never_replace_a_taken_name(capsys):
+    import click
+
+    @click.group()
+    def cli():
+        pass
+
+    @cli.command()
+    def train():
+        click.echo("the real train")
+
+    with registered_plugin(Commands(), "lab-commands"):
+        plugins.extend_cli(cli)
+    assert cli.commands["train"].callback.__name__ == "train" and "lab-hello" in cli.commands
+    assert capsys.readouterr().err == ("Warning: plugin 'lab-commands' adds a command 'train', which plugin "
+                                       "'gnnbridge' already has; the first one is kept.\n")
+    from click.testing import CliRunner
+
+    assert CliRunner().invoke(cli, ["lab-hello", "you"]).output == "hello you\n"
+
+
+def test_models_and_samplers_commands_list_what_is_registered():
+    out = subprocess.run([sys.executable, "-m", "gnnbridge", "models", "--json"], capture_output=True, text=True,
+                         timeout=120)
+    rows = json.loads(out.stdout)
+    assert {"name": "sage", "backend": "dgl", "plugin": "dgl", "tasks": ["node"],
+            "description": "GraphSAGE, mean aggregation (SAGEConv)"} in rows
+    assert {r["name"] for r in rows if r["backend"] == "pyg"} >= {"GraphSAGE", "GCN", "GAT", "GIN", "PNA", "EdgeCNN"}
