@@ -59,7 +59,31 @@ Multi-node: start one process per GPU with torchrun or srun; gnnbridge joins the
 """
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class PluginGroup(click.Group):
+    """Built-in commands resolve at once; commands from plugins (``register_commands``) are added
+    when a name is not built in or the list is shown. Loading plugins imports torch, seconds that
+    ``gnnbridge train --help`` should not pay."""
+
+    plugins_added = False
+
+    def get_command(self, ctx, name):
+        if name not in self.commands:
+            self._add_plugin_commands()
+        return super().get_command(ctx, name)
+
+    def list_commands(self, ctx):
+        self._add_plugin_commands()
+        return super().list_commands(ctx)
+
+    def _add_plugin_commands(self) -> None:
+        from gnnbridge.core.contracts.plugins import extend_cli
+
+        if not self.plugins_added:
+            self.plugins_added = True
+            extend_cli(self)
+
+
+@click.group(cls=PluginGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="gnnbridge")
 def cli() -> None:
     """Train one GNN experiment on PyG or DGL, on one process or many (DDP)."""
@@ -247,7 +271,6 @@ def main(argv: list[str] | None = None) -> None:
     """Every way a command can end is one line on stderr and an exit code; an exception nobody
     anticipated included (its traceback goes to a file the line names)."""
     try:
-        _plugin_commands()
         cli.main(args=argv, prog_name="gnnbridge", standalone_mode=False)
     except _Stopped as stopped:
         exc = stopped.args[0]
@@ -276,15 +299,6 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(f"Error: unexpected {type(exc).__name__}: {_first_line(exc)} (this is a gnnbridge bug; the full "
                    f"traceback is in {_save_traceback(exc)}).", err=True)
         sys.exit(1)
-
-
-def _plugin_commands() -> None:
-    """Commands from plugins (``register_commands``), added once, before parsing."""
-    from gnnbridge.core.contracts.plugins import extend_cli
-
-    if not getattr(cli, "plugins_added", False):
-        extend_cli(cli)
-        cli.plugins_added = True
 
 
 def _first_line(exc: BaseException) -> str:

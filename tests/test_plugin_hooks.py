@@ -232,7 +232,8 @@ def test_a_checkpoint_naming_code_is_imported_only_with_trust_code(lab):
     with pytest.raises(ConfigError, match="importing code a checkpoint names runs it, so evaluate and predict do "
                        "that only with --trust-code"):
         gnnbridge.evaluate(lab / "run")
-    assert 0 <= gnnbridge.evaluate(lab / "run", trust_code=True)["metrics"]["test_acc"] <= 1
+    report = gnnbridge.evaluate(lab / "run", trust_code=True)
+    assert 0 <= report["metrics"]["test_acc"] <= 1 and report["eval"]["final"] == "full"
 
 
 def test_pyg_zoo_models_trim_per_hop_and_compute_what_untrimmed_ones_do():
@@ -314,3 +315,14 @@ def test_models_and_samplers_commands_list_what_is_registered():
     assert {"name": "sage", "backend": "dgl", "plugin": "dgl", "tasks": ["node"],
             "description": "GraphSAGE, mean aggregation (SAGEConv)"} in rows
     assert {r["name"] for r in rows if r["backend"] == "pyg"} >= {"GraphSAGE", "GCN", "GAT", "GIN", "PNA", "EdgeCNN"}
+
+
+def test_a_checkpoint_from_before_model_options_still_evaluates_and_resumes():
+    from gnnbridge.core.app.resolve import check_frozen
+    from gnnbridge.core.contracts.config import ExperimentConfig
+
+    new = ExperimentConfig().to_dict()
+    old = {**new, "model": {k: v for k, v in new["model"].items() if k != "options"}}
+    check_frozen(old, new, ("model",), "evaluate")  # a key the old config lacks counts as its default
+    with pytest.raises(ConfigError, match=r"^model.options.scale=2 differs from the checkpoint's None"):
+        check_frozen(old, {**new, "model": {**new["model"], "options": {"scale": 2}}}, ("model",), "evaluate")

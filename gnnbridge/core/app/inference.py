@@ -41,10 +41,10 @@ def evaluate(target: str | os.PathLike, *, kind: str = checkpoint.BEST, device: 
     path, state, config, data = _prepare(target, kind, device, overrides, "evaluate", trust_code)
     try:
         with interrupt_on_sigterm():
-            metrics = launch(_evaluate_worker, 1, config.device.value, (config, data, state), timeout_s=config.timeout)
+            scored = launch(_evaluate_worker, 1, config.device.value, (config, data, state), timeout_s=config.timeout)
     except TrainingDivergedError as exc:
         raise _nonfinite(path, str(exc)) from None
-    return {**_describe(path, state, config), "metrics": metrics}
+    return {**_describe(path, state, config), **scored}
 
 
 def predict(target: str | os.PathLike, out: str | os.PathLike, *, kind: str = checkpoint.BEST,
@@ -143,7 +143,9 @@ def _describe(path: Path, state: dict, config: ExperimentConfig) -> dict:
 
 
 def _evaluate_worker(ctx: DistContext, config: ExperimentConfig, data, state: dict) -> dict:
-    return Trainer(config, data, ctx, show_progress=False, resume=state).evaluate()
+    """``{"metrics", "eval"}``: the scores, and how they were computed (as in ``results.json``)."""
+    trainer = Trainer(config, data, ctx, show_progress=False, resume=state)
+    return {"metrics": trainer.evaluate(), "eval": trainer.eval_summary()}
 
 
 def _predict_worker(ctx: DistContext, config: ExperimentConfig, data, state: dict) -> torch.Tensor:

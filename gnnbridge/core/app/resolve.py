@@ -82,8 +82,11 @@ def _dataset_section(dataset: str) -> dict:
 
 
 def check_frozen(saved: dict, new: dict, frozen: tuple[str, ...], action: str) -> None:
-    """Refuse a change to a key under ``frozen`` between a checkpoint's config and ``new``."""
-    old_flat, new_flat = _flatten(saved), _flatten(new)
+    """Refuse a change to a key under ``frozen`` between a checkpoint's config and ``new``. A key
+    the checkpoint's config lacks (it predates the key) counts as its default; an empty section
+    (``model.options: {}``) is the same as none."""
+    old_flat = {k: v for k, v in {**_flatten(ExperimentConfig().to_dict()), **_flatten(saved)}.items() if v != {}}
+    new_flat = {k: v for k, v in _flatten(new).items() if v != {}}
     for key in sorted(set(old_flat) | set(new_flat)):
         if key.startswith(frozen) and old_flat.get(key) != new_flat.get(key):
             raise ConfigError(

@@ -144,12 +144,16 @@ def downloads_allowed() -> bool:
 
 
 @contextlib.contextmanager
-def no_downloads():
-    token = _downloads.set(False)
+def _switched_off(flag: contextvars.ContextVar[bool]):
+    token = flag.set(False)
     try:
         yield
     finally:
-        _downloads.reset(token)
+        flag.reset(token)
+
+
+def no_downloads():
+    return _switched_off(_downloads)
 
 
 _code: contextvars.ContextVar[bool] = contextvars.ContextVar("gnnbridge_code", default=True)
@@ -162,13 +166,8 @@ def code_allowed() -> bool:
     return _code.get()
 
 
-@contextlib.contextmanager
 def no_code():
-    token = _code.set(False)
-    try:
-        yield
-    finally:
-        _code.reset(token)
+    return _switched_off(_code)
 
 
 def _check_allowed(allowed: set[str] | None, known: set[str]) -> None:
