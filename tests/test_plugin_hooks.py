@@ -13,7 +13,7 @@ import gnnbridge
 from gnnbridge import hookimpl
 from gnnbridge.core.contracts import plugins
 from gnnbridge.core.contracts.config import ModelSpec, Task
-from gnnbridge.core.errors import ConfigError
+from gnnbridge.core.errors import ConfigError, GnnBridgeError
 from gnnbridge.core.records.batches import SampledSubgraph
 from gnnbridge.core.sampling.neighbors import NeighborSampler
 from gnnbridge.testing import registered_plugin
@@ -326,3 +326,47 @@ def test_a_checkpoint_from_before_model_options_still_evaluates_and_resumes():
     check_frozen(old, new, ("model",), "evaluate")  # a key the old config lacks counts as its default
     with pytest.raises(ConfigError, match=r"^model.options.scale=2 differs from the checkpoint's None"):
         check_frozen(old, {**new, "model": {**new["model"], "options": {"scale": 2}}}, ("model",), "evaluate")
+
+
+BAD_MODULE = '''
+import torch
+from torch import nn
+
+
+class Unused(nn.Module):
+    def __init__(self, in_dim, out_dim):
+        super().__init__()
+        self.lin = nn.Linear(in_dim, out_dim)
+        self.spare = nn.Linear(in_dim, out_dim)
+
+    def forward(self, graph, x):
+        return self.lin(x)
+
+
+class RaisesOnRankOne(nn.Module):
+    def __init__(self, in_dim, out_dim):
+        super().__init__()
+        self.lin = nn.Linear(in_dim, out_dim)
+
+    def forward(self, graph, x):
+        if torch.distributed.get_rank() == 1:
+            raise ValueError("rank 1 is unhappy")
+        return self.lin(x)
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cls, needle", [
+    ("RaisesOnRankOne", "rank 1 failed: class 'my_lab.bad:RaisesOnRankOne' failed in its forward pass: ValueError: "
+                        "rank 1 is unhappy"),
+    ("Unused", "class 'my_lab.bad:Unused' has parameters that take no part in the loss (spare.weight, spare.bias); "
+               "DDP needs every parameter in every step"),
+])
+def test_a_model_that_breaks_under_ddp_stops_every_rank_with_one_line(lab, cls, needle):
+    """Never a hang: a peer waiting in a collective is stopped too, and nothing half-made stays."""
+    (lab / "my_lab" / "bad.py").write_text(BAD_MODULE)
+    with pytest.raises(GnnBridgeError) as err:
+        gnnbridge.run("karate-sage", backend="dgl", nproc=2, progress=False, out=lab / "run", timeout=60,
+                      overrides=[f"model.arch=my_lab.bad:{cls}"])
+    assert needle in str(err.value) and "\n" not in str(err.value)
+    assert not (lab / "run").exists()

@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from gnnbridge.core.contracts.config import EvalMode, ExperimentConfig, SamplerKind, Task
 from gnnbridge.core.contracts.interfaces import Backend, Sampler
-from gnnbridge.core.contracts.plugins import get_backend, library_versions
+from gnnbridge.core.contracts.plugins import PluginError, get_backend, library_versions
 from gnnbridge.core.errors import TrainingDivergedError
 from gnnbridge.core.models.build import ModelCall, build_model
 from gnnbridge.core.records.collection import GraphCollection
@@ -86,6 +86,7 @@ class Trainer:
         self.ddp = DistributedDataParallel(self.model, device_ids=device_ids) if ctx.distributed else self.model
         self.checkpoints = Path(run_dir) if run_dir and ctx.is_main else None
         self.shard_fingerprint: dict = {}  # this rank's first-epoch training items (see _fingerprint)
+        self._grads_checked = False
 
     @property
     def history(self) -> list[dict]:
@@ -210,7 +211,9 @@ class Trainer:
             loss_sum_batch = F.cross_entropy(logits, y, reduction="sum")
             loss = loss_sum_batch / max(1, y.numel())
             self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            with self.call.blame("backward pass"):
+                loss.backward()
+            self._check_every_parameter_learns()
             self.optimizer.step()
             loss_sum += loss_sum_batch.detach()
             first_bad = torch.where((first_bad < 0) & ~torch.isfinite(loss_sum_batch.detach()), step, first_bad)
@@ -224,6 +227,18 @@ class Trainer:
         stats = {"epoch": epoch, "loss": float(loss_sum) / max(1, counts.total), "train_acc": counts.accuracy(),
                  "epoch_time_s": epoch_time, "batches": len(batches)}
         return stats
+
+    def _check_every_parameter_learns(self) -> None:
+        """After the first backward pass under DDP: a parameter without a gradient would make DDP
+        fail on the next step with a message about its reducer; name the parameters instead."""
+        if self._grads_checked or not self.ctx.distributed:
+            return
+        self._grads_checked = True
+        idle = [n for n, p in self.model.named_parameters() if p.requires_grad and p.grad is None]
+        if idle:
+            raise PluginError(f"{self.call.origin} has parameters that take no part in the loss ({', '.join(idle[:4])}"
+                              f"{', ...' if len(idle) > 4 else ''}); DDP needs every parameter in every step: use them "
+                              "in forward, or remove them (or set requires_grad=False).")
 
     def _check_loss(self, epoch: int, first_bad: int, ranks_bad: int) -> None:
         """Every rank raises alike (the count is all-reduced); nothing of this epoch is saved."""
