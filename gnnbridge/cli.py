@@ -232,6 +232,8 @@ def models(as_json: bool) -> None:
     """Model architectures by task and backend (model.arch), and the plugin of each."""
     from gnnbridge.core.contracts.plugins import models as registry
 
+    if not as_json:
+        click.echo(f"{'ARCH':<14} {'TASKS':<11}{'BACKEND':<16} {'PLUGIN':<14} DESCRIPTION")
     _components(registry, as_json, with_tasks=True)
 
 
@@ -242,6 +244,7 @@ def samplers(as_json: bool) -> None:
     from gnnbridge.core.contracts.plugins import samplers as registry
 
     if not as_json:
+        click.echo(f"{'KIND':<14} {'BACKEND':<16} {'PLUGIN':<14} DESCRIPTION")
         click.echo(f"{'auto':<14} {'every backend':<16} {'gnnbridge':<14} the backend's own sampler when it can run, else core")
         click.echo(f"{'native':<14} {'every backend':<16} {'gnnbridge':<14} the library's own sampler, or one line saying why not")
     _components(registry, as_json, with_tasks=False)
