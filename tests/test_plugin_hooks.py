@@ -129,24 +129,36 @@ def test_invalid_registrations_name_the_plugin(args, needle):
         plugins.models.names()
 
 
-def test_a_plugin_that_raises_while_registering_is_left_out_with_a_warning(plugin, capsys, monkeypatch):
-    monkeypatch.setattr(plugins, "_quiet", False)
+@pytest.fixture
+def loud(monkeypatch):
+    """Warnings shown here, as in a launching process (not a rank)."""
+    monkeypatch.delenv(plugins.ENV_WARNED, raising=False)
+    monkeypatch.delenv("RANK", raising=False)
 
+
+def test_a_plugin_that_raises_while_registering_is_left_out_with_a_warning(plugin, capsys, loud):
     class Raises:
         @hookimpl
+        def register_datasets(self, register):
+            register("raises-graph", lambda config, seed: None, "")
+
+        @hookimpl
         def register_models(self, register):
+            register("half-registered", Linear)
             raise ImportError("No module named 'lab_dependency'")
 
     with registered_plugin(Raises(), "raises"):
+        assert "raises-graph" in plugins.datasets.names()
         assert "tiny-linear" in plugins.models.names()  # everything else keeps working
+        assert "half-registered" not in plugins.models.names()  # and nothing of the plugin stays
+        assert "raises-graph" not in plugins.datasets.names()
+        assert [p["name"] for p in plugins.plugin_info()].count("raises") == 1
     assert capsys.readouterr().err == ("Warning: plugin 'raises' raised in register_models: ImportError: No module "
                                        "named 'lab_dependency'; it is left out (uninstall it, or exclude it with "
                                        "GNNBRIDGE_LOAD_PLUGINS).\n")
 
 
-def test_a_plugin_that_fails_to_import_or_misnames_a_hook_is_left_out_with_a_warning(capsys, monkeypatch):
-    monkeypatch.setattr(plugins, "_quiet", False)
-
+def test_a_plugin_that_fails_to_import_or_misnames_a_hook_is_left_out_with_a_warning(capsys, loud):
     class Typo:
         @hookimpl
         def register_modles(self, register):
@@ -236,15 +248,18 @@ def test_a_checkpoint_naming_code_is_imported_only_with_trust_code(lab):
     assert 0 <= report["metrics"]["test_acc"] <= 1 and report["eval"]["final"] == "full"
 
 
-def test_pyg_zoo_models_trim_per_hop_and_compute_what_untrimmed_ones_do():
-    """Per-hop trimming is an optimisation, never a different function."""
+@pytest.mark.parametrize("arch", ["GraphSAGE", "GCN", "GAT", "GIN", "PNA", "EdgeCNN"])
+def test_pyg_zoo_models_trim_per_hop_and_compute_what_untrimmed_ones_do(arch):
+    """Per-hop trimming is an optimisation, never a different function (GCN, normalised by
+    in-batch degrees, is therefore never trimmed)."""
     from gnnbridge.core.models.build import build_model
 
     data = small_graph(seed=2)
-    spec = ModelSpec(arch="GraphSAGE", hidden=16, layers=2, dropout=0.0)
+    spec = ModelSpec(arch=arch, hidden=16, layers=3, dropout=0.0)
     model, _ = build_model(spec, "pyg", Task.NODE, data.num_features, data.num_classes, data)
     model.eval()
-    sub = NeighborSampler(data.indptr, data.indices, [5, 3]).sample(data.val_idx[:20], torch.Generator().manual_seed(0))
+    assert model.trim == (arch != "GCN")
+    sub = NeighborSampler(data.indptr, data.indices, [5, 3, 2]).sample(data.val_idx[:20], torch.Generator().manual_seed(0))
     graph = gnnbridge.core.contracts.plugins.backends.get("pyg").from_sampled(sub)
     with torch.no_grad():
         trimmed = model(graph, data.x[sub.node])
@@ -254,7 +269,8 @@ def test_pyg_zoo_models_trim_per_hop_and_compute_what_untrimmed_ones_do():
 
 
 @pytest.mark.parametrize("arch, task_args", [
-    ("PNA", ["karate-sage"]), ("GAT", ["karate-sage", "model.options.v2=true"]), ("GIN", ["gin-synthetic"]),
+    ("PNA", ["karate-sage"]), ("GAT", ["karate-sage", "model.options.v2=true", "model.options.heads=2"]),
+    ("GIN", ["gin-synthetic"]), ("GraphSAGE", ["karate-sage", "model.options.aggr=max"]),
 ])
 def test_pyg_zoo_models_train_by_name_with_their_options(tmp_path, arch, task_args):
     experiment, *options = task_args
@@ -287,7 +303,7 @@ class Commands:
             click.echo("hijacked")
 
 
-def test_commands_come_from_plugins_and_never_replace_a_taken_name(capsys):
+def test_commands_come_from_plugins_and_never_replace_a_taken_name(capsys, loud):
     import click
 
     @click.group()
@@ -298,11 +314,20 @@ def test_commands_come_from_plugins_and_never_replace_a_taken_name(capsys):
     def train():
         click.echo("the real train")
 
-    with registered_plugin(Commands(), "lab-commands"):
+    class Later:
+        @hookimpl
+        def register_commands(self, cli):
+            @cli.command(name="lab-hello")
+            def other():
+                click.echo("the later one")
+
+    with registered_plugin(Commands(), "lab-commands"), registered_plugin(Later(), "later"):
         plugins.extend_cli(cli)
     assert cli.commands["train"].callback.__name__ == "train" and "lab-hello" in cli.commands
-    assert capsys.readouterr().err == ("Warning: plugin 'lab-commands' adds a command 'train', which plugin "
-                                       "'gnnbridge' already has; the first one is kept.\n")
+    assert capsys.readouterr().err == (
+        "Warning: plugin 'lab-commands' adds a command 'train', which plugin 'gnnbridge' already has; the first one "
+        "is kept.\nWarning: plugin 'later' adds a command 'lab-hello', which plugin 'lab-commands' already has; the "
+        "first one is kept.\n")
     from click.testing import CliRunner
 
     assert CliRunner().invoke(cli, ["lab-hello", "you"]).output == "hello you\n"
@@ -370,3 +395,32 @@ def test_a_model_that_breaks_under_ddp_stops_every_rank_with_one_line(lab, cls, 
                       overrides=[f"model.arch=my_lab.bad:{cls}"])
     assert needle in str(err.value) and "\n" not in str(err.value)
     assert not (lab / "run").exists()
+
+
+def test_a_graph_model_that_forgets_to_pool_is_named(lab):
+    (lab / "my_lab" / "nopool.py").write_text("from torch import nn\n\nclass NoPool(nn.Module):\n"
+                                              "    def __init__(self, in_dim, out_dim):\n        super().__init__()\n"
+                                              "        self.lin = nn.Linear(in_dim, out_dim)\n\n"
+                                              "    def forward(self, graph, x):\n        return self.lin(x)\n")
+    with pytest.raises(plugins.PluginError, match=r"returned shape \[\d+, 3\]; expected logits of shape \[\d+, 3\] "
+                       r"\(a row per graph \(pool the node states per graph\)"):
+        gnnbridge.run("gin-synthetic", out=lab / "run", overrides=["model.arch=my_lab.nopool:NoPool"], **KARATE)
+
+
+def test_reserved_sampler_names_and_registries_used_during_import_are_refused(capsys, loud):
+    class Native:
+        @hookimpl
+        def register_samplers(self, register):
+            register("native", lambda store, fanouts: None)
+
+    with registered_plugin(Native(), "native-again"), pytest.raises(plugins.PluginError, match="^Plugin "
+                                                                    "'native-again' registered sampler 'native', a name"):
+        plugins.samplers.names()
+    loaded = plugins._loaded
+    plugins._loaded = False  # as on first use: the plugin below uses a registry while it is imported
+    try:
+        with pytest.raises(plugins.PluginError, match="^Plugin 'eager' uses gnnbridge's registries while it is "
+                           "imported; use them inside its hooks instead.$"):
+            plugins._load_one("eager", "eager", plugins.backends.names)
+    finally:
+        plugins._loaded = loaded

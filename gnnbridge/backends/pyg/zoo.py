@@ -5,7 +5,9 @@ every ``model.options`` entry as its keyword arguments (``jk``, ``norm``, ``act`
 These models take ``(x, edge_index)`` and return a row per node. On node tasks they get core's
 per-hop counts (``num_sampled_nodes_per_hop`` / ``num_sampled_edges_per_hop``), so each layer
 computes only what the next one reads, as the neutral models do; with ``jk`` (which concatenates
-every layer's full output) trimming is off. On graph tasks the node outputs are pooled per graph
+every layer's full output) trimming is off, and for GCN too: ``GCNConv`` normalises by degrees
+counted inside the batch, which trimming would change (use the built-in ``gcn`` for GCN
+normalised by full-graph degrees, whose full-neighbourhood evaluation is exact). On graph tasks the node outputs are pooled per graph
 by ``model.pooling``. PNA's required ``deg`` histogram is computed from the dataset, and its
 aggregators and scalers default to the PNA paper's.
 """
@@ -24,17 +26,19 @@ ZOO = {
     "PNA": "PyG's torch_geometric.nn.models.PNA (deg from the data; options: aggregators, scalers, towers ...)",
     "EdgeCNN": "PyG's torch_geometric.nn.models.EdgeCNN (options: jk, norm, aggr ...)",
 }
+UNTRIMMED = ("GCN",)  # normalised by in-batch degrees: trimming the batch changes the function
 PNA_DEFAULTS = {"aggregators": ["mean", "min", "max", "std"], "scalers": ["identity", "amplification", "attenuation"]}
 
 
 class ZooModel(nn.Module):
     """A zoo model behind gnnbridge's ``forward(graph, x)``; its parameters live under ``net.``."""
 
-    def __init__(self, net: nn.Module, graph_task: bool, pooling: str):
+    def __init__(self, net: nn.Module, graph_task: bool, pooling: str, trim: bool = True):
         super().__init__()
         self.net = net
         self.graph_task = graph_task
         self.pooling = pooling
+        self.trim = trim and net.jk_mode is None
 
     def forward(self, graph, x: torch.Tensor) -> torch.Tensor:
         if self.graph_task:
@@ -44,7 +48,7 @@ class ZooModel(nn.Module):
             return pool(self.net(x, graph.edge_index, batch=graph.batch), graph.batch, size=graph.num_graphs)
         nodes = getattr(graph, "num_sampled_nodes", None)
         edges = getattr(graph, "num_sampled_edges", None)
-        trim = self.net.jk_mode is None and nodes is not None and edges is not None
+        trim = self.trim and nodes is not None and edges is not None
         out = self.net(x, graph.edge_index, num_sampled_nodes_per_hop=list(nodes) if trim else None,
                        num_sampled_edges_per_hop=list(edges) if trim else None)
         return out[: graph.batch_size]
@@ -57,7 +61,7 @@ def zoo_builder(name: str):
         if name == "PNA":
             options = {**PNA_DEFAULTS, "deg": degree_histogram(data), **options}
         net = getattr(zoo, name)(in_dim, hidden, layers, out_channels=out_dim, dropout=dropout, **options)
-        return ZooModel(net, isinstance(data, GraphCollection), pooling)
+        return ZooModel(net, isinstance(data, GraphCollection), pooling, trim=name not in UNTRIMMED)
 
     build.__name__ = name
     return build

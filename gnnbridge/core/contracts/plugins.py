@@ -37,14 +37,28 @@ from gnnbridge.core.errors import ConfigError, GnnBridgeError, did_you_mean, unk
 
 ENTRY_POINT_GROUP = "gnnbridge"
 ENV_LOAD = "GNNBRIDGE_LOAD_PLUGINS"
-# Set once warnings were printed: rank processes inherit it and do not repeat them.
+# Set by gnnbridge's launcher for the ranks it starts: the launching process printed the warnings.
 ENV_WARNED = "GNNBRIDGE_PLUGIN_WARNINGS_SHOWN"
-_quiet = ENV_WARNED in os.environ
 _failures: dict[str, str] = {}  # plugin name -> why it was left out
+_loading: list[str] = []  # the plugin being imported now (registries must not be used then)
+
+
+def _quiet() -> bool:
+    """Whether another process of this job shows plugin warnings: the launching process (for the
+    ranks it starts), or rank 0 (in a torchrun / SLURM job)."""
+    if ENV_WARNED in os.environ:
+        return True
+    return (os.environ.get("RANK") or os.environ.get("SLURM_PROCID") or "0") != "0"
+
+
+def warn(line: str) -> None:
+    """One warning line on stderr, once per job."""
+    if not _quiet():
+        print(f"Warning: {line}", file=sys.stderr)
 
 pm = pluggy.PluginManager(hookspecs.PROJECT)
 pm.add_hookspecs(hookspecs)
-_lock = threading.Lock()
+_lock = threading.RLock()
 _loaded = False
 _defaults: dict[str, str] = {}  # plugin name -> module, loaded when no entry point provided it
 _default_backend: str | None = None
@@ -67,6 +81,9 @@ def load_plugins() -> None:
     with _lock:
         if _loaded:
             return
+        if _loading:  # a plugin's import reached a registry: loading again would recurse forever
+            raise PluginError(f"Plugin '{_loading[-1]}' uses gnnbridge's registries while it is imported; use them "
+                              "inside its hooks instead.")
         allowed = _allowed()
         points = list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
         _check_allowed(allowed, {ep.name for ep in points} | set(_defaults))
@@ -82,12 +99,21 @@ def load_plugins() -> None:
 def _load_one(name: str, where: str, load: Callable[[], Any]) -> None:
     """Import and register one plugin, or warn and leave it out (a broken third-party package
     must not take the command line, or the other plugins, down with it)."""
-    if pm.get_plugin(name) is not None or name in _failures:
+    held = pm.get_plugin(name)
+    if held is not None or name in _failures:
+        if held is not None and getattr(held, "__name__", where) != where.partition(":")[0]:
+            warn(f"plugin name '{name}' is taken by {getattr(held, '__name__', held)}; {where} is left out "
+                 f"(two installed packages use the name; uninstall one)")
         return
+    _loading.append(name)
     try:
         plugin = load()
+    except GnnBridgeError:
+        raise
     except Exception as exc:  # noqa: BLE001 - ImportError, or anything its import raises
         return plugin_failed(name, f"({where}) failed to load: {type(exc).__name__}: {_short(exc)}")
+    finally:
+        _loading.pop()
     if pm.is_registered(plugin):
         return
     unknown = [attr for attr in dir(plugin) if getattr(getattr(plugin, attr, None), f"{hookspecs.PROJECT}_impl", None)
@@ -108,10 +134,8 @@ def plugin_failed(name: str, why: str) -> None:
     plugin = pm.get_plugin(name)
     if plugin is not None:
         pm.unregister(plugin)
-    if not _quiet:
-        print(f"Warning: plugin '{name}' {why}; it is left out (uninstall it, or exclude it with {ENV_LOAD}).",
-              file=sys.stderr)
-        os.environ[ENV_WARNED] = "1"
+        reset_registries()  # what it registered elsewhere goes with it
+    warn(f"plugin '{name}' {why}; it is left out (uninstall it, or exclude it with {ENV_LOAD}).")
 
 
 @contextlib.contextmanager
@@ -189,8 +213,9 @@ def set_defaults(plugins: dict[str, str], backend: str | None) -> None:
 
 
 def is_builtin(plugin: str) -> bool:
-    """Whether ``plugin`` is one the package itself ships (see :func:`set_defaults`)."""
-    return plugin in _defaults
+    """Whether ``plugin`` is one the package itself ships (see :func:`set_defaults`): its name and
+    its module, so a third-party package cannot claim the name to skip the checks on its code."""
+    return plugin in _defaults and getattr(pm.get_plugin(plugin), "__name__", None) == _defaults[plugin]
 
 
 def default_backend() -> str:
@@ -208,6 +233,8 @@ def plugin_info() -> list[dict]:
     dists = {ep.name: ep.dist for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
     out = []
     for name, plugin in sorted(pm.list_name_plugin(), key=lambda item: item[0]):
+        if name in _failures:
+            continue
         hooks = sorted(h.name for h in pm.get_hookcallers(plugin) or [])
         dist = dists.get(name)
         out.append({"name": name, "module": getattr(plugin, "__name__", type(plugin).__name__), "hooks": hooks,
@@ -242,8 +269,9 @@ class Registry:
             return self._entries
         load_plugins()
         entries: dict[str, Any] = {}
+        failed = []
         for impl in getattr(pm.hook, self.hook).get_hookimpls():
-            before = dict(entries)
+            before = {k: list(v) if isinstance(v, list) else v for k, v in entries.items()}
             try:
                 impl.function(self._register_callback(entries, impl.plugin_name))
             except GnnBridgeError:
@@ -251,7 +279,9 @@ class Registry:
             except Exception as exc:  # noqa: BLE001 - a plugin's bug must not stop the others
                 entries.clear()
                 entries.update(before)
-                plugin_failed(impl.plugin_name, f"raised in {self.hook}: {type(exc).__name__}: {_short(exc)}")
+                failed.append((impl.plugin_name, f"raised in {self.hook}: {type(exc).__name__}: {_short(exc)}"))
+        for name, why in failed:
+            plugin_failed(name, why)  # resets every registry: this one is then kept as collected
         self._entries = entries
         return entries
 
@@ -335,6 +365,9 @@ class ScopedRegistry(Registry):
     def _register_callback(self, entries: dict[str, Any], plugin: str) -> Callable[..., None]:
         def register(name: Any, build: Any = None, *, tasks: Any = (Task.NODE,), description: str = "") -> None:
             self._check_name(name, plugin)
+            if name in self.reserved:
+                raise PluginError(f"Plugin '{plugin}' registered {self.kind} '{name}', a name every backend answers "
+                                  f"itself ({', '.join(self.reserved)}); choose another.")
             for backend, fn in self._builders(name, build, plugin).items():
                 for held in entries.get(name, []):
                     if ANY_BACKEND in (backend, held.backend) or backend == held.backend:
@@ -417,7 +450,7 @@ def extend_cli(group: Any) -> None:
     """Let every plugin add commands to the click ``group``; a name already taken keeps its command
     (gnnbridge's own first), and the plugin that tried is named in a warning."""
     load_plugins()
-    for impl in reversed(pm.hook.register_commands.get_hookimpls()):  # pluggy lists the newest first
+    for impl in pm.hook.register_commands.get_hookimpls():  # in the order the plugins were registered
         before = dict(group.commands)
         try:
             impl.function(group)
@@ -430,8 +463,8 @@ def extend_cli(group: Any) -> None:
             if name in before and before[name] is not command:
                 group.commands[name] = before[name]
                 owner = getattr(before[name], "gnnbridge_plugin", "gnnbridge")
-                print(f"Warning: plugin '{impl.plugin_name}' adds a command '{name}', which plugin '{owner}' already "
-                      "has; the first one is kept.", file=sys.stderr)
+                warn(f"plugin '{impl.plugin_name}' adds a command '{name}', which plugin '{owner}' already has; the "
+                     "first one is kept.")
             elif name not in before:
                 command.gnnbridge_plugin = impl.plugin_name
 

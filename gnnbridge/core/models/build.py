@@ -17,7 +17,8 @@ The model's ``forward(graph, x)`` gets the backend's native batch graph (PyG: a 
 first; graph tasks: the library's batched graph) and ``x``, the features of the batch's input
 nodes, seeds first. It returns logits for the seeds (or for every input node: core keeps the
 first rows). Optional: ``layer_forward(i, graph, x)`` and ``num_layers`` for exact layer-wise
-evaluation (else evaluation is full-neighbourhood sampling, equally exact), and ``bind(data)``.
+evaluation (else evaluation is full-neighbourhood sampling, as exact for layers that read
+only in-neighbours), and ``bind(data)``.
 """
 from __future__ import annotations
 
@@ -99,7 +100,7 @@ def arguments(choice: ModelChoice, spec: ModelSpec, data: Any) -> dict[str, Any]
     offered = {**{n: getattr(spec, n) for n in INJECTED}, "spec": spec, "data": data}
     kwargs = {n: offered[n] for n in named if n in offered}
     for key in spec.options:
-        if key in offered:
+        if key in kwargs:  # the builder names it: gnnbridge passes it (an option of another name may not)
             where = f"model.{key}" if key in INJECTED else "gnnbridge"
             raise ConfigError(f"model.options.{key} is set by {where}; remove it from model.options.")
         if key not in named and not any(p.kind is p.VAR_KEYWORD for p in params):
@@ -126,7 +127,8 @@ def build_model(spec: ModelSpec, backend: str, task: Task, in_dim: int, out_dim:
         raise PluginError(f"{choice.origin} could not be built with {_spec_text(spec)}: {type(exc).__name__}: "
                           f"{_line(exc)}") from None
     if hasattr(model, "bind"):
-        model.bind(data)
+        with blame(choice.origin, "bind(data)"):
+            model.bind(data)
     return model, choice
 
 
@@ -147,11 +149,15 @@ def count_parameters(spec: ModelSpec, backend: str, task: Task, in_dim: int, out
 
 class ModelCall:
     """Calls into a model (training and evaluation alike) that end in one line naming the model
-    when it raises or returns something that is not one row of logits per seed."""
+    when it raises or returns something that is not one row of logits per seed.
 
-    def __init__(self, origin: str, num_classes: int):
+    ``per_graph``: a graph task's model returns exactly one row per graph (a row per node would
+    be a model that forgot to pool, and its first rows are not the graphs)."""
+
+    def __init__(self, origin: str, num_classes: int, per_graph: bool = False):
         self.origin = origin
         self.num_classes = num_classes
+        self.per_graph = per_graph
 
     def __call__(self, model: Callable[..., Any], graph: Any, x: torch.Tensor, rows: int) -> torch.Tensor:
         with self.blame("forward pass"):
@@ -167,10 +173,13 @@ class ModelCall:
 
     def check(self, logits: Any, rows: int) -> torch.Tensor:
         shape = list(logits.shape) if isinstance(logits, torch.Tensor) else None
-        if shape is None or len(shape) != 2 or shape[0] < rows or shape[1] != self.num_classes:
+        too_few = shape is not None and len(shape) == 2 and (shape[0] != rows if self.per_graph else shape[0] < rows)
+        if shape is None or len(shape) != 2 or too_few or shape[1] != self.num_classes:
             got = f"shape {shape}" if shape is not None else f"a {type(logits).__name__}"
+            rows_are = "a row per graph (pool the node states per graph)" if self.per_graph else \
+                "a row per seed, seeds first"
             raise PluginError(f"{self.origin} returned {got}; expected logits of shape [{rows}, {self.num_classes}] "
-                              "(a row per seed, seeds first; a column per class).")
+                              f"({rows_are}; a column per class).")
         return logits[:rows]
 
 

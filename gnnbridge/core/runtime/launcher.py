@@ -38,6 +38,7 @@ from typing import Any
 import torch.distributed as dist
 
 from gnnbridge.core.contracts.config import DEFAULT_TIMEOUT_S
+from gnnbridge.core.contracts.plugins import ENV_WARNED
 from gnnbridge.core.errors import ConfigError, RankFailedError, RunInterrupted
 from gnnbridge.core.runtime.context import DistContext, resolve_device
 from gnnbridge.core.runtime.jobs import JobEnv, detect_job
@@ -86,7 +87,8 @@ def _run_elastic(worker: Callable[..., Any], nproc: int, device_kind: str, args:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    with tempfile.TemporaryDirectory(prefix="gnnbridge-elastic-") as log_dir, _agent_quiet(), _agent_leaves_no_trace():
+    with tempfile.TemporaryDirectory(prefix="gnnbridge-elastic-") as log_dir, _agent_quiet(), _agent_leaves_no_trace(), \
+            _ranks_inherit({ENV_WARNED: "1"}):
         config = LaunchConfig(
             min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=uuid.uuid4().hex, role="gnnbridge",
             rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", rdzv_configs={"join_timeout": math.ceil(timeout_s)},
@@ -172,6 +174,22 @@ def _agent_leaves_no_trace() -> Iterator[None]:
             os.environ.pop(SIGNALS_VAR, None)
         else:
             os.environ[SIGNALS_VAR] = env
+
+
+@contextlib.contextmanager
+def _ranks_inherit(env: dict[str, str]) -> Iterator[None]:
+    """Set ``env`` for the ranks about to start (they inherit this process's environment), and only
+    for them: e.g. that plugin warnings were shown here already, so no rank repeats them."""
+    before = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 @contextlib.contextmanager

@@ -8,7 +8,7 @@ Two evaluators share one interface:
   nodes, and all-gather each layer's output before the next layer reads it.
 * :class:`SampledEvaluator` runs the split's nodes through a sampler: the training sampler
   (cheap, noisy, used for per-epoch validation on graphs where a full pass is too slow), or one
-  taking every neighbour at every hop (``eval.mode=full``: exact for any model, the fallback
+  taking every neighbour at every hop (``eval.mode=full``: exact for any model whose layers read only in-neighbours, the fallback
   for models without ``layer_forward``, and costlier than layer-wise on large graphs because
   neighbourhoods of different seeds overlap).
 

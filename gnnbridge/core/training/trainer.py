@@ -71,7 +71,7 @@ class Trainer:
         self.sampler: Sampler = self._sampler()
         self.model, choice = build_model(config.model, config.backend, config.task, data.num_features,
                                          data.num_classes, data)
-        self.call = ModelCall(choice.origin, data.num_classes)
+        self.call = ModelCall(choice.origin, data.num_classes, per_graph=config.task is Task.GRAPH)
         if resume is not None:
             load_model_state(self.model, resume, resume.get("path", "checkpoint"))
         self.model.to(ctx.device)
@@ -280,7 +280,7 @@ class Trainer:
 
     def final_mode(self) -> EvalMode | None:
         """How the final evaluation runs: ``eval.mode``, except that a model without
-        ``layer_forward`` is evaluated on full neighbourhoods (exact too). None: whole graphs."""
+        ``layer_forward`` is evaluated on full neighbourhoods. None: whole graphs."""
         if self.config.task is Task.GRAPH:
             return None
         mode = self.config.eval.mode
