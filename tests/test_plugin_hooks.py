@@ -424,3 +424,14 @@ def test_reserved_sampler_names_and_registries_used_during_import_are_refused(ca
             plugins._load_one("eager", "eager", plugins.backends.names)
     finally:
         plugins._loaded = loaded
+
+
+def test_zoo_options_reach_the_pyg_model():
+    """``model.options`` are the zoo class's own keyword arguments: GAT's heads change its weights."""
+    from gnnbridge.core.models.build import build_model
+
+    data = small_graph(seed=2)
+    spec = ModelSpec(arch="GAT", hidden=16, layers=2, options={"heads": 4, "v2": True})
+    model, _ = build_model(spec, "pyg", Task.NODE, data.num_features, data.num_classes, data)
+    first = model.net.convs[0]
+    assert type(first).__name__ == "GATv2Conv" and first.heads == 4
