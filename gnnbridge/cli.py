@@ -229,11 +229,12 @@ def plugins() -> None:
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def models(as_json: bool) -> None:
-    """Model architectures by task and backend (model.arch), and the plugin of each."""
+    """Model architectures by task and backend (model.arch), and the plugin of each; models for
+    heterogeneous graphs (and so task=link) list "hetero" among their tasks."""
     from gnnbridge.core.contracts.plugins import models as registry
 
     if not as_json:
-        click.echo(f"{'ARCH':<14} {'TASKS':<11}{'BACKEND':<16} {'PLUGIN':<14} DESCRIPTION")
+        click.echo(f"{'ARCH':<14} {'TASKS':<22}{'BACKEND':<16} {'PLUGIN':<14} DESCRIPTION")
     _components(registry, as_json, with_tasks=True)
 
 
@@ -252,12 +253,13 @@ def samplers(as_json: bool) -> None:
 
 def _components(registry, as_json: bool, with_tasks: bool) -> None:
     rows = [{"name": c.name, "backend": "every backend" if c.backend == "*" else c.backend, "plugin": c.plugin,
-             "tasks": [t.value for t in c.tasks], "description": c.description} for c in registry.entries()]
+             "tasks": [t.value for t in c.tasks], "heterogeneous": c.heterogeneous, "description": c.description}
+            for c in registry.entries()]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
     for row in rows:
-        tasks = f"{','.join(row['tasks']):<11}" if with_tasks else ""
+        tasks = f"{','.join(row['tasks'] + (['hetero'] if row['heterogeneous'] else [])):<22}" if with_tasks else ""
         click.echo(f"{row['name']:<14} {tasks}{row['backend']:<16} {row['plugin']:<14} {row['description']}")
 
 

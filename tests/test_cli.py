@@ -230,9 +230,9 @@ def test_malformed_graph_collection_is_refused(tmp_path, refused, overrides, nee
 @pytest.mark.parametrize(
     "args, needles",
     [
-        (["--set", "task=graph"], ["model.arch='sage' is a node-level model but task=graph", "model.arch=gin"]),
+        (["--set", "task=graph"], ["model.arch='sage' is a model for task=node, link, not task=graph", "model.arch=gin"]),
         (["gin-synthetic", "--set", "task=node", "--set", "sampler.fanouts=[5,5,5]"],
-         ["model.arch='gin' is a graph-level model but task=node"]),
+         ["model.arch='gin' is a model for task=graph, not task=node"]),
         (["gin-synthetic", "--set", "model.pooling=max"], ["model.pooling='max' is not supported", "sum, mean"]),
         (["gin-synthetic", "--dataset", "karate"], ["one graph with a label per node but task=graph"]),
         (["--dataset", "gin-synthetic"], ["collection of 1000 graphs", "--set task=graph --set model.arch=gin"]),

@@ -337,8 +337,10 @@ def test_models_and_samplers_commands_list_what_is_registered():
     out = subprocess.run([sys.executable, "-m", "gnnbridge", "models", "--json"], capture_output=True, text=True,
                          timeout=120)
     rows = json.loads(out.stdout)
-    assert {"name": "sage", "backend": "dgl", "plugin": "dgl", "tasks": ["node"],
-            "description": "GraphSAGE, mean aggregation (SAGEConv)"} in rows
+    assert {"name": "sage", "backend": "dgl", "plugin": "dgl", "tasks": ["node", "link"], "heterogeneous": True,
+            "description": "GraphSAGE, mean aggregation (SAGEConv; HeteroGraphConv on heterogeneous graphs)"} in rows
+    assert {"name": "gcn", "backend": "dgl", "plugin": "dgl", "tasks": ["node"], "heterogeneous": False,
+            "description": "GCN normalised by full-graph degrees (GraphConv)"} in rows
     assert {r["name"] for r in rows if r["backend"] == "pyg"} >= {"GraphSAGE", "GCN", "GAT", "GIN", "PNA", "EdgeCNN"}
 
 

@@ -17,14 +17,17 @@ from gnnbridge.core.contracts.plugins import downloads_allowed
 from gnnbridge.core.records.batches import MiniBatch, SampledSubgraph
 from gnnbridge.core.records.collection import GraphCollection, PackedGraphs, pack
 from gnnbridge.core.records.data import GraphData, random_split
+from gnnbridge.core.records.hetero import HeteroGraphData, HeteroSource
 from gnnbridge.core.runtime.host import available_memory, format_bytes
 from gnnbridge.core.sampling.adapters import CollectionStore, CorePacker, CoreSampler, LibraryGraphLoader
+from gnnbridge.core.sampling.hetero import HeteroSampledSubgraph, LinkMiniBatch
 from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS, NeighborSampler
 from gnnbridge.core.sampling.seeds import derived_seed, epoch_generator
 
 __all__ = [
     "Backend", "CollectionStore", "CorePacker", "CoreSampler", "DatasetConfig", "GNNModel", "GraphClassifier",
-    "GraphCollection", "GraphData", "GraphStore", "LibraryGraphLoader", "MiniBatch", "ModelSpec", "PackedGraphs",
+    "GraphCollection", "GraphData", "GraphStore", "HeteroGraphData", "HeteroSampledSubgraph", "HeteroSource",
+    "LinkMiniBatch", "LibraryGraphLoader", "MiniBatch", "ModelSpec", "PackedGraphs",
     "SampledSubgraph", "Sampler", "SamplerKind", "Task", "ALL_NEIGHBORS", "NeighborSampler", "derived_seed",
     "epoch_generator", "pack", "random_split", "available_memory", "format_bytes", "downloads_allowed",
 ]

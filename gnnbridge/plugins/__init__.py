@@ -11,6 +11,7 @@ BUILTIN_PLUGINS = {
     "dgl": "gnnbridge.backends.dgl.plugin",
     "samplers": "gnnbridge.plugins.samplers",
     "datasets": "gnnbridge.plugins.datasets",
+    "hetero-datasets": "gnnbridge.plugins.hetero_datasets",
     "real-datasets": "gnnbridge.plugins.real_datasets",
     "experiments": "gnnbridge.plugins.experiments",
 }

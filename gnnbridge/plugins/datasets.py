@@ -30,6 +30,7 @@ from gnnbridge.core.interfaces import (
     DatasetConfig,
     GraphCollection,
     GraphData,
+    HeteroSource,
     available_memory,
     format_bytes,
     random_split,
@@ -220,11 +221,15 @@ NPZ_SPLITS = ("train_idx", "val_idx", "test_idx")
 NODE_PTR = "node_ptr"  # present: the file is a collection of graphs (graph classification)
 
 
-def load_npz(config: DatasetConfig, seed: int) -> GraphData | GraphCollection:
+def load_npz(config: DatasetConfig, seed: int) -> GraphData | GraphCollection | HeteroSource:
     options(config, {})
     if not config.path:
         raise ConfigError("Dataset 'npz' needs a file: --dataset PATH.npz (or dataset.path in the config).")
     path = Path(config.path)
+    if is_hetero_npz(path):
+        from gnnbridge.plugins.hetero_datasets import load_hetero_npz
+
+        return load_hetero_npz(path)
     arrays = read_npz(path)
     tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}
     splits = _npz_splits(path, tensors)
@@ -270,6 +275,48 @@ def read_npz(path: Path) -> dict[str, np.ndarray]:
     data than the member holds or than this machine could hold.
 
     Why not ``numpy.load``: it trusts each header and allocates what it claims before reading."""
+    def select(members: dict) -> dict:
+        missing = [k for k in NPZ_REQUIRED if k not in members]
+        if missing:
+            raise DataError(
+                f"{path}: missing array(s) {', '.join(missing)}; a graph .npz needs edge_index int64 [2,E], "
+                "x float32 [N,F], y int64 [N] (and optionally train_idx, val_idx, test_idx); a collection of "
+                f"graphs also has {NODE_PTR} int64 [G+1] and y int64 [G]; a heterogeneous graph has typed keys "
+                "such as x__paper and edge_index__author__writes__paper."
+            )
+        return {key: spec for key, spec in NPZ_ARRAYS.items() if key in members}
+
+    arrays = read_members(path, select)
+    if arrays["edge_index"].shape[0] != 2:
+        raise DataError(f"{path}: edge_index has shape {list(arrays['edge_index'].shape)}; expected [2, E].")
+    return arrays
+
+
+def is_hetero_npz(path: Path) -> bool:
+    """Whether the file uses the heterogeneous format's typed keys (``kind__type``)."""
+    return bool(read_members(path, lambda members: {}, names_only=True) & set(HETERO_MARKERS))
+
+
+def read_members(path: Path, select, names_only: bool = False):
+    """``{key: array}`` for the members ``select(members)`` returns as ``{key: (dtype, ndim)}``,
+    each checked before it is read; ``names_only``: the set of array-kind prefixes present."""
+    _check_file(path)
+    try:
+        with zipfile.ZipFile(path) as archive:
+            members = {info.filename[:-4]: info for info in archive.infolist() if info.filename.endswith(".npy")}
+            if names_only:
+                return {name.split("__", 1)[0] for name in members if "__" in name}
+            return {key: _read_member(path, archive, members[key], key, *spec)
+                    for key, spec in select(members).items()}
+    except (DataError, ResourceError):
+        raise
+    except ZIP_ERRORS as exc:
+        detail = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
+        raise DataError(f"{path}: cannot be read as a numpy .npz file ({detail}); write it with "
+                        "numpy.savez(path, edge_index=..., x=..., y=...).") from None
+
+
+def _check_file(path: Path) -> None:
     if path.is_dir():
         raise DataFileNotFoundError(f"Dataset file '{path}' is a folder, not a file; give the .npz file itself.")
     if path.exists() and not path.is_file():
@@ -277,27 +324,14 @@ def read_npz(path: Path) -> dict[str, np.ndarray]:
                                     "the .npz file itself.")
     if not path.is_file():
         raise DataFileNotFoundError(f"Dataset file '{path}' does not exist.")
-    try:
-        with zipfile.ZipFile(path) as archive:
-            members = {info.filename[:-4]: info for info in archive.infolist() if info.filename.endswith(".npy")}
-            missing = [k for k in NPZ_REQUIRED if k not in members]
-            if missing:
-                raise DataError(
-                    f"{path}: missing array(s) {', '.join(missing)}; a graph .npz needs edge_index int64 [2,E], "
-                    "x float32 [N,F], y int64 [N] (and optionally train_idx, val_idx, test_idx); a collection of "
-                    f"graphs also has {NODE_PTR} int64 [G+1] and y int64 [G]."
-                )
-            arrays = {key: _read_member(path, archive, members[key], key, *spec)
-                      for key, spec in NPZ_ARRAYS.items() if key in members}
-    except (DataError, ResourceError):
-        raise
-    except ZIP_ERRORS as exc:
-        detail = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
-        raise DataError(f"{path}: cannot be read as a numpy .npz file ({detail}); write it with "
-                        "numpy.savez(path, edge_index=..., x=..., y=...).") from None
-    if arrays["edge_index"].shape[0] != 2:
-        raise DataError(f"{path}: edge_index has shape {list(arrays['edge_index'].shape)}; expected [2, E].")
-    return arrays
+
+
+# The heterogeneous format: every key is KIND__TYPE (node arrays) or KIND__SRC__RELATION__DST
+# (edge arrays); see the README's "Heterogeneous graphs".
+HETERO_NODE_KEYS = {"x": (np.float32, 2), "num_nodes": (np.int64, 1), "y": (np.int64, 1),
+                    "train_idx": (np.int64, 1), "val_idx": (np.int64, 1), "test_idx": (np.int64, 1)}
+HETERO_EDGE_KEYS = {"edge_index": (np.int64, 2), "val_edges": (np.int64, 2), "test_edges": (np.int64, 2)}
+HETERO_MARKERS = (*HETERO_NODE_KEYS, *HETERO_EDGE_KEYS)
 
 
 def _read_member(path: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo, key: str, dtype, ndim: int) -> np.ndarray:

@@ -35,7 +35,7 @@ class DglGraphStore(GraphStore):
 class DglBackend(Backend):
     name = "dgl"
     description = "Deep Graph Library (dgl)"
-    TASKS = (Task.NODE, Task.GRAPH)
+    TASKS = (Task.NODE, Task.GRAPH, Task.LINK)
 
     def availability(self) -> str | None:
         try:
@@ -122,6 +122,11 @@ class DglBackend(Backend):
             block.dstdata[dgl.NID] = sub.node[:n_dst]
             blocks.append(block)
         return blocks
+
+    def from_hetero_sampled(self, sub) -> Any:
+        from gnnbridge.backends.dgl.hetero import to_heterograph
+
+        return to_heterograph(sub)
 
     def graph_to(self, graph: Any, device: torch.device) -> Any:
         if device.type == "cpu":

@@ -12,6 +12,18 @@ def register_backends(register):
     register(DglBackend())
 
 
+def build_sage(in_dim, out_dim, spec, data, decoder="dot"):
+    """The homogeneous models; sage also builds heterogeneous GraphSAGE for heterogeneous data
+    (and so for link prediction, which always runs on a heterogeneous view of the graph)."""
+    from gnnbridge.core.records.hetero import HeteroGraphData
+
+    if isinstance(data, HeteroGraphData):
+        from gnnbridge.backends.dgl.hetero import DglHeteroSAGE
+
+        return DglHeteroSAGE(spec, data, out_dim, decoder)
+    return build_gnn(in_dim, out_dim, spec)
+
+
 def build_gnn(in_dim, out_dim, spec):
     from gnnbridge.backends.dgl.models import DglGNN
 
@@ -26,7 +38,8 @@ def build_gin(in_dim, out_dim, spec):
 
 @hookimpl
 def register_models(register):
-    register("sage", {BACKEND: build_gnn}, tasks=["node"], description="GraphSAGE, mean aggregation (SAGEConv)")
+    register("sage", {BACKEND: build_sage}, tasks=["node", "link"], heterogeneous=True,
+             description="GraphSAGE, mean aggregation (SAGEConv; HeteroGraphConv on heterogeneous graphs)")
     register("gcn", {BACKEND: build_gnn}, tasks=["node"], description="GCN normalised by full-graph degrees (GraphConv)")
     register("gat", {BACKEND: build_gnn}, tasks=["node"], description="GAT, model.heads heads (GATConv)")
     register("gin", {BACKEND: build_gin}, tasks=["graph"], description="GIN with core-held MLPs and sum/mean readout")

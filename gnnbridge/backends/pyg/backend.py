@@ -33,7 +33,7 @@ class PygGraphStore(GraphStore):
 class PygBackend(Backend):
     name = "pyg"
     description = "PyTorch Geometric (torch_geometric)"
-    TASKS = (Task.NODE, Task.GRAPH)
+    TASKS = (Task.NODE, Task.GRAPH, Task.LINK)
 
     def availability(self) -> str | None:
         try:
@@ -106,6 +106,17 @@ class PygBackend(Backend):
             num_sampled_edges=sub.num_sampled_edges,
             batch_size=sub.batch_size,
         )
+
+    def from_hetero_sampled(self, sub) -> Any:
+        from gnnbridge.backends.pyg.hetero import to_hetero_data
+
+        return to_hetero_data(sub)
+
+    def hetero_sampler_unavailable(self, kind: SamplerKind) -> str | None:
+        if kind is not SamplerKind.NATIVE:
+            return None
+        return ("sampler.kind=native: PyG's heterogeneous NeighborLoader and LinkNeighborLoader need pyg-lib or "
+                "torch-sparse and are not wired into gnnbridge yet; use sampler.kind=core or auto (core's typed sampler)")
 
     def graph_to(self, graph: Any, device: torch.device) -> Any:
         return graph.to(device, non_blocking=True)

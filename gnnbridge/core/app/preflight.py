@@ -14,12 +14,14 @@ import torch
 from gnnbridge.core.contracts.config import DeviceChoice, ExperimentConfig, SamplerKind, Task
 from gnnbridge.core.contracts.plugins import backends, datasets
 from gnnbridge.core.errors import BackendUnavailableError, ConfigError, ResourceError
-from gnnbridge.core.models.build import build_model, count_parameters
+from gnnbridge.core.models.build import build_model, check_heterogeneous, count_parameters, model_dims
 from gnnbridge.core.models.build import resolve as resolve_model
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData
+from gnnbridge.core.records.hetero import HeteroGraphData, HeteroSource, homogeneous_source
 from gnnbridge.core.runtime.host import available_memory, format_bytes, free_disk
-from gnnbridge.core.sampling.build import BACKEND_KINDS, check_kind
+from gnnbridge.core.sampling.build import BACKEND_KINDS, check_hetero_kind, check_kind
+from gnnbridge.core.sampling.hetero import typed_fanouts
 
 GRAPH_KINDS = tuple(k.value for k in SamplerKind)
 
@@ -59,11 +61,15 @@ def _check_task(config: ExperimentConfig, backend) -> None:
     if task not in backend.tasks():
         raise ConfigError(f"Backend '{backend.name}' cannot train task={task.value}; it trains "
                           f"{', '.join(t.value for t in backend.tasks()) or 'nothing (it declares no TASKS)'}.")
-    resolve_model(config.model, backend.name, task)
+    choice = resolve_model(config.model, backend.name, task)
+    if task is Task.LINK:
+        check_heterogeneous(choice, "task=link scores edges on a heterogeneous view of the graph")
 
 
 def _check_sampler(config: ExperimentConfig, backend) -> None:
     kind = config.sampler.kind
+    if config.task is Task.LINK:
+        return check_hetero_kind(kind, backend)
     if config.task is Task.GRAPH:  # whole graphs through the library's plain loader: nothing to install
         if kind not in GRAPH_KINDS:
             raise ConfigError(f"sampler.kind={kind!r} samples neighbourhoods, but task=graph batches whole graphs; "
@@ -93,9 +99,11 @@ def load_dataset(config: ExperimentConfig, ranks_here: int | None = None) -> Gra
     """Load and validate the dataset; it must suit the task, every split must give each rank at
     least one node (or graph), and the model must fit the ``ranks_here`` ranks of this machine
     (default: all ``nproc``)."""
-    data = datasets.get(config.dataset.name)(config.dataset, config.train.seed)
+    data = for_task(config, datasets.get(config.dataset.name)(config.dataset, config.train.seed))
     _check_data_task(config, data)
-    if config.train.monitor == "val_roc_auc" and data.num_classes != 2:
+    if isinstance(data, HeteroGraphData):
+        _check_hetero(config, data)
+    if config.task is not Task.LINK and config.train.monitor == "val_roc_auc" and data.num_classes != 2:
         raise ConfigError(f"train.monitor=val_roc_auc needs two classes but the dataset has {data.num_classes}; "
                           "use train.monitor=val_acc or val_macro_f1.")
     for split in ("train", "val", "test"):
@@ -112,7 +120,7 @@ def load_dataset(config: ExperimentConfig, ranks_here: int | None = None) -> Gra
 
 def _check_monitor_can_improve(config: ExperimentConfig, data: GraphData | GraphCollection) -> None:
     """ROC-AUC is undefined on a split holding one class: such a monitor never names a best epoch."""
-    if config.train.monitor != "val_roc_auc":
+    if config.train.monitor != "val_roc_auc" or config.task is Task.LINK:
         return
     classes = data.y[data.val_idx].unique()
     if classes.numel() < 2:
@@ -126,19 +134,27 @@ def _check_monitor_can_improve(config: ExperimentConfig, data: GraphData | Graph
 def model_parameters(config: ExperimentConfig, data: GraphData | GraphCollection) -> int:
     """The model's parameter count: exact (built on the meta device), or estimated from its width
     and depth when the builder cannot run there."""
-    exact = count_parameters(config.model, config.backend, config.task, data.num_features, data.num_classes, data)
-    return exact if exact is not None else config.model.parameter_estimate(data.num_features, data.num_classes)
+    exact = count_parameters(config.model, config.backend, config.task, *model_dims(data), data)
+    return exact if exact is not None else _estimate(config, data)
+
+
+def _estimate(config: ExperimentConfig, data) -> int:
+    in_dim, out_dim = model_dims(data)
+    if isinstance(in_dim, dict):  # heterogeneous: input layers per type, then the layers per relation
+        spec = config.model
+        inputs = sum((w + 1) * spec.hidden if w else data.num_nodes[t] * spec.hidden for t, w in in_dim.items())
+        return inputs + len(data.edge_types) * spec.parameter_estimate(spec.hidden, spec.hidden)
+    return config.model.parameter_estimate(in_dim, out_dim)
 
 
 def check_model(config: ExperimentConfig, data: GraphData | GraphCollection, ranks_here: int) -> None:
     """The model fits this machine and its builder accepts the config: on the meta device when it
     can be built there, else (once it is known to fit) for real, on CPU, and thrown away. A
     builder's error is one line naming the model, before any rank starts or anything is written."""
-    exact = count_parameters(config.model, config.backend, config.task, data.num_features, data.num_classes, data)
-    check_memory(config, data, ranks_here,
-                 exact if exact is not None else config.model.parameter_estimate(data.num_features, data.num_classes))
+    exact = count_parameters(config.model, config.backend, config.task, *model_dims(data), data)
+    check_memory(config, data, ranks_here, exact if exact is not None else _estimate(config, data))
     if exact is None:
-        build_model(config.model, config.backend, config.task, data.num_features, data.num_classes, data)
+        build_model(config.model, config.backend, config.task, *model_dims(data), data)
 
 
 def check_memory(config: ExperimentConfig, data: GraphData | GraphCollection, ranks_here: int,
@@ -150,7 +166,7 @@ def check_memory(config: ExperimentConfig, data: GraphData | GraphCollection, ra
     ranks = ranks_here if config.device is DeviceChoice.CPU else 1  # GPU ranks hold weights on their device
     width = max(config.model.hidden * config.model.heads, data.num_classes)
     need = (ranks * (params * TRAIN_BYTES_PER_PARAM + 2 * 8 * data.num_classes**2)  # + confusion matrices
-            + 2 * 4 * data.num_nodes * width)  # one layer's input and output for every node (full-graph eval)
+            + 2 * 4 * _node_count(data) * width)  # one layer's input and output for every node (full-graph eval)
     free = available_memory()
     if need > free:
         raise ResourceError(
@@ -183,6 +199,41 @@ def check_disk(config: ExperimentConfig, data: GraphData | GraphCollection, fold
         )
 
 
+def for_task(config: ExperimentConfig, data):
+    """The record the task trains on: a heterogeneous source gets its task's splits (and reverse
+    edges when asked for), and a homogeneous graph becomes a one-type heterogeneous graph for
+    link prediction."""
+    if config.task is Task.LINK and isinstance(data, GraphData):
+        data, reverse = homogeneous_source(data), True
+    else:
+        reverse = config.dataset.reverse_edges
+    if not isinstance(data, HeteroSource):
+        return data
+    if config.task is Task.GRAPH:
+        raise ConfigError(f"Dataset '{data.name}' is one heterogeneous graph, but task=graph classifies whole graphs; "
+                          "use task=node or task=link.")
+    if config.task is Task.NODE:
+        return data.for_node_task(reverse, config.train.seed)
+    link = config.link
+    return data.for_link_task(link.edge_type, reverse, config.train.seed, link.val_fraction, link.test_fraction,
+                              link.eval_negatives)
+
+
+def _check_hetero(config: ExperimentConfig, data: HeteroGraphData) -> None:
+    backend = backends.get(config.backend)
+    if not backend.supports_hetero():
+        raise BackendUnavailableError(f"Backend '{backend.name}' does not support heterogeneous graphs; dataset "
+                                      f"'{data.name}' is one.")
+    check_heterogeneous(resolve_model(config.model, backend.name, config.task),
+                        f"dataset '{data.name}' is heterogeneous")
+    check_hetero_kind(config.sampler.kind, backend)
+    typed_fanouts(data, config.sampler.fanouts, config.sampler.edge_fanouts)  # names every edge type it gives
+
+
+def _node_count(data) -> int:
+    return data.total_nodes if isinstance(data, HeteroGraphData) else data.num_nodes
+
+
 def _check_data_task(config: ExperimentConfig, data: GraphData | GraphCollection) -> None:
     label = config.dataset.path or config.dataset.name
     if isinstance(data, GraphCollection) and config.task is not Task.GRAPH:
@@ -190,6 +241,8 @@ def _check_data_task(config: ExperimentConfig, data: GraphData | GraphCollection
             f"Dataset '{label}' is a collection of {data.num_graphs} graphs (one label per graph) but "
             f"task={config.task.value}; add --set task=graph --set model.arch=gin."
         )
+    if isinstance(data, HeteroGraphData):
+        return
     if isinstance(data, GraphData) and config.task is not Task.NODE:
         raise ConfigError(
             f"Dataset '{label}' is one graph with a label per node but task={config.task.value}; use "

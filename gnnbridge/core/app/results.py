@@ -55,7 +55,7 @@ def finish(run_dir: Path) -> dict:
 
 
 def plot(run_dir: Path, results: dict) -> None:
-    """Loss and validation accuracy per epoch as ``curves.png`` (skipped without matplotlib)."""
+    """Loss and the monitored validation metric per epoch as ``curves.png`` (skipped without matplotlib)."""
     try:
         import matplotlib
 
@@ -68,10 +68,12 @@ def plot(run_dir: Path, results: dict) -> None:
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(9, 3.5))
     ax_loss.plot(epochs, [h["loss"] for h in history], marker="o")
     ax_loss.set(xlabel="epoch", ylabel="training loss", title="Loss")
-    ax_acc.plot(epochs, [h["train_acc"] for h in history], marker="o", label="train")
-    label = "val (sampled)" if results["task"] == "node" else "val"
-    ax_acc.plot(epochs, [h["val_acc"] for h in history], marker="o", label=label)
-    ax_acc.set(xlabel="epoch", ylabel="accuracy", title=f"{results['experiment']} on {results['backend']}")
+    monitor = results["best"]["monitor"]  # what picks the best epoch: val_acc, val_roc_auc, val_mrr ...
+    if monitor == "val_acc":
+        ax_acc.plot(epochs, [h["train_acc"] for h in history], marker="o", label="train")
+    label = "val (sampled)" if results["task"] != "graph" else "val"
+    ax_acc.plot(epochs, [h.get(monitor) for h in history], marker="o", label=label)
+    ax_acc.set(xlabel="epoch", ylabel=monitor.removeprefix("val_"), title=f"{results['experiment']} on {results['backend']}")
     for restart in results.get("restarts", []):
         if restart.get("resumed_from_epoch") is not None:  # where a restarted run picked up
             for ax in (ax_loss, ax_acc):

@@ -27,6 +27,7 @@ from gnnbridge.core.errors import ConfigError, DataFileNotFoundError, did_you_me
 class Task(str, enum.Enum):
     NODE = "node"  # one label per node of one graph (GraphData)
     GRAPH = "graph"  # one label per graph of a collection (GraphCollection)
+    LINK = "link"  # whether an edge of one type exists (HeteroGraphData; a GraphData is converted)
 
 
 class SamplerKind(str, enum.Enum):
@@ -50,7 +51,11 @@ class DeviceChoice(str, enum.Enum):
 
 
 AGGREGATIONS = ("mean",)
-MONITORS = ("val_acc", "val_macro_f1", "val_roc_auc")  # higher is better for each
+NODE_MONITORS = ("val_acc", "val_macro_f1", "val_roc_auc")  # higher is better for each
+LINK_MONITORS = ("val_roc_auc", "val_mrr", "val_hits")  # val_hits: Hits@link.hits_at
+MONITORS = (*NODE_MONITORS, *LINK_MONITORS[1:])
+DEFAULT_MONITOR = {"node": "val_acc", "graph": "val_acc", "link": "val_roc_auc"}
+DECODERS = ("dot", "mlp")
 POOLINGS = ("sum", "mean")  # graph readouts (GIN's paper and DGL's tutorial use sum)
 
 # Seconds a rank may wait on its peers (rendezvous, a collective, a silent heartbeat) before the
@@ -74,6 +79,7 @@ class DatasetConfig:
     path: str | None = None  # a file (``.npz``) for file-backed datasets
     root: str | None = None  # download / cache folder for named real datasets
     options: dict = field(default_factory=dict)  # checked by the dataset plugin
+    reverse_edges: bool = False  # heterogeneous graphs: add (dst, rev_<relation>, src) for every edge type
 
 
 @dataclass
@@ -134,8 +140,15 @@ class ModelSpec:
 class SamplerConfig:
     kind: str = "auto"  # auto, native, core, or a plugin's sampler (gnnbridge samplers)
     fanouts: list[int] = field(default_factory=lambda: [10, 10])
+    # Heterogeneous graphs: fanouts per relation name (or "src,relation,dst"), overriding ``fanouts``.
+    edge_fanouts: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        for rel, fanouts in self.edge_fanouts.items():
+            if not isinstance(fanouts, list) or len(fanouts) != len(self.fanouts) or any(
+                    type(f) is not int or (f <= 0 and f != -1) for f in fanouts):
+                raise ConfigError(f"sampler.edge_fanouts.{rel}={show(fanouts)} must be a list of {len(self.fanouts)} "
+                                  "fanouts (one per layer, like sampler.fanouts; -1 for all neighbours).")
         if not self.kind.strip():
             raise ConfigError("sampler.kind is empty; use auto, native, core or a plugin's sampler "
                               "(gnnbridge samplers lists them).")
@@ -158,7 +171,7 @@ class TrainConfig:
     seed: int = 0
     checkpoint_every: int = 1  # epochs between checkpoints/latest.pt; 0: only after the last epoch
     patience: int = 0  # stop after this many epochs without a better monitor value; 0: never
-    monitor: str = "val_acc"  # the validation metric that picks "best" and drives early stopping
+    monitor: str = ""  # the validation metric that picks "best" and drives early stopping; "": the task's default
 
     def __post_init__(self) -> None:
         _positive("train.epochs", self.epochs)
@@ -166,7 +179,7 @@ class TrainConfig:
         for key in ("checkpoint_every", "patience"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"train.{key}={getattr(self, key)} must be >= 0 (0 turns it off).")
-        if self.monitor not in MONITORS:
+        if self.monitor and self.monitor not in MONITORS:
             raise ConfigError(
                 f"train.monitor={show(self.monitor)} is not a validation metric{did_you_mean(self.monitor, MONITORS)}. "
                 f"Choose one of: {', '.join(MONITORS)} (val_roc_auc for two classes only)."
@@ -189,6 +202,28 @@ class EvalConfig:
 
 
 @dataclass
+class LinkConfig:
+    """Link prediction: which edges are predicted, how they are split, and how scored."""
+
+    edge_type: str = ""  # the relation name (or "src,relation,dst") to predict; "": the dataset's own target
+    negatives: int = 1  # training negatives per positive edge (uniform over destination nodes)
+    eval_negatives: int = 100  # fixed negatives per val/test edge (MRR, Hits@K; the same for every run)
+    hits_at: int = 10  # K of Hits@K
+    val_fraction: float = 0.1  # of the target edges, when the dataset does not split them itself
+    test_fraction: float = 0.1
+
+    def __post_init__(self) -> None:
+        for key in ("negatives", "eval_negatives", "hits_at"):
+            _positive(f"link.{key}", getattr(self, key))
+        for key in ("val_fraction", "test_fraction"):
+            if not 0 < getattr(self, key) < 0.5:
+                raise ConfigError(f"link.{key}={getattr(self, key)} must be in (0, 0.5), e.g. 0.1.")
+        if self.hits_at > self.eval_negatives + 1:
+            raise ConfigError(f"link.hits_at={self.hits_at} exceeds the {self.eval_negatives + 1} candidates each "
+                              f"evaluation edge is ranked among (link.eval_negatives + 1).")
+
+
+@dataclass
 class ExperimentConfig:
     name: str = "custom"
     description: str = ""
@@ -203,20 +238,31 @@ class ExperimentConfig:
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    link: LinkConfig = field(default_factory=LinkConfig)
 
     def __post_init__(self) -> None:
         _positive("nproc", self.nproc)
+        self._check_monitor()
         if self.max_restarts < 0:
             raise ConfigError(f"max_restarts={self.max_restarts} must be >= 0 (0: a failure ends the run).")
         if not 0 < self.timeout <= MAX_TIMEOUT_S:
             raise ConfigError(f"timeout={self.timeout} must be a positive number of seconds up to {MAX_TIMEOUT_S} "
                               "(a week), e.g. --timeout 120.")
         # Graph tasks read whole graphs: fanouts do not apply to them.
-        if self.task is Task.NODE and len(self.sampler.fanouts) != self.model.layers:
+        if self.task is not Task.GRAPH and len(self.sampler.fanouts) != self.model.layers:
             raise ConfigError(
                 f"sampler.fanouts={self.sampler.fanouts} has {len(self.sampler.fanouts)} entries "
                 f"but model.layers={self.model.layers}; give one fanout per layer."
             )
+
+    def _check_monitor(self) -> None:
+        train = self.train
+        if not train.monitor:
+            train.monitor = DEFAULT_MONITOR[self.task.value]
+        valid = LINK_MONITORS if self.task is Task.LINK else NODE_MONITORS
+        if train.monitor not in valid:
+            raise ConfigError(f"train.monitor={train.monitor} does not score task={self.task.value}; choose one of: "
+                              f"{', '.join(valid)}.")
 
     def to_dict(self) -> dict:
         return _plain(dataclasses.asdict(self))

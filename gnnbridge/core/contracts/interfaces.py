@@ -197,6 +197,23 @@ class Backend(ABC):
         """The native batched graph for a core :class:`PackedGraphs` batch."""
         raise BackendUnavailableError(f"Backend '{self.name}' does not support graph-level tasks.")
 
+    # -- heterogeneous graphs (task node on typed nodes, and task link) -----------------
+
+    def supports_hetero(self) -> bool:
+        return type(self).from_hetero_sampled is not Backend.from_hetero_sampled
+
+    def from_hetero_sampled(self, sub: Any) -> Any:
+        """The native graph for a core ``HeteroSampledSubgraph`` (every node and edge type of it)."""
+        raise BackendUnavailableError(f"Backend '{self.name}' does not support heterogeneous graphs.")
+
+    def hetero_sampler_unavailable(self, kind: SamplerKind) -> str | None:
+        """Why heterogeneous batches of ``kind`` cannot come from this backend (None: they can);
+        AUTO and CORE always come from core's heterogeneous sampler."""
+        if kind is SamplerKind.NATIVE:
+            return (f"sampler.kind=native: backend '{self.name}' has no library sampler for heterogeneous graphs "
+                    "wired in; use sampler.kind=core or auto")
+        return None
+
     # -- batches ------------------------------------------------------------------
 
     @abstractmethod

@@ -341,6 +341,7 @@ class Component:
     tasks: tuple[Task, ...]
     description: str
     plugin: str
+    heterogeneous: bool = False  # the builder also takes heterogeneous data (and so can train task=link)
 
     @property
     def origin(self) -> str:
@@ -363,7 +364,8 @@ class ScopedRegistry(Registry):
         self.reserved = reserved
 
     def _register_callback(self, entries: dict[str, Any], plugin: str) -> Callable[..., None]:
-        def register(name: Any, build: Any = None, *, tasks: Any = (Task.NODE,), description: str = "") -> None:
+        def register(name: Any, build: Any = None, *, tasks: Any = (Task.NODE,), description: str = "",
+                     heterogeneous: bool = False) -> None:
             self._check_name(name, plugin)
             if name in self.reserved:
                 raise PluginError(f"Plugin '{plugin}' registered {self.kind} '{name}', a name every backend answers "
@@ -373,7 +375,8 @@ class ScopedRegistry(Registry):
                     if ANY_BACKEND in (backend, held.backend) or backend == held.backend:
                         where = "" if ANY_BACKEND in (backend, held.backend) else f" for backend '{backend}'"
                         self._taken(name, held.plugin, plugin, where)
-                comp = Component(name, backend, fn, self._tasks(name, tasks, plugin), str(description), plugin)
+                comp = Component(name, backend, fn, self._tasks(name, tasks, plugin), str(description), plugin,
+                                 bool(heterogeneous))
                 entries.setdefault(name, []).append(comp)
 
         return register
@@ -424,7 +427,7 @@ class ScopedRegistry(Registry):
             served = ", ".join(t.value for t in comp.tasks)
             choices = self.names(backend, task)
             raise ConfigError(
-                f"{self.key}={name!r} is a {served}-level {self.kind} but task={task.value}; use one of: "
+                f"{self.key}={name!r} is a {self.kind} for task={served}, not task={task.value}; use one of: "
                 f"{', '.join(choices) or 'none'} (e.g. --set {self.key}={min(choices, key=lambda c: c[0].isupper()) if choices else '...'})."
             )
         return comp

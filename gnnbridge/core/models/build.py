@@ -48,6 +48,7 @@ class ModelChoice:
     arch: str
     build: Callable[..., Any]
     origin: str  # names the model and its plugin (or class) in every message about it
+    heterogeneous: bool = False  # it also builds for heterogeneous data (and so for task=link)
 
 
 def resolve(spec: ModelSpec, backend: str, task: Task) -> ModelChoice:
@@ -55,7 +56,7 @@ def resolve(spec: ModelSpec, backend: str, task: Task) -> ModelChoice:
     if ":" in spec.arch:
         return _import_class(spec.arch, backend)
     comp = models.get(spec.arch, backend, task)
-    return ModelChoice(spec.arch, comp.build, f"model '{comp.name}' (plugin '{comp.plugin}')")
+    return ModelChoice(spec.arch, comp.build, f"model '{comp.name}' (plugin '{comp.plugin}')", comp.heterogeneous)
 
 
 def _import_class(path: str, backend: str) -> ModelChoice:
@@ -82,7 +83,7 @@ def _import_class(path: str, backend: str) -> ModelChoice:
     if written_for and backend not in written_for:
         raise ConfigError(f"model.arch='{path}' is written for backend {', '.join(written_for)}, not '{backend}'; "
                           f"use --backend {written_for[0]}.")
-    return ModelChoice(path, obj, f"class '{path}'")
+    return ModelChoice(path, obj, f"class '{path}'", bool(getattr(obj, "heterogeneous", False)))
 
 
 def arguments(choice: ModelChoice, spec: ModelSpec, data: Any) -> dict[str, Any]:
@@ -132,6 +133,23 @@ def build_model(spec: ModelSpec, backend: str, task: Task, in_dim: int, out_dim:
     return model, choice
 
 
+def check_heterogeneous(choice: ModelChoice, why: str) -> None:
+    """One line when ``why`` (heterogeneous data, or task=link) needs a model that builds for it."""
+    if not choice.heterogeneous:
+        hetero = sorted(c.name for c in models.entries() if c.heterogeneous)
+        raise ConfigError(f"{choice.origin} is built for homogeneous graphs, but {why}; use a heterogeneous model: "
+                          f"{', '.join(hetero) or 'none installed'} (e.g. --set model.arch={hetero[0] if hetero else 'sage'}), "
+                          "or a class with heterogeneous = True.")
+
+
+def model_dims(data: Any) -> tuple[Any, int]:
+    """``(in_dim, out_dim)`` a builder gets: feature and class counts, or for heterogeneous data
+    ``{node type: feature width (0: featureless)}`` and the class count (1 for link scores)."""
+    if hasattr(data, "feature_dims"):
+        return data.feature_dims(), data.num_classes if not data.is_link else 1
+    return data.num_features, data.num_classes
+
+
 def count_parameters(spec: ModelSpec, backend: str, task: Task, in_dim: int, out_dim: int, data: Any) -> int | None:
     """The model's exact parameter count, built on the meta device (no memory is allocated, so a
     model too large for the machine is counted, not built), or None when the builder cannot run
@@ -163,6 +181,16 @@ class ModelCall:
         with self.blame("forward pass"):
             logits = model(graph, x)
         return self.check(logits, rows)
+
+    def pairs(self, model: Callable[..., Any], graph: Any, x: Any, pairs: torch.Tensor) -> torch.Tensor:
+        """One score per (src, dst) pair of a link batch."""
+        with self.blame("forward pass"):
+            scores = model(graph, x, pairs)
+        if not isinstance(scores, torch.Tensor) or scores.shape not in ((pairs.shape[1],), (pairs.shape[1], 1)):
+            got = f"shape {list(scores.shape)}" if isinstance(scores, torch.Tensor) else f"a {type(scores).__name__}"
+            raise PluginError(f"{self.origin} returned {got} for {pairs.shape[1]} pairs; a link model returns one "
+                              f"score per pair, shape [{pairs.shape[1]}].")
+        return scores.reshape(-1)
 
     def layer(self, model: Any, index: int, graph: Any, x: torch.Tensor) -> torch.Tensor:
         with self.blame(f"layer_forward({index})"):

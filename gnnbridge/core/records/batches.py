@@ -58,7 +58,8 @@ class MiniBatch:
         seeds: global ids of the nodes (or, for graph tasks, the graphs) whose outputs are
             wanted, in output row order; core reads their labels as ``y[seeds]``.
         input_nodes: global ids of every node whose features the model reads, in the order the
-            native graph expects them (core gathers ``x[input_nodes]``).
+            native graph expects them (core gathers ``x[input_nodes]``); for a heterogeneous
+            graph, {node type: ids}.
         graph: the backend's native structure (PyG edge_index data, a list of DGL blocks ...).
     """
 
@@ -67,5 +68,6 @@ class MiniBatch:
     graph: Any
 
     def __post_init__(self) -> None:
-        if self.seeds.dim() != 1 or self.input_nodes.dim() != 1:
+        nodes = self.input_nodes.values() if isinstance(self.input_nodes, dict) else [self.input_nodes]
+        if self.seeds.dim() != 1 or any(ids.dim() != 1 for ids in nodes):
             raise ValueError("seeds and input_nodes must be 1-D id tensors")

@@ -23,8 +23,11 @@ import torch
 from gnnbridge.core.contracts.config import SamplerKind
 from gnnbridge.core.contracts.interfaces import Backend, GraphStore, Sampler
 from gnnbridge.core.contracts.plugins import PluginError, blame, is_builtin, samplers
+from gnnbridge.core.errors import BackendUnavailableError, ConfigError
 from gnnbridge.core.records.batches import MiniBatch, SampledSubgraph
+from gnnbridge.core.records.hetero import HeteroGraphData
 from gnnbridge.core.sampling.adapters import CoreSampler
+from gnnbridge.core.sampling.hetero import CoreHeteroSampler, HeteroStore, typed_fanouts
 
 BACKEND_KINDS = (SamplerKind.AUTO.value, SamplerKind.NATIVE.value)
 
@@ -54,6 +57,24 @@ def make_sampler(backend: Backend, store: GraphStore, fanouts: list[int], kind: 
         raise PluginError(f"{origin} built a {type(made).__name__}: not a Sampler, not a sampler backend "
                           f"'{backend.name}' adopts, and without sample(seeds, generator).")
     return sampler if trusted else CheckedSampler(sampler, origin, store.data.num_nodes)
+
+
+def make_hetero_sampler(backend: Backend, data: HeteroGraphData, fanouts: list[int], edge_fanouts: dict,
+                        kind: str, negatives: int = 1) -> CoreHeteroSampler:
+    """Heterogeneous batches: core's typed sampler, converted by the backend (see
+    :mod:`gnnbridge.core.sampling.hetero` for why not the libraries' own)."""
+    check_hetero_kind(kind, backend)
+    return CoreHeteroSampler(HeteroStore(data), typed_fanouts(data, fanouts, edge_fanouts),
+                             backend.from_hetero_sampled, negatives)
+
+
+def check_hetero_kind(kind: str, backend: Backend) -> None:
+    if kind not in (*BACKEND_KINDS, SamplerKind.CORE.value):
+        raise ConfigError(f"sampler.kind={kind!r}: plugin samplers sample homogeneous graphs; heterogeneous graphs "
+                          "and task=link use sampler.kind=auto or core.")
+    reason = backend.hetero_sampler_unavailable(SamplerKind(kind))
+    if reason is not None:
+        raise BackendUnavailableError(f"Backend '{backend.name}': {reason}.")
 
 
 class _CheckedSubgraphs:

@@ -37,9 +37,10 @@ from gnnbridge.core.records.batches import MiniBatch
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData
 from gnnbridge.core.runtime.context import DistContext
+from gnnbridge.core.sampling.hetero import LinkMiniBatch
 from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS, NeighborSampler
 from gnnbridge.core.sampling.seeds import epoch_batches
-from gnnbridge.core.training.metrics import ClassificationScores
+from gnnbridge.core.training.metrics import ClassificationScores, LinkScores
 
 
 class Evaluator(ABC):
@@ -178,8 +179,60 @@ def score_batches(ev: Evaluator, model: torch.nn.Module, batches, split: str) ->
 
 def forward(ev: Evaluator, model: torch.nn.Module, mb: MiniBatch) -> torch.Tensor:
     """The model's logits for one batch's seeds (its graph and features on the rank's device)."""
-    return ev.call(model, ev.backend.graph_to(mb.graph, ev.ctx.device), ev.data.x[mb.input_nodes].to(ev.ctx.device),
-                   mb.seeds.numel())
+    return ev.call(model, ev.backend.graph_to(mb.graph, ev.ctx.device), gather_inputs(ev.data, mb.input_nodes,
+                                                                                      ev.ctx.device), mb.seeds.numel())
+
+
+def step_outputs(run, model: torch.nn.Module, mb: MiniBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(logits, targets)`` of one training batch on ``run`` (the trainer or an evaluator): class
+    logits and labels of the seeds, or, for a link batch, each pair's score as the logits of
+    two classes (``[0, score]``, so cross-entropy is the binary cross-entropy of the score) and
+    whether the pair is an edge."""
+    device = run.ctx.device
+    graph = run.backend.graph_to(mb.graph, device)
+    x = gather_inputs(run.data, mb.input_nodes, device)
+    if isinstance(mb, LinkMiniBatch):
+        scores = run.call.pairs(model, graph, x, mb.pairs.to(device))
+        return torch.stack([torch.zeros_like(scores), scores], dim=1), mb.labels.to(device).long()
+    y = run.data.y[mb.seeds].to(device, non_blocking=True)
+    return run.call(model, graph, x, y.numel()), y
+
+
+def gather_inputs(data, input_nodes, device: torch.device):
+    """``x[input_nodes]`` on ``device``; for heterogeneous batches ``{type: features}``, or the ids
+    themselves for a featureless type (the model embeds them)."""
+    if isinstance(input_nodes, dict):
+        return {t: (data.x[t][ids] if t in data.x else ids).to(device, non_blocking=True)
+                for t, ids in input_nodes.items()}
+    return data.x[input_nodes].to(device, non_blocking=True)
+
+
+class LinkEvaluator(Evaluator):
+    """Held-out edges, each scored with its fixed negatives, through a heterogeneous sampler's
+    ``held_out_loader``: each rank scores a disjoint share, :class:`LinkScores` combines them.
+    Train edges have no fixed negatives, so only val and test are scored (training reports its
+    own loss and pair accuracy)."""
+
+    def __init__(self, backend: Backend, data, ctx: DistContext, batch_size: int, sampler: Sampler, seed: int,
+                 call: ModelCall, hits_at: int):
+        super().__init__(backend, data, ctx, batch_size, call)
+        self.sampler, self.seed, self.hits_at = sampler, seed, hits_at
+
+    def _evaluate(self, model: torch.nn.Module, splits: tuple[str, ...]) -> dict[str, float]:
+        metrics: dict[str, float] = {}
+        self.sampler.reseed(self.seed, -1, self.ctx.rank)
+        for split in (s for s in splits if s != "train"):
+            scores = LinkScores(self.hits_at)
+            for mb in self.sampler.held_out_loader(split, self._shard_batches(split)):
+                out = self.call.pairs(model, self.backend.graph_to(mb.graph, self.ctx.device),
+                                      gather_inputs(self.data, mb.input_nodes, self.ctx.device),
+                                      mb.pairs.to(self.ctx.device))
+                scores.update(out[:mb.positives], out[mb.positives:].view(mb.positives, mb.negatives_per_edge))
+            metrics.update(scores.reduce(self.ctx).as_metrics(split))
+        return metrics
+
+    def _predict(self, model: torch.nn.Module) -> torch.Tensor:
+        raise NotImplementedError("link scores are predicted pair by pair (gnnbridge predict --pairs)")
 
 
 def supports_layerwise(model: torch.nn.Module) -> bool:

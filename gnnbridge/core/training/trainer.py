@@ -27,11 +27,12 @@ from gnnbridge.core.contracts.config import EvalMode, ExperimentConfig, SamplerK
 from gnnbridge.core.contracts.interfaces import Backend, Sampler
 from gnnbridge.core.contracts.plugins import PluginError, get_backend, library_versions
 from gnnbridge.core.errors import TrainingDivergedError
-from gnnbridge.core.models.build import ModelCall, build_model
+from gnnbridge.core.models.build import ModelCall, build_model, model_dims
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData
+from gnnbridge.core.records.hetero import HeteroGraphData
 from gnnbridge.core.runtime.context import DistContext
-from gnnbridge.core.sampling.build import make_sampler
+from gnnbridge.core.sampling.build import make_hetero_sampler, make_sampler
 from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS
 from gnnbridge.core.sampling.seeds import derived_seed, epoch_batches
 from gnnbridge.core.training import checkpoint
@@ -40,7 +41,9 @@ from gnnbridge.core.training.evaluation import (
     Evaluator,
     GraphEvaluator,
     LayerwiseEvaluator,
+    LinkEvaluator,
     SampledEvaluator,
+    step_outputs,
     supports_layerwise,
 )
 from gnnbridge.core.training.metrics import ConfusionCounts
@@ -69,9 +72,9 @@ class Trainer:
         self.backend.check_device(ctx.device)
         torch.manual_seed(config.train.seed)
         self.sampler: Sampler = self._sampler()
-        self.model, choice = build_model(config.model, config.backend, config.task, data.num_features,
-                                         data.num_classes, data)
+        self.model, choice = build_model(config.model, config.backend, config.task, *model_dims(data), data)
         self.call = ModelCall(choice.origin, data.num_classes, per_graph=config.task is Task.GRAPH)
+        self.is_link = config.task is Task.LINK
         if resume is not None:
             load_model_state(self.model, resume, resume.get("path", "checkpoint"))
         self.model.to(ctx.device)
@@ -83,7 +86,11 @@ class Trainer:
         if resume is not None:
             self._restore(resume)
         device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
-        self.ddp = DistributedDataParallel(self.model, device_ids=device_ids) if ctx.distributed else self.model
+        # A heterogeneous batch may hold no node of a type, or no edge of a relation: the
+        # parameters of those take no part in that step, which DDP must be told to expect.
+        self.sparse_use = bool(getattr(self.model, "heterogeneous", False))
+        self.ddp = DistributedDataParallel(self.model, device_ids=device_ids, find_unused_parameters=self.sparse_use) \
+            if ctx.distributed else self.model
         self.checkpoints = Path(run_dir) if run_dir and ctx.is_main else None
         self.shard_fingerprint: dict = {}  # this rank's first-epoch training items (see _fingerprint)
         self._grads_checked = False
@@ -106,11 +113,19 @@ class Trainer:
         # find that best again, or the results say best metrics are unknown.
         self.best_weights = state.get("best_model")
 
-    def _sampler(self) -> Sampler:
-        kind = self.config.sampler.kind
+    def _sampler(self, every_neighbour: bool = False) -> Sampler:
+        """The training sampler, or (``every_neighbour``) one taking all neighbours at every hop."""
+        cfg = self.config.sampler
+        fanouts = [ALL_NEIGHBORS] * len(cfg.fanouts) if every_neighbour else cfg.fanouts
         if self.config.task is Task.GRAPH:
-            return self.backend.collection_sampler(self.backend.collection_store(self.data), SamplerKind(kind))
-        return make_sampler(self.backend, self.backend.graph_store(self.data), self.config.sampler.fanouts, kind)
+            return self.backend.collection_sampler(self.backend.collection_store(self.data), SamplerKind(cfg.kind))
+        if isinstance(self.data, HeteroGraphData):
+            return make_hetero_sampler(self.backend, self.data, fanouts, {} if every_neighbour else cfg.edge_fanouts,
+                                       SamplerKind.AUTO.value if every_neighbour else cfg.kind,
+                                       self.config.link.negatives)
+        if every_neighbour:
+            return self.backend.sampler(self.sampler.store, fanouts, SamplerKind.AUTO)
+        return make_sampler(self.backend, self.backend.graph_store(self.data), fanouts, cfg.kind)
 
     # ------------------------------------------------------------------ training
 
@@ -187,7 +202,7 @@ class Trainer:
     def train_epoch(self, epoch: int) -> dict:
         cfg, ctx, data = self.config, self.ctx, self.data
         seed_everything(derived_seed(cfg.train.seed, epoch, ctx.rank, stream=4))
-        batches = epoch_batches(data.train_idx, cfg.train.batch_size, cfg.train.seed, epoch, ctx.rank, ctx.world_size)
+        batches = epoch_batches(data.split("train"), cfg.train.batch_size, cfg.train.seed, epoch, ctx.rank, ctx.world_size)
         self.sampler.reseed(cfg.train.seed, epoch, ctx.rank)
         if not self.shard_fingerprint:
             self.shard_fingerprint = _fingerprint(batches)
@@ -196,16 +211,14 @@ class Trainer:
         # first step whose loss was NaN or infinite (-1: none), checked once the epoch is done.
         loss_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
         first_bad = torch.full((), -1, dtype=torch.int64, device=ctx.device)
-        counts = ConfusionCounts(data.num_classes, ctx.device)
+        counts = ConfusionCounts(2 if self.is_link else data.num_classes, ctx.device)
         bar = tqdm(total=len(batches), desc=f"epoch {epoch + 1}/{cfg.train.epochs}", unit="batch",
                    disable=None if self.show_progress else True,  # None: bars only on a terminal
                    leave=False, dynamic_ncols=True)
         t0 = time.perf_counter()
         for step, mb in enumerate(self.sampler.loader(batches)):
             ctx.advance()
-            x = data.x[mb.input_nodes].to(ctx.device, non_blocking=True)
-            y = data.y[mb.seeds].to(ctx.device, non_blocking=True)
-            logits = self.call(self.ddp, self.backend.graph_to(mb.graph, ctx.device), x, y.numel())
+            logits, y = step_outputs(self, self.ddp, mb)
             # Summed then divided: an empty batch (possible when seeds do not split evenly
             # over ranks) contributes zero, not NaN, and still joins DDP's all-reduce.
             loss_sum_batch = F.cross_entropy(logits, y, reduction="sum")
@@ -231,7 +244,7 @@ class Trainer:
     def _check_every_parameter_learns(self) -> None:
         """After the first backward pass under DDP: a parameter without a gradient would make DDP
         fail on the next step with a message about its reducer; name the parameters instead."""
-        if self._grads_checked or not self.ctx.distributed:
+        if self._grads_checked or not self.ctx.distributed or self.sparse_use:
             return
         self._grads_checked = True
         idle = [n for n, p in self.model.named_parameters() if p.requires_grad and p.grad is None]
@@ -255,16 +268,24 @@ class Trainer:
 
     def _log(self, stats: dict) -> None:
         if self.show_progress:
+            monitor = self.config.train.monitor
+            value = stats.get(monitor)
             tqdm.write(f"epoch {stats['epoch'] + 1:>3}/{self.config.train.epochs}  loss {stats['loss']:.4f}  "
-                       f"train_acc {stats['train_acc']:.4f}  val_acc {stats['val_acc']:.4f}  "
+                       f"train_acc {stats['train_acc']:.4f}  {monitor} {'n/a' if value is None else f'{value:.4f}'}  "
                        f"{stats['epoch_time_s']:.2f}s", file=sys.stderr)
 
     # ------------------------------------------------------------------ evaluation
 
     def _validation_evaluator(self) -> Evaluator:
+        if self.is_link:
+            return self._links(self.sampler)
         if self.config.task is Task.GRAPH:
             return GraphEvaluator(self.backend, self.data, self.ctx, self.config.eval.batch_size, self.sampler, self.call)
         return self._sampled(self.sampler)
+
+    def _links(self, sampler: Sampler) -> LinkEvaluator:
+        return LinkEvaluator(self.backend, self.data, self.ctx, self.config.train.batch_size, sampler,
+                             self.config.train.seed, self.call, self.config.link.hits_at)
 
     def _sampled(self, sampler: Sampler) -> SampledEvaluator:
         return SampledEvaluator(self.backend, self.data, self.ctx, self.config.eval.batch_size, sampler,
@@ -284,7 +305,8 @@ class Trainer:
         if self.config.task is Task.GRAPH:
             return None
         mode = self.config.eval.mode
-        return EvalMode.FULL if mode is EvalMode.LAYERWISE and not supports_layerwise(self.model) else mode
+        layerwise = supports_layerwise(self.model) and not isinstance(self.data, HeteroGraphData)
+        return EvalMode.FULL if mode is EvalMode.LAYERWISE and not layerwise else mode
 
     def eval_summary(self) -> dict:
         """What ``results.json`` says about evaluation: the mode that ran, and why when it is not
@@ -293,7 +315,9 @@ class Trainer:
         out = {"requested": self.config.eval.mode.value, "final": mode.value if mode else "whole graphs",
                "validation": "whole graphs" if mode is None else "sampled"}
         if mode is not None and mode.value != out["requested"]:
-            out["note"] = f"{self.call.origin} has no layer_forward: evaluated on every seed's full neighbourhood"
+            why = "the graph is heterogeneous" if isinstance(self.data, HeteroGraphData) else \
+                f"{self.call.origin} has no layer_forward"
+            out["note"] = f"{why}: evaluated on every seed's full neighbourhood"
         return out
 
     def _final_evaluator(self) -> Evaluator:
@@ -301,8 +325,8 @@ class Trainer:
         if mode is EvalMode.LAYERWISE:
             return LayerwiseEvaluator(self.backend, self.data, self.ctx, self.config.eval.batch_size, self.call)
         if mode is EvalMode.FULL:
-            everyone = [ALL_NEIGHBORS] * len(self.config.sampler.fanouts)
-            return self._sampled(self.backend.sampler(self.sampler.store, everyone, SamplerKind.AUTO))
+            full = self._sampler(every_neighbour=True)
+            return self._links(full) if self.is_link else self._sampled(full)
         return self._validation_evaluator()
 
 

@@ -1,0 +1,234 @@
+"""The framework-neutral sampler for heterogeneous graphs: typed edges, a fanout per edge type,
+seed nodes of one type or seed edges with negatives.
+
+Written here because the libraries' heterogeneous samplers do not run everywhere: PyG's
+``NeighborLoader`` on ``HeteroData`` and its ``LinkNeighborLoader`` need pyg-lib or
+torch-sparse, which the pinned CPU stack lacks. It reuses the homogeneous sampler's vectorised
+hop (:class:`~gnnbridge.core.sampling.neighbors.NeighborSampler`) once per edge type, so each
+hop costs one vectorised draw per edge type, never a Python loop over nodes.
+
+Link batches (:class:`LinkBatcher`) are built the same way for every backend: for a batch of
+positive edges, ``negatives`` destinations per edge drawn uniformly from the destination type
+(never the edge's own destination), the seed nodes of both ends, their sampled neighbourhood
+with the batch's own positive edges *and their reverses* left out (so an edge is never a path to
+its own label), and the (src, dst) pairs to score as local ids of the sample.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from gnnbridge.core.contracts.interfaces import GraphStore, Sampler
+from gnnbridge.core.errors import ConfigError
+from gnnbridge.core.records.batches import MiniBatch
+from gnnbridge.core.records.hetero import EdgeType, HeteroGraphData, edge_name, find_edge_type
+from gnnbridge.core.sampling.neighbors import NeighborSampler
+from gnnbridge.core.sampling.seeds import epoch_generator
+
+
+@dataclass
+class HeteroSampledSubgraph:
+    """A sampled neighbourhood of typed seeds.
+
+    Fields:
+        node: {node type: type-local global ids}; each type's seeds come first.
+        row, col: {edge type: local ids of the sampled edges' source (into ``node[src]``) and
+            destination (into ``node[dst]``)}.
+        edge: {edge type: edge ids (positions in the type's destination-sorted edge list)}.
+        num_seeds: {node type: how many of ``node[type]`` are seeds}.
+        node_types, edge_types: every type the graph declares (a library that needs all of them,
+            like DGL's heterographs, gets them even where the sample holds none).
+    """
+
+    node: dict[str, torch.Tensor]
+    row: dict[EdgeType, torch.Tensor]
+    col: dict[EdgeType, torch.Tensor]
+    edge: dict[EdgeType, torch.Tensor]
+    num_seeds: dict[str, int]
+    node_types: list[str]
+    edge_types: list[EdgeType]
+
+
+@dataclass
+class LinkMiniBatch(MiniBatch):
+    """A link batch: ``seeds`` are edge ids, ``input_nodes`` {type: ids}, and the model scores
+    ``pairs`` [2, P] (local src ids into ``input_nodes[src type]``, dst into ``input_nodes[dst type]``):
+    first the ``positives`` edges, then each one's ``negatives_per_edge`` negatives, edge by edge."""
+
+    pairs: torch.Tensor | None = None
+    labels: torch.Tensor | None = None
+    positives: int = 0
+    negatives_per_edge: int = 0
+
+    def __post_init__(self) -> None:
+        if self.seeds.dim() != 1:
+            raise ValueError("seeds must be a 1-D id tensor")
+
+
+def typed_fanouts(data: HeteroGraphData, fanouts: list[int], edge_fanouts: dict) -> dict[EdgeType, list[int]]:
+    """Each edge type's fanouts: ``sampler.edge_fanouts`` where it names the type, else ``fanouts``."""
+    out = {et: list(fanouts) for et in data.edge_types}
+    for text, values in edge_fanouts.items():
+        try:
+            out[find_edge_type(data.edge_types, str(text))] = list(values)
+        except ConfigError as exc:
+            raise ConfigError(str(exc).replace("link.edge_type", "sampler.edge_fanouts key")) from None
+    return out
+
+
+class HeteroNeighborSampler:
+    """Uniform in-neighbour sampling without replacement per edge type, hop by hop.
+
+    Hop ``i`` draws, for every node reached at hop ``i - 1`` (the seeds at hop 1), up to
+    ``fanouts[et][i]`` in-neighbours along every edge type ``et`` that ends at its type. Edge
+    types are visited in a fixed order, so the sample is a function of the seeds and the
+    generator alone, the same for every backend."""
+
+    def __init__(self, data: HeteroGraphData, fanouts: dict[EdgeType, list[int]]):
+        self.data = data
+        self.fanouts = fanouts
+        self.layers = len(next(iter(fanouts.values())))
+        self._hops = {et: NeighborSampler(data.indptr[et], data.edge_index[et][0], fanouts[et])
+                      for et in sorted(data.edge_types)}
+        self._maps = {t: torch.full((n,), -1, dtype=torch.int64) for t, n in data.num_nodes.items()}
+
+    def sample(self, seeds: dict[str, torch.Tensor], generator: torch.Generator | None = None,
+               exclude: dict[EdgeType, torch.Tensor] | None = None) -> HeteroSampledSubgraph:
+        """``seeds``: {type: unique ids}; ``exclude``: {edge type: edge ids never to sample}."""
+        nodes = {t: [ids] for t, ids in seeds.items() if ids.numel()}
+        count = {t: int(ids.numel()) for t, ids in seeds.items()}
+        for t, ids in seeds.items():
+            self._maps[t][ids] = torch.arange(ids.numel())
+        rows, cols, edges = {}, {}, {}
+        frontier = {t: (0, n) for t, n in count.items() if n}  # [start, end) of last hop's nodes per type
+        for hop in range(self.layers):
+            added: dict[str, int] = {}
+            for et, hopper in self._hops.items():
+                s, _, d = et
+                if d not in frontier:
+                    continue
+                start, end = frontier[d]
+                dst_ids = torch.cat(nodes[d])[start:end] if len(nodes[d]) > 1 else nodes[d][0][start:end]
+                nbr, eid, owner = hopper._sample_hop(dst_ids, self.fanouts[et][hop], generator)
+                if exclude is not None and et in exclude and nbr.numel():
+                    keep = ~torch.isin(eid, exclude[et])
+                    nbr, eid, owner = nbr[keep], eid[keep], owner[keep]
+                known = count.get(s, 0)
+                new, src_local = NeighborSampler._relabel(torch.empty(known, dtype=torch.int64), nbr, self._maps[s])
+                if new.numel():
+                    nodes.setdefault(s, []).append(new)
+                    count[s] = known + new.numel()
+                    added.setdefault(s, known)
+                rows.setdefault(et, []).append(src_local)
+                cols.setdefault(et, []).append(start + owner)
+                edges.setdefault(et, []).append(eid)
+            frontier = {t: (first, count[t]) for t, first in added.items()}
+        node = {t: torch.cat(parts) for t, parts in nodes.items()}
+        for t, ids in node.items():
+            self._maps[t][ids] = -1  # reset only what this batch touched
+        cat = lambda parts: {et: torch.cat(p) for et, p in parts.items()}  # noqa: E731
+        return HeteroSampledSubgraph(node, cat(rows), cat(cols), cat(edges),
+                                     {t: int(ids.numel()) for t, ids in seeds.items()},
+                                     self.data.node_types, self.data.edge_types)
+
+
+class LinkBatcher:
+    """Positive edges (ids of the target type's train edges, or held-out pairs with their fixed
+    negatives) to a :class:`LinkMiniBatch` of the core sampler's subgraph."""
+
+    def __init__(self, data: HeteroGraphData, sampler: HeteroNeighborSampler, negatives: int):
+        self.data = data
+        self.sampler = sampler
+        self.negatives = negatives
+        self.target = data.target_edge
+        self._train = data.edge_index[self.target]
+
+    def train_batch(self, eids: torch.Tensor, generator: torch.Generator) -> tuple[HeteroSampledSubgraph, LinkMiniBatch]:
+        src, dst = self._train[:, eids]
+        n_dst = self.data.num_nodes[self.target[2]]
+        negatives = torch.randint(0, n_dst, (eids.numel(), self.negatives), generator=generator)
+        clash = negatives == dst.unsqueeze(1)
+        while bool(clash.any()):  # never the edge's own destination
+            negatives[clash] = torch.randint(0, n_dst, (int(clash.sum()),), generator=generator)
+            clash = negatives == dst.unsqueeze(1)
+        exclude = {self.target: eids}
+        if self.data.reverse_edge is not None:
+            exclude[self.data.reverse_edge] = self.data.reverse_eid[eids]
+        return self._batch(eids, src, dst, negatives, generator, exclude)
+
+    def held_out_batch(self, split: str, ids: torch.Tensor, generator: torch.Generator | None):
+        edges, negatives = self.data.held_out(split)
+        return self._batch(ids, edges[0, ids], edges[1, ids], negatives[ids], generator, None)
+
+    def _batch(self, ids, src, dst, negatives, generator, exclude):
+        s_type, _, d_type = self.target
+        k = negatives.shape[1]
+        pair_src = torch.cat([src, src.repeat_interleave(k)])
+        pair_dst = torch.cat([dst, negatives.flatten()])
+        if s_type == d_type:
+            seeds, inverse = torch.unique(torch.cat([pair_src, pair_dst]), return_inverse=True)
+            local_src, local_dst = inverse[:pair_src.numel()], inverse[pair_src.numel():]
+            seed_dict = {s_type: seeds}
+        else:
+            src_seeds, local_src = torch.unique(pair_src, return_inverse=True)
+            dst_seeds, local_dst = torch.unique(pair_dst, return_inverse=True)
+            seed_dict = {s_type: src_seeds, d_type: dst_seeds}
+        sub = self.sampler.sample(seed_dict, generator, exclude)
+        labels = torch.cat([torch.ones(src.numel()), torch.zeros(negatives.numel())])
+        mb = LinkMiniBatch(ids, sub.node, None, pairs=torch.stack([local_src, local_dst]), labels=labels,
+                           positives=int(src.numel()), negatives_per_edge=k)
+        return sub, mb
+
+
+def describe_fanouts(fanouts: dict[EdgeType, list[int]]) -> str:
+    return "; ".join(f"{edge_name(et)}: {f}" for et, f in fanouts.items())
+
+
+class HeteroStore(GraphStore):
+    """A heterogeneous record as every backend sees it: the core sampler reads it directly and the
+    backend converts each sample (:meth:`Backend.from_hetero_sampled`)."""
+
+    @property
+    def native(self) -> Any:
+        return self.data
+
+
+class CoreHeteroSampler(Sampler):
+    """Heterogeneous batches on any backend: node batches (seeds of the labelled type) or link
+    batches (:class:`LinkBatcher`), sampled by core and converted by ``to_native``. Randomness
+    comes from a generator keyed on (seed, epoch, rank), as in the homogeneous core sampler, so
+    with the same seed every backend trains on the same batches."""
+
+    def __init__(self, store: GraphStore, fanouts: dict[EdgeType, list[int]], to_native: Callable[[Any], Any],
+                 negatives: int = 1):
+        super().__init__(store, next(iter(fanouts.values())))
+        self.data: HeteroGraphData = store.data
+        self.typed_fanouts = fanouts
+        self._sampler = HeteroNeighborSampler(self.data, fanouts)
+        self._links = LinkBatcher(self.data, self._sampler, negatives) if self.data.is_link else None
+        self._to_native = to_native
+        self._generator = epoch_generator(0, 0, 0, stream=1)
+
+    def reseed(self, seed: int, epoch: int, rank: int) -> None:
+        self._generator = epoch_generator(seed, epoch, rank, stream=1)
+
+    def loader(self, batches: list[torch.Tensor]) -> Iterable[MiniBatch]:
+        """Training batches: seed nodes of the labelled type, or train edge ids."""
+        for seeds in batches:
+            if self._links is not None:
+                yield self._native(*self._links.train_batch(seeds, self._generator))
+            else:
+                sub = self._sampler.sample({self.data.target_node: seeds}, self._generator)
+                yield MiniBatch(seeds, sub.node, self._to_native(sub))
+
+    def held_out_loader(self, split: str, batches: list[torch.Tensor]) -> Iterable[LinkMiniBatch]:
+        """Val or test edges (ids into the split) with their fixed negatives."""
+        for ids in batches:
+            yield self._native(*self._links.held_out_batch(split, ids, self._generator))
+
+    def _native(self, sub: HeteroSampledSubgraph, mb: LinkMiniBatch) -> LinkMiniBatch:
+        mb.graph = self._to_native(sub)
+        return mb

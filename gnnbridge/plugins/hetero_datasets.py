@@ -1,0 +1,209 @@
+"""Built-in heterogeneous datasets that need no download, and the heterogeneous ``.npz`` format.
+
+* ``rec-synthetic``: a learnable recommendation graph. Users have hidden taste vectors and no
+  features; items have a latent vector near their category's and features that are a noisy
+  view of it; each user buys the items their taste scores highest (with Gumbel noise, so
+  purchases are drawn from a softmax over items, not fixed). Predicting ``(user, buys, item)``
+  works only by learning tastes from purchases and matching them to item features.
+* ``mag-synthetic``: papers (features, 6 topics), authors and venues (featureless), with
+  ``writes``, ``published_in`` and ``cites`` edges mostly inside a topic; paper features alone
+  are weakly informative, the neighbourhood through authors and venues tells the topic.
+* ``.npz`` with typed keys (``x__paper``, ``edge_index__author__writes__paper`` ...): read by
+  :func:`load_hetero_npz`, validated like the homogeneous format.
+
+Loaders return a :class:`HeteroSource`; the task (``node`` or ``link``) decides the splits.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from gnnbridge import hookimpl
+from gnnbridge.core.errors import DataError
+from gnnbridge.core.interfaces import DatasetConfig
+from gnnbridge.core.records.hetero import HeteroSource
+from gnnbridge.plugins.datasets import HETERO_EDGE_KEYS, HETERO_NODE_KEYS, _at_least, check_fits, options, read_members
+
+
+@hookimpl
+def register_datasets(register):
+    register("rec-synthetic", load_rec_synthetic,
+             "Heterogeneous recommendation graph: users (hidden taste), items (features), categories; task=link "
+             "predicts (user, buys, item)")
+    register("mag-synthetic", load_mag_synthetic,
+             "Heterogeneous citation graph: papers (features, 6 topics), authors, venues; task=node on papers")
+
+
+# --------------------------------------------------------------------------- rec-synthetic
+
+REC_DEFAULTS = {"num_users": 2000, "num_items": 1000, "num_categories": 20, "purchases_per_user": 12,
+                "num_features": 32, "taste_dim": 8, "feature_noise": 0.5, "temperature": 0.5}
+
+
+def load_rec_synthetic(config: DatasetConfig, seed: int) -> HeteroSource:
+    opts = options(config, REC_DEFAULTS)
+    _at_least("num_users", opts["num_users"], 3, "each split needs a purchase")
+    _at_least("num_categories", opts["num_categories"], 1, "every item has a category")
+    _at_least("num_items", opts["num_items"], max(2, opts["num_categories"]), "each category needs an item")
+    _at_least("purchases_per_user", opts["purchases_per_user"], 1, "users must buy something")
+    _at_least("num_features", opts["num_features"], 1, "items have features")
+    _at_least("taste_dim", opts["taste_dim"], 1, "tastes are vectors")
+    if opts["purchases_per_user"] >= opts["num_items"]:
+        raise DataError(f"dataset.options.purchases_per_user={opts['purchases_per_user']} must be below "
+                        f"num_items={opts['num_items']} (a user buys an item once).")
+    check_fits("rec-synthetic", 8 * opts["num_users"] * opts["num_items"] + 4 * opts["num_items"] * opts["num_features"],
+               "use smaller dataset.options (num_users x num_items scores are drawn at once)")
+    return rec_graph(**opts, seed=seed)
+
+
+def rec_graph(num_users: int, num_items: int, num_categories: int, purchases_per_user: int, num_features: int,
+              taste_dim: int, feature_noise: float, temperature: float, seed: int) -> HeteroSource:
+    gen = torch.Generator().manual_seed(seed)
+    category = torch.arange(num_items) % num_categories
+    category = category[torch.randperm(num_items, generator=gen)]
+    centroids = torch.randn(num_categories, taste_dim, generator=gen)
+    latent = centroids[category] + 0.5 * torch.randn(num_items, taste_dim, generator=gen)
+    taste = torch.randn(num_users, taste_dim, generator=gen)
+    gumbel = -torch.log(-torch.log(torch.rand(num_users, num_items, generator=gen).clamp(1e-12, 1 - 1e-12)))
+    bought = (taste @ latent.T / (temperature * taste_dim ** 0.5) + gumbel).topk(purchases_per_user, dim=1).indices
+    users = torch.arange(num_users).repeat_interleave(purchases_per_user)
+    view = torch.randn(taste_dim, num_features, generator=gen) / taste_dim ** 0.5
+    x = latent @ view + feature_noise * torch.randn(num_items, num_features, generator=gen)
+    edges = {("user", "buys", "item"): torch.stack([users, bought.flatten()]),
+             ("item", "in", "category"): torch.stack([torch.arange(num_items), category])}
+    return HeteroSource({"user": num_users, "item": num_items, "category": num_categories}, {"item": x.float()}, edges,
+                        target_edge=("user", "buys", "item"), name="rec-synthetic")
+
+
+# --------------------------------------------------------------------------- mag-synthetic
+
+MAG_DEFAULTS = {"num_papers": 3000, "num_authors": 1500, "num_venues": 30, "num_topics": 6, "num_features": 32,
+                "authors_per_paper": 3, "citations_per_paper": 5, "homophily": 0.8, "feature_signal": 0.3}
+
+
+def load_mag_synthetic(config: DatasetConfig, seed: int) -> HeteroSource:
+    opts = options(config, MAG_DEFAULTS)
+    _at_least("num_topics", opts["num_topics"], 2, "classification needs two classes")
+    _at_least("num_papers", opts["num_papers"], 3 * opts["num_topics"], "every topic needs a paper in each split")
+    for key in ("num_authors", "num_venues"):
+        _at_least(key, opts[key], opts["num_topics"], "each topic needs one")
+    for key in ("num_features", "authors_per_paper", "citations_per_paper"):
+        _at_least(key, opts[key], 1, "papers need features, authors and citations")
+    if not 0.0 <= opts["homophily"] <= 1.0:
+        raise DataError(f"dataset.options.homophily={opts['homophily']} must be in [0, 1].")
+    check_fits("mag-synthetic", 4 * opts["num_papers"] * (opts["num_features"] + 16), "use smaller dataset.options")
+    return mag_graph(**opts, seed=seed)
+
+
+def mag_graph(num_papers: int, num_authors: int, num_venues: int, num_topics: int, num_features: int,
+              authors_per_paper: int, citations_per_paper: int, homophily: float, feature_signal: float,
+              seed: int) -> HeteroSource:
+    gen = torch.Generator().manual_seed(seed)
+    topic = torch.randint(0, num_topics, (num_papers,), generator=gen)
+    author_topic = torch.arange(num_authors) % num_topics
+    venue_topic = torch.arange(num_venues) % num_topics
+
+    def partner(count: int, topics_of: torch.Tensor, of: torch.Tensor) -> torch.Tensor:
+        """For each entry of ``of`` (a topic), a member of the same topic w.p. homophily, else anyone."""
+        same = torch.rand(of.numel(), generator=gen) < homophily
+        per_topic = count // num_topics
+        pick = of + num_topics * torch.randint(0, max(1, per_topic), (of.numel(),), generator=gen)
+        return torch.where(same & (pick < count), pick, torch.randint(0, count, (of.numel(),), generator=gen))
+
+    paper_rep = torch.arange(num_papers).repeat_interleave(authors_per_paper)
+    writes = torch.stack([partner(num_authors, author_topic, topic[paper_rep]), paper_rep])
+    published = torch.stack([torch.arange(num_papers), partner(num_venues, venue_topic, topic)])
+    citing = torch.arange(num_papers).repeat_interleave(citations_per_paper)
+    same = torch.rand(citing.numel(), generator=gen) < homophily
+    by_topic = torch.argsort(topic, stable=True)
+    start = torch.cat([torch.zeros(1, dtype=torch.int64), torch.bincount(topic, minlength=num_topics).cumsum(0)])
+    t = topic[citing]
+    size = (start[t + 1] - start[t]).clamp(min=1)
+    cited_same = by_topic[(start[t] + (torch.rand(citing.numel(), generator=gen) * size).long()).clamp(max=num_papers - 1)]
+    cited = torch.where(same, cited_same, torch.randint(0, num_papers, (citing.numel(),), generator=gen))
+    keep = cited != citing
+    cites = torch.stack([citing[keep], cited[keep]])
+    x = feature_signal * torch.randn(num_topics, num_features, generator=gen)[topic] + \
+        torch.randn(num_papers, num_features, generator=gen)
+    edges = {("author", "writes", "paper"): writes, ("paper", "published_in", "venue"): published,
+             ("paper", "cites", "paper"): cites}
+    return HeteroSource({"paper": num_papers, "author": num_authors, "venue": num_venues}, {"paper": x.float()}, edges,
+                        target_node="paper", y=topic, name="mag-synthetic")
+
+
+# --------------------------------------------------------------------------- heterogeneous .npz
+
+
+def load_hetero_npz(path: Path) -> HeteroSource:
+    """A heterogeneous graph from typed ``.npz`` keys (see the README's "Heterogeneous graphs")."""
+    arrays = read_members(path, lambda members: _typed_keys(path, members))
+    tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}
+    node = {}  # kind -> {type: tensor}
+    edge = {}  # kind -> {(src, rel, dst): tensor}
+    for key, value in tensors.items():
+        kind, *parts = key.split("__")
+        if len(parts) == 1:
+            node.setdefault(kind, {})[parts[0]] = value
+        else:
+            edge.setdefault(kind, {})[tuple(parts)] = value
+    num_nodes = _node_counts(path, node)
+    try:
+        return _source(path, num_nodes, node, edge)
+    except DataError as exc:
+        raise DataError(f"{path}: {exc}") from None
+
+
+def _typed_keys(path: Path, members: dict) -> dict:
+    wanted, unknown = {}, []
+    for name in members:
+        kind, _, rest = name.partition("__")
+        parts = rest.split("__") if rest else []
+        if kind in HETERO_NODE_KEYS and len(parts) == 1 and parts[0]:
+            wanted[name] = HETERO_NODE_KEYS[kind]
+        elif kind in HETERO_EDGE_KEYS and len(parts) == 3 and all(parts):
+            wanted[name] = HETERO_EDGE_KEYS[kind]
+        else:
+            unknown.append(name)
+    if unknown:
+        raise DataError(f"{path}: array '{unknown[0]}' is not a key of the heterogeneous format; node arrays are "
+                        f"{'/'.join(HETERO_NODE_KEYS)}__TYPE, edge arrays {'/'.join(HETERO_EDGE_KEYS)}__SRC__RELATION__DST.")
+    if not any(k.startswith("edge_index__") for k in wanted):
+        raise DataError(f"{path}: no edge_index__SRC__RELATION__DST array; a heterogeneous graph needs edges.")
+    return wanted
+
+
+def _node_counts(path: Path, node: dict) -> dict[str, int]:
+    counts = {t: int(x.shape[0]) for t, x in node.get("x", {}).items()}
+    for t, n in node.get("num_nodes", {}).items():
+        if n.numel() != 1 or int(n[0]) <= 0:
+            raise DataError(f"{path}: num_nodes__{t} must hold one positive count, e.g. numpy.array([1000]).")
+        if t in counts and counts[t] != int(n[0]):
+            raise DataError(f"{path}: num_nodes__{t}={int(n[0])} but x__{t} has {counts[t]} rows.")
+        counts[t] = int(n[0])
+    if not counts:
+        raise DataError(f"{path}: declares no node type; give x__TYPE (features) or num_nodes__TYPE for each type.")
+    return counts
+
+
+def _source(path: Path, num_nodes: dict, node: dict, edge: dict) -> HeteroSource:
+    labels = node.get("y", {})
+    if len(labels) > 1:
+        raise DataError(f"labels are given for {len(labels)} node types ({', '.join(labels)}); label one type.")
+    target_node, y = next(iter(labels.items()), (None, None))
+    splits = [node.get(f"{s}_idx", {}).get(target_node) for s in ("train", "val", "test")] if target_node else []
+    if any(s is not None for s in splits) and not all(s is not None for s in splits):
+        raise DataError(f"give all of train_idx__{target_node}, val_idx__{target_node}, test_idx__{target_node} or none.")
+    held = {kind: edge.get(kind, {}) for kind in ("val_edges", "test_edges")}
+    held_types = set(held["val_edges"]) | set(held["test_edges"])
+    if len(held_types) > 1 or (held_types and set(held["val_edges"]) != set(held["test_edges"])):
+        raise DataError("val_edges and test_edges must name the same single edge type.")
+    target_edge = next(iter(held_types), None)
+    edges = edge["edge_index"]
+    if target_edge is not None and target_edge not in edges:
+        raise DataError(f"val_edges name ({','.join(target_edge)}), which has no edge_index array.")
+    held_out = (held["val_edges"][target_edge], held["test_edges"][target_edge]) if target_edge else None
+    return HeteroSource(num_nodes, node.get("x", {}), edges, target_node=target_node, y=y,
+                        splits=tuple(splits) if splits and splits[0] is not None else None,
+                        target_edge=target_edge, held_out=held_out, name=path.stem)
