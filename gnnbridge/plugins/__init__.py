@@ -13,6 +13,7 @@ BUILTIN_PLUGINS = {
     "datasets": "gnnbridge.plugins.datasets",
     "hetero-datasets": "gnnbridge.plugins.hetero_datasets",
     "real-datasets": "gnnbridge.plugins.real_datasets",
+    "hetero-real-datasets": "gnnbridge.plugins.hetero_real_datasets",
     "experiments": "gnnbridge.plugins.experiments",
 }
 

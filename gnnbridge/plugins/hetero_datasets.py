@@ -80,7 +80,7 @@ def rec_graph(num_users: int, num_items: int, num_categories: int, purchases_per
 # --------------------------------------------------------------------------- mag-synthetic
 
 MAG_DEFAULTS = {"num_papers": 3000, "num_authors": 1500, "num_venues": 30, "num_topics": 6, "num_features": 32,
-                "authors_per_paper": 3, "citations_per_paper": 5, "homophily": 0.8, "feature_signal": 0.3}
+                "authors_per_paper": 3, "citations_per_paper": 5, "homophily": 0.5, "feature_signal": 0.3}
 
 
 def load_mag_synthetic(config: DatasetConfig, seed: int) -> HeteroSource:

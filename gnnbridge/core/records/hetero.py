@@ -87,6 +87,7 @@ class HeteroGraphData:
         self.edge_index = {tuple(et): ei for et, ei in self.edge_index.items()}
         if self.target_edge is not None:
             self.target_edge = tuple(self.target_edge)
+        self._check_node_types()
         if not self.indptr:
             self._sort_edges()
         self.validate()
@@ -156,7 +157,7 @@ class HeteroGraphData:
 
     # ------------------------------------------------------------------ invariants
 
-    def validate(self) -> None:
+    def _check_node_types(self) -> None:
         if not self.num_nodes:
             raise DataError("The graph declares no node types.")
         for t, n in self.num_nodes.items():
@@ -164,6 +165,9 @@ class HeteroGraphData:
                 raise DataError(f"Node type {t!r} must be a non-empty name without '__'.")
             if type(n) is not int or n <= 0:
                 raise DataError(f"Node type '{t}' has {n!r} nodes; every type needs at least one.")
+
+    def validate(self) -> None:
+        self._check_node_types()
         for t, x in self.x.items():
             self._check_features(t, x)
         if not self.edge_index:

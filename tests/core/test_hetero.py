@@ -1,0 +1,225 @@
+"""Heterogeneous records, the typed sampler and link batches, checked for what would silently
+ruin a link-prediction result: a held-out edge visible to message passing, a training edge in
+its own neighbourhood, a negative that is the positive, ranks sharing or missing edges, and
+backends that see different batches."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from gnnbridge.core.contracts.config import LinkConfig, from_dict
+from gnnbridge.core.contracts.plugins import get_backend
+from gnnbridge.core.errors import ConfigError, DataError
+from gnnbridge.core.records.hetero import HeteroGraphData, HeteroSource, homogeneous_source
+from gnnbridge.core.sampling.build import make_hetero_sampler
+from gnnbridge.core.sampling.hetero import HeteroNeighborSampler, LinkBatcher, typed_fanouts
+from gnnbridge.core.sampling.seeds import epoch_batches
+from gnnbridge.core.training.metrics import LinkScores
+from gnnbridge.plugins.hetero_datasets import rec_graph
+from gnnbridge.testing.conformance import small_graph
+
+TARGET = ("user", "buys", "item")
+REVERSE = ("item", "rev_buys", "user")
+
+
+def rec(**kw) -> HeteroSource:
+    opts = dict(num_users=200, num_items=120, num_categories=6, purchases_per_user=6, num_features=8, taste_dim=4,
+                feature_noise=0.5, temperature=0.5, seed=3)
+    return rec_graph(**{**opts, **kw})
+
+
+def link(source: HeteroSource, reverse: bool = True, eval_negatives: int = 20) -> HeteroGraphData:
+    return source.for_link_task("", reverse, seed=0, val_fraction=0.1, test_fraction=0.1,
+                                eval_negatives=eval_negatives)
+
+
+def edge_set(edges: torch.Tensor) -> set:
+    return set(map(tuple, edges.t().tolist()))
+
+
+# --------------------------------------------------------------------------- records
+
+
+def test_held_out_edges_never_pass_messages_in_either_direction():
+    data = link(rec())
+    train = edge_set(data.edge_index[TARGET])
+    mirrored = edge_set(data.edge_index[REVERSE].flip(0))
+    assert mirrored == train  # the reverse type mirrors the train edges, nothing more
+    for split in ("val", "test"):
+        held = edge_set(data.held_out(split)[0])
+        assert held and not held & train
+    assert not edge_set(data.val_edges) & edge_set(data.test_edges)
+    everything = edge_set(torch.unique(rec().edges[TARGET], dim=1))
+    assert train | edge_set(data.val_edges) | edge_set(data.test_edges) == everything  # a split, nothing lost
+
+
+def test_a_reverse_type_the_dataset_brought_is_rebuilt_from_train_edges_only():
+    source = rec()
+    source.edges[REVERSE] = source.edges[TARGET].flip(0)  # holds every purchase, held-out ones included
+    data = link(source, reverse=False)
+    assert edge_set(data.edge_index[REVERSE].flip(0)) == edge_set(data.edge_index[TARGET])
+
+
+def test_reverse_ids_point_at_the_mirrored_edge():
+    data = link(rec())
+    target, reverse = data.edge_index[TARGET], data.edge_index[REVERSE]
+    assert torch.equal(reverse[:, data.reverse_eid], target.flip(0))
+
+
+def test_fixed_negatives_never_hold_the_positive_and_do_not_depend_on_anything_but_the_seed():
+    data, again = link(rec()), link(rec())
+    for split in ("val", "test"):
+        edges, negatives = data.held_out(split)
+        assert negatives.shape == (edges.shape[1], 20)
+        assert not bool((negatives == edges[1].unsqueeze(1)).any())
+        assert torch.equal(negatives, again.held_out(split)[1])
+
+
+def test_a_homogeneous_graph_holds_out_whole_undirected_pairs():
+    data = link(homogeneous_source(small_graph()))
+    target, reverse = ("node", "to", "node"), ("node", "rev_to", "node")
+    train = edge_set(data.edge_index[target]) | edge_set(data.edge_index[reverse])
+    for split in ("val", "test"):
+        for u, v in edge_set(data.held_out(split)[0]):
+            assert (u, v) not in train and (v, u) not in train
+
+
+@pytest.mark.parametrize("change, needle", [
+    (lambda s: s.edges.update({("user", "likes", "shop"): torch.zeros(2, 1, dtype=torch.int64)}), "'shop', which is not declared"),
+    (lambda s: s.edges[TARGET].__setitem__((1, 0), 10_000), "outside [0, 120)"),
+    (lambda s: s.x.update({"item": torch.full((120, 8), float("nan"))}), "x[item] holds NaN"),
+    (lambda s: s.num_nodes.update({"user": 0}), "needs at least one"),
+])
+def test_bad_heterogeneous_data_is_one_line_naming_it(change, needle):
+    source = rec()
+    change(source)
+    with pytest.raises(DataError, match=None) as err:
+        link(source)
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_held_out_edges_that_also_pass_messages_are_refused():
+    data = link(rec())
+    leaked = data.edge_index[TARGET][:, :3]
+    other = ((leaked[1] + 1) % data.num_nodes["item"]).unsqueeze(1)  # valid negatives: not the positive
+    with pytest.raises(DataError, match="also a message-passing edge"):
+        HeteroGraphData(data.num_nodes, data.x, data.edge_index, data.indptr, target_edge=TARGET,
+                        val_edges=leaked, test_edges=data.test_edges,
+                        val_negatives=other, test_negatives=data.test_negatives)
+
+
+def test_the_target_edge_type_is_named_or_asked_for():
+    source = rec()
+    source.target_edge = None
+    with pytest.raises(ConfigError, match="link.edge_type=RELATION"):
+        link(source)
+    assert source.for_link_task("buys", True, 0, 0.1, 0.1, 5).target_edge == TARGET
+    with pytest.raises(ConfigError, match="link.edge_type='sells' is not an edge type"):
+        source.for_link_task("sells", True, 0, 0.1, 0.1, 5)
+
+
+# --------------------------------------------------------------------------- sampling
+
+
+def test_typed_sampling_respects_each_edge_types_fanout_and_samples_real_edges():
+    data = link(rec())
+    fanouts = typed_fanouts(data, [4, 2], {"in": [1, 1]})
+    assert fanouts[("item", "in", "category")] == [1, 1] and fanouts[TARGET] == [4, 2]
+    sampler = HeteroNeighborSampler(data, fanouts)
+    seeds = {"user": torch.tensor([0, 5, 7]), "item": torch.tensor([3, 4])}
+    sub = sampler.sample(seeds, torch.Generator().manual_seed(0))
+    for t, ids in seeds.items():
+        assert torch.equal(sub.node[t][: ids.numel()], ids)  # seeds first
+        assert torch.unique(sub.node[t]).numel() == sub.node[t].numel()
+    for et, rows in sub.row.items():
+        real = edge_set(data.edge_index[et])
+        sampled = torch.stack([sub.node[et[0]][rows], sub.node[et[2]][sub.col[et]]])
+        assert edge_set(sampled) <= real
+        assert torch.equal(data.edge_index[et][:, sub.edge[et]], sampled)
+        per_dst = torch.bincount(sub.col[et])
+        assert int(per_dst.max()) <= max(fanouts[et])
+
+
+def test_a_training_batch_never_sees_its_own_edges_and_negatives_are_never_the_positive():
+    data = link(rec())
+    batcher = LinkBatcher(data, HeteroNeighborSampler(data, typed_fanouts(data, [-1, -1], {})), negatives=5)
+    gen = torch.Generator().manual_seed(0)
+    for eids in data.split("train").split(64):
+        sub, mb = batcher.train_batch(eids, gen)
+        assert not bool(torch.isin(sub.edge[TARGET], eids).any())
+        assert not bool(torch.isin(sub.edge[REVERSE], data.reverse_eid[eids]).any())
+        src = sub.node["user"][mb.pairs[0]]
+        dst = sub.node["item"][mb.pairs[1]]
+        positives = data.edge_index[TARGET][:, eids]
+        assert torch.equal(torch.stack([src[: eids.numel()], dst[: eids.numel()]]), positives)
+        negative_dst = dst[eids.numel():].view(eids.numel(), 5)
+        assert not bool((negative_dst == positives[1].unsqueeze(1)).any())
+        assert mb.labels.sum() == eids.numel() and mb.labels.numel() == 6 * eids.numel()
+
+
+def test_per_rank_seed_edges_are_disjoint_covering_and_equal_in_count():
+    edges = link(rec()).split("train")
+    for world in (2, 3):
+        shards = [torch.cat(epoch_batches(edges, 100, 0, 1, r, world)) for r in range(world)]
+        counts = {len(epoch_batches(edges, 100, 0, 1, r, world)) for r in range(world)}
+        assert len(counts) == 1
+        together = torch.cat(shards)
+        assert together.numel() == edges.numel() and torch.equal(together.sort().values, edges)
+
+
+def test_with_the_core_sampler_both_backends_see_the_same_batches():
+    data = link(rec())
+    seen = {}
+    for name in ("pyg", "dgl"):
+        sampler = make_hetero_sampler(get_backend(name), data, [5, 3], {}, "core", negatives=2)
+        sampler.reseed(7, 1, 0)
+        batches = list(sampler.loader(list(data.split("train")[:256].split(64))))
+        seen[name] = [(mb.pairs, mb.input_nodes, native_edges(name, mb.graph)) for mb in batches]
+    for (pa, na, ea), (pb, nb, eb) in zip(seen["pyg"], seen["dgl"]):
+        assert torch.equal(pa, pb)
+        assert na.keys() == nb.keys() and all(torch.equal(na[t], nb[t]) for t in na)
+        assert ea == eb
+
+
+def native_edges(backend: str, graph) -> dict:
+    """{edge type: set of (global src, global dst)} of a native heterogeneous batch."""
+    out = {}
+    if backend == "pyg":
+        for et, ei in graph.edge_index_dict.items():
+            out[et] = edge_set(torch.stack([graph[et[0]].n_id[ei[0]], graph[et[2]].n_id[ei[1]]]))
+        return {et: e for et, e in out.items() if e}
+    import dgl
+
+    for et in graph.canonical_etypes:
+        src, dst = graph.edges(etype=et)
+        pairs = torch.stack([graph.nodes[et[0]].data[dgl.NID][src], graph.nodes[et[2]].data[dgl.NID][dst]])
+        out[et] = edge_set(pairs)
+    return {et: e for et, e in out.items() if e}
+
+
+# --------------------------------------------------------------------------- metrics and config
+
+
+def test_link_metrics_rank_each_edge_among_its_own_negatives_ties_halved():
+    scores = LinkScores(hits_at=2)
+    scores.update(torch.tensor([3.0, 0.0, 1.0]), torch.tensor([[1.0, 2.0], [5.0, 6.0], [1.0, 1.0]]))
+    m = scores.as_metrics("val")
+    # ranks: 1, 3, 2 (both negatives tie with the positive: half a place each)
+    assert m["val_mrr"] == pytest.approx((1 + 1 / 3 + 1 / 2) / 3)
+    assert m["val_hits"] == pytest.approx(2 / 3)
+    # AUC over all 3 positives vs all 6 negatives, ties counting half
+    pos, neg = np.array([3.0, 0.0, 1.0]), np.array([1, 2, 5, 6, 1, 1.0])
+    expected = np.mean([(p > n) + 0.5 * (p == n) for p in pos for n in neg])
+    assert m["val_roc_auc"] == pytest.approx(expected)
+
+
+def test_link_config_defaults_and_refusals():
+    config = from_dict({"task": "link"})
+    assert config.train.monitor == "val_roc_auc" and from_dict({}).train.monitor == "val_acc"
+    with pytest.raises(ConfigError, match="does not score task=link"):
+        from_dict({"task": "link", "train": {"monitor": "val_acc"}})
+    with pytest.raises(ConfigError, match="link.hits_at=200 exceeds"):
+        LinkConfig(hits_at=200)
+    with pytest.raises(ConfigError, match="sampler.edge_fanouts.buys"):
+        from_dict({"task": "link", "sampler": {"fanouts": [5, 5], "edge_fanouts": {"buys": [5]}}})
