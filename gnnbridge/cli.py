@@ -129,6 +129,8 @@ def train(experiment, backend, nproc, device, dataset, overrides, out, timeout, 
 
 
 def _metrics_line(m: dict) -> str:
+    if "test_mrr" in m:  # a link task: ranking metrics of the held-out edges
+        return "  ".join(f"{k} {_number(m.get(k))}" for k in ("val_roc_auc", "test_roc_auc", "test_mrr", "test_hits"))
     auc = f"  test_roc_auc {m['test_roc_auc']:.4f}" if m.get("test_roc_auc") is not None else ""
     return "  ".join(f"{k} {_number(m.get(k))}" for k in ("train_acc", "val_acc", "test_acc")) + auc
 
@@ -145,6 +147,8 @@ Examples:
   gnnbridge evaluate runs/x/checkpoints/best.pt --device cuda
   gnnbridge predict runs/x --out preds.npz           # logits, probs, pred, y and the splits
   gnnbridge predict runs/x --out p.npz --set dataset.path=/data/moved.npz
+  gnnbridge predict runs/rec --out top.npz --top-k 20      # link task: 20 best items per user
+  gnnbridge predict runs/rec --out s.npz --pairs pairs.npz # link task: scores of given (src, dst)
 """
 
 checkpoint_option = click.option("--checkpoint", "kind", type=click.Choice(["best", "latest"]), default="best",
@@ -184,14 +188,19 @@ def evaluate(target, kind, device, overrides, trust_code, as_json) -> None:
 @device_option
 @set_option
 @trust_option
+@click.option("--pairs", type=click.Path(dir_okay=False),
+              help="Link tasks: a .npz with int64 src and dst; writes each pair's score.")
+@click.option("--top-k", "top_k", type=int, help="Link tasks: the K best destinations of every source (default 10).")
 @interruptible
-def predict(target, out, kind, device, overrides, trust_code) -> None:
-    """Class scores for every node (or graph) of the run's dataset, written to a .npz file."""
+def predict(target, out, kind, device, overrides, trust_code, pairs, top_k) -> None:
+    """Class scores for every node (or graph) of the run's dataset, or for a link task the scores
+    of given pairs (--pairs) or each source's top destinations (--top-k), written to a .npz file."""
     from gnnbridge.core.app.inference import predict as predict_run
 
-    report = predict_run(target, out, kind=kind, device=device, overrides=overrides, trust_code=trust_code)
+    report = predict_run(target, out, kind=kind, device=device, overrides=overrides, trust_code=trust_code,
+                         pairs=pairs, top_k=top_k)
     shape = "x".join(map(str, report["shape"]))
-    click.echo(f"{report['out']}: logits, probs [{shape}], pred, y, train_idx, val_idx, test_idx "
+    click.echo(f"{report['out']}: {', '.join(report['arrays'])} [{shape}] "
                f"(from {report['checkpoint']}, epoch {report['epoch'] + 1})")
 
 

@@ -75,6 +75,31 @@ def test_rec_synthetic_trains_evaluates_and_resumes_exactly(tmp_path):
     assert report["metrics"] == full["metrics"]  # one process scores exactly what two did
 
 
+def test_predict_top_k_items_per_user_and_scores_of_given_pairs(tmp_path):
+    gnnbridge("train", "rec-synthetic", "--backend", "pyg", "--set", "dataset.options.num_users=200", "--set",
+              "dataset.options.num_items=80", "--set", "train.epochs=2", "--quiet", "--out", "run", cwd=tmp_path)
+    gnnbridge("predict", "run", "--out", "top.npz", "--top-k", "5", cwd=tmp_path)
+    top = np.load(tmp_path / "top.npz")
+    assert top["top_dst"].shape == (200, 5) and top["top_scores"].shape == (200, 5)
+    assert (np.diff(top["top_scores"], axis=1) <= 0).all()  # best first
+    # Items a user was trained on are never recommended back to them.
+    from gnnbridge.core.app.preflight import for_task
+    from gnnbridge.core.contracts.config import from_dict
+    from gnnbridge.core.contracts.plugins import datasets
+    from gnnbridge.core.training import checkpoint
+
+    config = from_dict(checkpoint.load(tmp_path / "run" / "checkpoints" / "best.pt")["config"])
+    data = for_task(config, datasets.get(config.dataset.name)(config.dataset, config.train.seed))
+    trained = set(map(tuple, data.edge_index[("user", "buys", "item")].t().tolist()))
+    recommended = {(u, int(i)) for u, row in enumerate(top["top_dst"]) for i in row}
+    assert trained and not recommended & trained
+    np.savez(tmp_path / "pairs.npz", src=top["src"][:50], dst=top["top_dst"][:50, 0])
+    gnnbridge("predict", "run", "--out", "pairs-out.npz", "--pairs", "pairs.npz", cwd=tmp_path)
+    scored = np.load(tmp_path / "pairs-out.npz")
+    np.testing.assert_allclose(scored["scores"], top["top_scores"][:50, 0], rtol=1e-5, atol=1e-6)
+    assert ((scored["probs"] > 0) & (scored["probs"] < 1)).all()
+
+
 @pytest.mark.parametrize("backend", ["pyg", "dgl"])
 def test_heterogeneous_node_classification_runs_on_both_backends(tmp_path, backend):
     gnnbridge("train", "mag-synthetic", "--backend", backend, "--nproc", "2", "--set", "train.epochs=3", "--quiet",

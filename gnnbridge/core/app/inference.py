@@ -19,11 +19,11 @@ import torch
 from gnnbridge.core.app.preflight import load_dataset, preflight
 from gnnbridge.core.app.resolve import check_frozen, resolve_config
 from gnnbridge.core.app.rundir import output_error
-from gnnbridge.core.contracts.config import ExperimentConfig
+from gnnbridge.core.contracts.config import ExperimentConfig, Task
 from gnnbridge.core.contracts.plugins import no_code, no_downloads
-from gnnbridge.core.errors import CheckpointError, ConfigError, OutputExistsError, TrainingDivergedError
+from gnnbridge.core.errors import CheckpointError, ConfigError, DataError, OutputExistsError, TrainingDivergedError
 from gnnbridge.core.records.collection import GraphCollection
-from gnnbridge.core.records.data import GraphData
+from gnnbridge.core.records.data import GraphData, check_ids
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.runtime.launcher import interrupt_on_sigterm, launch
 from gnnbridge.core.training import checkpoint
@@ -48,20 +48,68 @@ def evaluate(target: str | os.PathLike, *, kind: str = checkpoint.BEST, device: 
 
 
 def predict(target: str | os.PathLike, out: str | os.PathLike, *, kind: str = checkpoint.BEST,
-            device: str | None = None, overrides: list[str] | tuple[str, ...] = (), trust_code: bool = False) -> dict:
-    """Write ``out`` (.npz): ``logits`` and ``probs`` [items, classes] float32, ``pred`` and
-    ``y`` int64 [items], and the ``train_idx`` / ``val_idx`` / ``test_idx`` the run used."""
+            device: str | None = None, overrides: list[str] | tuple[str, ...] = (), trust_code: bool = False,
+            pairs: str | os.PathLike | None = None, top_k: int | None = None) -> dict:
+    """Write ``out`` (.npz). Node and graph tasks: ``logits`` and ``probs`` [items, classes]
+    float32, ``pred`` and ``y`` int64 [items], and the ``train_idx`` / ``val_idx`` / ``test_idx``
+    the run used. Link tasks: with ``pairs`` (a .npz holding int64 ``src`` and ``dst``), their
+    ``scores`` and ``probs``; otherwise the ``top_k`` (default 10) best destinations of every
+    source node (``top_dst``, ``top_scores`` [sources, k]), leaving out the edges it was trained on."""
     out = _check_out(out)
     path, state, config, data = _prepare(target, kind, device, overrides, "predict", trust_code)
+    request = _link_request(config, data, pairs, top_k)
     with _reserved(out) as tmp, interrupt_on_sigterm():  # a folder we cannot write fails now, not after inference
-        logits = launch(_predict_worker, 1, config.device.value, (config, data, state), timeout_s=config.timeout)
-        logits = logits.float()
-        if not bool(torch.isfinite(logits).all()):
+        arrays = launch(_predict_worker, 1, config.device.value, (config, data, state, request),
+                        timeout_s=config.timeout)
+        if not _finite(arrays):
             raise _nonfinite(path, "the model's outputs are NaN or infinite")
-        arrays = {"logits": logits, "probs": torch.softmax(logits, dim=1), "pred": logits.argmax(dim=1), "y": data.y,
-                  "train_idx": data.train_idx, "val_idx": data.val_idx, "test_idx": data.test_idx}
         _write_npz(out, tmp, {k: v.numpy() for k, v in arrays.items()})
-    return {**_describe(path, state, config), "out": str(out), "shape": list(logits.shape)}
+    shape = arrays["logits" if "logits" in arrays else "scores" if "scores" in arrays else "top_dst"].shape
+    return {**_describe(path, state, config), "out": str(out), "arrays": sorted(arrays), "shape": list(shape)}
+
+
+def _finite(arrays: dict[str, torch.Tensor]) -> bool:
+    """The model's outputs are finite (a top-k list may end in -inf: a source with fewer unseen
+    destinations than k)."""
+    for key in ("logits", "scores", "top_scores"):
+        value = arrays.get(key)
+        if value is not None and bool((value.isnan() | value.isposinf() | (value.isneginf() & (key != "top_scores"))).any()):
+            return False
+    return True
+
+
+def _link_request(config: ExperimentConfig, data, pairs, top_k) -> dict | None:
+    """What a link prediction should score (checked before any work), or None for other tasks."""
+    if config.task is not Task.LINK:
+        if pairs is not None or top_k is not None:
+            raise ConfigError(f"--pairs and --top-k score edges, but this run's task is {config.task.value}.")
+        return None
+    if pairs is not None and top_k is not None:
+        raise ConfigError("Give --pairs (score these pairs) or --top-k (best destinations per source), not both.")
+    if top_k is not None and not (isinstance(top_k, int) and top_k > 0):
+        raise ConfigError(f"--top-k {top_k!r} must be a positive number of destinations per source, e.g. 10.")
+    if pairs is None:
+        return {"top_k": top_k or 10}
+    return {"pairs": read_pairs(Path(pairs), data)}
+
+
+def read_pairs(path: Path, data) -> tuple[torch.Tensor, torch.Tensor]:
+    """``src`` and ``dst`` of a pairs file, checked against the run's target edge type."""
+    s_type, _, d_type = data.target_edge
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            src, dst = (torch.from_numpy(np.asarray(f[k])) for k in ("src", "dst"))
+    except (OSError, ValueError, KeyError, EOFError) as exc:
+        raise DataError(f"--pairs {path}: cannot be read as a .npz with int64 arrays src and dst "
+                        f"({type(exc).__name__}: {str(exc).splitlines()[0][:100] if str(exc) else ''}); write it with "
+                        "numpy.savez(path, src=..., dst=...).") from None
+    for name, ids, t in (("src", src, s_type), ("dst", dst, d_type)):
+        if ids.dtype != torch.int64 or ids.dim() != 1:
+            raise DataError(f"--pairs {path}: {name} must be int64 [P] ('{t}' ids), got {ids.dtype} {list(ids.shape)}.")
+        check_ids(f"--pairs {path}: {name}", ids, data.num_nodes[t], unit=f"'{t}' node")
+    if src.numel() != dst.numel():
+        raise DataError(f"--pairs {path}: src has {src.numel()} ids but dst has {dst.numel()}; give one per pair.")
+    return src, dst
 
 
 def _nonfinite(path: Path, what: str) -> TrainingDivergedError:
@@ -148,5 +196,16 @@ def _evaluate_worker(ctx: DistContext, config: ExperimentConfig, data, state: di
     return {"metrics": trainer.evaluate(), "eval": trainer.eval_summary()}
 
 
-def _predict_worker(ctx: DistContext, config: ExperimentConfig, data, state: dict) -> torch.Tensor:
-    return Trainer(config, data, ctx, show_progress=False, resume=state).predict()
+def _predict_worker(ctx: DistContext, config: ExperimentConfig, data, state: dict, request: dict | None) -> dict:
+    trainer = Trainer(config, data, ctx, show_progress=False, resume=state)
+    if request is None:
+        logits = trainer.predict().float()
+        return {"logits": logits, "probs": torch.softmax(logits, dim=1), "pred": logits.argmax(dim=1), "y": data.y,
+                "train_idx": data.train_idx, "val_idx": data.val_idx, "test_idx": data.test_idx}
+    links = trainer.link_scorer()
+    if "pairs" in request:
+        src, dst = request["pairs"]
+        scores = links.score_pairs(trainer.model, src, dst).float()
+        return {"src": src, "dst": dst, "scores": scores, "probs": torch.sigmoid(scores)}
+    top, scores = links.top_k(trainer.model, request["top_k"], data.edge_index[data.target_edge])
+    return {"src": torch.arange(top.shape[0]), "top_dst": top, "top_scores": scores.float()}

@@ -163,6 +163,9 @@ class LinkBatcher:
         edges, negatives = self.data.held_out(split)
         return self._batch(ids, edges[0, ids], edges[1, ids], negatives[ids], generator, None)
 
+    def pairs_batch(self, ids, src, dst, negatives, generator):
+        return self._batch(ids, src, dst, negatives, generator, None)
+
     def _batch(self, ids, src, dst, negatives, generator, exclude):
         s_type, _, d_type = self.target
         k = negatives.shape[1]
@@ -228,6 +231,14 @@ class CoreHeteroSampler(Sampler):
         """Val or test edges (ids into the split) with their fixed negatives."""
         for ids in batches:
             yield self._native(*self._links.held_out_batch(split, ids, self._generator))
+
+    def pairs_loader(self, src: torch.Tensor, dst: torch.Tensor, batch: int) -> Iterable[LinkMiniBatch]:
+        """Any (src, dst) pairs of the target edge type, ``batch`` at a time, with no negatives."""
+        none = torch.zeros(0, dtype=torch.int64)
+        for lo in range(0, src.numel(), batch):
+            ids = torch.arange(lo, min(lo + batch, src.numel()))
+            yield self._native(*self._links.pairs_batch(ids, src[ids], dst[ids], none.view(ids.numel(), 0),
+                                                        self._generator))
 
     def _native(self, sub: HeteroSampledSubgraph, mb: LinkMiniBatch) -> LinkMiniBatch:
         mb.graph = self._to_native(sub)

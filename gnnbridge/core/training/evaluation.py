@@ -224,15 +224,45 @@ class LinkEvaluator(Evaluator):
         for split in (s for s in splits if s != "train"):
             scores = LinkScores(self.hits_at)
             for mb in self.sampler.held_out_loader(split, self._shard_batches(split)):
-                out = self.call.pairs(model, self.backend.graph_to(mb.graph, self.ctx.device),
-                                      gather_inputs(self.data, mb.input_nodes, self.ctx.device),
-                                      mb.pairs.to(self.ctx.device))
+                out = self._scores(model, mb)
                 scores.update(out[:mb.positives], out[mb.positives:].view(mb.positives, mb.negatives_per_edge))
             metrics.update(scores.reduce(self.ctx).as_metrics(split))
         return metrics
 
     def _predict(self, model: torch.nn.Module) -> torch.Tensor:
-        raise NotImplementedError("link scores are predicted pair by pair (gnnbridge predict --pairs)")
+        raise NotImplementedError("a link model scores pairs: use score_pairs or top_k")
+
+    @torch.no_grad()
+    def score_pairs(self, model: torch.nn.Module, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+        """The score of every (src, dst) pair of the target edge type, on CPU (one process)."""
+        with _inference(self.ctx, model):
+            return torch.cat([self._scores(model, mb).cpu()
+                              for mb in self.sampler.pairs_loader(src, dst, self.batch_size)] or [torch.zeros(0)])
+
+    @torch.no_grad()
+    def top_k(self, model: torch.nn.Module, k: int, exclude: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """For every source node, the ``k`` best-scoring destinations and their scores, leaving out
+        the pairs in ``exclude`` [2, E] (what the source already has, e.g. its train edges). Every
+        destination is scored: a cost of sources x destinations pairs."""
+        n_src, n_dst = (self.data.num_nodes[t] for t in (self.data.target_edge[0], self.data.target_edge[2]))
+        best, scores = [], []
+        per_batch = max(1, (64 * self.batch_size) // n_dst)  # sources per batch: about 64 x batch_size pairs
+        with _inference(self.ctx, model):
+            for sources in torch.arange(n_src).split(per_batch):
+                src = sources.repeat_interleave(n_dst)
+                dst = torch.arange(n_dst).repeat(sources.numel())
+                out = torch.cat([self._scores(model, mb).cpu() for mb in
+                                 self.sampler.pairs_loader(src, dst, 64 * self.batch_size)]).view(-1, n_dst)
+                mine = exclude[:, (exclude[0] >= sources[0]) & (exclude[0] <= sources[-1])]
+                out[mine[0] - sources[0], mine[1]] = float("-inf")
+                top = out.topk(min(k, n_dst), dim=1)
+                best.append(top.indices)
+                scores.append(top.values)
+        return torch.cat(best), torch.cat(scores)
+
+    def _scores(self, model: torch.nn.Module, mb) -> torch.Tensor:
+        return self.call.pairs(model, self.backend.graph_to(mb.graph, self.ctx.device),
+                               gather_inputs(self.data, mb.input_nodes, self.ctx.device), mb.pairs.to(self.ctx.device))
 
 
 def supports_layerwise(model: torch.nn.Module) -> bool:

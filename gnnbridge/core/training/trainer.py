@@ -299,6 +299,13 @@ class Trainer:
         """Logits of every node (or graph), by the same evaluator as :meth:`evaluate`."""
         return self._final_evaluator().predict(self.model)
 
+    def link_scorer(self) -> LinkEvaluator:
+        """Scores pairs of the target edge type as the final evaluation does (``eval.mode``)."""
+        evaluator = self._final_evaluator()
+        if not isinstance(evaluator, LinkEvaluator):
+            raise TypeError("link_scorer() needs a link task")
+        return evaluator
+
     def final_mode(self) -> EvalMode | None:
         """How the final evaluation runs: ``eval.mode``, except that a model without
         ``layer_forward`` is evaluated on full neighbourhoods. None: whole graphs."""
