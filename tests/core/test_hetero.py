@@ -223,3 +223,30 @@ def test_link_config_defaults_and_refusals():
         LinkConfig(hits_at=200)
     with pytest.raises(ConfigError, match="sampler.edge_fanouts.buys"):
         from_dict({"task": "link", "sampler": {"fanouts": [5, 5], "edge_fanouts": {"buys": [5]}}})
+
+
+def test_dgls_own_link_sampler_keeps_the_same_guarantees():
+    import dgl
+
+    data = link(rec())
+    sampler = make_hetero_sampler(get_backend("dgl"), data, [-1, -1], {}, "native", negatives=3)
+    assert type(sampler).__name__ == "DglHeteroSampler"
+    sampler.reseed(0, 0, 0)
+    batches = list(data.split("train").split(64))
+    for eids, mb in zip(batches, sampler.loader(batches)):
+        for block in mb.graph:
+            for et in (TARGET, REVERSE):
+                seen = block.edges[et].data[dgl.EID]
+                banned = eids if et == TARGET else data.reverse_eid[eids]
+                assert not bool(torch.isin(seen, banned).any())  # no seed edge, no reverse of one
+        last = mb.graph[-1]
+        users, items = last.dstnodes["user"].data[dgl.NID], last.dstnodes["item"].data[dgl.NID]
+        src, dst = users[mb.pairs[0]], items[mb.pairs[1]]
+        positives = data.edge_index[TARGET][:, eids]
+        assert torch.equal(torch.stack([src[: eids.numel()], dst[: eids.numel()]]), positives)
+        assert not bool((dst[eids.numel():].view(-1, 3) == positives[1].unsqueeze(1)).any())
+    # Held-out edges are scored through core's sampler on every backend: the same batches.
+    core = make_hetero_sampler(get_backend("dgl"), data, [-1, -1], {}, "core")
+    a = next(iter(sampler.held_out_loader("val", [torch.arange(10)])))
+    b = next(iter(core.held_out_loader("val", [torch.arange(10)])))
+    assert torch.equal(a.pairs, b.pairs)

@@ -123,6 +123,14 @@ class DglBackend(Backend):
             blocks.append(block)
         return blocks
 
+    def hetero_sampler(self, core: Any, kind: SamplerKind) -> Sampler:
+        from gnnbridge.backends.dgl.hetero import DglHeteroSampler
+
+        return DglHeteroSampler(core)
+
+    def hetero_sampler_unavailable(self, kind: SamplerKind) -> str | None:
+        return None
+
     def from_hetero_sampled(self, sub) -> Any:
         from gnnbridge.backends.dgl.hetero import to_heterograph
 

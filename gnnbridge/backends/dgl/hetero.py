@@ -1,16 +1,32 @@
-"""Heterogeneous graphs with DGL: a core sample as a heterograph (each node type's ids in
-``ndata[dgl.NID]``, every declared type present even when the sample has none of its nodes), and
-heterogeneous GraphSAGE as ``HeteroGraphConv`` over a ``SAGEConv`` per canonical edge type
-(:class:`~gnnbridge.core.models.hetero.HeteroSAGE` holds the rest)."""
+"""Heterogeneous graphs with DGL.
+
+* A core sample becomes a heterograph (each node type's ids in ``ndata[dgl.NID]``, every declared
+  type present even when the sample has none of its nodes).
+* DGL's own samplers: ``NeighborSampler`` with a fanout per canonical edge type, wrapped by
+  ``as_edge_prediction_sampler`` for link batches. Negatives come from core's generator (the
+  same draw the core sampler makes, never the positive) and the excluded edges are each seed
+  edge and its reverse, found through the record's ``reverse_eid`` (DGL's own
+  ``reverse_etypes`` assumes a reverse edge has the same id, which ours need not). Held-out
+  edges are not graph edges, so evaluation batches come from core's sampler on every backend.
+* Heterogeneous GraphSAGE as ``HeteroGraphConv`` over a ``SAGEConv`` per canonical edge type
+  (:class:`~gnnbridge.core.models.hetero.HeteroSAGE` holds the rest), on one heterograph (a core
+  sample) or on DGL's blocks, one per layer.
+"""
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import torch
 from torch import nn
 
 from gnnbridge.backends.dgl.compat import import_dgl
+from gnnbridge.core.contracts.interfaces import Sampler
 from gnnbridge.core.models.hetero import HeteroSAGE
+from gnnbridge.core.records.batches import MiniBatch
+from gnnbridge.core.records.hetero import negative_destinations
+from gnnbridge.core.sampling.hetero import CoreHeteroSampler, LinkMiniBatch
+from gnnbridge.core.sampling.seeds import derived_seed
 
 
 def to_heterograph(sub) -> Any:
@@ -31,4 +47,72 @@ class DglHeteroSAGE(HeteroSAGE):
         return HeteroGraphConv({et: SAGEConv(hidden, hidden, self.spec.aggr) for et in edge_types}, aggregate="sum")
 
     def conv(self, index: int, graph: Any, h: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return self.convs[index](graph, h)
+        return self.convs[index](graph[index] if isinstance(graph, list) else graph, h)
+
+    def carry(self, index: int, graph: Any, node_type: str, h: torch.Tensor) -> torch.Tensor:
+        """A block's dst nodes are a prefix of its src nodes: an unreached type keeps those rows."""
+        return h[:graph[index].num_dst_nodes(node_type)] if isinstance(graph, list) else h
+
+
+class DglHeteroSampler(Sampler):
+    """DGL's heterogeneous neighbour sampler (and edge-prediction sampler for link tasks) for
+    training batches; held-out edges and given pairs through ``core``, the core sampler."""
+
+    def __init__(self, core: CoreHeteroSampler):
+        super().__init__(core.store, core.fanouts)
+        dgl = import_dgl()
+        self._dgl, self.core, self.data = dgl, core, core.data
+        data = self.data
+        self.graph = dgl.heterograph({et: (ei[0], ei[1]) for et, ei in data.edge_index.items()},
+                                     num_nodes_dict=dict(data.num_nodes))  # edge ids = positions, as in core
+        layers = len(core.fanouts)
+        blocks = dgl.dataloading.NeighborSampler(
+            [{et: f[hop] for et, f in core.typed_fanouts.items()} for hop in reversed(range(layers))])
+        self._generator = torch.Generator()
+        if data.is_link:
+            self._negatives = core.negatives
+            blocks = dgl.dataloading.as_edge_prediction_sampler(blocks, exclude=self._exclude,
+                                                                negative_sampler=self._draw_negatives)
+        self._sampler = blocks
+
+    def reseed(self, seed: int, epoch: int, rank: int) -> None:
+        self.core.reseed(seed, epoch, rank)
+        self._dgl.seed(derived_seed(seed, epoch, rank, stream=3))
+        self._generator.manual_seed(derived_seed(seed, epoch, rank, stream=1))
+
+    def loader(self, batches: list[torch.Tensor]) -> Iterable[MiniBatch]:
+        for seeds in batches:
+            yield self._link_batch(seeds) if self.data.is_link else self._node_batch(seeds)
+
+    def held_out_loader(self, split: str, batches: list[torch.Tensor]) -> Iterable[LinkMiniBatch]:
+        return self.core.held_out_loader(split, batches)
+
+    def pairs_loader(self, src: torch.Tensor, dst: torch.Tensor, batch: int) -> Iterable[LinkMiniBatch]:
+        return self.core.pairs_loader(src, dst, batch)
+
+    def _node_batch(self, seeds: torch.Tensor) -> MiniBatch:
+        input_nodes, _, blocks = self._sampler.sample(self.graph, {self.data.target_node: seeds})
+        return MiniBatch(seeds, dict(input_nodes), blocks)
+
+    def _link_batch(self, eids: torch.Tensor) -> LinkMiniBatch:
+        target = self.data.target_edge
+        input_nodes, pos, neg, blocks = self._sampler.sample(self.graph, {target: eids})
+        pairs = torch.cat([torch.stack(pos.edges(etype=target, order="eid")),
+                           torch.stack(neg.edges(etype=target, order="eid"))], dim=1)
+        labels = torch.cat([torch.ones(eids.numel()), torch.zeros(eids.numel() * self._negatives)])
+        return LinkMiniBatch(eids, dict(input_nodes), blocks, pairs=pairs, labels=labels, positives=int(eids.numel()),
+                             negatives_per_edge=self._negatives)
+
+    def _exclude(self, seed_edges: dict) -> dict:
+        data = self.data
+        eids = seed_edges[data.target_edge]
+        out = {data.target_edge: eids}
+        if data.reverse_edge is not None:
+            out[data.reverse_edge] = data.reverse_eid[eids]
+        return out
+
+    def _draw_negatives(self, graph: Any, seed_edges: dict) -> dict:
+        target = self.data.target_edge
+        src, dst = graph.find_edges(seed_edges[target], etype=target)
+        negatives = negative_destinations(dst, self._negatives, self.data.num_nodes[target[2]], self._generator)
+        return {target: (src.repeat_interleave(self._negatives), negatives.flatten())}

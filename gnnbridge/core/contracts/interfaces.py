@@ -206,6 +206,12 @@ class Backend(ABC):
         """The native graph for a core ``HeteroSampledSubgraph`` (every node and edge type of it)."""
         raise BackendUnavailableError(f"Backend '{self.name}' does not support heterogeneous graphs.")
 
+    def hetero_sampler(self, core: Any, kind: SamplerKind) -> Sampler:
+        """Training batches of a heterogeneous graph: ``core`` (core's typed sampler, already built)
+        or, for NATIVE (and AUTO, where the library's runs), the library's own sampler, which must
+        keep core's ``held_out_loader`` and ``pairs_loader`` for evaluation."""
+        return core
+
     def hetero_sampler_unavailable(self, kind: SamplerKind) -> str | None:
         """Why heterogeneous batches of ``kind`` cannot come from this backend (None: they can);
         AUTO and CORE always come from core's heterogeneous sampler."""

@@ -75,7 +75,12 @@ class HeteroSAGE(nn.Module):
             out = self.conv(i, graph, h)
             last = i == self.spec.layers - 1
             h = {t: (v if last else nn.functional.dropout(torch.relu(v), self.spec.dropout, self.training))
-                 for t, v in out.items()} | {t: v for t, v in h.items() if t not in out}
+                 for t, v in out.items()} | {t: self.carry(i, graph, t, v) for t, v in h.items() if t not in out}
+        return h
+
+    def carry(self, index: int, graph: Any, node_type: str, h: torch.Tensor) -> torch.Tensor:
+        """The state a node type no relation reaches in layer ``index`` keeps (all of it, unless
+        the library's layer computes fewer nodes than it reads, as DGL's blocks do)."""
         return h
 
     def forward(self, graph: Any, x: dict[str, torch.Tensor], pairs: torch.Tensor | None = None) -> torch.Tensor:

@@ -60,12 +60,14 @@ def make_sampler(backend: Backend, store: GraphStore, fanouts: list[int], kind: 
 
 
 def make_hetero_sampler(backend: Backend, data: HeteroGraphData, fanouts: list[int], edge_fanouts: dict,
-                        kind: str, negatives: int = 1) -> CoreHeteroSampler:
-    """Heterogeneous batches: core's typed sampler, converted by the backend (see
-    :mod:`gnnbridge.core.sampling.hetero` for why not the libraries' own)."""
+                        kind: str, negatives: int = 1) -> Sampler:
+    """Heterogeneous batches: core's typed sampler, converted by the backend, or the library's own
+    where the backend has one (:meth:`Backend.hetero_sampler`; PyG's needs pyg-lib, see
+    :mod:`gnnbridge.core.sampling.hetero`)."""
     check_hetero_kind(kind, backend)
-    return CoreHeteroSampler(HeteroStore(data), typed_fanouts(data, fanouts, edge_fanouts),
+    core = CoreHeteroSampler(HeteroStore(data), typed_fanouts(data, fanouts, edge_fanouts),
                              backend.from_hetero_sampled, negatives)
+    return core if kind == SamplerKind.CORE.value else backend.hetero_sampler(core, SamplerKind(kind))
 
 
 def check_hetero_kind(kind: str, backend: Backend) -> None:

@@ -24,7 +24,7 @@ import torch
 from gnnbridge.core.contracts.interfaces import GraphStore, Sampler
 from gnnbridge.core.errors import ConfigError
 from gnnbridge.core.records.batches import MiniBatch
-from gnnbridge.core.records.hetero import EdgeType, HeteroGraphData, edge_name, find_edge_type
+from gnnbridge.core.records.hetero import EdgeType, HeteroGraphData, edge_name, find_edge_type, negative_destinations
 from gnnbridge.core.sampling.neighbors import NeighborSampler
 from gnnbridge.core.sampling.seeds import epoch_generator
 
@@ -148,12 +148,7 @@ class LinkBatcher:
 
     def train_batch(self, eids: torch.Tensor, generator: torch.Generator) -> tuple[HeteroSampledSubgraph, LinkMiniBatch]:
         src, dst = self._train[:, eids]
-        n_dst = self.data.num_nodes[self.target[2]]
-        negatives = torch.randint(0, n_dst, (eids.numel(), self.negatives), generator=generator)
-        clash = negatives == dst.unsqueeze(1)
-        while bool(clash.any()):  # never the edge's own destination
-            negatives[clash] = torch.randint(0, n_dst, (int(clash.sum()),), generator=generator)
-            clash = negatives == dst.unsqueeze(1)
+        negatives = negative_destinations(dst, self.negatives, self.data.num_nodes[self.target[2]], generator)
         exclude = {self.target: eids}
         if self.data.reverse_edge is not None:
             exclude[self.data.reverse_edge] = self.data.reverse_eid[eids]
@@ -211,6 +206,7 @@ class CoreHeteroSampler(Sampler):
         self.data: HeteroGraphData = store.data
         self.typed_fanouts = fanouts
         self._sampler = HeteroNeighborSampler(self.data, fanouts)
+        self.negatives = negatives
         self._links = LinkBatcher(self.data, self._sampler, negatives) if self.data.is_link else None
         self._to_native = to_native
         self._generator = epoch_generator(0, 0, 0, stream=1)
