@@ -236,6 +236,20 @@ def test_malformed_graph_collection_is_refused(tmp_path, refused, overrides, nee
         (["gin-synthetic", "--set", "model.pooling=max"], ["model.pooling='max' is not supported", "sum, mean"]),
         (["gin-synthetic", "--dataset", "karate"], ["one graph with a label per node but task=graph"]),
         (["--dataset", "gin-synthetic"], ["collection of 1000 graphs", "--set task=graph --set model.arch=gin"]),
+        # Heterogeneous graphs and link prediction.
+        (["--set", "task=link", "--set", "model.arch=gcn"], ["model.arch='gcn' is a model for task=node, not task=link",
+                                                            "--set model.arch=sage"]),
+        (["mag-synthetic", "--set", "model.arch=gat"], ["dataset 'mag-synthetic' is heterogeneous", "sage"]),
+        (["rec-synthetic", "--set", "link.edge_type=sells"], ["link.edge_type='sells' is not an edge type",
+                                                              "user,buys,item"]),
+        (["mag-synthetic", "--set", "task=link"], ["has 3 edge types", "--set link.edge_type=RELATION"]),
+        (["rec-synthetic", "--set", "task=node"], ["no node labels", "task=link"]),
+        (["rec-synthetic", "--set", "task=graph", "--set", "model.arch=gin"], ["task=graph classifies whole graphs"]),
+        (["rec-synthetic", "--set", "sampler.kind=native"], ["LinkNeighborLoader", "sampler.kind=core or auto"]),
+        (["rec-synthetic", "--set", "sampler.kind=example-nope"], ["plugin samplers sample homogeneous graphs"]),
+        (["rec-synthetic", "--set", "train.monitor=val_acc"], ["does not score task=link", "val_mrr"]),
+        (["rec-synthetic", "--set", "sampler.edge_fanouts={sells: [5, 5]}"],
+         ["sampler.edge_fanouts key='sells' is not an edge type"]),
     ],
 )
 def test_task_model_and_dataset_must_match(tmp_path, refused, args, needles):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -117,3 +118,21 @@ def test_homogeneous_link_prediction_on_an_existing_graph(tmp_path):
     assert run["dataset"]["target_edge"] == "node,to,node"
     assert set(run["dataset"]["edge_types"]) == {"node,to,node", "node,rev_to,node"}
     assert run["metrics"]["test_roc_auc"] > 0.6
+
+
+def test_a_torchrun_node_shares_the_heterogeneous_graph_and_matches_nproc(tmp_path):
+    """Under torchrun the node's first rank loads the graph and its ranks map the same pages; the
+    run must equal one started with --nproc 2 exactly."""
+    args = ["train", "rec-synthetic", "--backend", "dgl", "--set", "dataset.options.num_users=300", "--set",
+            "dataset.options.num_items=100", "--set", "train.epochs=2", "--quiet"]
+    gnnbridge(*args, "--nproc", "2", "--out", "spawned", cwd=tmp_path)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
+                           "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", "gnnbridge", *args,
+                           "--out", "job"], capture_output=True, text=True, cwd=tmp_path, env=ENV, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    spawned, job = results(tmp_path / "spawned"), results(tmp_path / "job")
+    assert [h["loss"] for h in job["history"]] == [h["loss"] for h in spawned["history"]]
+    assert job["metrics"] == spawned["metrics"] and job["dataset"] == spawned["dataset"]

@@ -28,6 +28,7 @@ import torch
 
 from gnnbridge.core.errors import DataError
 from gnnbridge.core.records.data import LabelledRecord
+from gnnbridge.core.records.hetero import HeteroGraphData
 from gnnbridge.core.runtime.context import DistContext
 
 
@@ -46,7 +47,7 @@ def node_shared(ctx: DistContext, load: Callable[[], LabelledRecord]) -> Labelle
         if ctx.is_local_main:
             ctx.store.set(key, json.dumps(export(load(), folder, prefix)))
         manifest = json.loads(ctx.wait_key(key))
-        paths = [Path(t["path"]) for t in manifest["tensors"].values()]
+        paths = [Path(t["path"]) for t in manifest["tensors"]]
         record = attach(manifest)
         ctx.local_barrier()  # every rank has mapped the files: their names can go
         if ctx.is_local_main:
@@ -64,39 +65,58 @@ def shm_dir() -> Path:
 
 
 def export(record: LabelledRecord, folder: Path, prefix: str, written: list[Path] | None = None) -> dict:
-    """Write ``record``'s tensors to files ``folder/prefix-<field>`` and return the manifest. Each
-    file is added to ``written`` before it is filled; on an error they are all removed."""
+    """Write ``record``'s tensors (fields, and tensors inside dict fields, as a heterogeneous
+    graph keeps them per type) to files ``folder/prefix-<n>`` and return the manifest. Each file
+    is added to ``written`` before it is filled; on an error they are all removed."""
     written = [] if written is None else written
-    manifest: dict = {"type": type(record).__name__, "tensors": {}, "values": {}}
+    manifest: dict = {"type": type(record).__name__, "tensors": [], "values": {}}
     try:
         for f in dataclasses.fields(record):
             value = getattr(record, f.name)
-            if not isinstance(value, torch.Tensor):
+            items = _tensor_items(value)
+            if items is None:
                 manifest["values"][f.name] = value
                 continue
-            path = folder / f"{prefix}-{f.name}"
-            written.append(path)
-            _write(path, value.contiguous())
-            manifest["tensors"][f.name] = {"path": str(path), "dtype": str(value.dtype).removeprefix("torch."),
-                                           "shape": list(value.shape)}
+            for key, tensor in items:
+                path = folder / f"{prefix}-{len(manifest['tensors'])}"
+                written.append(path)
+                _write(path, tensor.contiguous())
+                manifest["tensors"].append({"field": f.name, "key": key, "path": str(path),
+                                            "dtype": str(tensor.dtype).removeprefix("torch."),
+                                            "shape": list(tensor.shape)})
     except BaseException:
         _unlink(written)
         raise
     return manifest
 
 
+def _tensor_items(value) -> list[tuple] | None:
+    """``[(key, tensor)]`` of a tensor field (key None) or a non-empty dict of tensors (keys are
+    names or edge-type tuples, kept as JSON lists); None for anything else."""
+    if isinstance(value, torch.Tensor):
+        return [(None, value)]
+    if isinstance(value, dict) and value and all(isinstance(v, torch.Tensor) for v in value.values()):
+        return [(list(k) if isinstance(k, tuple) else k, v) for k, v in value.items()]
+    return None
+
+
 def attach(manifest: dict) -> LabelledRecord:
     """Map the files of a manifest into a record; the record was validated by its loader."""
     cls = _record_types()[manifest["type"]]
     record = cls.__new__(cls)  # no __post_init__: validating again would read every page
-    for name, spec in manifest["tensors"].items():
+    for spec in manifest["tensors"]:
         dtype, shape = getattr(torch, spec["dtype"]), spec["shape"]
         numel = int(torch.Size(shape).numel())
         tensor = (torch.from_file(spec["path"], shared=True, size=numel, dtype=dtype) if numel
-                  else torch.empty(0, dtype=dtype))
-        setattr(record, name, tensor.view(shape))
+                  else torch.empty(0, dtype=dtype)).view(shape)
+        key = spec["key"]
+        if key is None:
+            setattr(record, spec["field"], tensor)
+        else:
+            vars(record).setdefault(spec["field"], {})[tuple(key) if isinstance(key, list) else key] = tensor
     for name, value in manifest["values"].items():
-        setattr(record, name, value)
+        # JSON turned tuples (an edge type) into lists; no record keeps a list value.
+        setattr(record, name, tuple(value) if isinstance(value, list) else value)
     return record
 
 
@@ -126,7 +146,7 @@ def _unlink(paths: list[Path]) -> None:
 
 
 def _record_types() -> dict[str, type]:
-    found, todo = {}, [LabelledRecord]
+    found, todo = {HeteroGraphData.__name__: HeteroGraphData}, [LabelledRecord]
     while todo:
         cls = todo.pop()
         found[cls.__name__] = cls

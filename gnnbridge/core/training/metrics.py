@@ -127,47 +127,52 @@ class LinkScores:
     """Link-prediction metrics, exact across ranks.
 
     Every held-out edge is scored with its fixed negatives: ROC-AUC over all positive and
-    negative scores (all-gathered, like :class:`ClassificationScores`), and the edge's rank
-    among its own candidates for MRR and Hits@K. A tie counts half a place (the candidates that
-    tie with the positive are shared out evenly), so a model that scores everything alike gets
-    the chance-level rank, not the best one. Reciprocal ranks and hits are sums, reduced once.
+    negative scores, and the edge's rank among its own candidates for MRR and Hits@K. A tie
+    counts half a place (the candidates that tie with the positive are shared out evenly), so a
+    model that scores everything alike gets the chance-level rank, not the best one. Scores and
+    ranks are all-gathered (like :class:`ClassificationScores`); the reciprocal ranks are summed
+    in sorted order, so the MRR is the same float whatever the number of ranks.
     """
 
     def __init__(self, hits_at: int):
         self.hits_at = hits_at
         self._pos: list[torch.Tensor] = []
         self._neg: list[torch.Tensor] = []
-        self.sums = torch.zeros(4, dtype=torch.float64)  # reciprocal ranks, hits, edges, non-finite scores
+        self._ranks: list[torch.Tensor] = []  # twice each edge's rank: an integer, ties included
+        self.nonfinite = torch.zeros((), dtype=torch.int64)
 
     def update(self, positive: torch.Tensor, negative: torch.Tensor) -> None:
         """``positive`` [B] scores of B edges; ``negative`` [B, K] scores of each one's negatives."""
         positive, negative = positive.detach().double().cpu(), negative.detach().double().cpu()
-        bad = (~torch.isfinite(positive)).sum() + (~torch.isfinite(negative)).any(dim=1).sum()
-        above = (negative > positive.unsqueeze(1)).sum(1).double()
-        ties = (negative == positive.unsqueeze(1)).sum(1).double()
-        rank = 1 + above + ties / 2
-        self.sums += torch.stack([rank.reciprocal().sum(), (rank <= self.hits_at).double().sum(),
-                                  torch.tensor(float(positive.numel())), bad.double()])
+        self.nonfinite += (~torch.isfinite(positive)).sum() + (~torch.isfinite(negative)).any(dim=1).sum()
+        above = (negative > positive.unsqueeze(1)).sum(1)
+        ties = (negative == positive.unsqueeze(1)).sum(1)
+        self._ranks.append(2 + 2 * above + ties)
         self._pos.append(positive)
         self._neg.append(negative.flatten())
 
     def reduce(self, ctx: DistContext) -> "LinkScores":
-        self.sums = ctx.all_reduce_sum(self.sums)
+        self.nonfinite = ctx.all_reduce_sum(self.nonfinite)
         if ctx.distributed:
-            for name in ("_pos", "_neg"):
-                local = torch.cat(getattr(self, name)) if getattr(self, name) else torch.zeros(0, dtype=torch.float64)
+            for name in ("_pos", "_neg", "_ranks"):
+                local = _cat(getattr(self, name), torch.int64 if name == "_ranks" else torch.float64)
                 sizes = torch.zeros(ctx.world_size, dtype=torch.int64)
                 sizes[ctx.rank] = local.numel()
                 setattr(self, name, [ctx.all_gather_rows(local, ctx.all_reduce_sum(sizes).tolist())])
         return self
 
     def as_metrics(self, prefix: str) -> dict[str, float | None]:
-        reciprocal, hits, edges, bad = self.sums.tolist()
-        if bad:
-            raise TrainingDivergedError(f"the model's scores are NaN or infinite for {int(bad)} of {int(edges)} "
-                                        f"{prefix} edge(s), which are never scored")
-        pos = torch.cat(self._pos) if self._pos else torch.zeros(0, dtype=torch.float64)
-        neg = torch.cat(self._neg) if self._neg else torch.zeros(0, dtype=torch.float64)
+        ranks2 = _cat(self._ranks, torch.int64)
+        if int(self.nonfinite):
+            raise TrainingDivergedError(f"the model's scores are NaN or infinite for {int(self.nonfinite)} of "
+                                        f"{ranks2.numel()} {prefix} edge(s), which are never scored")
+        pos, neg = _cat(self._pos, torch.float64), _cat(self._neg, torch.float64)
         labels = torch.cat([torch.ones(pos.numel(), dtype=torch.int64), torch.zeros(neg.numel(), dtype=torch.int64)])
-        return {f"{prefix}_roc_auc": roc_auc(torch.cat([pos, neg]), labels),
-                f"{prefix}_mrr": reciprocal / max(1.0, edges), f"{prefix}_hits": hits / max(1.0, edges)}
+        edges = max(1, ranks2.numel())
+        reciprocal = float((2.0 / ranks2.sort().values.double()).sum())
+        return {f"{prefix}_roc_auc": roc_auc(torch.cat([pos, neg]), labels), f"{prefix}_mrr": reciprocal / edges,
+                f"{prefix}_hits": int((ranks2 <= 2 * self.hits_at).sum()) / edges}
+
+
+def _cat(parts: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=dtype)
