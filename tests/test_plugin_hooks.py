@@ -437,3 +437,38 @@ def test_zoo_options_reach_the_pyg_model():
     model, _ = build_model(spec, "pyg", Task.NODE, data.num_features, data.num_classes, data)
     first = model.net.convs[0]
     assert type(first).__name__ == "GATv2Conv" and first.heads == 4
+
+
+class PairFactorisation(nn.Module):
+    """A heterogeneous link model without message passing: a vector per node (an embedding for a
+    featureless type, a linear map of the features otherwise), scored by dot product."""
+
+    def __init__(self, in_dim, out_dim, data, hidden=16):
+        super().__init__()
+        self.src, _, self.dst = data.target_edge
+        self.inputs = nn.ModuleDict({t: nn.Linear(w, hidden) if w else nn.Embedding(data.num_nodes[t], hidden)
+                                     for t, w in in_dim.items() if t in (self.src, self.dst)})
+
+    def forward(self, graph, x, pairs):
+        return (self.inputs[self.src](x[self.src])[pairs[0]] * self.inputs[self.dst](x[self.dst])[pairs[1]]).sum(-1)
+
+
+class LinkModels:
+    @hookimpl
+    def register_models(self, register):
+        register("pair-mf", PairFactorisation, tasks=["link"], heterogeneous=True, description="matrix factorisation")
+        register("flat-link", Linear, tasks=["link"], description="claims link, builds for homogeneous graphs only")
+
+
+@pytest.mark.parametrize("backend", ["pyg", "dgl"])
+def test_a_plugin_link_model_trains_on_both_backends_and_a_homogeneous_one_is_refused(tmp_path, backend):
+    small = ["dataset.options.num_users=300", "dataset.options.num_items=100", "train.epochs=2", "train.batch_size=64"]
+    with registered_plugin(LinkModels(), "links"):
+        results = gnnbridge.run("rec-synthetic", backend=backend, nproc=1, progress=False, out=tmp_path / "r",
+                                overrides=["model.arch=pair-mf", *small])
+        assert results["metrics"]["test_roc_auc"] > 0.5 and results["history"][1]["loss"] < results["history"][0]["loss"]
+        with pytest.raises(ConfigError, match="model 'flat-link' .plugin 'links'. is built for homogeneous graphs, but "
+                                              "task=link"):
+            gnnbridge.run("rec-synthetic", backend=backend, nproc=1, progress=False, out=tmp_path / "x",
+                          overrides=["model.arch=flat-link", *small])
+    assert not (tmp_path / "x").exists()

@@ -21,12 +21,12 @@ from typing import Any
 
 import torch
 
-from gnnbridge.core.contracts.interfaces import GraphStore, Sampler
+from gnnbridge.core.contracts.interfaces import GraphStore
 from gnnbridge.core.errors import ConfigError
 from gnnbridge.core.records.batches import MiniBatch
 from gnnbridge.core.records.hetero import EdgeType, HeteroGraphData, edge_name, find_edge_type, negative_destinations
+from gnnbridge.core.sampling.adapters import CoreSampler
 from gnnbridge.core.sampling.neighbors import NeighborSampler
-from gnnbridge.core.sampling.seeds import epoch_generator
 
 
 @dataclass
@@ -194,7 +194,7 @@ class HeteroStore(GraphStore):
         return self.data
 
 
-class CoreHeteroSampler(Sampler):
+class CoreHeteroSampler(CoreSampler):
     """Heterogeneous batches on any backend: node batches (seeds of the labelled type) or link
     batches (:class:`LinkBatcher`), sampled by core and converted by ``to_native``. Randomness
     comes from a generator keyed on (seed, epoch, rank), as in the homogeneous core sampler, so
@@ -202,17 +202,11 @@ class CoreHeteroSampler(Sampler):
 
     def __init__(self, store: GraphStore, fanouts: dict[EdgeType, list[int]], to_native: Callable[[Any], Any],
                  negatives: int = 1):
-        super().__init__(store, next(iter(fanouts.values())))
+        super().__init__(store, next(iter(fanouts.values())), to_native, HeteroNeighborSampler(store.data, fanouts))
         self.data: HeteroGraphData = store.data
         self.typed_fanouts = fanouts
-        self._sampler = HeteroNeighborSampler(self.data, fanouts)
         self.negatives = negatives
         self._links = LinkBatcher(self.data, self._sampler, negatives) if self.data.is_link else None
-        self._to_native = to_native
-        self._generator = epoch_generator(0, 0, 0, stream=1)
-
-    def reseed(self, seed: int, epoch: int, rank: int) -> None:
-        self._generator = epoch_generator(seed, epoch, rank, stream=1)
 
     def loader(self, batches: list[torch.Tensor]) -> Iterable[MiniBatch]:
         """Training batches: seed nodes of the labelled type, or train edge ids."""
