@@ -61,7 +61,7 @@ def test_both_backends_learn_a_recommendation_graph_gnnbridge_did_not_generate(t
 
 
 def test_rec_synthetic_trains_evaluates_and_resumes_exactly(tmp_path):
-    small = ["--set", "dataset.options.num_users=400", "--set", "dataset.options.num_items=200", "--set",
+    small = ["--set", "dataset.options.num_users=300", "--set", "dataset.options.num_items=120", "--set",
              "train.batch_size=64", "--quiet"]
     gnnbridge("train", "rec-synthetic", "--backend", "dgl", "--nproc", "2", *small, "--set", "train.epochs=3",
               "--out", "full", cwd=tmp_path)
@@ -104,9 +104,10 @@ def test_predict_top_k_items_per_user_and_scores_of_given_pairs(tmp_path):
 @pytest.mark.parametrize("backend", ["pyg", "dgl"])
 def test_heterogeneous_node_classification_runs_on_both_backends(tmp_path, backend):
     gnnbridge("train", "mag-synthetic", "--backend", backend, "--nproc", "2", "--set", "train.epochs=3", "--quiet",
-              "--out", "run", cwd=tmp_path)
+              "--set", "dataset.options.num_papers=1200", "--set", "dataset.options.num_authors=600", "--out", "run",
+              cwd=tmp_path)
     run = results(tmp_path / "run")
-    assert run["dataset"]["target_node"] == "paper" and run["dataset"]["node_types"]["author"] == 1500
+    assert run["dataset"]["target_node"] == "paper" and run["dataset"]["node_types"]["author"] == 600
     assert run["eval"]["final"] == "full"  # every seed's whole neighbourhood: no layer-wise pass on typed graphs
     assert run["metrics"]["test_acc"] > 0.5  # 6 topics: chance is about 0.17
 
