@@ -60,28 +60,33 @@ def test_both_backends_learn_a_recommendation_graph_gnnbridge_did_not_generate(t
     assert abs(scores["pyg"]["test_roc_auc"] - scores["dgl"]["test_roc_auc"]) < 0.02
 
 
-def test_rec_synthetic_trains_evaluates_and_resumes_exactly(tmp_path):
-    small = ["--set", "dataset.options.num_users=300", "--set", "dataset.options.num_items=120", "--set",
-             "train.batch_size=64", "--quiet"]
-    gnnbridge("train", "rec-synthetic", "--backend", "dgl", "--nproc", "2", *small, "--set", "train.epochs=3",
-              "--out", "full", cwd=tmp_path)
-    gnnbridge("train", "rec-synthetic", "--backend", "dgl", "--nproc", "2", *small, "--set", "train.epochs=2",
-              "--out", "part", cwd=tmp_path)
+REC = ["rec-synthetic", "--backend", "dgl", "--set", "dataset.options.num_users=300", "--set",
+       "dataset.options.num_items=120", "--set", "train.batch_size=64", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def rec_run(tmp_path_factory):
+    """A 3-epoch link run on 2 ranks (DGL's own sampler), shared by the tests that read one."""
+    root = tmp_path_factory.mktemp("rec")
+    gnnbridge("train", *REC, "--nproc", "2", "--set", "train.epochs=3", "--out", "full", cwd=root)
+    return root / "full"
+
+
+def test_a_link_run_resumes_exactly_and_evaluates_to_its_own_numbers(tmp_path, rec_run):
+    gnnbridge("train", *REC, "--nproc", "2", "--set", "train.epochs=2", "--out", "part", cwd=tmp_path)
     gnnbridge("train", "--resume", "part", "--set", "train.epochs=3", "--quiet", cwd=tmp_path)
-    full, part = results(tmp_path / "full"), results(tmp_path / "part")
+    full, part = results(rec_run), results(tmp_path / "part")
     assert [h["loss"] for h in full["history"]] == [h["loss"] for h in part["history"]]
     assert json.dumps(full["metrics"]) == json.dumps(part["metrics"])
-    assert full["metrics"]["test_roc_auc"] > 0.6
-    report = json.loads(gnnbridge("evaluate", "full", "--checkpoint", "latest", "--json", cwd=tmp_path).stdout)
+    assert full["metrics"]["test_roc_auc"] > 0.6 and full["sampler"] == "DglHeteroSampler"
+    report = json.loads(gnnbridge("evaluate", str(rec_run), "--checkpoint", "latest", "--json", cwd=tmp_path).stdout)
     assert report["metrics"] == full["metrics"]  # one process scores exactly what two did
 
 
-def test_predict_top_k_items_per_user_and_scores_of_given_pairs(tmp_path):
-    gnnbridge("train", "rec-synthetic", "--backend", "pyg", "--set", "dataset.options.num_users=200", "--set",
-              "dataset.options.num_items=80", "--set", "train.epochs=2", "--quiet", "--out", "run", cwd=tmp_path)
-    gnnbridge("predict", "run", "--out", "top.npz", "--top-k", "5", cwd=tmp_path)
+def test_predict_top_k_items_per_user_and_scores_of_given_pairs(tmp_path, rec_run):
+    gnnbridge("predict", str(rec_run), "--out", "top.npz", "--top-k", "5", cwd=tmp_path)
     top = np.load(tmp_path / "top.npz")
-    assert top["top_dst"].shape == (200, 5) and top["top_scores"].shape == (200, 5)
+    assert top["top_dst"].shape == (300, 5) and top["top_scores"].shape == (300, 5)
     assert (np.diff(top["top_scores"], axis=1) <= 0).all()  # best first
     # Items a user was trained on are never recommended back to them.
     from gnnbridge.core.app.preflight import for_task
@@ -89,16 +94,32 @@ def test_predict_top_k_items_per_user_and_scores_of_given_pairs(tmp_path):
     from gnnbridge.core.contracts.plugins import datasets
     from gnnbridge.core.training import checkpoint
 
-    config = from_dict(checkpoint.load(tmp_path / "run" / "checkpoints" / "best.pt")["config"])
+    config = from_dict(checkpoint.load(rec_run / "checkpoints" / "best.pt")["config"])
     data = for_task(config, datasets.get(config.dataset.name)(config.dataset, config.train.seed))
     trained = set(map(tuple, data.edge_index[("user", "buys", "item")].t().tolist()))
     recommended = {(u, int(i)) for u, row in enumerate(top["top_dst"]) for i in row}
     assert trained and not recommended & trained
     np.savez(tmp_path / "pairs.npz", src=top["src"][:50], dst=top["top_dst"][:50, 0])
-    gnnbridge("predict", "run", "--out", "pairs-out.npz", "--pairs", "pairs.npz", cwd=tmp_path)
+    gnnbridge("predict", str(rec_run), "--out", "pairs-out.npz", "--pairs", "pairs.npz", cwd=tmp_path)
     scored = np.load(tmp_path / "pairs-out.npz")
     np.testing.assert_allclose(scored["scores"], top["top_scores"][:50, 0], rtol=1e-5, atol=1e-6)
     assert ((scored["probs"] > 0) & (scored["probs"] < 1)).all()
+
+
+def test_a_torchrun_node_shares_the_heterogeneous_graph_and_matches_nproc(tmp_path, rec_run):
+    """Under torchrun the node's first rank loads the graph and its ranks map the same pages; the
+    run must equal the one started with --nproc 2 exactly."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
+                           "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", "gnnbridge", "train", *REC,
+                           "--set", "train.epochs=3", "--out", "job"], capture_output=True, text=True, cwd=tmp_path,
+                          env=ENV, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    spawned, job = results(rec_run), results(tmp_path / "job")
+    assert [h["loss"] for h in job["history"]] == [h["loss"] for h in spawned["history"]]
+    assert job["metrics"] == spawned["metrics"] and job["dataset"] == spawned["dataset"]
 
 
 @pytest.mark.parametrize("backend", ["pyg", "dgl"])
@@ -120,20 +141,3 @@ def test_homogeneous_link_prediction_on_an_existing_graph(tmp_path):
     assert set(run["dataset"]["edge_types"]) == {"node,to,node", "node,rev_to,node"}
     assert run["metrics"]["test_roc_auc"] > 0.6
 
-
-def test_a_torchrun_node_shares_the_heterogeneous_graph_and_matches_nproc(tmp_path):
-    """Under torchrun the node's first rank loads the graph and its ranks map the same pages; the
-    run must equal one started with --nproc 2 exactly."""
-    args = ["train", "rec-synthetic", "--backend", "dgl", "--set", "dataset.options.num_users=300", "--set",
-            "dataset.options.num_items=100", "--set", "train.epochs=2", "--quiet"]
-    gnnbridge(*args, "--nproc", "2", "--out", "spawned", cwd=tmp_path)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
-                           "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", "gnnbridge", *args,
-                           "--out", "job"], capture_output=True, text=True, cwd=tmp_path, env=ENV, timeout=600)
-    assert proc.returncode == 0, proc.stderr
-    spawned, job = results(tmp_path / "spawned"), results(tmp_path / "job")
-    assert [h["loss"] for h in job["history"]] == [h["loss"] for h in spawned["history"]]
-    assert job["metrics"] == spawned["metrics"] and job["dataset"] == spawned["dataset"]

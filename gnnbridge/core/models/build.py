@@ -136,7 +136,7 @@ def build_model(spec: ModelSpec, backend: str, task: Task, in_dim: int, out_dim:
 def check_heterogeneous(choice: ModelChoice, why: str) -> None:
     """One line when ``why`` (heterogeneous data, or task=link) needs a model that builds for it."""
     if not choice.heterogeneous:
-        hetero = sorted(c.name for c in models.entries() if c.heterogeneous)
+        hetero = sorted({c.name for c in models.entries() if c.heterogeneous})
         raise ConfigError(f"{choice.origin} is built for homogeneous graphs, but {why}; use a heterogeneous model: "
                           f"{', '.join(hetero) or 'none installed'} (e.g. --set model.arch={hetero[0] if hetero else 'sage'}), "
                           "or a class with heterogeneous = True.")
