@@ -13,7 +13,7 @@ import torch
 
 from gnnbridge.core.contracts.config import DeviceChoice, ExperimentConfig, SamplerKind, Task
 from gnnbridge.core.contracts.plugins import backends, datasets
-from gnnbridge.core.errors import BackendUnavailableError, ConfigError, ResourceError
+from gnnbridge.core.errors import BackendUnavailableError, ConfigError, DataError, ResourceError
 from gnnbridge.core.models.build import build_model, check_heterogeneous, count_parameters, model_dims
 from gnnbridge.core.models.build import resolve as resolve_model
 from gnnbridge.core.records.collection import GraphCollection
@@ -212,11 +212,14 @@ def for_task(config: ExperimentConfig, data):
     if config.task is Task.GRAPH:
         raise ConfigError(f"Dataset '{data.name}' is one heterogeneous graph, but task=graph classifies whole graphs; "
                           "use task=node or task=link.")
-    if config.task is Task.NODE:
-        return data.for_node_task(reverse, config.train.seed)
     link = config.link
-    return data.for_link_task(link.edge_type, reverse, config.train.seed, link.val_fraction, link.test_fraction,
-                              link.eval_negatives)
+    try:
+        if config.task is Task.NODE:
+            return data.for_node_task(reverse, config.train.seed)
+        return data.for_link_task(link.edge_type, reverse, config.train.seed, link.val_fraction, link.test_fraction,
+                                  link.eval_negatives)
+    except DataError as exc:  # name the file (or dataset) the bad array came from
+        raise DataError(f"{config.dataset.path or config.dataset.name}: {exc}") from None
 
 
 def _check_hetero(config: ExperimentConfig, data: HeteroGraphData) -> None:
