@@ -250,3 +250,54 @@ def test_dgls_own_link_sampler_keeps_the_same_guarantees():
     a = next(iter(sampler.held_out_loader("val", [torch.arange(10)])))
     b = next(iter(core.held_out_loader("val", [torch.arange(10)])))
     assert torch.equal(a.pairs, b.pairs)
+
+
+def test_a_mirror_the_dataset_brought_under_any_name_is_rebuilt_and_excluded():
+    source = rec()
+    mirror = ("item", "bought_by", "user")
+    source.edges[mirror] = source.edges[TARGET].flip(0)  # every purchase, held-out ones included
+    data = link(source)
+    assert data.reverse_edge == mirror and REVERSE not in data.edge_index  # no second mirror beside it
+    assert edge_set(data.edge_index[mirror].flip(0)) == edge_set(data.edge_index[TARGET])
+    eids = data.split("train")[:50]
+    excluded = data.excluded(eids)
+    assert torch.equal(data.edge_index[mirror][:, excluded[mirror]], data.edge_index[TARGET][:, eids].flip(0))
+
+
+def test_between_nodes_of_one_type_a_held_out_pair_leaves_training_in_both_directions():
+    knows = ("person", "knows", "person")
+    gen = torch.Generator().manual_seed(0)
+    pairs = torch.randint(0, 60, (2, 300), generator=gen)
+    pairs = pairs[:, pairs[0] != pairs[1]]
+    source = HeteroSource({"person": 60}, {}, {knows: torch.cat([pairs, pairs.flip(0)], dim=1)}, target_edge=knows)
+    data = link(source, reverse=False)
+    train = edge_set(data.edge_index[knows])
+    for split in ("val", "test"):
+        for u, v in edge_set(data.held_out(split)[0]):
+            assert (u, v) not in train and (v, u) not in train
+    eids = data.split("train")[:40]
+    excluded = edge_set(data.edge_index[knows][:, data.excluded(eids)[knows]])
+    for u, v in edge_set(data.edge_index[knows][:, eids]):
+        assert (v, u) in excluded or (v, u) not in train  # a seed's opposite direction is never a path to it
+
+
+def test_a_homogeneous_graph_is_oriented_at_random_and_known_pairs_cover_both_directions():
+    data = link(homogeneous_source(small_graph()))
+    to = data.edge_index[("node", "to", "node")]
+    assert 0.35 < float((to[0] < to[1]).double().mean()) < 0.65  # no node order to learn
+    known = edge_set(data.known_pairs())
+    assert edge_set(to) <= known and edge_set(to.flip(0)) <= known and (0, 0) in known
+
+
+@pytest.mark.parametrize("backend", ["pyg", "dgl"])
+def test_an_empty_batch_runs_through_the_sampler_and_the_model(backend):
+    from gnnbridge.core.contracts.config import ModelSpec, Task
+    from gnnbridge.core.models.build import ModelCall, build_model, model_dims
+    from gnnbridge.core.training.evaluation import gather_inputs
+
+    data = link(rec())
+    sampler = make_hetero_sampler(get_backend(backend), data, [3, 2], {}, "core")
+    model, choice = build_model(ModelSpec(hidden=8), backend, Task.LINK, *model_dims(data), data)
+    mb = next(iter(sampler.loader([torch.zeros(0, dtype=torch.int64)])))
+    scores = ModelCall(choice.origin, 2).pairs(model, mb.graph, gather_inputs(data, mb.input_nodes, "cpu"), mb.pairs)
+    assert scores.shape == (0,)

@@ -134,8 +134,8 @@ def test_heterogeneous_node_classification_runs_on_both_backends(tmp_path, backe
 
 
 def test_homogeneous_link_prediction_on_an_existing_graph(tmp_path):
-    gnnbridge("train", "--set", "task=link", "--set", "dataset.options.num_nodes=800", "--set", "train.epochs=3",
-              "--set", "model.options.decoder=mlp", "--quiet", "--out", "run", cwd=tmp_path)
+    gnnbridge("train", "--set", "task=link", "--set", "dataset.options.num_nodes=800", "--set", "train.epochs=6",
+              "--set", "model.dropout=0.0", "--set", "train.lr=0.003", "--quiet", "--out", "run", cwd=tmp_path)
     run = results(tmp_path / "run")
     assert run["dataset"]["target_edge"] == "node,to,node"
     assert set(run["dataset"]["edge_types"]) == {"node,to,node", "node,rev_to,node"}

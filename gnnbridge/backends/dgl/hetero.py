@@ -47,7 +47,11 @@ class DglHeteroSAGE(HeteroSAGE):
         return HeteroGraphConv({et: SAGEConv(hidden, hidden, self.spec.aggr) for et in edge_types}, aggregate="sum")
 
     def conv(self, index: int, graph: Any, h: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return self.convs[index](graph[index] if isinstance(graph, list) else graph, h)
+        graph = graph[index] if isinstance(graph, list) else graph
+        # DGL wants a state for every type of the graph: a type the batch holds no node of gets zero rows.
+        some = next(iter(h.values()))
+        types = graph.srctypes if graph.is_block else graph.ntypes
+        return self.convs[index](graph, {t: h[t] if t in h else some.new_zeros(0, some.shape[1]) for t in types})
 
     def carry(self, index: int, graph: Any, node_type: str, h: torch.Tensor) -> torch.Tensor:
         """A block's dst nodes are a prefix of its src nodes: an unreached type keeps those rows."""
@@ -104,12 +108,7 @@ class DglHeteroSampler(Sampler):
                              negatives_per_edge=self._negatives)
 
     def _exclude(self, seed_edges: dict) -> dict:
-        data = self.data
-        eids = seed_edges[data.target_edge]
-        out = {data.target_edge: eids}
-        if data.reverse_edge is not None:
-            out[data.reverse_edge] = data.reverse_eid[eids]
-        return out
+        return self.data.excluded(seed_edges[self.data.target_edge])
 
     def _draw_negatives(self, graph: Any, seed_edges: dict) -> dict:
         target = self.data.target_edge

@@ -32,5 +32,6 @@ class PygHeteroSAGE(HeteroSAGE):
 
     def conv(self, index: int, graph: Any, h: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         # Relations without a sampled edge pass no message (as in DGL's HeteroGraphConv, which skips them).
-        edges = {et: ei for et, ei in graph.edge_index_dict.items() if ei.shape[1] and et[0] in h and et[2] in h}
+        edges = {et: graph[et].edge_index for et in graph.edge_types if graph[et].edge_index.shape[1]
+                 and et[0] in h and et[2] in h}
         return self.convs[index](h, edges) if edges else {}

@@ -99,7 +99,7 @@ def read_pairs(path: Path, data) -> tuple[torch.Tensor, torch.Tensor]:
     try:
         with np.load(path, allow_pickle=False) as f:
             src, dst = (torch.from_numpy(np.asarray(f[k])) for k in ("src", "dst"))
-    except (OSError, ValueError, KeyError, EOFError) as exc:
+    except (OSError, ValueError, KeyError, EOFError, TypeError, AttributeError) as exc:  # TypeError: a .npy
         raise DataError(f"--pairs {path}: cannot be read as a .npz with int64 arrays src and dst "
                         f"({type(exc).__name__}: {str(exc).splitlines()[0][:100] if str(exc) else ''}); write it with "
                         "numpy.savez(path, src=..., dst=...).") from None
@@ -207,5 +207,5 @@ def _predict_worker(ctx: DistContext, config: ExperimentConfig, data, state: dic
         src, dst = request["pairs"]
         scores = links.score_pairs(trainer.model, src, dst).float()
         return {"src": src, "dst": dst, "scores": scores, "probs": torch.sigmoid(scores)}
-    top, scores = links.top_k(trainer.model, request["top_k"], data.edge_index[data.target_edge])
+    top, scores = links.top_k(trainer.model, request["top_k"], data.known_pairs())
     return {"src": torch.arange(top.shape[0]), "top_dst": top, "top_scores": scores.float()}

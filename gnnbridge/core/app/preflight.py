@@ -204,7 +204,7 @@ def for_task(config: ExperimentConfig, data):
     edges when asked for), and a homogeneous graph becomes a one-type heterogeneous graph for
     link prediction."""
     if config.task is Task.LINK and isinstance(data, GraphData):
-        data, reverse = homogeneous_source(data), True
+        data, reverse = homogeneous_source(data, config.train.seed), True
     else:
         reverse = config.dataset.reverse_edges
     if not isinstance(data, HeteroSource):

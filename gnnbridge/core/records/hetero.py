@@ -62,6 +62,8 @@ class HeteroGraphData:
             edge, its mirror's id there (excluded with it from its own neighbourhood).
         val_edges, test_edges: int64 [2, E] held-out (src, dst) pairs, absent from message passing.
         val_negatives, test_negatives: int64 [E, K] fixed negative destinations per held-out edge.
+        twin_eid: between nodes of one type, per target edge (u, v) the id of (v, u), or -1.
+        undirected: the target's pairs stand for undirected edges (a homogeneous graph's).
     """
 
     num_nodes: dict[str, int]
@@ -81,6 +83,8 @@ class HeteroGraphData:
     test_edges: torch.Tensor | None = None
     val_negatives: torch.Tensor | None = None
     test_negatives: torch.Tensor | None = None
+    twin_eid: torch.Tensor | None = None
+    undirected: bool = False
     name: str = "hetero"
 
     def __post_init__(self) -> None:
@@ -127,6 +131,27 @@ class HeteroGraphData:
                  "test": self.test_edges.shape[1]}[name]
         return torch.arange(count)
 
+    def excluded(self, eids: torch.Tensor) -> dict[EdgeType, torch.Tensor]:
+        """The edges a batch of train edges ``eids`` must not see: themselves, their opposite
+        direction within the target type, and their mirrors in the reverse type."""
+        if self.twin_eid is not None:
+            twins = self.twin_eid[eids]
+            eids = torch.cat([eids, twins[twins >= 0]])
+        out = {self.target_edge: eids}
+        if self.reverse_edge is not None:
+            out[self.reverse_edge] = self.reverse_eid[eids]
+        return out
+
+    def known_pairs(self) -> torch.Tensor:
+        """[2, K] pairs a recommendation should not repeat: the train edges (both directions when
+        undirected) and, between nodes of one type, each node itself."""
+        train = self.edge_index[self.target_edge]
+        parts = [train, train.flip(0)] if self.undirected else [train]
+        if self.target_edge[0] == self.target_edge[2]:
+            nodes = torch.arange(self.num_nodes[self.target_edge[0]])
+            parts.append(torch.stack([nodes, nodes]))
+        return torch.cat(parts, dim=1)
+
     def held_out(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
         """(edges [2, E], negatives [E, K]) of the val or test split."""
         return (self.val_edges, self.val_negatives) if name == "val" else (self.test_edges, self.test_negatives)
@@ -158,13 +183,7 @@ class HeteroGraphData:
     # ------------------------------------------------------------------ invariants
 
     def _check_node_types(self) -> None:
-        if not self.num_nodes:
-            raise DataError("The graph declares no node types.")
-        for t, n in self.num_nodes.items():
-            if not isinstance(t, str) or not t or "__" in t:
-                raise DataError(f"Node type {t!r} must be a non-empty name without '__'.")
-            if type(n) is not int or n <= 0:
-                raise DataError(f"Node type '{t}' has {n!r} nodes; every type needs at least one.")
+        check_node_types(self.num_nodes)
 
     def validate(self) -> None:
         self._check_node_types()
@@ -265,6 +284,16 @@ class HeteroGraphData:
         return out
 
 
+def check_node_types(num_nodes: dict) -> None:
+    if not num_nodes:
+        raise DataError("The graph declares no node types.")
+    for t, n in num_nodes.items():
+        if not isinstance(t, str) or not t or "__" in t:
+            raise DataError(f"Node type {t!r} must be a non-empty name without '__'.")
+        if type(n) is not int or n <= 0:
+            raise DataError(f"Node type '{t}' has {n!r} nodes; every type needs at least one.")
+
+
 def csc_offsets(dst_sorted: torch.Tensor, n: int) -> torch.Tensor:
     indptr = torch.zeros(n + 1, dtype=torch.int64)
     torch.cumsum(torch.bincount(dst_sorted, minlength=n), 0, out=indptr[1:])
@@ -291,12 +320,13 @@ def node_task(num_nodes: dict[str, int], x: dict, edges: dict, target: str, y: t
                            train_idx=splits[0], val_idx=splits[1], test_idx=splits[2], num_classes=classes, name=name)
 
 
-def with_reverse_edges(num_nodes: dict, edges: dict) -> dict:
-    """``edges`` plus ``(dst, rev_<relation>, src)`` for every type that has no reverse yet."""
+def with_reverse_edges(num_nodes: dict, edges: dict, skip: set = frozenset()) -> dict:
+    """``edges`` plus ``(dst, rev_<relation>, src)`` for every type that has no reverse yet (and
+    is not in ``skip``)."""
     out = dict(edges)
     for (s, r, d), ei in edges.items():
         rev = (d, REVERSE_PREFIX + r, s)
-        if rev not in out and not r.startswith(REVERSE_PREFIX):
+        if rev not in out and not r.startswith(REVERSE_PREFIX) and (s, r, d) not in skip:
             out[rev] = ei.flip(0)
     return out
 
@@ -314,43 +344,104 @@ def find_edge_type(edge_types, text: str) -> EdgeType:
 
 def link_task(num_nodes: dict[str, int], x: dict, edges: dict, target: EdgeType, *, seed: int,
               val_fraction: float, test_fraction: float, eval_negatives: int, reverse: bool,
-              held_out: tuple[torch.Tensor, torch.Tensor] | None = None, name: str = "hetero") -> HeteroGraphData:
+              held_out: tuple[torch.Tensor, torch.Tensor] | None = None, name: str = "hetero",
+              undirected: bool = False) -> HeteroGraphData:
     """A link-prediction record: ``target``'s edges (duplicates dropped) split into train / val /
-    test unless ``held_out`` gives (val, test); only train edges pass messages. ``reverse``: add
-    ``rev_`` edge types, built after the split so they mirror train edges only."""
+    test unless ``held_out`` gives (val, test); only train edges pass messages. Between nodes of
+    one type a pair is held out in both directions (``(u, v)`` held out takes ``(v, u)`` out of
+    training too). ``reverse``: add ``rev_`` edge types, built after the split so they mirror
+    train edges only; a mirror the dataset brought under any name is rebuilt the same way.
+    ``undirected``: the pairs stand for undirected edges (a homogeneous graph's)."""
     target = tuple(target)
     if target not in edges:
         raise DataError(f"The target edge type ({edge_name(target)}) is not among the edge types: "
                         f"{'; '.join(map(edge_name, edges))}.")
-    n_dst = num_nodes[target[2]]
-    pairs = torch.unique(edges[target], dim=1)
-    if held_out is None:
-        if pairs.shape[1] < 3:
-            raise DataError(f"({edge_name(target)}) has {pairs.shape[1]} distinct edges; link prediction needs at "
-                            "least 3 (one per split).")
-        train, val, test = (pairs[:, i] for i in random_split(pairs.shape[1], seed, (1 - val_fraction - test_fraction,
-                                                                                      val_fraction), unit="edge"))
-    else:
-        val, test = held_out
-        keep = ~torch.isin(pair_keys(pairs, n_dst), torch.cat([pair_keys(val, n_dst), pair_keys(test, n_dst)]))
-        train = pairs[:, keep]
-    rev = (target[2], REVERSE_PREFIX + target[1], target[0])
-    had_reverse = rev in edges  # a reverse the dataset brought may hold held-out pairs: rebuilt from train
-    mp = {et: ei for et, ei in edges.items() if et != rev}
-    mp[target] = train
-    if reverse:
-        mp = with_reverse_edges(num_nodes, mp)
-    elif had_reverse:
-        mp[rev] = train.flip(0)
-    rev = rev if rev in mp else None
+    check_node_types(num_nodes)
+    for t in (target[0], target[2]):
+        if t not in num_nodes:
+            raise DataError(f"The target edge type ({edge_name(target)}) has node type '{t}', which is not declared; "
+                            f"node types: {', '.join(num_nodes)}.")
+    check_ids(f"edge_index[{edge_name(target)}] source", edges[target][0], num_nodes[target[0]], unit=f"'{target[0]}' node")
+    check_ids(f"edge_index[{edge_name(target)}] destination", edges[target][1], num_nodes[target[2]],
+              unit=f"'{target[2]}' node")
+    pairs = distinct_pairs(edges[target], num_nodes[target[2]])
+    val, test = held_out if held_out is not None else \
+        _split_pairs(pairs, target, num_nodes, seed, val_fraction, test_fraction)
+    val, test = (distinct_pairs(e, num_nodes[target[2]]) for e in (val, test))
+    held = torch.cat([val, test], dim=1)
+    train = pairs[:, ~torch.isin(_pair_ids(pairs, target, num_nodes), _pair_ids(held, target, num_nodes))]
+    mp, rev = _message_passing(num_nodes, edges, target, train, reverse)
     gen = torch.Generator().manual_seed(seed + 1)
+    n_dst = num_nodes[target[2]]
     data = HeteroGraphData(dict(num_nodes), dict(x), mp, target_edge=target, reverse_edge=rev,
                            val_edges=val.contiguous(), test_edges=test.contiguous(),
                            val_negatives=negative_destinations(val[1], eval_negatives, n_dst, gen),
-                           test_negatives=negative_destinations(test[1], eval_negatives, n_dst, gen), name=name)
+                           test_negatives=negative_destinations(test[1], eval_negatives, n_dst, gen), name=name,
+                           undirected=undirected)
+    target_edges = data.edge_index[target]
     if rev is not None:
-        data.reverse_eid = mirror_ids(data.edge_index[target], data.edge_index[rev], num_nodes[target[0]])
+        data.reverse_eid = mirror_ids(target_edges, data.edge_index[rev], num_nodes[target[0]])
+    if target[0] == target[2]:
+        data.twin_eid = find_pairs(target_edges, target_edges.flip(0), n_dst)
     return data
+
+
+def distinct_pairs(edges: torch.Tensor, n_dst: int) -> torch.Tensor:
+    """The distinct (src, dst) pairs of ``edges`` (by one integer key each: far faster than
+    ``torch.unique(dim=1)`` on millions of edges)."""
+    keys = torch.unique(pair_keys(edges, n_dst))
+    return torch.stack([keys // n_dst, keys % n_dst])
+
+
+def _pair_ids(pairs: torch.Tensor, target: EdgeType, num_nodes: dict) -> torch.Tensor:
+    """A key per pair that is the same for ``(u, v)`` and ``(v, u)`` between nodes of one type
+    (so a held-out pair takes its opposite out of training), and the ordered key otherwise."""
+    n_dst = num_nodes[target[2]]
+    if target[0] != target[2]:
+        return pair_keys(pairs, n_dst)
+    return torch.minimum(pairs[0], pairs[1]) * n_dst + torch.maximum(pairs[0], pairs[1])
+
+
+def _split_pairs(pairs: torch.Tensor, target: EdgeType, num_nodes: dict, seed: int, val_fraction: float,
+                 test_fraction: float):
+    """Random val and test pairs; between nodes of one type the split is over unordered pairs, so
+    both directions of one edge land in the same split."""
+    ids = _pair_ids(pairs, target, num_nodes)
+    groups, which = torch.unique(ids, return_inverse=True)
+    if groups.numel() < 3:
+        raise DataError(f"({edge_name(target)}) has {groups.numel()} distinct edges; link prediction needs at least 3 "
+                        "(one per split).")
+    _, val, test = random_split(groups.numel(), seed, (1 - val_fraction - test_fraction, val_fraction), unit="edge")
+    return pairs[:, torch.isin(which, val)], pairs[:, torch.isin(which, test)]
+
+
+def _message_passing(num_nodes: dict, edges: dict, target: EdgeType, train: torch.Tensor, reverse: bool):
+    """The message-passing edges and the target's mirror type (or None). A type running the other
+    way that holds every target pair flipped is a mirror the dataset brought (whatever its name):
+    it is rebuilt from train edges, like a ``rev_`` type, and no ``rev_`` type is added beside it."""
+    n_src = num_nodes[target[0]]
+    flipped = pair_keys(edges[target].flip(0), n_src)
+    mirrors = [et for et, ei in edges.items() if et != target and (et[0], et[2]) == (target[2], target[0])
+               and ei.shape[1] >= edges[target].shape[1] and bool(torch.isin(flipped, pair_keys(ei, n_src)).all())]
+    if len(mirrors) > 1:
+        raise DataError(f"Edge types {' and '.join(f'({edge_name(et)})' for et in mirrors)} both mirror the target "
+                        f"({edge_name(target)}); keep one.")
+    mp = {et: train.flip(0) if et in mirrors else ei for et, ei in edges.items()}
+    mp[target] = train
+    if reverse:
+        mp = with_reverse_edges(num_nodes, mp, skip={target, *mirrors} if mirrors else set())
+    rev = (target[2], REVERSE_PREFIX + target[1], target[0])
+    return mp, (mirrors[0] if mirrors else rev if rev in mp else None)
+
+
+def find_pairs(edges: torch.Tensor, wanted: torch.Tensor, n_dst: int) -> torch.Tensor:
+    """For each pair of ``wanted``, its position in ``edges``, or -1 where ``edges`` lacks it."""
+    keys = pair_keys(edges, n_dst)
+    order = torch.argsort(keys)
+    want = pair_keys(wanted, n_dst)
+    pos = torch.searchsorted(keys[order], want).clamp(max=max(0, keys.numel() - 1))
+    found = order[pos] if keys.numel() else torch.full_like(want, -1)
+    return torch.where(keys[found] == want, found, -1) if keys.numel() else found
 
 
 def mirror_ids(edges: torch.Tensor, mirrored: torch.Tensor, n_src: int) -> torch.Tensor:
@@ -372,13 +463,17 @@ def negative_destinations(positive_dst: torch.Tensor, k: int, n_dst: int, gen: t
     return out
 
 
-def from_homogeneous(data: GraphData) -> tuple[dict, dict, dict, EdgeType]:
-    """A homogeneous graph as one node type and its undirected edges, each pair once (u < v) as
-    ``(node, to, node)``: link prediction then holds out whole pairs and adds ``rev_to``."""
+def from_homogeneous(data: GraphData, seed: int = 0) -> tuple[dict, dict, dict, EdgeType]:
+    """A homogeneous graph as one node type and its undirected edges, each pair once as
+    ``(node, to, node)`` in a random direction (drawn from ``seed``; a fixed u < v would let a
+    model learn node order instead of links): link prediction then holds out whole pairs and
+    adds ``rev_to``."""
     src, dst = data.edge_index
     lo, hi = torch.minimum(src, dst), torch.maximum(src, dst)
     keep = lo != hi
-    pairs = torch.unique(torch.stack([lo[keep], hi[keep]]), dim=1)
+    pairs = distinct_pairs(torch.stack([lo[keep], hi[keep]]), data.num_nodes)
+    flip = torch.rand(pairs.shape[1], generator=torch.Generator().manual_seed(seed)) < 0.5
+    pairs = torch.where(flip, pairs.flip(0), pairs)
     target = ("node", "to", "node")
     return {"node": data.num_nodes}, {"node": data.x}, {target: pairs}, target
 
@@ -406,6 +501,7 @@ class HeteroSource:
     target_edge: EdgeType | None = None
     held_out: tuple | None = None
     name: str = "hetero"
+    undirected: bool = False  # the target's pairs stand for undirected edges
 
     def summary(self) -> dict:
         return {"name": self.name, "heterogeneous": True, "node_types": dict(self.num_nodes),
@@ -431,12 +527,12 @@ class HeteroSource:
         held_out = self.held_out if target == self.target_edge else None
         return link_task(self.num_nodes, self.x, self.edges, target, seed=seed, val_fraction=val_fraction,
                          test_fraction=test_fraction, eval_negatives=eval_negatives, reverse=reverse,
-                         held_out=held_out, name=self.name)
+                         held_out=held_out, name=self.name, undirected=self.undirected)
 
 
-def homogeneous_source(data: GraphData) -> HeteroSource:
+def homogeneous_source(data: GraphData, seed: int = 0) -> HeteroSource:
     """A homogeneous graph as one node type whose undirected edges are one edge type, each pair
-    once (u < v) as ``(node, to, node)``: a link task holds out whole pairs and adds ``rev_to``
-    (which is why the reverse is always added for it)."""
-    num_nodes, x, edges, target = from_homogeneous(data)
-    return HeteroSource(num_nodes, x, edges, target_edge=target, name=data.name)
+    once as ``(node, to, node)``: a link task holds out whole pairs and adds ``rev_to`` (which is
+    why the reverse is always added for it)."""
+    num_nodes, x, edges, target = from_homogeneous(data, seed)
+    return HeteroSource(num_nodes, x, edges, target_edge=target, name=data.name, undirected=True)

@@ -98,7 +98,7 @@ class HeteroNeighborSampler:
     def sample(self, seeds: dict[str, torch.Tensor], generator: torch.Generator | None = None,
                exclude: dict[EdgeType, torch.Tensor] | None = None) -> HeteroSampledSubgraph:
         """``seeds``: {type: unique ids}; ``exclude``: {edge type: edge ids never to sample}."""
-        nodes = {t: [ids] for t, ids in seeds.items() if ids.numel()}
+        nodes = {t: [ids] for t, ids in seeds.items()}  # a type with no seeds stays (an empty batch has them)
         count = {t: int(ids.numel()) for t, ids in seeds.items()}
         for t, ids in seeds.items():
             self._maps[t][ids] = torch.arange(ids.numel())
@@ -149,10 +149,7 @@ class LinkBatcher:
     def train_batch(self, eids: torch.Tensor, generator: torch.Generator) -> tuple[HeteroSampledSubgraph, LinkMiniBatch]:
         src, dst = self._train[:, eids]
         negatives = negative_destinations(dst, self.negatives, self.data.num_nodes[self.target[2]], generator)
-        exclude = {self.target: eids}
-        if self.data.reverse_edge is not None:
-            exclude[self.data.reverse_edge] = self.data.reverse_eid[eids]
-        return self._batch(eids, src, dst, negatives, generator, exclude)
+        return self._batch(eids, src, dst, negatives, generator, self.data.excluded(eids))
 
     def held_out_batch(self, split: str, ids: torch.Tensor, generator: torch.Generator | None):
         edges, negatives = self.data.held_out(split)

@@ -88,7 +88,7 @@ class Trainer:
         device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
         # A heterogeneous batch may hold no node of a type, or no edge of a relation: the
         # parameters of those take no part in that step, which DDP must be told to expect.
-        self.sparse_use = bool(getattr(self.model, "heterogeneous", False))
+        self.sparse_use = isinstance(data, HeteroGraphData) or bool(getattr(self.model, "heterogeneous", False))
         self.ddp = DistributedDataParallel(self.model, device_ids=device_ids, find_unused_parameters=self.sparse_use) \
             if ctx.distributed else self.model
         self.checkpoints = Path(run_dir) if run_dir and ctx.is_main else None
