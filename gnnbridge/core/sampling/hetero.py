@@ -24,7 +24,7 @@ import torch
 from gnnbridge.core.contracts.interfaces import GraphStore
 from gnnbridge.core.errors import ConfigError
 from gnnbridge.core.records.batches import MiniBatch
-from gnnbridge.core.records.hetero import EdgeType, HeteroGraphData, edge_name, find_edge_type, negative_destinations
+from gnnbridge.core.records.hetero import EdgeType, HeteroGraphData, find_edge_type, negative_destinations
 from gnnbridge.core.sampling.adapters import CoreSampler
 from gnnbridge.core.sampling.neighbors import NeighborSampler
 
@@ -177,9 +177,6 @@ class LinkBatcher:
                            positives=int(src.numel()), negatives_per_edge=k)
         return sub, mb
 
-
-def describe_fanouts(fanouts: dict[EdgeType, list[int]]) -> str:
-    return "; ".join(f"{edge_name(et)}: {f}" for et, f in fanouts.items())
 
 
 class HeteroStore(GraphStore):
