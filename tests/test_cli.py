@@ -250,6 +250,8 @@ def test_malformed_graph_collection_is_refused(tmp_path, refused, overrides, nee
         (["rec-synthetic", "--set", "train.monitor=val_acc"], ["does not score task=link", "val_mrr"]),
         (["rec-synthetic", "--set", "sampler.edge_fanouts={sells: [5, 5]}"],
          ["sampler.edge_fanouts key='sells' is not an edge type"]),
+        (["--set", "sampler.edge_fanouts={to: [5, 5]}"], ["sampler.edge_fanouts sets fanouts per edge type",
+                                                          "use sampler.fanouts"]),
     ],
 )
 def test_task_model_and_dataset_must_match(tmp_path, refused, args, needles):

@@ -103,6 +103,9 @@ def load_dataset(config: ExperimentConfig, ranks_here: int | None = None) -> Gra
     _check_data_task(config, data)
     if isinstance(data, HeteroGraphData):
         _check_hetero(config, data)
+    elif config.sampler.edge_fanouts:
+        raise ConfigError(f"sampler.edge_fanouts sets fanouts per edge type, but dataset '{data.name}' has one edge "
+                          "type; use sampler.fanouts.")
     if config.task is not Task.LINK and config.train.monitor == "val_roc_auc" and data.num_classes != 2:
         raise ConfigError(f"train.monitor=val_roc_auc needs two classes but the dataset has {data.num_classes}; "
                           "use train.monitor=val_acc or val_macro_f1.")
