@@ -106,12 +106,13 @@ class HeteroNeighborSampler:
         frontier = {t: (0, n) for t, n in count.items() if n}  # [start, end) of last hop's nodes per type
         for hop in range(self.layers):
             added: dict[str, int] = {}
+            # The last hop's nodes of each type, cut once per hop (every relation into a type reads them).
+            reached = {t: torch.cat(nodes[t])[start:end] for t, (start, end) in frontier.items()}
             for et, hopper in self._hops.items():
                 s, _, d = et
                 if d not in frontier:
                     continue
-                start, end = frontier[d]
-                dst_ids = torch.cat(nodes[d])[start:end] if len(nodes[d]) > 1 else nodes[d][0][start:end]
+                start, dst_ids = frontier[d][0], reached[d]
                 nbr, eid, owner = hopper._sample_hop(dst_ids, self.fanouts[et][hop], generator)
                 if exclude is not None and et in exclude and nbr.numel():
                     keep = ~torch.isin(eid, exclude[et])
