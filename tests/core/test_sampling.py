@@ -1,7 +1,10 @@
+import itertools
+
 import pytest
 import torch
 
 from gnnbridge.core.errors import ConfigError
+from gnnbridge.core.sampling import kernels
 from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS, NeighborSampler
 from gnnbridge.core.sampling.seeds import epoch_batches, epoch_generator
 
@@ -10,11 +13,28 @@ def edge_set(data):
     return set(zip(data.edge_index[0].tolist(), data.edge_index[1].tolist()))
 
 
-@pytest.fixture(params=["dense-map", "sort-relabel"])
+@pytest.fixture(params=["compiled", "torch-dense-map", "torch-sort-relabel"])
 def relabel(request, monkeypatch):
-    if request.param == "sort-relabel":  # the path graphs over DENSE_MAP_MAX_NODES take
+    """Each way a batch can be sampled: numba on CPU; the torch code (what CUDA tensors run)."""
+    if request.param != "compiled":
+        monkeypatch.setenv("GNNBRIDGE_SAMPLER_KERNEL", "torch")
+    if request.param == "torch-sort-relabel":  # the path graphs over DENSE_MAP_MAX_NODES take
         monkeypatch.setattr(NeighborSampler, "DENSE_MAP_MAX_NODES", 0)
     return request.param
+
+
+def sample_both_ways(monkeypatch, indptr, indices, fanouts, seeds, key=0):
+    compiled = NeighborSampler(indptr, indices, fanouts).sample(seeds, epoch_generator(key, 0))
+    monkeypatch.setenv("GNNBRIDGE_SAMPLER_KERNEL", "torch")
+    vectorised = NeighborSampler(indptr, indices, fanouts).sample(seeds, epoch_generator(key, 0))
+    monkeypatch.delenv("GNNBRIDGE_SAMPLER_KERNEL")
+    return compiled, vectorised
+
+
+def assert_same_sample(a, b):
+    for name in ("node", "row", "col", "edge"):
+        assert torch.equal(getattr(a, name), getattr(b, name)), name
+    assert a.num_sampled_nodes == b.num_sampled_nodes and a.num_sampled_edges == b.num_sampled_edges
 
 
 def test_sampled_edges_exist_and_respect_fanouts(small_data, relabel):
@@ -72,6 +92,55 @@ def test_sampling_is_deterministic_per_generator_seed(small_data):
     c = sampler.sample(seeds, epoch_generator(1, 3, 0))
     assert torch.equal(a.node, b.node) and torch.equal(a.edge, b.edge)
     assert not torch.equal(a.edge, c.edge)
+
+
+@pytest.mark.skipif(not kernels.available(), reason="numba is not installed")
+@pytest.mark.parametrize("fanouts", [[4, 3], [ALL_NEIGHBORS, 2], [1, 1, 1], [50]])
+def test_compiled_and_torch_paths_draw_the_same_sample(small_data, monkeypatch, fanouts):
+    # The torch path is what CUDA tensors run: a run gives the same batches on CPU and GPU.
+    seeds = small_data.train_idx[:64]
+    assert_same_sample(*sample_both_ways(monkeypatch, small_data.indptr, small_data.indices, fanouts, seeds))
+
+
+@pytest.mark.skipif(not kernels.available(), reason="numba is not installed")
+def test_compiled_sample_does_not_depend_on_the_thread_count(small_data, monkeypatch):
+    monkeypatch.setattr(kernels, "PARALLEL_MIN_FRONTIER", 1)  # every hop takes the parallel loop
+    seeds = small_data.train_idx[:64]
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = NeighborSampler(small_data.indptr, small_data.indices, [5, 5]).sample(seeds, epoch_generator(3, 1))
+        torch.set_num_threads(2)
+        two = NeighborSampler(small_data.indptr, small_data.indices, [5, 5]).sample(seeds, epoch_generator(3, 1))
+    finally:
+        torch.set_num_threads(before)
+    assert_same_sample(one, two)
+
+
+def star_graph(nodes: int, degree: int):
+    """``nodes`` destinations 0..nodes-1, each with the same ``degree`` in-neighbours."""
+    indptr = torch.arange(nodes + 1) * degree
+    indices = nodes + torch.arange(degree).repeat(nodes)
+    pad = torch.full((degree,), nodes * degree)
+    return torch.cat([indptr, pad]), indices
+
+
+@pytest.mark.parametrize("path", ["compiled", "torch"])
+def test_every_subset_of_neighbours_is_equally_likely(monkeypatch, path):
+    # Unbiased without replacement: 3 of 6 neighbours, all 20 subsets equally often (chi-square),
+    # and never one neighbour twice in a seed's picks.
+    if path == "torch":
+        monkeypatch.setenv("GNNBRIDGE_SAMPLER_KERNEL", "torch")
+    nodes, degree, k = 6000, 6, 3
+    indptr, indices = star_graph(nodes, degree)
+    out = NeighborSampler(indptr, indices, [k]).sample(torch.arange(nodes), epoch_generator(0, 0))
+    picks = (out.node[out.row] - nodes).view(nodes, k).sort(dim=1).values
+    assert (picks.diff(dim=1) > 0).all()  # no duplicates within a seed's picks
+    subsets = {s: i for i, s in enumerate(itertools.combinations(range(degree), k))}
+    counts = torch.bincount(torch.tensor([subsets[tuple(row)] for row in picks.tolist()]), minlength=len(subsets))
+    expected = nodes / len(subsets)
+    chi2 = float(((counts - expected) ** 2 / expected).sum())
+    assert chi2 < 43.8  # the 0.999 quantile of chi-square with 19 degrees of freedom
 
 
 def test_neighbour_choice_is_uniform():

@@ -6,6 +6,10 @@ vectorised over the whole frontier (no Python loop over nodes), samples without 
 Floyd's algorithm (O(fanout^2) work per node, independent of degree), runs on CPU or CUDA
 tensors, and is deterministic given its ``torch.Generator``. Its output is a
 :class:`~gnnbridge.core.records.batches.SampledSubgraph`.
+
+On CPU tensors each hop and relabel runs as a compiled kernel (:mod:`.kernels`, numba); on CUDA
+tensors, or without numba, as the vectorised torch code below. Both draw from the same counter
+hash keyed by one number per hop from the generator, so they return identical samples.
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import torch
 
 from gnnbridge.core.errors import ConfigError
 from gnnbridge.core.records.batches import SampledSubgraph
+from gnnbridge.core.sampling import kernels
 
 ALL_NEIGHBORS = -1
 
@@ -38,39 +43,37 @@ class NeighborSampler:
 
     def sample(self, seeds: torch.Tensor, generator: torch.Generator | None = None) -> SampledSubgraph:
         device = self.indptr.device
-        seeds = seeds.to(device)
-        nodes = [seeds]
+        seeds = seeds.to(device=device, dtype=torch.int64)
+        local = self._local_map(device)
+        if device.type == "cpu" and local is not None and kernels.available():
+            keys = [kernels.draw_seed(generator) for _ in self.fanouts]  # the torch path draws the same, hop by hop
+            parts = kernels.sample_layers(self.indptr, self.indices, seeds.contiguous(), self.fanouts, keys, local)
+            return SampledSubgraph(*parts, batch_size=int(seeds.numel()))
+        return self._sample_torch(seeds, generator, local)
+
+    def _sample_torch(self, seeds: torch.Tensor, generator: torch.Generator | None,
+                      local: torch.Tensor | None) -> SampledSubgraph:
+        """Hop by hop in vectorised torch: CUDA tensors, huge graphs, or no numba."""
+        device = seeds.device
         rows, cols, edges = [], [], []
         num_nodes, num_edges = [seeds.numel()], []
-        frontier_start, total = 0, seeds.numel()
-        local = self._local_map(device)
-        all_nodes = seeds
+        frontier_start, all_nodes = 0, seeds
         if local is not None:
             local[seeds] = torch.arange(seeds.numel(), device=device)
         for fanout in self.fanouts:
-            frontier = all_nodes[frontier_start:]
-            dst_local = torch.arange(frontier_start, total, device=device)
-            nbr, eid, owner = self._sample_hop(frontier, fanout, generator)
+            nbr, eid, owner = self._sample_hop(all_nodes[frontier_start:], fanout, generator)
             new_nodes, src_local = self._relabel(all_nodes, nbr, local)
             rows.append(src_local)
-            cols.append(dst_local[owner])
+            cols.append(owner + frontier_start)
             edges.append(eid)
             num_edges.append(int(eid.numel()))
-            nodes.append(new_nodes)
             num_nodes.append(int(new_nodes.numel()))
+            frontier_start = all_nodes.numel()
             all_nodes = torch.cat([all_nodes, new_nodes])
-            frontier_start, total = total, total + new_nodes.numel()
         if local is not None:
             local[all_nodes] = -1  # reset only what this batch touched
-        return SampledSubgraph(
-            node=all_nodes,
-            row=torch.cat(rows),
-            col=torch.cat(cols),
-            edge=torch.cat(edges),
-            num_sampled_nodes=num_nodes,
-            num_sampled_edges=num_edges,
-            batch_size=int(seeds.numel()),
-        )
+        return SampledSubgraph(all_nodes, torch.cat(rows), torch.cat(cols), torch.cat(edges),
+                               num_nodes, num_edges, int(seeds.numel()))
 
     def _local_map(self, device: torch.device) -> torch.Tensor | None:
         """The global -> local id map (-1: unseen), allocated once per sampler and device.
@@ -89,6 +92,9 @@ class NeighborSampler:
 
         Returns (neighbour global ids, global edge ids, index of the owning frontier node).
         """
+        seed = kernels.draw_seed(generator)
+        if frontier.device.type == "cpu" and self.indptr.device.type == "cpu" and kernels.available():
+            return kernels.sample_hop(self.indptr, self.indices, frontier.contiguous(), fanout, seed)
         device = frontier.device
         start = self.indptr[frontier]
         deg = self.indptr[frontier + 1] - start
@@ -102,7 +108,7 @@ class NeighborSampler:
         if fanout != ALL_NEIGHBORS:
             big = (deg > fanout).nonzero().flatten()
             if big.numel():
-                picks = _floyd_sample(deg[big], fanout, generator)  # [len(big), fanout]
+                picks = _floyd_sample(deg[big], big, fanout, seed)  # [len(big), fanout]
                 big_slots = (offsets[big].unsqueeze(1) + torch.arange(fanout, device=device)).flatten()
                 pos[big_slots] = picks.flatten()
         eid = start[owner] + pos
@@ -118,6 +124,8 @@ class NeighborSampler:
         device = nbr.device
         if nbr.numel() == 0:
             return nbr.new_empty(0), nbr.new_empty(0)
+        if local is not None and local.device.type == "cpu" and kernels.available():
+            return kernels.relabel(local, nbr.contiguous(), known.numel())
         if local is not None:
             is_new = local[nbr] < 0
             cand = nbr[is_new]
@@ -139,22 +147,20 @@ class NeighborSampler:
         return new_nodes, rank_of[inv[known.numel():]]
 
 
-def _floyd_sample(deg: torch.Tensor, k: int, generator: torch.Generator | None) -> torch.Tensor:
+def _floyd_sample(deg: torch.Tensor, rows: torch.Tensor, k: int, seed: int) -> torch.Tensor:
     """``k`` distinct positions in ``[0, deg_i)`` for every row i (requires deg_i > k).
 
     Floyd's algorithm, vectorised across rows: for j = deg-k .. deg-1 draw t in [0, j]; keep t
-    unless already chosen, else keep j. Each k-subset is equally likely.
+    unless already chosen, else keep j. Each k-subset is equally likely. Draw c of row i uses
+    the counter ``rows[i] * k + c`` (``rows``: positions in the frontier), as the kernel does.
     """
     device = deg.device
     n = deg.numel()
     out = torch.empty((n, k), dtype=torch.int64, device=device)
-    # float64: exact positions for degrees far beyond 2**24; drawn on the generator's device.
-    gen_device = generator.device if generator is not None else device
-    rand = torch.rand((n, k), generator=generator, dtype=torch.float64, device=gen_device).to(device)
+    rand = kernels.uniform(seed, rows.unsqueeze(1) * k + torch.arange(k, device=device))
     for i in range(k):  # loop over the fanout (small), never over nodes
         j = deg - k + i
         t = torch.minimum((rand[:, i] * (j + 1).to(rand.dtype)).long(), j)
         dup = (out[:, :i] == t.unsqueeze(1)).any(dim=1) if i else torch.zeros(n, dtype=torch.bool, device=device)
         out[:, i] = torch.where(dup, j, t)
     return out
-
