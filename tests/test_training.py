@@ -36,6 +36,20 @@ def test_results_json_keeps_the_contract(results):
         assert on_disk["versions"][library] and on_disk["versions"]["torch"]
 
 
+def test_every_epoch_says_where_its_time_went(results):
+    for r in results.values():
+        for epoch in r["history"]:
+            phases, slowest = epoch["phases"], epoch["phases_slowest_rank"]
+            assert set(phases) == {"sample", "gather", "h2d", "forward", "backward", "step", "eval"}
+            assert all(v >= 0 for v in phases.values())
+            training = sum(v for k, v in phases.items() if k != "eval")
+            # The phases tile the training pass: together they are nearly all of epoch_time_s.
+            assert 0.8 * epoch["epoch_time_s"] <= training <= epoch["epoch_time_s"]
+            assert phases["forward"] > 0 and phases["backward"] > 0 and phases["sample"] > 0
+            assert slowest["rank"] in (0, 1) and slowest["epoch_time_s"] >= epoch["epoch_time_s"] - 1e-9
+            assert phases["eval"] == epoch["eval_time_s"]
+
+
 def test_run_folder_has_config_and_plot(results):
     import yaml
 

@@ -10,7 +10,7 @@ from gnnbridge.plugins.datasets import synthetic_graph
 from gnnbridge.testing.workers import train_and_dump
 
 pytestmark = pytest.mark.slow
-TIMING = {"epoch_time_s", "eval_time_s"}
+TIMING = {"epoch_time_s", "eval_time_s", "phases"}  # per rank; phases_slowest_rank is all-reduced
 
 
 def config(backend, arch="sage", **train):

@@ -41,6 +41,7 @@ from gnnbridge.core.sampling.hetero import LinkMiniBatch
 from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS, NeighborSampler
 from gnnbridge.core.sampling.seeds import epoch_batches
 from gnnbridge.core.training.metrics import ClassificationScores, LinkScores
+from gnnbridge.core.training.phases import NO_PHASES
 
 
 class Evaluator(ABC):
@@ -183,28 +184,44 @@ def forward(ev: Evaluator, model: torch.nn.Module, mb: MiniBatch) -> torch.Tenso
                                                                                       ev.ctx.device), mb.seeds.numel())
 
 
-def step_outputs(run, model: torch.nn.Module, mb: MiniBatch) -> tuple[torch.Tensor, torch.Tensor]:
+def step_outputs(run, model: torch.nn.Module, mb: MiniBatch, phases=NO_PHASES) -> tuple[torch.Tensor, torch.Tensor]:
     """``(logits, targets)`` of one training batch on ``run`` (the trainer or an evaluator): class
     logits and labels of the seeds, or, for a link batch, each pair's score as the logits of
     two classes (``[0, score]``, so cross-entropy is the binary cross-entropy of the score) and
-    whether the pair is an edge."""
+    whether the pair is an edge. ``phases`` is told where gathering, the move to the device and
+    the forward pass end."""
     device = run.ctx.device
+    x = gather_inputs(run.data, mb.input_nodes, None)
+    phases.mark("gather")
     graph = run.backend.graph_to(mb.graph, device)
-    x = gather_inputs(run.data, mb.input_nodes, device)
+    x = _to(x, device)
     if isinstance(mb, LinkMiniBatch):
-        scores = run.call.pairs(model, graph, x, mb.pairs.to(device))
-        return torch.stack([torch.zeros_like(scores), scores], dim=1), mb.labels.to(device).long()
+        pairs, labels = mb.pairs.to(device, non_blocking=True), mb.labels.to(device, non_blocking=True).long()
+        phases.mark("h2d")
+        scores = run.call.pairs(model, graph, x, pairs)
+        phases.mark("forward")
+        return torch.stack([torch.zeros_like(scores), scores], dim=1), labels
     y = run.data.y[mb.seeds].to(device, non_blocking=True)
-    return run.call(model, graph, x, y.numel()), y
+    phases.mark("h2d")
+    logits = run.call(model, graph, x, y.numel())
+    phases.mark("forward")
+    return logits, y
 
 
-def gather_inputs(data, input_nodes, device: torch.device):
-    """``x[input_nodes]`` on ``device``; for heterogeneous batches ``{type: features}``, or the ids
-    themselves for a featureless type (the model embeds them)."""
+def gather_inputs(data, input_nodes, device: torch.device | None):
+    """``x[input_nodes]`` on ``device`` (None: where ``x`` is); for heterogeneous batches
+    ``{type: features}``, or the ids themselves for a featureless type (the model embeds them)."""
     if isinstance(input_nodes, dict):
-        return {t: (data.x[t][ids] if t in data.x else ids).to(device, non_blocking=True)
-                for t, ids in input_nodes.items()}
-    return data.x[input_nodes].to(device, non_blocking=True)
+        x = {t: (data.x[t][ids.to(data.x[t].device)] if t in data.x else ids) for t, ids in input_nodes.items()}
+    else:
+        x = data.x[input_nodes.to(data.x.device)]
+    return x if device is None else _to(x, device)
+
+
+def _to(x, device: torch.device):
+    if isinstance(x, dict):
+        return {t: v.to(device, non_blocking=True) for t, v in x.items()}
+    return x.to(device, non_blocking=True)
 
 
 class LinkEvaluator(Evaluator):

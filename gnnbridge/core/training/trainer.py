@@ -47,6 +47,7 @@ from gnnbridge.core.training.evaluation import (
     supports_layerwise,
 )
 from gnnbridge.core.training.metrics import ConfusionCounts
+from gnnbridge.core.training.phases import PhaseTimer, slowest_rank
 from gnnbridge.core.training.state import TrainState
 
 DIVERGED = "Training diverged"  # how the line starts, also when it arrives as another rank's failure
@@ -144,6 +145,7 @@ class Trainer:
             except TrainingDivergedError as exc:
                 raise self._diverged(epoch, f"after its last step {exc}") from None
             stats["eval_time_s"] = time.perf_counter() - t0
+            stats["phases"]["eval"] = stats["eval_time_s"]
             improved = state.record(stats, cfg.monitor)
             if improved:
                 self.best_weights = _cpu_copy(self.model.state_dict())
@@ -216,9 +218,12 @@ class Trainer:
                    disable=None if self.show_progress else True,  # None: bars only on a terminal
                    leave=False, dynamic_ncols=True)
         t0 = time.perf_counter()
+        phases = PhaseTimer(ctx.device)
+        phases.start()
         for step, mb in enumerate(self.sampler.loader(batches)):
+            phases.mark("sample")
             ctx.advance()
-            logits, y = step_outputs(self, self.ddp, mb)
+            logits, y = step_outputs(self, self.ddp, mb, phases)
             # Summed then divided: an empty batch (possible when seeds do not split evenly
             # over ranks) contributes zero, not NaN, and still joins DDP's all-reduce.
             loss_sum_batch = F.cross_entropy(logits, y, reduction="sum")
@@ -226,8 +231,10 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
             with self.call.blame("backward pass"):
                 loss.backward()
+            phases.mark("backward")
             self._check_every_parameter_learns()
             self.optimizer.step()
+            phases.mark("step")
             loss_sum += loss_sum_batch.detach()
             first_bad = torch.where((first_bad < 0) & ~torch.isfinite(loss_sum_batch.detach()), step, first_bad)
             counts.update(logits.detach(), y)
@@ -237,9 +244,10 @@ class Trainer:
         self._check_loss(epoch, int(first_bad), int(ctx.all_reduce_sum((first_bad >= 0).long())))
         epoch_time = time.perf_counter() - t0
         bar.close()
-        stats = {"epoch": epoch, "loss": float(loss_sum) / max(1, counts.total), "train_acc": counts.accuracy(),
-                 "epoch_time_s": epoch_time, "batches": len(batches)}
-        return stats
+        seconds = phases.seconds()
+        return {"epoch": epoch, "loss": float(loss_sum) / max(1, counts.total), "train_acc": counts.accuracy(),
+                "epoch_time_s": epoch_time, "batches": len(batches), "phases": seconds,
+                "phases_slowest_rank": slowest_rank(ctx, seconds, epoch_time)}
 
     def _check_every_parameter_learns(self) -> None:
         """After the first backward pass under DDP: a parameter without a gradient would make DDP
