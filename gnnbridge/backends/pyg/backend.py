@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from gnnbridge.backends.pyg.sparse import dst_offsets
 from gnnbridge.core.contracts.config import SamplerKind, Task
 from gnnbridge.core.contracts.interfaces import Backend, GraphStore, Sampler
 from gnnbridge.core.errors import BackendUnavailableError
@@ -105,6 +106,7 @@ class PygBackend(Backend):
             num_sampled_nodes=sub.num_sampled_nodes,
             num_sampled_edges=sub.num_sampled_edges,
             batch_size=sub.batch_size,
+            dst_ptr=dst_offsets(sub.col, sum(sub.num_sampled_nodes[:-1])),
         )
 
     def from_hetero_sampled(self, sub) -> Any:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from gnnbridge.backends.pyg.sparse import FUSED_AGGREGATIONS, layer_adjacency
 from gnnbridge.core.contracts.config import ModelSpec
 from gnnbridge.core.contracts.interfaces import GNNModel
 from gnnbridge.core.models.graphops import attention_heads, gcn_edge_weights, layer_bounds, layer_dims
@@ -53,19 +54,26 @@ class PygGNN(GNNModel):
             for i in range(self.spec.layers):
                 x = self._layer(i, x, graph.edge_index, x.shape[0], n_id)
             return x[: graph.batch_size]
+        dst_ptr = getattr(graph, "dst_ptr", None)
         for i, (n_src, n_dst, n_edges) in enumerate(layer_bounds(nodes, edges, self.spec.layers)):
             ids = n_id[:n_src] if n_id is not None else None
-            x = self._layer(i, x[:n_src], graph.edge_index[:, :n_edges], n_dst, ids)
+            x = self._layer(i, x[:n_src], graph.edge_index[:, :n_edges], n_dst, ids, dst_ptr)
         return x
 
     def layer_forward(self, index: int, graph, x: torch.Tensor) -> torch.Tensor:
-        return self._layer(index, x, graph.edge_index, graph.batch_size, getattr(graph, "n_id", None))
+        return self._layer(index, x, graph.edge_index, graph.batch_size, getattr(graph, "n_id", None),
+                           getattr(graph, "dst_ptr", None))
 
     def _layer(self, index: int, x: torch.Tensor, edge_index: torch.Tensor, n_dst: int,
-               n_id: torch.Tensor | None) -> torch.Tensor:
+               n_id: torch.Tensor | None, dst_ptr: torch.Tensor | None = None) -> torch.Tensor:
         """Layer ``index`` for the first ``n_dst`` rows of ``x`` (dst nodes lead the src nodes);
-        ``n_id`` are the global ids of ``x``'s rows (GCN's degrees are looked up by them)."""
+        ``n_id`` are the global ids of ``x``'s rows (GCN's degrees are looked up by them);
+        ``dst_ptr``: the batch's CSR offsets by destination, for the fused aggregation."""
         conv = self.convs[index]
+        if dst_ptr is not None and self.spec.arch == "sage" and self.spec.aggr in FUSED_AGGREGATIONS \
+                and edge_index.shape[1]:
+            adj = layer_adjacency(dst_ptr, edge_index[0], n_dst, x.shape[0])
+            return self.activate(index, conv((x, x[:n_dst]), adj))
         if self.spec.arch == "gcn":
             if n_id is None:
                 raise ValueError("GCN batches must carry global node ids (n_id)")
