@@ -59,4 +59,36 @@ def test_random_split_is_seeded_disjoint_and_complete():
 
 def test_share_memory_moves_every_tensor(small_data):
     small_data.share_memory_()
-    assert small_data.x.is_shared() and small_data.edge_index.is_shared() and small_data.indptr.is_shared()
+    assert small_data.x.is_shared() and small_data.indices.is_shared() and small_data.indptr.is_shared()
+
+
+def test_counting_sort_gives_the_stable_destination_order(monkeypatch):
+    import gnnbridge.core.records.csc as csc
+
+    gen = torch.Generator().manual_seed(0)
+    src, dst = torch.randint(0, 50, (2, 400), generator=gen)
+    compiled = csc.csc_from_coo(src, dst, 60)
+    monkeypatch.setattr(csc, "_counting_sort", None)  # the argsort path (no numba)
+    reference = csc.csc_from_coo(src, dst, 60)
+    order = torch.argsort(dst, stable=True)
+    assert torch.equal(compiled[1], src[order]) and torch.equal(reference[1], src[order])
+    assert torch.equal(compiled[0], reference[0]) and compiled[0][-1] == 400 and compiled[0][-10:].unique().numel() == 1
+
+
+def test_the_record_keeps_csc_only_and_rebuilds_the_edge_list(small_data):
+    from dataclasses import fields
+
+    assert "edge_index" not in {f.name for f in fields(small_data)}
+    src, dst = small_data.edge_index
+    assert torch.equal(src, small_data.indices)
+    assert torch.equal(torch.bincount(dst, minlength=small_data.num_nodes), small_data.indptr.diff())
+    assert bool((dst.diff() >= 0).all())
+
+
+def test_decreasing_offsets_are_refused(small_data):
+    from dataclasses import replace
+
+    bad = small_data.indptr.clone()
+    bad[5], bad[6] = bad[6], bad[5] - 1
+    with pytest.raises(DataError, match="never decrease"):
+        replace(small_data, indptr=bad)

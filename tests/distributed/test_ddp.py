@@ -51,7 +51,7 @@ def test_per_rank_shards_are_disjoint_cover_and_reshuffle():
 def test_uneven_seed_count_does_not_hang(tmp_path):
     base = synthetic_graph(6000, 4, 8, 4.0, 0.8, 0.5, seed=0)
     perm = torch.randperm(6000, generator=torch.Generator().manual_seed(0))
-    data = GraphData(base.edge_index, base.indptr, base.x, base.y, perm[:4097], perm[4097:5000],
+    data = GraphData(base.indptr, base.indices, base.x, base.y, perm[:4097], perm[4097:5000],
                      perm[5000:], base.num_classes)
     r0, r1 = run_two_ranks(config("pyg", epochs=1, batch_size=1024), data, tmp_path)
     assert r0["history"][0]["batches"] == r1["history"][0]["batches"] == 3
@@ -60,7 +60,7 @@ def test_uneven_seed_count_does_not_hang(tmp_path):
 def test_empty_batches_on_one_rank_keep_the_loss_finite(tmp_path):
     # 5 training seeds, batch 1, 2 ranks: rank 1 gets one empty batch and must still step.
     base = synthetic_graph(60, 2, 4, 4.0, 0.9, 1.0, seed=0)
-    data = GraphData(base.edge_index, base.indptr, base.x, base.y, torch.arange(5), torch.arange(5, 30),
+    data = GraphData(base.indptr, base.indices, base.x, base.y, torch.arange(5), torch.arange(5, 30),
                      torch.arange(30, 60), base.num_classes)
     r0, r1 = run_two_ranks(config("dgl", epochs=1, batch_size=1), data, tmp_path)
     assert torch.isfinite(torch.tensor(r0["history"][0]["loss"]))

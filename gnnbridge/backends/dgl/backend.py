@@ -19,13 +19,16 @@ from gnnbridge.core.sampling.adapters import CollectionStore, CorePacker, CoreSa
 
 
 class DglGraphStore(GraphStore):
-    """A ``DGLGraph`` built from the shared CSC arrays (DGL wraps them through DLPack, no copy)."""
+    """A ``DGLGraph`` built from the shared CSC arrays (DGL wraps them through DLPack, no copy).
+
+    No edge-id array: an empty one tells DGL that a CSC position is the edge id, as in the core
+    records, instead of a per-rank ``arange(E)`` (0.9 GB at Reddit scale, in every rank)."""
 
     def __init__(self, data: GraphData):
         super().__init__(data)
         dgl = import_dgl()
-        eids = torch.arange(data.num_edges)  # CSC position == edge id, as in the core records
-        self._native = dgl.graph(("csc", (data.indptr, data.indices, eids)), num_nodes=data.num_nodes)
+        no_eids = torch.empty(0, dtype=torch.int64)
+        self._native = dgl.graph(("csc", (data.indptr, data.indices, no_eids)), num_nodes=data.num_nodes)
 
     @property
     def native(self):
