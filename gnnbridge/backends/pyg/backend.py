@@ -18,16 +18,20 @@ from gnnbridge.core.sampling.adapters import CollectionStore, CorePacker, CoreSa
 
 
 class PygGraphStore(GraphStore):
-    """A ``Data`` with the shared ``edge_index`` (no copy) and no features: core gathers those."""
+    """A ``Data`` with the graph's ``edge_index`` and no features (core gathers those), built on
+    first use: only PyG's own ``NeighborLoader`` reads it, and the record holds CSC only, so the
+    COO list is 2 x E int64 per rank that the core sampler never needs."""
 
     def __init__(self, data: GraphData):
         super().__init__(data)
-        from torch_geometric.data import Data
-
-        self._native = Data(edge_index=data.edge_index, num_nodes=data.num_nodes)
+        self._native = None
 
     @property
     def native(self):
+        if self._native is None:
+            from torch_geometric.data import Data
+
+            self._native = Data(edge_index=self.data.edge_index, num_nodes=self.data.num_nodes)
         return self._native
 
 

@@ -72,7 +72,7 @@ class PygGNN(GNNModel):
         conv = self.convs[index]
         if dst_ptr is not None and self.spec.arch == "sage" and self.spec.aggr in FUSED_AGGREGATIONS \
                 and edge_index.shape[1]:
-            adj = layer_adjacency(dst_ptr, edge_index[0], n_dst, x.shape[0])
+            adj = layer_adjacency(dst_ptr, edge_index[0], n_dst, x.shape[0], x.dtype)
             return self.activate(index, conv((x, x[:n_dst]), adj))
         if self.spec.arch == "gcn":
             if n_id is None:

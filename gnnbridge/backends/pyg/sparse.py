@@ -27,9 +27,11 @@ def dst_offsets(col: torch.Tensor, num_dst: int) -> torch.Tensor | None:
     return ptr
 
 
-def layer_adjacency(dst_ptr: torch.Tensor, row: torch.Tensor, n_dst: int, n_src: int) -> torch.Tensor:
-    """The [n_dst, n_src] CSR adjacency of one layer: the first ``n_dst`` rows of the batch's."""
-    values = torch.ones(row.numel(), device=row.device)
+def layer_adjacency(dst_ptr: torch.Tensor, row: torch.Tensor, n_dst: int, n_src: int,
+                    dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The [n_dst, n_src] CSR adjacency of one layer: the first ``n_dst`` rows of the batch's,
+    with values of the features' ``dtype`` (bf16 under autocast: sparse products do not cast)."""
+    values = torch.ones(row.numel(), device=row.device, dtype=dtype)
     with warnings.catch_warnings():  # "sparse CSR support is in beta": said once, to nobody's benefit
         warnings.simplefilter("ignore", UserWarning)
         return torch.sparse_csr_tensor(dst_ptr[: n_dst + 1], row, values, size=(n_dst, n_src),

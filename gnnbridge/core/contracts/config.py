@@ -201,6 +201,31 @@ class EvalConfig:
         _positive("eval.batch_size", self.batch_size)
 
 
+PLACES = ("host", "device")
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+@dataclass
+class PlacementConfig:
+    """Where data lives and work runs on each rank (see the README's "Placement and precision")."""
+
+    features: str = "host"  # device: x and y copied once to the rank's device; batches gather there
+    topology: str = "host"  # device: the CSC arrays on the device, so the core sampler samples there
+    prefetch: int = 0  # batches sampled ahead in a background thread while the current one computes
+    precision: str = "fp32"  # bf16 / fp16: forward and loss under torch.autocast (fp16 with loss scaling)
+
+    def __post_init__(self) -> None:
+        for key in ("features", "topology"):
+            if getattr(self, key) not in PLACES:
+                raise ConfigError(f"placement.{key}={show(getattr(self, key))} is not a place; choose one of: "
+                                  f"{', '.join(PLACES)}.")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"placement.precision={show(self.precision)} is not supported"
+                              f"{did_you_mean(self.precision, PRECISIONS)}; choose one of: {', '.join(PRECISIONS)}.")
+        if type(self.prefetch) is not int or not 0 <= self.prefetch <= 16:
+            raise ConfigError(f"placement.prefetch={show(self.prefetch)} must be an integer from 0 (off) to 16.")
+
+
 @dataclass
 class LinkConfig:
     """Link prediction: which edges are predicted, how they are split, and how scored."""
@@ -239,6 +264,7 @@ class ExperimentConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     link: LinkConfig = field(default_factory=LinkConfig)
+    placement: PlacementConfig = field(default_factory=PlacementConfig)
 
     def __post_init__(self) -> None:
         _positive("nproc", self.nproc)
@@ -248,6 +274,9 @@ class ExperimentConfig:
         if not 0 < self.timeout <= MAX_TIMEOUT_S:
             raise ConfigError(f"timeout={self.timeout} must be a positive number of seconds up to {MAX_TIMEOUT_S} "
                               "(a week), e.g. --timeout 120.")
+        if self.placement.precision == "fp16" and self.device is DeviceChoice.CPU:
+            raise ConfigError("placement.precision=fp16 needs --device cuda (DGL's CPU kernels and most CPUs have no "
+                              "fp16 arithmetic); use placement.precision=bf16 on the CPU.")
         # Graph tasks read whole graphs: fanouts do not apply to them.
         if self.task is not Task.GRAPH and len(self.sampler.fanouts) != self.model.layers:
             raise ConfigError(

@@ -211,6 +211,17 @@ if numba is not None:
         return new[:count].copy(), out
 
 
+def warm() -> None:
+    """Load (or compile, the first time) every kernel now: about half a second per process that
+    would otherwise land in the first batch, and so in the first epoch's time."""
+    if not available():
+        return
+    indptr, indices = torch.tensor([0, 1, 2]), torch.tensor([1, 0])
+    sample_layers(indptr, indices, torch.tensor([0]), [1, -1], [1, 2], torch.full((2,), -1))
+    sample_hop(indptr, indices, torch.tensor([0]), 1, 1)
+    relabel(torch.full((2,), -1), torch.tensor([1]), 0)
+
+
 def sample_layers(indptr: torch.Tensor, indices: torch.Tensor, seeds: torch.Tensor, fanouts: list[int],
                   keys: list[int], local: torch.Tensor):
     """All hops of one batch on CPU tensors (see ``_sample_layers``), as torch tensors."""

@@ -40,6 +40,8 @@ class NeighborSampler:
         self.fanouts = list(fanouts)
         self.num_nodes = indptr.numel() - 1
         self._map: torch.Tensor | None = None
+        if indptr.device.type == "cpu":
+            kernels.warm()
 
     def sample(self, seeds: torch.Tensor, generator: torch.Generator | None = None) -> SampledSubgraph:
         device = self.indptr.device

@@ -48,6 +48,7 @@ from gnnbridge.core.training.evaluation import (
 )
 from gnnbridge.core.training.metrics import ConfusionCounts
 from gnnbridge.core.training.phases import PhaseTimer, slowest_rank
+from gnnbridge.core.training.placement import autocast, grad_scaler, place, prefetched
 from gnnbridge.core.training.state import TrainState
 
 DIVERGED = "Training diverged"  # how the line starts, also when it arrives as another rank's failure
@@ -63,7 +64,7 @@ class Trainer:
         """``run_dir``: where rank 0 writes checkpoints (None: nowhere). ``resume``: a loaded
         checkpoint (every rank holds it) to continue from."""
         self.config = config
-        self.data = data
+        self.data = place(data, config.placement, ctx.device)
         self.ctx = ctx
         self.show_progress = show_progress and ctx.is_main
         # tqdm's default lock is a multiprocessing semaphore: a rank killed by a signal would leave
@@ -82,6 +83,7 @@ class Trainer:
         # Built after the move: a loaded optimizer state follows its parameters' device.
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.train.lr,
                                           weight_decay=config.train.weight_decay)
+        self.scaler = grad_scaler(config.placement.precision, ctx.device)
         self.state = TrainState()
         self.best_weights: dict | None = None  # a CPU copy of the best epoch's weights
         if resume is not None:
@@ -205,7 +207,6 @@ class Trainer:
         cfg, ctx, data = self.config, self.ctx, self.data
         seed_everything(derived_seed(cfg.train.seed, epoch, ctx.rank, stream=4))
         batches = epoch_batches(data.split("train"), cfg.train.batch_size, cfg.train.seed, epoch, ctx.rank, ctx.world_size)
-        self.sampler.reseed(cfg.train.seed, epoch, ctx.rank)
         if not self.shard_fingerprint:
             self.shard_fingerprint = _fingerprint(batches)
         self.ddp.train()
@@ -220,20 +221,25 @@ class Trainer:
         t0 = time.perf_counter()
         phases = PhaseTimer(ctx.device)
         phases.start()
-        for step, mb in enumerate(self.sampler.loader(batches)):
+        for step, mb in enumerate(prefetched(lambda: self._batches(batches, epoch), cfg.placement.prefetch)):
             phases.mark("sample")
             ctx.advance()
-            logits, y = step_outputs(self, self.ddp, mb, phases)
-            # Summed then divided: an empty batch (possible when seeds do not split evenly
-            # over ranks) contributes zero, not NaN, and still joins DDP's all-reduce.
-            loss_sum_batch = F.cross_entropy(logits, y, reduction="sum")
+            with autocast(cfg.placement.precision, ctx.device):
+                logits, y = step_outputs(self, self.ddp, mb, phases)
+                # Summed then divided: an empty batch (possible when seeds do not split evenly
+                # over ranks) contributes zero, not NaN, and still joins DDP's all-reduce.
+                loss_sum_batch = F.cross_entropy(logits.float(), y, reduction="sum")
             loss = loss_sum_batch / max(1, y.numel())
             self.optimizer.zero_grad(set_to_none=True)
             with self.call.blame("backward pass"):
-                loss.backward()
+                (self.scaler.scale(loss) if self.scaler else loss).backward()
             phases.mark("backward")
             self._check_every_parameter_learns()
-            self.optimizer.step()
+            if self.scaler:
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+            else:
+                self.optimizer.step()
             phases.mark("step")
             loss_sum += loss_sum_batch.detach()
             first_bad = torch.where((first_bad < 0) & ~torch.isfinite(loss_sum_batch.detach()), step, first_bad)
@@ -248,6 +254,11 @@ class Trainer:
         return {"epoch": epoch, "loss": float(loss_sum) / max(1, counts.total), "train_acc": counts.accuracy(),
                 "epoch_time_s": epoch_time, "batches": len(batches), "phases": seconds,
                 "phases_slowest_rank": slowest_rank(ctx, seconds, epoch_time)}
+
+    def _batches(self, batches: list[torch.Tensor], epoch: int):
+        """This epoch's mini-batches; reseeds the sampler first, in the thread that samples."""
+        self.sampler.reseed(self.config.train.seed, epoch, self.ctx.rank)
+        return self.sampler.loader(batches)
 
     def _check_every_parameter_learns(self) -> None:
         """After the first backward pass under DDP: a parameter without a gradient would make DDP
