@@ -62,7 +62,7 @@ class LabelledRecord:
                 f"y holds labels in [{int(self.y.min())}, {int(self.y.max())}] but num_classes={self.num_classes}; "
                 "labels must be in [0, num_classes)."
             )
-        if not bool(torch.isfinite(self.x).all()):
+        if not all_finite(self.x):
             bad = int((~torch.isfinite(self.x)).any(dim=1).nonzero()[0])
             raise DataError(f"x holds NaN or inf values (first at node {bad}); clean the features first.")
         for name in ("train", "val", "test"):
@@ -172,6 +172,12 @@ class GraphData(LabelledRecord):
             "num_classes": self.num_classes,
             **self._split_sizes(),
         }
+
+
+def all_finite(x: torch.Tensor, rows_per_block: int = 1 << 16) -> bool:
+    """``torch.isfinite(x).all()`` a block of rows at a time: on the whole of Reddit's features
+    isfinite's temporaries took 0.9 GB, more than loading needed anywhere else."""
+    return all(bool(torch.isfinite(block).all()) for block in x.split(rows_per_block))
 
 
 def check_tensor(name: str, t: object, dtype: torch.dtype, ndim: int) -> None:

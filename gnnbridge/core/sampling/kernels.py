@@ -24,7 +24,7 @@ MIX1 = -4658895280553007687  # 0xBF58476D1CE4E5B9
 MIX2 = -7723592293110705685  # 0x94D049BB133111EB
 MASK53 = (1 << 53) - 1
 INV53 = 1.0 / (1 << 53)
-PARALLEL_MIN_FRONTIER = 512  # frontier nodes below which a hop runs on one thread (measured)
+PARALLEL_MIN_FRONTIER = 65536  # frontier nodes from which a hop runs in parallel (2-core measurements: below this the hand-off costs more than it saves)
 
 try:  # numba is a dependency; without it (an image that lacks it) the torch path runs.
     import numba

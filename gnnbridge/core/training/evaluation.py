@@ -89,7 +89,7 @@ class LayerwiseEvaluator(Evaluator):
         for split in splits:
             idx = self.data.split(split)
             scores = ClassificationScores(self.data.num_classes)
-            scores.update(logits[idx], self.data.y[idx])
+            scores.update(logits[idx], self.data.y[idx].to(logits.device))  # y may be on the GPU (placement)
             metrics.update(scores.as_metrics(split))
         return metrics
 
