@@ -107,7 +107,8 @@ class LayerwiseEvaluator(Evaluator):
             for seeds in shards[ctx.rank].split(self.batch_size):
                 sub = one_hop.sample(seeds)
                 graph = self.backend.graph_to(self.backend.from_sampled(sub), ctx.device)
-                outs.append(self.call.layer(model, layer, graph, h[sub.node].to(ctx.device)).cpu())
+                rows = h[sub.node.to(h.device)]  # h on the host or the device, sub where the graph is
+                outs.append(self.call.layer(model, layer, graph, rows.to(ctx.device)).cpu())
             h = ctx.all_gather_rows(torch.cat(outs), sizes)
         return h
 
