@@ -195,20 +195,11 @@ if numba is not None:
 
     @njit(cache=True, nogil=True)
     def _relabel(local, nbr, first_id):
-        """Local ids of ``nbr``, numbering unseen nodes from ``first_id`` in order of first appearance."""
-        out = np.empty(nbr.shape[0], np.int64)
-        new = np.empty(nbr.shape[0], np.int64)
-        count = 0
-        for e in range(nbr.shape[0]):
-            v = nbr[e]
-            lid = local[v]
-            if lid < 0:
-                lid = first_id + count
-                local[v] = lid
-                new[count] = v
-                count += 1
-            out[e] = lid
-        return new[:count].copy(), out
+        """Local ids of ``nbr``, numbering unseen nodes from ``first_id``: (new nodes, local ids)."""
+        out = nbr.copy()
+        # Room for ids from first_id on; the untouched head of an empty array costs no memory.
+        nodes, count = _relabel_into(local, out, 0, out.shape[0], np.empty(first_id, np.int64), first_id)
+        return nodes[first_id:count].copy(), out
 
 
 def warm() -> None:
