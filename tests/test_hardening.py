@@ -370,7 +370,10 @@ def test_evaluate_never_downloads_or_creates_what_a_checkpoint_names(tmp_path, c
 
 def _train_then_signal(tmp_path, sig, wait_for_checkpoint):
     run = tmp_path / "r"
-    proc = subprocess.Popen([PY, "-m", "gnnbridge", "train", "--set", "train.epochs=500", "--quiet",
+    # Before the first checkpoint: a graph whose first epoch takes seconds (the default one's took
+    # 0.1-0.3 s here, too close to the 50 ms poll to be sure the signal came before it).
+    size = [] if wait_for_checkpoint else ["--set", "dataset.options.num_nodes=120000"]
+    proc = subprocess.Popen([PY, "-m", "gnnbridge", "train", "--set", "train.epochs=500", *size, "--quiet",
                              "--out", str(run)], stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     marker = run / "checkpoints" / "latest.pt" if wait_for_checkpoint else run / "config.yaml"

@@ -11,6 +11,7 @@ enforces both)::
     contracts/  ABCs, hook specs, plugin manager and registries, config
     records/    graph data, collections, batch records
     errors.py   the error types every layer raises
+    compiled.py calling numba kernels so that signals still stop a run
 
 ``runtime``, ``sampling`` and ``models`` stand side by side on ``contracts``. ``interfaces.py``
 re-exports what plugins import and is imported by nothing in core.

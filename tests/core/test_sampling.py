@@ -1,4 +1,5 @@
 import itertools
+import os
 
 import pytest
 import torch
@@ -196,3 +197,76 @@ def test_hop_and_relabel_pieces_match_the_torch_path(small_data, monkeypatch):
     for a, b in zip(compiled, pieces()):
         assert torch.equal(a, b)
     assert compiled[4].min() >= known.numel()  # new ids continue after the known nodes
+
+
+
+INTERRUPTED_KERNELS = """
+import os, signal, sys, threading, torch
+from gnnbridge.core.errors import RunInterrupted
+from gnnbridge.core.records.csc import csc_from_coo
+from gnnbridge.core.sampling import kernels
+
+def stop(signum, frame):
+    raise RunInterrupted(signum)
+
+def sigterm_in(seconds):
+    threading.Timer(seconds, os.kill, (os.getpid(), signal.SIGTERM)).start()
+
+signal.signal(signal.SIGTERM, stop)
+n = 20000
+indptr, indices = torch.arange(0, 10 * n + 1, 10), torch.randint(0, n, (10 * n,))
+calls = [lambda: kernels.sample_layers(indptr, indices, torch.arange(64), [10, 10], [1, 2], torch.full((n,), -1)),
+         lambda: csc_from_coo(indices[:2000], indices[-2000:], n)]
+if sys.argv[1] == "compile":  # a fresh NUMBA_CACHE_DIR: the kernels compile (seconds) under SIGTERMs
+    handled_in = []  # the file of the frame each call of the run's handler interrupted
+    signal.signal(signal.SIGTERM, lambda signum, frame: handled_in.append(frame.f_code.co_filename))
+    compiled = threading.Event()
+    def every_5ms():
+        while not compiled.wait(0.005):
+            os.kill(os.getpid(), signal.SIGTERM)
+    threading.Thread(target=every_5ms, daemon=True).start()
+    kernels.warm()
+    csc_from_coo(indices[:10], indices[-10:], n)
+    compiled.set()
+    inside = sorted({f for f in handled_in if "numba" in f or "llvmlite" in f})
+    assert handled_in and not inside, inside  # it ran, and never inside numba's machinery
+else:
+    kernels.warm()
+    csc_from_coo(indices[:10], indices[-10:], n)
+    for round in range(12):
+        sigterm_in(0.01 + 0.007 * round)
+        try:
+            while True:
+                calls[round % 2]()
+        except RunInterrupted as stopped:
+            assert stopped.signum == signal.SIGTERM
+print("stopped cleanly")
+"""
+
+
+def stop_kernels(tmp_path, mode):
+    import subprocess
+    import sys
+
+    script = tmp_path / "interrupt.py"
+    script.write_text(INTERRUPTED_KERNELS)
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")} if mode == "compile" else None
+    proc = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0 and proc.stdout.strip() == "stopped cleanly", proc.stderr[-2000:]
+    assert "Exception ignored" not in proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.mark.skipif(not kernels.available(), reason="numba is not installed")
+def test_a_signal_during_a_compiled_kernel_stops_the_run_instead_of_crashing_it(tmp_path):
+    """The SIGTERM that should end a run in "Stopped by SIGTERM: ..." surfaced as a SystemError
+    from numba's dispatcher nine times in ten, so the run reported a crash."""
+    stop_kernels(tmp_path, "calls")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not kernels.available(), reason="numba is not installed")
+def test_a_signal_while_the_kernels_compile_is_delivered_once_they_are_built(tmp_path):
+    """A stop that came while LLVM compiled (a first run on a machine) could be dropped (numba
+    compiles through ctypes callbacks, which drop exceptions) and the next kernel call hung; the
+    run's handler must never run inside numba."""
+    stop_kernels(tmp_path, "compile")

@@ -12,12 +12,15 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from gnnbridge.core.compiled import signals_deferred
+
 try:
     from numba import njit
 except ImportError:  # pragma: no cover - exercised only where numba is missing
     njit = None
 
 
+@signals_deferred()
 def csc_from_coo(src: torch.Tensor, dst: torch.Tensor, num_nodes: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``(indptr, indices)``: int64 [N + 1] offsets and [E] sources sorted by destination (stable).
     Ids must already be checked to lie in ``[0, num_nodes)``."""

@@ -19,6 +19,8 @@ import os
 import numpy as np
 import torch
 
+from gnnbridge.core.compiled import signals_deferred
+
 GOLDEN = -7046029254386353131  # 0x9E3779B97F4A7C15 as int64
 MIX1 = -4658895280553007687  # 0xBF58476D1CE4E5B9
 MIX2 = -7723592293110705685  # 0x94D049BB133111EB
@@ -202,6 +204,7 @@ if numba is not None:
         return nodes[first_id:count].copy(), out
 
 
+@signals_deferred()
 def warm() -> None:
     """Load (or compile, the first time) every kernel now: about half a second per process that
     would otherwise land in the first batch, and so in the first epoch's time."""
@@ -213,6 +216,7 @@ def warm() -> None:
     relabel(torch.full((2,), -1), torch.tensor([1]), 0)
 
 
+@signals_deferred()
 def sample_layers(indptr: torch.Tensor, indices: torch.Tensor, seeds: torch.Tensor, fanouts: list[int],
                   keys: list[int], local: torch.Tensor):
     """All hops of one batch on CPU tensors (see ``_sample_layers``), as torch tensors."""
@@ -231,12 +235,14 @@ def _min_parallel() -> int:
     return PARALLEL_MIN_FRONTIER if threads > 1 else 2**62
 
 
+@signals_deferred()
 def sample_hop(indptr: torch.Tensor, indices: torch.Tensor, frontier: torch.Tensor, fanout: int, seed: int):
     """The compiled hop on CPU tensors: same result as the torch path for the same ``seed``."""
     nbr, eid, owner = _sample_hop(indptr.numpy(), indices.numpy(), frontier.numpy(), fanout, seed, _min_parallel())
     return torch.from_numpy(nbr), torch.from_numpy(eid), torch.from_numpy(owner)
 
 
+@signals_deferred()
 def relabel(local: torch.Tensor, nbr: torch.Tensor, first_id: int):
     """The compiled relabel on CPU tensors: (new nodes, local ids of ``nbr``); updates ``local``."""
     new, out = _relabel(local.numpy(), nbr.numpy(), first_id)

@@ -1,0 +1,48 @@
+"""Calling numba-compiled code so that Ctrl-C and SIGTERM still stop a run as themselves.
+
+A signal's Python handler runs at the next point the main thread is back in Python. Around
+numba that point was inside numba's own machinery, and the stop went wrong two ways (both
+measured; ``tests/core/test_sampling.py``):
+
+* **During a call**, the handler ran while the dispatcher called back into Python to box the
+  result, and CPython wrapped the handler's ``RunInterrupted`` in ``SystemError: ... returned a
+  result with an exception set``: a SIGTERM nine times in ten ended in a crash report instead
+  of "Stopped by SIGTERM".
+* **During a compile**, LLVM reports to numba through a ctypes callback, and an exception raised
+  in a ctypes callback is printed and dropped: the stop was lost and the next call hung.
+
+:func:`signals_deferred` holds the Python handler until the compiled call returns, then
+delivers the signal to the handler the run had. Compiled code cannot be interrupted anyway, so
+this delays nothing; it costs a few microseconds a call.
+"""
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold Ctrl-C, SIGTERM and SIGHUP for the block, then deliver them; also a decorator.
+
+    Only the main thread runs handlers (and may set them), so elsewhere this does nothing. The
+    C-level part of a signal (``signal.set_wakeup_fd``, which the watchdog reads) is untouched."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = {}
+    for signum in STOP_SIGNALS:
+        if callable(signal.getsignal(signum)):  # SIG_DFL and SIG_IGN never run Python
+            previous[signum] = signal.signal(signum, lambda number, frame: caught.append(number))
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for signum in dict.fromkeys(caught):
+            signal.raise_signal(signum)
