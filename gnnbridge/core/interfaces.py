@@ -14,7 +14,7 @@ from gnnbridge.core.contracts.interfaces import (
     Sampler,
 )
 from gnnbridge.core.contracts.plugins import downloads_allowed
-from gnnbridge.core.records.batches import MiniBatch, SampledSubgraph
+from gnnbridge.core.records.batches import IndexedRows, MiniBatch, SampledSubgraph
 from gnnbridge.core.records.collection import GraphCollection, PackedGraphs, pack
 from gnnbridge.core.records.data import GraphData, random_split
 from gnnbridge.core.records.hetero import HeteroGraphData, HeteroSource
@@ -27,6 +27,7 @@ from gnnbridge.core.sampling.seeds import derived_seed, epoch_generator
 __all__ = [
     "Backend", "CollectionStore", "CorePacker", "CoreSampler", "DatasetConfig", "GNNModel", "GraphClassifier",
     "GraphCollection", "GraphData", "GraphStore", "HeteroGraphData", "HeteroSampledSubgraph", "HeteroSource",
+    "IndexedRows",
     "LinkMiniBatch", "LibraryGraphLoader", "MiniBatch", "ModelSpec", "PackedGraphs",
     "SampledSubgraph", "Sampler", "SamplerKind", "Task", "ALL_NEIGHBORS", "NeighborSampler", "derived_seed",
     "epoch_generator", "pack", "random_split", "available_memory", "format_bytes", "downloads_allowed",

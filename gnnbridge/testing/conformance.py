@@ -24,6 +24,7 @@ from gnnbridge.core.contracts.interfaces import Backend
 from gnnbridge.core.contracts.plugins import backends, models
 from gnnbridge.core.models.build import build_model
 from gnnbridge.core.models.gin import GIN
+from gnnbridge.core.records.batches import IndexedRows
 from gnnbridge.core.records.collection import GraphCollection, pack
 from gnnbridge.core.records.data import GraphData
 from gnnbridge.core.runtime.context import DistContext
@@ -112,6 +113,32 @@ class BackendConformance:
         for batch_size in (16, 1000):
             evaluator = LayerwiseEvaluator(backend, data, DistContext(0, 1, 0, torch.device("cpu")), batch_size)
             torch.testing.assert_close(evaluator.full_logits(model)[seeds], expected, rtol=1e-4, atol=1e-5)
+
+    @pytest.mark.parametrize("kind", [SamplerKind.AUTO, SamplerKind.CORE])
+    def test_indexed_rows_give_what_gathered_rows_give(self, backend, data, kind) -> None:
+        """A model that reads its input as :class:`IndexedRows` (core then stops gathering
+        ``x[input_nodes]``) computes the logits, parameter gradients and layer-wise outputs it
+        computes from the gathered rows."""
+        torch.manual_seed(0)
+        model = self._model(backend, data, "sage")
+        if not model.reads_indexed_rows:
+            pytest.skip(f"{backend.name}'s GraphSAGE reads gathered rows only")
+        sampler = backend.sampler(backend.graph_store(data), [5, 3], kind)
+        sampler.reseed(0, 0, 0)
+        mb = next(iter(sampler.loader([data.train_idx[:40]])))
+        params = list(model.parameters())
+        outputs = []
+        for x in (data.x[mb.input_nodes], IndexedRows(data.x, mb.input_nodes)):
+            logits = model(mb.graph, x)
+            outputs.append((logits, torch.autograd.grad(logits.square().sum(), params)))
+        torch.testing.assert_close(outputs[1][0], outputs[0][0], rtol=1e-4, atol=1e-5)
+        for got, expected in zip(outputs[1][1], outputs[0][1]):
+            torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+        sub = NeighborSampler(data.indptr, data.indices, [ALL_NEIGHBORS]).sample(data.val_idx[:30])
+        graph = backend.from_sampled(sub)
+        with torch.no_grad():
+            torch.testing.assert_close(model.layer_forward(0, graph, IndexedRows(data.x, sub.node)),
+                                       model.layer_forward(0, graph, data.x[sub.node]), rtol=1e-4, atol=1e-5)
 
     @pytest.mark.parametrize("arch", ARCHITECTURES)
     def test_same_weights_give_the_reference_backends_outputs(self, backend, arch) -> None:

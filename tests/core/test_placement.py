@@ -77,3 +77,32 @@ def test_prefetch_gives_the_same_training_and_bf16_the_same_accuracy(tmp_path):
                              out=tmp_path / f"{backend}-bf16", progress=False)
         assert [h["loss"] for h in bf16["history"]] != [h["loss"] for h in fp32["history"]]  # it ran in bf16
         assert abs(bf16["metrics"]["test_acc"] - fp32["metrics"]["test_acc"]) <= 0.02
+
+
+def test_sampled_rows_stay_in_the_table_for_models_that_read_them_there(small_data, tmp_path):
+    """GraphSAGE (mean) reads x[input_nodes] from the shared table by global id, also under DDP;
+    models that need the rows, rows bound for another device and typed batches are gathered."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from gnnbridge.core.contracts.config import ModelSpec
+    from gnnbridge.core.contracts.plugins import backends
+    from gnnbridge.core.records.batches import IndexedRows
+    from gnnbridge.core.training.evaluation import indexed_rows
+    from gnnbridge.testing.conformance import build
+
+    cpu, ids = torch.device("cpu"), small_data.train_idx[:10]
+    for name in ("pyg", "dgl"):
+        sage = build(backends.get(name), ModelSpec(arch="sage", hidden=8, layers=2), small_data)
+        gcn = build(backends.get(name), ModelSpec(arch="gcn", hidden=8, layers=2), small_data)
+        rows = indexed_rows(sage, small_data.x, ids, cpu)
+        assert isinstance(rows, IndexedRows) and rows.table is small_data.x
+        assert torch.equal(rows.rows(), small_data.x[ids]) and torch.equal(rows.head(3).rows(), small_data.x[ids[:3]])
+        assert indexed_rows(gcn, small_data.x, ids, cpu) is None
+        assert indexed_rows(sage, small_data.x, ids, torch.device("meta")) is None  # must cross to the device
+        assert indexed_rows(sage, {"user": small_data.x}, {"user": ids}, cpu) is None
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        assert isinstance(indexed_rows(DistributedDataParallel(sage), small_data.x, ids, cpu), IndexedRows)
+    finally:
+        dist.destroy_process_group()

@@ -14,6 +14,7 @@ from gnnbridge.core.errors import BackendUnavailableError
 from gnnbridge.core.models.graphops import layer_bounds
 from gnnbridge.core.records.batches import SampledSubgraph
 from gnnbridge.core.records.collection import GraphCollection, PackedGraphs
+from gnnbridge.core.records.csc import dst_offsets
 from gnnbridge.core.records.data import GraphData
 from gnnbridge.core.sampling.adapters import CollectionStore, CorePacker, CoreSampler
 
@@ -117,10 +118,15 @@ class DglBackend(Backend):
         """
         dgl = import_dgl()
         blocks = []
+        # Core's edges come in destination order: hand DGL the CSC it aggregates with, instead
+        # of an edge list it would sort into one (a plugin sampler's unsorted edges still go as COO).
+        ptr = dst_offsets(sub.col, sum(sub.num_sampled_nodes[:-1]))
+        no_ids = torch.empty(0, dtype=sub.row.dtype, device=sub.row.device)  # edge ids: their order
         for n_src, n_dst, n_edges in layer_bounds(sub.num_sampled_nodes, sub.num_sampled_edges,
                                                   len(sub.num_sampled_edges)):
-            block = dgl.create_block((sub.row[:n_edges], sub.col[:n_edges]), num_src_nodes=n_src,
-                                     num_dst_nodes=n_dst, device=sub.row.device)
+            edges = ("csc", (ptr[: n_dst + 1], sub.row[:n_edges], no_ids)) if ptr is not None \
+                else (sub.row[:n_edges], sub.col[:n_edges])
+            block = dgl.create_block(edges, num_src_nodes=n_src, num_dst_nodes=n_dst, device=sub.row.device)
             block.srcdata[dgl.NID] = sub.node[:n_src]
             block.dstdata[dgl.NID] = sub.node[:n_dst]
             blocks.append(block)

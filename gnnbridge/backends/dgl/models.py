@@ -18,6 +18,7 @@ from gnnbridge.backends.dgl.compat import import_dgl
 from gnnbridge.core.contracts.config import ModelSpec
 from gnnbridge.core.contracts.interfaces import GNNModel
 from gnnbridge.core.models.graphops import attention_heads, gcn_edge_weights, layer_dims
+from gnnbridge.core.records.batches import IndexedRows
 
 
 def with_self_loops(block, replace_existing: bool):
@@ -78,8 +79,23 @@ class SAGELayer(nn.Module):
 
         self.conv = SAGEConv(in_dim, out_dim, aggregator_type=aggr)
 
-    def forward(self, block, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, block, x: torch.Tensor | IndexedRows) -> torch.Tensor:
+        if isinstance(x, IndexedRows):
+            return self._mean_from_table(block, x) if self.conv._aggre_type == "mean" else self.conv(block, x.rows())
         return self.conv(block, x)
+
+    def _mean_from_table(self, block, x: IndexedRows) -> torch.Tensor:
+        """``SAGEConv``'s mean aggregation with the neighbours' rows read from the feature table
+        by global id: DGL's fused ``copy_u_mean`` on the same block with its sources renumbered
+        to table rows, so the sampled rows are never gathered. The linear map comes after the
+        mean (``SAGEConv`` maps every source row first when it narrows the features: the same
+        numbers, on ~8x more rows at fanouts [25, 10])."""
+        dgl = import_dgl()
+        indptr, indices, eids = block.adj_tensors("csc")
+        n_dst = block.num_dst_nodes()
+        wide = dgl.create_block(("csc", (indptr, x.ids[indices], eids)), num_src_nodes=x.table.shape[0],
+                                num_dst_nodes=n_dst, device=indptr.device)
+        return self.conv.fc_self(x.rows(n_dst)) + self.conv.fc_neigh(dgl.ops.copy_u_mean(wide, x.table))
 
 
 class DglGNN(GNNModel):
@@ -93,6 +109,7 @@ class DglGNN(GNNModel):
         super().__init__()
         import_dgl()
         self.spec = spec
+        self.reads_indexed_rows = spec.arch == "sage" and spec.aggr == "mean"  # SAGELayer reads them in place
         self.layers = nn.ModuleList()
         gat_heads = attention_heads(spec) if spec.arch == "gat" else 1
         for d_in, d_out, heads in layer_dims(spec.layers, spec.hidden, in_dim, out_dim, gat_heads):
@@ -111,10 +128,14 @@ class DglGNN(GNNModel):
         h = layer(block, x, self.degrees()) if self.spec.arch == "gcn" else layer(block, x)
         return self.activate(index, h)
 
-    def forward(self, graph, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, graph, x: torch.Tensor | IndexedRows) -> torch.Tensor:
         for i, block in enumerate(graph):
+            if isinstance(x, IndexedRows):  # a block's sources lead the batch's input nodes
+                x = x.head(block.num_src_nodes()) if self.reads_indexed_rows else x.rows(block.num_src_nodes())
             x = self._run_layer(i, block, x)
         return x
 
-    def layer_forward(self, index: int, graph, x: torch.Tensor) -> torch.Tensor:
+    def layer_forward(self, index: int, graph, x: torch.Tensor | IndexedRows) -> torch.Tensor:
+        if isinstance(x, IndexedRows) and not self.reads_indexed_rows:
+            x = x.rows()
         return self._run_layer(index, graph[0], x)

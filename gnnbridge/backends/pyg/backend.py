@@ -7,12 +7,12 @@ from typing import Any
 
 import torch
 
-from gnnbridge.backends.pyg.sparse import dst_offsets
 from gnnbridge.core.contracts.config import SamplerKind, Task
 from gnnbridge.core.contracts.interfaces import Backend, GraphStore, Sampler
 from gnnbridge.core.errors import BackendUnavailableError
 from gnnbridge.core.records.batches import SampledSubgraph
 from gnnbridge.core.records.collection import GraphCollection, PackedGraphs
+from gnnbridge.core.records.csc import dst_offsets
 from gnnbridge.core.records.data import GraphData
 from gnnbridge.core.sampling.adapters import CollectionStore, CorePacker, CoreSampler
 

@@ -18,6 +18,7 @@ from gnnbridge.backends.pyg.sparse import FUSED_AGGREGATIONS, layer_adjacency
 from gnnbridge.core.contracts.config import ModelSpec
 from gnnbridge.core.contracts.interfaces import GNNModel
 from gnnbridge.core.models.graphops import attention_heads, gcn_edge_weights, layer_bounds, layer_dims
+from gnnbridge.core.records.batches import IndexedRows
 
 
 class PygGNN(GNNModel):
@@ -32,6 +33,8 @@ class PygGNN(GNNModel):
         from torch_geometric.nn import GATConv, GCNConv, SAGEConv
 
         self.spec = spec
+        # The fused aggregation reads a layer's input rows by global id from the feature table.
+        self.reads_indexed_rows = spec.arch == "sage" and spec.aggr in FUSED_AGGREGATIONS
         self.convs = nn.ModuleList()
         gat_heads = attention_heads(spec) if spec.arch == "gat" else 1
         for d_in, d_out, heads in layer_dims(spec.layers, spec.hidden, in_dim, out_dim, gat_heads):
@@ -51,13 +54,15 @@ class PygGNN(GNNModel):
         nodes = getattr(graph, "num_sampled_nodes", None)
         edges = getattr(graph, "num_sampled_edges", None)
         if nodes is None or edges is None:  # an unlayered batch: every layer on every node
+            x = x.rows() if isinstance(x, IndexedRows) else x
             for i in range(self.spec.layers):
                 x = self._layer(i, x, graph.edge_index, x.shape[0], n_id)
             return x[: graph.batch_size]
         dst_ptr = getattr(graph, "dst_ptr", None)
         for i, (n_src, n_dst, n_edges) in enumerate(layer_bounds(nodes, edges, self.spec.layers)):
             ids = n_id[:n_src] if n_id is not None else None
-            x = self._layer(i, x[:n_src], graph.edge_index[:, :n_edges], n_dst, ids, dst_ptr)
+            x = x.head(n_src) if isinstance(x, IndexedRows) else x[:n_src]
+            x = self._layer(i, x, graph.edge_index[:, :n_edges], n_dst, ids, dst_ptr)
         return x
 
     def layer_forward(self, index: int, graph, x: torch.Tensor) -> torch.Tensor:
@@ -68,12 +73,18 @@ class PygGNN(GNNModel):
                n_id: torch.Tensor | None, dst_ptr: torch.Tensor | None = None) -> torch.Tensor:
         """Layer ``index`` for the first ``n_dst`` rows of ``x`` (dst nodes lead the src nodes);
         ``n_id`` are the global ids of ``x``'s rows (GCN's degrees are looked up by them);
-        ``dst_ptr``: the batch's CSR offsets by destination, for the fused aggregation."""
+        ``dst_ptr``: the batch's CSR offsets by destination, for the fused aggregation. ``x`` may
+        be :class:`IndexedRows`: the fused aggregation then reads the neighbours' rows from the
+        table by global id, and only the ``n_dst`` rows of the root term are gathered."""
         conv = self.convs[index]
         if dst_ptr is not None and self.spec.arch == "sage" and self.spec.aggr in FUSED_AGGREGATIONS \
                 and edge_index.shape[1]:
+            if isinstance(x, IndexedRows):
+                adj = layer_adjacency(dst_ptr, x.ids[edge_index[0]], n_dst, x.table.shape[0], x.table.dtype)
+                return self.activate(index, conv((x.table, x.rows(n_dst)), adj))
             adj = layer_adjacency(dst_ptr, edge_index[0], n_dst, x.shape[0], x.dtype)
             return self.activate(index, conv((x, x[:n_dst]), adj))
+        x = x.rows() if isinstance(x, IndexedRows) else x
         if self.spec.arch == "gcn":
             if n_id is None:
                 raise ValueError("GCN batches must carry global node ids (n_id)")

@@ -17,16 +17,6 @@ import torch
 FUSED_AGGREGATIONS = ("mean", "sum", "add")  # what torch.sparse.mm reduces on CPU and CUDA alike
 
 
-def dst_offsets(col: torch.Tensor, num_dst: int) -> torch.Tensor | None:
-    """CSR row offsets of a batch's edges by destination, or None when ``col`` is not sorted (a
-    plugin sampler's order): the layers then take the per-edge path."""
-    if col.numel() > 1 and not bool((col[1:] >= col[:-1]).all()):
-        return None
-    ptr = torch.zeros(num_dst + 1, dtype=torch.int64, device=col.device)
-    torch.cumsum(torch.bincount(col, minlength=num_dst), 0, out=ptr[1:])
-    return ptr
-
-
 def layer_adjacency(dst_ptr: torch.Tensor, row: torch.Tensor, n_dst: int, n_src: int,
                     dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """The [n_dst, n_src] CSR adjacency of one layer: the first ``n_dst`` rows of the batch's,

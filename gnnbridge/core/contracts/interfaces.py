@@ -87,6 +87,9 @@ class GNNModel(nn.Module, ABC):
 
     spec: ModelSpec
     NEUTRAL_NAMES: dict[str, dict[str, str]] = {}
+    # True: ``forward`` and ``layer_forward`` also take an :class:`IndexedRows` as ``x`` (the
+    # feature table and the batch's global ids, ungathered) and core stops gathering for them.
+    reads_indexed_rows: bool = False
 
     @abstractmethod
     def forward(self, graph: Any, x: torch.Tensor) -> torch.Tensor: ...

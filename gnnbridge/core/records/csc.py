@@ -33,6 +33,17 @@ def csc_from_coo(src: torch.Tensor, dst: torch.Tensor, num_nodes: int) -> tuple[
     return indptr, src[order]
 
 
+def dst_offsets(col: torch.Tensor, num_dst: int) -> torch.Tensor | None:
+    """Row offsets of a sampled batch's edges by destination (its CSC ``indptr``), or None when
+    ``col`` is not sorted (a plugin sampler's order). Core's sampler emits each hop's edges in
+    destination order, so a prefix sum of the destinations is the whole conversion: no sort."""
+    if col.numel() > 1 and not bool((col[1:] >= col[:-1]).all()):
+        return None
+    ptr = torch.zeros(num_dst + 1, dtype=torch.int64, device=col.device)
+    torch.cumsum(torch.bincount(col, minlength=num_dst), 0, out=ptr[1:])
+    return ptr
+
+
 if njit is not None:
 
     @njit(cache=True, nogil=True)

@@ -30,10 +30,11 @@ from collections.abc import Iterable
 from contextlib import contextmanager
 
 import torch
+from torch.nn.parallel import DistributedDataParallel
 
 from gnnbridge.core.contracts.interfaces import Backend, GNNModel, Sampler
 from gnnbridge.core.models.build import ModelCall
-from gnnbridge.core.records.batches import MiniBatch
+from gnnbridge.core.records.batches import IndexedRows, MiniBatch
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData
 from gnnbridge.core.runtime.context import DistContext
@@ -107,8 +108,10 @@ class LayerwiseEvaluator(Evaluator):
             for seeds in shards[ctx.rank].split(self.batch_size):
                 sub = one_hop.sample(seeds)
                 graph = self.backend.graph_to(self.backend.from_sampled(sub), ctx.device)
-                rows = h[sub.node.to(h.device)]  # h on the host or the device, sub where the graph is
-                outs.append(self.call.layer(model, layer, graph, rows.to(ctx.device)).cpu())
+                rows = indexed_rows(model, h, sub.node, ctx.device)
+                if rows is None:  # h on the host or the device, sub where the graph is
+                    rows = h[sub.node.to(h.device)].to(ctx.device)
+                outs.append(self.call.layer(model, layer, graph, rows).cpu())
             h = ctx.all_gather_rows(torch.cat(outs), sizes)
         return h
 
@@ -181,8 +184,10 @@ def score_batches(ev: Evaluator, model: torch.nn.Module, batches, split: str) ->
 
 def forward(ev: Evaluator, model: torch.nn.Module, mb: MiniBatch) -> torch.Tensor:
     """The model's logits for one batch's seeds (its graph and features on the rank's device)."""
-    return ev.call(model, ev.backend.graph_to(mb.graph, ev.ctx.device), gather_inputs(ev.data, mb.input_nodes,
-                                                                                      ev.ctx.device), mb.seeds.numel())
+    x = indexed_rows(model, ev.data.x, mb.input_nodes, ev.ctx.device)
+    if x is None:
+        x = gather_inputs(ev.data, mb.input_nodes, ev.ctx.device)
+    return ev.call(model, ev.backend.graph_to(mb.graph, ev.ctx.device), x, mb.seeds.numel())
 
 
 def step_outputs(run, model: torch.nn.Module, mb: MiniBatch, phases=NO_PHASES) -> tuple[torch.Tensor, torch.Tensor]:
@@ -192,10 +197,13 @@ def step_outputs(run, model: torch.nn.Module, mb: MiniBatch, phases=NO_PHASES) -
     whether the pair is an edge. ``phases`` is told where gathering, the move to the device and
     the forward pass end."""
     device = run.ctx.device
-    x = gather_inputs(run.data, mb.input_nodes, None)
+    x = None if isinstance(mb, LinkMiniBatch) else indexed_rows(model, run.data.x, mb.input_nodes, device)
+    if x is None:
+        x = gather_inputs(run.data, mb.input_nodes, None)
     phases.mark("gather")
     graph = run.backend.graph_to(mb.graph, device)
-    x = _to(x, device)
+    if not isinstance(x, IndexedRows):
+        x = _to(x, device)
     if isinstance(mb, LinkMiniBatch):
         pairs, labels = mb.pairs.to(device, non_blocking=True), mb.labels.to(device, non_blocking=True).long()
         phases.mark("h2d")
@@ -207,6 +215,17 @@ def step_outputs(run, model: torch.nn.Module, mb: MiniBatch, phases=NO_PHASES) -
     logits = run.call(model, graph, x, y.numel())
     phases.mark("forward")
     return logits, y
+
+
+def indexed_rows(model: torch.nn.Module, table, ids, device: torch.device) -> IndexedRows | None:
+    """``table[ids]`` left ungathered, for a model that reads it so (``reads_indexed_rows``), when
+    the table already sits on ``device``; None: gather as usual (the rows must cross to the
+    device, a heterogeneous batch, or a model that reads gathered rows only)."""
+    inner = model.module if isinstance(model, DistributedDataParallel) else model
+    if getattr(inner, "reads_indexed_rows", False) is not True or not isinstance(ids, torch.Tensor) \
+            or not isinstance(table, torch.Tensor) or table.device != device:
+        return None
+    return IndexedRows(table, ids.to(device))
 
 
 def gather_inputs(data, input_nodes, device: torch.device | None):
