@@ -120,11 +120,13 @@ class DglBackend(Backend):
         blocks = []
         # Core's edges come in destination order: hand DGL the CSC it aggregates with, instead
         # of an edge list it would sort into one (a plugin sampler's unsorted edges still go as COO).
+        # Edge ids are spelled out: DGL's CPU SpMM segfaults on a CSC without them once rows are
+        # long and wide (measured: 480 neighbours of 602 features; tests/backends/test_dgl.py).
         ptr = dst_offsets(sub.col, sum(sub.num_sampled_nodes[:-1]))
-        no_ids = torch.empty(0, dtype=sub.row.dtype, device=sub.row.device)  # edge ids: their order
+        eids = torch.arange(sub.row.numel(), device=sub.row.device)
         for n_src, n_dst, n_edges in layer_bounds(sub.num_sampled_nodes, sub.num_sampled_edges,
                                                   len(sub.num_sampled_edges)):
-            edges = ("csc", (ptr[: n_dst + 1], sub.row[:n_edges], no_ids)) if ptr is not None \
+            edges = ("csc", (ptr[: n_dst + 1], sub.row[:n_edges], eids[:n_edges])) if ptr is not None \
                 else (sub.row[:n_edges], sub.col[:n_edges])
             block = dgl.create_block(edges, num_src_nodes=n_src, num_dst_nodes=n_dst, device=sub.row.device)
             block.srcdata[dgl.NID] = sub.node[:n_src]

@@ -92,6 +92,8 @@ class SAGELayer(nn.Module):
         numbers, on ~8x more rows at fanouts [25, 10])."""
         dgl = import_dgl()
         indptr, indices, eids = block.adj_tensors("csc")
+        if eids.numel() != indices.numel():  # never hand DGL's SpMM a CSC without edge ids (see from_sampled)
+            eids = torch.arange(indices.numel(), device=indices.device)
         n_dst = block.num_dst_nodes()
         wide = dgl.create_block(("csc", (indptr, x.ids[indices], eids)), num_src_nodes=x.table.shape[0],
                                 num_dst_nodes=n_dst, device=indptr.device)
