@@ -85,3 +85,25 @@ def _marked_small_graph(mark: Path):
 
     mark.touch()
     return small_graph()
+
+
+def gather_rows_and_dump(ctx: DistContext, data: GraphData, out: str) -> None:
+    """All-gathers rows laid out as layer-wise inference lays them out (padding on this rank's
+    buffer) and unevenly, and runs layer-wise inference on both backends; saves what came back."""
+    from gnnbridge.core.contracts.config import ModelSpec
+    from gnnbridge.core.contracts.plugins import backends
+    from gnnbridge.core.training.evaluation import LayerwiseEvaluator
+    from gnnbridge.testing.conformance import build
+
+    shards = ctx.row_shards(7)
+    sizes = [s.numel() for s in shards]
+    mine = torch.full((max(sizes), 2), -1.0)  # rows past this rank's shard are padding, never returned
+    mine[: sizes[ctx.rank]] = shards[ctx.rank].float()[:, None]
+    uneven = [1, 3]
+    result = {"even": ctx.all_gather_rows(mine, sizes),
+              "uneven": ctx.all_gather_rows(torch.full((uneven[ctx.rank], 2), float(ctx.rank)), uneven)}
+    for name in ("pyg", "dgl"):
+        torch.manual_seed(0)
+        model = build(backends.get(name), ModelSpec(arch="sage", hidden=8, layers=2, dropout=0.0), data).eval()
+        result[name] = LayerwiseEvaluator(backends.get(name), data, ctx, batch_size=64).full_logits(model)
+    torch.save(result, Path(out) / f"rank{ctx.rank}.pt")

@@ -65,3 +65,28 @@ def test_empty_batches_on_one_rank_keep_the_loss_finite(tmp_path):
     r0, r1 = run_two_ranks(config("dgl", epochs=1, batch_size=1), data, tmp_path)
     assert torch.isfinite(torch.tensor(r0["history"][0]["loss"]))
     assert torch.equal(r0["params"], r1["params"])
+
+
+def test_layerwise_inference_on_two_ranks_gives_one_ranks_logits(tmp_path):
+    """Each rank writes its shard of a layer into one padded buffer and the all-gather joins the
+    shards without copies: the logits, and rows gathered in any layout, are what one rank gets."""
+    from gnnbridge.core.contracts.config import ModelSpec
+    from gnnbridge.core.contracts.plugins import backends
+    from gnnbridge.core.runtime.context import DistContext
+    from gnnbridge.core.training.evaluation import LayerwiseEvaluator
+    from gnnbridge.testing.conformance import build, small_graph
+    from gnnbridge.testing.workers import gather_rows_and_dump
+
+    data = small_graph()
+    data.share_memory_()
+    launch(gather_rows_and_dump, 2, "cpu", (data, str(tmp_path)), timeout_s=120)
+    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    alone = DistContext(0, 1, 0, torch.device("cpu"))
+    for got in ranks:
+        assert got["even"][:, 0].tolist() == list(range(7))
+        assert got["uneven"][:, 0].tolist() == [0.0, 1.0, 1.0, 1.0]
+        for name in ("pyg", "dgl"):
+            torch.manual_seed(0)
+            model = build(backends.get(name), ModelSpec(arch="sage", hidden=8, layers=2, dropout=0.0), data).eval()
+            expected = LayerwiseEvaluator(backends.get(name), data, alone, batch_size=64).full_logits(model)
+            torch.testing.assert_close(got[name], expected)

@@ -120,16 +120,33 @@ class DistContext:
             tensor.copy_(comm)
         return tensor
 
+    def row_shards(self, count: int) -> list[torch.Tensor]:
+        """Ids ``0..count-1`` in one contiguous shard per rank, all ``ceil(count / world)`` long
+        but the last ones: the layout :meth:`all_gather_rows` joins without a copy."""
+        width = -(-count // self.world_size)
+        return [torch.arange(min(r * width, count), min((r + 1) * width, count)) for r in range(self.world_size)]
+
     def all_gather_rows(self, rows: torch.Tensor, sizes: list[int]) -> torch.Tensor:
-        """Concatenate every rank's ``rows`` in rank order; ``sizes[r]`` is rank r's row count."""
+        """Concatenate every rank's ``rows`` in rank order; ``sizes[r]`` is rank r's row count.
+
+        ``rows`` may carry padding rows past ``sizes[rank]`` (up to ``max(sizes)``, which saves
+        a padded copy). Every rank's part lands in one buffer; when only the last ranks are
+        short (:meth:`row_shards`), the result is a view of it, not a third copy: at Reddit
+        scale a [N, 256] layer output is 0.24 GB per rank."""
         if not self.distributed:
-            return rows
-        width = max(sizes)
-        padded = rows.new_zeros((width, *rows.shape[1:]), device=self._comm_device())
-        padded[: rows.shape[0]] = rows.to(padded.device)
-        parts = [torch.empty_like(padded) for _ in range(self.world_size)]
-        dist.all_gather(parts, padded)
-        return torch.cat([p[:n] for p, n in zip(parts, sizes)]).to(rows.device)
+            return rows[: sizes[0]]
+        width, comm = max(sizes), self._comm_device()
+        if rows.shape[0] == width and rows.device == comm and rows.is_contiguous():
+            padded = rows
+        else:
+            padded = rows.new_zeros((width, *rows.shape[1:]), device=comm)
+            padded[: sizes[self.rank]] = rows[: sizes[self.rank]].to(comm)
+        out = padded.new_empty((self.world_size * width, *rows.shape[1:]))
+        dist.all_gather(list(out.split(width)), padded)
+        del padded
+        if all(n == width for n in sizes[:-1]):
+            return out[: sum(sizes)].to(rows.device)
+        return torch.cat([p[:n] for p, n in zip(out.split(width), sizes)]).to(rows.device)
 
     def broadcast_buffers(self, module: torch.nn.Module) -> None:
         """Give every rank rank 0's buffers (BatchNorm running statistics), as DDP does before

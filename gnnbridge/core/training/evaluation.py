@@ -100,20 +100,35 @@ class LayerwiseEvaluator(Evaluator):
         eval mode: layer outputs include dropout otherwise)."""
         data, ctx = self.data, self.ctx
         one_hop = NeighborSampler(data.indptr, data.indices, [ALL_NEIGHBORS])
-        shards = torch.tensor_split(torch.arange(data.num_nodes), ctx.world_size)
-        sizes = [s.numel() for s in shards]
+        shards = ctx.row_shards(data.num_nodes)
+        sizes, width = [s.numel() for s in shards], shards[0].numel()
         h = data.x
         for layer in range(model.num_layers):
-            outs = []
-            for seeds in shards[ctx.rank].split(self.batch_size):
-                sub = one_hop.sample(seeds)
-                graph = self.backend.graph_to(self.backend.from_sampled(sub), ctx.device)
-                rows = indexed_rows(model, h, sub.node, ctx.device)
-                if rows is None:  # h on the host or the device, sub where the graph is
-                    rows = h[sub.node.to(h.device)].to(ctx.device)
-                outs.append(self.call.layer(model, layer, graph, rows).cpu())
-            h = ctx.all_gather_rows(torch.cat(outs), sizes)
+            mine = self._layer_output(model, layer, h, one_hop, shards[ctx.rank], width)
+            h = None  # the previous layer's output can go before the next one is gathered
+            h = ctx.all_gather_rows(mine, sizes)
         return h
+
+    def _layer_output(self, model: GNNModel, layer: int, h: torch.Tensor, one_hop: NeighborSampler,
+                      shard: torch.Tensor, width: int) -> torch.Tensor:
+        """Layer ``layer``'s output for this rank's ``shard`` of nodes, written batch by batch
+        into one ``width``-row buffer (the rows past the shard are padding for the all-gather)."""
+        mine = None
+        # A rank with no nodes (fewer nodes than ranks) still needs the output's width: one node.
+        batches = shard.split(self.batch_size) if shard.numel() else [torch.zeros(1, dtype=torch.int64)]
+        for seeds in batches:
+            sub = one_hop.sample(seeds)
+            graph = self.backend.graph_to(self.backend.from_sampled(sub), self.ctx.device)
+            rows = indexed_rows(model, h, sub.node, self.ctx.device)
+            if rows is None:  # h on the host or the device, sub where the graph is
+                rows = h[sub.node.to(h.device)].to(self.ctx.device)
+            out = self.call.layer(model, layer, graph, rows)
+            if mine is None:
+                mine = torch.zeros((width, *out.shape[1:]), dtype=out.dtype)
+            if shard.numel():
+                start = int(seeds[0] - shard[0])
+                mine[start: start + out.shape[0]] = out.cpu()
+        return mine
 
 
 class BatchedEvaluator(Evaluator, ABC):
