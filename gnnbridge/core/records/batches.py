@@ -57,7 +57,9 @@ class IndexedRows:
     ``reads_indexed_rows`` is True, and only when the table is on the model's device; such a
     model calls :meth:`rows` wherever a layer needs the rows themselves.
 
-    Deliberately not a dataclass: DDP rebuilds dataclass inputs field by field on their way in.
+    A plain class, not a tuple: DDP's input mover (``device_ids`` on a GPU) rebuilds tensors,
+    tuples, lists and dicts on their way to the device and passes anything else through; the
+    table is already there.
     """
 
     __slots__ = ("table", "ids")
