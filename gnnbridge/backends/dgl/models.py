@@ -80,8 +80,8 @@ class SAGELayer(nn.Module):
         self.conv = SAGEConv(in_dim, out_dim, aggregator_type=aggr)
 
     def forward(self, block, x: torch.Tensor | IndexedRows) -> torch.Tensor:
-        if isinstance(x, IndexedRows):
-            return self._mean_from_table(block, x) if self.conv._aggre_type == "mean" else self.conv(block, x.rows())
+        if isinstance(x, IndexedRows):  # only with the mean aggregation (DglGNN.reads_indexed_rows)
+            return self._mean_from_table(block, x)
         return self.conv(block, x)
 
     def _mean_from_table(self, block, x: IndexedRows) -> torch.Tensor:
