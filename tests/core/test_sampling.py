@@ -96,6 +96,27 @@ def test_sampling_is_deterministic_per_generator_seed(small_data):
 
 
 @pytest.mark.skipif(not kernels.available(), reason="numba is not installed")
+def test_batches_a_caller_keeps_are_never_overwritten_by_later_ones(small_data):
+    # The sampler writes into reused arrays; a kept batch (a prefetch queue, a list) must stay as drawn.
+    sampler = NeighborSampler(small_data.indptr, small_data.indices, [6, 4])
+    kept = [sampler.sample(small_data.train_idx[i * 40:(i + 1) * 40], epoch_generator(0, i)) for i in range(4)]
+    for i, batch in enumerate(kept):
+        fresh = NeighborSampler(small_data.indptr, small_data.indices, [6, 4])
+        assert_same_sample(batch, fresh.sample(small_data.train_idx[i * 40:(i + 1) * 40], epoch_generator(0, i)))
+
+
+@pytest.mark.skipif(not kernels.available(), reason="numba is not installed")
+def test_a_dropped_batchs_arrays_carry_the_next_batch(small_data):
+    # What saves the page faults: once nothing holds a batch, the next is written where it was.
+    sampler = NeighborSampler(small_data.indptr, small_data.indices, [6, 4])
+    seeds = small_data.train_idx[:40]
+    where = sampler.sample(seeds, epoch_generator(0, 0)).row.data_ptr()  # the batch is dropped at once
+    assert sampler.sample(seeds, epoch_generator(0, 1)).row.data_ptr() == where
+    held = sampler.sample(seeds, epoch_generator(0, 2))
+    assert sampler.sample(seeds, epoch_generator(0, 3)).row.data_ptr() != held.row.data_ptr()
+
+
+@pytest.mark.skipif(not kernels.available(), reason="numba is not installed")
 @pytest.mark.parametrize("fanouts", [[4, 3], [ALL_NEIGHBORS, 2], [1, 1, 1], [50]])
 def test_compiled_and_torch_paths_draw_the_same_sample(small_data, monkeypatch, fanouts):
     # The torch path is what CUDA tensors run: a run gives the same batches on CPU and GPU.

@@ -40,6 +40,7 @@ class NeighborSampler:
         self.fanouts = list(fanouts)
         self.num_nodes = indptr.numel() - 1
         self._map: torch.Tensor | None = None
+        self._buffers = kernels.OutputBuffers()
         if indptr.device.type == "cpu":
             kernels.warm()
 
@@ -49,7 +50,8 @@ class NeighborSampler:
         local = self._local_map(device)
         if device.type == "cpu" and local is not None and kernels.available():
             keys = [kernels.draw_seed(generator) for _ in self.fanouts]  # the torch path draws the same, hop by hop
-            parts = kernels.sample_layers(self.indptr, self.indices, seeds.contiguous(), self.fanouts, keys, local)
+            parts = kernels.sample_layers(self.indptr, self.indices, seeds.contiguous(), self.fanouts, keys, local,
+                                          self._buffers)
             return SampledSubgraph(*parts, batch_size=int(seeds.numel()))
         return self._sample_torch(seeds, generator, local)
 
