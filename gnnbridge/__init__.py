@@ -13,7 +13,7 @@ _plugins.set_defaults(BUILTIN_PLUGINS, DEFAULT_BACKEND)
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "evaluate", "hookimpl", "predict", "resolve_config", "run"]
+__all__ = ["__version__", "evaluate", "hookimpl", "port", "predict", "resolve_config", "run"]
 
 
 def run(experiment=None, **kwargs):
@@ -44,3 +44,10 @@ def predict(target, out, **kwargs):
     from gnnbridge.core.app.inference import predict as _predict
 
     return _predict(target, out, **kwargs)
+
+
+def port(run, to, out, **kwargs):
+    """Move a trained run to the other library as a new run folder; see :func:`gnnbridge.core.app.port.port`."""
+    from gnnbridge.core.app.port import port as _port
+
+    return _port(run, to, out, **kwargs)

@@ -204,6 +204,33 @@ def predict(target, out, kind, device, overrides, trust_code, pairs, top_k) -> N
                f"(from {report['checkpoint']}, epoch {report['epoch'] + 1})")
 
 
+PORT_EXAMPLES = """
+\b
+Examples:
+  gnnbridge port runs/sage-dgl --to pyg --out runs/sage-pyg   # then: gnnbridge evaluate runs/sage-pyg
+  gnnbridge port runs/gin-pyg --to dgl --out runs/gin-dgl --set dataset.path=/data/moved.npz
+"""
+
+
+@cli.command(epilog=PORT_EXAMPLES)
+@click.argument("run", metavar="RUN")
+@click.option("--to", "to", required=True, metavar="BACKEND", help="The library to move the model to (pyg or dgl).")
+@click.option("--out", required=True, type=click.Path(file_okay=False),
+              help="The new run folder (must not exist, or be empty).")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Override a data key (not the model), e.g. --set dataset.path=NEW.npz.")
+@trust_option
+@interruptible
+def port(run, to, out, overrides, trust_code) -> None:
+    """Move a trained run to the other library: a new run folder whose checkpoints hold the same
+    model in that library's layout (evaluate, predict and train --resume work on it)."""
+    from gnnbridge.core.app.port import port as port_run
+
+    report = port_run(run, to, out, overrides=overrides, trust_code=trust_code)
+    click.echo(f"{report['run_dir']}: {report['from_backend']} -> {report['backend']} "
+               f"({', '.join(report['checkpoints'])}.pt); check it with: gnnbridge evaluate {report['run_dir']}")
+
+
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def backends(as_json: bool) -> None:

@@ -8,13 +8,16 @@ import numpy as np
 import pytest
 import torch
 
-from gnnbridge.core.contracts.config import LinkConfig, from_dict
+from gnnbridge.core.contracts.config import LinkConfig, ModelSpec, Task, from_dict
 from gnnbridge.core.contracts.plugins import get_backend
 from gnnbridge.core.errors import ConfigError, DataError
+from gnnbridge.core.models.build import build_model, model_dims
+from gnnbridge.core.models.neutral import from_neutral, to_neutral
 from gnnbridge.core.records.hetero import HeteroGraphData, HeteroSource, homogeneous_source
 from gnnbridge.core.sampling.build import make_hetero_sampler
 from gnnbridge.core.sampling.hetero import HeteroNeighborSampler, LinkBatcher, typed_fanouts
 from gnnbridge.core.sampling.seeds import epoch_batches
+from gnnbridge.core.training.evaluation import gather_inputs
 from gnnbridge.core.training.metrics import LinkScores
 from gnnbridge.plugins.hetero_datasets import rec_graph
 from gnnbridge.testing.conformance import small_graph
@@ -180,6 +183,27 @@ def test_with_the_core_sampler_both_backends_see_the_same_batches():
         assert torch.equal(pa, pb)
         assert na.keys() == nb.keys() and all(torch.equal(na[t], nb[t]) for t in na)
         assert ea == eb
+
+
+@pytest.mark.parametrize("decoder", ["dot", "mlp"])
+def test_heterogeneous_weights_moved_by_neutral_name_give_the_same_scores(decoder):
+    data = link(rec())
+    spec = ModelSpec(arch="sage", hidden=16, layers=2, dropout=0.0, options={"decoder": decoder})
+    models = {}
+    for name in ("pyg", "dgl"):
+        torch.manual_seed(len(models))  # different initial weights: only the move makes them equal
+        models[name] = build_model(spec, name, Task.LINK, *model_dims(data), data)[0].eval()
+    neutral = to_neutral(models["dgl"], models["dgl"].state_dict(), "sage")
+    assert len(neutral) == len(models["pyg"].state_dict())  # every entry has a neutral name
+    models["pyg"].load_state_dict(from_neutral(models["pyg"], neutral, "sage"))
+    scores = {}
+    for name, model in models.items():
+        sampler = make_hetero_sampler(get_backend(name), data, [5, 3], {}, "core", negatives=2)
+        sampler.reseed(7, 1, 0)
+        mb = next(iter(sampler.loader([data.split("train")[:64]])))
+        with torch.no_grad():
+            scores[name] = model(mb.graph, gather_inputs(data, mb.input_nodes, None), mb.pairs)
+    torch.testing.assert_close(scores["pyg"], scores["dgl"], rtol=1e-4, atol=1e-5)
 
 
 def native_edges(backend: str, graph) -> dict:

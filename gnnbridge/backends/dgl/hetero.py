@@ -40,6 +40,11 @@ def to_heterograph(sub) -> Any:
 
 
 class DglHeteroSAGE(HeteroSAGE):
+    SAGE_NAMES = {"neigh.weight": "fc_neigh.weight", "root.weight": "fc_self.weight", "bias": "fc_self.bias"}
+
+    def relation_conv(self, index: int, edge_type: tuple) -> nn.Module:
+        return self.convs[index].mod_dict[edge_type]
+
     def make_conv(self, edge_types: list, hidden: int) -> nn.Module:
         import_dgl()
         from dgl.nn import HeteroGraphConv, SAGEConv

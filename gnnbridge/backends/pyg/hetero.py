@@ -25,6 +25,11 @@ def to_hetero_data(sub) -> Any:
 
 
 class PygHeteroSAGE(HeteroSAGE):
+    SAGE_NAMES = {"neigh.weight": "lin_l.weight", "root.weight": "lin_r.weight", "bias": "lin_l.bias"}
+
+    def relation_conv(self, index: int, edge_type: tuple) -> nn.Module:
+        return self.convs[index].convs[edge_type]
+
     def make_conv(self, edge_types: list, hidden: int) -> nn.Module:
         from torch_geometric.nn import HeteroConv, SAGEConv
 

@@ -30,6 +30,8 @@ from gnnbridge.core.errors import ConfigError
 
 class HeteroSAGE(nn.Module):
     heterogeneous = True
+    # The relation's SAGEConv parameters by neutral name (see :meth:`neutral_parameters`).
+    SAGE_NAMES: dict[str, str] = {}
 
     def __init__(self, spec: ModelSpec, data: Any, out_dim: int, decoder: str = "dot"):
         super().__init__()
@@ -43,6 +45,7 @@ class HeteroSAGE(nn.Module):
         self.inputs = nn.ModuleDict({
             t: nn.Linear(width, hidden) if width else nn.Embedding(data.num_nodes[t], hidden)
             for t, width in data.feature_dims().items()})
+        self.edge_types = [tuple(et) for et in data.edge_types]
         self.convs = nn.ModuleList(self.make_conv(data.edge_types, hidden) for _ in range(spec.layers))
         self._neutral_init()
         self.decoder = decoder
@@ -64,6 +67,21 @@ class HeteroSAGE(nn.Module):
     @abstractmethod
     def make_conv(self, edge_types: list, hidden: int) -> nn.Module:
         """One layer: the library's relation-wise wrapper over a SAGEConv per edge type, summed."""
+
+    @abstractmethod
+    def relation_conv(self, index: int, edge_type: tuple) -> nn.Module:
+        """Layer ``index``'s SAGEConv for ``edge_type`` (the module ``SAGE_NAMES`` names)."""
+
+    def neutral_parameters(self) -> dict[str, torch.Tensor]:
+        """Core-held parameters under their own names (``inputs.*``, ``head.*``) and each
+        relation's as ``layers.{i}.{src}__{rel}__{dst}.{neigh.weight|root.weight|bias}``."""
+        out = {name: p for name, p in self.named_parameters() if not name.startswith("convs.")}
+        for i in range(self.spec.layers):
+            for et in self.edge_types:
+                params = dict(self.relation_conv(i, et).named_parameters())
+                for neutral, native in self.SAGE_NAMES.items():
+                    out[f"layers.{i}.{'__'.join(et)}.{neutral}"] = params[native]
+        return out
 
     @abstractmethod
     def conv(self, index: int, graph: Any, h: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

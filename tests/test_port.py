@@ -1,0 +1,86 @@
+"""``gnnbridge port``: a run trained on one library, moved to the other, evaluates and predicts the
+same, and resumes as if it had never moved; what cannot move is refused in one line."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from test_checkpoints import gnnbridge as cli
+from test_checkpoints import ok, one_line
+
+import gnnbridge
+from gnnbridge.core.training import checkpoint
+
+NODE = ["dataset.options.num_nodes=400", "train.batch_size=64", "train.epochs=2"]
+CASES = {  # name: (experiment, trained on, moved to, extra overrides)
+    "sage": ("sage-synthetic", "dgl", "pyg", ["sampler.kind=core", "model.dropout=0"]),
+    "gcn": ("gcn-synthetic", "dgl", "pyg", []),
+    "gat": ("gat-synthetic", "pyg", "dgl", []),
+    "gin": ("gin-synthetic", "pyg", "dgl", ["dataset.options.num_graphs=80", "train.batch_size=16", "train.epochs=2"]),
+    "rec": ("rec-synthetic", "dgl", "pyg", ["dataset.options.num_users=150", "dataset.options.num_items=100",
+                                            "train.epochs=2", "link.eval_negatives=20"]),
+}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    root = tmp_path_factory.mktemp("port")
+    runs = {}
+    for name, (experiment, backend, _, extra) in CASES.items():
+        overrides = (NODE if name in ("sage", "gcn", "gat") else []) + extra
+        runs[name] = root / name
+        gnnbridge.run(experiment, backend=backend, nproc=1, overrides=overrides, out=runs[name], progress=False)
+    return runs
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_ported_run_evaluates_and_predicts_as_the_original(tmp_path, trained, name):
+    _, source_backend, to, _ = CASES[name]
+    report = gnnbridge.port(trained[name], to, tmp_path / "moved")
+    assert report["from_backend"] == source_backend and report["backend"] == to
+    assert report["checkpoints"] == ["best", "latest"]
+    moved = checkpoint.load(checkpoint.path_in(tmp_path / "moved", "best"))
+    assert moved["config"]["backend"] == to and moved["ported_from"]["backend"] == source_backend
+    assert json.loads((tmp_path / "moved" / "results.json").read_text())["backend"] == to
+
+    before, after = gnnbridge.evaluate(trained[name]), gnnbridge.evaluate(tmp_path / "moved")
+    assert after["backend"] == to
+    assert after["metrics"].keys() == before["metrics"].keys()
+    for key, value in before["metrics"].items():
+        assert after["metrics"][key] == pytest.approx(value, abs=1e-6), key
+    gnnbridge.predict(trained[name], tmp_path / "a.npz")
+    gnnbridge.predict(tmp_path / "moved", tmp_path / "b.npz")
+    a, b = np.load(tmp_path / "a.npz"), np.load(tmp_path / "b.npz")
+    assert sorted(a) == sorted(b)
+    for key in a:  # logits and probs (node, graph), or each source's top scores (link): within 1e-5
+        np.testing.assert_allclose(b[key], a[key], atol=1e-5, rtol=0, err_msg=key)
+
+
+def test_a_ported_run_resumes_with_its_optimizer_as_if_it_had_never_moved(tmp_path, trained):
+    # Core's sampler on both libraries and no dropout: the same batches, so the extended runs
+    # agree step for step only if the Adam moments moved with the weights.
+    gnnbridge.port(trained["sage"], "pyg", tmp_path / "moved")
+    extend = ["train.epochs=4"]
+    there = gnnbridge.run(resume=trained["sage"], overrides=extend, progress=False)
+    here = gnnbridge.run(resume=tmp_path / "moved", overrides=extend, progress=False)
+    assert here["backend"] == "pyg" and there["backend"] == "dgl"
+    np.testing.assert_allclose([h["loss"] for h in here["history"]], [h["loss"] for h in there["history"]],
+                               rtol=1e-4)
+
+
+def test_what_cannot_be_ported_is_one_line_and_writes_nothing(tmp_path, trained):
+    ok(cli("train", "--backend", "pyg", "--quiet", "--set", "model.arch=GraphSAGE", *[a for o in NODE for a in
+           ("--set", o)], "--out", "zoo", cwd=tmp_path))
+    one_line(cli("port", "zoo", "--to", "dgl", "--out", "zoo-dgl", cwd=tmp_path), "GraphSAGE")
+    one_line(cli("port", str(trained["gat"]), "--to", "pyg", "--out", "same", cwd=tmp_path),
+             "was trained on pyg already")
+    one_line(cli("port", str(trained["gat"]), "--to", "mxnet", "--out", "other", cwd=tmp_path), "mxnet")
+    one_line(cli("port", str(trained["gat"]), "--to", "dgl", "--out", "x", "--set", "model.hidden=8", cwd=tmp_path),
+             "port keeps task, backend, model as trained")
+    one_line(cli("port", "nowhere", "--to", "dgl", "--out", "x", cwd=tmp_path), "is not a run folder")
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "notes.txt").write_text("mine")
+    one_line(cli("port", str(trained["gat"]), "--to", "dgl", "--out", "taken", cwd=tmp_path), "not empty")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken", "zoo"]
+    assert [p.name for p in (tmp_path / "taken").iterdir()] == ["notes.txt"]
