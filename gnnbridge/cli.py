@@ -204,6 +204,73 @@ def predict(target, out, kind, device, overrides, trust_code, pairs, top_k) -> N
                f"(from {report['checkpoint']}, epoch {report['epoch'] + 1})")
 
 
+COMPARE_EXAMPLES = """
+\b
+Examples:
+  gnnbridge compare sage-synthetic                     # train on pyg and dgl, one table
+  gnnbridge compare gcn-synthetic --nproc 2 --out runs/gcn-both
+  gnnbridge compare sage-synthetic --same-batches      # identical batches and weights: loss gap per step
+  gnnbridge compare gin-synthetic --same-batches --epochs 5 --tolerance 1e-5
+"""
+
+
+@cli.command(epilog=COMPARE_EXAMPLES)
+@click.argument("experiment", required=False)
+@click.option("--backend", "backends", multiple=True, help="A backend to compare (repeat it); default: every one installed.")
+@click.option("--nproc", type=int, default=1, show_default=True, help="Ranks per backend (side by side).")
+@click.option("--device", help="cpu, cuda or auto.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a config key, e.g. train.epochs=5.")
+@click.option("--out", type=click.Path(file_okay=False), help="Folder for the runs, compare.json and compare.png.")
+@click.option("--same-batches", is_flag=True,
+              help="Feed every backend the same batches from the same weights (dropout off) and report the loss gap.")
+@click.option("--epochs", type=int, help="--same-batches: epochs to run (default: the experiment's).")
+@click.option("--tolerance", type=float, default=1e-4, show_default=True, help="--same-batches: the largest gap allowed.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--quiet", is_flag=True, help="No progress bars.")
+@interruptible
+def compare(experiment, backends, nproc, device, overrides, out, same_batches, epochs, tolerance, as_json, quiet) -> None:
+    """Run one experiment on several libraries: side by side (metrics, epoch time, memory), or with
+    --same-batches on identical batches and weights (exit code 1 when they disagree)."""
+    from gnnbridge.core.app import compare as comparing
+
+    alone = {"--epochs": epochs is not None, "--tolerance": tolerance != 1e-4} if not same_batches else \
+        {"--nproc": nproc != 1, "--out": out is not None}
+    misplaced = next((flag for flag, given in alone.items() if given), None)
+    if misplaced:
+        raise click.UsageError(f"{misplaced} {'needs' if not same_batches else 'does not apply to'} --same-batches "
+                               f"({'use --set train.epochs=N side by side' if misplaced == '--epochs' else 'it runs one process and writes nothing'}).")
+    if same_batches:
+        report = comparing.same_batches(experiment, backends=backends, epochs=epochs, device=device,
+                                        overrides=overrides, tolerance=tolerance)
+        click.echo(json.dumps(report, indent=2) if as_json else "\n".join(comparing.verdicts(report)))
+        if not report["agree"]:
+            sys.exit(1)
+        return
+    report = comparing.compare(experiment, backends=backends, nproc=nproc, device=device, overrides=overrides,
+                               out=out, progress=not quiet)
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+        return
+    click.echo("\n".join(comparing.table(report)))
+    click.echo(f"wrote {report['folder']}/compare.json and {report['folder']}/compare.png")
+
+
+@cli.command(epilog="""
+\b
+Examples:
+  gnnbridge plot runs/sage-pyg runs/sage-dgl --out sage.png
+  gnnbridge plot runs/lr-* --out sweep.png
+""")
+@click.argument("runs", nargs=-1, required=True, metavar="RUN...")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="The .png file to write (must not exist).")
+@interruptible
+def plot(runs, out) -> None:
+    """Draw the training loss and validation curves of several runs on one figure."""
+    from gnnbridge.core.app.plots import plot as plot_runs
+
+    click.echo(f"wrote {plot_runs(list(runs), out)} ({len(runs)} run{'s' if len(runs) > 1 else ''})")
+
+
 PORT_EXAMPLES = """
 \b
 Examples:

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import json
 import platform
+import resource
+import sys
 from pathlib import Path
+
+import torch
 
 from gnnbridge.core.app.plan import Plan
 from gnnbridge.core.app.rundir import RESULTS, keep_earlier_results, write_json_atomic
@@ -41,9 +45,19 @@ def write(run_dir: Path, plan: Plan, ctx: DistContext, trainer: Trainer, outcome
 
 
 def rank_summary(ctx: DistContext, trainer: Trainer) -> dict:
-    """Where a rank ran and which training items it got, to check a job's layout afterwards."""
+    """Where a rank ran, which training items it got (to check a job's layout afterwards) and
+    its peak memory: resident set (shared graph pages it touched included) and, on a GPU, the
+    most CUDA memory torch held for it."""
+    cuda = torch.cuda.max_memory_allocated(ctx.device) if ctx.device.type == "cuda" else None
     return {"rank": ctx.rank, "node": ctx.node_rank, "local_rank": ctx.local_rank, "host": platform.node(),
-            "device": str(ctx.device), **trainer.shard_fingerprint}
+            "device": str(ctx.device), "peak_rss_bytes": peak_rss_bytes(), "peak_cuda_bytes": cuda,
+            **trainer.shard_fingerprint}
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set size (``ru_maxrss`` is KiB on Linux, bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
 
 
 def finish(run_dir: Path) -> dict:

@@ -47,7 +47,7 @@ from gnnbridge.core.training.evaluation import (
     supports_layerwise,
 )
 from gnnbridge.core.training.metrics import ConfusionCounts
-from gnnbridge.core.training.phases import PhaseTimer, slowest_rank
+from gnnbridge.core.training.phases import NO_PHASES, PhaseTimer, slowest_rank
 from gnnbridge.core.training.placement import autocast, grad_scaler, place, prefetched
 from gnnbridge.core.training.state import TrainState
 
@@ -205,8 +205,7 @@ class Trainer:
 
     def train_epoch(self, epoch: int) -> dict:
         cfg, ctx, data = self.config, self.ctx, self.data
-        seed_everything(derived_seed(cfg.train.seed, epoch, ctx.rank, stream=4))
-        batches = epoch_batches(data.split("train"), cfg.train.batch_size, cfg.train.seed, epoch, ctx.rank, ctx.world_size)
+        batches = self._epoch_seeds(epoch)
         if not self.shard_fingerprint:
             self.shard_fingerprint = _fingerprint(batches)
         self.ddp.train()
@@ -224,24 +223,8 @@ class Trainer:
         for step, mb in enumerate(prefetched(lambda: self._batches(batches, epoch), cfg.placement.prefetch)):
             phases.mark("sample")
             ctx.advance()
-            with autocast(cfg.placement.precision, ctx.device):
-                logits, y = step_outputs(self, self.ddp, mb, phases)
-                # Summed then divided: an empty batch (possible when seeds do not split evenly
-                # over ranks) contributes zero, not NaN, and still joins DDP's all-reduce.
-                loss_sum_batch = F.cross_entropy(logits.float(), y, reduction="sum")
-            loss = loss_sum_batch / max(1, y.numel())
-            self.optimizer.zero_grad(set_to_none=True)
-            with self.call.blame("backward pass"):
-                (self.scaler.scale(loss) if self.scaler else loss).backward()
-            phases.mark("backward")
-            self._check_every_parameter_learns()
-            if self.scaler:
-                self.scaler.step(self.optimizer)
-                self.scaler.update()
-            else:
-                self.optimizer.step()
-            phases.mark("step")
-            loss_sum += loss_sum_batch.detach()
+            loss_sum_batch, logits, y = self.train_step(mb, phases)
+            loss_sum += loss_sum_batch
             first_bad = torch.where((first_bad < 0) & ~torch.isfinite(loss_sum_batch.detach()), step, first_bad)
             counts.update(logits.detach(), y)
             bar.update(1)
@@ -254,6 +237,39 @@ class Trainer:
         return {"epoch": epoch, "loss": float(loss_sum) / max(1, counts.total), "train_acc": counts.accuracy(),
                 "epoch_time_s": epoch_time, "batches": len(batches), "phases": seconds,
                 "phases_slowest_rank": slowest_rank(ctx, seconds, epoch_time)}
+
+    def train_step(self, mb, phases=NO_PHASES) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One optimisation step on ``mb``: (the batch's summed loss, detached; logits; targets)."""
+        cfg = self.config
+        with autocast(cfg.placement.precision, self.ctx.device):
+            logits, y = step_outputs(self, self.ddp, mb, phases)
+            # Summed then divided: an empty batch (possible when seeds do not split evenly
+            # over ranks) contributes zero, not NaN, and still joins DDP's all-reduce.
+            loss_sum_batch = F.cross_entropy(logits.float(), y, reduction="sum")
+        loss = loss_sum_batch / max(1, y.numel())
+        self.optimizer.zero_grad(set_to_none=True)
+        with self.call.blame("backward pass"):
+            (self.scaler.scale(loss) if self.scaler else loss).backward()
+        phases.mark("backward")
+        self._check_every_parameter_learns()
+        if self.scaler:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        phases.mark("step")
+        return loss_sum_batch.detach(), logits, y
+
+    def epoch_loader(self, epoch: int):
+        """This rank's training batches of ``epoch`` (reseeded: the same batches on every call)."""
+        return self._batches(self._epoch_seeds(epoch), epoch)
+
+    def _epoch_seeds(self, epoch: int) -> list[torch.Tensor]:
+        """Reseed every stream for ``epoch`` and return this rank's seed batches."""
+        cfg, ctx = self.config, self.ctx
+        seed_everything(derived_seed(cfg.train.seed, epoch, ctx.rank, stream=4))
+        return epoch_batches(self.data.split("train"), cfg.train.batch_size, cfg.train.seed, epoch, ctx.rank,
+                             ctx.world_size)
 
     def _batches(self, batches: list[torch.Tensor], epoch: int):
         """This epoch's mini-batches; reseeds the sampler first, in the thread that samples."""
