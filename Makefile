@@ -13,7 +13,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -c constraints.txt torch
-	$(PY) -m pip install -q -c constraints.txt -e '.[pyg,dgl,datasets,test]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[pyg,dgl,datasets,log,test]'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -375,6 +375,15 @@ def experiments() -> None:
         click.echo(f"{entry.name:<18} {entry.description}")
 
 
+@cli.command()
+def loggers() -> None:
+    """Logger plugins for log.to (e.g. --set log.to=[tensorboard,csv]), with their plugin."""
+    from gnnbridge.core.contracts.plugins import loggers as registry
+
+    for entry in registry.entries():
+        click.echo(f"{entry.name:<14} {entry.description}  [plugin '{entry.plugin}']")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Every way a command can end is one line on stderr and an exit code; an exception nobody
     anticipated included (its traceback goes to a file the line names)."""

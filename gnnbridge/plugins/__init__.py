@@ -15,6 +15,7 @@ BUILTIN_PLUGINS = {
     "real-datasets": "gnnbridge.plugins.real_datasets",
     "hetero-real-datasets": "gnnbridge.plugins.hetero_real_datasets",
     "experiments": "gnnbridge.plugins.experiments",
+    "loggers": "gnnbridge.plugins.loggers",
 }
 
 # The backend a config without ``backend`` (and a command without --backend) runs on.

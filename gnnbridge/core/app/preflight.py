@@ -22,6 +22,7 @@ from gnnbridge.core.records.hetero import HeteroGraphData, HeteroSource, homogen
 from gnnbridge.core.runtime.host import available_memory, format_bytes, free_disk
 from gnnbridge.core.sampling.build import BACKEND_KINDS, check_hetero_kind, check_kind
 from gnnbridge.core.sampling.hetero import typed_fanouts
+from gnnbridge.core.training.loggers import check_loggers
 
 GRAPH_KINDS = tuple(k.value for k in SamplerKind)
 
@@ -39,6 +40,7 @@ def preflight(config: ExperimentConfig, count_gpus: bool = True) -> ExperimentCo
     _check_task(config, backend)
     _check_sampler(config, backend)
     datasets.get(config.dataset.name)
+    check_loggers(config)
     device = _resolve_device(config)
     backend.check_device(torch.device(device))
     if count_gpus and device == "cuda" and config.nproc > torch.cuda.device_count():

@@ -201,6 +201,19 @@ class EvalConfig:
         _positive("eval.batch_size", self.batch_size)
 
 
+@dataclass
+class LogConfig:
+    """Where each epoch's numbers go besides ``results.json``: logger plugins by name
+    (``gnnbridge loggers`` lists them; built in: ``csv``, ``tensorboard``). Rank 0 writes."""
+
+    to: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if len(set(self.to)) != len(self.to) or not all(isinstance(n, str) and n.strip() for n in self.to):
+            raise ConfigError(f"log.to={show(self.to)} must be a list of distinct logger names, e.g. "
+                              "log.to=[tensorboard,csv] (gnnbridge loggers lists them).")
+
+
 PLACES = ("host", "device")
 PRECISIONS = ("fp32", "bf16", "fp16")
 
@@ -265,6 +278,7 @@ class ExperimentConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     link: LinkConfig = field(default_factory=LinkConfig)
     placement: PlacementConfig = field(default_factory=PlacementConfig)
+    log: LogConfig = field(default_factory=LogConfig)
 
     def __post_init__(self) -> None:
         _positive("nproc", self.nproc)

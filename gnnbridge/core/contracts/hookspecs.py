@@ -67,6 +67,18 @@ def register_samplers(register):
 
 
 @hookspec
+def register_loggers(register):
+    """Called once when plugins load. Call ``register(name, open, description="")``.
+
+    ``open(run_dir: Path, config: ExperimentConfig)`` is called on rank 0 when a run with
+    ``log.to`` naming it starts (or resumes), and returns an object with ``log(step: int,
+    values: dict[str, float])`` (once per epoch, ``step`` the epoch counted from 1; at the end
+    the final metrics under ``final/``) and ``close()``. ``open.requires`` may name a module
+    it needs, so a missing one is reported before the run starts.
+    """
+
+
+@hookspec
 def register_commands(cli):
     """Called once when the command line starts, with its ``click.Group``: add subcommands with
     ``@cli.command()``. A name gnnbridge or an earlier plugin already uses is not replaced."""

@@ -441,7 +441,8 @@ models = ScopedRegistry("model", "register_models", "model.arch",
                         "lists them all).")
 samplers = ScopedRegistry("sampler", "register_samplers", "sampler.kind", "(gnnbridge samplers lists them all).",
                           reserved=("auto", "native"))
-REGISTRIES = (backends, datasets, experiments, models, samplers)
+loggers = Registry("logger", "register_loggers", "(gnnbridge loggers lists them).")
+REGISTRIES = (backends, datasets, experiments, models, samplers, loggers)
 
 
 def reset_registries() -> None:

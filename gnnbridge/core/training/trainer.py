@@ -46,6 +46,7 @@ from gnnbridge.core.training.evaluation import (
     step_outputs,
     supports_layerwise,
 )
+from gnnbridge.core.training.loggers import RunLoggers
 from gnnbridge.core.training.metrics import ConfusionCounts
 from gnnbridge.core.training.phases import NO_PHASES, PhaseTimer, slowest_rank
 from gnnbridge.core.training.placement import autocast, grad_scaler, place, prefetched
@@ -95,6 +96,7 @@ class Trainer:
         self.ddp = DistributedDataParallel(self.model, device_ids=device_ids, find_unused_parameters=self.sparse_use) \
             if ctx.distributed else self.model
         self.checkpoints = Path(run_dir) if run_dir and ctx.is_main else None
+        self.loggers = RunLoggers(config, self.checkpoints)  # log.to's plugins, on rank 0
         self.shard_fingerprint: dict = {}  # this rank's first-epoch training items (see _fingerprint)
         self._grads_checked = False
 
@@ -135,6 +137,14 @@ class Trainer:
     def fit(self) -> dict:
         """Train from ``state.next_epoch`` to ``train.epochs`` (or until early stopping), then
         score the final and the best model on every split."""
+        try:
+            outcome = self._fit()
+            self.loggers.finish(len(self.state.history), outcome["metrics"])
+            return outcome
+        finally:
+            self.loggers.close()
+
+    def _fit(self) -> dict:
         cfg, state = self.config.train, self.state
         validator = self._validation_evaluator()
         for epoch in range(state.next_epoch, cfg.epochs):
@@ -152,6 +162,7 @@ class Trainer:
             if improved:
                 self.best_weights = _cpu_copy(self.model.state_dict())
             self._log(stats)
+            self.loggers.epoch(stats)
             last = epoch == cfg.epochs - 1 or state.should_stop(cfg.patience)
             self._checkpoint(epoch, improved, last)
         t0 = time.perf_counter()
@@ -218,6 +229,7 @@ class Trainer:
                    disable=None if self.show_progress else True,  # None: bars only on a terminal
                    leave=False, dynamic_ncols=True)
         t0 = time.perf_counter()
+        progress = BarFigures(t0)
         phases = PhaseTimer(ctx.device)
         phases.start()
         for step, mb in enumerate(prefetched(lambda: self._batches(batches, epoch), cfg.placement.prefetch)):
@@ -225,6 +237,7 @@ class Trainer:
             ctx.advance()
             loss_sum_batch, logits, y = self.train_step(mb, phases)
             loss_sum += loss_sum_batch
+            progress.step(bar, loss_sum_batch, y.numel())
             first_bad = torch.where((first_bad < 0) & ~torch.isfinite(loss_sum_batch.detach()), step, first_bad)
             counts.update(logits.detach(), y)
             bar.update(1)
@@ -370,6 +383,27 @@ class Trainer:
             full = self._sampler(every_neighbour=True)
             return self._links(full) if self.is_link else self._sampled(full)
         return self._validation_evaluator()
+
+
+class BarFigures:
+    """The rank-0 bar's running loss and seeds per second, refreshed at most twice a second:
+    reading the loss waits for the device, so it is not done every step."""
+
+    EVERY_S = 0.5
+
+    def __init__(self, t0: float):
+        self.t0, self.shown, self.seeds = t0, t0, 0
+
+    def step(self, bar, loss_sum: torch.Tensor, seeds: int) -> None:
+        self.seeds += seeds
+        if bar.disable:
+            return
+        now = time.perf_counter()
+        if now - self.shown < self.EVERY_S:
+            return
+        self.shown = now
+        bar.set_postfix(loss=f"{float(loss_sum) / max(1, seeds):.4f}",
+                        seeds_per_s=f"{self.seeds / max(now - self.t0, 1e-9):,.0f}", refresh=False)
 
 
 def _fingerprint(batches: list[torch.Tensor]) -> dict:

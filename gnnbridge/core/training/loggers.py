@@ -1,0 +1,75 @@
+"""Each epoch's numbers to the logger plugins ``log.to`` names (CSV and TensorBoard are built in).
+
+Why plugins: where numbers go is a lab's own choice (TensorBoard, a CSV for a spreadsheet,
+Weights & Biases, MLflow); core flattens one epoch into ``{name: number}`` and hands it to each
+logger on rank 0, the one process that holds every rank's reduced figures. A logger that raises
+stops the run with one line naming it, like any plugin's code.
+"""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+from gnnbridge.core.contracts.config import ExperimentConfig
+from gnnbridge.core.contracts.plugins import blame, loggers
+from gnnbridge.core.errors import ConfigError
+
+SKIPPED = ("epoch", "phases_slowest_rank")  # the step itself, and a per-rank record of the phases
+
+
+def check_loggers(config: ExperimentConfig) -> None:
+    """Every logger ``log.to`` names exists and has what it needs (before anything runs)."""
+    for name in config.log.to:
+        opener = loggers.get(name)
+        needs = getattr(opener, "requires", None)
+        if needs and importlib.util.find_spec(needs) is None:
+            raise ConfigError(f"log.to={name} needs the '{needs}' package, which is not installed: "
+                              f"pip install {needs} (or pip install 'gnnbridge[log]').")
+
+
+class RunLoggers:
+    """The loggers of one run on rank 0 (none elsewhere, or without ``log.to``)."""
+
+    def __init__(self, config: ExperimentConfig, run_dir: Path | None):
+        self._open: list[tuple[str, Any]] = []
+        if run_dir is None:
+            return
+        for name in config.log.to:
+            entry = next(e for e in loggers.entries() if e.name == name)
+            with blame(f"logger '{name}' (plugin '{entry.plugin}')", "open(run_dir, config)"):
+                self._open.append((name, entry.value(Path(run_dir), config)))
+
+    def epoch(self, stats: dict) -> None:
+        self._send(stats["epoch"] + 1, flatten(stats))
+
+    def finish(self, epochs: int, metrics: dict) -> None:
+        self._send(epochs, {f"final/{k}": v for k, v in metrics.items() if _number(v)})
+
+    def close(self) -> None:
+        opened, self._open = self._open, []
+        for name, logger in opened:
+            with blame(f"logger '{name}'", "close()"):
+                logger.close()
+
+    def _send(self, step: int, values: dict[str, float]) -> None:
+        for name, logger in self._open:
+            with blame(f"logger '{name}'", "log(step, values)"):
+                logger.log(step, values)
+
+
+def flatten(stats: dict) -> dict[str, float]:
+    """One epoch's figures as ``{name: number}``: phases as ``phases/<phase>``, the rest as is."""
+    out = {}
+    for key, value in stats.items():
+        if key in SKIPPED:
+            continue
+        if isinstance(value, dict):
+            out.update({f"{key}/{k}": float(v) for k, v in value.items() if _number(v)})
+        elif _number(value):
+            out[key] = float(value)
+    return out
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

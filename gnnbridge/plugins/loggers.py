@@ -1,0 +1,76 @@
+"""Built-in logger plugins: ``csv`` and ``tensorboard`` (``log.to=[...]``; see
+:mod:`gnnbridge.core.training.loggers` for the contract)."""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from gnnbridge.core.contracts.hookspecs import hookimpl
+
+
+class CsvLogger:
+    """``metrics.csv`` in the run folder: one row per epoch, a column per figure (the final
+    metrics are in ``results.json``). A resumed run appends to it; should the figures change,
+    a new header starts a second table below."""
+
+    def __init__(self, run_dir: Path, config):
+        self.path = run_dir / "metrics.csv"
+
+    def log(self, step: int, values: dict[str, float]) -> None:
+        if any(name.startswith("final/") for name in values):
+            return
+        row = {"epoch": step, **values}
+        header = self._header()
+        if header is not None and set(row) - set(header):
+            header = None  # new columns: a second table below, with its own header
+        with open(self.path, "a", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=header or list(row), restval="")
+            if header is None:
+                writer.writeheader()
+            writer.writerow(row)
+
+    def _header(self) -> list[str] | None:
+        """The header of the last table in the file (None: no file yet)."""
+        if not self.path.exists():
+            return None
+        last = None
+        with open(self.path, newline="") as f:
+            for line in csv.reader(f):
+                if line and line[0] == "epoch":
+                    last = line
+        return last
+
+    def close(self) -> None:
+        pass
+
+
+class TensorBoardLogger:
+    """TensorBoard event files in ``RUN/tensorboard/`` (``tensorboard --logdir RUN/tensorboard``)."""
+
+    def __init__(self, run_dir: Path, config):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+        self.writer.add_text("config", f"backend {config.backend}, model {config.model.arch}, "
+                                       f"{config.nproc} rank(s) on {config.device.value}")
+
+    def log(self, step: int, values: dict[str, float]) -> None:
+        for name, value in values.items():
+            self.writer.add_scalar(name, value, step)
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def _tensorboard(run_dir: Path, config) -> TensorBoardLogger:
+    return TensorBoardLogger(run_dir, config)
+
+
+_tensorboard.requires = "tensorboard"
+
+
+@hookimpl
+def register_loggers(register):
+    register("csv", CsvLogger, "metrics.csv in the run folder, a row per epoch")
+    register("tensorboard", _tensorboard, "TensorBoard event files in RUN/tensorboard/ (needs tensorboard)")

@@ -1,0 +1,102 @@
+"""Logger plugins (``log.to``): CSV and TensorBoard written by rank 0, appended to on resume; an
+unknown or broken logger is one line."""
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+from test_checkpoints import gnnbridge as cli
+from test_checkpoints import ok, one_line
+
+import gnnbridge
+from gnnbridge.core.contracts.plugins import PluginError
+from gnnbridge.core.errors import ConfigError
+from gnnbridge.testing import registered_plugin
+
+SMALL = ["--quiet", "--set", "dataset.options.num_nodes=600", "--set", "train.batch_size=64"]
+
+
+def scalars(folder, tag: str) -> list[tuple[int, float]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(folder)).Reload()
+    return [(e.step, e.value) for e in events.Scalars(tag)]
+
+
+def test_csv_and_tensorboard_get_every_epoch_once_from_rank_0_and_resume_appends(tmp_path):
+    ok(cli("train", *SMALL, "--nproc", "2", "--set", "train.epochs=2", "--set", "log.to=[csv,tensorboard]",
+           "--out", "run", cwd=tmp_path))
+    ok(cli("train", "--resume", "run", "--quiet", "--set", "train.epochs=3", cwd=tmp_path))
+    history = json.loads((tmp_path / "run" / "results.json").read_text())["history"]
+    with open(tmp_path / "run" / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["epoch"]) for r in rows] == [1, 2, 3]  # one header, a row per epoch, no rank twice
+    assert [float(r["loss"]) for r in rows] == pytest.approx([h["loss"] for h in history], rel=1e-6)
+    assert {"val_acc", "phases/forward", "epoch_time_s"} <= set(rows[0])
+    board = tmp_path / "run" / "tensorboard"
+    assert len(list(board.iterdir())) == 2  # one event file per start (first run, resume), rank 0 only
+    assert scalars(board, "loss") == [(i + 1, pytest.approx(h["loss"], rel=1e-6)) for i, h in enumerate(history)]
+    metrics = json.loads((tmp_path / "run" / "results.json").read_text())["metrics"]
+    finals = scalars(board, "final/test_acc")  # each finished run's, at its last epoch
+    assert [step for step, _ in finals] == [2, 3] and finals[-1][1] == pytest.approx(metrics["test_acc"], rel=1e-6)
+
+
+def test_an_unknown_logger_is_one_line_and_writes_nothing(tmp_path):
+    one_line(cli("train", *SMALL, "--set", "log.to=[wandb]", "--out", "run", cwd=tmp_path),
+             "Unknown logger 'wandb'. Available: csv, tensorboard")
+    one_line(cli("train", *SMALL, "--set", "log.to=[csv,csv]", "--out", "run", cwd=tmp_path), "distinct logger names")
+    assert list(tmp_path.iterdir()) == []
+
+
+class Broken:
+    class Logger:
+        def __init__(self, run_dir, config):
+            pass
+
+        def log(self, step, values):
+            raise OSError("the disk is full")
+
+        def close(self):
+            pass
+
+    @gnnbridge.hookimpl
+    def register_loggers(self, register):
+        register("broken", self.Logger, "raises")
+
+
+def test_a_logger_that_raises_stops_the_run_with_one_line_naming_it(tmp_path):
+    with registered_plugin(Broken(), "lab"), pytest.raises(PluginError, match="logger 'broken'.*the disk is full"):
+        gnnbridge.run(overrides=["dataset.options.num_nodes=600", "train.epochs=1", "log.to=[broken]"],
+                      out=tmp_path / "run", progress=False)
+
+
+def test_a_logger_whose_package_is_missing_is_refused_before_the_run(monkeypatch, tmp_path):
+    import importlib.util
+
+    find = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tensorboard" else find(name, *a))
+    with pytest.raises(ConfigError, match="needs the 'tensorboard' package"):
+        gnnbridge.run(overrides=["log.to=[tensorboard]"], out=tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_progress_bar_shows_batches_loss_and_seeds_per_second(monkeypatch):
+    import io
+    import time
+
+    import torch
+    from tqdm import tqdm
+
+    from gnnbridge.core.training.trainer import BarFigures
+
+    monkeypatch.setattr(BarFigures, "EVERY_S", 0.0)
+    out = io.StringIO()
+    bar = tqdm(total=4, file=out, disable=False, mininterval=0, unit="batch")
+    figures = BarFigures(time.perf_counter())
+    for _ in range(2):
+        figures.step(bar, torch.tensor(128.0), 64)  # a summed loss of 128 over 64 seeds
+        bar.update(1)
+    bar.close()
+    last = out.getvalue().split("\r")[-1]
+    assert "2/4" in last and "loss=2.0000" in last and "seeds_per_s=" in last
