@@ -298,7 +298,12 @@ def port(run, to, out, overrides, trust_code) -> None:
                f"({', '.join(report['checkpoints'])}.pt); check it with: gnnbridge evaluate {report['run_dir']}")
 
 
-@cli.command()
+@cli.command(epilog="""
+\b
+Examples:
+  gnnbridge backends
+  gnnbridge backends --json | jq ".[] | select(.available)"
+""")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def backends(as_json: bool) -> None:
     """List backends: available or not (and why), and their library versions."""
@@ -320,7 +325,12 @@ def backends(as_json: bool) -> None:
             click.echo(f"{row['name']:<8} unavailable  {row['reason']}")
 
 
-@cli.command()
+@cli.command(epilog="""
+\b
+Examples:
+  gnnbridge plugins
+  GNNBRIDGE_LOAD_PLUGINS=pyg,samplers gnnbridge plugins   # only these
+""")
 def plugins() -> None:
     """Loaded plugins (JSON): the distribution that installed each, its hooks, what it registered,
     and the plugins left out with why."""
@@ -329,7 +339,12 @@ def plugins() -> None:
     click.echo(json.dumps(plugin_info(), indent=2))
 
 
-@cli.command()
+@cli.command(epilog="""
+\b
+Examples:
+  gnnbridge models
+  gnnbridge models --json
+""")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def models(as_json: bool) -> None:
     """Model architectures by task and backend (model.arch), and the plugin of each; models for
@@ -341,7 +356,12 @@ def models(as_json: bool) -> None:
     _components(registry, as_json, with_tasks=True)
 
 
-@cli.command()
+@cli.command(epilog="""
+\b
+Examples:
+  gnnbridge samplers
+  gnnbridge samplers --json
+""")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def samplers(as_json: bool) -> None:
     """Neighbour samplers (sampler.kind) by backend; auto and native are each backend's own."""
@@ -366,7 +386,12 @@ def _components(registry, as_json: bool, with_tasks: bool) -> None:
         click.echo(f"{row['name']:<14} {tasks}{row['backend']:<16} {row['plugin']:<14} {row['description']}")
 
 
-@cli.command()
+@cli.command(epilog="""
+\b
+Examples:
+  gnnbridge experiments
+  gnnbridge config show gin-synthetic      # one of them, every key
+""")
 def experiments() -> None:
     """Built-in experiments with a one-line description."""
     from gnnbridge.core.contracts.plugins import experiments as registry
@@ -375,7 +400,71 @@ def experiments() -> None:
         click.echo(f"{entry.name:<18} {entry.description}")
 
 
-@cli.command()
+@cli.group(epilog="""
+\b
+Examples:
+  gnnbridge config show sage-synthetic --set model.hidden=128
+""")
+def config() -> None:
+    """Inspect configs (gnnbridge config show EXPERIMENT)."""
+
+
+@config.command(epilog="""
+\b
+Examples:
+  gnnbridge config show                                # the default experiment, every key explained
+  gnnbridge config show gat-synthetic --backend dgl --set model.heads=8
+  gnnbridge config show my.yaml > resolved.yaml        # a complete config file to edit
+""")
+@click.argument("experiment", required=False)
+@click.option("--backend", help="Backend name, e.g. pyg or dgl.")
+@click.option("--dataset", help="A dataset name or a .npz path.")
+@click.option("--nproc", type=int, help="Ranks on this machine.")
+@click.option("--device", help="cpu, cuda or auto.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a config key.")
+def show(experiment, backend, dataset, nproc, device, overrides) -> None:
+    """Print the config a run would use, as YAML with a comment on every key."""
+    from gnnbridge.core.app.resolve import resolve_config
+    from gnnbridge.core.contracts.config import annotated_yaml
+
+    resolved = resolve_config(experiment, overrides=overrides, backend=backend, nproc=nproc, device=device,
+                              dataset=dataset)
+    click.echo(annotated_yaml(resolved), nl=False)
+
+
+@cli.command(epilog="""
+\b
+Examples:
+  gnnbridge doctor                                     # this machine
+  gnnbridge doctor --dataset big.npz --nproc 4         # and a job: /dev/shm, memory, threads for it
+""")
+@click.argument("experiment", required=False)
+@click.option("--dataset", help="A dataset name or a .npz path (checks /dev/shm and memory against its size).")
+@click.option("--nproc", type=int, help="Ranks the job will run on this machine.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a config key.")
+def doctor(experiment, dataset, nproc, overrides) -> None:
+    """Check the environment before a long job: torch, GPUs and NCCL, each backend and its native
+    parts, the sampler, threads, a free port, /dev/shm, memory and disk. Exit code 1 on a failure."""
+    from gnnbridge.core.app.doctor import diagnose
+    from gnnbridge.core.app.resolve import resolve_config
+
+    given = experiment or dataset or nproc or overrides
+    config = resolve_config(experiment, overrides=overrides, nproc=nproc, dataset=dataset) if given else None
+    findings = diagnose(config)
+    for f in findings:
+        click.echo(f"{f.status:<5} {f.what:<44} {f.detail}" + (f"  -> {f.fix}" if f.fix else ""))
+    failed = [f for f in findings if f.status == "fail"]
+    if failed:
+        click.echo(f"{len(failed)} problem(s) would stop a job; fix them first.", err=True)
+        sys.exit(1)
+
+
+@cli.command(epilog="""
+\b
+Examples:
+  gnnbridge loggers
+  gnnbridge train --set "log.to=[tensorboard,csv]"
+""")
 def loggers() -> None:
     """Logger plugins for log.to (e.g. --set log.to=[tensorboard,csv]), with their plugin."""
     from gnnbridge.core.contracts.plugins import loggers as registry

@@ -60,6 +60,16 @@ class DglBackend(Backend):
             out["note"] = note
         return out
 
+    def native_parts(self) -> dict[str, str | None]:
+        parts: dict[str, str | None] = {"libdgl (sampling, message passing)": None}
+        if torch.cuda.is_available():
+            try:
+                self.check_device(torch.device("cuda", 0))
+                parts["CUDA build"] = None
+            except BackendUnavailableError as exc:
+                parts["CUDA build"] = str(exc)
+        return parts
+
     def check_device(self, device: torch.device) -> None:
         if device.type != "cuda":
             return

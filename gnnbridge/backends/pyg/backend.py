@@ -56,6 +56,13 @@ class PygBackend(Backend):
                 pass
         return out
 
+    def native_parts(self) -> dict[str, str | None]:
+        import torch_geometric.typing as pyg_typing
+
+        fast = pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE
+        return {"pyg-lib / torch-sparse (NeighborLoader)": None if fast else
+                "not installed: sampler.kind=native is unavailable, the core sampler serves PyG (as fast, see README)"}
+
     def sampler_unavailable(self, kind: SamplerKind) -> str | None:
         if kind is not SamplerKind.NATIVE:
             return None

@@ -156,6 +156,11 @@ class Backend(ABC):
     def check_device(self, device: torch.device) -> None:
         """Raise :class:`BackendUnavailableError` when the backend cannot compute on ``device``."""
 
+    def native_parts(self) -> dict[str, str | None]:
+        """The library's optional native parts for ``gnnbridge doctor``: ``{part: None}`` where
+        it is there, ``{part: what its absence costs and the fix}`` where it is not."""
+        return {}
+
     def require(self) -> "Backend":
         reason = self.availability()
         if reason is not None:

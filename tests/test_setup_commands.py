@@ -1,0 +1,79 @@
+"""Knowing the setup: ``config show``, ``doctor``, every command's examples, shell completion."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+from test_checkpoints import gnnbridge as cli
+from test_checkpoints import ok, one_line
+
+from gnnbridge.cli import cli as group
+from gnnbridge.core.app import doctor
+from gnnbridge.core.app.resolve import resolve_config
+from gnnbridge.core.contracts.config import KEY_HELP, ExperimentConfig
+
+
+def flat_keys(data: dict, prefix: str = "") -> set[str]:
+    keys = set()
+    for key, value in data.items():
+        keys.add(prefix + key)
+        if isinstance(value, dict) and not prefix:  # sections; a section's dict values are values
+            keys |= flat_keys(value, f"{key}.")
+    return keys
+
+
+def test_config_show_prints_the_resolved_config_with_a_comment_on_every_key(tmp_path):
+    out = ok(cli("config", "show", "gat-synthetic", "--backend", "dgl", "--set", "model.heads=8", cwd=tmp_path)).stdout
+    expected = resolve_config("gat-synthetic", backend="dgl", overrides=["model.heads=8"]).to_dict()
+    assert yaml.safe_load(out) == expected  # the comments are comments: the output is the config
+    assert all("  # " in line for line in out.splitlines())
+    assert "heads: 8" in out and "backend: dgl" in out
+    one_line(cli("config", "show", "--set", "model.hiden=3", cwd=tmp_path), "did you mean 'hidden'")
+
+
+def test_every_config_key_has_its_line():
+    assert flat_keys(ExperimentConfig().to_dict()) == set(KEY_HELP)
+
+
+def test_doctor_checks_each_part_and_passes_here(tmp_path):
+    out = ok(cli("doctor", cwd=tmp_path)).stdout
+    for part in ("torch", "gpu", "collectives", "backend pyg", "backend dgl", "core sampler", "threads", "network",
+                 "/dev/shm", "memory", "disk"):
+        assert any(line[6:].startswith(part) for line in out.splitlines()), part
+    assert "gloo" in out
+
+
+def test_doctor_fails_a_job_that_would_not_fit(monkeypatch, tmp_path):
+    data = tmp_path / "graph.npz"
+    data.write_bytes(b"\0" * 4096)
+    config = resolve_config(dataset=str(data), nproc=64)
+
+    class Tiny:
+        free, total = 1024, 1 << 40
+
+    monkeypatch.setattr(doctor.shutil, "disk_usage", lambda path: Tiny())
+    found = {f.what: f for f in doctor.diagnose(config)}
+    assert found["/dev/shm"].status == "fail" and "4.0 KB dataset" in found["/dev/shm"].detail
+    assert "--shm-size" in found["/dev/shm"].fix
+    assert found["threads"].status == "fail" and "--nproc" in found["threads"].fix
+    proc = cli("doctor", "--dataset", str(data), "--nproc", "64", cwd=tmp_path)
+    assert proc.returncode == 1 and "would stop a job" in proc.stderr
+
+
+@pytest.mark.parametrize("name", sorted(group.commands))
+def test_every_command_shows_an_example_in_its_help(name):
+    command = group.commands[name]
+    text = command.get_help(command.make_context(name, ["--help"], resilient_parsing=True))
+    assert "Examples:" in text and f"gnnbridge {name}" in text
+
+
+def test_shell_completion_completes_commands_and_options():
+    env = {**os.environ, "_GNNBRIDGE_COMPLETE": "bash_complete", "COMP_WORDS": "gnnbridge com", "COMP_CWORD": "1"}
+    done = subprocess.run([sys.executable, "-m", "gnnbridge"], env=env, capture_output=True, text=True, check=False)
+    assert "compare" in done.stdout.split("\n")[0]
+    env.update(COMP_WORDS="gnnbridge port --t", COMP_CWORD="2")
+    done = subprocess.run([sys.executable, "-m", "gnnbridge"], env=env, capture_output=True, text=True, check=False)
+    assert "--to" in done.stdout
