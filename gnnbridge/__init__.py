@@ -13,7 +13,7 @@ _plugins.set_defaults(BUILTIN_PLUGINS, DEFAULT_BACKEND)
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "evaluate", "hookimpl", "port", "predict", "resolve_config", "run"]
+__all__ = ["__version__", "compare", "evaluate", "hookimpl", "plot", "port", "predict", "resolve_config", "run"]
 
 
 def run(experiment=None, **kwargs):
@@ -51,3 +51,18 @@ def port(run, to, out, **kwargs):
     from gnnbridge.core.app.port import port as _port
 
     return _port(run, to, out, **kwargs)
+
+
+def compare(experiment=None, *, same_batches: bool = False, **kwargs):
+    """One experiment on several libraries: side by side, or (``same_batches``) on identical
+    batches and weights; see :mod:`gnnbridge.core.app.compare`."""
+    from gnnbridge.core.app import compare as _compare
+
+    return (_compare.same_batches if same_batches else _compare.compare)(experiment, **kwargs)
+
+
+def plot(runs, out):
+    """Draw several runs' loss and validation curves into ``out`` (.png); see :mod:`gnnbridge.core.app.plots`."""
+    from gnnbridge.core.app.plots import plot as _plot
+
+    return _plot(list(runs), out)

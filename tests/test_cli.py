@@ -13,23 +13,6 @@ def gnnbridge(*args, cwd=None, timeout=300):
                           cwd=cwd, timeout=timeout)
 
 
-@pytest.fixture
-def refused(capsys, monkeypatch, tmp_path):
-    """Run the CLI in this process for input it must refuse before any work (fast: no fresh
-    interpreter); returns what a user sees. End-to-end subprocess runs are in the other tests."""
-    from gnnbridge.cli import main
-
-    monkeypatch.chdir(tmp_path)
-
-    def run(*args):
-        with pytest.raises(SystemExit) as exited:
-            main(list(args))
-        seen = capsys.readouterr()
-        return subprocess.CompletedProcess(args, exited.value.code, seen.out, seen.err)
-
-    return run
-
-
 def assert_one_line_error(proc, *needles):
     assert proc.returncode != 0
     lines = proc.stderr.strip().splitlines()

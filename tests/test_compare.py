@@ -7,6 +7,7 @@ import pytest
 from test_checkpoints import gnnbridge as cli
 from test_checkpoints import ok, one_line
 
+import gnnbridge
 from gnnbridge.core.app import compare
 
 SMALL = {  # every built-in architecture, node, graph and link tasks, kept small
@@ -22,7 +23,7 @@ SMALL = {  # every built-in architecture, node, graph and link tasks, kept small
 @pytest.mark.parametrize("name", list(SMALL))
 def test_on_the_same_batches_both_libraries_compute_the_same_losses_and_logits(name):
     experiment, overrides = SMALL[name]
-    report = compare.same_batches(experiment, epochs=3, overrides=overrides)
+    report = gnnbridge.compare(experiment, same_batches=True, epochs=3, overrides=overrides)
     (pair,) = report["pairs"]
     assert sorted(pair["backends"]) == ["dgl", "pyg"]
     assert pair["steps"] >= 6 and len(pair["loss_gaps"]) == pair["steps"]
@@ -73,12 +74,12 @@ def test_side_by_side_trains_each_library_and_draws_them_together(tmp_path):
     assert not (tmp_path / "other.png").exists() and not (tmp_path / "other.jpg").exists()
 
 
-def test_bad_compare_input_is_one_line(tmp_path):
-    one_line(cli("compare", "sage-synthetic", "--backend", "pyg", "--backend", "mxnet", cwd=tmp_path), "mxnet")
-    one_line(cli("compare", "sage-synthetic", "--backend", "pyg", cwd=tmp_path), "compare needs two backends")
-    one_line(cli("compare", "sage-synthetic", "--epochs", "2", cwd=tmp_path), "--epochs needs --same-batches")
-    one_line(cli("compare", "sage-synthetic", "--same-batches", "--nproc", "2", cwd=tmp_path),
-             "--nproc does not apply to --same-batches")
-    one_line(cli("compare", "sage-synthetic", "--same-batches", "--tolerance", "-1", cwd=tmp_path), "--tolerance")
-    one_line(cli("compare", "sage-synthetic", "--set", "model.arch=GraphSAGE", cwd=tmp_path), "GraphSAGE")
+def test_bad_compare_input_is_one_line(tmp_path, refused):
+    for args, needle in [(["--backend", "pyg", "--backend", "mxnet"], "mxnet"),
+                         (["--backend", "pyg"], "compare needs two backends"),
+                         (["--epochs", "2"], "--epochs needs --same-batches"),
+                         (["--same-batches", "--nproc", "2"], "--nproc does not apply to --same-batches"),
+                         (["--same-batches", "--tolerance", "-1"], "--tolerance"),
+                         (["--set", "model.arch=GraphSAGE"], "GraphSAGE")]:
+        one_line(refused("compare", "sage-synthetic", *args), needle)
     assert list(tmp_path.iterdir()) == []

@@ -6,8 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from test_checkpoints import gnnbridge as cli
-from test_checkpoints import ok, one_line
+from test_checkpoints import one_line
 
 import gnnbridge
 from gnnbridge.core.training import checkpoint
@@ -69,18 +68,19 @@ def test_a_ported_run_resumes_with_its_optimizer_as_if_it_had_never_moved(tmp_pa
                                rtol=1e-4)
 
 
-def test_what_cannot_be_ported_is_one_line_and_writes_nothing(tmp_path, trained):
-    ok(cli("train", "--backend", "pyg", "--quiet", "--set", "model.arch=GraphSAGE", *[a for o in NODE for a in
-           ("--set", o)], "--out", "zoo", cwd=tmp_path))
-    one_line(cli("port", "zoo", "--to", "dgl", "--out", "zoo-dgl", cwd=tmp_path), "GraphSAGE")
-    one_line(cli("port", str(trained["gat"]), "--to", "pyg", "--out", "same", cwd=tmp_path),
-             "was trained on pyg already")
-    one_line(cli("port", str(trained["gat"]), "--to", "mxnet", "--out", "other", cwd=tmp_path), "mxnet")
-    one_line(cli("port", str(trained["gat"]), "--to", "dgl", "--out", "x", "--set", "model.hidden=8", cwd=tmp_path),
-             "port keeps task, backend, model as trained")
-    one_line(cli("port", "nowhere", "--to", "dgl", "--out", "x", cwd=tmp_path), "is not a run folder")
-    (tmp_path / "taken").mkdir()
-    (tmp_path / "taken" / "notes.txt").write_text("mine")
-    one_line(cli("port", str(trained["gat"]), "--to", "dgl", "--out", "taken", cwd=tmp_path), "not empty")
+def test_what_cannot_be_ported_is_one_line_and_writes_nothing(tmp_path, trained, refused):
+    gnnbridge.run(overrides=["model.arch=GraphSAGE", *NODE], backend="pyg", out=tmp_path / "zoo", progress=False)
+    gat = str(trained["gat"])
+    for args, needle in [(["zoo", "--to", "dgl"], "GraphSAGE"),
+                         ([gat, "--to", "pyg"], "was trained on pyg already"),
+                         ([gat, "--to", "mxnet"], "mxnet"),
+                         ([gat, "--to", "dgl", "--set", "model.hidden=8"], "port keeps task, backend, model as trained"),
+                         (["nowhere", "--to", "dgl"], "is not a run folder"),
+                         ([gat, "--to", "dgl", "--out", "taken"], "not empty")]:
+        if "taken" in args:
+            (tmp_path / "taken").mkdir()
+            (tmp_path / "taken" / "notes.txt").write_text("mine")
+        out = [] if "--out" in args else ["--out", "new"]
+        one_line(refused("port", *args, *out), needle)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["taken", "zoo"]
     assert [p.name for p in (tmp_path / "taken").iterdir()] == ["notes.txt"]
