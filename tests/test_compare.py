@@ -53,6 +53,7 @@ def test_a_divergence_names_the_first_step_and_layer(monkeypatch, name, prefix):
     assert "apart from epoch 1 step 1, in layer 1" in compare.verdicts(report)[1]
 
 
+@pytest.mark.slow
 def test_side_by_side_trains_each_library_and_draws_them_together(tmp_path):
     sets = [a for o in ["dataset.options.num_nodes=600", "train.epochs=2"] for a in ("--set", o)]
     table = ok(cli("compare", "sage-synthetic", *sets, "--quiet", "--out", "both", cwd=tmp_path)).stdout

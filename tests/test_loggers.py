@@ -24,6 +24,7 @@ def scalars(folder, tag: str) -> list[tuple[int, float]]:
     return [(e.step, e.value) for e in events.Scalars(tag)]
 
 
+@pytest.mark.slow
 def test_csv_and_tensorboard_get_every_epoch_once_from_rank_0_and_resume_appends(tmp_path):
     ok(cli("train", *SMALL, "--nproc", "2", "--set", "train.epochs=2", "--set", "log.to=[csv,tensorboard]",
            "--out", "run", cwd=tmp_path))

@@ -11,6 +11,8 @@ from test_checkpoints import one_line
 import gnnbridge
 from gnnbridge.core.training import checkpoint
 
+pytestmark = pytest.mark.slow  # every test trains and evaluates real runs
+
 NODE = ["dataset.options.num_nodes=400", "train.batch_size=64", "train.epochs=2"]
 CASES = {  # name: (experiment, trained on, moved to, extra overrides)
     "sage": ("sage-synthetic", "dgl", "pyg", ["sampler.kind=core", "model.dropout=0"]),
