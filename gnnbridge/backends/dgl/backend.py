@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from gnnbridge.backends.dgl.blocks import csc_block
 from gnnbridge.backends.dgl.compat import compat_note, import_dgl
 from gnnbridge.core.contracts.config import SamplerKind, Task
 from gnnbridge.core.contracts.interfaces import Backend, GraphStore, Sampler
@@ -130,15 +131,15 @@ class DglBackend(Backend):
         blocks = []
         # Core's edges come in destination order: hand DGL the CSC it aggregates with, instead
         # of an edge list it would sort into one (a plugin sampler's unsorted edges still go as COO).
-        # Edge ids are spelled out: DGL's CPU SpMM segfaults on a CSC without them once rows are
-        # long and wide (measured: 480 neighbours of 602 features; tests/backends/test_dgl.py).
         ptr = dst_offsets(sub.col, sum(sub.num_sampled_nodes[:-1]))
-        eids = torch.arange(sub.row.numel(), device=sub.row.device)
+        eids = torch.arange(sub.row.numel(), device=sub.row.device)  # one for every layer's prefix
         for n_src, n_dst, n_edges in layer_bounds(sub.num_sampled_nodes, sub.num_sampled_edges,
                                                   len(sub.num_sampled_edges)):
-            edges = ("csc", (ptr[: n_dst + 1], sub.row[:n_edges], eids[:n_edges])) if ptr is not None \
-                else (sub.row[:n_edges], sub.col[:n_edges])
-            block = dgl.create_block(edges, num_src_nodes=n_src, num_dst_nodes=n_dst, device=sub.row.device)
+            if ptr is not None:
+                block = csc_block(ptr[: n_dst + 1], sub.row[:n_edges], n_src, n_dst, eids[:n_edges])
+            else:
+                block = dgl.create_block((sub.row[:n_edges], sub.col[:n_edges]), num_src_nodes=n_src,
+                                         num_dst_nodes=n_dst, device=sub.row.device)
             block.srcdata[dgl.NID] = sub.node[:n_src]
             block.dstdata[dgl.NID] = sub.node[:n_dst]
             blocks.append(block)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from gnnbridge.backends.dgl.blocks import csc_block
 from gnnbridge.backends.dgl.compat import import_dgl
 from gnnbridge.core.contracts.config import ModelSpec
 from gnnbridge.core.contracts.interfaces import GNNModel
@@ -92,11 +93,8 @@ class SAGELayer(nn.Module):
         numbers, on ~8x more rows at fanouts [25, 10])."""
         dgl = import_dgl()
         indptr, indices, eids = block.adj_tensors("csc")
-        if eids.numel() != indices.numel():  # never hand DGL's SpMM a CSC without edge ids (see from_sampled)
-            eids = torch.arange(indices.numel(), device=indices.device)
         n_dst = block.num_dst_nodes()
-        wide = dgl.create_block(("csc", (indptr, x.ids[indices], eids)), num_src_nodes=x.table.shape[0],
-                                num_dst_nodes=n_dst, device=indptr.device)
+        wide = csc_block(indptr, x.ids[indices], x.table.shape[0], n_dst, eids)
         return self.conv.fc_self(x.rows(n_dst)) + self.conv.fc_neigh(dgl.ops.copy_u_mean(wide, x.table))
 
 
