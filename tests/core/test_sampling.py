@@ -291,3 +291,21 @@ def test_a_signal_while_the_kernels_compile_is_delivered_once_they_are_built(tmp
     compiles through ctypes callbacks, which drop exceptions) and the next kernel call hung; the
     run's handler must never run inside numba."""
     stop_kernels(tmp_path, "compile")
+
+
+def test_nested_deferral_holds_a_signal_until_the_outer_block_ends():
+    # The typed sampler holds signals once per batch; its kernels' own blocks nest inside.
+    import signal
+
+    from gnnbridge.core.compiled import signals_deferred
+
+    seen = []
+    signal.signal(signal.SIGINT, lambda number, frame: seen.append(number))
+    try:
+        with signals_deferred():
+            with signals_deferred():
+                signal.raise_signal(signal.SIGINT)
+            assert seen == []  # the inner block's end delivers nothing
+        assert seen == [signal.SIGINT]
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)

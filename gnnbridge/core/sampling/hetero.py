@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from gnnbridge.core.compiled import signals_deferred
 from gnnbridge.core.contracts.interfaces import GraphStore
 from gnnbridge.core.errors import ConfigError
 from gnnbridge.core.records.batches import MiniBatch
@@ -95,6 +96,7 @@ class HeteroNeighborSampler:
                       for et in sorted(data.edge_types)}
         self._maps = {t: torch.full((n,), -1, dtype=torch.int64) for t, n in data.num_nodes.items()}
 
+    @signals_deferred()  # once for the batch: its many kernel calls then skip their own
     def sample(self, seeds: dict[str, torch.Tensor], generator: torch.Generator | None = None,
                exclude: dict[EdgeType, torch.Tensor] | None = None) -> HeteroSampledSubgraph:
         """``seeds``: {type: unique ids}; ``exclude``: {edge type: edge ids never to sample}."""
