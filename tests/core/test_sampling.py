@@ -303,9 +303,15 @@ def test_nested_deferral_holds_a_signal_until_the_outer_block_ends():
     signal.signal(signal.SIGINT, lambda number, frame: seen.append(number))
     try:
         with signals_deferred():
+            holder = signal.getsignal(signal.SIGINT)
             with signals_deferred():
+                assert signal.getsignal(signal.SIGINT) is holder  # the inner block touches no handler
                 signal.raise_signal(signal.SIGINT)
             assert seen == []  # the inner block's end delivers nothing
         assert seen == [signal.SIGINT]
+        with signals_deferred():  # and the next block defers again
+            signal.raise_signal(signal.SIGINT)
+            assert seen == [signal.SIGINT]
+        assert seen == [signal.SIGINT, signal.SIGINT]
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
