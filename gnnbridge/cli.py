@@ -242,17 +242,22 @@ def compare(experiment, backends, nproc, device, overrides, out, same_batches, e
     if same_batches:
         report = comparing.same_batches(experiment, backends=backends, epochs=epochs, device=device,
                                         overrides=overrides, tolerance=tolerance)
-        click.echo(json.dumps(report, indent=2) if as_json else "\n".join(comparing.verdicts(report)))
+        click.echo(comparing.as_json(report) if as_json else "\n".join(comparing.verdicts(report)))
         if not report["agree"]:
             sys.exit(1)
         return
     report = comparing.compare(experiment, backends=backends, nproc=nproc, device=device, overrides=overrides,
                                out=out, progress=not quiet)
     if as_json:
-        click.echo(json.dumps(report, indent=2))
-        return
-    click.echo("\n".join(comparing.table(report)))
-    click.echo(f"wrote {report['folder']}/compare.json and {report['folder']}/compare.png")
+        click.echo(comparing.as_json(report))
+    else:
+        click.echo("\n".join(comparing.table(report)))
+        drawn = f" and {report['plot']}" if report["plot"] else ""
+        click.echo(f"wrote {report['folder']}/compare.json{drawn}")
+    failed = [row["backend"] for row in report["rows"] if "error" in row]
+    if failed:
+        click.echo(f"Error: the run on {', '.join(failed)} failed (its line is in the table).", err=True)
+        sys.exit(1)
 
 
 @cli.command(epilog="""
@@ -423,12 +428,17 @@ Examples:
 @click.option("--device", help="cpu, cuda or auto.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a config key.")
 def show(experiment, backend, dataset, nproc, device, overrides) -> None:
-    """Print the config a run would use, as YAML with a comment on every key."""
+    """Print the config a run would use, as YAML with a comment on every key (checked as train
+    checks it before it starts: a config train would refuse is refused here, in the same line)."""
+    import copy
+
+    from gnnbridge.core.app.preflight import preflight
     from gnnbridge.core.app.resolve import resolve_config
     from gnnbridge.core.contracts.config import annotated_yaml
 
     resolved = resolve_config(experiment, overrides=overrides, backend=backend, nproc=nproc, device=device,
                               dataset=dataset)
+    preflight(copy.deepcopy(resolved))
     click.echo(annotated_yaml(resolved), nl=False)
 
 

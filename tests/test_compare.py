@@ -72,7 +72,20 @@ def test_side_by_side_trains_each_library_and_draws_them_together(tmp_path):
     one_line(cli("plot", "both/pyg", "--out", "curves.png", cwd=tmp_path), "already exists")
     one_line(cli("plot", "both", "--out", "other.png", cwd=tmp_path), "holds no results.json")
     one_line(cli("plot", "both/pyg", "--out", "other.jpg", cwd=tmp_path), "must end in .png")
+    one_line(cli("plot", "both/pyg", "--out", "curves.png/x.png", cwd=tmp_path), "curves.png")
     assert not (tmp_path / "other.png").exists() and not (tmp_path / "other.jpg").exists()
+
+
+@pytest.mark.slow
+def test_a_failed_backend_is_a_row_saying_why_and_the_exit_code_says_so(tmp_path):
+    sets = [a for o in ["dataset.options.num_nodes=600", "train.epochs=2", "train.lr=1e30"] for a in ("--set", o)]
+    proc = cli("compare", "sage-synthetic", *sets, "--quiet", "--out", "both", cwd=tmp_path)
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines() == [
+        "Error: the run on dgl, pyg failed (its line is in the table)."]
+    report = json.loads((tmp_path / "both" / "compare.json").read_text())
+    assert all(row["error"].startswith("Training diverged in epoch 1") for row in report["rows"])
+    assert report["plot"] is None and not (tmp_path / "both" / "compare.png").exists()
+    assert "failed: Training diverged" in proc.stdout
 
 
 def test_bad_compare_input_is_one_line(tmp_path, refused):

@@ -101,3 +101,40 @@ def test_the_progress_bar_shows_batches_loss_and_seeds_per_second(monkeypatch):
     bar.close()
     last = out.getvalue().split("\r")[-1]
     assert "2/4" in last and "loss=2.0000" in last and "seeds_per_s=" in last
+
+
+class Recording:
+    sent: list = []
+
+    class Logger:
+        def __init__(self, run_dir, config):
+            pass
+
+        def log(self, step, values):
+            Recording.sent.append(step)
+
+        def close(self):
+            raise OSError("could not flush")
+
+    @gnnbridge.hookimpl
+    def register_loggers(self, register):
+        register("recording", self.Logger, "records the steps")
+
+
+def test_epochs_reach_the_loggers_only_with_the_checkpoint_that_holds_them(tmp_path, capsys):
+    # Epochs after the last checkpoint are trained again on resume: logged then, never twice.
+    from gnnbridge.core.training.loggers import RunLoggers
+
+    config = gnnbridge.resolve_config(overrides=["log.to=[recording]"])
+    with registered_plugin(Recording(), "lab"):
+        loggers = RunLoggers(config, tmp_path)
+        for epoch in range(3):
+            loggers.epoch({"epoch": epoch, "loss": 1.0})
+        loggers.commit()  # latest.pt written after epoch 3
+        loggers.epoch({"epoch": 3, "loss": 1.0})  # the run stops before the next checkpoint
+        loggers.close(warn=False)  # stopping for another reason: the close failure is not what is said
+        assert Recording.sent == [1, 2, 3] and capsys.readouterr().err == ""
+        finished = RunLoggers(config, tmp_path)
+        finished.finish(4, {"test_acc": 0.5})
+        finished.close()  # after a finished run, a failed close is a warning, not a failed run
+        assert "Warning: logger 'recording' failed in its close(): OSError: could not flush" in capsys.readouterr().err

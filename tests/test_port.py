@@ -43,6 +43,8 @@ def test_a_ported_run_evaluates_and_predicts_as_the_original(tmp_path, trained, 
     assert report["checkpoints"] == ["best", "latest"]
     moved = checkpoint.load(checkpoint.path_in(tmp_path / "moved", "best"))
     assert moved["config"]["backend"] == to and moved["ported_from"]["backend"] == source_backend
+    original = checkpoint.load(checkpoint.path_in(trained[name], "best"))["config"]
+    assert {**moved["config"], "backend": None, "sampler": None} == {**original, "backend": None, "sampler": None}
     assert json.loads((tmp_path / "moved" / "results.json").read_text())["backend"] == to
 
     before, after = gnnbridge.evaluate(trained[name]), gnnbridge.evaluate(tmp_path / "moved")
@@ -76,7 +78,8 @@ def test_what_cannot_be_ported_is_one_line_and_writes_nothing(tmp_path, trained,
     for args, needle in [(["zoo", "--to", "dgl"], "GraphSAGE"),
                          ([gat, "--to", "pyg"], "was trained on pyg already"),
                          ([gat, "--to", "mxnet"], "mxnet"),
-                         ([gat, "--to", "dgl", "--set", "model.hidden=8"], "port keeps task, backend, model as trained"),
+                         ([gat, "--to", ""], "needs a backend to move to"),
+                         ([gat, "--to", "dgl", "--set", "model.hidden=8"], "port keeps task, model as trained"),
                          (["nowhere", "--to", "dgl"], "is not a run folder"),
                          ([gat, "--to", "dgl", "--out", "taken"], "not empty")]:
         if "taken" in args:

@@ -33,6 +33,8 @@ def test_config_show_prints_the_resolved_config_with_a_comment_on_every_key(caps
     assert all("  # " in line for line in out.splitlines())
     assert "heads: 8" in out and "backend: dgl" in out
     one_line(refused("config", "show", "--set", "model.hiden=3"), "did you mean 'hidden'")
+    one_line(refused("config", "show", "--set", "log.to=[nope]"), "Unknown logger 'nope'")  # as train refuses it
+    one_line(refused("config", "show", "--set", "log.to=csv"), "e.g. log.to=[tensorboard,csv]")
 
 
 def test_every_config_key_has_its_line():
@@ -43,7 +45,7 @@ def test_doctor_checks_each_part_and_passes_here(capsys):
     main(["doctor"])  # no SystemExit: nothing failed
     out = capsys.readouterr().out
     for part in ("torch", "gpu", "collectives", "backend pyg", "backend dgl", "core sampler", "threads", "network",
-                 "/dev/shm", "memory", "disk"):
+                 "shared memory", "memory", "disk"):
         assert any(line[6:].startswith(part) for line in out.splitlines()), part
     assert "gloo" in out
 
@@ -51,16 +53,20 @@ def test_doctor_checks_each_part_and_passes_here(capsys):
 def test_doctor_fails_a_job_that_would_not_fit(monkeypatch, tmp_path, refused):
     data = tmp_path / "graph.npz"
     data.write_bytes(b"\0" * 4096)
-    config = resolve_config(dataset=str(data), nproc=64)
+    config = resolve_config(dataset=str(data), nproc=64, overrides=["model.arch=bogus"])
 
     class Tiny:
         free, total = 1024, 1 << 40
 
     monkeypatch.setattr(doctor.shutil, "disk_usage", lambda path: Tiny())
     found = {f.what: f for f in doctor.diagnose(config)}
-    assert found["/dev/shm"].status == "fail" and "4.0 KB dataset" in found["/dev/shm"].detail
-    assert "--shm-size" in found["/dev/shm"].fix
+    assert found["shared memory"].status == "fail" and "4.0 KB dataset" in found["shared memory"].detail
+    assert "--shm-size" in found["shared memory"].fix
     assert found["threads"].status == "fail" and "--nproc" in found["threads"].fix
+    assert found["experiment"].status == "fail" and "Unknown model.arch 'bogus'" in found["experiment"].detail
+    one_rank = {f.what: f for f in doctor.diagnose(resolve_config(dataset=str(data)))}
+    assert one_rank["shared memory"].status == "ok"  # one rank shares nothing
+    assert one_rank["experiment"].status == "ok"
     proc = refused("doctor", "--dataset", str(data), "--nproc", "64")
     assert proc.returncode == 1 and "would stop a job" in proc.stderr
 

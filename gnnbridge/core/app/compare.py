@@ -16,7 +16,9 @@ Two questions, two modes:
 from __future__ import annotations
 
 import json
+import math
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -30,12 +32,20 @@ import torch
 from gnnbridge.core.app.plots import plot
 from gnnbridge.core.app.preflight import load_dataset, preflight
 from gnnbridge.core.app.resolve import resolve_config
-from gnnbridge.core.app.rundir import make_run_dir, new_run_dir, release, write_json_atomic, write_text_atomic
+from gnnbridge.core.app.rundir import (
+    discard,
+    make_run_dir,
+    new_run_dir,
+    release,
+    slug,
+    write_json_atomic,
+    write_text_atomic,
+)
 from gnnbridge.core.contracts import config as cfgmod
 from gnnbridge.core.contracts.config import ExperimentConfig, Task
 from gnnbridge.core.contracts.interfaces import GNNModel
 from gnnbridge.core.contracts.plugins import backends as backend_registry
-from gnnbridge.core.errors import ConfigError
+from gnnbridge.core.errors import ConfigError, RunInterrupted, signal_name
 from gnnbridge.core.models.gin import GIN
 from gnnbridge.core.models.hetero import HeteroSAGE
 from gnnbridge.core.models.neutral import from_neutral, to_neutral
@@ -81,26 +91,35 @@ def compare(experiment=None, *, backends: list[str] | tuple[str, ...] = (), npro
     _need_two(names, skipped)
     for name in names:  # every backend's config is checked before anything runs
         preflight(resolve_config(config.to_dict(), backend=name))
-    folder = _claim(config, out, "compare")
+    folder, created = _claim(config, out, "compare")
     try:
         write_text_atomic(folder / "experiment.yaml", cfgmod.dump_yaml(config))
-        rows = [_train_one(folder, name, progress) for name in names]
+        with interrupt_on_sigterm():
+            rows = [_train_one(folder, name, progress) for name in names]
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the running child was stopped
+        signum = getattr(exc, "signum", signal.SIGINT)
+        if not any(p.is_dir() for p in folder.iterdir()):  # no run was kept: take back what we wrote
+            (folder / "experiment.yaml").unlink(missing_ok=True)
+            discard(folder, created)
+            raise RunInterrupted(signum) from None
+        raise RunInterrupted(signum, f"Stopped by {signal_name(signum)}: the comparison in {folder} is incomplete; "
+                                     "the runs it holds are kept (each resumable with gnnbridge train --resume).") from None
     finally:
         release(folder)
-    report = {"experiment": config.name, "task": config.task.value, "nproc": nproc, "folder": str(folder),
-              "rows": rows, "skipped": skipped}
-    write_json_atomic(folder / "compare.json", report)
     finished = [r for r in rows if r.get("run_dir")]
+    report = {"experiment": config.name, "task": config.task.value, "nproc": nproc, "folder": str(folder),
+              "rows": rows, "skipped": skipped, "plot": str(folder / "compare.png") if finished else None}
+    write_json_atomic(folder / "compare.json", report)
     if finished:
         plot([r["run_dir"] for r in finished], folder / "compare.png", labels=[r["backend"] for r in finished])
     return report
 
 
-def _claim(config: ExperimentConfig, out, kind: str) -> Path:
+def _claim(config: ExperimentConfig, out, kind: str) -> tuple[Path, Path | None]:
+    """The comparison's folder, created, and the top-most folder that creating it made (to undo)."""
     path = new_run_dir(config, out) if out is not None else \
-        Path("runs") / f"{kind}-{config.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    folder, _ = make_run_dir(path, exclusive=out is None)
-    return folder
+        Path("runs") / f"{kind}-{slug(config.name)[:64]}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return make_run_dir(path, exclusive=out is None)
 
 
 def _train_one(folder: Path, backend: str, progress: bool) -> dict:
@@ -108,12 +127,36 @@ def _train_one(folder: Path, backend: str, progress: bool) -> dict:
     run_dir = folder / backend
     cmd = [sys.executable, "-m", "gnnbridge", "train", str(folder / "experiment.yaml"), "--backend", backend,
            "--out", str(run_dir), *([] if progress else ["--quiet"])]
-    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=None if progress else subprocess.PIPE, text=True,
-                          check=False)
-    if done.returncode != 0:
-        line = (done.stderr or "").strip().splitlines()[-1:] or [f"exit code {done.returncode}"]
-        return {"backend": backend, "error": line[0]}
+    code, last_line = _run_teed(cmd, echo=progress)
+    if code != 0:
+        return {"backend": backend, "error": last_line.removeprefix("Error: ") or f"exit code {code}"}
     return summarize(backend, json.loads((run_dir / "results.json").read_text()), run_dir)
+
+
+def _run_teed(cmd: list[str], echo: bool) -> tuple[int, str]:
+    """Run ``cmd``; its stderr is passed through as it comes (progress bars redraw in place) when
+    ``echo``, and its last line kept for the table. Interrupted, the child is stopped (SIGTERM,
+    which a gnnbridge run answers by keeping its checkpoint) before the interruption goes on."""
+    child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    tail = b""
+    try:
+        while chunk := os.read(child.stderr.fileno(), 65536):
+            tail = (tail + chunk)[-8192:]
+            if echo:
+                sys.stderr.buffer.write(chunk)
+                sys.stderr.buffer.flush()
+        return child.wait(), _last_line(tail)
+    except BaseException:
+        child.terminate()
+        child.wait()
+        raise
+    finally:
+        child.stderr.close()
+
+
+def _last_line(raw: bytes) -> str:
+    lines = [line.strip() for line in raw.decode(errors="replace").replace("\r", "\n").splitlines()]
+    return next((line for line in reversed(lines) if line), "")
 
 
 def summarize(backend: str, results: dict, run_dir: Path) -> dict:
@@ -188,17 +231,24 @@ class _Gaps:
              tolerance: float) -> None:
         gap = abs(ref_loss - loss)
         self.loss_gaps.append(gap)
-        if self.first is None and not gap <= tolerance:  # NaN counts as apart
-            layer_gaps = {i: _max_gap(ref_layers[i], layers[i]) for i in sorted(ref_layers) if i in layers}
-            apart = next((i for i, g in layer_gaps.items() if not g <= tolerance), None)
-            self.first = {"epoch": epoch, "step": step, "loss_gap": gap, "layer": apart,
-                          "layer_gaps": [layer_gaps[i] for i in sorted(layer_gaps)]}
+        if self.first is not None or gap <= tolerance:
+            return
+        both = not (math.isfinite(ref_loss) or math.isfinite(loss))  # the experiment diverged, on both
+        layer_gaps = {i: _max_gap(ref_layers[i], layers[i]) for i in sorted(ref_layers) if i in layers}
+        apart = None if both else next((i for i, g in layer_gaps.items() if not g <= tolerance), None)
+        self.first = {"epoch": epoch, "step": step, "loss_gap": gap, "layer": apart, "both_diverged": both,
+                      "layer_gaps": [layer_gaps[i] for i in sorted(layer_gaps)]}
 
     def result(self, logit_gap: float, tolerance: float) -> dict:
         return {"backends": self.backends, "steps": len(self.loss_gaps),
-                "max_loss_gap": max(self.loss_gaps, default=0.0), "loss_gaps": self.loss_gaps,
+                "max_loss_gap": _nan_max(self.loss_gaps), "loss_gaps": self.loss_gaps,
                 "max_logit_gap": logit_gap, "first_divergence": self.first,
                 "agree": self.first is None and logit_gap <= tolerance}
+
+
+def _nan_max(values: list[float]) -> float:
+    """The largest value, NaN if any is NaN (``max`` would skip a NaN after the first item)."""
+    return float("nan") if any(math.isnan(v) for v in values) else max(values, default=0.0)
 
 
 def _final_outputs(trainer: Trainer) -> torch.Tensor:
@@ -294,12 +344,30 @@ def verdicts(report: dict) -> list[str]:
             lines.append(f"{a} vs {b}: agree ({gaps})")
         elif first is None:
             lines.append(f"{a} vs {b}: the losses agree but the final outputs do not ({gaps})")
+        elif first.get("both_diverged"):
+            lines.append(f"{a} vs {b}: the loss became NaN or infinite on both at epoch {first['epoch'] + 1} step "
+                         f"{first['step'] + 1}: the experiment diverges (try a smaller train.lr); nothing to compare "
+                         "after it")
         else:
             where = f"layer {first['layer']}" if first["layer"] is not None else "after the last layer (head or loss)"
             layer_gaps = ", ".join(f"{g:.1e}" for g in first["layer_gaps"]) or "not probed"
             lines.append(f"{a} vs {b}: apart from epoch {first['epoch'] + 1} step {first['step'] + 1}, in {where} "
                          f"(loss gap {first['loss_gap']:.1e}; layer output gaps {layer_gaps}); {gaps}")
     return lines
+
+
+def as_json(report: dict) -> str:
+    """The report as strict JSON: a NaN or infinite gap (a diverged loss) is written as a string."""
+    def plain(value):
+        if isinstance(value, float) and not math.isfinite(value):
+            return str(value)
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [plain(v) for v in value]
+        return value
+
+    return json.dumps(plain(report), indent=2, allow_nan=False)
 
 
 def _num(value, digits: int = 4) -> str:

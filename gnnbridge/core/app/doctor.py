@@ -8,6 +8,7 @@ graph there), no free port for the rendezvous, or more threads than cores.
 """
 from __future__ import annotations
 
+import copy
 import os
 import platform
 import shutil
@@ -17,12 +18,13 @@ from pathlib import Path
 
 import torch
 
+from gnnbridge.core.app.preflight import preflight
 from gnnbridge.core.contracts.config import ExperimentConfig
 from gnnbridge.core.contracts.plugins import backends as backend_registry
+from gnnbridge.core.errors import GnnBridgeError
 from gnnbridge.core.runtime.host import available_memory, format_bytes, free_disk
+from gnnbridge.core.runtime.sharing import shm_dir
 from gnnbridge.core.sampling import kernels
-
-SHM = Path("/dev/shm")
 
 
 @dataclass
@@ -34,11 +36,25 @@ class Finding:
 
 
 def diagnose(config: ExperimentConfig | None = None) -> list[Finding]:
-    """Every check; ``config`` (an experiment) adds the checks that depend on its dataset and ranks."""
-    findings = [_python(), _torch(), *_gpus(), _collectives(), *_backends(), _sampler(), _threads(config), _port()]
+    """Every check; ``config`` (an experiment) adds the checks that depend on it: everything
+    ``train`` checks before it starts, and its dataset and ranks against this machine."""
+    findings = [_python(), _torch(), *_gpus(), _collectives(), *_backends(), _sampler()]
+    if config is not None:
+        findings.append(_experiment(config))
     size = _dataset_bytes(config) if config is not None else None
-    findings += [_shm(size), _memory(size), _disk()]
+    ranks = config.nproc if config is not None else None
+    findings += [_threads(config), _port(), _shm(size, ranks), _memory(size), _disk()]
     return findings
+
+
+def _experiment(config: ExperimentConfig) -> Finding:
+    """The checks ``train`` makes before any work (names, backend, task, sampler, device ...)."""
+    try:
+        preflight(copy.deepcopy(config))
+    except GnnBridgeError as exc:
+        return Finding("fail", "experiment", str(exc))
+    return Finding("ok", "experiment", f"{config.name}: {config.task.value} task, model {config.model.arch} on "
+                                       f"{config.backend}, {config.nproc} rank(s)")
 
 
 def _python() -> Finding:
@@ -137,18 +153,22 @@ def _dataset_bytes(config: ExperimentConfig) -> int | None:
     return None
 
 
-def _shm(size: int | None) -> Finding:
-    if not SHM.is_dir():
-        return Finding("warn", "/dev/shm", "absent: ranks on one machine cannot share the graph",
-                       "mount a tmpfs at /dev/shm")
-    free = shutil.disk_usage(SHM).free
-    detail = f"{format_bytes(free)} free" + (f" for a {format_bytes(size)} dataset" if size else "")
+def _shm(size: int | None, ranks: int | None) -> Finding:
+    """Where ranks on one machine share the graph (``$GNNBRIDGE_SHM_DIR`` or /dev/shm); a single
+    rank keeps it in its own memory and needs none."""
+    folder = shm_dir()
+    what = "shared memory"
+    if ranks == 1:
+        return Finding("ok", what, f"not used: one rank keeps the graph in its own memory ({folder})")
+    free = shutil.disk_usage(folder).free
+    detail = f"{folder}: {format_bytes(free)} free" + (f" for a {format_bytes(size)} dataset" if size else "")
     if size and free < 1.1 * size:
-        return Finding("fail", "/dev/shm", detail, "ranks share the graph there: enlarge it (docker run --shm-size, "
-                                                   "or mount -o remount,size=... /dev/shm)")
+        return Finding("fail", what, detail, "ranks share the graph there: enlarge it (docker run --shm-size, "
+                                             "mount -o remount,size=... /dev/shm) or set GNNBRIDGE_SHM_DIR to a larger "
+                                             "RAM-backed folder")
     if free < 1 << 30:
-        return Finding("warn", "/dev/shm", detail, "under 1 GB: large graphs will not fit; enlarge it")
-    return Finding("ok", "/dev/shm", detail)
+        return Finding("warn", what, detail, "under 1 GB: large graphs will not fit; enlarge it")
+    return Finding("ok", what, detail)
 
 
 def _memory(size: int | None) -> Finding:

@@ -8,6 +8,7 @@ and linked into place, never over an existing file.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import uuid
@@ -28,9 +29,12 @@ def plot(runs: list[str | os.PathLike], out: str | os.PathLike, labels: list[str
         raise OutputExistsError(f"'{out}' already exists; choose a new --out (gnnbridge never overwrites a file).")
     results = [_results(Path(run)) for run in runs]
     labels = labels or _labels([Path(r) for r in runs], results)
-    tmp = out.with_name(f".{out.name}.{uuid.uuid4().hex[:8]}.tmp.png")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file where a folder should be, no permission ...
+        raise output_error(out, exc, "--out") from None
+    tmp = out.with_name(f".{out.name}.{uuid.uuid4().hex[:8]}.tmp.png")
+    try:
         _draw(results, labels, tmp)
         os.link(tmp, out)
     except FileExistsError:
@@ -38,7 +42,8 @@ def plot(runs: list[str | os.PathLike], out: str | os.PathLike, labels: list[str
     except OSError as exc:
         raise output_error(out, exc, "--out") from None
     finally:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
     return out
 
 

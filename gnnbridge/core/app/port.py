@@ -38,7 +38,7 @@ from gnnbridge.core.models.build import build_model, model_dims
 from gnnbridge.core.models.neutral import from_neutral, port_optimizer, to_neutral
 from gnnbridge.core.training import checkpoint
 
-FROZEN = ("task", "backend", "model")  # what --set may not change: the weights are tied to them
+FROZEN_BUT_BACKEND = ("task", "model")  # what --set may not change: the weights are tied to them
 NATIVE = "native"  # the one sampler kind tied to a library: a ported run takes "auto" instead
 
 
@@ -49,20 +49,22 @@ def port(target: str | os.PathLike, to: str, out: str | os.PathLike, *, override
     run = _run_folder(target)
     states = {kind: {**checkpoint.load(path), "path": str(path)} for kind in checkpoint.KINDS
               if (path := checkpoint.path_in(run, kind)).is_file()}
-    first = next(iter(states.values()))
-    # Built on the CPU whatever the run used: the weights are only moved, and the written config
-    # keeps the run's device (a CPU-only DGL could not even be asked to build for CUDA).
-    # Placement is how a run used its device: reset for the build, kept in the written config.
-    original = first["config"]
+    original = next(iter(states.values()))["config"]
+    if not isinstance(to, str) or not to.strip() or to == original["backend"]:
+        why = f"was trained on {to} already" if to == original["backend"] else "needs a backend to move to"
+        raise ConfigError(f"'{run}' {why}; --to names the other library (gnnbridge backends lists them).")
+    # The written config is the run's, on the other library, with the --set values (a dataset
+    # that moved, another device). The models are built on the CPU from copies without the
+    # placement: the weights are only moved (a CPU-only DGL could not even build for CUDA).
+    written = _on(to, resolve_config(original, overrides=overrides))
+    check_frozen(original, written.to_dict(), FROZEN_BUT_BACKEND, "port")
     source = resolve_config({**original, "placement": {}}, overrides=overrides, nproc=1, device="cpu")
-    check_frozen(original, source.to_dict(), FROZEN, "port")
-    dest = _target_config(source, to, run)
+    dest = _on(to, source, nproc=1, device="cpu")
     with no_downloads(), contextlib.nullcontext() if trust_code else no_code():
         source, dest = preflight(source, count_gpus=False), preflight(dest, count_gpus=False)
         data = load_dataset(source)
     models = {cfg.backend: build_model(cfg.model, cfg.backend, cfg.task, *model_dims(data), data)
               for cfg in (source, dest)}
-    written = cfgmod.from_dict({**dest.to_dict(), "device": original["device"], "placement": original["placement"]})
     converted = {kind: _convert(state, models[source.backend], models[dest.backend], written, run)
                  for kind, state in states.items()}
     run_dir = _write(out, written, converted, _results(run, written, source.backend))
@@ -83,13 +85,13 @@ def _run_folder(target) -> Path:
     return run
 
 
-def _target_config(source: ExperimentConfig, to: str, run: Path) -> ExperimentConfig:
-    if to == source.backend:
-        raise ConfigError(f"'{run}' was trained on {to} already; --to names the library to move it to.")
-    data = source.to_dict()
+def _on(backend: str, config: ExperimentConfig, **flags) -> ExperimentConfig:
+    """``config`` on ``backend`` (with ``flags`` as resolve_config takes them); a run trained with
+    the library's own sampler (``native``) takes ``auto``, the new library's default."""
+    data = config.to_dict()
     if data["sampler"]["kind"] == NATIVE:
         data["sampler"] = {**data["sampler"], "kind": "auto"}
-    return resolve_config(data, backend=to, nproc=1, device="cpu")
+    return resolve_config(data, backend=backend, **flags)
 
 
 def _convert(state: dict, pair_from: tuple, pair_to: tuple, dest: ExperimentConfig, run: Path) -> dict:

@@ -58,7 +58,7 @@ def new_run_dir(config: ExperimentConfig, out: str | os.PathLike | None, root: s
             raise output_error(path, exc, "--out") from None
         return path
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path(root) / f"{_slug(config.name)[:64]}-{_slug(config.backend)[:32]}-{stamp}"
+    return Path(root) / f"{slug(config.name)[:64]}-{slug(config.backend)[:32]}-{stamp}"
 
 
 def _check_unused(path: Path) -> None:
@@ -181,7 +181,7 @@ def output_error(path: Path, exc: OSError, what: str) -> OutputPathError:
     return OutputPathError(f"Cannot write {what} '{path}': {reason}; {fix}.")
 
 
-def _slug(text: str) -> str:
+def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "run"
 
 

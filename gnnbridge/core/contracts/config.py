@@ -403,7 +403,8 @@ def _coerce(key: str, value: Any, hint: Any) -> Any:
     if origin is list:
         (item,) = typing.get_args(hint)
         if not isinstance(value, list):
-            raise ConfigError(f"{key}={show(value)} must be a list, e.g. {key}=[25,10].")
+            example = "[tensorboard,csv]" if item is str else "[25,10]"
+            raise ConfigError(f"{key}={show(value)} must be a list, e.g. {key}={example}.")
         return [_coerce(f"{key}[{i}]", v, item) for i, v in enumerate(value)]
     if hint is dict or origin is dict:
         if not isinstance(value, dict):

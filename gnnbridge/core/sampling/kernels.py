@@ -248,9 +248,20 @@ class OutputBuffers:
         del self._sets[self.depth:]
 
 
+def _counts(arrays: list[np.ndarray]) -> list[int]:
+    return [sys.getrefcount(a) for a in arrays]
+
+
+# What ``_counts`` reports for an array only a list holds, measured the same way rather than
+# assumed: how many references the interpreter itself adds while counting differs between
+# Python versions (3.14 borrows references on the stack), and a count one too high would let a
+# batch still in use be overwritten.
+_FREE = _counts([np.empty(0)])[0]
+
+
 def _unreferenced(arrays: list[np.ndarray]) -> bool:
-    """Whether only the pool's list holds these arrays (counted: the list, ``a``, the argument)."""
-    return all(sys.getrefcount(a) <= 3 for a in arrays)
+    """Whether only the pool's list holds these arrays."""
+    return all(count <= _FREE for count in _counts(arrays))
 
 
 @signals_deferred()

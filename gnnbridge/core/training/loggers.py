@@ -8,11 +8,12 @@ stops the run with one line naming it, like any plugin's code.
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from typing import Any
 
 from gnnbridge.core.contracts.config import ExperimentConfig
-from gnnbridge.core.contracts.plugins import blame, loggers
+from gnnbridge.core.contracts.plugins import PluginError, blame, loggers
 from gnnbridge.core.errors import ConfigError
 
 SKIPPED = ("epoch", "phases_slowest_rank")  # the step itself, and a per-rank record of the phases
@@ -29,10 +30,16 @@ def check_loggers(config: ExperimentConfig) -> None:
 
 
 class RunLoggers:
-    """The loggers of one run on rank 0 (none elsewhere, or without ``log.to``)."""
+    """The loggers of one run on rank 0 (none elsewhere, or without ``log.to``).
+
+    An epoch reaches the loggers once the checkpoint that holds it is written (:meth:`commit`):
+    epochs after the last checkpoint are trained again on resume or restart, and would otherwise
+    be logged twice. At the end of a run, a logger that fails to take the final metrics or to
+    close is a warning: the run itself has finished and its results are written."""
 
     def __init__(self, config: ExperimentConfig, run_dir: Path | None):
         self._open: list[tuple[str, Any]] = []
+        self._pending: list[dict] = []
         if run_dir is None:
             return
         for name in config.log.to:
@@ -41,21 +48,39 @@ class RunLoggers:
                 self._open.append((name, entry.value(Path(run_dir), config)))
 
     def epoch(self, stats: dict) -> None:
-        self._send(stats["epoch"] + 1, flatten(stats))
+        if self._open:
+            self._pending.append(flatten(stats) | {"_step": stats["epoch"] + 1})
+
+    def commit(self) -> None:
+        """Send the epochs the checkpoint just written holds."""
+        pending, self._pending = self._pending, []
+        for values in pending:
+            self._send(values.pop("_step"), values)
 
     def finish(self, epochs: int, metrics: dict) -> None:
-        self._send(epochs, {f"final/{k}": v for k, v in metrics.items() if _number(v)})
+        self._send(epochs, {f"final/{k}": v for k, v in metrics.items() if _number(v)}, warn=True)
 
-    def close(self) -> None:
+    def close(self, warn: bool = True) -> None:
+        """Close every logger; with ``warn`` a failure is a warning line, else it is not said
+        (the run is already stopping for another reason, whose line must stay the one shown)."""
         opened, self._open = self._open, []
         for name, logger in opened:
-            with blame(f"logger '{name}'", "close()"):
-                logger.close()
+            try:
+                with blame(f"logger '{name}'", "close()"):
+                    logger.close()
+            except PluginError as exc:
+                if warn:
+                    print(f"Warning: {exc}", file=sys.stderr)
 
-    def _send(self, step: int, values: dict[str, float]) -> None:
+    def _send(self, step: int, values: dict[str, float], warn: bool = False) -> None:
         for name, logger in self._open:
-            with blame(f"logger '{name}'", "log(step, values)"):
-                logger.log(step, values)
+            try:
+                with blame(f"logger '{name}'", "log(step, values)"):
+                    logger.log(step, values)
+            except PluginError as exc:
+                if not warn:
+                    raise
+                print(f"Warning: {exc}", file=sys.stderr)
 
 
 def flatten(stats: dict) -> dict[str, float]:

@@ -139,10 +139,12 @@ class Trainer:
         score the final and the best model on every split."""
         try:
             outcome = self._fit()
-            self.loggers.finish(len(self.state.history), outcome["metrics"])
-            return outcome
-        finally:
-            self.loggers.close()
+        except BaseException:
+            self.loggers.close(warn=False)
+            raise
+        self.loggers.finish(len(self.state.history), outcome["metrics"])
+        self.loggers.close()
+        return outcome
 
     def _fit(self) -> dict:
         cfg, state = self.config.train, self.state
@@ -200,6 +202,7 @@ class Trainer:
                 checkpoint.path_in(self.checkpoints, checkpoint.BEST)
             if write_latest:
                 checkpoint.save(latest, payload)
+                self.loggers.commit()  # what a resume would train again is never logged twice
             if improved:
                 checkpoint.copy(latest, best) if write_latest else checkpoint.save(best, payload)
         self.ctx.barrier()
