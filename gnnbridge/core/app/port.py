@@ -58,6 +58,7 @@ def port(target: str | os.PathLike, to: str, out: str | os.PathLike, *, override
     # placement: the weights are only moved (a CPU-only DGL could not even build for CUDA).
     written = _on(to, resolve_config(original, overrides=overrides))
     check_frozen(original, written.to_dict(), FROZEN_BUT_BACKEND, "port")
+    new_run_dir(written, out)  # a used --out is refused now, not after the dataset has loaded
     source = resolve_config({**original, "placement": {}}, overrides=overrides, nproc=1, device="cpu")
     dest = _on(to, source, nproc=1, device="cpu")
     with no_downloads(), contextlib.nullcontext() if trust_code else no_code():
