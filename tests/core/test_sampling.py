@@ -126,7 +126,7 @@ def test_compiled_and_torch_paths_draw_the_same_sample(small_data, monkeypatch, 
 
 @pytest.mark.skipif(not kernels.available(), reason="numba is not installed")
 def test_compiled_sample_does_not_depend_on_the_thread_count(small_data, monkeypatch):
-    monkeypatch.setattr(kernels, "PARALLEL_MIN_FRONTIER", 1)  # every hop takes the parallel loop
+    monkeypatch.setattr(kernels, "PARALLEL_MIN_PICKS", 1)  # every hop takes the parallel loop
     seeds = small_data.train_idx[:64]
     before = torch.get_num_threads()
     try:
@@ -315,3 +315,42 @@ def test_nested_deferral_holds_a_signal_until_the_outer_block_ends():
         assert seen == [signal.SIGINT, signal.SIGINT]
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+KERNEL_VARIANT = """
+import sys
+import numpy as np
+from numba.np.ufunc import parallel as numba_parallel
+from gnnbridge.core.sampling import kernels
+
+indptr, indices = np.arange(0, 401, 4), np.arange(400) % 100
+frontier = np.arange(100)
+offsets = kernels._take(indptr, frontier, 2)
+out = [np.empty(200, np.int64) for _ in range(3)]
+getattr(kernels, sys.argv[1])(indptr, indices, frontier, 7, offsets, *out, 0, 0)
+print("threads started" if numba_parallel._is_initialized else "no threads")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not kernels.available(), reason="numba is not installed")
+def test_the_serial_and_parallel_pick_loops_stay_themselves_through_the_on_disk_cache(tmp_path):
+    """numba's cache keys code by function and types, not by ``parallel=``: when both loops were
+    one function jitted twice, the first compiled stood in for both in every later process, so
+    the serial loop paid the thread launch on every hop and the parallel one could run serially."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "variant.py"
+    script.write_text(KERNEL_VARIANT)
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+
+    def run(variant):
+        proc = subprocess.run([sys.executable, str(script), variant], capture_output=True, text=True, timeout=300,
+                              env=env)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return proc.stdout.strip()
+
+    assert run("_picks_serial") == "no threads"  # compiled, into the empty cache
+    assert run("_picks_parallel") == "threads started"  # with the serial loop's code on disk
+    assert run("_picks_serial") == "no threads"  # and now with both there
