@@ -176,9 +176,9 @@ if numba is not None:
 
         Without branches: whether a node is new is a coin flip the CPU cannot predict (hop 2 at
         100k nodes: 0.89 -> 0.67 ms; at Reddit scale 2.4 -> 2.1 ms, where the misses on ``local``
-        dominate). Every step
-        stores ``local[v]`` and ``nodes[count]``; for a known node those write what was there and
-        a slot the next new node overwrites (``nodes`` has room for one per edge).
+        dominate). Every step stores ``local[v]`` and ``nodes[count]``; for a known node those
+        write what was there and a slot the next new node overwrites (``nodes`` has room for one
+        per edge).
         """
         nodes = _grow(nodes, count + hi - lo)
         for e in range(lo, hi):
@@ -311,7 +311,7 @@ def sample_layers(indptr: torch.Tensor, indices: torch.Tensor, seeds: torch.Tens
 
 def _min_parallel() -> int:
     """Sets numba's thread count to torch's (a rank's share of the cores; per calling thread) and
-    returns the frontier size from which a hop runs in parallel."""
+    returns the number of picks from which a hop runs in parallel."""
     threads = max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
     numba.set_num_threads(threads)
     return PARALLEL_MIN_PICKS if threads > 1 else 2**62

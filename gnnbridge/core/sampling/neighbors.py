@@ -83,7 +83,7 @@ class NeighborSampler:
                                num_nodes, num_edges, int(seeds.numel()))
 
     def _local_map(self, device: torch.device, dtype: torch.dtype = torch.int64) -> torch.Tensor | None:
-        """The global -> local id map (-1: unseen), allocated once per sampler and device.
+        """The global -> local id map (-1: unseen), allocated once per sampler, device and dtype.
 
         An N-sized map is the cheapest relabel up to a few million nodes; beyond that the
         sort-based relabel avoids holding one. Each batch resets the entries it touched.
