@@ -125,17 +125,22 @@ def test_compiled_and_torch_paths_draw_the_same_sample(small_data, monkeypatch, 
 
 
 @pytest.mark.skipif(not kernels.available(), reason="numba is not installed")
-def test_compiled_sample_does_not_depend_on_the_thread_count(small_data, monkeypatch):
-    monkeypatch.setattr(kernels, "PARALLEL_MIN_PICKS", 1)  # every hop takes the parallel loop
-    seeds = small_data.train_idx[:64]
+def test_compiled_sample_does_not_depend_on_the_thread_count(monkeypatch):
+    # Enough nodes that each hop is many chunks of the parallel loop, shared between threads.
+    monkeypatch.setattr(kernels, "PARALLEL_MIN_PICKS", 1)
+    n, degree = 20000, 12
+    indptr = torch.arange(0, degree * n + 1, degree)
+    indices = torch.randint(0, n, (degree * n,), generator=torch.Generator().manual_seed(0))
+    seeds = torch.arange(0, n, 10)
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        one = NeighborSampler(small_data.indptr, small_data.indices, [5, 5]).sample(seeds, epoch_generator(3, 1))
+        one = NeighborSampler(indptr, indices, [5, 5]).sample(seeds, epoch_generator(3, 1))
         torch.set_num_threads(2)
-        two = NeighborSampler(small_data.indptr, small_data.indices, [5, 5]).sample(seeds, epoch_generator(3, 1))
+        two = NeighborSampler(indptr, indices, [5, 5]).sample(seeds, epoch_generator(3, 1))
     finally:
         torch.set_num_threads(before)
+    assert one.num_sampled_nodes[1] > 4 * kernels.PICK_CHUNK  # hop 2's frontier spans many chunks
     assert_same_sample(one, two)
 
 
@@ -236,7 +241,8 @@ def sigterm_in(seconds):
 signal.signal(signal.SIGTERM, stop)
 n = 20000
 indptr, indices = torch.arange(0, 10 * n + 1, 10), torch.randint(0, n, (10 * n,))
-calls = [lambda: kernels.sample_layers(indptr, indices, torch.arange(64), [10, 10], [1, 2], torch.full((n,), -1)),
+calls = [lambda: kernels.sample_layers(indptr, indices, torch.arange(64), [10, 10], [1, 2],
+                                      torch.full((n,), -1, dtype=torch.int32)),
          lambda: csc_from_coo(indices[:2000], indices[-2000:], n)]
 if sys.argv[1] == "compile":  # a fresh NUMBA_CACHE_DIR: the kernels compile (seconds) under SIGTERMs
     handled_in = []  # the file of the frame each call of the run's handler interrupted
