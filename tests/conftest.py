@@ -1,11 +1,64 @@
-"""Shared fixtures. Tests run on CPU; multi-process tests use gloo with 2 ranks."""
+"""Shared fixtures. Tests run on CPU; multi-process tests use gloo with 2 ranks.
+
+The suite must pass however it is started (a terminal, a background job, CI, inside a SLURM
+allocation), so this module first gives the test process, and through it every process a test
+starts, a clean slate: default signal dispositions, none of the launcher's or gnnbridge's
+environment variables, and a private shared-memory folder.
+"""
 from __future__ import annotations
 
 import os
+import re
+import shutil
+import signal
+import tempfile
 
 import pytest
 import torch
 
+# Variables a user, CI or a cluster may have set that change what gnnbridge does: a job's
+# identity (torchrun, srun), thread and device choices, gnnbridge's own switches. Tests that need
+# one set it themselves, in the environment they give their child process or by monkeypatch.
+INHERITED = re.compile(r"^(RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|GROUP_RANK|GROUP_WORLD_SIZE|ROLE_RANK|"
+                       r"ROLE_WORLD_SIZE|MASTER_ADDR|MASTER_PORT|TORCHELASTIC_.*|SLURM_.*|OMP_NUM_THREADS|"
+                       r"MKL_NUM_THREADS|NUMBA_.*|CUDA_VISIBLE_DEVICES|GNNBRIDGE_(?!CACHE$).*)$")
+
+
+def default_signal_dispositions() -> None:
+    """SIGINT and SIGTERM as a terminal gives them, in this process and so in its children.
+
+    A shell that starts a job in the background sets SIGINT to "ignored" and children inherit
+    that (Python then rightly ignores Ctrl-C): a test that sends SIGINT to a CLI run would wait
+    for a run that never stops. ``subprocess``'s ``restore_signals`` does not cover SIGINT, and a
+    ``preexec_fn`` is unsafe beside the reader threads some tests run, so the dispositions are
+    reset here, once: a caught or default signal is SIG_DFL in an exec'd child (an ignored one
+    would stay ignored), and the mask, which children also inherit, lets both through.
+    """
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
+def clean_environment() -> str:
+    """Drop the inherited variables (see ``INHERITED``) and give ranks a shared-memory folder
+    of this process's own (RAM-backed where /dev/shm is), so a test that kills a rank leaves
+    nothing in the machine's /dev/shm and no other run's files are counted as a test's."""
+    for name in [n for n in os.environ if INHERITED.match(n)]:
+        del os.environ[name]
+    base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+    private = tempfile.mkdtemp(prefix="pytest-gnnbridge-shm-", dir=base)
+    os.environ["GNNBRIDGE_SHM_DIR"] = private
+    return private
+
+
+def pytest_unconfigure(config):
+    """Remove the private shared-memory folder, with whatever a killed rank left in it."""
+    shutil.rmtree(SHM_DIR, ignore_errors=True)
+
+
+default_signal_dispositions()
+SHM_DIR = clean_environment()
 os.environ.setdefault("GNNBRIDGE_CACHE", os.path.join(os.path.dirname(__file__), "..", ".pytest_cache", "gnnbridge"))
 torch.set_num_threads(1)
 

@@ -8,7 +8,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -18,6 +17,7 @@ import pytest
 import torch
 
 from gnnbridge.core.training import checkpoint
+from gnnbridge.testing.ports import free_port
 
 pytestmark = pytest.mark.slow
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -375,9 +375,7 @@ def test_torchrun_restarts_continue_the_run_folder_the_first_attempt_chose(tmp_p
                                                                          resumed_from):
     """No --out: the restarted ranks find the generated folder through the job's store, also when
     the first attempt died before its first checkpoint (then they train it again from epoch 0)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2", "--max-restarts",
            "1", "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", "gnnbridge", "train", "--backend",
            "pyg", *SMALL, "--set", "train.epochs=4"]

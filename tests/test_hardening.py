@@ -79,25 +79,26 @@ def peak_rss_growth(fn) -> int:
 # --------------------------------------------------------------------------- 1. one folder, one run
 
 
-def _claim(path, barrier, results):
+def _claim(path, barrier, results, done):
     from gnnbridge.core.app.rundir import make_run_dir
 
     barrier.wait()
     try:
         make_run_dir(Path(path), exclusive=False)
         results.put("won")
-        time.sleep(1.0)  # hold the folder while the others try
+        done.wait(120)  # hold the folder until every other claim has been answered
     except OutputExistsError as exc:
         results.put(f"refused: {exc}")
 
 
 def test_runs_started_at_the_same_instant_never_share_an_out_folder(tmp_path):
     ctx = multiprocessing.get_context("spawn")
-    barrier, results = ctx.Barrier(4), ctx.Queue()
-    procs = [ctx.Process(target=_claim, args=(tmp_path / "out", barrier, results)) for _ in range(4)]
+    barrier, results, done = ctx.Barrier(4), ctx.Queue(), ctx.Event()
+    procs = [ctx.Process(target=_claim, args=(tmp_path / "out", barrier, results, done)) for _ in range(4)]
     for p in procs:
         p.start()
-    outcomes = [results.get(timeout=60) for _ in procs]
+    outcomes = [results.get(timeout=120) for _ in procs]
+    done.set()
     for p in procs:
         p.join(timeout=60)
     assert outcomes.count("won") == 1, outcomes
@@ -207,11 +208,10 @@ BOMB = "[" + ",".join(f"&{c} [" + ",".join([f"*{p}" if p else "1"] * 9) + "]"
 
 
 def test_an_alias_bomb_is_refused_at_once(tmp_path, cli):
-    started = time.monotonic()
+    # The message is the proof it was refused before expanding (9**8 items), not a timing.
     one_error(cli("train", "--set", f"model.hidden={BOMB}"), "--set model.hidden expands to more than")
     (tmp_path / "bomb.yaml").write_text(f"name: x\ndataset:\n  options:\n    lol: {BOMB}\n")
     one_error(cli("train", tmp_path / "bomb.yaml"), "bomb.yaml' expands to more than")
-    assert time.monotonic() - started < 30
 
 
 def test_deep_nesting_is_one_line_not_a_recursion_error(tmp_path, cli):
@@ -373,19 +373,30 @@ def _train_then_signal(tmp_path, sig, wait_for_checkpoint):
     # Before the first checkpoint: a graph whose first epoch takes seconds (the default one's took
     # 0.1-0.3 s here, too close to the 50 ms poll to be sure the signal came before it).
     size = [] if wait_for_checkpoint else ["--set", "dataset.options.num_nodes=120000"]
+    # The child gets SIGINT's default disposition from tests/conftest.py, also when the suite was
+    # started from a background job (which ignores SIGINT, as would the child otherwise).
     proc = subprocess.Popen([PY, "-m", "gnnbridge", "train", "--set", "train.epochs=500", *size, "--quiet",
                              "--out", str(run)], stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 240
     marker = run / "checkpoints" / "latest.pt" if wait_for_checkpoint else run / "config.yaml"
-    while not marker.exists() and time.monotonic() < deadline:
+    while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
+    if not marker.exists():
+        proc.kill()
+        _, err = proc.communicate()
+        raise AssertionError(f"no {marker.name} in 240 s (exit code {proc.returncode}); the run printed:\n{err}")
     proc.send_signal(sig)
-    _, err = proc.communicate(timeout=120)
+    try:
+        _, err = proc.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+        raise AssertionError(f"the run did not stop on {signal.Signals(sig).name}; it printed:\n{err}") from None
     return proc.returncode, err.strip().splitlines(), run
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
 def test_a_signal_keeps_a_resumable_run_and_says_how_to_continue(tmp_path, sig):
     """--nproc 1 (the --nproc 2 twin is in tests/distributed/test_launch_modes.py)."""
     code, lines, run = _train_then_signal(tmp_path, sig, wait_for_checkpoint=True)

@@ -1,13 +1,13 @@
 """Launching as users do (``--nproc``, torchrun on two "nodes" of 127.0.0.1, srun's environment),
 and failing as real jobs fail: a rank killed by SIGKILL, a rank that raises, a rank that hangs,
 a rank that never starts. What is asserted is what a user sees: exit codes, the one error line,
-how long it took, the processes and files left behind."""
+that it ended (within a deadline generous enough for a busy machine), the processes and files
+left behind."""
 import json
 import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -21,6 +21,7 @@ from gnnbridge.core.errors import RankFailedError
 from gnnbridge.core.runtime.launcher import launch
 from gnnbridge.core.runtime.sharing import shm_dir
 from gnnbridge.testing.conformance import small_graph
+from gnnbridge.testing.ports import free_port
 from gnnbridge.testing.workers import fail_on_one_rank, load_shared_and_dump
 
 pytestmark = pytest.mark.slow
@@ -58,7 +59,18 @@ class Job:
         raise AssertionError(f"no line matched {pattern!r}:\n" + "\n".join(self.lines))
 
     def finish(self, timeout=300):
-        self.proc.wait(timeout=timeout)
+        """The exit code; a job still running after ``timeout`` s is killed (with its ranks) and
+        the test fails showing what it printed."""
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for pid in [*descendants(self.proc.pid), self.proc.pid]:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            self.proc.wait()
+            raise AssertionError(f"still running after {timeout} s; it printed:\n" + "\n".join(self.lines)) from None
         for reader in self._readers:
             reader.join(5)
         return self.proc.returncode
@@ -81,12 +93,6 @@ def torchrun(nnodes, node_rank, nproc, port, *args):
             "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", "gnnbridge", *args]
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def descendants(pid):
     """All processes below ``pid``, found by their parent ids in /proc."""
     parents = {}
@@ -104,7 +110,7 @@ def descendants(pid):
     return out
 
 
-def alive(pids, grace=5.0):
+def alive(pids, grace=60.0):
     """The pids still running (zombies count as gone) after up to ``grace`` seconds."""
     deadline = time.monotonic() + grace
     while True:
@@ -196,7 +202,7 @@ def wait_for_checkpoint(run, timeout=240):
     """Kill only once the first checkpoint is on disk, so what is kept afterwards is known."""
     deadline = time.monotonic() + timeout
     while not (run / "checkpoints" / "latest.pt").exists():
-        assert time.monotonic() < deadline, "no checkpoint was written"
+        assert time.monotonic() < deadline, f"no checkpoint was written in {timeout} s"
         time.sleep(0.05)
 
 
@@ -210,16 +216,14 @@ def assert_kept_for_resume(run):
 RESUME_HINT = r"\. The run's checkpoint is kept; continue it with: gnnbridge train --resume run"
 
 
-def test_sigkill_of_a_spawned_rank_ends_the_job_within_a_minute(tmp_path):
+def test_sigkill_of_a_spawned_rank_ends_the_job(tmp_path):
     job = Job(gnnbridge("train", "--nproc", "2", "--set", "train.epochs=500", "--out", "run"), tmp_path)
     wait_for_checkpoint(tmp_path / "run")
     ranks = ranks_of(job.proc.pid)
     assert len(ranks) == 2
-    killed_at = time.monotonic()
     os.kill(ranks[1], signal.SIGKILL)
-    code = job.finish(timeout=60)
+    code = job.finish(timeout=240)  # not the collective timeout (30 min): the death is noticed
     assert code != 0
-    assert time.monotonic() - killed_at < 60
     assert len(job.errors) == 1, job.lines
     # Named by whoever notices first: the agent (the signal) or the survivor's watchdog (the death).
     died = rf"(\(pid {ranks[1]}\) was killed by SIGKILL|\(pid {ranks[1]} on .*\) died without a Python error \(killed " \
@@ -231,7 +235,7 @@ def test_sigkill_of_a_spawned_rank_ends_the_job_within_a_minute(tmp_path):
 
 
 @pytest.mark.parametrize("nodes, per_node, victim_rank", [(2, 1, 1), (1, 2, 0)])
-def test_sigkill_of_a_torchrun_rank_ends_the_job_within_the_timeout(nodes, per_node, victim_rank, tmp_path):
+def test_sigkill_of_a_torchrun_rank_ends_the_job_naming_it(nodes, per_node, victim_rank, tmp_path):
     """Two nodes of one rank (the survivor is on another "machine"), and one node of two ranks
     whose rank 0, the owner of the run folder, is killed (torchrun SIGTERMs the neighbour, which
     must still name the killed rank, not itself). The run folder, which has a checkpoint by then,
@@ -242,10 +246,8 @@ def test_sigkill_of_a_torchrun_rank_ends_the_job_within_the_timeout(nodes, per_n
     wait_for_checkpoint(tmp_path / "run")
     everyone = [p for job in launchers for p in ranks_of(job.proc.pid)]
     victim = rank_pid(everyone, victim_rank)
-    killed_at = time.monotonic()
     os.kill(victim, signal.SIGKILL)
-    assert all(job.finish(timeout=90) != 0 for job in launchers)
-    assert time.monotonic() - killed_at < 30
+    assert all(job.finish(timeout=240) != 0 for job in launchers)
     errors = [line for job in launchers for line in job.errors]
     assert errors and all(re.match(rf"Error: rank {victim_rank} \(pid {victim} on .*\) died", e) for e in errors), [
         job.lines for job in launchers]
@@ -257,8 +259,9 @@ def test_a_rank_that_raises_stops_its_peers_blocked_in_a_collective():
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     started = time.monotonic()
     with pytest.raises(RankFailedError, match=r"^rank 1 failed: ValueError: boom on rank 1"):
-        launch(fail_on_one_rank, 2, "cpu", (1, "raise"), timeout_s=120)
-    assert time.monotonic() - started < 60  # not the 120 s collective timeout
+        launch(fail_on_one_rank, 2, "cpu", (1, "raise"), timeout_s=600)
+    # A deadline, not a measurement: far above a busy machine's start-up, far below the timeout.
+    assert time.monotonic() - started < 300, "the peer waited for the collective timeout instead of stopping"
     # The elastic agent's signal handlers are gone again: Ctrl-C in a notebook is a KeyboardInterrupt.
     assert {s: signal.getsignal(s) for s in handlers} == handlers
 
@@ -268,7 +271,7 @@ def test_a_rank_that_hangs_ends_the_job_after_the_timeout():
     with pytest.raises(RankFailedError, match=r"rank 0 waited longer than the timeout in a collective: rank\(s\) 1 "
                        "stuck behind the others"):
         launch(fail_on_one_rank, 2, "cpu", (1, "hang"), timeout_s=5)
-    assert time.monotonic() - started < 60
+    assert time.monotonic() - started < 300, "the job outlived its 5 s timeout by minutes"  # a deadline
 
 
 def test_a_rank_that_never_joins_is_named(tmp_path):
@@ -276,11 +279,9 @@ def test_a_rank_that_never_joins_is_named(tmp_path):
     port = free_port()
     env = {**ENV, "SLURM_NTASKS": "3", "SLURM_STEP_ID": "0", "SLURM_NODEID": "0", "SLURM_STEP_NODELIST": "localhost",
            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
-    started = time.monotonic()
     ranks = [Job(gnnbridge("train", "--timeout", "8", "--out", "run"), tmp_path,
                  env={**env, "SLURM_PROCID": str(r), "SLURM_LOCALID": str(r)}) for r in (0, 1)]
-    assert [r.finish(timeout=120) for r in ranks] == [1, 1]
-    assert time.monotonic() - started < 60
+    assert [r.finish(timeout=240) for r in ranks] == [1, 1]
     lines = ranks[0].errors + ranks[1].errors
     expected = ("Error: Rendezvous timed out after 8 s: rank(s) 2 of 3 never joined (not started, crashed "
                 "early, or started with another MASTER_ADDR / MASTER_PORT).")
@@ -288,7 +289,7 @@ def test_a_rank_that_never_joins_is_named(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
 def test_a_signal_to_the_launcher_stops_every_rank_and_keeps_only_the_resumable_run(tmp_path, sig):
     """SIGTERM and SIGINT (Ctrl-C) end a --nproc 2 run as they end a --nproc 1 run
     (tests/test_hardening.py): every rank stops, the run with a checkpoint is kept, one line says
@@ -297,7 +298,7 @@ def test_a_signal_to_the_launcher_stops_every_rank_and_keeps_only_the_resumable_
     wait_for_checkpoint(tmp_path / "run")
     ranks = ranks_of(job.proc.pid)
     job.proc.send_signal(sig)
-    assert job.finish(timeout=60) == 128 + sig
+    assert job.finish(timeout=240) == 128 + sig
     name = "SIGTERM" if sig == signal.SIGTERM else "SIGINT (Ctrl-C)"
     assert job.lines[-1] == f"Stopped by {name}: its checkpoint is kept in run; continue it with: gnnbridge train " \
                             "--resume run.", job.lines
