@@ -63,6 +63,13 @@ os.environ.setdefault("GNNBRIDGE_CACHE", os.path.join(os.path.dirname(__file__),
 torch.set_num_threads(1)
 
 
+@pytest.fixture(autouse=True)
+def _in_a_folder_of_its_own(tmp_path, monkeypatch):
+    """Every test runs in its own empty folder: what a test, or a CLI run it starts without
+    ``--out`` or ``cwd``, writes lands there, never in the repository or the caller's folder."""
+    monkeypatch.chdir(tmp_path)
+
+
 @pytest.fixture
 def small_data():
     from gnnbridge.testing.conformance import small_graph

@@ -20,7 +20,7 @@ import yaml
 
 NPZ_CASES = 160
 YAML_CASES = 160
-CASE_LIMIT_S = 180  # a deadline for a hang, generous for a busy machine: no case is near it
+CASE_LIMIT_S = 180  # a deadline for a hang (fails naming the case), generous for a busy 2-core machine
 MEMORY_LIMIT = 1536 * 2**20  # growth of peak RSS over all cases
 
 

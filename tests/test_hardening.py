@@ -395,6 +395,34 @@ def _train_then_signal(tmp_path, sig, wait_for_checkpoint):
     return proc.returncode, err.strip().splitlines(), run
 
 
+SEEN_BY_A_CHILD = """
+import json, os
+status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines() if ":" in line)
+print(json.dumps({"ignored": int(status["SigIgn"], 16), "blocked": int(status["SigBlk"], 16),
+                  "env": sorted(os.environ), "shm": os.environ.get("GNNBRIDGE_SHM_DIR"), "cwd": os.getcwd()}))
+"""
+
+
+def test_a_process_a_test_starts_is_as_a_terminal_would_start_it(tmp_path):
+    """The suite passes from a background job (SIGINT ignored, and children inherit that) and
+    inside a torchrun or SLURM allocation: tests/conftest.py gives every process a test starts
+    SIGINT and SIGTERM as a terminal does, none of the job's or gnnbridge's variables, a private
+    shared-memory folder and an empty working folder of its own."""
+    import json
+
+    seen = json.loads(subprocess.run([PY, "-c", SEEN_BY_A_CHILD], capture_output=True, text=True, timeout=120,
+                                     check=True).stdout)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        assert not seen["ignored"] & (1 << (sig - 1)), f"{sig.name} is ignored in a child"
+        assert not seen["blocked"] & (1 << (sig - 1)), f"{sig.name} is blocked in a child"
+    leaked = [name for name in seen["env"] if name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
+                                                       "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES")
+              or name.startswith(("SLURM_", "TORCHELASTIC_")) or name in ("GNNBRIDGE_LOAD_PLUGINS", "GNNBRIDGE_DATA")]
+    assert leaked == []
+    assert seen["shm"] and Path(seen["shm"]).name.startswith("pytest-gnnbridge-shm-")
+    assert Path(seen["cwd"]) == tmp_path
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
 def test_a_signal_keeps_a_resumable_run_and_says_how_to_continue(tmp_path, sig):

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+
+from gnnbridge.testing.ports import free_port
 
 pytestmark = pytest.mark.slow
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -109,9 +110,7 @@ def test_predict_top_k_items_per_user_and_scores_of_given_pairs(tmp_path, rec_ru
 def test_a_torchrun_node_shares_the_heterogeneous_graph_and_matches_nproc(tmp_path, rec_run):
     """Under torchrun the node's first rank loads the graph and its ranks map the same pages; the
     run must equal the one started with --nproc 2 exactly."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
                            "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", "gnnbridge", "train", *REC,
                            "--set", "train.epochs=3", "--out", "job"], capture_output=True, text=True, cwd=tmp_path,
