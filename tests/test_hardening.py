@@ -113,7 +113,7 @@ def test_a_run_folder_in_use_refuses_resume_and_out(tmp_path, cli):
         fd = os.open({str(folder / '.gnnbridge.lock')!r}, os.O_RDWR | os.O_CREAT)
         fcntl.flock(fd, fcntl.LOCK_EX)
         print("held", flush=True)
-        time.sleep(60)
+        time.sleep(3600)  # killed below, once the test is done
     """)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"

@@ -306,7 +306,7 @@ def test_nested_deferral_holds_a_signal_until_the_outer_block_ends():
     from gnnbridge.core.compiled import signals_deferred
 
     seen = []
-    signal.signal(signal.SIGINT, lambda number, frame: seen.append(number))
+    previous = signal.signal(signal.SIGINT, lambda number, frame: seen.append(number))
     try:
         with signals_deferred():
             holder = signal.getsignal(signal.SIGINT)
@@ -320,7 +320,7 @@ def test_nested_deferral_holds_a_signal_until_the_outer_block_ends():
             assert seen == [signal.SIGINT]
         assert seen == [signal.SIGINT, signal.SIGINT]
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, previous)  # the disposition this process had (tests/conftest.py)
 
 
 KERNEL_VARIANT = """

@@ -208,9 +208,11 @@ def wait_for_checkpoint(run, timeout=240):
 
 def assert_kept_for_resume(run):
     """A failed run that has a checkpoint keeps exactly what resuming needs: no results, no
-    temporary files."""
+    temporary files, no shared-memory files."""
     files = sorted(str(p.relative_to(run)) for p in run.rglob("*") if p.is_file() and p.name != ".gnnbridge.lock")
     assert files == ["checkpoints/best.pt", "checkpoints/latest.pt", "config.yaml"], files
+    # Nor anything in shared memory (the suite's private folder, see tests/conftest.py).
+    assert list(shm_dir().glob("gnnbridge-*")) == []
 
 
 RESUME_HINT = r"\. The run's checkpoint is kept; continue it with: gnnbridge train --resume run"
