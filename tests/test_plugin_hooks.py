@@ -472,3 +472,77 @@ def test_a_plugin_link_model_trains_on_both_backends_and_a_homogeneous_one_is_re
             gnnbridge.run("rec-synthetic", backend=backend, nproc=1, progress=False, out=tmp_path / "x",
                           overrides=["model.arch=flat-link", *small])
     assert not (tmp_path / "x").exists()
+
+
+# ---------------------------------------------------------------- the output contract, before epoch 1
+
+class Faulty(nn.Module):
+    """A linear model whose ``forward`` or ``layer_forward`` breaks the output contract one way;
+    ``train_calls`` counts training-mode forward passes (none: refused before epoch 1)."""
+
+    train_calls = 0
+    num_layers = 1
+
+    def __init__(self, in_dim, out_dim, fault="", where="forward"):
+        super().__init__()
+        self.lin = nn.Linear(in_dim, out_dim)
+        self.fault, self.where = fault, where
+
+    def forward(self, graph, x):
+        if self.training:
+            Faulty.train_calls += 1
+        out = self.lin(x)
+        return self._break(out) if self.where == "forward" or (self.where == "training" and self.training) else out
+
+    def layer_forward(self, i, graph, x):
+        out = self.lin(x)
+        return self._break(out) if self.where == "layer_forward" else out
+
+    def _break(self, out):
+        return {"rows": lambda: out[:1], "int64": lambda: out.long(), "nan": lambda: out * float("nan"),
+                "device": lambda: out.to("meta")}[self.fault]()
+
+
+class FaultyModels:
+    @hookimpl
+    def register_models(self, register):
+        register("faulty", Faulty, tasks=["node"])
+
+
+@pytest.fixture
+def faulty():
+    Faulty.train_calls = 0
+    with registered_plugin(FaultyModels(), "shop") as p:
+        yield p
+
+
+@pytest.mark.parametrize("fault, where, needle", [
+    ("int64", "forward", "forward returned int64 logits; expected floating-point logits"),
+    ("nan", "forward", "forward returned NaN or infinite values on a first batch, before any training step"),
+    ("device", "forward", "forward returned logits on meta, but the batch is on cpu; compute on the input's device"),
+    ("rows", "layer_forward", "layer_forward(0) returned 1 rows for a batch of 8 outputs; expected a 2-D tensor with "
+                              "one row per output node (8), or one per input node with the output nodes first"),
+    ("int64", "layer_forward", "layer_forward(0) returned int64 outputs; expected floating-point outputs"),
+    ("nan", "layer_forward", "layer_forward(0) returned NaN or infinite values on a first batch"),
+])
+def test_a_model_that_breaks_its_output_contract_is_refused_before_the_first_epoch(tmp_path, faulty, fault, where,
+                                                                                     needle):
+    """One line naming the plugin's model and the method, before any training step: not a raw
+    error from the loss, a divergence blamed on the learning rate, or a wrong evaluation."""
+    with pytest.raises(plugins.PluginError) as err:
+        gnnbridge.run("karate-sage", out=tmp_path / "r", overrides=["model.arch=faulty", f"model.options.fault={fault}",
+                                                                    f"model.options.where={where}"], **KARATE)
+    assert str(err.value).startswith(f"model 'faulty' (plugin 'shop')'s {needle}"), str(err.value)
+    assert "\n" not in str(err.value) and "lr" not in str(err.value)
+    assert Faulty.train_calls == 0 and not (tmp_path / "r").exists()
+
+
+def test_nan_at_the_first_training_step_names_the_model_not_the_learning_rate(tmp_path, faulty):
+    """NaN only in training mode (the dry step runs in eval mode): the loss is non-finite before
+    any optimizer step, so it is the model's fault, however high train.lr is."""
+    with pytest.raises(plugins.PluginError, match=r"^model 'faulty' \(plugin 'shop'\)'s forward returned NaN or "
+                       r"infinite logits at the first training step, before any optimizer step .* so the learning "
+                       r"rate is not the cause"):
+        gnnbridge.run("karate-sage", out=tmp_path / "r", overrides=[
+            "model.arch=faulty", "model.options.fault=nan", "model.options.where=training", "train.lr=0.5"], **KARATE)
+    assert not (tmp_path / "r").exists()
