@@ -80,6 +80,6 @@ class ShortLayers(ModelConformance):  # not collected: run by the test below
 def test_a_broken_layer_forward_fails_the_suite_with_the_contract(third_party, test):
     with pytest.raises(PluginError) as err:
         getattr(ShortLayers(), test)("pyg", small_graph(seed=3))
-    assert str(err.value).startswith("model 'pyg-style-short' (plugin 'third-party')'s layer_forward(0) returned 3 rows "
+    assert str(err.value).startswith("model 'pyg-style-short' (plugin 'third-party'): layer_forward(0) returned 3 rows "
                                      "for a batch of "), str(err.value)
     assert "expected a 2-D tensor with one row per output node" in str(err.value)

@@ -84,7 +84,7 @@ def test_models_are_listed_by_task_and_backend(plugin):
 
 
 @pytest.mark.parametrize("overrides, needle", [
-    (["model.arch=wrong-shape"], r"^model 'wrong-shape' \(plugin 'lab'\) returned shape \[\d+, 3\]; expected logits "
+    (["model.arch=wrong-shape"], r"^model 'wrong-shape' \(plugin 'lab'\): forward returned shape \[\d+, 3\]; expected logits "
                                  r"of shape \[\d+, 2\]"),
     (["sampler.kind=off-by-many"], r"^sampler 'off-by-many' \(plugin 'lab'\) returned node id 100\d+, outside \[0, 34\)"),
 ])
@@ -370,6 +370,15 @@ class Unused(nn.Module):
         return self.lin(x)
 
 
+class NanOnRankOne(nn.Module):
+    def __init__(self, in_dim, out_dim):
+        super().__init__()
+        self.lin = nn.Linear(in_dim, out_dim)
+
+    def forward(self, graph, x):
+        return self.lin(x) * (float("nan") if torch.distributed.get_rank() == 1 else 1.0)
+
+
 class RaisesOnRankOne(nn.Module):
     def __init__(self, in_dim, out_dim):
         super().__init__()
@@ -386,6 +395,8 @@ class RaisesOnRankOne(nn.Module):
 @pytest.mark.parametrize("cls, needle", [
     ("RaisesOnRankOne", "rank 1 failed: class 'my_lab.bad:RaisesOnRankOne' failed in its forward pass: ValueError: "
                         "rank 1 is unhappy"),
+    ("NanOnRankOne", "rank 1 failed: class 'my_lab.bad:NanOnRankOne': forward returned NaN or infinite values on a "
+                     "first batch, before any training step"),
     ("Unused", "class 'my_lab.bad:Unused' has parameters that take no part in the loss (spare.weight, spare.bias); "
                "DDP needs every parameter in every step"),
 ])
@@ -532,7 +543,7 @@ def test_a_model_that_breaks_its_output_contract_is_refused_before_the_first_epo
     with pytest.raises(plugins.PluginError) as err:
         gnnbridge.run("karate-sage", out=tmp_path / "r", overrides=["model.arch=faulty", f"model.options.fault={fault}",
                                                                     f"model.options.where={where}"], **KARATE)
-    assert str(err.value).startswith(f"model 'faulty' (plugin 'shop')'s {needle}"), str(err.value)
+    assert str(err.value).startswith(f"model 'faulty' (plugin 'shop'): {needle}"), str(err.value)
     assert "\n" not in str(err.value) and "lr" not in str(err.value)
     assert Faulty.train_calls == 0 and not (tmp_path / "r").exists()
 
@@ -540,9 +551,50 @@ def test_a_model_that_breaks_its_output_contract_is_refused_before_the_first_epo
 def test_nan_at_the_first_training_step_names_the_model_not_the_learning_rate(tmp_path, faulty):
     """NaN only in training mode (the dry step runs in eval mode): the loss is non-finite before
     any optimizer step, so it is the model's fault, however high train.lr is."""
-    with pytest.raises(plugins.PluginError, match=r"^model 'faulty' \(plugin 'shop'\)'s forward returned NaN or "
+    with pytest.raises(plugins.PluginError, match=r"^model 'faulty' \(plugin 'shop'\): forward returned NaN or "
                        r"infinite logits at the first training step, before any optimizer step .* so the learning "
                        r"rate is not the cause"):
         gnnbridge.run("karate-sage", out=tmp_path / "r", overrides=[
             "model.arch=faulty", "model.options.fault=nan", "model.options.where=training", "train.lr=0.5"], **KARATE)
     assert not (tmp_path / "r").exists()
+
+
+PYG_STYLE_MODULE = '''
+from torch import nn
+from torch_geometric.nn import GATv2Conv, SAGEConv
+
+
+class TwoLayer(nn.Module):
+    """A third-party PyG model: each layer maps every input node, so forward and layer_forward
+    return a row per input node, outputs first."""
+
+    backends = ("pyg",)
+    num_layers = 2
+
+    def __init__(self, in_dim, out_dim, hidden=16):
+        super().__init__()
+        self.convs = nn.ModuleList([GATv2Conv(in_dim, hidden, heads=1), SAGEConv(hidden, out_dim)])
+
+    def forward(self, graph, x):
+        for i in range(self.num_layers):
+            x = self.layer_forward(i, graph, x)
+        return x
+
+    def layer_forward(self, i, graph, x):
+        x = self.convs[i](x, graph.edge_index)
+        return x.relu() if i == 0 else x
+'''
+
+
+@pytest.mark.slow
+def test_a_pyg_style_layer_forward_trains_and_is_evaluated_layerwise_on_two_ranks(lab):
+    """``layer_forward`` may return what ``forward`` may (a row per input node): the final
+    layer-wise evaluation is exact, so it scores what a full-neighbourhood pass scores."""
+    (lab / "my_lab" / "pygstyle.py").write_text(PYG_STYLE_MODULE)
+    metrics = {}
+    for mode in ("layerwise", "full"):
+        results = gnnbridge.run("karate-sage", backend="pyg", nproc=2, progress=False, out=lab / mode, timeout=120,
+                                overrides=["model.arch=my_lab.pygstyle:TwoLayer", "train.epochs=2", f"eval.mode={mode}"])
+        assert results["eval"]["final"] == mode and results["epochs_trained"] == 2
+        metrics[mode] = results["metrics"]
+    assert metrics["layerwise"] == pytest.approx(metrics["full"], abs=1e-6)

@@ -192,7 +192,7 @@ class ModelCall:
             scores = model(graph, x, pairs)
         count = pairs.shape[1]
         if not isinstance(scores, torch.Tensor) or scores.shape not in ((count,), (count, 1)):
-            raise PluginError(f"{self.origin}'s forward returned {_what(scores)} for {count} pairs; a link model "
+            raise PluginError(f"{self.origin}: forward returned {_what(scores)} for {count} pairs; a link model "
                               f"returns one score per pair, shape [{count}].")
         self._kind(scores, "forward", "scores", pairs.device)
         return scores.reshape(-1)
@@ -211,7 +211,7 @@ class ModelCall:
                 got = f"{shape[0]} rows for a batch of {rows} outputs"
             else:
                 got = _what(out)
-            raise PluginError(f"{self.origin}'s {method} returned {got}; expected a 2-D tensor with one row per "
+            raise PluginError(f"{self.origin}: {method} returned {got}; expected a 2-D tensor with one row per "
                               f"output node ({rows}), or one per input node with the output nodes first "
                               f"(gnnbridge keeps the first {rows}), and {columns}.")
         self._kind(out, method, "outputs", _device(x))
@@ -227,7 +227,7 @@ class ModelCall:
         if shape is None or len(shape) != 2 or too_few or shape[1] != self.num_classes:
             rows_are = "a row per graph (pool the node states per graph)" if self.per_graph else \
                 "a row per seed, seeds first"
-            raise PluginError(f"{self.origin}'s forward returned {_what(logits)}; expected logits of shape "
+            raise PluginError(f"{self.origin}: forward returned {_what(logits)}; expected logits of shape "
                               f"[{rows}, {self.num_classes}] ({rows_are}; a column per class).")
         self._kind(logits, "forward", "logits", device)
         return logits[:rows]
@@ -235,7 +235,7 @@ class ModelCall:
     def finite(self, out: torch.Tensor, method: str) -> None:
         """One line when ``out`` holds NaN or infinity (a host sync: call it on a dry step, not per batch)."""
         if not bool(torch.isfinite(out).all()):
-            raise PluginError(f"{self.origin}'s {method} returned NaN or infinite values on a first batch, before "
+            raise PluginError(f"{self.origin}: {method} returned NaN or infinite values on a first batch, before "
                               "any training step (the weights are as built, the features finite), so neither the "
                               "learning rate nor the data is the cause; fix the model (a division by zero, a log "
                               "of 0, uninitialised torch.empty weights).")
@@ -243,11 +243,11 @@ class ModelCall:
     def _kind(self, out: torch.Tensor, method: str, what: str, device: torch.device | None) -> None:
         """Floating point, on the batch's device: what the loss and the next layer need."""
         if not out.is_floating_point():
-            raise PluginError(f"{self.origin}'s {method} returned {str(out.dtype).replace('torch.', '')} {what}; "
+            raise PluginError(f"{self.origin}: {method} returned {str(out.dtype).replace('torch.', '')} {what}; "
                               f"expected floating-point {what} (return a float layer's output, not class ids or "
                               "counts).")
         if device is not None and out.device != device:
-            raise PluginError(f"{self.origin}'s {method} returned {what} on {out.device}, but the batch is on "
+            raise PluginError(f"{self.origin}: {method} returned {what} on {out.device}, but the batch is on "
                               f"{device}; compute on the input's device (create tensors with device=x.device, "
                               "register them as buffers, never call .cpu() or .cuda() in the model).")
 

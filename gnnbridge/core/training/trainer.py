@@ -313,7 +313,7 @@ class Trainer:
         A loss already non-finite at the run's first step came before any optimizer step, from
         the weights as built and finite features: the model's outputs, not the learning rate."""
         if at_first_step:
-            raise PluginError(f"{self.call.origin}'s forward returned NaN or infinite logits at the first training "
+            raise PluginError(f"{self.call.origin}: forward returned NaN or infinite logits at the first training "
                               "step, before any optimizer step (the weights are as built, the features finite), so "
                               "the learning rate is not the cause; fix the model (in training mode: a division by "
                               "zero, a log of 0, uninitialised torch.empty weights). Nothing was saved.")
