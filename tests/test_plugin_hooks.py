@@ -598,3 +598,49 @@ def test_a_pyg_style_layer_forward_trains_and_is_evaluated_layerwise_on_two_rank
         assert results["eval"]["final"] == mode and results["epochs_trained"] == 2
         metrics[mode] = results["metrics"]
     assert metrics["layerwise"] == pytest.approx(metrics["full"], abs=1e-6)
+
+
+TASKS_MODULE = '''
+import torch
+from torch import nn
+
+
+class IdsPerGraph(nn.Module):
+    """A graph model that returns class ids (int64) instead of logits."""
+
+    def __init__(self, in_dim, out_dim):
+        super().__init__()
+        self.lin = nn.Linear(in_dim, out_dim)
+
+    def forward(self, graph, x):
+        logits = self.lin(x).new_zeros(graph.num_graphs, self.lin.out_features)
+        return logits.index_add(0, graph.batch, self.lin(x)).argmax(1, keepdim=True).expand_as(logits)
+
+
+class NanLink(nn.Module):
+    """A link model whose scores are NaN."""
+
+    heterogeneous = True
+
+    def __init__(self, in_dim, out_dim):
+        super().__init__()
+        self.lin = nn.Linear(in_dim["node"], 8)
+
+    def forward(self, graph, x, pairs):
+        h = self.lin(x["node"])
+        return (h[pairs[0]] * h[pairs[1]]).sum(-1) * float("nan")
+'''
+
+
+@pytest.mark.parametrize("experiment, overrides, needle", [
+    ("gin-synthetic", ["model.arch=my_lab.tasks:IdsPerGraph"], "class 'my_lab.tasks:IdsPerGraph': forward returned int64 logits; expected "
+                                                              "floating-point logits"),
+    (None, ["task=link", "dataset.options.num_nodes=300", "model.arch=my_lab.tasks:NanLink"],
+     "class 'my_lab.tasks:NanLink': forward returned NaN or infinite values on a first batch"),
+])
+def test_graph_and_link_models_are_checked_before_the_first_epoch_too(lab, experiment, overrides, needle):
+    (lab / "my_lab" / "tasks.py").write_text(TASKS_MODULE)
+    with pytest.raises(plugins.PluginError) as err:
+        gnnbridge.run(experiment, out=lab / "run", overrides=[*overrides, "train.epochs=1"], **KARATE)
+    assert str(err.value).startswith(needle), str(err.value)
+    assert not (lab / "run").exists()
