@@ -644,3 +644,17 @@ def test_graph_and_link_models_are_checked_before_the_first_epoch_too(lab, exper
         gnnbridge.run(experiment, out=lab / "run", overrides=[*overrides, "train.epochs=1"], **KARATE)
     assert str(err.value).startswith(needle), str(err.value)
     assert not (lab / "run").exists()
+
+
+@pytest.mark.parametrize("backend", ["pyg", "dgl"])
+def test_a_layer_forward_may_return_a_row_per_input_node_on_both_backends(tmp_path, faulty, backend):
+    """As ``forward`` may: the output nodes' rows come first and are kept, so layer-wise
+    evaluation scores what a full-neighbourhood pass scores (here: a per-node linear map)."""
+    metrics = {}
+    for mode in ("layerwise", "full"):
+        results = gnnbridge.run("karate-sage", backend=backend, nproc=1, progress=False, out=tmp_path / mode,
+                                overrides=["model.arch=faulty", "model.options.where=none", f"eval.mode={mode}",
+                                           "eval.batch_size=5"])
+        assert results["eval"]["final"] == mode
+        metrics[mode] = results["metrics"]
+    assert metrics["layerwise"] == pytest.approx(metrics["full"])

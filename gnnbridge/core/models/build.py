@@ -15,10 +15,13 @@ reads what it declares and nothing is forced on a ``**kwargs`` it forwards to it
 The model's ``forward(graph, x)`` gets the backend's native batch graph (PyG: a ``Data`` with
 ``edge_index``, ``n_id``, ``batch_size`` and per-hop counts; DGL: a list of blocks, input layer
 first; graph tasks: the library's batched graph) and ``x``, the features of the batch's input
-nodes, seeds first. It returns logits for the seeds (or for every input node: core keeps the
-first rows). Optional: ``layer_forward(i, graph, x)`` and ``num_layers`` for exact layer-wise
-evaluation (else evaluation is full-neighbourhood sampling, as exact for layers that read
-only in-neighbours), and ``bind(data)``.
+nodes, seeds first. It returns floating-point logits on the batch's device for the seeds (or
+for every input node: core keeps the first rows). Optional: ``layer_forward(i, graph, x)`` and
+``num_layers`` for exact layer-wise evaluation (else evaluation is full-neighbourhood sampling,
+as exact for layers that read only in-neighbours): ``graph`` is a one-hop graph, and the same
+rule holds (a row per output node, or per input node with the outputs first), and
+``bind(data)``. :class:`ModelCall` checks all of it, per call and, for finiteness, on the dry
+step before the first epoch (``core/training/dry.py``).
 """
 from __future__ import annotations
 
