@@ -658,3 +658,20 @@ def test_a_layer_forward_may_return_a_row_per_input_node_on_both_backends(tmp_pa
         assert results["eval"]["final"] == mode
         metrics[mode] = results["metrics"]
     assert metrics["layerwise"] == pytest.approx(metrics["full"])
+
+
+def test_the_cli_refuses_a_model_on_another_device_in_one_line(refused, tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "path", list(sys.path))  # importing model.arch puts the folder on it
+    (tmp_path / "elsewhere.py").write_text("from torch import nn\n\nclass Meta(nn.Module):\n"
+                                           "    def __init__(self, in_dim, out_dim):\n        super().__init__()\n"
+                                           "        self.lin = nn.Linear(in_dim, out_dim)\n\n"
+                                           "    def forward(self, graph, x):\n        return self.lin(x).to('meta')\n")
+    try:
+        proc = refused("train", "karate-sage", "--set", "model.arch=elsewhere:Meta", "--quiet", "--out", "run")
+    finally:
+        sys.modules.pop("elsewhere", None)
+    assert proc.returncode != 0 and proc.stderr.splitlines() == [
+        "Error: class 'elsewhere:Meta': forward returned logits on meta, but the batch is on cpu; compute on the "
+        "input's device (create tensors with device=x.device, register them as buffers, never call .cpu() or "
+        ".cuda() in the model)."], proc.stderr
+    assert not (tmp_path / "run").exists()
