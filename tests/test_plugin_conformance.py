@@ -76,7 +76,8 @@ class ShortLayers(ModelConformance):  # not collected: run by the test below
     arch = "pyg-style-short"
 
 
-@pytest.mark.parametrize("test", ["test_outputs_keep_the_contract", "test_layerwise_inference_equals_a_full_forward_pass"])
+@pytest.mark.parametrize("test", ["test_outputs_keep_the_contract",
+                                  "test_layerwise_inference_equals_a_full_forward_pass"])
 def test_a_broken_layer_forward_fails_the_suite_with_the_contract(third_party, test):
     with pytest.raises(PluginError) as err:
         getattr(ShortLayers(), test)("pyg", small_graph(seed=3))

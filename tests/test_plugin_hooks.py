@@ -84,8 +84,8 @@ def test_models_are_listed_by_task_and_backend(plugin):
 
 
 @pytest.mark.parametrize("overrides, needle", [
-    (["model.arch=wrong-shape"], r"^model 'wrong-shape' \(plugin 'lab'\): forward returned shape \[\d+, 3\]; expected logits "
-                                 r"of shape \[\d+, 2\]"),
+    (["model.arch=wrong-shape"], r"^model 'wrong-shape' \(plugin 'lab'\): forward returned shape \[\d+, 3\]; "
+                                 r"expected logits of shape \[\d+, 2\]"),
     (["sampler.kind=off-by-many"], r"^sampler 'off-by-many' \(plugin 'lab'\) returned node id 100\d+, outside \[0, 34\)"),
 ])
 def test_a_plugin_that_returns_nonsense_is_named_and_the_run_folder_is_removed(tmp_path, plugin, overrides, needle):
@@ -396,7 +396,7 @@ class RaisesOnRankOne(nn.Module):
     ("RaisesOnRankOne", "rank 1 failed: class 'my_lab.bad:RaisesOnRankOne' failed in its forward pass: ValueError: "
                         "rank 1 is unhappy"),
     ("NanOnRankOne", "rank 1 failed: class 'my_lab.bad:NanOnRankOne': forward returned NaN or infinite values on a "
-                     "first batch, before any training step"),
+                     "small batch before training started"),
     ("Unused", "class 'my_lab.bad:Unused' has parameters that take no part in the loss (spare.weight, spare.bias); "
                "DDP needs every parameter in every step"),
 ])
@@ -529,12 +529,13 @@ def faulty():
 
 @pytest.mark.parametrize("fault, where, needle", [
     ("int64", "forward", "forward returned int64 logits; expected floating-point logits"),
-    ("nan", "forward", "forward returned NaN or infinite values on a first batch, before any training step"),
+    ("nan", "forward", "forward returned NaN or infinite values on a small batch before training started"),
     ("device", "forward", "forward returned logits on meta, but the batch is on cpu; compute on the input's device"),
     ("rows", "layer_forward", "layer_forward(0) returned 1 rows for a batch of 8 outputs; expected a 2-D tensor with "
                               "one row per output node (8), or one per input node with the output nodes first"),
     ("int64", "layer_forward", "layer_forward(0) returned int64 outputs; expected floating-point outputs"),
-    ("nan", "layer_forward", "layer_forward(0) returned NaN or infinite values on a first batch"),
+    ("nan", "layer_forward", "layer_forward(0) returned NaN or infinite values on a small batch before training "
+                             "started"),
 ])
 def test_a_model_that_breaks_its_output_contract_is_refused_before_the_first_epoch(tmp_path, faulty, fault, where,
                                                                                      needle):
@@ -633,10 +634,10 @@ class NanLink(nn.Module):
 
 
 @pytest.mark.parametrize("experiment, overrides, needle", [
-    ("gin-synthetic", ["model.arch=my_lab.tasks:IdsPerGraph"], "class 'my_lab.tasks:IdsPerGraph': forward returned int64 logits; expected "
-                                                              "floating-point logits"),
+    ("gin-synthetic", ["model.arch=my_lab.tasks:IdsPerGraph"],
+     "class 'my_lab.tasks:IdsPerGraph': forward returned int64 logits; expected floating-point logits"),
     (None, ["task=link", "dataset.options.num_nodes=300", "model.arch=my_lab.tasks:NanLink"],
-     "class 'my_lab.tasks:NanLink': forward returned NaN or infinite values on a first batch"),
+     "class 'my_lab.tasks:NanLink': forward returned NaN or infinite values on a small batch before training"),
 ])
 def test_graph_and_link_models_are_checked_before_the_first_epoch_too(lab, experiment, overrides, needle):
     (lab / "my_lab" / "tasks.py").write_text(TASKS_MODULE)

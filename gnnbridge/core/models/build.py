@@ -238,9 +238,9 @@ class ModelCall:
     def finite(self, out: torch.Tensor, method: str) -> None:
         """One line when ``out`` holds NaN or infinity (a host sync: call it on a dry step, not per batch)."""
         if not bool(torch.isfinite(out).all()):
-            raise PluginError(f"{self.origin}: {method} returned NaN or infinite values on a first batch, before "
-                              "any training step (the weights are as built, the features finite), so neither the "
-                              "learning rate nor the data is the cause; fix the model (a division by zero, a log "
+            raise PluginError(f"{self.origin}: {method} returned NaN or infinite values on a small batch before "
+                              "training started (the features are finite, no optimizer step was taken), so neither "
+                              "the learning rate nor the data is the cause; fix the model (a division by zero, a log "
                               "of 0, uninitialised torch.empty weights).")
 
     def _kind(self, out: torch.Tensor, method: str, what: str, device: torch.device | None) -> None:

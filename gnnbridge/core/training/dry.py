@@ -56,14 +56,10 @@ def _check(trainer) -> None:
             for mb in trainer.sampler.loader([seeds]):
                 logits, _ = step_outputs(trainer, model, mb)  # shape, dtype and device, by trainer.call
                 trainer.call.finite(logits, "forward")
-            if trainer.final_mode() is EvalMode.LAYERWISE:
-                _layers(trainer, seeds)
+            if trainer.final_mode() is EvalMode.LAYERWISE:  # layer_forward will be called: try it now
+                check_layers(trainer.call, trainer.backend, model, trainer.data, seeds, ctx.device)
     finally:
         model.train(was_training)
-
-
-def _layers(trainer, seeds: torch.Tensor) -> None:
-    check_layers(trainer.call, trainer.backend, trainer.model, trainer.data, seeds, trainer.ctx.device)
 
 
 def check_layers(call, backend, model, data, seeds: torch.Tensor, device: torch.device) -> None:
