@@ -84,8 +84,8 @@ def test_models_are_listed_by_task_and_backend(plugin):
 
 
 @pytest.mark.parametrize("overrides, needle", [
-    (["model.arch=wrong-shape"], r"^model 'wrong-shape' \(plugin 'lab'\) returned shape \[\d+, 3\]; expected logits "
-                                 r"of shape \[\d+, 2\]"),
+    (["model.arch=wrong-shape"], r"^model 'wrong-shape' \(plugin 'lab'\): forward returned shape \[\d+, 3\]; "
+                                 r"expected logits of shape \[\d+, 2\]"),
     (["sampler.kind=off-by-many"], r"^sampler 'off-by-many' \(plugin 'lab'\) returned node id 100\d+, outside \[0, 34\)"),
 ])
 def test_a_plugin_that_returns_nonsense_is_named_and_the_run_folder_is_removed(tmp_path, plugin, overrides, needle):
@@ -370,6 +370,15 @@ class Unused(nn.Module):
         return self.lin(x)
 
 
+class NanOnRankOne(nn.Module):
+    def __init__(self, in_dim, out_dim):
+        super().__init__()
+        self.lin = nn.Linear(in_dim, out_dim)
+
+    def forward(self, graph, x):
+        return self.lin(x) * (float("nan") if torch.distributed.get_rank() == 1 else 1.0)
+
+
 class RaisesOnRankOne(nn.Module):
     def __init__(self, in_dim, out_dim):
         super().__init__()
@@ -386,6 +395,8 @@ class RaisesOnRankOne(nn.Module):
 @pytest.mark.parametrize("cls, needle", [
     ("RaisesOnRankOne", "rank 1 failed: class 'my_lab.bad:RaisesOnRankOne' failed in its forward pass: ValueError: "
                         "rank 1 is unhappy"),
+    ("NanOnRankOne", "rank 1 failed: class 'my_lab.bad:NanOnRankOne': forward returned NaN or infinite values on a "
+                     "small batch before training started"),
     ("Unused", "class 'my_lab.bad:Unused' has parameters that take no part in the loss (spare.weight, spare.bias); "
                "DDP needs every parameter in every step"),
 ])
@@ -472,3 +483,196 @@ def test_a_plugin_link_model_trains_on_both_backends_and_a_homogeneous_one_is_re
             gnnbridge.run("rec-synthetic", backend=backend, nproc=1, progress=False, out=tmp_path / "x",
                           overrides=["model.arch=flat-link", *small])
     assert not (tmp_path / "x").exists()
+
+
+# ---------------------------------------------------------------- the output contract, before epoch 1
+
+class Faulty(nn.Module):
+    """A linear model whose ``forward`` or ``layer_forward`` breaks the output contract one way;
+    ``train_calls`` counts training-mode forward passes (none: refused before epoch 1)."""
+
+    train_calls = 0
+    num_layers = 1
+
+    def __init__(self, in_dim, out_dim, fault="", where="forward"):
+        super().__init__()
+        self.lin = nn.Linear(in_dim, out_dim)
+        self.fault, self.where = fault, where
+
+    def forward(self, graph, x):
+        if self.training:
+            Faulty.train_calls += 1
+        out = self.lin(x)
+        return self._break(out) if self.where == "forward" or (self.where == "training" and self.training) else out
+
+    def layer_forward(self, i, graph, x):
+        out = self.lin(x)
+        return self._break(out) if self.where == "layer_forward" else out
+
+    def _break(self, out):
+        return {"rows": lambda: out[:1], "int64": lambda: out.long(), "nan": lambda: out * float("nan"),
+                "device": lambda: out.to("meta")}[self.fault]()
+
+
+class FaultyModels:
+    @hookimpl
+    def register_models(self, register):
+        register("faulty", Faulty, tasks=["node"])
+
+
+@pytest.fixture
+def faulty():
+    Faulty.train_calls = 0
+    with registered_plugin(FaultyModels(), "shop") as p:
+        yield p
+
+
+@pytest.mark.parametrize("fault, where, needle", [
+    ("int64", "forward", "forward returned int64 logits; expected floating-point logits"),
+    ("nan", "forward", "forward returned NaN or infinite values on a small batch before training started"),
+    ("device", "forward", "forward returned logits on meta, but the batch is on cpu; compute on the input's device"),
+    ("rows", "layer_forward", "layer_forward(0) returned 1 rows for a batch of 8 outputs; expected a 2-D tensor with "
+                              "one row per output node (8), or one per input node with the output nodes first"),
+    ("int64", "layer_forward", "layer_forward(0) returned int64 outputs; expected floating-point outputs"),
+    ("nan", "layer_forward", "layer_forward(0) returned NaN or infinite values on a small batch before training "
+                             "started"),
+])
+def test_a_model_that_breaks_its_output_contract_is_refused_before_the_first_epoch(tmp_path, faulty, fault, where,
+                                                                                     needle):
+    """One line naming the plugin's model and the method, before any training step: not a raw
+    error from the loss, a divergence blamed on the learning rate, or a wrong evaluation."""
+    with pytest.raises(plugins.PluginError) as err:
+        gnnbridge.run("karate-sage", out=tmp_path / "r", overrides=["model.arch=faulty", f"model.options.fault={fault}",
+                                                                    f"model.options.where={where}"], **KARATE)
+    assert str(err.value).startswith(f"model 'faulty' (plugin 'shop'): {needle}"), str(err.value)
+    assert "\n" not in str(err.value) and "lr" not in str(err.value)
+    assert Faulty.train_calls == 0 and not (tmp_path / "r").exists()
+
+
+def test_nan_at_the_first_training_step_names_the_model_not_the_learning_rate(tmp_path, faulty):
+    """NaN only in training mode (the dry step runs in eval mode): the loss is non-finite before
+    any optimizer step, so it is the model's fault, however high train.lr is."""
+    with pytest.raises(plugins.PluginError, match=r"^model 'faulty' \(plugin 'shop'\): forward returned NaN or "
+                       r"infinite logits at the first training step, before any optimizer step .* so the learning "
+                       r"rate is not the cause"):
+        gnnbridge.run("karate-sage", out=tmp_path / "r", overrides=[
+            "model.arch=faulty", "model.options.fault=nan", "model.options.where=training", "train.lr=0.5"], **KARATE)
+    assert not (tmp_path / "r").exists()
+
+
+PYG_STYLE_MODULE = '''
+from torch import nn
+from torch_geometric.nn import GATv2Conv, SAGEConv
+
+
+class TwoLayer(nn.Module):
+    """A third-party PyG model: each layer maps every input node, so forward and layer_forward
+    return a row per input node, outputs first."""
+
+    backends = ("pyg",)
+    num_layers = 2
+
+    def __init__(self, in_dim, out_dim, hidden=16):
+        super().__init__()
+        self.convs = nn.ModuleList([GATv2Conv(in_dim, hidden, heads=1), SAGEConv(hidden, out_dim)])
+
+    def forward(self, graph, x):
+        for i in range(self.num_layers):
+            x = self.layer_forward(i, graph, x)
+        return x
+
+    def layer_forward(self, i, graph, x):
+        x = self.convs[i](x, graph.edge_index)
+        return x.relu() if i == 0 else x
+'''
+
+
+@pytest.mark.slow
+def test_a_pyg_style_layer_forward_trains_and_is_evaluated_layerwise_on_two_ranks(lab):
+    """``layer_forward`` may return what ``forward`` may (a row per input node): the final
+    layer-wise evaluation is exact, so it scores what a full-neighbourhood pass scores."""
+    (lab / "my_lab" / "pygstyle.py").write_text(PYG_STYLE_MODULE)
+    metrics = {}
+    for mode in ("layerwise", "full"):
+        results = gnnbridge.run("karate-sage", backend="pyg", nproc=2, progress=False, out=lab / mode, timeout=120,
+                                overrides=["model.arch=my_lab.pygstyle:TwoLayer", "train.epochs=2", f"eval.mode={mode}"])
+        assert results["eval"]["final"] == mode and results["epochs_trained"] == 2
+        metrics[mode] = results["metrics"]
+    assert metrics["layerwise"] == pytest.approx(metrics["full"], abs=1e-6)
+
+
+TASKS_MODULE = '''
+import torch
+from torch import nn
+
+
+class IdsPerGraph(nn.Module):
+    """A graph model that returns class ids (int64) instead of logits."""
+
+    def __init__(self, in_dim, out_dim):
+        super().__init__()
+        self.lin = nn.Linear(in_dim, out_dim)
+
+    def forward(self, graph, x):
+        logits = self.lin(x).new_zeros(graph.num_graphs, self.lin.out_features)
+        return logits.index_add(0, graph.batch, self.lin(x)).argmax(1, keepdim=True).expand_as(logits)
+
+
+class NanLink(nn.Module):
+    """A link model whose scores are NaN."""
+
+    heterogeneous = True
+
+    def __init__(self, in_dim, out_dim):
+        super().__init__()
+        self.lin = nn.Linear(in_dim["node"], 8)
+
+    def forward(self, graph, x, pairs):
+        h = self.lin(x["node"])
+        return (h[pairs[0]] * h[pairs[1]]).sum(-1) * float("nan")
+'''
+
+
+@pytest.mark.parametrize("experiment, overrides, needle", [
+    ("gin-synthetic", ["model.arch=my_lab.tasks:IdsPerGraph"],
+     "class 'my_lab.tasks:IdsPerGraph': forward returned int64 logits; expected floating-point logits"),
+    (None, ["task=link", "dataset.options.num_nodes=300", "model.arch=my_lab.tasks:NanLink"],
+     "class 'my_lab.tasks:NanLink': forward returned NaN or infinite values on a small batch before training"),
+])
+def test_graph_and_link_models_are_checked_before_the_first_epoch_too(lab, experiment, overrides, needle):
+    (lab / "my_lab" / "tasks.py").write_text(TASKS_MODULE)
+    with pytest.raises(plugins.PluginError) as err:
+        gnnbridge.run(experiment, out=lab / "run", overrides=[*overrides, "train.epochs=1"], **KARATE)
+    assert str(err.value).startswith(needle), str(err.value)
+    assert not (lab / "run").exists()
+
+
+@pytest.mark.parametrize("backend", ["pyg", "dgl"])
+def test_a_layer_forward_may_return_a_row_per_input_node_on_both_backends(tmp_path, faulty, backend):
+    """As ``forward`` may: the output nodes' rows come first and are kept, so layer-wise
+    evaluation scores what a full-neighbourhood pass scores (here: a per-node linear map)."""
+    metrics = {}
+    for mode in ("layerwise", "full"):
+        results = gnnbridge.run("karate-sage", backend=backend, nproc=1, progress=False, out=tmp_path / mode,
+                                overrides=["model.arch=faulty", "model.options.where=none", f"eval.mode={mode}",
+                                           "eval.batch_size=5"])
+        assert results["eval"]["final"] == mode
+        metrics[mode] = results["metrics"]
+    assert metrics["layerwise"] == pytest.approx(metrics["full"])
+
+
+def test_the_cli_refuses_a_model_on_another_device_in_one_line(refused, tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "path", list(sys.path))  # importing model.arch puts the folder on it
+    (tmp_path / "elsewhere.py").write_text("from torch import nn\n\nclass Meta(nn.Module):\n"
+                                           "    def __init__(self, in_dim, out_dim):\n        super().__init__()\n"
+                                           "        self.lin = nn.Linear(in_dim, out_dim)\n\n"
+                                           "    def forward(self, graph, x):\n        return self.lin(x).to('meta')\n")
+    try:
+        proc = refused("train", "karate-sage", "--set", "model.arch=elsewhere:Meta", "--quiet", "--out", "run")
+    finally:
+        sys.modules.pop("elsewhere", None)
+    assert proc.returncode != 0 and proc.stderr.splitlines() == [
+        "Error: class 'elsewhere:Meta': forward returned logits on meta, but the batch is on cpu; compute on the "
+        "input's device (create tensors with device=x.device, register them as buffers, never call .cpu() or "
+        ".cuda() in the model)."], proc.stderr
+    assert not (tmp_path / "run").exists()

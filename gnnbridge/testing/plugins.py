@@ -11,7 +11,9 @@
 
 Each test is a promise the training loop relies on, checked on every available backend the
 model or sampler is registered for (others are skipped): a model gives a row of logits per seed
-on real sampled batches, every parameter learns, evaluation is deterministic, layer-wise
+on real sampled batches, its outputs keep the contract the training loop checks before its first
+epoch (failures read as that contract, e.g. "layer_forward(0) returned 3 rows for a batch of 8
+outputs; expected ..."), every parameter learns, evaluation is deterministic, layer-wise
 inference (when the model has it) equals a full-neighbourhood forward pass, and a few steps
 lower the loss; a sampler yields one batch per seed tensor with the seeds first, only real
 edges, at most ``fanout`` neighbours per node, reproducibly per (seed, epoch, rank).
@@ -28,6 +30,7 @@ from gnnbridge.core.models.build import ModelCall, build_model, resolve
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.sampling.build import make_sampler
 from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS
+from gnnbridge.core.training.dry import SEEDS, check_layers
 from gnnbridge.core.training.evaluation import LayerwiseEvaluator, supports_layerwise
 from gnnbridge.testing.conformance import small_graph
 
@@ -82,6 +85,19 @@ class ModelConformance(_OnASmallGraph):
         for seeds in (graph.train_idx[:1], graph.train_idx[:37]):
             mb = self._batch(sampler, seeds)
             assert call(model, mb.graph, graph.x[mb.input_nodes], seeds.numel()).shape == (seeds.numel(), graph.num_classes)
+
+    def test_outputs_keep_the_contract(self, backend_name, graph) -> None:
+        """The training loop's dry step on a small batch: ``forward`` and every ``layer_forward``
+        return finite floating-point rows, one per output (or per input node, outputs first),
+        on the batch's device. A failure is the line a run would print before its first epoch."""
+        backend, model, call, sampler = self._setup(backend_name, graph)
+        seeds = graph.train_idx[:SEEDS]
+        mb = self._batch(sampler, seeds)
+        model.eval()
+        with torch.no_grad():
+            call.finite(call(model, mb.graph, graph.x[mb.input_nodes], seeds.numel()), "forward")
+            if supports_layerwise(model):
+                check_layers(call, backend, model, graph, seeds, torch.device("cpu"))
 
     def test_every_parameter_gets_a_gradient(self, backend_name, graph) -> None:
         backend, model, call, sampler = self._setup(backend_name, graph)

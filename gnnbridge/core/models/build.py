@@ -15,10 +15,13 @@ reads what it declares and nothing is forced on a ``**kwargs`` it forwards to it
 The model's ``forward(graph, x)`` gets the backend's native batch graph (PyG: a ``Data`` with
 ``edge_index``, ``n_id``, ``batch_size`` and per-hop counts; DGL: a list of blocks, input layer
 first; graph tasks: the library's batched graph) and ``x``, the features of the batch's input
-nodes, seeds first. It returns logits for the seeds (or for every input node: core keeps the
-first rows). Optional: ``layer_forward(i, graph, x)`` and ``num_layers`` for exact layer-wise
-evaluation (else evaluation is full-neighbourhood sampling, as exact for layers that read
-only in-neighbours), and ``bind(data)``.
+nodes, seeds first. It returns floating-point logits on the batch's device for the seeds (or
+for every input node: core keeps the first rows). Optional: ``layer_forward(i, graph, x)`` and
+``num_layers`` for exact layer-wise evaluation (else evaluation is full-neighbourhood sampling,
+as exact for layers that read only in-neighbours): ``graph`` is a one-hop graph, and the same
+rule holds (a row per output node, or per input node with the outputs first), and
+``bind(data)``. :class:`ModelCall` checks all of it, per call and, for finiteness, on the dry
+step before the first epoch (``core/training/dry.py``).
 """
 from __future__ import annotations
 
@@ -167,8 +170,12 @@ def count_parameters(spec: ModelSpec, backend: str, task: Task, in_dim: int, out
 
 class ModelCall:
     """Calls into a model (training and evaluation alike) that end in one line naming the model
-    when it raises or returns something that is not one row of logits per seed.
+    and the method when it raises or returns something other than what the loop needs: a
+    floating-point tensor on the batch's device with one row per output (seed, graph or pair)
+    and a column per class.
 
+    One contract for ``forward`` and ``layer_forward``: either may return a row per *input*
+    node with the outputs first (the natural PyG style); gnnbridge keeps the first rows.
     ``per_graph``: a graph task's model returns exactly one row per graph (a row per node would
     be a model that forgot to pool, and its first rows are not the graphs)."""
 
@@ -177,38 +184,87 @@ class ModelCall:
         self.num_classes = num_classes
         self.per_graph = per_graph
 
-    def __call__(self, model: Callable[..., Any], graph: Any, x: torch.Tensor, rows: int) -> torch.Tensor:
+    def __call__(self, model: Callable[..., Any], graph: Any, x: Any, rows: int) -> torch.Tensor:
         with self.blame("forward pass"):
             logits = model(graph, x)
-        return self.check(logits, rows)
+        return self.check(logits, rows, _device(x))
 
     def pairs(self, model: Callable[..., Any], graph: Any, x: Any, pairs: torch.Tensor) -> torch.Tensor:
         """One score per (src, dst) pair of a link batch."""
         with self.blame("forward pass"):
             scores = model(graph, x, pairs)
-        if not isinstance(scores, torch.Tensor) or scores.shape not in ((pairs.shape[1],), (pairs.shape[1], 1)):
-            got = f"shape {list(scores.shape)}" if isinstance(scores, torch.Tensor) else f"a {type(scores).__name__}"
-            raise PluginError(f"{self.origin} returned {got} for {pairs.shape[1]} pairs; a link model returns one "
-                              f"score per pair, shape [{pairs.shape[1]}].")
+        count = pairs.shape[1]
+        if not isinstance(scores, torch.Tensor) or scores.shape not in ((count,), (count, 1)):
+            raise PluginError(f"{self.origin}: forward returned {_what(scores)} for {count} pairs; a link model "
+                              f"returns one score per pair, shape [{count}].")
+        self._kind(scores, "forward", "scores", pairs.device)
         return scores.reshape(-1)
 
-    def layer(self, model: Any, index: int, graph: Any, x: torch.Tensor) -> torch.Tensor:
-        with self.blame(f"layer_forward({index})"):
-            return model.layer_forward(index, graph, x)
+    def layer(self, model: Any, index: int, graph: Any, x: Any, rows: int, last: bool = False) -> torch.Tensor:
+        """Layer ``index``'s output for the ``rows`` output nodes of its one-hop ``graph`` (the
+        first rows of what ``layer_forward`` returns); ``last``: it must be a column per class."""
+        method = f"layer_forward({index})"
+        with self.blame(method):
+            out = model.layer_forward(index, graph, x)
+        shape = list(out.shape) if isinstance(out, torch.Tensor) else None
+        if shape is None or len(shape) != 2 or shape[0] < rows or (last and shape[1] != self.num_classes):
+            columns = f"{self.num_classes} columns (one per class: it is the last layer)" if last else \
+                "one column per feature"
+            if shape is not None and len(shape) == 2 and shape[0] < rows:
+                got = f"{shape[0]} rows for a batch of {rows} outputs"
+            else:
+                got = _what(out)
+            raise PluginError(f"{self.origin}: {method} returned {got}; expected a 2-D tensor with one row per "
+                              f"output node ({rows}), or one per input node with the output nodes first "
+                              f"(gnnbridge keeps the first {rows}), and {columns}.")
+        self._kind(out, method, "outputs", _device(x))
+        return out[:rows]
 
     def blame(self, what: str):
         return blame(self.origin, what)
 
-    def check(self, logits: Any, rows: int) -> torch.Tensor:
+    def check(self, logits: Any, rows: int, device: torch.device | None = None) -> torch.Tensor:
+        """``logits``' first ``rows`` rows, once they are what ``forward`` must return."""
         shape = list(logits.shape) if isinstance(logits, torch.Tensor) else None
         too_few = shape is not None and len(shape) == 2 and (shape[0] != rows if self.per_graph else shape[0] < rows)
         if shape is None or len(shape) != 2 or too_few or shape[1] != self.num_classes:
-            got = f"shape {shape}" if shape is not None else f"a {type(logits).__name__}"
             rows_are = "a row per graph (pool the node states per graph)" if self.per_graph else \
                 "a row per seed, seeds first"
-            raise PluginError(f"{self.origin} returned {got}; expected logits of shape [{rows}, {self.num_classes}] "
-                              f"({rows_are}; a column per class).")
+            raise PluginError(f"{self.origin}: forward returned {_what(logits)}; expected logits of shape "
+                              f"[{rows}, {self.num_classes}] ({rows_are}; a column per class).")
+        self._kind(logits, "forward", "logits", device)
         return logits[:rows]
+
+    def finite(self, out: torch.Tensor, method: str) -> None:
+        """One line when ``out`` holds NaN or infinity (a host sync: call it on a dry step, not per batch)."""
+        if not bool(torch.isfinite(out).all()):
+            raise PluginError(f"{self.origin}: {method} returned NaN or infinite values on a small batch before "
+                              "training started (the features are finite, no optimizer step was taken), so neither "
+                              "the learning rate nor the data is the cause; fix the model (a division by zero, a log "
+                              "of 0, uninitialised torch.empty weights).")
+
+    def _kind(self, out: torch.Tensor, method: str, what: str, device: torch.device | None) -> None:
+        """Floating point, on the batch's device: what the loss and the next layer need."""
+        if not out.is_floating_point():
+            raise PluginError(f"{self.origin}: {method} returned {str(out.dtype).replace('torch.', '')} {what}; "
+                              f"expected floating-point {what} (return a float layer's output, not class ids or "
+                              "counts).")
+        if device is not None and out.device != device:
+            raise PluginError(f"{self.origin}: {method} returned {what} on {out.device}, but the batch is on "
+                              f"{device}; compute on the input's device (create tensors with device=x.device, "
+                              "register them as buffers, never call .cpu() or .cuda() in the model).")
+
+
+def _device(x: Any) -> torch.device | None:
+    """The device a batch's input sits on (a tensor, ``IndexedRows``' ids, or a dict of them)."""
+    if isinstance(x, dict):
+        x = next(iter(x.values()), None)
+    x = getattr(x, "ids", x)
+    return x.device if isinstance(x, torch.Tensor) else None
+
+
+def _what(out: Any) -> str:
+    return f"shape {list(out.shape)}" if isinstance(out, torch.Tensor) else f"a {type(out).__name__}"
 
 
 def _spec_text(spec: ModelSpec) -> str:

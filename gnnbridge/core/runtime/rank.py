@@ -333,3 +333,10 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else "unknown error"
 
 
+
+
+def failed_on(rank: int, line: str) -> PeerFailed:
+    """What a rank raises when a check every rank ran together (the dry step) failed on ``rank``
+    with ``line``: the very message that rank posts, so whichever posts first, the job reports
+    that one line and no rank is left waiting in a collective for a peer that gave up."""
+    return PeerFailed(f"rank {rank} failed: {line}")

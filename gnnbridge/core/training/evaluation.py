@@ -118,17 +118,24 @@ class LayerwiseEvaluator(Evaluator):
         batches = shard.split(self.batch_size) if shard.numel() else [torch.zeros(1, dtype=torch.int64)]
         for seeds in batches:
             sub = one_hop.sample(seeds)
-            graph = self.backend.graph_to(self.backend.from_sampled(sub), self.ctx.device)
-            rows = indexed_rows(model, h, sub.node, self.ctx.device)
-            if rows is None:  # h on the host or the device, sub where the graph is
-                rows = h[sub.node.to(h.device)].to(self.ctx.device)
-            out = self.call.layer(model, layer, graph, rows)
+            graph, rows = layer_batch(self.backend, model, h, sub, self.ctx.device)
+            out = self.call.layer(model, layer, graph, rows, seeds.numel(), last=layer == model.num_layers - 1)
             if mine is None:
                 mine = torch.zeros((width, *out.shape[1:]), dtype=out.dtype)
             if shard.numel():
                 start = int(seeds[0] - shard[0])
                 mine[start: start + out.shape[0]] = out.cpu()
         return mine
+
+
+def layer_batch(backend: Backend, model: GNNModel, h: torch.Tensor, sub, device: torch.device):
+    """A one-hop ``sub``'s graph and its input nodes' rows of ``h``, on ``device``, as
+    ``layer_forward`` gets them (in layer-wise evaluation and in the dry step alike)."""
+    graph = backend.graph_to(backend.from_sampled(sub), device)
+    rows = indexed_rows(model, h, sub.node, device)
+    if rows is None:  # h on the host or the device, sub where the graph is
+        rows = h[sub.node.to(h.device)].to(device)
+    return graph, rows
 
 
 class BatchedEvaluator(Evaluator, ABC):

@@ -37,6 +37,7 @@ from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS
 from gnnbridge.core.sampling.seeds import derived_seed, epoch_batches
 from gnnbridge.core.training import checkpoint
 from gnnbridge.core.training.checkpoint import load_model_state
+from gnnbridge.core.training.dry import dry_step
 from gnnbridge.core.training.evaluation import (
     Evaluator,
     GraphEvaluator,
@@ -149,6 +150,7 @@ class Trainer:
     def _fit(self) -> dict:
         cfg, state = self.config.train, self.state
         validator = self._validation_evaluator()
+        dry_step(self)  # the model's contract, on one small batch, before any work is spent
         for epoch in range(state.next_epoch, cfg.epochs):
             if state.should_stop(cfg.patience):
                 break
@@ -246,7 +248,9 @@ class Trainer:
             bar.update(1)
         counts.reduce(ctx)
         ctx.all_reduce_sum(loss_sum)
-        self._check_loss(epoch, int(first_bad), int(ctx.all_reduce_sum((first_bad >= 0).long())))
+        # How many ranks had a bad step, and how many had it at the run's very first step.
+        bad = ctx.all_reduce_sum(torch.stack([first_bad >= 0, (first_bad == 0) & (epoch == 0)]).long())
+        self._check_loss(epoch, int(first_bad), int(bad[0]), bool(bad[1]))
         epoch_time = time.perf_counter() - t0
         bar.close()
         seconds = phases.seconds()
@@ -304,8 +308,15 @@ class Trainer:
                               f"{', ...' if len(idle) > 4 else ''}); DDP needs every parameter in every step: use them "
                               "in forward, or remove them (or set requires_grad=False).")
 
-    def _check_loss(self, epoch: int, first_bad: int, ranks_bad: int) -> None:
-        """Every rank raises alike (the count is all-reduced); nothing of this epoch is saved."""
+    def _check_loss(self, epoch: int, first_bad: int, ranks_bad: int, at_first_step: bool) -> None:
+        """Every rank raises alike (the counts are all-reduced); nothing of this epoch is saved.
+        A loss already non-finite at the run's first step came before any optimizer step, from
+        the weights as built and finite features: the model's outputs, not the learning rate."""
+        if at_first_step:
+            raise PluginError(f"{self.call.origin}: forward returned NaN or infinite logits at the first training "
+                              "step, before any optimizer step (the weights are as built, the features finite), so "
+                              "the learning rate is not the cause; fix the model (in training mode: a division by "
+                              "zero, a log of 0, uninitialised torch.empty weights). Nothing was saved.")
         if ranks_bad:
             where = f"step {first_bad + 1}" if first_bad >= 0 else "a step of another rank"
             raise self._diverged(epoch, f"the training loss became NaN or infinite at {where}")

@@ -1,0 +1,75 @@
+"""The dry step: a plugin model's contract checked on one small batch before the first epoch.
+
+What a model can get wrong about its outputs (shape, dtype, device, NaN) would otherwise show
+mid-run as a raw error from the loss, a divergence blamed on the learning rate, or, for
+``layer_forward``, a shape error in the final layer-wise evaluation after every epoch trained.
+Here it is one line naming the model and the method, before any work is spent.
+
+The step changes nothing a run computes: eval mode (no dropout draw, no BatchNorm update) under
+``no_grad``, the model's own module rather than DDP's wrapper (no collective, no buffer
+broadcast), no optimizer step, and every global generator is reseeded when the first epoch
+starts. The backward pass is left out: a model's dtype and device faults show in its outputs,
+and a backward that fails is already named by the training step (``backward pass``).
+Every rank runs it and then shares its verdict, so a rank whose model failed ends the job with
+its one line and no healthy rank waits in a collective for it.
+"""
+from __future__ import annotations
+
+import torch
+
+from gnnbridge.core.contracts.config import EvalMode
+from gnnbridge.core.errors import GnnBridgeError
+from gnnbridge.core.runtime.rank import failed_on
+from gnnbridge.core.sampling.neighbors import NeighborSampler
+from gnnbridge.core.training.evaluation import layer_batch, step_outputs
+from gnnbridge.core.training.placement import autocast
+
+SEEDS = 8  # items of the dry batch: enough for real shapes, cheap on any graph
+FANOUT = 5  # neighbours per node of the one-hop graph layer_forward is tried on
+
+
+def dry_step(trainer) -> None:
+    """Check the model on this rank, then agree with every other rank (see the module docstring)."""
+    error: GnnBridgeError | None = None
+    try:
+        _check(trainer)
+    except GnnBridgeError as exc:  # a plugin's fault, already one line naming it
+        error = exc
+    lines = trainer.ctx.gather_objects(None if error is None else str(error))
+    if error is not None:
+        raise error
+    failed = [(rank, line) for rank, line in enumerate(lines) if line]
+    if failed:
+        raise failed_on(*failed[0])
+
+
+def _check(trainer) -> None:
+    model, ctx = trainer.model, trainer.ctx
+    seeds = trainer.data.split("train")[:SEEDS]
+    if not seeds.numel():
+        return
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), autocast(trainer.config.placement.precision, ctx.device):
+            trainer.sampler.reseed(trainer.config.train.seed, -1, ctx.rank)  # as validation does
+            for mb in trainer.sampler.loader([seeds]):
+                logits, _ = step_outputs(trainer, model, mb)  # shape, dtype and device, by trainer.call
+                trainer.call.finite(logits, "forward")
+            if trainer.final_mode() is EvalMode.LAYERWISE:  # layer_forward will be called: try it now
+                check_layers(trainer.call, trainer.backend, model, trainer.data, seeds, ctx.device)
+    finally:
+        model.train(was_training)
+
+
+def check_layers(call, backend, model, data, seeds: torch.Tensor, device: torch.device) -> None:
+    """One ``layer_forward`` per layer on a one-hop graph of ``seeds``, as layer-wise evaluation
+    calls it, each output checked by ``call`` (also the conformance suite's check). A later
+    layer's input is the previous layer's real output repeated to the graph's input-node count:
+    the right width, dtype and device, without an L-hop neighbourhood."""
+    sub = NeighborSampler(data.indptr, data.indices, [FANOUT]).sample(seeds, torch.Generator().manual_seed(0))
+    graph, rows = layer_batch(backend, model, data.x, sub, device)
+    for layer in range(model.num_layers):
+        out = call.layer(model, layer, graph, rows, seeds.numel(), last=layer == model.num_layers - 1)
+        call.finite(out, f"layer_forward({layer})")
+        rows = out[torch.arange(sub.node.numel(), device=out.device) % out.shape[0]]
