@@ -11,6 +11,7 @@ from torch import nn
 
 import gnnbridge
 from gnnbridge import hookimpl
+from gnnbridge.core import errors
 from gnnbridge.core.contracts import plugins
 from gnnbridge.core.contracts.config import ModelSpec, Task
 from gnnbridge.core.errors import ConfigError, GnnBridgeError
@@ -472,3 +473,103 @@ def test_a_plugin_link_model_trains_on_both_backends_and_a_homogeneous_one_is_re
             gnnbridge.run("rec-synthetic", backend=backend, nproc=1, progress=False, out=tmp_path / "x",
                           overrides=["model.arch=flat-link", *small])
     assert not (tmp_path / "x").exists()
+
+
+# --------------------------------------------------------------------------- plugin faults are the plugin's
+
+
+@pytest.mark.parametrize("stop", [SystemExit(0), KeyboardInterrupt()], ids=["SystemExit", "KeyboardInterrupt"])
+def test_a_plugin_that_exits_at_import_or_in_a_hook_is_left_out_like_one_that_raises(capsys, loud, monkeypatch,
+                                                                                     stop):
+    """``sys.exit()`` or a stray ``KeyboardInterrupt`` in a plugin must not end the command (with
+    exit 0, or as if the user pressed Ctrl-C): it is that plugin's failure, named in one line."""
+    monkeypatch.setattr(errors, "_recording", [True])  # as the CLI does: no SIGINT arrived
+    class Exits:
+        @hookimpl
+        def register_models(self, register):
+            raise stop
+
+    def load():
+        raise stop
+
+    plugins._load_one("exits-on-import", "exits_pkg", load)
+    try:
+        with registered_plugin(Exits(), "exits"):
+            assert "sage" in plugins.models.names()  # everything else keeps working
+        lines = capsys.readouterr().err.splitlines()
+        assert len(lines) == 2, lines
+        assert lines[0].startswith("Warning: plugin 'exits-on-import' (exits_pkg) failed to load: "
+                                   f"{type(stop).__name__}")
+        assert lines[1].startswith(f"Warning: plugin 'exits' raised in register_models: {type(stop).__name__}")
+    finally:
+        plugins._failures.pop("exits-on-import")
+
+
+def test_what_a_plugin_prints_while_loading_never_reaches_the_commands_output(capsys, loud):
+    """stdout is the command's output: ``models --json`` must stay JSON, ``config show > x.yaml`` YAML."""
+    from gnnbridge.cli import main
+
+    class Chatty:
+        @hookimpl
+        def register_models(self, register):
+            print("lab plugin: registering models")
+
+        @hookimpl
+        def register_experiments(self, register):
+            print("lab plugin: registering experiments")
+
+    def load():
+        print("lab plugin: imported")
+        return Chatty()
+
+    plugins._load_one("chatty-import", "chatty_pkg", load)
+    try:
+        with registered_plugin(Chatty(), "chatty"):
+            capsys.readouterr()
+            main(["models", "--json"])
+            shown = capsys.readouterr()
+            assert {"sage", "gcn"} <= {row["name"] for row in json.loads(shown.out)}
+            assert "lab plugin: registering models" in shown.err
+    finally:
+        plugins._failures.pop("chatty-import", None)
+        if plugins.pm.has_plugin("chatty-import"):
+            plugins.pm.unregister(name="chatty-import")
+            plugins.reset_registries()
+    assert "lab plugin: imported" not in capsys.readouterr().out
+
+
+class BadData:
+    @hookimpl
+    def register_datasets(self, register):
+        register("gives-none", lambda config, seed: None, "")
+        register("gives-tuple", lambda config, seed: (torch.zeros(3, 2), torch.zeros(3)), "")
+        register("gives-dict", lambda config, seed: {"x": torch.zeros(3, 2)}, "")
+        register("exits", lambda config, seed: sys.exit(3), "")
+        register("interrupts", lambda config, seed: (_ for _ in ()).throw(KeyboardInterrupt()), "")
+
+
+@pytest.mark.parametrize("dataset, needle", [
+    ("gives-none", "returned a NoneType from its loader; expected a GraphData"),
+    ("gives-tuple", "returned a tuple from its loader; expected a GraphData"),
+    ("gives-dict", "returned a dict from its loader; expected a GraphData"),
+    ("exits", "failed in its loader(config.dataset, seed): SystemExit(3)"),
+    ("interrupts", "failed in its loader(config.dataset, seed): KeyboardInterrupt, though no Ctrl-C"),
+])
+def test_a_dataset_loader_that_returns_nonsense_or_exits_is_named(refused, dataset, needle):
+    with registered_plugin(BadData(), "lab-data"):
+        shown = refused("train", "--dataset", dataset, "--backend", "pyg", "--out", "run")
+    assert shown.returncode == 1 and shown.stderr.count("\n") == 1, shown.stderr
+    assert shown.stderr.startswith(f"Error: dataset '{dataset}' (plugin 'lab-data') ") and needle in shown.stderr, shown.stderr
+
+
+def test_an_experiment_registered_as_a_string_is_named(refused):
+    class StringExperiment:
+        @hookimpl
+        def register_experiments(self, register):
+            register("lab-exp", "model: {arch: sage}", "")
+
+    with registered_plugin(StringExperiment(), "lab-exp"):
+        shown = refused("train", "lab-exp", "--out", "run")
+    assert shown.returncode == 1 and shown.stderr.count("\n") == 1, shown.stderr
+    assert shown.stderr.startswith("Error: Plugin 'lab-exp' registered experiment 'lab-exp' as a str"), shown.stderr
+    assert "register a dict of config sections" in shown.stderr
