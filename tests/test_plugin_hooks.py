@@ -37,14 +37,17 @@ class Linear(nn.Module):
 class SkipFirstNeighbour:
     """A backend-neutral sampler: core's, with a configurable off-by-one bug."""
 
-    def __init__(self, store, fanouts, shift=0):
+    def __init__(self, store, fanouts, shift=0, dtype=torch.long, merge_hops=False):
         self.inner = NeighborSampler(store.data.indptr, store.data.indices, fanouts)
-        self.shift = shift
+        self.shift, self.dtype, self.merge_hops = shift, dtype, merge_hops
 
     def sample(self, seeds, generator):
         sub = self.inner.sample(seeds, generator)
-        return SampledSubgraph(sub.node + self.shift * (sub.node >= 0), sub.row, sub.col, sub.edge,
-                               sub.num_sampled_nodes, sub.num_sampled_edges, sub.batch_size)
+        nodes, edges = sub.num_sampled_nodes, sub.num_sampled_edges
+        if self.merge_hops:  # every hop reported as one: the counts add up, the hops do not match the fanouts
+            nodes, edges = [nodes[0], sum(nodes[1:])], [sum(edges)]
+        return SampledSubgraph((sub.node + self.shift * (sub.node >= 0)).to(self.dtype), sub.row, sub.col, sub.edge,
+                               nodes, edges, sub.batch_size)
 
 
 class ModelsAndSamplers:
@@ -58,6 +61,9 @@ class ModelsAndSamplers:
     def register_samplers(self, register):
         register("neutral", lambda store, fanouts: SkipFirstNeighbour(store, fanouts))
         register("off-by-many", lambda store, fanouts: SkipFirstNeighbour(store, fanouts, shift=10**6))
+        register("float-ids", lambda store, fanouts: SkipFirstNeighbour(store, fanouts, dtype=torch.float32))
+        register("int32-ids", lambda store, fanouts: SkipFirstNeighbour(store, fanouts, dtype=torch.int32))
+        register("one-hop", lambda store, fanouts: SkipFirstNeighbour(store, fanouts, merge_hops=True))
 
 
 @pytest.fixture
@@ -88,6 +94,12 @@ def test_models_are_listed_by_task_and_backend(plugin):
     (["model.arch=wrong-shape"], r"^model 'wrong-shape' \(plugin 'lab'\) returned shape \[\d+, 3\]; expected logits "
                                  r"of shape \[\d+, 2\]"),
     (["sampler.kind=off-by-many"], r"^sampler 'off-by-many' \(plugin 'lab'\) returned node id 100\d+, outside \[0, 34\)"),
+    (["sampler.kind=float-ids"], r"^sampler 'float-ids' \(plugin 'lab'\) returned SampledSubgraph.node as a 1-D "
+                                 r"float32 tensor from sample\(\); expected a 1-D int64 tensor"),
+    (["sampler.kind=int32-ids"], r"^sampler 'int32-ids' \(plugin 'lab'\) returned SampledSubgraph.node as a 1-D "
+                                 r"int32 tensor from sample\(\); expected a 1-D int64 tensor"),
+    (["sampler.kind=one-hop"], r"^sampler 'one-hop' \(plugin 'lab'\) returned num_sampled_nodes=\[\d+, \d+\] and "
+                               r"num_sampled_edges=\[\d+\] from sample\(\) for 2 fanouts; expected 3 node counts"),
 ])
 def test_a_plugin_that_returns_nonsense_is_named_and_the_run_folder_is_removed(tmp_path, plugin, overrides, needle):
     with pytest.raises(plugins.PluginError, match=needle):
