@@ -1,6 +1,7 @@
 """The plugin contract: models, samplers and commands from plugins, a model by import path, PyG's
 zoo by name, and a broken plugin always named in one line (never a hang, never a wrong run)."""
 import json
+import os
 import re
 import subprocess
 import sys
@@ -585,3 +586,34 @@ def test_an_experiment_registered_as_a_string_is_named(refused):
     assert shown.returncode == 1 and shown.stderr.count("\n") == 1, shown.stderr
     assert shown.stderr.startswith("Error: Plugin 'lab-exp' registered experiment 'lab-exp' as a str"), shown.stderr
     assert "register a dict of config sections" in shown.stderr
+
+
+STOPPING_MODEL = '''
+import sys
+from torch import nn
+
+
+class StopsInForward(nn.Module):
+    def __init__(self, in_dim, out_dim, hidden=8, layers=2):
+        super().__init__()
+        self.lin = nn.Linear(in_dim, out_dim)
+
+    def forward(self, graph, x):
+        raise {stop}
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stop", ["KeyboardInterrupt()", "SystemExit(0)"])
+def test_a_model_that_raises_keyboardinterrupt_or_exits_in_forward_is_a_failure_not_a_ctrl_c(tmp_path, stop):
+    """Not "Stopped by SIGINT" (exit 130), not a silent exit 0: one line naming the model."""
+    (tmp_path / "stopping_lab.py").write_text(STOPPING_MODEL.format(stop=stop))
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "gnnbridge", "train", "karate-sage", "--backend", "pyg", "--quiet",
+                           "--set", "model.arch=stopping_lab:StopsInForward", "--out", "run"],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300, check=False)
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: class 'stopping_lab:StopsInForward'"), proc.stderr
+    assert f"failed in its forward pass: {stop.split('(')[0]}" in lines[0] and "SIGINT" not in lines[0], lines[0]

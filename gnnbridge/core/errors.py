@@ -37,11 +37,12 @@ def record_interrupts() -> None:
     """Ctrl-C keeps raising ``KeyboardInterrupt``, but the process now remembers that it came
     from a signal (:func:`signal_received`). Only Python's default handler is replaced: an
     ignored SIGINT (a background job) stays ignored, and a handler someone set stays theirs."""
-    if threading.current_thread() is threading.main_thread() and \
-            signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    if threading.current_thread() is not threading.main_thread():
+        return
+    current = signal.getsignal(signal.SIGINT)
+    if current is signal.default_int_handler:
         signal.signal(signal.SIGINT, _on_sigint)
-        _recording[0] = True
-    elif threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is _on_sigint:
+    if current in (signal.default_int_handler, _on_sigint, signal.SIG_IGN):  # SIG_IGN: no Ctrl-C can arrive
         _recording[0] = True
 
 
