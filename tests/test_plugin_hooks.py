@@ -617,3 +617,16 @@ def test_a_model_that_raises_keyboardinterrupt_or_exits_in_forward_is_a_failure_
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: class 'stopping_lab:StopsInForward'"), proc.stderr
     assert f"failed in its forward pass: {stop.split('(')[0]}" in lines[0] and "SIGINT" not in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("where", ["import", "__init__"])
+def test_a_model_class_that_exits_at_import_or_construction_is_named(lab, refused, where):
+    (lab / "exits_lab.py").write_text(
+        "import sys\nfrom torch import nn\n" + ("sys.exit(0)\n" if where == "import" else "") +
+        "class Exits(nn.Module):\n    def __init__(self, in_dim, out_dim):\n        super().__init__()\n"
+        "        sys.exit(0)\n")
+    shown = refused("train", "karate-sage", "--backend", "pyg", "--set", "model.arch=exits_lab:Exits", "--out", "run")
+    sys.modules.pop("exits_lab", None)
+    assert shown.returncode == 1 and shown.stderr.count("\n") == 1, shown.stderr
+    assert "exits_lab" in shown.stderr and "SystemExit" in shown.stderr, shown.stderr
+    assert not (lab / "run").exists()

@@ -107,7 +107,7 @@ def _load_one(name: str, where: str, load: Callable[[], Any]) -> None:
         return
     _loading.append(name)
     try:
-        with _stdout_to_stderr():
+        with stdout_to_stderr():
             plugin = load()
     except BaseException as exc:  # noqa: BLE001 - ImportError, or anything its import raises
         if not is_plugin_fault(exc):
@@ -166,7 +166,7 @@ def _what(exc: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def _stdout_to_stderr():
+def stdout_to_stderr():
     """While plugin code loads or registers, what it prints goes to stderr: stdout is the
     command's output (``models --json``, ``config show > file.yaml``)."""
     with contextlib.redirect_stdout(sys.stderr):
@@ -309,7 +309,7 @@ class Registry:
         for impl in getattr(pm.hook, self.hook).get_hookimpls():
             before = {k: list(v) if isinstance(v, list) else v for k, v in entries.items()}
             try:
-                with _stdout_to_stderr():
+                with stdout_to_stderr():
                     impl.function(self._register_callback(entries, impl.plugin_name))
             except BaseException as exc:  # noqa: BLE001 - a plugin's bug must not stop the others
                 if not is_plugin_fault(exc):
@@ -483,7 +483,8 @@ backends = Registry("backend", "register_backends", "Install one with pip instal
 datasets = Registry("dataset", "register_datasets", "Or pass a file: --dataset PATH.npz.", callable,
                     "a loader: a callable (dataset_config, seed) -> GraphData")
 experiments = Registry("experiment", "register_experiments", "Or pass a YAML file path.",
-                       lambda value: isinstance(value, dict), "a dict of config sections, e.g. {'model': {'arch': 'sage'}}")
+                       lambda value: isinstance(value, dict),
+                       "a dict of config sections, e.g. {'model': {'arch': 'sage'}}")
 models = ScopedRegistry("model", "register_models", "model.arch",
                         "Or give a class by import path, e.g. --set model.arch=my_lab.models:DeepSAGE (gnnbridge models "
                         "lists them all).")
@@ -505,7 +506,7 @@ def extend_cli(group: Any) -> None:
     for impl in pm.hook.register_commands.get_hookimpls():  # in the order the plugins were registered
         before = dict(group.commands)
         try:
-            with _stdout_to_stderr():
+            with stdout_to_stderr():
                 impl.function(group)
         except BaseException as exc:  # noqa: BLE001
             if not is_plugin_fault(exc):
