@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 import torch
 from torch import nn
 
@@ -543,6 +544,8 @@ def test_what_a_plugin_prints_while_loading_never_reaches_the_commands_output(ca
             shown = capsys.readouterr()
             assert {"sage", "gcn"} <= {row["name"] for row in json.loads(shown.out)}
             assert "lab plugin: registering models" in shown.err
+            main(["config", "show", "karate-sage"])
+            assert yaml.safe_load(capsys.readouterr().out)["model"]["arch"] == "sage"
     finally:
         plugins._failures.pop("chatty-import", None)
         if plugins.pm.has_plugin("chatty-import"):

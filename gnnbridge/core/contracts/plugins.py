@@ -490,7 +490,8 @@ models = ScopedRegistry("model", "register_models", "model.arch",
                         "lists them all).")
 samplers = ScopedRegistry("sampler", "register_samplers", "sampler.kind", "(gnnbridge samplers lists them all).",
                           reserved=("auto", "native"))
-loggers = Registry("logger", "register_loggers", "(gnnbridge loggers lists them).")
+loggers = Registry("logger", "register_loggers", "(gnnbridge loggers lists them).", callable,
+                   "an opener: a callable (run_dir, config) -> an object with log(step, values) and close()")
 REGISTRIES = (backends, datasets, experiments, models, samplers, loggers)
 
 
