@@ -492,12 +492,18 @@ def test_a_plugin_link_model_trains_on_both_backends_and_a_homogeneous_one_is_re
 # --------------------------------------------------------------------------- plugin faults are the plugin's
 
 
+@pytest.fixture
+def as_cli(monkeypatch):
+    """As in a CLI process (which records the signals it is sent), and no signal has arrived yet;
+    both undone afterwards, so no other test sees this one's state."""
+    monkeypatch.setattr(errors, "_recording", [True])
+    monkeypatch.setattr(errors, "_signals_received", [])
+
+
 @pytest.mark.parametrize("stop", [SystemExit(0), KeyboardInterrupt()], ids=["SystemExit", "KeyboardInterrupt"])
-def test_a_plugin_that_exits_at_import_or_in_a_hook_is_left_out_like_one_that_raises(capsys, loud, monkeypatch,
-                                                                                     stop):
+def test_a_plugin_that_exits_at_import_or_in_a_hook_is_left_out_like_one_that_raises(capsys, loud, as_cli, stop):
     """``sys.exit()`` or a stray ``KeyboardInterrupt`` in a plugin must not end the command (with
     exit 0, or as if the user pressed Ctrl-C): it is that plugin's failure, named in one line."""
-    monkeypatch.setattr(errors, "_recording", [True])  # as the CLI does: no SIGINT arrived
     class Exits:
         @hookimpl
         def register_models(self, register):
@@ -571,7 +577,7 @@ class BadData:
     ("exits", "failed in its loader(config.dataset, seed): SystemExit(3)"),
     ("interrupts", "failed in its loader(config.dataset, seed): KeyboardInterrupt, though no Ctrl-C"),
 ])
-def test_a_dataset_loader_that_returns_nonsense_or_exits_is_named(refused, dataset, needle):
+def test_a_dataset_loader_that_returns_nonsense_or_exits_is_named(refused, as_cli, dataset, needle):
     with registered_plugin(BadData(), "lab-data"):
         shown = refused("train", "--dataset", dataset, "--backend", "pyg", "--out", "run")
     assert shown.returncode == 1 and shown.stderr.count("\n") == 1, shown.stderr
@@ -633,3 +639,23 @@ def test_a_model_class_that_exits_at_import_or_construction_is_named(lab, refuse
     assert shown.returncode == 1 and shown.stderr.count("\n") == 1, shown.stderr
     assert "exits_lab" in shown.stderr and "SystemExit" in shown.stderr, shown.stderr
     assert not (lab / "run").exists()
+
+
+def test_only_a_keyboardinterrupt_a_signal_caused_passes_through_plugin_code_as_a_ctrl_c(as_cli):
+    import signal
+
+    def forward():
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        errors.record_interrupts()  # what the CLI and every rank do first
+        with pytest.raises(plugins.PluginError, match=r"^model 'x' failed in its forward pass: KeyboardInterrupt, "
+                                                     r"though no Ctrl-C or signal arrived"):
+            with plugins.blame("model 'x'", "forward pass"):
+                forward()
+        with pytest.raises(KeyboardInterrupt):  # a real Ctrl-C arriving while plugin code runs stays one
+            with plugins.blame("model 'x'", "forward pass"):
+                signal.raise_signal(signal.SIGINT)
+    finally:
+        signal.signal(signal.SIGINT, previous)
