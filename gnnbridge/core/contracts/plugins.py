@@ -327,11 +327,11 @@ class Registry:
             if value is None and hasattr(name, "name"):  # register(obj) with obj.name / obj.description
                 name, value, description = name.name, name, getattr(name, "description", "")
             self._check_name(name, plugin)
+            if name in entries:
+                self._taken(name, entries[name].plugin, plugin)
             if self.expect is not None and not self.expect(value):
                 raise PluginError(f"Plugin '{plugin}' registered {self.kind} '{name}' as a {type(value).__name__} "
                                   f"({repr(value)[:60]}) in {self.hook}; register {self.expected}.")
-            if name in entries:
-                self._taken(name, entries[name].plugin, plugin)
             entries[name] = Entry(name, value, description, plugin)
 
         return register
