@@ -21,7 +21,7 @@ import click
 # that says why. Must be set before torch is imported; a user's own setting wins.
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
-from gnnbridge.core.errors import GnnBridgeError
+from gnnbridge.core.errors import GnnBridgeError, record_interrupts
 
 
 class _Stopped(Exception):
@@ -486,6 +486,7 @@ def loggers() -> None:
 def main(argv: list[str] | None = None) -> None:
     """Every way a command can end is one line on stderr and an exit code; an exception nobody
     anticipated included (its traceback goes to a file the line names)."""
+    record_interrupts()  # a plugin's own KeyboardInterrupt is then its failure, not a Ctrl-C
     try:
         cli.main(args=argv, prog_name="gnnbridge", standalone_mode=False)
     except _Stopped as stopped:

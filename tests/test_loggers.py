@@ -137,4 +137,58 @@ def test_epochs_reach_the_loggers_only_with_the_checkpoint_that_holds_them(tmp_p
         finished = RunLoggers(config, tmp_path)
         finished.finish(4, {"test_acc": 0.5})
         finished.close()  # after a finished run, a failed close is a warning, not a failed run
-        assert "Warning: logger 'recording' failed in its close(): OSError: could not flush" in capsys.readouterr().err
+        assert "Warning: logger 'recording' (plugin 'lab') failed in its close(): OSError: could not flush" in capsys.readouterr().err
+
+
+EXITING_LOGGER = '''
+import os
+import gnnbridge
+
+
+class ExitsOnce:
+    """Exits the process (as a careless logger might) the first time it is given epoch 2."""
+
+    def __init__(self, run_dir, config):
+        self.marker = os.path.join(os.path.dirname(str(run_dir)), "exited-once")
+
+    def log(self, step, values):
+        if step == 2 and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            raise SystemExit(0)
+
+    def close(self):
+        pass
+
+
+@gnnbridge.hookimpl
+def register_loggers(register):
+    register("exits", ExitsOnce, "calls sys.exit(0) at epoch 2, once")
+'''
+
+
+@pytest.mark.slow
+def test_a_logger_that_exits_the_process_fails_the_run_naming_it_and_keeps_it_resumable(tmp_path):
+    """``sys.exit(0)`` in a logger must not end ``train`` as a success, nor lose the checkpoints."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "lab_exiting_logger.py").write_text(EXITING_LOGGER)
+    dist = tmp_path / "lab_exiting_logger-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: lab-exiting-logger\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[gnnbridge]\nlab-exiting = lab_exiting_logger\n")
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+
+    def train(*args):
+        return subprocess.run([sys.executable, "-m", "gnnbridge", "train", *args], capture_output=True, text=True,
+                              cwd=tmp_path, env=env, timeout=300, check=False)
+
+    stopped = train("karate-sage", "--backend", "pyg", "--quiet", "--set", "train.epochs=3", "--set", "log.to=[exits]",
+                    "--out", "run")
+    one_line(stopped, "logger 'exits' (plugin 'lab-exiting') failed in its log(step, values): SystemExit(0)")
+    assert stopped.stderr.rstrip().endswith("continue it with: gnnbridge train --resume run"), stopped.stderr
+    assert (tmp_path / "run" / "checkpoints").is_dir() and not (tmp_path / "run" / "results.json").exists()
+    ok(train("--resume", "run", "--quiet"))
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["epochs_trained"] == 3

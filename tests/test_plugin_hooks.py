@@ -1,16 +1,19 @@
 """The plugin contract: models, samplers and commands from plugins, a model by import path, PyG's
 zoo by name, and a broken plugin always named in one line (never a hang, never a wrong run)."""
 import json
+import os
 import re
 import subprocess
 import sys
 
 import pytest
+import yaml
 import torch
 from torch import nn
 
 import gnnbridge
 from gnnbridge import hookimpl
+from gnnbridge.core import errors
 from gnnbridge.core.contracts import plugins
 from gnnbridge.core.contracts.config import ModelSpec, Task
 from gnnbridge.core.errors import ConfigError, GnnBridgeError
@@ -36,14 +39,17 @@ class Linear(nn.Module):
 class SkipFirstNeighbour:
     """A backend-neutral sampler: core's, with a configurable off-by-one bug."""
 
-    def __init__(self, store, fanouts, shift=0):
+    def __init__(self, store, fanouts, shift=0, dtype=torch.long, merge_hops=False):
         self.inner = NeighborSampler(store.data.indptr, store.data.indices, fanouts)
-        self.shift = shift
+        self.shift, self.dtype, self.merge_hops = shift, dtype, merge_hops
 
     def sample(self, seeds, generator):
         sub = self.inner.sample(seeds, generator)
-        return SampledSubgraph(sub.node + self.shift * (sub.node >= 0), sub.row, sub.col, sub.edge,
-                               sub.num_sampled_nodes, sub.num_sampled_edges, sub.batch_size)
+        nodes, edges = sub.num_sampled_nodes, sub.num_sampled_edges
+        if self.merge_hops:  # every hop reported as one: the counts add up, the hops do not match the fanouts
+            nodes, edges = [nodes[0], sum(nodes[1:])], [sum(edges)]
+        return SampledSubgraph((sub.node + self.shift * (sub.node >= 0)).to(self.dtype), sub.row, sub.col, sub.edge,
+                               nodes, edges, sub.batch_size)
 
 
 class ModelsAndSamplers:
@@ -57,6 +63,9 @@ class ModelsAndSamplers:
     def register_samplers(self, register):
         register("neutral", lambda store, fanouts: SkipFirstNeighbour(store, fanouts))
         register("off-by-many", lambda store, fanouts: SkipFirstNeighbour(store, fanouts, shift=10**6))
+        register("float-ids", lambda store, fanouts: SkipFirstNeighbour(store, fanouts, dtype=torch.float32))
+        register("int32-ids", lambda store, fanouts: SkipFirstNeighbour(store, fanouts, dtype=torch.int32))
+        register("one-hop", lambda store, fanouts: SkipFirstNeighbour(store, fanouts, merge_hops=True))
 
 
 @pytest.fixture
@@ -87,6 +96,12 @@ def test_models_are_listed_by_task_and_backend(plugin):
     (["model.arch=wrong-shape"], r"^model 'wrong-shape' \(plugin 'lab'\): forward returned shape \[\d+, 3\]; "
                                  r"expected logits of shape \[\d+, 2\]"),
     (["sampler.kind=off-by-many"], r"^sampler 'off-by-many' \(plugin 'lab'\) returned node id 100\d+, outside \[0, 34\)"),
+    (["sampler.kind=float-ids"], r"^sampler 'float-ids' \(plugin 'lab'\) returned SampledSubgraph.node as a 1-D "
+                                 r"float32 tensor from sample\(\); expected a 1-D int64 tensor"),
+    (["sampler.kind=int32-ids"], r"^sampler 'int32-ids' \(plugin 'lab'\) returned SampledSubgraph.node as a 1-D "
+                                 r"int32 tensor from sample\(\); expected a 1-D int64 tensor"),
+    (["sampler.kind=one-hop"], r"^sampler 'one-hop' \(plugin 'lab'\) returned num_sampled_nodes=\[\d+, \d+\] and "
+                               r"num_sampled_edges=\[\d+\] from sample\(\) for 2 fanouts; expected 3 node counts"),
 ])
 def test_a_plugin_that_returns_nonsense_is_named_and_the_run_folder_is_removed(tmp_path, plugin, overrides, needle):
     with pytest.raises(plugins.PluginError, match=needle):
@@ -676,3 +691,177 @@ def test_the_cli_refuses_a_model_on_another_device_in_one_line(refused, tmp_path
         "input's device (create tensors with device=x.device, register them as buffers, never call .cpu() or "
         ".cuda() in the model)."], proc.stderr
     assert not (tmp_path / "run").exists()
+
+
+
+
+# --------------------------------------------------------------------------- plugin faults are the plugin's
+
+
+@pytest.fixture
+def as_cli(monkeypatch):
+    """As in a CLI process (which records the signals it is sent), and no signal has arrived yet;
+    both undone afterwards, so no other test sees this one's state."""
+    monkeypatch.setattr(errors, "_recording", [True])
+    monkeypatch.setattr(errors, "_signals_received", [])
+
+
+@pytest.mark.parametrize("stop", [SystemExit(0), KeyboardInterrupt()], ids=["SystemExit", "KeyboardInterrupt"])
+def test_a_plugin_that_exits_at_import_or_in_a_hook_is_left_out_like_one_that_raises(capsys, loud, as_cli, stop):
+    """``sys.exit()`` or a stray ``KeyboardInterrupt`` in a plugin must not end the command (with
+    exit 0, or as if the user pressed Ctrl-C): it is that plugin's failure, named in one line."""
+    class Exits:
+        @hookimpl
+        def register_models(self, register):
+            raise stop
+
+    def load():
+        raise stop
+
+    plugins._load_one("exits-on-import", "exits_pkg", load)
+    try:
+        with registered_plugin(Exits(), "exits"):
+            assert "sage" in plugins.models.names()  # everything else keeps working
+        lines = capsys.readouterr().err.splitlines()
+        assert len(lines) == 2, lines
+        assert lines[0].startswith("Warning: plugin 'exits-on-import' (exits_pkg) failed to load: "
+                                   f"{type(stop).__name__}")
+        assert lines[1].startswith(f"Warning: plugin 'exits' raised in register_models: {type(stop).__name__}")
+    finally:
+        plugins._failures.pop("exits-on-import")
+
+
+def test_what_a_plugin_prints_while_loading_never_reaches_the_commands_output(capsys, loud):
+    """stdout is the command's output: ``models --json`` must stay JSON, ``config show > x.yaml`` YAML."""
+    from gnnbridge.cli import main
+
+    class Chatty:
+        @hookimpl
+        def register_models(self, register):
+            print("lab plugin: registering models")
+
+        @hookimpl
+        def register_experiments(self, register):
+            print("lab plugin: registering experiments")
+
+    def load():
+        print("lab plugin: imported")
+        return Chatty()
+
+    plugins._load_one("chatty-import", "chatty_pkg", load)
+    try:
+        with registered_plugin(Chatty(), "chatty"):
+            capsys.readouterr()
+            main(["models", "--json"])
+            shown = capsys.readouterr()
+            assert {"sage", "gcn"} <= {row["name"] for row in json.loads(shown.out)}
+            assert "lab plugin: registering models" in shown.err
+            main(["config", "show", "karate-sage"])
+            assert yaml.safe_load(capsys.readouterr().out)["model"]["arch"] == "sage"
+    finally:
+        plugins._failures.pop("chatty-import", None)
+        if plugins.pm.has_plugin("chatty-import"):
+            plugins.pm.unregister(name="chatty-import")
+            plugins.reset_registries()
+    assert "lab plugin: imported" not in capsys.readouterr().out
+
+
+class BadData:
+    @hookimpl
+    def register_datasets(self, register):
+        register("gives-none", lambda config, seed: None, "")
+        register("gives-tuple", lambda config, seed: (torch.zeros(3, 2), torch.zeros(3)), "")
+        register("gives-dict", lambda config, seed: {"x": torch.zeros(3, 2)}, "")
+        register("exits", lambda config, seed: sys.exit(3), "")
+        register("interrupts", lambda config, seed: (_ for _ in ()).throw(KeyboardInterrupt()), "")
+
+
+@pytest.mark.parametrize("dataset, needle", [
+    ("gives-none", "returned a NoneType from its loader; expected a GraphData"),
+    ("gives-tuple", "returned a tuple from its loader; expected a GraphData"),
+    ("gives-dict", "returned a dict from its loader; expected a GraphData"),
+    ("exits", "failed in its loader(config.dataset, seed): SystemExit(3)"),
+    ("interrupts", "failed in its loader(config.dataset, seed): KeyboardInterrupt, though no Ctrl-C"),
+])
+def test_a_dataset_loader_that_returns_nonsense_or_exits_is_named(refused, as_cli, dataset, needle):
+    with registered_plugin(BadData(), "lab-data"):
+        shown = refused("train", "--dataset", dataset, "--backend", "pyg", "--out", "run")
+    assert shown.returncode == 1 and shown.stderr.count("\n") == 1, shown.stderr
+    assert shown.stderr.startswith(f"Error: dataset '{dataset}' (plugin 'lab-data') ") and needle in shown.stderr, shown.stderr
+
+
+def test_an_experiment_registered_as_a_string_is_named(refused):
+    class StringExperiment:
+        @hookimpl
+        def register_experiments(self, register):
+            register("lab-exp", "model: {arch: sage}", "")
+
+    with registered_plugin(StringExperiment(), "lab-exp"):
+        shown = refused("train", "lab-exp", "--out", "run")
+    assert shown.returncode == 1 and shown.stderr.count("\n") == 1, shown.stderr
+    assert shown.stderr.startswith("Error: Plugin 'lab-exp' registered experiment 'lab-exp' as a str"), shown.stderr
+    assert "register a dict of config sections" in shown.stderr
+
+
+STOPPING_MODEL = '''
+import sys
+from torch import nn
+
+
+class StopsInForward(nn.Module):
+    def __init__(self, in_dim, out_dim, hidden=8, layers=2):
+        super().__init__()
+        self.lin = nn.Linear(in_dim, out_dim)
+
+    def forward(self, graph, x):
+        raise {stop}
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stop", ["KeyboardInterrupt()", "SystemExit(0)"])
+def test_a_model_that_raises_keyboardinterrupt_or_exits_in_forward_is_a_failure_not_a_ctrl_c(tmp_path, stop):
+    """Not "Stopped by SIGINT" (exit 130), not a silent exit 0: one line naming the model."""
+    (tmp_path / "stopping_lab.py").write_text(STOPPING_MODEL.format(stop=stop))
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "gnnbridge", "train", "karate-sage", "--backend", "pyg", "--quiet",
+                           "--set", "model.arch=stopping_lab:StopsInForward", "--out", "run"],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300, check=False)
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: class 'stopping_lab:StopsInForward'"), proc.stderr
+    assert f"failed in its forward pass: {stop.split('(')[0]}" in lines[0] and "SIGINT" not in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("where", ["import", "__init__"])
+def test_a_model_class_that_exits_at_import_or_construction_is_named(lab, refused, where):
+    (lab / "exits_lab.py").write_text(
+        "import sys\nfrom torch import nn\n" + ("sys.exit(0)\n" if where == "import" else "") +
+        "class Exits(nn.Module):\n    def __init__(self, in_dim, out_dim):\n        super().__init__()\n"
+        "        sys.exit(0)\n")
+    shown = refused("train", "karate-sage", "--backend", "pyg", "--set", "model.arch=exits_lab:Exits", "--out", "run")
+    sys.modules.pop("exits_lab", None)
+    assert shown.returncode == 1 and shown.stderr.count("\n") == 1, shown.stderr
+    assert "exits_lab" in shown.stderr and "SystemExit" in shown.stderr, shown.stderr
+    assert not (lab / "run").exists()
+
+
+def test_only_a_keyboardinterrupt_a_signal_caused_passes_through_plugin_code_as_a_ctrl_c(as_cli):
+    import signal
+
+    def forward():
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        errors.record_interrupts()  # what the CLI and every rank do first
+        with pytest.raises(plugins.PluginError, match=r"^model 'x' failed in its forward pass: KeyboardInterrupt, "
+                                                     r"though no Ctrl-C or signal arrived"):
+            with plugins.blame("model 'x'", "forward pass"):
+                forward()
+        with pytest.raises(KeyboardInterrupt):  # a real Ctrl-C arriving while plugin code runs stays one
+            with plugins.blame("model 'x'", "forward pass"):
+                signal.raise_signal(signal.SIGINT)
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -8,7 +8,42 @@ traceback) and exits non-zero; library callers can catch the builtin base they e
 from __future__ import annotations
 
 import difflib
+import signal
+import threading
 from collections.abc import Iterable
+
+_signals_received: list[int] = []  # stop signals this process was sent (see record_interrupts)
+_recording = [False]  # whether record_interrupts installed its handler here
+
+
+def note_signal(signum: int) -> None:
+    """Remember that ``signum`` was delivered to this process (by a signal handler)."""
+    _signals_received.append(int(signum))
+
+
+def signal_received() -> bool:
+    """Whether a stop signal really arrived: a ``KeyboardInterrupt`` without one was raised by
+    some code (a plugin's), and is that code's failure, not a Ctrl-C. Where no handler records
+    signals (a notebook calling the library), every interrupt counts as real."""
+    return bool(_signals_received) or not _recording[0]
+
+
+def _on_sigint(signum, frame):
+    note_signal(signum)
+    raise KeyboardInterrupt
+
+
+def record_interrupts() -> None:
+    """Ctrl-C keeps raising ``KeyboardInterrupt``, but the process now remembers that it came
+    from a signal (:func:`signal_received`). Only Python's default handler is replaced: an
+    ignored SIGINT (a background job) stays ignored, and a handler someone set stays theirs."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    current = signal.getsignal(signal.SIGINT)
+    if current is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _on_sigint)
+    if current in (signal.default_int_handler, _on_sigint, signal.SIG_IGN):  # SIG_IGN: no Ctrl-C can arrive
+        _recording[0] = True
 
 
 class GnnBridgeError(Exception):

@@ -12,7 +12,7 @@ import os
 import torch
 
 from gnnbridge.core.contracts.config import DeviceChoice, ExperimentConfig, SamplerKind, Task
-from gnnbridge.core.contracts.plugins import backends, datasets
+from gnnbridge.core.contracts.plugins import PluginError, backends, blame, datasets
 from gnnbridge.core.errors import BackendUnavailableError, ConfigError, DataError, ResourceError
 from gnnbridge.core.models.build import build_model, check_heterogeneous, count_parameters, model_dims
 from gnnbridge.core.models.build import resolve as resolve_model
@@ -101,7 +101,7 @@ def load_dataset(config: ExperimentConfig, ranks_here: int | None = None) -> Gra
     """Load and validate the dataset; it must suit the task, every split must give each rank at
     least one node (or graph), and the model must fit the ``ranks_here`` ranks of this machine
     (default: all ``nproc``)."""
-    data = for_task(config, datasets.get(config.dataset.name)(config.dataset, config.train.seed))
+    data = for_task(config, _call_loader(config))
     _check_data_task(config, data)
     if isinstance(data, HeteroGraphData):
         _check_hetero(config, data)
@@ -202,6 +202,18 @@ def check_disk(config: ExperimentConfig, data: GraphData | GraphCollection, fold
             f"{params:,} parameters) but '{folder}' has {format_bytes(free)} free; free "
             "some space, choose another --out, or use a smaller model."
         )
+
+
+def _call_loader(config: ExperimentConfig):
+    """The dataset plugin's loader, called: what it raises or returns wrongly names it."""
+    name = config.dataset.name
+    origin = datasets.origin(name)
+    with blame(origin, "loader(config.dataset, seed)"):
+        data = datasets.get(name)(config.dataset, config.train.seed)
+    if not isinstance(data, (GraphData, GraphCollection, HeteroSource, HeteroGraphData)):
+        raise PluginError(f"{origin} returned a {type(data).__name__} from its loader; expected a GraphData, "
+                          "GraphCollection or HeteroSource (gnnbridge.core.records), e.g. GraphData(...).")
+    return data
 
 
 def for_task(config: ExperimentConfig, data):

@@ -33,7 +33,7 @@ import pluggy
 
 from gnnbridge.core.contracts import hookspecs
 from gnnbridge.core.contracts.config import Task
-from gnnbridge.core.errors import ConfigError, GnnBridgeError, did_you_mean, unknown_name
+from gnnbridge.core.errors import ConfigError, GnnBridgeError, did_you_mean, signal_received, unknown_name
 
 ENTRY_POINT_GROUP = "gnnbridge"
 ENV_LOAD = "GNNBRIDGE_LOAD_PLUGINS"
@@ -107,11 +107,12 @@ def _load_one(name: str, where: str, load: Callable[[], Any]) -> None:
         return
     _loading.append(name)
     try:
-        plugin = load()
-    except GnnBridgeError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - ImportError, or anything its import raises
-        return plugin_failed(name, f"({where}) failed to load: {type(exc).__name__}: {_short(exc)}")
+        with stdout_to_stderr():
+            plugin = load()
+    except BaseException as exc:  # noqa: BLE001 - ImportError, or anything its import raises
+        if not is_plugin_fault(exc):
+            raise
+        return plugin_failed(name, f"({where}) failed to load: {_what(exc)}")
     finally:
         _loading.pop()
     if pm.is_registered(plugin):
@@ -138,18 +139,50 @@ def plugin_failed(name: str, why: str) -> None:
     warn(f"plugin '{name}' {why}; it is left out (uninstall it, or exclude it with {ENV_LOAD}).")
 
 
+def is_plugin_fault(exc: BaseException) -> bool:
+    """Whether ``exc``, raised while plugin code ran, is that plugin's failure. Not so for
+    gnnbridge's own errors, memory exhaustion, a failed peer, or a Ctrl-C / SIGTERM that really
+    arrived. ``SystemExit`` and a ``KeyboardInterrupt`` no signal caused are the plugin's: they
+    must not end a command as a success or look like the user stopped it."""
+    if isinstance(exc, (GnnBridgeError, MemoryError, GeneratorExit)):
+        return False
+    if isinstance(exc, KeyboardInterrupt):
+        return not signal_received()
+    if isinstance(exc, SystemExit):
+        return True
+    if not isinstance(exc, Exception):
+        return False
+    torch = sys.modules.get("torch")
+    return torch is None or not isinstance(exc, (torch.OutOfMemoryError, torch.distributed.DistError))
+
+
+def _what(exc: BaseException) -> str:
+    """``Type: first line`` of a plugin's exception; SystemExit says what it exits with."""
+    if isinstance(exc, SystemExit):
+        return f"SystemExit({exc.code!r}) (a plugin must raise an exception, not exit the process)"
+    if isinstance(exc, KeyboardInterrupt):
+        return "KeyboardInterrupt, though no Ctrl-C or signal arrived"
+    return f"{type(exc).__name__}: {_short(exc)}"
+
+
+@contextlib.contextmanager
+def stdout_to_stderr():
+    """While plugin code loads or registers, what it prints goes to stderr: stdout is the
+    command's output (``models --json``, ``config show > file.yaml``)."""
+    with contextlib.redirect_stdout(sys.stderr):
+        yield
+
+
 @contextlib.contextmanager
 def blame(origin: str, what: str):
     """Turn an exception from a plugin's code (a model's forward, a sampler's loader) into one
-    line naming it; gnnbridge's own errors, memory exhaustion and a failed peer pass through."""
-    import torch
-
+    line naming it (see :func:`is_plugin_fault` for what passes through)."""
     try:
         yield
-    except (GnnBridgeError, MemoryError, torch.OutOfMemoryError, torch.distributed.DistError):
-        raise
-    except Exception as exc:  # noqa: BLE001
-        raise PluginError(f"{origin} failed in its {what}: {type(exc).__name__}: {_short(exc)}") from None
+    except BaseException as exc:  # noqa: BLE001
+        if not is_plugin_fault(exc):
+            raise
+        raise PluginError(f"{origin} failed in its {what}: {_what(exc)}") from None
 
 
 def _short(exc: BaseException) -> str:
@@ -258,10 +291,13 @@ class Entry:
 class Registry:
     """Names to objects for one kind of thing; errors list what is available."""
 
-    def __init__(self, kind: str, hook: str, fix: str = ""):
+    def __init__(self, kind: str, hook: str, fix: str = "", expect: Callable[[Any], bool] | None = None,
+                 expected: str = ""):
+        """``expect``: whether a registered value is of the right kind (``expected`` says which)."""
         self.kind = kind
         self.hook = hook
         self.fix = fix
+        self.expect, self.expected = expect, expected
         self._entries: dict[str, Any] | None = None
 
     def _collect(self) -> dict[str, Any]:
@@ -273,13 +309,14 @@ class Registry:
         for impl in getattr(pm.hook, self.hook).get_hookimpls():
             before = {k: list(v) if isinstance(v, list) else v for k, v in entries.items()}
             try:
-                impl.function(self._register_callback(entries, impl.plugin_name))
-            except GnnBridgeError:
-                raise  # an invalid registration or a taken name: the plugin's author must fix it
-            except Exception as exc:  # noqa: BLE001 - a plugin's bug must not stop the others
+                with stdout_to_stderr():
+                    impl.function(self._register_callback(entries, impl.plugin_name))
+            except BaseException as exc:  # noqa: BLE001 - a plugin's bug must not stop the others
+                if not is_plugin_fault(exc):
+                    raise  # an invalid registration or a taken name: the plugin's author must fix it
                 entries.clear()
                 entries.update(before)
-                failed.append((impl.plugin_name, f"raised in {self.hook}: {type(exc).__name__}: {_short(exc)}"))
+                failed.append((impl.plugin_name, f"raised in {self.hook}: {_what(exc)}"))
         for name, why in failed:
             plugin_failed(name, why)  # resets every registry: this one is then kept as collected
         self._entries = entries
@@ -292,6 +329,9 @@ class Registry:
             self._check_name(name, plugin)
             if name in entries:
                 self._taken(name, entries[name].plugin, plugin)
+            if self.expect is not None and not self.expect(value):
+                raise PluginError(f"Plugin '{plugin}' registered {self.kind} '{name}' as a {type(value).__name__} "
+                                  f"({repr(value)[:60]}) in {self.hook}; register {self.expected}.")
             entries[name] = Entry(name, value, description, plugin)
 
         return register
@@ -322,6 +362,12 @@ class Registry:
         if name not in entries:
             raise unknown_name(self.kind, name, entries, self.fix)
         return entries[name].value
+
+    def origin(self, name: str) -> str:
+        """``kind 'name' (plugin 'p')``: how a line names what a plugin registered."""
+        entry = self._collect().get(name)
+        plugin = entry.plugin if isinstance(entry, Entry) else "?"
+        return f"{self.kind} '{name}' (plugin '{plugin}')"
 
     def reset(self) -> None:
         """Forget collected entries (after registering or unregistering a plugin)."""
@@ -434,14 +480,18 @@ class ScopedRegistry(Registry):
 
 
 backends = Registry("backend", "register_backends", "Install one with pip install 'gnnbridge[pyg]' or 'gnnbridge[dgl]'.")
-datasets = Registry("dataset", "register_datasets", "Or pass a file: --dataset PATH.npz.")
-experiments = Registry("experiment", "register_experiments", "Or pass a YAML file path.")
+datasets = Registry("dataset", "register_datasets", "Or pass a file: --dataset PATH.npz.", callable,
+                    "a loader: a callable (dataset_config, seed) -> GraphData")
+experiments = Registry("experiment", "register_experiments", "Or pass a YAML file path.",
+                       lambda value: isinstance(value, dict),
+                       "a dict of config sections, e.g. {'model': {'arch': 'sage'}}")
 models = ScopedRegistry("model", "register_models", "model.arch",
                         "Or give a class by import path, e.g. --set model.arch=my_lab.models:DeepSAGE (gnnbridge models "
                         "lists them all).")
 samplers = ScopedRegistry("sampler", "register_samplers", "sampler.kind", "(gnnbridge samplers lists them all).",
                           reserved=("auto", "native"))
-loggers = Registry("logger", "register_loggers", "(gnnbridge loggers lists them).")
+loggers = Registry("logger", "register_loggers", "(gnnbridge loggers lists them).", callable,
+                   "an opener: a callable (run_dir, config) -> an object with log(step, values) and close()")
 REGISTRIES = (backends, datasets, experiments, models, samplers, loggers)
 
 
@@ -457,11 +507,14 @@ def extend_cli(group: Any) -> None:
     for impl in pm.hook.register_commands.get_hookimpls():  # in the order the plugins were registered
         before = dict(group.commands)
         try:
-            impl.function(group)
-        except Exception as exc:  # noqa: BLE001
+            with stdout_to_stderr():
+                impl.function(group)
+        except BaseException as exc:  # noqa: BLE001
+            if not is_plugin_fault(exc):
+                raise
             group.commands.clear()
             group.commands.update(before)
-            plugin_failed(impl.plugin_name, f"raised in register_commands: {type(exc).__name__}: {_short(exc)}")
+            plugin_failed(impl.plugin_name, f"raised in register_commands: {_what(exc)}")
             continue
         for name, command in list(group.commands.items()):
             if name in before and before[name] is not command:

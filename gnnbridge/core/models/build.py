@@ -37,8 +37,9 @@ import torch
 from torch import nn
 
 from gnnbridge.core.contracts.config import ModelSpec, Task
-from gnnbridge.core.contracts.plugins import PluginError, blame, code_allowed, models
-from gnnbridge.core.errors import ConfigError, GnnBridgeError
+from gnnbridge.core.contracts.plugins import (PluginError, blame, code_allowed, is_plugin_fault, models,
+                                              stdout_to_stderr)
+from gnnbridge.core.errors import ConfigError
 
 INJECTED = ("hidden", "layers", "dropout", "aggr", "heads", "pooling")
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
@@ -70,8 +71,11 @@ def _import_class(path: str, backend: str) -> ModelChoice:
     if os.getcwd() not in sys.path:  # once, for good: spawned ranks inherit the parent's sys.path
         sys.path.insert(0, os.getcwd())
     try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # noqa: BLE001 - whatever the user's module raises on import
+        with stdout_to_stderr():
+            module = importlib.import_module(module_name)
+    except BaseException as exc:  # noqa: BLE001 - whatever the user's module raises on import (sys.exit too)
+        if not is_plugin_fault(exc):
+            raise
         raise ConfigError(f"model.arch='{path}': module '{module_name}' cannot be imported ({type(exc).__name__}: "
                           f"{_line(exc)}); it must be importable from the current folder or PYTHONPATH.") from None
     obj: Any = module
@@ -125,9 +129,9 @@ def build_model(spec: ModelSpec, backend: str, task: Task, in_dim: int, out_dim:
     choice = resolve(spec, backend, task)
     try:
         model = construct(choice, spec, in_dim, out_dim, data)
-    except GnnBridgeError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - the builder is a plugin's code
+    except BaseException as exc:  # noqa: BLE001 - the builder is a plugin's code (sys.exit too)
+        if not is_plugin_fault(exc):
+            raise
         raise PluginError(f"{choice.origin} could not be built with {_spec_text(spec)}: {type(exc).__name__}: "
                           f"{_line(exc)}") from None
     if hasattr(model, "bind"):
@@ -162,9 +166,9 @@ def count_parameters(spec: ModelSpec, backend: str, task: Task, in_dim: int, out
         with torch.device("meta"):
             model = construct(choice, spec, in_dim, out_dim, data)
         return sum(p.numel() for p in model.parameters())
-    except GnnBridgeError:
-        raise
-    except Exception:  # noqa: BLE001 - not buildable on meta: the caller estimates, then builds on CPU
+    except BaseException as exc:  # noqa: BLE001 - not buildable on meta: the caller estimates, then builds on CPU
+        if not is_plugin_fault(exc):  # (where a builder that exits or fails is named)
+            raise
         return None
 
 

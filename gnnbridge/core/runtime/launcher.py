@@ -39,7 +39,7 @@ import torch.distributed as dist
 
 from gnnbridge.core.contracts.config import DEFAULT_TIMEOUT_S
 from gnnbridge.core.contracts.plugins import ENV_WARNED
-from gnnbridge.core.errors import ConfigError, RankFailedError, RunInterrupted
+from gnnbridge.core.errors import ConfigError, RankFailedError, RunInterrupted, note_signal
 from gnnbridge.core.runtime.context import DistContext, resolve_device
 from gnnbridge.core.runtime.jobs import JobEnv, detect_job
 from gnnbridge.core.runtime.rank import RankSpec, rank_main
@@ -118,6 +118,7 @@ def interrupt_on_sigterm() -> Iterator[None]:
     previous = signal.getsignal(signal.SIGTERM)
 
     def handler(signum, frame):
+        note_signal(signum)
         raise RunInterrupted(signum)
 
     signal.signal(signal.SIGTERM, handler)

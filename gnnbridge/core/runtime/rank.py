@@ -27,7 +27,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from gnnbridge.core.errors import GnnBridgeError, RankFailedError
+from gnnbridge.core.errors import GnnBridgeError, RankFailedError, record_interrupts
 from gnnbridge.core.runtime.context import POLL_S, DistContext, attempt_store, resolve_device
 from gnnbridge.core.runtime.jobs import JobEnv
 from gnnbridge.core.runtime.watchdog import (
@@ -80,6 +80,7 @@ class RankSpec:
 def rank_main(spec: RankSpec, device_kind: str, worker: Callable[..., Any], args: tuple, timeout_s: float) -> Any:
     """Run ``worker(ctx, *args)`` as rank ``spec.rank``; raise :class:`RankFailedError` (the job's
     first failure) if this rank or any other fails."""
+    record_interrupts()
     timeout = datetime.timedelta(seconds=timeout_s)
     raw = _connect(spec, timeout)
     job_store = dist.PrefixStore(spec.namespace, raw)

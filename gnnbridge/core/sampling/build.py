@@ -51,7 +51,7 @@ def make_sampler(backend: Backend, store: GraphStore, fanouts: list[int], kind: 
     elif (adopted := backend.adopt_sampler(made, store, list(fanouts))) is not None:
         sampler = adopted
     elif callable(getattr(made, "sample", None)):
-        impl = made if trusted else _CheckedSubgraphs(made, origin, store.data.num_nodes)
+        impl = made if trusted else _CheckedSubgraphs(made, origin, store.data.num_nodes, len(fanouts))
         sampler = CoreSampler(store, list(fanouts), backend.from_sampled, impl)
     else:
         raise PluginError(f"{origin} built a {type(made).__name__}: not a Sampler, not a sampler backend "
@@ -82,14 +82,15 @@ def check_hetero_kind(kind: str, backend: Backend) -> None:
 class _CheckedSubgraphs:
     """A plugin's ``sample(seeds, generator)``, its output checked before a backend converts it."""
 
-    def __init__(self, impl: Any, origin: str, num_nodes: int):
-        self.impl, self.origin, self.num_nodes = impl, origin, num_nodes
+    def __init__(self, impl: Any, origin: str, num_nodes: int, hops: int):
+        self.impl, self.origin, self.num_nodes, self.hops = impl, origin, num_nodes, hops
 
     def sample(self, seeds: torch.Tensor, generator: torch.Generator) -> SampledSubgraph:
         with blame(self.origin, "sample()"):
             sub = self.impl.sample(seeds, generator)
         if not isinstance(sub, SampledSubgraph):
             raise PluginError(f"{self.origin} returned a {type(sub).__name__} from sample(); expected a SampledSubgraph.")
+        _check_layout(self.origin, sub, self.hops)
         _check_ids(self.origin, "node id", sub.node, self.num_nodes)
         _check_ids(self.origin, "local edge endpoint", torch.cat([sub.row, sub.col]), sub.node.numel())
         return sub
@@ -121,6 +122,23 @@ class CheckedSampler(Sampler):
                               "order); labels would be read for the wrong nodes.")
         _check_ids(self.origin, "input node id", mb.input_nodes, self.num_nodes)
         return mb
+
+
+def _check_layout(origin: str, sub: SampledSubgraph, hops: int) -> None:
+    """Ids are 1-D int64 tensors and there is one hop per fanout: a backend indexes with them and
+    trims per hop, and would fail far from the plugin (or silently compute something else)."""
+    for field in ("node", "row", "col", "edge"):
+        ids = getattr(sub, field)
+        if not isinstance(ids, torch.Tensor) or ids.dtype != torch.long or ids.dim() != 1:
+            got = (f"a {ids.dim()}-D {str(ids.dtype).replace('torch.', '')} tensor" if isinstance(ids, torch.Tensor)
+                   else f"a {type(ids).__name__}")
+            raise PluginError(f"{origin} returned SampledSubgraph.{field} as {got} from sample(); expected a 1-D "
+                              f"int64 tensor of ids (e.g. {field}.long()).")
+    nodes, edges = list(sub.num_sampled_nodes), list(sub.num_sampled_edges)
+    if len(nodes) != hops + 1 or len(edges) != hops:
+        raise PluginError(f"{origin} returned num_sampled_nodes={nodes[:8]} and num_sampled_edges={edges[:8]} from "
+                          f"sample() for {hops} fanouts; expected {hops + 1} node counts (the seeds, then one per hop) "
+                          f"and {hops} edge counts (one per hop).")
 
 
 def _check_ids(origin: str, what: str, ids: torch.Tensor, bound: int) -> None:

@@ -43,9 +43,9 @@ class RunLoggers:
         if run_dir is None:
             return
         for name in config.log.to:
-            entry = next(e for e in loggers.entries() if e.name == name)
-            with blame(f"logger '{name}' (plugin '{entry.plugin}')", "open(run_dir, config)"):
-                self._open.append((name, entry.value(Path(run_dir), config)))
+            origin = loggers.origin(name)
+            with blame(origin, "open(run_dir, config)"):
+                self._open.append((origin, loggers.get(name)(Path(run_dir), config)))
 
     def epoch(self, stats: dict) -> None:
         if self._open:
@@ -64,18 +64,18 @@ class RunLoggers:
         """Close every logger; with ``warn`` a failure is a warning line, else it is not said
         (the run is already stopping for another reason, whose line must stay the one shown)."""
         opened, self._open = self._open, []
-        for name, logger in opened:
+        for origin, logger in opened:
             try:
-                with blame(f"logger '{name}'", "close()"):
+                with blame(origin, "close()"):
                     logger.close()
             except PluginError as exc:
                 if warn:
                     print(f"Warning: {exc}", file=sys.stderr)
 
     def _send(self, step: int, values: dict[str, float], warn: bool = False) -> None:
-        for name, logger in self._open:
+        for origin, logger in self._open:
             try:
-                with blame(f"logger '{name}'", "log(step, values)"):
+                with blame(origin, "log(step, values)"):
                     logger.log(step, values)
             except PluginError as exc:
                 if not warn:
