@@ -12,13 +12,13 @@ import os
 import torch
 
 from gnnbridge.core.contracts.config import DeviceChoice, ExperimentConfig, SamplerKind, Task
-from gnnbridge.core.contracts.plugins import backends, datasets
+from gnnbridge.core.contracts.plugins import backends, datasets, warn
 from gnnbridge.core.errors import BackendUnavailableError, ConfigError, DataError, ResourceError
 from gnnbridge.core.models.build import build_model, check_heterogeneous, count_parameters, model_dims
 from gnnbridge.core.models.build import resolve as resolve_model
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData
-from gnnbridge.core.records.hetero import HeteroGraphData, HeteroSource, homogeneous_source
+from gnnbridge.core.records.hetero import HeteroGraphData, HeteroSource, edge_name, homogeneous_source
 from gnnbridge.core.runtime.host import available_memory, format_bytes, free_disk
 from gnnbridge.core.sampling.build import BACKEND_KINDS, check_hetero_kind, check_kind
 from gnnbridge.core.sampling.hetero import typed_fanouts
@@ -221,10 +221,30 @@ def for_task(config: ExperimentConfig, data):
     try:
         if config.task is Task.NODE:
             return data.for_node_task(reverse, config.train.seed)
-        return data.for_link_task(link.edge_type, reverse, config.train.seed, link.val_fraction, link.test_fraction,
-                                  link.eval_negatives)
+        return _check_negatives(config, data.for_link_task(link.edge_type, reverse, config.train.seed,
+                                                           link.val_fraction, link.test_fraction, link.eval_negatives))
     except DataError as exc:  # name the file (or dataset) the bad array came from
         raise DataError(f"{config.dataset.path or config.dataset.name}: {exc}") from None
+
+
+def _check_negatives(config: ExperimentConfig, data: HeteroGraphData) -> HeteroGraphData:
+    """Each edge has ``n - 1`` possible negatives (every other destination). Training negatives
+    beyond that are refused: they are the user's choice of loss balance (the default, 1, always
+    fits), and a silent clamp would change it. Evaluation negatives are clamped, saying so: the
+    default (100) exceeds a small graph's candidates, and ranking each edge among *all* other
+    destinations, each once, is the exact metric that the sampled one approximates."""
+    link, target = config.link, data.target_edge
+    candidates = data.num_nodes[target[2]] - 1
+    where = f"({edge_name(target)}) has {candidates + 1} '{target[2]}' nodes, so {candidates} possible negative(s) per edge"
+    if link.negatives > candidates:
+        raise ConfigError(f"link.negatives={link.negatives} but {where}; use link.negatives={candidates} or fewer.")
+    if link.eval_negatives > candidates:
+        if link.hits_at > candidates + 1:
+            raise ConfigError(f"link.hits_at={link.hits_at} but {where}: each held-out edge is ranked among "
+                              f"{candidates + 1} candidates; use link.hits_at={candidates + 1} or fewer.")
+        warn(f"link.eval_negatives={link.eval_negatives} but {where}; each held-out edge is ranked among all "
+             f"{candidates} of them once (link.eval_negatives={candidates}).")
+    return data
 
 
 def _check_hetero(config: ExperimentConfig, data: HeteroGraphData) -> None:
