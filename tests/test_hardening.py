@@ -236,6 +236,33 @@ def test_negatives_times_batch_size_are_refused_before_they_are_drawn(tmp_path, 
     assert growth < 500 * 2**20
 
 
+@pytest.mark.parametrize("option, needle", [
+    ("dataset.options.authors_per_paper=1000000000", "mag-synthetic would need about"),
+    ("dataset.options.taste_dim=1000000000", "rec-synthetic would need about"),
+])
+def test_a_synthetic_generators_size_option_is_refused_before_it_is_generated(cli, option, needle):
+    experiment = "mag-synthetic" if "authors" in option else "rec-synthetic"
+    growth = peak_rss_growth(lambda: one_error(cli("train", experiment, "--set", option), needle, "is free",
+                                               "use smaller dataset.options"))
+    assert growth < 500 * 2**20
+
+
+def test_top_k_over_a_large_graph_is_refused_before_it_is_scored():
+    """10**6 sources x 10**5 destinations: eval.batch_size=10**8 would score 6.4 x 10**9 pairs at once."""
+    from gnnbridge.core.app.inference import check_top_k
+    from gnnbridge.core.contracts.config import from_dict
+    from gnnbridge.core.errors import ResourceError
+    from gnnbridge.core.records.hetero import HeteroSource
+
+    edges = torch.stack([torch.arange(1000), torch.arange(1000)])
+    data = HeteroSource({"user": 10**6, "item": 10**5}, {}, {("user", "buys", "item"): edges}).for_link_task(
+        "", False, 0, 0.1, 0.1, 10)
+    check_top_k(from_dict({"task": "link"}), data, 10)  # the default batch fits
+    with pytest.raises(ResourceError, match=r"^--top-k 10 for 1,000,000 sources over 100,000 destinations, scored "
+                                            r"6,400,000,000 pairs at a time \(eval.batch_size=100000000\)"):
+        check_top_k(from_dict({"task": "link", "eval": {"batch_size": 10**8}}), data, 10)
+
+
 def _npz_with_member(path, name, header: bytes, body: bytes = b""):
     tiny_npz(path)
     with zipfile.ZipFile(path, "a") as archive:
