@@ -341,7 +341,8 @@ def test_dgls_own_sampler_serves_a_node_type_no_edge_points_into(task):
     buys = torch.stack([torch.randint(0, 30, (60,), generator=gen), torch.randint(0, 20, (60,), generator=gen)])
     source = HeteroSource({"user": 30, "item": 20, "category": 4},
                           {"user": torch.randn(30, 3, generator=gen), "item": torch.randn(20, 5, generator=gen)},
-                          {TARGET: buys, ("item", "in", "category"): torch.stack([torch.arange(20), torch.arange(20) % 4])},
+                          {TARGET: buys,
+                           ("item", "in", "category"): torch.stack([torch.arange(20), torch.arange(20) % 4])},
                           target_node="item", y=torch.arange(20) % 3, target_edge=TARGET)
     data = source.for_node_task(False, 0) if task is Task.NODE else link(source, reverse=False, eval_negatives=5)
     assert "user" not in {et[2] for et in data.edge_types}

@@ -112,9 +112,10 @@ def check_top_k(config: ExperimentConfig, data, k: int) -> None:
     need = n_src * min(k, n_dst) * 12 + pairs * (8 * 6 + 4 * width * 2)
     free = available_memory()
     if need > free:
-        raise ResourceError(f"--top-k {k} for {n_src:,} sources over {n_dst:,} destinations, scored {pairs:,} pairs at a "
-                            f"time (eval.batch_size={config.eval.batch_size}), needs about {format_bytes(need)} of "
-                            f"memory but {format_bytes(free)} is free; use a smaller --top-k or --set eval.batch_size=N.")
+        raise ResourceError(f"--top-k {k} for {n_src:,} sources over {n_dst:,} destinations, scored {pairs:,} pairs "
+                            f"at a time (eval.batch_size={config.eval.batch_size}), needs about {format_bytes(need)} "
+                            f"of memory but {format_bytes(free)} is free; use a smaller --top-k or --set "
+                            "eval.batch_size=N.")
 
 
 def read_pairs(path: Path, data) -> tuple[torch.Tensor, torch.Tensor]:

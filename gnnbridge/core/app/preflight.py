@@ -222,7 +222,8 @@ def largest_batch(config: ExperimentConfig, data) -> tuple[int, str, str]:
         width = max(config.model.hidden * config.model.heads, 1)
         state = reached * (8 * 4 + 4 * width * 2)
         # A pair: its two ids, their batch-local ids and label, and both ends' states gathered to score it.
-        out.append((state + pairs * (8 * 6 + 4 * width * 2), f"{what} and sampler.fanouts={config.sampler.fanouts}", fix))
+        out.append((state + pairs * (8 * 6 + 4 * width * 2), f"{what} and sampler.fanouts={config.sampler.fanouts}",
+                    fix))
     return max(out, key=lambda t: t[0])
 
 
@@ -350,7 +351,8 @@ def _check_negatives(config: ExperimentConfig, data: HeteroGraphData) -> HeteroG
     destinations, each once, is the exact metric that the sampled one approximates."""
     link, target = config.link, data.target_edge
     candidates = data.num_nodes[target[2]] - 1
-    where = f"({edge_name(target)}) has {candidates + 1} '{target[2]}' nodes, so {candidates} possible negative(s) per edge"
+    where = (f"({edge_name(target)}) has {candidates + 1} '{target[2]}' nodes, so {candidates} possible negative(s) "
+             "per edge")
     if link.negatives > candidates:
         raise ConfigError(f"link.negatives={link.negatives} but {where}; use link.negatives={candidates} or fewer.")
     if link.eval_negatives > candidates:
