@@ -13,7 +13,8 @@ edges are message-passing edges (and so are their reverses, when reverse edges a
 validation or test edge can be seen while training or while scoring itself. Each val and test
 edge gets ``eval_negatives`` fixed destination nodes, drawn once from the train seed alone:
 every backend and every world size ranks each edge among the same candidates, so MRR and
-Hits@K compare across runs. Training edges are kept out of their own neighbourhood by the
+Hits@K compare across runs. Where the destination type has no more than ``eval_negatives``
+other nodes, the negatives are all of them, each once (an exact ranking, not duplicates). Training edges are kept out of their own neighbourhood by the
 sampler (it excludes a batch's seed edges and their reverses, see
 :mod:`gnnbridge.core.sampling.hetero`), which is why the record maps each target edge to its
 reverse edge.
