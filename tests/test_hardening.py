@@ -168,6 +168,102 @@ def test_a_model_that_cannot_fit_is_refused_before_it_is_allocated(cli):
     assert growth < 500 * 2**20
 
 
+def typed_npz(path, **arrays):
+    """A small heterogeneous .npz: featureless users buy items (features, 3 labels); ``arrays`` add or replace."""
+    rng = np.random.default_rng(0)
+    base = {"num_nodes__user": np.array([30]), "x__item": rng.normal(size=(20, 4)).astype(np.float32),
+            "y__item": (np.arange(20) % 3).astype(np.int64),
+            "edge_index__user__buys__item": np.stack([np.repeat(np.arange(30), 4), rng.integers(0, 20, 120)])}
+    np.savez(path, **{k: v for k, v in {**base, **arrays}.items() if v is not None})
+    return path
+
+
+def test_a_node_count_in_a_heterogeneous_file_is_refused_before_it_is_allocated(tmp_path, cli):
+    """10**9 featureless users are one number in the file; their records would be many GB."""
+    path = typed_npz(tmp_path / "g.npz", num_nodes__user=np.array([10**9]))
+    growth = peak_rss_growth(lambda: one_error(cli("train", "--dataset", path, "--set", "dataset.reverse_edges=true"),
+                                               "num_nodes__user=1,000,000,000", "is free", "num_nodes__user in a .npz"))
+    assert growth < 500 * 2**20
+
+
+def test_a_heterogeneous_model_too_large_is_one_line_naming_the_model(tmp_path, cli):
+    one_error(cli("train", "--dataset", typed_npz(tmp_path / "g.npz"), "--set", "model.hidden=10000000"),
+              "model 'sage' (plugin 'pyg') with model.hidden=10000000", "2 node types of 50 nodes",
+              "parameters", "is free", "use a smaller model.hidden")
+
+
+class Wide(torch.nn.Module):
+    """A plugin model sized by its own option, not by model.hidden or model.layers."""
+
+    def __init__(self, in_dim, out_dim, width=8):
+        super().__init__()
+        self.lin = torch.nn.Linear(in_dim, width)
+        self.out = torch.nn.Linear(width, out_dim)
+
+    def forward(self, graph, x):
+        return self.out(self.lin(x))
+
+
+class WidePlugin:
+    from gnnbridge import hookimpl
+
+    @hookimpl
+    def register_models(self, register):
+        register("wide", Wide, tasks=["node"])
+
+
+def test_a_plugin_model_too_large_is_named_and_not_blamed_on_settings_it_ignores(tmp_path, cli):
+    from gnnbridge.testing import registered_plugin
+
+    with registered_plugin(WidePlugin(), "lab"):
+        line = one_error(cli("train", "--dataset", tiny_npz(tmp_path / "g.npz"), "--set", "model.arch=wide",
+                             "--set", "model.options.width=10000000000"),
+                         "model 'wide' (plugin 'lab') on 4 features", "parameters", "is free",
+                         "does not read model.hidden or model.layers", "model.options")
+    assert "use a smaller model.hidden" not in line and "model.hidden=" not in line
+
+
+def test_negatives_times_batch_size_are_refused_before_they_are_drawn(tmp_path, cli):
+    """200,000 featureless items allow 199,999 negatives per edge: 256 edges of them are 5 x 10**7
+    pairs, each with both ends' states gathered to score it."""
+    rng = np.random.default_rng(0)
+    path = typed_npz(tmp_path / "g.npz", x__item=None, y__item=None, num_nodes__item=np.array([200_000]),
+                     edge_index__user__buys__item=np.stack([rng.integers(0, 30, 4000), rng.integers(0, 200_000, 4000)]))
+    growth = peak_rss_growth(lambda: one_error(
+        cli("train", "--dataset", path, "--set", "task=link", "--set", "link.negatives=199999",
+            "--set", "model.hidden=512"),
+        "train.batch_size=256 with link.negatives=199999 makes 51,200,000 pairs per batch", "is free",
+        "use a smaller train.batch_size or link.negatives"))
+    assert growth < 500 * 2**20
+
+
+@pytest.mark.parametrize("option, needle", [
+    ("dataset.options.authors_per_paper=1000000000", "mag-synthetic would need about"),
+    ("dataset.options.taste_dim=1000000000", "rec-synthetic would need about"),
+])
+def test_a_synthetic_generators_size_option_is_refused_before_it_is_generated(cli, option, needle):
+    experiment = "mag-synthetic" if "authors" in option else "rec-synthetic"
+    growth = peak_rss_growth(lambda: one_error(cli("train", experiment, "--set", option), needle, "is free",
+                                               "use smaller dataset.options"))
+    assert growth < 500 * 2**20
+
+
+def test_top_k_over_a_large_graph_is_refused_before_it_is_scored():
+    """10**6 sources x 10**5 destinations: eval.batch_size=10**8 would score 6.4 x 10**9 pairs at once."""
+    from gnnbridge.core.app.inference import check_top_k
+    from gnnbridge.core.contracts.config import from_dict
+    from gnnbridge.core.errors import ResourceError
+    from gnnbridge.core.records.hetero import HeteroSource
+
+    edges = torch.stack([torch.arange(1000), torch.arange(1000)])
+    data = HeteroSource({"user": 10**6, "item": 10**5}, {}, {("user", "buys", "item"): edges}).for_link_task(
+        "", False, 0, 0.1, 0.1, 10)
+    check_top_k(from_dict({"task": "link"}), data, 10)  # the default batch fits
+    with pytest.raises(ResourceError, match=r"^--top-k 10 for 1,000,000 sources over 100,000 destinations, scored "
+                                            r"6,400,000,000 pairs at a time \(eval.batch_size=100000000\)"):
+        check_top_k(from_dict({"task": "link", "eval": {"batch_size": 10**8}}), data, 10)
+
+
 def _npz_with_member(path, name, header: bytes, body: bytes = b""):
     tiny_npz(path)
     with zipfile.ZipFile(path, "a") as archive:

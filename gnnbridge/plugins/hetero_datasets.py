@@ -53,8 +53,11 @@ def load_rec_synthetic(config: DatasetConfig, seed: int) -> HeteroSource:
     if opts["purchases_per_user"] >= opts["num_items"]:
         raise DataError(f"dataset.options.purchases_per_user={opts['purchases_per_user']} must be below "
                         f"num_items={opts['num_items']} (a user buys an item once).")
-    check_fits("rec-synthetic", 8 * opts["num_users"] * opts["num_items"] + 4 * opts["num_items"] * opts["num_features"],
-               "use smaller dataset.options (num_users x num_items scores are drawn at once)")
+    check_fits("rec-synthetic", 8 * opts["num_users"] * opts["num_items"] + 4 * opts["num_items"] * opts["num_features"]
+               + 4 * opts["taste_dim"] * (opts["num_users"] + 2 * opts["num_items"] + opts["num_categories"]
+                                          + opts["num_features"]),
+               "use smaller dataset.options (num_users x num_items scores are drawn at once, and a taste_dim vector "
+               "for every user, item and feature)")
     return rec_graph(**opts, seed=seed)
 
 
@@ -93,7 +96,9 @@ def load_mag_synthetic(config: DatasetConfig, seed: int) -> HeteroSource:
         _at_least(key, opts[key], 1, "papers need features, authors and citations")
     if not 0.0 <= opts["homophily"] <= 1.0:
         raise DataError(f"dataset.options.homophily={opts['homophily']} must be in [0, 1].")
-    check_fits("mag-synthetic", 4 * opts["num_papers"] * (opts["num_features"] + 16), "use smaller dataset.options")
+    edges = opts["num_papers"] * (opts["authors_per_paper"] + opts["citations_per_paper"] + 1)
+    check_fits("mag-synthetic", 4 * opts["num_papers"] * (opts["num_features"] + 16) + 8 * 8 * edges,
+               "use smaller dataset.options (num_papers x (authors_per_paper + citations_per_paper) edges)")
     return mag_graph(**opts, seed=seed)
 
 

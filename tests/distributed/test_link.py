@@ -140,3 +140,24 @@ def test_homogeneous_link_prediction_on_an_existing_graph(tmp_path):
     assert set(run["dataset"]["edge_types"]) == {"node,to,node", "node,rev_to,node"}
     assert run["metrics"]["test_roc_auc"] > 0.6
 
+
+
+@pytest.mark.parametrize("task", ["node", "link"])
+def test_dgls_own_sampler_trains_a_graph_with_a_node_type_no_edge_points_into(tmp_path, task):
+    """Users have features and no incoming edges (no reverse edges). A lone DGL rank with two
+    threads samples with DGL's fused sampler, which failed such a graph in the model on most seeds."""
+    rng = np.random.default_rng(1)
+    np.savez(tmp_path / "shop.npz", x__user=rng.normal(size=(30, 3)).astype(np.float32),
+             x__item=rng.normal(size=(20, 5)).astype(np.float32), y__item=(np.arange(20) % 3).astype(np.int64),
+             num_nodes__category=np.array([4]), edge_index__user__buys__item=np.stack(
+                 [rng.integers(0, 30, 60), rng.integers(0, 20, 60)]).astype(np.int64),
+             edge_index__item__in__category=np.stack([np.arange(20), np.arange(20) % 4]).astype(np.int64))
+    for seed in (0, 1):
+        proc = subprocess.run([sys.executable, "-m", "gnnbridge", "train", "--dataset", "shop.npz", "--backend", "dgl",
+                               "--nproc", "1", "--set", f"task={task}", "--set", "link.edge_type=buys",
+                               "--set", "train.epochs=2", "--set", f"train.seed={seed}", "--set", "train.batch_size=3",
+                               "--set", "sampler.fanouts=[2,2]", "--quiet", "--out", f"run{seed}"],
+                              capture_output=True, text=True, cwd=tmp_path, env={**ENV, "OMP_NUM_THREADS": "2"},
+                              timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        assert len(results(tmp_path / f"run{seed}")["history"]) == 2

@@ -2,6 +2,9 @@
 mistake a user can make in such a file refused in one line naming the array."""
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -72,3 +75,55 @@ def test_every_mistake_in_a_heterogeneous_file_is_one_line(tmp_path, changes, ne
 def test_a_file_without_labels_cannot_train_a_node_task(tmp_path):
     with pytest.raises(ConfigError, match="has no node labels"):
         load(tmp_path, "node", y__item=None)
+
+
+def test_an_out_of_range_held_out_id_is_refused_not_turned_into_another_pair(tmp_path):
+    """(0, 25) with 20 items once became the key of user 1's item 5: checked before keys are made."""
+    val = np.array([[0, 1], [0, 25]], dtype=np.int64)
+    test = np.array([[2, 3], [2, 3]], dtype=np.int64)
+    with pytest.raises(DataError) as err:
+        load(tmp_path, "link", val_edges__user__buys__item=val, test_edges__user__buys__item=test)
+    assert "'item' node id 25, outside [0, 20)" in str(err.value) and "val_edges" in str(err.value)
+    assert "\n" not in str(err.value) and "shop.npz" in str(err.value)
+
+
+def with_stores(tmp_path, stores: int) -> str:
+    """The shop plus ``stores`` store nodes every user visits, to predict ``visits`` on."""
+    path = tmp_path / "stores.npz"
+    visits = np.stack([np.arange(USERS), np.arange(USERS) % stores]).astype(np.int64)
+    np.savez(path, **arrays(num_nodes__store=np.array([stores], dtype=np.int64),
+                            edge_index__user__visits__store=visits))
+    return str(path)
+
+
+def test_a_destination_type_of_one_node_is_refused_not_a_hang(tmp_path):
+    """No other destination to draw a negative from: the redraw loop once ran forever here."""
+    proc = subprocess.run([sys.executable, "-m", "gnnbridge", "train", "--dataset", with_stores(tmp_path, 1),
+                           "--set", "task=link", "--set", "link.edge_type=visits"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert proc.returncode != 0 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "needs at least 2 'store' nodes to draw negatives; the graph has 1" in proc.stderr
+
+
+def test_three_destinations_rank_each_held_out_edge_among_all_others_once(tmp_path, capsys):
+    config = from_dict({"task": "link", "dataset": {"name": "npz", "path": with_stores(tmp_path, 3)},
+                        "link": {"edge_type": "visits", "eval_negatives": 100, "hits_at": 3}})
+    data = for_task(config, load_npz(config.dataset, 0))
+    for edges, negatives in (data.held_out("val"), data.held_out("test")):
+        assert negatives.shape == (edges.shape[1], 2)  # every other store, once
+        assert torch.equal(torch.sort(torch.cat([negatives, edges[1:].t()], dim=1)).values,
+                           torch.arange(3).expand(edges.shape[1], 3))
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "link.eval_negatives=100 but (user,visits,store) has 3 'store' nodes" in err
+
+
+@pytest.mark.parametrize("setting, needle", [
+    ("link.negatives=5", "link.negatives=5 but (user,visits,store) has 3 'store' nodes, so 2 possible negative(s) "
+                         "per edge; use link.negatives=2 or fewer."),
+    ("link.hits_at=10", "link.hits_at=10 but (user,visits,store) has 3 'store' nodes"),
+])
+def test_more_negatives_or_hits_than_a_destination_type_allows_are_refused(tmp_path, refused, setting, needle):
+    proc = refused("train", "--dataset", with_stores(tmp_path, 3), "--set", "task=link", "--set",
+                   "link.edge_type=visits", "--set", setting, "--set", "train.epochs=1")
+    assert proc.returncode != 0 and needle in proc.stderr and proc.stderr.count("Error:") == 1, proc.stderr
+    assert not (tmp_path / "runs").exists()

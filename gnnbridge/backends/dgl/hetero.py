@@ -75,8 +75,13 @@ class DglHeteroSampler(Sampler):
         self.graph = dgl.heterograph({et: (ei[0], ei[1]) for et, ei in data.edge_index.items()},
                                      num_nodes_dict=dict(data.num_nodes))  # edge ids = positions, as in core
         layers = len(core.fanouts)
+        # Not DGL's fused sampler (``sample_neighbors_fused``, taken whenever DGL has more than one
+        # thread, as a lone rank does): its blocks leave a node type no edge type points into out of
+        # the dst-first order of the block's src nodes, so a node a later block reaches can be
+        # missing from the batch's inputs and a layer's carried rows belong to other nodes (a
+        # DGLError or IndexError in the model, depending on the seed). ``to_block`` keeps the order.
         blocks = dgl.dataloading.NeighborSampler(
-            [{et: f[hop] for et, f in core.typed_fanouts.items()} for hop in reversed(range(layers))])
+            [{et: f[hop] for et, f in core.typed_fanouts.items()} for hop in reversed(range(layers))], fused=False)
         self._generator = torch.Generator()
         if data.is_link:
             self._negatives = core.negatives

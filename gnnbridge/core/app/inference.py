@@ -21,10 +21,18 @@ from gnnbridge.core.app.resolve import check_frozen, resolve_config
 from gnnbridge.core.app.rundir import output_error
 from gnnbridge.core.contracts.config import ExperimentConfig, Task
 from gnnbridge.core.contracts.plugins import no_code, no_downloads
-from gnnbridge.core.errors import CheckpointError, ConfigError, DataError, OutputExistsError, TrainingDivergedError
+from gnnbridge.core.errors import (
+    CheckpointError,
+    ConfigError,
+    DataError,
+    OutputExistsError,
+    ResourceError,
+    TrainingDivergedError,
+)
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData, check_ids
 from gnnbridge.core.runtime.context import DistContext
+from gnnbridge.core.runtime.host import available_memory, format_bytes
 from gnnbridge.core.runtime.launcher import interrupt_on_sigterm, launch
 from gnnbridge.core.training import checkpoint
 from gnnbridge.core.training.trainer import Trainer
@@ -89,8 +97,25 @@ def _link_request(config: ExperimentConfig, data, pairs, top_k) -> dict | None:
     if top_k is not None and not (isinstance(top_k, int) and top_k > 0):
         raise ConfigError(f"--top-k {top_k!r} must be a positive number of destinations per source, e.g. 10.")
     if pairs is None:
+        check_top_k(config, data, top_k or 10)
         return {"top_k": top_k or 10}
     return {"pairs": read_pairs(Path(pairs), data)}
+
+
+def check_top_k(config: ExperimentConfig, data, k: int) -> None:
+    """Every source's ``k`` best destinations (never more than the destinations there are) and the
+    scores of one batch of sources against every destination (about ``64 x eval.batch_size`` pairs,
+    see :meth:`LinkEvaluator.top_k`) must fit, before any is computed."""
+    n_src, n_dst = (data.num_nodes[t] for t in (data.target_edge[0], data.target_edge[2]))
+    pairs = min(max(64 * config.eval.batch_size, n_dst), n_src * n_dst)
+    width = max(config.model.hidden * config.model.heads, 1)
+    need = n_src * min(k, n_dst) * 12 + pairs * (8 * 6 + 4 * width * 2)
+    free = available_memory()
+    if need > free:
+        raise ResourceError(f"--top-k {k} for {n_src:,} sources over {n_dst:,} destinations, scored {pairs:,} pairs "
+                            f"at a time (eval.batch_size={config.eval.batch_size}), needs about {format_bytes(need)} "
+                            f"of memory but {format_bytes(free)} is free; use a smaller --top-k or --set "
+                            "eval.batch_size=N.")
 
 
 def read_pairs(path: Path, data) -> tuple[torch.Tensor, torch.Tensor]:

@@ -12,13 +12,13 @@ import os
 import torch
 
 from gnnbridge.core.contracts.config import DeviceChoice, ExperimentConfig, SamplerKind, Task
-from gnnbridge.core.contracts.plugins import PluginError, backends, blame, datasets
+from gnnbridge.core.contracts.plugins import PluginError, backends, blame, datasets, warn
 from gnnbridge.core.errors import BackendUnavailableError, ConfigError, DataError, ResourceError
-from gnnbridge.core.models.build import build_model, check_heterogeneous, count_parameters, model_dims
+from gnnbridge.core.models.build import build_model, check_heterogeneous, count_parameters, injected_reads, model_dims
 from gnnbridge.core.models.build import resolve as resolve_model
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData
-from gnnbridge.core.records.hetero import HeteroGraphData, HeteroSource, homogeneous_source
+from gnnbridge.core.records.hetero import HeteroGraphData, HeteroSource, edge_name, find_edge_type, homogeneous_source
 from gnnbridge.core.runtime.host import available_memory, format_bytes, free_disk
 from gnnbridge.core.sampling.build import BACKEND_KINDS, check_hetero_kind, check_kind
 from gnnbridge.core.sampling.hetero import typed_fanouts
@@ -164,30 +164,98 @@ def check_model(config: ExperimentConfig, data: GraphData | GraphCollection, ran
 
 def check_memory(config: ExperimentConfig, data: GraphData | GraphCollection, ranks_here: int,
                  params: int | None = None) -> None:
-    """Refuse a model (or a label space) this machine cannot hold, before any rank allocates it:
-    ``model.hidden=10**7`` would otherwise grow until the kernel kills the job. ``params``: the
-    model's parameter count (counted here when not given)."""
+    """Refuse a model, a label space or a batch this machine cannot hold, before any rank allocates
+    it: ``model.hidden=10**7`` or ``link.negatives=10**6`` would otherwise grow until the kernel
+    kills the job. ``params``: the model's parameter count (counted here when not given)."""
     params = model_parameters(config, data) if params is None else params
     ranks = ranks_here if config.device is DeviceChoice.CPU else 1  # GPU ranks hold weights on their device
     width = max(config.model.hidden * config.model.heads, data.num_classes)
-    need = (ranks * (params * TRAIN_BYTES_PER_PARAM + 2 * 8 * data.num_classes**2)  # + confusion matrices
-            + 2 * 4 * _node_count(data) * width)  # one layer's input and output for every node (full-graph eval)
-    free = available_memory()
+    model = (ranks * (params * TRAIN_BYTES_PER_PARAM + 2 * 8 * data.num_classes**2)  # + confusion matrices
+             + 2 * 4 * _node_count(data) * width)  # one layer's input and output for every node (full-graph eval)
+    batch, batch_what, batch_fix = largest_batch(config, data)
+    need, free = model + ranks * batch, available_memory()
+    if need > free and ranks * batch > model:
+        raise ResourceError(f"{batch_what}: training on {ranks} rank(s) needs about {format_bytes(need)} of memory "
+                            f"but {format_bytes(free)} is free; {batch_fix}.")
     if need > free:
-        raise ResourceError(
-            f"model.hidden={config.model.hidden}, model.layers={config.model.layers} on {data.num_features} features "
-            f"and {data.num_classes} classes make a model of about {params:,} parameters; training it on "
-            f"{ranks} rank(s) needs about {format_bytes(need)} of memory but {format_bytes(free)} is free. Use a "
-            "smaller model.hidden or model.layers."
-        )
+        raise ResourceError(f"{_model_text(config, data)} makes a model of about {params:,} parameters; training it on "
+                            f"{ranks} rank(s) needs about {format_bytes(need)} of memory but {format_bytes(free)} is "
+                            f"free; {_smaller_model(config, data, params)}.")
     if config.device is DeviceChoice.CUDA:
         total = torch.cuda.get_device_properties(0).total_memory
         if params * TRAIN_BYTES_PER_PARAM > total:
             raise ResourceError(
-                f"A model of about {params:,} parameters (model.hidden={config.model.hidden}) needs about "
+                f"{_model_text(config, data)} makes a model of about {params:,} parameters, which needs about "
                 f"{format_bytes(params * TRAIN_BYTES_PER_PARAM)} to train, more than the GPU's "
-                f"{format_bytes(total)}; use a smaller model.hidden or model.layers."
+                f"{format_bytes(total)}; {_smaller_model(config, data, params)}."
             )
+
+
+def largest_batch(config: ExperimentConfig, data) -> tuple[int, str, str]:
+    """(bytes, what, fix) of the largest sampled batch a rank holds: its seeds (a link batch: both
+    ends of every positive and negative pair) and their neighbourhood, whose size the fanouts
+    multiply (capped by the graph), each node with one layer's input and output. A lower bound,
+    like the model's: it refuses what cannot fit, never what might. Node tasks evaluate layer by
+    layer (the full-graph term of :func:`check_memory`); link tasks sample held-out batches too."""
+    if config.task is Task.GRAPH:
+        return 0, "", ""
+    nodes = _node_count(data)
+    batches = [(config.train.batch_size, "train.batch_size", "train")]
+    if config.task is Task.LINK:
+        batches.append((config.eval.batch_size, "eval.batch_size", "val"))
+    out = []
+    for asked, key, split in batches:
+        size = min(asked, data.split(split).numel())  # a batch never holds more than its split
+        if config.task is Task.LINK:
+            k = config.link.negatives if key.startswith("train") else int(data.val_negatives.shape[1])
+            option = "link.negatives" if key.startswith("train") else "link.eval_negatives"
+            pairs = size * (1 + k)
+            seeds, what = min(2 * pairs, nodes), f"{key}={asked} with {option}={k} makes {pairs:,} pairs per batch"
+            fix = f"use a smaller {key} or {option}"
+        else:
+            seeds, what, fix = min(size, nodes), f"{key}={asked}", f"use a smaller {key}"
+            pairs = 0
+        reached, frontier = seeds, seeds
+        for fanout in config.sampler.fanouts:
+            frontier = nodes if fanout < 0 else min(frontier * fanout, nodes)
+            reached = min(reached + frontier, nodes)
+        width = max(config.model.hidden * config.model.heads, 1)
+        state = reached * (8 * 4 + 4 * width * 2)
+        # A pair: its two ids, their batch-local ids and label, and both ends' states gathered to score it.
+        out.append((state + pairs * (8 * 6 + 4 * width * 2), f"{what} and sampler.fanouts={config.sampler.fanouts}",
+                    fix))
+    return max(out, key=lambda t: t[0])
+
+
+def _model_text(config: ExperimentConfig, data) -> str:
+    """The model, what sizes it that it reads, and the data it is built for."""
+    choice = resolve_model(config.model, config.backend, config.task)
+    read = [f"model.{n}={getattr(config.model, n)}" for n in ("hidden", "layers") if n in injected_reads(choice)]
+    if isinstance(data, HeteroGraphData):
+        dims = data.feature_dims()
+        featureless = [t for t, w in dims.items() if not w]
+        inputs = (f"{len(dims)} node types of {data.total_nodes:,} nodes" +
+                  (f" (featureless {', '.join(featureless)}: a learned row per node)" if featureless else ""))
+    else:
+        inputs = f"{data.num_features} features"
+    return f"{choice.origin}{' with ' + ', '.join(read) if read else ''} on {inputs} and {data.num_classes} classes"
+
+
+def _smaller_model(config: ExperimentConfig, data, params: int) -> str:
+    """The fix: the size settings the model reads; the node count where featureless types' learned
+    rows (one per node, of ``model.hidden`` values) are most of the model."""
+    choice = resolve_model(config.model, config.backend, config.task)
+    read = [f"model.{n}" for n in ("hidden", "layers") if n in injected_reads(choice)]
+    if isinstance(data, HeteroGraphData) and "model.hidden" in read:
+        rows = {t: data.num_nodes[t] for t, w in data.feature_dims().items() if not w}
+        if rows and 2 * sum(rows.values()) * config.model.hidden > params:
+            t = max(rows, key=rows.get)
+            return (f"most of it is a learned row per '{t}' node ({rows[t]:,} of them, as num_nodes__{t} says): check "
+                    f"that count, give '{t}' features (x__{t}), or use a smaller model.hidden")
+    if read:
+        return f"use a smaller {' or '.join(read)}"
+    return (f"{choice.origin} does not read model.hidden or model.layers, so make it smaller through its own "
+            "model.options, or use another model.arch")
 
 
 def check_disk(config: ExperimentConfig, data: GraphData | GraphCollection, folder) -> None:
@@ -229,14 +297,83 @@ def for_task(config: ExperimentConfig, data):
     if config.task is Task.GRAPH:
         raise ConfigError(f"Dataset '{data.name}' is one heterogeneous graph, but task=graph classifies whole graphs; "
                           "use task=node or task=link.")
+    check_source_fits(config, data, reverse)
     link = config.link
     try:
         if config.task is Task.NODE:
             return data.for_node_task(reverse, config.train.seed)
-        return data.for_link_task(link.edge_type, reverse, config.train.seed, link.val_fraction, link.test_fraction,
-                                  link.eval_negatives)
+        return _check_negatives(config, data.for_link_task(link.edge_type, reverse, config.train.seed,
+                                                           link.val_fraction, link.test_fraction, link.eval_negatives))
     except DataError as exc:  # name the file (or dataset) the bad array came from
         raise DataError(f"{config.dataset.path or config.dataset.name}: {exc}") from None
+
+
+# Bytes per node of a type while its task record is built and sampled: CSC offsets per edge type
+# ending there (and the temporary counts they come from), the sampler's id map, a spare copy.
+BYTES_PER_NODE, BYTES_PER_EDGE = 8 * 3, 8 * 2 * 4  # an edge: two ids, sorted, split, mirrored
+
+
+def check_source_fits(config: ExperimentConfig, source: HeteroSource, reverse: bool) -> None:
+    """Refuse a heterogeneous graph whose task record this machine cannot hold, before it is built.
+    Its sizes come from values, not from arrays: a featureless type's ``num_nodes__TYPE`` is one
+    number in a file, and ``link.eval_negatives`` fixes that many ids per held-out edge."""
+    into = {t: sum((et[2] == t) + (reverse and et[0] == t) for et in source.edges) for t in source.num_nodes}
+    parts = {f"num_nodes__{t}={n:,}": (n * (BYTES_PER_NODE + 8 * into[t]),
+                                       f"check that count of '{t}' nodes (num_nodes__{t} in a .npz)")
+             for t, n in source.num_nodes.items()}
+    edges = sum(int(e.shape[1]) for e in source.edges.values())
+    parts[f"{edges:,} edges"] = (edges * BYTES_PER_EDGE, "use a smaller graph")
+    if config.task is Task.LINK:
+        held = _held_out_rows(config, source)
+        if held:
+            rows, n_dst = held
+            k = min(config.link.eval_negatives, n_dst - 1)
+            parts[f"link.eval_negatives={config.link.eval_negatives} for {rows:,} held-out edges"] = (
+                rows * k * 8 * (3 if 2 * k >= n_dst - 1 else 1), "use a smaller link.eval_negatives")
+    need, free = sum(b for b, _ in parts.values()), available_memory()
+    if need > free:
+        what, (_, fix) = max(parts.items(), key=lambda kv: kv[1][0])
+        raise ResourceError(f"Dataset '{config.dataset.path or source.name}': {what} makes its records need about "
+                            f"{format_bytes(need)} of memory but {format_bytes(free)} is free; {fix}.")
+
+
+def _held_out_rows(config: ExperimentConfig, source: HeteroSource) -> tuple[int, int] | None:
+    """(held-out edges, destination nodes) of the link target, or None where it is not yet known
+    (the record then refuses it in its own words)."""
+    try:
+        target = find_edge_type(list(source.edges), config.link.edge_type) if config.link.edge_type else \
+            tuple(source.target_edge) if source.target_edge is not None else \
+            next(iter(source.edges)) if len(source.edges) == 1 else None
+    except ConfigError:
+        return None
+    if target is None or target not in source.edges or target[2] not in source.num_nodes:
+        return None
+    if source.held_out is not None and target == tuple(source.target_edge or ()):
+        rows = sum(e.numel() // 2 for e in source.held_out)
+    else:
+        rows = int(source.edges[target].shape[1] * (config.link.val_fraction + config.link.test_fraction)) + 2
+    return rows, source.num_nodes[target[2]]
+
+
+def _check_negatives(config: ExperimentConfig, data: HeteroGraphData) -> HeteroGraphData:
+    """Each edge has ``n - 1`` possible negatives (every other destination). Training negatives
+    beyond that are refused: they are the user's choice of loss balance (the default, 1, always
+    fits), and a silent clamp would change it. Evaluation negatives are clamped, saying so: the
+    default (100) exceeds a small graph's candidates, and ranking each edge among *all* other
+    destinations, each once, is the exact metric that the sampled one approximates."""
+    link, target = config.link, data.target_edge
+    candidates = data.num_nodes[target[2]] - 1
+    where = (f"({edge_name(target)}) has {candidates + 1} '{target[2]}' nodes, so {candidates} possible negative(s) "
+             "per edge")
+    if link.negatives > candidates:
+        raise ConfigError(f"link.negatives={link.negatives} but {where}; use link.negatives={candidates} or fewer.")
+    if link.eval_negatives > candidates:
+        if link.hits_at > candidates + 1:
+            raise ConfigError(f"link.hits_at={link.hits_at} but {where}: each held-out edge is ranked among "
+                              f"{candidates + 1} candidates; use link.hits_at={candidates + 1} or fewer.")
+        warn(f"link.eval_negatives={link.eval_negatives} but {where}; each held-out edge is ranked among all "
+             f"{candidates} of them once (link.eval_negatives={candidates}).")
+    return data
 
 
 def _check_hetero(config: ExperimentConfig, data: HeteroGraphData) -> None:

@@ -117,6 +117,16 @@ def arguments(choice: ModelChoice, spec: ModelSpec, data: Any) -> dict[str, Any]
     return {**kwargs, **spec.options}
 
 
+def injected_reads(choice: ModelChoice) -> set[str]:
+    """The ``model.*`` values (of :data:`INJECTED`) the builder reads: those its signature names,
+    or all of them when it takes ``spec``. A message may tell a user to change only these."""
+    try:
+        params = inspect.signature(choice.build).parameters
+    except (TypeError, ValueError):
+        return set()
+    return set(INJECTED) if "spec" in params else {n for n in INJECTED if n in params}
+
+
 def construct(choice: ModelChoice, spec: ModelSpec, in_dim: int, out_dim: int, data: Any) -> nn.Module:
     """Call the builder; exceptions are the caller's to name (see :func:`build_model`)."""
     model = choice.build(in_dim, out_dim, **arguments(choice, spec, data))

@@ -13,7 +13,8 @@ edges are message-passing edges (and so are their reverses, when reverse edges a
 validation or test edge can be seen while training or while scoring itself. Each val and test
 edge gets ``eval_negatives`` fixed destination nodes, drawn once from the train seed alone:
 every backend and every world size ranks each edge among the same candidates, so MRR and
-Hits@K compare across runs. Training edges are kept out of their own neighbourhood by the
+Hits@K compare across runs. Where the destination type has no more than ``eval_negatives``
+other nodes, the negatives are all of them, each once (an exact ranking, not duplicates). Training edges are kept out of their own neighbourhood by the
 sampler (it excludes a batch's seed edges and their reverses, see
 :mod:`gnnbridge.core.sampling.hetero`), which is why the record maps each target edge to its
 reverse edge.
@@ -364,7 +365,14 @@ def link_task(num_nodes: dict[str, int], x: dict, edges: dict, target: EdgeType,
     check_ids(f"edge_index[{edge_name(target)}] source", edges[target][0], num_nodes[target[0]], unit=f"'{target[0]}' node")
     check_ids(f"edge_index[{edge_name(target)}] destination", edges[target][1], num_nodes[target[2]],
               unit=f"'{target[2]}' node")
-    pairs = distinct_pairs(edges[target], num_nodes[target[2]])
+    n_dst = num_nodes[target[2]]
+    if n_dst < 2:  # no other destination to draw a negative from
+        raise DataError(f"Link prediction on ({edge_name(target)}) needs at least 2 '{target[2]}' nodes to draw "
+                        f"negatives; the graph has {n_dst}.")
+    if held_out is not None:  # ids checked before pair_keys combines them (an id out of range would alias a pair)
+        for name, held in zip(("val_edges", "test_edges"), held_out):
+            check_pairs(f"{name}[{edge_name(target)}]", held, target, num_nodes)
+    pairs = distinct_pairs(edges[target], n_dst)
     val, test = held_out if held_out is not None else \
         _split_pairs(pairs, target, num_nodes, seed, val_fraction, test_fraction)
     val, test = (distinct_pairs(e, num_nodes[target[2]]) for e in (val, test))
@@ -372,7 +380,7 @@ def link_task(num_nodes: dict[str, int], x: dict, edges: dict, target: EdgeType,
     train = pairs[:, ~torch.isin(_pair_ids(pairs, target, num_nodes), _pair_ids(held, target, num_nodes))]
     mp, rev = _message_passing(num_nodes, edges, target, train, reverse)
     gen = torch.Generator().manual_seed(seed + 1)
-    n_dst = num_nodes[target[2]]
+    eval_negatives = min(eval_negatives, n_dst - 1)  # more would repeat candidates: rank among all of them
     data = HeteroGraphData(dict(num_nodes), dict(x), mp, target_edge=target, reverse_edge=rev,
                            val_edges=val.contiguous(), test_edges=test.contiguous(),
                            val_negatives=negative_destinations(val[1], eval_negatives, n_dst, gen),
@@ -452,15 +460,30 @@ def mirror_ids(edges: torch.Tensor, mirrored: torch.Tensor, n_src: int) -> torch
     return order[torch.searchsorted(keys[order], edges[1] * n_src + edges[0])]
 
 
+def check_pairs(name: str, pairs: torch.Tensor, target: EdgeType, num_nodes: dict) -> None:
+    """``pairs`` is an int64 [2, E] array of ids in range for ``target``'s source and destination types."""
+    check_tensor(name, pairs, torch.int64, ndim=2)
+    if pairs.shape[0] != 2:
+        raise DataError(f"{name} has shape {list(pairs.shape)}; expected [2, E].")
+    check_ids(f"{name} source", pairs[0], num_nodes[target[0]], unit=f"'{target[0]}' node")
+    check_ids(f"{name} destination", pairs[1], num_nodes[target[2]], unit=f"'{target[2]}' node")
+
+
 def negative_destinations(positive_dst: torch.Tensor, k: int, n_dst: int, gen: torch.Generator) -> torch.Tensor:
-    """``[len(positive_dst), k]`` destinations drawn uniformly from ``[0, n_dst)``, never an
-    edge's own destination (each clash is redrawn; needs ``n_dst >= 2``)."""
-    out = torch.randint(0, n_dst, (positive_dst.numel(), k), generator=gen)
-    clash = out == positive_dst.unsqueeze(1)
-    while bool(clash.any()):
-        out[clash] = torch.randint(0, n_dst, (int(clash.sum()),), generator=gen)
-        clash = out == positive_dst.unsqueeze(1)
-    return out
+    """``[len(positive_dst), k]`` destinations drawn uniformly from the ``n_dst - 1`` nodes of
+    ``[0, n_dst)`` other than each edge's own destination, in one draw (no redraw loop: a value
+    at or past the positive moves up by one). ``k`` at least half of the candidates: drawn
+    without repeats (``k = n_dst - 1`` is then every other destination once, an exact ranking);
+    fewer: with repeats, as uniform sampling does. Needs ``k <= n_dst - 1`` (the callers refuse
+    or clamp a larger ``k`` first)."""
+    if k > n_dst - 1:
+        raise ValueError(f"{k} negatives asked among {n_dst - 1} candidates")
+    rows = positive_dst.numel()
+    if 2 * k >= n_dst - 1:  # dense: a random order of the candidates per edge, its first k
+        out = torch.argsort(torch.rand(rows, n_dst - 1, generator=gen), dim=1)[:, :k]
+    else:
+        out = torch.randint(0, n_dst - 1, (rows, k), generator=gen)
+    return out + (out >= positive_dst.unsqueeze(1))
 
 
 def from_homogeneous(data: GraphData, seed: int = 0) -> tuple[dict, dict, dict, EdgeType]:
