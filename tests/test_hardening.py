@@ -125,10 +125,11 @@ def test_a_run_folder_in_use_refuses_resume_and_out(tmp_path, cli):
 
 
 def test_temporary_names_are_unique_and_a_stale_one_is_harmless(tmp_path):
+    from gnnbridge.core import files
     from gnnbridge.core.training import checkpoint
 
     target = tmp_path / "checkpoints" / "latest.pt"
-    assert checkpoint._partial(target) != checkpoint._partial(target)
+    assert files.partial_name(target) != files.partial_name(target)
     target.parent.mkdir()
     (target.parent / ".latest.pt.partial").write_text("another writer's half file")
     checkpoint.save(target, {"w": torch.ones(2)})
