@@ -137,6 +137,56 @@ def test_temporary_names_are_unique_and_a_stale_one_is_harmless(tmp_path):
     assert (target.parent / ".latest.pt.partial").read_text() == "another writer's half file"
 
 
+def _user_files(root):
+    """A user's own files and folder outside any run folder, to plant links to."""
+    root.mkdir()
+    (root / "notes.csv").write_text("my notes\n")
+    (root / "photo.png").write_bytes(b"my photo")
+    (root / "board").mkdir()
+    return root
+
+
+def _tree(folder):
+    return {str(p.relative_to(folder)): p.read_bytes() if p.is_file() else None for p in sorted(folder.rglob("*"))}
+
+
+def test_a_run_folder_is_never_written_through_links(tmp_path, cli):
+    run, user = tmp_path / "run", _user_files(tmp_path / "user")
+    assert cli("train", "--dataset", "karate", "--set", "train.epochs=1", "--set", "log.to=[csv,tensorboard]",
+               "--quiet", "--out", run)[0] == 0
+    mine = _tree(user)
+    # Links planted in the run folder, leading out of it: --resume refuses the folder, untouched.
+    (run / "tensorboard").rename(run / "tensorboard-1")
+    for name, target in (("metrics.csv", user / "notes.csv"), ("curves.png", user / "photo.png"),
+                         ("tensorboard", user / "board")):
+        (run / name).unlink(missing_ok=True)
+        (run / name).symlink_to(target)
+    before = {p.name: os.readlink(p) for p in run.iterdir() if p.is_symlink()}
+    one_error(cli("train", "--resume", run, "--set", "train.epochs=2"),
+              f"Run folder '{run}' holds a symbolic link that leads out of it: curves.png -> {user / 'photo.png'} "
+              "(and 2 more)", "replace the link with a copy")
+    assert _tree(user) == mine and {p.name: os.readlink(p) for p in run.iterdir() if p.is_symlink()} == before
+    assert cli("evaluate", run)[0] == 0 and _tree(user) == mine  # reading a run folder writes nothing
+    # Hard links cannot be told from the run's own files: they are replaced, never written through.
+    for name, target in (("metrics.csv", user / "notes.csv"), ("curves.png", user / "photo.png")):
+        (run / name).unlink()
+        os.link(target, run / name)
+    (run / "tensorboard").unlink()
+    assert cli("train", "--resume", run, "--set", "train.epochs=2", "--quiet")[0] == 0
+    assert _tree(user) == mine
+    assert (run / "metrics.csv").read_text().splitlines()[-1].startswith("2,")  # the new epoch's row
+    assert (run / "curves.png").read_bytes().startswith(b"\x89PNG")
+    assert not list(run.rglob("*.partial"))
+
+
+def test_a_lock_file_planted_as_a_link_is_refused(tmp_path, cli):
+    out, user = tmp_path / "out", _user_files(tmp_path / "user")
+    out.mkdir()
+    (out / ".gnnbridge.lock").symlink_to(user / "made-by-gnnbridge")
+    one_error(cli("train", "--dataset", "karate", "--quiet", "--out", out), ".gnnbridge.lock' is a symbolic link")
+    assert not (user / "made-by-gnnbridge").exists() and [p.name for p in out.iterdir()] == [".gnnbridge.lock"]
+
+
 def test_a_folder_left_with_only_config_yaml_says_so(tmp_path, cli):
     (tmp_path / "dead").mkdir()
     (tmp_path / "dead" / "config.yaml").write_text("name: x\n")
