@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import io
+import json
 import multiprocessing
 import os
 import resource
@@ -453,6 +454,63 @@ def test_sigterm_before_the_first_checkpoint_frees_the_out_folder(tmp_path):
     assert code == 143
     assert len(lines) == 1 and lines[0].startswith("Stopped by SIGTERM"), lines
     assert not run.exists()
+
+
+def default_signals():
+    """For a child that must take signals as a user's terminal delivers them: a shell that starts
+    a job in the background sets SIGINT to "ignored", and children inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+# Ctrl-C while torch.save writes a checkpoint, every time: the run's second torch.save gets a
+# file that sends the process SIGINT on its second write, in the middle of the checkpoint.
+SIGINT_MID_SAVE = textwrap.dedent("""
+    import os, signal, torch
+
+    _save, _calls = torch.save, [0]
+
+    class Interrupting:
+        def __init__(self, f):
+            self.f, self.writes = f, 0
+
+        def write(self, data):
+            self.writes += 1
+            if self.writes == 2:
+                os.kill(os.getpid(), signal.SIGINT)
+            return self.f.write(data)
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+    def save(obj, f, *args, **kwargs):
+        _calls[0] += 1
+        return _save(obj, Interrupting(f) if _calls[0] == 2 else f, *args, **kwargs)
+
+    torch.save = save
+""")
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_a_checkpoint_is_written_stops_the_run_as_itself(tmp_path):
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(SIGINT_MID_SAVE)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([PY, "-m", "gnnbridge", "train", "--dataset", "karate", "--set", "train.epochs=4", "--quiet",
+                           "--out", "r"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+                          preexec_fn=default_signals)
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr.strip().splitlines() == ["Stopped by SIGINT (Ctrl-C): its checkpoint is kept in r; continue it "
+                                                "with: gnnbridge train --resume r."]
+    from gnnbridge.core.training import checkpoint
+
+    # The write the signal landed in was finished first: the second epoch's checkpoint, whole.
+    assert checkpoint.load(tmp_path / "r" / "checkpoints" / "latest.pt")["epoch"] == 1
+    assert not list((tmp_path / "r").rglob("*.partial"))
+    resumed = subprocess.run([PY, "-m", "gnnbridge", "train", "--resume", "r", "--quiet"], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads((tmp_path / "r" / "results.json").read_text())["epochs_trained"] == 4
 
 
 # --------------------------------------------------------------------------- 8. monitors
