@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import io
+import json
 import multiprocessing
 import os
 import resource
@@ -126,15 +127,66 @@ def test_a_run_folder_in_use_refuses_resume_and_out(tmp_path, cli):
 
 
 def test_temporary_names_are_unique_and_a_stale_one_is_harmless(tmp_path):
+    from gnnbridge.core import files
     from gnnbridge.core.training import checkpoint
 
     target = tmp_path / "checkpoints" / "latest.pt"
-    assert checkpoint._partial(target) != checkpoint._partial(target)
+    assert files.partial_name(target) != files.partial_name(target)
     target.parent.mkdir()
     (target.parent / ".latest.pt.partial").write_text("another writer's half file")
     checkpoint.save(target, {"w": torch.ones(2)})
     assert torch.equal(torch.load(target)["w"], torch.ones(2))
     assert (target.parent / ".latest.pt.partial").read_text() == "another writer's half file"
+
+
+def _user_files(root):
+    """A user's own files and folder outside any run folder, to plant links to."""
+    root.mkdir()
+    (root / "notes.csv").write_text("my notes\n")
+    (root / "photo.png").write_bytes(b"my photo")
+    (root / "board").mkdir()
+    return root
+
+
+def _tree(folder):
+    return {str(p.relative_to(folder)): p.read_bytes() if p.is_file() else None for p in sorted(folder.rglob("*"))}
+
+
+def test_a_run_folder_is_never_written_through_links(tmp_path, cli):
+    run, user = tmp_path / "run", _user_files(tmp_path / "user")
+    assert cli("train", "--dataset", "karate", "--set", "train.epochs=1", "--set", "log.to=[csv,tensorboard]",
+               "--quiet", "--out", run)[0] == 0
+    mine = _tree(user)
+    # Links planted in the run folder, leading out of it: --resume refuses the folder, untouched.
+    (run / "tensorboard").rename(run / "tensorboard-1")
+    for name, target in (("metrics.csv", user / "notes.csv"), ("curves.png", user / "photo.png"),
+                         ("tensorboard", user / "board")):
+        (run / name).unlink(missing_ok=True)
+        (run / name).symlink_to(target)
+    before = {p.name: os.readlink(p) for p in run.iterdir() if p.is_symlink()}
+    one_error(cli("train", "--resume", run, "--set", "train.epochs=2"),
+              f"Run folder '{run}' holds a symbolic link that leads out of it: curves.png -> {user / 'photo.png'} "
+              "(and 2 more)", "replace the link with a copy")
+    assert _tree(user) == mine and {p.name: os.readlink(p) for p in run.iterdir() if p.is_symlink()} == before
+    assert cli("evaluate", run)[0] == 0 and _tree(user) == mine  # reading a run folder writes nothing
+    # Hard links cannot be told from the run's own files: they are replaced, never written through.
+    for name, target in (("metrics.csv", user / "notes.csv"), ("curves.png", user / "photo.png")):
+        (run / name).unlink()
+        os.link(target, run / name)
+    (run / "tensorboard").unlink()
+    assert cli("train", "--resume", run, "--set", "train.epochs=2", "--quiet")[0] == 0
+    assert _tree(user) == mine
+    assert (run / "metrics.csv").read_text().splitlines()[-1].startswith("2,")  # the new epoch's row
+    assert (run / "curves.png").read_bytes().startswith(b"\x89PNG")
+    assert not list(run.rglob("*.partial"))
+
+
+def test_a_lock_file_planted_as_a_link_is_refused(tmp_path, cli):
+    out, user = tmp_path / "out", _user_files(tmp_path / "user")
+    out.mkdir()
+    (out / ".gnnbridge.lock").symlink_to(user / "made-by-gnnbridge")
+    one_error(cli("train", "--dataset", "karate", "--quiet", "--out", out), ".gnnbridge.lock' is a symbolic link")
+    assert not (user / "made-by-gnnbridge").exists() and [p.name for p in out.iterdir()] == [".gnnbridge.lock"]
 
 
 def test_a_folder_left_with_only_config_yaml_says_so(tmp_path, cli):
@@ -537,6 +589,63 @@ def test_sigterm_before_the_first_checkpoint_frees_the_out_folder(tmp_path):
     assert code == 143
     assert len(lines) == 1 and lines[0].startswith("Stopped by SIGTERM"), lines
     assert not run.exists()
+
+
+def default_signals():
+    """For a child that must take signals as a user's terminal delivers them: a shell that starts
+    a job in the background sets SIGINT to "ignored", and children inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+# Ctrl-C while torch.save writes a checkpoint, every time: the run's second torch.save gets a
+# file that sends the process SIGINT on its second write, in the middle of the checkpoint.
+SIGINT_MID_SAVE = textwrap.dedent("""
+    import os, signal, torch
+
+    _save, _calls = torch.save, [0]
+
+    class Interrupting:
+        def __init__(self, f):
+            self.f, self.writes = f, 0
+
+        def write(self, data):
+            self.writes += 1
+            if self.writes == 2:
+                os.kill(os.getpid(), signal.SIGINT)
+            return self.f.write(data)
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+    def save(obj, f, *args, **kwargs):
+        _calls[0] += 1
+        return _save(obj, Interrupting(f) if _calls[0] == 2 else f, *args, **kwargs)
+
+    torch.save = save
+""")
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_a_checkpoint_is_written_stops_the_run_as_itself(tmp_path):
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(SIGINT_MID_SAVE)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([PY, "-m", "gnnbridge", "train", "--dataset", "karate", "--set", "train.epochs=4", "--quiet",
+                           "--out", "r"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+                          preexec_fn=default_signals)
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr.strip().splitlines() == ["Stopped by SIGINT (Ctrl-C): its checkpoint is kept in r; continue it "
+                                                "with: gnnbridge train --resume r."]
+    from gnnbridge.core.training import checkpoint
+
+    # The write the signal landed in was finished first: the second epoch's checkpoint, whole.
+    assert checkpoint.load(tmp_path / "r" / "checkpoints" / "latest.pt")["epoch"] == 1
+    assert not list((tmp_path / "r").rglob("*.partial"))
+    resumed = subprocess.run([PY, "-m", "gnnbridge", "train", "--resume", "r", "--quiet"], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads((tmp_path / "r" / "results.json").read_text())["epochs_trained"] == 4
 
 
 # --------------------------------------------------------------------------- 8. monitors

@@ -12,7 +12,9 @@ enforces both)::
     records/    graph data, collections, batch records
     errors.py   the error types every layer raises
     compiled.py calling numba kernels so that signals still stop a run
+    files.py    writing in a run folder: each file replaced whole, never through a link
 
-``runtime``, ``sampling`` and ``models`` stand side by side on ``contracts``. ``interfaces.py``
+``runtime``, ``sampling`` and ``models`` stand side by side on ``contracts``; ``files`` stands
+beside ``records``, on ``compiled``. ``interfaces.py``
 re-exports what plugins import and is imported by nothing in core.
 """

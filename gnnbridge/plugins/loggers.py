@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
 
+from gnnbridge.core import files
 from gnnbridge.core.contracts.hookspecs import hookimpl
 
 
 class CsvLogger:
     """``metrics.csv`` in the run folder: one row per epoch, a column per figure (the final
     metrics are in ``results.json``). A resumed run appends to it; should the figures change,
-    a new header starts a second table below."""
+    a new header starts a second table below. Each row replaces the file with one a row longer
+    (:func:`gnnbridge.core.files.append_text`): never written through a link, never half a row."""
 
     def __init__(self, run_dir: Path, config):
         self.path = run_dir / "metrics.csv"
@@ -23,11 +26,12 @@ class CsvLogger:
         header = self._header()
         if header is not None and set(row) - set(header):
             header = None  # new columns: a second table below, with its own header
-        with open(self.path, "a", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=header or list(row), restval="")
-            if header is None:
-                writer.writeheader()
-            writer.writerow(row)
+        text = io.StringIO()
+        writer = csv.DictWriter(text, fieldnames=header or list(row), restval="")
+        if header is None:
+            writer.writeheader()
+        writer.writerow(row)
+        files.append_text(self.path, text.getvalue())
 
     def _header(self) -> list[str] | None:
         """The header of the last table in the file (None: no file yet)."""

@@ -14,9 +14,9 @@ import gnnbridge
 
 # Core's layers, bottom up. A module may import core modules of a lower rank and of its own
 # layer; layers of equal rank stand side by side and may not import each other.
-LAYERS = {"errors": 0, "compiled": 0, "records": 1, "contracts": 2, "runtime": 3, "sampling": 3, "models": 3,
+LAYERS = {"errors": 0, "compiled": 0, "files": 1, "records": 1, "contracts": 2, "runtime": 3, "sampling": 3, "models": 3,
           "training": 4, "app": 5}
-MODULE_LAYERS = ("errors", "compiled")  # layers that are one module, not a package
+MODULE_LAYERS = ("errors", "compiled", "files")  # layers that are one module, not a package
 FACADE = "gnnbridge.core.interfaces"  # re-exports for plugins: may import any layer, imported by none
 NEVER_IN_CORE = ("torch_geometric", "dgl", "gnnbridge.backends", "gnnbridge.plugins", "gnnbridge.cli",
                  "gnnbridge.testing")
@@ -155,13 +155,13 @@ def test_the_checker_names_each_broken_rule(tmp_path):
         "gnnbridge/core/app/train.py:1 imports gnnbridge.core.interfaces.Backend: nothing in core imports the plugin "
         "facade gnnbridge.core.interfaces",
         "gnnbridge/core/app/train.py:2 imports gnnbridge.core.utils: gnnbridge.core.utils is in no layer of core "
-        "(errors, compiled, records, contracts, runtime, sampling, models, training, app)",
+        "(errors, compiled, files, records, contracts, runtime, sampling, models, training, app)",
         "gnnbridge/core/contracts/config.py:1 imports torch_geometric: core never imports torch_geometric",
         "gnnbridge/core/contracts/config.py:2 imports gnnbridge.plugins.BUILTIN: core never imports gnnbridge.plugins",
         "gnnbridge/core/contracts/config.py:3 imports gnnbridge: core imports only gnnbridge.core (the package above "
         "it is higher)",
-        "gnnbridge/core/helpers.py is in no layer of core: move it into one (errors, compiled, records, contracts, "
-        "runtime, sampling, models, training, app)",
+        "gnnbridge/core/helpers.py is in no layer of core: move it into one (errors, compiled, files, records, "
+        "contracts, runtime, sampling, models, training, app)",
         "gnnbridge/core/records/data.py:2 imports gnnbridge.core.training.trainer.Trainer: layer records imports "
         "training, which stands above it",
         "gnnbridge/core/runtime/rank.py:1 imports gnnbridge.core.sampling.seeds: layer runtime imports sampling, which "

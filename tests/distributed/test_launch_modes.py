@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -309,6 +310,71 @@ def test_a_signal_to_the_launcher_stops_every_rank_and_keeps_only_the_resumable_
     assert not job.errors, job.lines
     assert alive(ranks) == []
     assert_kept_for_resume(tmp_path / "run")
+
+
+def default_signals():
+    """The child takes Ctrl-C as from a terminal (a shell's background job inherits it ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+# Ranks meet Ctrl-C where it used to print tracebacks, every time. "starting": each rank is held
+# in its start-up, where it imports gnnbridge (spawn's unpickling does), until the test says go,
+# and first leaves a marker. "training": each rank lingers on its way out (at exit), where the
+# Ctrl-C that the agent passes on to the ranks lands after the terminal's own.
+RANKS_MEET_CTRL_C = textwrap.dedent("""
+    import atexit, os, sys, time
+
+    class Gate:
+        def find_spec(self, name, path=None, target=None):
+            if name == "gnnbridge":
+                sys.meta_path.remove(self)
+                gate = os.environ["GATE"]
+                open(os.path.join(gate, f"starting-{os.getpid()}"), "w").close()
+                deadline = time.monotonic() + 120
+                while not os.path.exists(os.path.join(gate, "go")) and time.monotonic() < deadline:
+                    time.sleep(0.01)
+            return None
+
+    if "--multiprocessing-fork" in sys.orig_argv:
+        sys.meta_path.insert(0, Gate())
+        if os.environ.get("LINGER"):
+            atexit.register(time.sleep, 2)
+""")
+
+
+@pytest.mark.parametrize("when", ["starting", "training"])
+def test_ctrl_c_to_the_whole_job_prints_only_the_launchers_line(tmp_path, when):
+    """Ctrl-C at a terminal reaches the launcher and every rank (one process group); the agent
+    also passes it on to the ranks. The user sees one line, whatever the ranks were doing."""
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    (gate / "sitecustomize.py").write_text(RANKS_MEET_CTRL_C)
+    env = {**ENV, "GATE": str(gate), "PYTHONPATH": os.pathsep.join([str(gate), os.environ.get("PYTHONPATH", "")])}
+    if when == "training":
+        (gate / "go").touch()
+        env["LINGER"] = "1"
+    proc = subprocess.Popen(gnnbridge("train", "--nproc", "2", "--quiet", "--set", "train.epochs=500", "--out", "run"),
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, preexec_fn=default_signals)
+    try:
+        if when == "starting":
+            deadline = time.monotonic() + 240
+            while len(list(gate.glob("starting-*"))) < 2:
+                assert time.monotonic() < deadline and proc.poll() is None, list(gate.iterdir())
+                time.sleep(0.05)
+        else:
+            wait_for_checkpoint(tmp_path / "run")
+        ranks = ranks_of(proc.pid)
+        os.killpg(proc.pid, signal.SIGINT)
+        (gate / "go").touch()
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    state = "it had no checkpoint yet, so its run folder was removed" if when == "starting" else \
+        "its checkpoint is kept in run; continue it with: gnnbridge train --resume run"
+    assert (proc.returncode, err.strip().splitlines()) == (130, [f"Stopped by SIGINT (Ctrl-C): {state}."]), err
+    assert alive(ranks) == []
 
 
 # --------------------------------------------------------------------------- two jobs on one host

@@ -14,7 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gnnbridge.core.app.resolve import check_frozen, resolve_config
-from gnnbridge.core.app.rundir import CONFIG, lock, make_run_dir, new_run_dir, output_error, write_text_atomic
+from gnnbridge.core.app.rundir import (
+    CONFIG,
+    lock,
+    make_run_dir,
+    new_run_dir,
+    output_error,
+    refuse_links_leaving,
+    write_text_atomic,
+)
 from gnnbridge.core.contracts import config as cfgmod
 from gnnbridge.core.contracts.config import ExperimentConfig
 from gnnbridge.core.errors import ConfigError, DataFileNotFoundError, GnnBridgeError
@@ -105,6 +113,7 @@ def plan_resume(run_dir: str | os.PathLike, experiment, dataset, out, overrides,
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise DataFileNotFoundError(f"Run folder '{run_dir}' does not exist.")
+    refuse_links_leaving(run_dir)
     path = checkpoint.path_in(run_dir, checkpoint.LATEST)
     if not path.is_file():
         raise DataFileNotFoundError(

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import torch
 
+from gnnbridge.core import files
 from gnnbridge.core.app.plan import Plan
-from gnnbridge.core.app.rundir import RESULTS, keep_earlier_results, write_json_atomic
+from gnnbridge.core.app.rundir import RESULTS, keep_earlier_results, output_error, write_json_atomic
 from gnnbridge.core.contracts.plugins import library_versions
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.training.trainer import Trainer
@@ -94,5 +95,10 @@ def plot(run_dir: Path, results: dict) -> None:
                 ax.axvline(restart["resumed_from_epoch"] + 1.5, color="grey", linestyle=":", linewidth=1)
     ax_acc.legend()
     fig.tight_layout()
-    fig.savefig(run_dir / "curves.png", dpi=100)
-    plt.close(fig)
+    path = run_dir / "curves.png"
+    try:  # replaced, never drawn over: the old file may be a link to somewhere else
+        files.replace(path, lambda f: fig.savefig(f, dpi=100, format="png"))
+    except OSError as exc:
+        raise output_error(path, exc, path.name) from None
+    finally:
+        plt.close(fig)

@@ -23,10 +23,10 @@ import re
 import shutil
 import signal
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
+from gnnbridge.core import files
 from gnnbridge.core.contracts.config import ExperimentConfig
 from gnnbridge.core.errors import (
     GnnBridgeError,
@@ -121,7 +121,13 @@ def lock(run_dir: Path) -> None:
     process holds it."""
     if run_dir in _held:
         return
-    fd = os.open(run_dir / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:  # never through a link: the lock file is created in the folder, or is the folder's own
+        fd = os.open(run_dir / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise OutputPathError(f"'{run_dir / LOCK}' is a symbolic link; gnnbridge writes only inside a run folder: "
+                              "remove the link, then try again.") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -145,7 +151,7 @@ def _locked_elsewhere(path: Path) -> bool:
     if path in _held or not (path / LOCK).is_file():
         return False
     try:
-        fd = os.open(path / LOCK, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path / LOCK, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
     except OSError:
         return False
     try:
@@ -190,14 +196,27 @@ def write_json_atomic(path: Path, payload: Any) -> None:
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Written under a name no other writer uses, then renamed over ``path`` in one step."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+    """Written under a name no other writer uses, then renamed over ``path`` in one step (never
+    through a link: see :mod:`gnnbridge.core.files`)."""
     try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
+        files.replace(path, text)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise output_error(path, exc, path.name) from None
+
+
+def refuse_links_leaving(run_dir: Path) -> None:
+    """A run folder about to be continued must hold no symbolic link out of it: its files are
+    replaced, never written through, but a linked folder (``checkpoints/``, ``tensorboard/``)
+    would still take new files elsewhere, and a linked file says someone meant it to be written."""
+    leaving = files.links_leaving(run_dir)
+    if leaving:
+        link, target = leaving[0]
+        more = f" (and {len(leaving) - 1} more)" if len(leaving) > 1 else ""
+        raise OutputPathError(
+            f"Run folder '{run_dir}' holds a symbolic link that leads out of it: {link} -> {target}{more}; gnnbridge "
+            "writes only inside a run folder: replace the link with a copy of what it points to (or remove it), "
+            "then continue the run."
+        )
 
 
 def discard(run_dir: Path, created: Path | None) -> None:

@@ -88,7 +88,7 @@ def _run_elastic(worker: Callable[..., Any], nproc: int, device_kind: str, args:
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     with tempfile.TemporaryDirectory(prefix="gnnbridge-elastic-") as log_dir, _agent_quiet(), _agent_leaves_no_trace(), \
-            _ranks_inherit({ENV_WARNED: "1"}):
+            _ranks_inherit({ENV_WARNED: "1"}), _ranks_start_deaf_to_ctrl_c():
         config = LaunchConfig(
             min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=uuid.uuid4().hex, role="gnnbridge",
             rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", rdzv_configs={"join_timeout": math.ceil(timeout_s)},
@@ -131,12 +131,30 @@ def interrupt_on_sigterm() -> Iterator[None]:
 
 def _elastic_rank(worker: Callable[..., Any], device_kind: str, args: tuple, timeout_s: float) -> Any:
     """A rank started by the elastic agent: torchrun's environment, but the launcher (not each
-    node's first rank) prints the failure, so ranks leave silently."""
-    spec = RankSpec.from_job(detect_job(), announce=False)
+    node's first rank) prints the failure, so ranks leave silently. It started with SIGINT
+    blocked (:func:`_ranks_start_deaf_to_ctrl_c`); from here on a Ctrl-C stops it quietly."""
     try:
+        _ctrl_c_stops_once()
+        spec = RankSpec.from_job(detect_job(), announce=False)
         return rank_main(spec, device_kind, worker, args, timeout_s)
     except BaseException:  # noqa: BLE001 - the launcher reports the job's first failure; no traceback here
         sys.exit(1)
+
+
+def _ctrl_c_stops_once() -> None:
+    """Ctrl-C reaches a rank twice: from the terminal (to the whole process group) and from the
+    agent, which passes the signal it got on to every rank. The first stops the rank; a second
+    would land in its way out and print a traceback, so SIGINT is ignored from then on. Then
+    SIGINT is unblocked: one held since the rank started is delivered here."""
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where it is ignored (a background job)
+        signal.signal(signal.SIGINT, _interrupt_once)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _interrupt_once(signum, frame) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
 
 
 def _root_cause(failures: dict) -> str:
@@ -175,6 +193,40 @@ def _agent_leaves_no_trace() -> Iterator[None]:
             os.environ.pop(SIGNALS_VAR, None)
         else:
             os.environ[SIGNALS_VAR] = env
+
+
+@contextlib.contextmanager
+def _ranks_start_deaf_to_ctrl_c() -> Iterator[None]:
+    """Ranks start with SIGINT blocked, until :func:`_elastic_rank` runs.
+
+    Ctrl-C at a terminal reaches every process of its group, the ranks included, and a rank
+    spends its first seconds importing torch and unpickling its work: a ``KeyboardInterrupt``
+    there printed a traceback per rank (48-69 interleaved lines) above the launcher's one line.
+    A blocked signal waits, and the mask is inherited across fork and exec (CPython's resource
+    tracker starts the same way), so the Ctrl-C waits in each rank until gnnbridge's own code
+    unblocks it and stops quietly; the agent here takes its own Ctrl-C as before and stops the
+    ranks (passing the signal on: it too waits in a starting rank).
+
+    The agent starts the ranks from this (the main) thread, so SIGINT is blocked here while it
+    runs, and a thread that does nothing but keep it unblocked receives it instead: Python still
+    runs the handler (the agent's) in the main thread, as for any signal. The resource tracker
+    is started first: starting it unblocks SIGINT in the thread that starts it."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
+    done = threading.Event()
+    receiver = threading.Thread(target=done.wait, name="gnnbridge-sigint", daemon=True)
+    receiver.start()  # before the mask changes: threads inherit their creator's
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+        done.set()
+        receiver.join()
 
 
 @contextlib.contextmanager

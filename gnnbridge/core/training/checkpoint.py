@@ -4,7 +4,8 @@ A checkpoint is one ``torch.save`` zip holding only tensors and plain values (di
 numbers, strings), so it loads with ``torch.load(weights_only=True)``: a file that carries
 pickled code is refused and the code never runs. Rank 0 writes it (DDP keeps every rank's
 model and optimizer identical) to a temporary file in the same folder, fsyncs it and renames it
-over the old one: a crash mid-write leaves the previous checkpoint whole.
+over the old one (:mod:`gnnbridge.core.files`): a crash mid-write leaves the previous checkpoint
+whole, and a Ctrl-C waits for the write to end.
 
 A run folder keeps two: ``checkpoints/latest.pt`` (every ``train.checkpoint_every`` epochs and
 after the last one) and ``checkpoints/best.pt`` (whenever the monitored validation metric
@@ -21,16 +22,15 @@ import os
 import random
 import re
 import shutil
-import uuid
 import warnings
 import zipfile
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from gnnbridge.core import files
 from gnnbridge.core.errors import CheckpointError, DataFileNotFoundError, OutputPathError
 
 FORMAT = "gnnbridge-checkpoint"
@@ -74,14 +74,12 @@ def find(target: str | os.PathLike, kind: str = BEST) -> Path:
 
 
 def save(path: Path, payload: dict) -> None:
-    """Write ``payload`` to ``path`` atomically: the old file stays whole until the new one is.
-    A disk that fills up (or any other write error) is one line, and the old file stays."""
+    """Write ``payload`` to ``path`` atomically: the old file stays whole until the new one is
+    (:func:`gnnbridge.core.files.replace`; a Ctrl-C meanwhile waits for the write to end). A disk
+    that fills up (or any other write error) is one line, and the old file stays."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with _replacing(path) as tmp, open(tmp, "wb") as f:
-            torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
+        files.replace(path, lambda f: torch.save(payload, f))
     except OSError as exc:
         raise _write_error(path, exc) from None
     except RuntimeError as exc:  # torch.save reports a failed write as "PytorchStreamWriter failed writing file"
@@ -94,13 +92,14 @@ def copy(src: Path, dst: Path) -> None:
     """``dst`` becomes the same checkpoint as ``src``: a hard link (no second write) where the
     file system has them, else a copy; atomic either way."""
     try:
-        with _replacing(dst) as tmp:
-            try:
-                os.link(src, tmp)
-            except OSError:
-                shutil.copyfile(src, tmp)
-    except OSError as exc:
-        raise _write_error(dst, exc) from None
+        with files.replacing(dst) as tmp:
+            os.link(src, tmp)
+    except OSError:
+        try:
+            with open(src, "rb") as f:
+                files.replace(dst, lambda out: shutil.copyfileobj(f, out))
+        except OSError as exc:
+            raise _write_error(dst, exc) from None
 
 
 def _write_error(path: Path, exc: OSError) -> OutputPathError:
@@ -109,43 +108,10 @@ def _write_error(path: Path, exc: OSError) -> OutputPathError:
                            "whole. Free some space or fix the folder, then continue the run.")
 
 
-@contextmanager
-def _replacing(path: Path):
-    """Yield a temporary name to fill; it then replaces ``path`` in one rename, or is removed."""
-    tmp = _partial(path)
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
-def _partial(path: Path) -> Path:
-    """A temporary name no other writer shares (two processes never write one file); what a
-    killed write leaves is removed by :func:`remove_partial`."""
-    return path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.partial")
-
-
 def remove_partial(run_dir: str | os.PathLike) -> None:
-    """Remove what a write killed midway left (the checkpoints themselves are whole)."""
-    for leftover in (Path(run_dir) / FOLDER).glob(".*.partial"):
-        leftover.unlink(missing_ok=True)
-
-
-def _fsync_dir(folder: Path) -> None:
-    """Make the rename itself durable (a power cut after it must not bring back the old name)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover - some network file systems refuse it
-        pass
-    finally:
-        os.close(fd)
+    """Remove what writes killed midway left in a run folder (its files themselves are whole)."""
+    files.remove_partial(Path(run_dir))
+    files.remove_partial(Path(run_dir) / FOLDER)
 
 
 def rng_states() -> dict[str, Any]:
