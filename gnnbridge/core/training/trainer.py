@@ -233,7 +233,7 @@ class Trainer:
                    leave=False, dynamic_ncols=True)
         t0 = time.perf_counter()
         progress = BarFigures(t0)
-        phases = PhaseTimer(ctx.device)
+        phases = PhaseTimer(ctx.device, ctx.doing, epoch)
         phases.start()
         for step, mb in enumerate(prefetched(lambda: self._batches(batches, epoch), cfg.placement.prefetch)):
             phases.mark("sample")
@@ -244,6 +244,7 @@ class Trainer:
             first_bad = torch.where((first_bad < 0) & ~torch.isfinite(loss_sum_batch.detach()), step, first_bad)
             counts.update(logits.detach(), y)
             bar.update(1)
+        ctx.doing(None)  # what follows waits in collectives, which time out on their own
         counts.reduce(ctx)
         ctx.all_reduce_sum(loss_sum)
         self._check_loss(epoch, int(first_bad), int(ctx.all_reduce_sum((first_bad >= 0).long())))
