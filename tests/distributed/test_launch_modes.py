@@ -422,3 +422,50 @@ def test_nproc_inside_a_job_is_refused_in_one_line(tmp_path):
     assert proc.stderr.strip() == ("Error: --nproc 4 inside a torchrun job of 2 ranks: the launcher already started "
                                    "the ranks; drop --nproc (the job's size decides).")
     assert not (tmp_path / "run").exists()
+
+
+STUCK_MODEL = '''
+import os
+import time
+
+import torch.distributed as dist
+from torch import nn
+
+
+class Stuck(nn.Module):
+    """Trains two steps, then its forward never returns on the ranks named in STUCK_RANKS."""
+
+    def __init__(self, in_dim, out_dim):
+        super().__init__()
+        self.lin = nn.Linear(in_dim, out_dim)
+        self.calls = 0
+
+    def forward(self, graph, x):
+        if self.training:
+            self.calls += 1
+            if self.calls >= 3 and str(dist.get_rank()) in os.environ["STUCK_RANKS"].split(","):
+                while True:  # Python compute that never reaches a collective
+                    time.sleep(0.5)
+        return self.lin(x)
+'''
+
+
+@pytest.mark.parametrize("stuck, named", [("0,1", "[01]"), ("1", "1")])
+def test_a_forward_that_never_returns_ends_the_job_naming_the_rank_and_the_phase(stuck, named, tmp_path):
+    """Stuck on every rank, nothing waits in a collective, so no collective timeout can fire;
+    stuck on one rank, the other's collective times out, but the line names the stuck one."""
+    (tmp_path / "stuck_model.py").write_text(STUCK_MODEL)
+    job = Job(gnnbridge(*TRAIN, "--dataset", "karate", "--nproc", "2", "--timeout", "15", "--set",
+                        "model.arch=stuck_model:Stuck", "--set", "train.batch_size=2", "--out", "run"),
+              tmp_path, env={**ENV, "STUCK_RANKS": stuck})
+    try:
+        code = job.finish(timeout=180)
+    except subprocess.TimeoutExpired:
+        for pid in reversed(ranks_of(job.proc.pid)):
+            os.kill(pid, signal.SIGKILL)
+        job.proc.kill()
+        raise AssertionError(f"still running after 180 s with --timeout 15; it said: {job.lines}") from None
+    assert code == 1, job.lines
+    assert len(job.lines) == 1 and re.match(rf"Error: rank {named} has been in its forward pass of epoch 1, step \d+ "
+                                            r"for \d+ s \(--timeout 15\)", job.lines[0]), job.lines
+    assert not (tmp_path / "run").exists()  # no checkpoint yet: nothing to resume

@@ -73,6 +73,12 @@ class DistContext:
         if self.watchdog is not None:
             self.watchdog.progress += 1
 
+    def doing(self, what: str | None) -> None:
+        """Say what this rank does now ("its forward pass of epoch 1, step 3"): stuck there for
+        longer than the timeout, the job ends naming this rank and that. ``None``: nothing timed."""
+        if self.watchdog is not None:
+            self.watchdog.doing(what)
+
     def on_abort(self, cleanup: Callable[[], None]) -> None:
         """Run ``cleanup`` if this rank is stopped because the job failed (also from SIGTERM)."""
         if self.watchdog is not None:

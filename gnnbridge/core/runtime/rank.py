@@ -31,6 +31,7 @@ from gnnbridge.core.errors import GnnBridgeError, RankFailedError, record_interr
 from gnnbridge.core.runtime.context import POLL_S, DistContext, attempt_store, resolve_device
 from gnnbridge.core.runtime.jobs import JobEnv
 from gnnbridge.core.runtime.watchdog import (
+    DOING,
     STORE_ERRORS,
     Member,
     Watchdog,
@@ -102,6 +103,7 @@ def rank_main(spec: RankSpec, device_kind: str, worker: Callable[..., Any], args
         return result
     except BaseException as exc:  # noqa: BLE001 - every failure, Ctrl-C included, must reach the others
         if ctx is not None and ctx.watchdog is not None:
+            ctx.watchdog.doing(None)  # no longer in its step: failing is not being stuck there
             ctx.watchdog.run_cleanups()
         raise _failure(spec, store, exc, timeout_s) from None
     finally:
@@ -176,6 +178,7 @@ def _rendezvous(store, me: Member, world_size: int, timeout_s: float) -> tuple[l
     if me.rank == 0:
         store.set("run_id", uuid.uuid4().hex[:12])  # names this job's shared-memory files
     store.add(f"beat/{me.rank}", 0)
+    store.set(f"{DOING}/{me.rank}", "0")  # before the member key: whoever sees every member reads these
     store.set(f"member/{me.rank}", me.to_json())
     keys = [f"member/{r}" for r in range(world_size)]
     deadline = time.monotonic() + timeout_s

@@ -13,7 +13,14 @@ thread that talks to the job's store on its own connection:
 * each node's first rank checks the **beats** of all ranks (a lost machine is seen after
   ``timeout_s``);
 * it publishes this rank's **progress** (steps taken), so a rank that times out in a collective
-  can name the peer that is stuck behind.
+  can name the peer that is stuck behind;
+* it **times the step**: the main thread says what it is doing (:meth:`Watchdog.doing`, e.g. "its
+  forward pass of epoch 1, step 3"); a rank stuck there for ``timeout_s`` ends the job, naming
+  itself and that. A rank stuck in Python or C compute never reaches a collective, so no
+  collective timeout would ever fire: with every rank stuck in ``forward`` the job would wait
+  forever. Each change of activity is counted, and every rank passes through the same ones
+  (equal shards, the same phases per step), so a lower count means *behind*: a rank stuck
+  waiting in a collective sees a peer behind it and leaves the report to that peer.
 
 On an abort it runs the cleanups registered with :meth:`Watchdog.on_abort` (remove a half-made
 run folder, unlink shared-memory files), prints the message if it is this node's turn, and ends
@@ -36,6 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 ABORT = "abort"
+DOING = "doing"  # doing/<rank>: how many activities the rank has begun (see Watchdog.doing)
 INTERVAL_S = 1.0
 LEAVE_GRACE_S = 5.0
 SIGTERM_GRACE_S = 3.0  # a launcher's SIGTERM follows a failure: give its message time to arrive
@@ -125,6 +133,8 @@ class Watchdog:
         self.peers = [m for m in members if m.rank != me.rank]
         self.progress = 0  # steps taken by this rank (DistContext.advance); published with the beat
         self._published = -1
+        self._activity: tuple[str | None, int, float] = (None, 0, 0.0)  # what, how many so far, since when
+        self._published_moves = 0
         self._last_beat: dict[int, tuple[int, float]] = {}
         self._cleanups: list[Callable[[], None]] = []
         self._stop = threading.Event()
@@ -144,6 +154,11 @@ class Watchdog:
         self._thread.join(timeout=5 * INTERVAL_S)
         self._release_sigterm()
 
+    def doing(self, what: str | None) -> None:
+        """Say what the main thread does from now on (``"its forward pass of epoch 1, step 3"``);
+        ``None``: nothing to time (waits whose length is not a step's, bounded elsewhere)."""
+        self._activity = (what, self._activity[1] + 1, time.monotonic())  # one assignment: no lock
+
     def on_abort(self, cleanup: Callable[[], None]) -> None:
         self._cleanups.append(cleanup)
 
@@ -160,7 +175,8 @@ class Watchdog:
         while not self._stop.wait(INTERVAL_S):
             try:
                 self._beat()
-                message = posted_failure(self.store) or self._dead_neighbour() or self._silent_peer()
+                message = posted_failure(self.store) or self._dead_neighbour() or self._silent_peer() \
+                    or self._stuck_here()
                 if not message and self._signalled():
                     message = self._cause_of_sigterm()
             except STORE_ERRORS:
@@ -176,6 +192,10 @@ class Watchdog:
         if self.progress != self._published:
             self._published = self.progress
             self.store.set(f"progress/{self.me.rank}", str(self._published))
+        moves = self._activity[1]
+        if moves != self._published_moves:
+            self._published_moves = moves
+            self.store.set(f"{DOING}/{self.me.rank}", str(moves))
 
     def _cause_of_sigterm(self) -> str:
         """Launchers SIGTERM the survivors right after a rank fails: look for that failure first."""
@@ -207,6 +227,18 @@ class Watchdog:
                 return (f"rank {m.rank} on {m.host} sent no heartbeat for {self.timeout_s:.0f} s "
                         "(its process or its machine is gone)")
         return None
+
+    def _stuck_here(self) -> str | None:
+        """This rank's line if it has done one thing for longer than the timeout and no peer is
+        behind it (a peer behind is what this rank waits for: that peer reports itself)."""
+        what, moves, since = self._activity
+        stuck_s = time.monotonic() - since
+        if what is None or stuck_s <= self.timeout_s:
+            return None
+        if self.peers and min(int(v) for v in self.store.multi_get([f"{DOING}/{m.rank}" for m in self.peers])) < moves:
+            return None
+        return (f"rank {self.me.rank} has been in {what} for {stuck_s:.0f} s (--timeout {self.timeout_s:g}): it is "
+                "stuck there, or a step takes that long (then raise --timeout)")
 
     def _finished(self, rank: int) -> bool:
         return self.store.check([f"done/{rank}"])

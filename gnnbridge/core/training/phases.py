@@ -10,25 +10,34 @@ mark, which attributes a host-side stall (sampling, gathering) to the phase that
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import torch
 
 PHASES = ("sample", "gather", "h2d", "forward", "backward", "step")
 """In step order. ``h2d``: moving the batch to the device (zero on CPU beyond bookkeeping);
 ``backward`` includes DDP's all-reduce, which it overlaps."""
+WHAT = {"sample": "sampling", "gather": "feature gathering", "h2d": "copy to the device",
+        "forward": "forward pass", "backward": "backward pass", "step": "optimizer step"}
+"""Each phase as the line about a stuck rank names it ("its forward pass of epoch 1, step 3")."""
 
 
 class PhaseTimer:
-    """Seconds per phase over one epoch; ``mark(phase)`` closes ``phase`` at the current point."""
+    """Seconds per phase over one epoch; ``mark(phase)`` closes ``phase`` at the current point.
 
-    def __init__(self, device: torch.device):
+    ``tell``, when given, hears which phase of which step begins (``DistContext.doing``): the
+    marks already say what a rank is doing, which is what a stuck rank's line must name."""
+
+    def __init__(self, device: torch.device, tell: Callable[[str], None] | None = None, epoch: int = 0):
         self.cuda = device.type == "cuda"
         self.totals = dict.fromkeys(PHASES, 0.0)
         self._marks: list[tuple[str, object]] = []
         self._last = None
+        self._tell, self._epoch, self._step = tell, epoch, 1
 
     def start(self) -> None:
         self._last = self._now()
+        self._begins(PHASES[0])
 
     def mark(self, phase: str) -> None:
         now = self._now()
@@ -37,6 +46,13 @@ class PhaseTimer:
         else:
             self.totals[phase] = self.totals.get(phase, 0.0) + (now - self._last)
             self._last = now
+        if self._tell is not None:
+            self._step += phase == PHASES[-1]
+            self._begins(PHASES[(PHASES.index(phase) + 1) % len(PHASES)])
+
+    def _begins(self, phase: str) -> None:
+        if self._tell is not None:
+            self._tell(f"its {WHAT[phase]} of epoch {self._epoch + 1}, step {self._step}")
 
     def seconds(self) -> dict[str, float]:
         """The totals (for CUDA, after waiting for the marked work once)."""

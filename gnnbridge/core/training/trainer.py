@@ -235,7 +235,7 @@ class Trainer:
                    leave=False, dynamic_ncols=True)
         t0 = time.perf_counter()
         progress = BarFigures(t0)
-        phases = PhaseTimer(ctx.device)
+        phases = PhaseTimer(ctx.device, ctx.doing, epoch)
         phases.start()
         for step, mb in enumerate(prefetched(lambda: self._batches(batches, epoch), cfg.placement.prefetch)):
             phases.mark("sample")
@@ -246,6 +246,7 @@ class Trainer:
             first_bad = torch.where((first_bad < 0) & ~torch.isfinite(loss_sum_batch.detach()), step, first_bad)
             counts.update(logits.detach(), y)
             bar.update(1)
+        ctx.doing(None)  # what follows waits in collectives, which time out on their own
         counts.reduce(ctx)
         ctx.all_reduce_sum(loss_sum)
         # How many ranks had a bad step, and how many had it at the run's very first step.
