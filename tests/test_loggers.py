@@ -138,3 +138,50 @@ def test_epochs_reach_the_loggers_only_with_the_checkpoint_that_holds_them(tmp_p
         finished.finish(4, {"test_acc": 0.5})
         finished.close()  # after a finished run, a failed close is a warning, not a failed run
         assert "Warning: logger 'recording' failed in its close(): OSError: could not flush" in capsys.readouterr().err
+
+
+class FailsOnce:
+    """A logger whose first try at epoch 2 fails (a tracking server that was briefly away)."""
+
+    failed: list = []
+    took: list = []
+
+    class Logger:
+        def __init__(self, run_dir, config):
+            pass
+
+        def log(self, step, values):
+            if step == 2 and not FailsOnce.failed:
+                FailsOnce.failed.append(step)
+                raise ConnectionError("the tracking server is unreachable")
+            if not any(name.startswith("final/") for name in values):
+                FailsOnce.took.append(step)
+
+        def close(self):
+            pass
+
+    @gnnbridge.hookimpl
+    def register_loggers(self, register):
+        register("flaky", self.Logger, "fails once")
+
+
+def csv_epochs(run):
+    with open(run / "metrics.csv", newline="") as f:
+        return [int(row["epoch"]) for row in csv.DictReader(f)]
+
+
+def test_a_logger_failing_in_the_last_epoch_leaves_a_run_its_resume_finishes_and_logs_whole(tmp_path):
+    run = tmp_path / "run"
+    overrides = ["dataset.options.num_nodes=600", "train.epochs=2", "log.to=[flaky,csv]"]
+    with registered_plugin(FailsOnce(), "lab"):
+        with pytest.raises(PluginError, match="logger 'flaky' failed.*unreachable.*continue it with: gnnbridge train "
+                                              f"--resume {run}$"):
+            gnnbridge.run(overrides=overrides, out=run, progress=False)
+        assert csv_epochs(run) == [1] and not (run / "results.json").exists()
+        finished = gnnbridge.run(resume=run, progress=False)  # the resume the line suggests finishes the run
+        assert finished["epochs_trained"] == 2 and finished["resumed_from"]["epoch"] == 1
+        assert csv_epochs(run) == [1, 2] and FailsOnce.took == [1, 2]  # each logger got the epoch it missed, once
+        gnnbridge.run(resume=run, overrides=["train.epochs=3"], progress=False)
+        assert csv_epochs(run) == [1, 2, 3] and FailsOnce.took == [1, 2, 3]
+        with pytest.raises(ConfigError, match="has already trained 3 epoch"):  # finished: nothing left to do
+            gnnbridge.run(resume=run, progress=False)
