@@ -109,7 +109,8 @@ class RunLoggers:
         recorded = resume.get("logged")
         default = _steps(recorded) if isinstance(recorded, dict) else None
         everything = resume["epoch"] + 1
-        return {name: kept.get(name, everything if default is None else default.get(name, 0)) for name, _ in self._open}
+        return {name: kept.get(name, everything if default is None else default.get(name, 0))
+                for name, _ in self._open}
 
     def _replay(self, history: list[dict]) -> None:
         try:
@@ -161,7 +162,7 @@ def _steps(value: Any) -> dict[str, int]:
     """``{logger: step}`` from a file or checkpoint; anything else in it is ignored."""
     if not isinstance(value, dict):
         return {}
-    return {k: v for k, v in value.items() if isinstance(k, str) and _number(v) and isinstance(v, int)}
+    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)}
 
 
 def _number(value: Any) -> bool:
