@@ -631,9 +631,9 @@ def test_ctrl_c_while_a_checkpoint_is_written_stops_the_run_as_itself(tmp_path):
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(SIGINT_MID_SAVE)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([PY, "-m", "gnnbridge", "train", "--dataset", "karate", "--set", "train.epochs=4", "--quiet",
-                           "--out", "r"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
-                          preexec_fn=default_signals)
+    proc = subprocess.run([PY, "-m", "gnnbridge", "train", "--dataset", "karate", "--set", "train.epochs=4", "--set",
+                           "log.to=[csv]", "--quiet", "--out", "r"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300, preexec_fn=default_signals)
     assert proc.returncode == 130, proc.stderr
     assert proc.stderr.strip().splitlines() == ["Stopped by SIGINT (Ctrl-C): its checkpoint is kept in r; continue it "
                                                 "with: gnnbridge train --resume r."]
@@ -646,6 +646,9 @@ def test_ctrl_c_while_a_checkpoint_is_written_stops_the_run_as_itself(tmp_path):
                              capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads((tmp_path / "r" / "results.json").read_text())["epochs_trained"] == 4
+    # The stop came before the logger took the second epoch: the resume gave it that epoch first.
+    assert [line.split(",")[0] for line in (tmp_path / "r" / "metrics.csv").read_text().splitlines()] == \
+        ["epoch", "1", "2", "3", "4"]
 
 
 # --------------------------------------------------------------------------- 8. monitors

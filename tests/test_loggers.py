@@ -192,3 +192,51 @@ def test_a_logger_that_exits_the_process_fails_the_run_naming_it_and_keeps_it_re
     assert (tmp_path / "run" / "checkpoints").is_dir() and not (tmp_path / "run" / "results.json").exists()
     ok(train("--resume", "run", "--quiet"))
     assert json.loads((tmp_path / "run" / "results.json").read_text())["epochs_trained"] == 3
+
+
+class FailsOnce:
+    """A logger whose first try at epoch 2 fails (a tracking server that was briefly away)."""
+
+    failed: list = []
+    took: list = []
+
+    class Logger:
+        def __init__(self, run_dir, config):
+            pass
+
+        def log(self, step, values):
+            if step == 2 and not FailsOnce.failed:
+                FailsOnce.failed.append(step)
+                raise ConnectionError("the tracking server is unreachable")
+            if not any(name.startswith("final/") for name in values):
+                FailsOnce.took.append(step)
+
+        def close(self):
+            pass
+
+    @gnnbridge.hookimpl
+    def register_loggers(self, register):
+        register("flaky", self.Logger, "fails once")
+
+
+def csv_epochs(run):
+    with open(run / "metrics.csv", newline="") as f:
+        return [int(row["epoch"]) for row in csv.DictReader(f)]
+
+
+def test_a_logger_failing_in_the_last_epoch_leaves_a_run_its_resume_finishes_and_logs_whole(tmp_path):
+    run = tmp_path / "run"
+    overrides = ["dataset.options.num_nodes=600", "train.epochs=2", "log.to=[flaky,csv]"]
+    with registered_plugin(FailsOnce(), "lab"):
+        with pytest.raises(PluginError, match="logger 'flaky' \\(plugin 'lab'\\) failed.*unreachable.*"
+                                              "continue it with: gnnbridge train "
+                                              f"--resume {run}$"):
+            gnnbridge.run(overrides=overrides, out=run, progress=False)
+        assert csv_epochs(run) == [1] and not (run / "results.json").exists()
+        finished = gnnbridge.run(resume=run, progress=False)  # the resume the line suggests finishes the run
+        assert finished["epochs_trained"] == 2 and finished["resumed_from"]["epoch"] == 1
+        assert csv_epochs(run) == [1, 2] and FailsOnce.took == [1, 2]  # each logger got the epoch it missed, once
+        gnnbridge.run(resume=run, overrides=["train.epochs=3"], progress=False)
+        assert csv_epochs(run) == [1, 2, 3] and FailsOnce.took == [1, 2, 3]
+        with pytest.raises(ConfigError, match="has already trained 3 epoch"):  # finished: nothing left to do
+            gnnbridge.run(resume=run, progress=False)

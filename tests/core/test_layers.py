@@ -14,8 +14,8 @@ import gnnbridge
 
 # Core's layers, bottom up. A module may import core modules of a lower rank and of its own
 # layer; layers of equal rank stand side by side and may not import each other.
-LAYERS = {"errors": 0, "compiled": 0, "files": 1, "records": 1, "contracts": 2, "runtime": 3, "sampling": 3, "models": 3,
-          "training": 4, "app": 5}
+LAYERS = {"errors": 0, "compiled": 0, "files": 1, "records": 1, "contracts": 2, "runtime": 3, "sampling": 3,
+          "models": 3, "training": 4, "app": 5}
 MODULE_LAYERS = ("errors", "compiled", "files")  # layers that are one module, not a package
 FACADE = "gnnbridge.core.interfaces"  # re-exports for plugins: may import any layer, imported by none
 NEVER_IN_CORE = ("torch_geometric", "dgl", "gnnbridge.backends", "gnnbridge.plugins", "gnnbridge.cli",

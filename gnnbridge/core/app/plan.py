@@ -9,6 +9,7 @@ continuing from a checkpoint gives the very run that was interrupted, on any num
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ from pathlib import Path
 from gnnbridge.core.app.resolve import check_frozen, resolve_config
 from gnnbridge.core.app.rundir import (
     CONFIG,
+    RESULTS,
     lock,
     make_run_dir,
     new_run_dir,
@@ -130,16 +132,30 @@ def plan_resume(run_dir: str | os.PathLike, experiment, dataset, out, overrides,
 
 
 def _check_epochs_left(state: dict, config: ExperimentConfig, run_dir: Path) -> None:
+    """Refuse a --resume that would train nothing, unless the run never finished (it stopped
+    after its last checkpoint but before its results, e.g. a logger failed in the last epoch):
+    then the resume finishes it (final evaluation, results, the epochs its loggers missed)."""
     done, train = state["epoch"] + 1, config.train
-    if train.epochs <= done:
+    finished = _finished(run_dir, done)
+    if train.epochs < done or (train.epochs == done and finished):
         raise ConfigError(
             f"Run '{run_dir}' has already trained {done} epoch(s) and train.epochs={train.epochs}; extend it with "
             f"--set train.epochs=N for some N > {done}."
         )
     progress = TrainState.from_checkpoint(state)
-    if progress.should_stop(train.patience):
+    if progress.should_stop(train.patience) and finished:
         raise ConfigError(
             f"Run '{run_dir}' stopped early after {done} epoch(s): {train.monitor} did not improve for "
             f"{progress.bad_epochs} epoch(s) (train.patience={train.patience}); continue with a larger "
             "train.patience, or 0 to turn early stopping off."
         )
+
+
+def _finished(run_dir: Path, epochs: int) -> bool:
+    """Whether ``run_dir`` holds the results of its first ``epochs`` epochs (an unreadable file
+    holds none: a resume writes them again, and keeps that file aside)."""
+    try:
+        results = json.loads((run_dir / RESULTS).read_text())
+        return isinstance(results, dict) and len(results.get("history", [])) >= epochs
+    except (OSError, ValueError, TypeError):
+        return False

@@ -220,8 +220,9 @@ def _ranks_start_deaf_to_ctrl_c() -> Iterator[None]:
     done = threading.Event()
     receiver = threading.Thread(target=done.wait, name="gnnbridge-sigint", daemon=True)
     receiver.start()  # before the mask changes: threads inherit their creator's
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, set())  # the mask as it is
     try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, before)

@@ -8,15 +8,19 @@ stops the run with one line naming it, like any plugin's code.
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from typing import Any
 
+from gnnbridge.core import files
 from gnnbridge.core.contracts.config import ExperimentConfig
 from gnnbridge.core.contracts.plugins import PluginError, blame, loggers
-from gnnbridge.core.errors import ConfigError
+from gnnbridge.core.errors import ConfigError, OutputPathError
+from gnnbridge.core.training.checkpoint import FOLDER
 
 SKIPPED = ("epoch", "phases_slowest_rank")  # the step itself, and a per-rank record of the phases
+PROGRESS = "loggers.json"  # in the run's checkpoints/: {logger: the last step it took}
 
 
 def check_loggers(config: ExperimentConfig) -> None:
@@ -35,17 +39,32 @@ class RunLoggers:
     An epoch reaches the loggers once the checkpoint that holds it is written (:meth:`commit`):
     epochs after the last checkpoint are trained again on resume or restart, and would otherwise
     be logged twice. At the end of a run, a logger that fails to take the final metrics or to
-    close is a warning: the run itself has finished and its results are written."""
+    close is a warning: the run itself has finished and its results are written.
 
-    def __init__(self, config: ExperimentConfig, run_dir: Path | None):
+    Every epoch a checkpoint holds reaches every logger, even when the run stopped before its
+    loggers took it (a logger failed, a Ctrl-C came right after the checkpoint): the last epoch
+    each logger took is kept in ``checkpoints/loggers.json`` (:data:`PROGRESS`), and a resumed
+    or restarted run first sends each logger the epochs of the checkpoint's history it lacks
+    (a logger new to the run gets all of them). The checkpoint itself records the progress as
+    of its writing (``logged``), for the run stopped before the file was first written."""
+
+    def __init__(self, config: ExperimentConfig, run_dir: Path | None, resume: dict | None = None):
         self._open: list[tuple[str, Any]] = []
         self._pending: list[dict] = []
+        self.logged: dict[str, int] = {}  # logger -> the last step (epoch + 1) it took
         if run_dir is None:
             return
+        self._progress_file = Path(run_dir) / FOLDER / PROGRESS
         for name in config.log.to:
-            origin = loggers.origin(name)
-            with blame(origin, "open(run_dir, config)"):
-                self._open.append((origin, loggers.get(name)(Path(run_dir), config)))
+            with blame(loggers.origin(name), "open(run_dir, config)"):
+                self._open.append((name, loggers.get(name)(Path(run_dir), config)))
+        if resume is not None and self._open:
+            self.logged = self._progress(resume)
+            try:
+                self._replay(resume["history"])
+            except BaseException:
+                self.close(warn=False)
+                raise
 
     def epoch(self, stats: dict) -> None:
         if self._open:
@@ -54,8 +73,15 @@ class RunLoggers:
     def commit(self) -> None:
         """Send the epochs the checkpoint just written holds."""
         pending, self._pending = self._pending, []
-        for values in pending:
-            self._send(values.pop("_step"), values)
+        if not pending:
+            return
+        try:
+            for values in pending:
+                step = values.pop("_step")
+                for name, logger in self._open:
+                    self._log(name, logger, step, values)
+        finally:
+            self._keep_progress()
 
     def finish(self, epochs: int, metrics: dict) -> None:
         self._send(epochs, {f"final/{k}": v for k, v in metrics.items() if _number(v)}, warn=True)
@@ -64,18 +90,53 @@ class RunLoggers:
         """Close every logger; with ``warn`` a failure is a warning line, else it is not said
         (the run is already stopping for another reason, whose line must stay the one shown)."""
         opened, self._open = self._open, []
-        for origin, logger in opened:
+        for name, logger in opened:
             try:
-                with blame(origin, "close()"):
+                with blame(loggers.origin(name), "close()"):
                     logger.close()
             except PluginError as exc:
                 if warn:
                     print(f"Warning: {exc}", file=sys.stderr)
 
+    def _progress(self, resume: dict) -> dict[str, int]:
+        """How far each logger got: the progress file, else what the checkpoint recorded, else
+        (a checkpoint from before either existed) everything it holds."""
+        try:
+            kept = _steps(json.loads(self._progress_file.read_text()))
+        except (OSError, ValueError):
+            kept = {}
+        recorded = resume.get("logged")
+        default = _steps(recorded) if isinstance(recorded, dict) else None
+        everything = resume["epoch"] + 1
+        return {name: kept.get(name, everything if default is None else default.get(name, 0))
+                for name, _ in self._open}
+
+    def _replay(self, history: list[dict]) -> None:
+        try:
+            for name, logger in self._open:
+                for stats in history:
+                    if stats["epoch"] + 1 > self.logged[name]:
+                        self._log(name, logger, stats["epoch"] + 1, flatten(stats))
+        finally:
+            self._keep_progress()
+
+    def _log(self, name: str, logger: Any, step: int, values: dict[str, float]) -> None:
+        with blame(loggers.origin(name), "log(step, values)"):
+            logger.log(step, dict(values))
+        self.logged[name] = max(step, self.logged.get(name, 0))
+
+    def _keep_progress(self) -> None:
+        try:
+            self._progress_file.parent.mkdir(exist_ok=True)
+            files.replace(self._progress_file, json.dumps(self.logged) + "\n")
+        except OSError as exc:
+            raise OutputPathError(f"Cannot write '{self._progress_file}': {exc.strerror or exc}; free some space or "
+                                  "fix the folder, then continue the run.") from None
+
     def _send(self, step: int, values: dict[str, float], warn: bool = False) -> None:
-        for origin, logger in self._open:
+        for name, logger in self._open:
             try:
-                with blame(origin, "log(step, values)"):
+                with blame(loggers.origin(name), "log(step, values)"):
                     logger.log(step, values)
             except PluginError as exc:
                 if not warn:
@@ -94,6 +155,13 @@ def flatten(stats: dict) -> dict[str, float]:
         elif _number(value):
             out[key] = float(value)
     return out
+
+
+def _steps(value: Any) -> dict[str, int]:
+    """``{logger: step}`` from a file or checkpoint; anything else in it is ignored."""
+    if not isinstance(value, dict):
+        return {}
+    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)}
 
 
 def _number(value: Any) -> bool:

@@ -97,7 +97,8 @@ class Trainer:
         self.ddp = DistributedDataParallel(self.model, device_ids=device_ids, find_unused_parameters=self.sparse_use) \
             if ctx.distributed else self.model
         self.checkpoints = Path(run_dir) if run_dir and ctx.is_main else None
-        self.loggers = RunLoggers(config, self.checkpoints)  # log.to's plugins, on rank 0
+        # log.to's plugins, on rank 0; a resumed run first sends them the epochs they missed
+        self.loggers = RunLoggers(config, self.checkpoints, resume)
         self.shard_fingerprint: dict = {}  # this rank's first-epoch training items (see _fingerprint)
         self._grads_checked = False
 
@@ -216,7 +217,7 @@ class Trainer:
             "rng": checkpoint.rng_states(), "monitor": self.state.monitor_state(),
             "history": self.state.history, "restarts": self.state.restarts, "config": self.config.to_dict(),
             "versions": library_versions(self.config.backend), "world_size": self.ctx.world_size,
-            "data": self.data.summary(),
+            "data": self.data.summary(), "logged": dict(self.loggers.logged),
         }
 
     def train_epoch(self, epoch: int) -> dict:
