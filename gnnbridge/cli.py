@@ -430,15 +430,17 @@ Examples:
 def show(experiment, backend, dataset, nproc, device, overrides) -> None:
     """Print the config a run would use, as YAML with a comment on every key (checked as train
     checks it before it starts: a config train would refuse is refused here, in the same line)."""
+    import contextlib
     import copy
 
-    from gnnbridge.core.app.preflight import preflight
+    from gnnbridge.core.app.preflight import check_before_start
     from gnnbridge.core.app.resolve import resolve_config
     from gnnbridge.core.contracts.config import annotated_yaml
 
     resolved = resolve_config(experiment, overrides=overrides, backend=backend, nproc=nproc, device=device,
                               dataset=dataset)
-    preflight(copy.deepcopy(resolved))
+    with contextlib.redirect_stdout(sys.stderr):  # a dataset loader's chatter is not part of the YAML
+        check_before_start(copy.deepcopy(resolved))
     click.echo(annotated_yaml(resolved), nl=False)
 
 
