@@ -430,15 +430,17 @@ Examples:
 def show(experiment, backend, dataset, nproc, device, overrides) -> None:
     """Print the config a run would use, as YAML with a comment on every key (checked as train
     checks it before it starts: a config train would refuse is refused here, in the same line)."""
+    import contextlib
     import copy
 
-    from gnnbridge.core.app.preflight import preflight
+    from gnnbridge.core.app.preflight import check_before_start
     from gnnbridge.core.app.resolve import resolve_config
     from gnnbridge.core.contracts.config import annotated_yaml
 
     resolved = resolve_config(experiment, overrides=overrides, backend=backend, nproc=nproc, device=device,
                               dataset=dataset)
-    preflight(copy.deepcopy(resolved))
+    with contextlib.redirect_stdout(sys.stderr):  # a dataset loader's chatter is not part of the YAML
+        check_before_start(copy.deepcopy(resolved))
     click.echo(annotated_yaml(resolved), nl=False)
 
 
@@ -449,12 +451,15 @@ Examples:
   gnnbridge doctor --dataset big.npz --nproc 4         # and a job: /dev/shm, memory, threads for it
 """)
 @click.argument("experiment", required=False)
-@click.option("--dataset", help="A dataset name or a .npz path (checks /dev/shm and memory against its size).")
+@click.option("--dataset", help="A dataset name or a .npz path (loaded and checked as train checks it; /dev/shm and "
+                                "memory against its size).")
 @click.option("--nproc", type=int, help="Ranks the job will run on this machine.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a config key.")
 def doctor(experiment, dataset, nproc, overrides) -> None:
     """Check the environment before a long job: torch, GPUs and NCCL, each backend and its native
-    parts, the sampler, threads, a free port, /dev/shm, memory and disk. Exit code 1 on a failure."""
+    parts, the sampler, threads, a free port, /dev/shm, memory and disk; given an experiment (or
+    --dataset, --nproc, --set), everything train checks before it starts, the data included.
+    Exit code 1 on a failure."""
     from gnnbridge.core.app.doctor import diagnose
     from gnnbridge.core.app.resolve import resolve_config
 

@@ -15,6 +15,7 @@ import textwrap
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from gnnbridge.core.training import checkpoint
 from gnnbridge.testing.ports import free_port
@@ -315,6 +316,27 @@ def test_data_that_moved_is_pointed_at_and_must_fit_the_model(tmp_path):
     one_line(gnnbridge("predict", "run", "--out", "p.npz", "--set", "dataset.path=wider.npz", cwd=tmp_path),
              "The dataset has num_features=12 but the model in")
     assert not (tmp_path / "p.npz").exists()
+
+
+def test_a_run_whose_data_moved_resumes_from_its_new_place_and_only_on_that_data(tmp_path):
+    graph_npz(tmp_path / "graph.npz")
+    ok(gnnbridge("train", "--dataset", "graph.npz", "--quiet", "--set", "train.epochs=1", "--out", "run",
+                 cwd=tmp_path))
+    (tmp_path / "data").mkdir()
+    (tmp_path / "graph.npz").rename(tmp_path / "data" / "graph.npz")
+    graph_npz(tmp_path / "other.npz", seed=1)  # the same shapes but for the edges: other data
+    np.savez(tmp_path / "other.npz", **{**np.load(tmp_path / "other.npz"),
+                                        "edge_index": np.load(tmp_path / "other.npz")["edge_index"][:, :900]})
+    before = snapshot(tmp_path / "run")
+    resume = ["train", "--resume", "run", "--quiet", "--set", "train.epochs=2"]
+    one_line(gnnbridge(*resume, cwd=tmp_path), "graph.npz' does not exist; give an existing .npz (a run or checkpoint "
+                                               "whose data moved: --set dataset.path=NEW)")
+    one_line(gnnbridge(*resume, "--set", "dataset.path=other.npz", cwd=tmp_path),
+             "has num_edges=900 but run 'run' was trained on num_edges=1200: it is not the data the run continues on")
+    assert snapshot(tmp_path / "run") == before
+    ok(gnnbridge(*resume, "--set", "dataset.path=data/graph.npz", cwd=tmp_path))
+    assert [h["epoch"] for h in results(tmp_path / "run")["history"]] == [0, 1]
+    assert yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["dataset"]["path"].endswith("data/graph.npz")
 
 
 # --------------------------------------------------------------------------- restarts that resume

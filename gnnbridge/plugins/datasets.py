@@ -323,7 +323,8 @@ def _check_file(path: Path) -> None:
         raise DataFileNotFoundError(f"Dataset file '{path}' is not a regular file (a device, pipe or socket); give "
                                     "the .npz file itself.")
     if not path.is_file():
-        raise DataFileNotFoundError(f"Dataset file '{path}' does not exist.")
+        raise DataFileNotFoundError(f"Dataset file '{path}' does not exist; give an existing .npz (a run or checkpoint "
+                                    "whose data moved: --set dataset.path=NEW).")
 
 
 # The heterogeneous format: every key is KIND__TYPE (node arrays) or KIND__SRC__RELATION__DST

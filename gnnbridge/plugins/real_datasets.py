@@ -71,10 +71,10 @@ def require_files(name: str, folder: Path, missing: list[Path], download: bool, 
         return
     detail = f" (no {missing[0].relative_to(folder)})" if folder.is_dir() else ""
     where = f"Dataset '{name}' is not in '{folder}'{detail}"
-    elsewhere = f"point dataset.root at the folder that holds an existing '{folder.name}'"
+    elsewhere = f"point dataset.root at the folder that holds an existing '{folder.name}' (--set dataset.root=DIR)"
     if not downloads_allowed():  # evaluate / predict: a checkpoint's config never makes us fetch or create
         raise DataFileNotFoundError(f"{where}, and evaluate/predict never download or create a dataset; "
-                                    f"{elsewhere} (--set dataset.root=DIR).")
+                                    f"{elsewhere}.")
     if not download:
         raise DataFileNotFoundError(f"{where}; set dataset.options.download: true to fetch it, or {elsewhere}.")
     if asks and not (sys.stdin is not None and sys.stdin.isatty()):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from gnnbridge.core.app.preflight import preflight
+from gnnbridge.core.app.preflight import check_before_start
 from gnnbridge.core.contracts.config import ExperimentConfig
 from gnnbridge.core.contracts.plugins import backends as backend_registry
 from gnnbridge.core.errors import GnnBridgeError
@@ -48,9 +48,10 @@ def diagnose(config: ExperimentConfig | None = None) -> list[Finding]:
 
 
 def _experiment(config: ExperimentConfig) -> Finding:
-    """The checks ``train`` makes before any work (names, backend, task, sampler, device ...)."""
+    """The checks ``train`` makes before any work: names, backend, task, sampler, device, and the
+    dataset loaded and checked against the task and the model (one function serves both)."""
     try:
-        preflight(copy.deepcopy(config))
+        check_before_start(copy.deepcopy(config))
     except GnnBridgeError as exc:
         return Finding("fail", "experiment", str(exc))
     return Finding("ok", "experiment", f"{config.name}: {config.task.value} task, model {config.model.arch} on "

@@ -27,7 +27,7 @@ from gnnbridge.core.app.rundir import (
 )
 from gnnbridge.core.contracts import config as cfgmod
 from gnnbridge.core.contracts.config import ExperimentConfig
-from gnnbridge.core.errors import ConfigError, DataFileNotFoundError, GnnBridgeError
+from gnnbridge.core.errors import CheckpointError, ConfigError, DataFileNotFoundError, GnnBridgeError
 from gnnbridge.core.training import checkpoint
 from gnnbridge.core.training.state import TrainState
 
@@ -35,6 +35,9 @@ from gnnbridge.core.training.state import TrainState
 # epochs replay on, and what "best" means. Everything else (epochs, patience, nproc, device,
 # eval, lr ...) may change when a run continues.
 RESUME_FROZEN = ("task", "backend", "dataset", "model", "train.monitor")
+# Where the data lies, not what it is: a dataset that moved is pointed at (as for evaluate,
+# predict and port), and checked to be the one trained on (:meth:`Plan.check_same_data`).
+DATA_LOCATION = ("dataset.path", "dataset.root")
 
 
 @dataclass
@@ -76,6 +79,21 @@ class Plan:
 
     def write_config(self, run_dir: Path) -> None:
         write_text_atomic(run_dir / CONFIG, cfgmod.dump_yaml(self.config))
+
+    def check_same_data(self, data) -> None:
+        """A continued run trains on the data its checkpoint was trained on: the loaded dataset's
+        counts and shapes (its summary, the name aside: a moved file may be renamed) must be the
+        checkpoint's. Nothing to check for a fresh run, or a checkpoint that predates summaries."""
+        trained = (self.latest or {}).get("data") or {}
+        now = data.summary()
+        for key, value in trained.items():
+            if key != "name" and key in now and now[key] != value:
+                where = self.config.dataset.path or f"dataset.root={self.config.dataset.root or '(default)'}"
+                raise CheckpointError(
+                    f"The dataset at {where} has {key}={now[key]} but run '{self.resume_dir}' was trained on "
+                    f"{key}={value}: it is not the data the run continues on. Point --set dataset.path= (or "
+                    "dataset.root=) at that data, or start a new run (gnnbridge train ... --out NEW)."
+                )
 
     def resume_state(self) -> dict | None:
         """The latest checkpoint, with the best epoch's weights when those are not the latest's
@@ -124,7 +142,7 @@ def plan_resume(run_dir: str | os.PathLike, experiment, dataset, out, overrides,
         )
     state = {**checkpoint.load(path), "path": str(path)}
     config = resolve_config(state["config"], overrides=overrides, **flags)
-    check_frozen(state["config"], config.to_dict(), RESUME_FROZEN, "--resume")
+    check_frozen(state["config"], config.to_dict(), RESUME_FROZEN, "--resume", movable=DATA_LOCATION)
     if check_epochs:
         _check_epochs_left(state, config, run_dir)
     return Plan(config, resume_dir=run_dir, latest=state,

@@ -4,6 +4,8 @@ and the dataset itself.
 The "bad input writes nothing" contract rests on the order: :func:`preflight` (no data) and
 :func:`load_dataset` (data loaded and validated) both run before a run folder is made, in the
 launching process (or on every rank of a job, where the answer is the same everywhere).
+:func:`check_before_start` is the whole list in that order: ``train`` runs it, and so do
+``doctor`` and ``config show``, so that what they pass is what ``train`` starts.
 """
 from __future__ import annotations
 
@@ -30,6 +32,18 @@ GRAPH_KINDS = tuple(k.value for k in SamplerKind)
 # best epoch's copy. A checkpoint holds the weights and both moments.
 TRAIN_BYTES_PER_PARAM = 4 * 5
 CHECKPOINT_BYTES_PER_PARAM = 4 * 3
+
+
+def check_before_start(config: ExperimentConfig, folder: str | os.PathLike = "runs",
+                       ) -> tuple[ExperimentConfig, GraphData | GraphCollection]:
+    """Everything ``train`` checks on this machine before it makes a run folder: the config
+    (:func:`preflight`), the dataset loaded and validated against the task and the model
+    (:func:`load_dataset`, which also weighs the model against memory), and room for the
+    checkpoints in ``folder``. Returns the config (device resolved) and the loaded data."""
+    config = preflight(config)
+    data = load_dataset(config)
+    check_disk(config, data, folder)
+    return config, data
 
 
 def preflight(config: ExperimentConfig, count_gpus: bool = True) -> ExperimentConfig:

@@ -81,14 +81,15 @@ def _dataset_section(dataset: str) -> dict:
     return {"name": dataset}
 
 
-def check_frozen(saved: dict, new: dict, frozen: tuple[str, ...], action: str) -> None:
-    """Refuse a change to a key under ``frozen`` between a checkpoint's config and ``new``. A key
-    the checkpoint's config lacks (it predates the key) counts as its default; an empty section
-    (``model.options: {}``) is the same as none."""
+def check_frozen(saved: dict, new: dict, frozen: tuple[str, ...], action: str, movable: tuple[str, ...] = ()) -> None:
+    """Refuse a change to a key under ``frozen`` between a checkpoint's config and ``new``, but
+    for the ``movable`` keys (where the data lies, not what it is). A key the checkpoint's config
+    lacks (it predates the key) counts as its default; an empty section (``model.options: {}``)
+    is the same as none."""
     old_flat = {k: v for k, v in {**_flatten(ExperimentConfig().to_dict()), **_flatten(saved)}.items() if v != {}}
     new_flat = {k: v for k, v in _flatten(new).items() if v != {}}
     for key in sorted(set(old_flat) | set(new_flat)):
-        if key.startswith(frozen) and old_flat.get(key) != new_flat.get(key):
+        if key.startswith(frozen) and key not in movable and old_flat.get(key) != new_flat.get(key):
             raise ConfigError(
                 f"{key}={new_flat.get(key)!r} differs from the checkpoint's {old_flat.get(key)!r}, but {action} keeps "
                 f"{', '.join(frozen)} as trained; start a new run for that (gnnbridge train ... --out NEW)."

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from gnnbridge.core.app import results
 from gnnbridge.core.app.plan import Plan, plan_resume
-from gnnbridge.core.app.preflight import check_disk, load_dataset, preflight
+from gnnbridge.core.app.preflight import check_before_start, load_dataset, preflight
 from gnnbridge.core.app.resolve import resolve_config
 from gnnbridge.core.app.rundir import discard, explain_stop, release
 from gnnbridge.core.contracts.config import ExperimentConfig
@@ -83,9 +83,8 @@ def run(
 def _run_local(plan: Plan, progress: bool) -> dict:
     """This process launches the ranks and owns the run folder."""
     plan.check_out()  # cheap, so before the data loads
-    plan.config = preflight(plan.config)
-    data = load_dataset(plan.config)
-    check_disk(plan.config, data, plan.folder())
+    plan.config, data = check_before_start(plan.config, plan.folder())
+    plan.check_same_data(data)
     run_dir, created = plan.make_run_dir()
     try:
         plan.write_config(run_dir)
@@ -149,6 +148,7 @@ def _job_worker(ctx: DistContext, plan: Plan, progress: bool) -> dict | None:
     if ctx.is_main:
         plan.check_out()  # refuse a used --out before any work
     data = node_shared(ctx, lambda: load_dataset(plan.config, ranks_here=ctx.local_world_size))
+    plan.check_same_data(data)
     if not ctx.is_main:
         _guard_run_dir(ctx)
         _worker(ctx, plan, data, None, progress)

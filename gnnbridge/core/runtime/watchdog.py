@@ -20,7 +20,8 @@ thread that talks to the job's store on its own connection:
   collective timeout would ever fire: with every rank stuck in ``forward`` the job would wait
   forever. Each change of activity is counted, and every rank passes through the same ones
   (equal shards, the same phases per step), so a lower count means *behind*: a rank stuck
-  waiting in a collective sees a peer behind it and leaves the report to that peer.
+  waiting in a collective sees a peer behind it and leaves the report to that peer (or, if a
+  peer stopped beating, to the checks above that name a dead one).
 
 On an abort it runs the cleanups registered with :meth:`Watchdog.on_abort` (remove a half-made
 run folder, unlink shared-memory files), prints the message if it is this node's turn, and ends
@@ -135,6 +136,7 @@ class Watchdog:
         self._published = -1
         self._activity: tuple[str | None, int, float] = (None, 0, 0.0)  # what, how many so far, since when
         self._published_moves = 0
+        self._peer_beats: tuple[list[bytes], float] | None = None  # peers' beats, when seen, in a long step
         self._last_beat: dict[int, tuple[int, float]] = {}
         self._cleanups: list[Callable[[], None]] = []
         self._stop = threading.Event()
@@ -234,9 +236,19 @@ class Watchdog:
         what, moves, since = self._activity
         stuck_s = time.monotonic() - since
         if what is None or stuck_s <= self.timeout_s:
+            self._peer_beats = None
             return None
-        if self.peers and min(int(v) for v in self.store.multi_get([f"{DOING}/{m.rank}" for m in self.peers])) < moves:
-            return None
+        if self.peers:
+            now, beats = time.monotonic(), self.store.multi_get([f"beat/{m.rank}" for m in self.peers])
+            if self._peer_beats is None or now - self._peer_beats[1] < 2 * INTERVAL_S:
+                self._peer_beats = self._peer_beats or (beats, now)
+                return None  # look again once every live peer has beaten
+            silent = any(a == b for a, b in zip(beats, self._peer_beats[0]))
+            self._peer_beats = (beats, now)
+            if silent:  # a peer that is gone is what this rank waits for: the checks of the dead name it
+                return None
+            if min(int(v) for v in self.store.multi_get([f"{DOING}/{m.rank}" for m in self.peers])) < moves:
+                return None
         return (f"rank {self.me.rank} has been in {what} for {stuck_s:.0f} s (--timeout {self.timeout_s:g}): it is "
                 "stuck there, or a step takes that long (then raise --timeout)")
 
