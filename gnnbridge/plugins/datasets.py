@@ -35,6 +35,16 @@ from gnnbridge.core.interfaces import (
     format_bytes,
     random_split,
 )
+from gnnbridge.core.records.formats import (  # noqa: F401 - the format's tables, used here and by plugins
+    HETERO_EDGE_KEYS,
+    HETERO_MARKERS,
+    HETERO_NODE_KEYS,
+    NODE_PTR,
+    NPZ_ARRAYS,
+    NPZ_REQUIRED,
+    NPZ_SPLITS,
+    check_header,
+)
 
 
 @hookimpl
@@ -216,9 +226,6 @@ def family_graphs(num_graphs: int, min_nodes: int, max_nodes: int, seed: int) ->
 
 # --------------------------------------------------------------------------- npz
 
-NPZ_REQUIRED = {"edge_index": (np.int64, 2), "x": (np.float32, 2), "y": (np.int64, 1)}
-NPZ_SPLITS = ("train_idx", "val_idx", "test_idx")
-NODE_PTR = "node_ptr"  # present: the file is a collection of graphs (graph classification)
 
 
 def load_npz(config: DatasetConfig, seed: int) -> GraphData | GraphCollection | HeteroSource:
@@ -260,9 +267,8 @@ def _npz_splits(path: Path, tensors: dict[str, torch.Tensor]) -> list[torch.Tens
     return [tensors[k] for k in NPZ_SPLITS] if present else None
 
 
-# What each array of the format is; nothing else in a file is read (an unused member is never
-# decompressed, whatever its header claims).
-NPZ_ARRAYS = {**NPZ_REQUIRED, NODE_PTR: (np.int64, 1), **{k: (np.int64, 1) for k in NPZ_SPLITS}}
+# NPZ_ARRAYS (core.records.formats): what each array of the format is; nothing else in a file is
+# read (an unused member is never decompressed, whatever its header claims).
 HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
 DEFLATE_MAX_RATIO = 1100  # deflate cannot expand data more than ~1032x: a header claiming more lies
 ZIP_ERRORS = (OSError, ValueError, EOFError, zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError,
@@ -327,14 +333,6 @@ def _check_file(path: Path) -> None:
                                     "whose data moved: --set dataset.path=NEW).")
 
 
-# The heterogeneous format: every key is KIND__TYPE (node arrays) or KIND__SRC__RELATION__DST
-# (edge arrays); see the README's "Heterogeneous graphs".
-HETERO_NODE_KEYS = {"x": (np.float32, 2), "num_nodes": (np.int64, 1), "y": (np.int64, 1),
-                    "train_idx": (np.int64, 1), "val_idx": (np.int64, 1), "test_idx": (np.int64, 1)}
-HETERO_EDGE_KEYS = {"edge_index": (np.int64, 2), "val_edges": (np.int64, 2), "test_edges": (np.int64, 2)}
-HETERO_MARKERS = (*HETERO_NODE_KEYS, *HETERO_EDGE_KEYS)
-
-
 def _read_member(path: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo, key: str, dtype, ndim: int) -> np.ndarray:
     with archive.open(info) as f:
         try:
@@ -375,16 +373,4 @@ def _read_into(f, buffer: bytearray) -> int:
     return pos
 
 
-def _check_header(path: Path, key: str, found: np.dtype, shape: tuple, dtype, ndim: int) -> None:
-    expected = np.dtype(dtype)
-    if found != expected:
-        if found.hasobject:
-            raise DataError(f"{path}: {key} holds Python objects (dtype object), which are never unpickled; save "
-                            f"it as a numeric array: {key}.astype(numpy.{expected.name}).")
-        if found.newbyteorder("=") == expected or found.newbyteorder("<") == expected:
-            raise DataError(f"{path}: {key} has dtype {found.str} ({'big' if found.byteorder == '>' else 'other'}-endian "
-                            f"{expected.name}); convert it to this machine's order with {key}.astype(numpy.{expected.name}).")
-        raise DataError(f"{path}: {key} has dtype {found}; expected {expected.name} (cast it with "
-                        f"{key}.astype(numpy.{expected.name})).")
-    if len(shape) != ndim or any(d < 0 for d in shape):
-        raise DataError(f"{path}: {key} has shape {list(shape)}; expected {ndim} dimension(s).")
+_check_header = check_header  # the format's header check, shared with folder datasets (core)

@@ -24,7 +24,8 @@ from gnnbridge import hookimpl
 from gnnbridge.core.errors import DataError
 from gnnbridge.core.interfaces import DatasetConfig
 from gnnbridge.core.records.hetero import HeteroSource
-from gnnbridge.plugins.datasets import HETERO_EDGE_KEYS, HETERO_NODE_KEYS, _at_least, check_fits, options, read_members
+from gnnbridge.core.records.formats import hetero_source, typed_keys
+from gnnbridge.plugins.datasets import _at_least, check_fits, options, read_members
 
 
 @hookimpl
@@ -143,72 +144,6 @@ def mag_graph(num_papers: int, num_authors: int, num_venues: int, num_topics: in
 
 def load_hetero_npz(path: Path) -> HeteroSource:
     """A heterogeneous graph from typed ``.npz`` keys (see the README's "Heterogeneous graphs")."""
-    arrays = read_members(path, lambda members: _typed_keys(path, members))
+    arrays = read_members(path, lambda members: typed_keys(path, members))
     tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}
-    node = {}  # kind -> {type: tensor}
-    edge = {}  # kind -> {(src, rel, dst): tensor}
-    for key, value in tensors.items():
-        kind, *parts = key.split("__")
-        if len(parts) == 1:
-            node.setdefault(kind, {})[parts[0]] = value
-        else:
-            edge.setdefault(kind, {})[tuple(parts)] = value
-    num_nodes = _node_counts(path, node)
-    try:
-        return _source(path, num_nodes, node, edge)
-    except DataError as exc:
-        raise DataError(f"{path}: {exc}") from None
-
-
-def _typed_keys(path: Path, members: dict) -> dict:
-    wanted, unknown = {}, []
-    for name in members:
-        kind, _, rest = name.partition("__")
-        parts = rest.split("__") if rest else []
-        if kind in HETERO_NODE_KEYS and len(parts) == 1 and parts[0]:
-            wanted[name] = HETERO_NODE_KEYS[kind]
-        elif kind in HETERO_EDGE_KEYS and len(parts) == 3 and all(parts):
-            wanted[name] = HETERO_EDGE_KEYS[kind]
-        else:
-            unknown.append(name)
-    if unknown:
-        raise DataError(f"{path}: array '{unknown[0]}' is not a key of the heterogeneous format; node arrays are "
-                        f"{'/'.join(HETERO_NODE_KEYS)}__TYPE, edge arrays {'/'.join(HETERO_EDGE_KEYS)}__SRC__RELATION__DST.")
-    if not any(k.startswith("edge_index__") for k in wanted):
-        raise DataError(f"{path}: no edge_index__SRC__RELATION__DST array; a heterogeneous graph needs edges.")
-    return wanted
-
-
-def _node_counts(path: Path, node: dict) -> dict[str, int]:
-    counts = {t: int(x.shape[0]) for t, x in node.get("x", {}).items()}
-    for t, n in node.get("num_nodes", {}).items():
-        if n.numel() != 1 or int(n[0]) <= 0:
-            raise DataError(f"{path}: num_nodes__{t} must hold one positive count, e.g. numpy.array([1000]).")
-        if t in counts and counts[t] != int(n[0]):
-            raise DataError(f"{path}: num_nodes__{t}={int(n[0])} but x__{t} has {counts[t]} rows.")
-        counts[t] = int(n[0])
-    if not counts:
-        raise DataError(f"{path}: declares no node type; give x__TYPE (features) or num_nodes__TYPE for each type.")
-    return counts
-
-
-def _source(path: Path, num_nodes: dict, node: dict, edge: dict) -> HeteroSource:
-    labels = node.get("y", {})
-    if len(labels) > 1:
-        raise DataError(f"labels are given for {len(labels)} node types ({', '.join(labels)}); label one type.")
-    target_node, y = next(iter(labels.items()), (None, None))
-    splits = [node.get(f"{s}_idx", {}).get(target_node) for s in ("train", "val", "test")] if target_node else []
-    if any(s is not None for s in splits) and not all(s is not None for s in splits):
-        raise DataError(f"give all of train_idx__{target_node}, val_idx__{target_node}, test_idx__{target_node} or none.")
-    held = {kind: edge.get(kind, {}) for kind in ("val_edges", "test_edges")}
-    held_types = set(held["val_edges"]) | set(held["test_edges"])
-    if len(held_types) > 1 or (held_types and set(held["val_edges"]) != set(held["test_edges"])):
-        raise DataError("val_edges and test_edges must name the same single edge type.")
-    target_edge = next(iter(held_types), None)
-    edges = edge["edge_index"]
-    if target_edge is not None and target_edge not in edges:
-        raise DataError(f"val_edges name ({','.join(target_edge)}), which has no edge_index array.")
-    held_out = (held["val_edges"][target_edge], held["test_edges"][target_edge]) if target_edge else None
-    return HeteroSource(num_nodes, node.get("x", {}), edges, target_node=target_node, y=y,
-                        splits=tuple(splits) if splits and splits[0] is not None else None,
-                        target_edge=target_edge, held_out=held_out, name=path.stem)
+    return hetero_source(path, tensors, path.stem)

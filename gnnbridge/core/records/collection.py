@@ -22,6 +22,7 @@ from gnnbridge.core.errors import DataError
 from gnnbridge.core.records.data import (
     LabelledRecord,
     check_edge_index,
+    check_features,
     check_ids,
     check_tensor,
     infer_num_classes,
@@ -85,7 +86,7 @@ class GraphCollection(LabelledRecord):
         name: str = "graphs",
     ) -> "GraphCollection":
         """Build from an unsorted edge list; without ``splits``, a seeded 80/10/10 split."""
-        check_tensor("x", x, torch.float32, ndim=2)
+        check_features("x", x)
         check_edge_index(edge_index)
         check_ids("edge_index", edge_index, int(x.shape[0]))
         _check_node_ptr(node_ptr, int(x.shape[0]))
@@ -100,7 +101,7 @@ class GraphCollection(LabelledRecord):
     # ------------------------------------------------------------------ invariants
 
     def validate(self) -> None:
-        check_tensor("x", self.x, torch.float32, ndim=2)
+        check_features("x", self.x)
         check_edge_index(self.edge_index)
         check_tensor("edge_ptr", self.edge_ptr, torch.int64, ndim=1)
         check_tensor("y", self.y, torch.int64, ndim=1)

@@ -30,6 +30,19 @@ class LabelledRecord:
     those items, ``num_classes``; and moving all of it to shared memory."""
 
     item_name = "item"
+    # Set on a record opened from a prepared folder (gnnbridge.core.records.folder): the folder,
+    # and how to open it again in another process instead of copying its mapped arrays.
+    folder = None
+    mapped_from = None
+
+    @classmethod
+    def unchecked(cls, **values):
+        """The record without :meth:`validate`: for arrays ``gnnbridge prepare`` has checked (its
+        manifest says what), memory-mapped from a folder, which validating would read whole."""
+        record = object.__new__(cls)
+        for f in fields(cls):
+            setattr(record, f.name, values[f.name] if f.name in values else f.default)
+        return record
 
     @property
     def num_nodes(self) -> int:
@@ -81,7 +94,7 @@ class GraphData(LabelledRecord):
         indptr: int64 [N + 1]; the in-edges of node v are positions ``indptr[v]:indptr[v+1]``.
         indices: int64 [E] source of each edge, edges sorted by destination (CSC). A position
             in ``indices`` is the edge's id everywhere (samplers, backends).
-        x: float32 [N, F] node features, finite.
+        x: float32 [N, F] node features, finite (float16 or bfloat16 too: gathers upcast them).
         y: int64 [N] class labels in ``[0, num_classes)``.
         train_idx, val_idx, test_idx: int64 node ids, non-empty, pairwise disjoint.
         num_classes: number of classes (>= 2).
@@ -134,7 +147,7 @@ class GraphData(LabelledRecord):
     ) -> "GraphData":
         """Build from an unsorted edge list: checks ids, sorts by destination (stable), builds ``indptr``."""
         check_edge_index(edge_index)
-        check_tensor("x", x, torch.float32, ndim=2)
+        check_features("x", x)
         n = int(x.shape[0])
         check_ids("edge_index", edge_index, n)
         indptr, indices = csc_from_coo(edge_index[0], edge_index[1], n)
@@ -147,7 +160,7 @@ class GraphData(LabelledRecord):
     def validate(self) -> None:
         check_tensor("indptr", self.indptr, torch.int64, ndim=1)
         check_tensor("indices", self.indices, torch.int64, ndim=1)
-        check_tensor("x", self.x, torch.float32, ndim=2)
+        check_features("x", self.x)
         check_tensor("y", self.y, torch.int64, ndim=1)
         n = self.num_nodes
         if n == 0:
@@ -187,6 +200,19 @@ def check_tensor(name: str, t: object, dtype: torch.dtype, ndim: int) -> None:
         raise DataError(f"{name} has dtype {str(t.dtype).replace('torch.', '')}; expected {str(dtype).replace('torch.', '')}.")
     if t.dim() != ndim:
         raise DataError(f"{name} has {t.dim()} dimensions (shape {list(t.shape)}); expected {ndim}.")
+
+
+# Feature dtypes a record holds: float32, or half-width storage for a graph whose features would
+# not fit otherwise (``gnnbridge prepare --dtype``); every gather returns float32.
+FEATURE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def check_features(name: str, x: object) -> None:
+    """``x`` is a 2-d feature tensor of one of :data:`FEATURE_DTYPES`."""
+    if isinstance(x, torch.Tensor) and x.dtype in FEATURE_DTYPES:
+        check_tensor(name, x, x.dtype, ndim=2)
+    else:
+        check_tensor(name, x, torch.float32, ndim=2)
 
 
 def check_edge_index(edge_index: torch.Tensor) -> None:

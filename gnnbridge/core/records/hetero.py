@@ -31,7 +31,9 @@ import torch
 from gnnbridge.core.errors import ConfigError, DataError
 from gnnbridge.core.records.data import (
     GraphData,
+    all_finite,
     check_disjoint_splits,
+    check_features,
     check_ids,
     check_tensor,
     infer_num_classes,
@@ -203,10 +205,10 @@ class HeteroGraphData:
         if t not in self.num_nodes:
             raise DataError(f"Features are given for node type '{t}', which is not declared; node types: "
                             f"{', '.join(self.num_nodes)}.")
-        check_tensor(f"x[{t}]", x, torch.float32, ndim=2)
+        check_features(f"x[{t}]", x)
         if x.shape[0] != self.num_nodes[t] or x.shape[1] == 0:
             raise DataError(f"x[{t}] has shape {list(x.shape)}; expected [{self.num_nodes[t]}, F] with F >= 1.")
-        if not bool(torch.isfinite(x).all()):
+        if not all_finite(x):  # a block of rows at a time: x may be memory-mapped and large
             raise DataError(f"x[{t}] holds NaN or inf values; clean the features first.")
 
     def _check_edges(self, et: EdgeType, ei: torch.Tensor) -> None:
@@ -525,6 +527,9 @@ class HeteroSource:
     held_out: tuple | None = None
     name: str = "hetero"
     undirected: bool = False  # the target's pairs stand for undirected edges
+    # Set when opened from a prepared folder (see LabelledRecord.folder / mapped_from).
+    folder = None
+    mapped_from = None
 
     def summary(self) -> dict:
         return {"name": self.name, "heterogeneous": True, "node_types": dict(self.num_nodes),

@@ -1,0 +1,117 @@
+"""The dataset file format, in one place: which arrays a graph is made of, with their dtypes and
+dimensions, for a ``.npz`` file and for a folder of ``.npy`` files alike (one file per member,
+same names). Core reads folders (:mod:`.folder`, :mod:`.prepare`) and the ``npz`` plugin reads
+files; both check arrays against these tables and say what is wrong in the same words.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from gnnbridge.core.errors import DataError
+from gnnbridge.core.records.hetero import HeteroSource
+
+NPZ_REQUIRED = {"edge_index": (np.int64, 2), "x": (np.float32, 2), "y": (np.int64, 1)}
+NPZ_SPLITS = ("train_idx", "val_idx", "test_idx")
+NODE_PTR = "node_ptr"  # present: the file is a collection of graphs (graph classification)
+# What each array of the format is; nothing else in a file is read.
+NPZ_ARRAYS = {**NPZ_REQUIRED, NODE_PTR: (np.int64, 1), **{k: (np.int64, 1) for k in NPZ_SPLITS}}
+
+# The heterogeneous format: every key is KIND__TYPE (node arrays) or KIND__SRC__RELATION__DST
+# (edge arrays); see the README's "Heterogeneous graphs".
+HETERO_NODE_KEYS = {"x": (np.float32, 2), "num_nodes": (np.int64, 1), "y": (np.int64, 1),
+                    "train_idx": (np.int64, 1), "val_idx": (np.int64, 1), "test_idx": (np.int64, 1)}
+HETERO_EDGE_KEYS = {"edge_index": (np.int64, 2), "val_edges": (np.int64, 2), "test_edges": (np.int64, 2)}
+HETERO_MARKERS = (*HETERO_NODE_KEYS, *HETERO_EDGE_KEYS)
+
+
+def check_header(path, key: str, found: np.dtype, shape: tuple, dtype, ndim: int) -> None:
+    """Refuse an array whose header (read before any data) has the wrong dtype or dimensions."""
+    expected = np.dtype(dtype)
+    if found != expected:
+        if found.hasobject:
+            raise DataError(f"{path}: {key} holds Python objects (dtype object), which are never unpickled; save "
+                            f"it as a numeric array: {key}.astype(numpy.{expected.name}).")
+        if found.newbyteorder("=") == expected or found.newbyteorder("<") == expected:
+            raise DataError(f"{path}: {key} has dtype {found.str} ({'big' if found.byteorder == '>' else 'other'}-endian "
+                            f"{expected.name}); convert it to this machine's order with {key}.astype(numpy.{expected.name}).")
+        raise DataError(f"{path}: {key} has dtype {found}; expected {expected.name} (cast it with "
+                        f"{key}.astype(numpy.{expected.name})).")
+    if len(shape) != ndim or any(d < 0 for d in shape):
+        raise DataError(f"{path}: {key} has shape {list(shape)}; expected {ndim} dimension(s).")
+
+
+def is_hetero(names) -> bool:
+    """Whether member names use the heterogeneous format's typed keys (``kind__type``)."""
+    return bool({name.split("__", 1)[0] for name in names if "__" in name} & set(HETERO_MARKERS))
+
+
+def typed_keys(path, members) -> dict:
+    """``{member: (dtype, ndim)}`` of a heterogeneous file's members; an unknown member is refused."""
+    wanted, unknown = {}, []
+    for name in members:
+        kind, _, rest = name.partition("__")
+        parts = rest.split("__") if rest else []
+        if kind in HETERO_NODE_KEYS and len(parts) == 1 and parts[0]:
+            wanted[name] = HETERO_NODE_KEYS[kind]
+        elif kind in HETERO_EDGE_KEYS and len(parts) == 3 and all(parts):
+            wanted[name] = HETERO_EDGE_KEYS[kind]
+        else:
+            unknown.append(name)
+    if unknown:
+        raise DataError(f"{path}: array '{unknown[0]}' is not a key of the heterogeneous format; node arrays are "
+                        f"{'/'.join(HETERO_NODE_KEYS)}__TYPE, edge arrays {'/'.join(HETERO_EDGE_KEYS)}__SRC__RELATION__DST.")
+    if not any(k.startswith("edge_index__") for k in wanted):
+        raise DataError(f"{path}: no edge_index__SRC__RELATION__DST array; a heterogeneous graph needs edges.")
+    return wanted
+
+
+def hetero_source(path, tensors: dict, name: str) -> HeteroSource:
+    """A :class:`HeteroSource` from typed arrays ``{key: tensor}`` (not yet checked for ids or values:
+    the task record is, and ``gnnbridge prepare`` is)."""
+    node, edge = {}, {}  # kind -> {type: tensor}, kind -> {(src, rel, dst): tensor}
+    for key, value in tensors.items():
+        kind, *parts = key.split("__")
+        if len(parts) == 1:
+            node.setdefault(kind, {})[parts[0]] = value
+        else:
+            edge.setdefault(kind, {})[tuple(parts)] = value
+    num_nodes = node_counts(path, node)
+    try:
+        return _source(num_nodes, node, edge, name)
+    except DataError as exc:
+        raise DataError(f"{path}: {exc}") from None
+
+
+def node_counts(path, node: dict) -> dict[str, int]:
+    counts = {t: int(x.shape[0]) for t, x in node.get("x", {}).items()}
+    for t, n in node.get("num_nodes", {}).items():
+        if n.numel() != 1 or int(n[0]) <= 0:
+            raise DataError(f"{path}: num_nodes__{t} must hold one positive count, e.g. numpy.array([1000]).")
+        if t in counts and counts[t] != int(n[0]):
+            raise DataError(f"{path}: num_nodes__{t}={int(n[0])} but x__{t} has {counts[t]} rows.")
+        counts[t] = int(n[0])
+    if not counts:
+        raise DataError(f"{path}: declares no node type; give x__TYPE (features) or num_nodes__TYPE for each type.")
+    return counts
+
+
+def _source(num_nodes: dict, node: dict, edge: dict, name: str) -> HeteroSource:
+    labels = node.get("y", {})
+    if len(labels) > 1:
+        raise DataError(f"labels are given for {len(labels)} node types ({', '.join(labels)}); label one type.")
+    target_node, y = next(iter(labels.items()), (None, None))
+    splits = [node.get(f"{s}_idx", {}).get(target_node) for s in ("train", "val", "test")] if target_node else []
+    if any(s is not None for s in splits) and not all(s is not None for s in splits):
+        raise DataError(f"give all of train_idx__{target_node}, val_idx__{target_node}, test_idx__{target_node} or none.")
+    held = {kind: edge.get(kind, {}) for kind in ("val_edges", "test_edges")}
+    held_types = set(held["val_edges"]) | set(held["test_edges"])
+    if len(held_types) > 1 or (held_types and set(held["val_edges"]) != set(held["test_edges"])):
+        raise DataError("val_edges and test_edges must name the same single edge type.")
+    target_edge = next(iter(held_types), None)
+    edges = edge["edge_index"]
+    if target_edge is not None and target_edge not in edges:
+        raise DataError(f"val_edges name ({','.join(target_edge)}), which has no edge_index array.")
+    held_out = (held["val_edges"][target_edge], held["test_edges"][target_edge]) if target_edge else None
+    return HeteroSource(num_nodes, node.get("x", {}), edges, target_node=target_node, y=y,
+                        splits=tuple(splits) if splits and splits[0] is not None else None,
+                        target_edge=target_edge, held_out=held_out, name=name)
