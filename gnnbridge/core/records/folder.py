@@ -1,0 +1,131 @@
+"""A dataset that is a folder: opening what ``gnnbridge prepare`` derived, memory-mapped.
+
+A *prepared folder* holds the dataset's ``.npy`` files (the ``.npz`` format, one file per
+member) and ``prepared/``: the CSC topology of a homogeneous graph, features converted to a
+smaller dtype if asked, and ``prepared/manifest.json``, written last. The manifest lists every
+input with its size and modification time, every array a record is built from (file, dtype,
+shape, all paths relative to the folder, so a copy elsewhere works) and what was checked.
+
+Opening maps every array read-only (``np.load(mmap_mode="r")``): pages come from the OS page
+cache as a batch touches them, file-backed, so a graph larger than memory trains and the ranks
+of a machine share one copy. Nothing is validated again (that would read every page); instead an
+input whose size or modification time differs from the manifest's is refused, naming it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from gnnbridge.core.errors import DataError, DataFileNotFoundError
+from gnnbridge.core.records.collection import GraphCollection
+from gnnbridge.core.records.data import GraphData, random_split
+from gnnbridge.core.records.formats import hetero_source
+
+FORMAT = 1
+PREPARED = "prepared"
+MANIFEST = f"{PREPARED}/manifest.json"
+SPLITS = ("train_idx", "val_idx", "test_idx")
+
+
+def is_prepared(path: str | os.PathLike) -> bool:
+    return (Path(path) / MANIFEST).is_file()
+
+
+def not_prepared(path) -> DataError:
+    return DataError(f"{path} is not prepared; run: gnnbridge prepare {path}")
+
+
+def read_manifest(path: str | os.PathLike) -> dict:
+    """The folder's manifest; a folder without one (or with one of another format) is refused."""
+    root = Path(path)
+    if not root.is_dir():
+        raise DataFileNotFoundError(f"Dataset folder '{root}' does not exist; give a folder of .npy files that "
+                                    "gnnbridge prepare has prepared.")
+    try:
+        manifest = json.loads((root / MANIFEST).read_text())
+    except FileNotFoundError:
+        raise not_prepared(root) from None
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{root / MANIFEST} cannot be read ({str(exc)[:100]}); run gnnbridge prepare {root} "
+                        "again.") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise DataError(f"{root / MANIFEST} is not a format-{FORMAT} manifest; run gnnbridge prepare {root} again.")
+    return manifest
+
+
+def stat_input(file: Path) -> dict:
+    st = file.stat()
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def changed_input(root: Path, manifest: dict) -> str | None:
+    """The first input whose size or modification time differs from the manifest's (or that is
+    gone), as the line that refuses it; None when every input is as prepared."""
+    for name, seen in manifest.get("inputs", {}).items():
+        try:
+            now = stat_input(root / name)
+        except OSError:
+            return f"{root / name} is missing since `gnnbridge prepare`; restore it, or run gnnbridge prepare {root} again"
+        if now != seen:
+            return (f"{root / name} changed since `gnnbridge prepare` (size/modified time); run gnnbridge prepare "
+                    f"{root} again")
+    return None
+
+
+def mapped(root: Path, spec: dict) -> torch.Tensor:
+    """One array of the manifest, memory-mapped read-only as a tensor of the recorded dtype."""
+    file = root / spec["file"]
+    try:
+        array = np.load(file, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{file} cannot be read ({str(exc)[:100]}); run gnnbridge prepare {root} again.") from None
+    stored = "uint16" if spec["dtype"] == "bfloat16" else spec["dtype"]
+    if array.dtype != np.dtype(stored) or list(array.shape) != list(spec["shape"]):
+        raise DataError(f"{file} holds {array.dtype} {list(array.shape)} but the manifest says {stored} "
+                        f"{spec['shape']}; run gnnbridge prepare {root} again.")
+    with warnings.catch_warnings():
+        # torch warns that the array is not writable: the mapping is read-only on purpose (the
+        # files are the dataset), and nothing writes into a record's tensors.
+        warnings.simplefilter("ignore", UserWarning)
+        tensor = torch.from_numpy(array)
+    return tensor.view(torch.bfloat16) if spec["dtype"] == "bfloat16" else tensor
+
+
+def open_prepared(path: str | os.PathLike, seed: int = 0):
+    """The record of a prepared folder (:class:`GraphData`, :class:`HeteroSource` or
+    :class:`GraphCollection`), its arrays memory-mapped and not validated again; splits the
+    folder lacks are drawn from ``seed`` exactly as the ``.npz`` loader draws them."""
+    root = Path(path)
+    manifest = read_manifest(root)
+    changed = changed_input(root, manifest)
+    if changed:
+        raise DataError(changed)
+    arrays = {key: mapped(root, spec) for key, spec in manifest["arrays"].items()}
+    kind, name = manifest["kind"], root.name
+    if kind == "node":
+        record = _node_graph(arrays, manifest, seed, name)
+    elif kind == "hetero":
+        record = hetero_source(root, arrays, name)
+    elif kind == "collection":  # loaded whole and validated: collections are many small graphs
+        arrays = {k: v.clone() for k, v in arrays.items()}
+        splits = [arrays[k] for k in SPLITS] if "train_idx" in arrays else None
+        record = GraphCollection.from_edges(arrays["x"], arrays["edge_index"], arrays["node_ptr"], arrays["y"],
+                                            splits, seed=seed, name=name)
+    else:
+        raise DataError(f"{root / MANIFEST} names kind {kind!r}; run gnnbridge prepare {root} again.")
+    record.folder = root
+    record.mapped_from = (open_prepared, (str(root), seed))
+    return record
+
+
+def _node_graph(arrays: dict, manifest: dict, seed: int, name: str) -> GraphData:
+    n = int(arrays["x"].shape[0])
+    splits = [arrays[k] for k in SPLITS] if "train_idx" in arrays else list(random_split(n, seed))
+    return GraphData.unchecked(indptr=arrays["indptr"], indices=arrays["indices"], x=arrays["x"], y=arrays["y"],
+                               train_idx=splits[0], val_idx=splits[1], test_idx=splits[2],
+                               num_classes=int(manifest["summary"]["num_classes"]), name=name)

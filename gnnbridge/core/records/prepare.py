@@ -1,0 +1,486 @@
+"""``gnnbridge prepare``: derive once, from a folder of ``.npy`` files, what training needs.
+
+What a run would otherwise do at every start, on the whole graph in memory, is done here once,
+a chunk at a time, with memory bounded by the chunk size (a fraction of RAM), never by the
+data: every array's header is checked (dtype, dimensions) before it is read; node ids are
+checked to lie in range, features to be finite, labels to be ``0 .. C-1``, splits to be
+disjoint; a homogeneous graph's CSC topology (``prepared/indptr.npy``, ``prepared/indices.npy``)
+is built by a stable counting sort over chunks of ``edge_index`` into memory-mapped outputs
+(exactly :func:`~gnnbridge.core.records.csc.csc_from_coo`'s arrays, so batches equal the
+``.npz``'s); features are converted to float16 or bfloat16 when asked. The manifest
+(:mod:`.folder`) is written last, so a folder without one is never used half-prepared.
+
+Every derived file is written under a temporary name, its space reserved up front
+(``posix_fallocate``: a full disk is an error here, not a SIGBUS while writing a mapped page),
+and renamed into place; ``prepared/.lock`` makes two prepares of one folder take turns.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import sys
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+from gnnbridge.core.errors import ConfigError, DataError, ResourceError
+from gnnbridge.core.files import PARTIAL, partial_name, remove_partial, replace
+from gnnbridge.core.records.data import check_disjoint_splits, check_ids, infer_num_classes
+from gnnbridge.core.records.folder import (
+    FORMAT,
+    MANIFEST,
+    PREPARED,
+    SPLITS,
+    changed_input,
+    read_manifest,
+    stat_input,
+)
+from gnnbridge.core.records.formats import (
+    HETERO_MARKERS,
+    NODE_PTR,
+    NPZ_ARRAYS,
+    NPZ_REQUIRED,
+    check_header,
+    hetero_source,
+    is_hetero,
+    typed_keys,
+)
+from gnnbridge.core.records.hetero import edge_name
+from gnnbridge.core.runtime.host import available_memory, format_bytes
+
+DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}  # bfloat16 stored as uint16
+FLOAT16_MAX = float(np.finfo(np.float16).max)
+
+
+def chunk_bytes() -> int:
+    """How much of an array one step reads: 1/16 of the free memory, between 8 MiB and 256 MiB."""
+    return int(min(256 << 20, max(8 << 20, available_memory() // 16)))
+
+
+# --------------------------------------------------------------------------- the whole command
+
+
+def prepare_folder(src: str | os.PathLike, out: str | os.PathLike | None = None, dtype: str = "float32",
+                   progress: bool = True, fill: Callable[[Path], None] | None = None) -> dict:
+    """Prepare the folder ``src`` into ``out`` (default: ``src`` itself); returns
+    ``{"out", "kind", "already", "summary", "checked"}``. ``fill(out)``, when given, first writes
+    the source files into ``out`` (an ``.npz`` or a named dataset streamed member by member)."""
+    if dtype not in DTYPES:
+        raise ConfigError(f"--dtype {dtype!r} is not a feature dtype; use one of: {', '.join(DTYPES)}.")
+    src = Path(src)
+    out = Path(out) if out is not None else src
+    if fill is None and not src.is_dir():
+        raise DataError(f"Dataset folder '{src}' does not exist; give a folder of .npy files, an .npz file or a "
+                        "dataset name.")
+    _make_writable_folder(out, src)
+    with _locked(out / PREPARED):
+        done = _already(out, dtype)
+        if done is not None:
+            return {"out": str(out), "kind": done["kind"], "already": True, "summary": done["summary"],
+                    "checked": done["checked"]}
+        (out / MANIFEST).unlink(missing_ok=True)  # what follows replaces what it described
+        remove_partial(out / PREPARED)
+        try:
+            if fill is not None:
+                fill(out)
+            elif out != src:
+                _link_sources(src, out)
+            manifest = _derive(out, dtype, progress)
+            replace(out / MANIFEST, json.dumps(manifest, indent=1) + "\n")
+        except OSError as exc:
+            remove_partial(out / PREPARED)
+            remove_partial(out)
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise ResourceError(f"{out}: the disk is full ({exc.filename or 'writing a derived file'}); nothing "
+                                    "half-written is left; free space, or give --out DIR on another disk.") from None
+            raise
+    return {"out": str(out), "kind": manifest["kind"], "already": False, "summary": manifest["summary"],
+            "checked": manifest["checked"]}
+
+
+def _make_writable_folder(out: Path, src: Path) -> None:
+    try:
+        (out / PREPARED).mkdir(parents=True, exist_ok=True)
+        probe = partial_name(out / PREPARED / "probe")
+        probe.touch()
+        probe.unlink()
+    except PermissionError:
+        hint = f"give --out DIR (a folder to write them in): gnnbridge prepare {src} --out DIR" if out == src else \
+            "give another --out DIR"
+        raise ConfigError(f"{out} is not writable, and prepare writes its derived files in {out / PREPARED}; {hint}."
+                          ) from None
+    except OSError as exc:
+        raise ConfigError(f"--out {out} cannot be made ({exc.strerror}); give a folder you can write.") from None
+
+
+@contextlib.contextmanager
+def _locked(folder: Path):
+    """Two prepares of one folder take turns (the second then finds it prepared)."""
+    fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _already(out: Path, dtype: str) -> dict | None:
+    """The folder's manifest when it is valid for this ``dtype`` (nothing to do), else None."""
+    try:
+        manifest = read_manifest(out)
+    except DataError:
+        return None
+    return manifest if manifest.get("dtype") == dtype and changed_input(out, manifest) is None else None
+
+
+def _link_sources(src: Path, out: Path) -> None:
+    """``--out`` for a folder: ``out`` gets a link to each source file, so it is a complete dataset
+    folder (its manifest's paths stay relative to it)."""
+    for file in sorted(src.glob("*.npy")):
+        link = out / file.name
+        target = file.resolve()
+        if link.is_symlink() and link.resolve() == target:
+            continue
+        if link.exists() or link.is_symlink():
+            raise ConfigError(f"--out {out} already holds {file.name}; give an empty folder (or a new one) as --out.")
+        os.symlink(target, link)
+
+
+# --------------------------------------------------------------------------- reading the sources
+
+
+def source_members(root: Path) -> dict[str, Path]:
+    """``{key: file}`` of the format's ``.npy`` files in ``root`` (other files are ignored)."""
+    found = {f.stem: f for f in sorted(root.glob("*.npy")) if f.is_file()}
+    if is_hetero(found):
+        typed = {k: f for k, f in found.items() if k.split("__", 1)[0] in HETERO_MARKERS and "__" in k}
+        return {k: typed[k] for k in typed_keys(root, typed)}
+    return {k: f for k, f in found.items() if k in NPZ_ARRAYS}
+
+
+def open_checked(root: Path, key: str, file: Path, spec: tuple) -> np.ndarray:
+    """``file`` memory-mapped read-only, its header checked (dtype, dimensions) before any data."""
+    try:
+        with open(file, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            read = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+            if version not in read:
+                raise ValueError(f"npy format version {version}")
+            shape, _, found = read[version](f)
+    except (OSError, ValueError, EOFError) as exc:
+        raise DataError(f"{root}: {key} ({file.name}) is not a numpy array ({str(exc)[:100]}); save arrays with "
+                        "numpy.save.") from None
+    check_header(root, key, found, shape, *spec)
+    try:
+        return np.load(file, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{root}: {key} ({file.name}) cannot be mapped ({str(exc)[:100]}): the file is truncated or "
+                        "corrupt; write it again.") from None
+
+
+def _derive(root: Path, dtype: str, progress: bool) -> dict:
+    members = source_members(root)
+    inputs = {f"{k}.npy": stat_input(f) for k, f in members.items()}  # before reading: a later change shows
+    if is_hetero(members):
+        body = _prepare_hetero(root, members, dtype, progress)
+    elif NODE_PTR in members:
+        body = _prepare_collection(root, members)
+    else:
+        body = _prepare_node(root, members, dtype, progress)
+    from gnnbridge import __version__
+
+    return {"format": FORMAT, "kind": body["kind"], "gnnbridge": __version__, "dtype": dtype, "inputs": inputs,
+            **{k: v for k, v in body.items() if k != "kind"}}
+
+
+def _spec(file: str, array: np.ndarray, dtype: str | None = None) -> dict:
+    return {"file": file, "dtype": dtype or array.dtype.name, "shape": list(array.shape)}
+
+
+# --------------------------------------------------------------------------- homogeneous node graphs
+
+
+def _prepare_node(root: Path, members: dict, dtype: str, progress: bool) -> dict:
+    missing = [k for k in NPZ_REQUIRED if k not in members]
+    if missing:
+        raise DataError(f"{root}: missing {', '.join(f'{k}.npy' for k in missing)}; a graph folder needs "
+                        "edge_index.npy int64 [2,E], x.npy float32 [N,F], y.npy int64 [N] (and optionally "
+                        f"train_idx.npy, val_idx.npy, test_idx.npy); a collection of graphs also has {NODE_PTR}.npy; a "
+                        "heterogeneous graph has typed files such as x__paper.npy.")
+    a = {k: open_checked(root, k, f, NPZ_ARRAYS[k]) for k, f in members.items()}
+    x, ei, y = a["x"], a["edge_index"], a["y"]
+    if ei.shape[0] != 2:
+        raise DataError(f"{root}: edge_index has shape {list(ei.shape)}; expected [2, E].")
+    n = int(x.shape[0])
+    if n == 0 or x.shape[1] == 0:
+        raise DataError(f"{root}: x has shape {list(x.shape)}; every graph needs nodes and every node a feature.")
+    if y.shape[0] != n:
+        raise DataError(f"{root}: y has {y.shape[0]} labels but x has {n} rows; give one label per node (or add "
+                        f"{NODE_PTR} for a collection of graphs with one label each).")
+    present = [k for k in SPLITS if k in a]
+    if present and len(present) != 3:
+        absent = sorted(set(SPLITS) - set(present))
+        raise DataError(f"{root}: has {', '.join(present)} but not {', '.join(absent)}; give all three splits or none.")
+    bar = _bar(progress, x.nbytes * (2 if dtype != "float32" else 1) + ei.nbytes * 2 + y.nbytes, root)
+    with bar:
+        checked = ["headers (dtype, shape)"]
+        arrays = {"x": _features(root, "x", x, dtype, bar, f"{PREPARED}/x.{dtype}.npy")}
+        checked.append("x finite" + (f" (and within {dtype})" if dtype == "float16" else ""))
+        arrays.update(build_csc(root, ei, n, bar))
+        checked.append("edge ids in [0, N)")
+        num_classes = _labels(root, "y", y, bar)
+        arrays["y"] = _spec("y.npy", y)
+        checked.append("labels in [0, C), every class present")
+        if present:
+            _splits(root, {k: a[k] for k in SPLITS}, n, "node")
+            arrays.update({k: _spec(f"{k}.npy", a[k]) for k in SPLITS})
+            checked.append("splits non-empty, in range, disjoint")
+    summary = {"num_nodes": n, "num_edges": int(ei.shape[1]), "num_features": int(x.shape[1]),
+               "num_classes": num_classes, "splits": "files" if present else "drawn from the seed at load"}
+    return {"kind": "node", "arrays": arrays, "checked": checked, "summary": summary}
+
+
+def _features(root: Path, key: str, x: np.ndarray, dtype: str, bar, converted: str) -> dict:
+    """Check ``x`` finite a block of rows at a time; with ``dtype`` other than float32, write it
+    converted to ``root/converted``. Returns the manifest entry of the features a run reads."""
+    rows = max(1, chunk_bytes() // max(1, x.shape[1] * 4))
+
+    def check(start: int, block: np.ndarray) -> None:
+        bad = ~np.isfinite(block).all(axis=1)
+        if bad.any():
+            raise DataError(f"{root}: {key} holds NaN or inf values (first at node {start + int(bad.argmax())}); "
+                            "clean the features first.")
+        bar.update(block.nbytes)
+
+    if dtype == "float32":
+        for start in range(0, x.shape[0], rows):
+            check(start, np.asarray(x[start:start + rows]))
+        return _spec(f"{key}.npy", x)
+
+    def fill(out: np.ndarray) -> None:
+        for start in range(0, x.shape[0], rows):
+            block = np.asarray(x[start:start + rows])
+            check(start, block)
+            if dtype == "float16":
+                over = (np.abs(block) > FLOAT16_MAX).any(axis=1)
+                if over.any():
+                    raise DataError(f"{root}: {key} holds values beyond float16's range (+-65504, first at node "
+                                    f"{start + int(over.argmax())}); use --dtype bfloat16 or float32.")
+                out[start:start + len(block)] = block.astype(np.float16)
+            else:
+                out[start:start + len(block)] = to_bfloat16(block)
+            bar.update(block.nbytes)
+
+    write_array(root / converted, DTYPES[dtype], x.shape, fill)
+    return {"file": converted, "dtype": dtype, "shape": list(x.shape)}
+
+
+def to_bfloat16(block: np.ndarray) -> np.ndarray:
+    """float32 values as bfloat16 bit patterns (uint16), rounded to nearest as torch rounds them."""
+    return torch.from_numpy(np.ascontiguousarray(block)).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+
+
+def build_csc(root: Path, ei: np.ndarray, n: int, bar, edges_per_chunk: int | None = None) -> dict:
+    """``prepared/indptr.npy`` and ``prepared/indices.npy`` from ``ei`` [2, E] by a stable counting
+    sort over chunks of edges, writing into memory-mapped files: the same arrays as
+    :func:`~gnnbridge.core.records.csc.csc_from_coo`, in memory bounded by the chunk. Checks the ids."""
+    e = int(ei.shape[1])
+    step = edges_per_chunk or max(1, chunk_bytes() // 48)  # a chunk's src, dst, order and positions
+    prepared = root / PREPARED
+
+    def count(indptr: np.ndarray) -> None:
+        indptr[:] = 0
+        for start in range(0, e, step):
+            src, dst = (np.array(ei[i, start:start + step]) for i in (0, 1))
+            for row in (src, dst):
+                check_ids("edge_index", torch.from_numpy(row), n)
+            ids, counts = np.unique(dst, return_counts=True)
+            indptr[ids + 1] += counts
+            bar.update(src.nbytes + dst.nbytes)
+        carry = 0
+        for start in range(1, n + 1, step):
+            block = np.cumsum(indptr[start:start + step]) + carry
+            indptr[start:start + step] = block
+            carry = int(block[-1])
+
+    write_array(prepared / "indptr.npy", np.int64, (n + 1,), count)
+    indptr = np.load(prepared / "indptr.npy", mmap_mode="r")
+
+    def place(indices: np.ndarray) -> None:
+        fill_file = partial_name(prepared / "fill.npy")  # the next free slot of each destination
+        try:
+            fill = np.lib.format.open_memmap(fill_file, mode="w+", dtype=np.int64, shape=(max(n, 1),))
+            for start in range(0, n, step):
+                fill[start:start + step] = indptr[start:min(start + step, n)]
+            for start in range(0, e, step):
+                src, dst = (np.array(ei[i, start:start + step]) for i in (0, 1))
+                order = np.argsort(dst, kind="stable")
+                dst, src = dst[order], src[order]
+                ids, first, counts = np.unique(dst, return_index=True, return_counts=True)
+                rank = np.arange(dst.shape[0]) - np.repeat(first, counts)  # position within its destination
+                indices[fill[dst] + rank] = src
+                fill[ids] += counts
+                bar.update(src.nbytes + dst.nbytes)
+            del fill
+        finally:
+            fill_file.unlink(missing_ok=True)
+
+    write_array(prepared / "indices.npy", np.int64, (e,), place)
+    return {"indptr": {"file": f"{PREPARED}/indptr.npy", "dtype": "int64", "shape": [n + 1]},
+            "indices": {"file": f"{PREPARED}/indices.npy", "dtype": "int64", "shape": [e]}}
+
+
+def _labels(root: Path, key: str, y: np.ndarray, bar) -> int:
+    """The class count of ``y``, checked a chunk at a time as ``infer_num_classes`` checks it."""
+    step = max(1, chunk_bytes() // 16)
+    present = np.zeros(0, dtype=np.int64)
+    for start in range(0, y.shape[0], step):
+        block = np.array(y[start:start + step])
+        present = np.union1d(present, np.unique(block))
+        bar.update(block.nbytes)
+    try:
+        return infer_num_classes(torch.from_numpy(present))
+    except DataError as exc:
+        raise DataError(f"{root}: {exc}".replace(" y ", f" {key} ", 1)) from None
+
+
+def _splits(root: Path, splits: dict, n: int, unit: str, prefix: str = "") -> None:
+    record = SimpleNamespace(item_name=unit, split=lambda name: torch.from_numpy(np.array(splits[f"{name}_idx"])))
+    try:
+        check_disjoint_splits(record, n)
+    except DataError as exc:
+        raise DataError(f"{root}: {prefix}{exc}") from None
+
+
+# --------------------------------------------------------------------------- collections and hetero
+
+
+def _prepare_collection(root: Path, members: dict) -> dict:
+    """Checked as the ``.npz`` loader checks it, whole: a collection is many small graphs, and a
+    run loads it whole too."""
+    from gnnbridge.core.records.collection import GraphCollection
+
+    a = {k: open_checked(root, k, f, NPZ_ARRAYS[k]) for k, f in members.items()}
+    t = {k: torch.from_numpy(np.array(v)) for k, v in a.items()}
+    splits = [t[k] for k in SPLITS] if "train_idx" in t else None
+    try:
+        data = GraphCollection.from_edges(t["x"], t["edge_index"], t[NODE_PTR], t["y"], splits)
+    except DataError as exc:
+        raise DataError(f"{root}: {exc}") from None
+    summary = {k: v for k, v in data.summary().items() if k != "name"}
+    return {"kind": "collection", "arrays": {k: _spec(f"{k}.npy", v) for k, v in a.items()},
+            "checked": ["everything a run checks (a collection is loaded whole)"], "summary": summary}
+
+
+def _prepare_hetero(root: Path, members: dict, dtype: str, progress: bool) -> dict:
+    specs = typed_keys(root, members)
+    a = {k: open_checked(root, k, members[k], specs[k]) for k in specs}
+    with warnings.catch_warnings():  # read-only maps, never written (see folder.mapped)
+        warnings.simplefilter("ignore", UserWarning)
+        source = hetero_source(root, {k: torch.from_numpy(v) for k, v in a.items()}, root.name)
+    counts = source.num_nodes
+    bar = _bar(progress, sum(v.nbytes for v in a.values()), root)
+    arrays, checked = {}, ["headers (dtype, shape)"]
+    with bar:
+        for key, array in a.items():
+            kind, *parts = key.split("__")
+            if kind == "x":
+                arrays[key] = _features(root, key, array, dtype, bar, f"{PREPARED}/{key}.{dtype}.npy")
+                continue
+            if kind in ("edge_index", "val_edges", "test_edges"):
+                _typed_ids(root, key, array, tuple(parts), counts, bar)
+            arrays[key] = _spec(f"{key}.npy", array)
+        checked += ["x finite", "edge ids in range per node type"]
+        num_classes = 0
+        if source.target_node is not None:
+            t = source.target_node
+            if a[f"y__{t}"].shape[0] != counts[t]:
+                raise DataError(f"{root}: y__{t} has {a[f'y__{t}'].shape[0]} labels for {counts[t]} '{t}' nodes.")
+            num_classes = _labels(root, f"y__{t}", a[f"y__{t}"], bar)
+            checked.append("labels in [0, C), every class present")
+            if source.splits is not None:
+                _splits(root, {f"{s}_idx": a[f"{s}_idx__{t}"] for s in ("train", "val", "test")}, counts[t],
+                        f"'{t}' node")
+                checked.append("splits non-empty, in range, disjoint")
+    summary = {"num_nodes": sum(counts.values()), "node_types": dict(counts), "num_classes": num_classes,
+               "edge_types": {edge_name(et): int(e.shape[1]) for et, e in source.edges.items()}}
+    return {"kind": "hetero", "arrays": arrays, "checked": checked, "summary": summary}
+
+
+def _typed_ids(root: Path, key: str, ei: np.ndarray, et: tuple, counts: dict, bar) -> None:
+    if ei.shape[0] != 2:
+        raise DataError(f"{root}: {key} has shape {list(ei.shape)}; expected [2, E].")
+    step = max(1, chunk_bytes() // 16)
+    for start in range(0, ei.shape[1], step):
+        for row, end, t in ((0, "source", et[0]), (1, "destination", et[2])):
+            block = np.array(ei[row, start:start + step])
+            try:
+                check_ids(f"edge_index[{edge_name(et)}] {end}", torch.from_numpy(block), counts[t], unit=f"'{t}' node")
+            except DataError as exc:
+                raise DataError(f"{root}: {str(exc).replace('edge_index', key.split('__')[0], 1)}") from None
+            bar.update(block.nbytes)
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def write_array(target: Path, dtype, shape: tuple, fill: Callable[[np.ndarray], None]) -> None:
+    """``target`` becomes a ``.npy`` of ``dtype`` and ``shape`` that ``fill(array)`` fills through a
+    memory map: written under a temporary name (space reserved first) and renamed when whole."""
+    tmp = partial_name(target)
+    try:
+        if 0 in shape:  # an empty array cannot be mapped
+            with open(tmp, "xb") as f:
+                np.save(f, np.zeros(shape, dtype=dtype))
+        else:
+            out = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape)
+            _reserve(tmp)
+            fill(out)
+            out.flush()
+            del out
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
+
+
+def _reserve(file: Path) -> None:
+    """Allocate the file's blocks now: a full disk then fails here, as ENOSPC, instead of as a
+    SIGBUS when a page of the map is written."""
+    with open(file, "rb+") as f:
+        try:
+            os.posix_fallocate(f.fileno(), 0, os.fstat(f.fileno()).st_size)
+        except OSError as exc:
+            if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL):  # a file system without it: written as it goes
+                return
+            exc.filename = str(file).replace(PARTIAL, "")
+            raise
+
+
+def _bar(progress: bool, total: int, root: Path):
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=f"prepare {root.name}",
+                disable=not progress, file=sys.stderr, leave=False)
+
+
+def describe(result: dict) -> str:
+    """One line for the command's output."""
+    s = result["summary"]
+    what = f"{s.get('num_nodes', '?'):,} nodes" if isinstance(s.get("num_nodes"), int) else result["kind"]
+    if result["already"]:
+        return f"{result['out']}: already prepared ({result['kind']}, {what}); nothing to do"
+    return f"{result['out']}: prepared ({result['kind']}, {what}; checked {', '.join(result['checked'])})"
+
+
+__all__ = ["DTYPES", "build_csc", "describe", "format_bytes", "prepare_folder", "write_array"]
