@@ -95,7 +95,8 @@ def cli() -> None:
 @click.option("--nproc", type=int, help="Number of training processes (ranks) to spawn on this machine "
               "(not inside torchrun / srun, which start the ranks themselves).")
 @click.option("--device", help="cpu, cuda or auto.")
-@click.option("--dataset", help="A dataset name or a .npz file (replaces the experiment's dataset).")
+@click.option("--dataset", help="A dataset name, a .npz file or a folder prepared with gnnbridge prepare (replaces "
+              "the experiment's dataset).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a config key; VALUE is YAML (repeatable), e.g. --set train.epochs=5.")
 @click.option("--out", type=click.Path(file_okay=False), help="Run folder (must not hold a run); default: a new folder under runs/.")
@@ -472,6 +473,41 @@ def doctor(experiment, dataset, nproc, overrides) -> None:
     if failed:
         click.echo(f"{len(failed)} problem(s) would stop a job; fix them first.", err=True)
         sys.exit(1)
+
+
+PREPARE_EXAMPLES = """
+\b
+SOURCE is a folder of .npy files named as the .npz format's arrays (x.npy, edge_index.npy,
+y.npy, optional train_idx.npy, val_idx.npy, test_idx.npy; node_ptr.npy for a collection;
+x__TYPE.npy, edge_index__SRC__REL__DST.npy ... for a heterogeneous graph), a .npz file (streamed
+into the folder beside it, named without .npz) or a dataset name (written into ./NAME).
+Derived files go to OUT/prepared/; then train with --dataset OUT.
+
+\b
+Examples:
+  gnnbridge prepare data/papers                        # then: gnnbridge train --dataset data/papers
+  gnnbridge prepare /readonly/papers --out /scratch/papers --dtype float16
+  gnnbridge prepare graph.npz                          # writes graph/ beside it
+  gnnbridge prepare karate --out data/karate --quiet
+"""
+
+
+@cli.command(epilog=PREPARE_EXAMPLES)
+@click.argument("source", metavar="DIR|FILE.npz|NAME")
+@click.option("--out", type=click.Path(file_okay=False),
+              help="Folder for the prepared dataset (default: DIR itself, FILE beside FILE.npz, ./NAME).")
+@click.option("--dtype", type=click.Choice(["float32", "float16", "bfloat16"]), default="float32", show_default=True,
+              help="Store the features as this type (float16 and bfloat16 halve them; training upcasts each batch).")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+@interruptible
+def prepare(source, out, dtype, quiet) -> None:
+    """Check a dataset once and derive what training needs (CSC topology, counts, converted
+    features), recorded in OUT/prepared/manifest.json, so that a run maps its files and starts in
+    seconds. A folder changed afterwards is refused until it is prepared again."""
+    from gnnbridge.core.records.prepare import describe
+    from gnnbridge.plugins.folder_datasets import prepare as prepare_dataset
+
+    click.echo(describe(prepare_dataset(source, out=out, dtype=dtype, progress=not quiet)))
 
 
 @cli.command(epilog="""

@@ -12,6 +12,7 @@ BUILTIN_PLUGINS = {
     "samplers": "gnnbridge.plugins.samplers",
     "datasets": "gnnbridge.plugins.datasets",
     "hetero-datasets": "gnnbridge.plugins.hetero_datasets",
+    "folder-datasets": "gnnbridge.plugins.folder_datasets",
     "real-datasets": "gnnbridge.plugins.real_datasets",
     "hetero-real-datasets": "gnnbridge.plugins.hetero_real_datasets",
     "experiments": "gnnbridge.plugins.experiments",

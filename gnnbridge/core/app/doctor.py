@@ -21,7 +21,8 @@ import torch
 from gnnbridge.core.app.preflight import check_before_start
 from gnnbridge.core.contracts.config import ExperimentConfig
 from gnnbridge.core.contracts.plugins import backends as backend_registry
-from gnnbridge.core.errors import GnnBridgeError
+from gnnbridge.core.errors import DataError, GnnBridgeError
+from gnnbridge.core.records.folder import prepared_bytes
 from gnnbridge.core.runtime.host import available_memory, format_bytes, free_disk
 from gnnbridge.core.runtime.sharing import shm_dir
 from gnnbridge.core.sampling import kernels
@@ -43,6 +44,13 @@ def diagnose(config: ExperimentConfig | None = None) -> list[Finding]:
         findings.append(_experiment(config))
     size = _dataset_bytes(config) if config is not None else None
     ranks = config.nproc if config is not None else None
+    if config is not None and config.dataset.name == "folder":  # mapped from its files: no /dev/shm copy
+        folder = f"a {format_bytes(size)} folder dataset" if size else "a folder dataset"
+        findings += [_threads(config), _port(),
+                     Finding("ok", "shared memory", f"not used: {folder} is mapped from disk, its pages shared "
+                                                    "through the page cache"),
+                     _memory(None), _disk()]
+        return findings
     findings += [_threads(config), _port(), _shm(size, ranks), _memory(size), _disk()]
     return findings
 
@@ -147,10 +155,16 @@ def _port() -> Finding:
 
 
 def _dataset_bytes(config: ExperimentConfig) -> int | None:
-    """The dataset's size on disk when it is one file (a .npz); None when unknown."""
+    """The dataset's size on disk when it is one file (a .npz), or a prepared folder's from its
+    manifest (nothing is read); None when unknown."""
     path = config.dataset.path
     if path and Path(path).is_file():
         return Path(path).stat().st_size
+    if path and Path(path).is_dir():
+        try:
+            return prepared_bytes(path)
+        except DataError:
+            return None  # the dataset check says why
     return None
 
 

@@ -45,7 +45,7 @@ def resolve_config(
         raise ConfigError(f"experiment={cfgmod.show(experiment)} ({type(experiment).__name__}) is not an experiment; "
                           "give a YAML path, a built-in name (gnnbridge experiments), a dict or an ExperimentConfig.")
     if dataset is not None and not isinstance(dataset, (str, os.PathLike)):
-        raise ConfigError(f"dataset={cfgmod.show(dataset)} must be a dataset name or a .npz path.")
+        raise ConfigError(f"dataset={cfgmod.show(dataset)} must be a dataset name, a .npz path or a prepared folder.")
     dataset = os.fspath(dataset) if dataset is not None else None
     if dataset is not None:
         data = {**data, "dataset": _dataset_section(dataset)}
@@ -76,6 +76,8 @@ def _experiment_dict(experiment: str | os.PathLike | None) -> dict:
 
 
 def _dataset_section(dataset: str) -> dict:
+    if Path(dataset).is_dir():  # a folder of .npy files that gnnbridge prepare has prepared
+        return {"name": "folder", "path": dataset}
     if dataset.endswith(".npz") or os.sep in dataset or Path(dataset).is_file():
         return {"name": "npz", "path": dataset}
     return {"name": dataset}

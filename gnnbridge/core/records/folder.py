@@ -58,6 +58,13 @@ def read_manifest(path: str | os.PathLike) -> dict:
     return manifest
 
 
+def prepared_bytes(path: str | os.PathLike) -> int:
+    """The bytes of the arrays a run maps, from the manifest's shapes and dtypes (nothing read)."""
+    arrays = read_manifest(path)["arrays"].values()
+    return sum(int(np.prod(a["shape"])) * (2 if a["dtype"] == "bfloat16" else np.dtype(a["dtype"]).itemsize)
+               for a in arrays)
+
+
 def stat_input(file: Path) -> dict:
     st = file.stat()
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}

@@ -431,7 +431,7 @@ def _typed_ids(root: Path, key: str, ei: np.ndarray, et: tuple, counts: dict, ba
 # --------------------------------------------------------------------------- writing
 
 
-def write_array(target: Path, dtype, shape: tuple, fill: Callable[[np.ndarray], None]) -> None:
+def write_array(target: Path, dtype, shape: tuple, fill: Callable[[np.ndarray], None], fortran: bool = False) -> None:
     """``target`` becomes a ``.npy`` of ``dtype`` and ``shape`` that ``fill(array)`` fills through a
     memory map: written under a temporary name (space reserved first) and renamed when whole."""
     tmp = partial_name(target)
@@ -440,7 +440,7 @@ def write_array(target: Path, dtype, shape: tuple, fill: Callable[[np.ndarray], 
             with open(tmp, "xb") as f:
                 np.save(f, np.zeros(shape, dtype=dtype))
         else:
-            out = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape)
+            out = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape, fortran_order=fortran)
             _reserve(tmp)
             fill(out)
             out.flush()

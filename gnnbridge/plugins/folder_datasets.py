@@ -1,0 +1,157 @@
+"""Folder datasets: ``--dataset DIR`` (dataset ``folder``) and what ``gnnbridge prepare`` reads.
+
+A folder of ``.npy`` files in the ``.npz`` format's names (``x.npy``, ``edge_index.npy``, ...)
+is a dataset once ``gnnbridge prepare DIR`` has checked it and derived what training needs
+(:mod:`gnnbridge.core.records.prepare`); a run then maps its files instead of reading them
+(:func:`gnnbridge.core.records.folder.open_prepared`). ``prepare`` also takes an ``.npz`` file
+(streamed member by member into a folder, each header checked before its data is read) or a
+dataset name (loaded, then written as a folder).
+"""
+from __future__ import annotations
+
+import os
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from gnnbridge import hookimpl
+from gnnbridge.core.errors import ConfigError, DataError, ResourceError
+from gnnbridge.core.interfaces import DatasetConfig, GraphCollection, GraphData, HeteroSource
+from gnnbridge.core.records.folder import MANIFEST, PREPARED, open_prepared
+from gnnbridge.core.records.formats import NPZ_ARRAYS, check_header, is_hetero, typed_keys
+from gnnbridge.core.records.prepare import prepare_folder, write_array
+from gnnbridge.plugins.datasets import DEFLATE_MAX_RATIO, HEADER_READERS, READ_CHUNK, ZIP_ERRORS, _check_file, options
+
+
+@hookimpl
+def register_datasets(register):
+    register("folder", load_folder, "Your own graph as a folder of .npy files, prepared with gnnbridge prepare DIR: "
+             "--dataset DIR (features memory-mapped, never read whole)")
+
+
+def load_folder(config: DatasetConfig, seed: int):
+    options(config, {})
+    if not config.path:
+        raise ConfigError("Dataset 'folder' needs a folder: --dataset DIR (or dataset.path in the config).")
+    return open_prepared(config.path, seed)
+
+
+def prepare(source: str, out: str | os.PathLike | None = None, dtype: str = "float32", progress: bool = True) -> dict:
+    """Prepare a folder, an ``.npz`` file (into the folder beside it, its name without ``.npz``)
+    or a named dataset (into ``./NAME``); see :func:`~gnnbridge.core.records.prepare.prepare_folder`."""
+    path = Path(source)
+    if path.is_dir():
+        return prepare_folder(path, out, dtype, progress)
+    if source.endswith(".npz") or path.is_file() or os.sep in source:
+        _check_file(path)
+        target = Path(out) if out is not None else path.with_suffix("")
+        return prepare_folder(target, target, dtype, progress, fill=lambda folder: _stream_npz(path, folder))
+    from gnnbridge.core.contracts.plugins import datasets
+
+    loader = datasets.get(source)  # an unknown name: one line listing the known ones
+    target = Path(out) if out is not None else Path(source)
+    return prepare_folder(target, target, dtype, progress, fill=lambda folder: _write_named(source, loader, folder))
+
+
+def _claim(folder: Path, source: str) -> None:
+    """Files are streamed only into a folder that holds no dataset files, or holds what an
+    earlier prepare of this same source left (it was stopped midway)."""
+    marker = folder / PREPARED / "source"
+    mine = marker.is_file() and marker.read_text() == source
+    if not mine and any(folder.glob("*.npy")):
+        raise ConfigError(f"{folder} already holds .npy files that are not from {source}; give an empty folder as "
+                          "--out DIR (or remove it).")
+    marker.write_text(source)
+
+
+# --------------------------------------------------------------------------- .npz, member by member
+
+
+def _stream_npz(path: Path, folder: Path) -> None:
+    _claim(folder, str(path.resolve()))
+    try:
+        with zipfile.ZipFile(path) as archive:
+            members = {i.filename[:-4]: i for i in archive.infolist() if i.filename.endswith(".npy")}
+            if is_hetero(members):
+                wanted = typed_keys(path, members)
+            else:
+                wanted = {k: spec for k, spec in NPZ_ARRAYS.items() if k in members}
+            for key, spec in wanted.items():
+                _copy_member(path, archive, members[key], key, spec, folder / f"{key}.npy")
+    except (DataError, ResourceError, ConfigError):
+        raise
+    except OSError:
+        raise  # a full disk is reported by prepare_folder
+    except ZIP_ERRORS as exc:
+        detail = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
+        raise DataError(f"{path}: cannot be read as a numpy .npz file ({detail}); write it with "
+                        "numpy.savez(path, edge_index=..., x=..., y=...).") from None
+
+
+def _copy_member(path: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo, key: str, spec: tuple,
+                 target: Path) -> None:
+    """One member into ``target``, its header checked first, its data copied a chunk at a time."""
+    with archive.open(info) as f:
+        try:
+            version = np.lib.format.read_magic(f)
+            if version not in HEADER_READERS:
+                raise ValueError(f"npy format version {version}")
+            shape, fortran, found = HEADER_READERS[version](f)
+        except ValueError as exc:
+            raise DataError(f"{path}: {key} is not a numpy array ({str(exc)[:100]}); save arrays with numpy.savez.") \
+                from None
+        check_header(path, key, found, shape, *spec)
+        nbytes = int(np.prod(shape)) * found.itemsize
+        if nbytes > info.file_size - f.tell() or nbytes > info.compress_size * DEFLATE_MAX_RATIO + 4096:
+            raise DataError(f"{path}: {key} claims shape {list(shape)} but the file holds less: it is truncated or "
+                            "corrupt; write it again.")
+
+        def fill(array: np.ndarray) -> None:
+            raw = (array.T if fortran else array).reshape(-1).view(np.uint8)  # the file's byte order
+            pos = 0
+            while pos < nbytes:
+                chunk = f.read(min(READ_CHUNK, nbytes - pos))
+                if not chunk:
+                    raise DataError(f"{path}: {key} ends early: the file is truncated or corrupt; write it again.")
+                raw[pos:pos + len(chunk)] = np.frombuffer(chunk, np.uint8)
+                pos += len(chunk)
+
+        write_array(target, found, tuple(shape), fill, fortran=fortran)
+
+
+# --------------------------------------------------------------------------- a named dataset
+
+
+def _write_named(name: str, loader, folder: Path) -> None:
+    _claim(folder, f"dataset:{name}")
+    data = loader(DatasetConfig(name=name), 0)
+    for key, value in _arrays(name, data).items():
+        array = np.ascontiguousarray(value.numpy() if hasattr(value, "numpy") else value)
+        write_array(folder / f"{key}.npy", array.dtype, array.shape, lambda out, a=array: out.__setitem__(..., a))
+
+
+def _arrays(name: str, data) -> dict:
+    """A loaded dataset as the format's arrays (its splits, drawn with seed 0, included)."""
+    splits = {"train_idx": data.train_idx, "val_idx": data.val_idx, "test_idx": data.test_idx} \
+        if isinstance(data, (GraphData, GraphCollection)) else {}
+    if isinstance(data, GraphData):
+        return {"x": data.x.float(), "edge_index": data.edge_index, "y": data.y, **splits}
+    if isinstance(data, GraphCollection):
+        return {"x": data.x.float(), "edge_index": data.edge_index, "node_ptr": data.node_ptr, "y": data.y, **splits}
+    if isinstance(data, HeteroSource):
+        out = {f"num_nodes__{t}": np.array([n], dtype=np.int64) for t, n in data.num_nodes.items()}
+        out.update({f"x__{t}": x.float() for t, x in data.x.items()})
+        out.update({"edge_index__" + "__".join(et): e for et, e in data.edges.items()})
+        if data.target_node is not None:
+            out[f"y__{data.target_node}"] = data.y
+            for s, idx in zip(("train", "val", "test"), data.splits or ()):
+                out[f"{s}_idx__{data.target_node}"] = idx
+        if data.held_out is not None:
+            for s, e in zip(("val_edges", "test_edges"), data.held_out):
+                out[f"{s}__" + "__".join(data.target_edge)] = e
+        return out
+    raise DataError(f"Dataset '{name}' loads as a {type(data).__name__}, which prepare cannot write as a folder.")
+
+
+__all__ = ["MANIFEST", "load_folder", "prepare"]

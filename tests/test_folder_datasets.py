@@ -1,0 +1,214 @@
+"""Folder datasets: a folder of .npy files, prepared once with ``gnnbridge prepare``, trains as
+the same graph in one .npz does; what prepare derives equals what a run derives in memory; a
+folder that is not prepared, or changed since, is refused in one line."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import gnnbridge
+from gnnbridge.core.errors import DataError
+from gnnbridge.core.records.csc import csc_from_coo
+from gnnbridge.core.records.folder import MANIFEST, open_prepared
+from gnnbridge.core.records.prepare import build_csc, prepare_folder
+from gnnbridge.plugins.folder_datasets import prepare
+from gnnbridge.plugins.hetero_datasets import load_hetero_npz
+from gnnbridge.testing.conformance import small_graph
+
+TINY = ["train.epochs=1", "sampler.fanouts=[5,5]", "train.batch_size=64", "model.hidden=16"]
+
+
+def graph_arrays(n: int = 120) -> dict:
+    g = small_graph(n=n)
+    return {"x": g.x.numpy(), "edge_index": g.edge_index.numpy(), "y": g.y.numpy()}
+
+
+def save_folder(folder, arrays: dict):
+    folder.mkdir()
+    for key, value in arrays.items():
+        np.save(folder / f"{key}.npy", value)
+    return folder
+
+
+def hetero_arrays() -> dict:
+    rng = np.random.default_rng(0)
+    users, items = 30, 20
+    return {"num_nodes__user": np.array([users], dtype=np.int64),
+            "x__item": rng.normal(size=(items, 5)).astype(np.float32),
+            "y__item": (np.arange(items) % 3).astype(np.int64),
+            "edge_index__user__buys__item": np.stack([np.repeat(np.arange(users), 4),
+                                                      rng.integers(0, items, users * 4)]).astype(np.int64)}
+
+
+def test_the_prepared_topology_is_csc_from_coo_exactly(tmp_path):
+    """Chunks of 7 edges, many duplicates and empty destinations: the counting sort over chunks
+    keeps each destination's edges in input order, as the in-memory build does."""
+    from tqdm import tqdm
+
+    rng = np.random.default_rng(1)
+    n = 40
+    ei = np.stack([rng.integers(0, n, 500), rng.integers(0, n // 2, 500)]).astype(np.int64)
+    (tmp_path / "prepared").mkdir()
+    with tqdm(disable=True) as bar:
+        spec = build_csc(tmp_path, ei, n, bar, edges_per_chunk=7)
+    indptr, indices = csc_from_coo(torch.from_numpy(ei[0]), torch.from_numpy(ei[1]), n)
+    assert np.array_equal(np.load(tmp_path / spec["indptr"]["file"]), indptr.numpy())
+    assert np.array_equal(np.load(tmp_path / spec["indices"]["file"]), indices.numpy())
+
+
+def test_a_folder_opens_as_the_npz_graph_mapped_from_its_files(tmp_path):
+    arrays = graph_arrays()
+    np.savez(tmp_path / "g.npz", **arrays)
+    folder = save_folder(tmp_path / "g", arrays)
+    prepare(str(folder), progress=False)
+    opened = open_prepared(folder, seed=3)
+    from gnnbridge.plugins.datasets import load_npz
+    from gnnbridge.core.contracts.config import DatasetConfig
+
+    loaded = load_npz(DatasetConfig(name="npz", path=str(tmp_path / "g.npz")), 3)
+    for key in ("indptr", "indices", "x", "y", "train_idx", "val_idx", "test_idx"):
+        assert torch.equal(getattr(opened, key), getattr(loaded, key)), key
+    assert opened.num_classes == loaded.num_classes
+    assert opened.mapped_from == (open_prepared, (str(folder), 3))
+    assert isinstance(np.load(folder / "x.npy", mmap_mode="r"), np.memmap)
+    maps = open(f"/proc/{os.getpid()}/maps").read()
+    assert str(folder / "x.npy") in maps and str(folder / "prepared" / "indices.npy") in maps
+
+
+def test_an_npz_is_streamed_into_a_folder_beside_it(tmp_path):
+    arrays = graph_arrays()
+    np.savez(tmp_path / "g.npz", **arrays)
+    result = prepare(str(tmp_path / "g.npz"), progress=False)
+    assert result["out"] == str(tmp_path / "g") and not result["already"]
+    for key, value in arrays.items():
+        assert np.array_equal(np.load(tmp_path / "g" / f"{key}.npy"), value)
+    assert prepare(str(tmp_path / "g.npz"), progress=False)["already"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["pyg", "dgl"])
+def test_training_from_a_folder_gives_the_npz_metrics(tmp_path, backend):
+    arrays = graph_arrays()
+    np.savez(tmp_path / "g.npz", **arrays)
+    folder = save_folder(tmp_path / "folder", arrays)
+    prepare(str(folder), progress=False)
+    runs = {name: gnnbridge.run(dataset=str(src), backend=backend, nproc=1, overrides=TINY, out=tmp_path / name,
+                                progress=False)
+            for name, src in (("npz", tmp_path / "g.npz"), ("dir", folder))}
+    assert runs["dir"]["metrics"] == runs["npz"]["metrics"]
+    saved = json.loads((tmp_path / "dir" / "results.json").read_text())
+    assert saved["metrics"] == runs["npz"]["metrics"]
+
+
+def test_a_folder_changed_after_prepare_is_refused_naming_the_file(tmp_path, refused):
+    arrays = graph_arrays()
+    folder = save_folder(tmp_path / "g", arrays)
+    prepare(str(folder), progress=False)
+    np.save(folder / "y.npy", arrays["y"][::-1].copy())
+    os.utime(folder / "y.npy", ns=(1, 1))  # a change must show even within one clock tick
+    seen = refused("train", "--dataset", str(folder))
+    assert seen.returncode == 1
+    assert seen.stderr.strip() == (f"Error: {folder / 'y.npy'} changed since `gnnbridge prepare` (size/modified time); "
+                                f"run gnnbridge prepare {folder} again")
+
+
+def test_a_folder_that_is_not_prepared_is_refused_with_the_command(tmp_path, refused):
+    folder = save_folder(tmp_path / "g", graph_arrays())
+    for command in (["train"], ["config", "show"]):
+        seen = refused(*command, "--dataset", str(folder))
+        assert seen.returncode == 1 and seen.stdout == ""
+        assert seen.stderr.strip() == f"Error: {folder} is not prepared; run: gnnbridge prepare {folder}"
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_a_read_only_folder_is_refused_with_the_out_fix_and_out_works(tmp_path, refused):
+    folder = save_folder(tmp_path / "ro", graph_arrays())
+    folder.chmod(0o555)
+    try:
+        seen = refused("prepare", str(folder), "--quiet")
+        assert seen.returncode == 1 and len(seen.stderr.strip().splitlines()) == 1
+        assert f"{folder} is not writable" in seen.stderr and "--out DIR" in seen.stderr
+        out = tmp_path / "elsewhere"
+        result = prepare(str(folder), out=str(out), progress=False)
+        assert result["out"] == str(out)
+        assert open_prepared(out).num_nodes == 120
+        assert sorted(p.name for p in folder.iterdir()) == ["edge_index.npy", "x.npy", "y.npy"]
+    finally:
+        folder.chmod(0o755)
+
+
+def test_two_prepares_at_once_end_with_one_valid_manifest(tmp_path):
+    folder = save_folder(tmp_path / "g", graph_arrays(n=2000))
+    command = [sys.executable, "-m", "gnnbridge", "prepare", str(folder), "--quiet"]
+    procs = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert sum("already prepared" in out for out, _ in outs) == 1, outs
+    assert not [p.name for p in (folder / "prepared").iterdir() if p.name.endswith(".partial")]
+    assert open_prepared(folder).num_nodes == 2000
+
+
+def test_float16_features_are_recorded_and_opened_as_float16(tmp_path):
+    arrays = graph_arrays()
+    folder = save_folder(tmp_path / "g", arrays)
+    prepare(str(folder), dtype="float16", progress=False)
+    manifest = json.loads((folder / MANIFEST).read_text())
+    assert manifest["arrays"]["x"] == {"file": "prepared/x.float16.npy", "dtype": "float16", "shape": [120, 12]}
+    x = open_prepared(folder).x
+    assert x.dtype == torch.float16 and torch.allclose(x.float(), torch.from_numpy(arrays["x"]), atol=1e-2)
+
+
+def test_float16_refuses_features_it_cannot_hold(tmp_path, refused):
+    arrays = graph_arrays()
+    arrays["x"][7, 0] = 1e6
+    folder = save_folder(tmp_path / "g", arrays)
+    seen = refused("prepare", str(folder), "--dtype", "float16", "--quiet")
+    assert seen.returncode == 1 and "beyond float16's range" in seen.stderr and "first at node 7" in seen.stderr
+    assert not (folder / MANIFEST).exists()
+    assert not [p for p in (folder / "prepared").iterdir() if p.name.endswith(".npy")]
+
+
+@pytest.mark.parametrize("change, needle", [
+    ({"edge_index": np.array([[0, 1], [1, 500]], dtype=np.int64)}, "edge_index holds node id 500, outside [0, 120)"),
+    ({"x": np.full((120, 12), np.nan, dtype=np.float32)}, "x holds NaN or inf values (first at node 0)"),
+    ({"y": np.arange(120, dtype=np.int64) % 3 + 1}, "y has labels up to 3 but no 0"),
+    ({"x": np.zeros((120, 12), dtype=np.float64)}, "x has dtype float64; expected float32"),
+    ({"train_idx": np.arange(5, dtype=np.int64)}, "has train_idx but not test_idx, val_idx"),
+])
+def test_bad_arrays_are_refused_in_the_npz_wording(tmp_path, change, needle):
+    folder = save_folder(tmp_path / "g", {**graph_arrays(), **change})
+    with pytest.raises(DataError) as err:
+        prepare_folder(folder, progress=False)
+    assert needle in str(err.value) and "\n" not in str(err.value)
+    assert not (folder / MANIFEST).exists()
+
+
+def test_a_heterogeneous_folder_opens_as_the_npz_source(tmp_path):
+    arrays = hetero_arrays()
+    np.savez(tmp_path / "shop.npz", **arrays)
+    folder = save_folder(tmp_path / "shop", arrays)
+    prepare(str(folder), progress=False)
+    opened, loaded = open_prepared(folder), load_hetero_npz(tmp_path / "shop.npz")
+    assert opened.num_nodes == loaded.num_nodes and opened.target_node == loaded.target_node == "item"
+    assert torch.equal(opened.x["item"], loaded.x["item"]) and torch.equal(opened.y, loaded.y)
+    assert opened.edges.keys() == loaded.edges.keys()
+    assert all(torch.equal(opened.edges[et], loaded.edges[et]) for et in loaded.edges)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", ["node", "link"])
+def test_a_heterogeneous_folder_trains_node_and_link_tasks(tmp_path, task):
+    np.savez(tmp_path / "shop.npz", **hetero_arrays())
+    prepare(str(tmp_path / "shop.npz"), progress=False)
+    arch = ["model.arch=rgcn"] if task == "node" else []
+    results = gnnbridge.run(dataset=str(tmp_path / "shop"), backend="pyg", nproc=1, out=tmp_path / "run",
+                            overrides=["train.epochs=1", f"task={task}", "dataset.reverse_edges=true", *arch],
+                            progress=False)
+    assert results["history"][-1]["epoch"] == 0
