@@ -207,8 +207,18 @@ def test_a_heterogeneous_folder_opens_as_the_npz_source(tmp_path):
 def test_a_heterogeneous_folder_trains_node_and_link_tasks(tmp_path, task):
     np.savez(tmp_path / "shop.npz", **hetero_arrays())
     prepare(str(tmp_path / "shop.npz"), progress=False)
-    arch = ["model.arch=rgcn"] if task == "node" else []
     results = gnnbridge.run(dataset=str(tmp_path / "shop"), backend="pyg", nproc=1, out=tmp_path / "run",
-                            overrides=["train.epochs=1", f"task={task}", "dataset.reverse_edges=true", *arch],
+                            overrides=["train.epochs=1", f"task={task}", "dataset.reverse_edges=true"],
+                            progress=False)
+    assert results["history"][-1]["epoch"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(reason="float16 features train once every gather upcasts (gather_rows, issue 27 part 3)",
+                   strict=False)
+def test_float16_features_train(tmp_path):
+    folder = save_folder(tmp_path / "g", graph_arrays())
+    prepare(str(folder), dtype="float16", progress=False)
+    results = gnnbridge.run(dataset=str(folder), backend="pyg", nproc=1, overrides=TINY, out=tmp_path / "run",
                             progress=False)
     assert results["history"][-1]["epoch"] == 0

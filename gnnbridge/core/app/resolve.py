@@ -76,7 +76,7 @@ def _experiment_dict(experiment: str | os.PathLike | None) -> dict:
 
 
 def _dataset_section(dataset: str) -> dict:
-    if Path(dataset).is_dir():  # a folder of .npy files that gnnbridge prepare has prepared
+    if Path(dataset).is_dir() and not dataset.endswith(".npz"):  # a folder of .npy files, prepared
         return {"name": "folder", "path": dataset}
     if dataset.endswith(".npz") or os.sep in dataset or Path(dataset).is_file():
         return {"name": "npz", "path": dataset}
