@@ -76,11 +76,19 @@ def _experiment_dict(experiment: str | os.PathLike | None) -> dict:
 
 
 def _dataset_section(dataset: str) -> dict:
-    if Path(dataset).is_dir() and not dataset.endswith(".npz"):  # a folder of .npy files, prepared
-        return {"name": "folder", "path": dataset}
+    if Path(dataset).is_dir() and not dataset.endswith(".npz") and (os.sep in dataset or not _is_named(dataset)):
+        return {"name": "folder", "path": dataset}  # a folder of .npy files, prepared (./NAME for a folder NAME)
     if dataset.endswith(".npz") or os.sep in dataset or Path(dataset).is_file():
         return {"name": "npz", "path": dataset}
     return {"name": dataset}
+
+
+def _is_named(dataset: str) -> bool:
+    """Whether ``dataset`` is a registered dataset's name (which wins over a folder of that name
+    here, such as the one ``gnnbridge prepare NAME`` writes: that folder is ``./NAME``)."""
+    from gnnbridge.core.contracts.plugins import datasets
+
+    return dataset in datasets.names()
 
 
 def check_frozen(saved: dict, new: dict, frozen: tuple[str, ...], action: str, movable: tuple[str, ...] = ()) -> None:

@@ -560,7 +560,7 @@ KEY_HELP = {
     "max_restarts": "restarts of every rank after a failure, each continuing from latest.pt",
     "dataset": "what to train on (gnnbridge experiments; README: Datasets)",
     "dataset.name": "synthetic, karate, gin-synthetic, rec-synthetic, npz, reddit, ... (a dataset plugin)",
-    "dataset.path": "npz: the file",
+    "dataset.path": "npz: the file; folder: the prepared folder",
     "dataset.root": "downloaded datasets: where they live",
     "dataset.options": "dataset-specific options, e.g. {num_nodes: 20000} for synthetic",
     "dataset.reverse_edges": "heterogeneous graphs: add (dst, rev_<relation>, src) for every edge type",
