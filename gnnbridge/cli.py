@@ -504,7 +504,7 @@ def prepare(source, out, dtype, quiet) -> None:
     """Check a dataset once and derive what training needs (CSC topology, counts, converted
     features), recorded in OUT/prepared/manifest.json, so that a run maps its files and starts in
     seconds. A folder changed afterwards is refused until it is prepared again."""
-    from gnnbridge.core.records.prepare import describe
+    from gnnbridge.core.app.prepare import describe
     from gnnbridge.plugins.folder_datasets import prepare as prepare_dataset
 
     click.echo(describe(prepare_dataset(source, out=out, dtype=dtype, progress=not quiet)))

@@ -16,7 +16,7 @@ import gnnbridge
 from gnnbridge.core.errors import DataError
 from gnnbridge.core.records.csc import csc_from_coo
 from gnnbridge.core.records.folder import MANIFEST, open_prepared
-from gnnbridge.core.records.prepare import build_csc, prepare_folder
+from gnnbridge.core.app.prepare import build_csc, prepare_folder
 from gnnbridge.plugins.folder_datasets import prepare
 from gnnbridge.plugins.hetero_datasets import load_hetero_npz
 from gnnbridge.testing.conformance import small_graph

@@ -2,7 +2,7 @@
 
 A folder of ``.npy`` files in the ``.npz`` format's names (``x.npy``, ``edge_index.npy``, ...)
 is a dataset once ``gnnbridge prepare DIR`` has checked it and derived what training needs
-(:mod:`gnnbridge.core.records.prepare`); a run then maps its files instead of reading them
+(:mod:`gnnbridge.core.app.prepare`); a run then maps its files instead of reading them
 (:func:`gnnbridge.core.records.folder.open_prepared`). ``prepare`` also takes an ``.npz`` file
 (streamed member by member into a folder, each header checked before its data is read) or a
 dataset name (loaded, then written as a folder).
@@ -20,7 +20,7 @@ from gnnbridge.core.errors import ConfigError, DataError, ResourceError
 from gnnbridge.core.interfaces import DatasetConfig, GraphCollection, GraphData, HeteroSource
 from gnnbridge.core.records.folder import MANIFEST, PREPARED, open_prepared
 from gnnbridge.core.records.formats import NPZ_ARRAYS, check_header, is_hetero, typed_keys
-from gnnbridge.core.records.prepare import prepare_folder, write_array
+from gnnbridge.core.app.prepare import prepare_folder, write_array
 from gnnbridge.plugins.datasets import DEFLATE_MAX_RATIO, HEADER_READERS, READ_CHUNK, ZIP_ERRORS, _check_file, options
 
 
@@ -39,7 +39,7 @@ def load_folder(config: DatasetConfig, seed: int):
 
 def prepare(source: str, out: str | os.PathLike | None = None, dtype: str = "float32", progress: bool = True) -> dict:
     """Prepare a folder, an ``.npz`` file (into the folder beside it, its name without ``.npz``)
-    or a named dataset (into ``./NAME``); see :func:`~gnnbridge.core.records.prepare.prepare_folder`."""
+    or a named dataset (into ``./NAME``); see :func:`~gnnbridge.core.app.prepare.prepare_folder`."""
     path = Path(source)
     if path.is_dir():
         return prepare_folder(path, out, dtype, progress)

@@ -1,6 +1,6 @@
 """The dataset file format, in one place: which arrays a graph is made of, with their dtypes and
 dimensions, for a ``.npz`` file and for a folder of ``.npy`` files alike (one file per member,
-same names). Core reads folders (:mod:`.folder`, :mod:`.prepare`) and the ``npz`` plugin reads
+same names). Core reads folders (:mod:`.folder`, :mod:`gnnbridge.core.app.prepare`) and the ``npz`` plugin reads
 files; both check arrays against these tables and say what is wrong in the same words.
 """
 from __future__ import annotations

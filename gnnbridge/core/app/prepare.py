@@ -8,7 +8,7 @@ disjoint; a homogeneous graph's CSC topology (``prepared/indptr.npy``, ``prepare
 is built by a stable counting sort over chunks of ``edge_index`` into memory-mapped outputs
 (exactly :func:`~gnnbridge.core.records.csc.csc_from_coo`'s arrays, so batches equal the
 ``.npz``'s); features are converted to float16 or bfloat16 when asked. The manifest
-(:mod:`.folder`) is written last, so a folder without one is never used half-prepared.
+(:mod:`gnnbridge.core.records.folder`) is written last, so a folder without one is never used half-prepared.
 
 Every derived file is written under a temporary name, its space reserved up front
 (``posix_fallocate``: a full disk is an error here, not a SIGBUS while writing a mapped page),
@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import importlib.metadata
 import json
 import os
 import sys
@@ -194,10 +195,15 @@ def _derive(root: Path, dtype: str, progress: bool) -> dict:
         body = _prepare_collection(root, members)
     else:
         body = _prepare_node(root, members, dtype, progress)
-    from gnnbridge import __version__
-
-    return {"format": FORMAT, "kind": body["kind"], "gnnbridge": __version__, "dtype": dtype, "inputs": inputs,
+    return {"format": FORMAT, "kind": body["kind"], "gnnbridge": _version(), "dtype": dtype, "inputs": inputs,
             **{k: v for k, v in body.items() if k != "kind"}}
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("gnnbridge")
+    except importlib.metadata.PackageNotFoundError:  # a source checkout that was never installed
+        return "unknown"
 
 
 def _spec(file: str, array: np.ndarray, dtype: str | None = None) -> dict:
