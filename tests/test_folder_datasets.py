@@ -222,3 +222,11 @@ def test_float16_features_train(tmp_path):
     results = gnnbridge.run(dataset=str(folder), backend="pyg", nproc=1, overrides=TINY, out=tmp_path / "run",
                             progress=False)
     assert results["history"][-1]["epoch"] == 0
+
+
+def test_a_bad_npz_leaves_no_folder_behind(tmp_path, refused):
+    np.savez(tmp_path / "g.npz", **{**graph_arrays(), "edge_index": np.array([[0, 1], [1, 500]], dtype=np.int64)})
+    seen = refused("prepare", str(tmp_path / "g.npz"), "--quiet")
+    assert seen.returncode == 1
+    assert seen.stderr.strip() == f"Error: {tmp_path / 'g.npz'}: edge_index holds node id 500, outside [0, 120) for 120 nodes."
+    assert not (tmp_path / "g").exists()

@@ -10,6 +10,7 @@ dataset name (loaded, then written as a folder).
 from __future__ import annotations
 
 import os
+import shutil
 import zipfile
 from pathlib import Path
 
@@ -46,12 +47,31 @@ def prepare(source: str, out: str | os.PathLike | None = None, dtype: str = "flo
     if source.endswith(".npz") or path.is_file() or os.sep in source:
         _check_file(path)
         target = Path(out) if out is not None else path.with_suffix("")
-        return prepare_folder(target, target, dtype, progress, fill=lambda folder: _stream_npz(path, folder))
+        return _into_new(target, dtype, progress, lambda folder: _stream_npz(path, folder), path)
     from gnnbridge.core.contracts.plugins import datasets
 
     loader = datasets.get(source)  # an unknown name: one line listing the known ones
     target = Path(out) if out is not None else Path(source)
-    return prepare_folder(target, target, dtype, progress, fill=lambda folder: _write_named(source, loader, folder))
+    return _into_new(target, dtype, progress, lambda folder: _write_named(source, loader, folder), source)
+
+
+def _into_new(target: Path, dtype: str, progress: bool, fill, source) -> dict:
+    """Prepare ``target`` after ``fill`` writes the source files into it; a folder this call made
+    is removed again when it fails (bad data, a full disk, Ctrl-C): nothing half-made is left. A
+    refusal names the source (the folder is gone), not the folder."""
+    made = not target.exists()
+    try:
+        return prepare_folder(target, target, dtype, progress, fill=fill)
+    except DataError as exc:
+        if made:
+            shutil.rmtree(target, ignore_errors=True)
+        text = str(exc)
+        raise DataError(f"{source}: {text[len(str(target)) + 2:]}" if text.startswith(f"{target}: ") else text) \
+            from None
+    except BaseException:
+        if made:
+            shutil.rmtree(target, ignore_errors=True)
+        raise
 
 
 def _claim(folder: Path, source: str) -> None:
@@ -77,6 +97,9 @@ def _stream_npz(path: Path, folder: Path) -> None:
                 wanted = typed_keys(path, members)
             else:
                 wanted = {k: spec for k, spec in NPZ_ARRAYS.items() if k in members}
+            for key, spec in wanted.items():  # every header first: a bad one is refused before any copy
+                with archive.open(members[key]) as f:
+                    _header(path, f, members[key], key, spec)
             for key, spec in wanted.items():
                 _copy_member(path, archive, members[key], key, spec, folder / f"{key}.npy")
     except (DataError, ResourceError, ConfigError):
@@ -93,19 +116,8 @@ def _copy_member(path: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo, ke
                  target: Path) -> None:
     """One member into ``target``, its header checked first, its data copied a chunk at a time."""
     with archive.open(info) as f:
-        try:
-            version = np.lib.format.read_magic(f)
-            if version not in HEADER_READERS:
-                raise ValueError(f"npy format version {version}")
-            shape, fortran, found = HEADER_READERS[version](f)
-        except ValueError as exc:
-            raise DataError(f"{path}: {key} is not a numpy array ({str(exc)[:100]}); save arrays with numpy.savez.") \
-                from None
-        check_header(path, key, found, shape, *spec)
+        shape, fortran, found = _header(path, f, info, key, spec)
         nbytes = int(np.prod(shape)) * found.itemsize
-        if nbytes > info.file_size - f.tell() or nbytes > info.compress_size * DEFLATE_MAX_RATIO + 4096:
-            raise DataError(f"{path}: {key} claims shape {list(shape)} but the file holds less: it is truncated or "
-                            "corrupt; write it again.")
 
         def fill(array: np.ndarray) -> None:
             raw = (array.T if fortran else array).reshape(-1).view(np.uint8)  # the file's byte order
@@ -118,6 +130,24 @@ def _copy_member(path: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo, ke
                 pos += len(chunk)
 
         write_array(target, found, tuple(shape), fill, fortran=fortran)
+
+
+def _header(path: Path, f, info: zipfile.ZipInfo, key: str, spec: tuple) -> tuple:
+    """(shape, fortran order, dtype) of a member, checked as the .npz loader checks it."""
+    try:
+        version = np.lib.format.read_magic(f)
+        if version not in HEADER_READERS:
+            raise ValueError(f"npy format version {version}")
+        shape, fortran, found = HEADER_READERS[version](f)
+    except ValueError as exc:
+        raise DataError(f"{path}: {key} is not a numpy array ({str(exc)[:100]}); save arrays with numpy.savez.") \
+            from None
+    check_header(path, key, found, shape, *spec)
+    nbytes = int(np.prod(shape)) * found.itemsize
+    if nbytes > info.file_size - f.tell() or nbytes > info.compress_size * DEFLATE_MAX_RATIO + 4096:
+        raise DataError(f"{path}: {key} claims shape {list(shape)} but the file holds less: it is truncated or "
+                        "corrupt; write it again.")
+    return shape, fortran, found
 
 
 # --------------------------------------------------------------------------- a named dataset

@@ -306,7 +306,10 @@ def build_csc(root: Path, ei: np.ndarray, n: int, bar, edges_per_chunk: int | No
         for start in range(0, e, step):
             src, dst = (np.array(ei[i, start:start + step]) for i in (0, 1))
             for row in (src, dst):
-                check_ids("edge_index", torch.from_numpy(row), n)
+                try:
+                    check_ids("edge_index", torch.from_numpy(row), n)
+                except DataError as exc:
+                    raise DataError(f"{root}: {exc}") from None
             ids, counts = np.unique(dst, return_counts=True)
             indptr[ids + 1] += counts
             bar.update(src.nbytes + dst.nbytes)

@@ -77,7 +77,8 @@ def changed_input(root: Path, manifest: dict) -> str | None:
         try:
             now = stat_input(root / name)
         except OSError:
-            return f"{root / name} is missing since `gnnbridge prepare`; restore it, or run gnnbridge prepare {root} again"
+            return (f"{root / name} is missing since `gnnbridge prepare`; restore it, or run gnnbridge prepare "
+                    f"{root} again")
         if now != seen:
             return (f"{root / name} changed since `gnnbridge prepare` (size/modified time); run gnnbridge prepare "
                     f"{root} again")
