@@ -230,3 +230,27 @@ def test_a_bad_npz_leaves_no_folder_behind(tmp_path, refused):
     assert seen.returncode == 1
     assert seen.stderr.strip() == f"Error: {tmp_path / 'g.npz'}: edge_index holds node id 500, outside [0, 120) for 120 nodes."
     assert not (tmp_path / "g").exists()
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 64 KiB file system (tmpfs), where this test process may mount one (root)."""
+    disk = tmp_path / "small"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip("cannot mount a small file system here (needs root)")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "--lazy", str(disk)], check=True)
+
+
+def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(tmp_path, small_disk, refused):
+    folder = save_folder(tmp_path / "g", graph_arrays(n=2000))  # 16k edges: 128 KiB of indices, 24 KiB x16
+    out = small_disk / "g"
+    seen = refused("prepare", str(folder), "--out", str(out), "--dtype", "float16", "--quiet")
+    assert seen.returncode == 1 and len(seen.stderr.strip().splitlines()) == 1, seen.stderr
+    assert "the disk is full" in seen.stderr and "--out DIR on another disk" in seen.stderr
+    assert not (out / MANIFEST).exists()
+    assert not [p.name for p in (out / "prepared").iterdir() if p.suffix in (".npy", ".partial")]

@@ -95,15 +95,23 @@ def prepare_folder(src: str | os.PathLike, out: str | os.PathLike | None = None,
                 _link_sources(src, out)
             manifest = _derive(out, dtype, progress)
             replace(out / MANIFEST, json.dumps(manifest, indent=1) + "\n")
-        except OSError as exc:
-            remove_partial(out / PREPARED)
-            remove_partial(out)
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        except BaseException as exc:
+            _discard(out)
+            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise ResourceError(f"{out}: the disk is full ({exc.filename or 'writing a derived file'}); nothing "
                                     "half-written is left; free space, or give --out DIR on another disk.") from None
             raise
     return {"out": str(out), "kind": manifest["kind"], "already": False, "summary": manifest["summary"],
             "checked": manifest["checked"]}
+
+
+def _discard(out: Path) -> None:
+    """After a failed prepare: its derived files (whole or not) go, and their space with them.
+    Without a manifest none of them was in use, and the lock keeps every other prepare out."""
+    for leftover in [*(out / PREPARED).glob("*.npy"), *(out / PREPARED).glob(f".*{PARTIAL}")]:
+        with contextlib.suppress(OSError):
+            leftover.unlink()
+    remove_partial(out)
 
 
 def _make_writable_folder(out: Path, src: Path) -> None:
@@ -443,7 +451,7 @@ def _typed_ids(root: Path, key: str, ei: np.ndarray, et: tuple, counts: dict, ba
 def write_array(target: Path, dtype, shape: tuple, fill: Callable[[np.ndarray], None], fortran: bool = False) -> None:
     """``target`` becomes a ``.npy`` of ``dtype`` and ``shape`` that ``fill(array)`` fills through a
     memory map: written under a temporary name (space reserved first) and renamed when whole."""
-    tmp = partial_name(target)
+    tmp, out = partial_name(target), None
     try:
         if 0 in shape:  # an empty array cannot be mapped
             with open(tmp, "xb") as f:
@@ -458,6 +466,7 @@ def write_array(target: Path, dtype, shape: tuple, fill: Callable[[np.ndarray], 
             os.fsync(f.fileno())
         os.replace(tmp, target)
     except BaseException:
+        out = None  # unmapped now, not when the traceback that holds this frame goes
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
         raise
