@@ -127,21 +127,39 @@ def test_a_folder_that_is_not_prepared_is_refused_with_the_command(tmp_path, ref
     assert not (tmp_path / "runs").exists()
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
-def test_a_read_only_folder_is_refused_with_the_out_fix_and_out_works(tmp_path, refused):
+@pytest.fixture
+def read_only_folder(tmp_path):
+    """A folder of the graph's files that this process cannot write: chmod 555, or for root (who
+    writes anyway) a tmpfs mounted read-only."""
     folder = save_folder(tmp_path / "ro", graph_arrays())
-    folder.chmod(0o555)
-    try:
-        seen = refused("prepare", str(folder), "--quiet")
-        assert seen.returncode == 1 and len(seen.stderr.strip().splitlines()) == 1
-        assert f"{folder} is not writable" in seen.stderr and "--out DIR" in seen.stderr
-        out = tmp_path / "elsewhere"
-        result = prepare(str(folder), out=str(out), progress=False)
-        assert result["out"] == str(out)
-        assert open_prepared(out).num_nodes == 120
-        assert sorted(p.name for p in folder.iterdir()) == ["edge_index.npy", "x.npy", "y.npy"]
-    finally:
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        yield folder
         folder.chmod(0o755)
+        return
+    mount = ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)]
+    files = {p.name: p.read_bytes() for p in folder.iterdir()}
+    if subprocess.run(mount, capture_output=True).returncode != 0:
+        pytest.skip("root writes into chmod-read-only folders, and no read-only file system can be mounted here")
+    try:
+        for name, content in files.items():
+            (folder / name).write_bytes(content)
+        subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True)
+        yield folder
+    finally:
+        subprocess.run(["umount", "--lazy", str(folder)], check=True)
+
+
+def test_a_read_only_folder_is_refused_with_the_out_fix_and_out_works(tmp_path, read_only_folder, refused):
+    folder = read_only_folder
+    seen = refused("prepare", str(folder), "--quiet")
+    assert seen.returncode == 1 and len(seen.stderr.strip().splitlines()) == 1
+    assert f"{folder} is not writable" in seen.stderr and f"gnnbridge prepare {folder} --out DIR" in seen.stderr
+    out = tmp_path / "elsewhere"
+    result = prepare(str(folder), out=str(out), progress=False)
+    assert result["out"] == str(out)
+    assert open_prepared(out).num_nodes == 120
+    assert sorted(p.name for p in folder.iterdir()) == ["edge_index.npy", "x.npy", "y.npy"]
 
 
 def test_two_prepares_at_once_end_with_one_valid_manifest(tmp_path):

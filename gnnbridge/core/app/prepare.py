@@ -120,13 +120,13 @@ def _make_writable_folder(out: Path, src: Path) -> None:
         probe = partial_name(out / PREPARED / "probe")
         probe.touch()
         probe.unlink()
-    except PermissionError:
+    except OSError as exc:
+        if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise ConfigError(f"--out {out} cannot be made ({exc.strerror}); give a folder you can write.") from None
         hint = f"give --out DIR (a folder to write them in): gnnbridge prepare {src} --out DIR" if out == src else \
             "give another --out DIR"
         raise ConfigError(f"{out} is not writable, and prepare writes its derived files in {out / PREPARED}; {hint}."
                           ) from None
-    except OSError as exc:
-        raise ConfigError(f"--out {out} cannot be made ({exc.strerror}); give a folder you can write.") from None
 
 
 @contextlib.contextmanager
