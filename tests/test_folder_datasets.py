@@ -272,3 +272,18 @@ def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(tmp_path, small
     assert "the disk is full" in seen.stderr and "--out DIR on another disk" in seen.stderr
     assert not (out / MANIFEST).exists()
     assert not [p.name for p in (out / "prepared").iterdir() if p.suffix in (".npy", ".partial")]
+
+
+def test_doctor_checks_a_prepared_folder_and_sizes_it_from_the_manifest(tmp_path):
+    from gnnbridge.core.app.doctor import diagnose
+    from gnnbridge.core.app.resolve import resolve_config
+    from gnnbridge.core.runtime.host import format_bytes
+
+    folder = save_folder(tmp_path / "g", graph_arrays())
+    prepare(str(folder), progress=False)
+    config = resolve_config(dataset=str(folder), nproc=2)
+    assert (config.dataset.name, config.dataset.path) == ("folder", str(folder))
+    findings = {f.what: f for f in diagnose(config)}
+    assert not [f for f in findings.values() if f.status == "fail"]
+    size = 120 * 12 * 4 + 121 * 8 + open_prepared(folder).num_edges * 8 + 120 * 8  # x, indptr, indices, y
+    assert findings["shared memory"].detail.startswith(f"not used: a {format_bytes(size)} folder dataset is mapped")
