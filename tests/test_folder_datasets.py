@@ -287,3 +287,17 @@ def test_doctor_checks_a_prepared_folder_and_sizes_it_from_the_manifest(tmp_path
     assert not [f for f in findings.values() if f.status == "fail"]
     size = 120 * 12 * 4 + 121 * 8 + open_prepared(folder).num_edges * 8 + 120 * 8  # x, indptr, indices, y
     assert findings["shared memory"].detail.startswith(f"not used: a {format_bytes(size)} folder dataset is mapped")
+
+
+def test_a_named_dataset_is_written_as_a_folder_and_opens_as_itself(tmp_path):
+    from gnnbridge.core.contracts.config import DatasetConfig
+    from gnnbridge.plugins.datasets import load_karate
+    from gnnbridge.plugins.hetero_datasets import load_rec_synthetic
+
+    assert prepare("karate", progress=False)["out"] == "karate"
+    opened, loaded = open_prepared(tmp_path / "karate"), load_karate(DatasetConfig(name="karate"), 0)
+    for key in ("indptr", "indices", "x", "y", "train_idx", "val_idx", "test_idx"):
+        assert torch.equal(getattr(opened, key), getattr(loaded, key)), key
+    prepare("rec-synthetic", out=str(tmp_path / "rec"), progress=False)
+    rec = load_rec_synthetic(DatasetConfig(name="rec-synthetic"), 0)
+    assert open_prepared(tmp_path / "rec").target_edge == rec.target_edge == ("user", "buys", "item")

@@ -153,12 +153,15 @@ def _header(path: Path, f, info: zipfile.ZipInfo, key: str, spec: tuple) -> tupl
 # --------------------------------------------------------------------------- a named dataset
 
 
-def _write_named(name: str, loader, folder: Path) -> None:
+def _write_named(name: str, loader, folder: Path) -> dict:
+    """The dataset's arrays as files; its default link target (which no array names) for the manifest."""
     _claim(folder, f"dataset:{name}")
     data = loader(DatasetConfig(name=name), 0)
     for key, value in _arrays(name, data).items():
         array = np.ascontiguousarray(value.numpy() if hasattr(value, "numpy") else value)
         write_array(folder / f"{key}.npy", array.dtype, array.shape, lambda out, a=array: out.__setitem__(..., a))
+    target = getattr(data, "target_edge", None)
+    return {"target_edge": list(target)} if isinstance(data, HeteroSource) and target is not None else {}
 
 
 def _arrays(name: str, data) -> dict:

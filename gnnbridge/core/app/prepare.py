@@ -72,7 +72,8 @@ def prepare_folder(src: str | os.PathLike, out: str | os.PathLike | None = None,
                    progress: bool = True, fill: Callable[[Path], None] | None = None) -> dict:
     """Prepare the folder ``src`` into ``out`` (default: ``src`` itself); returns
     ``{"out", "kind", "already", "summary", "checked"}``. ``fill(out)``, when given, first writes
-    the source files into ``out`` (an ``.npz`` or a named dataset streamed member by member)."""
+    the source files into ``out`` (an ``.npz`` or a named dataset streamed member by member); what
+    it returns (a dict, e.g. a heterogeneous dataset's default ``target_edge``) joins the manifest."""
     if dtype not in DTYPES:
         raise ConfigError(f"--dtype {dtype!r} is not a feature dtype; use one of: {', '.join(DTYPES)}.")
     src = Path(src)
@@ -89,11 +90,8 @@ def prepare_folder(src: str | os.PathLike, out: str | os.PathLike | None = None,
         (out / MANIFEST).unlink(missing_ok=True)  # what follows replaces what it described
         remove_partial(out / PREPARED)
         try:
-            if fill is not None:
-                fill(out)
-            elif out != src:
-                _link_sources(src, out)
-            manifest = _derive(out, dtype, progress)
+            extra = (fill(out) if fill is not None else _link_sources(src, out) if out != src else None) or {}
+            manifest = {**_derive(out, dtype, progress), **extra}
             replace(out / MANIFEST, json.dumps(manifest, indent=1) + "\n")
         except BaseException as exc:
             _discard(out)

@@ -119,6 +119,8 @@ def open_prepared(path: str | os.PathLike, seed: int = 0):
         record = _node_graph(arrays, manifest, seed, name)
     elif kind == "hetero":
         record = hetero_source(root, arrays, name)
+        if record.target_edge is None and manifest.get("target_edge"):  # a named dataset's default link target
+            record.target_edge = tuple(manifest["target_edge"])
     elif kind == "collection":  # loaded whole and validated: collections are many small graphs
         arrays = {k: v.clone() for k, v in arrays.items()}
         splits = [arrays[k] for k in SPLITS] if "train_idx" in arrays else None
