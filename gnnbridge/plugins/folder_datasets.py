@@ -19,7 +19,7 @@ import numpy as np
 from gnnbridge import hookimpl
 from gnnbridge.core.errors import ConfigError, DataError, ResourceError
 from gnnbridge.core.interfaces import DatasetConfig, GraphCollection, GraphData, HeteroSource
-from gnnbridge.core.records.folder import MANIFEST, PREPARED, open_prepared
+from gnnbridge.core.records.folder import PREPARED, open_prepared
 from gnnbridge.core.records.formats import NPZ_ARRAYS, check_header, is_hetero, typed_keys
 from gnnbridge.core.app.prepare import prepare_folder, write_array
 from gnnbridge.plugins.datasets import DEFLATE_MAX_RATIO, HEADER_READERS, READ_CHUNK, ZIP_ERRORS, _check_file, options
@@ -186,5 +186,3 @@ def _arrays(name: str, data) -> dict:
         return out
     raise DataError(f"Dataset '{name}' loads as a {type(data).__name__}, which prepare cannot write as a folder.")
 
-
-__all__ = ["MANIFEST", "load_folder", "prepare"]

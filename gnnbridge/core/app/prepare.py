@@ -54,7 +54,7 @@ from gnnbridge.core.records.formats import (
     typed_keys,
 )
 from gnnbridge.core.records.hetero import edge_name
-from gnnbridge.core.runtime.host import available_memory, format_bytes
+from gnnbridge.core.runtime.host import available_memory
 
 DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}  # bfloat16 stored as uint16
 FLOAT16_MAX = float(np.finfo(np.float16).max)
@@ -498,5 +498,3 @@ def describe(result: dict) -> str:
         return f"{result['out']}: already prepared ({result['kind']}, {what}); nothing to do"
     return f"{result['out']}: prepared ({result['kind']}, {what}; checked {', '.join(result['checked'])})"
 
-
-__all__ = ["DTYPES", "build_csc", "describe", "format_bytes", "prepare_folder", "write_array"]
