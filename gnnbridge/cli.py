@@ -477,7 +477,7 @@ def doctor(experiment, dataset, nproc, overrides) -> None:
 
 PREPARE_EXAMPLES = """
 \b
-SOURCE is a folder of .npy files named as the .npz format's arrays (x.npy, edge_index.npy,
+The source is a folder of .npy files named as the .npz format's arrays (x.npy, edge_index.npy,
 y.npy, optional train_idx.npy, val_idx.npy, test_idx.npy; node_ptr.npy for a collection;
 x__TYPE.npy, edge_index__SRC__REL__DST.npy ... for a heterogeneous graph), a .npz file (streamed
 into the folder beside it, named without .npz) or a dataset name (written into ./NAME).

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from gnnbridge import hookimpl
-from gnnbridge.core.errors import ConfigError, DataError, ResourceError
+from gnnbridge.core.errors import ConfigError, DataError, DataFileNotFoundError, ResourceError
 from gnnbridge.core.interfaces import DatasetConfig, GraphCollection, GraphData, HeteroSource
 from gnnbridge.core.records.folder import PREPARED, open_prepared
 from gnnbridge.core.records.formats import NPZ_ARRAYS, check_header, is_hetero, typed_keys
@@ -45,6 +45,9 @@ def prepare(source: str, out: str | os.PathLike | None = None, dtype: str = "flo
     if path.is_dir():
         return prepare_folder(path, out, dtype, progress)
     if source.endswith(".npz") or path.is_file() or os.sep in source:
+        if not path.exists():
+            raise DataFileNotFoundError(f"'{source}' does not exist; give a folder of .npy files, an .npz file or a "
+                                        "dataset name (gnnbridge prepare --help).")
         _check_file(path)
         target = Path(out) if out is not None else path.with_suffix("")
         return _into_new(target, dtype, progress, lambda folder: _stream_npz(path, folder), path)
