@@ -301,3 +301,37 @@ def test_a_named_dataset_is_written_as_a_folder_and_opens_as_itself(tmp_path):
     prepare("rec-synthetic", out=str(tmp_path / "rec"), progress=False)
     rec = load_rec_synthetic(DatasetConfig(name="rec-synthetic"), 0)
     assert open_prepared(tmp_path / "rec").target_edge == rec.target_edge == ("user", "buys", "item")
+
+
+def test_tiny_chunks_derive_the_same_files(tmp_path, monkeypatch):
+    """Every pass reads its array a chunk at a time: with chunks of a few rows (many chunks per
+    array) prepare writes the same files as with one chunk per array."""
+    import gnnbridge.core.app.prepare as preparing
+
+    arrays = {**graph_arrays(), "train_idx": np.arange(0, 40), "val_idx": np.arange(40, 80),
+              "test_idx": np.arange(80, 120)}
+    whole, tiny = save_folder(tmp_path / "whole", arrays), save_folder(tmp_path / "tiny", arrays)
+    prepare(str(whole), dtype="bfloat16", progress=False)
+    monkeypatch.setattr(preparing, "chunk_bytes", lambda: 100)
+    prepare(str(tiny), dtype="bfloat16", progress=False)
+    for name in ("indptr.npy", "indices.npy", "x.bfloat16.npy"):
+        assert np.array_equal(np.load(whole / "prepared" / name), np.load(tiny / "prepared" / name)), name
+    manifests = [json.loads((f / MANIFEST).read_text()) for f in (whole, tiny)]
+    assert [m["summary"] for m in manifests] == [manifests[0]["summary"]] * 2
+    bad = save_folder(tmp_path / "bad", {**arrays, "y": np.r_[np.arange(119) % 4, 9]})
+    with pytest.raises(DataError, match="y has labels up to 9 but no 4, 5, 6, 7, 8"):
+        prepare_folder(bad, progress=False)
+
+
+@pytest.mark.parametrize("change, needle", [
+    ({"edge_index__user__buys__item": np.array([[0], [99]], dtype=np.int64)},
+     "edge_index[user,buys,item] destination holds 'item' node id 99, outside [0, 20)"),
+    ({"x__item": np.full((20, 5), np.inf, dtype=np.float32)}, "x__item holds NaN or inf values (first at node 0)"),
+    ({"y__user": np.zeros(30, dtype=np.int64)}, "labels are given for 2 node types"),
+])
+def test_a_bad_heterogeneous_folder_is_refused_in_one_line(tmp_path, change, needle):
+    folder = save_folder(tmp_path / "shop", {**hetero_arrays(), **change})
+    with pytest.raises(DataError) as err:
+        prepare_folder(folder, progress=False)
+    assert needle in str(err.value) and "\n" not in str(err.value) and str(folder) in str(err.value)
+    assert not (folder / MANIFEST).exists()
