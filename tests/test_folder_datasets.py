@@ -173,14 +173,15 @@ def test_two_prepares_at_once_end_with_one_valid_manifest(tmp_path):
     assert open_prepared(folder).num_nodes == 2000
 
 
-def test_float16_features_are_recorded_and_opened_as_float16(tmp_path):
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_width_features_are_recorded_and_opened_as_such(tmp_path, dtype):
     arrays = graph_arrays()
     folder = save_folder(tmp_path / "g", arrays)
-    prepare(str(folder), dtype="float16", progress=False)
+    prepare(str(folder), dtype=dtype, progress=False)
     manifest = json.loads((folder / MANIFEST).read_text())
-    assert manifest["arrays"]["x"] == {"file": "prepared/x.float16.npy", "dtype": "float16", "shape": [120, 12]}
+    assert manifest["arrays"]["x"] == {"file": f"prepared/x.{dtype}.npy", "dtype": dtype, "shape": [120, 12]}
     x = open_prepared(folder).x
-    assert x.dtype == torch.float16 and torch.allclose(x.float(), torch.from_numpy(arrays["x"]), atol=1e-2)
+    assert x.dtype == getattr(torch, dtype) and torch.equal(x, torch.from_numpy(arrays["x"]).to(x.dtype))
 
 
 def test_float16_refuses_features_it_cannot_hold(tmp_path, refused):
