@@ -336,3 +336,11 @@ def test_a_bad_heterogeneous_folder_is_refused_in_one_line(tmp_path, change, nee
         prepare_folder(folder, progress=False)
     assert needle in str(err.value) and "\n" not in str(err.value) and str(folder) in str(err.value)
     assert not (folder / MANIFEST).exists()
+
+
+def test_prepare_of_an_unknown_name_lists_the_names_and_what_else_it_takes(tmp_path, refused, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    seen = refused("prepare", "no-such-graph", "--quiet")
+    assert seen.returncode == 1 and "Unknown dataset 'no-such-graph'" in seen.stderr and "karate" in seen.stderr
+    assert "a folder of .npy files or an .npz file" in seen.stderr and "--dataset PATH.npz" not in seen.stderr
+    assert not (tmp_path / "no-such-graph").exists()

@@ -51,9 +51,12 @@ def prepare(source: str, out: str | os.PathLike | None = None, dtype: str = "flo
         _check_file(path)
         target = Path(out) if out is not None else path.with_suffix("")
         return _into_new(target, dtype, progress, lambda folder: _stream_npz(path, folder), path)
-    from gnnbridge.core.contracts.plugins import datasets
+    from gnnbridge.core.contracts.plugins import datasets, unknown_name
 
-    loader = datasets.get(source)  # an unknown name: one line listing the known ones
+    if source not in datasets.names():  # one line listing the known names, with prepare's own fix
+        raise unknown_name("dataset", source, datasets.names(),
+                           "Or give a folder of .npy files or an .npz file (gnnbridge prepare --help).")
+    loader = datasets.get(source)
     target = Path(out) if out is not None else Path(source)
     return _into_new(target, dtype, progress, lambda folder: _write_named(source, loader, folder), source)
 
