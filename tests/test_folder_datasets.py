@@ -344,3 +344,23 @@ def test_prepare_of_an_unknown_name_lists_the_names_and_what_else_it_takes(tmp_p
     assert seen.returncode == 1 and "Unknown dataset 'no-such-graph'" in seen.stderr and "karate" in seen.stderr
     assert "a folder of .npy files or an .npz file" in seen.stderr and "--dataset PATH.npz" not in seen.stderr
     assert not (tmp_path / "no-such-graph").exists()
+
+
+def test_prepare_shows_a_progress_bar_on_stderr_and_nothing_else(tmp_path):
+    folder = save_folder(tmp_path / "g", graph_arrays())
+    command = [sys.executable, "-m", "gnnbridge", "prepare", str(folder), "--dtype", "bfloat16"]
+    shown = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert shown.returncode == 0 and "prepared (node, 120 nodes" in shown.stdout, shown
+    assert "prepare g" in shown.stderr and "Warning" not in shown.stderr, shown.stderr
+    quiet = subprocess.run([*command[:-2], "--dtype", "float16", "--quiet"], capture_output=True, text=True, timeout=300)
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+
+
+def test_bfloat16_rounds_as_torch_does_ties_included():
+    from gnnbridge.core.app.prepare import to_bfloat16
+
+    ties = np.array([1 + 2**-8, 1 + 3 * 2**-8, -(1 + 2**-8), 3.0e38, -1e-40, 0.0, 65504.0], dtype=np.float32)
+    values = np.concatenate([ties, np.random.default_rng(0).normal(scale=1e3, size=1000).astype(np.float32)])
+    values.setflags(write=False)  # as a mapped file's block is
+    expected = torch.from_numpy(values.copy()).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    assert np.array_equal(to_bfloat16(values.reshape(-1, 1)).ravel(), expected)

@@ -295,8 +295,11 @@ def _features(root: Path, key: str, x: np.ndarray, dtype: str, bar, converted: s
 
 
 def to_bfloat16(block: np.ndarray) -> np.ndarray:
-    """float32 values as bfloat16 bit patterns (uint16), rounded to nearest as torch rounds them."""
-    return torch.from_numpy(np.ascontiguousarray(block)).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    """Finite float32 values as bfloat16 bit patterns (uint16), rounded to nearest, ties to even,
+    as torch rounds them. In numpy on the block itself (a read-only mapped view: no copy, no
+    torch tensor over memory it may not write)."""
+    bits = np.ascontiguousarray(block, dtype=np.float32).view(np.uint32)
+    return ((bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
 
 
 def build_csc(root: Path, ei: np.ndarray, n: int, bar, edges_per_chunk: int | None = None) -> dict:
