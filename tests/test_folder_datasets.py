@@ -21,6 +21,7 @@ from gnnbridge.plugins.folder_datasets import prepare
 from gnnbridge.plugins.hetero_datasets import load_hetero_npz
 from gnnbridge.testing.conformance import small_graph
 
+SPLITS = ("train_idx", "val_idx", "test_idx")
 TINY = ["train.epochs=1", "sampler.fanouts=[5,5]", "train.batch_size=64", "model.hidden=16"]
 
 
@@ -364,3 +365,31 @@ def test_bfloat16_rounds_as_torch_does_ties_included():
     values.setflags(write=False)  # as a mapped file's block is
     expected = torch.from_numpy(values.copy()).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
     assert np.array_equal(to_bfloat16(values.reshape(-1, 1)).ravel(), expected)
+
+
+SPLIT_CASES = {
+    "overlap": (np.arange(0, 40), np.arange(30, 60), np.arange(60, 120), "The val split overlaps an earlier split"),
+    "repeat": (np.concatenate([np.arange(0, 40), [3]]), np.arange(40, 80), np.arange(80, 120),
+               "The train split lists a node twice"),
+    "range": (np.arange(0, 40), np.arange(40, 80), np.arange(80, 121), "test_idx holds node id 120, outside [0, 120)"),
+    "empty": (np.arange(0, 40), np.arange(0), np.arange(80, 120), "The val split is empty"),
+}
+
+
+@pytest.mark.parametrize("case", SPLIT_CASES)
+def test_bad_splits_are_refused_chunk_by_chunk_as_the_npz_refuses_them(tmp_path, monkeypatch, case):
+    import gnnbridge.core.app.prepare as preparing
+    from gnnbridge.plugins.datasets import load_npz
+    from gnnbridge.core.interfaces import DatasetConfig
+
+    *splits, needle = SPLIT_CASES[case]
+    arrays = {**graph_arrays(), **{k: np.asarray(v, dtype=np.int64) for k, v in zip(SPLITS, splits)}}
+    np.savez(tmp_path / "g.npz", **arrays)
+    with pytest.raises(DataError) as npz:
+        load_npz(DatasetConfig(name="npz", path=str(tmp_path / "g.npz")), 0)
+    monkeypatch.setattr(preparing, "chunk_bytes", lambda: 96)  # 3 split ids a chunk: the repeat spans chunks
+    folder = save_folder(tmp_path / "g", arrays)
+    with pytest.raises(DataError) as err:
+        prepare_folder(folder, progress=False)
+    assert needle in str(npz.value) and needle in str(err.value) and "\n" not in str(err.value)
+    assert not (folder / MANIFEST).exists() and not list((folder / "prepared").glob("*splits*"))

@@ -26,14 +26,13 @@ import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import torch
 
 from gnnbridge.core.errors import ConfigError, DataError, ResourceError
 from gnnbridge.core.files import PARTIAL, partial_name, remove_partial, replace
-from gnnbridge.core.records.data import check_disjoint_splits, check_ids, infer_num_classes
+from gnnbridge.core.records.data import check_ids, infer_num_classes
 from gnnbridge.core.records.folder import (
     FORMAT,
     MANIFEST,
@@ -370,11 +369,35 @@ def _labels(root: Path, key: str, y: np.ndarray, bar) -> int:
 
 
 def _splits(root: Path, splits: dict, n: int, unit: str, prefix: str = "") -> None:
-    record = SimpleNamespace(item_name=unit, split=lambda name: torch.from_numpy(np.array(splits[f"{name}_idx"])))
+    """The checks of :func:`check_disjoint_splits` (same lines) a chunk of ids at a time: which
+    split holds each item is a byte per item in a scratch file beside the derived ones, so memory
+    stays bounded by the chunk however many items the splits hold."""
+    scratch = partial_name(root / PREPARED / "splits.npy")
     try:
-        check_disjoint_splits(record, n)
+        owner = np.lib.format.open_memmap(scratch, mode="w+", dtype=np.uint8, shape=(max(n, 1),))
+        _check_split_chunks(splits, owner, n, unit)
+        del owner
     except DataError as exc:
         raise DataError(f"{root}: {prefix}{exc}") from None
+    finally:
+        scratch.unlink(missing_ok=True)
+
+
+def _check_split_chunks(splits: dict, owner: np.ndarray, n: int, unit: str) -> None:
+    step = max(1, chunk_bytes() // 32)
+    for number, name in enumerate(("train", "val", "test"), start=1):
+        idx = splits[f"{name}_idx"]
+        if idx.shape[0] == 0:
+            raise DataError(f"The {name} split is empty; every split needs at least one {unit}.")
+        for start in range(0, idx.shape[0], step):
+            block = np.array(idx[start:start + step])
+            check_ids(f"{name}_idx", torch.from_numpy(block), n, unit=unit)
+            held = owner[block]
+            if ((held != 0) & (held != number)).any():
+                raise DataError(f"The {name} split overlaps an earlier split; splits must be disjoint.")
+            if (held == number).any() or np.unique(block).shape[0] != block.shape[0]:
+                raise DataError(f"The {name} split lists a {unit} twice.")
+            owner[block] = number
 
 
 # --------------------------------------------------------------------------- collections and hetero
