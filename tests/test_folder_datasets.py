@@ -128,6 +128,16 @@ def test_a_folder_that_is_not_prepared_is_refused_with_the_command(tmp_path, ref
     assert not (tmp_path / "runs").exists()
 
 
+def test_config_show_names_a_prepared_folder_as_the_folder_dataset(tmp_path):
+    folder = save_folder(tmp_path / "g", graph_arrays())
+    prepare(str(folder), progress=False)
+    shown = subprocess.run([sys.executable, "-m", "gnnbridge", "config", "show", "--dataset", str(folder)],
+                           capture_output=True, text=True, timeout=300)
+    assert shown.returncode == 0, shown.stderr
+    section = shown.stdout.split("dataset:", 1)[1]
+    assert "name: folder" in section and f"path: {folder}" in section
+
+
 @pytest.fixture
 def read_only_folder(tmp_path):
     """A folder of the graph's files that this process cannot write: chmod 555, or for root (who
