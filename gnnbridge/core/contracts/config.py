@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from gnnbridge.core.errors import ConfigError, DataFileNotFoundError, did_you_mean
+from gnnbridge.core.records.features import parse_size
 
 
 class Task(str, enum.Enum):
@@ -226,8 +227,13 @@ class PlacementConfig:
     topology: str = "host"  # device: the CSC arrays on the device, so the core sampler samples there
     prefetch: int = 0  # batches sampled ahead in a background thread while the current one computes
     precision: str = "fp32"  # bf16 / fp16: forward and loss under torch.autocast (fp16 with loss scaling)
+    # bytes (or "512MB", "2GB") of RAM per rank for the rows of the highest in-degree nodes; 0: off
+    feature_cache: Any = 0
 
     def __post_init__(self) -> None:
+        if parse_size(self.feature_cache) is None:
+            raise ConfigError(f"placement.feature_cache={show(self.feature_cache)} is not a size; give bytes "
+                              "(e.g. 1048576) or a number with a unit: 512MB, 2GB (0: off).")
         for key in ("features", "topology"):
             if getattr(self, key) not in PLACES:
                 raise ConfigError(f"placement.{key}={show(getattr(self, key))} is not a place; choose one of: "
@@ -601,6 +607,7 @@ KEY_HELP = {
     "placement.topology": "host | device: the graph on the GPU, so the core sampler samples there",
     "placement.prefetch": "batches sampled ahead in a background thread (0: off)",
     "placement.precision": "fp32 | bf16 | fp16 (fp16 needs cuda)",
+    "placement.feature_cache": "RAM per rank for the most-sampled nodes' feature rows: 512MB, 2GB (0: off)",
     "log": "where each epoch's numbers go besides results.json",
     "log.to": "logger plugins, e.g. [tensorboard, csv] (gnnbridge loggers)",
 }

@@ -27,6 +27,7 @@ from gnnbridge.core.records.data import (
     infer_num_classes,
     random_split,
 )
+from gnnbridge.core.records.features import FEATURE_DTYPES
 
 # Graph classification's customary split (the DGL GIN tutorial's 80/10/10).
 GRAPH_SPLIT = (0.8, 0.1)
@@ -85,7 +86,7 @@ class GraphCollection(LabelledRecord):
         name: str = "graphs",
     ) -> "GraphCollection":
         """Build from an unsorted edge list; without ``splits``, a seeded 80/10/10 split."""
-        check_tensor("x", x, torch.float32, ndim=2)
+        check_tensor("x", x, FEATURE_DTYPES, ndim=2)
         check_edge_index(edge_index)
         check_ids("edge_index", edge_index, int(x.shape[0]))
         _check_node_ptr(node_ptr, int(x.shape[0]))
@@ -100,7 +101,7 @@ class GraphCollection(LabelledRecord):
     # ------------------------------------------------------------------ invariants
 
     def validate(self) -> None:
-        check_tensor("x", self.x, torch.float32, ndim=2)
+        check_tensor("x", self.x, FEATURE_DTYPES, ndim=2)
         check_edge_index(self.edge_index)
         check_tensor("edge_ptr", self.edge_ptr, torch.int64, ndim=1)
         check_tensor("y", self.y, torch.int64, ndim=1)

@@ -22,6 +22,7 @@ import torch
 
 from gnnbridge.core.errors import DataError
 from gnnbridge.core.records.csc import csc_from_coo
+from gnnbridge.core.records.features import FEATURE_DTYPES
 
 
 class LabelledRecord:
@@ -81,7 +82,7 @@ class GraphData(LabelledRecord):
         indptr: int64 [N + 1]; the in-edges of node v are positions ``indptr[v]:indptr[v+1]``.
         indices: int64 [E] source of each edge, edges sorted by destination (CSC). A position
             in ``indices`` is the edge's id everywhere (samplers, backends).
-        x: float32 [N, F] node features, finite.
+        x: float32 [N, F] node features, finite (float16/bfloat16 too: upcast when gathered).
         y: int64 [N] class labels in ``[0, num_classes)``.
         train_idx, val_idx, test_idx: int64 node ids, non-empty, pairwise disjoint.
         num_classes: number of classes (>= 2).
@@ -134,7 +135,7 @@ class GraphData(LabelledRecord):
     ) -> "GraphData":
         """Build from an unsorted edge list: checks ids, sorts by destination (stable), builds ``indptr``."""
         check_edge_index(edge_index)
-        check_tensor("x", x, torch.float32, ndim=2)
+        check_tensor("x", x, FEATURE_DTYPES, ndim=2)
         n = int(x.shape[0])
         check_ids("edge_index", edge_index, n)
         indptr, indices = csc_from_coo(edge_index[0], edge_index[1], n)
@@ -147,7 +148,7 @@ class GraphData(LabelledRecord):
     def validate(self) -> None:
         check_tensor("indptr", self.indptr, torch.int64, ndim=1)
         check_tensor("indices", self.indices, torch.int64, ndim=1)
-        check_tensor("x", self.x, torch.float32, ndim=2)
+        check_tensor("x", self.x, FEATURE_DTYPES, ndim=2)
         check_tensor("y", self.y, torch.int64, ndim=1)
         n = self.num_nodes
         if n == 0:
@@ -180,11 +181,15 @@ def all_finite(x: torch.Tensor, rows_per_block: int = 1 << 16) -> bool:
     return all(bool(torch.isfinite(block).all()) for block in x.split(rows_per_block))
 
 
-def check_tensor(name: str, t: object, dtype: torch.dtype, ndim: int) -> None:
+def check_tensor(name: str, t: object, dtype: torch.dtype | tuple[torch.dtype, ...], ndim: int) -> None:
+    """``t`` is a tensor of ``dtype`` (or one of them) with ``ndim`` dimensions."""
     if not isinstance(t, torch.Tensor):
         raise DataError(f"{name} must be a tensor, got {type(t).__name__}.")
-    if t.dtype != dtype:
-        raise DataError(f"{name} has dtype {str(t.dtype).replace('torch.', '')}; expected {str(dtype).replace('torch.', '')}.")
+    allowed = dtype if isinstance(dtype, tuple) else (dtype,)
+    if t.dtype not in allowed:
+        names = [str(d).replace("torch.", "") for d in allowed]
+        expected = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+        raise DataError(f"{name} has dtype {str(t.dtype).replace('torch.', '')}; expected {expected}.")
     if t.dim() != ndim:
         raise DataError(f"{name} has {t.dim()} dimensions (shape {list(t.shape)}); expected {ndim}.")
 

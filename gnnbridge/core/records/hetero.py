@@ -37,6 +37,7 @@ from gnnbridge.core.records.data import (
     infer_num_classes,
     random_split,
 )
+from gnnbridge.core.records.features import FEATURE_DTYPES
 
 EdgeType = tuple[str, str, str]
 REVERSE_PREFIX = "rev_"
@@ -203,7 +204,7 @@ class HeteroGraphData:
         if t not in self.num_nodes:
             raise DataError(f"Features are given for node type '{t}', which is not declared; node types: "
                             f"{', '.join(self.num_nodes)}.")
-        check_tensor(f"x[{t}]", x, torch.float32, ndim=2)
+        check_tensor(f"x[{t}]", x, FEATURE_DTYPES, ndim=2)
         if x.shape[0] != self.num_nodes[t] or x.shape[1] == 0:
             raise DataError(f"x[{t}] has shape {list(x.shape)}; expected [{self.num_nodes[t]}, F] with F >= 1.")
         if not bool(torch.isfinite(x).all()):

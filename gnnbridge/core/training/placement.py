@@ -11,6 +11,9 @@ and the precision of the forward pass.
   releases the GIL (numba kernel, DGL's C++), so it overlaps the forward and backward pass.
   The batches and their order are those of ``prefetch=0``: one thread drives the sampler,
   reseeded in that thread (DGL's random engine is per thread), with the rank's thread count.
+* ``feature_cache=SIZE``: each rank keeps in RAM the feature rows of the highest in-degree
+  nodes (the most sampled) up to SIZE bytes; :func:`~gnnbridge.core.records.features.gather_rows`
+  serves them from there. Per rank, not shared between the ranks of a machine.
 * ``precision=bf16|fp16``: the forward pass and the loss run under ``torch.autocast``; fp16
   scales the loss (``torch.amp.GradScaler``) so small gradients do not flush to zero.
 
@@ -30,6 +33,8 @@ import torch
 from gnnbridge.core.contracts.config import PlacementConfig
 from gnnbridge.core.errors import ConfigError
 from gnnbridge.core.records.data import GraphData
+from gnnbridge.core.records.features import FeatureCache, build_cache, detach_cache, parse_size
+from gnnbridge.core.records.hetero import HeteroGraphData
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -48,6 +53,35 @@ def place(data, cfg: PlacementConfig, device: torch.device):
         if where == "device":
             setattr(placed, name, getattr(data, name).to(device))
     return placed
+
+
+def feature_caches(data, cfg: PlacementConfig) -> list[FeatureCache]:
+    """The caches ``placement.feature_cache`` asks for, built on this rank's CPU feature tables
+    (any cache an earlier run left on them dropped): a homogeneous graph's rows by in-degree; a
+    heterogeneous graph's per node type (in-degree summed over the relations into it), the size
+    shared in proportion to each type's table."""
+    tables, degrees = _tables_and_degrees(data)
+    for table in tables:
+        detach_cache(table)
+    budget = parse_size(cfg.feature_cache) or 0
+    total = sum(t.nbytes for t in tables)
+    if budget <= 0 or not total:
+        return []
+    caches = [build_cache(t, d, budget * t.nbytes // total) for t, d in zip(tables, degrees)]
+    return [c for c in caches if c is not None]
+
+
+def _tables_and_degrees(data) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    if isinstance(data, GraphData):
+        return [data.x], [data.indptr.cpu().diff()]
+    if isinstance(data, HeteroGraphData):
+        types = list(data.x)
+        degrees = {t: torch.zeros(data.num_nodes[t], dtype=torch.int64) for t in types}
+        for et, indptr in data.indptr.items():
+            if et[2] in degrees:
+                degrees[et[2]] += indptr.cpu().diff()
+        return [data.x[t] for t in types], [degrees[t] for t in types]
+    return [], []  # graph collections: whole graphs, no in-degree to rank rows by
 
 
 def autocast(precision: str, device: torch.device):
