@@ -83,3 +83,38 @@ def test_a_run_with_a_feature_cache_trains_the_same_and_reports_its_hit_rate(bac
     assert 0 <= rate <= 1 and 0 <= cached["feature_cache"]["hit_rate"] <= 1
     assert 0 < cached["feature_cache"]["bytes"] <= 1 << 20
     assert "feature_cache" not in plain and "feature_cache_hit_rate" not in plain["history"][0]
+
+
+class HalfFeaturesPlugin:
+    """The synthetic graph with its features stored as float16 or bfloat16."""
+
+    @gnnbridge.hookimpl
+    def register_datasets(self, register):
+        from gnnbridge.plugins.datasets import synthetic_graph
+
+        def half(dtype):
+            def load(config, seed):
+                data = synthetic_graph(600, 4, 8, 6.0, 0.9, 1.0, seed)
+                data.x = data.x.to(dtype)
+                data.validate()
+                return data
+            return load
+
+        register("half-synthetic", half(torch.float16), "float16 features")
+        register("bf16-synthetic", half(torch.bfloat16), "bfloat16 features")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["pyg", "dgl"])
+def test_features_stored_in_16_bits_train_like_float32(backend, tmp_path):
+    """Every gather upcasts them: sampled training, sampled validation, layer-wise evaluation."""
+    from gnnbridge.testing import registered_plugin
+
+    common = ["train.epochs=2", "sampler.kind=core"]
+    runs = {}
+    with registered_plugin(HalfFeaturesPlugin(), "half-features-test"):
+        for name in ("half-synthetic", "bf16-synthetic"):
+            runs[name] = gnnbridge.run("sage-synthetic", backend=backend, nproc=1, dataset=name, overrides=common,
+                                       out=tmp_path / name, progress=False)
+    for name, results in runs.items():
+        assert results["metrics"]["test_acc"] > 0.5, (name, results["metrics"])  # 4 classes: chance is 0.25
