@@ -118,3 +118,26 @@ def test_features_stored_in_16_bits_train_like_float32(backend, tmp_path):
                                        out=tmp_path / name, progress=False)
     for name, results in runs.items():
         assert results["metrics"]["test_acc"] > 0.5, (name, results["metrics"])  # 4 classes: chance is 0.25
+
+
+def test_models_read_rows_in_place_only_from_a_plain_table_in_ram(small_data, tmp_path):
+    """A mapped, 16-bit or cached table is gathered (upcast, counted), never read in place."""
+    from gnnbridge.core.contracts.config import ModelSpec
+    from gnnbridge.core.contracts.plugins import backends
+    from gnnbridge.core.records.batches import IndexedRows
+    from gnnbridge.core.training.evaluation import indexed_rows
+    from gnnbridge.testing.conformance import build
+
+    cpu, ids = torch.device("cpu"), small_data.train_idx[:10]
+    sage = build(backends.get("pyg"), ModelSpec(arch="sage", hidden=8, layers=2), small_data)
+    assert isinstance(indexed_rows(sage, small_data.x, ids, cpu), IndexedRows)
+    mapped = _mapped(small_data.x, tmp_path)
+    assert indexed_rows(sage, mapped, ids, cpu) is None
+    assert indexed_rows(sage, small_data.x.bfloat16(), ids, cpu) is None
+    table = small_data.x.clone()
+    build_cache(table, small_data.indptr.diff(), 1 << 20)
+    try:
+        assert indexed_rows(sage, table, ids, cpu) is None
+        assert torch.equal(IndexedRows(table, ids).rows(), small_data.x[ids]) and cache_of(table).hits == ids.numel()
+    finally:
+        detach_cache(table)

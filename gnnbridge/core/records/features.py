@@ -49,8 +49,9 @@ def gather_rows(table: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
 
 def reads_in_place(table: torch.Tensor) -> bool:
     """Whether a model may read ``table``'s rows where they are (``IndexedRows``): a float32
-    table in RAM, without a cache whose hits must be counted."""
-    return table.dtype == torch.float32 and cache_of(table) is None and not _compiled(table)
+    table in RAM (a large one too: it saves the copy), without a cache whose hits must be counted."""
+    return table.dtype == torch.float32 and cache_of(table) is None and \
+        (table.device.type != "cpu" or not file_backed(table))
 
 
 def _compiled(table: torch.Tensor) -> bool:
@@ -65,6 +66,8 @@ def file_backed(table: torch.Tensor) -> bool:
     ``/proc/self/maps``, read once per table; False where that file does not exist."""
     key = (table.untyped_storage().data_ptr(), table.untyped_storage().nbytes())
     if key not in _mapped:
+        if len(_mapped) >= 1024:  # tables come and go (layer outputs): forget the old ones
+            _mapped.clear()
         _mapped[key] = _in_file_mapping(key[0])
     return _mapped[key]
 
