@@ -47,6 +47,19 @@ def gather_rows(table: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     return _compiled_gather(table, ids, cache)
 
 
+@signals_deferred()
+def warm(table: torch.Tensor) -> None:
+    """Load (or compile, the first time: seconds) the kernels that will gather ``table``, so
+    that the cost lands before the first epoch, not in its time."""
+    if numba is None or not table.is_contiguous() or (cache_of(table) is None and not _compiled(table)):
+        return
+    ids = np.zeros(1, np.int64)
+    src, lut = _numpy_rows(table)[:1], _UPCAST.get(table.dtype, _UPCAST[torch.bfloat16])
+    for parallel in (False, True):
+        _KERNELS[table.dtype in _UPCAST, parallel](src, ids, ids[:0], src[:0], lut,
+                                                   np.empty((1, table.shape[1]), np.float32))
+
+
 def reads_in_place(table: torch.Tensor) -> bool:
     """Whether a model may read ``table``'s rows where they are (``IndexedRows``): a float32
     table in RAM (a large one too: it saves the copy), without a cache whose hits must be counted."""

@@ -33,7 +33,7 @@ import torch
 from gnnbridge.core.contracts.config import PlacementConfig
 from gnnbridge.core.errors import ConfigError
 from gnnbridge.core.records.data import GraphData
-from gnnbridge.core.records.features import FeatureCache, build_cache, detach_cache, parse_size
+from gnnbridge.core.records.features import FeatureCache, build_cache, detach_cache, parse_size, warm
 from gnnbridge.core.records.hetero import HeteroGraphData
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -59,15 +59,15 @@ def feature_caches(data, cfg: PlacementConfig) -> list[FeatureCache]:
     """The caches ``placement.feature_cache`` asks for, built on this rank's CPU feature tables
     (any cache an earlier run left on them dropped): a homogeneous graph's rows by in-degree; a
     heterogeneous graph's per node type (in-degree summed over the relations into it), the size
-    shared in proportion to each type's table."""
+    shared in proportion to each type's table. The gather kernels the tables need are loaded too."""
     tables, degrees = _tables_and_degrees(data)
     for table in tables:
         detach_cache(table)
     budget = parse_size(cfg.feature_cache) or 0
     total = sum(t.nbytes for t in tables)
-    if budget <= 0 or not total:
-        return []
-    caches = [build_cache(t, d, budget * t.nbytes // total) for t, d in zip(tables, degrees)]
+    caches = [build_cache(t, d, budget * t.nbytes // total) for t, d in zip(tables, degrees)] if budget > 0 else []
+    for table in tables:
+        warm(table)
     return [c for c in caches if c is not None]
 
 
