@@ -141,3 +141,10 @@ def test_models_read_rows_in_place_only_from_a_plain_table_in_ram(small_data, tm
         assert torch.equal(IndexedRows(table, ids).rows(), small_data.x[ids]) and cache_of(table).hits == ids.numel()
     finally:
         detach_cache(table)
+
+
+def test_an_id_outside_a_mapped_table_is_an_index_error_not_a_stray_read(tmp_path):
+    mapped = _mapped(torch.ones(5, 2), tmp_path)
+    for ids in (torch.tensor([0, 5]), torch.tensor([-1])):
+        with pytest.raises(IndexError):
+            gather_rows(mapped, ids)

@@ -107,6 +107,8 @@ def _numpy_rows(table: torch.Tensor) -> np.ndarray:
 
 
 def _compiled_gather(table: torch.Tensor, ids: torch.Tensor, cache: "FeatureCache | None") -> torch.Tensor:
+    if ids.numel() and not 0 <= int(ids.min()) <= int(ids.max()) < table.shape[0]:  # the kernel does not check
+        raise IndexError(f"row ids {int(ids.min())}..{int(ids.max())} outside a table of {table.shape[0]} rows")
     out = np.empty((ids.numel(), table.shape[1]), dtype=np.float32)
     src = _numpy_rows(table)
     lut = _UPCAST.get(table.dtype)  # None: float32 rows are copied as they are
