@@ -54,7 +54,7 @@ def warm(table: torch.Tensor) -> None:
     if numba is None or not table.is_contiguous() or (cache_of(table) is None and not _compiled(table)):
         return
     ids = np.zeros(1, np.int64)
-    src, lut = _numpy_rows(table)[:1], _UPCAST.get(table.dtype, _UPCAST[torch.bfloat16])
+    src, lut = _numpy_rows(table)[:1], _UPCAST.get(table.dtype)  # the types gather_rows passes (None: float32)
     for parallel in (False, True):
         _KERNELS[table.dtype in _UPCAST, parallel](src, ids, ids[:0], src[:0], lut,
                                                    np.empty((1, table.shape[1]), np.float32))
