@@ -22,7 +22,6 @@ from typing import Any
 import yaml
 
 from gnnbridge.core.errors import ConfigError, DataFileNotFoundError, did_you_mean
-from gnnbridge.core.records.features import parse_size
 
 
 class Task(str, enum.Enum):
@@ -443,6 +442,26 @@ def check_finite(key: str, value: float) -> None:
     train to NaN, or wait forever."""
     if not math.isfinite(value):
         raise ConfigError(f"{key}={value} is not a finite number; give a real number (NaN and infinity are refused).")
+
+
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(b|kb|kib|mb|mib|gb|gib|tb|tib)?\s*", re.IGNORECASE)
+_UNITS = {"b": 1, "kb": 1 << 10, "mb": 1 << 20, "gb": 1 << 30, "tb": 1 << 40}
+
+
+def parse_size(value) -> int | None:
+    """Bytes of a size given as an integer or text like ``512MB``/``2GB`` (powers of 1024; KiB..
+    accepted too); None when ``value`` is neither."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if not isinstance(value, str) or len(value) > 40:
+        return None
+    match = _SIZE.fullmatch(value)
+    if match is None:
+        return None
+    unit = (match.group(2) or "b").lower().replace("i", "")
+    return int(float(match.group(1)) * _UNITS[unit])
 
 
 def show(value: Any, limit: int = 80) -> str:

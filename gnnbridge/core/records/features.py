@@ -13,7 +13,6 @@ is per rank, not shared between the ranks of a machine.
 """
 from __future__ import annotations
 
-import re
 import weakref
 
 import numpy as np
@@ -274,23 +273,3 @@ def build_cache(table: torch.Tensor, in_degree: torch.Tensor, budget: int) -> Fe
     cache = FeatureCache(table, most_sampled(in_degree, count))
     attach_cache(table, cache)
     return cache
-
-
-_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(b|kb|kib|mb|mib|gb|gib|tb|tib)?\s*", re.IGNORECASE)
-_UNITS = {"b": 1, "kb": 1 << 10, "mb": 1 << 20, "gb": 1 << 30, "tb": 1 << 40}
-
-
-def parse_size(value) -> int | None:
-    """Bytes of a size given as an integer or text like ``512MB``/``2GB`` (powers of 1024; KiB..
-    accepted too); None when ``value`` is neither."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value if value >= 0 else None
-    if not isinstance(value, str) or len(value) > 40:
-        return None
-    match = _SIZE.fullmatch(value)
-    if match is None:
-        return None
-    unit = (match.group(2) or "b").lower().replace("i", "")
-    return int(float(match.group(1)) * _UNITS[unit])

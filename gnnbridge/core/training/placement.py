@@ -30,10 +30,10 @@ from contextlib import nullcontext
 
 import torch
 
-from gnnbridge.core.contracts.config import PlacementConfig
+from gnnbridge.core.contracts.config import PlacementConfig, parse_size
 from gnnbridge.core.errors import ConfigError
 from gnnbridge.core.records.data import GraphData
-from gnnbridge.core.records.features import FeatureCache, build_cache, detach_cache, parse_size, warm
+from gnnbridge.core.records.features import FeatureCache, build_cache, detach_cache, warm
 from gnnbridge.core.records.hetero import HeteroGraphData
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
