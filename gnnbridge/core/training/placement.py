@@ -59,29 +59,39 @@ def feature_caches(data, cfg: PlacementConfig) -> list[FeatureCache]:
     """The caches ``placement.feature_cache`` asks for, built on this rank's CPU feature tables
     (any cache an earlier run left on them dropped): a homogeneous graph's rows by in-degree; a
     heterogeneous graph's per node type (in-degree summed over the relations into it), the size
-    shared in proportion to each type's table. The gather kernels the tables need are loaded too."""
-    tables, degrees = _tables_and_degrees(data)
-    for table in tables:
+    shared in proportion to each type's table. The gather kernels the tables need are loaded too.
+    In-degrees ([N] int64) are counted only when a cache is asked for."""
+    tables = _feature_tables(data)
+    for table in tables.values():
         detach_cache(table)
     budget = parse_size(cfg.feature_cache) or 0
-    total = sum(t.nbytes for t in tables)
-    caches = [build_cache(t, d, budget * t.nbytes // total) for t, d in zip(tables, degrees)] if budget > 0 else []
-    for table in tables:
+    caches = []
+    if budget > 0 and tables:
+        total, degrees = sum(t.nbytes for t in tables.values()), _in_degrees(data)
+        caches = [build_cache(t, degrees[key], budget * t.nbytes // total) for key, t in tables.items()]
+    for table in tables.values():
         warm(table)
     return [c for c in caches if c is not None]
 
 
-def _tables_and_degrees(data) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+def _feature_tables(data) -> dict:
+    """{node type (None: homogeneous): its feature table}; graph collections have none to cache
+    (whole graphs, no in-degree to rank rows by)."""
     if isinstance(data, GraphData):
-        return [data.x], [data.indptr.cpu().diff()]
+        return {None: data.x}
     if isinstance(data, HeteroGraphData):
-        types = list(data.x)
-        degrees = {t: torch.zeros(data.num_nodes[t], dtype=torch.int64) for t in types}
-        for et, indptr in data.indptr.items():
-            if et[2] in degrees:
-                degrees[et[2]] += indptr.cpu().diff()
-        return [data.x[t] for t in types], [degrees[t] for t in types]
-    return [], []  # graph collections: whole graphs, no in-degree to rank rows by
+        return dict(data.x)
+    return {}
+
+
+def _in_degrees(data) -> dict:
+    if isinstance(data, GraphData):
+        return {None: data.indptr.cpu().diff()}
+    degrees = {t: torch.zeros(data.num_nodes[t], dtype=torch.int64) for t in data.x}
+    for et, indptr in data.indptr.items():
+        if et[2] in degrees:
+            degrees[et[2]] += indptr.cpu().diff()
+    return degrees
 
 
 def autocast(precision: str, device: torch.device):
