@@ -48,6 +48,7 @@ def test_the_cache_serves_the_highest_in_degree_rows_and_counts_its_hits(dtype, 
     try:
         cache = build_cache(mapped, in_degree, 3 * row_bytes + row_bytes // 2)  # room for three rows
         assert cache_of(mapped) is cache and cache.ids.tolist() == [1, 3, 5]
+        assert cache.rows.dtype == dtype and torch.equal(cache.rows, table[[1, 3, 5]])
         ids = torch.tensor([5, 0, 1, 5, 7, 3, 9, 9])
         assert torch.equal(gather_rows(mapped, ids), table[ids].float())
         assert (cache.hits, cache.total) == (4, 8)  # 5, 1, 5, 3

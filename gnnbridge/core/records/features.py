@@ -24,6 +24,7 @@ FEATURE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 LARGE_TABLE_BYTES = 1 << 30  # a CPU table this large gathers compiled even in RAM (its rows miss every cache)
 PARALLEL_MIN_BYTES = 1 << 20  # bytes gathered from which numba's threads are used (a launch costs ~0.1 ms)
 ROW_CHUNK = 64  # rows per parallel task
+FILL_BYTES = 64 << 20  # float32 bytes a 16-bit cache is filled through at a time
 _caches: dict[int, "FeatureCache"] = {}  # id(table) -> its cache (removed when the table goes)
 _mapped: dict[tuple[int, int], bool] = {}  # (data pointer, bytes) -> file-backed (only speed depends on it)
 
@@ -214,7 +215,7 @@ class FeatureCache:
 
     def __init__(self, table: torch.Tensor, ids: torch.Tensor):
         self.ids = ids.sort().values.contiguous()
-        self.rows = table[self.ids].contiguous()  # sorted ids: the file is read nearly in order
+        self.rows = _copy_rows(table, self.ids)  # sorted ids: the file is read nearly in order
         self.hits = 0
         self.total = 0
         self.nbytes = self.rows.nbytes + self.ids.nbytes
@@ -259,6 +260,21 @@ def most_sampled(in_degree: torch.Tensor, count: int) -> torch.Tensor:
     above = (in_degree > threshold).nonzero().flatten()
     at = (in_degree == threshold).nonzero().flatten()[: count - above.numel()]
     return torch.cat([above, at]).sort().values
+
+
+def _copy_rows(table: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """``table[ids]`` in the table's dtype. A table ``gather_rows`` reads compiled (a mapped one:
+    its page faults in flight together, not one at a time) is read by the kernel too; 16-bit
+    rows are upcast and cast back (exact both ways), FILL_BYTES of float32 at a time."""
+    if numba is None or not table.is_contiguous() or not _compiled(table):
+        return table[ids].contiguous()
+    if table.dtype == torch.float32:
+        return _compiled_gather(table, ids, None)
+    out = torch.empty((ids.numel(), table.shape[1]), dtype=table.dtype)
+    step = max(1, FILL_BYTES // (4 * table.shape[1]))
+    for start in range(0, ids.numel(), step):
+        out[start:start + step] = _compiled_gather(table, ids[start:start + step], None)
+    return out
 
 
 def build_cache(table: torch.Tensor, in_degree: torch.Tensor, budget: int) -> FeatureCache | None:
