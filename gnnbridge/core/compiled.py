@@ -20,9 +20,23 @@ relation) opens one block around all of them, inside which the kernels' own bloc
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from collections.abc import Iterator
+
+import torch
+
+try:  # numba is a dependency; without it (an image that lacks it) the torch paths run.
+    import numba
+
+    # numba's own thread pool, not OpenMP: its OpenMP layer shares libgomp with DGL, and setting
+    # numba's thread count there changes how many threads DGL's sampler draws with, which made
+    # DGL's seeded samples differ from one call to the next.
+    if "NUMBA_THREADING_LAYER" not in os.environ:
+        numba.config.THREADING_LAYER = "workqueue"
+except ImportError:  # pragma: no cover - exercised only where numba is missing
+    numba = None
 
 _depth = [0]  # open blocks on the main thread: an inner block (a kernel call in a batch) costs nothing
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
@@ -51,3 +65,11 @@ def signals_deferred() -> Iterator[None]:
             signal.signal(signum, handler)
         for signum in dict.fromkeys(caught):
             signal.raise_signal(signum)
+
+
+def threads() -> int:
+    """Sets numba's thread count to torch's (a rank's share of the cores; per calling thread)
+    and returns it."""
+    count = max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
+    numba.set_num_threads(count)
+    return count

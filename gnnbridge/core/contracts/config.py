@@ -226,8 +226,13 @@ class PlacementConfig:
     topology: str = "host"  # device: the CSC arrays on the device, so the core sampler samples there
     prefetch: int = 0  # batches sampled ahead in a background thread while the current one computes
     precision: str = "fp32"  # bf16 / fp16: forward and loss under torch.autocast (fp16 with loss scaling)
+    # bytes (or "512MB", "2GB") of RAM per rank for the rows of the highest in-degree nodes; 0: off
+    feature_cache: Any = 0
 
     def __post_init__(self) -> None:
+        if parse_size(self.feature_cache) is None:
+            raise ConfigError(f"placement.feature_cache={show(self.feature_cache)} is not a size; give bytes "
+                              "(e.g. 1048576) or a number with a unit: 512MB, 2GB (0: off).")
         for key in ("features", "topology"):
             if getattr(self, key) not in PLACES:
                 raise ConfigError(f"placement.{key}={show(getattr(self, key))} is not a place; choose one of: "
@@ -439,6 +444,26 @@ def check_finite(key: str, value: float) -> None:
         raise ConfigError(f"{key}={value} is not a finite number; give a real number (NaN and infinity are refused).")
 
 
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(b|kb|kib|mb|mib|gb|gib|tb|tib)?\s*", re.IGNORECASE)
+_UNITS = {"b": 1, "kb": 1 << 10, "mb": 1 << 20, "gb": 1 << 30, "tb": 1 << 40}
+
+
+def parse_size(value) -> int | None:
+    """Bytes of a size given as an integer or text like ``512MB``/``2GB`` (powers of 1024; KiB..
+    accepted too); None when ``value`` is neither."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if not isinstance(value, str) or len(value) > 40:
+        return None
+    match = _SIZE.fullmatch(value)
+    if match is None:
+        return None
+    unit = (match.group(2) or "b").lower().replace("i", "")
+    return int(float(match.group(1)) * _UNITS[unit])
+
+
 def show(value: Any, limit: int = 80) -> str:
     """``repr(value)`` cut to ``limit`` characters: a message names the value, it does not dump it."""
     text = repr(value)
@@ -601,6 +626,7 @@ KEY_HELP = {
     "placement.topology": "host | device: the graph on the GPU, so the core sampler samples there",
     "placement.prefetch": "batches sampled ahead in a background thread (0: off)",
     "placement.precision": "fp32 | bf16 | fp16 (fp16 needs cuda)",
+    "placement.feature_cache": "RAM per rank for the most-sampled nodes' feature rows: 512MB, 2GB (0: off)",
     "log": "where each epoch's numbers go besides results.json",
     "log.to": "logger plugins, e.g. [tensorboard, csv] (gnnbridge loggers)",
 }

@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from gnnbridge.core.records.features import gather_rows
+
 
 @dataclass
 class SampledSubgraph:
@@ -69,8 +71,8 @@ class IndexedRows:
         self.ids = ids
 
     def rows(self, count: int | None = None) -> torch.Tensor:
-        """``table[ids]`` (its first ``count`` ids only, if given), as a new tensor."""
-        return self.table[self.ids if count is None else self.ids[:count]]
+        """``table[ids]`` (its first ``count`` ids only, if given), as a new float32 tensor."""
+        return gather_rows(self.table, self.ids if count is None else self.ids[:count])
 
     def head(self, count: int) -> "IndexedRows":
         """The first ``count`` rows, still ungathered (a layer's sources are a prefix of the batch)."""

@@ -193,11 +193,15 @@ def all_finite(x: torch.Tensor, rows_per_block: int = 1 << 16) -> bool:
     return all(bool(torch.isfinite(block).all()) for block in x.split(rows_per_block))
 
 
-def check_tensor(name: str, t: object, dtype: torch.dtype, ndim: int) -> None:
+def check_tensor(name: str, t: object, dtype: torch.dtype | tuple[torch.dtype, ...], ndim: int) -> None:
+    """``t`` is a tensor of ``dtype`` (or one of them) with ``ndim`` dimensions."""
     if not isinstance(t, torch.Tensor):
         raise DataError(f"{name} must be a tensor, got {type(t).__name__}.")
-    if t.dtype != dtype:
-        raise DataError(f"{name} has dtype {str(t.dtype).replace('torch.', '')}; expected {str(dtype).replace('torch.', '')}.")
+    allowed = dtype if isinstance(dtype, tuple) else (dtype,)
+    if t.dtype not in allowed:
+        names = [str(d).replace("torch.", "") for d in allowed]
+        expected = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+        raise DataError(f"{name} has dtype {str(t.dtype).replace('torch.', '')}; expected {expected}.")
     if t.dim() != ndim:
         raise DataError(f"{name} has {t.dim()} dimensions (shape {list(t.shape)}); expected {ndim}.")
 

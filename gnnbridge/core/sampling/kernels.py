@@ -20,7 +20,7 @@ import sys
 import numpy as np
 import torch
 
-from gnnbridge.core.compiled import signals_deferred
+from gnnbridge.core.compiled import numba, signals_deferred, threads
 
 GOLDEN = -7046029254386353131  # 0x9E3779B97F4A7C15 as int64
 MIX1 = -4658895280553007687  # 0xBF58476D1CE4E5B9
@@ -29,19 +29,6 @@ MASK53 = (1 << 53) - 1
 INV53 = 1.0 / (1 << 53)
 PARALLEL_MIN_PICKS = 16384  # picks from which a hop runs in parallel (a launch of numba's threads costs ~0.1 ms)
 PICK_CHUNK = 256  # frontier nodes picked, then read, at a time: their edge ids stay in cache between the two loops
-
-try:  # numba is a dependency; without it (an image that lacks it) the torch path runs.
-    import numba
-    from numba import njit, prange
-
-    # numba's own thread pool, not OpenMP: its OpenMP layer shares libgomp with DGL, and setting
-    # numba's thread count there changes how many threads DGL's sampler draws with, which made
-    # DGL's seeded samples differ from one call to the next.
-    if "NUMBA_THREADING_LAYER" not in os.environ:
-        numba.config.THREADING_LAYER = "workqueue"
-except ImportError:  # pragma: no cover - exercised only where numba is missing
-    numba = None
-
 
 def available() -> bool:
     """Whether the compiled CPU path can run (``GNNBRIDGE_SAMPLER_KERNEL=torch`` turns it off)."""
@@ -68,6 +55,7 @@ def draw_seed(generator: torch.Generator | None) -> int:
 
 
 if numba is not None:
+    from numba import njit, prange
 
     @njit(cache=True, inline="always")
     def _lsr(z, bits):
@@ -310,11 +298,8 @@ def sample_layers(indptr: torch.Tensor, indices: torch.Tensor, seeds: torch.Tens
 
 
 def _min_parallel() -> int:
-    """Sets numba's thread count to torch's (a rank's share of the cores; per calling thread) and
-    returns the number of picks from which a hop runs in parallel."""
-    threads = max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
-    numba.set_num_threads(threads)
-    return PARALLEL_MIN_PICKS if threads > 1 else 2**62
+    """The number of picks from which a hop runs in parallel (numba's thread count set first)."""
+    return PARALLEL_MIN_PICKS if threads() > 1 else 2**62
 
 
 @signals_deferred()

@@ -37,6 +37,7 @@ from gnnbridge.core.models.build import ModelCall
 from gnnbridge.core.records.batches import IndexedRows, MiniBatch
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData
+from gnnbridge.core.records.features import gather_rows, reads_in_place
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.sampling.hetero import LinkMiniBatch
 from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS, NeighborSampler
@@ -134,7 +135,7 @@ def layer_batch(backend: Backend, model: GNNModel, h: torch.Tensor, sub, device:
     graph = backend.graph_to(backend.from_sampled(sub), device)
     rows = indexed_rows(model, h, sub.node, device)
     if rows is None:  # h on the host or the device, sub where the graph is
-        rows = h[sub.node.to(h.device)].to(device)
+        rows = gather_rows(h, sub.node).to(device)
     return graph, rows
 
 
@@ -241,22 +242,23 @@ def step_outputs(run, model: torch.nn.Module, mb: MiniBatch, phases=NO_PHASES) -
 
 def indexed_rows(model: torch.nn.Module, table, ids, device: torch.device) -> IndexedRows | None:
     """``table[ids]`` left ungathered, for a model that reads it so (``reads_indexed_rows``), when
-    the table already sits on ``device``; None: gather as usual (the rows must cross to the
-    device, a heterogeneous batch, or a model that reads gathered rows only)."""
+    the table already sits on ``device`` as float32 in RAM; None: gather as usual (the rows must
+    cross to the device, a heterogeneous batch, a mapped, 16-bit or cached table, or a model that
+    reads gathered rows only)."""
     inner = model.module if isinstance(model, DistributedDataParallel) else model
     if getattr(inner, "reads_indexed_rows", False) is not True or not isinstance(ids, torch.Tensor) \
-            or not isinstance(table, torch.Tensor) or table.device != device:
+            or not isinstance(table, torch.Tensor) or table.device != device or not reads_in_place(table):
         return None
     return IndexedRows(table, ids.to(device))
 
 
 def gather_inputs(data, input_nodes, device: torch.device | None):
-    """``x[input_nodes]`` on ``device`` (None: where ``x`` is); for heterogeneous batches
+    """``x[input_nodes]`` as float32 on ``device`` (None: where ``x`` is); for heterogeneous batches
     ``{type: features}``, or the ids themselves for a featureless type (the model embeds them)."""
     if isinstance(input_nodes, dict):
-        x = {t: (data.x[t][ids.to(data.x[t].device)] if t in data.x else ids) for t, ids in input_nodes.items()}
+        x = {t: (gather_rows(data.x[t], ids) if t in data.x else ids) for t, ids in input_nodes.items()}
     else:
-        x = data.x[input_nodes.to(data.x.device)]
+        x = gather_rows(data.x, input_nodes)
     return x if device is None else _to(x, device)
 
 

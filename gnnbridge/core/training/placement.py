@@ -11,6 +11,9 @@ and the precision of the forward pass.
   releases the GIL (numba kernel, DGL's C++), so it overlaps the forward and backward pass.
   The batches and their order are those of ``prefetch=0``: one thread drives the sampler,
   reseeded in that thread (DGL's random engine is per thread), with the rank's thread count.
+* ``feature_cache=SIZE``: each rank keeps in RAM the feature rows of the highest in-degree
+  nodes (the most sampled) up to SIZE bytes; :func:`~gnnbridge.core.records.features.gather_rows`
+  serves them from there. Per rank, not shared between the ranks of a machine.
 * ``precision=bf16|fp16``: the forward pass and the loss run under ``torch.autocast``; fp16
   scales the loss (``torch.amp.GradScaler``) so small gradients do not flush to zero.
 
@@ -27,9 +30,11 @@ from contextlib import nullcontext
 
 import torch
 
-from gnnbridge.core.contracts.config import PlacementConfig
+from gnnbridge.core.contracts.config import PlacementConfig, parse_size
 from gnnbridge.core.errors import ConfigError
 from gnnbridge.core.records.data import GraphData
+from gnnbridge.core.records.features import FeatureCache, build_cache, detach_cache, warm
+from gnnbridge.core.records.hetero import HeteroGraphData
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -48,6 +53,45 @@ def place(data, cfg: PlacementConfig, device: torch.device):
         if where == "device":
             setattr(placed, name, getattr(data, name).to(device))
     return placed
+
+
+def feature_caches(data, cfg: PlacementConfig) -> list[FeatureCache]:
+    """The caches ``placement.feature_cache`` asks for, built on this rank's CPU feature tables
+    (any cache an earlier run left on them dropped): a homogeneous graph's rows by in-degree; a
+    heterogeneous graph's per node type (in-degree summed over the relations into it), the size
+    shared in proportion to each type's table. The gather kernels the tables need are loaded too.
+    In-degrees ([N] int64) are counted only when a cache is asked for."""
+    tables = _feature_tables(data)
+    for table in tables.values():
+        detach_cache(table)
+    budget = parse_size(cfg.feature_cache) or 0
+    caches = []
+    if budget > 0 and tables:
+        total, degrees = sum(t.nbytes for t in tables.values()), _in_degrees(data)
+        caches = [build_cache(t, degrees[key], budget * t.nbytes // total) for key, t in tables.items()]
+    for table in tables.values():
+        warm(table)
+    return [c for c in caches if c is not None]
+
+
+def _feature_tables(data) -> dict:
+    """{node type (None: homogeneous): its feature table}; graph collections have none to cache
+    (whole graphs, no in-degree to rank rows by)."""
+    if isinstance(data, GraphData):
+        return {None: data.x}
+    if isinstance(data, HeteroGraphData):
+        return dict(data.x)
+    return {}
+
+
+def _in_degrees(data) -> dict:
+    if isinstance(data, GraphData):
+        return {None: data.indptr.cpu().diff()}
+    degrees = {t: torch.zeros(data.num_nodes[t], dtype=torch.int64) for t in data.x}
+    for et, indptr in data.indptr.items():
+        if et[2] in degrees:
+            degrees[et[2]] += indptr.cpu().diff()
+    return degrees
 
 
 def autocast(precision: str, device: torch.device):

@@ -50,7 +50,7 @@ from gnnbridge.core.training.evaluation import (
 from gnnbridge.core.training.loggers import RunLoggers
 from gnnbridge.core.training.metrics import ConfusionCounts
 from gnnbridge.core.training.phases import NO_PHASES, PhaseTimer, slowest_rank
-from gnnbridge.core.training.placement import autocast, grad_scaler, place, prefetched
+from gnnbridge.core.training.placement import autocast, feature_caches, grad_scaler, place, prefetched
 from gnnbridge.core.training.state import TrainState
 
 DIVERGED = "Training diverged"  # how the line starts, also when it arrives as another rank's failure
@@ -67,6 +67,8 @@ class Trainer:
         checkpoint (every rank holds it) to continue from."""
         self.config = config
         self.data = place(data, config.placement, ctx.device)
+        self.feature_caches = feature_caches(self.data, config.placement)
+        self.cache_counts = [0, 0]  # rows served from the feature cache, rows gathered: every epoch so far
         self.ctx = ctx
         self.show_progress = show_progress and ctx.is_main
         # tqdm's default lock is a multiprocessing semaphore: a rank killed by a signal would leave
@@ -176,7 +178,28 @@ class Trainer:
         return {"metrics": final, "history": state.history, "final_eval_time_s": time.perf_counter() - t0,
                 "best": {**state.best_summary(cfg.monitor), "metrics": self._best_metrics(final_evaluator, final)},
                 "early_stopping": state.stopping_summary(cfg.patience), "epochs_trained": len(state.history),
-                "eval": self.eval_summary()}
+                "eval": self.eval_summary(), **self.cache_summary()}
+
+    def cache_summary(self) -> dict:
+        """What ``results.json`` says about ``placement.feature_cache`` (nothing when it is off):
+        this rank's cache and the hit rate over every rank's training gathers."""
+        if not self.feature_caches:
+            return {}
+        hits, rows = self.cache_counts
+        return {"feature_cache": {"bytes": sum(c.nbytes for c in self.feature_caches),
+                                  "rows": sum(c.ids.numel() for c in self.feature_caches),
+                                  "hit_rate": hits / rows if rows else 0.0}}
+
+    def _epoch_hit_rate(self) -> dict:
+        """``{"feature_cache_hit_rate": rows served from the cache / rows gathered}`` over every
+        rank's training gathers of the epoch just run (one small all-reduce); {} without a cache."""
+        if not self.feature_caches:
+            return {}
+        counts = torch.tensor([sum(c.hits for c in self.feature_caches), sum(c.total for c in self.feature_caches)],
+                              dtype=torch.int64)
+        hits, rows = self.ctx.all_reduce_sum(counts).tolist()
+        self.cache_counts = [self.cache_counts[0] + hits, self.cache_counts[1] + rows]
+        return {"feature_cache_hit_rate": hits / rows if rows else 0.0}
 
     def _best_metrics(self, evaluator: Evaluator, final: dict) -> dict | None:
         """Every split's metrics for the best epoch's weights (the model a user should keep);
@@ -237,6 +260,8 @@ class Trainer:
         t0 = time.perf_counter()
         progress = BarFigures(t0)
         phases = PhaseTimer(ctx.device, ctx.doing, epoch)
+        for cache in self.feature_caches:
+            cache.reset()
         phases.start()
         for step, mb in enumerate(prefetched(lambda: self._batches(batches, epoch), cfg.placement.prefetch)):
             phases.mark("sample")
@@ -258,7 +283,7 @@ class Trainer:
         seconds = phases.seconds()
         return {"epoch": epoch, "loss": float(loss_sum) / max(1, counts.total), "train_acc": counts.accuracy(),
                 "epoch_time_s": epoch_time, "batches": len(batches), "phases": seconds,
-                "phases_slowest_rank": slowest_rank(ctx, seconds, epoch_time)}
+                "phases_slowest_rank": slowest_rank(ctx, seconds, epoch_time), **self._epoch_hit_rate()}
 
     def train_step(self, mb, phases=NO_PHASES) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One optimisation step on ``mb``: (the batch's summed loss, detached; logits; targets)."""
@@ -336,7 +361,7 @@ class Trainer:
             value = stats.get(monitor)
             tqdm.write(f"epoch {stats['epoch'] + 1:>3}/{self.config.train.epochs}  loss {stats['loss']:.4f}  "
                        f"train_acc {stats['train_acc']:.4f}  {monitor} {'n/a' if value is None else f'{value:.4f}'}  "
-                       f"{stats['epoch_time_s']:.2f}s", file=sys.stderr)
+                       f"{stats['epoch_time_s']:.2f}s{_hit_rate(stats)}", file=sys.stderr)
 
     # ------------------------------------------------------------------ evaluation
 
@@ -399,6 +424,11 @@ class Trainer:
             full = self._sampler(every_neighbour=True)
             return self._links(full) if self.is_link else self._sampled(full)
         return self._validation_evaluator()
+
+
+def _hit_rate(stats: dict) -> str:
+    rate = stats.get("feature_cache_hit_rate")
+    return "" if rate is None else f"  feature cache {rate:.0%}"
 
 
 class BarFigures:

@@ -1,0 +1,290 @@
+"""Every gather of feature rows, ``table[ids]`` as float32: one function, ``gather_rows``.
+
+Why a function of its own: a table memory-mapped from a folder (``np.load(mmap_mode="r")``)
+is read by page faults, and torch's index on it faults one page at a time per thread, so a
+batch's rows arrive at the disk's queue-depth-1 rate. A compiled loop over the rows on numba's
+threads keeps many faults in flight. Features stored as float16 or bfloat16 are upcast in the
+same pass: ``table[ids].float()`` would copy every row twice. A table in RAM and in float32 is
+gathered by plain indexing (as fast, and what a model that reads rows in place expects).
+
+``placement.feature_cache`` keeps the rows of the highest in-degree nodes (the most sampled) in
+RAM (:class:`FeatureCache`); ``gather_rows`` serves those from it and counts its hits. The cache
+is per rank, not shared between the ranks of a machine.
+"""
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+import torch
+
+from gnnbridge.core.compiled import numba, signals_deferred, threads
+
+LARGE_TABLE_BYTES = 1 << 30  # a CPU table this large gathers compiled even in RAM (its rows miss every cache)
+PARALLEL_MIN_BYTES = 1 << 20  # bytes gathered from which numba's threads are used (a launch costs ~0.1 ms)
+ROW_CHUNK = 64  # rows per parallel task
+FILL_BYTES = 64 << 20  # float32 bytes a 16-bit cache is filled through at a time
+_caches: dict[int, "FeatureCache"] = {}  # id(table) -> its cache (removed when the table goes)
+_mapped: dict[tuple[int, int], bool] = {}  # (data pointer, bytes) -> file-backed (only speed depends on it)
+
+# float16 and bfloat16 bit patterns -> float32, exactly: bfloat16 is float32's high half (a
+# shift), float16's table is numpy's own conversion. 256 KiB each: they stay in the L2 cache.
+_UPCAST = {
+    torch.bfloat16: (np.arange(1 << 16, dtype=np.uint32) << 16).view(np.float32),
+    torch.float16: np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32),
+}
+
+
+def gather_rows(table: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """``table[ids]`` as a new float32 tensor ``[len(ids), F]`` on the table's device."""
+    ids = ids.to(table.device)
+    cache = cache_of(table)
+    if cache is None and not _compiled(table):
+        return table[ids].float()
+    if numba is None or not table.is_contiguous():
+        return _torch_gather(table, ids, cache)
+    return _compiled_gather(table, ids, cache)
+
+
+@signals_deferred()
+def warm(table: torch.Tensor) -> None:
+    """Load (or compile, the first time: seconds) the kernels that will gather ``table``, so
+    that the cost lands before the first epoch, not in its time."""
+    if numba is None or not table.is_contiguous() or (cache_of(table) is None and not _compiled(table)):
+        return
+    ids = np.zeros(1, np.int64)
+    src, lut = _numpy_rows(table)[:1], _UPCAST.get(table.dtype)  # the types gather_rows passes (None: float32)
+    for parallel in (False, True):
+        _KERNELS[table.dtype in _UPCAST, parallel](src, ids, ids[:0], src[:0], lut,
+                                                   np.empty((1, table.shape[1]), np.float32))
+
+
+def reads_in_place(table: torch.Tensor) -> bool:
+    """Whether a model may read ``table``'s rows where they are (``IndexedRows``): a float32
+    table in RAM (a large one too: it saves the copy), without a cache whose hits must be counted."""
+    return table.dtype == torch.float32 and cache_of(table) is None and \
+        (table.device.type != "cpu" or not file_backed(table))
+
+
+def _compiled(table: torch.Tensor) -> bool:
+    """Whether a CPU table is gathered by the compiled loop: mapped from a file, 16-bit, or large."""
+    if table.device.type != "cpu":
+        return False
+    return table.dtype in (torch.float16, torch.bfloat16) or table.nbytes >= LARGE_TABLE_BYTES or file_backed(table)
+
+
+def file_backed(table: torch.Tensor) -> bool:
+    """Whether ``table``'s memory is a mapped file (not anonymous or shared memory), from
+    ``/proc/self/maps``, read once per table; False where that file does not exist."""
+    key = (table.untyped_storage().data_ptr(), table.untyped_storage().nbytes())
+    if key not in _mapped:
+        if len(_mapped) >= 1024:  # tables come and go (layer outputs): forget the old ones
+            _mapped.clear()
+        _mapped[key] = _in_file_mapping(key[0])
+    return _mapped[key]
+
+
+def _in_file_mapping(address: int) -> bool:
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                parts = line.split(maxsplit=5)
+                lo, hi = (int(v, 16) for v in parts[0].split("-"))
+                if lo <= address < hi:
+                    path = parts[5].strip() if len(parts) > 5 else ""
+                    return path.startswith("/") and not path.startswith("/dev/shm/") and "(deleted)" not in path
+    except (OSError, ValueError):
+        pass
+    return False
+
+
+def _numpy_rows(table: torch.Tensor) -> np.ndarray:
+    """The table as a numpy array the kernel reads: 16-bit tables as their bit patterns."""
+    if table.dtype in _UPCAST:
+        return table.view(torch.int16).numpy().view(np.uint16)
+    return table.numpy()
+
+
+def _compiled_gather(table: torch.Tensor, ids: torch.Tensor, cache: "FeatureCache | None") -> torch.Tensor:
+    if ids.numel() and not 0 <= int(ids.min()) <= int(ids.max()) < table.shape[0]:  # the kernel does not check
+        raise IndexError(f"row ids {int(ids.min())}..{int(ids.max())} outside a table of {table.shape[0]} rows")
+    out = np.empty((ids.numel(), table.shape[1]), dtype=np.float32)
+    src = _numpy_rows(table)
+    lut = _UPCAST.get(table.dtype)  # None: float32 rows are copied as they are
+    cached_ids = cache.ids.numpy() if cache is not None else np.empty(0, np.int64)
+    cached = _numpy_rows(cache.rows) if cache is not None else src[:0]
+    parallel = out.nbytes >= PARALLEL_MIN_BYTES and ids.numel() > ROW_CHUNK and threads() > 1
+    with signals_deferred():
+        run = _KERNELS[table.dtype in _UPCAST, bool(parallel)]
+        hits = run(src, ids.numpy().astype(np.int64, copy=False), cached_ids, cached, lut, out)
+    if cache is not None:
+        cache.count(int(hits), ids.numel())
+    return torch.from_numpy(out)
+
+
+def _torch_gather(table: torch.Tensor, ids: torch.Tensor, cache: "FeatureCache | None") -> torch.Tensor:
+    """The same without numba: cached rows from the cache, the rest indexed."""
+    if cache is None:
+        return table[ids].float()
+    pos, hit = cache.lookup(ids)
+    out = torch.empty((ids.numel(), table.shape[1]), dtype=torch.float32)
+    out[hit] = cache.rows[pos[hit]].float()
+    out[~hit] = table[ids[~hit]].float()
+    cache.count(int(hit.sum()), ids.numel())
+    return out
+
+
+if numba is not None:
+    from numba import njit, prange
+
+    @njit(cache=True, nogil=True, inline="always")
+    def _find(cached_ids, v):
+        """Where ``v`` is in the sorted ``cached_ids``, or -1."""
+        k = cached_ids.shape[0]
+        if k == 0:
+            return -1
+        at = np.searchsorted(cached_ids, v)
+        return at if at < k and cached_ids[at] == v else -1
+
+    @njit(cache=True, nogil=True)
+    def _copy_into(src, ids, cached_ids, cached, lut, out, lo, hi):
+        """Rows lo..hi-1 of ``out``: each id's row from ``cached`` (when its id is there) or
+        ``src``. Returns how many came from ``cached``."""
+        hits = 0
+        for i in range(lo, hi):
+            at = _find(cached_ids, ids[i])
+            row = cached[at] if at >= 0 else src[ids[i]]
+            hits += at >= 0
+            for j in range(row.shape[0]):
+                out[i, j] = row[j]
+        return hits
+
+    @njit(cache=True, nogil=True)
+    def _decode_into(src, ids, cached_ids, cached, lut, out, lo, hi):
+        """The same for 16-bit rows, each value upcast through ``lut`` (its bit pattern's float32)."""
+        hits = 0
+        for i in range(lo, hi):
+            at = _find(cached_ids, ids[i])
+            row = cached[at] if at >= 0 else src[ids[i]]
+            hits += at >= 0
+            for j in range(row.shape[0]):
+                out[i, j] = lut[row[j]]
+        return hits
+
+    # Serial and parallel as separate functions, not one jitted both ways (see kernels.py:
+    # numba's on-disk cache ignores parallel=); copy and decode too (their element types differ).
+    @njit(cache=True, nogil=True)
+    def _copy_serial(src, ids, cached_ids, cached, lut, out):
+        return _copy_into(src, ids, cached_ids, cached, lut, out, 0, ids.shape[0])
+
+    @njit(cache=True, nogil=True)
+    def _decode_serial(src, ids, cached_ids, cached, lut, out):
+        return _decode_into(src, ids, cached_ids, cached, lut, out, 0, ids.shape[0])
+
+    @njit(cache=True, nogil=True, parallel=True)
+    def _copy_parallel(src, ids, cached_ids, cached, lut, out):
+        """Chunks of ROW_CHUNK rows on numba's threads: their page faults are in flight together."""
+        chunks = (ids.shape[0] + ROW_CHUNK - 1) // ROW_CHUNK
+        hits = np.zeros(chunks, np.int64)
+        for b in prange(chunks):
+            lo = np.int64(b) * ROW_CHUNK  # prange may hand out unsigned indices; stay in int64
+            hits[b] = _copy_into(src, ids, cached_ids, cached, lut, out, lo, min(lo + ROW_CHUNK, ids.shape[0]))
+        return hits.sum()
+
+    @njit(cache=True, nogil=True, parallel=True)
+    def _decode_parallel(src, ids, cached_ids, cached, lut, out):
+        chunks = (ids.shape[0] + ROW_CHUNK - 1) // ROW_CHUNK
+        hits = np.zeros(chunks, np.int64)
+        for b in prange(chunks):
+            lo = np.int64(b) * ROW_CHUNK
+            hits[b] = _decode_into(src, ids, cached_ids, cached, lut, out, lo, min(lo + ROW_CHUNK, ids.shape[0]))
+        return hits.sum()
+
+    _KERNELS = {(False, False): _copy_serial, (False, True): _copy_parallel,
+                (True, False): _decode_serial, (True, True): _decode_parallel}
+
+
+# --------------------------------------------------------------------------- the cache
+
+
+class FeatureCache:
+    """The rows of ``ids`` (sorted) of one table, in the table's dtype, and how often they served.
+
+    ``hits``/``rows`` count rows served from here / rows gathered since the last ``reset``."""
+
+    def __init__(self, table: torch.Tensor, ids: torch.Tensor):
+        self.ids = ids.sort().values.contiguous()
+        self.rows = _copy_rows(table, self.ids)  # sorted ids: the file is read nearly in order
+        self.hits = 0
+        self.total = 0
+        self.nbytes = self.rows.nbytes + self.ids.nbytes
+
+    def lookup(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(position in the cache, whether cached) of each id."""
+        pos = torch.searchsorted(self.ids, ids).clamp_(max=max(0, self.ids.numel() - 1))
+        hit = self.ids[pos] == ids if self.ids.numel() else torch.zeros_like(ids, dtype=torch.bool)
+        return pos, hit
+
+    def count(self, hits: int, rows: int) -> None:
+        self.hits += hits
+        self.total += rows
+
+    def reset(self) -> None:
+        self.hits = self.total = 0
+
+
+def cache_of(table: torch.Tensor) -> FeatureCache | None:
+    return _caches.get(id(table))
+
+
+def attach_cache(table: torch.Tensor, cache: FeatureCache) -> None:
+    """Make ``gather_rows(table, ...)`` consult ``cache`` (until the table is freed)."""
+    key = id(table)
+    _caches[key] = cache
+    weakref.finalize(table, _caches.pop, key, None)
+
+
+def detach_cache(table: torch.Tensor) -> None:
+    _caches.pop(id(table), None)
+
+
+def most_sampled(in_degree: torch.Tensor, count: int) -> torch.Tensor:
+    """The ``count`` nodes of highest in-degree, ties to the lower id (deterministic), sorted."""
+    n = in_degree.numel()
+    if count >= n:
+        return torch.arange(n)
+    if count <= 0:
+        return torch.empty(0, dtype=torch.int64)
+    threshold = in_degree.kthvalue(n - count + 1).values  # the count-th largest degree
+    above = (in_degree > threshold).nonzero().flatten()
+    at = (in_degree == threshold).nonzero().flatten()[: count - above.numel()]
+    return torch.cat([above, at]).sort().values
+
+
+def _copy_rows(table: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """``table[ids]`` in the table's dtype. A table ``gather_rows`` reads compiled (a mapped one:
+    its page faults in flight together, not one at a time) is read by the kernel too; 16-bit
+    rows are upcast and cast back (exact both ways), FILL_BYTES of float32 at a time."""
+    if numba is None or not table.is_contiguous() or not _compiled(table):
+        return table[ids].contiguous()
+    if table.dtype == torch.float32:
+        return _compiled_gather(table, ids, None)
+    out = torch.empty((ids.numel(), table.shape[1]), dtype=table.dtype)
+    step = max(1, FILL_BYTES // (4 * table.shape[1]))
+    for start in range(0, ids.numel(), step):
+        out[start:start + step] = _compiled_gather(table, ids[start:start + step], None)
+    return out
+
+
+def build_cache(table: torch.Tensor, in_degree: torch.Tensor, budget: int) -> FeatureCache | None:
+    """A cache of the highest in-degree rows of a CPU ``table`` within ``budget`` bytes (rows
+    plus their ids), attached to the table; None when no row fits."""
+    if table.device.type != "cpu" or table.dim() != 2:
+        return None
+    per_row = table.shape[1] * table.element_size() + 8
+    count = min(budget // per_row, table.shape[0])
+    if count <= 0:
+        return None
+    cache = FeatureCache(table, most_sampled(in_degree, count))
+    attach_cache(table, cache)
+    return cache
