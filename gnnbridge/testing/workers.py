@@ -107,3 +107,52 @@ def gather_rows_and_dump(ctx: DistContext, data: GraphData, out: str) -> None:
         model = build(backends.get(name), ModelSpec(arch="sage", hidden=8, layers=2, dropout=0.0), data).eval()
         result[name] = LayerwiseEvaluator(backends.get(name), data, ctx, batch_size=64).full_logits(model)
     torch.save(result, Path(out) / f"rank{ctx.rank}.pt")
+
+
+def open_mapped_graph(folder: str, mapped: bool = True) -> GraphData:
+    """A test opener: the graph whose arrays ``folder`` holds as ``.npy`` files, memory-mapped
+    (read-only, never written), carrying ``mapped_from`` unless ``mapped`` is False."""
+    import warnings
+
+    import numpy as np
+
+    def load(name):
+        with warnings.catch_warnings():  # the mapping is read-only and nothing writes to it
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.from_numpy(np.load(Path(folder) / f"{name}.npy", mmap_mode="r"))
+
+    data = GraphData(*(load(n) for n in ("indptr", "indices", "x", "y", "train_idx", "val_idx", "test_idx")),
+                     num_classes=int(np.load(Path(folder) / "num_classes.npy")))
+    if mapped:
+        data.mapped_from = (open_mapped_graph, (folder, mapped))
+    return data
+
+
+def save_graph_files(data: GraphData, folder: Path) -> None:
+    """The arrays :func:`open_mapped_graph` opens, one ``.npy`` per field."""
+    import numpy as np
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("indptr", "indices", "x", "y", "train_idx", "val_idx", "test_idx"):
+        np.save(folder / f"{name}.npy", getattr(data, name).numpy())
+    np.save(folder / "num_classes.npy", np.array(data.num_classes))
+
+
+def where_x_lives(ctx: DistContext, data: GraphData | None, out: str, folder: str | None = None,
+                  mapped: bool = True) -> None:
+    """Report the ``/proc/self/maps`` line holding this rank's ``x`` and every mapping of a
+    gnnbridge shared-memory file; with ``folder`` the rank takes the data through ``node_shared``
+    (opening ``folder`` with :func:`open_mapped_graph`, ``mapped_from`` set if ``mapped``)."""
+    import json
+    from functools import partial
+
+    from gnnbridge.core.runtime.sharing import node_shared, shm_dir
+
+    if folder is not None:
+        data = node_shared(ctx, partial(open_mapped_graph, folder, mapped))
+    maps = Path("/proc/self/maps").read_text().splitlines()
+    ptr = data.x.data_ptr()
+    line = next(m for m in maps if int(m.split()[0].split("-")[0], 16) <= ptr < int(m.split()[0].split("-")[1], 16))
+    shm = [m for m in maps if f"{shm_dir()}/gnnbridge-" in m]
+    Path(out, f"rank{ctx.rank}.json").write_text(json.dumps({"x_line": line, "shm": shm, "mapped": data.is_mapped,
+                                                             "x_sum": float(data.x.sum())}))
