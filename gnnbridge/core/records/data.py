@@ -22,10 +22,10 @@ import torch
 
 from gnnbridge.core.errors import DataError
 from gnnbridge.core.records.csc import csc_from_coo
-from gnnbridge.core.records.mapped import Reopenable
+from gnnbridge.core.records.mapped import Mapped
 
 
-class LabelledRecord(Reopenable):
+class LabelledRecord(Mapped):
     """What the node and graph records share: ``x`` (one row per node), ``edge_index``, labels
     ``y`` (one per ``item_name``: node or graph), ``train_idx`` / ``val_idx`` / ``test_idx`` over
     those items, ``num_classes``; and moving all of it to shared memory."""

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import torch
 
 from gnnbridge.core.errors import ConfigError, DataError
-from gnnbridge.core.records.mapped import Reopenable
+from gnnbridge.core.records.mapped import Mapped
 from gnnbridge.core.records.data import (
     GraphData,
     check_disjoint_splits,
@@ -49,7 +49,7 @@ def edge_name(et: EdgeType) -> str:
 
 
 @dataclass
-class HeteroGraphData(Reopenable):
+class HeteroGraphData(Mapped):
     """A heterogeneous graph with one supervised target: node labels of ``target_node`` (task
     node) or edges of ``target_edge`` (task link).
 
@@ -506,7 +506,7 @@ def from_homogeneous(data: GraphData, seed: int = 0) -> tuple[dict, dict, dict, 
 
 
 @dataclass
-class HeteroSource(Reopenable):
+class HeteroSource(Mapped):
     """A heterogeneous graph as a dataset loader returns it, before a task is chosen: the task
     decides what is held out (labels of ``target_node``, or edges of ``target_edge``), and so
     which edges may pass messages. Core turns it into a :class:`HeteroGraphData`.
