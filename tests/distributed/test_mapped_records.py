@@ -4,13 +4,21 @@ without ``mapped_from`` still travel through shared memory. Real ranks, both way
 ``--nproc``'s spawned ranks (arguments pickled by torch.multiprocessing) and a job's node
 (``node_shared``)."""
 import json
+import os
 import pickle
+import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import torch
 
+from gnnbridge.core.errors import RankFailedError
 from gnnbridge.core.runtime.launcher import launch
 from gnnbridge.testing.conformance import small_graph
+from gnnbridge.testing.ports import free_port
 from gnnbridge.testing.workers import open_mapped_graph, save_graph_files, where_x_lives
 
 
@@ -59,3 +67,88 @@ def test_a_record_without_mapped_from_still_goes_through_shared_memory(folder, t
     launch(where_x_lives, 2, "cpu", (None, str(job), folder, False), timeout_s=120)
     for rank in _ranks(job):  # the node's exported copy, in shared memory
         assert "/gnnbridge-" in rank["x_line"] and "x.npy" not in rank["x_line"] and not rank["mapped"], rank
+
+
+def test_a_task_record_derived_from_a_mapped_graph_keeps_its_features_mapped(folder):
+    """A link task builds new topology around the opened graph's features: it travels as
+    "reopen and derive again" (the same seed, the same record) and its x stays the file's."""
+    from gnnbridge.core.app.preflight import for_task
+    from gnnbridge.core.contracts.config import from_dict
+
+    config = from_dict({"task": "link", "train": {"seed": 3}})
+    derived = for_task(config, open_mapped_graph(folder))
+    blob = pickle.dumps(derived.share_memory_())
+    assert len(blob) < 10_000  # the config and the opener, not the graph
+    again = pickle.loads(blob)
+    assert again.mapped_from is not None and again.summary() == derived.summary()
+    for name in ("val_edges", "test_edges", "val_negatives", "test_negatives"):
+        assert torch.equal(getattr(again, name), getattr(derived, name)), name
+    assert all(torch.equal(again.edge_index[et], derived.edge_index[et]) for et in derived.edge_index)
+    assert _mapping_of(again.x["node"].data_ptr()).endswith(f"{folder}/x.npy")
+
+
+def _mapping_of(address: int) -> str:
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        lo, hi = (int(a, 16) for a in line.split()[0].split("-"))
+        if lo <= address < hi:
+            return line
+    raise AssertionError(f"{address:#x} is in no mapping of this process")
+
+
+def _corrupt(folder):
+    """A copy that differs from its manifest: x.npy gained a few bytes."""
+    with open(Path(folder) / "x.npy", "ab") as f:
+        f.write(b"\0" * 8)
+
+
+@pytest.mark.slow
+def test_a_mapped_record_refused_in_the_spawned_ranks_is_one_line(folder, tmp_path, capfd):
+    """The folder changed after the launching process opened it: each rank's reopening refuses
+    it, and the run ends with that line, as a failure of a rank, without a traceback."""
+    data = open_mapped_graph(folder)
+    _corrupt(folder)
+    with pytest.raises(RankFailedError) as err:
+        launch(where_x_lives, 2, "cpu", (data, str(tmp_path)), timeout_s=120)
+    assert re.fullmatch(rf"rank [01] failed: {re.escape(folder)}/x\.npy has \d+ bytes but its manifest says \d+: "
+                        r"this copy of the folder differs from the one prepared; copy it again\.", str(err.value))
+    assert "Traceback" not in capfd.readouterr().err
+
+
+@pytest.mark.slow
+def test_two_machines_map_their_own_copies_and_a_copy_that_differs_ends_the_job_in_one_line(folder, tmp_path):
+    """Two torchrun "machines" of one rank, each in its own folder with its own copy of the data;
+    first both copies are good (each maps its own file, nothing goes to shared memory), then
+    node 1's differs: its rank refuses it and both machines end with that line."""
+    for node in ("node0", "node1"):
+        shutil.copytree(folder, tmp_path / node / "data")
+        (tmp_path / node / "out").mkdir()
+    codes, errors = _two_nodes(tmp_path)
+    assert codes == [0, 0], errors
+    for node, rank in (("node0", 0), ("node1", 1)):
+        seen = json.loads((tmp_path / node / "out" / f"rank{rank}.json").read_text())
+        assert seen["x_line"].endswith(f"{tmp_path / node}/data/x.npy") and seen["shm"] == [], seen
+    _corrupt(tmp_path / "node1" / "data")
+    codes, errors = _two_nodes(tmp_path)
+    line = (f"Error: rank 1 failed: data/x.npy has {4 * small_graph().x.numel() + 128 + 8} bytes but its manifest "
+            f"says {4 * small_graph().x.numel() + 128}: this copy of the folder differs from the one prepared; copy it "
+            "again.")
+    assert codes[1] != 0 and codes[0] != 0, errors
+    # gnnbridge's one line on each machine (torchrun's own failure report follows it, as for any job).
+    assert [[e for e in lines if e.startswith("Error: ")] for lines in errors] == [[line], [line]], errors
+
+
+def _two_nodes(tmp_path):
+    """Run the two "machines" of the job; their exit codes and the lines each printed on stderr."""
+    port = free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank",
+                               str(r), "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port",
+                               str(port), "-m", "gnnbridge.testing.mapped_job", "data", "out"],
+                              cwd=tmp_path / f"node{r}", env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for r in (1, 0)]
+    try:
+        outs = [p.communicate(timeout=240) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    return [p.returncode for p in reversed(procs)], [e.splitlines() for _, e in reversed(outs)]
