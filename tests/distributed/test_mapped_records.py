@@ -116,20 +116,21 @@ def test_a_mapped_record_refused_in_the_spawned_ranks_is_one_line(folder, tmp_pa
 
 @pytest.mark.slow
 def test_two_machines_map_their_own_copies_and_a_copy_that_differs_ends_the_job_in_one_line(folder, tmp_path):
-    """Two torchrun "machines" of one rank, each in its own folder with its own copy of the data;
-    first both copies are good (each maps its own file, nothing goes to shared memory), then
-    node 1's differs: its rank refuses it and both machines end with that line."""
+    """Two torchrun "machines" of two ranks, each in its own folder with its own copy of the data;
+    first both copies are good (every rank maps its machine's file, nothing goes to shared
+    memory), then node 1's differs: its first rank (rank 2) refuses it and both machines end with
+    that line."""
     for node in ("node0", "node1"):
         shutil.copytree(folder, tmp_path / node / "data")
         (tmp_path / node / "out").mkdir()
     codes, errors = _two_nodes(tmp_path)
     assert codes == [0, 0], errors
-    for node, rank in (("node0", 0), ("node1", 1)):
+    for node, rank in (("node0", 0), ("node0", 1), ("node1", 2), ("node1", 3)):
         seen = json.loads((tmp_path / node / "out" / f"rank{rank}.json").read_text())
         assert seen["x_line"].endswith(f"{tmp_path / node}/data/x.npy") and seen["shm"] == [], seen
     _corrupt(tmp_path / "node1" / "data")
     codes, errors = _two_nodes(tmp_path)
-    line = (f"Error: rank 1 failed: data/x.npy has {4 * small_graph().x.numel() + 128 + 8} bytes but its manifest "
+    line = (f"Error: rank 2 failed: data/x.npy has {4 * small_graph().x.numel() + 128 + 8} bytes but its manifest "
             f"says {4 * small_graph().x.numel() + 128}: this copy of the folder differs from the one prepared; copy it "
             "again.")
     assert codes[1] != 0 and codes[0] != 0, errors
@@ -142,7 +143,7 @@ def _two_nodes(tmp_path):
     port = free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank",
-                               str(r), "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port",
+                               str(r), "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port",
                                str(port), "-m", "gnnbridge.testing.mapped_job", "data", "out"],
                               cwd=tmp_path / f"node{r}", env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for r in (1, 0)]
