@@ -1,6 +1,7 @@
-"""A task record derived from a memory-mapped dataset (``for_task``: a link task's split, a
-heterogeneous graph's task) travels to the ranks as "reopen and derive again", never as its
-tensors: the same record comes back and its features are still the file's pages."""
+"""A heterogeneous task record derived from a memory-mapped source (``for_task``) travels to the
+ranks as "reopen and derive again", never as its tensors: the same record comes back and its
+features are still the file's pages. (A homogeneous graph's link task is tested in
+tests/distributed/test_mapped_records.py.)"""
 from __future__ import annotations
 
 import pickle
@@ -14,8 +15,6 @@ import torch
 from gnnbridge.core.app.preflight import for_task
 from gnnbridge.core.contracts.config import from_dict
 from gnnbridge.core.records.hetero import HeteroSource
-from gnnbridge.testing.conformance import small_graph
-from gnnbridge.testing.workers import open_mapped_graph, save_graph_files
 
 
 def open_shop(folder: str) -> HeteroSource:
@@ -43,18 +42,6 @@ def travelled(record):
     blob = pickle.dumps(record)
     assert len(blob) < 4000, len(blob)  # the opener and the config, not the tensors
     return pickle.loads(blob)
-
-
-def test_a_link_task_of_a_mapped_graph_travels_as_reopen_and_derive(tmp_path):
-    save_graph_files(small_graph(), tmp_path / "g")
-    config = from_dict({"task": "link", "train": {"seed": 3}})
-    derived = for_task(config, open_mapped_graph(str(tmp_path / "g")))
-    again = travelled(derived)
-    assert again.is_mapped and again.target_edge == derived.target_edge
-    for et in derived.edge_types:
-        assert torch.equal(again.edge_index[et], derived.edge_index[et])
-    assert torch.equal(again.val_edges, derived.val_edges) and torch.equal(again.test_negatives, derived.test_negatives)
-    assert maps_line(again.x["node"]).endswith(f"{tmp_path}/g/x.npy")
 
 
 @pytest.mark.parametrize("task", ["node", "link"])

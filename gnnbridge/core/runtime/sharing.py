@@ -40,7 +40,8 @@ from gnnbridge.core.runtime.context import DistContext
 
 
 def node_shared(ctx: DistContext, load: Callable[[], LabelledRecord]) -> LabelledRecord:
-    """``load()`` once per node; every rank of the node gets the same shared-memory record.
+    """``load()`` once per node; every rank of the node gets the same shared-memory record, or,
+    for a memory-mapped record, opens its files itself (the node's pages, in the page cache).
 
     Ends with a job-wide wait without deadline, so a node that downloads for an hour does not
     make the others' first collective time out."""
