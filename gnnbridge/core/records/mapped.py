@@ -24,6 +24,7 @@ rebuilt there. Records without ``mapped_from`` (``None``, the default) pickle an
 from __future__ import annotations
 
 import multiprocessing
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -52,21 +53,26 @@ class Mapped:
         return copied
 
 
+# Set by the launcher for the ranks it spawns (see :func:`reopen`); each rank drops it in
+# :func:`opened`, so processes a rank starts itself get records, not placeholders.
+DEFER_VAR = "GNNBRIDGE_RANKS_OPEN_DATA"
+
+
 def reopen(opener: Callable[..., Any], args: tuple):
-    """``opener(*args)``: what a mapped record unpickles to. In a process being started by
-    multiprocessing's spawn (its arguments are unpickled before any of its own code runs, where a
-    refusal would end it with a traceback and a bare exit code) the opening is deferred to
-    :func:`opened`, which the rank calls once it has joined the job, so that a refusal (a copy
+    """``opener(*args)``: what a mapped record unpickles to. In a rank that gnnbridge's launcher
+    is starting (multiprocessing's spawn unpickles its arguments before any of its own code runs,
+    where a refusal would end it with a traceback and a bare exit code) the opening is deferred
+    to :func:`opened`, which the rank calls once it has joined the job, so that a refusal (a copy
     of the folder that differs from its manifest) is that rank's failure, reported in one line.
-    The stdlib's own proxies decide the same way (``managers.RebuildProxy``)."""
-    if getattr(multiprocessing.current_process(), "_inheriting", False):
+    The stdlib's own proxies look at the same flag (``managers.RebuildProxy``)."""
+    if getattr(multiprocessing.current_process(), "_inheriting", False) and os.environ.get(DEFER_VAR):
         return Unopened(opener, args)
     return opener(*args)
 
 
 @dataclass(frozen=True)
 class Unopened:
-    """A mapped record that reached a process still being started; :func:`opened` opens it."""
+    """A mapped record that reached a rank still being started; :func:`opened` opens it."""
 
     opener: Callable[..., Any]
     args: tuple
@@ -76,5 +82,7 @@ class Unopened:
 
 
 def opened(values: tuple) -> tuple:
-    """``values`` with every :class:`Unopened` record opened (a rank's worker arguments)."""
+    """``values`` (a rank's worker arguments) with every :class:`Unopened` record opened; from
+    here on records unpickled in this process, or in processes it starts, open at once."""
+    os.environ.pop(DEFER_VAR, None)
     return tuple(v.opener(*v.args) if isinstance(v, Unopened) else v for v in values)
