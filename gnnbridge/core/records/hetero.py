@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 import torch
 
 from gnnbridge.core.errors import ConfigError, DataError
-from gnnbridge.core.records.mapped import Mapped
 from gnnbridge.core.records.data import (
     GraphData,
     check_disjoint_splits,
