@@ -7,9 +7,12 @@ from pathlib import Path
 import torch
 
 from gnnbridge.core.contracts.config import ExperimentConfig
+from gnnbridge.core.errors import DataError
 from gnnbridge.core.records.data import GraphData
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.training.trainer import Trainer, parameters_digest
+
+GRAPH_FILES = ("indptr", "indices", "x", "y", "train_idx", "val_idx", "test_idx")
 
 
 def train_and_dump(ctx: DistContext, config: ExperimentConfig, data: GraphData, out: str) -> None:
@@ -107,3 +110,64 @@ def gather_rows_and_dump(ctx: DistContext, data: GraphData, out: str) -> None:
         model = build(backends.get(name), ModelSpec(arch="sage", hidden=8, layers=2, dropout=0.0), data).eval()
         result[name] = LayerwiseEvaluator(backends.get(name), data, ctx, batch_size=64).full_logits(model)
     torch.save(result, Path(out) / f"rank{ctx.rank}.pt")
+
+
+def open_mapped_graph(folder: str, mapped: bool = True) -> GraphData:
+    """A test opener: the graph whose arrays ``folder`` holds as ``.npy`` files, memory-mapped
+    (read-only, never written), carrying ``mapped_from`` unless ``mapped`` is False. Like a
+    prepared folder's opener it refuses, in one line, a copy whose files differ in size from its
+    ``manifest.json``."""
+    import json
+    import warnings
+
+    import numpy as np
+
+    root = Path(folder)
+    for name, size in json.loads((root / "manifest.json").read_text()).items():
+        if (root / name).stat().st_size != size:
+            raise DataError(f"{root / name} has {(root / name).stat().st_size} bytes but its manifest says {size}: "
+                            "this copy of the folder differs from the one prepared; copy it again.")
+
+    def load(name):
+        with warnings.catch_warnings():  # the mapping is read-only and nothing writes to it
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.from_numpy(np.load(root / f"{name}.npy", mmap_mode="r"))
+
+    data = GraphData(*(load(n) for n in GRAPH_FILES), num_classes=int(np.load(root / "num_classes.npy")))
+    if mapped:
+        data.mapped_from = (open_mapped_graph, (folder, mapped))
+    return data
+
+
+def save_graph_files(data: GraphData, folder: Path) -> None:
+    """The arrays :func:`open_mapped_graph` opens, one ``.npy`` per field, and their sizes."""
+    import json
+
+    import numpy as np
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in GRAPH_FILES:
+        np.save(folder / f"{name}.npy", getattr(data, name).numpy())
+    np.save(folder / "num_classes.npy", np.array(data.num_classes))
+    sizes = {p.name: p.stat().st_size for p in folder.glob("*.npy")}
+    (folder / "manifest.json").write_text(json.dumps(sizes))
+
+
+def where_x_lives(ctx: DistContext, data: GraphData | None, out: str, folder: str | None = None,
+                  mapped: bool = True) -> None:
+    """Report the ``/proc/self/maps`` line holding this rank's ``x`` and every mapping of a
+    gnnbridge shared-memory file; with ``folder`` the rank takes the data through ``node_shared``
+    (opening ``folder`` with :func:`open_mapped_graph`, ``mapped_from`` set if ``mapped``)."""
+    import json
+    from functools import partial
+
+    from gnnbridge.core.runtime.sharing import node_shared, shm_dir
+
+    if folder is not None:
+        data = node_shared(ctx, partial(open_mapped_graph, folder, mapped))
+    maps = Path("/proc/self/maps").read_text().splitlines()
+    ptr = data.x.data_ptr()
+    line = next(m for m in maps if int(m.split()[0].split("-")[0], 16) <= ptr < int(m.split()[0].split("-")[1], 16))
+    shm = [m for m in maps if f"{shm_dir()}/gnnbridge-" in m]
+    Path(out, f"rank{ctx.rank}.json").write_text(json.dumps({"x_line": line, "shm": shm, "mapped": getattr(data, "mapped_from", None) is not None,
+                                                             "x_sum": float(data.x.sum())}))

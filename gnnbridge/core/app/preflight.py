@@ -9,6 +9,7 @@ launching process (or on every rank of a job, where the answer is the same every
 """
 from __future__ import annotations
 
+import copy
 import os
 
 import torch
@@ -301,7 +302,25 @@ def _call_loader(config: ExperimentConfig):
 def for_task(config: ExperimentConfig, data):
     """The record the task trains on: a heterogeneous source gets its task's splits (and reverse
     edges when asked for), and a homogeneous graph becomes a one-type heterogeneous graph for
-    link prediction."""
+    link prediction.
+
+    A task record derived from a memory-mapped one holds new in-memory topology (built here)
+    and the source's mapped features. It travels to the ranks as "reopen the source, derive
+    again with this config" (deterministic given the seed), so the features are never copied;
+    each rank then holds its own copy of the derived topology, not a shared one."""
+    derived = _for_task(config, data)
+    if derived is not data and data.is_mapped:
+        derived.mapped_from = (rederive, (copy.deepcopy(config), data.mapped_from))
+    return derived
+
+
+def rederive(config: ExperimentConfig, mapped_from: tuple):
+    """A rank's copy of a task record derived from a memory-mapped source (see :func:`for_task`)."""
+    opener, args = mapped_from
+    return for_task(config, opener(*args))
+
+
+def _for_task(config: ExperimentConfig, data):
     if config.task is Task.LINK and isinstance(data, GraphData):
         data, reverse = homogeneous_source(data, config.train.seed), True
     else:

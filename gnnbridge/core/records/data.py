@@ -22,9 +22,10 @@ import torch
 
 from gnnbridge.core.errors import DataError
 from gnnbridge.core.records.csc import csc_from_coo
+from gnnbridge.core.records.mapped import Mapped
 
 
-class LabelledRecord:
+class LabelledRecord(Mapped):
     """What the node and graph records share: ``x`` (one row per node), ``edge_index``, labels
     ``y`` (one per ``item_name``: node or graph), ``train_idx`` / ``val_idx`` / ``test_idx`` over
     those items, ``num_classes``; and moving all of it to shared memory."""
@@ -60,7 +61,11 @@ class LabelledRecord:
         return {"train": self.train_idx, "val": self.val_idx, "test": self.test_idx}[name]
 
     def share_memory_(self):
-        """Move every tensor to shared memory in place, so spawned ranks attach without a copy."""
+        """Move every tensor to shared memory in place, so spawned ranks attach without a copy.
+        A memory-mapped record (``mapped_from``) stays as it is: its pages are shared through its
+        files, and its ranks reopen them (see :mod:`gnnbridge.core.records.mapped`)."""
+        if self.is_mapped:
+            return self
         for f in fields(self):
             value = getattr(self, f.name)
             if isinstance(value, torch.Tensor):

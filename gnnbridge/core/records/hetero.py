@@ -39,6 +39,7 @@ from gnnbridge.core.records.data import (
     infer_num_classes,
     random_split,
 )
+from gnnbridge.core.records.mapped import Mapped
 
 EdgeType = tuple[str, str, str]
 REVERSE_PREFIX = "rev_"
@@ -49,7 +50,7 @@ def edge_name(et: EdgeType) -> str:
 
 
 @dataclass
-class HeteroGraphData:
+class HeteroGraphData(Mapped):
     """A heterogeneous graph with one supervised target: node labels of ``target_node`` (task
     node) or edges of ``target_edge`` (task link).
 
@@ -167,6 +168,8 @@ class HeteroGraphData:
                 yield from (v for v in value.values() if isinstance(v, torch.Tensor))
 
     def share_memory_(self) -> "HeteroGraphData":
+        if self.is_mapped:  # shared through its files (see gnnbridge.core.records.mapped)
+            return self
         for t in self.tensors():
             t.share_memory_()
         return self
@@ -504,7 +507,7 @@ def from_homogeneous(data: GraphData, seed: int = 0) -> tuple[dict, dict, dict, 
 
 
 @dataclass
-class HeteroSource:
+class HeteroSource(Mapped):
     """A heterogeneous graph as a dataset loader returns it, before a task is chosen: the task
     decides what is held out (labels of ``target_node``, or edges of ``target_edge``), and so
     which edges may pass messages. Core turns it into a :class:`HeteroGraphData`.

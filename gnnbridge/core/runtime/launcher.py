@@ -40,6 +40,7 @@ import torch.distributed as dist
 from gnnbridge.core.contracts.config import DEFAULT_TIMEOUT_S
 from gnnbridge.core.contracts.plugins import ENV_WARNED
 from gnnbridge.core.errors import ConfigError, RankFailedError, RunInterrupted, note_signal
+from gnnbridge.core.records.mapped import DEFER_VAR
 from gnnbridge.core.runtime.context import DistContext, resolve_device
 from gnnbridge.core.runtime.jobs import JobEnv, detect_job
 from gnnbridge.core.runtime.rank import RankSpec, rank_main
@@ -88,7 +89,7 @@ def _run_elastic(worker: Callable[..., Any], nproc: int, device_kind: str, args:
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     with tempfile.TemporaryDirectory(prefix="gnnbridge-elastic-") as log_dir, _agent_quiet(), _agent_leaves_no_trace(), \
-            _ranks_inherit({ENV_WARNED: "1"}), _ranks_start_deaf_to_ctrl_c():
+            _ranks_inherit({ENV_WARNED: "1", DEFER_VAR: "1"}), _ranks_start_deaf_to_ctrl_c():
         config = LaunchConfig(
             min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=uuid.uuid4().hex, role="gnnbridge",
             rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", rdzv_configs={"join_timeout": math.ceil(timeout_s)},

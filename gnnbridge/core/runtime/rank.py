@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from gnnbridge.core.errors import GnnBridgeError, RankFailedError, record_interrupts
+from gnnbridge.core.records.mapped import opened
 from gnnbridge.core.runtime.context import POLL_S, DistContext, attempt_store, resolve_device
 from gnnbridge.core.runtime.jobs import JobEnv
 from gnnbridge.core.runtime.watchdog import (
@@ -94,7 +95,7 @@ def rank_main(spec: RankSpec, device_kind: str, worker: Callable[..., Any], args
                                 store=dist.PrefixStore("pg/", store), rank=spec.rank,
                                 world_size=spec.world_size, timeout=timeout)
         ctx.local_group = _local_groups(ctx)
-        result = worker(ctx, *args)
+        result = worker(ctx, *opened(args))  # a mapped record opens here: its refusal is this rank's failure
         store.set(f"done/{spec.rank}", "1")
         ctx.watchdog.stop()  # before the barrier: a peer that finished and left is not dead
         dist.barrier()

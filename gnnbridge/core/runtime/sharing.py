@@ -11,15 +11,22 @@ pages live as long as a rank maps them, nobody can open them by name afterwards,
 job on the same host cannot collide with them: names carry the job's run id (drawn by rank 0 at
 the rendezvous) and the node rank.
 
+A memory-mapped record (one opened from a folder, ``mapped_from`` set) is not exported: the
+manifest says how to open it, and every rank maps the folder's files itself, so the ranks of a
+machine share its pages through the page cache and each machine of a job maps its own (shared
+file system or own copy; the opener refuses a copy that differs).
+
 Space is reserved with ``posix_fallocate`` before writing: a full ``/dev/shm`` (Docker gives 64
 MB by default) is an error message here, not a SIGBUS in the middle of a copy.
 """
 from __future__ import annotations
 
+import base64
 import dataclasses
 import errno
 import json
 import os
+import pickle
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -33,7 +40,8 @@ from gnnbridge.core.runtime.context import DistContext
 
 
 def node_shared(ctx: DistContext, load: Callable[[], LabelledRecord]) -> LabelledRecord:
-    """``load()`` once per node; every rank of the node gets the same shared-memory record.
+    """``load()`` once per node; every rank of the node gets the same shared-memory record, or,
+    for a memory-mapped record, opens its files itself (the node's pages, in the page cache).
 
     Ends with a job-wide wait without deadline, so a node that downloads for an hour does not
     make the others' first collective time out."""
@@ -44,16 +52,32 @@ def node_shared(ctx: DistContext, load: Callable[[], LabelledRecord]) -> Labelle
         # Any rank of the node removes the node's files if the job fails, even half-written ones
         # of a first rank that was killed mid-export: the names are known from the prefix.
         ctx.on_abort(lambda: _unlink(list(folder.glob(f"{prefix}-*"))))
+        loaded = None
         if ctx.is_local_main:
-            ctx.store.set(key, json.dumps(export(load(), folder, prefix)))
+            loaded = load()
+            ctx.store.set(key, json.dumps(publish(loaded, folder, prefix)))
         manifest = json.loads(ctx.wait_key(key))
-        paths = [Path(t["path"]) for t in manifest["tensors"]]
-        record = attach(manifest)
-        ctx.local_barrier()  # every rank has mapped the files: their names can go
-        if ctx.is_local_main:
-            _unlink(paths)
+        if "reopen" in manifest:  # memory-mapped: each rank maps the files itself, nothing in /dev/shm
+            record = loaded if loaded is not None else pickle.loads(base64.b64decode(manifest["reopen"]))
+        else:
+            del loaded  # the ranks map the exported copy, the first one included
+            paths = [Path(t["path"]) for t in manifest["tensors"]]
+            record = attach(manifest)
+            ctx.local_barrier()  # every rank has mapped the files: their names can go
+            if ctx.is_local_main:
+                _unlink(paths)
     ctx.store_barrier("data")
     return record
+
+
+def publish(record: LabelledRecord, folder: Path, prefix: str) -> dict:
+    """What the node's other ranks need to get ``record``: for a memory-mapped record, its pickle
+    (a few hundred bytes: "call this opener", see :mod:`gnnbridge.core.records.mapped`), which
+    each rank unpickles to map the same files (one copy in the page cache per machine);
+    otherwise its tensors exported to ``folder``."""
+    if record.is_mapped:
+        return {"reopen": base64.b64encode(pickle.dumps(record)).decode("ascii")}
+    return export(record, folder, prefix)
 
 
 def shm_dir() -> Path:
