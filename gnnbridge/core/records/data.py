@@ -31,10 +31,9 @@ class LabelledRecord(Mapped):
     those items, ``num_classes``; and moving all of it to shared memory."""
 
     item_name = "item"
-    # Set on a record opened from a prepared folder (gnnbridge.core.records.folder): the folder,
-    # and how to open it again in another process instead of copying its mapped arrays.
+    # Set on a record opened from a prepared folder (gnnbridge.core.records.folder); how it
+    # opens again in another process is ``mapped_from`` (see core/records/mapped.py).
     folder = None
-    mapped_from = None
 
     @classmethod
     def unchecked(cls, **values):

@@ -530,9 +530,8 @@ class HeteroSource(Mapped):
     held_out: tuple | None = None
     name: str = "hetero"
     undirected: bool = False  # the target's pairs stand for undirected edges
-    # Set when opened from a prepared folder (see LabelledRecord.folder / mapped_from).
+    # Set when opened from a prepared folder (see LabelledRecord.folder; Mapped.mapped_from).
     folder = None
-    mapped_from = None
 
     def summary(self) -> dict:
         return {"name": self.name, "heterogeneous": True, "node_types": dict(self.num_nodes),
