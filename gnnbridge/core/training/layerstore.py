@@ -11,6 +11,7 @@ all-gathered as in memory whatever the setting.
 """
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -18,10 +19,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from gnnbridge.core.errors import ResourceError
 from gnnbridge.core.runtime.context import DistContext
-from gnnbridge.core.runtime.host import available_memory
-
-from gnnbridge.core.contracts.config import LAYER_STORES  # noqa: F401  (auto | memory | disk)
+from gnnbridge.core.runtime.host import available_memory, format_bytes
 # auto: on disk when the in-memory layers of a machine's ranks would take more than this share
 # of the memory still free (the rest is for the batches, the model and the page cache).
 MEMORY_SHARE = 0.5
@@ -69,13 +69,27 @@ class LayerStore:
         shape = (self.num_nodes, *row.shape)
         dtype = torch.int16 if row.dtype == torch.bfloat16 else row.dtype  # numpy has no bfloat16
         np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
-        with open(path, "ab") as f:  # every rank sizes it alike; a file of zeros costs no disk until written
-            f.truncate(int(np.prod(shape)) * np_dtype.itemsize)
+        self._allocate(path, int(np.prod(shape)) * np_dtype.itemsize)
         if self._previous is not None and self.ctx.is_main:
             self._previous.unlink(missing_ok=True)  # mapped ranks keep their pages until they let go
         self._previous = path
         table = torch.from_numpy(np.memmap(path, dtype=np_dtype, mode="r+", shape=shape))
         return table.view(torch.bfloat16) if row.dtype == torch.bfloat16 else table
+
+    def _allocate(self, path: Path, size: int) -> None:
+        """The file's blocks, reserved now (every rank alike: the same size is a no-op), so a full
+        disk is this one line and not a SIGBUS when a mapped page is first written."""
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                os.posix_fallocate(fd, 0, size)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise ResourceError(
+                f"Layer-wise inference needs {format_bytes(size)} for a layer's output in '{path.parent}' "
+                f"({exc.strerror}); point TMPDIR at a folder with that much free space, or keep layers in "
+                "memory with --set eval.layer_store=memory (or eval.mode=sampled).") from None
 
     def finish(self) -> None:
         """This rank's rows are written: after the barrier every rank's are visible to all (one
