@@ -99,7 +99,8 @@ def layers_on_disk_and_dump(ctx: DistContext, data: GraphData, out: str) -> None
     for name in ("pyg", "dgl"):
         torch.manual_seed(0)
         model = build(backends.get(name), ModelSpec(arch="sage", hidden=8, layers=3, dropout=0.0), data).eval()
-        result[name] = LayerwiseEvaluator(backends.get(name), data, ctx, batch_size=16, layer_store="disk").full_logits(model)
+        evaluator = LayerwiseEvaluator(backends.get(name), data, ctx, batch_size=16, layer_store="disk")
+        result[name] = evaluator.full_logits(model)
     with open("/proc/self/maps") as f:
         result["maps"] = sorted({line.split(None, 5)[-1].strip() for line in f if "gnnbridge-layers-" in line})
     torch.save(result, Path(out) / f"rank{ctx.rank}.pt")

@@ -113,7 +113,8 @@ def test_layerwise_inference_with_layers_on_disk_on_two_ranks_equals_one_rank_in
     for name in ("pyg", "dgl"):
         torch.manual_seed(0)
         model = build(backends.get(name), ModelSpec(arch="sage", hidden=8, layers=3, dropout=0.0), data).eval()
-        expected = LayerwiseEvaluator(backends.get(name), data, alone, batch_size=64, layer_store="memory").full_logits(model)
+        evaluator = LayerwiseEvaluator(backends.get(name), data, alone, batch_size=64, layer_store="memory")
+        expected = evaluator.full_logits(model)
         for got in ranks:
             torch.testing.assert_close(got[name], expected)
     for got in ranks:  # the logits came from one file in the ranks' $TMPDIR, deleted at the end

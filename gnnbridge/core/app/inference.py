@@ -269,10 +269,10 @@ def _evaluate_worker(ctx: DistContext, config: ExperimentConfig, data, state: di
 def _predict_worker(ctx: DistContext, config: ExperimentConfig, data, state: dict, request: dict | None) -> dict:
     trainer = Trainer(config, data, ctx, show_progress=False, resume=state)
     if request is None:
-        logits = trainer.predict()
-        logits = logits if logits.dtype == torch.float32 else logits.float()  # mapped from disk: not copied
+        logits = trainer.predict().float()  # float32 already (maybe mapped from disk): not copied
         n, classes = logits.shape
-        return {"logits": logits, "probs": Derived(logits, lambda z: torch.softmax(z, dim=1), torch.float32, (n, classes)),
+        return {"logits": logits,
+                "probs": Derived(logits, lambda z: torch.softmax(z, dim=1), torch.float32, (n, classes)),
                 "pred": Derived(logits, lambda z: z.argmax(dim=1), torch.int64, (n,)), "y": data.y,
                 "train_idx": data.train_idx, "val_idx": data.val_idx, "test_idx": data.test_idx}
     links = trainer.link_scorer()

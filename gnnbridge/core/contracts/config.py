@@ -202,7 +202,8 @@ class EvalConfig:
         _positive("eval.batch_size", self.batch_size)
         if self.layer_store not in LAYER_STORES:
             raise ConfigError(f"eval.layer_store={show(self.layer_store)} is not a place for layer outputs"
-                              f"{did_you_mean(self.layer_store, LAYER_STORES)}; choose one of: {', '.join(LAYER_STORES)}.")
+                              f"{did_you_mean(self.layer_store, LAYER_STORES)}; choose one of: "
+                              f"{', '.join(LAYER_STORES)}.")
 
 
 @dataclass

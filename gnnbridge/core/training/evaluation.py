@@ -140,15 +140,20 @@ class LayerwiseEvaluator(Evaluator):
             graph, rows = layer_batch(self.backend, model, h, sub, self.ctx.device)
             out = self.call.layer(model, layer, graph, rows, seeds.numel(), last=layer == model.num_layers - 1)
             if table is None:
-                shared = store.on_disk(out[0])
-                if shared:
-                    table, offset = store.layer_file(layer, out[0]), 0
-                else:
-                    table, offset = torch.zeros((width, *out.shape[1:]), dtype=out.dtype), int(shard[0]) if shard.numel() else 0
+                table, offset, shared = _output_table(store, layer, out, shard, width)
             if shard.numel():
                 start = int(seeds[0]) - offset
                 table[start: start + out.shape[0]] = out.cpu()
         return table, shared
+
+
+def _output_table(store: LayerStore, layer: int, out: torch.Tensor, shard: torch.Tensor, width: int):
+    """Where a rank writes layer ``layer``'s rows (like ``out``'s), the node id of its first row,
+    and whether it is the store's file of all nodes (True) or a ``width``-row all-gather buffer."""
+    if store.on_disk(out[0]):
+        return store.layer_file(layer, out[0]), 0, True
+    first = int(shard[0]) if shard.numel() else 0
+    return torch.zeros((width, *out.shape[1:]), dtype=out.dtype), first, False
 
 
 def layer_batch(backend: Backend, model: GNNModel, h: torch.Tensor, sub, device: torch.device):
