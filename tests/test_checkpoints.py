@@ -207,6 +207,30 @@ def test_evaluate_and_predict_from_a_run_folder_or_a_checkpoint_file(tmp_path, u
         assert (preds["pred"][test] == preds["y"][test]).mean() == pytest.approx(report["metrics"]["test_acc"])
 
 
+def npz_members(path):
+    """Each member's name and bytes, in order (the zip's timestamps aside)."""
+    import zipfile
+    with zipfile.ZipFile(path) as z:
+        return [(i.filename, z.read(i.filename)) for i in z.infolist()]
+
+
+def test_layers_on_disk_evaluate_and_predict_as_in_memory(tmp_path, uninterrupted):
+    """eval.layer_store=disk (forced on a small graph) scores and predicts exactly as layers in
+    memory, and predict's streamed file holds what numpy.savez writes, byte for byte."""
+    run = uninterrupted["dgl"]
+    scores = {store: json.loads(ok(gnnbridge("evaluate", str(run), "--json", "--set", f"eval.layer_store={store}",
+                                             cwd=tmp_path)).stdout)["metrics"] for store in ("memory", "disk")}
+    assert scores["disk"] == pytest.approx(scores["memory"], abs=1e-6)
+    for store in ("memory", "disk"):
+        ok(gnnbridge("predict", str(run), "--out", f"{store}.npz", "--set", f"eval.layer_store={store}", cwd=tmp_path))
+    assert npz_members(tmp_path / "disk.npz") == npz_members(tmp_path / "memory.npz")
+    with np.load(tmp_path / "disk.npz") as preds:
+        arrays = {k: preds[k] for k in preds.files}
+    np.savez(tmp_path / "savez.npz", **arrays)
+    assert npz_members(tmp_path / "disk.npz") == npz_members(tmp_path / "savez.npz")
+    assert list(arrays) == ["logits", "probs", "pred", "y", "train_idx", "val_idx", "test_idx"]
+
+
 def test_predict_for_a_graph_task_scores_every_graph(tmp_path, uninterrupted):
     ok(gnnbridge("predict", str(uninterrupted["gin"]), "--checkpoint", "latest", "--out", "g.npz", cwd=tmp_path))
     with np.load(tmp_path / "g.npz") as preds:

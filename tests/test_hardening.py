@@ -220,6 +220,23 @@ def test_a_model_that_cannot_fit_is_refused_before_it_is_allocated(cli):
     assert growth < 500 * 2**20
 
 
+def test_layers_too_large_for_memory_are_refused_only_where_they_must_stay_in_memory(tmp_path, cli):
+    """2**20 nodes x model.hidden=32768: layer-wise evaluation's layers (every node's input and
+    output of a layer) are about a terabyte. By default they go to a temp file when they do not
+    fit, so nothing refuses them; with eval.layer_store=memory they are refused in one line."""
+    n = 2**20
+    path = tmp_path / "wide.npz"
+    np.savez(path, x=np.zeros((n, 1), np.float32), y=(np.arange(n) % 2).astype(np.int64),
+             edge_index=np.stack([np.arange(100), np.arange(1, 101)]).astype(np.int64),
+             train_idx=np.arange(8), val_idx=np.arange(8, 16), test_idx=np.arange(16, 24))
+    show = ("config", "show", "--dataset", path, "--set", "model.hidden=32768")
+    one_error(cli(*show, "--set", "eval.layer_store=memory"), "eval.layer_store=memory", "1,048,576 nodes", "is free",
+              "use --set eval.layer_store=auto")
+    code, out, err = cli(*show)
+    assert code == 0, err
+    assert "layer_store: auto" in out
+
+
 def typed_npz(path, **arrays):
     """A small heterogeneous .npz: featureless users buy items (features, 3 labels); ``arrays`` add or replace."""
     rng = np.random.default_rng(0)

@@ -90,6 +90,25 @@ def _marked_small_graph(mark: Path):
     return small_graph()
 
 
+def layers_on_disk_and_dump(ctx: DistContext, data: GraphData, out: str) -> None:
+    """Layer-wise inference with every layer in a shared file (eval.layer_store=disk) on both
+    backends; saves the logits and which layer files were mapped while they were written."""
+    from gnnbridge.core.contracts.config import ModelSpec
+    from gnnbridge.core.contracts.plugins import backends
+    from gnnbridge.core.training.evaluation import LayerwiseEvaluator
+    from gnnbridge.testing.conformance import build
+
+    result = {}
+    for name in ("pyg", "dgl"):
+        torch.manual_seed(0)
+        model = build(backends.get(name), ModelSpec(arch="sage", hidden=8, layers=3, dropout=0.0), data).eval()
+        evaluator = LayerwiseEvaluator(backends.get(name), data, ctx, batch_size=16, layer_store="disk")
+        result[name] = evaluator.full_logits(model)
+    with open("/proc/self/maps") as f:
+        result["maps"] = sorted({line.split(None, 5)[-1].strip() for line in f if "gnnbridge-layers-" in line})
+    torch.save(result, Path(out) / f"rank{ctx.rank}.pt")
+
+
 def gather_rows_and_dump(ctx: DistContext, data: GraphData, out: str) -> None:
     """All-gathers rows laid out as layer-wise inference lays them out (padding on this rank's
     buffer) and unevenly, and runs layer-wise inference on both backends; saves what came back."""

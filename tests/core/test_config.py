@@ -49,6 +49,7 @@ def test_defaults_validate_and_round_trip():
         ({"model": {"options": {"not a name": 1}}}, "model.options has the key 'not a name'"),
         ({"model": {"dropout": 1.5}}, "model.dropout=1.5"),
         ({"train": {"lr": 0}}, "train.lr=0"),
+        ({"eval": {"layer_store": "dsk"}}, "eval.layer_store='dsk' is not a place for layer outputs (did you mean 'disk'?)"),
     ],
 )
 def test_bad_configs_name_the_key_and_value(data, needle):

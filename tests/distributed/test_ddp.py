@@ -90,3 +90,34 @@ def test_layerwise_inference_on_two_ranks_gives_one_ranks_logits(tmp_path):
             model = build(backends.get(name), ModelSpec(arch="sage", hidden=8, layers=2, dropout=0.0), data).eval()
             expected = LayerwiseEvaluator(backends.get(name), data, alone, batch_size=64).full_logits(model)
             torch.testing.assert_close(got[name], expected)
+
+
+def test_layerwise_inference_with_layers_on_disk_on_two_ranks_equals_one_rank_in_memory(tmp_path, monkeypatch):
+    """eval.layer_store=disk: each rank writes its rows into one shared file per layer (no
+    all-gather); every rank ends with one rank's in-memory logits, and no layer file is left."""
+    from gnnbridge.core.contracts.config import ModelSpec
+    from gnnbridge.core.contracts.plugins import backends
+    from gnnbridge.core.runtime.context import DistContext
+    from gnnbridge.core.training.evaluation import LayerwiseEvaluator
+    from gnnbridge.testing.conformance import build, small_graph
+    from gnnbridge.testing.workers import layers_on_disk_and_dump
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))  # the ranks' $TMPDIR
+    data = small_graph()
+    data.share_memory_()
+    launch(layers_on_disk_and_dump, 2, "cpu", (data, str(tmp_path)), timeout_s=120)
+    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    alone = DistContext(0, 1, 0, torch.device("cpu"))
+    for name in ("pyg", "dgl"):
+        torch.manual_seed(0)
+        model = build(backends.get(name), ModelSpec(arch="sage", hidden=8, layers=3, dropout=0.0), data).eval()
+        evaluator = LayerwiseEvaluator(backends.get(name), data, alone, batch_size=64, layer_store="memory")
+        expected = evaluator.full_logits(model)
+        for got in ranks:
+            torch.testing.assert_close(got[name], expected)
+    for got in ranks:  # the logits came from one file in the ranks' $TMPDIR, deleted at the end
+        assert got["maps"] and all(m.startswith(f"{scratch}/gnnbridge-layers-") and m.endswith("(deleted)")
+                                   for m in got["maps"]), got["maps"]
+    assert not list(scratch.glob("gnnbridge-layers-*"))

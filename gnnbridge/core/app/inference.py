@@ -4,13 +4,15 @@ The model is rebuilt from the checkpoint's own config, on the backend it was tra
 its shapes always fit; the dataset is loaded from that config too (``--set dataset.path=...``
 points at data that moved, and is checked to have the feature and class counts the model was
 trained with). Everything is checked before any output exists; ``predict`` writes its file
-atomically and never over an existing one. One process: inference is a fraction of training.
+atomically and never over an existing one, a chunk of rows at a time (a layer-wise pass's logits
+stay on disk when they would not fit in memory). One process: inference is a fraction of training.
 """
 from __future__ import annotations
 
 import contextlib
 import os
 import uuid
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -71,18 +73,30 @@ def predict(target: str | os.PathLike, out: str | os.PathLike, *, kind: str = ch
                         timeout_s=config.timeout)
         if not _finite(arrays):
             raise _nonfinite(path, "the model's outputs are NaN or infinite")
-        _write_npz(out, tmp, {k: v.numpy() for k, v in arrays.items()})
+        _write_npz(out, tmp, arrays)
     shape = arrays["logits" if "logits" in arrays else "scores" if "scores" in arrays else "top_dst"].shape
     return {**_describe(path, state, config), "out": str(out), "arrays": sorted(arrays), "shape": list(shape)}
 
 
-def _finite(arrays: dict[str, torch.Tensor]) -> bool:
+# Rows of an output written (and checked) at a time: bounded memory for any number of items.
+CHUNK_BYTES = 16 * 1024 ** 2
+
+
+def _chunks(value: torch.Tensor):
+    """``value`` in row slices of about :data:`CHUNK_BYTES` (views: nothing copied)."""
+    step = max(1, CHUNK_BYTES // max(value[:1].numel() * value.element_size(), 1))
+    for start in range(0, max(value.shape[0], 1), step):
+        yield value[start: start + step]
+
+
+def _finite(arrays: dict) -> bool:
     """The model's outputs are finite (a top-k list may end in -inf: a source with fewer unseen
-    destinations than k)."""
+    destinations than k), checked a chunk at a time."""
     for key in ("logits", "scores", "top_scores"):
         value = arrays.get(key)
-        if value is not None and bool((value.isnan() | value.isposinf() | (value.isneginf() & (key != "top_scores"))).any()):
-            return False
+        for part in _chunks(value) if value is not None else ():
+            if bool((part.isnan() | part.isposinf() | (part.isneginf() & (key != "top_scores"))).any()):
+                return False
     return True
 
 
@@ -197,17 +211,48 @@ def _reserved(out: Path):
         tmp.unlink(missing_ok=True)
 
 
-def _write_npz(out: Path, tmp: Path, arrays: dict[str, np.ndarray]) -> None:
+def _write_npz(out: Path, tmp: Path, arrays: dict) -> None:
     """Written beside ``out`` and linked into place: a crash leaves no half file, and a file that
-    appeared meanwhile is not replaced."""
+    appeared meanwhile is not replaced. ``arrays`` holds tensors (a layer-wise pass's logits may be
+    mapped from disk) or :class:`Derived` rows, written chunk by chunk: the file is
+    ``numpy.savez``'s, byte for byte, without a second copy of any array in memory."""
     try:
         with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
+            write_npz_stream(f, arrays)
         os.link(tmp, out)
     except FileExistsError:
         raise OutputExistsError(f"'{out}' appeared while predicting; it was left as it is.") from None
     except OSError as exc:
         raise output_error(out, exc, "--out") from None
+
+
+class Derived:
+    """Rows computed from ``source``'s rows a chunk at a time (probabilities, predictions)."""
+
+    def __init__(self, source: torch.Tensor, fn, dtype: torch.dtype, shape: tuple[int, ...]):
+        self.source, self.fn, self.dtype, self.shape = source, fn, dtype, shape
+
+    def chunks(self):
+        for part in _chunks(self.source):
+            yield self.fn(part)
+
+
+def write_npz_stream(f, arrays: dict) -> None:
+    """``numpy.savez(f, **arrays)`` (uncompressed, zip64 members, header version 1.0 or 2.0 as
+    ``numpy.lib.format`` picks it) with each member written a chunk of rows at a time."""
+    with zipfile.ZipFile(f, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for key, value in arrays.items():
+            parts = value.chunks() if isinstance(value, Derived) else _chunks(value)
+            dtype = value.dtype if isinstance(value, Derived) else value.dtype
+            header = {"descr": np.lib.format.dtype_to_descr(torch.empty(0, dtype=dtype).numpy().dtype),
+                      "fortran_order": False, "shape": tuple(value.shape)}
+            with zf.open(key + ".npy", "w", force_zip64=True) as member:
+                try:
+                    np.lib.format.write_array_header_1_0(member, header)
+                except ValueError:  # a header too long for version 1.0, as numpy.save decides
+                    np.lib.format.write_array_header_2_0(member, header)
+                for part in parts:
+                    member.write(np.ascontiguousarray(part.numpy()).tobytes())
 
 
 def _describe(path: Path, state: dict, config: ExperimentConfig) -> dict:
@@ -224,8 +269,11 @@ def _evaluate_worker(ctx: DistContext, config: ExperimentConfig, data, state: di
 def _predict_worker(ctx: DistContext, config: ExperimentConfig, data, state: dict, request: dict | None) -> dict:
     trainer = Trainer(config, data, ctx, show_progress=False, resume=state)
     if request is None:
-        logits = trainer.predict().float()
-        return {"logits": logits, "probs": torch.softmax(logits, dim=1), "pred": logits.argmax(dim=1), "y": data.y,
+        logits = trainer.predict().float()  # float32 already (maybe mapped from disk): not copied
+        n, classes = logits.shape
+        return {"logits": logits,
+                "probs": Derived(logits, lambda z: torch.softmax(z, dim=1), torch.float32, (n, classes)),
+                "pred": Derived(logits, lambda z: z.argmax(dim=1), torch.int64, (n,)), "y": data.y,
                 "train_idx": data.train_idx, "val_idx": data.val_idx, "test_idx": data.test_idx}
     links = trainer.link_scorer()
     if "pairs" in request:

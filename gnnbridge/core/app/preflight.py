@@ -14,7 +14,7 @@ import os
 
 import torch
 
-from gnnbridge.core.contracts.config import DeviceChoice, ExperimentConfig, SamplerKind, Task
+from gnnbridge.core.contracts.config import DeviceChoice, EvalMode, ExperimentConfig, SamplerKind, Task
 from gnnbridge.core.contracts.plugins import PluginError, backends, blame, datasets, warn
 from gnnbridge.core.errors import BackendUnavailableError, ConfigError, DataError, ResourceError
 from gnnbridge.core.models.build import build_model, check_heterogeneous, count_parameters, injected_reads, model_dims
@@ -184,11 +184,16 @@ def check_memory(config: ExperimentConfig, data: GraphData | GraphCollection, ra
     kills the job. ``params``: the model's parameter count (counted here when not given)."""
     params = model_parameters(config, data) if params is None else params
     ranks = ranks_here if config.device is DeviceChoice.CPU else 1  # GPU ranks hold weights on their device
-    width = max(config.model.hidden * config.model.heads, data.num_classes)
-    model = (ranks * (params * TRAIN_BYTES_PER_PARAM + 2 * 8 * data.num_classes**2)  # + confusion matrices
-             + 2 * 4 * _node_count(data) * width)  # one layer's input and output for every node (full-graph eval)
+    model = ranks * (params * TRAIN_BYTES_PER_PARAM + 2 * 8 * data.num_classes**2)  # + confusion matrices
     batch, batch_what, batch_fix = largest_batch(config, data)
-    need, free = model + ranks * batch, available_memory()
+    layers = layers_in_memory(config, data, ranks_here)
+    need, free = model + ranks * batch + layers, available_memory()
+    if need > free and layers > max(model, ranks * batch):
+        raise ResourceError(f"Layer-wise evaluation with eval.layer_store=memory holds every node's layer input and "
+                            f"output on each of {ranks_here} rank(s) ({data.num_nodes:,} nodes x "
+                            f"{_layer_width(config, data):,} values): about {format_bytes(need)} of memory with the "
+                            f"model and batches, but {format_bytes(free)} is free; use --set eval.layer_store=auto "
+                            "(layers go to a temp file when they do not fit) or eval.layer_store=disk.")
     if need > free and ranks * batch > model:
         raise ResourceError(f"{batch_what}: training on {ranks} rank(s) needs about {format_bytes(need)} of memory "
                             f"but {format_bytes(free)} is free; {batch_fix}.")
@@ -206,12 +211,27 @@ def check_memory(config: ExperimentConfig, data: GraphData | GraphCollection, ra
             )
 
 
+def layers_in_memory(config: ExperimentConfig, data, ranks_here: int) -> int:
+    """Bytes of the final layer-wise evaluation's layers in memory: each rank all-gathers every
+    node's layer input and output. Only with ``eval.layer_store=memory``: ``auto`` writes them to a
+    temp file when they would not fit, ``disk`` always does (core/training/layerstore.py), and the
+    other evaluations (full, sampled, whole graphs, links, heterogeneous graphs) hold batches only."""
+    if config.eval.layer_store != "memory" or config.eval.mode is not EvalMode.LAYERWISE \
+            or config.task is not Task.NODE or not isinstance(data, GraphData):
+        return 0
+    return ranks_here * 2 * 4 * data.num_nodes * _layer_width(config, data)
+
+
+def _layer_width(config: ExperimentConfig, data) -> int:
+    return max(config.model.hidden * config.model.heads, data.num_classes)
+
+
 def largest_batch(config: ExperimentConfig, data) -> tuple[int, str, str]:
     """(bytes, what, fix) of the largest sampled batch a rank holds: its seeds (a link batch: both
     ends of every positive and negative pair) and their neighbourhood, whose size the fanouts
     multiply (capped by the graph), each node with one layer's input and output. A lower bound,
     like the model's: it refuses what cannot fit, never what might. Node tasks evaluate layer by
-    layer (the full-graph term of :func:`check_memory`); link tasks sample held-out batches too."""
+    layer (:func:`layers_in_memory`); link tasks sample held-out batches too."""
     if config.task is Task.GRAPH:
         return 0, "", ""
     nodes = _node_count(data)

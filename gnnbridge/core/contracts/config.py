@@ -196,9 +196,14 @@ class TrainConfig:
 class EvalConfig:
     mode: EvalMode = EvalMode.LAYERWISE
     batch_size: int = 4096  # seeds per inference batch
+    layer_store: str = "auto"  # layerwise: where each layer's [N, hidden] output lives: auto | memory | disk
 
     def __post_init__(self) -> None:
         _positive("eval.batch_size", self.batch_size)
+        if self.layer_store not in LAYER_STORES:
+            raise ConfigError(f"eval.layer_store={show(self.layer_store)} is not a place for layer outputs"
+                              f"{did_you_mean(self.layer_store, LAYER_STORES)}; choose one of: "
+                              f"{', '.join(LAYER_STORES)}.")
 
 
 @dataclass
@@ -215,6 +220,7 @@ class LogConfig:
 
 
 PLACES = ("host", "device")
+LAYER_STORES = ("auto", "memory", "disk")  # see core/training/layerstore.py
 PRECISIONS = ("fp32", "bf16", "fp16")
 
 
@@ -614,6 +620,7 @@ KEY_HELP = {
     "eval": "how the final scores are computed",
     "eval.mode": "node tasks: layerwise (exact) | full (every neighbour) | sampled",
     "eval.batch_size": "seeds per inference batch",
+    "eval.layer_store": "layerwise: auto (on disk when layers would not fit in memory) | memory | disk (a temp file)",
     "link": "link prediction (task: link)",
     "link.edge_type": "the relation (or src,relation,dst) to predict; empty: the dataset's own",
     "link.negatives": "training negatives per positive edge",

@@ -5,7 +5,9 @@ Two evaluators share one interface:
 * :class:`LayerwiseEvaluator` computes every node's output one layer at a time with *all*
   neighbours (the PyG Reddit tutorial's ``inference``): no sampling noise, and each layer's
   work is done once for the whole graph instead of once per seed's L-hop tree. Ranks split the
-  nodes, and all-gather each layer's output before the next layer reads it.
+  nodes, and all-gather each layer's output before the next layer reads it, or, when the
+  layers would not fit in memory, write their rows into one shared memory-mapped file per layer
+  (``eval.layer_store``, see :mod:`~gnnbridge.core.training.layerstore`).
 * :class:`SampledEvaluator` runs the split's nodes through a sampler: the training sampler
   (cheap, noisy, used for per-epoch validation on graphs where a full pass is too slow), or one
   taking every neighbour at every hop (``eval.mode=full``: exact for any model whose layers read only in-neighbours, the fallback
@@ -42,6 +44,7 @@ from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.sampling.hetero import LinkMiniBatch
 from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS, NeighborSampler
 from gnnbridge.core.sampling.seeds import epoch_batches
+from gnnbridge.core.training.layerstore import LayerStore
 from gnnbridge.core.training.metrics import ClassificationScores, LinkScores
 from gnnbridge.core.training.phases import NO_PHASES
 
@@ -82,6 +85,12 @@ class Evaluator(ABC):
 
 
 class LayerwiseEvaluator(Evaluator):
+    def __init__(self, backend: Backend, data: GraphData, ctx: DistContext, batch_size: int,
+                 call: ModelCall | None = None, layer_store: str = "auto"):
+        """``layer_store``: where each layer's output lives (``eval.layer_store``: auto, memory, disk)."""
+        super().__init__(backend, data, ctx, batch_size, call)
+        self.layer_store = layer_store
+
     def _predict(self, model: GNNModel) -> torch.Tensor:
         return self.full_logits(model)
 
@@ -98,35 +107,54 @@ class LayerwiseEvaluator(Evaluator):
     @torch.no_grad()
     def full_logits(self, model: GNNModel) -> torch.Tensor:
         """``[N, num_classes]`` logits of every node, on CPU, the same on every rank (call it in
-        eval mode: layer outputs include dropout otherwise)."""
+        eval mode: layer outputs include dropout otherwise). With layers on disk
+        (:mod:`~gnnbridge.core.training.layerstore`) they are mapped from a file already unlinked."""
+        with LayerStore(self.ctx, self.data.num_nodes, self.layer_store) as store:
+            return self._layers(model, store)
+
+    def _layers(self, model: GNNModel, store: LayerStore) -> torch.Tensor:
         data, ctx = self.data, self.ctx
         one_hop = NeighborSampler(data.indptr, data.indices, [ALL_NEIGHBORS])
         shards = ctx.row_shards(data.num_nodes)
         sizes, width = [s.numel() for s in shards], shards[0].numel()
         h = data.x
         for layer in range(model.num_layers):
-            mine = self._layer_output(model, layer, h, one_hop, shards[ctx.rank], width)
+            mine, shared = self._layer_output(model, layer, h, one_hop, shards[ctx.rank], width, store)
             h = None  # the previous layer's output can go before the next one is gathered
-            h = ctx.all_gather_rows(mine, sizes)
+            if shared:
+                store.finish()
+                h = mine
+            else:
+                h = ctx.all_gather_rows(mine, sizes)
         return h
 
     def _layer_output(self, model: GNNModel, layer: int, h: torch.Tensor, one_hop: NeighborSampler,
-                      shard: torch.Tensor, width: int) -> torch.Tensor:
+                      shard: torch.Tensor, width: int, store: LayerStore) -> tuple[torch.Tensor, bool]:
         """Layer ``layer``'s output for this rank's ``shard`` of nodes, written batch by batch
-        into one ``width``-row buffer (the rows past the shard are padding for the all-gather)."""
-        mine = None
+        into one ``width``-row buffer (the rows past the shard are padding for the all-gather),
+        or into the store's file of all nodes' rows (True: every rank writes its own there)."""
+        table, shared, offset = None, False, 0
         # A rank with no nodes (fewer nodes than ranks) still needs the output's width: one node.
         batches = shard.split(self.batch_size) if shard.numel() else [torch.zeros(1, dtype=torch.int64)]
         for seeds in batches:
             sub = one_hop.sample(seeds)
             graph, rows = layer_batch(self.backend, model, h, sub, self.ctx.device)
             out = self.call.layer(model, layer, graph, rows, seeds.numel(), last=layer == model.num_layers - 1)
-            if mine is None:
-                mine = torch.zeros((width, *out.shape[1:]), dtype=out.dtype)
+            if table is None:
+                table, offset, shared = _output_table(store, layer, out, shard, width)
             if shard.numel():
-                start = int(seeds[0] - shard[0])
-                mine[start: start + out.shape[0]] = out.cpu()
-        return mine
+                start = int(seeds[0]) - offset
+                table[start: start + out.shape[0]] = out.cpu()
+        return table, shared
+
+
+def _output_table(store: LayerStore, layer: int, out: torch.Tensor, shard: torch.Tensor, width: int):
+    """Where a rank writes layer ``layer``'s rows (like ``out``'s), the node id of its first row,
+    and whether it is the store's file of all nodes (True) or a ``width``-row all-gather buffer."""
+    if store.on_disk(out[0]):
+        return store.layer_file(layer, out[0]), 0, True
+    first = int(shard[0]) if shard.numel() else 0
+    return torch.zeros((width, *out.shape[1:]), dtype=out.dtype), first, False
 
 
 def layer_batch(backend: Backend, model: GNNModel, h: torch.Tensor, sub, device: torch.device):

@@ -419,7 +419,8 @@ class Trainer:
     def _final_evaluator(self) -> Evaluator:
         mode = self.final_mode()
         if mode is EvalMode.LAYERWISE:
-            return LayerwiseEvaluator(self.backend, self.data, self.ctx, self.config.eval.batch_size, self.call)
+            return LayerwiseEvaluator(self.backend, self.data, self.ctx, self.config.eval.batch_size, self.call,
+                                      self.config.eval.layer_store)
         if mode is EvalMode.FULL:
             full = self._sampler(every_neighbour=True)
             return self._links(full) if self.is_link else self._sampled(full)

@@ -1,0 +1,71 @@
+"""Layer-wise inference with each layer in a memory-mapped temp file (eval.layer_store=disk)."""
+from __future__ import annotations
+
+import tempfile
+
+import pytest
+import torch
+
+from gnnbridge.core.contracts.config import ModelSpec
+from gnnbridge.core.contracts.plugins import backends
+from gnnbridge.core.runtime.context import DistContext
+from gnnbridge.core.training.evaluation import LayerwiseEvaluator
+from gnnbridge.testing.conformance import build, small_graph
+
+ALONE = DistContext(0, 1, 0, torch.device("cpu"))
+
+
+@pytest.fixture
+def tmpdir_here(tmp_path, monkeypatch):
+    """$TMPDIR for this test: where the layer files go, and where leftovers would show."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    return tmp_path
+
+
+def model_for(name, data, layers=3):
+    torch.manual_seed(0)
+    return build(backends.get(name), ModelSpec(arch="sage", hidden=8, layers=layers, dropout=0.0), data).eval()
+
+
+def mapped_layer_files(folder):
+    """The layer files under ``folder`` this process has mapped."""
+    with open("/proc/self/maps") as f:
+        return {line.split(None, 5)[-1].strip() for line in f if f"{folder}/gnnbridge-layers-" in line}
+
+
+def leftovers(folder):
+    return sorted(p.name for p in folder.glob("gnnbridge-layers-*"))
+
+
+@pytest.mark.parametrize("name", ["pyg", "dgl"])
+def test_layers_on_disk_give_the_in_memory_logits_and_leave_no_file(name, tmpdir_here):
+    data = small_graph()
+    model = model_for(name, data)
+    # batch_size=7: many batches per layer, the last one short
+    memory = LayerwiseEvaluator(backends.get(name), data, ALONE, 7, layer_store="memory").full_logits(model)
+    assert not mapped_layer_files(tmpdir_here)  # a tiny graph: auto and memory keep layers in memory
+    disk = LayerwiseEvaluator(backends.get(name), data, ALONE, 7, layer_store="disk").full_logits(model)
+    torch.testing.assert_close(disk, memory, rtol=0, atol=0)
+    # The logits are read from the last layer's file, already deleted with its folder.
+    maps = mapped_layer_files(tmpdir_here)
+    assert maps and all(m.endswith("(deleted)") for m in maps), maps
+    assert leftovers(tmpdir_here) == []
+
+
+@pytest.mark.parametrize("stop", [RuntimeError("layer 1 failed"), KeyboardInterrupt()])
+def test_a_pass_that_fails_midway_removes_its_layer_files(stop, tmpdir_here):
+    data = small_graph()
+    model = model_for("pyg", data)
+    real, seen = model.layer_forward, []
+
+    def layer_forward(index, graph, x):
+        if index == 1:  # layer 0's file is written; layer 1 fails (or the user presses Ctrl-C)
+            seen.extend(p.name for p in tmpdir_here.glob("gnnbridge-layers-*/*"))
+            raise stop
+        return real(index, graph, x)
+
+    model.layer_forward = layer_forward
+    with pytest.raises(type(stop)):
+        LayerwiseEvaluator(backends.get("pyg"), data, ALONE, 50, layer_store="disk").full_logits(model)
+    assert "layer0.bin" in seen  # the layer really was on disk
+    assert leftovers(tmpdir_here) == []
