@@ -45,7 +45,9 @@ def test_layers_on_disk_give_the_in_memory_logits_and_leave_no_file(name, tmpdir
     memory = LayerwiseEvaluator(backends.get(name), data, ALONE, 7, layer_store="memory").full_logits(model)
     assert not mapped_layer_files(tmpdir_here)  # a tiny graph: auto and memory keep layers in memory
     disk = LayerwiseEvaluator(backends.get(name), data, ALONE, 7, layer_store="disk").full_logits(model)
-    torch.testing.assert_close(disk, memory, rtol=0, atol=0)
+    # Float tolerance, not bit equality: a layer read back from its file is gathered row by row,
+    # while one in RAM may be read in place by a fused aggregation (another summation order).
+    torch.testing.assert_close(disk, memory, rtol=1e-5, atol=1e-5)
     # The logits are read from the last layer's file, already deleted with its folder.
     maps = mapped_layer_files(tmpdir_here)
     assert maps and all(m.endswith("(deleted)") for m in maps), maps
