@@ -106,7 +106,7 @@ class DglHeteroSampler(Sampler):
 
     def _node_batch(self, seeds: torch.Tensor) -> MiniBatch:
         input_nodes, _, blocks = self._sampler.sample(self.graph, {self.data.target_node: seeds})
-        return MiniBatch(seeds, dict(input_nodes), blocks)
+        return MiniBatch(seeds, self._typed(input_nodes), blocks)
 
     def _link_batch(self, eids: torch.Tensor) -> LinkMiniBatch:
         target = self.data.target_edge
@@ -114,8 +114,16 @@ class DglHeteroSampler(Sampler):
         pairs = torch.cat([torch.stack(pos.edges(etype=target, order="eid")),
                            torch.stack(neg.edges(etype=target, order="eid"))], dim=1)
         labels = torch.cat([torch.ones(eids.numel()), torch.zeros(eids.numel() * self._negatives)])
-        return LinkMiniBatch(eids, dict(input_nodes), blocks, pairs=pairs, labels=labels, positives=int(eids.numel()),
+        return LinkMiniBatch(eids, self._typed(input_nodes), blocks, pairs=pairs, labels=labels, positives=int(eids.numel()),
                              negatives_per_edge=self._negatives)
+
+    def _typed(self, nodes) -> dict:
+        """``{type: ids}``: DGL gives a graph of one node type (a homogeneous graph's link task)
+        its nodes as a bare tensor."""
+        if isinstance(nodes, dict):
+            return dict(nodes)
+        (only,) = self.data.num_nodes
+        return {only: nodes}
 
     def _exclude(self, seed_edges: dict) -> dict:
         return self.data.excluded(seed_edges[self.data.target_edge])
