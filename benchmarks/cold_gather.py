@@ -10,9 +10,10 @@ What it does, in order:
 1. maps the folder as a run does (``open_prepared``); with ``--cache BYTES``, builds the
    feature cache a run would (the highest in-degree rows) from a second mapping that is then
    closed, and attaches it to the run's table;
-2. draws ``--rows`` row ids as neighbour sampling draws them (``--draw edges``: the source of a
-   uniformly random edge, so a node is drawn in proportion to its in-degree) or uniformly
-   (``--draw uniform``, the disk's worst case);
+2. draws ``--rows`` row ids in batches as neighbour sampling draws them (``--draw edges``: the
+   distinct sources of ``--batch`` uniformly random edges, so a node is drawn in proportion to
+   its in-degree, once per batch like a batch's input nodes) or uniformly (``--draw uniform``,
+   the disk's worst case);
 3. drops the feature file's pages from the page cache (``fsync``, then
    ``posix_fadvise(POSIX_FADV_DONTNEED)``). That drops clean pages only, and only pages no
    process has mapped in: a file just written must be synced first (done here), and no run may
@@ -20,7 +21,7 @@ What it does, in order:
 4. gathers the rows with ``gather_rows`` in batches of ``--batch`` (timed), on ``--threads``
    threads, counting the bytes the process made the disk read (``/proc/self/io``).
 
-    python benchmarks/cold_gather.py FOLDER [--threads 2 --rows 100000 --batch 16384 --cache 0
+    python benchmarks/cold_gather.py FOLDER [--threads 2 --rows 100000 --batch 281600 --cache 0
         --draw edges --madvise normal --seed 0]
 """
 from __future__ import annotations
@@ -36,6 +37,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+# A training batch's neighbour picks at compare.py's fanouts [25, 10] and 1024 seeds
+# (1024 x 25 + 25,600 x 10): its distinct sources are the rows one batch gathers.
+BATCH = 1024 * 25 + 1024 * 25 * 10
 
 
 def drop_pages(path: Path) -> None:
@@ -63,15 +68,24 @@ def disk_read_bytes() -> int:
         return next(int(line.split()[1]) for line in f if line.startswith("read_bytes"))
 
 
-def draw_rows(record, rows: int, how: str, seed: int) -> np.ndarray:
-    """Row ids to gather: sources of random edges (in-degree-weighted, like a neighbour sampler's
-    picks) or uniform. Drawn before timing; the topology's pages stay as they are."""
+def draw_batches(record, rows: int, batch: int, how: str, seed: int) -> list:
+    """Batches of row ids to gather: the distinct sources of ``batch`` random edges (in-degree
+    weighted and deduplicated, as a sampled batch's input nodes are) or ``batch`` uniform ids,
+    until ``rows`` rows. Drawn before timing; the topology's pages stay as they are."""
+    import torch
+
     rng = np.random.default_rng(seed)
-    n = int(record.x.shape[0])
-    if how == "uniform":
-        return rng.integers(0, n, rows)
+    n, out, total = int(record.x.shape[0]), [], 0
     indices = record.indices.numpy()
-    return np.asarray(indices[np.sort(rng.integers(0, indices.size, rows))], dtype=np.int64)[rng.permutation(rows)]
+    while total < rows:
+        if how == "uniform":
+            ids = rng.integers(0, n, min(batch, rows - total))
+        else:
+            ids = np.unique(indices[np.sort(rng.integers(0, indices.size, batch))])
+            ids = ids[rng.permutation(ids.size)][: rows - total]
+        out.append(torch.from_numpy(np.asarray(ids, dtype=np.int64)))
+        total += ids.size
+    return out
 
 
 def attach_run_cache(folder: Path, record, budget: int):
@@ -115,7 +129,7 @@ def measure(folder: Path, threads: int, rows: int, batch: int, budget: int, how:
     torch.set_num_threads(threads)
     record = open_prepared(folder)
     cache = attach_run_cache(folder, record, budget) if budget > 0 else None
-    ids = torch.from_numpy(draw_rows(record, rows, how, seed))
+    batches = draw_batches(record, rows, batch, how, seed)
     features = folder / read_manifest(folder)["arrays"]["x"]["file"]
     if advice == "random":
         advise_random(record.x)
@@ -125,8 +139,8 @@ def measure(folder: Path, threads: int, rows: int, batch: int, budget: int, how:
     if cache is not None:
         cache.reset()
     read0, t0 = disk_read_bytes(), time.perf_counter()
-    for lo in range(0, rows, batch):
-        gather_rows(record.x, ids[lo:lo + batch])
+    for ids in batches:
+        gather_rows(record.x, ids)
     seconds, read = time.perf_counter() - t0, disk_read_bytes() - read0
     hits = cache.hits if cache is not None else 0
     return {"threads": threads, "rows": rows, "batch": batch, "draw": how, "madvise": advice, "seconds": seconds,
@@ -142,7 +156,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("folder", type=Path, help="a prepared folder")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--rows", type=int, default=100_000)
-    parser.add_argument("--batch", type=int, default=16384, help="rows per gather_rows call")
+    parser.add_argument("--batch", type=int, default=BATCH, help="edges (or uniform rows) per gather_rows call")
     parser.add_argument("--cache", type=int, default=0, help="feature cache bytes, as placement.feature_cache")
     parser.add_argument("--draw", choices=("edges", "uniform"), default="edges")
     parser.add_argument("--madvise", choices=("normal", "random"), default="normal",
