@@ -184,7 +184,10 @@ def train(dataset: Path, backend: str, args, epochs: int, budget: int, tag: str)
         return {"backend": backend, "failed": f"exit code {done['returncode']} (run folder {run_dir})", **done}
     results = json.loads((run_dir / "results.json").read_text())
     times = [h["epoch_time_s"] for h in results["history"]]
+    gather = [h["phases"].get("gather", 0.0) for h in results["history"]]
+    slowest = [h["phases_slowest_rank"].get("gather", 0.0) for h in results["history"]]
     return {"backend": backend, "epoch_time_s": statistics.fmean(times), "epoch_times_s": times,
+            "gather_s": statistics.fmean(gather), "gather_s_slowest_rank": statistics.fmean(slowest),
             "test_acc": results["metrics"]["test_acc"], "val_acc": results["metrics"]["val_acc"],
             "feature_cache": results.get("feature_cache"), "run_dir": str(run_dir), **done}
 
@@ -257,8 +260,9 @@ def goals(result: dict) -> list[dict]:
     disk = result.get("disk", {}).get("reads_per_s", {}).get("64")
     plain = [g for g in result.get("gather", []) if g.get("draw") == "uniform" and g.get("madvise") == "normal"]
     rate = plain[0]["rows_per_s"] / disk if plain and disk and "rows_per_s" in plain[0] else None
-    out.append(goal("cold gather (uniform rows, no cache) >= 70% of the disk's depth-64 reads/s", rate,
-                    COLD_GATHER_GOAL, False, judged=big))
+    threads = plain[0].get("threads", "?") if plain else "?"
+    out.append(goal(f"cold gather ({threads} threads, uniform rows, no cache) >= 70% of the disk's depth-64 reads/s",
+                    rate, COLD_GATHER_GOAL, False, judged=big))
     for backend, r in result.get("in_memory", {}).get("ratios", {}).items():
         out.append(goal(f"{backend}: epoch from the folder <= 1.05x from the .npz (warm)", r["ratio"],
                         FOLDER_VS_NPZ_GOAL, True))
@@ -279,7 +283,9 @@ def gather_row(g: dict, disk: dict) -> tuple[str, str]:
              + (f", cache {gib(g['cache_bytes'])}" if g["cache_bytes"] else ""))
     value = (f"{g['rows_per_s']:,.0f} rows/s ({g['rows_per_s'] / d64:.0%} of depth 64)" if d64 else
              f"{g['rows_per_s']:,.0f} rows/s") + (f", hit {g['cache_hit_rate']:.1%}" if g["cache_bytes"] else "")
-    return label, value + f", {g['disk_bytes_per_missed_row'] / 1024:,.1f} KiB read/missed row"
+    stayed = g.get("resident_after_drop")
+    warn = f", WARNING: {stayed:.0%} of the file stayed cached" if stayed and stayed > 0.01 else ""
+    return label, value + f", {g['disk_bytes_per_missed_row'] / 1024:,.1f} KiB read/missed row" + warn
 
 
 def train_row(run: dict, chance: float) -> tuple[str, str]:
@@ -287,7 +293,8 @@ def train_row(run: dict, chance: float) -> tuple[str, str]:
     if "failed" in run:
         return label, "FAILED " + run["failed"]
     hit = (run.get("feature_cache") or {}).get("hit_rate")
-    return label, (f"epoch {run['epoch_time_s']:.1f} s, test acc {run['test_acc']:.3f} (chance {chance:.3f}), "
+    return label, (f"epoch {run['epoch_time_s']:.1f} s (gather {run['gather_s']:.2f} s, slowest rank "
+                   f"{run['gather_s_slowest_rank']:.2f} s), test acc {run['test_acc']:.3f} (chance {chance:.3f}), "
                    f"peak RssAnon {gib(run['peak_rssanon_bytes'])} (RssFile {gib(run['peak_rssfile_bytes'])}), "
                    f"cache hit {'-' if hit is None else f'{hit:.1%}'}, disk read {gib(run['disk_read_bytes'])}")
 
