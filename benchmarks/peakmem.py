@@ -143,3 +143,75 @@ def run_monitored(cmd: list[str], capture: bool = False, **popen) -> Monitored:
     wall, busy = time.perf_counter() - start, machine_busy_seconds() - busy
     other = max(0.0, busy - sum(sampler.cpu_by_pid.values())) / (wall * (psutil.cpu_count() or 1))
     return Monitored(proc.returncode, out or "", wall, sampler.peak_bytes, sampler.kind, sampler.samples, other)
+
+
+# --------------------------------------------------------------------------- anonymous memory
+
+STATUS_FIELDS = ("RssAnon", "RssFile", "RssShmem")
+
+
+def status_kib(pid: int) -> dict[str, int]:
+    """RssAnon, RssFile and RssShmem (KiB) of one process from ``/proc/PID/status``, and its
+    ``read_bytes``/``write_bytes`` from ``/proc/PID/io`` (bytes it made the disk move); {} once gone."""
+    out = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key in STATUS_FIELDS:
+                    out[key] = int(value.split()[0])
+        with open(f"/proc/{pid}/io") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key in ("read_bytes", "write_bytes"):
+                    out[key] = int(value)
+    except (OSError, ValueError):
+        pass
+    return out
+
+
+class StatusSampler(PeakSampler):
+    """The peak over time of each of RssAnon, RssFile and RssShmem summed over the tree, and
+    the disk bytes each process read and wrote (its last value seen).
+
+    Why RssAnon, not PSS: for a dataset memory-mapped from files, the file pages a process has
+    touched count in its RSS and PSS but the kernel drops them when memory is short, so they
+    say nothing about whether a graph larger than RAM fits. The memory a run really claims is
+    its anonymous memory (heap, tensors, caches). RssShmem is kept apart: /dev/shm copies would
+    hide there (summed per process, so a segment shared by k processes counts k times)."""
+
+    def __init__(self, pid: int, interval: float = INTERVAL_S):
+        super().__init__(pid, interval)
+        self.peak_kib = dict.fromkeys(STATUS_FIELDS, 0)
+        self.io_by_pid: dict[tuple[int, float], dict] = {}
+
+    def sample(self) -> None:
+        sums = dict.fromkeys(STATUS_FIELDS, 0)
+        for proc in tree(self.root):
+            got = status_kib(proc.pid)
+            for key in STATUS_FIELDS:
+                sums[key] += got.get(key, 0)
+            try:
+                if "read_bytes" in got:
+                    self.io_by_pid[proc.pid, proc.create_time()] = got
+            except psutil.NoSuchProcess:
+                pass
+        for key, value in sums.items():
+            self.peak_kib[key] = max(self.peak_kib[key], value)
+        self.samples += 1
+
+    def disk_bytes(self, key: str) -> int:
+        return sum(io[key] for io in self.io_by_pid.values())
+
+
+def run_status(cmd: list[str], **popen) -> dict:
+    """Run ``cmd`` to completion under :class:`StatusSampler`: exit code, wall seconds, peak
+    RssAnon / RssFile / RssShmem of the tree (bytes) and the disk bytes it read and wrote."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, **popen)
+    with StatusSampler(proc.pid) as sampler:
+        proc.wait()
+    return {"returncode": proc.returncode, "wall_s": time.perf_counter() - start,
+            **{f"peak_{k.lower()}_bytes": v * 1024 for k, v in sampler.peak_kib.items()},
+            "disk_read_bytes": sampler.disk_bytes("read_bytes"), "disk_write_bytes": sampler.disk_bytes("write_bytes"),
+            "samples": sampler.samples}
