@@ -51,20 +51,32 @@ def signals_deferred() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread() or _depth[0]:
         yield  # another thread, or inside an outer block that already holds them
         return
-    _depth[0] += 1
     caught: list[int] = []
-    previous = {}
-    for signum in STOP_SIGNALS:
-        if callable(signal.getsignal(signum)):  # SIG_DFL and SIG_IGN never run Python
-            previous[signum] = signal.signal(signum, lambda number, frame: caught.append(number))
-    try:
+    previous: dict = {}
+    _depth[0] += 1
+    try:  # the swap inside: a stop arriving while it runs raises here, and the block is undone
+        for signum in STOP_SIGNALS:
+            if callable(signal.getsignal(signum)):  # SIG_DFL and SIG_IGN never run Python
+                previous[signum] = signal.signal(signum, lambda number, frame: caught.append(number))
         yield
     finally:
         _depth[0] -= 1
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        for signum in dict.fromkeys(caught):
-            signal.raise_signal(signum)
+        try:
+            _restore(list(previous.items()))
+        finally:
+            for signum in dict.fromkeys(caught):
+                signal.raise_signal(signum)
+
+
+def _restore(handlers: list) -> None:
+    """Put every handler back, even when one already put back runs (and raises) for a signal
+    arriving meanwhile: a handler left as the recorder would swallow every later stop. Recursive,
+    not a loop: a raise between a loop's iterations would skip the rest."""
+    if handlers:
+        try:
+            signal.signal(*handlers[0])
+        finally:
+            _restore(handlers[1:])
 
 
 def threads() -> int:

@@ -1,5 +1,6 @@
 import itertools
 import os
+import signal
 
 import pytest
 import torch
@@ -360,3 +361,32 @@ def test_the_serial_and_parallel_pick_loops_stay_themselves_through_the_on_disk_
     assert run("_picks_serial") == "no threads"  # compiled, into the empty cache
     assert run("_picks_parallel") == "threads started"  # with the serial loop's code on disk
     assert run("_picks_serial") == "no threads"  # and now with both there
+
+
+def test_a_stop_arriving_while_kernels_start_to_hold_signals_leaves_no_block_open(monkeypatch):
+    """A SIGTERM whose handler ran while signals_deferred swapped handlers in left the block
+    counted as open: every later kernel call then ran with stops undeferred (a SystemError from
+    numba's dispatcher instead of "Stopped by SIGTERM", about one full suite in three)."""
+    from gnnbridge.core import compiled
+    from gnnbridge.core.errors import RunInterrupted
+
+    def stop(signum, frame):
+        raise RunInterrupted(signum)
+
+    before = {signum: signal.getsignal(signum) for signum in compiled.STOP_SIGNALS}
+    monkeypatch.setattr(signal, "getsignal", lambda signum: stop)
+    real_signal, swaps = signal.signal, []
+
+    def arrives_during_the_swap(signum, handler):
+        swaps.append(signum)
+        if len(swaps) == 2:  # the first handler is swapped in; the stop's own handler runs now
+            raise RunInterrupted(signal.SIGTERM)
+        return real_signal(signum, handler)
+
+    monkeypatch.setattr(signal, "signal", arrives_during_the_swap)
+    with pytest.raises(RunInterrupted):
+        with compiled.signals_deferred():
+            pass
+    monkeypatch.undo()
+    assert compiled._depth[0] == 0
+    assert {signum: signal.getsignal(signum) for signum in compiled.STOP_SIGNALS} == before
