@@ -48,6 +48,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import cold_gather  # noqa: E402
 import compare  # noqa: E402  (the house's hyperparameters, environment and machine description)
 import disk_rate  # noqa: E402
 import peakmem  # noqa: E402
@@ -102,12 +103,7 @@ def data_files(folder: Path) -> list[Path]:
 def drop_folder(folder: Path) -> None:
     """Every data file's pages out of the page cache (synced first: dirty pages would stay)."""
     for file in data_files(folder):
-        fd = os.open(file, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
+        cold_gather.drop_pages(file)
 
 
 def warm_files(files: list[Path]) -> None:
