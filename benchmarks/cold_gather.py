@@ -18,11 +18,11 @@ What it does, in order:
    ``posix_fadvise(POSIX_FADV_DONTNEED)``). That drops clean pages only, and only pages no
    process has mapped in: a file just written must be synced first (done here), and no run may
    be using it. ``fincore`` (util-linux), where installed, says how much of it was still resident;
-4. gathers the rows with ``gather_rows`` in batches of ``--batch`` (timed), on ``--threads``
-   threads, counting the bytes the process made the disk read (``/proc/self/io``).
+4. gathers the rows with ``gather_rows`` in batches of ``--batch`` (timed), ``--depth`` reader
+   threads (``placement.read_depth``) for the mapped file, ``--threads`` for the rest, counting the bytes the process made the disk read (``/proc/self/io``).
 
     python benchmarks/cold_gather.py FOLDER [--threads 2 --rows 100000 --batch 281600 --cache 0
-        --draw edges --madvise normal --seed 0]
+        --draw edges --madvise auto --depth 32 --seed 0]
 """
 from __future__ import annotations
 
@@ -104,35 +104,21 @@ def attach_run_cache(folder: Path, record, budget: int):
     return cache
 
 
-def advise_random(table) -> None:
-    """``madvise(MADV_RANDOM)`` on the table's mapping: no read-around on a page fault. Not
-    what gnnbridge does (``--madvise normal``); measured to show what the kernel's read-around
-    (``/sys/block/*/queue/read_ahead_kb`` per fault) costs a random gather."""
-    import ctypes
-    import mmap
-
-    page = mmap.PAGESIZE
-    start = table.data_ptr() // page * page
-    length = table.data_ptr() + table.nbytes - start
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(length), mmap.MADV_RANDOM) != 0:
-        raise OSError(ctypes.get_errno(), "madvise(MADV_RANDOM) failed")
-
-
 def measure(folder: Path, threads: int, rows: int, batch: int, budget: int, how: str, seed: int,
-            advice: str = "normal") -> dict:
+            advice: str = "auto", depth: int = 1) -> dict:
     import torch
 
-    from gnnbridge.core.records.features import gather_rows, warm
+    from gnnbridge.core.records.features import advise, gather_rows, set_read_depth, warm
     from gnnbridge.core.records.folder import open_prepared, read_manifest
 
     torch.set_num_threads(threads)
+    set_read_depth(depth)
     record = open_prepared(folder)
     cache = attach_run_cache(folder, record, budget) if budget > 0 else None
     batches = draw_batches(record, rows, batch, how, seed)
     features = folder / read_manifest(folder)["arrays"]["x"]["file"]
-    if advice == "random":
-        advise_random(record.x)
+    if advice != "auto":  # auto: as the folder's opener advised it
+        advise(record.x, advice)
     warm(record.x)  # compiles or loads the kernel (touches one row: one page)
     drop_pages(features)
     resident = resident_share(features)
@@ -143,7 +129,7 @@ def measure(folder: Path, threads: int, rows: int, batch: int, budget: int, how:
         gather_rows(record.x, ids)
     seconds, read = time.perf_counter() - t0, disk_read_bytes() - read0
     hits = cache.hits if cache is not None else 0
-    return {"threads": threads, "rows": rows, "batch": batch, "draw": how, "madvise": advice, "seconds": seconds,
+    return {"threads": threads, "read_depth": depth, "rows": rows, "batch": batch, "draw": how, "madvise": advice, "seconds": seconds,
             "rows_per_s": rows / seconds, "missed_rows_per_s": (rows - hits) / seconds,
             "cache_bytes": cache.nbytes if cache is not None else 0, "cache_hit_rate": hits / rows,
             "disk_read_bytes": read, "disk_bytes_per_missed_row": read / max(1, rows - hits),
@@ -159,14 +145,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, default=BATCH, help="edges (or uniform rows) per gather_rows call")
     parser.add_argument("--cache", type=int, default=0, help="feature cache bytes, as placement.feature_cache")
     parser.add_argument("--draw", choices=("edges", "uniform"), default="edges")
-    parser.add_argument("--madvise", choices=("normal", "random"), default="normal",
-                        help="normal: as gnnbridge maps it; random: no read-around per fault")
+    parser.add_argument("--madvise", choices=("auto", "normal", "random"), default="auto",
+                        help="auto: as gnnbridge maps it; normal: the kernel's read-around per fault; random: none")
+    parser.add_argument("--depth", type=int, default=1, help="placement.read_depth: reader threads for the file")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     # numba fixes its pool size at import: allow the requested threads before anything imports it
     os.environ["NUMBA_NUM_THREADS"] = str(max(args.threads, os.cpu_count() or 1))
     print(json.dumps(measure(args.folder, args.threads, args.rows, args.batch, args.cache, args.draw, args.seed,
-                                args.madvise)))
+                             args.madvise, args.depth)))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """Gathering feature rows: mapped and 16-bit tables, the feature cache, and a run that uses it."""
+import threading
 import warnings
 
 import numpy as np
@@ -8,9 +9,18 @@ import torch
 import gnnbridge
 from gnnbridge.core.contracts.config import from_dict
 from gnnbridge.core.errors import ConfigError
-from gnnbridge.core.records.features import build_cache, cache_of, detach_cache, file_backed, gather_rows
+from gnnbridge.core.records.features import (
+    READ_DEPTH,
+    build_cache,
+    cache_of,
+    detach_cache,
+    file_backed,
+    gather_rows,
+    set_read_depth,
+)
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+NUM_THREADS = torch.get_num_threads()
 
 
 def _mapped(table: torch.Tensor, folder) -> torch.Tensor:
@@ -56,6 +66,43 @@ def test_the_cache_serves_the_highest_in_degree_rows_and_counts_its_hits(dtype, 
         assert (cache.hits, cache.total) == (4, 9)
     finally:
         detach_cache(mapped)
+
+
+def _readers() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("gnnbridge-read")]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_a_mapped_table_is_gathered_by_read_depth_threads_with_the_same_rows_and_hits(dtype, tmp_path):
+    """On a cold page cache the faults in flight set the rate: a mapped table's rows are read by
+    ``placement.read_depth`` threads, whatever the rank's compute threads are."""
+    table = torch.randn(5000, 9, generator=torch.Generator().manual_seed(2)).to(dtype)
+    mapped = _mapped(table, tmp_path)
+    ids = torch.randint(0, 5000, (30_000,), generator=torch.Generator().manual_seed(3))
+    cache = build_cache(mapped, torch.arange(5000) % 17, 200 * (9 * table.element_size() + 8))
+    torch.set_num_threads(1)
+    try:
+        set_read_depth(6)
+        assert torch.equal(gather_rows(mapped, ids), table[ids].float())
+        cached = torch.isin(ids, cache.ids)
+        assert cache.total == ids.numel() and cache.hits == int(cached.sum()) > 0
+        assert len(_readers()) == 6
+        assert torch.equal(gather_rows(table, ids), table[ids].float())  # a table in RAM: no reader threads
+        set_read_depth(1)  # one thread: the old pool goes
+        assert torch.equal(gather_rows(mapped, ids[:100]), table[ids[:100]].float())
+    finally:
+        set_read_depth(READ_DEPTH)
+        detach_cache(mapped)
+        torch.set_num_threads(NUM_THREADS)
+
+
+def test_a_bad_read_depth_is_refused_in_one_line(refused):
+    for value, needle in (("0", "1 to 256"), ("257", "1 to 256"), ("deep", "expected int"), ("1.5", "expected int")):
+        seen = refused("config", "show", "--set", f"placement.read_depth={value}")
+        lines = seen.stderr.strip().splitlines()
+        assert seen.returncode != 0 and len(lines) == 1 and "Traceback" not in seen.stderr
+        assert lines[0].startswith("Error: placement.read_depth=") and value in lines[0] and needle in lines[0]
+    assert from_dict({"placement": {"read_depth": 64}}).placement.read_depth == 64
 
 
 def test_a_bad_feature_cache_size_is_refused_in_one_line(refused):

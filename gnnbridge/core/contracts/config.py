@@ -234,6 +234,9 @@ class PlacementConfig:
     precision: str = "fp32"  # bf16 / fp16: forward and loss under torch.autocast (fp16 with loss scaling)
     # bytes (or "512MB", "2GB") of RAM per rank for the rows of the highest in-degree nodes; 0: off
     feature_cache: Any = 0
+    # threads gathering rows of a feature table mapped from a folder: page faults in flight (the
+    # disk's queue depth on a cold page cache; a blocked thread costs no CPU)
+    read_depth: int = 32
 
     def __post_init__(self) -> None:
         if parse_size(self.feature_cache) is None:
@@ -246,6 +249,9 @@ class PlacementConfig:
         if self.precision not in PRECISIONS:
             raise ConfigError(f"placement.precision={show(self.precision)} is not supported"
                               f"{did_you_mean(self.precision, PRECISIONS)}; choose one of: {', '.join(PRECISIONS)}.")
+        if type(self.read_depth) is not int or not 1 <= self.read_depth <= 256:
+            raise ConfigError(f"placement.read_depth={show(self.read_depth)} must be an integer from 1 to 256 (reads "
+                              "in flight per rank on a folder's feature file).")
         if type(self.prefetch) is not int or not 0 <= self.prefetch <= 16:
             raise ConfigError(f"placement.prefetch={show(self.prefetch)} must be an integer from 0 (off) to 16.")
 
@@ -633,6 +639,7 @@ KEY_HELP = {
     "placement.topology": "host | device: the graph on the GPU, so the core sampler samples there",
     "placement.prefetch": "batches sampled ahead in a background thread (0: off)",
     "placement.precision": "fp32 | bf16 | fp16 (fp16 needs cuda)",
+    "placement.read_depth": "reads in flight per rank gathering a folder's mapped features (1-256)",
     "placement.feature_cache": "RAM per rank for the most-sampled nodes' feature rows: 512MB, 2GB (0: off)",
     "log": "where each epoch's numbers go besides results.json",
     "log.to": "logger plugins, e.g. [tensorboard, csv] (gnnbridge loggers)",

@@ -7,13 +7,26 @@ threads keeps many faults in flight. Features stored as float16 or bfloat16 are 
 same pass: ``table[ids].float()`` would copy every row twice. A table in RAM and in float32 is
 gathered by plain indexing (as fast, and what a model that reads rows in place expects).
 
+A table mapped from a file is gathered by ``placement.read_depth`` threads of a pool of its own
+(not numba's, whose size is fixed at import and is a rank's share of the cores): a thread
+blocked in a page fault uses no CPU, so on a cold page cache the number of faults in flight, the
+disk's queue depth, is what sets the rate, and one rank's one or two threads would keep the disk
+near its depth-1 rate. Such a table is also advised ``MADV_RANDOM`` when it is mapped
+(:func:`advise`, by the folder's opener), so that a fault reads its page, not the kernel's read-around window
+(often megabytes) around a row of a few kilobytes.
+
 ``placement.feature_cache`` keeps the rows of the highest in-degree nodes (the most sampled) in
 RAM (:class:`FeatureCache`); ``gather_rows`` serves those from it and counts its hits. The cache
 is per rank, not shared between the ranks of a machine.
 """
 from __future__ import annotations
 
+import ctypes
+import mmap
+import os
+import threading
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -26,6 +39,8 @@ ROW_CHUNK = 64  # rows per parallel task
 FILL_BYTES = 64 << 20  # float32 bytes a 16-bit cache is filled through at a time
 _caches: dict[int, "FeatureCache"] = {}  # id(table) -> its cache (removed when the table goes)
 _mapped: dict[tuple[int, int], bool] = {}  # (data pointer, bytes) -> file-backed (only speed depends on it)
+READ_DEPTH = 32  # placement.read_depth's default: faults in flight per rank on a mapped table
+_reads = {"depth": READ_DEPTH, "pool": None, "pid": None}  # the reader pool, made on first use
 
 # float16 and bfloat16 bit patterns -> float32, exactly: bfloat16 is float32's high half (a
 # shift), float16's table is numpy's own conversion. 256 KiB each: they stay in the L2 cache.
@@ -54,9 +69,10 @@ def warm(table: torch.Tensor) -> None:
         return
     ids = np.zeros(1, np.int64)
     src, lut = _numpy_rows(table)[:1], _UPCAST.get(table.dtype)  # the types gather_rows passes (None: float32)
+    out = np.empty((1, table.shape[1]), np.float32)
     for parallel in (False, True):
-        _KERNELS[table.dtype in _UPCAST, parallel](src, ids, ids[:0], src[:0], lut,
-                                                   np.empty((1, table.shape[1]), np.float32))
+        _KERNELS[table.dtype in _UPCAST, parallel](src, ids, ids[:0], src[:0], lut, out)
+    _RANGES[table.dtype in _UPCAST](src, ids, ids[:0], src[:0], lut, out, 0, 1)
 
 
 def reads_in_place(table: torch.Tensor) -> bool:
@@ -113,13 +129,66 @@ def _compiled_gather(table: torch.Tensor, ids: torch.Tensor, cache: "FeatureCach
     lut = _UPCAST.get(table.dtype)  # None: float32 rows are copied as they are
     cached_ids = cache.ids.numpy() if cache is not None else np.empty(0, np.int64)
     cached = _numpy_rows(cache.rows) if cache is not None else src[:0]
-    parallel = out.nbytes >= PARALLEL_MIN_BYTES and ids.numel() > ROW_CHUNK and threads() > 1
+    args = (src, ids.numpy().astype(np.int64, copy=False), cached_ids, cached, lut, out)
     with signals_deferred():
-        run = _KERNELS[table.dtype in _UPCAST, bool(parallel)]
-        hits = run(src, ids.numpy().astype(np.int64, copy=False), cached_ids, cached, lut, out)
+        if ids.numel() > ROW_CHUNK and _reads["depth"] > 1 and file_backed(table):
+            hits = _pooled(_RANGES[table.dtype in _UPCAST], args)
+        else:
+            parallel = out.nbytes >= PARALLEL_MIN_BYTES and ids.numel() > ROW_CHUNK and threads() > 1
+            hits = _KERNELS[table.dtype in _UPCAST, bool(parallel)](*args)
     if cache is not None:
         cache.count(int(hits), ids.numel())
     return torch.from_numpy(out)
+
+
+def set_read_depth(depth: int) -> None:
+    """How many threads gather the rows of a mapped table (``placement.read_depth``)."""
+    if depth != _reads["depth"] and _reads["pool"] is not None:
+        if _reads["pid"] == os.getpid():  # a forked child's copy has no threads to end
+            _reads["pool"].shutdown(wait=True)  # idle threads: they end at once
+        _reads["pool"] = None
+    _reads["depth"] = max(1, int(depth))
+
+
+def _pooled(kernel, args: tuple) -> int:
+    """``kernel`` (a compiled row-range copy that releases the GIL) over ``args``'s ids in
+    about 4 chunks per reader thread, the chunks in flight together; the hits it counted."""
+    n, depth = args[1].shape[0], _reads["depth"]
+    step = max(ROW_CHUNK, -(-n // (4 * depth)))
+    chunks = [_readers().submit(kernel, *args, lo, min(lo + step, n)) for lo in range(0, n, step)]
+    return sum(int(chunk.result()) for chunk in chunks)
+
+
+def _readers() -> ThreadPoolExecutor:
+    """The reader pool, its ``depth`` threads all started (an executor starts a thread only when
+    none is idle, so chunks that finish fast would otherwise leave a cold first batch with few
+    reads in flight); made again in a forked child, which inherits no threads."""
+    if _reads["pool"] is None or _reads["pid"] != os.getpid():
+        depth = _reads["depth"]
+        pool = ThreadPoolExecutor(depth, thread_name_prefix="gnnbridge-read")
+        started = threading.Barrier(depth)
+        for waiting in [pool.submit(started.wait) for _ in range(depth)]:
+            waiting.result()
+        _reads.update(pool=pool, pid=os.getpid())
+    return _reads["pool"]
+
+
+def advise(table: torch.Tensor, how: str = "random") -> bool:
+    """``madvise`` over a mapped table's pages. ``random``: a page fault reads its own page and
+    not the read-around window around it (``read_ahead_kb`` of the device, often megabytes),
+    which a random gather of small rows from a file larger than RAM would mostly throw away;
+    ``normal``: the kernel's default. False where the platform lacks it (only speed depends on it)."""
+    flag = getattr(mmap, f"MADV_{how.upper()}", None)
+    if flag is None or table.nbytes == 0:
+        return False
+    start = table.data_ptr() // mmap.PAGESIZE * mmap.PAGESIZE
+    length = table.data_ptr() + table.nbytes - start
+    try:
+        madvise = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return False
+    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    return madvise(start, length, flag) == 0
 
 
 def _torch_gather(table: torch.Tensor, ids: torch.Tensor, cache: "FeatureCache | None") -> torch.Tensor:
@@ -202,6 +271,7 @@ if numba is not None:
 
     _KERNELS = {(False, False): _copy_serial, (False, True): _copy_parallel,
                 (True, False): _decode_serial, (True, True): _decode_parallel}
+    _RANGES = {False: _copy_into, True: _decode_into}  # one chunk of rows, for the reader pool
 
 
 # --------------------------------------------------------------------------- the cache

@@ -30,6 +30,7 @@ from gnnbridge.core.errors import TrainingDivergedError
 from gnnbridge.core.models.build import ModelCall, build_model, model_dims
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData
+from gnnbridge.core.records.features import set_read_depth
 from gnnbridge.core.records.hetero import HeteroGraphData
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.sampling.build import make_hetero_sampler, make_sampler
@@ -68,6 +69,7 @@ class Trainer:
         self.config = config
         self.data = place(data, config.placement, ctx.device)
         self.feature_caches = feature_caches(self.data, config.placement)
+        set_read_depth(config.placement.read_depth)
         self.cache_counts = [0, 0]  # rows served from the feature cache, rows gathered: every epoch so far
         self.ctx = ctx
         self.show_progress = show_progress and ctx.is_main
