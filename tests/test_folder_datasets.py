@@ -123,6 +123,18 @@ def test_an_npz_is_streamed_into_a_folder_beside_it(tmp_path):
     assert prepare(str(tmp_path / "g.npz"), progress=False)["already"]
 
 
+def test_an_npz_changed_after_prepare_is_streamed_again_not_reported_prepared(tmp_path):
+    arrays = graph_arrays()
+    np.savez(tmp_path / "g.npz", **arrays)
+    assert not prepare(str(tmp_path / "g.npz"), progress=False)["already"]
+    assert prepare(str(tmp_path / "g.npz"), progress=False)["already"]  # unchanged: nothing to do
+    arrays["y"] = (arrays["y"] + 1) % 4
+    np.savez(tmp_path / "g.npz", **arrays)
+    os.utime(tmp_path / "g.npz", ns=(1, 1))  # a changed file within the old one's mtime granularity
+    assert not prepare(str(tmp_path / "g.npz"), progress=False)["already"]
+    assert np.array_equal(open_prepared(tmp_path / "g").y.numpy(), arrays["y"])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["pyg", "dgl"])
 def test_training_from_a_folder_gives_the_npz_metrics(tmp_path, backend):

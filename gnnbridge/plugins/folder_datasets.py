@@ -19,7 +19,7 @@ import numpy as np
 from gnnbridge import hookimpl
 from gnnbridge.core.errors import ConfigError, DataError, DataFileNotFoundError, ResourceError
 from gnnbridge.core.interfaces import DatasetConfig, GraphCollection, GraphData, HeteroSource
-from gnnbridge.core.records.folder import PREPARED, open_prepared
+from gnnbridge.core.records.folder import PREPARED, open_prepared, stat_input
 from gnnbridge.core.records.formats import NPZ_ARRAYS, check_header, is_hetero, typed_keys
 from gnnbridge.core.app.prepare import prepare_folder, write_array
 from gnnbridge.plugins.datasets import DEFLATE_MAX_RATIO, HEADER_READERS, READ_CHUNK, ZIP_ERRORS, _check_file, options
@@ -94,8 +94,11 @@ def _claim(folder: Path, source: str) -> None:
 # --------------------------------------------------------------------------- .npz, member by member
 
 
-def _stream_npz(path: Path, folder: Path) -> None:
+def _stream_npz(path: Path, folder: Path) -> dict:
+    """The ``.npz``'s members into ``folder``; the manifest then records the ``.npz``'s size and
+    modification time (``source``), so a prepare after the ``.npz`` changed streams it again."""
     _claim(folder, str(path.resolve()))
+    source = {"source": {"file": str(path.resolve()), **stat_input(path)}}
     try:
         with zipfile.ZipFile(path) as archive:
             members = {i.filename[:-4]: i for i in archive.infolist() if i.filename.endswith(".npy")}
@@ -108,6 +111,7 @@ def _stream_npz(path: Path, folder: Path) -> None:
                     _header(path, f, members[key], key, spec)
             for key, spec in wanted.items():
                 _copy_member(path, archive, members[key], key, spec, folder / f"{key}.npy")
+        return source
     except (DataError, ResourceError, ConfigError):
         raise
     except OSError:

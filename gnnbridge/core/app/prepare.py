@@ -143,7 +143,17 @@ def _already(out: Path, dtype: str) -> dict | None:
         manifest = read_manifest(out)
     except DataError:
         return None
-    return manifest if manifest.get("dtype") == dtype and changed_input(out, manifest) is None else None
+    fresh = manifest.get("dtype") == dtype and changed_input(out, manifest) is None
+    return manifest if fresh and not _source_changed(manifest) else None
+
+
+def _source_changed(manifest: dict) -> bool:
+    """Whether the file the folder was streamed from (an ``.npz``) has changed since: then it is
+    streamed again. A source that is gone changes nothing (the folder stands on its own)."""
+    source = manifest.get("source")
+    if not isinstance(source, dict) or not Path(source.get("file", "")).is_file():
+        return False
+    return stat_input(Path(source["file"])) != {k: source.get(k) for k in ("size", "mtime_ns")}
 
 
 def _link_sources(src: Path, out: Path) -> None:
