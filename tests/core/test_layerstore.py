@@ -55,6 +55,24 @@ def test_layers_on_disk_give_the_in_memory_logits_and_leave_no_file(name, tmpdir
     assert leftovers(tmpdir_here) == []
 
 
+def test_layers_in_a_ram_folder_are_written_with_one_warning(tmp_path, monkeypatch, capsys):
+    """/dev/shm is tmpfs: a TMPDIR there keeps the 'disk' layers in RAM, which rank 0 says."""
+    from gnnbridge.core.training.layerstore import ram_backed
+
+    if not ram_backed("/dev/shm"):
+        pytest.skip("no tmpfs at /dev/shm on this machine")
+    assert not ram_backed(tmp_path) or ram_backed(tempfile.gettempdir())
+    data = small_graph()
+    monkeypatch.setattr(tempfile, "tempdir", "/dev/shm")
+    LayerwiseEvaluator(backends.get("pyg"), data, ALONE, 64, layer_store="disk").full_logits(model_for("pyg", data))
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("Warning:")]
+    assert len(lines) == 1 and "/dev/shm/gnnbridge-layers-" in lines[0] and "TMPDIR" in lines[0]
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    if not ram_backed(tmp_path):
+        LayerwiseEvaluator(backends.get("pyg"), data, ALONE, 64, layer_store="disk").full_logits(model_for("pyg", data))
+        assert "Warning:" not in capsys.readouterr().err
+
+
 def ctrl_c():
     """A real SIGINT: a KeyboardInterrupt raised by model code with no signal behind it is the
     model's failure (a PluginError), and which one a raise becomes depends on whether this

@@ -5,7 +5,9 @@ then holds two full layers (the input and the output), which a graph with 100M n
 On disk, the layer is one memory-mapped file that the ranks of a machine share: each rank writes
 its own rows into it, a barrier makes them visible (one page cache), and the next layer reads
 only the rows its batches need; nothing is gathered whole. The files live in a fresh folder in
-``$TMPDIR`` that is removed when the pass ends, fails or is interrupted. Ranks on several
+``$TMPDIR`` that is removed when the pass ends, fails or is interrupted; where ``$TMPDIR`` is in
+RAM (tmpfs, as ``/tmp`` is on some distributions) the files would take the memory they were
+meant to spare, so rank 0 says so in one warning line. Ranks on several
 machines cannot share such a file (their temp folders differ), so there the layers are
 all-gathered as in memory whatever the setting.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -63,6 +66,9 @@ class LayerStore:
         shares (zeros until written); the previous layer's file is removed (all ranks are past it)."""
         if self.folder is None:
             made = tempfile.mkdtemp(prefix="gnnbridge-layers-") if self.ctx.is_main else None
+            if made is not None and ram_backed(made):
+                print(f"Warning: layer-wise inference writes its layers to {made}, which is in RAM (tmpfs); set "
+                      "TMPDIR to a folder on disk when the layers do not fit in memory.", file=sys.stderr)
             self.folder = Path(self.ctx.gather_objects(made)[0])
             self.ctx.on_abort(self.remove)
         path = self.folder / f"layer{layer}.bin"
@@ -95,3 +101,20 @@ class LayerStore:
         """This rank's rows are written: after the barrier every rank's are visible to all (one
         shared mapping of one file per machine; no flush needed)."""
         self.ctx.barrier()
+
+
+def ram_backed(path: str | os.PathLike) -> bool:
+    """Whether ``path`` lies on a RAM file system (tmpfs, ramfs), from the longest mount point
+    of ``/proc/mounts`` that holds it; False where that file cannot be read."""
+    real, best, kind = os.path.realpath(path), "", ""
+    try:
+        with open("/proc/mounts") as mounts:
+            for line in mounts:
+                fields = line.split()
+                point = fields[1].replace("\\040", " ")
+                inside = real == point or real.startswith(point.rstrip("/") + "/")
+                if inside and len(point) >= len(best):
+                    best, kind = point, fields[2]
+    except (OSError, IndexError):
+        return False
+    return kind in ("tmpfs", "ramfs")
