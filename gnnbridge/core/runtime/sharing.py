@@ -38,6 +38,7 @@ from gnnbridge.core.errors import DataError
 from gnnbridge.core.records.data import LabelledRecord
 from gnnbridge.core.records.hetero import HeteroGraphData
 from gnnbridge.core.runtime.context import DistContext
+from gnnbridge.core.runtime.host import format_bytes
 
 
 def node_shared(ctx: DistContext, load: Callable[[], LabelledRecord]) -> LabelledRecord:
@@ -202,7 +203,7 @@ def _write(path: Path, tensor: torch.Tensor, what: str, lower: str | None) -> No
             fixes = f"enlarge it (docker --shm-size){', ' if lower else ' or '}point GNNBRIDGE_SHM_DIR at a larger " \
                     f"RAM-backed folder{f', or lower {lower}' if lower else ''}"
             raise DataError(f"Not enough room in {path.parent} to share {what} between this node's ranks "
-                            f"({nbytes / 2**20:.0f} MB more needed); {fixes}.") from None
+                            f"({format_bytes(nbytes)} more needed); {fixes}.") from None
         raise
     finally:
         os.close(fd)
