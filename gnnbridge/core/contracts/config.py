@@ -634,8 +634,8 @@ KEY_HELP = {
     "placement.topology": "host | device: the graph on the GPU, so the core sampler samples there",
     "placement.prefetch": "batches sampled ahead in a background thread (0: off)",
     "placement.precision": "fp32 | bf16 | fp16 (fp16 needs cuda)",
-    "placement.feature_cache": "RAM per machine (shared by its ranks, in /dev/shm) for the most-sampled nodes' "
-                               "feature rows: 512MB, 2GB (0: off)",
+    "placement.feature_cache": "RAM per machine (its ranks share it, in /dev/shm) for the most-sampled rows: "
+                               "512MB, 2GB (0: off)",
     "log": "where each epoch's numbers go besides results.json",
     "log.to": "logger plugins, e.g. [tensorboard, csv] (gnnbridge loggers)",
 }
