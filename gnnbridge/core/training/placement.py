@@ -41,7 +41,9 @@ from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.runtime.sharing import node_tensors
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-_CACHE_BUILDS = itertools.count()  # names each machine-wide cache build (every rank counts alike)
+# Names each machine-wide cache build: the ranks of a machine build their caches in one order (in
+# their Trainers, which they construct alike), so the n-th build has one name on all of them.
+_CACHE_BUILDS = itertools.count()
 
 
 def place(data, cfg: PlacementConfig, device: torch.device):
@@ -83,7 +85,7 @@ def feature_caches(data, cfg: PlacementConfig, ctx: DistContext | None = None) -
     return caches
 
 
-def _once_per_machine(ctx: DistContext | None, make) -> dict:
+def _once_per_machine(ctx: DistContext | None, make: Callable[[], dict]) -> dict:
     """``make()``'s tensors: built here alone for a rank without local peers (one process,
     ``evaluate``, ``predict``), else built by the machine's first rank and mapped by all of its
     ranks from shared memory (a full ``/dev/shm`` is one line)."""
