@@ -129,7 +129,7 @@ def features_bytes(params: dict) -> int:
 
 
 def cache_budget(spec: str, params: dict) -> int:
-    """``placement.feature_cache`` in bytes per rank: ``5%`` of the features, or a byte count."""
+    """``placement.feature_cache`` in bytes per machine: ``5%`` of the features, or a byte count."""
     if spec.endswith("%"):
         return int(features_bytes(params) * float(spec[:-1]) / 100)
     return int(spec)
@@ -360,7 +360,7 @@ def parse_args(argv=None):
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=1, help="epochs of the cold run")
     parser.add_argument("--backends", default="pyg,dgl")
-    parser.add_argument("--feature-cache", default="5%", help="per rank: a share of the features (5%%) or bytes")
+    parser.add_argument("--feature-cache", default="5%", help="per machine: a share of the features (5%%) or bytes")
     parser.add_argument("--read-depths", default="1,32,64",
                         help="comma-separated placement.read_depth values for the cold gathers")
     parser.add_argument("--gather-rows", type=int, default=100_000, help="rows per cold gather")

@@ -190,3 +190,45 @@ def where_x_lives(ctx: DistContext, data: GraphData | None, out: str, folder: st
     shm = [m for m in maps if f"{shm_dir()}/gnnbridge-" in m]
     Path(out, f"rank{ctx.rank}.json").write_text(json.dumps({"x_line": line, "shm": shm, "mapped": getattr(data, "mapped_from", None) is not None,
                                                              "x_sum": float(data.x.sum())}))
+
+
+def cached_training(ctx: DistContext, config: ExperimentConfig, data, out: str, file_limit: int | None = None) -> None:
+    """Train with ``placement.feature_cache``; save to ``out/rank<r>.json``, per feature table
+    with a cache, the ``/proc/self/maps`` lines holding its rows and ids (which file, which
+    inode: two ranks on one mapping hold one copy), whether it holds the table's rows and
+    gathers them right, and the run's hit rates. ``file_limit``: the largest file the rank may
+    write (``RLIMIT_FSIZE``, SIGXFSZ ignored), so the kernel refuses a larger shared file as a
+    full ``/dev/shm`` does."""
+    import json
+    import resource
+    import signal
+
+    from gnnbridge.core.records.features import cache_of, gather_rows
+
+    if file_limit is not None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+    trainer = Trainer(config, data, ctx, show_progress=False)
+    tables = trainer.data.x if isinstance(trainer.data.x, dict) else {"": trainer.data.x}
+    caches = {}
+    for name, table in tables.items():
+        cache = cache_of(table)
+        if cache is not None:
+            every = torch.arange(table.shape[0])
+            caches[name] = {"rows_map": _mapping_of(cache.rows.data_ptr()), "ids_map": _mapping_of(cache.ids.data_ptr()),
+                            "rows": cache.ids.numel(), "holds_table_rows": torch.equal(cache.rows, table[cache.ids]),
+                            "gathers_table": torch.equal(gather_rows(table, every), table[every].float()),
+                            "hits": cache.hits}
+    outcome = trainer.fit()
+    Path(out, f"rank{ctx.rank}.json").write_text(json.dumps({
+        "caches": caches, "epoch_hit_rates": [h["feature_cache_hit_rate"] for h in outcome["history"]],
+        "summary": trainer.cache_summary()}))
+
+
+def _mapping_of(address: int) -> str:
+    """The ``/proc/self/maps`` line whose range holds ``address``."""
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        lo, hi = (int(a, 16) for a in line.split()[0].split("-"))
+        if lo <= address < hi:
+            return line
+    raise AssertionError(f"{address:#x} is in no mapping of this process")

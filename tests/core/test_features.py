@@ -1,4 +1,6 @@
 """Gathering feature rows: mapped and 16-bit tables, the feature cache, and a run that uses it."""
+import json
+import re
 import threading
 import warnings
 
@@ -196,3 +198,67 @@ def test_an_id_outside_a_mapped_table_is_an_index_error_not_a_stray_read(tmp_pat
     for ids in (torch.tensor([0, 5]), torch.tensor([-1])):
         with pytest.raises(IndexError):
             gather_rows(mapped, ids)
+
+
+def _two_ranks_with_a_cache(dataset: dict, size: str, out, file_limit=None) -> list[dict]:
+    """A real 2-rank gloo run (one machine) of the dataset with ``placement.feature_cache=size``;
+    what each rank saw of its caches (:func:`gnnbridge.testing.workers.cached_training`)."""
+    from gnnbridge.core.app.preflight import load_dataset
+    from gnnbridge.core.runtime.launcher import launch
+    from gnnbridge.testing.workers import cached_training
+
+    config = from_dict({"backend": "pyg", "nproc": 2, "dataset": dataset, "model": {"hidden": 8},
+                        "sampler": {"kind": "core", "fanouts": [5, 5]}, "train": {"epochs": 1, "batch_size": 64},
+                        "placement": {"feature_cache": size}})
+    data = load_dataset(config).share_memory_()
+    out.mkdir()
+    launch(cached_training, 2, "cpu", (config, data, str(out), file_limit), timeout_s=240)
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dataset", [{"name": "synthetic", "options": {"num_nodes": 600}},
+                                     {"name": "mag-synthetic", "options": {"num_papers": 600, "num_authors": 300}}],
+                         ids=["homogeneous", "heterogeneous"])
+def test_the_ranks_of_a_machine_share_one_feature_cache_in_shared_memory(dataset, tmp_path):
+    """Both ranks' caches are the same pages: one file of the shared-memory folder (same inode),
+    unlinked once both mapped it, so nothing is left there; the rows are the table's, a gather
+    serves them right, and the run's hit rate counts every rank's hits."""
+    from gnnbridge.core.runtime.sharing import shm_dir
+
+    before = set(shm_dir().glob("gnnbridge-*"))
+    ranks = _two_ranks_with_a_cache(dataset, "8KB", tmp_path / "out")
+    assert set(shm_dir().glob("gnnbridge-*")) == before  # the cache's files were unlinked
+    assert ranks[0]["caches"] and ranks[0]["caches"].keys() == ranks[1]["caches"].keys()
+    for name, cache in ranks[0]["caches"].items():
+        other = ranks[1]["caches"][name]
+        for key in ("rows_map", "ids_map"):
+            path, inode = cache[key].split(maxsplit=5)[5], cache[key].split()[4]
+            assert path.startswith(f"{shm_dir()}/gnnbridge-") and path.endswith(" (deleted)"), cache[key]
+            assert other[key].split()[3:] == cache[key].split()[3:], (cache[key], other[key])  # device, inode, file
+            assert inode != "0"
+        for seen in (cache, other):
+            assert seen["holds_table_rows"] and seen["gathers_table"] and seen["hits"] == seen["rows"] > 0
+    for rank in ranks:
+        assert 0 < rank["epoch_hit_rates"][0] < 1 and rank["summary"]["feature_cache"]["hit_rate"] > 0
+    assert ranks[0]["epoch_hit_rates"] == ranks[1]["epoch_hit_rates"]  # all-reduced over both ranks
+
+
+@pytest.mark.slow
+def test_a_shared_memory_folder_too_small_for_the_feature_cache_is_one_line(tmp_path, capfd):
+    """The kernel refuses the cache's file (each rank may write files of at most 1000 bytes, as
+    a nearly full /dev/shm refuses them): the run ends with one line saying where, how much and
+    the fixes, and leaves nothing in the shared-memory folder."""
+    from gnnbridge.core.errors import RankFailedError
+    from gnnbridge.core.runtime.sharing import shm_dir
+
+    before = set(shm_dir().glob("gnnbridge-*"))
+    with pytest.raises(RankFailedError) as err:
+        _two_ranks_with_a_cache({"name": "synthetic", "options": {"num_nodes": 600}}, "8KB", tmp_path / "out",
+                                file_limit=1000)
+    assert re.fullmatch(
+        rf"rank 0 failed: Not enough room in {re.escape(str(shm_dir()))} to share the feature cache between this node's "
+        r"ranks \(\d+\.\d KB more needed\); enlarge it \(docker --shm-size\), point GNNBRIDGE_SHM_DIR at a larger "
+        r"RAM-backed folder, or lower placement\.feature_cache\.", str(err.value)), str(err.value)
+    assert set(shm_dir().glob("gnnbridge-*")) == before
+    assert "Traceback" not in capfd.readouterr().err

@@ -232,7 +232,8 @@ class PlacementConfig:
     topology: str = "host"  # device: the CSC arrays on the device, so the core sampler samples there
     prefetch: int = 0  # batches sampled ahead in a background thread while the current one computes
     precision: str = "fp32"  # bf16 / fp16: forward and loss under torch.autocast (fp16 with loss scaling)
-    # bytes (or "512MB", "2GB") of RAM per rank for the rows of the highest in-degree nodes; 0: off
+    # bytes (or "512MB", "2GB") of RAM per machine (shared by its ranks, in /dev/shm) for the rows
+    # of the highest in-degree nodes; 0: off
     feature_cache: Any = 0
     # threads gathering rows of a feature table mapped from a folder: page faults in flight (the
     # disk's queue depth on a cold page cache; a blocked thread costs no CPU)
@@ -640,7 +641,8 @@ KEY_HELP = {
     "placement.prefetch": "batches sampled ahead in a background thread (0: off)",
     "placement.precision": "fp32 | bf16 | fp16 (fp16 needs cuda)",
     "placement.read_depth": "reads in flight per rank gathering a folder's mapped features (1-256)",
-    "placement.feature_cache": "RAM per rank for the most-sampled nodes' feature rows: 512MB, 2GB (0: off)",
+    "placement.feature_cache": "RAM per machine (its ranks share it, in /dev/shm) for the most-sampled rows: "
+                               "512MB, 2GB (0: off)",
     "log": "where each epoch's numbers go besides results.json",
     "log.to": "logger plugins, e.g. [tensorboard, csv] (gnnbridge loggers)",
 }

@@ -16,8 +16,9 @@ near its depth-1 rate. Such a table is also advised ``MADV_RANDOM`` when it is m
 (often megabytes) around a row of a few kilobytes.
 
 ``placement.feature_cache`` keeps the rows of the highest in-degree nodes (the most sampled) in
-RAM (:class:`FeatureCache`); ``gather_rows`` serves those from it and counts its hits. The cache
-is per rank, not shared between the ranks of a machine.
+RAM (:class:`FeatureCache`); ``gather_rows`` serves those from it and counts its hits. A run
+holds it once per machine: its rows are built by the machine's first rank and mapped by all
+(:func:`~gnnbridge.core.training.placement.feature_caches`); the hits are counted per rank.
 """
 from __future__ import annotations
 
@@ -280,11 +281,12 @@ if numba is not None:
 class FeatureCache:
     """The rows of ``ids`` (sorted) of one table, in the table's dtype, and how often they served.
 
-    ``hits``/``rows`` count rows served from here / rows gathered since the last ``reset``."""
+    ``ids`` and ``rows`` may be shared memory that every rank of the machine maps (one copy per
+    machine); ``hits``/``total`` count this rank's rows served from here / rows gathered since
+    the last ``reset``."""
 
-    def __init__(self, table: torch.Tensor, ids: torch.Tensor):
-        self.ids = ids.sort().values.contiguous()
-        self.rows = _copy_rows(table, self.ids)  # sorted ids: the file is read nearly in order
+    def __init__(self, ids: torch.Tensor, rows: torch.Tensor):
+        self.ids, self.rows = ids, rows
         self.hits = 0
         self.total = 0
         self.nbytes = self.rows.nbytes + self.ids.nbytes
@@ -346,15 +348,26 @@ def _copy_rows(table: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def build_cache(table: torch.Tensor, in_degree: torch.Tensor, budget: int) -> FeatureCache | None:
-    """A cache of the highest in-degree rows of a CPU ``table`` within ``budget`` bytes (rows
-    plus their ids), attached to the table; None when no row fits."""
+def cache_rows(table: torch.Tensor, in_degree: torch.Tensor, budget: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(ids, table[ids])`` of the highest in-degree rows of a CPU ``table`` within ``budget``
+    bytes (rows plus their ids), ids sorted, rows in the table's dtype; None when no row fits.
+    Not attached: a run shares them between a machine's ranks first."""
     if table.device.type != "cpu" or table.dim() != 2:
         return None
     per_row = table.shape[1] * table.element_size() + 8
     count = min(budget // per_row, table.shape[0])
     if count <= 0:
         return None
-    cache = FeatureCache(table, most_sampled(in_degree, count))
+    ids = most_sampled(in_degree, count).contiguous()
+    return ids, _copy_rows(table, ids)  # sorted ids: the file is read nearly in order
+
+
+def build_cache(table: torch.Tensor, in_degree: torch.Tensor, budget: int) -> FeatureCache | None:
+    """A cache of :func:`cache_rows` in this process alone, attached to the table; None when no
+    row fits."""
+    found = cache_rows(table, in_degree, budget)
+    if found is None:
+        return None
+    cache = FeatureCache(*found)
     attach_cache(table, cache)
     return cache

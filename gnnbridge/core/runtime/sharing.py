@@ -9,7 +9,8 @@ every rank of the node, the first included, maps those files
 (``torch.from_file(shared=True)``), and once all have mapped them the files are unlinked. The
 pages live as long as a rank maps them, nobody can open them by name afterwards, and a second
 job on the same host cannot collide with them: names carry the job's run id (drawn by rank 0 at
-the rendezvous) and the node rank.
+the rendezvous) and the node rank. :func:`node_tensors` shares other tensors a node's ranks all
+read the same way (``placement.feature_cache``'s rows: one copy per machine).
 
 A memory-mapped record (one opened from a folder, ``mapped_from`` set) is not exported: the
 manifest says how to open it, and every rank maps the folder's files itself, so the ranks of a
@@ -37,6 +38,7 @@ from gnnbridge.core.errors import DataError
 from gnnbridge.core.records.data import LabelledRecord
 from gnnbridge.core.records.hetero import HeteroGraphData
 from gnnbridge.core.runtime.context import DistContext
+from gnnbridge.core.runtime.host import format_bytes
 
 
 def node_shared(ctx: DistContext, load: Callable[[], LabelledRecord]) -> LabelledRecord:
@@ -48,10 +50,7 @@ def node_shared(ctx: DistContext, load: Callable[[], LabelledRecord]) -> Labelle
     if ctx.local_world_size == 1:
         record = load()
     else:
-        key, folder, prefix = f"data/{ctx.node_rank}", shm_dir(), f"gnnbridge-{ctx.run_id}-node{ctx.node_rank}"
-        # Any rank of the node removes the node's files if the job fails, even half-written ones
-        # of a first rank that was killed mid-export: the names are known from the prefix.
-        ctx.on_abort(lambda: _unlink(list(folder.glob(f"{prefix}-*"))))
+        key, folder, prefix = node_files(ctx, "data")
         loaded = None
         if ctx.is_local_main:
             loaded = load()
@@ -61,13 +60,45 @@ def node_shared(ctx: DistContext, load: Callable[[], LabelledRecord]) -> Labelle
             record = loaded if loaded is not None else pickle.loads(base64.b64decode(manifest["reopen"]))
         else:
             del loaded  # the ranks map the exported copy, the first one included
-            paths = [Path(t["path"]) for t in manifest["tensors"]]
-            record = attach(manifest)
-            ctx.local_barrier()  # every rank has mapped the files: their names can go
-            if ctx.is_local_main:
-                _unlink(paths)
+            record = mapped_by_all(ctx, manifest, attach)
     ctx.store_barrier("data")
     return record
+
+
+def node_tensors(ctx: DistContext, name: str, make: Callable[[], dict[str, torch.Tensor]],
+                 what: str, lower: str | None = None) -> dict[str, torch.Tensor]:
+    """``make()`` on the node's first rank only; every rank of the node (that one included) gets
+    its tensors mapped from the same RAM-backed files: one copy per machine, however many ranks.
+    ``name`` tells this sharing from the node's others (unique within the job); ``what`` names
+    it, and ``lower`` the setting that makes it smaller, in the one line a full ``/dev/shm`` gives."""
+    key, folder, prefix = node_files(ctx, name)
+    if ctx.is_local_main:
+        made = make()
+        manifest = {"tensors": export_tensors(list(made.items()), folder, prefix, what, lower=lower)}
+        del made  # the ranks map the exported copy, the first one included
+        ctx.store.set(key, json.dumps(manifest))
+    manifest = json.loads(ctx.wait_key(key))
+    return mapped_by_all(ctx, manifest, lambda m: {spec["key"]: map_file(spec) for spec in m["tensors"]})
+
+
+def node_files(ctx: DistContext, name: str) -> tuple[str, Path, str]:
+    """The store key and the folder and file prefix of the node's shared ``name``. Any rank of
+    the node removes the node's files of it if the job fails, even half-written ones of a first
+    rank that was killed mid-export: the names are known from the prefix."""
+    folder, prefix = shm_dir(), f"gnnbridge-{ctx.run_id}-node{ctx.node_rank}-{name}"
+    ctx.on_abort(lambda: _unlink(list(folder.glob(f"{prefix}-*"))))
+    return f"{name}/{ctx.node_rank}", folder, prefix
+
+
+def mapped_by_all(ctx: DistContext, manifest: dict, attach_files: Callable[[dict], object]):
+    """``attach_files(manifest)`` on every rank of the node; once all have mapped the files, the
+    first rank unlinks them: the pages live while a rank maps them, and nothing is left in
+    ``/dev/shm`` even if the job is killed later."""
+    mapped = attach_files(manifest)
+    ctx.local_barrier()
+    if ctx.is_local_main:
+        _unlink([Path(t["path"]) for t in manifest["tensors"]])
+    return mapped
 
 
 def publish(record: LabelledRecord, folder: Path, prefix: str) -> dict:
@@ -90,28 +121,38 @@ def shm_dir() -> Path:
 
 def export(record: LabelledRecord, folder: Path, prefix: str, written: list[Path] | None = None) -> dict:
     """Write ``record``'s tensors (fields, and tensors inside dict fields, as a heterogeneous
-    graph keeps them per type) to files ``folder/prefix-<n>`` and return the manifest. Each file
-    is added to ``written`` before it is filled; on an error they are all removed."""
-    written = [] if written is None else written
+    graph keeps them per type) to files ``folder/prefix-<n>`` and return the manifest (the
+    files are added to ``written``, see :func:`export_tensors`)."""
     manifest: dict = {"type": type(record).__name__, "tensors": [], "values": {}}
+    items = []
+    for f in dataclasses.fields(record):
+        value = getattr(record, f.name)
+        tensors = _tensor_items(value)
+        if tensors is None:
+            manifest["values"][f.name] = value
+        items += [((f.name, key), tensor) for key, tensor in tensors or []]
+    specs = export_tensors(items, folder, prefix, "the dataset", written)
+    manifest["tensors"] = [{**spec, "field": spec["key"][0], "key": spec["key"][1]} for spec in specs]
+    return manifest
+
+
+def export_tensors(items: list[tuple], folder: Path, prefix: str, what: str, written: list[Path] | None = None,
+                   lower: str | None = None) -> list[dict]:
+    """Write each ``(key, tensor)`` to a file ``folder/prefix-<n>``; return their specs (key,
+    path, dtype, shape) for :func:`map_file`. Each file is added to ``written`` before it is
+    filled; on an error they are all removed, so nothing partial is left."""
+    written, specs = [] if written is None else written, []
     try:
-        for f in dataclasses.fields(record):
-            value = getattr(record, f.name)
-            items = _tensor_items(value)
-            if items is None:
-                manifest["values"][f.name] = value
-                continue
-            for key, tensor in items:
-                path = folder / f"{prefix}-{len(manifest['tensors'])}"
-                written.append(path)
-                _write(path, tensor.contiguous())
-                manifest["tensors"].append({"field": f.name, "key": key, "path": str(path),
-                                            "dtype": str(tensor.dtype).removeprefix("torch."),
-                                            "shape": list(tensor.shape)})
+        for key, tensor in items:
+            path = folder / f"{prefix}-{len(specs)}"
+            written.append(path)
+            _write(path, tensor.contiguous(), what, lower)
+            specs.append({"key": key, "path": str(path), "dtype": str(tensor.dtype).removeprefix("torch."),
+                          "shape": list(tensor.shape)})
     except BaseException:
         _unlink(written)
         raise
-    return manifest
+    return specs
 
 
 def _tensor_items(value) -> list[tuple] | None:
@@ -129,11 +170,7 @@ def attach(manifest: dict) -> LabelledRecord:
     cls = _record_types()[manifest["type"]]
     record = cls.__new__(cls)  # no __post_init__: validating again would read every page
     for spec in manifest["tensors"]:
-        dtype, shape = getattr(torch, spec["dtype"]), spec["shape"]
-        numel = int(torch.Size(shape).numel())
-        tensor = (torch.from_file(spec["path"], shared=True, size=numel, dtype=dtype) if numel
-                  else torch.empty(0, dtype=dtype)).view(shape)
-        key = spec["key"]
+        tensor, key = map_file(spec), spec["key"]
         if key is None:
             setattr(record, spec["field"], tensor)
         else:
@@ -144,7 +181,17 @@ def attach(manifest: dict) -> LabelledRecord:
     return record
 
 
-def _write(path: Path, tensor: torch.Tensor) -> None:
+def map_file(spec: dict) -> torch.Tensor:
+    """The tensor an :func:`export_tensors` spec describes, mapped shared from its file."""
+    dtype, shape = getattr(torch, spec["dtype"]), spec["shape"]
+    numel = int(torch.Size(shape).numel())
+    return (torch.from_file(spec["path"], shared=True, size=numel, dtype=dtype) if numel
+            else torch.empty(0, dtype=dtype)).view(shape)
+
+
+def _write(path: Path, tensor: torch.Tensor, what: str, lower: str | None) -> None:
+    """``tensor`` into a new file, its space reserved first: a full folder is one line naming
+    ``what`` and the fixes (``lower``: a setting that asks for less), not a SIGBUS mid-copy."""
     nbytes = tensor.numel() * tensor.element_size()
     if nbytes == 0:
         return
@@ -153,11 +200,10 @@ def _write(path: Path, tensor: torch.Tensor) -> None:
         os.posix_fallocate(fd, 0, nbytes)
     except OSError as exc:
         if exc.errno in (errno.ENOSPC, errno.EFBIG):
-            raise DataError(
-                f"Not enough room in {path.parent} to share the dataset between this node's ranks "
-                f"({nbytes / 2**20:.0f} MB more needed); enlarge it (docker --shm-size) or point "
-                "GNNBRIDGE_SHM_DIR at a larger RAM-backed folder."
-            ) from None
+            fixes = f"enlarge it (docker --shm-size){', ' if lower else ' or '}point GNNBRIDGE_SHM_DIR at a larger " \
+                    f"RAM-backed folder{f', or lower {lower}' if lower else ''}"
+            raise DataError(f"Not enough room in {path.parent} to share {what} between this node's ranks "
+                            f"({format_bytes(nbytes)} more needed); {fixes}.") from None
         raise
     finally:
         os.close(fd)

@@ -11,9 +11,10 @@ and the precision of the forward pass.
   releases the GIL (numba kernel, DGL's C++), so it overlaps the forward and backward pass.
   The batches and their order are those of ``prefetch=0``: one thread drives the sampler,
   reseeded in that thread (DGL's random engine is per thread), with the rank's thread count.
-* ``feature_cache=SIZE``: each rank keeps in RAM the feature rows of the highest in-degree
+* ``feature_cache=SIZE``: each machine keeps in RAM the feature rows of the highest in-degree
   nodes (the most sampled) up to SIZE bytes; :func:`~gnnbridge.core.records.features.gather_rows`
-  serves them from there. Per rank, not shared between the ranks of a machine.
+  serves them from there. Once per machine: the machine's first rank builds it in shared memory
+  (``/dev/shm``) and every rank of the machine maps it, so 4 ranks hold one copy, not 4.
 * ``precision=bf16|fp16``: the forward pass and the loss run under ``torch.autocast``; fp16
   scales the loss (``torch.amp.GradScaler``) so small gradients do not flush to zero.
 
@@ -23,6 +24,7 @@ sampler state and pickle every batch back; the sampler already runs outside the 
 from __future__ import annotations
 
 import copy
+import itertools
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -33,10 +35,15 @@ import torch
 from gnnbridge.core.contracts.config import PlacementConfig, parse_size
 from gnnbridge.core.errors import ConfigError
 from gnnbridge.core.records.data import GraphData
-from gnnbridge.core.records.features import FeatureCache, build_cache, detach_cache, warm
+from gnnbridge.core.records.features import FeatureCache, attach_cache, cache_rows, detach_cache, warm
 from gnnbridge.core.records.hetero import HeteroGraphData
+from gnnbridge.core.runtime.context import DistContext
+from gnnbridge.core.runtime.sharing import node_tensors
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+# Names each machine-wide cache build: the ranks of a machine build their caches in one order (in
+# their Trainers, which they construct alike), so the n-th build has one name on all of them.
+_CACHE_BUILDS = itertools.count()
 
 
 def place(data, cfg: PlacementConfig, device: torch.device):
@@ -55,23 +62,47 @@ def place(data, cfg: PlacementConfig, device: torch.device):
     return placed
 
 
-def feature_caches(data, cfg: PlacementConfig) -> list[FeatureCache]:
-    """The caches ``placement.feature_cache`` asks for, built on this rank's CPU feature tables
-    (any cache an earlier run left on them dropped): a homogeneous graph's rows by in-degree; a
+def feature_caches(data, cfg: PlacementConfig, ctx: DistContext | None = None) -> list[FeatureCache]:
+    """The caches ``placement.feature_cache`` asks for, on this rank's CPU feature tables (any
+    cache an earlier run left on them dropped): a homogeneous graph's rows by in-degree; a
     heterogeneous graph's per node type (in-degree summed over the relations into it), the size
-    shared in proportion to each type's table. The gather kernels the tables need are loaded too.
-    In-degrees ([N] int64) are counted only when a cache is asked for."""
+    shared in proportion to each type's table. Built once per machine where ``ctx`` has local
+    peers (SIZE is RAM per machine; every rank of the machine calls this); hits are counted per
+    rank. The gather kernels the tables need are loaded too."""
     tables = _feature_tables(data)
     for table in tables.values():
         detach_cache(table)
     budget = parse_size(cfg.feature_cache) or 0
     caches = []
     if budget > 0 and tables:
-        total, degrees = sum(t.nbytes for t in tables.values()), _in_degrees(data)
-        caches = [build_cache(t, degrees[key], budget * t.nbytes // total) for key, t in tables.items()]
+        found = _once_per_machine(ctx, lambda: _cache_tensors(data, tables, budget))
+        for i, table in enumerate(tables.values()):
+            if f"{i}/ids" in found:
+                caches.append(FeatureCache(found[f"{i}/ids"], found[f"{i}/rows"]))
+                attach_cache(table, caches[-1])
     for table in tables.values():
         warm(table)
-    return [c for c in caches if c is not None]
+    return caches
+
+
+def _once_per_machine(ctx: DistContext | None, make: Callable[[], dict]) -> dict:
+    """``make()``'s tensors: built here alone for a rank without local peers (one process,
+    ``evaluate``, ``predict``), else built by the machine's first rank and mapped by all of its
+    ranks from shared memory (a full ``/dev/shm`` is one line)."""
+    if ctx is None or ctx.local_world_size == 1:
+        return make()
+    return node_tensors(ctx, f"cache{next(_CACHE_BUILDS)}", make, "the feature cache", lower="placement.feature_cache")
+
+
+def _cache_tensors(data, tables: dict, budget: int) -> dict[str, torch.Tensor]:
+    """``{"<i>/ids", "<i>/rows"}`` of the i-th table's cache (absent where no row fits). The
+    in-degrees ([N] int64) are counted only here, where a cache is built."""
+    total, degrees, found = sum(t.nbytes for t in tables.values()), _in_degrees(data), {}
+    for i, (key, table) in enumerate(tables.items()):
+        rows = cache_rows(table, degrees[key], budget * table.nbytes // total)
+        if rows is not None:
+            found[f"{i}/ids"], found[f"{i}/rows"] = rows
+    return found
 
 
 def _feature_tables(data) -> dict:
