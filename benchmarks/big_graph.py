@@ -302,7 +302,8 @@ def train_row(run: dict, chance: float) -> tuple[str, str]:
     hit = (run.get("feature_cache") or {}).get("hit_rate")
     return label, (f"epoch {run['epoch_time_s']:.1f} s (gather {run['gather_s']:.2f} s, slowest rank "
                    f"{run['gather_s_slowest_rank']:.2f} s), test acc {run['test_acc']:.3f} (chance {chance:.3f}), "
-                   f"peak RssAnon {gib(run['peak_rssanon_bytes'])} (RssFile {gib(run['peak_rssfile_bytes'])}), "
+                   f"peak RssAnon {gib(run['peak_rssanon_bytes'])} (RssFile {gib(run['peak_rssfile_bytes'])}, RssShmem "
+                   f"{gib(run['peak_rssshmem_bytes'])} summed over ranks: the shared cache once per rank), "
                    f"cache hit {'-' if hit is None else f'{hit:.1%}'}, disk read {gib(run['disk_read_bytes'])}")
 
 
