@@ -215,7 +215,7 @@ def cached_training(ctx: DistContext, config: ExperimentConfig, data, out: str, 
         cache = cache_of(table)
         if cache is not None:
             every = torch.arange(table.shape[0])
-            caches[name] = {"rows_map": _mapping_of(cache.rows.data_ptr()), "ids_map": _mapping_of(cache.ids.data_ptr()),
+            caches[name] = {"rows_map": mapping_of(cache.rows.data_ptr()), "ids_map": mapping_of(cache.ids.data_ptr()),
                             "rows": cache.ids.numel(), "holds_table_rows": torch.equal(cache.rows, table[cache.ids]),
                             "gathers_table": torch.equal(gather_rows(table, every), table[every].float()),
                             "hits": cache.hits}
@@ -225,7 +225,7 @@ def cached_training(ctx: DistContext, config: ExperimentConfig, data, out: str, 
         "summary": trainer.cache_summary()}))
 
 
-def _mapping_of(address: int) -> str:
+def mapping_of(address: int) -> str:
     """The ``/proc/self/maps`` line whose range holds ``address``."""
     for line in Path("/proc/self/maps").read_text().splitlines():
         lo, hi = (int(a, 16) for a in line.split()[0].split("-"))

@@ -19,7 +19,7 @@ from gnnbridge.core.errors import RankFailedError
 from gnnbridge.core.runtime.launcher import launch
 from gnnbridge.testing.conformance import small_graph
 from gnnbridge.testing.ports import free_port
-from gnnbridge.testing.workers import open_mapped_graph, save_graph_files, where_x_lives
+from gnnbridge.testing.workers import mapping_of, open_mapped_graph, save_graph_files, where_x_lives
 
 
 @pytest.fixture
@@ -84,15 +84,7 @@ def test_a_task_record_derived_from_a_mapped_graph_keeps_its_features_mapped(fol
     for name in ("val_edges", "test_edges", "val_negatives", "test_negatives"):
         assert torch.equal(getattr(again, name), getattr(derived, name)), name
     assert all(torch.equal(again.edge_index[et], derived.edge_index[et]) for et in derived.edge_index)
-    assert _mapping_of(again.x["node"].data_ptr()).endswith(f"{folder}/x.npy")
-
-
-def _mapping_of(address: int) -> str:
-    for line in Path("/proc/self/maps").read_text().splitlines():
-        lo, hi = (int(a, 16) for a in line.split()[0].split("-"))
-        if lo <= address < hi:
-            return line
-    raise AssertionError(f"{address:#x} is in no mapping of this process")
+    assert mapping_of(again.x["node"].data_ptr()).endswith(f"{folder}/x.npy")
 
 
 def _corrupt(folder):
