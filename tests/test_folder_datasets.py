@@ -342,6 +342,8 @@ def test_a_heterogeneous_node_task_maps_its_topology_from_the_folder_in_every_ra
     assert not any(file_backed(t) for t in topology(older)) and older.edge_types == derived.edge_types
     assert all(torch.equal(a, b) for a, b in zip(topology(older), topology(derived), strict=True))
     assert all(torch.equal(a, b) for a, b in zip(topology(older), topology(built), strict=True))
+    assert not prepare(str(folder), progress=False)["already"]  # preparing it again adds the topology
+    assert all(file_backed(t) for t in topology(for_task(config, open_prepared(folder))))
 
 
 @pytest.mark.slow

@@ -36,6 +36,7 @@ from gnnbridge.core.errors import ConfigError, DataError, ResourceError
 from gnnbridge.core.files import PARTIAL, partial_name, remove_partial, replace
 from gnnbridge.core.records.data import check_ids, infer_num_classes
 from gnnbridge.core.records.folder import (
+    CSC_INDPTR,
     FORMAT,
     csc_keys,
     MANIFEST,
@@ -146,8 +147,14 @@ def _already(out: Path, dtype: str) -> dict | None:
         manifest = read_manifest(out)
     except DataError:
         return None
-    fresh = manifest.get("dtype") == dtype and changed_input(out, manifest) is None
+    fresh = manifest.get("dtype") == dtype and changed_input(out, manifest) is None and not _lacks_topology(manifest)
     return manifest if fresh and not _source_changed(manifest) else None
+
+
+def _lacks_topology(manifest: dict) -> bool:
+    """A heterogeneous folder prepared before prepare wrote its node tasks' topology: it is
+    prepared again (its runs still work, building that topology in memory)."""
+    return manifest.get("kind") == "hetero" and not any(k.startswith(CSC_INDPTR) for k in manifest.get("arrays", {}))
 
 
 def _source_changed(manifest: dict) -> bool:

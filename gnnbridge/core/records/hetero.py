@@ -20,7 +20,13 @@ sampler (it excludes a batch's seed edges and their reverses, see
 reverse edge.
 
 Like the homogeneous records, this one is built once per machine, validated in
-``__post_init__``, moved to shared memory and attached by every rank.
+``__post_init__``, moved to shared memory and attached by every rank. From a prepared folder
+(:mod:`gnnbridge.core.records.folder`) a node task is not built: ``gnnbridge prepare`` wrote
+each edge type's CSC (and each ``rev_`` type's, for ``dataset.reverse_edges``), and the record
+maps those files read-only, so a machine's ranks share them through the page cache. A link task
+is still built in each rank's memory, from the source's mapped edges: which edges it holds out
+(and so which edges pass messages) depends on the seed and the ``link`` settings, so no file
+prepared ahead of the run can hold its topology.
 """
 from __future__ import annotations
 
