@@ -9,8 +9,9 @@ is built by a stable counting sort over chunks of ``edge_index`` into memory-map
 (exactly :func:`~gnnbridge.core.records.csc.csc_from_coo`'s arrays, so batches equal the
 ``.npz``'s), and so is a heterogeneous graph's, per edge type and per ``rev_`` type (what
 ``dataset.reverse_edges`` adds), for its node tasks (link tasks hold edges out by seed, and
-build their topology at load); features are converted to float16 or bfloat16 when asked. The manifest
-(:mod:`gnnbridge.core.records.folder`) is written last, so a folder without one is never used half-prepared.
+build their topology at load); features are converted to float16 or bfloat16 when asked. The
+manifest (:mod:`gnnbridge.core.records.folder`) is written last, so a folder without one is
+never used half-prepared.
 
 Every derived file is written under a temporary name, its space reserved up front
 (``posix_fallocate``: a full disk is an error here, not a SIGBUS while writing a mapped page),
@@ -38,11 +39,11 @@ from gnnbridge.core.records.data import check_ids, infer_num_classes
 from gnnbridge.core.records.folder import (
     CSC_INDPTR,
     FORMAT,
-    csc_keys,
     MANIFEST,
     PREPARED,
     SPLITS,
     changed_input,
+    csc_keys,
     read_manifest,
     stat_input,
 )

@@ -2,10 +2,10 @@
 
 A *prepared folder* holds the dataset's ``.npy`` files (the ``.npz`` format, one file per
 member) and ``prepared/``: the CSC topology (of a homogeneous graph; of each edge type and
-each ``rev_`` type of a heterogeneous one), features converted to a
-smaller dtype if asked, and ``prepared/manifest.json``, written last. The manifest lists every
-input with its size and modification time, every array a record is built from (file, dtype,
-shape, all paths relative to the folder, so a copy elsewhere works) and what was checked.
+each ``rev_`` type of a heterogeneous one), features converted to a smaller dtype if asked,
+and ``prepared/manifest.json``, written last. The manifest lists every input with its size
+and modification time, every array a record is built from (file, dtype, shape, all paths
+relative to the folder, so a copy elsewhere works) and what was checked.
 
 Opening maps every array read-only (``np.load(mmap_mode="r")``): pages come from the OS page
 cache as a batch touches them, file-backed, so a graph larger than memory trains and the ranks
