@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import pickle
 import subprocess
 import sys
 
@@ -275,12 +276,83 @@ def test_a_heterogeneous_folder_opens_as_the_npz_source(tmp_path):
     assert all(torch.equal(opened.edges[et], loaded.edges[et]) for et in loaded.edges)
 
 
+def two_relation_arrays() -> dict:
+    """The shop with a second relation ending at users, so destinations of both types have no
+    in-edges, several in-edges, and in-edges in no particular order."""
+    rng = np.random.default_rng(2)
+    return {**hetero_arrays(), "edge_index__item__likes__user": np.stack([rng.integers(0, 20, 90),
+                                                                           rng.integers(0, 25, 90)]).astype(np.int64)}
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_a_heterogeneous_folder_prepares_the_node_task_topology_the_npz_builds(tmp_path, monkeypatch, reverse):
+    """prepare sorts every relation (and every rev_ relation, which dataset.reverse_edges adds)
+    by destination through the disk, in chunks of two edges here: the node task's topology is
+    the one the same arrays in an .npz give, edge type for edge type, in the same order."""
+    import gnnbridge.core.app.prepare as preparing
+
+    arrays = two_relation_arrays()
+    np.savez(tmp_path / "shop.npz", **arrays)
+    folder = save_folder(tmp_path / "shop", arrays)
+    monkeypatch.setattr(preparing, "chunk_bytes", lambda: 100)
+    prepare(str(folder), progress=False)
+    built = load_hetero_npz(tmp_path / "shop.npz").for_node_task(reverse, 0)
+    opened = open_prepared(folder).for_node_task(reverse, 0)
+    assert sorted(opened.edge_types) == sorted(built.edge_types) and len(built.edge_types) == (4 if reverse else 2)
+    for et in built.edge_types:
+        assert torch.equal(opened.indptr[et], built.indptr[et]), et
+        assert torch.equal(opened.edge_index[et], built.edge_index[et]), et
+    for name in ("train", "val", "test"):
+        assert torch.equal(opened.split(name), built.split(name))
+    assert opened.summary() == built.summary()
+    recorded = json.loads((folder / MANIFEST).read_text())["arrays"]
+    assert recorded["csc_edges__item__rev_buys__user"] == {"file": "prepared/edges__item__rev_buys__user.npy",
+                                                           "dtype": "int64", "shape": [2, 120]}
+    assert recorded["csc_indptr__item__rev_buys__user"]["shape"] == [31]
+
+
+def test_a_heterogeneous_node_task_maps_its_topology_from_the_folder_in_every_rank(tmp_path):
+    """From a prepared folder the node task's topology is the folder's files (page cache, shared
+    by a machine's ranks), also after travelling to a rank (which reopens and derives again);
+    from an .npz it is built in memory. A folder prepared before topology was prepared (its
+    manifest lists none) still trains: its topology is built in memory, as from the .npz."""
+    from gnnbridge.core.app.preflight import for_task
+    from gnnbridge.core.contracts.config import from_dict
+    from gnnbridge.core.records.features import file_backed
+
+    arrays = two_relation_arrays()
+    np.savez(tmp_path / "shop.npz", **arrays)
+    folder = save_folder(tmp_path / "shop", arrays)
+    prepare(str(folder), progress=False)
+    config = from_dict({"task": "node", "dataset": {"reverse_edges": True}})
+
+    def topology(record) -> list:
+        return [t for et in sorted(record.edge_types) for t in (record.indptr[et], record.edge_index[et])]
+
+    derived = for_task(config, open_prepared(folder))
+    again = pickle.loads(pickle.dumps(derived))
+    assert len(pickle.dumps(derived)) < 4000  # the opener and the config, not the topology
+    assert all(file_backed(t) for record in (derived, again) for t in topology(record))
+    built = for_task(config, load_hetero_npz(tmp_path / "shop.npz"))
+    assert not any(file_backed(t) for t in topology(built))
+    manifest = json.loads((folder / MANIFEST).read_text())
+    manifest["arrays"] = {k: v for k, v in manifest["arrays"].items() if not k.startswith("csc_")}
+    (folder / MANIFEST).write_text(json.dumps(manifest))
+    older = for_task(config, open_prepared(folder))
+    assert not any(file_backed(t) for t in topology(older)) and older.edge_types == derived.edge_types
+    assert all(torch.equal(a, b) for a, b in zip(topology(older), topology(derived), strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(topology(older), topology(built), strict=True))
+    assert not prepare(str(folder), progress=False)["already"]  # preparing it again adds the topology
+    assert all(file_backed(t) for t in topology(for_task(config, open_prepared(folder))))
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("backend", ["pyg", "dgl"])
 @pytest.mark.parametrize("task", ["node", "link"])
-def test_a_heterogeneous_folder_trains_node_and_link_tasks(tmp_path, task):
+def test_a_heterogeneous_folder_trains_node_and_link_tasks(tmp_path, task, backend):
     np.savez(tmp_path / "shop.npz", **hetero_arrays())
     prepare(str(tmp_path / "shop.npz"), progress=False)
-    results = gnnbridge.run(dataset=str(tmp_path / "shop"), backend="pyg", nproc=1, out=tmp_path / "run",
+    results = gnnbridge.run(dataset=str(tmp_path / "shop"), backend=backend, nproc=1, out=tmp_path / "run",
                             overrides=["train.epochs=1", f"task={task}", "dataset.reverse_edges=true"],
                             progress=False)
     assert results["history"][-1]["epoch"] == 0 and math.isfinite(results["history"][-1]["loss"])

@@ -72,8 +72,12 @@ class DglHeteroSampler(Sampler):
         dgl = import_dgl()
         self._dgl, self.core, self.data = dgl, core, core.data
         data = self.data
-        self.graph = dgl.heterograph({et: (ei[0], ei[1]) for et, ei in data.edge_index.items()},
-                                     num_nodes_dict=dict(data.num_nodes))  # edge ids = positions, as in core
+        # From each type's CSC arrays, which DGL wraps without a copy (a prepared folder's stay
+        # mapped) and samples in-neighbours from directly; an empty edge-id array makes the CSC
+        # positions the edge ids, as in core (see DglGraphStore).
+        no_eids = torch.empty(0, dtype=torch.int64)
+        self.graph = dgl.heterograph({et: ("csc", (data.indptr[et], ei[0], no_eids))
+                                      for et, ei in data.edge_index.items()}, num_nodes_dict=dict(data.num_nodes))
         layers = len(core.fanouts)
         # Not DGL's fused sampler (``sample_neighbors_fused``, taken whenever DGL has more than one
         # thread, as a lone rank does): its blocks leave a node type no edge type points into out of

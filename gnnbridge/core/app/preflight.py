@@ -324,10 +324,11 @@ def for_task(config: ExperimentConfig, data):
     edges when asked for), and a homogeneous graph becomes a one-type heterogeneous graph for
     link prediction.
 
-    A task record derived from a memory-mapped one holds new in-memory topology (built here)
-    and the source's mapped features. It travels to the ranks as "reopen the source, derive
-    again with this config" (deterministic given the seed), so the features are never copied;
-    each rank then holds its own copy of the derived topology, not a shared one."""
+    A task record derived from a memory-mapped one holds the source's mapped features and
+    either new in-memory topology (built here: a link task's, which holds edges out by seed) or,
+    for a node task on a prepared heterogeneous folder, the folder's mapped CSC files. It travels
+    to the ranks as "reopen the source, derive again with this config" (deterministic given the
+    seed), so nothing mapped is copied; each rank holds its own copy of built topology only."""
     derived = _for_task(config, data)
     if derived is not data and data.is_mapped:
         derived.mapped_from = (rederive, (copy.deepcopy(config), data.mapped_from))
@@ -370,12 +371,16 @@ def check_source_fits(config: ExperimentConfig, source: HeteroSource, reverse: b
     """Refuse a heterogeneous graph whose task record this machine cannot hold, before it is built.
     Its sizes come from values, not from arrays: a featureless type's ``num_nodes__TYPE`` is one
     number in a file, and ``link.eval_negatives`` fixes that many ids per held-out edge."""
-    into = {t: sum((et[2] == t) + (reverse and et[0] == t) for et in source.edges) for t in source.num_nodes}
+    # A node task on a prepared folder maps its topology (CSC offsets and edges) instead of building it.
+    mapped = config.task is Task.NODE and source.mapped_topology(reverse) is not None
+    into = {t: 0 if mapped else sum((et[2] == t) + (reverse and et[0] == t) for et in source.edges)
+            for t in source.num_nodes}
     parts = {f"num_nodes__{t}={n:,}": (n * (BYTES_PER_NODE + 8 * into[t]),
                                        f"check that count of '{t}' nodes (num_nodes__{t} in a .npz)")
              for t, n in source.num_nodes.items()}
     edges = sum(int(e.shape[1]) for e in source.edges.values())
-    parts[f"{edges:,} edges"] = (edges * BYTES_PER_EDGE, "use a smaller graph")
+    if not mapped:
+        parts[f"{edges:,} edges"] = (edges * BYTES_PER_EDGE, "use a smaller graph")
     if config.task is Task.LINK:
         held = _held_out_rows(config, source)
         if held:

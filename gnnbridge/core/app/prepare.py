@@ -7,8 +7,11 @@ checked to lie in range, features to be finite, labels to be ``0 .. C-1``, split
 disjoint; a homogeneous graph's CSC topology (``prepared/indptr.npy``, ``prepared/indices.npy``)
 is built by a stable counting sort over chunks of ``edge_index`` into memory-mapped outputs
 (exactly :func:`~gnnbridge.core.records.csc.csc_from_coo`'s arrays, so batches equal the
-``.npz``'s); features are converted to float16 or bfloat16 when asked. The manifest
-(:mod:`gnnbridge.core.records.folder`) is written last, so a folder without one is never used half-prepared.
+``.npz``'s), and so is a heterogeneous graph's, per edge type and per ``rev_`` type (what
+``dataset.reverse_edges`` adds), for its node tasks (link tasks hold edges out by seed, and
+build their topology at load); features are converted to float16 or bfloat16 when asked. The
+manifest (:mod:`gnnbridge.core.records.folder`) is written last, so a folder without one is
+never used half-prepared.
 
 Every derived file is written under a temporary name, its space reserved up front
 (``posix_fallocate``: a full disk is an error here, not a SIGBUS while writing a mapped page),
@@ -34,11 +37,13 @@ from gnnbridge.core.errors import ConfigError, DataError, ResourceError
 from gnnbridge.core.files import PARTIAL, partial_name, remove_partial, replace
 from gnnbridge.core.records.data import check_ids, infer_num_classes
 from gnnbridge.core.records.folder import (
+    CSC_INDPTR,
     FORMAT,
     MANIFEST,
     PREPARED,
     SPLITS,
     changed_input,
+    csc_keys,
     read_manifest,
     stat_input,
 )
@@ -52,7 +57,7 @@ from gnnbridge.core.records.formats import (
     is_hetero,
     typed_keys,
 )
-from gnnbridge.core.records.hetero import edge_name
+from gnnbridge.core.records.hetero import edge_name, reverse_types
 from gnnbridge.core.runtime.host import available_memory
 
 DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}  # bfloat16 stored as uint16
@@ -143,8 +148,14 @@ def _already(out: Path, dtype: str) -> dict | None:
         manifest = read_manifest(out)
     except DataError:
         return None
-    fresh = manifest.get("dtype") == dtype and changed_input(out, manifest) is None
+    fresh = manifest.get("dtype") == dtype and changed_input(out, manifest) is None and not _lacks_topology(manifest)
     return manifest if fresh and not _source_changed(manifest) else None
+
+
+def _lacks_topology(manifest: dict) -> bool:
+    """A heterogeneous folder prepared before prepare wrote its node tasks' topology: it is
+    prepared again (its runs still work, building that topology in memory)."""
+    return manifest.get("kind") == "hetero" and not any(k.startswith(CSC_INDPTR) for k in manifest.get("arrays", {}))
 
 
 def _source_changed(manifest: dict) -> bool:
@@ -315,19 +326,54 @@ def build_csc(root: Path, ei: np.ndarray, n: int, bar, edges_per_chunk: int | No
     """``prepared/indptr.npy`` and ``prepared/indices.npy`` from ``ei`` [2, E] by a stable counting
     sort over chunks of edges, writing into memory-mapped files: the same arrays as
     :func:`~gnnbridge.core.records.csc.csc_from_coo`, in memory bounded by the chunk. Checks the ids."""
+
+    def check(row: np.ndarray) -> None:
+        try:
+            check_ids("edge_index", torch.from_numpy(row), n)
+        except DataError as exc:
+            raise DataError(f"{root}: {exc}") from None
+
+    prepared = root / PREPARED
+    counting_sort(root, ei, n, bar, prepared / "indptr.npy", prepared / "indices.npy", edges_per_chunk, check)
+    return {"indptr": {"file": f"{PREPARED}/indptr.npy", "dtype": "int64", "shape": [n + 1]},
+            "indices": {"file": f"{PREPARED}/indices.npy", "dtype": "int64", "shape": [int(ei.shape[1])]}}
+
+
+def build_typed_csc(root: Path, ei: np.ndarray, edge_type: tuple, n_dst: int, bar,
+                    edges_per_chunk: int | None = None) -> dict:
+    """One edge type's topology for a heterogeneous node task: ``prepared/indptr__S__R__D.npy``
+    (CSC offsets over the ``n_dst`` destinations) and ``prepared/edges__S__R__D.npy`` [2, E], the
+    edges stably sorted by destination (row 0 is the CSC indices, row 1 their destinations: the
+    record's ``edge_index``, which both backends' samplers read). The same arrays as the record's
+    sort in memory. ``ei`` may be a flipped view (a ``rev_`` type: the CSR of the forward type).
+    Ids are checked before (:func:`_typed_ids`)."""
+    indptr_key, edges_key = csc_keys(edge_type)
+    suffix = "__".join(edge_type)
+    files = {indptr_key: f"{PREPARED}/indptr__{suffix}.npy", edges_key: f"{PREPARED}/edges__{suffix}.npy"}
+    counting_sort(root, ei, n_dst, bar, root / files[indptr_key], root / files[edges_key], edges_per_chunk,
+                  with_destinations=True)
+    e = int(ei.shape[1])
+    return {indptr_key: {"file": files[indptr_key], "dtype": "int64", "shape": [n_dst + 1]},
+            edges_key: {"file": files[edges_key], "dtype": "int64", "shape": [2, e]}}
+
+
+def counting_sort(root: Path, ei: np.ndarray, n: int, bar, indptr_file: Path, indices_file: Path,
+                  edges_per_chunk: int | None = None, check: Callable[[np.ndarray], None] | None = None,
+                  with_destinations: bool = False) -> None:
+    """Write ``indptr_file`` (CSC offsets over ``n`` destinations) and ``indices_file`` (the sources
+    of ``ei`` stably sorted by destination; with ``with_destinations``, a [2, E] array whose second
+    row holds their destinations) by a counting sort over chunks of edges into memory-mapped files:
+    memory bounded by the chunk, whatever E is. ``check(row)`` sees every chunk of ids first."""
     e = int(ei.shape[1])
     step = edges_per_chunk or max(1, chunk_bytes() // 48)  # a chunk's src, dst, order and positions
-    prepared = root / PREPARED
 
     def count(indptr: np.ndarray) -> None:
         indptr[:] = 0
         for start in range(0, e, step):
             src, dst = (np.array(ei[i, start:start + step]) for i in (0, 1))
-            for row in (src, dst):
-                try:
-                    check_ids("edge_index", torch.from_numpy(row), n)
-                except DataError as exc:
-                    raise DataError(f"{root}: {exc}") from None
+            if check is not None:
+                check(src)
+                check(dst)
             ids, counts = np.unique(dst, return_counts=True)
             indptr[ids + 1] += counts
             bar.update(src.nbytes + dst.nbytes)
@@ -337,11 +383,12 @@ def build_csc(root: Path, ei: np.ndarray, n: int, bar, edges_per_chunk: int | No
             indptr[start:start + step] = block
             carry = int(block[-1])
 
-    write_array(prepared / "indptr.npy", np.int64, (n + 1,), count)
-    indptr = np.load(prepared / "indptr.npy", mmap_mode="r")
+    write_array(indptr_file, np.int64, (n + 1,), count)
+    indptr = np.load(indptr_file, mmap_mode="r")
 
-    def place(indices: np.ndarray) -> None:
-        fill_file = partial_name(prepared / "fill.npy")  # the next free slot of each destination
+    def place(out: np.ndarray) -> None:
+        indices = out[0] if with_destinations else out
+        fill_file = partial_name(indices_file.with_name("fill.npy"))  # the next free slot of each destination
         try:
             fill = np.lib.format.open_memmap(fill_file, mode="w+", dtype=np.int64, shape=(max(n, 1),))
             for start in range(0, n, step):
@@ -351,17 +398,17 @@ def build_csc(root: Path, ei: np.ndarray, n: int, bar, edges_per_chunk: int | No
                 order = np.argsort(dst, kind="stable")
                 dst, src = dst[order], src[order]
                 ids, first, counts = np.unique(dst, return_index=True, return_counts=True)
-                rank = np.arange(dst.shape[0]) - np.repeat(first, counts)  # position within its destination
-                indices[fill[dst] + rank] = src
+                at = fill[dst] + np.arange(dst.shape[0]) - np.repeat(first, counts)  # rank within its destination
+                indices[at] = src
+                if with_destinations:
+                    out[1, at] = dst
                 fill[ids] += counts
                 bar.update(src.nbytes + dst.nbytes)
             del fill
         finally:
             fill_file.unlink(missing_ok=True)
 
-    write_array(prepared / "indices.npy", np.int64, (e,), place)
-    return {"indptr": {"file": f"{PREPARED}/indptr.npy", "dtype": "int64", "shape": [n + 1]},
-            "indices": {"file": f"{PREPARED}/indices.npy", "dtype": "int64", "shape": [e]}}
+    write_array(indices_file, np.int64, (2, e) if with_destinations else (e,), place)
 
 
 def _labels(root: Path, key: str, y: np.ndarray, bar) -> int:
@@ -437,7 +484,9 @@ def _prepare_hetero(root: Path, members: dict, dtype: str, progress: bool) -> di
         warnings.simplefilter("ignore", UserWarning)
         source = hetero_source(root, {k: torch.from_numpy(v) for k, v in a.items()}, root.name)
     counts = source.num_nodes
-    bar = _bar(progress, sum(v.nbytes for v in a.values()), root)
+    reverse = reverse_types(source.edges)
+    sorted_bytes = 2 * sum(int(e.numel()) * 8 for e in source.edges.values()) * (1 + len(reverse) / len(source.edges))
+    bar = _bar(progress, sum(v.nbytes for v in a.values()) + int(sorted_bytes), root)
     arrays, checked = {}, ["headers (dtype, shape)"]
     with bar:
         for key, array in a.items():
@@ -449,6 +498,10 @@ def _prepare_hetero(root: Path, members: dict, dtype: str, progress: bool) -> di
                 _typed_ids(root, key, array, tuple(parts), counts, bar)
             arrays[key] = _spec(f"{key}.npy", array)
         checked += ["x finite", "edge ids in range per node type"]
+        for et, forward in {**{et: et for et in source.edges}, **reverse}.items():  # a rev_ type: the flipped edges
+            edges = a["edge_index__" + "__".join(forward)]
+            arrays.update(build_typed_csc(root, edges if et == forward else edges[::-1], et, counts[et[2]], bar))
+        checked.append("CSC topology per edge type and per rev_ type")
         num_classes = 0
         if source.target_node is not None:
             t = source.target_node

@@ -1,10 +1,11 @@
 """A dataset that is a folder: opening what ``gnnbridge prepare`` derived, memory-mapped.
 
 A *prepared folder* holds the dataset's ``.npy`` files (the ``.npz`` format, one file per
-member) and ``prepared/``: the CSC topology of a homogeneous graph, features converted to a
-smaller dtype if asked, and ``prepared/manifest.json``, written last. The manifest lists every
-input with its size and modification time, every array a record is built from (file, dtype,
-shape, all paths relative to the folder, so a copy elsewhere works) and what was checked.
+member) and ``prepared/``: the CSC topology (of a homogeneous graph; of each edge type and
+each ``rev_`` type of a heterogeneous one), features converted to a smaller dtype if asked,
+and ``prepared/manifest.json``, written last. The manifest lists every input with its size
+and modification time, every array a record is built from (file, dtype, shape, all paths
+relative to the folder, so a copy elsewhere works) and what was checked.
 
 Opening maps every array read-only (``np.load(mmap_mode="r")``): pages come from the OS page
 cache as a batch touches them, file-backed, so a graph larger than memory trains and the ranks
@@ -35,6 +36,7 @@ FORMAT = 1
 PREPARED = "prepared"
 MANIFEST = f"{PREPARED}/manifest.json"
 SPLITS = ("train_idx", "val_idx", "test_idx")
+CSC_INDPTR, CSC_EDGES = "csc_indptr", "csc_edges"  # a heterogeneous folder's prepared topology (csc_keys)
 RANDOM_MIN_BYTES = 64 << 20  # an array read at random (no read-around) when the folder is too large to cache
 
 
@@ -128,9 +130,7 @@ def open_prepared(path: str | os.PathLike, seed: int = 0):
     if kind == "node":
         record = _node_graph(arrays, manifest, seed, name)
     elif kind == "hetero":
-        record = hetero_source(root, arrays, name)
-        if record.target_edge is None and manifest.get("target_edge"):  # a named dataset's default link target
-            record.target_edge = tuple(manifest["target_edge"])
+        record = _hetero(root, arrays, manifest, name)
     elif kind == "collection":  # loaded whole and validated: collections are many small graphs
         arrays = {k: v.clone() for k, v in arrays.items()}
         splits = [arrays[k] for k in SPLITS] if "train_idx" in arrays else None
@@ -150,6 +150,33 @@ def physical_memory() -> int:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return 0
+
+
+def csc_keys(edge_type: tuple) -> tuple[str, str]:
+    """The manifest keys of one edge type's prepared topology: its CSC offsets, and its edges
+    sorted by destination ([2, E]; row 0 is the CSC indices, row 1 their destinations)."""
+    suffix = "__".join(edge_type)
+    return f"{CSC_INDPTR}__{suffix}", f"{CSC_EDGES}__{suffix}"
+
+
+def _hetero(root: Path, arrays: dict, manifest: dict, name: str):
+    """A :class:`HeteroSource` of the folder's typed arrays, with its prepared topology (per
+    edge type and per ``rev_`` type) attached for node tasks. A manifest written before prepare
+    wrote topology has none: node tasks then build it in memory, as from an ``.npz``."""
+    topology = {}
+    for key in [k for k in arrays if k.startswith(CSC_INDPTR + "__")]:
+        edge_type = tuple(key.split("__")[1:])
+        indptr_key, edges_key = csc_keys(edge_type)
+        if edges_key in arrays:
+            topology[edge_type] = (arrays[indptr_key], arrays[edges_key])
+    typed = {k: v for k, v in arrays.items() if not k.startswith((CSC_INDPTR + "__", CSC_EDGES + "__"))}
+    record = hetero_source(root, typed, name)
+    if record.target_edge is None and manifest.get("target_edge"):  # a named dataset's default link target
+        record.target_edge = tuple(manifest["target_edge"])
+    if topology:
+        record.topology = topology
+        record.num_classes = int(manifest["summary"]["num_classes"])
+    return record
 
 
 def _node_graph(arrays: dict, manifest: dict, seed: int, name: str) -> GraphData:

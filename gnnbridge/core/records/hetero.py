@@ -20,11 +20,17 @@ sampler (it excludes a batch's seed edges and their reverses, see
 reverse edge.
 
 Like the homogeneous records, this one is built once per machine, validated in
-``__post_init__``, moved to shared memory and attached by every rank.
+``__post_init__``, moved to shared memory and attached by every rank. From a prepared folder
+(:mod:`gnnbridge.core.records.folder`) a node task is not built: ``gnnbridge prepare`` wrote
+each edge type's CSC (and each ``rev_`` type's, for ``dataset.reverse_edges``), and the record
+maps those files read-only, so a machine's ranks share them through the page cache. A link task
+is still built in each rank's memory, from the source's mapped edges: which edges it holds out
+(and so which edges pass messages) depends on the seed and the ``link`` settings, so no file
+prepared ahead of the run can hold its topology.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 
 import torch
 
@@ -99,6 +105,16 @@ class HeteroGraphData(Mapped):
         if not self.indptr:
             self._sort_edges()
         self.validate()
+
+    @classmethod
+    def unchecked(cls, **values) -> "HeteroGraphData":
+        """The record without sorting or :meth:`validate`: for topology ``gnnbridge prepare``
+        has sorted and checked, memory-mapped from a folder, which validating would read whole."""
+        record = object.__new__(cls)
+        for f in fields(cls):
+            default = f.default_factory() if f.default_factory is not MISSING else f.default
+            setattr(record, f.name, values[f.name] if f.name in values else default)
+        return record
 
     # ------------------------------------------------------------------ views
 
@@ -329,11 +345,18 @@ def node_task(num_nodes: dict[str, int], x: dict, edges: dict, target: str, y: t
 def with_reverse_edges(num_nodes: dict, edges: dict, skip: set = frozenset()) -> dict:
     """``edges`` plus ``(dst, rev_<relation>, src)`` for every type that has no reverse yet (and
     is not in ``skip``)."""
-    out = dict(edges)
-    for (s, r, d), ei in edges.items():
+    return {**edges, **{rev: edges[et].flip(0) for rev, et in reverse_types(edges, skip).items()}}
+
+
+def reverse_types(edge_types, skip: set = frozenset()) -> dict[EdgeType, EdgeType]:
+    """``{(dst, rev_<relation>, src): (src, relation, dst)}``: the reverse types that
+    :func:`with_reverse_edges` adds to ``edge_types``, in the order it adds them (by name only,
+    so ``gnnbridge prepare`` knows them without building anything)."""
+    out: dict[EdgeType, EdgeType] = {}
+    for s, r, d in edge_types:
         rev = (d, REVERSE_PREFIX + r, s)
-        if rev not in out and not r.startswith(REVERSE_PREFIX) and (s, r, d) not in skip:
-            out[rev] = ei.flip(0)
+        if rev not in edge_types and rev not in out and not r.startswith(REVERSE_PREFIX) and (s, r, d) not in skip:
+            out[rev] = (s, r, d)
     return out
 
 
@@ -530,6 +553,11 @@ class HeteroSource(Mapped):
     held_out: tuple | None = None
     name: str = "hetero"
     undirected: bool = False  # the target's pairs stand for undirected edges
+    # Set by a prepared folder (gnnbridge.core.records.folder): {edge type: (indptr, edges sorted
+    # by destination [2, E])}, memory-mapped, for every edge type and its rev_ type; and the
+    # class count prepare found. A node task then maps its topology instead of building it.
+    topology: dict[EdgeType, tuple[torch.Tensor, torch.Tensor]] | None = None
+    num_classes: int | None = None
     # Set when opened from a prepared folder (see LabelledRecord.folder; Mapped.mapped_from).
     folder = None
 
@@ -538,10 +566,24 @@ class HeteroSource(Mapped):
                 "edge_types": {edge_name(et): int(e.shape[1]) for et, e in self.edges.items()}}
 
     def for_node_task(self, reverse: bool, seed: int) -> HeteroGraphData:
+        """The node-classification record. From a prepared folder its topology is the folder's
+        mapped CSC files (read-only, not validated again: prepare checked them), the same arrays
+        as the build in memory, which every other source gets."""
         if self.target_node is None or self.y is None:
             raise ConfigError(f"Dataset '{self.name}' has no node labels (no labelled node type); use task=link.")
+        mapped = self.mapped_topology(reverse)
+        if mapped is not None:
+            return mapped_node_task(self, mapped, seed)
         edges = with_reverse_edges(self.num_nodes, self.edges) if reverse else dict(self.edges)
         return node_task(self.num_nodes, self.x, edges, self.target_node, self.y, self.splits, seed, self.name)
+
+    def mapped_topology(self, reverse: bool) -> dict[EdgeType, tuple[torch.Tensor, torch.Tensor]] | None:
+        """``{edge type: (indptr, sorted edges)}`` of a node task's message-passing types, in the
+        order the build in memory gives them, when a prepared folder holds all of them; else None."""
+        wanted = [*self.edges, *(reverse_types(self.edges) if reverse else ())]
+        if self.topology is None or not all(et in self.topology for et in wanted):
+            return None
+        return {et: self.topology[et] for et in wanted}
 
     def for_link_task(self, edge_type: str, reverse: bool, seed: int, val_fraction: float, test_fraction: float,
                       eval_negatives: int) -> HeteroGraphData:
@@ -558,6 +600,22 @@ class HeteroSource(Mapped):
         return link_task(self.num_nodes, self.x, self.edges, target, seed=seed, val_fraction=val_fraction,
                          test_fraction=test_fraction, eval_negatives=eval_negatives, reverse=reverse,
                          held_out=held_out, name=self.name, undirected=self.undirected)
+
+
+def mapped_node_task(source: HeteroSource, topology: dict, seed: int) -> HeteroGraphData:
+    """A node task over ``topology`` (a prepared folder's mapped CSC files), built without
+    validation, which would read every file whole: ``gnnbridge prepare`` checked ids, labels
+    and splits, and its manifest records that. Splits the folder lacks are drawn from ``seed``
+    as :func:`node_task` draws them."""
+    t = source.target_node
+    if t not in source.num_nodes:
+        raise DataError(f"The labelled node type {t!r} is not declared; node types: {', '.join(source.num_nodes)}.")
+    splits = source.splits or random_split(source.num_nodes[t], seed)
+    classes = source.num_classes if source.num_classes is not None else infer_num_classes(source.y)
+    return HeteroGraphData.unchecked(
+        num_nodes=dict(source.num_nodes), x=dict(source.x), edge_index={et: e for et, (_, e) in topology.items()},
+        indptr={et: p for et, (p, _) in topology.items()}, target_node=t, y=source.y, train_idx=splits[0],
+        val_idx=splits[1], test_idx=splits[2], num_classes=classes, name=source.name)
 
 
 def homogeneous_source(data: GraphData, seed: int = 0) -> HeteroSource:
