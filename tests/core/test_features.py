@@ -13,6 +13,7 @@ from gnnbridge.core.contracts.config import from_dict
 from gnnbridge.core.errors import ConfigError
 from gnnbridge.core.records.features import (
     READ_DEPTH,
+    advise,
     build_cache,
     cache_of,
     detach_cache,
@@ -170,8 +171,9 @@ def test_features_stored_in_16_bits_train_like_float32(backend, tmp_path):
         assert results["metrics"]["test_acc"] > 0.5, (name, results["metrics"])  # 4 classes: chance is 0.25
 
 
-def test_models_read_rows_in_place_only_from_a_plain_table_in_ram(small_data, tmp_path):
-    """A mapped, 16-bit or cached table is gathered (upcast, counted), never read in place."""
+def test_models_read_rows_in_place_unless_gathering_does_better(small_data, tmp_path):
+    """A 16-bit, cached or too-large-to-cache (MADV_RANDOM) table is gathered (upcast, counted,
+    its faults in flight together), never read in place; a mapped one the page cache holds is."""
     from gnnbridge.core.contracts.config import ModelSpec
     from gnnbridge.core.contracts.plugins import backends
     from gnnbridge.core.records.batches import IndexedRows
@@ -182,7 +184,9 @@ def test_models_read_rows_in_place_only_from_a_plain_table_in_ram(small_data, tm
     sage = build(backends.get("pyg"), ModelSpec(arch="sage", hidden=8, layers=2), small_data)
     assert isinstance(indexed_rows(sage, small_data.x, ids, cpu), IndexedRows)
     mapped = _mapped(small_data.x, tmp_path)
-    assert indexed_rows(sage, mapped, ids, cpu) is None
+    assert isinstance(indexed_rows(sage, mapped, ids, cpu), IndexedRows)
+    assert advise(mapped, "random") and indexed_rows(sage, mapped, ids, cpu) is None
+    assert advise(mapped, "normal") and isinstance(indexed_rows(sage, mapped, ids, cpu), IndexedRows)
     assert indexed_rows(sage, small_data.x.bfloat16(), ids, cpu) is None
     table = small_data.x.clone()
     build_cache(table, small_data.indptr.diff(), 1 << 20)

@@ -41,6 +41,7 @@ FILL_BYTES = 64 << 20  # float32 bytes a 16-bit cache is filled through at a tim
 _caches: dict[int, "FeatureCache"] = {}  # id(table) -> its cache (removed when the table goes)
 _mapped: dict[tuple[int, int], bool] = {}  # (data pointer, bytes) -> file-backed (only speed depends on it)
 READ_DEPTH = 32  # placement.read_depth's default: faults in flight per rank on a mapped table
+_random: set[tuple[int, int]] = set()  # (data pointer, bytes) of tables advised MADV_RANDOM
 _reads = {"depth": READ_DEPTH, "pool": None, "pid": None}  # the reader pool, made on first use
 
 # float16 and bfloat16 bit patterns -> float32, exactly: bfloat16 is float32's high half (a
@@ -78,9 +79,16 @@ def warm(table: torch.Tensor) -> None:
 
 def reads_in_place(table: torch.Tensor) -> bool:
     """Whether a model may read ``table``'s rows where they are (``IndexedRows``): a float32
-    table in RAM (a large one too: it saves the copy), without a cache whose hits must be counted."""
-    return table.dtype == torch.float32 and cache_of(table) is None and \
-        (table.device.type != "cpu" or not file_backed(table))
+    table (a large one too: it saves the copy) without a cache whose hits must be counted, in
+    RAM or mapped from a folder the page cache can hold. Not one mapped ``MADV_RANDOM`` (larger
+    than the page cache): a model's kernel would fault its rows in one at a time, where the
+    gather keeps ``read_depth`` faults in flight."""
+    return table.dtype == torch.float32 and cache_of(table) is None and not read_at_random(table)
+
+
+def read_at_random(table: torch.Tensor) -> bool:
+    """Whether ``table`` was advised ``MADV_RANDOM`` (:func:`advise`): too large to cache."""
+    return _key(table) in _random
 
 
 def _compiled(table: torch.Tensor) -> bool:
@@ -93,12 +101,16 @@ def _compiled(table: torch.Tensor) -> bool:
 def file_backed(table: torch.Tensor) -> bool:
     """Whether ``table``'s memory is a mapped file (not anonymous or shared memory), from
     ``/proc/self/maps``, read once per table; False where that file does not exist."""
-    key = (table.untyped_storage().data_ptr(), table.untyped_storage().nbytes())
+    key = _key(table)
     if key not in _mapped:
         if len(_mapped) >= 1024:  # tables come and go (layer outputs): forget the old ones
             _mapped.clear()
         _mapped[key] = _in_file_mapping(key[0])
     return _mapped[key]
+
+
+def _key(table: torch.Tensor) -> tuple[int, int]:
+    return table.untyped_storage().data_ptr(), table.untyped_storage().nbytes()
 
 
 def _in_file_mapping(address: int) -> bool:
@@ -189,7 +201,10 @@ def advise(table: torch.Tensor, how: str = "random") -> bool:
     except (OSError, AttributeError):
         return False
     madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-    return madvise(start, length, flag) == 0
+    if madvise(start, length, flag) != 0:
+        return False
+    (_random.add if how == "random" else _random.discard)(_key(table))
+    return True
 
 
 def _torch_gather(table: torch.Tensor, ids: torch.Tensor, cache: "FeatureCache | None") -> torch.Tensor:

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from gnnbridge.core.errors import ResourceError
+from gnnbridge.core.records.features import advise
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.runtime.host import available_memory, format_bytes
 # auto: on disk when the in-memory layers of a machine's ranks would take more than this share
@@ -80,6 +81,7 @@ class LayerStore:
             self._previous.unlink(missing_ok=True)  # mapped ranks keep their pages until they let go
         self._previous = path
         table = torch.from_numpy(np.memmap(path, dtype=np_dtype, mode="r+", shape=shape))
+        advise(table, "random")  # a layer on disk is one too large to cache: read rows, not read-around
         return table.view(torch.bfloat16) if row.dtype == torch.bfloat16 else table
 
     def _allocate(self, path: Path, size: int) -> None:
