@@ -276,6 +276,25 @@ def test_a_heterogeneous_folder_opens_as_the_npz_source(tmp_path):
     assert all(torch.equal(opened.edges[et], loaded.edges[et]) for et in loaded.edges)
 
 
+def shop_with_views() -> dict:
+    """The shop with a second relation, saved in an order that is not by name: views before
+    buys, items before users."""
+    arrays = hetero_arrays()
+    rng = np.random.default_rng(5)
+    views = np.stack([rng.integers(0, 30, 50), rng.integers(0, 20, 50)]).astype(np.int64)
+    return {"x__item": arrays.pop("x__item"), "edge_index__user__views__item": views, **arrays}
+
+
+def test_a_heterogeneous_npz_streamed_into_a_folder_keeps_its_type_order(tmp_path):
+    """The types' order sets the sampler's draws and the model's parameters: a folder streamed
+    from an .npz lists them as the .npz does, not by file name."""
+    np.savez(tmp_path / "shop.npz", **shop_with_views())
+    prepare(str(tmp_path / "shop.npz"), progress=False)
+    opened, loaded = open_prepared(tmp_path / "shop"), load_hetero_npz(tmp_path / "shop.npz")
+    assert list(opened.edges) == list(loaded.edges) == [("user", "views", "item"), ("user", "buys", "item")]
+    assert list(opened.num_nodes) == list(loaded.num_nodes) == ["item", "user"]
+
+
 def two_relation_arrays() -> dict:
     """The shop with a second relation ending at users, so destinations of both types have no
     in-edges, several in-edges, and in-edges in no particular order."""
@@ -349,13 +368,17 @@ def test_a_heterogeneous_node_task_maps_its_topology_from_the_folder_in_every_ra
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["pyg", "dgl"])
 @pytest.mark.parametrize("task", ["node", "link"])
-def test_a_heterogeneous_folder_trains_node_and_link_tasks(tmp_path, task, backend):
-    np.savez(tmp_path / "shop.npz", **hetero_arrays())
+def test_a_heterogeneous_folder_trains_node_and_link_tasks_as_its_npz(tmp_path, task, backend):
+    arrays = shop_with_views()
+    if task == "link":  # one target relation: the shop's purchases
+        arrays.pop("edge_index__user__views__item")
+    np.savez(tmp_path / "shop.npz", **arrays)
     prepare(str(tmp_path / "shop.npz"), progress=False)
-    results = gnnbridge.run(dataset=str(tmp_path / "shop"), backend=backend, nproc=1, out=tmp_path / "run",
-                            overrides=["train.epochs=1", f"task={task}", "dataset.reverse_edges=true"],
-                            progress=False)
-    assert results["history"][-1]["epoch"] == 0 and math.isfinite(results["history"][-1]["loss"])
+    runs = [gnnbridge.run(dataset=str(tmp_path / name), backend=backend, nproc=1, out=tmp_path / f"run-{i}",
+                          overrides=["train.epochs=1", f"task={task}", "dataset.reverse_edges=true"], progress=False)
+            for i, name in enumerate(("shop", "shop.npz"))]
+    assert runs[0]["history"][-1]["epoch"] == 0 and math.isfinite(runs[0]["history"][-1]["loss"])
+    assert runs[0]["metrics"] == runs[1]["metrics"]
 
 
 @pytest.mark.slow
