@@ -14,6 +14,7 @@ import os
 
 import torch
 
+from gnnbridge.core.app.linkcache import folder_link_task
 from gnnbridge.core.contracts.config import DeviceChoice, EvalMode, ExperimentConfig, SamplerKind, Task
 from gnnbridge.core.contracts.plugins import PluginError, backends, blame, datasets, warn
 from gnnbridge.core.errors import BackendUnavailableError, ConfigError, DataError, ResourceError
@@ -342,6 +343,15 @@ def rederive(config: ExperimentConfig, mapped_from: tuple):
 
 
 def _for_task(config: ExperimentConfig, data):
+    if config.task is Task.LINK and getattr(data, "folder", None) is not None:
+        link = config.link
+        try:
+            cached = folder_link_task(data, link.edge_type, config.dataset.reverse_edges, config.train.seed,
+                                      link.val_fraction, link.test_fraction, link.eval_negatives)
+        except DataError as exc:
+            raise DataError(f"{config.dataset.path or config.dataset.name}: {exc}") from None
+        if cached is not None:  # mapped from the folder (None: a read-only folder, built below in memory)
+            return _check_negatives(config, cached)
     if config.task is Task.LINK and isinstance(data, GraphData):
         data, reverse = homogeneous_source(data, config.train.seed), True
     else:

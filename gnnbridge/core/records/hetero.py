@@ -23,10 +23,11 @@ Like the homogeneous records, this one is built once per machine, validated in
 ``__post_init__``, moved to shared memory and attached by every rank. From a prepared folder
 (:mod:`gnnbridge.core.records.folder`) a node task is not built: ``gnnbridge prepare`` wrote
 each edge type's CSC (and each ``rev_`` type's, for ``dataset.reverse_edges``), and the record
-maps those files read-only, so a machine's ranks share them through the page cache. A link task
-is still built in each rank's memory, from the source's mapped edges: which edges it holds out
-(and so which edges pass messages) depends on the seed and the ``link`` settings, so no file
-prepared ahead of the run can hold its topology.
+maps those files read-only, so a machine's ranks share them through the page cache. A link
+task's topology depends on the seed and the ``link`` settings (which edges it holds out, and so
+which pass messages), so prepare cannot write it ahead: the first run that needs it builds it
+through the disk into the folder, and every later run and rank maps it
+(:mod:`gnnbridge.core.app.linkcache`); from a read-only folder it is built in each rank's memory.
 """
 from __future__ import annotations
 
@@ -398,8 +399,8 @@ def link_task(num_nodes: dict[str, int], x: dict, edges: dict, target: EdgeType,
         raise DataError(f"Link prediction on ({edge_name(target)}) needs at least 2 '{target[2]}' nodes to draw "
                         f"negatives; the graph has {n_dst}.")
     if held_out is not None:  # ids checked before pair_keys combines them (an id out of range would alias a pair)
-        for name, held in zip(("val_edges", "test_edges"), held_out):
-            check_pairs(f"{name}[{edge_name(target)}]", held, target, num_nodes)
+        for kind, held in zip(("val_edges", "test_edges"), held_out):  # (not `name`: the record's name)
+            check_pairs(f"{kind}[{edge_name(target)}]", held, target, num_nodes)
     pairs = distinct_pairs(edges[target], n_dst)
     val, test = held_out if held_out is not None else \
         _split_pairs(pairs, target, num_nodes, seed, val_fraction, test_fraction)
@@ -585,17 +586,24 @@ class HeteroSource(Mapped):
             return None
         return {et: self.topology[et] for et in wanted}
 
+    def link_target(self, edge_type: str) -> EdgeType:
+        """The edge type a link task predicts: ``link.edge_type``, else the dataset's default, else
+        the only edge type."""
+        if edge_type:
+            return find_edge_type(list(self.edges), edge_type)
+        if self.target_edge is not None:
+            return tuple(self.target_edge)
+        if len(self.edges) == 1:
+            return next(iter(self.edges))
+        raise ConfigError(f"Dataset '{self.name}' has {len(self.edges)} edge types; name the one to predict with "
+                          f"--set link.edge_type=RELATION (one of: {', '.join(et[1] for et in self.edges)}).")
+
     def for_link_task(self, edge_type: str, reverse: bool, seed: int, val_fraction: float, test_fraction: float,
                       eval_negatives: int) -> HeteroGraphData:
-        if edge_type:
-            target = find_edge_type(list(self.edges), edge_type)
-        elif self.target_edge is not None:
-            target = tuple(self.target_edge)
-        elif len(self.edges) == 1:
-            target = next(iter(self.edges))
-        else:
-            raise ConfigError(f"Dataset '{self.name}' has {len(self.edges)} edge types; name the one to predict with "
-                              f"--set link.edge_type=RELATION (one of: {', '.join(et[1] for et in self.edges)}).")
+        """The link-prediction record, built in memory (:func:`link_task`). A run on a prepared
+        folder maps a cache of it instead (:mod:`gnnbridge.core.app.linkcache`), except from a
+        read-only folder whose cache no run could write yet, which lands here too."""
+        target = self.link_target(edge_type)
         held_out = self.held_out if target == self.target_edge else None
         return link_task(self.num_nodes, self.x, self.edges, target, seed=seed, val_fraction=val_fraction,
                          test_fraction=test_fraction, eval_negatives=eval_negatives, reverse=reverse,
