@@ -539,3 +539,157 @@ def test_bad_splits_are_refused_chunk_by_chunk_as_the_npz_refuses_them(tmp_path,
         prepare_folder(folder, progress=False)
     assert needle in str(npz.value) and needle in str(err.value) and "\n" not in str(err.value)
     assert not (folder / MANIFEST).exists() and not list((folder / "prepared").glob("*splits*"))
+
+
+# --------------------------------------------------------------------------- a link task's topology
+
+
+def _link_cases() -> dict:
+    """{case: (arrays, link.edge_type)}: a homogeneous graph; heterogeneous ones with one relation,
+    with a second relation (and its rev_ type), with a relation that mirrors the target, with
+    held-out edges the dataset brings, and with one node type (twin edges)."""
+    rng = np.random.default_rng(3)
+    shop = hetero_arrays()
+    buys = shop["edge_index__user__buys__item"]
+    return {
+        "homogeneous": (graph_arrays(), ""),
+        "one relation": (shop, "buys"),
+        "two relations": (two_relation_arrays(), "buys"),
+        "a mirror": ({**shop, "edge_index__item__bought__user": np.concatenate(
+            [buys[::-1], rng.integers(0, 20, (2, 5))], axis=1).astype(np.int64)}, "buys"),
+        "held out": ({**shop, "val_edges__user__buys__item": np.array([[0, 1, 2], [3, 4, 5]]),
+                      "test_edges__user__buys__item": np.array([[5, 6], [7, 8]])}, "buys"),
+        "one node type": ({"x__paper": rng.normal(size=(30, 4)).astype(np.float32), "y__paper": np.arange(30) % 3,
+                           "edge_index__paper__cites__paper": rng.integers(0, 30, (2, 150))}, "cites"),
+    }
+
+
+LINK_CASES = _link_cases()
+
+
+def link_config(edge_type: str, reverse: bool = True, seed: int = 0):
+    from gnnbridge.core.contracts.config import from_dict
+
+    return from_dict({"task": "link", "dataset": {"reverse_edges": reverse}, "train": {"seed": seed},
+                      "link": {"edge_type": edge_type, "eval_negatives": 7, "hits_at": 3}})
+
+
+def load_any_npz(path):
+    from gnnbridge.core.contracts.config import DatasetConfig
+    from gnnbridge.plugins.datasets import load_npz
+
+    return load_npz(DatasetConfig(name="npz", path=str(path)), 0)
+
+
+def link_tensors(record) -> dict:
+    """Every tensor of a link record, by name, in the record's order of edge types."""
+    out = {f"{kind}[{et}]": getattr(record, kind)[et] for et in record.edge_types for kind in ("edge_index", "indptr")}
+    names = ("val_edges", "test_edges", "val_negatives", "test_negatives", "reverse_eid", "twin_eid")
+    return {**out, **{name: getattr(record, name) for name in names if getattr(record, name) is not None}}
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("case", list(LINK_CASES))
+def test_a_link_task_maps_from_its_folder_the_topology_the_npz_builds(tmp_path, monkeypatch, case, reverse):
+    """A link task on a prepared folder is built through the disk, in chunks of two edges here
+    (distinct pairs, split, train pairs, mirror detection, CSC, reverse and twin ids), and
+    mapped: tensor for tensor the record the same arrays in an .npz give in memory."""
+    import gnnbridge.core.app.prepare as preparing
+    from gnnbridge.core.app.preflight import for_task
+    from gnnbridge.core.records.features import file_backed
+
+    arrays, edge_type = LINK_CASES[case]
+    np.savez(tmp_path / "g.npz", **arrays)
+    monkeypatch.setattr(preparing, "chunk_bytes", lambda: 100)
+    prepare(str(tmp_path / "g.npz"), progress=False)
+    config = link_config(edge_type, reverse)
+    built = for_task(config, load_any_npz(tmp_path / "g.npz"))
+    mapped = for_task(config, open_prepared(tmp_path / "g"))
+    got, want = link_tensors(mapped), link_tensors(built)
+    assert list(got) == list(want) and mapped.reverse_edge == built.reverse_edge
+    for name, tensor in want.items():
+        assert torch.equal(got[name], tensor), name
+    assert mapped.summary() == built.summary()
+    assert all(file_backed(t) for t in got.values()) and not any(file_backed(t) for t in want.values())
+
+
+def test_a_link_task_is_built_into_its_folder_once_then_mapped_by_later_runs_and_ranks(tmp_path):
+    """The first process builds FOLDER/prepared/link-KEY/; a rank (which gets the record as
+    "reopen and derive again") and a later run map it, rebuilding nothing. Another seed holds
+    out other edges: its own cache. Preparing the folder again drops the caches of what it was."""
+    from gnnbridge.core.app.preflight import for_task
+    from gnnbridge.core.records.features import file_backed
+
+    folder = save_folder(tmp_path / "g", graph_arrays())
+    prepare(str(folder), progress=False)
+    first = for_task(link_config(""), open_prepared(folder))
+    caches = sorted((folder / "prepared").glob("link-*"))
+    assert len(caches) == 1 and (caches[0] / "manifest.json").is_file()
+    stamps = {p.name: p.stat().st_mtime_ns for p in caches[0].iterdir()}
+    assert len(pickle.dumps(first)) < 4000  # the opener and the config, not the topology
+    for record in (pickle.loads(pickle.dumps(first)), for_task(link_config(""), open_prepared(folder))):
+        got, want = link_tensors(record), link_tensors(first)
+        assert all(file_backed(t) for t in got.values())
+        assert list(got) == list(want) and all(torch.equal(got[k], want[k]) for k in want)
+    assert {p.name: p.stat().st_mtime_ns for p in caches[0].iterdir()} == stamps
+    for_task(link_config("", seed=1), open_prepared(folder))
+    assert len(list((folder / "prepared").glob("link-*"))) == 2
+    (folder / "x.npy").touch()
+    prepare(str(folder), progress=False)
+    assert not list((folder / "prepared").glob("link-*"))
+
+
+@pytest.fixture
+def read_only():
+    """Make a folder read-only for this process: chmod 555, or for root (who writes anyway) a
+    read-only bind mount of it onto itself."""
+    made = []
+
+    def make(folder):
+        if os.geteuid() != 0:
+            made.append(lambda: folder.chmod(0o755))
+            folder.chmod(0o555)
+            return
+        if subprocess.run(["mount", "--bind", str(folder), str(folder)], capture_output=True).returncode != 0:
+            pytest.skip("root writes into chmod-read-only folders, and no read-only bind mount can be made here")
+        made.append(lambda: subprocess.run(["umount", "--lazy", str(folder)], check=True))
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(folder)], check=True)
+
+    yield make
+    for undo in reversed(made):
+        undo()
+
+
+def test_a_read_only_folder_maps_a_built_link_task_and_builds_others_in_memory(tmp_path, read_only):
+    from gnnbridge.core.app.preflight import for_task
+    from gnnbridge.core.records.features import file_backed
+
+    arrays, edge_type = LINK_CASES["two relations"]
+    np.savez(tmp_path / "shop.npz", **arrays)
+    prepare(str(tmp_path / "shop.npz"), progress=False)
+    folder = tmp_path / "shop"
+    for_task(link_config(edge_type), open_prepared(folder))  # built while the folder was writable
+    read_only(folder / "prepared")
+    mapped = for_task(link_config(edge_type), open_prepared(folder))
+    assert all(file_backed(t) for t in link_tensors(mapped).values())
+    in_memory = for_task(link_config(edge_type, seed=1), open_prepared(folder))
+    built = for_task(link_config(edge_type, seed=1), load_any_npz(tmp_path / "shop.npz"))
+    got, want = link_tensors(in_memory), link_tensors(built)
+    assert not any(file_backed(t) for t in got.values())
+    assert list(got) == list(want) and all(torch.equal(got[k], want[k]) for k in want)
+    assert len(list((folder / "prepared").glob("link-*"))) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["pyg", "dgl"])
+def test_a_link_run_from_a_folder_maps_its_topology_and_gives_the_npz_metrics(tmp_path, backend):
+    arrays = graph_arrays()
+    np.savez(tmp_path / "g.npz", **arrays)
+    folder = save_folder(tmp_path / "folder", arrays)
+    prepare(str(folder), progress=False)
+    runs = {name: gnnbridge.run(dataset=str(src), backend=backend, nproc=1, overrides=[*TINY, "task=link"],
+                                out=tmp_path / name, progress=False)
+            for name, src in (("npz", tmp_path / "g.npz"), ("dir", folder))}
+    assert runs["dir"]["metrics"] == runs["npz"]["metrics"]
+    caches = list((folder / "prepared").glob("link-*"))
+    assert len(caches) == 1 and (caches[0] / "manifest.json").is_file()

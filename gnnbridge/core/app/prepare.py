@@ -25,6 +25,7 @@ import fcntl
 import importlib.metadata
 import json
 import os
+import shutil
 import sys
 import warnings
 from collections.abc import Callable
@@ -92,6 +93,8 @@ def prepare_folder(src: str | os.PathLike, out: str | os.PathLike | None = None,
             return {"out": str(out), "kind": done["kind"], "already": True, "summary": done["summary"],
                     "checked": done["checked"]}
         (out / MANIFEST).unlink(missing_ok=True)  # what follows replaces what it described
+        for stale in (out / PREPARED).glob("link-*"):  # link tasks' topology of what it described (linkcache)
+            shutil.rmtree(stale, ignore_errors=True)
         remove_partial(out / PREPARED)
         try:
             extra = (fill(out) if fill is not None else _link_sources(src, out) if out != src else None) or {}
