@@ -594,6 +594,7 @@ def test_a_link_task_maps_from_its_folder_the_topology_the_npz_builds(tmp_path, 
     """A link task on a prepared folder is built through the disk, in chunks of two edges here
     (distinct pairs, split, train pairs, mirror detection, CSC, reverse and twin ids), and
     mapped: tensor for tensor the record the same arrays in an .npz give in memory."""
+    import gnnbridge.core.app.linkcache as linkcache
     import gnnbridge.core.app.prepare as preparing
     from gnnbridge.core.app.preflight import for_task
     from gnnbridge.core.records.features import file_backed
@@ -601,6 +602,7 @@ def test_a_link_task_maps_from_its_folder_the_topology_the_npz_builds(tmp_path, 
     arrays, edge_type = LINK_CASES[case]
     np.savez(tmp_path / "g.npz", **arrays)
     monkeypatch.setattr(preparing, "chunk_bytes", lambda: 100)
+    monkeypatch.setattr(linkcache, "FAN_IN", 3)  # sorted runs merged in several rounds
     prepare(str(tmp_path / "g.npz"), progress=False)
     config = link_config(edge_type, reverse)
     built = for_task(config, load_any_npz(tmp_path / "g.npz"))

@@ -52,6 +52,7 @@ from gnnbridge.core.records.hetero import (
 )
 
 FORMAT = 1
+FAN_IN = 64  # sorted runs merged at once (a block of each in memory)
 HOMOGENEOUS_TARGET = ("node", "to", "node")  # what homogeneous_source names a homogeneous graph's edges
 
 
@@ -86,10 +87,10 @@ def folder_link_task(source, edge_type: str, reverse: bool, seed: int, val_fract
                 "manifest": hashlib.sha256((root / MANIFEST).read_bytes()).hexdigest()}
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
     cache = root / PREPARED / f"link-{key}"
-    if not (cache / "manifest.json").is_file():
+    if not _built(cache, settings):
         try:
             with preparing._locked(root / PREPARED):
-                if not (cache / "manifest.json").is_file():
+                if not _built(cache, settings):
                     task.build(cache, settings, seed, val_fraction, test_fraction, eval_negatives)
         except OSError as exc:
             if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
@@ -100,6 +101,16 @@ def folder_link_task(source, edge_type: str, reverse: bool, seed: int, val_fract
                                     "(gnnbridge prepare DIR --out DIR).") from None
             raise
     return task.open(cache)
+
+
+def _built(cache: Path, settings: dict) -> bool:
+    """Whether ``cache`` holds a whole build for ``settings`` (its manifest, written last, says so;
+    one that cannot be read is built again)."""
+    try:
+        manifest = json.loads((cache / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and manifest.get("format") == FORMAT and manifest.get("settings") == settings
 
 
 class _Task:
@@ -242,10 +253,11 @@ class _Task:
                                     unit="edge")
         out = []
         for chosen in (val, test):
-            wanted = np.asarray(groups[chosen.numpy()])
-            parts = [_split_keys(pairs[s:s + step], n_dst) for s in range(0, pairs.shape[0], step)]
-            kept = [p[:, _member(_pair_ids(p, n_dst, same), wanted)] for p in parts]
-            out.append(torch.from_numpy(np.concatenate(kept, axis=1) if kept else np.zeros((2, 0), np.int64)))
+            wanted, kept = np.asarray(groups[chosen.numpy()]), [np.zeros((2, 0), np.int64)]
+            for s in range(0, pairs.shape[0], step):
+                part = _split_keys(pairs[s:s + step], n_dst)
+                kept.append(part[:, _member(_pair_ids(part, n_dst, same), wanted)])
+            out.append(torch.from_numpy(np.concatenate(kept, axis=1)))
         return out
 
     def _train(self, pairs: np.ndarray, held_ids: np.ndarray, n_dst: int, same: bool, work: Path) -> np.ndarray:
@@ -378,20 +390,44 @@ def _undirected_keys(data: GraphData, step: int):
 
 def external_unique(chunks, work: Path, name: str) -> np.ndarray:
     """The sorted distinct values of int64 ``chunks``, through the disk: each chunk is sorted
-    into a run file, and the runs are merged a block of each at a time (every value up to the
-    smallest of the blocks' last values is final). Memory: one chunk, or one block per run.
-    Returns ``work/NAME.npy`` memory-mapped (read-only)."""
+    into a run file, and runs are merged (at most :data:`FAN_IN` at once, in rounds) a block of
+    each at a time. Memory: one chunk, or one block per run merged. Returns ``work/NAME.npy``
+    memory-mapped (read-only)."""
     runs = []
     for keys in chunks:
         keys = np.unique(keys)
         if keys.shape[0]:
             runs.append(work / f"{name}.run{len(runs)}.bin")
             keys.astype(np.int64).tofile(runs[-1])
+    while len(runs) > FAN_IN:
+        runs = [_merge(runs[i:i + FAN_IN], work / f"{name}.run{len(runs)}-{i}.bin")
+                for i in range(0, len(runs), FAN_IN)]
+    raw = _merge(runs, work / f"{name}.bin")
+    count = raw.stat().st_size // 8
+    out = work / f"{name}.npy"
+    if not count:
+        np.save(out, np.zeros(0, dtype=np.int64))
+        return np.load(out)
+    values = np.memmap(raw, dtype=np.int64, mode="r")
+
+    def fill(array: np.ndarray) -> None:
+        step = _edges_per_chunk()
+        for s in range(0, count, step):
+            array[s:s + step] = values[s:s + step]
+
+    preparing.write_array(out, np.int64, (count,), fill)
+    del values
+    raw.unlink()
+    return np.load(out, mmap_mode="r")
+
+
+def _merge(runs: list[Path], into: Path) -> Path:
+    """Merge sorted distinct runs into one (``into``), removing them: every value up to the
+    smallest of the blocks' last values is final in each step."""
     sizes = [f.stat().st_size // 8 for f in runs]
-    raw = work / f"{name}.bin"
     block = max(1, _edges_per_chunk() * 4 // max(1, len(runs)))
-    pos, last, count = [0] * len(runs), None, 0
-    with open(raw, "wb") as f:
+    pos, last = [0] * len(runs), None
+    with open(into, "wb") as f:
         while True:
             live = [i for i in range(len(runs)) if pos[i] < sizes[i]]
             if not live:
@@ -408,24 +444,10 @@ def external_unique(chunks, work: Path, name: str) -> np.ndarray:
                 merged = merged[1:]
             if merged.shape[0]:
                 merged.tofile(f)
-                last, count = int(merged[-1]), count + merged.shape[0]
+                last = int(merged[-1])
     for run in runs:
         run.unlink()
-    out = work / f"{name}.npy"
-    if not count:
-        np.save(out, np.zeros(0, dtype=np.int64))
-        return np.load(out)
-    values = np.memmap(raw, dtype=np.int64, mode="r")
-
-    def fill(array: np.ndarray) -> None:
-        step = _edges_per_chunk()
-        for s in range(0, count, step):
-            array[s:s + step] = values[s:s + step]
-
-    preparing.write_array(out, np.int64, (count,), fill)
-    del values
-    raw.unlink()
-    return np.load(out, mmap_mode="r")
+    return into
 
 
 def _positions(target_edges: np.ndarray, train_keys: np.ndarray, n_dst: int, out: np.ndarray, step: int) -> None:
