@@ -325,11 +325,13 @@ def for_task(config: ExperimentConfig, data):
     edges when asked for), and a homogeneous graph becomes a one-type heterogeneous graph for
     link prediction.
 
-    A task record derived from a memory-mapped one holds the source's mapped features and
-    either new in-memory topology (built here: a link task's, which holds edges out by seed) or,
-    for a node task on a prepared heterogeneous folder, the folder's mapped CSC files. It travels
-    to the ranks as "reopen the source, derive again with this config" (deterministic given the
-    seed), so nothing mapped is copied; each rank holds its own copy of built topology only."""
+    A task record derived from a memory-mapped one holds the source's mapped features and mapped
+    topology: a node task's is the CSC files prepare wrote; a link task's (which holds edges out
+    by seed) is built through the disk into the folder by the first process that needs it and
+    mapped by every other (:mod:`gnnbridge.core.app.linkcache`). It travels to the ranks as
+    "reopen the source, derive again with this config" (deterministic given the seed), so
+    nothing mapped is copied. Topology built in memory (a source that is not a prepared folder,
+    or a link task of a read-only folder that lacks its cache) is each rank's own copy."""
     derived = _for_task(config, data)
     if derived is not data and data.is_mapped:
         derived.mapped_from = (rederive, (copy.deepcopy(config), data.mapped_from))
@@ -345,6 +347,8 @@ def rederive(config: ExperimentConfig, mapped_from: tuple):
 def _for_task(config: ExperimentConfig, data):
     if config.task is Task.LINK and getattr(data, "folder", None) is not None:
         link = config.link
+        if isinstance(data, HeteroSource):
+            check_source_fits(config, data, config.dataset.reverse_edges)
         try:
             cached = folder_link_task(data, link.edge_type, config.dataset.reverse_edges, config.train.seed,
                                       link.val_fraction, link.test_fraction, link.eval_negatives)
@@ -381,8 +385,9 @@ def check_source_fits(config: ExperimentConfig, source: HeteroSource, reverse: b
     """Refuse a heterogeneous graph whose task record this machine cannot hold, before it is built.
     Its sizes come from values, not from arrays: a featureless type's ``num_nodes__TYPE`` is one
     number in a file, and ``link.eval_negatives`` fixes that many ids per held-out edge."""
-    # A node task on a prepared folder maps its topology (CSC offsets and edges) instead of building it.
-    mapped = config.task is Task.NODE and source.mapped_topology(reverse) is not None
+    # A task on a prepared folder maps its topology (CSC offsets and edges) instead of building it
+    # (a link task's is built through the disk, see linkcache; in memory only from a read-only folder).
+    mapped = source.mapped_topology(reverse) is not None and (config.task is Task.NODE or source.folder is not None)
     into = {t: 0 if mapped else sum((et[2] == t) + (reverse and et[0] == t) for et in source.edges)
             for t in source.num_nodes}
     parts = {f"num_nodes__{t}={n:,}": (n * (BYTES_PER_NODE + 8 * into[t]),
