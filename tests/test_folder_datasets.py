@@ -616,15 +616,21 @@ def test_a_link_task_maps_from_its_folder_the_topology_the_npz_builds(tmp_path, 
 
 
 def test_a_link_task_is_built_into_its_folder_once_then_mapped_by_later_runs_and_ranks(tmp_path):
-    """The first process builds FOLDER/prepared/link-KEY/; a rank (which gets the record as
-    "reopen and derive again") and a later run map it, rebuilding nothing. Another seed holds
+    """The first process builds FOLDER/prepared/link-KEY/ (removing what a killed build left); a
+    rank (which gets the record as "reopen and derive again") and a later run map it, rebuilding
+    nothing. Another seed holds
     out other edges: its own cache. Preparing the folder again drops the caches of what it was."""
     from gnnbridge.core.app.preflight import for_task
     from gnnbridge.core.records.features import file_backed
 
     folder = save_folder(tmp_path / "g", graph_arrays())
     prepare(str(folder), progress=False)
+    killed = [folder / "prepared" / "link-0123456789abcdef", folder / "prepared" / ".link-0123456789abcdef.7.partial"]
+    for leftover in killed:  # what a build killed midway leaves: no manifest
+        leftover.mkdir()
+        (leftover / "edges__node__to__node.npy").write_bytes(b"half")
     first = for_task(link_config(""), open_prepared(folder))
+    assert not any(leftover.exists() for leftover in killed)
     caches = sorted((folder / "prepared").glob("link-*"))
     assert len(caches) == 1 and (caches[0] / "manifest.json").is_file()
     stamps = {p.name: p.stat().st_mtime_ns for p in caches[0].iterdir()}

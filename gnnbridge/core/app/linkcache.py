@@ -151,11 +151,14 @@ class _Task:
     def build(self, cache: Path, settings: dict, seed: int, val_fraction: float, test_fraction: float,
               eval_negatives: int) -> None:
         """Write the cache (called under the folder's lock). A cache a killed build left without
-        its manifest is removed first; so is this build's work, whatever ends it."""
+        its manifest is removed first, with what any killed build left (none is running: this
+        one holds the lock); so is this build's work, whatever ends it."""
+        for dead in [*cache.parent.glob(f".link-*{PARTIAL}"),
+                     *(d for d in cache.parent.glob("link-*") if not (d / "manifest.json").is_file())]:
+            shutil.rmtree(dead, ignore_errors=True)
         shutil.rmtree(cache, ignore_errors=True)
         cache.mkdir(parents=True)
         work = cache.with_name(f".{cache.name}.{os.getpid()}{PARTIAL}")
-        shutil.rmtree(work, ignore_errors=True)
         work.mkdir()
         try:
             manifest = self._derive(cache, work, seed, val_fraction, test_fraction, eval_negatives)
