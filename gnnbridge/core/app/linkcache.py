@@ -73,7 +73,6 @@ def folder_link_task(source, edge_type: str, reverse: bool, seed: int, val_fract
     if isinstance(source, GraphData):
         task = _Task(root, source, {"node": source.num_nodes}, {"node": source.x}, HOMOGENEOUS_TARGET, None, True,
                      True, source.name)
-        task.source_seed = seed  # the directions homogeneous_source draws
     elif isinstance(source, HeteroSource) and source.mapped_topology(reverse) is not None:
         target = source.link_target(edge_type)
         held = source.held_out if target == source.target_edge else None
@@ -89,7 +88,7 @@ def folder_link_task(source, edge_type: str, reverse: bool, seed: int, val_fract
     cache = root / PREPARED / f"link-{key}"
     if not _built(cache, settings):
         try:
-            with preparing._locked(root / PREPARED):
+            with preparing.locked(root / PREPARED):
                 if not _built(cache, settings):
                     task.build(cache, settings, seed, val_fraction, test_fraction, eval_negatives)
         except OSError as exc:
@@ -179,7 +178,7 @@ class _Task:
         if self.held is not None:
             for name, held in zip(("val_edges", "test_edges"), self.held):
                 check_pairs(f"{name}[{edge_name(target)}]", held, target, num_nodes)
-        pairs = external_unique((s * n_dst + d for s, d in self._target_chunks(work)), work, "pairs")
+        pairs = external_unique((s * n_dst + d for s, d in self._target_chunks(work, seed)), work, "pairs")
         same = target[0] == target[2]
         if self.held is None:
             val, test = self._split(pairs, work, seed, val_fraction, test_fraction)
@@ -220,7 +219,7 @@ class _Task:
         return {"format": FORMAT, "target_edge": list(target),
                 "reverse_edge": list(reverse_edge) if reverse_edge else None, "edge_types": order, "arrays": arrays}
 
-    def _target_chunks(self, work: Path):
+    def _target_chunks(self, work: Path, seed: int):
         """(src, dst) chunks of the target's edges, as :func:`link_task` is given them: a
         heterogeneous folder's edge file; a homogeneous graph's distinct undirected pairs, each
         in the direction :func:`~gnnbridge.core.records.hetero.from_homogeneous` draws (the same
@@ -233,7 +232,7 @@ class _Task:
             return
         n = self.num_nodes["node"]
         unordered = external_unique(_undirected_keys(self.source, step), work, "undirected")
-        gen = torch.Generator().manual_seed(self.source_seed)
+        gen = torch.Generator().manual_seed(seed)  # homogeneous_source's seed: train.seed
         for start in range(0, unordered.shape[0], step):
             keys = np.array(unordered[start:start + step])
             lo, hi = keys // n, keys % n

@@ -87,7 +87,7 @@ def prepare_folder(src: str | os.PathLike, out: str | os.PathLike | None = None,
         raise DataError(f"Dataset folder '{src}' does not exist; give a folder of .npy files, an .npz file or a "
                         "dataset name.")
     _make_writable_folder(out, src)
-    with _locked(out / PREPARED):
+    with locked(out / PREPARED):
         done = _already(out, dtype)
         if done is not None:
             return {"out": str(out), "kind": done["kind"], "already": True, "summary": done["summary"],
@@ -135,8 +135,9 @@ def _make_writable_folder(out: Path, src: Path) -> None:
 
 
 @contextlib.contextmanager
-def _locked(folder: Path):
-    """Two prepares of one folder take turns (the second then finds it prepared)."""
+def locked(folder: Path):
+    """Two prepares of one folder take turns (the second then finds it prepared); so do the
+    builds of a link task's topology into it (:mod:`gnnbridge.core.app.linkcache`)."""
     fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
