@@ -47,6 +47,7 @@ from gnnbridge.core.records.hetero import (
     check_pairs,
     distinct_pairs,
     edge_name,
+    find_edge_type,
     negative_destinations,
     reverse_types,
 )
@@ -71,6 +72,8 @@ def folder_link_task(source, edge_type: str, reverse: bool, seed: int, val_fract
     record in memory, as from an ``.npz``."""
     root = Path(source.folder)
     if isinstance(source, GraphData):
+        if edge_type:  # refused as homogeneous_source's one type refuses it
+            find_edge_type([HOMOGENEOUS_TARGET], edge_type)
         task = _Task(root, source, {"node": source.num_nodes}, {"node": source.x}, HOMOGENEOUS_TARGET, None, True,
                      True, source.name)
     elif isinstance(source, HeteroSource) and source.mapped_topology(reverse) is not None:
