@@ -568,10 +568,11 @@ LINK_CASES = _link_cases()
 
 
 def link_config(edge_type: str, reverse: bool = True, seed: int = 0):
+    """10 evaluation negatives: drawn without repeats among the shop's 20 items, with among more."""
     from gnnbridge.core.contracts.config import from_dict
 
     return from_dict({"task": "link", "dataset": {"reverse_edges": reverse}, "train": {"seed": seed},
-                      "link": {"edge_type": edge_type, "eval_negatives": 7, "hits_at": 3}})
+                      "link": {"edge_type": edge_type, "eval_negatives": 10, "hits_at": 3}})
 
 
 def load_any_npz(path):

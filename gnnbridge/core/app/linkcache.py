@@ -14,13 +14,14 @@ memory trains.
 The build reads the edges a chunk at a time (:func:`~gnnbridge.core.app.prepare.chunk_bytes`)
 and gives exactly the arrays of :func:`~gnnbridge.core.records.hetero.link_task` (tested tensor
 for tensor): the distinct pairs by an external sort (sorted runs on disk, merged), the
-train / val / test split drawn by the same ``random_split`` call, the train pairs by a chunked
-scan against the held-out pairs (small: in memory), the target's and its mirror's CSC by
-prepare's counting sort, ``reverse_eid`` and ``twin_eid`` by binary searches in sorted files;
-the other relations' CSC files are the ones prepare wrote. What stays in memory: the
-validation and test edges and their negatives, node-sized arrays, and the permutation that
-draws the split (8 bytes per distinct target edge while it is drawn, as ``random_split`` draws
-it, so that the split is the ``.npz``'s).
+val and test pairs drawn from ``random_split``'s permutation, the train pairs by a chunked scan
+against the held-out pairs (small: in memory), the held-out edges' negatives a block of rows at
+a time, the target's and its mirror's CSC by prepare's counting sort, ``reverse_eid`` and
+``twin_eid`` by binary searches in sorted files; the other relations' CSC files are the ones
+prepare wrote. What stays in memory: the
+validation and test edges, node-sized arrays, and the permutation that draws the split (8
+bytes per distinct target edge while it is drawn, as ``random_split`` draws it, so that the
+split is the ``.npz``'s).
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ import torch
 import gnnbridge.core.app.prepare as preparing
 from gnnbridge.core.errors import DataError, ResourceError
 from gnnbridge.core.files import PARTIAL, replace
-from gnnbridge.core.records.data import GraphData, random_split
+from gnnbridge.core.records.data import GraphData, held_out_split
 from gnnbridge.core.records.folder import MANIFEST, PREPARED, mapped
 from gnnbridge.core.records.hetero import (
     REVERSE_PREFIX,
@@ -212,12 +213,13 @@ class _Task:
                 target_edges, np.load(work / "train_keys.npy", mmap_mode="r"), n_dst, out, step))
         if same:
             files.write("twin_eid", (train.shape[1],), lambda out: _twins(target_edges, n_dst, work, out, step))
-        gen = torch.Generator().manual_seed(seed + 1)
-        k = min(eval_negatives, n_dst - 1)
         for name, edges in (("val", val), ("test", test)):
             files.small(f"{name}_edges", edges.contiguous().numpy())
-        for name, edges in (("val", val), ("test", test)):
-            files.small(f"{name}_negatives", negative_destinations(edges[1], k, n_dst, gen).numpy())
+        gen = torch.Generator().manual_seed(seed + 1)
+        k = min(eval_negatives, n_dst - 1)
+        for name, edges in (("val", val), ("test", test)):  # k per held-out edge: drawn a block of rows at a time
+            files.write(f"{name}_negatives", (edges.shape[1], k), lambda out, dst=edges[1]: _negatives(dst, k, n_dst,
+                                                                                                   gen, out))
         order = [[list(et), "cache" if where in ("cache", "mirror") else "prepared"] for et, where in types.items()]
         return {"format": FORMAT, "target_edge": list(target),
                 "reverse_edge": list(reverse_edge) if reverse_edge else None, "edge_types": order, "arrays": arrays}
@@ -254,8 +256,8 @@ class _Task:
         if groups.shape[0] < 3:
             raise DataError(f"({edge_name(self.target)}) has {groups.shape[0]} distinct edges; link prediction needs "
                             "at least 3 (one per split).")
-        _, val, test = random_split(groups.shape[0], seed, (1 - val_fraction - test_fraction, val_fraction),
-                                    unit="edge")
+        val, test = held_out_split(groups.shape[0], seed, (1 - val_fraction - test_fraction, val_fraction),
+                                   unit="edge")
         out = []
         for chosen in (val, test):
             wanted, kept = np.asarray(groups[chosen.numpy()]), [np.zeros((2, 0), np.int64)]
@@ -479,6 +481,16 @@ def _twins(target_edges: np.ndarray, n: int, work: Path, out: np.ndarray, step: 
         wanted = np.array(target_edges[0, s:s + step]) * n + np.array(target_edges[1, s:s + step])
         at = np.minimum(np.searchsorted(csc_keys, wanted), e - 1)
         out[s:s + step] = np.where(np.asarray(csc_keys[at]) == wanted, at, -1)
+
+
+def _negatives(positive_dst: torch.Tensor, k: int, n_dst: int, gen: torch.Generator, out: np.ndarray) -> None:
+    """:func:`~gnnbridge.core.records.hetero.negative_destinations` a block of rows at a time into
+    ``out``: the generator draws each row's numbers in turn, so the blocks are the whole draw's
+    rows (tested against it)."""
+    width = n_dst - 1 if 2 * k >= n_dst - 1 else k  # what one row draws
+    rows = max(1, preparing.chunk_bytes() // (24 * width))
+    for s in range(0, positive_dst.shape[0], rows):
+        out[s:s + rows] = negative_destinations(positive_dst[s:s + rows], k, n_dst, gen).numpy()
 
 
 def _check_held(val: torch.Tensor, test: torch.Tensor, n_dst: int) -> None:

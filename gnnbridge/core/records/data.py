@@ -293,6 +293,18 @@ def check_disjoint_splits(data, n: int) -> None:
 def random_split(n: int, seed: int, fractions: tuple[float, float] = (0.6, 0.2),
                  unit: str = "node") -> tuple[torch.Tensor, ...]:
     """A seeded random train/val/test split (60/20/20 by default) of ``n`` nodes (or graphs)."""
+    perm, n_train, n_val = _permutation(n, seed, fractions, unit)
+    return perm[:n_train].sort().values, perm[n_train : n_train + n_val].sort().values, perm[n_train + n_val :].sort().values
+
+
+def held_out_split(n: int, seed: int, fractions: tuple[float, float], unit: str = "node") -> tuple[torch.Tensor, ...]:
+    """The (val, test) of :func:`random_split` alone: the train part, most of ``n``, is never
+    sorted or kept (what a caller that finds train as "the rest" needs)."""
+    perm, n_train, n_val = _permutation(n, seed, fractions, unit)
+    return perm[n_train : n_train + n_val].sort().values, perm[n_train + n_val :].sort().values
+
+
+def _permutation(n: int, seed: int, fractions: tuple[float, float], unit: str) -> tuple[torch.Tensor, int, int]:
     if n < 3:
         raise DataError(f"{n} {unit}(s) are too few to split into train/val/test; at least 3 are needed.")
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
@@ -300,4 +312,4 @@ def random_split(n: int, seed: int, fractions: tuple[float, float] = (0.6, 0.2),
     n_val = max(1, int(fractions[1] * n))
     n_train = min(n_train, n - 2)
     n_val = min(n_val, n - n_train - 1)
-    return perm[:n_train].sort().values, perm[n_train : n_train + n_val].sort().values, perm[n_train + n_val :].sort().values
+    return perm, n_train, n_val
