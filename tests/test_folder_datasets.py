@@ -228,6 +228,25 @@ def test_two_prepares_at_once_end_with_one_valid_manifest(tmp_path):
     assert open_prepared(folder).num_nodes == 2000
 
 
+def test_a_prepare_whose_write_probe_another_prepare_swept_up_goes_on(tmp_path, monkeypatch):
+    """The second of two prepares probes the folder before it waits for the lock; the first,
+    holding it, removes leftover temporary files, the probe among them (a race seen in a full
+    suite run: the second prepare then failed with exit code 2)."""
+    import pathlib
+
+    from gnnbridge.core.files import remove_partial
+
+    folder = save_folder(tmp_path / "g", graph_arrays())
+    touch = pathlib.Path.touch
+
+    def touch_then_swept(self, *args, **kwargs):
+        touch(self, *args, **kwargs)
+        remove_partial(self.parent)  # what the prepare holding the lock does meanwhile
+
+    monkeypatch.setattr(pathlib.Path, "touch", touch_then_swept)
+    assert not prepare(str(folder), progress=False)["already"]
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_half_width_features_are_recorded_and_opened_as_such(tmp_path, dtype):
     arrays = graph_arrays()

@@ -124,7 +124,9 @@ def _make_writable_folder(out: Path, src: Path) -> None:
         (out / PREPARED).mkdir(parents=True, exist_ok=True)
         probe = partial_name(out / PREPARED / "probe")
         probe.touch()
-        probe.unlink()
+        # missing_ok: a prepare holding the lock may have swept it up with its own leftovers
+        # (remove_partial) between the two calls; the touch already showed the folder writable.
+        probe.unlink(missing_ok=True)
     except OSError as exc:
         if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
             raise ConfigError(f"--out {out} cannot be made ({exc.strerror}); give a folder you can write.") from None
