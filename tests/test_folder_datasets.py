@@ -138,17 +138,21 @@ def test_an_npz_changed_after_prepare_is_streamed_again_not_reported_prepared(tm
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["pyg", "dgl"])
-def test_training_from_a_folder_gives_the_npz_metrics(tmp_path, backend):
+@pytest.mark.parametrize("task", ["node", "link"])
+def test_training_from_a_folder_gives_the_npz_metrics(tmp_path, backend, task):
+    """A link task also maps its topology, from the link cache its run built in the folder."""
     arrays = graph_arrays()
     np.savez(tmp_path / "g.npz", **arrays)
     folder = save_folder(tmp_path / "folder", arrays)
     prepare(str(folder), progress=False)
-    runs = {name: gnnbridge.run(dataset=str(src), backend=backend, nproc=1, overrides=TINY, out=tmp_path / name,
-                                progress=False)
+    runs = {name: gnnbridge.run(dataset=str(src), backend=backend, nproc=1, overrides=[*TINY, f"task={task}"],
+                                out=tmp_path / name, progress=False)
             for name, src in (("npz", tmp_path / "g.npz"), ("dir", folder))}
     assert runs["dir"]["metrics"] == runs["npz"]["metrics"]
     saved = json.loads((tmp_path / "dir" / "results.json").read_text())
     assert saved["metrics"] == runs["npz"]["metrics"]
+    caches = list((folder / "prepared").glob("link-*"))
+    assert len(caches) == (task == "link") and all((c / "manifest.json").is_file() for c in caches)
 
 
 def test_a_folder_changed_after_prepare_is_refused_naming_the_file(tmp_path, refused):
@@ -706,18 +710,3 @@ def test_a_read_only_folder_maps_a_built_link_task_and_builds_others_in_memory(t
     assert not any(file_backed(t) for t in got.values())
     assert list(got) == list(want) and all(torch.equal(got[k], want[k]) for k in want)
     assert len(list((folder / "prepared").glob("link-*"))) == 1
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("backend", ["pyg", "dgl"])
-def test_a_link_run_from_a_folder_maps_its_topology_and_gives_the_npz_metrics(tmp_path, backend):
-    arrays = graph_arrays()
-    np.savez(tmp_path / "g.npz", **arrays)
-    folder = save_folder(tmp_path / "folder", arrays)
-    prepare(str(folder), progress=False)
-    runs = {name: gnnbridge.run(dataset=str(src), backend=backend, nproc=1, overrides=[*TINY, "task=link"],
-                                out=tmp_path / name, progress=False)
-            for name, src in (("npz", tmp_path / "g.npz"), ("dir", folder))}
-    assert runs["dir"]["metrics"] == runs["npz"]["metrics"]
-    caches = list((folder / "prepared").glob("link-*"))
-    assert len(caches) == 1 and (caches[0] / "manifest.json").is_file()
