@@ -68,8 +68,8 @@ class Trainer:
         checkpoint (every rank holds it) to continue from."""
         self.config = config
         self.data = place(data, config.placement, ctx.device)
+        set_read_depth(config.placement.read_depth)  # first: the cache's rows are read with it
         self.feature_caches = feature_caches(self.data, config.placement, ctx)  # once per machine
-        set_read_depth(config.placement.read_depth)
         self.cache_counts = [0, 0]  # rows served from the feature cache, rows gathered: every epoch so far
         self.ctx = ctx
         self.show_progress = show_progress and ctx.is_main
