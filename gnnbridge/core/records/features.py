@@ -1,19 +1,18 @@
 """Every gather of feature rows, ``table[ids]`` as float32: one function, ``gather_rows``.
 
 Why a function of its own: a table memory-mapped from a folder (``np.load(mmap_mode="r")``)
-is read by page faults, and torch's index on it faults one page at a time per thread, so a
-batch's rows arrive at the disk's queue-depth-1 rate. A compiled loop over the rows on numba's
-threads keeps many faults in flight. Features stored as float16 or bfloat16 are upcast in the
-same pass: ``table[ids].float()`` would copy every row twice. A table in RAM and in float32 is
-gathered by plain indexing (as fast, and what a model that reads rows in place expects).
-
-A table mapped from a file is gathered by ``placement.read_depth`` threads of a pool of its own
-(not numba's, whose size is fixed at import and is a rank's share of the cores): a thread
-blocked in a page fault uses no CPU, so on a cold page cache the number of faults in flight, the
-disk's queue depth, is what sets the rate, and one rank's one or two threads would keep the disk
-near its depth-1 rate. Such a table is also advised ``MADV_RANDOM`` when it is mapped
-(:func:`advise`, by the folder's opener), so that a fault reads its page, not the kernel's read-around window
-(often megabytes) around a row of a few kilobytes.
+is read by page faults, and torch's index on it faults one page at a time per thread, so on a
+cold page cache a batch's rows would arrive at the disk's queue-depth-1 rate. Such a table is
+gathered by a compiled loop (numba, releasing the GIL) run on ``placement.read_depth`` threads
+of a pool of its own: a thread blocked in a page fault uses no CPU, so the number of faults in
+flight, the disk's queue depth, is what sets the rate, and numba's own pool (fixed at import,
+a rank's share of the cores) would keep it at one or two. A folder too large for the page cache
+is also advised ``MADV_RANDOM`` by its opener (:func:`advise`), so that a fault reads its page
+and not the kernel's read-around window (often megabytes) around a row of a few kilobytes.
+Features stored as float16 or bfloat16 are upcast in the same pass (``table[ids].float()`` would
+copy every row twice). A float32 table in RAM, or mapped and not advised random (it fits in the
+page cache), is what a model may read in place (:func:`reads_in_place`); gathered, a small one
+is plain indexing and a large one the compiled loop on numba's threads.
 
 ``placement.feature_cache`` keeps the rows of the highest in-degree nodes (the most sampled) in
 RAM (:class:`FeatureCache`); ``gather_rows`` serves those from it and counts its hits. A run
