@@ -39,7 +39,7 @@ import gnnbridge.core.app.prepare as preparing
 from gnnbridge.core.errors import DataError, ResourceError
 from gnnbridge.core.files import PARTIAL, replace
 from gnnbridge.core.records.data import GraphData, held_out_split
-from gnnbridge.core.records.folder import MANIFEST, PREPARED, mapped
+from gnnbridge.core.records.folder import MANIFEST, PREPARED, advise_uncacheable, mapped
 from gnnbridge.core.records.hetero import (
     REVERSE_PREFIX,
     EdgeType,
@@ -134,6 +134,7 @@ class _Task:
         CSC files for the relations the task leaves as they are)."""
         manifest = json.loads((cache / "manifest.json").read_text())
         arrays = {k: mapped(self.root, spec) for k, spec in manifest["arrays"].items()}
+        advise_uncacheable(arrays.values(), sum(a.nbytes for a in [*arrays.values(), *self.x.values()]))
         edge_index, indptr = {}, {}
         for et, where in manifest["edge_types"]:
             et = tuple(et)

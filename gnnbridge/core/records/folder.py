@@ -10,11 +10,12 @@ relative to the folder, so a copy elsewhere works) and what was checked.
 Opening maps every array read-only (``np.load(mmap_mode="r")``): pages come from the OS page
 cache as a batch touches them, file-backed, so a graph larger than memory trains and the ranks
 of a machine share one copy. When the arrays together exceed half of the machine's RAM, so the
-page cache cannot keep them, the large ones are advised ``MADV_RANDOM``: a page fault then reads
-one page instead of the kernel's read-around window (measured on a 31 GB feature file: 1.5 MB
-read per 3 KB row and 1.2k rows/s with read-around, 7 KB and 65k rows/s without). A folder that
-fits keeps the read-around, which fills the page cache faster on a cold first epoch. Nothing is validated again (that would read every page); instead an
-input whose size or modification time differs from the manifest's is refused, naming it.
+page cache cannot keep them, the large ones are advised ``MADV_RANDOM`` (:func:`advise_uncacheable`):
+a page fault then reads one page instead of the kernel's read-around window (measured on a
+31 GB feature file: 1.2 MB read per 3 KB row and 1.5k rows/s with read-around, 7 KB and 58k
+rows/s without). A folder that fits keeps the read-around, which fills the page cache faster on
+a cold first epoch. Nothing is validated again (that would read every page); instead an input
+whose size or modification time differs from the manifest's is refused, naming it.
 """
 from __future__ import annotations
 
@@ -122,10 +123,7 @@ def open_prepared(path: str | os.PathLike, seed: int = 0):
     if changed:
         raise DataError(changed)
     arrays = {key: mapped(root, spec) for key, spec in manifest["arrays"].items()}
-    if sum(a.nbytes for a in arrays.values()) > physical_memory() // 2:
-        for array in arrays.values():
-            if array.nbytes >= RANDOM_MIN_BYTES:
-                advise(array, "random")
+    advise_uncacheable(arrays.values(), sum(a.nbytes for a in arrays.values()))
     kind, name = manifest["kind"], root.name
     if kind == "node":
         record = _node_graph(arrays, manifest, seed, name)
@@ -141,6 +139,15 @@ def open_prepared(path: str | os.PathLike, seed: int = 0):
     record.folder = root
     record.mapped_from = (open_prepared, (str(root), seed))
     return record
+
+
+def advise_uncacheable(arrays, total: int) -> None:
+    """``MADV_RANDOM`` on each of ``arrays`` of at least RANDOM_MIN_BYTES when ``total`` (the
+    bytes that compete for the page cache with them) exceeds half of the machine's RAM."""
+    if total > physical_memory() // 2:
+        for array in arrays:
+            if array.nbytes >= RANDOM_MIN_BYTES:
+                advise(array, "random")
 
 
 def physical_memory() -> int:
