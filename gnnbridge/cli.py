@@ -212,12 +212,14 @@ Examples:
   gnnbridge compare gcn-synthetic --nproc 2 --out runs/gcn-both
   gnnbridge compare sage-synthetic --same-batches      # identical batches and weights: loss gap per step
   gnnbridge compare gin-synthetic --same-batches --epochs 5 --tolerance 1e-5
+  gnnbridge compare sage-synthetic --dataset data/papers   # a prepared folder (or a .npz, or a name)
 """
 
 
 @cli.command(epilog=COMPARE_EXAMPLES)
 @click.argument("experiment", required=False)
 @click.option("--backend", "backends", multiple=True, help="A backend to compare (repeat it); default: every one installed.")
+@click.option("--dataset", help="A dataset name, a .npz file or a prepared folder (replaces the experiment's dataset).")
 @click.option("--nproc", type=int, default=1, show_default=True, help="Ranks per backend (side by side).")
 @click.option("--device", help="cpu, cuda or auto.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a config key, e.g. train.epochs=5.")
@@ -229,7 +231,8 @@ Examples:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 @interruptible
-def compare(experiment, backends, nproc, device, overrides, out, same_batches, epochs, tolerance, as_json, quiet) -> None:
+def compare(experiment, backends, dataset, nproc, device, overrides, out, same_batches, epochs, tolerance, as_json,
+            quiet) -> None:
     """Run one experiment on several libraries: side by side (metrics, epoch time, memory), or with
     --same-batches on identical batches and weights (exit code 1 when they disagree)."""
     from gnnbridge.core.app import compare as comparing
@@ -242,13 +245,13 @@ def compare(experiment, backends, nproc, device, overrides, out, same_batches, e
                                f"({'use --set train.epochs=N side by side' if misplaced == '--epochs' else 'it runs one process and writes nothing'}).")
     if same_batches:
         report = comparing.same_batches(experiment, backends=backends, epochs=epochs, device=device,
-                                        overrides=overrides, tolerance=tolerance)
+                                        overrides=overrides, tolerance=tolerance, dataset=dataset)
         click.echo(comparing.as_json(report) if as_json else "\n".join(comparing.verdicts(report)))
         if not report["agree"]:
             sys.exit(1)
         return
     report = comparing.compare(experiment, backends=backends, nproc=nproc, device=device, overrides=overrides,
-                               out=out, progress=not quiet)
+                               out=out, progress=not quiet, dataset=dataset)
     if as_json:
         click.echo(comparing.as_json(report))
     else:
@@ -424,7 +427,7 @@ Examples:
 """)
 @click.argument("experiment", required=False)
 @click.option("--backend", help="Backend name, e.g. pyg or dgl.")
-@click.option("--dataset", help="A dataset name or a .npz path.")
+@click.option("--dataset", help="A dataset name, a .npz path or a prepared folder.")
 @click.option("--nproc", type=int, help="Ranks on this machine.")
 @click.option("--device", help="cpu, cuda or auto.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a config key.")
@@ -452,7 +455,7 @@ Examples:
   gnnbridge doctor --dataset big.npz --nproc 4         # and a job: /dev/shm, memory, threads for it
 """)
 @click.argument("experiment", required=False)
-@click.option("--dataset", help="A dataset name or a .npz path (loaded and checked as train checks it; /dev/shm and "
+@click.option("--dataset", help="A dataset name, a .npz path or a prepared folder (loaded and checked as train checks it; /dev/shm and "
                                 "memory against its size).")
 @click.option("--nproc", type=int, help="Ranks the job will run on this machine.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a config key.")

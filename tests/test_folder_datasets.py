@@ -155,6 +155,48 @@ def test_training_from_a_folder_gives_the_npz_metrics(tmp_path, backend, task):
     assert len(caches) == (task == "link") and all((c / "manifest.json").is_file() for c in caches)
 
 
+@pytest.mark.slow
+def test_a_run_from_a_folder_evaluates_predicts_resumes_ports_and_compares(tmp_path, tmpdir_layers):
+    """Every command that reads a run's data takes the folder; sampled predict with its logits
+    forced to disk (eval.layer_store=disk) writes what it writes from memory."""
+    arrays = graph_arrays()
+    folder = save_folder(tmp_path / "g", arrays)
+    prepare(str(folder), progress=False)
+    run = tmp_path / "run"
+    sampled = ["eval.mode=sampled", "sampler.kind=core"]
+    gnnbridge.run(dataset=str(folder), backend="pyg", nproc=1, overrides=[*TINY, *sampled], out=run, progress=False)
+    scored = gnnbridge.evaluate(run)
+    assert scored["metrics"]["test_acc"] == json.loads((run / "results.json").read_text())["metrics"]["test_acc"]
+    for store in ("memory", "disk"):
+        gnnbridge.predict(run, tmp_path / f"{store}.npz", overrides=[f"eval.layer_store={store}"])
+    memory, disk = np.load(tmp_path / "memory.npz"), np.load(tmp_path / "disk.npz")
+    assert sorted(disk) == sorted(memory) and disk["logits"].shape == (120, arrays["y"].max() + 1)
+    for key in memory:
+        np.testing.assert_array_equal(disk[key], memory[key], err_msg=key)
+    assert list(tmpdir_layers.glob("gnnbridge-layers-*")) == []
+    resumed = gnnbridge.run(resume=run, overrides=["train.epochs=2"], progress=False)
+    assert len(resumed["history"]) == 2
+    gnnbridge.port(run, "dgl", tmp_path / "moved")
+    assert gnnbridge.evaluate(tmp_path / "moved")["metrics"]["test_acc"] == pytest.approx(
+        gnnbridge.evaluate(run)["metrics"]["test_acc"], abs=1e-6)
+    both = subprocess.run([sys.executable, "-m", "gnnbridge", "compare", "--dataset", str(folder), "--same-batches",
+                           "--epochs", "1", *[f"--set={o}" for o in TINY[1:]]],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert both.returncode == 0, both.stderr[-2000:]
+    assert "dgl vs pyg: agree" in both.stdout
+
+
+@pytest.fixture
+def tmpdir_layers(tmp_path, monkeypatch):
+    """$TMPDIR for this test (in-process commands): where layer files would be left over."""
+    import tempfile
+
+    layers = tmp_path / "tmp"
+    layers.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(layers))
+    return layers
+
+
 def test_a_folder_changed_after_prepare_is_refused_naming_the_file(tmp_path, refused):
     arrays = graph_arrays()
     folder = save_folder(tmp_path / "g", arrays)

@@ -98,3 +98,25 @@ def test_a_pass_that_fails_midway_removes_its_layer_files(stop, tmpdir_here):
         LayerwiseEvaluator(backends.get("pyg"), data, ALONE, 50, layer_store="disk").full_logits(model)
     assert "layer0.bin" in seen  # the layer really was on disk
     assert leftovers(tmpdir_here) == []
+
+
+@pytest.mark.parametrize("name", ["pyg", "dgl"])
+def test_sampled_predict_with_its_logits_on_disk_gives_the_in_memory_logits(name, tmpdir_here):
+    """``predict`` in sampled and full mode writes every item's logits into the store's file
+    when they would not fit (forced here), so the output streams from disk like layer-wise's."""
+    from gnnbridge.core.contracts.config import SamplerKind
+    from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS
+    from gnnbridge.core.training.evaluation import SampledEvaluator
+
+    data = small_graph()
+    model, backend = model_for(name, data, layers=2), backends.get(name)
+    logits = {}
+    for store in ("memory", "disk"):
+        sampler = backend.sampler(backend.graph_store(data), [ALL_NEIGHBORS] * 2, SamplerKind.AUTO)
+        logits[store] = SampledEvaluator(backend, data, ALONE, 7, sampler, 0, layer_store=store).predict(model)
+        assert bool(mapped_layer_files(tmpdir_here)) == (store == "disk")
+    assert logits["disk"].shape == (data.num_nodes, data.num_classes)
+    torch.testing.assert_close(logits["disk"], logits["memory"])
+    expected = LayerwiseEvaluator(backend, data, ALONE, 7, layer_store="memory").full_logits(model)
+    torch.testing.assert_close(logits["disk"], expected, rtol=1e-5, atol=1e-5)  # every row is its node's
+    assert leftovers(tmpdir_here) == []

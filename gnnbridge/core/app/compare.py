@@ -83,10 +83,11 @@ def _need_two(names: list[str], skipped: dict[str, str]) -> None:
 
 def compare(experiment=None, *, backends: list[str] | tuple[str, ...] = (), nproc: int = 1, device: str | None = None,
             overrides: list[str] | tuple[str, ...] = (), out: str | os.PathLike | None = None,
-            progress: bool = True) -> dict:
+            progress: bool = True, dataset: str | os.PathLike | None = None) -> dict:
     """Train ``experiment`` on each backend; returns (and writes as ``compare.json``) one row per
-    backend: test metrics, median epoch time, peak memory, sampler, run folder, or why it failed."""
-    config = resolve_config(experiment, overrides=overrides, nproc=nproc, device=device)
+    backend: test metrics, median epoch time, peak memory, sampler, run folder, or why it failed.
+    ``dataset``: as ``train --dataset`` (a name, a ``.npz`` or a prepared folder)."""
+    config = resolve_config(experiment, overrides=overrides, nproc=nproc, device=device, dataset=dataset)
     names, skipped = available_backends(backends)
     _need_two(names, skipped)
     for name in names:  # every backend's config is checked before anything runs
@@ -174,7 +175,7 @@ def summarize(backend: str, results: dict, run_dir: Path) -> dict:
 
 def same_batches(experiment=None, *, backends: list[str] | tuple[str, ...] = (), epochs: int | None = None,
                  device: str | None = None, overrides: list[str] | tuple[str, ...] = (),
-                 tolerance: float = TOLERANCE) -> dict:
+                 tolerance: float = TOLERANCE, dataset: str | os.PathLike | None = None) -> dict:
     """Train the first backend and each other in lockstep on identical batches from identical
     weights; report the largest loss gap per step, the final logits' gap, and the first step and
     layer where they part (None when they never do)."""
@@ -183,7 +184,8 @@ def same_batches(experiment=None, *, backends: list[str] | tuple[str, ...] = (),
     names, skipped = available_backends(backends)
     _need_two(names, skipped)
     extra = [*overrides, *SAME_BATCHES, *([f"train.epochs={epochs}"] if epochs is not None else [])]
-    configs = [preflight(resolve_config(experiment, backend=name, overrides=extra, nproc=1, device=device))
+    configs = [preflight(resolve_config(experiment, backend=name, overrides=extra, nproc=1, device=device,
+                                        dataset=dataset))
                for name in names]
     data = load_dataset(configs[0])
     with interrupt_on_sigterm():

@@ -196,7 +196,7 @@ class TrainConfig:
 class EvalConfig:
     mode: EvalMode = EvalMode.LAYERWISE
     batch_size: int = 4096  # seeds per inference batch
-    layer_store: str = "auto"  # layerwise: where each layer's [N, hidden] output lives: auto | memory | disk
+    layer_store: str = "auto"  # where each layer-wise layer, and predict's logits, live: auto | memory | disk
 
     def __post_init__(self) -> None:
         _positive("eval.batch_size", self.batch_size)
@@ -627,7 +627,7 @@ KEY_HELP = {
     "eval": "how the final scores are computed",
     "eval.mode": "node tasks: layerwise (exact) | full (every neighbour) | sampled",
     "eval.batch_size": "seeds per inference batch",
-    "eval.layer_store": "layerwise: auto (on disk when layers would not fit in memory) | memory | disk (a temp file)",
+    "eval.layer_store": "layer outputs, predict's logits: auto (on disk when they would not fit) | memory | disk",
     "link": "link prediction (task: link)",
     "link.edge_type": "the relation (or src,relation,dst) to predict; empty: the dataset's own",
     "link.negatives": "training negatives per positive edge",

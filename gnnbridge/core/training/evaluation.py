@@ -51,13 +51,16 @@ from gnnbridge.core.training.phases import NO_PHASES
 
 class Evaluator(ABC):
     def __init__(self, backend: Backend, data: GraphData | GraphCollection, ctx: DistContext, batch_size: int,
-                 call: ModelCall | None = None):
-        """``call``: how the model is called (names the model when it fails); a plain call by default."""
+                 call: ModelCall | None = None, layer_store: str = "auto"):
+        """``call``: how the model is called (names the model when it fails); a plain call by default.
+        ``layer_store``: where an output row of every item lives (``eval.layer_store``: auto, memory,
+        disk): each layer-wise layer, and the logits :meth:`predict` returns."""
         self.backend = backend
         self.data = data
         self.ctx = ctx
         self.batch_size = batch_size
         self.call = call or ModelCall("the model", data.num_classes)
+        self.layer_store = layer_store
 
     @torch.no_grad()
     def evaluate(self, model: torch.nn.Module, splits: tuple[str, ...]) -> dict[str, float]:
@@ -85,12 +88,6 @@ class Evaluator(ABC):
 
 
 class LayerwiseEvaluator(Evaluator):
-    def __init__(self, backend: Backend, data: GraphData, ctx: DistContext, batch_size: int,
-                 call: ModelCall | None = None, layer_store: str = "auto"):
-        """``layer_store``: where each layer's output lives (``eval.layer_store``: auto, memory, disk)."""
-        super().__init__(backend, data, ctx, batch_size, call)
-        self.layer_store = layer_store
-
     def _predict(self, model: GNNModel) -> torch.Tensor:
         return self.full_logits(model)
 
@@ -121,11 +118,7 @@ class LayerwiseEvaluator(Evaluator):
         for layer in range(model.num_layers):
             mine, shared = self._layer_output(model, layer, h, one_hop, shards[ctx.rank], width, store)
             h = None  # the previous layer's output can go before the next one is gathered
-            if shared:
-                store.finish()
-                h = mine
-            else:
-                h = ctx.all_gather_rows(mine, sizes)
+            h = _every_rank_rows(ctx, store, mine, shared, sizes)
         return h
 
     def _layer_output(self, model: GNNModel, layer: int, h: torch.Tensor, one_hop: NeighborSampler,
@@ -157,6 +150,15 @@ def _output_table(store: LayerStore, layer: int, out: torch.Tensor, shard: torch
     return torch.zeros((width, *out.shape[1:]), dtype=out.dtype), first, False
 
 
+def _every_rank_rows(ctx: DistContext, store: LayerStore, mine: torch.Tensor, shared: bool, sizes: list[int]):
+    """Every item's rows on every rank, once each rank has written its own into ``mine`` (the
+    store's shared file: a barrier makes them visible; else an all-gather buffer)."""
+    if shared:
+        store.finish()
+        return mine
+    return ctx.all_gather_rows(mine, sizes)
+
+
 def layer_batch(backend: Backend, model: GNNModel, h: torch.Tensor, sub, device: torch.device):
     """A one-hop ``sub``'s graph and its input nodes' rows of ``h``, on ``device``, as
     ``layer_forward`` gets them (in layer-wise evaluation and in the dry step alike)."""
@@ -180,18 +182,26 @@ class BatchedEvaluator(Evaluator, ABC):
         return metrics
 
     def _predict(self, model: torch.nn.Module) -> torch.Tensor:
-        """Every item through the loader: ranks split the ids, then share their rows."""
-        shards = torch.tensor_split(torch.arange(self.data.y.shape[0]), self.ctx.world_size)
-        batches = [b for b in shards[self.ctx.rank].split(self.batch_size) if b.numel()]
-        rows = [forward(self, model, mb).cpu() for mb in self._loader(batches)]
-        mine = torch.cat(rows) if rows else torch.empty(0, self.data.num_classes)
-        return self.ctx.all_gather_rows(mine, [s.numel() for s in shards])
+        """Every item through the loader: ranks split the ids, each writes its rows into one
+        table (the store's mapped file when ``[items, classes]`` would not fit in memory, so
+        ``predict`` streams it from disk; else a buffer the ranks all-gather)."""
+        items = self.data.y.shape[0]
+        shards = self.ctx.row_shards(items)
+        shard, sizes = shards[self.ctx.rank], [s.numel() for s in shards]
+        batches = [b for b in shard.split(self.batch_size) if b.numel()]
+        with LayerStore(self.ctx, items, self.layer_store) as store:
+            table, offset, shared = _output_table(store, 0, torch.empty(1, self.data.num_classes), shard, sizes[0])
+            for mb in self._loader(batches):
+                out = forward(self, model, mb).float().cpu()
+                start = int(mb.seeds[0]) - offset  # a batch is a run of consecutive ids
+                table[start: start + out.shape[0]] = out
+            return _every_rank_rows(self.ctx, store, table, shared, sizes)
 
 
 class SampledEvaluator(BatchedEvaluator):
     def __init__(self, backend: Backend, data: GraphData, ctx: DistContext, batch_size: int,
-                 sampler: Sampler, seed: int, call: ModelCall | None = None):
-        super().__init__(backend, data, ctx, batch_size, call)
+                 sampler: Sampler, seed: int, call: ModelCall | None = None, layer_store: str = "auto"):
+        super().__init__(backend, data, ctx, batch_size, call, layer_store)
         self.sampler = sampler
         self.seed = seed
 
@@ -205,8 +215,8 @@ class GraphEvaluator(BatchedEvaluator):
     """Whole graphs through the task's graph loader; one row of logits per graph."""
 
     def __init__(self, backend: Backend, data: GraphCollection, ctx: DistContext, batch_size: int, loader: Sampler,
-                 call: ModelCall | None = None):
-        super().__init__(backend, data, ctx, batch_size, call)
+                 call: ModelCall | None = None, layer_store: str = "auto"):
+        super().__init__(backend, data, ctx, batch_size, call, layer_store)
         self.loader = loader
 
     def _loader(self, batches: list[torch.Tensor]) -> Iterable[MiniBatch]:

@@ -371,7 +371,8 @@ class Trainer:
         if self.is_link:
             return self._links(self.sampler)
         if self.config.task is Task.GRAPH:
-            return GraphEvaluator(self.backend, self.data, self.ctx, self.config.eval.batch_size, self.sampler, self.call)
+            return GraphEvaluator(self.backend, self.data, self.ctx, self.config.eval.batch_size, self.sampler, self.call,
+                                  self.config.eval.layer_store)
         return self._sampled(self.sampler)
 
     def _links(self, sampler: Sampler) -> LinkEvaluator:
@@ -380,7 +381,7 @@ class Trainer:
 
     def _sampled(self, sampler: Sampler) -> SampledEvaluator:
         return SampledEvaluator(self.backend, self.data, self.ctx, self.config.eval.batch_size, sampler,
-                                self.config.train.seed, self.call)
+                                self.config.train.seed, self.call, self.config.eval.layer_store)
 
     def evaluate(self) -> dict[str, float]:
         """The final evaluation (``eval.mode``) of the current weights on every split."""
