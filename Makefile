@@ -4,7 +4,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-fast install bench bench-gin clean
+.PHONY: demo test test-fast lint format install bench bench-gin clean
+
+# Code checked and formatted by ruff (pyproject.toml [tool.ruff]); CI runs lint.
+LINTED := gnnbridge tests benchmarks examples
 
 install: $(STAMP)
 
@@ -13,7 +16,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -c constraints.txt torch
-	$(PY) -m pip install -q -c constraints.txt -e '.[pyg,dgl,datasets,log,test]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[pyg,dgl,datasets,log,test,lint]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -29,6 +32,14 @@ test: $(STAMP)
 # The everyday loop: unit tests only, no multi-process training runs (about 2 minutes on 2 cores).
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check $(LINTED)
+	$(VENV)/bin/ruff format --check $(LINTED)
+
+format: $(STAMP)
+	$(VENV)/bin/ruff check --fix $(LINTED)
+	$(VENV)/bin/ruff format $(LINTED)
 
 bench: $(STAMP)
 	$(PY) benchmarks/compare.py

@@ -31,6 +31,7 @@ parameters is reused (its ``prepared/`` is removed first, so prepare is timed ag
     python benchmarks/big_graph.py --nodes 10000000 --features 768 --edges 100000000 \\
         --compare-nodes 1000000 --compare-features 128 --compare-edges 10000000 --repeats 3
 """
+
 from __future__ import annotations
 
 import argparse
@@ -146,9 +147,23 @@ def cold_gathers(folder: Path, args, budget: int) -> list[dict]:
     results = []
     for depth, draw, cache, advice in cases:
         print(f"--- cold gather: depth {depth}, {draw} rows, cache {cache} B, madvise {advice}", flush=True)
-        cmd = [sys.executable, str(HERE / "cold_gather.py"), str(folder), "--threads", str(threads),
-               "--depth", str(depth), "--rows", str(args.gather_rows), "--cache", str(cache), "--draw", draw,
-               "--madvise", advice]
+        cmd = [
+            sys.executable,
+            str(HERE / "cold_gather.py"),
+            str(folder),
+            "--threads",
+            str(threads),
+            "--depth",
+            str(depth),
+            "--rows",
+            str(args.gather_rows),
+            "--cache",
+            str(cache),
+            "--draw",
+            draw,
+            "--madvise",
+            advice,
+        ]
         results.append(json_child(cmd))
     return results
 
@@ -172,8 +187,23 @@ def overrides(epochs: int, budget: int) -> list[str]:
 def train(dataset: Path, backend: str, args, epochs: int, budget: int, tag: str) -> dict:
     """One ``gnnbridge train`` under the tree sampler; its figures from ``results.json``."""
     run_dir = args.out.resolve() / "runs" / f"big-{tag}-{backend}-{time.strftime('%Y%m%d-%H%M%S')}"
-    cmd = [sys.executable, "-m", "gnnbridge", "train", "--dataset", str(dataset), "--backend", backend,
-           "--nproc", str(args.nproc), "--out", str(run_dir), "--quiet", "--timeout", str(args.timeout)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "gnnbridge",
+        "train",
+        "--dataset",
+        str(dataset),
+        "--backend",
+        backend,
+        "--nproc",
+        str(args.nproc),
+        "--out",
+        str(run_dir),
+        "--quiet",
+        "--timeout",
+        str(args.timeout),
+    ]
     for setting in overrides(epochs, budget):
         cmd += ["--set", setting]
     print(f"--- train {backend} from {dataset.name} ({tag})", flush=True)
@@ -184,10 +214,18 @@ def train(dataset: Path, backend: str, args, epochs: int, budget: int, tag: str)
     times = [h["epoch_time_s"] for h in results["history"]]
     gather = [h["phases"].get("gather", 0.0) for h in results["history"]]
     slowest = [h["phases_slowest_rank"].get("gather", 0.0) for h in results["history"]]
-    return {"backend": backend, "epoch_time_s": statistics.fmean(times), "epoch_times_s": times,
-            "gather_s": statistics.fmean(gather), "gather_s_slowest_rank": statistics.fmean(slowest),
-            "test_acc": results["metrics"]["test_acc"], "val_acc": results["metrics"]["val_acc"],
-            "feature_cache": results.get("feature_cache"), "run_dir": str(run_dir), **done}
+    return {
+        "backend": backend,
+        "epoch_time_s": statistics.fmean(times),
+        "epoch_times_s": times,
+        "gather_s": statistics.fmean(gather),
+        "gather_s_slowest_rank": statistics.fmean(slowest),
+        "test_acc": results["metrics"]["test_acc"],
+        "val_acc": results["metrics"]["val_acc"],
+        "feature_cache": results.get("feature_cache"),
+        "run_dir": str(run_dir),
+        **done,
+    }
 
 
 def cold_training(folder: Path, args, budget: int) -> list[dict]:
@@ -214,9 +252,14 @@ def in_memory(folder: Path, args) -> dict:
     for rep in range(args.repeats):
         for backend in args.backends:
             pair = [("npz", npz), ("folder", folder)]
-            for kind, dataset in (pair if rep % 2 == 0 else pair[::-1]):
-                runs.append({"kind": kind, "repeat": rep,
-                             **train(dataset, backend, args, args.compare_epochs, 0, f"warm-{kind}")})
+            for kind, dataset in pair if rep % 2 == 0 else pair[::-1]:
+                runs.append(
+                    {
+                        "kind": kind,
+                        "repeat": rep,
+                        **train(dataset, backend, args, args.compare_epochs, 0, f"warm-{kind}"),
+                    }
+                )
     return {"npz_bytes": npz.stat().st_size, "runs": runs, "ratios": folder_ratios(runs, args.backends)}
 
 
@@ -224,12 +267,18 @@ def folder_ratios(runs: list[dict], backends) -> dict:
     """Per backend: median epoch time from the folder over the median from the ``.npz``."""
     out = {}
     for backend in backends:
-        med = {kind: [r["epoch_time_s"] for r in runs if r["backend"] == backend and r["kind"] == kind
-                      and "epoch_time_s" in r] for kind in ("npz", "folder")}
+        med = {
+            kind: [
+                r["epoch_time_s"] for r in runs if r["backend"] == backend and r["kind"] == kind and "epoch_time_s" in r
+            ]
+            for kind in ("npz", "folder")
+        }
         both = med["npz"] and med["folder"]
-        out[backend] = {"npz_s": statistics.median(med["npz"]) if med["npz"] else None,
-                        "folder_s": statistics.median(med["folder"]) if med["folder"] else None,
-                        "ratio": statistics.median(med["folder"]) / statistics.median(med["npz"]) if both else None}
+        out[backend] = {
+            "npz_s": statistics.median(med["npz"]) if med["npz"] else None,
+            "folder_s": statistics.median(med["folder"]) if med["folder"] else None,
+            "ratio": statistics.median(med["folder"]) / statistics.median(med["npz"]) if both else None,
+        }
     return out
 
 
@@ -238,10 +287,16 @@ def folder_ratios(runs: list[dict], backends) -> dict:
 
 def goal(text: str, value: float | None, limit: float, at_most: bool, judged: bool = True) -> dict:
     """One goal: PASS, MISS, not measured, or not judged (shown, but set for the full scale)."""
-    status = "not measured" if value is None else ("PASS" if (value <= limit if at_most else value >= limit)
-                                                   else "MISS")
-    return {"goal": text, "value": value, "limit": limit, "at_most": at_most,
-            "status": "not judged" if value is not None and not judged else status}
+    status = (
+        "not measured" if value is None else ("PASS" if (value <= limit if at_most else value >= limit) else "MISS")
+    )
+    return {
+        "goal": text,
+        "value": value,
+        "limit": limit,
+        "at_most": at_most,
+        "status": "not judged" if value is not None and not judged else status,
+    }
 
 
 def goals(result: dict) -> list[dict]:
@@ -251,19 +306,43 @@ def goals(result: dict) -> list[dict]:
     big = result["graph"]["features_bytes"] > result["machine"]["memory_bytes"]
     out = []
     for run in result.get("train", []):
-        out.append(goal(f"{run['backend']}: test accuracy above chance ({result['graph']['chance']:.3f})",
-                        run.get("test_acc"), result["graph"]["chance"], False))
-        out.append(goal(f"{run['backend']}: peak RssAnon of the tree <= 8 GiB", run.get("peak_rssanon_bytes"),
-                        RSS_ANON_GOAL, True, judged=big))
+        out.append(
+            goal(
+                f"{run['backend']}: test accuracy above chance ({result['graph']['chance']:.3f})",
+                run.get("test_acc"),
+                result["graph"]["chance"],
+                False,
+            )
+        )
+        out.append(
+            goal(
+                f"{run['backend']}: peak RssAnon of the tree <= 8 GiB",
+                run.get("peak_rssanon_bytes"),
+                RSS_ANON_GOAL,
+                True,
+                judged=big,
+            )
+        )
     disk = result.get("disk", {}).get("reads_per_s", {}).get("64")
     plain = [g for g in result.get("gather", []) if g.get("draw") == "uniform" and g.get("madvise") == "auto"]
     rate = page_reads_per_s(plain[0]) / disk if plain and disk and "rows_per_s" in plain[0] else None
     depth = plain[0].get("read_depth", "?") if plain else "?"
-    out.append(goal(f"cold gather (depth {depth}, uniform rows, no cache): its 4 KiB page reads/s >= 70% of the "
-                    "disk's depth-64 reads/s", rate, COLD_GATHER_GOAL, False, judged=big))
+    out.append(
+        goal(
+            f"cold gather (depth {depth}, uniform rows, no cache): its 4 KiB page reads/s >= 70% of the "
+            "disk's depth-64 reads/s",
+            rate,
+            COLD_GATHER_GOAL,
+            False,
+            judged=big,
+        )
+    )
     for backend, r in result.get("in_memory", {}).get("ratios", {}).items():
-        out.append(goal(f"{backend}: epoch from the folder <= 1.05x from the .npz (warm)", r["ratio"],
-                        FOLDER_VS_NPZ_GOAL, True))
+        out.append(
+            goal(
+                f"{backend}: epoch from the folder <= 1.05x from the .npz (warm)", r["ratio"], FOLDER_VS_NPZ_GOAL, True
+            )
+        )
     return out
 
 
@@ -283,13 +362,17 @@ def gather_row(g: dict, disk: dict) -> tuple[str, str]:
     if "failed" in g:
         return f"cold gather depth {g.get('read_depth', '?')}", "FAILED " + g["failed"]
     d64 = disk.get("reads_per_s", {}).get("64")
-    label = (f"cold gather, depth {g['read_depth']}, {g['draw']} rows"
-             + (", read-around on (MADV_NORMAL)" if g["madvise"] == "normal" else "")
-             + (f", cache {gib(g['cache_bytes'])}" if g["cache_bytes"] else ""))
+    label = (
+        f"cold gather, depth {g['read_depth']}, {g['draw']} rows"
+        + (", read-around on (MADV_NORMAL)" if g["madvise"] == "normal" else "")
+        + (f", cache {gib(g['cache_bytes'])}" if g["cache_bytes"] else "")
+    )
     pages = page_reads_per_s(g)
-    value = (f"{g['rows_per_s']:,.0f} rows/s, {pages:,.0f} page reads/s" + (f" ({pages / d64:.0%} of depth 64)"
-                                                                             if d64 else "")
-             + (f", hit {g['cache_hit_rate']:.1%}" if g["cache_bytes"] else ""))
+    value = (
+        f"{g['rows_per_s']:,.0f} rows/s, {pages:,.0f} page reads/s"
+        + (f" ({pages / d64:.0%} of depth 64)" if d64 else "")
+        + (f", hit {g['cache_hit_rate']:.1%}" if g["cache_bytes"] else "")
+    )
     stayed = g.get("resident_after_drop")
     warn = f", WARNING: {stayed:.0%} of the file stayed cached" if stayed and stayed > 0.01 else ""
     return label, value + f", {g['disk_bytes_per_missed_row'] / 1024:,.1f} KiB read/missed row" + warn
@@ -300,41 +383,68 @@ def train_row(run: dict, chance: float) -> tuple[str, str]:
     if "failed" in run:
         return label, "FAILED " + run["failed"]
     hit = (run.get("feature_cache") or {}).get("hit_rate")
-    return label, (f"epoch {run['epoch_time_s']:.1f} s (gather {run['gather_s']:.2f} s, slowest rank "
-                   f"{run['gather_s_slowest_rank']:.2f} s), test acc {run['test_acc']:.3f} (chance {chance:.3f}), "
-                   f"peak RssAnon {gib(run['peak_rssanon_bytes'])} (RssFile {gib(run['peak_rssfile_bytes'])}, RssShmem "
-                   f"{gib(run['peak_rssshmem_bytes'])} summed over ranks: the shared cache once per rank), "
-                   f"cache hit {'-' if hit is None else f'{hit:.1%}'}, disk read {gib(run['disk_read_bytes'])}")
+    return label, (
+        f"epoch {run['epoch_time_s']:.1f} s (gather {run['gather_s']:.2f} s, slowest rank "
+        f"{run['gather_s_slowest_rank']:.2f} s), test acc {run['test_acc']:.3f} (chance {chance:.3f}), "
+        f"peak RssAnon {gib(run['peak_rssanon_bytes'])} (RssFile {gib(run['peak_rssfile_bytes'])}, RssShmem "
+        f"{gib(run['peak_rssshmem_bytes'])} summed over ranks: the shared cache once per rank), "
+        f"cache hit {'-' if hit is None else f'{hit:.1%}'}, disk read {gib(run['disk_read_bytes'])}"
+    )
 
 
 def table(result: dict) -> str:
     """The one table: every figure of part 7, then the goals."""
     g, disk = result["graph"], result.get("disk", {})
-    rows = [("graph", f"{g['nodes']:,} nodes x {g['features']} {g['dtype']} features "
-                      f"({gib(g['features_bytes'])}), {g['edges']:,} edges, {g['classes']} classes; "
-                      f"{gib(g['folder_bytes'])} on disk; RAM {gib(result['machine']['memory_bytes'])}")]
+    rows = [
+        (
+            "graph",
+            f"{g['nodes']:,} nodes x {g['features']} {g['dtype']} features "
+            f"({gib(g['features_bytes'])}), {g['edges']:,} edges, {g['classes']} classes; "
+            f"{gib(g['folder_bytes'])} on disk; RAM {gib(result['machine']['memory_bytes'])}",
+        )
+    ]
     if "generate" in result:
         gen = result["generate"]
-        rows.append(("generate", "reused (--keep)" if gen["cached"] else
-                     f"{gen['seconds']:.1f} s, peak RssAnon {gib(gen['run']['peak_rssanon_bytes'])}"))
+        rows.append(
+            (
+                "generate",
+                "reused (--keep)"
+                if gen["cached"]
+                else f"{gen['seconds']:.1f} s, peak RssAnon {gib(gen['run']['peak_rssanon_bytes'])}",
+            )
+        )
     if "prepare" in result:
         p = result["prepare"]
-        rows.append(("gnnbridge prepare", f"{p['wall_s']:.1f} s, peak RssAnon {gib(p['peak_rssanon_bytes'])} "
-                                          f"(RssFile {gib(p['peak_rssfile_bytes'])})"))
+        rows.append(
+            (
+                "gnnbridge prepare",
+                f"{p['wall_s']:.1f} s, peak RssAnon {gib(p['peak_rssanon_bytes'])} "
+                f"(RssFile {gib(p['peak_rssfile_bytes'])})",
+            )
+        )
     if disk:
         rates = disk["reads_per_s"]
-        rows.append((f"disk random 4 KiB reads/s ({disk['method']})",
-                     f"depth 1: {rates['1']:,.0f}, depth 64: {rates['64']:,.0f}"))
+        rows.append(
+            (
+                f"disk random 4 KiB reads/s ({disk['method']})",
+                f"depth 1: {rates['1']:,.0f}, depth 64: {rates['64']:,.0f}",
+            )
+        )
     rows += [gather_row(x, disk) for x in result.get("gather", [])]
     rows += [train_row(run, g["chance"]) for run in result.get("train", [])]
     for backend, r in result.get("in_memory", {}).get("ratios", {}).items():
-        rows.append((f"in memory, {backend}: epoch npz / folder",
-                     "-" if r["ratio"] is None else f"{r['npz_s']:.3f} s / {r['folder_s']:.3f} s = {r['ratio']:.3f}x"))
+        rows.append(
+            (
+                f"in memory, {backend}: epoch npz / folder",
+                "-" if r["ratio"] is None else f"{r['npz_s']:.3f} s / {r['folder_s']:.3f} s = {r['ratio']:.3f}x",
+            )
+        )
     width = max(len(label) for label, _ in rows) + 2
     lines = [f"{label:<{width}}{value}" for label, value in rows]
     lines += ["", "goals (memory and cold gather judged only when the features exceed RAM):"]
-    lines += [f"  {x['status']:<13}{'-' if x['value'] is None else format_value(x):>12}  {x['goal']}"
-              for x in result["goals"]]
+    lines += [
+        f"  {x['status']:<13}{'-' if x['value'] is None else format_value(x):>12}  {x['goal']}" for x in result["goals"]
+    ]
     return "\n".join(lines)
 
 
@@ -353,8 +463,11 @@ def parse_args(argv=None):
     parser.add_argument("--edges", type=int, default=2_000_000, help="directed edges")
     parser.add_argument("--classes", type=int, default=16)
     parser.add_argument("--dtype", choices=("float32", "float16"), default="float32", help="x.npy's dtype")
-    parser.add_argument("--prepare-dtype", choices=("float32", "float16", "bfloat16"),
-                        help="gnnbridge prepare --dtype (default: keep x.npy's)")
+    parser.add_argument(
+        "--prepare-dtype",
+        choices=("float32", "float16", "bfloat16"),
+        help="gnnbridge prepare --dtype (default: keep x.npy's)",
+    )
     parser.add_argument("--train-nodes", type=int, default=20480, help="training nodes (sets an epoch's length)")
     parser.add_argument("--eval-nodes", type=int, default=10240, help="validation and test nodes, each")
     parser.add_argument("--seed", type=int, default=0, help="the generator's seed")
@@ -362,8 +475,9 @@ def parse_args(argv=None):
     parser.add_argument("--epochs", type=int, default=1, help="epochs of the cold run")
     parser.add_argument("--backends", default="pyg,dgl")
     parser.add_argument("--feature-cache", default="5%", help="per machine: a share of the features (5%%) or bytes")
-    parser.add_argument("--read-depths", default="1,32,64",
-                        help="comma-separated placement.read_depth values for the cold gathers")
+    parser.add_argument(
+        "--read-depths", default="1,32,64", help="comma-separated placement.read_depth values for the cold gathers"
+    )
     parser.add_argument("--gather-rows", type=int, default=100_000, help="rows per cold gather")
     parser.add_argument("--disk-seconds", type=float, default=5.0, help="per queue depth")
     parser.add_argument("--compare-nodes", type=int, help="the in-memory graph (default: the graph above)")
@@ -373,8 +487,12 @@ def parse_args(argv=None):
     parser.add_argument("--repeats", type=int, default=1, help="of each in-memory run (.npz and folder alternate)")
     parser.add_argument("--skip", default="", help="comma-separated steps to leave out: disk,gather,train,compare")
     parser.add_argument("--timeout", type=float, default=3600, help="gnnbridge train --timeout")
-    parser.add_argument("--data-root", type=Path, default=Path(tempfile.gettempdir()),
-                        help="where the generated folders go (not the repository)")
+    parser.add_argument(
+        "--data-root",
+        type=Path,
+        default=Path(tempfile.gettempdir()),
+        help="where the generated folders go (not the repository)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the generated data (reused by the next run)")
     parser.add_argument("--out", type=Path, default=HERE / "out", help="big_graph.json and the run folders")
     args = parser.parse_args(argv)
@@ -402,8 +520,13 @@ def made_graph(root: Path, params: dict, args, created: list[Path]) -> tuple[Pat
 
 
 def graph_summary(folder: Path, params: dict) -> dict:
-    return {**params, "folder": str(folder), "features_bytes": features_bytes(params),
-            "folder_bytes": sum(f.stat().st_size for f in data_files(folder)), "chance": chance(folder)}
+    return {
+        **params,
+        "folder": str(folder),
+        "features_bytes": features_bytes(params),
+        "folder_bytes": sum(f.stat().st_size for f in data_files(folder)),
+        "chance": chance(folder),
+    }
 
 
 def measure_all(args, result: dict, created: list[Path], save) -> None:
@@ -437,8 +560,10 @@ def fits_in_memory(args) -> None:
 
     cparams = graph_params(args, "compare_")
     if "compare" not in args.skip and features_bytes(cparams) > psutil.virtual_memory().total // 4:
-        sys.exit(f"the in-memory comparison graph's features ({gib(features_bytes(cparams))}) exceed a quarter "
-                 "of RAM; give smaller --compare-nodes/--compare-features, or --skip compare")
+        sys.exit(
+            f"the in-memory comparison graph's features ({gib(features_bytes(cparams))}) exceed a quarter "
+            "of RAM; give smaller --compare-nodes/--compare-features, or --skip compare"
+        )
 
 
 def main(argv=None) -> int:
@@ -448,9 +573,16 @@ def main(argv=None) -> int:
     fits_in_memory(args)
     args.out.mkdir(parents=True, exist_ok=True)
     args.data_root.mkdir(parents=True, exist_ok=True)
-    result, created = {"machine": compare.machine(), "args": {k: sorted(v) if isinstance(v, set) else
-                                                              str(v) if isinstance(v, Path) else v
-                                                              for k, v in vars(args).items()}}, []
+    result, created = (
+        {
+            "machine": compare.machine(),
+            "args": {
+                k: sorted(v) if isinstance(v, set) else str(v) if isinstance(v, Path) else v
+                for k, v in vars(args).items()
+            },
+        },
+        [],
+    )
     partial = args.out / "big_graph.partial.json"
     try:
         measure_all(args, result, created, lambda: partial.write_text(json.dumps(result, indent=1) + "\n"))

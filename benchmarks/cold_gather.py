@@ -19,11 +19,13 @@ What it does, in order:
    process has mapped in: a file just written must be synced first (done here), and no run may
    be using it. ``fincore`` (util-linux), where installed, says how much of it was still resident;
 4. gathers the rows with ``gather_rows`` in batches of ``--batch`` (timed), ``--depth`` reader
-   threads (``placement.read_depth``) for the mapped file, ``--threads`` for the rest, counting the bytes the process made the disk read (``/proc/self/io``).
+   threads (``placement.read_depth``) for the mapped file, ``--threads`` for the rest, counting
+   the bytes the process made the disk read (``/proc/self/io``).
 
     python benchmarks/cold_gather.py FOLDER [--threads 2 --rows 100000 --batch 281600 --cache 0
         --draw edges --madvise auto --depth 32 --seed 0]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,8 +59,12 @@ def resident_share(path: Path) -> float | None:
     """The share of ``path``'s bytes in the page cache, by ``fincore``; None without it."""
     if not shutil.which("fincore"):
         return None
-    out = subprocess.run(["fincore", "--bytes", "--raw", "--noheadings", "--output", "RES,SIZE", str(path)],
-                         capture_output=True, text=True, check=True).stdout.split()
+    out = subprocess.run(
+        ["fincore", "--bytes", "--raw", "--noheadings", "--output", "RES,SIZE", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     return int(out[0]) / max(1, int(out[1]))
 
 
@@ -104,8 +110,17 @@ def attach_run_cache(folder: Path, record, budget: int):
     return cache
 
 
-def measure(folder: Path, threads: int, rows: int, batch: int, budget: int, how: str, seed: int,
-            advice: str = "auto", depth: int = 1) -> dict:
+def measure(
+    folder: Path,
+    threads: int,
+    rows: int,
+    batch: int,
+    budget: int,
+    how: str,
+    seed: int,
+    advice: str = "auto",
+    depth: int = 1,
+) -> dict:
     import torch
 
     from gnnbridge.core.records.features import advise, gather_rows, set_read_depth, warm
@@ -129,12 +144,25 @@ def measure(folder: Path, threads: int, rows: int, batch: int, budget: int, how:
         gather_rows(record.x, ids)
     seconds, read = time.perf_counter() - t0, disk_read_bytes() - read0
     hits = cache.hits if cache is not None else 0
-    return {"threads": threads, "read_depth": depth, "rows": rows, "batch": batch, "draw": how, "madvise": advice, "seconds": seconds,
-            "rows_per_s": rows / seconds, "missed_rows_per_s": (rows - hits) / seconds,
-            "cache_bytes": cache.nbytes if cache is not None else 0, "cache_hit_rate": hits / rows,
-            "disk_read_bytes": read, "disk_bytes_per_missed_row": read / max(1, rows - hits),
-            "row_bytes": int(record.x.shape[1] * record.x.element_size()), "resident_after_drop": resident,
-            "feature_file": str(features), "file_bytes": features.stat().st_size}
+    return {
+        "threads": threads,
+        "read_depth": depth,
+        "rows": rows,
+        "batch": batch,
+        "draw": how,
+        "madvise": advice,
+        "seconds": seconds,
+        "rows_per_s": rows / seconds,
+        "missed_rows_per_s": (rows - hits) / seconds,
+        "cache_bytes": cache.nbytes if cache is not None else 0,
+        "cache_hit_rate": hits / rows,
+        "disk_read_bytes": read,
+        "disk_bytes_per_missed_row": read / max(1, rows - hits),
+        "row_bytes": int(record.x.shape[1] * record.x.element_size()),
+        "resident_after_drop": resident,
+        "feature_file": str(features),
+        "file_bytes": features.stat().st_size,
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -145,15 +173,32 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, default=BATCH, help="edges (or uniform rows) per gather_rows call")
     parser.add_argument("--cache", type=int, default=0, help="feature cache bytes, as placement.feature_cache")
     parser.add_argument("--draw", choices=("edges", "uniform"), default="edges")
-    parser.add_argument("--madvise", choices=("auto", "normal", "random"), default="auto",
-                        help="auto: as gnnbridge maps it; normal: the kernel's read-around per fault; random: none")
+    parser.add_argument(
+        "--madvise",
+        choices=("auto", "normal", "random"),
+        default="auto",
+        help="auto: as gnnbridge maps it; normal: the kernel's read-around per fault; random: none",
+    )
     parser.add_argument("--depth", type=int, default=1, help="placement.read_depth: reader threads for the file")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     # numba fixes its pool size at import: allow the requested threads before anything imports it
     os.environ["NUMBA_NUM_THREADS"] = str(max(args.threads, os.cpu_count() or 1))
-    print(json.dumps(measure(args.folder, args.threads, args.rows, args.batch, args.cache, args.draw, args.seed,
-                             args.madvise, args.depth)))
+    print(
+        json.dumps(
+            measure(
+                args.folder,
+                args.threads,
+                args.rows,
+                args.batch,
+                args.cache,
+                args.draw,
+                args.seed,
+                args.madvise,
+                args.depth,
+            )
+        )
+    )
 
 
 if __name__ == "__main__":

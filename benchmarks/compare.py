@@ -31,6 +31,7 @@ It reports, and writes to ``compare.json`` and ``compare.png`` in ``--out``:
         --avg-degree D --classes C] [--epochs 10 --nproc 2 --repeats 1 --memory
         --no-sampler-bench --npz GRAPH.npz --out benchmarks/out]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,8 +50,8 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
-import peakmem
-import report
+import peakmem  # noqa: E402  (benchmarks/ is not a package: its modules are found through sys.path)
+import report  # noqa: E402
 
 REFERENCE = "handwritten-dgl"
 RUNNERS = (REFERENCE, "gnnbridge-dgl", "gnnbridge-pyg", "handwritten-pyg")
@@ -80,17 +81,31 @@ def graph_params(args) -> dict:
 
 def graph_name(params: dict) -> str:
     """A file name that encodes every generator parameter, so a cached file is never the wrong one."""
-    return (f"graph-n{params['nodes']}-f{params['features']}-d{params['avg_degree']:g}"
-            f"-c{params['classes']}-s{params['seed']}.npz")
+    return (
+        f"graph-n{params['nodes']}-f{params['features']}-d{params['avg_degree']:g}"
+        f"-c{params['classes']}-s{params['seed']}.npz"
+    )
 
 
 def generate_graph(params: dict, path: Path) -> dict:
     """``make_graph.py`` in a child process (its memory is freed on exit and measured), written
     under a temporary name and renamed, so an interrupted run leaves no half file to reuse."""
     tmp = path.with_name(path.stem + ".partial.npz")
-    cmd = [sys.executable, str(HERE / "make_graph.py"), str(tmp), "--nodes", str(params["nodes"]),
-           "--features", str(params["features"]), "--avg-degree", str(params["avg_degree"]),
-           "--classes", str(params["classes"]), "--seed", str(params["seed"])]
+    cmd = [
+        sys.executable,
+        str(HERE / "make_graph.py"),
+        str(tmp),
+        "--nodes",
+        str(params["nodes"]),
+        "--features",
+        str(params["features"]),
+        "--avg-degree",
+        str(params["avg_degree"]),
+        "--classes",
+        str(params["classes"]),
+        "--seed",
+        str(params["seed"]),
+    ]
     print(f"--- generating {path.name}", flush=True)
     done = peakmem.run_monitored(cmd)
     if done.returncode != 0:
@@ -123,10 +138,17 @@ def prepare_graph(args) -> tuple[Path, dict]:
         made = {"cached": True} if npz.exists() else generate_graph(params, npz)
     shapes = npz_shapes(npz)
     preset = next((name for name, p in PRESETS.items() if params and {**p, "seed": 0} == params), "custom")
-    return npz, {"path": str(npz), "preset": preset if params else "file", "params": params,
-                 "nodes": shapes["x"][0], "edges": shapes["edge_index"][1], "features": shapes["x"][1],
-                 "classes": int(np.load(npz)["y"].max()) + 1, "disk_bytes": npz.stat().st_size,
-                 "generation": made}
+    return npz, {
+        "path": str(npz),
+        "preset": preset if params else "file",
+        "params": params,
+        "nodes": shapes["x"][0],
+        "edges": shapes["edge_index"][1],
+        "features": shapes["x"][1],
+        "classes": int(np.load(npz)["y"].max()) + 1,
+        "disk_bytes": npz.stat().st_size,
+        "generation": made,
+    }
 
 
 # --------------------------------------------------------------------------- runners
@@ -135,21 +157,46 @@ def prepare_graph(args) -> tuple[Path, dict]:
 def gnnbridge_overrides(epochs: int) -> list[str]:
     """``--set`` style overrides that give gnnbridge exactly :data:`HYPER`."""
     fanouts = ",".join(str(f) for f in HYPER["fanouts"])
-    return [f"sampler.fanouts=[{fanouts}]", f"train.batch_size={HYPER['batch_size']}",
-            f"model.hidden={HYPER['hidden']}", f"train.lr={HYPER['lr']}", f"train.epochs={epochs}",
-            f"model.layers={len(HYPER['fanouts'])}", f"model.dropout={HYPER['dropout']}",
-            f"train.seed={HYPER['seed']}", "eval.mode=layerwise"]
+    return [
+        f"sampler.fanouts=[{fanouts}]",
+        f"train.batch_size={HYPER['batch_size']}",
+        f"model.hidden={HYPER['hidden']}",
+        f"train.lr={HYPER['lr']}",
+        f"train.epochs={epochs}",
+        f"model.layers={len(HYPER['fanouts'])}",
+        f"model.dropout={HYPER['dropout']}",
+        f"train.seed={HYPER['seed']}",
+        "eval.mode=layerwise",
+    ]
 
 
 def child_env() -> dict:
     """The environment of every child: gnnbridge from this checkout first."""
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    }
 
 
 def gnnbridge_run(backend: str, npz: Path, args, nproc: int, run_dir: Path) -> peakmem.Monitored:
     """``gnnbridge train`` (as ``python -m gnnbridge``, the same entry point) under the memory sampler."""
-    cmd = [sys.executable, "-m", "gnnbridge", "train", "--dataset", str(npz), "--backend", backend,
-           "--nproc", str(nproc), "--out", str(run_dir), "--quiet", "--timeout", str(args.timeout)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "gnnbridge",
+        "train",
+        "--dataset",
+        str(npz),
+        "--backend",
+        backend,
+        "--nproc",
+        str(nproc),
+        "--out",
+        str(run_dir),
+        "--quiet",
+        "--timeout",
+        str(args.timeout),
+    ]
     for override in gnnbridge_overrides(args.epochs):
         cmd += ["--set", override]
     return peakmem.run_monitored(cmd, env=child_env(), cwd=REPO)
@@ -159,11 +206,16 @@ def gnnbridge_row(results: dict) -> dict:
     """The numbers of one gnnbridge run from its ``results.json``."""
     history = results["history"]
     epoch_times = [h["epoch_time_s"] for h in history]
-    return {"test_acc": results["metrics"]["test_acc"], "val_acc": results["metrics"]["val_acc"],
-            "mean_epoch_time_s": statistics.fmean(epoch_times), "epoch_times_s": epoch_times,
-            "eval_time_s": results["final_eval_time_s"], "sampler": results["sampler"],
-            "phases": [h["phases"] for h in history],
-            "phases_slowest_rank": [h["phases_slowest_rank"] for h in history]}
+    return {
+        "test_acc": results["metrics"]["test_acc"],
+        "val_acc": results["metrics"]["val_acc"],
+        "mean_epoch_time_s": statistics.fmean(epoch_times),
+        "epoch_times_s": epoch_times,
+        "eval_time_s": results["final_eval_time_s"],
+        "sampler": results["sampler"],
+        "phases": [h["phases"] for h in history],
+        "phases_slowest_rank": [h["phases_slowest_rank"] for h in history],
+    }
 
 
 def run_gnnbridge(name: str, npz: Path, args, nproc: int, tag: str) -> dict:
@@ -178,10 +230,26 @@ def run_gnnbridge(name: str, npz: Path, args, nproc: int, tag: str) -> dict:
 
 def script_args(npz: Path, epochs: int, nproc: int) -> list[str]:
     """The hand-written scripts' command-line flags for :data:`HYPER`."""
-    return ["--npz", str(npz), "--nproc", str(nproc), "--epochs", str(epochs),
-            "--fanouts", ",".join(str(f) for f in HYPER["fanouts"]),
-            "--batch-size", str(HYPER["batch_size"]), "--hidden", str(HYPER["hidden"]),
-            "--lr", str(HYPER["lr"]), "--dropout", str(HYPER["dropout"]), "--seed", str(HYPER["seed"])]
+    return [
+        "--npz",
+        str(npz),
+        "--nproc",
+        str(nproc),
+        "--epochs",
+        str(epochs),
+        "--fanouts",
+        ",".join(str(f) for f in HYPER["fanouts"]),
+        "--batch-size",
+        str(HYPER["batch_size"]),
+        "--hidden",
+        str(HYPER["hidden"]),
+        "--lr",
+        str(HYPER["lr"]),
+        "--dropout",
+        str(HYPER["dropout"]),
+        "--seed",
+        str(HYPER["seed"]),
+    ]
 
 
 def run_script(name: str, npz: Path, args, nproc: int, tag: str) -> dict:
@@ -202,8 +270,13 @@ def run_script(name: str, npz: Path, args, nproc: int, tag: str) -> dict:
 
 def monitored_fields(done: peakmem.Monitored) -> dict:
     """Wall time and peak memory of the whole process tree, as every runner's row carries them."""
-    return {"wall_time_s": done.wall_s, "peak_memory_bytes": done.peak_bytes, "memory_kind": done.memory_kind,
-            "memory_samples": done.samples, "other_cpu_share": done.other_cpu_share}
+    return {
+        "wall_time_s": done.wall_s,
+        "peak_memory_bytes": done.peak_bytes,
+        "memory_kind": done.memory_kind,
+        "memory_samples": done.samples,
+        "other_cpu_share": done.other_cpu_share,
+    }
 
 
 def run_one(name: str, npz: Path, args, nproc: int, tag: str) -> dict:
@@ -253,10 +326,26 @@ def sampler_child(npz: Path, args, sampler: str, threads: int) -> dict:
     env = {k: v for k, v in child_env().items() if k != "GNNBRIDGE_SAMPLER_KERNEL"}
     if sampler == "core-torch":
         env["GNNBRIDGE_SAMPLER_KERNEL"] = "torch"
-    cmd = [sys.executable, str(HERE / "sampler_bench.py"), "--npz", str(npz), "--cache", str(args.out.resolve()),
-           "--sampler", sampler, "--threads", str(threads), "--batches", str(args.sampler_batches),
-           "--warmup", str(args.sampler_warmup), "--batch-size", str(HYPER["batch_size"]),
-           "--fanouts", ",".join(str(f) for f in HYPER["fanouts"])]
+    cmd = [
+        sys.executable,
+        str(HERE / "sampler_bench.py"),
+        "--npz",
+        str(npz),
+        "--cache",
+        str(args.out.resolve()),
+        "--sampler",
+        sampler,
+        "--threads",
+        str(threads),
+        "--batches",
+        str(args.sampler_batches),
+        "--warmup",
+        str(args.sampler_warmup),
+        "--batch-size",
+        str(HYPER["batch_size"]),
+        "--fanouts",
+        ",".join(str(f) for f in HYPER["fanouts"]),
+    ]
     done = peakmem.run_monitored(cmd, capture=True, env=env)
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
     if done.returncode != 0 or not lines:
@@ -271,8 +360,11 @@ def thread_counts() -> list[int]:
 
 def sampler_bench(npz: Path, args) -> dict:
     """Edges/s of every sampler at every thread count, and each against DGL's at the same count."""
-    print(f"--- sampler throughput ({args.sampler_batches} batches of {HYPER['batch_size']} seeds, "
-          f"threads {thread_counts()})", flush=True)
+    print(
+        f"--- sampler throughput ({args.sampler_batches} batches of {HYPER['batch_size']} seeds, "
+        f"threads {thread_counts()})",
+        flush=True,
+    )
     results, unavailable = [], {}
     for threads in thread_counts():
         for sampler in SAMPLERS:
@@ -284,10 +376,19 @@ def sampler_bench(npz: Path, args) -> dict:
                 unavailable[sampler] = result["skipped"]
             results.append(result)
     rate = {(r["sampler"], r["threads"]): r.get("edges_per_s") for r in results}
-    vs_dgl = {s: {str(t): (rate[s, t] / rate["dgl", t] if rate[s, t] and rate["dgl", t] else None)
-                  for t in thread_counts()} for s in SAMPLERS}
-    return {"fanouts": HYPER["fanouts"], "batch_size": HYPER["batch_size"], "batches": args.sampler_batches,
-            "warmup": args.sampler_warmup, "threads": thread_counts(), "results": results, "vs_dgl": vs_dgl}
+    vs_dgl = {
+        s: {str(t): (rate[s, t] / rate["dgl", t] if rate[s, t] and rate["dgl", t] else None) for t in thread_counts()}
+        for s in SAMPLERS
+    }
+    return {
+        "fanouts": HYPER["fanouts"],
+        "batch_size": HYPER["batch_size"],
+        "batches": args.sampler_batches,
+        "warmup": args.sampler_warmup,
+        "threads": thread_counts(),
+        "results": results,
+        "vs_dgl": vs_dgl,
+    }
 
 
 # --------------------------------------------------------------------------- summary
@@ -307,13 +408,22 @@ def runner_row(name: str, runs: list[dict], single: dict | None, disk_bytes: int
         return {"runner": name, ("skipped" if any("skipped" in r for r in runs) else "failed"): why}
     peak = max(r["peak_memory_bytes"] for r in done)
     one = single.get("peak_memory_bytes") if single else None
-    row = {"runner": name, "repeats": len(done), "test_acc": median_of(done, "test_acc"),
-           "val_acc": median_of(done, "val_acc"), "epoch_time_s": median_of(done, "mean_epoch_time_s"),
-           "epoch_time_s_per_repeat": [r["mean_epoch_time_s"] for r in done],
-           "eval_time_s": median_of(done, "eval_time_s"), "eval_time_s_per_repeat": [r["eval_time_s"] for r in done],
-           "wall_time_s": median_of(done, "wall_time_s"), "peak_memory_bytes": peak,
-           "peak_memory_1rank_bytes": one, "memory_kind": done[0]["memory_kind"],
-           "memory_n_vs_1": peak / one if one else None, "memory_vs_disk": peak / disk_bytes}
+    row = {
+        "runner": name,
+        "repeats": len(done),
+        "test_acc": median_of(done, "test_acc"),
+        "val_acc": median_of(done, "val_acc"),
+        "epoch_time_s": median_of(done, "mean_epoch_time_s"),
+        "epoch_time_s_per_repeat": [r["mean_epoch_time_s"] for r in done],
+        "eval_time_s": median_of(done, "eval_time_s"),
+        "eval_time_s_per_repeat": [r["eval_time_s"] for r in done],
+        "wall_time_s": median_of(done, "wall_time_s"),
+        "peak_memory_bytes": peak,
+        "peak_memory_1rank_bytes": one,
+        "memory_kind": done[0]["memory_kind"],
+        "memory_n_vs_1": peak / one if one else None,
+        "memory_vs_disk": peak / disk_bytes,
+    }
     if single is not None:
         row["one_rank_epoch_time_s"] = single.get("mean_epoch_time_s")
     return {**row, **({"sampler": done[0]["sampler"]} if "sampler" in done[0] else {})}
@@ -358,9 +468,12 @@ def phase_breakdown(runs: list[dict]) -> dict:
             continue
         rank0 = [p for r in done for p in r["phases"]]
         slow = [p for r in done for p in r["phases_slowest_rank"]]
-        out[name] = {"rank0": phase_medians(rank0, [t for r in done for t in r["epoch_times_s"]], PHASES + ("eval",)),
-                     "slowest_rank": phase_medians(slow, [p["epoch_time_s"] for p in slow], PHASES),
-                     "final_eval": median_of(done, "eval_time_s"), "epochs": len(rank0)}
+        out[name] = {
+            "rank0": phase_medians(rank0, [t for r in done for t in r["epoch_times_s"]], PHASES + ("eval",)),
+            "slowest_rank": phase_medians(slow, [p["epoch_time_s"] for p in slow], PHASES),
+            "final_eval": median_of(done, "eval_time_s"),
+            "epochs": len(rank0),
+        }
     return out
 
 
@@ -371,23 +484,35 @@ def verdict(rows: list[dict], tolerance: float) -> dict:
     needed = [REFERENCE, "gnnbridge-pyg", "gnnbridge-dgl"]
     if any(name not in acc for name in needed):
         return {"passed": False, "reason": f"missing results for {[n for n in needed if n not in acc]}"}
-    gaps = {f"gnnbridge-pyg vs {REFERENCE}": acc["gnnbridge-pyg"] - acc[REFERENCE],
-            f"gnnbridge-dgl vs {REFERENCE}": acc["gnnbridge-dgl"] - acc[REFERENCE],
-            "gnnbridge-pyg vs gnnbridge-dgl": acc["gnnbridge-pyg"] - acc["gnnbridge-dgl"]}
+    gaps = {
+        f"gnnbridge-pyg vs {REFERENCE}": acc["gnnbridge-pyg"] - acc[REFERENCE],
+        f"gnnbridge-dgl vs {REFERENCE}": acc["gnnbridge-dgl"] - acc[REFERENCE],
+        "gnnbridge-pyg vs gnnbridge-dgl": acc["gnnbridge-pyg"] - acc["gnnbridge-dgl"],
+    }
     # Falling short is what matters against the reference; between backends, either direction.
     short = [k for k, g in gaps.items() if (g < -tolerance if REFERENCE in k else abs(g) > tolerance)]
     return {"passed": not short, "tolerance": tolerance, "test_acc_gaps": gaps, "failed": short}
 
 
-def goal(text: str, scales: str, value: float | None, limit: float, at_most: bool, unit: str = "x",
-         judged: bool = True) -> dict:
+def goal(
+    text: str, scales: str, value: float | None, limit: float, at_most: bool, unit: str = "x", judged: bool = True
+) -> dict:
     """One goal of the performance criterion: PASS, MISS, not measured (value None), or not judged
     (a goal set for another scale: the value is shown, but a MISS there would mislead)."""
-    status = "not measured" if value is None else ("PASS" if (value <= limit if at_most else value >= limit) else "MISS")
+    status = (
+        "not measured" if value is None else ("PASS" if (value <= limit if at_most else value >= limit) else "MISS")
+    )
     if not judged and value is not None:
         status = "not judged"
-    return {"goal": text, "judged_at": scales, "value": value, "limit": limit,
-            "at_most": at_most, "unit": unit, "status": status}
+    return {
+        "goal": text,
+        "judged_at": scales,
+        "value": value,
+        "limit": limit,
+        "at_most": at_most,
+        "unit": unit,
+        "status": status,
+    }
 
 
 def reddit_scale(graph: dict) -> bool:
@@ -400,19 +525,52 @@ def goals(rows: list[dict], sampler: dict | None, nproc: int, at_reddit_scale: b
     """The done criterion, goal by goal, with this run's measured values."""
     by = {r["runner"]: r for r in rows}
     out = []
-    for what, key in (("training epoch time", "epoch_time_vs_reference"), ("final evaluation time", "eval_time_vs_reference")):
+    for what, key in (
+        ("training epoch time", "epoch_time_vs_reference"),
+        ("final evaluation time", "eval_time_vs_reference"),
+    ):
         for b in ("pyg", "dgl"):
-            out.append(goal(f"gnnbridge-{b} {what} <= 1.0x {REFERENCE}", "100k, reddit",
-                            by.get(f"gnnbridge-{b}", {}).get(key), 1.0, True))
+            out.append(
+                goal(
+                    f"gnnbridge-{b} {what} <= 1.0x {REFERENCE}",
+                    "100k, reddit",
+                    by.get(f"gnnbridge-{b}", {}).get(key),
+                    1.0,
+                    True,
+                )
+            )
     for threads in (sampler or {}).get("threads", []):
-        out.append(goal(f"core sampler edges/s >= 1.0x DGL's sampler ({threads} thread{'s' * (threads > 1)})",
-                        "100k, reddit", sampler["vs_dgl"]["core"][str(threads)], 1.0, False))
+        out.append(
+            goal(
+                f"core sampler edges/s >= 1.0x DGL's sampler ({threads} thread{'s' * (threads > 1)})",
+                "100k, reddit",
+                sampler["vs_dgl"]["core"][str(threads)],
+                1.0,
+                False,
+            )
+        )
     for b in ("pyg", "dgl"):
         row = by.get(f"gnnbridge-{b}", {})
-        out.append(goal(f"gnnbridge-{b} peak memory: {nproc} ranks <= 1.3x 1 rank", "reddit",
-                        row.get("memory_n_vs_1"), 1.3, True, judged=at_reddit_scale))
-        out.append(goal(f"gnnbridge-{b} peak memory: {nproc} ranks <= 2x the dataset on disk", "reddit",
-                        row.get("memory_vs_disk"), 2.0, True, judged=at_reddit_scale))
+        out.append(
+            goal(
+                f"gnnbridge-{b} peak memory: {nproc} ranks <= 1.3x 1 rank",
+                "reddit",
+                row.get("memory_n_vs_1"),
+                1.3,
+                True,
+                judged=at_reddit_scale,
+            )
+        )
+        out.append(
+            goal(
+                f"gnnbridge-{b} peak memory: {nproc} ranks <= 2x the dataset on disk",
+                "reddit",
+                row.get("memory_vs_disk"),
+                2.0,
+                True,
+                judged=at_reddit_scale,
+            )
+        )
     return out
 
 
@@ -432,8 +590,12 @@ def parse_args(argv=None):
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=1, help="alternating runs of every runner")
     parser.add_argument("--memory", action="store_true", help="also run every runner once with 1 rank")
-    parser.add_argument("--sampler-bench", action=argparse.BooleanOptionalAction, default=True,
-                        help="measure each sampler's edges/s (default: on)")
+    parser.add_argument(
+        "--sampler-bench",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="measure each sampler's edges/s (default: on)",
+    )
     parser.add_argument("--sampler-batches", type=int, default=30, help="timed batches per sampler")
     parser.add_argument("--sampler-warmup", type=int, default=3, help="untimed batches first")
     parser.add_argument("--runners", default=",".join(RUNNERS), help="comma-separated subset of " + ", ".join(RUNNERS))
@@ -466,8 +628,14 @@ def machine() -> dict:
             versions[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:
             versions[pkg] = None
-    return {"cpus": os.cpu_count(), "cpu": cpu_model(), "memory_bytes": psutil.virtual_memory().total,
-            "platform": platform.platform(), "python": platform.python_version(), "versions": versions}
+    return {
+        "cpus": os.cpu_count(),
+        "cpu": cpu_model(),
+        "memory_bytes": psutil.virtual_memory().total,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "versions": versions,
+    }
 
 
 def main(argv=None) -> int:
@@ -481,10 +649,22 @@ def main(argv=None) -> int:
     runs = timed_runs(npz, args, args.runner_names, args.out / "compare.partial.json")
     singles = one_rank_runs(npz, args, args.runner_names, runs) if args.memory else []
     rows = summarize(args.runner_names, runs, singles, graph["disk_bytes"])
-    result = {"graph": graph, "machine": machine(), "hyperparameters": HYPER, "epochs": args.epochs,
-              "nproc": args.nproc, "repeats": args.repeats, "order": [f"r{r['repeat'] + 1}:{r['runner']}" for r in runs],
-              "rows": rows, "phases": phase_breakdown(runs), "sampler": sampler, "runs": runs, "one_rank_runs": singles,
-              "verdict": verdict(rows, args.tolerance), "goals": goals(rows, sampler, args.nproc, reddit_scale(graph))}
+    result = {
+        "graph": graph,
+        "machine": machine(),
+        "hyperparameters": HYPER,
+        "epochs": args.epochs,
+        "nproc": args.nproc,
+        "repeats": args.repeats,
+        "order": [f"r{r['repeat'] + 1}:{r['runner']}" for r in runs],
+        "rows": rows,
+        "phases": phase_breakdown(runs),
+        "sampler": sampler,
+        "runs": runs,
+        "one_rank_runs": singles,
+        "verdict": verdict(rows, args.tolerance),
+        "goals": goals(rows, sampler, args.nproc, reddit_scale(graph)),
+    }
     (args.out / "compare.json").write_text(json.dumps(result, indent=2) + "\n")
     (args.out / "compare.partial.json").unlink(missing_ok=True)
     report.plot(result, args.out / "compare.png")

@@ -26,6 +26,7 @@ is at least the reference's minus ``--tolerance``.
 
     python benchmarks/compare_gin.py [--seeds 0,1,2 --nproc 2 --npz GRAPHS.npz --out benchmarks/out/gin]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,10 +45,29 @@ ROOT = HERE.parent
 REFERENCE = "handwritten-dgl-gin"
 RUNNERS = (REFERENCE, "gnnbridge-dgl", "gnnbridge-pyg")
 # The acceptance criterion's flags, verbatim; the script's defaults are the same values.
-GNNBRIDGE_SETS = ["task=graph", "model.arch=gin", "model.hidden=64", "model.layers=3",
-                  "train.epochs=20", "train.batch_size=32", "train.lr=0.01"]
-SCRIPT_ARGS = ["--hidden", "64", "--layers", "3", "--epochs", "20", "--batch-size", "32",
-               "--lr", "0.01", "--dropout", "0.5"]
+GNNBRIDGE_SETS = [
+    "task=graph",
+    "model.arch=gin",
+    "model.hidden=64",
+    "model.layers=3",
+    "train.epochs=20",
+    "train.batch_size=32",
+    "train.lr=0.01",
+]
+SCRIPT_ARGS = [
+    "--hidden",
+    "64",
+    "--layers",
+    "3",
+    "--epochs",
+    "20",
+    "--batch-size",
+    "32",
+    "--lr",
+    "0.01",
+    "--dropout",
+    "0.5",
+]
 
 
 # --------------------------------------------------------------------------- runners
@@ -55,8 +75,17 @@ SCRIPT_ARGS = ["--hidden", "64", "--layers", "3", "--epochs", "20", "--batch-siz
 
 def run_reference(npz: Path, seed: int, nproc: int) -> dict:
     """The hand-written script; its last stdout line is its JSON result (stderr passes through)."""
-    cmd = [sys.executable, str(HERE / "handwritten_dgl_gin.py"), "--npz", str(npz), "--nproc", str(nproc),
-           "--seed", str(seed), *SCRIPT_ARGS]
+    cmd = [
+        sys.executable,
+        str(HERE / "handwritten_dgl_gin.py"),
+        "--npz",
+        str(npz),
+        "--nproc",
+        str(nproc),
+        "--seed",
+        str(seed),
+        *SCRIPT_ARGS,
+    ]
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=False)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
@@ -68,8 +97,22 @@ def run_reference(npz: Path, seed: int, nproc: int) -> dict:
 def run_gnnbridge(backend: str, npz: Path, seed: int, nproc: int, run_dir: Path) -> dict:
     """``gnnbridge train`` with the criterion's flags, from this checkout, into ``run_dir``."""
     sets = [*GNNBRIDGE_SETS, f"train.seed={seed}"]
-    cmd = [sys.executable, "-m", "gnnbridge", "train", "--dataset", str(npz), "--backend", backend,
-           "--nproc", str(nproc), "--out", str(run_dir), "--quiet", *(a for s in sets for a in ("--set", s))]
+    cmd = [
+        sys.executable,
+        "-m",
+        "gnnbridge",
+        "train",
+        "--dataset",
+        str(npz),
+        "--backend",
+        backend,
+        "--nproc",
+        str(nproc),
+        "--out",
+        str(run_dir),
+        "--quiet",
+        *(a for s in sets for a in ("--set", s)),
+    ]
     start = time.perf_counter()
     subprocess.run(cmd, cwd=ROOT, check=True)
     wall = time.perf_counter() - start
@@ -78,8 +121,13 @@ def run_gnnbridge(backend: str, npz: Path, seed: int, nproc: int, run_dir: Path)
         raise RuntimeError(f"gnnbridge's defaults changed (model: {model}); pass the script the same values.")
     results = json.loads((run_dir / "results.json").read_text())
     times = [h["epoch_time_s"] for h in results["history"]]
-    return {"test_acc": results["metrics"]["test_acc"], "mean_epoch_time_s": sum(times) / len(times),
-            "epoch_times_s": times, "wall_time_s": wall, "run_dir": str(run_dir)}
+    return {
+        "test_acc": results["metrics"]["test_acc"],
+        "mean_epoch_time_s": sum(times) / len(times),
+        "epoch_times_s": times,
+        "wall_time_s": wall,
+        "run_dir": str(run_dir),
+    }
 
 
 # --------------------------------------------------------------------------- report
@@ -87,10 +135,15 @@ def run_gnnbridge(backend: str, npz: Path, seed: int, nproc: int, run_dir: Path)
 
 def summarise(name: str, runs: list[dict]) -> dict:
     accs = [r["test_acc"] for r in runs]
-    return {"runner": name, "test_acc_mean": statistics.mean(accs),
-            "test_acc_std": statistics.stdev(accs) if len(accs) > 1 else 0.0, "test_accs": accs,
-            "epoch_s": statistics.mean(r["mean_epoch_time_s"] for r in runs),
-            "wall_s": statistics.mean(r["wall_time_s"] for r in runs), "runs": runs}
+    return {
+        "runner": name,
+        "test_acc_mean": statistics.mean(accs),
+        "test_acc_std": statistics.stdev(accs) if len(accs) > 1 else 0.0,
+        "test_accs": accs,
+        "epoch_s": statistics.mean(r["mean_epoch_time_s"] for r in runs),
+        "wall_s": statistics.mean(r["wall_time_s"] for r in runs),
+        "runs": runs,
+    }
 
 
 def table(rows: list[dict]) -> str:
@@ -100,8 +153,9 @@ def table(rows: list[dict]) -> str:
     for r in rows:
         acc = f"{r['test_acc_mean']:.4f} +- {r['test_acc_std']:.4f}"
         seeds = " ".join(f"{a:.3f}" for a in r["test_accs"])
-        lines.append(f"{r['runner']:<21}{acc:>16}  {seeds:<22}{r['epoch_s']:>9.3f}"
-                     f"{r['epoch_s'] / ref:>7.2f}x{r['wall_s']:>8.1f}")
+        lines.append(
+            f"{r['runner']:<21}{acc:>16}  {seeds:<22}{r['epoch_s']:>9.3f}{r['epoch_s'] / ref:>7.2f}x{r['wall_s']:>8.1f}"
+        )
     return "\n".join(lines)
 
 
@@ -109,8 +163,11 @@ def verdict(rows: list[dict], tolerance: float) -> dict:
     """Each gnnbridge backend's mean test accuracy at least the reference's minus ``tolerance``."""
     ref = rows[0]["test_acc_mean"]
     gaps = {r["runner"]: r["test_acc_mean"] - ref for r in rows[1:]}
-    return {"passed": all(g >= -tolerance for g in gaps.values()), "tolerance": tolerance,
-            "test_acc_gaps_vs_reference": gaps}
+    return {
+        "passed": all(g >= -tolerance for g in gaps.values()),
+        "tolerance": tolerance,
+        "test_acc_gaps_vs_reference": gaps,
+    }
 
 
 # --------------------------------------------------------------------------- main
@@ -122,8 +179,12 @@ def parse_args(argv=None):
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--npz", type=Path, help="an existing collection (default: make one with make_graphs.py)")
     parser.add_argument("--out", type=Path, default=HERE / "out" / "gin", help="folder for the data, runs and report")
-    parser.add_argument("--tolerance", type=float, default=0.05,
-                        help="allowed shortfall of mean test accuracy (0.05 = 3 of the 60 test graphs)")
+    parser.add_argument(
+        "--tolerance",
+        type=float,
+        default=0.05,
+        help="allowed shortfall of mean test accuracy (0.05 = 3 of the 60 test graphs)",
+    )
     parser.add_argument("--strict", action="store_true", help="exit 1 when the accuracy criterion fails")
     return parser.parse_args(argv)
 
@@ -154,11 +215,20 @@ def main(argv=None) -> int:
                 runs[name].append(run_gnnbridge(backend, npz, seed, args.nproc, runs_root / f"{name}-seed{seed}"))
     rows = [summarise(name, runs[name]) for name in RUNNERS]
     check = verdict(rows, args.tolerance)
-    text = (f"{table(rows)}\n\naccuracy criterion (mean test accuracy at most {args.tolerance:.0%} below "
-            f"{REFERENCE}): {'PASS' if check['passed'] else 'FAIL'}\n")
-    report = {"graphs": str(npz), "seeds": seeds, "nproc": args.nproc, "gnnbridge_sets": GNNBRIDGE_SETS,
-              "script_args": SCRIPT_ARGS, "machine": {"cpus": os.cpu_count(), "platform": sys.platform},
-              "rows": rows, "verdict": check}
+    text = (
+        f"{table(rows)}\n\naccuracy criterion (mean test accuracy at most {args.tolerance:.0%} below "
+        f"{REFERENCE}): {'PASS' if check['passed'] else 'FAIL'}\n"
+    )
+    report = {
+        "graphs": str(npz),
+        "seeds": seeds,
+        "nproc": args.nproc,
+        "gnnbridge_sets": GNNBRIDGE_SETS,
+        "script_args": SCRIPT_ARGS,
+        "machine": {"cpus": os.cpu_count(), "platform": sys.platform},
+        "rows": rows,
+        "verdict": check,
+    }
     (out / "compare_gin.json").write_text(json.dumps(report, indent=2) + "\n")
     (out / "compare_gin.txt").write_text(text)
     print("\n" + text + f"wrote {out / 'compare_gin.txt'} and {out / 'compare_gin.json'}")

@@ -7,6 +7,7 @@ with 2 ranks) while evaluation still covers every node of the full graph.
 
     python benchmarks/cut_train.py GRAPH.npz OUT.npz 20480
 """
+
 from __future__ import annotations
 
 import sys

@@ -16,6 +16,7 @@ sit in a cache of the disk or its host.
 
     python benchmarks/disk_rate.py FILE [--seconds 5 --depths 1,64]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,9 +35,20 @@ BLOCK = 4096
 def fio_rate(path: str, depth: int, seconds: float) -> float:
     """Random 4 KiB direct reads per second by fio at ``depth``."""
     engine = "libaio" if depth > 1 else "psync"
-    cmd = ["fio", "--name=randread", f"--filename={path}", "--rw=randread", "--bs=4k", "--direct=1",
-           f"--ioengine={engine}", f"--iodepth={depth}", f"--runtime={seconds:g}", "--time_based", "--readonly",
-           "--output-format=json"]
+    cmd = [
+        "fio",
+        "--name=randread",
+        f"--filename={path}",
+        "--rw=randread",
+        "--bs=4k",
+        "--direct=1",
+        f"--ioengine={engine}",
+        f"--iodepth={depth}",
+        f"--runtime={seconds:g}",
+        "--time_based",
+        "--readonly",
+        "--output-format=json",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, check=True)
     return float(json.loads(done.stdout)["jobs"][0]["read"]["iops"])
 
@@ -74,8 +86,12 @@ def disk_rates(path: str, depths: tuple[int, ...] = (1, 64), seconds: float = 5.
     """``{"method": "fio" | "python", "file", "reads_per_s": {depth: rate}}``."""
     method = "fio" if shutil.which("fio") else "python"
     measure = fio_rate if method == "fio" else python_rate
-    return {"method": method, "file": path, "seconds": seconds,
-            "reads_per_s": {str(d): measure(path, d, seconds) for d in depths}}
+    return {
+        "method": method,
+        "file": path,
+        "seconds": seconds,
+        "reads_per_s": {str(d): measure(path, d, seconds) for d in depths},
+    }
 
 
 def main(argv: list[str] | None = None) -> None:

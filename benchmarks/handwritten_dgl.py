@@ -12,6 +12,7 @@ gnnbridge's ``epoch_time_s``), epoch_times_s, eval_time_s (the final exact layer
 over all nodes, split over the ranks as in DGL's multi-GPU tutorial, until rank 0 has the
 accuracies: gnnbridge's ``final_eval_time_s``) and wall_time_s (the whole script).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -73,8 +74,9 @@ class SAGE(nn.Module):
         all_nodes = torch.arange(g.num_nodes())
         # drop_last=False pads the last rank's share with the first nodes: they are written
         # twice with the same values.
-        loader = dgl.dataloading.DataLoader(g, all_nodes, sampler, batch_size=batch_size,
-                                            shuffle=False, drop_last=False, use_ddp=True)
+        loader = dgl.dataloading.DataLoader(
+            g, all_nodes, sampler, batch_size=batch_size, shuffle=False, drop_last=False, use_ddp=True
+        )
         h = g.ndata["feat"]
         for i, layer in enumerate(self.layers):
             last = i == len(self.layers) - 1
@@ -105,7 +107,7 @@ def train_epoch(model, loader, optimizer) -> tuple[float, float]:
     model.train()
     total_loss, steps = 0.0, 0
     start = time.perf_counter()
-    for input_nodes, output_nodes, blocks in loader:
+    for _input_nodes, _output_nodes, blocks in loader:
         x = blocks[0].srcdata["feat"]
         y = blocks[-1].dstdata["label"]
         loss = F.cross_entropy(model(blocks, x), y)
@@ -128,8 +130,7 @@ def run(rank: int, args, port: int, g, splits, results) -> None:
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // args.nproc))
     # DGL suggests pinning loader workers to cores; with num_workers=0 there are none to pin.
     warnings.filterwarnings("ignore", message="Dataloader CPU affinity opt is not enabled")
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",
-                            rank=rank, world_size=args.nproc)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=args.nproc)
     torch.manual_seed(args.seed)  # same initial weights everywhere (DDP broadcasts rank 0's anyway)
     np.random.seed(args.seed + rank)  # DGL's DDP loader shuffles each rank's shard with numpy
     dgl.seed(args.seed + rank)  # neighbour sampling
@@ -141,8 +142,9 @@ def run(rank: int, args, port: int, g, splits, results) -> None:
     # within it every epoch. With drop_last=False DGL pads the shards to equal length by
     # repeating a few seeds, so every rank runs the same number of batches and DDP's
     # gradient all-reduces stay paired (unequal batch counts would hang the last step).
-    loader = dgl.dataloading.DataLoader(g, splits["train"], sampler, use_ddp=True,
-                                        batch_size=args.batch_size, shuffle=True, drop_last=False)
+    loader = dgl.dataloading.DataLoader(
+        g, splits["train"], sampler, use_ddp=True, batch_size=args.batch_size, shuffle=True, drop_last=False
+    )
 
     num_classes = int(g.ndata["label"].max()) + 1
     model = SAGE(g.ndata["feat"].shape[1], args.hidden, num_classes, len(fanouts), args.dropout)
@@ -165,8 +167,15 @@ def run(rank: int, args, port: int, g, splits, results) -> None:
     if rank == 0:
         labels = g.ndata["label"]
         val_acc, test_acc = accuracy(logits, labels, splits["val"]), accuracy(logits, labels, splits["test"])
-        results.put({"val_acc": val_acc, "test_acc": test_acc, "eval_time_s": time.perf_counter() - start,
-                     "mean_epoch_time_s": float(np.mean(epoch_times)), "epoch_times_s": epoch_times})
+        results.put(
+            {
+                "val_acc": val_acc,
+                "test_acc": test_acc,
+                "eval_time_s": time.perf_counter() - start,
+                "mean_epoch_time_s": float(np.mean(epoch_times)),
+                "epoch_times_s": epoch_times,
+            }
+        )
     dist.barrier()  # the other ranks keep the shared outputs alive until rank 0 has scored them
     dist.destroy_process_group()
 

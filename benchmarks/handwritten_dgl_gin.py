@@ -19,6 +19,7 @@ after the last epoch), mean_epoch_time_s (training pass only: from asking the lo
 first batch to the end of the epoch's last optimizer step, timed like gnnbridge's
 ``epoch_time_s``), epoch_times_s and wall_time_s (the whole script).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,8 +53,7 @@ class MLP(nn.Module):
 
     def __init__(self, in_size: int, hidden: int, out_size: int):
         super().__init__()
-        self.linears = nn.ModuleList([nn.Linear(in_size, hidden, bias=False),
-                                      nn.Linear(hidden, out_size, bias=False)])
+        self.linears = nn.ModuleList([nn.Linear(in_size, hidden, bias=False), nn.Linear(hidden, out_size, bias=False)])
         self.batch_norm = nn.BatchNorm1d(hidden)
 
     def forward(self, h):
@@ -132,15 +132,15 @@ def train_epoch(model, loader, optimizer) -> tuple[float, float]:
 def run(rank: int, args, port: int, graphs, splits, num_classes: int, results) -> None:
     """One DDP rank: train on its shard of the training graphs, then rank 0 evaluates."""
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // args.nproc))  # share the cores
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",
-                            rank=rank, world_size=args.nproc)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=args.nproc)
     torch.manual_seed(args.seed)  # same initial weights everywhere (DDP broadcasts rank 0's anyway)
 
     # use_ddp=True wraps a DistributedSampler: each rank gets every world_size-th graph of a
     # permutation drawn from (ddp_seed, epoch), padded so all ranks run the same number of
     # batches; set_epoch below is what makes the permutation change between epochs.
-    train_loader = GraphDataLoader([graphs[i] for i in splits["train"]], use_ddp=True, ddp_seed=args.seed,
-                                   batch_size=args.batch_size, shuffle=True)
+    train_loader = GraphDataLoader(
+        [graphs[i] for i in splits["train"]], use_ddp=True, ddp_seed=args.seed, batch_size=args.batch_size, shuffle=True
+    )
     in_size = graphs[0][0].ndata["attr"].shape[1]
     model = DistributedDataParallel(GIN(in_size, args.hidden, num_classes, args.layers, args.dropout))
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
@@ -156,9 +156,14 @@ def run(rank: int, args, port: int, graphs, splits, num_classes: int, results) -
     if rank == 0:
         # The plain module: a DDP forward on one rank alone would wait for the others.
         loaders = {k: GraphDataLoader([graphs[i] for i in splits[k]], batch_size=256) for k in ("val", "test")}
-        results.put({"val_acc": evaluate(model.module, loaders["val"]),
-                     "test_acc": evaluate(model.module, loaders["test"]),
-                     "mean_epoch_time_s": float(np.mean(epoch_times)), "epoch_times_s": epoch_times})
+        results.put(
+            {
+                "val_acc": evaluate(model.module, loaders["val"]),
+                "test_acc": evaluate(model.module, loaders["test"]),
+                "mean_epoch_time_s": float(np.mean(epoch_times)),
+                "epoch_times_s": epoch_times,
+            }
+        )
     dist.barrier()  # the other ranks wait for rank 0's evaluation before leaving the group
     dist.destroy_process_group()
 

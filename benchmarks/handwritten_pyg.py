@@ -11,6 +11,7 @@ example, so its ``eval_time_s`` is not split over the ranks.
 
     python benchmarks/handwritten_pyg.py --npz graph.npz [--nproc 2 --epochs 10 ...]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -79,8 +80,11 @@ def load_data(path: str):
     from torch_geometric.data import Data
 
     arrays = np.load(path)
-    data = Data(x=torch.from_numpy(arrays["x"]), y=torch.from_numpy(arrays["y"]),
-                edge_index=torch.from_numpy(arrays["edge_index"]))
+    data = Data(
+        x=torch.from_numpy(arrays["x"]),
+        y=torch.from_numpy(arrays["y"]),
+        edge_index=torch.from_numpy(arrays["edge_index"]),
+    )
     splits = {k: torch.from_numpy(arrays[f"{k}_idx"]) for k in ("train", "val", "test")}
     return data, splits
 
@@ -95,7 +99,7 @@ def rank_shard(train_idx, rank: int, world_size: int):
     forever in its last backward pass; ``drop_last=True`` alone does not rule that out.
     """
     per_rank = train_idx.numel() // world_size
-    return train_idx[rank * per_rank:(rank + 1) * per_rank]
+    return train_idx[rank * per_rank : (rank + 1) * per_rank]
 
 
 def train_epoch(model, loader, optimizer) -> tuple[float, float]:
@@ -125,13 +129,17 @@ def run(rank: int, args, port: int, data, splits, results) -> None:
 
     # Give each rank its share of the cores, as gnnbridge does, so ranks do not oversubscribe.
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // args.nproc))
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",
-                            rank=rank, world_size=args.nproc)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=args.nproc)
     torch.manual_seed(args.seed)  # same initial weights everywhere (DDP broadcasts rank 0's anyway)
 
     fanouts = [int(f) for f in args.fanouts.split(",")]  # PyG's order: from the seeds outwards
-    train_loader = NeighborLoader(data, num_neighbors=fanouts, input_nodes=rank_shard(splits["train"], rank, args.nproc),
-                                  batch_size=args.batch_size, shuffle=True)
+    train_loader = NeighborLoader(
+        data,
+        num_neighbors=fanouts,
+        input_nodes=rank_shard(splits["train"], rank, args.nproc),
+        batch_size=args.batch_size,
+        shuffle=True,
+    )
 
     num_classes = int(data.y.max()) + 1
     model = SAGE(data.num_features, args.hidden, num_classes, len(fanouts), args.dropout)
@@ -154,12 +162,18 @@ def run(rank: int, args, port: int, data, splits, results) -> None:
         model.eval()
         # The 1-hop loader needs only the topology; features are indexed from x_all directly.
         topology = Data(edge_index=data.edge_index, num_nodes=data.num_nodes)
-        full_loader = NeighborLoader(topology, num_neighbors=[-1], input_nodes=None,
-                                     batch_size=4096, shuffle=False)
+        full_loader = NeighborLoader(topology, num_neighbors=[-1], input_nodes=None, batch_size=4096, shuffle=False)
         logits = model.module.inference(data.x, full_loader)
         val_acc, test_acc = accuracy(logits, data.y, splits["val"]), accuracy(logits, data.y, splits["test"])
-        results.put({"val_acc": val_acc, "test_acc": test_acc, "eval_time_s": time.perf_counter() - start,
-                     "mean_epoch_time_s": float(np.mean(epoch_times)), "epoch_times_s": epoch_times})
+        results.put(
+            {
+                "val_acc": val_acc,
+                "test_acc": test_acc,
+                "eval_time_s": time.perf_counter() - start,
+                "mean_epoch_time_s": float(np.mean(epoch_times)),
+                "epoch_times_s": epoch_times,
+            }
+        )
     dist.barrier()  # the other ranks wait for rank 0's evaluation before leaving the group
     dist.destroy_process_group()
 

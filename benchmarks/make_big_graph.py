@@ -28,6 +28,7 @@ The graph is learnable, so accuracy above chance means the run trained on the ri
     python benchmarks/make_big_graph.py OUT_DIR [--nodes 200000 --features 64 --edges 2000000
         --classes 16 --dtype float32 --train-nodes 20480 --eval-nodes 10240 --seed 0]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -73,13 +74,14 @@ def write_edges(path: Path, rng: np.random.Generator, y: np.ndarray, edges: int,
         other = rng.choice(classes, hi - lo, p=share)
         b = popular_picks(rng, order, bounds, np.where(rng.random(hi - lo) < homophily, y[a], other))
         out[0, lo:hi], out[1, lo:hi] = a, b
-        out[0, pairs + lo:pairs + hi], out[1, pairs + lo:pairs + hi] = b, a
+        out[0, pairs + lo : pairs + hi], out[1, pairs + lo : pairs + hi] = b, a
     out.flush()
     del out
 
 
-def write_features(path: Path, rng: np.random.Generator, y: np.ndarray, features: int, signal: float,
-                   dtype: str) -> None:
+def write_features(
+    path: Path, rng: np.random.Generator, y: np.ndarray, features: int, signal: float, dtype: str
+) -> None:
     """``x.npy`` [nodes, features] in ``dtype``, a block of rows at a time, flushed per block so
     the dirty pages of a file larger than RAM never pile up."""
     centroids = rng.standard_normal((int(y.max()) + 1, features), dtype=np.float32) * np.float32(signal)
@@ -99,15 +101,28 @@ def write_splits(folder: Path, rng: np.random.Generator, nodes: int, train: int,
     60/20/20% of the nodes); a permutation of [nodes] int64 is the largest temporary."""
     train, evaluate = min(train, int(0.6 * nodes)), min(evaluate, int(0.2 * nodes))
     perm = rng.permutation(nodes)
-    cuts = {"train_idx": perm[:train], "val_idx": perm[train:train + evaluate],
-            "test_idx": perm[train + evaluate:train + 2 * evaluate]}
+    cuts = {
+        "train_idx": perm[:train],
+        "val_idx": perm[train : train + evaluate],
+        "test_idx": perm[train + evaluate : train + 2 * evaluate],
+    }
     for name, ids in cuts.items():
         np.save(folder / f"{name}.npy", np.sort(ids).astype(np.int64))
 
 
-def make_folder(folder: Path, nodes: int, features: int, edges: int, classes: int, dtype: str = "float32",
-                train_nodes: int = 20480, eval_nodes: int = 10240, homophily: float = 0.8,
-                signal: float | None = None, seed: int = 0) -> dict:
+def make_folder(
+    folder: Path,
+    nodes: int,
+    features: int,
+    edges: int,
+    classes: int,
+    dtype: str = "float32",
+    train_nodes: int = 20480,
+    eval_nodes: int = 10240,
+    homophily: float = 0.8,
+    signal: float | None = None,
+    seed: int = 0,
+) -> dict:
     """Every file of the folder, then ``made.json`` (last: a folder without it is incomplete).
     Returns what was made. Every data file is fsynced, so its pages are clean and a benchmark
     can drop them from the page cache (``POSIX_FADV_DONTNEED`` leaves dirty pages)."""
@@ -123,11 +138,20 @@ def make_folder(folder: Path, nodes: int, features: int, edges: int, classes: in
     for file in folder.glob("*.npy"):
         with open(file, "rb+") as f:
             os.fsync(f.fileno())
-    made = {"nodes": nodes, "features": features, "edges": 2 * (edges // 2), "classes": classes, "dtype": dtype,
-            "train_nodes": int(np.load(folder / "train_idx.npy", mmap_mode="r").size),
-            "eval_nodes": int(np.load(folder / "test_idx.npy", mmap_mode="r").size), "homophily": homophily,
-            "signal": float(signal), "seed": seed, "seconds": time.perf_counter() - t0,
-            "bytes": sum(f.stat().st_size for f in folder.glob("*.npy"))}
+    made = {
+        "nodes": nodes,
+        "features": features,
+        "edges": 2 * (edges // 2),
+        "classes": classes,
+        "dtype": dtype,
+        "train_nodes": int(np.load(folder / "train_idx.npy", mmap_mode="r").size),
+        "eval_nodes": int(np.load(folder / "test_idx.npy", mmap_mode="r").size),
+        "homophily": homophily,
+        "signal": float(signal),
+        "seed": seed,
+        "seconds": time.perf_counter() - t0,
+        "bytes": sum(f.stat().st_size for f in folder.glob("*.npy")),
+    }
     (folder / "made.json").write_text(json.dumps(made, indent=1) + "\n")
     return made
 
@@ -146,8 +170,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--signal", type=float, help="default 1.76 / sqrt(features)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    made = make_folder(args.out, args.nodes, args.features, args.edges, args.classes, args.dtype,
-                       args.train_nodes, args.eval_nodes, args.homophily, args.signal, args.seed)
+    made = make_folder(
+        args.out,
+        args.nodes,
+        args.features,
+        args.edges,
+        args.classes,
+        args.dtype,
+        args.train_nodes,
+        args.eval_nodes,
+        args.homophily,
+        args.signal,
+        args.seed,
+    )
     print(f"wrote {args.out}: {json.dumps(made)}")
 
 

@@ -25,6 +25,7 @@ block into the float32 result (Reddit scale: 45 s, 2.6 GB peak on a 2-core machi
 
     python benchmarks/make_graph.py OUT.npz [--nodes 20000 --features 64 --avg-degree 16 --classes 16 --seed 0]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,8 +33,9 @@ from pathlib import Path
 
 import numpy as np
 
-DEFAULTS = dict(nodes=20_000, classes=16, features=64, avg_degree=16.0, homophily=0.45,
-                signal=0.22, pareto_shape=2.5, seed=0)
+DEFAULTS = dict(
+    nodes=20_000, classes=16, features=64, avg_degree=16.0, homophily=0.45, signal=0.22, pareto_shape=2.5, seed=0
+)
 
 
 def degree_weights(rng: np.random.Generator, n: int, shape: float) -> np.ndarray:
@@ -67,8 +69,9 @@ def weighted_picks(rng: np.random.Generator, cum: np.ndarray, lo: np.ndarray, hi
     return np.minimum(np.searchsorted(cum, point, side="right"), hi - 1)
 
 
-def edge_ends(rng: np.random.Generator, y: np.ndarray, weights: np.ndarray, m: int,
-              homophily: float) -> tuple[np.ndarray, np.ndarray]:
+def edge_ends(
+    rng: np.random.Generator, y: np.ndarray, weights: np.ndarray, m: int, homophily: float
+) -> tuple[np.ndarray, np.ndarray]:
     """``m`` candidate edges (src, dst): src by weight; dst of src's class with probability
     ``homophily`` (else any node), by weight. Drawn chunk by chunk, in the order of one draw."""
     n, classes = y.size, int(y.max()) + 1
@@ -88,8 +91,9 @@ def edge_ends(rng: np.random.Generator, y: np.ndarray, weights: np.ndarray, m: i
     return src, dst
 
 
-def planted_edges(rng: np.random.Generator, y: np.ndarray, weights: np.ndarray,
-                  avg_degree: float, homophily: float) -> np.ndarray:
+def planted_edges(
+    rng: np.random.Generator, y: np.ndarray, weights: np.ndarray, avg_degree: float, homophily: float
+) -> np.ndarray:
     """Symmetric, loop-free, deduplicated edges of a degree-corrected planted partition,
     sorted by (src, dst).
 
@@ -103,10 +107,10 @@ def planted_edges(rng: np.random.Generator, y: np.ndarray, weights: np.ndarray,
     src, dst = src[keep], dst[keep]
     del keep
     keys = np.empty(2 * src.size, dtype=np.int64)
-    np.multiply(src, n, out=keys[:src.size])
-    keys[:src.size] += dst
-    np.multiply(dst, n, out=keys[src.size:])
-    keys[src.size:] += src
+    np.multiply(src, n, out=keys[: src.size])
+    keys[: src.size] += dst
+    np.multiply(dst, n, out=keys[src.size :])
+    keys[src.size :] += src
     del src, dst
     keys.sort()
     fresh = np.empty(keys.size, dtype=bool)
@@ -142,8 +146,16 @@ def split(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray, np.
     return tuple(np.sort(part).astype(np.int64) for part in (perm[:a], perm[a:b], perm[b:]))
 
 
-def make_graph(nodes: int, classes: int, features: int, avg_degree: float, homophily: float,
-               signal: float, pareto_shape: float, seed: int) -> dict[str, np.ndarray]:
+def make_graph(
+    nodes: int,
+    classes: int,
+    features: int,
+    avg_degree: float,
+    homophily: float,
+    signal: float,
+    pareto_shape: float,
+    seed: int,
+) -> dict[str, np.ndarray]:
     """All arrays of the ``.npz``; deterministic in ``seed``."""
     rng = np.random.default_rng(seed)
     y = rng.integers(0, classes, nodes).astype(np.int64)
@@ -161,9 +173,11 @@ def describe(arrays: dict[str, np.ndarray]) -> str:
     deg = np.bincount(dst, minlength=n)
     y = arrays["y"]
     same = sum(int(np.count_nonzero(y[src[p]] == y[dst[p]])) for p in chunks(e)) / max(1, e)
-    return (f"{n} nodes, {e} directed edges (avg degree {e / n:.1f}, max {deg.max()}, "
-            f"isolated {int((deg == 0).sum())}), edge homophily {same:.2f}, "
-            f"{int(arrays['y'].max()) + 1} classes, {arrays['x'].shape[1]} features")
+    return (
+        f"{n} nodes, {e} directed edges (avg degree {e / n:.1f}, max {deg.max()}, "
+        f"isolated {int((deg == 0).sum())}), edge homophily {same:.2f}, "
+        f"{int(arrays['y'].max()) + 1} classes, {arrays['x'].shape[1]} features"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -177,8 +191,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--signal", type=float, default=DEFAULTS["signal"])
     parser.add_argument("--seed", type=int, default=DEFAULTS["seed"])
     args = parser.parse_args(argv)
-    arrays = make_graph(args.nodes, args.classes, args.features, args.avg_degree, args.homophily,
-                        args.signal, DEFAULTS["pareto_shape"], args.seed)
+    arrays = make_graph(
+        args.nodes,
+        args.classes,
+        args.features,
+        args.avg_degree,
+        args.homophily,
+        args.signal,
+        DEFAULTS["pareto_shape"],
+        args.seed,
+    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     np.savez(args.out, **arrays)
     print(f"wrote {args.out}: {describe(arrays)}")

@@ -24,6 +24,7 @@ Layout (what ``gnnbridge --dataset`` and ``handwritten_dgl_gin.py`` read): ``x``
 
     python benchmarks/make_graphs.py --out graphs.npz [--num-graphs 600 --seed 0]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,8 +62,12 @@ def sbm2(rng: np.random.Generator, n: int) -> np.ndarray:
     inside = (a < n // 2) == (b < n // 2)
     m = 3 * n // 2
     m_across = round(m / 6)
-    pick = np.concatenate([rng.choice(np.flatnonzero(inside), m - m_across, replace=False),
-                           rng.choice(np.flatnonzero(~inside), m_across, replace=False)])
+    pick = np.concatenate(
+        [
+            rng.choice(np.flatnonzero(inside), m - m_across, replace=False),
+            rng.choice(np.flatnonzero(~inside), m_across, replace=False),
+        ]
+    )
     return np.stack([a[pick], b[pick]])
 
 
@@ -79,12 +84,15 @@ def make(num_graphs: int, seed: int) -> dict[str, np.ndarray]:
     node_ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     order = rng.permutation(num_graphs)
     n_train, n_val = int(0.8 * num_graphs), int(0.1 * num_graphs)
-    return {"x": np.ones((offset, 1), dtype=np.float32),
-            "edge_index": np.concatenate(parts, axis=1).astype(np.int64),
-            "node_ptr": node_ptr, "y": labels.astype(np.int64),
-            "train_idx": np.sort(order[:n_train]).astype(np.int64),
-            "val_idx": np.sort(order[n_train:n_train + n_val]).astype(np.int64),
-            "test_idx": np.sort(order[n_train + n_val:]).astype(np.int64)}
+    return {
+        "x": np.ones((offset, 1), dtype=np.float32),
+        "edge_index": np.concatenate(parts, axis=1).astype(np.int64),
+        "node_ptr": node_ptr,
+        "y": labels.astype(np.int64),
+        "train_idx": np.sort(order[:n_train]).astype(np.int64),
+        "val_idx": np.sort(order[n_train : n_train + n_val]).astype(np.int64),
+        "test_idx": np.sort(order[n_train + n_val :]).astype(np.int64),
+    }
 
 
 def main(argv=None) -> Path:
@@ -97,8 +105,10 @@ def main(argv=None) -> Path:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     np.savez(args.out, **arrays)
     degree = arrays["edge_index"].shape[1] / arrays["x"].shape[0]
-    print(f"wrote {args.out}: {args.num_graphs} graphs, {arrays['x'].shape[0]} nodes, "
-          f"{arrays['edge_index'].shape[1]} directed edges (mean degree {degree:.2f})")
+    print(
+        f"wrote {args.out}: {args.num_graphs} graphs, {arrays['x'].shape[0]} nodes, "
+        f"{arrays['edge_index'].shape[1]} directed edges (mean degree {degree:.2f})"
+    )
     return args.out
 
 

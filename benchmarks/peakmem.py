@@ -13,6 +13,7 @@ so for OpenMP thread pools, which spin while they wait), and a timing taken then
 The CPU time the whole machine spent outside the measured tree, as a share of all its cores
 over the run, is kept with every run so such timings can be recognised.
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -211,7 +212,11 @@ def run_status(cmd: list[str], **popen) -> dict:
     proc = subprocess.Popen(cmd, **popen)
     with StatusSampler(proc.pid) as sampler:
         proc.wait()
-    return {"returncode": proc.returncode, "wall_s": time.perf_counter() - start,
-            **{f"peak_{k.lower()}_bytes": v * 1024 for k, v in sampler.peak_kib.items()},
-            "disk_read_bytes": sampler.disk_bytes("read_bytes"), "disk_write_bytes": sampler.disk_bytes("write_bytes"),
-            "samples": sampler.samples}
+    return {
+        "returncode": proc.returncode,
+        "wall_s": time.perf_counter() - start,
+        **{f"peak_{k.lower()}_bytes": v * 1024 for k, v in sampler.peak_kib.items()},
+        "disk_read_bytes": sampler.disk_bytes("read_bytes"),
+        "disk_write_bytes": sampler.disk_bytes("write_bytes"),
+        "samples": sampler.samples,
+    }

@@ -5,17 +5,34 @@ and so a saved ``compare.json`` can be shown again:
 
     python benchmarks/report.py benchmarks/out/compare.json [--png OUT.png]
 """
+
 from __future__ import annotations
 
 import argparse
 import json
 from pathlib import Path
 
-PHASE_ROWS = (("sample", "sample"), ("gather", "gather"), ("h2d", "host-to-device"), ("forward", "forward"),
-              ("backward", "backward + all-reduce"), ("step", "step"), ("other", "other (epoch - phases)"),
-              ("epoch", "= epoch (training pass)"), ("eval", "eval (per-epoch val)"))
-PHASE_COLORS = {"sample": "tab:blue", "gather": "tab:orange", "h2d": "tab:olive", "forward": "tab:green",
-                "backward": "tab:red", "step": "tab:purple", "other": "tab:gray", "eval": "tab:cyan"}
+PHASE_ROWS = (
+    ("sample", "sample"),
+    ("gather", "gather"),
+    ("h2d", "host-to-device"),
+    ("forward", "forward"),
+    ("backward", "backward + all-reduce"),
+    ("step", "step"),
+    ("other", "other (epoch - phases)"),
+    ("epoch", "= epoch (training pass)"),
+    ("eval", "eval (per-epoch val)"),
+)
+PHASE_COLORS = {
+    "sample": "tab:blue",
+    "gather": "tab:orange",
+    "h2d": "tab:olive",
+    "forward": "tab:green",
+    "backward": "tab:red",
+    "step": "tab:purple",
+    "other": "tab:gray",
+    "eval": "tab:cyan",
+}
 
 
 def fmt_bytes(n: float | None) -> str:
@@ -35,29 +52,40 @@ def fmt_f(v: float | None, digits: int = 3) -> str:
 def graph_line(g: dict) -> str:
     """The graph in one line: where it came from, its size, and how it was made."""
     made = g["generation"]
-    how = ("given with --npz" if made.get("given") else "cached" if made.get("cached") else
-           f"generated in {made['seconds']:.0f} s, peak {fmt_bytes(made['peak_memory_bytes'])}")
-    return (f"graph: {Path(g['path']).name} (preset {g['preset']}; {how}): {g['nodes']:,} nodes, "
-            f"{g['edges']:,} directed edges, {g['features']} features, {g['classes']} classes, "
-            f"{fmt_bytes(g['disk_bytes'])} on disk")
+    how = (
+        "given with --npz"
+        if made.get("given")
+        else "cached"
+        if made.get("cached")
+        else f"generated in {made['seconds']:.0f} s, peak {fmt_bytes(made['peak_memory_bytes'])}"
+    )
+    return (
+        f"graph: {Path(g['path']).name} (preset {g['preset']}; {how}): {g['nodes']:,} nodes, "
+        f"{g['edges']:,} directed edges, {g['features']} features, {g['classes']} classes, "
+        f"{fmt_bytes(g['disk_bytes'])} on disk"
+    )
 
 
 def runner_table(result: dict) -> list[str]:
     """Accuracy, median epoch and eval time with ratios, wall time and memory, one row a runner."""
     n = result["nproc"]
-    head = (f"{'runner':<17}{'test_acc':>9}{'val_acc':>9}{'epoch_s':>9}{'vs ref':>8}{'eval_s':>9}{'vs ref':>8}"
-            f"{'wall_s':>8}{f'mem_{n}r':>9}{'mem_1r':>9}{f'{n}r/1r':>7}{f'{n}r/disk':>9}")
+    head = (
+        f"{'runner':<17}{'test_acc':>9}{'val_acc':>9}{'epoch_s':>9}{'vs ref':>8}{'eval_s':>9}{'vs ref':>8}"
+        f"{'wall_s':>8}{f'mem_{n}r':>9}{'mem_1r':>9}{f'{n}r/1r':>7}{f'{n}r/disk':>9}"
+    )
     lines = [head, "-" * len(head)]
     for r in result["rows"]:
         if "epoch_time_s" not in r:
             what = "skipped" if "skipped" in r else "FAILED"
             lines.append(f"{r['runner']:<17}  {what}: {r.get('skipped') or r.get('failed')}")
             continue
-        lines.append(f"{r['runner']:<17}{fmt_f(r['test_acc'], 4):>9}{fmt_f(r['val_acc'], 4):>9}"
-                     f"{fmt_f(r['epoch_time_s']):>9}{fmt_x(r['epoch_time_vs_reference']):>8}"
-                     f"{fmt_f(r['eval_time_s']):>9}{fmt_x(r['eval_time_vs_reference']):>8}{fmt_f(r['wall_time_s'], 1):>8}"
-                     f"{fmt_bytes(r['peak_memory_bytes']):>9}{fmt_bytes(r['peak_memory_1rank_bytes']):>9}"
-                     f"{fmt_x(r['memory_n_vs_1']):>7}{fmt_x(r['memory_vs_disk']):>9}")
+        lines.append(
+            f"{r['runner']:<17}{fmt_f(r['test_acc'], 4):>9}{fmt_f(r['val_acc'], 4):>9}"
+            f"{fmt_f(r['epoch_time_s']):>9}{fmt_x(r['epoch_time_vs_reference']):>8}"
+            f"{fmt_f(r['eval_time_s']):>9}{fmt_x(r['eval_time_vs_reference']):>8}{fmt_f(r['wall_time_s'], 1):>8}"
+            f"{fmt_bytes(r['peak_memory_bytes']):>9}{fmt_bytes(r['peak_memory_1rank_bytes']):>9}"
+            f"{fmt_x(r['memory_n_vs_1']):>7}{fmt_x(r['memory_vs_disk']):>9}"
+        )
     return lines
 
 
@@ -66,8 +94,10 @@ def repeat_lines(result: dict) -> list[str]:
     lines = [f"order: {' '.join(result['order'])}"]
     for r in result["rows"]:
         if "epoch_time_s_per_repeat" in r:
-            lines.append(f"  {r['runner']:<17} epoch_s {' '.join(f'{t:.3f}' for t in r['epoch_time_s_per_repeat'])}"
-                         f"   eval_s {' '.join(f'{t:.3f}' for t in r['eval_time_s_per_repeat'])}")
+            lines.append(
+                f"  {r['runner']:<17} epoch_s {' '.join(f'{t:.3f}' for t in r['epoch_time_s_per_repeat'])}"
+                f"   eval_s {' '.join(f'{t:.3f}' for t in r['eval_time_s_per_repeat'])}"
+            )
     return lines
 
 
@@ -76,14 +106,17 @@ def phase_table(phases: dict) -> list[str]:
     if not phases:
         return ["(no gnnbridge phases)"]
     cols = [(name, side) for name in phases for side in ("rank0", "slowest_rank")]
-    head = f"{'phase (median s/epoch)':<25}" + "".join(f"{n.split('-')[1] + (' r0' if s == 'rank0' else ' slowest'):>13}"
-                                                      for n, s in cols)
+    head = f"{'phase (median s/epoch)':<25}" + "".join(
+        f"{n.split('-')[1] + (' r0' if s == 'rank0' else ' slowest'):>13}" for n, s in cols
+    )
     lines = [head, "-" * len(head)]
     for key, label in PHASE_ROWS:
         cells = "".join(f"{fmt_f(phases[n][s].get(key), 4):>13}" for n, s in cols)
         lines.append(f"{label:<25}{cells}")
-    lines.append(f"{'final eval (per run)':<25}" + "".join(f"{fmt_f(phases[n]['final_eval'], 4) if s == 'rank0' else '':>13}"
-                                                          for n, s in cols))
+    lines.append(
+        f"{'final eval (per run)':<25}"
+        + "".join(f"{fmt_f(phases[n]['final_eval'], 4) if s == 'rank0' else '':>13}" for n, s in cols)
+    )
     return lines
 
 
@@ -95,19 +128,27 @@ def sampler_table(sampler: dict | None) -> list[str]:
     lines = [head, "-" * len(head)]
     for r in sampler["results"]:
         if "edges_per_s" not in r:
-            lines.append(f"{r['sampler']:<12}{r['threads']:>8}  {'skipped' if 'skipped' in r else 'FAILED'}: "
-                         f"{r.get('skipped') or r.get('failed')}")
+            lines.append(
+                f"{r['sampler']:<12}{r['threads']:>8}  {'skipped' if 'skipped' in r else 'FAILED'}: "
+                f"{r.get('skipped') or r.get('failed')}"
+            )
             continue
         ratio = sampler["vs_dgl"][r["sampler"]][str(r["threads"])]
-        lines.append(f"{r['sampler']:<12}{r['threads']:>8}{r['edges_per_s']:>13,.0f}{r['ms_per_batch']:>10.2f}"
-                     f"{r['edges_per_batch']:>13,.0f}{fmt_x(ratio):>8}")
+        lines.append(
+            f"{r['sampler']:<12}{r['threads']:>8}{r['edges_per_s']:>13,.0f}{r['ms_per_batch']:>10.2f}"
+            f"{r['edges_per_batch']:>13,.0f}{fmt_x(ratio):>8}"
+        )
     return lines
 
 
 def goal_lines(result: dict) -> list[str]:
     """Every goal of the done criterion with its measured value and PASS / MISS."""
-    lines = [(f"this run: preset {result['graph']['preset']} ({result['graph']['nodes']:,} nodes); each goal is "
-              "judged at the scales in brackets")]
+    lines = [
+        (
+            f"this run: preset {result['graph']['preset']} ({result['graph']['nodes']:,} nodes); each goal is "
+            "judged at the scales in brackets"
+        )
+    ]
     for g in result["goals"]:
         value = "-" if g["value"] is None else f"{g['value']:.2f}{g['unit']}"
         lines.append(f"  {g['status']:<13}{value:>8}  {g['goal']}  [{g['judged_at']}]")
@@ -118,7 +159,9 @@ def accuracy_line(result: dict) -> str:
     check = result["verdict"]
     tolerance = check.get("tolerance")
     within = f" (within {tolerance:.0%} test accuracy)" if tolerance is not None else ""
-    return f"accuracy criterion{within}: " + ("PASS" if check["passed"] else "FAIL " + str(check.get("failed") or check.get("reason")))
+    return f"accuracy criterion{within}: " + (
+        "PASS" if check["passed"] else "FAIL " + str(check.get("failed") or check.get("reason"))
+    )
 
 
 BUSY_WARN = 0.10  # share of the machine's CPU used by others during a run that makes timings suspect
@@ -127,24 +170,46 @@ BUSY_WARN = 0.10  # share of the machine's CPU used by others during a run that 
 def load_warning(result: dict) -> list[str]:
     """A warning when other processes used the CPU during any measured run (timings suspect)."""
     measured = result["runs"] + result["one_rank_runs"] + ((result["sampler"] or {}).get("results") or [])
-    busy = [(r.get("other_cpu_share") or 0.0, r.get("runner") or f"sampler {r['sampler']} x{r['threads']}")
-            for r in measured]
+    busy = [
+        (r.get("other_cpu_share") or 0.0, r.get("runner") or f"sampler {r['sampler']} x{r['threads']}")
+        for r in measured
+    ]
     worst = max(busy, key=lambda b: b[0], default=(0.0, None))
     if worst[0] < BUSY_WARN:
         return []
-    return [(f"WARNING: other processes used up to {worst[0]:.0%} of the machine's CPU during a run ({worst[1]}; "
-             "other_cpu_share per run in compare.json): timings taken then are not reliable."), ""]
+    return [
+        (
+            f"WARNING: other processes used up to {worst[0]:.0%} of the machine's CPU during a run ({worst[1]}; "
+            "other_cpu_share per run in compare.json): timings taken then are not reliable."
+        ),
+        "",
+    ]
 
 
 def text(result: dict) -> str:
     """Everything, as printed at the end of a run."""
     m = result["machine"]
-    parts = [graph_line(result["graph"]),
-             (f"machine: {m['cpus']} CPUs ({m['cpu']}), {fmt_bytes(m['memory_bytes'])} RAM; "
-              f"{result['nproc']} ranks, {result['epochs']} epochs, {result['repeats']} repeat(s)"), "",
-             *runner_table(result), "", *repeat_lines(result), "",
-             *phase_table(result["phases"]), "", *sampler_table(result["sampler"]), "",
-             *load_warning(result), "goals:", *goal_lines(result), "", accuracy_line(result)]
+    parts = [
+        graph_line(result["graph"]),
+        (
+            f"machine: {m['cpus']} CPUs ({m['cpu']}), {fmt_bytes(m['memory_bytes'])} RAM; "
+            f"{result['nproc']} ranks, {result['epochs']} epochs, {result['repeats']} repeat(s)"
+        ),
+        "",
+        *runner_table(result),
+        "",
+        *repeat_lines(result),
+        "",
+        *phase_table(result["phases"]),
+        "",
+        *sampler_table(result["sampler"]),
+        "",
+        *load_warning(result),
+        "goals:",
+        *goal_lines(result),
+        "",
+        accuracy_line(result),
+    ]
     return "\n".join(parts)
 
 
@@ -157,8 +222,13 @@ def bars_with_ratios(ax, rows: list[dict], key: str, ratio_key: str, title: str)
     pos = range(len(done))
     bars = ax.bar(list(pos), [r[key] for r in done], color="tab:gray")
     for bar, r in zip(bars, done):
-        ax.annotate(fmt_x(r.get(ratio_key)), (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                    ha="center", va="bottom", fontsize=8)
+        ax.annotate(
+            fmt_x(r.get(ratio_key)),
+            (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
     ax.set(xticks=list(pos), ylabel="seconds", title=title)
     ax.set_xticklabels([r["runner"] for r in done], rotation=15, fontsize=8)
 
@@ -169,8 +239,12 @@ def accuracy_panel(ax, rows: list[dict]) -> None:
     ax.bar([p - width / 2 for p in pos], [r["test_acc"] for r in done], width, label="test")
     ax.bar([p + width / 2 for p in pos], [r["val_acc"] for r in done], width, label="val")
     low = min([min(r["test_acc"], r["val_acc"]) for r in done] or [0.1])
-    ax.set(xticks=list(pos), ylabel="accuracy", title="Accuracy (full-neighbour inference)",
-           ylim=(max(0.0, low - 0.1), 1.0))
+    ax.set(
+        xticks=list(pos),
+        ylabel="accuracy",
+        title="Accuracy (full-neighbour inference)",
+        ylim=(max(0.0, low - 0.1), 1.0),
+    )
     ax.set_xticklabels([r["runner"] for r in done], rotation=15, fontsize=8)
     ax.legend(loc="lower right", fontsize=8)
 
@@ -200,8 +274,12 @@ def sampler_panel(ax, sampler: dict | None) -> None:
     width = 0.8 / max(1, len(threads))
     for j, t in enumerate(threads):
         rate = {r["sampler"]: r["edges_per_s"] for r in done if r["threads"] == t}
-        ax.bar([i + (j - (len(threads) - 1) / 2) * width for i in range(len(names))],
-               [rate.get(n, 0.0) / 1e6 for n in names], width, label=f"{t} thread{'s' * (t > 1)}")
+        ax.bar(
+            [i + (j - (len(threads) - 1) / 2) * width for i in range(len(names))],
+            [rate.get(n, 0.0) / 1e6 for n in names],
+            width,
+            label=f"{t} thread{'s' * (t > 1)}",
+        )
     ax.set(xticks=list(range(len(names))), ylabel="million sampled edges / s", title="Sampler throughput")
     ax.set_xticklabels(names, fontsize=8)
     ax.legend(fontsize=8)
@@ -211,9 +289,13 @@ def memory_panel(ax, result: dict) -> None:
     """Peak memory of one rank and of N ranks per runner, against the dataset's size on disk."""
     done = [r for r in result["rows"] if r.get("peak_memory_bytes")]
     pos, width, n = range(len(done)), 0.38, result["nproc"]
-    ax.bar([p - width / 2 for p in pos], [(r["peak_memory_1rank_bytes"] or 0) / 2**30 for r in done], width, label="1 rank")
+    ax.bar(
+        [p - width / 2 for p in pos], [(r["peak_memory_1rank_bytes"] or 0) / 2**30 for r in done], width, label="1 rank"
+    )
     ax.bar([p + width / 2 for p in pos], [r["peak_memory_bytes"] / 2**30 for r in done], width, label=f"{n} ranks")
-    ax.axhline(result["graph"]["disk_bytes"] / 2**30, color="black", linestyle="--", linewidth=1, label="dataset on disk")
+    ax.axhline(
+        result["graph"]["disk_bytes"] / 2**30, color="black", linestyle="--", linewidth=1, label="dataset on disk"
+    )
     ax.set(xticks=list(pos), ylabel="GiB (summed PSS)", title="Peak memory")
     ax.set_xticklabels([r["runner"] for r in done], rotation=15, fontsize=8)
     ax.legend(fontsize=8)
@@ -235,8 +317,10 @@ def plot(result: dict, path: Path) -> None:
     sampler_panel(axes[1, 1], result["sampler"])
     memory_panel(axes[1, 2], result)
     g = result["graph"]
-    fig.suptitle(f"{g['nodes']:,} nodes, {g['edges']:,} edges, {g['features']} features; "
-                 f"{result['nproc']} ranks, {result['epochs']} epochs, {result['repeats']} repeat(s)")
+    fig.suptitle(
+        f"{g['nodes']:,} nodes, {g['edges']:,} edges, {g['features']} features; "
+        f"{result['nproc']} ranks, {result['epochs']} epochs, {result['repeats']} repeat(s)"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -24,6 +24,7 @@ thread settings and caches never carry over:
 
     python benchmarks/sampler_bench.py --npz GRAPH.npz --cache DIR --sampler core --threads 1
 """
+
 from __future__ import annotations
 
 import argparse
@@ -160,8 +161,14 @@ def measure(sample, batches: list, warmup: int) -> dict:
         edges += sample(b)
     seconds = time.perf_counter() - start
     timed = len(seeds) - warmup
-    return {"edges": edges, "seconds": seconds, "batches": timed, "edges_per_s": edges / seconds,
-            "ms_per_batch": 1e3 * seconds / timed, "edges_per_batch": edges / timed}
+    return {
+        "edges": edges,
+        "seconds": seconds,
+        "batches": timed,
+        "edges_per_s": edges / seconds,
+        "ms_per_batch": 1e3 * seconds / timed,
+        "edges_per_batch": edges / timed,
+    }
 
 
 def bench(args) -> dict:

@@ -1,9 +1,10 @@
 """gnnbridge: train one GNN experiment under DDP on PyG or DGL, on one CPU or many GPUs.
 
-    import gnnbridge
-    results = gnnbridge.run("sage-synthetic", backend="dgl", nproc=2)
-    print(results["metrics"]["test_acc"])
+import gnnbridge
+results = gnnbridge.run("sage-synthetic", backend="dgl", nproc=2)
+print(results["metrics"]["test_acc"])
 """
+
 from gnnbridge.core.contracts import plugins as _plugins
 from gnnbridge.core.contracts.hookspecs import hookimpl
 from gnnbridge.plugins import BUILTIN_PLUGINS, DEFAULT_BACKEND

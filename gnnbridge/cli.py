@@ -4,6 +4,7 @@ Every user error surfaces as a :class:`~gnnbridge.core.errors.GnnBridgeError` (o
 error) and is printed here, once, as a single ``Error: ...`` line on stderr with a non-zero
 exit code and no traceback.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -30,13 +31,16 @@ class _Stopped(Exception):
 
 def interruptible(command):
     """Ctrl-C or SIGTERM inside a command ends in the run's own line (what was kept, how to go on)."""
+
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         try:
             return command(*args, **kwargs)
         except KeyboardInterrupt as exc:
             raise _Stopped(exc) from None
+
     return wrapper
+
 
 TRAIN_EXAMPLES = """
 \b
@@ -92,38 +96,75 @@ def cli() -> None:
 @cli.command(epilog=TRAIN_EXAMPLES)
 @click.argument("experiment", required=False)
 @click.option("--backend", help="Backend name (see `gnnbridge backends`), e.g. pyg or dgl.")
-@click.option("--nproc", type=int, help="Number of training processes (ranks) to spawn on this machine "
-              "(not inside torchrun / srun, which start the ranks themselves).")
+@click.option(
+    "--nproc",
+    type=int,
+    help="Number of training processes (ranks) to spawn on this machine "
+    "(not inside torchrun / srun, which start the ranks themselves).",
+)
 @click.option("--device", help="cpu, cuda or auto.")
-@click.option("--dataset", help="A dataset name, a .npz file or a folder prepared with gnnbridge prepare (replaces "
-              "the experiment's dataset).")
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-              help="Override a config key; VALUE is YAML (repeatable), e.g. --set train.epochs=5.")
-@click.option("--out", type=click.Path(file_okay=False), help="Run folder (must not hold a run); default: a new folder under runs/.")
-@click.option("--timeout", type=float, help="Seconds a rank may wait on its peers before the whole job stops "
-              "(default 180).")
-@click.option("--max-restarts", type=click.IntRange(min=0), metavar="K",
-              help="When a rank fails, restart every rank up to K times; each restart continues the run "
-              "from its latest checkpoint (default 0).")
-@click.option("--resume", type=click.Path(), metavar="RUN",
-              help="Continue the run folder RUN from its latest checkpoint, in place (--set may extend train.epochs).")
+@click.option(
+    "--dataset",
+    help="A dataset name, a .npz file or a folder prepared with gnnbridge prepare (replaces the experiment's dataset).",
+)
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a config key; VALUE is YAML (repeatable), e.g. --set train.epochs=5.",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False),
+    help="Run folder (must not hold a run); default: a new folder under runs/.",
+)
+@click.option(
+    "--timeout", type=float, help="Seconds a rank may wait on its peers before the whole job stops (default 180)."
+)
+@click.option(
+    "--max-restarts",
+    type=click.IntRange(min=0),
+    metavar="K",
+    help="When a rank fails, restart every rank up to K times; each restart continues the run "
+    "from its latest checkpoint (default 0).",
+)
+@click.option(
+    "--resume",
+    type=click.Path(),
+    metavar="RUN",
+    help="Continue the run folder RUN from its latest checkpoint, in place (--set may extend train.epochs).",
+)
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 @interruptible
 def train(experiment, backend, nproc, device, dataset, overrides, out, timeout, max_restarts, resume, quiet) -> None:
     """Train EXPERIMENT (a YAML file or a built-in name; default: sage-synthetic)."""
     from gnnbridge.core.app.train import run
 
-    results = run(experiment, backend=backend, nproc=nproc, device=device, dataset=dataset,
-                  overrides=overrides, out=out, progress=not quiet, timeout=timeout, resume=resume,
-                  max_restarts=max_restarts)
+    results = run(
+        experiment,
+        backend=backend,
+        nproc=nproc,
+        device=device,
+        dataset=dataset,
+        overrides=overrides,
+        out=out,
+        progress=not quiet,
+        timeout=timeout,
+        resume=resume,
+        max_restarts=max_restarts,
+    )
     if results is None:  # a rank other than 0 of a torchrun / SLURM job: rank 0 reports
         return
-    click.echo(f"{results['experiment']} on {results['backend']} ({results['world_size']} x {results['device']}): "
-               f"{_metrics_line(results['metrics'])}")
+    click.echo(
+        f"{results['experiment']} on {results['backend']} ({results['world_size']} x {results['device']}): "
+        f"{_metrics_line(results['metrics'])}"
+    )
     best, stop = results["best"], results["early_stopping"]
     if best["metrics"] is not None and best["value"] is not None and best["epoch"] != results["history"][-1]["epoch"]:
-        click.echo(f"best epoch {best['epoch'] + 1} ({best['monitor']} {best['value']:.4f}): "
-                   f"{_metrics_line(best['metrics'])}")
+        click.echo(
+            f"best epoch {best['epoch'] + 1} ({best['monitor']} {best['value']:.4f}): {_metrics_line(best['metrics'])}"
+        )
     if stop["stopped"]:
         click.echo(f"stopped early after epoch {stop['stopped_after_epoch'] + 1} (train.patience={stop['patience']})")
     click.echo(f"results: {results['run_dir']}/results.json")
@@ -152,14 +193,28 @@ Examples:
   gnnbridge predict runs/rec --out s.npz --pairs pairs.npz # link task: scores of given (src, dst)
 """
 
-checkpoint_option = click.option("--checkpoint", "kind", type=click.Choice(["best", "latest"]), default="best",
-                                 show_default=True, help="Which checkpoint of a run folder to use.")
+checkpoint_option = click.option(
+    "--checkpoint",
+    "kind",
+    type=click.Choice(["best", "latest"]),
+    default="best",
+    show_default=True,
+    help="Which checkpoint of a run folder to use.",
+)
 device_option = click.option("--device", help="cpu, cuda or auto (default: the run's device).")
-set_option = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-                          help="Override a data or eval key (not the model), e.g. --set dataset.path=NEW.npz.")
-trust_option = click.option("--trust-code", is_flag=True,
-                            help="Import the model class the checkpoint names by import path (model.arch=module:Class); "
-                            "importing runs that module's code.")
+set_option = click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a data or eval key (not the model), e.g. --set dataset.path=NEW.npz.",
+)
+trust_option = click.option(
+    "--trust-code",
+    is_flag=True,
+    help="Import the model class the checkpoint names by import path (model.arch=module:Class); "
+    "importing runs that module's code.",
+)
 
 
 @cli.command(epilog=FROM_RUN_EXAMPLES)
@@ -178,8 +233,10 @@ def evaluate(target, kind, device, overrides, trust_code, as_json) -> None:
     if as_json:
         click.echo(json.dumps(report, indent=2))
         return
-    click.echo(f"{report['checkpoint']} (epoch {report['epoch'] + 1}, {report['experiment']} on {report['backend']}): "
-               f"{_metrics_line(report['metrics'])}")
+    click.echo(
+        f"{report['checkpoint']} (epoch {report['epoch'] + 1}, {report['experiment']} on {report['backend']}): "
+        f"{_metrics_line(report['metrics'])}"
+    )
 
 
 @cli.command(epilog=FROM_RUN_EXAMPLES)
@@ -189,8 +246,11 @@ def evaluate(target, kind, device, overrides, trust_code, as_json) -> None:
 @device_option
 @set_option
 @trust_option
-@click.option("--pairs", type=click.Path(dir_okay=False),
-              help="Link tasks: a .npz with int64 src and dst; writes each pair's score.")
+@click.option(
+    "--pairs",
+    type=click.Path(dir_okay=False),
+    help="Link tasks: a .npz with int64 src and dst; writes each pair's score.",
+)
 @click.option("--top-k", "top_k", type=int, help="Link tasks: the K best destinations of every source (default 10).")
 @interruptible
 def predict(target, out, kind, device, overrides, trust_code, pairs, top_k) -> None:
@@ -198,11 +258,14 @@ def predict(target, out, kind, device, overrides, trust_code, pairs, top_k) -> N
     of given pairs (--pairs) or each source's top destinations (--top-k), written to a .npz file."""
     from gnnbridge.core.app.inference import predict as predict_run
 
-    report = predict_run(target, out, kind=kind, device=device, overrides=overrides, trust_code=trust_code,
-                         pairs=pairs, top_k=top_k)
+    report = predict_run(
+        target, out, kind=kind, device=device, overrides=overrides, trust_code=trust_code, pairs=pairs, top_k=top_k
+    )
     shape = "x".join(map(str, report["shape"]))
-    click.echo(f"{report['out']}: {', '.join(report['arrays'])} [{shape}] "
-               f"(from {report['checkpoint']}, epoch {report['epoch'] + 1})")
+    click.echo(
+        f"{report['out']}: {', '.join(report['arrays'])} [{shape}] "
+        f"(from {report['checkpoint']}, epoch {report['epoch'] + 1})"
+    )
 
 
 COMPARE_EXAMPLES = """
@@ -218,40 +281,74 @@ Examples:
 
 @cli.command(epilog=COMPARE_EXAMPLES)
 @click.argument("experiment", required=False)
-@click.option("--backend", "backends", multiple=True, help="A backend to compare (repeat it); default: every one installed.")
+@click.option(
+    "--backend", "backends", multiple=True, help="A backend to compare (repeat it); default: every one installed."
+)
 @click.option("--dataset", help="A dataset name, a .npz file or a prepared folder (replaces the experiment's dataset).")
 @click.option("--nproc", type=int, default=1, show_default=True, help="Ranks per backend (side by side).")
 @click.option("--device", help="cpu, cuda or auto.")
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a config key, e.g. train.epochs=5.")
+@click.option(
+    "--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a config key, e.g. train.epochs=5."
+)
 @click.option("--out", type=click.Path(file_okay=False), help="Folder for the runs, compare.json and compare.png.")
-@click.option("--same-batches", is_flag=True,
-              help="Feed every backend the same batches from the same weights (dropout off) and report the loss gap.")
+@click.option(
+    "--same-batches",
+    is_flag=True,
+    help="Feed every backend the same batches from the same weights (dropout off) and report the loss gap.",
+)
 @click.option("--epochs", type=int, help="--same-batches: epochs to run (default: the experiment's).")
-@click.option("--tolerance", type=float, default=1e-4, show_default=True, help="--same-batches: the largest gap allowed.")
+@click.option(
+    "--tolerance", type=float, default=1e-4, show_default=True, help="--same-batches: the largest gap allowed."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 @interruptible
-def compare(experiment, backends, dataset, nproc, device, overrides, out, same_batches, epochs, tolerance, as_json,
-            quiet) -> None:
+def compare(
+    experiment, backends, dataset, nproc, device, overrides, out, same_batches, epochs, tolerance, as_json, quiet
+) -> None:
     """Run one experiment on several libraries: side by side (metrics, epoch time, memory), or with
     --same-batches on identical batches and weights (exit code 1 when they disagree)."""
     from gnnbridge.core.app import compare as comparing
 
-    alone = {"--epochs": epochs is not None, "--tolerance": tolerance != 1e-4} if not same_batches else \
-        {"--nproc": nproc != 1, "--out": out is not None}
+    alone = (
+        {"--epochs": epochs is not None, "--tolerance": tolerance != 1e-4}
+        if not same_batches
+        else {"--nproc": nproc != 1, "--out": out is not None}
+    )
     misplaced = next((flag for flag, given in alone.items() if given), None)
     if misplaced:
-        raise click.UsageError(f"{misplaced} {'needs' if not same_batches else 'does not apply to'} --same-batches "
-                               f"({'use --set train.epochs=N side by side' if misplaced == '--epochs' else 'it runs one process and writes nothing'}).")
+        why = (
+            "use --set train.epochs=N side by side"
+            if misplaced == "--epochs"
+            else "it runs one process and writes nothing"
+        )
+        raise click.UsageError(
+            f"{misplaced} {'needs' if not same_batches else 'does not apply to'} --same-batches ({why})."
+        )
     if same_batches:
-        report = comparing.same_batches(experiment, backends=backends, epochs=epochs, device=device,
-                                        overrides=overrides, tolerance=tolerance, dataset=dataset)
+        report = comparing.same_batches(
+            experiment,
+            backends=backends,
+            epochs=epochs,
+            device=device,
+            overrides=overrides,
+            tolerance=tolerance,
+            dataset=dataset,
+        )
         click.echo(comparing.as_json(report) if as_json else "\n".join(comparing.verdicts(report)))
         if not report["agree"]:
             sys.exit(1)
         return
-    report = comparing.compare(experiment, backends=backends, nproc=nproc, device=device, overrides=overrides,
-                               out=out, progress=not quiet, dataset=dataset)
+    report = comparing.compare(
+        experiment,
+        backends=backends,
+        nproc=nproc,
+        device=device,
+        overrides=overrides,
+        out=out,
+        progress=not quiet,
+        dataset=dataset,
+    )
     if as_json:
         click.echo(comparing.as_json(report))
     else:
@@ -264,12 +361,14 @@ def compare(experiment, backends, dataset, nproc, device, overrides, out, same_b
         sys.exit(1)
 
 
-@cli.command(epilog="""
+@cli.command(
+    epilog="""
 \b
 Examples:
   gnnbridge plot runs/sage-pyg runs/sage-dgl --out sage.png
   gnnbridge plot runs/lr-* --out sweep.png
-""")
+"""
+)
 @click.argument("runs", nargs=-1, required=True, metavar="RUN...")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="The .png file to write (must not exist).")
 @interruptible
@@ -291,10 +390,16 @@ Examples:
 @cli.command(epilog=PORT_EXAMPLES)
 @click.argument("run", metavar="RUN")
 @click.option("--to", "to", required=True, metavar="BACKEND", help="The library to move the model to (pyg or dgl).")
-@click.option("--out", required=True, type=click.Path(file_okay=False),
-              help="The new run folder (must not exist, or be empty).")
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-              help="Override a data key (not the model), e.g. --set dataset.path=NEW.npz.")
+@click.option(
+    "--out", required=True, type=click.Path(file_okay=False), help="The new run folder (must not exist, or be empty)."
+)
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a data key (not the model), e.g. --set dataset.path=NEW.npz.",
+)
 @trust_option
 @interruptible
 def port(run, to, out, overrides, trust_code) -> None:
@@ -303,16 +408,20 @@ def port(run, to, out, overrides, trust_code) -> None:
     from gnnbridge.core.app.port import port as port_run
 
     report = port_run(run, to, out, overrides=overrides, trust_code=trust_code)
-    click.echo(f"{report['run_dir']}: {report['from_backend']} -> {report['backend']} "
-               f"({', '.join(report['checkpoints'])}.pt); check it with: gnnbridge evaluate {report['run_dir']}")
+    click.echo(
+        f"{report['run_dir']}: {report['from_backend']} -> {report['backend']} "
+        f"({', '.join(report['checkpoints'])}.pt); check it with: gnnbridge evaluate {report['run_dir']}"
+    )
 
 
-@cli.command(epilog="""
+@cli.command(
+    epilog="""
 \b
 Examples:
   gnnbridge backends
   gnnbridge backends --json | jq ".[] | select(.available)"
-""")
+"""
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def backends(as_json: bool) -> None:
     """List backends: available or not (and why), and their library versions."""
@@ -321,8 +430,15 @@ def backends(as_json: bool) -> None:
     rows = []
     for entry in registry.entries():
         reason = entry.value.availability()
-        rows.append({"name": entry.name, "available": reason is None, "reason": reason,
-                     "versions": entry.value.versions() if reason is None else {}, "plugin": entry.plugin})
+        rows.append(
+            {
+                "name": entry.name,
+                "available": reason is None,
+                "reason": reason,
+                "versions": entry.value.versions() if reason is None else {},
+                "plugin": entry.plugin,
+            }
+        )
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -334,12 +450,14 @@ def backends(as_json: bool) -> None:
             click.echo(f"{row['name']:<8} unavailable  {row['reason']}")
 
 
-@cli.command(epilog="""
+@cli.command(
+    epilog="""
 \b
 Examples:
   gnnbridge plugins
   GNNBRIDGE_LOAD_PLUGINS=pyg,samplers gnnbridge plugins   # only these
-""")
+"""
+)
 def plugins() -> None:
     """Loaded plugins (JSON): the distribution that installed each, its hooks, what it registered,
     and the plugins left out with why."""
@@ -348,12 +466,14 @@ def plugins() -> None:
     click.echo(json.dumps(plugin_info(), indent=2))
 
 
-@cli.command(epilog="""
+@cli.command(
+    epilog="""
 \b
 Examples:
   gnnbridge models
   gnnbridge models --json
-""")
+"""
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def models(as_json: bool) -> None:
     """Model architectures by task and backend (model.arch), and the plugin of each; models for
@@ -365,12 +485,14 @@ def models(as_json: bool) -> None:
     _components(registry, as_json, with_tasks=True)
 
 
-@cli.command(epilog="""
+@cli.command(
+    epilog="""
 \b
 Examples:
   gnnbridge samplers
   gnnbridge samplers --json
-""")
+"""
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def samplers(as_json: bool) -> None:
     """Neighbour samplers (sampler.kind) by backend; auto and native are each backend's own."""
@@ -378,15 +500,26 @@ def samplers(as_json: bool) -> None:
 
     if not as_json:
         click.echo(f"{'KIND':<14} {'BACKEND':<16} {'PLUGIN':<14} DESCRIPTION")
-        click.echo(f"{'auto':<14} {'every backend':<16} {'gnnbridge':<14} the backend's own sampler when it can run, else core")
-        click.echo(f"{'native':<14} {'every backend':<16} {'gnnbridge':<14} the library's own sampler, or one line saying why not")
+        click.echo(
+            f"{'auto':<14} {'every backend':<16} {'gnnbridge':<14} the backend's own sampler when it can run, else core"
+        )
+        native = "the library's own sampler, or one line saying why not"
+        click.echo(f"{'native':<14} {'every backend':<16} {'gnnbridge':<14} {native}")
     _components(registry, as_json, with_tasks=False)
 
 
 def _components(registry, as_json: bool, with_tasks: bool) -> None:
-    rows = [{"name": c.name, "backend": "every backend" if c.backend == "*" else c.backend, "plugin": c.plugin,
-             "tasks": [t.value for t in c.tasks], "heterogeneous": c.heterogeneous, "description": c.description}
-            for c in registry.entries()]
+    rows = [
+        {
+            "name": c.name,
+            "backend": "every backend" if c.backend == "*" else c.backend,
+            "plugin": c.plugin,
+            "tasks": [t.value for t in c.tasks],
+            "heterogeneous": c.heterogeneous,
+            "description": c.description,
+        }
+        for c in registry.entries()
+    ]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -395,12 +528,14 @@ def _components(registry, as_json: bool, with_tasks: bool) -> None:
         click.echo(f"{row['name']:<14} {tasks}{row['backend']:<16} {row['plugin']:<14} {row['description']}")
 
 
-@cli.command(epilog="""
+@cli.command(
+    epilog="""
 \b
 Examples:
   gnnbridge experiments
   gnnbridge config show gin-synthetic      # one of them, every key
-""")
+"""
+)
 def experiments() -> None:
     """Built-in experiments with a one-line description."""
     from gnnbridge.core.contracts.plugins import experiments as registry
@@ -409,22 +544,26 @@ def experiments() -> None:
         click.echo(f"{entry.name:<18} {entry.description}")
 
 
-@cli.group(epilog="""
+@cli.group(
+    epilog="""
 \b
 Examples:
   gnnbridge config show sage-synthetic --set model.hidden=128
-""")
+"""
+)
 def config() -> None:
     """Inspect configs (gnnbridge config show EXPERIMENT)."""
 
 
-@config.command(epilog="""
+@config.command(
+    epilog="""
 \b
 Examples:
   gnnbridge config show                                # the default experiment, every key explained
   gnnbridge config show gat-synthetic --backend dgl --set model.heads=8
   gnnbridge config show my.yaml > resolved.yaml        # a complete config file to edit
-""")
+"""
+)
 @click.argument("experiment", required=False)
 @click.option("--backend", help="Backend name, e.g. pyg or dgl.")
 @click.option("--dataset", help="A dataset name, a .npz path or a prepared folder.")
@@ -441,22 +580,28 @@ def show(experiment, backend, dataset, nproc, device, overrides) -> None:
     from gnnbridge.core.app.resolve import resolve_config
     from gnnbridge.core.contracts.config import annotated_yaml
 
-    resolved = resolve_config(experiment, overrides=overrides, backend=backend, nproc=nproc, device=device,
-                              dataset=dataset)
+    resolved = resolve_config(
+        experiment, overrides=overrides, backend=backend, nproc=nproc, device=device, dataset=dataset
+    )
     with contextlib.redirect_stdout(sys.stderr):  # a dataset loader's chatter is not part of the YAML
         check_before_start(copy.deepcopy(resolved))
     click.echo(annotated_yaml(resolved), nl=False)
 
 
-@cli.command(epilog="""
+@cli.command(
+    epilog="""
 \b
 Examples:
   gnnbridge doctor                                     # this machine
   gnnbridge doctor --dataset big.npz --nproc 4         # and a job: /dev/shm, memory, threads for it
-""")
+"""
+)
 @click.argument("experiment", required=False)
-@click.option("--dataset", help="A dataset name, a .npz path or a prepared folder (loaded and checked as train checks it; /dev/shm and "
-                                "memory against its size).")
+@click.option(
+    "--dataset",
+    help="A dataset name, a .npz path or a prepared folder (loaded and checked as train checks it; /dev/shm and "
+    "memory against its size).",
+)
 @click.option("--nproc", type=int, help="Ranks the job will run on this machine.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a config key.")
 def doctor(experiment, dataset, nproc, overrides) -> None:
@@ -497,10 +642,18 @@ Examples:
 
 @cli.command(epilog=PREPARE_EXAMPLES)
 @click.argument("source", metavar="DIR|FILE.npz|NAME")
-@click.option("--out", type=click.Path(file_okay=False),
-              help="Folder for the prepared dataset (default: DIR itself, FILE beside FILE.npz, ./NAME).")
-@click.option("--dtype", type=click.Choice(["float32", "float16", "bfloat16"]), default="float32", show_default=True,
-              help="Store the features as this type (float16 and bfloat16 halve them; training upcasts each batch).")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False),
+    help="Folder for the prepared dataset (default: DIR itself, FILE beside FILE.npz, ./NAME).",
+)
+@click.option(
+    "--dtype",
+    type=click.Choice(["float32", "float16", "bfloat16"]),
+    default="float32",
+    show_default=True,
+    help="Store the features as this type (float16 and bfloat16 halve them; training upcasts each batch).",
+)
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @interruptible
 def prepare(source, out, dtype, quiet) -> None:
@@ -513,12 +666,14 @@ def prepare(source, out, dtype, quiet) -> None:
     click.echo(describe(prepare_dataset(source, out=out, dtype=dtype, progress=not quiet)))
 
 
-@cli.command(epilog="""
+@cli.command(
+    epilog="""
 \b
 Examples:
   gnnbridge loggers
   gnnbridge train --set "log.to=[tensorboard,csv]"
-""")
+"""
+)
 def loggers() -> None:
     """Logger plugins for log.to (e.g. --set log.to=[tensorboard,csv]), with their plugin."""
     from gnnbridge.core.contracts.plugins import loggers as registry
@@ -557,14 +712,17 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("Error: out of memory; use a smaller dataset or model (or a machine with more memory).", err=True)
         sys.exit(1)
     except Exception as exc:  # noqa: BLE001 - the last line of defence: never a wall of text
-        click.echo(f"Error: unexpected {type(exc).__name__}: {_first_line(exc)} (this is a gnnbridge bug; the full "
-                   f"traceback is in {_save_traceback(exc)}).", err=True)
+        click.echo(
+            f"Error: unexpected {type(exc).__name__}: {_first_line(exc)} (this is a gnnbridge bug; the full "
+            f"traceback is in {_save_traceback(exc)}).",
+            err=True,
+        )
         sys.exit(1)
 
 
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
-    return (text.splitlines()[0][:200] if text else "no message")
+    return text.splitlines()[0][:200] if text else "no message"
 
 
 def _save_traceback(exc: BaseException) -> str:

@@ -5,6 +5,7 @@ allocation), so this module first gives the test process, and through it every p
 starts, a clean slate: default signal dispositions, none of the launcher's or gnnbridge's
 environment variables, and a private shared-memory folder.
 """
+
 from __future__ import annotations
 
 import os
@@ -19,9 +20,11 @@ import torch
 # Variables a user, CI or a cluster may have set that change what gnnbridge does: a job's
 # identity (torchrun, srun), thread and device choices, gnnbridge's own switches. Tests that need
 # one set it themselves, in the environment they give their child process or by monkeypatch.
-INHERITED = re.compile(r"^(RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|GROUP_RANK|GROUP_WORLD_SIZE|ROLE_RANK|"
-                       r"ROLE_WORLD_SIZE|MASTER_ADDR|MASTER_PORT|TORCHELASTIC_.*|SLURM_.*|OMP_NUM_THREADS|"
-                       r"MKL_NUM_THREADS|NUMBA_.*|CUDA_VISIBLE_DEVICES|GNNBRIDGE_(?!CACHE$).*)$")
+INHERITED = re.compile(
+    r"^(RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|GROUP_RANK|GROUP_WORLD_SIZE|ROLE_RANK|"
+    r"ROLE_WORLD_SIZE|MASTER_ADDR|MASTER_PORT|TORCHELASTIC_.*|SLURM_.*|OMP_NUM_THREADS|"
+    r"MKL_NUM_THREADS|NUMBA_.*|CUDA_VISIBLE_DEVICES|GNNBRIDGE_(?!CACHE$).*)$"
+)
 
 
 def default_signal_dispositions() -> None:

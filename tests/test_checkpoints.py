@@ -3,6 +3,7 @@ finished run extended, early stopping, evaluate / predict, and checkpoints that 
 
 Equality here is exact (``==`` on floats, ``torch.equal`` on weights): a resumed run must be the
 very same run, not a close one. Every run uses one thread per rank (see test_launch_modes)."""
+
 import json
 import os
 import re
@@ -70,8 +71,15 @@ def hooked_env(tmp_path, code):
 
 
 def gnnbridge(*args, cwd, env=ENV, timeout=300):
-    return subprocess.run([sys.executable, "-m", "gnnbridge", *args], check=False, capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "gnnbridge", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=timeout,
+    )
 
 
 def ok(proc):
@@ -102,8 +110,11 @@ def uninterrupted(tmp_path_factory):
     """4-epoch runs on 2 ranks, one per backend (and a graph task), computed once."""
     root = tmp_path_factory.mktemp("full")
     runs = {}
-    for name, args in {"pyg": ["--backend", "pyg", *SMALL], "dgl": ["--backend", "dgl", *SMALL],
-                       "gin": ["--backend", "pyg", *GIN]}.items():
+    for name, args in {
+        "pyg": ["--backend", "pyg", *SMALL],
+        "dgl": ["--backend", "dgl", *SMALL],
+        "gin": ["--backend", "pyg", *GIN],
+    }.items():
         ok(gnnbridge("train", *args, "--nproc", "2", "--set", "train.epochs=4", "--out", f"{name}", cwd=root))
         runs[name] = root / name
     return runs
@@ -112,9 +123,30 @@ def uninterrupted(tmp_path_factory):
 @pytest.mark.parametrize("backend", ["pyg", "dgl"])
 def test_a_job_killed_after_its_second_checkpoint_resumes_to_identical_results(tmp_path, uninterrupted, backend):
     env = hooked_env(tmp_path, PREEMPT)
-    proc = subprocess.run([sys.executable, "-m", "gnnbridge", "train", "--backend", backend, *SMALL, "--nproc", "2",
-                           "--set", "train.epochs=4", "--out", "run"], check=False, cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300, start_new_session=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gnnbridge",
+            "train",
+            "--backend",
+            backend,
+            *SMALL,
+            "--nproc",
+            "2",
+            "--set",
+            "train.epochs=4",
+            "--out",
+            "run",
+        ],
+        check=False,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        start_new_session=True,
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     run = tmp_path / "run"
     assert not (run / "results.json").exists()
@@ -128,12 +160,27 @@ def test_a_job_killed_after_its_second_checkpoint_resumes_to_identical_results(t
 
 
 def test_a_failed_job_keeps_its_checkpoint_and_says_how_to_resume(tmp_path, uninterrupted):
-    proc = gnnbridge("train", "--backend", "pyg", *SMALL, "--nproc", "2", "--set", "train.epochs=4", "--out", "run",
-                     cwd=tmp_path, env=hooked_env(tmp_path, RANK_DIES))
+    proc = gnnbridge(
+        "train",
+        "--backend",
+        "pyg",
+        *SMALL,
+        "--nproc",
+        "2",
+        "--set",
+        "train.epochs=4",
+        "--out",
+        "run",
+        cwd=tmp_path,
+        env=hooked_env(tmp_path, RANK_DIES),
+    )
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr
-    assert re.fullmatch(rf"Error: {DIED}\. The run's checkpoint is kept; continue it with: gnnbridge train "
-                        r"--resume run", lines[0]), lines[0]
+    assert re.fullmatch(
+        rf"Error: {DIED}\. The run's checkpoint is kept; continue it with: gnnbridge train "
+        r"--resume run",
+        lines[0],
+    ), lines[0]
     assert checkpoint.load(checkpoint.path_in(tmp_path / "run", "latest"))["epoch"] == 0
     ok(gnnbridge("train", "--resume", "run", "--quiet", cwd=tmp_path))
     assert_same_run(tmp_path / "run", uninterrupted["pyg"])
@@ -163,8 +210,19 @@ def test_a_two_rank_checkpoint_resumes_on_one_rank(tmp_path, uninterrupted):
 def test_same_seed_same_metrics_on_both_backends(tmp_path):
     for backend in ("pyg", "dgl"):
         for run in ("a", "b"):
-            ok(gnnbridge("train", "--backend", backend, *SMALL, "--set", "train.epochs=2", "--out", f"{backend}-{run}",
-                         cwd=tmp_path))
+            ok(
+                gnnbridge(
+                    "train",
+                    "--backend",
+                    backend,
+                    *SMALL,
+                    "--set",
+                    "train.epochs=2",
+                    "--out",
+                    f"{backend}-{run}",
+                    cwd=tmp_path,
+                )
+            )
         a, b = results(tmp_path / f"{backend}-a"), results(tmp_path / f"{backend}-b")
         assert json.dumps(a["metrics"]) == json.dumps(b["metrics"])
         assert [h["loss"] for h in a["history"]] == [h["loss"] for h in b["history"]]
@@ -180,9 +238,12 @@ def test_early_stopping_stops_records_and_resumes_only_with_more_patience(tmp_pa
     assert res["epochs_trained"] == 3 and res["best"]["epoch"] == 0
 
     again = gnnbridge("train", "--resume", "run", cwd=tmp_path)
-    assert again.returncode == 1 and again.stderr.strip().splitlines() == [(
-        "Error: Run 'run' stopped early after 3 epoch(s): val_acc did not improve for 2 epoch(s) "
-        "(train.patience=2); continue with a larger train.patience, or 0 to turn early stopping off.")]
+    assert again.returncode == 1 and again.stderr.strip().splitlines() == [
+        (
+            "Error: Run 'run' stopped early after 3 epoch(s): val_acc did not improve for 2 epoch(s) "
+            "(train.patience=2); continue with a larger train.patience, or 0 to turn early stopping off."
+        )
+    ]
     ok(gnnbridge("train", "--resume", "run", "--set", "train.patience=3", "--quiet", cwd=tmp_path))
     assert results(tmp_path / "run")["epochs_trained"] == 4
 
@@ -210,6 +271,7 @@ def test_evaluate_and_predict_from_a_run_folder_or_a_checkpoint_file(tmp_path, u
 def npz_members(path):
     """Each member's name and bytes, in order (the zip's timestamps aside)."""
     import zipfile
+
     with zipfile.ZipFile(path) as z:
         return [(i.filename, z.read(i.filename)) for i in z.infolist()]
 
@@ -218,8 +280,12 @@ def test_layers_on_disk_evaluate_and_predict_as_in_memory(tmp_path, uninterrupte
     """eval.layer_store=disk (forced on a small graph) scores and predicts exactly as layers in
     memory (to float tolerance), and predict's streamed file holds what numpy.savez writes, byte for byte."""
     run = uninterrupted["dgl"]
-    scores = {store: json.loads(ok(gnnbridge("evaluate", str(run), "--json", "--set", f"eval.layer_store={store}",
-                                             cwd=tmp_path)).stdout)["metrics"] for store in ("memory", "disk")}
+    scores = {
+        store: json.loads(
+            ok(gnnbridge("evaluate", str(run), "--json", "--set", f"eval.layer_store={store}", cwd=tmp_path)).stdout
+        )["metrics"]
+        for store in ("memory", "disk")
+    }
     assert scores["disk"] == pytest.approx(scores["memory"], abs=1e-6)
     for store in ("memory", "disk"):
         ok(gnnbridge("predict", str(run), "--out", f"{store}.npz", "--set", f"eval.layer_store={store}", cwd=tmp_path))
@@ -299,8 +365,10 @@ def test_unusable_checkpoints_are_refused_and_nothing_runs_or_changes(tmp_path, 
     state["config"]["model"]["hidden"] = 32  # the model code or config changed since it was saved
     torch.save(state, tmp_path / "other.pt")
     one_line(gnnbridge("evaluate", "other.pt", cwd=tmp_path), "was made by a different model")
-    one_line(gnnbridge("evaluate", "run", "--set", "model.hidden=32", cwd=tmp_path),
-             "model.hidden=32 differs from the checkpoint's 64, but evaluate keeps task, backend, model as trained")
+    one_line(
+        gnnbridge("evaluate", "run", "--set", "model.hidden=32", cwd=tmp_path),
+        "model.hidden=32 differs from the checkpoint's 64, but evaluate keeps task, backend, model as trained",
+    )
     one_line(gnnbridge("train", "--resume", "nowhere", cwd=tmp_path), "Run folder 'nowhere' does not exist")
 
 
@@ -324,43 +392,62 @@ def graph_npz(path, n=300, features=8, seed=0):
 
 def test_data_that_moved_is_pointed_at_and_must_fit_the_model(tmp_path):
     graph_npz(tmp_path / "graph.npz")
-    ok(gnnbridge("train", "--dataset", "graph.npz", "--quiet", "--set", "train.epochs=1", "--out", "run",
-                 cwd=tmp_path))
+    ok(gnnbridge("train", "--dataset", "graph.npz", "--quiet", "--set", "train.epochs=1", "--out", "run", cwd=tmp_path))
     (tmp_path / "graph.npz").rename(tmp_path / "moved.npz")
     one_line(gnnbridge("evaluate", "run", cwd=tmp_path), "graph.npz' does not exist")
-    moved = json.loads(ok(gnnbridge("evaluate", "run", "--json", "--set", "dataset.path=moved.npz",
-                                    cwd=tmp_path)).stdout)
+    moved = json.loads(
+        ok(gnnbridge("evaluate", "run", "--json", "--set", "dataset.path=moved.npz", cwd=tmp_path)).stdout
+    )
     assert moved["metrics"] == pytest.approx(results(tmp_path / "run")["best"]["metrics"])
     # Sampled inference (eval.* may change) scores every node through the training sampler; with
     # fanouts of 10 and in-degrees near 4 it sees almost every neighbour, so it agrees with exact
     # layer-wise inference.
     for out, mode in (("s.npz", "sampled"), ("l.npz", "layerwise")):
-        ok(gnnbridge("predict", "run", "--out", out, "--set", "dataset.path=moved.npz", "--set", f"eval.mode={mode}",
-                     cwd=tmp_path))
+        ok(
+            gnnbridge(
+                "predict",
+                "run",
+                "--out",
+                out,
+                "--set",
+                "dataset.path=moved.npz",
+                "--set",
+                f"eval.mode={mode}",
+                cwd=tmp_path,
+            )
+        )
     with np.load(tmp_path / "s.npz") as sampled, np.load(tmp_path / "l.npz") as exact:
         assert sampled["logits"].shape == exact["logits"].shape == (300, 3)
         assert (sampled["pred"] == exact["pred"]).mean() > 0.9
     graph_npz(tmp_path / "wider.npz", features=12)
-    one_line(gnnbridge("predict", "run", "--out", "p.npz", "--set", "dataset.path=wider.npz", cwd=tmp_path),
-             "The dataset has num_features=12 but the model in")
+    one_line(
+        gnnbridge("predict", "run", "--out", "p.npz", "--set", "dataset.path=wider.npz", cwd=tmp_path),
+        "The dataset has num_features=12 but the model in",
+    )
     assert not (tmp_path / "p.npz").exists()
 
 
 def test_a_run_whose_data_moved_resumes_from_its_new_place_and_only_on_that_data(tmp_path):
     graph_npz(tmp_path / "graph.npz")
-    ok(gnnbridge("train", "--dataset", "graph.npz", "--quiet", "--set", "train.epochs=1", "--out", "run",
-                 cwd=tmp_path))
+    ok(gnnbridge("train", "--dataset", "graph.npz", "--quiet", "--set", "train.epochs=1", "--out", "run", cwd=tmp_path))
     (tmp_path / "data").mkdir()
     (tmp_path / "graph.npz").rename(tmp_path / "data" / "graph.npz")
     graph_npz(tmp_path / "other.npz", seed=1)  # the same shapes but for the edges: other data
-    np.savez(tmp_path / "other.npz", **{**np.load(tmp_path / "other.npz"),
-                                        "edge_index": np.load(tmp_path / "other.npz")["edge_index"][:, :900]})
+    np.savez(
+        tmp_path / "other.npz",
+        **{**np.load(tmp_path / "other.npz"), "edge_index": np.load(tmp_path / "other.npz")["edge_index"][:, :900]},
+    )
     before = snapshot(tmp_path / "run")
     resume = ["train", "--resume", "run", "--quiet", "--set", "train.epochs=2"]
-    one_line(gnnbridge(*resume, cwd=tmp_path), "graph.npz' does not exist; give an existing .npz (a run or checkpoint "
-                                               "whose data moved: --set dataset.path=NEW)")
-    one_line(gnnbridge(*resume, "--set", "dataset.path=other.npz", cwd=tmp_path),
-             "has num_edges=900 but run 'run' was trained on num_edges=1200: it is not the data the run continues on")
+    one_line(
+        gnnbridge(*resume, cwd=tmp_path),
+        "graph.npz' does not exist; give an existing .npz (a run or checkpoint "
+        "whose data moved: --set dataset.path=NEW)",
+    )
+    one_line(
+        gnnbridge(*resume, "--set", "dataset.path=other.npz", cwd=tmp_path),
+        "has num_edges=900 but run 'run' was trained on num_edges=1200: it is not the data the run continues on",
+    )
     assert snapshot(tmp_path / "run") == before
     ok(gnnbridge(*resume, "--set", "dataset.path=data/graph.npz", cwd=tmp_path))
     assert [h["epoch"] for h in results(tmp_path / "run")["history"]] == [0, 1]
@@ -389,15 +476,33 @@ RANK_DIES_ON_ATTEMPTS = textwrap.dedent("""
 # A SIGKILLed rank is named by whoever notices first: the elastic agent (its signal) or the
 # surviving rank's watchdog (it sees the death, not the cause). Both lines are right; which one
 # comes is a race, more often won by the watchdog when the machine is busy.
-DIED = (r"rank 1 (\(pid \d+\) was killed by SIGKILL|\(pid \d+ on .*\) died without a Python error \(killed by a signal "
-        r"or the out-of-memory killer\?\))")
+DIED = (
+    r"rank 1 (\(pid \d+\) was killed by SIGKILL|\(pid \d+ on .*\) died without a Python error \(killed by a signal "
+    r"or the out-of-memory killer\?\))"
+)
 RESTART_LINE = rf"Restart 1 of 1 after: {DIED}; continuing run from epoch 3\."
 
 
 def test_a_killed_rank_is_restarted_and_the_run_ends_as_if_uninterrupted(tmp_path, uninterrupted):
     env = hooked_env(tmp_path, RANK_DIES_ON_ATTEMPTS)
-    proc = ok(gnnbridge("train", "--backend", "pyg", *SMALL, "--nproc", "2", "--set", "train.epochs=4",
-                        "--max-restarts", "1", "--out", "run", cwd=tmp_path, env=env))
+    proc = ok(
+        gnnbridge(
+            "train",
+            "--backend",
+            "pyg",
+            *SMALL,
+            "--nproc",
+            "2",
+            "--set",
+            "train.epochs=4",
+            "--max-restarts",
+            "1",
+            "--out",
+            "run",
+            cwd=tmp_path,
+            env=env,
+        )
+    )
     assert re.fullmatch(RESTART_LINE, proc.stderr.strip()), proc.stderr  # said once, and no error line
     run = results(tmp_path / "run")
     assert run["restarts"] == [{"attempt": 1, "after": run["restarts"][0]["after"], "resumed_from_epoch": 1}]
@@ -408,12 +513,29 @@ def test_a_killed_rank_is_restarted_and_the_run_ends_as_if_uninterrupted(tmp_pat
 
 def test_without_restarts_left_the_job_fails_as_before_and_resumes_by_hand(tmp_path, uninterrupted):
     env = {**hooked_env(tmp_path, RANK_DIES_ON_ATTEMPTS), "KILL_EVERY_ATTEMPT": "1"}
-    proc = gnnbridge("train", "--backend", "pyg", *SMALL, "--nproc", "2", "--set", "train.epochs=4",
-                     "--max-restarts", "1", "--out", "run", cwd=tmp_path, env=env)
+    proc = gnnbridge(
+        "train",
+        "--backend",
+        "pyg",
+        *SMALL,
+        "--nproc",
+        "2",
+        "--set",
+        "train.epochs=4",
+        "--max-restarts",
+        "1",
+        "--out",
+        "run",
+        cwd=tmp_path,
+        env=env,
+    )
     errors = [line for line in proc.stderr.splitlines() if line.startswith("Error:")]
     assert proc.returncode == 1 and len(errors) == 1, proc.stderr
-    assert re.fullmatch(rf"Error: {DIED}\. The run's checkpoint is kept; continue it with: gnnbridge train "
-                        r"--resume run", errors[0]), errors[0]
+    assert re.fullmatch(
+        rf"Error: {DIED}\. The run's checkpoint is kept; continue it with: gnnbridge train "
+        r"--resume run",
+        errors[0],
+    ), errors[0]
     assert not (tmp_path / "run" / "results.json").exists()
     ok(gnnbridge("train", "--resume", "run", "--quiet", cwd=tmp_path))
     assert_same_run(tmp_path / "run", uninterrupted["pyg"])
@@ -421,14 +543,35 @@ def test_without_restarts_left_the_job_fails_as_before_and_resumes_by_hand(tmp_p
 
 
 @pytest.mark.parametrize("kill_at, resumed_from", [(2, 1), (0, None)])
-def test_torchrun_restarts_continue_the_run_folder_the_first_attempt_chose(tmp_path, uninterrupted, kill_at,
-                                                                         resumed_from):
+def test_torchrun_restarts_continue_the_run_folder_the_first_attempt_chose(
+    tmp_path, uninterrupted, kill_at, resumed_from
+):
     """No --out: the restarted ranks find the generated folder through the job's store, also when
     the first attempt died before its first checkpoint (then they train it again from epoch 0)."""
     port = free_port()
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2", "--max-restarts",
-           "1", "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", "gnnbridge", "train", "--backend",
-           "pyg", *SMALL, "--set", "train.epochs=4"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        "1",
+        "--nproc-per-node",
+        "2",
+        "--max-restarts",
+        "1",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(port),
+        "-m",
+        "gnnbridge",
+        "train",
+        "--backend",
+        "pyg",
+        *SMALL,
+        "--set",
+        "train.epochs=4",
+    ]
     env = {**hooked_env(tmp_path, RANK_DIES_ON_ATTEMPTS), "KILL_AT_EPOCH": str(kill_at)}
     proc = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=tmp_path, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr

@@ -1,4 +1,5 @@
 """The command line, end to end, in a subprocess, as a user runs it."""
+
 import json
 import os
 import subprocess
@@ -9,8 +10,9 @@ import pytest
 
 
 def gnnbridge(*args, cwd=None, timeout=300):
-    return subprocess.run([sys.executable, "-m", "gnnbridge", *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "gnnbridge", *args], capture_output=True, text=True, cwd=cwd, timeout=timeout
+    )
 
 
 def assert_one_line_error(proc, *needles):
@@ -23,8 +25,11 @@ def assert_one_line_error(proc, *needles):
 
 
 # Explicit splits (train 0-249, val 250-299, test 300-399), for the split checks.
-SPLITS = {"train_idx": np.arange(250, dtype=np.int64), "val_idx": np.arange(250, 300, dtype=np.int64),
-          "test_idx": np.arange(300, 400, dtype=np.int64)}
+SPLITS = {
+    "train_idx": np.arange(250, dtype=np.int64),
+    "val_idx": np.arange(250, 300, dtype=np.int64),
+    "test_idx": np.arange(300, 400, dtype=np.int64),
+}
 
 
 def write_npz(path, n=400, classes=3, seed=0, **overrides):
@@ -59,9 +64,24 @@ def test_train_end_to_end_two_ranks(tmp_path):
 def test_train_on_an_npz_file_with_fanouts_override(tmp_path):
     path = write_npz(tmp_path / "graph.npz")
     out = tmp_path / "run"
-    proc = gnnbridge("train", "--dataset", str(path), "--backend", "pyg", "--nproc", "2", "--out", str(out),
-                     "--set", "sampler.fanouts=[15,5]", "--set", "train.epochs=6",
-                     "--set", "train.batch_size=32", "--quiet")
+    proc = gnnbridge(
+        "train",
+        "--dataset",
+        str(path),
+        "--backend",
+        "pyg",
+        "--nproc",
+        "2",
+        "--out",
+        str(out),
+        "--set",
+        "sampler.fanouts=[15,5]",
+        "--set",
+        "train.epochs=6",
+        "--set",
+        "train.batch_size=32",
+        "--quiet",
+    )
     assert proc.returncode == 0, proc.stderr
     results = json.loads((out / "results.json").read_text())
     assert results["dataset"]["num_nodes"] == 400
@@ -73,9 +93,18 @@ def test_train_on_an_npz_file_with_fanouts_override(tmp_path):
     "args, needles",
     [
         (["--backend", "dlg"], ["Unknown backend 'dlg'", "Available: dgl, pyg"]),
-        (["--set", "model.arch=gta"], ["Unknown model.arch 'gta' (did you mean 'gat'?)", "gat, gcn, sage",
-                                        "--set model.arch=my_lab.models:DeepSAGE"]),
-        (["--set", "model.arch=gat", "--set", "model.hidden=10"], ["model.hidden=10 is not divisible by model.heads=4"]),
+        (
+            ["--set", "model.arch=gta"],
+            [
+                "Unknown model.arch 'gta' (did you mean 'gat'?)",
+                "gat, gcn, sage",
+                "--set model.arch=my_lab.models:DeepSAGE",
+            ],
+        ),
+        (
+            ["--set", "model.arch=gat", "--set", "model.hidden=10"],
+            ["model.hidden=10 is not divisible by model.heads=4"],
+        ),
         (["--set", "sampler.kind=fast"], ["Unknown sampler.kind 'fast'", "Available: auto, core, native"]),
         (["--dataset", "reddt"], ["Unknown dataset 'reddt'", "synthetic"]),
         (["--dataset", "IMDB-BINARY"], ["Unknown dataset 'IMDB-BINARY' (did you mean 'imdb-binary'?)"]),
@@ -109,8 +138,9 @@ def test_native_pyg_sampler_without_its_extension_is_refused_before_anything_run
 
     if pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE:
         pytest.skip("pyg-lib or torch-sparse is installed: the native sampler can run")
-    proc = gnnbridge("train", "--backend", "pyg", "--nproc", "2", "--set", "sampler.kind=native",
-                     "--out", str(tmp_path / "out"))
+    proc = gnnbridge(
+        "train", "--backend", "pyg", "--nproc", "2", "--set", "sampler.kind=native", "--out", str(tmp_path / "out")
+    )
     assert_one_line_error(proc, "needs pyg-lib or torch-sparse", "sampler.kind=core")
     assert not (tmp_path / "out").exists()
 
@@ -123,8 +153,10 @@ def test_native_pyg_sampler_without_its_extension_is_refused_before_anything_run
         ({"y": np.zeros(5, dtype=np.int64)}, "y has 5 labels but x has 400 rows"),
         ({"train_idx": np.arange(10, dtype=np.int64)}, "give all three splits or none"),
         ({"x": np.zeros((400, 0), dtype=np.float32)}, "x has 0 feature columns"),
-        ({"x": np.where(np.arange(400)[:, None] == 7, np.nan, 0).astype(np.float32)},
-         "x holds NaN or inf values (first at node 7)"),
+        (
+            {"x": np.where(np.arange(400)[:, None] == 7, np.nan, 0).astype(np.float32)},
+            "x holds NaN or inf values (first at node 7)",
+        ),
         ({"x": np.full((400, 8), np.inf, dtype=np.float32)}, "x holds NaN or inf values"),
         ({"edge_index": np.zeros((3, 5), dtype=np.int64)}, "edge_index has shape [3, 5]; expected [2, E]"),
         ({"edge_index": np.array([[-1], [0]], dtype=np.int64)}, "node id -1, outside [0, 400)"),
@@ -166,8 +198,12 @@ def write_graphs_npz(path, **overrides):
     from gnnbridge.plugins.datasets import family_graphs
 
     data = family_graphs(90, 6, 14, seed=0)
-    arrays = {"x": data.x.numpy(), "edge_index": data.edge_index.numpy(), "node_ptr": data.node_ptr.numpy(),
-              "y": data.y.numpy()}
+    arrays = {
+        "x": data.x.numpy(),
+        "edge_index": data.edge_index.numpy(),
+        "node_ptr": data.node_ptr.numpy(),
+        "y": data.y.numpy(),
+    }
     arrays.update(overrides)
     np.savez(path, **arrays)
     return path
@@ -180,8 +216,25 @@ GIN = ["--set", "task=graph", "--set", "model.arch=gin"]
 def test_train_gin_on_a_graph_collection_npz(tmp_path):
     path = write_graphs_npz(tmp_path / "graphs.npz")
     out = tmp_path / "run"
-    proc = gnnbridge("train", "--dataset", str(path), *GIN, "--set", "model.layers=3", "--set", "train.epochs=3",
-                     "--set", "train.batch_size=16", "--backend", "pyg", "--nproc", "2", "--out", str(out), "--quiet")
+    proc = gnnbridge(
+        "train",
+        "--dataset",
+        str(path),
+        *GIN,
+        "--set",
+        "model.layers=3",
+        "--set",
+        "train.epochs=3",
+        "--set",
+        "train.batch_size=16",
+        "--backend",
+        "pyg",
+        "--nproc",
+        "2",
+        "--out",
+        str(out),
+        "--quiet",
+    )
     assert proc.returncode == 0, proc.stderr
     results = json.loads((out / "results.json").read_text())
     assert results["task"] == "graph" and results["sampler"] == "PygGraphLoader"
@@ -213,28 +266,41 @@ def test_malformed_graph_collection_is_refused(tmp_path, refused, overrides, nee
 @pytest.mark.parametrize(
     "args, needles",
     [
-        (["--set", "task=graph"], ["model.arch='sage' is a model for task=node, link, not task=graph", "model.arch=gin"]),
-        (["gin-synthetic", "--set", "task=node", "--set", "sampler.fanouts=[5,5,5]"],
-         ["model.arch='gin' is a model for task=graph, not task=node"]),
+        (
+            ["--set", "task=graph"],
+            ["model.arch='sage' is a model for task=node, link, not task=graph", "model.arch=gin"],
+        ),
+        (
+            ["gin-synthetic", "--set", "task=node", "--set", "sampler.fanouts=[5,5,5]"],
+            ["model.arch='gin' is a model for task=graph, not task=node"],
+        ),
         (["gin-synthetic", "--set", "model.pooling=max"], ["model.pooling='max' is not supported", "sum, mean"]),
         (["gin-synthetic", "--dataset", "karate"], ["one graph with a label per node but task=graph"]),
         (["--dataset", "gin-synthetic"], ["collection of 1000 graphs", "--set task=graph --set model.arch=gin"]),
         # Heterogeneous graphs and link prediction.
-        (["--set", "task=link", "--set", "model.arch=gcn"], ["model.arch='gcn' is a model for task=node, not task=link",
-                                                            "--set model.arch=sage"]),
+        (
+            ["--set", "task=link", "--set", "model.arch=gcn"],
+            ["model.arch='gcn' is a model for task=node, not task=link", "--set model.arch=sage"],
+        ),
         (["mag-synthetic", "--set", "model.arch=gat"], ["dataset 'mag-synthetic' is heterogeneous", "sage"]),
-        (["rec-synthetic", "--set", "link.edge_type=sells"], ["link.edge_type='sells' is not an edge type",
-                                                              "user,buys,item"]),
+        (
+            ["rec-synthetic", "--set", "link.edge_type=sells"],
+            ["link.edge_type='sells' is not an edge type", "user,buys,item"],
+        ),
         (["mag-synthetic", "--set", "task=link"], ["has 3 edge types", "--set link.edge_type=RELATION"]),
         (["rec-synthetic", "--set", "task=node"], ["no node labels", "task=link"]),
         (["rec-synthetic", "--set", "task=graph", "--set", "model.arch=gin"], ["task=graph classifies whole graphs"]),
         (["rec-synthetic", "--set", "sampler.kind=native"], ["LinkNeighborLoader", "sampler.kind=core or auto"]),
         (["rec-synthetic", "--set", "sampler.kind=example-nope"], ["plugin samplers sample homogeneous graphs"]),
         (["rec-synthetic", "--set", "train.monitor=val_acc"], ["does not score task=link", "val_mrr"]),
-        (["rec-synthetic", "--set", "sampler.edge_fanouts={sells: [5, 5]}"],
-         ["sampler.edge_fanouts key='sells' is not an edge type"]),
-        (["--set", "sampler.edge_fanouts={to: [5, 5]}"], ["sampler.edge_fanouts sets fanouts per edge type",
-                                                          "use sampler.fanouts"]),
+        (
+            ["rec-synthetic", "--set", "sampler.edge_fanouts={sells: [5, 5]}"],
+            ["sampler.edge_fanouts key='sells' is not an edge type"],
+        ),
+        (
+            ["--set", "sampler.edge_fanouts={to: [5, 5]}"],
+            ["sampler.edge_fanouts sets fanouts per edge type", "use sampler.fanouts"],
+        ),
     ],
 )
 def test_task_model_and_dataset_must_match(tmp_path, refused, args, needles):
@@ -261,8 +327,10 @@ def test_backends_plugins_experiments_commands():
     plugins = json.loads(gnnbridge("plugins").stdout)
     pyg = next(p for p in plugins if p["name"] == "pyg")
     assert pyg["module"] == "gnnbridge.backends.pyg.plugin" and pyg["hooks"] == ["register_backends", "register_models"]
-    assert pyg["registers"] == {"backends": ["pyg"], "models": ["EdgeCNN", "GAT", "GCN", "GIN", "GraphSAGE", "PNA",
-                                                              "gat", "gcn", "gin", "sage"]}
+    assert pyg["registers"] == {
+        "backends": ["pyg"],
+        "models": ["EdgeCNN", "GAT", "GCN", "GIN", "GraphSAGE", "PNA", "gat", "gcn", "gin", "sage"],
+    }
     proc = gnnbridge("experiments")
     assert "sage-synthetic" in proc.stdout and "reddit-sage" in proc.stdout
     assert "gin-synthetic" in proc.stdout and "imdb-binary" in proc.stdout
@@ -271,4 +339,3 @@ def test_backends_plugins_experiments_commands():
 def test_help_shows_examples():
     proc = gnnbridge("train", "--help")
     assert proc.returncode == 0 and "gnnbridge train --backend dgl --nproc 2" in proc.stdout
-

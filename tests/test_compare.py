@@ -1,4 +1,5 @@
 """``gnnbridge compare`` (side by side, and on identical batches) and ``gnnbridge plot``."""
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,10 @@ SMALL = {  # every built-in architecture, node, graph and link tasks, kept small
     "gcn": ("gcn-synthetic", ["dataset.options.num_nodes=600"]),
     "gat": ("gat-synthetic", ["dataset.options.num_nodes=600"]),
     "gin": ("gin-synthetic", ["dataset.options.num_graphs=100"]),
-    "link": ("rec-synthetic", ["dataset.options.num_users=150", "dataset.options.num_items=100",
-                               "link.eval_negatives=20"]),
+    "link": (
+        "rec-synthetic",
+        ["dataset.options.num_users=150", "dataset.options.num_items=100", "link.eval_negatives=20"],
+    ),
 }
 
 
@@ -81,7 +84,8 @@ def test_a_failed_backend_is_a_row_saying_why_and_the_exit_code_says_so(tmp_path
     sets = [a for o in ["dataset.options.num_nodes=600", "train.epochs=2", "train.lr=1e30"] for a in ("--set", o)]
     proc = cli("compare", "sage-synthetic", *sets, "--quiet", "--out", "both", cwd=tmp_path)
     assert proc.returncode == 1 and proc.stderr.strip().splitlines() == [
-        "Error: the run on dgl, pyg failed (its line is in the table)."]
+        "Error: the run on dgl, pyg failed (its line is in the table)."
+    ]
     report = json.loads((tmp_path / "both" / "compare.json").read_text())
     assert all(row["error"].startswith("Training diverged in epoch 1") for row in report["rows"])
     assert report["plot"] is None and not (tmp_path / "both" / "compare.png").exists()
@@ -89,11 +93,13 @@ def test_a_failed_backend_is_a_row_saying_why_and_the_exit_code_says_so(tmp_path
 
 
 def test_bad_compare_input_is_one_line(tmp_path, refused):
-    for args, needle in [(["--backend", "pyg", "--backend", "mxnet"], "mxnet"),
-                         (["--backend", "pyg"], "compare needs two backends"),
-                         (["--epochs", "2"], "--epochs needs --same-batches"),
-                         (["--same-batches", "--nproc", "2"], "--nproc does not apply to --same-batches"),
-                         (["--same-batches", "--tolerance", "-1"], "--tolerance"),
-                         (["--set", "model.arch=GraphSAGE"], "GraphSAGE")]:
+    for args, needle in [
+        (["--backend", "pyg", "--backend", "mxnet"], "mxnet"),
+        (["--backend", "pyg"], "compare needs two backends"),
+        (["--epochs", "2"], "--epochs needs --same-batches"),
+        (["--same-batches", "--nproc", "2"], "--nproc does not apply to --same-batches"),
+        (["--same-batches", "--tolerance", "-1"], "--tolerance"),
+        (["--set", "model.arch=GraphSAGE"], "GraphSAGE"),
+    ]:
         one_line(refused("compare", "sage-synthetic", *args), needle)
     assert list(tmp_path.iterdir()) == []

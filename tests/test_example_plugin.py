@@ -1,5 +1,6 @@
 """The example third-party package (examples/plugin), installed with pip into this environment as a
 user would (offline, no build isolation), used through the command line, and uninstalled."""
+
 import json
 import shutil
 import subprocess
@@ -32,23 +33,55 @@ def installed(tmp_path_factory):
 def test_the_installed_example_plugin_adds_models_a_dataset_a_sampler_and_a_command(installed, tmp_path):
     plugins = {p["name"]: p for p in json.loads(run("-m", "gnnbridge", "plugins").stdout)}
     assert plugins["example"]["distribution"] == f"{DIST} 0.1.0"
-    assert plugins["example"]["registers"] == {"datasets": ["example-caves"], "models": ["example-mlp", "example-ressage"],
-                                               "samplers": ["example-multilayer"]}
+    assert plugins["example"]["registers"] == {
+        "datasets": ["example-caves"],
+        "models": ["example-mlp", "example-ressage"],
+        "samplers": ["example-multilayer"],
+    }
     for backend in ("pyg", "dgl"):
-        proc = run("-m", "gnnbridge", "train", "--set", "model.arch=example-mlp", "--backend", backend, "--set",
-                   "train.epochs=1", "--out", str(tmp_path / backend), "--quiet")
+        proc = run(
+            "-m",
+            "gnnbridge",
+            "train",
+            "--set",
+            "model.arch=example-mlp",
+            "--backend",
+            backend,
+            "--set",
+            "train.epochs=1",
+            "--out",
+            str(tmp_path / backend),
+            "--quiet",
+        )
         assert proc.returncode == 0, proc.stderr
         assert json.loads((tmp_path / backend / "results.json").read_text())["eval"]["final"] == "full"
-    proc = run("-m", "gnnbridge", "train", "--dataset", "example-caves", "--backend", "dgl", "--set",
-               "model.arch=example-ressage", "--set", "sampler.kind=example-multilayer", "--set", "train.epochs=2",
-               "--out", str(tmp_path / "caves"), "--quiet")
+    proc = run(
+        "-m",
+        "gnnbridge",
+        "train",
+        "--dataset",
+        "example-caves",
+        "--backend",
+        "dgl",
+        "--set",
+        "model.arch=example-ressage",
+        "--set",
+        "sampler.kind=example-multilayer",
+        "--set",
+        "train.epochs=2",
+        "--out",
+        str(tmp_path / "caves"),
+        "--quiet",
+    )
     assert proc.returncode == 0, proc.stderr
     summary = run("-m", "gnnbridge", "example-summary", str(tmp_path / "caves")).stdout.splitlines()
     assert len(summary) == 3 and summary[-1].endswith("(evaluation: layerwise)")
     proc = run("-m", "gnnbridge", "train", "--set", "model.arch=example-ressage", "--backend", "pyg", "--quiet")
     assert proc.returncode == 1 and proc.stderr.splitlines() == [
-        "Error: model.arch='example-ressage' (plugin 'example') is built only for backend dgl, not 'pyg'; use --backend "
-        "dgl, or one of the models 'pyg' has: EdgeCNN, GAT, GCN, GIN, GraphSAGE, PNA, example-mlp, gat, gcn, sage."]
+        "Error: model.arch='example-ressage' (plugin 'example') is built only for backend dgl, not 'pyg'; "
+        "use --backend dgl, or one of the models 'pyg' has: "
+        "EdgeCNN, GAT, GCN, GIN, GraphSAGE, PNA, example-mlp, gat, gcn, sage."
+    ]
 
 
 @pytest.mark.slow

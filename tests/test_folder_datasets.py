@@ -1,6 +1,7 @@
 """Folder datasets: a folder of .npy files, prepared once with ``gnnbridge prepare``, trains as
 the same graph in one .npz does; what prepare derives equals what a run derives in memory; a
 folder that is not prepared, or changed since, is refused in one line."""
+
 from __future__ import annotations
 
 import json
@@ -15,10 +16,10 @@ import pytest
 import torch
 
 import gnnbridge
+from gnnbridge.core.app.prepare import build_csc, prepare_folder
 from gnnbridge.core.errors import DataError
 from gnnbridge.core.records.csc import csc_from_coo
 from gnnbridge.core.records.folder import MANIFEST, open_prepared
-from gnnbridge.core.app.prepare import build_csc, prepare_folder
 from gnnbridge.plugins.folder_datasets import prepare
 from gnnbridge.plugins.hetero_datasets import load_hetero_npz
 from gnnbridge.testing.conformance import small_graph
@@ -42,11 +43,14 @@ def save_folder(folder, arrays: dict):
 def hetero_arrays() -> dict:
     rng = np.random.default_rng(0)
     users, items = 30, 20
-    return {"num_nodes__user": np.array([users], dtype=np.int64),
-            "x__item": rng.normal(size=(items, 5)).astype(np.float32),
-            "y__item": (np.arange(items) % 3).astype(np.int64),
-            "edge_index__user__buys__item": np.stack([np.repeat(np.arange(users), 4),
-                                                      rng.integers(0, items, users * 4)]).astype(np.int64)}
+    return {
+        "num_nodes__user": np.array([users], dtype=np.int64),
+        "x__item": rng.normal(size=(items, 5)).astype(np.float32),
+        "y__item": (np.arange(items) % 3).astype(np.int64),
+        "edge_index__user__buys__item": np.stack(
+            [np.repeat(np.arange(users), 4), rng.integers(0, items, users * 4)]
+        ).astype(np.int64),
+    }
 
 
 def test_the_prepared_topology_is_csc_from_coo_exactly(tmp_path):
@@ -71,8 +75,8 @@ def test_a_folder_opens_as_the_npz_graph_mapped_from_its_files(tmp_path):
     folder = save_folder(tmp_path / "g", arrays)
     prepare(str(folder), progress=False)
     opened = open_prepared(folder, seed=3)
-    from gnnbridge.plugins.datasets import load_npz
     from gnnbridge.core.contracts.config import DatasetConfig
+    from gnnbridge.plugins.datasets import load_npz
 
     loaded = load_npz(DatasetConfig(name="npz", path=str(tmp_path / "g.npz")), 3)
     for key in ("indptr", "indices", "x", "y", "train_idx", "val_idx", "test_idx"):
@@ -145,9 +149,17 @@ def test_training_from_a_folder_gives_the_npz_metrics(tmp_path, backend, task):
     np.savez(tmp_path / "g.npz", **arrays)
     folder = save_folder(tmp_path / "folder", arrays)
     prepare(str(folder), progress=False)
-    runs = {name: gnnbridge.run(dataset=str(src), backend=backend, nproc=1, overrides=[*TINY, f"task={task}"],
-                                out=tmp_path / name, progress=False)
-            for name, src in (("npz", tmp_path / "g.npz"), ("dir", folder))}
+    runs = {
+        name: gnnbridge.run(
+            dataset=str(src),
+            backend=backend,
+            nproc=1,
+            overrides=[*TINY, f"task={task}"],
+            out=tmp_path / name,
+            progress=False,
+        )
+        for name, src in (("npz", tmp_path / "g.npz"), ("dir", folder))
+    }
     assert runs["dir"]["metrics"] == runs["npz"]["metrics"]
     saved = json.loads((tmp_path / "dir" / "results.json").read_text())
     assert saved["metrics"] == runs["npz"]["metrics"]
@@ -178,10 +190,26 @@ def test_a_run_from_a_folder_evaluates_predicts_resumes_ports_and_compares(tmp_p
     assert len(resumed["history"]) == 2
     gnnbridge.port(run, "dgl", tmp_path / "moved")
     assert gnnbridge.evaluate(tmp_path / "moved")["metrics"]["test_acc"] == pytest.approx(
-        gnnbridge.evaluate(run)["metrics"]["test_acc"], abs=1e-6)
-    both = subprocess.run([sys.executable, "-m", "gnnbridge", "compare", "--dataset", str(folder), "--same-batches",
-                           "--epochs", "1", *[f"--set={o}" for o in TINY[1:]]],
-                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+        gnnbridge.evaluate(run)["metrics"]["test_acc"], abs=1e-6
+    )
+    both = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gnnbridge",
+            "compare",
+            "--dataset",
+            str(folder),
+            "--same-batches",
+            "--epochs",
+            "1",
+            *[f"--set={o}" for o in TINY[1:]],
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
     assert both.returncode == 0, both.stderr[-2000:]
     assert "dgl vs pyg: agree" in both.stdout
 
@@ -205,8 +233,10 @@ def test_a_folder_changed_after_prepare_is_refused_naming_the_file(tmp_path, ref
     os.utime(folder / "y.npy", ns=(1, 1))  # a change must show even within one clock tick
     seen = refused("train", "--dataset", str(folder))
     assert seen.returncode == 1
-    assert seen.stderr.strip() == (f"Error: {folder / 'y.npy'} changed since `gnnbridge prepare` (size/modified time); "
-                                f"run gnnbridge prepare {folder} again")
+    assert seen.stderr.strip() == (
+        f"Error: {folder / 'y.npy'} changed since `gnnbridge prepare` (size/modified time); "
+        f"run gnnbridge prepare {folder} again"
+    )
 
 
 def test_a_folder_that_is_not_prepared_is_refused_with_the_command(tmp_path, refused):
@@ -221,8 +251,12 @@ def test_a_folder_that_is_not_prepared_is_refused_with_the_command(tmp_path, ref
 def test_config_show_names_a_prepared_folder_as_the_folder_dataset(tmp_path):
     folder = save_folder(tmp_path / "g", graph_arrays())
     prepare(str(folder), progress=False)
-    shown = subprocess.run([sys.executable, "-m", "gnnbridge", "config", "show", "--dataset", str(folder)],
-                           capture_output=True, text=True, timeout=300)
+    shown = subprocess.run(
+        [sys.executable, "-m", "gnnbridge", "config", "show", "--dataset", str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert shown.returncode == 0, shown.stderr
     section = shown.stdout.split("dataset:", 1)[1]
     assert "name: folder" in section and f"path: {folder}" in section
@@ -314,13 +348,19 @@ def test_float16_refuses_features_it_cannot_hold(tmp_path, refused):
     assert not [p for p in (folder / "prepared").iterdir() if p.name.endswith(".npy")]
 
 
-@pytest.mark.parametrize("change, needle", [
-    ({"edge_index": np.array([[0, 1], [1, 500]], dtype=np.int64)}, "edge_index holds node id 500, outside [0, 120)"),
-    ({"x": np.full((120, 12), np.nan, dtype=np.float32)}, "x holds NaN or inf values (first at node 0)"),
-    ({"y": np.arange(120, dtype=np.int64) % 3 + 1}, "y has labels up to 3 but no 0"),
-    ({"x": np.zeros((120, 12), dtype=np.float64)}, "x has dtype float64; expected float32"),
-    ({"train_idx": np.arange(5, dtype=np.int64)}, "has train_idx but not test_idx, val_idx"),
-])
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        (
+            {"edge_index": np.array([[0, 1], [1, 500]], dtype=np.int64)},
+            "edge_index holds node id 500, outside [0, 120)",
+        ),
+        ({"x": np.full((120, 12), np.nan, dtype=np.float32)}, "x holds NaN or inf values (first at node 0)"),
+        ({"y": np.arange(120, dtype=np.int64) % 3 + 1}, "y has labels up to 3 but no 0"),
+        ({"x": np.zeros((120, 12), dtype=np.float64)}, "x has dtype float64; expected float32"),
+        ({"train_idx": np.arange(5, dtype=np.int64)}, "has train_idx but not test_idx, val_idx"),
+    ],
+)
 def test_bad_arrays_are_refused_in_the_npz_wording(tmp_path, change, needle):
     folder = save_folder(tmp_path / "g", {**graph_arrays(), **change})
     with pytest.raises(DataError) as err:
@@ -364,8 +404,10 @@ def two_relation_arrays() -> dict:
     """The shop with a second relation ending at users, so destinations of both types have no
     in-edges, several in-edges, and in-edges in no particular order."""
     rng = np.random.default_rng(2)
-    return {**hetero_arrays(), "edge_index__item__likes__user": np.stack([rng.integers(0, 20, 90),
-                                                                           rng.integers(0, 25, 90)]).astype(np.int64)}
+    return {
+        **hetero_arrays(),
+        "edge_index__item__likes__user": np.stack([rng.integers(0, 20, 90), rng.integers(0, 25, 90)]).astype(np.int64),
+    }
 
 
 @pytest.mark.parametrize("reverse", [False, True])
@@ -390,8 +432,11 @@ def test_a_heterogeneous_folder_prepares_the_node_task_topology_the_npz_builds(t
         assert torch.equal(opened.split(name), built.split(name))
     assert opened.summary() == built.summary()
     recorded = json.loads((folder / MANIFEST).read_text())["arrays"]
-    assert recorded["csc_edges__item__rev_buys__user"] == {"file": "prepared/edges__item__rev_buys__user.npy",
-                                                           "dtype": "int64", "shape": [2, 120]}
+    assert recorded["csc_edges__item__rev_buys__user"] == {
+        "file": "prepared/edges__item__rev_buys__user.npy",
+        "dtype": "int64",
+        "shape": [2, 120],
+    }
     assert recorded["csc_indptr__item__rev_buys__user"]["shape"] == [31]
 
 
@@ -439,9 +484,17 @@ def test_a_heterogeneous_folder_trains_node_and_link_tasks_as_its_npz(tmp_path, 
         arrays.pop("edge_index__user__views__item")
     np.savez(tmp_path / "shop.npz", **arrays)
     prepare(str(tmp_path / "shop.npz"), progress=False)
-    runs = [gnnbridge.run(dataset=str(tmp_path / name), backend=backend, nproc=1, out=tmp_path / f"run-{i}",
-                          overrides=["train.epochs=1", f"task={task}", "dataset.reverse_edges=true"], progress=False)
-            for i, name in enumerate(("shop", "shop.npz"))]
+    runs = [
+        gnnbridge.run(
+            dataset=str(tmp_path / name),
+            backend=backend,
+            nproc=1,
+            out=tmp_path / f"run-{i}",
+            overrides=["train.epochs=1", f"task={task}", "dataset.reverse_edges=true"],
+            progress=False,
+        )
+        for i, name in enumerate(("shop", "shop.npz"))
+    ]
     assert runs[0]["history"][-1]["epoch"] == 0 and math.isfinite(runs[0]["history"][-1]["loss"])
     assert runs[0]["metrics"] == runs[1]["metrics"]
 
@@ -450,8 +503,9 @@ def test_a_heterogeneous_folder_trains_node_and_link_tasks_as_its_npz(tmp_path, 
 def test_float16_features_train(tmp_path):
     folder = save_folder(tmp_path / "g", graph_arrays())
     prepare(str(folder), dtype="float16", progress=False)
-    results = gnnbridge.run(dataset=str(folder), backend="pyg", nproc=1, overrides=TINY, out=tmp_path / "run",
-                            progress=False)
+    results = gnnbridge.run(
+        dataset=str(folder), backend="pyg", nproc=1, overrides=TINY, out=tmp_path / "run", progress=False
+    )
     assert results["history"][-1]["epoch"] == 0 and math.isfinite(results["history"][-1]["loss"])
 
 
@@ -459,7 +513,10 @@ def test_a_bad_npz_leaves_no_folder_behind(tmp_path, refused):
     np.savez(tmp_path / "g.npz", **{**graph_arrays(), "edge_index": np.array([[0, 1], [1, 500]], dtype=np.int64)})
     seen = refused("prepare", str(tmp_path / "g.npz"), "--quiet")
     assert seen.returncode == 1
-    assert seen.stderr.strip() == f"Error: {tmp_path / 'g.npz'}: edge_index holds node id 500, outside [0, 120) for 120 nodes."
+    assert (
+        seen.stderr.strip()
+        == f"Error: {tmp_path / 'g.npz'}: edge_index holds node id 500, outside [0, 120) for 120 nodes."
+    )
     assert not (tmp_path / "g").exists()
 
 
@@ -521,8 +578,12 @@ def test_tiny_chunks_derive_the_same_files(tmp_path, monkeypatch):
     array) prepare writes the same files as with one chunk per array."""
     import gnnbridge.core.app.prepare as preparing
 
-    arrays = {**graph_arrays(), "train_idx": np.arange(0, 40), "val_idx": np.arange(40, 80),
-              "test_idx": np.arange(80, 120)}
+    arrays = {
+        **graph_arrays(),
+        "train_idx": np.arange(0, 40),
+        "val_idx": np.arange(40, 80),
+        "test_idx": np.arange(80, 120),
+    }
     whole, tiny = save_folder(tmp_path / "whole", arrays), save_folder(tmp_path / "tiny", arrays)
     prepare(str(whole), dtype="bfloat16", progress=False)
     monkeypatch.setattr(preparing, "chunk_bytes", lambda: 100)
@@ -536,12 +597,17 @@ def test_tiny_chunks_derive_the_same_files(tmp_path, monkeypatch):
         prepare_folder(bad, progress=False)
 
 
-@pytest.mark.parametrize("change, needle", [
-    ({"edge_index__user__buys__item": np.array([[0], [99]], dtype=np.int64)},
-     "edge_index[user,buys,item] destination holds 'item' node id 99, outside [0, 20)"),
-    ({"x__item": np.full((20, 5), np.inf, dtype=np.float32)}, "x__item holds NaN or inf values (first at node 0)"),
-    ({"y__user": np.zeros(30, dtype=np.int64)}, "labels are given for 2 node types"),
-])
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        (
+            {"edge_index__user__buys__item": np.array([[0], [99]], dtype=np.int64)},
+            "edge_index[user,buys,item] destination holds 'item' node id 99, outside [0, 20)",
+        ),
+        ({"x__item": np.full((20, 5), np.inf, dtype=np.float32)}, "x__item holds NaN or inf values (first at node 0)"),
+        ({"y__user": np.zeros(30, dtype=np.int64)}, "labels are given for 2 node types"),
+    ],
+)
 def test_a_bad_heterogeneous_folder_is_refused_in_one_line(tmp_path, change, needle):
     folder = save_folder(tmp_path / "shop", {**hetero_arrays(), **change})
     with pytest.raises(DataError) as err:
@@ -564,7 +630,9 @@ def test_prepare_shows_a_progress_bar_on_stderr_and_nothing_else(tmp_path):
     shown = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert shown.returncode == 0 and "prepared (node, 120 nodes" in shown.stdout, shown
     assert "prepare g" in shown.stderr and "Warning" not in shown.stderr, shown.stderr
-    quiet = subprocess.run([*command[:-2], "--dtype", "float16", "--quiet"], capture_output=True, text=True, timeout=300)
+    quiet = subprocess.run(
+        [*command[:-2], "--dtype", "float16", "--quiet"], capture_output=True, text=True, timeout=300
+    )
     assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
 
 
@@ -580,8 +648,12 @@ def test_bfloat16_rounds_as_torch_does_ties_included():
 
 SPLIT_CASES = {
     "overlap": (np.arange(0, 40), np.arange(30, 60), np.arange(60, 120), "The val split overlaps an earlier split"),
-    "repeat": (np.concatenate([np.arange(0, 40), [3]]), np.arange(40, 80), np.arange(80, 120),
-               "The train split lists a node twice"),
+    "repeat": (
+        np.concatenate([np.arange(0, 40), [3]]),
+        np.arange(40, 80),
+        np.arange(80, 120),
+        "The train split lists a node twice",
+    ),
     "range": (np.arange(0, 40), np.arange(40, 80), np.arange(80, 121), "test_idx holds node id 120, outside [0, 120)"),
     "empty": (np.arange(0, 40), np.arange(0), np.arange(80, 120), "The val split is empty"),
 }
@@ -590,8 +662,8 @@ SPLIT_CASES = {
 @pytest.mark.parametrize("case", SPLIT_CASES)
 def test_bad_splits_are_refused_chunk_by_chunk_as_the_npz_refuses_them(tmp_path, monkeypatch, case):
     import gnnbridge.core.app.prepare as preparing
-    from gnnbridge.plugins.datasets import load_npz
     from gnnbridge.core.interfaces import DatasetConfig
+    from gnnbridge.plugins.datasets import load_npz
 
     *splits, needle = SPLIT_CASES[case]
     arrays = {**graph_arrays(), **{k: np.asarray(v, dtype=np.int64) for k, v in zip(SPLITS, splits)}}
@@ -620,12 +692,31 @@ def _link_cases() -> dict:
         "homogeneous": (graph_arrays(), ""),
         "one relation": (shop, "buys"),
         "two relations": (two_relation_arrays(), "buys"),
-        "a mirror": ({**shop, "edge_index__item__bought__user": np.concatenate(
-            [buys[::-1], rng.integers(0, 20, (2, 5))], axis=1).astype(np.int64)}, "buys"),
-        "held out": ({**shop, "val_edges__user__buys__item": np.array([[0, 1, 2], [3, 4, 5]]),
-                      "test_edges__user__buys__item": np.array([[5, 6], [7, 8]])}, "buys"),
-        "one node type": ({"x__paper": rng.normal(size=(30, 4)).astype(np.float32), "y__paper": np.arange(30) % 3,
-                           "edge_index__paper__cites__paper": rng.integers(0, 30, (2, 150))}, "cites"),
+        "a mirror": (
+            {
+                **shop,
+                "edge_index__item__bought__user": np.concatenate(
+                    [buys[::-1], rng.integers(0, 20, (2, 5))], axis=1
+                ).astype(np.int64),
+            },
+            "buys",
+        ),
+        "held out": (
+            {
+                **shop,
+                "val_edges__user__buys__item": np.array([[0, 1, 2], [3, 4, 5]]),
+                "test_edges__user__buys__item": np.array([[5, 6], [7, 8]]),
+            },
+            "buys",
+        ),
+        "one node type": (
+            {
+                "x__paper": rng.normal(size=(30, 4)).astype(np.float32),
+                "y__paper": np.arange(30) % 3,
+                "edge_index__paper__cites__paper": rng.integers(0, 30, (2, 150)),
+            },
+            "cites",
+        ),
     }
 
 
@@ -636,8 +727,14 @@ def link_config(edge_type: str, reverse: bool = True, seed: int = 0):
     """10 evaluation negatives: drawn without repeats among the shop's 20 items, with among more."""
     from gnnbridge.core.contracts.config import from_dict
 
-    return from_dict({"task": "link", "dataset": {"reverse_edges": reverse}, "train": {"seed": seed},
-                      "link": {"edge_type": edge_type, "eval_negatives": 10, "hits_at": 3}})
+    return from_dict(
+        {
+            "task": "link",
+            "dataset": {"reverse_edges": reverse},
+            "train": {"seed": seed},
+            "link": {"edge_type": edge_type, "eval_negatives": 10, "hits_at": 3},
+        }
+    )
 
 
 def load_any_npz(path):

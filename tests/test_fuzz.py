@@ -5,6 +5,7 @@ in this process, one epoch on a tiny graph). Each must end in success or in exac
 ``Error:`` line that is not the catch-all "unexpected" one, within a time limit, and the whole
 run must stay within a bounded amount of memory. A failure names the seed, so it replays alone.
 """
+
 from __future__ import annotations
 
 import io
@@ -91,10 +92,14 @@ def run_cases(cases, train, tmp_path):
 def base_arrays(rng: np.random.Generator) -> dict[str, np.ndarray]:
     n = 30
     src = rng.integers(0, n, 90)
-    return {"edge_index": np.stack([src, rng.integers(0, n, 90)]).astype(np.int64),
-            "x": rng.normal(size=(n, 3)).astype(np.float32), "y": (np.arange(n) % 2).astype(np.int64),
-            "train_idx": np.arange(0, 18, dtype=np.int64), "val_idx": np.arange(18, 24, dtype=np.int64),
-            "test_idx": np.arange(24, 30, dtype=np.int64)}
+    return {
+        "edge_index": np.stack([src, rng.integers(0, n, 90)]).astype(np.int64),
+        "x": rng.normal(size=(n, 3)).astype(np.float32),
+        "y": (np.arange(n) % 2).astype(np.int64),
+        "train_idx": np.arange(0, 18, dtype=np.int64),
+        "val_idx": np.arange(18, 24, dtype=np.int64),
+        "test_idx": np.arange(24, 30, dtype=np.int64),
+    }
 
 
 ODD_DTYPES = ["int32", "float64", "float16", "bool", "uint8", ">i8", ">f4", "<U3", "complex64", "int64", "float32"]
@@ -116,7 +121,9 @@ def mutate_arrays(arrays: dict, r: random.Random) -> str:
     elif op == "value":
         a = np.array(a, copy=True)
         if a.size:
-            a.reshape(-1)[r.randrange(a.size)] = r.choice(ODD_VALUES) if a.dtype.kind in "iu" else float(r.choice(ODD_VALUES))
+            a.reshape(-1)[r.randrange(a.size)] = (
+                r.choice(ODD_VALUES) if a.dtype.kind in "iu" else float(r.choice(ODD_VALUES))
+            )
         arrays[key] = a
     elif op == "empty":
         arrays[key] = np.zeros((0,) * max(1, a.ndim), dtype=a.dtype)
@@ -155,13 +162,13 @@ def corrupt_bytes(data: bytes, r: random.Random) -> tuple[bytes, str]:
         for _ in range(r.randint(1, 20)):
             data[r.randrange(len(data))] ^= 1 << r.randrange(8)
     elif op == "truncate":
-        del data[r.randrange(len(data)):]
+        del data[r.randrange(len(data)) :]
     elif op == "insert":
         at = r.randrange(len(data))
         data[at:at] = bytes(r.randrange(256) for _ in range(r.randint(1, 64)))
     else:
         at = r.randrange(len(data))
-        data[at:at + r.randint(1, 200)] = bytes(min(200, len(data) - at))
+        data[at : at + r.randint(1, 200)] = bytes(min(200, len(data) - at))
     return bytes(data), op
 
 
@@ -200,13 +207,53 @@ train: {epochs: 1, batch_size: 32, lr: 0.01, checkpoint_every: 1, monitor: val_a
 eval: {mode: layerwise, batch_size: 64}
 """
 
-POOL = [-1, 0, 1, 2, 3, 7, 10**30, 2**63, -(2**63), float("nan"), float("inf"), float("-inf"), 1e-300, 0.5, "x", "",
-        "karate", "sage", "gat", "gcn", "gin", "mean", "cuda", "auto", "pyg", "dgl", "val_roc_auc", "graph", "sampled",
-        [], [1, 2], [-1, -1], [5], {}, {"a": 1}, None, True, False]
+POOL = [
+    -1,
+    0,
+    1,
+    2,
+    3,
+    7,
+    10**30,
+    2**63,
+    -(2**63),
+    float("nan"),
+    float("inf"),
+    float("-inf"),
+    1e-300,
+    0.5,
+    "x",
+    "",
+    "karate",
+    "sage",
+    "gat",
+    "gcn",
+    "gin",
+    "mean",
+    "cuda",
+    "auto",
+    "pyg",
+    "dgl",
+    "val_roc_auc",
+    "graph",
+    "sampled",
+    [],
+    [1, 2],
+    [-1, -1],
+    [5],
+    {},
+    {"a": 1},
+    None,
+    True,
+    False,
+]
 SPECIALS = list("&*[]{}:-!|>'\"#%@,?\n\t ") + ["!!python/object:os.system", "<<: *a", "&a", "*a", "---", "..."]
 DEEP = "[" * 5000 + "]" * 5000
-BOMB = "[" + ",".join(f"&{c} [" + ",".join([f"*{p}" if p else "1"] * 9) + "]"
-                      for c, p in zip("abcdefgh", ["", *"abcdefg"])) + "]"
+BOMB = (
+    "["
+    + ",".join(f"&{c} [" + ",".join([f"*{p}" if p else "1"] * 9) + "]" for c, p in zip("abcdefgh", ["", *"abcdefg"]))
+    + "]"
+)
 
 
 def leaf_paths(data, prefix=()):
@@ -235,7 +282,7 @@ def mutate_yaml(r: random.Random) -> tuple[str, str]:
     if op == "text":
         for _ in range(r.randint(1, 4)):
             at = r.randrange(len(text))
-            text = text[:at] + r.choice(SPECIALS) + text[at + r.randint(0, 3):]
+            text = text[:at] + r.choice(SPECIALS) + text[at + r.randint(0, 3) :]
         return text, "text edit"
     key = r.choice(["hidden", "fanouts", "options", "lr"])
     return text.replace(f"{key}: ", f"{key}: {BOMB if op == 'bomb' else DEEP} #", 1), f"{op} in {key}"

@@ -4,6 +4,7 @@ Each test drives the real CLI (in this process where it can, so it is fast) or t
 function, and asserts what a user would see: one ``Error:`` line naming the bad value, a
 non-zero exit, nothing partial on disk, and memory bounded by the data rather than by a value.
 """
+
 from __future__ import annotations
 
 import errno
@@ -63,8 +64,11 @@ def tiny_npz(path, n=40, classes=2, **overrides):
     rng = np.random.default_rng(0)
     y = (np.arange(n) % classes).astype(np.int64)
     src = rng.integers(0, n, 4 * n)
-    arrays = {"edge_index": np.stack([src, rng.integers(0, n, 4 * n)]).astype(np.int64),
-              "x": rng.normal(size=(n, 4)).astype(np.float32), "y": y}
+    arrays = {
+        "edge_index": np.stack([src, rng.integers(0, n, 4 * n)]).astype(np.int64),
+        "x": rng.normal(size=(n, 4)).astype(np.float32),
+        "y": y,
+    }
     arrays.update(overrides)
     np.savez(path, **{k: v for k, v in arrays.items() if v is not None})
     return path
@@ -109,13 +113,21 @@ def test_runs_started_at_the_same_instant_never_share_an_out_folder(tmp_path):
 def test_a_run_folder_in_use_refuses_resume_and_out(tmp_path, cli):
     folder = tmp_path / "busy"
     folder.mkdir()
-    holder = subprocess.Popen([PY, "-c", textwrap.dedent(f"""
+    holder = subprocess.Popen(
+        [
+            PY,
+            "-c",
+            textwrap.dedent(f"""
         import fcntl, os, sys, time
-        fd = os.open({str(folder / '.gnnbridge.lock')!r}, os.O_RDWR | os.O_CREAT)
+        fd = os.open({str(folder / ".gnnbridge.lock")!r}, os.O_RDWR | os.O_CREAT)
         fcntl.flock(fd, fcntl.LOCK_EX)
         print("held", flush=True)
         time.sleep(3600)  # killed below, once the test is done
-    """)], stdout=subprocess.PIPE, text=True)
+    """),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         one_error(cli("train", "--dataset", "karate", "--out", folder), "in use by another gnnbridge run")
@@ -154,19 +166,38 @@ def _tree(folder):
 
 def test_a_run_folder_is_never_written_through_links(tmp_path, cli):
     run, user = tmp_path / "run", _user_files(tmp_path / "user")
-    assert cli("train", "--dataset", "karate", "--set", "train.epochs=1", "--set", "log.to=[csv,tensorboard]",
-               "--quiet", "--out", run)[0] == 0
+    assert (
+        cli(
+            "train",
+            "--dataset",
+            "karate",
+            "--set",
+            "train.epochs=1",
+            "--set",
+            "log.to=[csv,tensorboard]",
+            "--quiet",
+            "--out",
+            run,
+        )[0]
+        == 0
+    )
     mine = _tree(user)
     # Links planted in the run folder, leading out of it: --resume refuses the folder, untouched.
     (run / "tensorboard").rename(run / "tensorboard-1")
-    for name, target in (("metrics.csv", user / "notes.csv"), ("curves.png", user / "photo.png"),
-                         ("tensorboard", user / "board")):
+    for name, target in (
+        ("metrics.csv", user / "notes.csv"),
+        ("curves.png", user / "photo.png"),
+        ("tensorboard", user / "board"),
+    ):
         (run / name).unlink(missing_ok=True)
         (run / name).symlink_to(target)
     before = {p.name: os.readlink(p) for p in run.iterdir() if p.is_symlink()}
-    one_error(cli("train", "--resume", run, "--set", "train.epochs=2"),
-              f"Run folder '{run}' holds a symbolic link that leads out of it: curves.png -> {user / 'photo.png'} "
-              "(and 2 more)", "replace the link with a copy")
+    one_error(
+        cli("train", "--resume", run, "--set", "train.epochs=2"),
+        f"Run folder '{run}' holds a symbolic link that leads out of it: curves.png -> {user / 'photo.png'} "
+        "(and 2 more)",
+        "replace the link with a copy",
+    )
     assert _tree(user) == mine and {p.name: os.readlink(p) for p in run.iterdir() if p.is_symlink()} == before
     assert cli("evaluate", run)[0] == 0 and _tree(user) == mine  # reading a run folder writes nothing
     # Hard links cannot be told from the run's own files: they are replaced, never written through.
@@ -207,16 +238,27 @@ def test_one_huge_label_is_refused_without_a_billion_element_set(tmp_path, cli):
 def test_a_slurm_node_list_is_not_expanded_to_find_its_first_host():
     from gnnbridge.core.runtime.jobs import detect_job
 
-    env = {"SLURM_PROCID": "0", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "2", "SLURM_JOB_ID": "7",
-           "SLURM_STEP_NODELIST": "n[00000000-99999999]"}
+    env = {
+        "SLURM_PROCID": "0",
+        "SLURM_STEP_ID": "0",
+        "SLURM_STEP_NUM_TASKS": "2",
+        "SLURM_JOB_ID": "7",
+        "SLURM_STEP_NODELIST": "n[00000000-99999999]",
+    }
     growth = peak_rss_growth(lambda: detect_job(env))
     assert detect_job(env).master_addr == "n00000000"
     assert growth < 100 * 2**20
 
 
 def test_a_model_that_cannot_fit_is_refused_before_it_is_allocated(cli):
-    growth = peak_rss_growth(lambda: one_error(cli("train", "--dataset", "karate", "--set", "model.hidden=10000000"),
-                                               "model.hidden=10000000", "parameters", "free"))
+    growth = peak_rss_growth(
+        lambda: one_error(
+            cli("train", "--dataset", "karate", "--set", "model.hidden=10000000"),
+            "model.hidden=10000000",
+            "parameters",
+            "free",
+        )
+    )
     assert growth < 500 * 2**20
 
 
@@ -226,12 +268,23 @@ def test_layers_too_large_for_memory_are_refused_only_where_they_must_stay_in_me
     fit, so nothing refuses them; with eval.layer_store=memory they are refused in one line."""
     n = 2**20
     path = tmp_path / "wide.npz"
-    np.savez(path, x=np.zeros((n, 1), np.float32), y=(np.arange(n) % 2).astype(np.int64),
-             edge_index=np.stack([np.arange(100), np.arange(1, 101)]).astype(np.int64),
-             train_idx=np.arange(8), val_idx=np.arange(8, 16), test_idx=np.arange(16, 24))
+    np.savez(
+        path,
+        x=np.zeros((n, 1), np.float32),
+        y=(np.arange(n) % 2).astype(np.int64),
+        edge_index=np.stack([np.arange(100), np.arange(1, 101)]).astype(np.int64),
+        train_idx=np.arange(8),
+        val_idx=np.arange(8, 16),
+        test_idx=np.arange(16, 24),
+    )
     show = ("config", "show", "--dataset", path, "--set", "model.hidden=32768")
-    one_error(cli(*show, "--set", "eval.layer_store=memory"), "eval.layer_store=memory", "1,048,576 nodes", "is free",
-              "use --set eval.layer_store=auto")
+    one_error(
+        cli(*show, "--set", "eval.layer_store=memory"),
+        "eval.layer_store=memory",
+        "1,048,576 nodes",
+        "is free",
+        "use --set eval.layer_store=auto",
+    )
     code, out, err = cli(*show)
     assert code == 0, err
     assert "layer_store: auto" in out
@@ -240,9 +293,12 @@ def test_layers_too_large_for_memory_are_refused_only_where_they_must_stay_in_me
 def typed_npz(path, **arrays):
     """A small heterogeneous .npz: featureless users buy items (features, 3 labels); ``arrays`` add or replace."""
     rng = np.random.default_rng(0)
-    base = {"num_nodes__user": np.array([30]), "x__item": rng.normal(size=(20, 4)).astype(np.float32),
-            "y__item": (np.arange(20) % 3).astype(np.int64),
-            "edge_index__user__buys__item": np.stack([np.repeat(np.arange(30), 4), rng.integers(0, 20, 120)])}
+    base = {
+        "num_nodes__user": np.array([30]),
+        "x__item": rng.normal(size=(20, 4)).astype(np.float32),
+        "y__item": (np.arange(20) % 3).astype(np.int64),
+        "edge_index__user__buys__item": np.stack([np.repeat(np.arange(30), 4), rng.integers(0, 20, 120)]),
+    }
     np.savez(path, **{k: v for k, v in {**base, **arrays}.items() if v is not None})
     return path
 
@@ -250,15 +306,26 @@ def typed_npz(path, **arrays):
 def test_a_node_count_in_a_heterogeneous_file_is_refused_before_it_is_allocated(tmp_path, cli):
     """10**9 featureless users are one number in the file; their records would be many GB."""
     path = typed_npz(tmp_path / "g.npz", num_nodes__user=np.array([10**9]))
-    growth = peak_rss_growth(lambda: one_error(cli("train", "--dataset", path, "--set", "dataset.reverse_edges=true"),
-                                               "num_nodes__user=1,000,000,000", "is free", "num_nodes__user in a .npz"))
+    growth = peak_rss_growth(
+        lambda: one_error(
+            cli("train", "--dataset", path, "--set", "dataset.reverse_edges=true"),
+            "num_nodes__user=1,000,000,000",
+            "is free",
+            "num_nodes__user in a .npz",
+        )
+    )
     assert growth < 500 * 2**20
 
 
 def test_a_heterogeneous_model_too_large_is_one_line_naming_the_model(tmp_path, cli):
-    one_error(cli("train", "--dataset", typed_npz(tmp_path / "g.npz"), "--set", "model.hidden=10000000"),
-              "model 'sage' (plugin 'pyg') with model.hidden=10000000", "2 node types of 50 nodes",
-              "parameters", "is free", "use a smaller model.hidden")
+    one_error(
+        cli("train", "--dataset", typed_npz(tmp_path / "g.npz"), "--set", "model.hidden=10000000"),
+        "model 'sage' (plugin 'pyg') with model.hidden=10000000",
+        "2 node types of 50 nodes",
+        "parameters",
+        "is free",
+        "use a smaller model.hidden",
+    )
 
 
 class Wide(torch.nn.Module):
@@ -285,10 +352,22 @@ def test_a_plugin_model_too_large_is_named_and_not_blamed_on_settings_it_ignores
     from gnnbridge.testing import registered_plugin
 
     with registered_plugin(WidePlugin(), "lab"):
-        line = one_error(cli("train", "--dataset", tiny_npz(tmp_path / "g.npz"), "--set", "model.arch=wide",
-                             "--set", "model.options.width=10000000000"),
-                         "model 'wide' (plugin 'lab') on 4 features", "parameters", "is free",
-                         "does not read model.hidden or model.layers", "model.options")
+        line = one_error(
+            cli(
+                "train",
+                "--dataset",
+                tiny_npz(tmp_path / "g.npz"),
+                "--set",
+                "model.arch=wide",
+                "--set",
+                "model.options.width=10000000000",
+            ),
+            "model 'wide' (plugin 'lab') on 4 features",
+            "parameters",
+            "is free",
+            "does not read model.hidden or model.layers",
+            "model.options",
+        )
     assert "use a smaller model.hidden" not in line and "model.hidden=" not in line
 
 
@@ -296,24 +375,46 @@ def test_negatives_times_batch_size_are_refused_before_they_are_drawn(tmp_path, 
     """200,000 featureless items allow 199,999 negatives per edge: 256 edges of them are 5 x 10**7
     pairs, each with both ends' states gathered to score it."""
     rng = np.random.default_rng(0)
-    path = typed_npz(tmp_path / "g.npz", x__item=None, y__item=None, num_nodes__item=np.array([200_000]),
-                     edge_index__user__buys__item=np.stack([rng.integers(0, 30, 4000), rng.integers(0, 200_000, 4000)]))
-    growth = peak_rss_growth(lambda: one_error(
-        cli("train", "--dataset", path, "--set", "task=link", "--set", "link.negatives=199999",
-            "--set", "model.hidden=512"),
-        "train.batch_size=256 with link.negatives=199999 makes 51,200,000 pairs per batch", "is free",
-        "use a smaller train.batch_size or link.negatives"))
+    path = typed_npz(
+        tmp_path / "g.npz",
+        x__item=None,
+        y__item=None,
+        num_nodes__item=np.array([200_000]),
+        edge_index__user__buys__item=np.stack([rng.integers(0, 30, 4000), rng.integers(0, 200_000, 4000)]),
+    )
+    growth = peak_rss_growth(
+        lambda: one_error(
+            cli(
+                "train",
+                "--dataset",
+                path,
+                "--set",
+                "task=link",
+                "--set",
+                "link.negatives=199999",
+                "--set",
+                "model.hidden=512",
+            ),
+            "train.batch_size=256 with link.negatives=199999 makes 51,200,000 pairs per batch",
+            "is free",
+            "use a smaller train.batch_size or link.negatives",
+        )
+    )
     assert growth < 500 * 2**20
 
 
-@pytest.mark.parametrize("option, needle", [
-    ("dataset.options.authors_per_paper=1000000000", "mag-synthetic would need about"),
-    ("dataset.options.taste_dim=1000000000", "rec-synthetic would need about"),
-])
+@pytest.mark.parametrize(
+    "option, needle",
+    [
+        ("dataset.options.authors_per_paper=1000000000", "mag-synthetic would need about"),
+        ("dataset.options.taste_dim=1000000000", "rec-synthetic would need about"),
+    ],
+)
 def test_a_synthetic_generators_size_option_is_refused_before_it_is_generated(cli, option, needle):
     experiment = "mag-synthetic" if "authors" in option else "rec-synthetic"
-    growth = peak_rss_growth(lambda: one_error(cli("train", experiment, "--set", option), needle, "is free",
-                                               "use smaller dataset.options"))
+    growth = peak_rss_growth(
+        lambda: one_error(cli("train", experiment, "--set", option), needle, "is free", "use smaller dataset.options")
+    )
     assert growth < 500 * 2**20
 
 
@@ -326,10 +427,14 @@ def test_top_k_over_a_large_graph_is_refused_before_it_is_scored():
 
     edges = torch.stack([torch.arange(1000), torch.arange(1000)])
     data = HeteroSource({"user": 10**6, "item": 10**5}, {}, {("user", "buys", "item"): edges}).for_link_task(
-        "", False, 0, 0.1, 0.1, 10)
+        "", False, 0, 0.1, 0.1, 10
+    )
     check_top_k(from_dict({"task": "link"}), data, 10)  # the default batch fits
-    with pytest.raises(ResourceError, match=r"^--top-k 10 for 1,000,000 sources over 100,000 destinations, scored "
-                                            r"6,400,000,000 pairs at a time \(eval.batch_size=100000000\)"):
+    with pytest.raises(
+        ResourceError,
+        match=r"^--top-k 10 for 1,000,000 sources over 100,000 destinations, scored "
+        r"6,400,000,000 pairs at a time \(eval.batch_size=100000000\)",
+    ):
         check_top_k(from_dict({"task": "link", "eval": {"batch_size": 10**8}}), data, 10)
 
 
@@ -353,8 +458,9 @@ def test_an_npz_header_claiming_a_trillion_elements_reads_nothing(tmp_path, cli,
         code, _, err = cli("train", "--dataset", path, "--set", "train.epochs=1", "--quiet", "--out", tmp_path / "r")
         assert code == 0, err  # never looked at
     else:
-        growth = peak_rss_growth(lambda: one_error(cli("train", "--dataset", path), "train_idx claims shape",
-                                                   "truncated or corrupt"))
+        growth = peak_rss_growth(
+            lambda: one_error(cli("train", "--dataset", path), "train_idx claims shape", "truncated or corrupt")
+        )
         assert growth < 500 * 2**20
 
 
@@ -368,8 +474,11 @@ def test_an_npz_member_that_is_not_an_array_is_one_line(tmp_path, cli):
 
 # --------------------------------------------------------------------------- 3. YAML bombs and depth
 
-BOMB = "[" + ",".join(f"&{c} [" + ",".join([f"*{p}" if p else "1"] * 9) + "]"
-                      for c, p in zip("abcdefgh", ["", *"abcdefg"])) + "]"
+BOMB = (
+    "["
+    + ",".join(f"&{c} [" + ",".join([f"*{p}" if p else "1"] * 9) + "]" for c, p in zip("abcdefgh", ["", *"abcdefg"]))
+    + "]"
+)
 
 
 def test_an_alias_bomb_is_refused_at_once(tmp_path, cli):
@@ -398,8 +507,18 @@ def test_a_self_referencing_python_config_is_refused():
 # --------------------------------------------------------------------------- 4. divergence
 
 
-@pytest.mark.parametrize("setting", ["train.lr=.inf", "train.lr=-.inf", "train.weight_decay=.nan", "model.dropout=.nan",
-                                     "timeout=.inf", "train.lr=1e400", "dataset.options.homophily=.nan"])
+@pytest.mark.parametrize(
+    "setting",
+    [
+        "train.lr=.inf",
+        "train.lr=-.inf",
+        "train.weight_decay=.nan",
+        "model.dropout=.nan",
+        "timeout=.inf",
+        "train.lr=1e400",
+        "dataset.options.homophily=.nan",
+    ],
+)
 def test_non_finite_numbers_are_refused_everywhere(cli, setting):
     key = setting.split("=")[0]
     one_error(cli("train", "--set", setting), key, "finite")
@@ -415,17 +534,22 @@ def test_a_diverging_run_stops_with_one_line_and_keeps_the_last_good_checkpoint(
     code, _, err = cli("train", "--dataset", "karate", "--set", "train.epochs=1", "--quiet", "--out", run)
     assert code == 0, err
     good = (run / "checkpoints" / "latest.pt").read_bytes()
-    line = one_error(cli("train", "--resume", run, "--set", "train.epochs=3", "--set", "train.lr=1e30", "--quiet"),
-                     "Training diverged in epoch 2", "train.lr=1e+30 is likely too high",
-                     f"gnnbridge train --resume {run} --set train.lr=SMALLER")
+    line = one_error(
+        cli("train", "--resume", run, "--set", "train.epochs=3", "--set", "train.lr=1e30", "--quiet"),
+        "Training diverged in epoch 2",
+        "train.lr=1e+30 is likely too high",
+        f"gnnbridge train --resume {run} --set train.lr=SMALLER",
+    )
     assert "NaN or infinite" in line
     assert (run / "checkpoints" / "latest.pt").read_bytes() == good
     assert not list((run / "checkpoints").glob(".*partial"))
 
 
 def test_a_run_diverging_before_its_first_checkpoint_leaves_nothing(tmp_path, cli):
-    one_error(cli("train", "--dataset", "karate", "--set", "train.lr=1e30", "--quiet", "--out", tmp_path / "r"),
-              "Training diverged in epoch 1")
+    one_error(
+        cli("train", "--dataset", "karate", "--set", "train.lr=1e30", "--quiet", "--out", tmp_path / "r"),
+        "Training diverged in epoch 1",
+    )
     assert not (tmp_path / "r").exists()
 
 
@@ -462,8 +586,9 @@ def test_a_full_disk_while_checkpointing_is_one_line_and_keeps_nothing_partial(t
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(torch, "save", full)
-    line = one_error(cli("train", "--dataset", "karate", "--quiet", "--out", tmp_path / "r"),
-                     "no space left on the device")
+    line = one_error(
+        cli("train", "--dataset", "karate", "--quiet", "--out", tmp_path / "r"), "no space left on the device"
+    )
     assert "checkpoint" in line
     assert not (tmp_path / "r").exists()
 
@@ -502,13 +627,16 @@ def _checkpoint_with(tmp_path, cli, **fields):
     return run, path
 
 
-@pytest.mark.parametrize("fields, needle", [
-    ({"epoch": "3"}, "epoch is '3'"),
-    ({"history": {"a": 1}}, "history is not a list"),
-    ({"monitor": [1]}, "monitor is not a monitor state"),
-    ({"model": {"w": "weights"}}, "model is not a set of weights"),
-    ({"optimizer": 5}, "optimizer is not an optimizer state"),
-])
+@pytest.mark.parametrize(
+    "fields, needle",
+    [
+        ({"epoch": "3"}, "epoch is '3'"),
+        ({"history": {"a": 1}}, "history is not a list"),
+        ({"monitor": [1]}, "monitor is not a monitor state"),
+        ({"model": {"w": "weights"}}, "model is not a set of weights"),
+        ({"optimizer": 5}, "optimizer is not an optimizer state"),
+    ],
+)
 def test_a_checkpoint_with_wrong_types_is_one_line(tmp_path, cli, fields, needle):
     run, path = _checkpoint_with(tmp_path, cli, **fields)
     one_error(cli("evaluate", path), needle)
@@ -540,8 +668,11 @@ def _train_then_signal(tmp_path, sig, wait_for_checkpoint):
     size = [] if wait_for_checkpoint else ["--set", "dataset.options.num_nodes=120000"]
     # The child gets SIGINT's default disposition from tests/conftest.py, also when the suite was
     # started from a background job (which ignores SIGINT, as would the child otherwise).
-    proc = subprocess.Popen([PY, "-m", "gnnbridge", "train", "--set", "train.epochs=500", *size, "--quiet",
-                             "--out", str(run)], stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [PY, "-m", "gnnbridge", "train", "--set", "train.epochs=500", *size, "--quiet", "--out", str(run)],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 240
     marker = run / "checkpoints" / "latest.pt" if wait_for_checkpoint else run / "config.yaml"
     while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
@@ -575,14 +706,20 @@ def test_a_process_a_test_starts_is_as_a_terminal_would_start_it(tmp_path):
     shared-memory folder and an empty working folder of its own."""
     import json
 
-    seen = json.loads(subprocess.run([PY, "-c", SEEN_BY_A_CHILD], capture_output=True, text=True, timeout=120,
-                                     check=True).stdout)
+    seen = json.loads(
+        subprocess.run([PY, "-c", SEEN_BY_A_CHILD], capture_output=True, text=True, timeout=120, check=True).stdout
+    )
     for sig in (signal.SIGINT, signal.SIGTERM):
         assert not seen["ignored"] & (1 << (sig - 1)), f"{sig.name} is ignored in a child"
         assert not seen["blocked"] & (1 << (sig - 1)), f"{sig.name} is blocked in a child"
-    leaked = [name for name in seen["env"] if name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
-                                                       "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES")
-              or name.startswith(("SLURM_", "TORCHELASTIC_")) or name in ("GNNBRIDGE_LOAD_PLUGINS", "GNNBRIDGE_DATA")]
+    leaked = [
+        name
+        for name in seen["env"]
+        if name
+        in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES")
+        or name.startswith(("SLURM_", "TORCHELASTIC_"))
+        or name in ("GNNBRIDGE_LOAD_PLUGINS", "GNNBRIDGE_DATA")
+    ]
     assert leaked == []
     assert seen["shm"] and Path(seen["shm"]).name.startswith("pytest-gnnbridge-shm-")
     assert Path(seen["cwd"]) == tmp_path
@@ -594,8 +731,10 @@ def test_a_signal_keeps_a_resumable_run_and_says_how_to_continue(tmp_path, sig):
     """--nproc 1 (the --nproc 2 twin is in tests/distributed/test_launch_modes.py)."""
     code, lines, run = _train_then_signal(tmp_path, sig, wait_for_checkpoint=True)
     assert code == 128 + sig, lines
-    assert lines == [f"Stopped by {signal.Signals(sig).name}{' (Ctrl-C)' if sig == signal.SIGINT else ''}: its "
-                     f"checkpoint is kept in {run}; continue it with: gnnbridge train --resume {run}."]
+    assert lines == [
+        f"Stopped by {signal.Signals(sig).name}{' (Ctrl-C)' if sig == signal.SIGINT else ''}: its "
+        f"checkpoint is kept in {run}; continue it with: gnnbridge train --resume {run}."
+    ]
     assert (run / "checkpoints" / "latest.pt").is_file()
     assert not list(run.rglob("*.partial")) and not list(run.rglob("*.tmp"))
 
@@ -648,24 +787,55 @@ def test_ctrl_c_while_a_checkpoint_is_written_stops_the_run_as_itself(tmp_path):
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(SIGINT_MID_SAVE)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([PY, "-m", "gnnbridge", "train", "--dataset", "karate", "--set", "train.epochs=4", "--set",
-                           "log.to=[csv]", "--quiet", "--out", "r"], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=300, preexec_fn=default_signals)
+    proc = subprocess.run(
+        [
+            PY,
+            "-m",
+            "gnnbridge",
+            "train",
+            "--dataset",
+            "karate",
+            "--set",
+            "train.epochs=4",
+            "--set",
+            "log.to=[csv]",
+            "--quiet",
+            "--out",
+            "r",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=default_signals,
+    )
     assert proc.returncode == 130, proc.stderr
-    assert proc.stderr.strip().splitlines() == ["Stopped by SIGINT (Ctrl-C): its checkpoint is kept in r; continue it "
-                                                "with: gnnbridge train --resume r."]
+    assert proc.stderr.strip().splitlines() == [
+        "Stopped by SIGINT (Ctrl-C): its checkpoint is kept in r; continue it with: gnnbridge train --resume r."
+    ]
     from gnnbridge.core.training import checkpoint
 
     # The write the signal landed in was finished first: the second epoch's checkpoint, whole.
     assert checkpoint.load(tmp_path / "r" / "checkpoints" / "latest.pt")["epoch"] == 1
     assert not list((tmp_path / "r").rglob("*.partial"))
-    resumed = subprocess.run([PY, "-m", "gnnbridge", "train", "--resume", "r", "--quiet"], cwd=tmp_path,
-                             capture_output=True, text=True, timeout=300)
+    resumed = subprocess.run(
+        [PY, "-m", "gnnbridge", "train", "--resume", "r", "--quiet"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads((tmp_path / "r" / "results.json").read_text())["epochs_trained"] == 4
     # The stop came before the logger took the second epoch: the resume gave it that epoch first.
-    assert [line.split(",")[0] for line in (tmp_path / "r" / "metrics.csv").read_text().splitlines()] == \
-        ["epoch", "1", "2", "3", "4"]
+    assert [line.split(",")[0] for line in (tmp_path / "r" / "metrics.csv").read_text().splitlines()] == [
+        "epoch",
+        "1",
+        "2",
+        "3",
+        "4",
+    ]
 
 
 # --------------------------------------------------------------------------- 8. monitors
@@ -673,10 +843,18 @@ def test_ctrl_c_while_a_checkpoint_is_written_stops_the_run_as_itself(tmp_path):
 
 def test_a_monitor_that_can_never_improve_is_refused_up_front(tmp_path, cli):
     n = 40
-    path = tiny_npz(tmp_path / "g.npz", n=n, train_idx=np.arange(0, 20, dtype=np.int64),
-                    val_idx=np.arange(20, 40, 2, dtype=np.int64), test_idx=np.arange(21, 40, 2, dtype=np.int64))
-    line = one_error(cli("train", "--dataset", path, "--set", "train.monitor=val_roc_auc", "--out", tmp_path / "r"),
-                     "train.monitor=val_roc_auc", "val split has class 0")
+    path = tiny_npz(
+        tmp_path / "g.npz",
+        n=n,
+        train_idx=np.arange(0, 20, dtype=np.int64),
+        val_idx=np.arange(20, 40, 2, dtype=np.int64),
+        test_idx=np.arange(21, 40, 2, dtype=np.int64),
+    )
+    line = one_error(
+        cli("train", "--dataset", path, "--set", "train.monitor=val_roc_auc", "--out", tmp_path / "r"),
+        "train.monitor=val_roc_auc",
+        "val split has class 0",
+    )
     assert "train.monitor=val_acc" in line
     assert not (tmp_path / "r").exists()
 
@@ -707,20 +885,25 @@ def test_the_guard_check_reads_the_script():
 
     from gnnbridge.core.runtime.launcher import _under_main_guard
 
-    tree = ast.parse("import x\nx.run()\nif __name__ == '__main__':\n    x.run()\n    y = 1\nif '__main__' == __name__:\n"
-                     "    x.run()\n")
+    tree = ast.parse(
+        "import x\nx.run()\nif __name__ == '__main__':\n    x.run()\n    y = 1\nif '__main__' == __name__:\n"
+        "    x.run()\n"
+    )
     assert [_under_main_guard(tree, line) for line in (2, 4, 5, 7)] == [False, True, True, True]
 
 
 # --------------------------------------------------------------------------- 10. messages
 
 
-@pytest.mark.parametrize("setting, needle", [
-    ("dataset.options.avg_degree=-1", "dataset.options.avg_degree=-1.0 must be > 0"),
-    ("dataset.options.homophily=2", "dataset.options.homophily=2.0 must be in [0, 1]"),
-    ("dataset.options.num_nodes=5", "dataset.options.num_nodes=5 is too small"),
-    ("dataset.options.num_nodes=1000000000000", "synthetic graph"),
-])
+@pytest.mark.parametrize(
+    "setting, needle",
+    [
+        ("dataset.options.avg_degree=-1", "dataset.options.avg_degree=-1.0 must be > 0"),
+        ("dataset.options.homophily=2", "dataset.options.homophily=2.0 must be in [0, 1]"),
+        ("dataset.options.num_nodes=5", "dataset.options.num_nodes=5 is too small"),
+        ("dataset.options.num_nodes=1000000000000", "synthetic graph"),
+    ],
+)
 def test_dataset_option_messages_name_the_bad_value(cli, setting, needle):
     one_error(cli("train", "--set", setting), needle)
 
@@ -738,8 +921,13 @@ def test_overrides_given_as_a_string_are_refused():
 
 
 def test_an_unknown_plugin_in_the_load_list_is_named():
-    proc = subprocess.run([PY, "-m", "gnnbridge", "backends"], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "GNNBRIDGE_LOAD_PLUGINS": "pyg,bogus"})
+    proc = subprocess.run(
+        [PY, "-m", "gnnbridge", "backends"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "GNNBRIDGE_LOAD_PLUGINS": "pyg,bogus"},
+    )
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
     assert "names 'bogus', which is not an installed plugin" in proc.stderr
@@ -747,17 +935,26 @@ def test_an_unknown_plugin_in_the_load_list_is_named():
 
 def test_an_unresolvable_master_addr_is_one_line(tmp_path):
     env = {**os.environ, "RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "no-such-host.invalid", "MASTER_PORT": "29555"}
-    proc = subprocess.run([PY, "-m", "gnnbridge", "train", "--dataset", "karate", "--timeout", "20"],
-                          capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    proc = subprocess.run(
+        [PY, "-m", "gnnbridge", "train", "--dataset", "karate", "--timeout", "20"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 1
     assert proc.stderr.strip().count("\n") == 0, proc.stderr
     assert "MASTER_ADDR='no-such-host.invalid' does not resolve" in proc.stderr
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--backend", ""], "--backend is empty"),
-    (["/dev/zero"], "Config file '/dev/zero' is not a regular file"),
-    (["--dataset", "/dev/zero"], "Dataset file '/dev/zero' is not a regular file"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--backend", ""], "--backend is empty"),
+        (["/dev/zero"], "Config file '/dev/zero' is not a regular file"),
+        (["--dataset", "/dev/zero"], "Dataset file '/dev/zero' is not a regular file"),
+    ],
+)
 def test_empty_names_and_special_files_are_named(cli, args, needle):
     one_error(cli("train", *args), needle)

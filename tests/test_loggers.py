@@ -1,5 +1,6 @@
 """Logger plugins (``log.to``): CSV and TensorBoard written by rank 0, appended to on resume; an
 unknown or broken logger is one line."""
+
 from __future__ import annotations
 
 import csv
@@ -26,8 +27,21 @@ def scalars(folder, tag: str) -> list[tuple[int, float]]:
 
 @pytest.mark.slow
 def test_csv_and_tensorboard_get_every_epoch_once_from_rank_0_and_resume_appends(tmp_path):
-    ok(cli("train", *SMALL, "--nproc", "2", "--set", "train.epochs=2", "--set", "log.to=[csv,tensorboard]",
-           "--out", "run", cwd=tmp_path))
+    ok(
+        cli(
+            "train",
+            *SMALL,
+            "--nproc",
+            "2",
+            "--set",
+            "train.epochs=2",
+            "--set",
+            "log.to=[csv,tensorboard]",
+            "--out",
+            "run",
+            cwd=tmp_path,
+        )
+    )
     ok(cli("train", "--resume", "run", "--quiet", "--set", "train.epochs=3", cwd=tmp_path))
     history = json.loads((tmp_path / "run" / "results.json").read_text())["history"]
     with open(tmp_path / "run" / "metrics.csv", newline="") as f:
@@ -44,8 +58,10 @@ def test_csv_and_tensorboard_get_every_epoch_once_from_rank_0_and_resume_appends
 
 
 def test_an_unknown_logger_is_one_line_and_writes_nothing(tmp_path):
-    one_line(cli("train", *SMALL, "--set", "log.to=[wandb]", "--out", "run", cwd=tmp_path),
-             "Unknown logger 'wandb'. Available: csv, tensorboard")
+    one_line(
+        cli("train", *SMALL, "--set", "log.to=[wandb]", "--out", "run", cwd=tmp_path),
+        "Unknown logger 'wandb'. Available: csv, tensorboard",
+    )
     one_line(cli("train", *SMALL, "--set", "log.to=[csv,csv]", "--out", "run", cwd=tmp_path), "distinct logger names")
     assert list(tmp_path.iterdir()) == []
 
@@ -68,8 +84,11 @@ class Broken:
 
 def test_a_logger_that_raises_stops_the_run_with_one_line_naming_it(tmp_path):
     with registered_plugin(Broken(), "lab"), pytest.raises(PluginError, match="logger 'broken'.*the disk is full"):
-        gnnbridge.run(overrides=["dataset.options.num_nodes=600", "train.epochs=1", "log.to=[broken]"],
-                      out=tmp_path / "run", progress=False)
+        gnnbridge.run(
+            overrides=["dataset.options.num_nodes=600", "train.epochs=1", "log.to=[broken]"],
+            out=tmp_path / "run",
+            progress=False,
+        )
 
 
 def test_a_logger_whose_package_is_missing_is_refused_before_the_run(monkeypatch, tmp_path):
@@ -137,7 +156,10 @@ def test_epochs_reach_the_loggers_only_with_the_checkpoint_that_holds_them(tmp_p
         finished = RunLoggers(config, tmp_path)
         finished.finish(4, {"test_acc": 0.5})
         finished.close()  # after a finished run, a failed close is a warning, not a failed run
-        assert "Warning: logger 'recording' (plugin 'lab') failed in its close(): OSError: could not flush" in capsys.readouterr().err
+        assert (
+            "Warning: logger 'recording' (plugin 'lab') failed in its close(): OSError: could not flush"
+            in capsys.readouterr().err
+        )
 
 
 EXITING_LOGGER = '''
@@ -178,15 +200,35 @@ def test_a_logger_that_exits_the_process_fails_the_run_naming_it_and_keeps_it_re
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: lab-exiting-logger\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text("[gnnbridge]\nlab-exiting = lab_exiting_logger\n")
-    env = {**os.environ, "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+    }
 
     def train(*args):
-        return subprocess.run([sys.executable, "-m", "gnnbridge", "train", *args], capture_output=True, text=True,
-                              cwd=tmp_path, env=env, timeout=300, check=False)
+        return subprocess.run(
+            [sys.executable, "-m", "gnnbridge", "train", *args],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+            timeout=300,
+            check=False,
+        )
 
-    stopped = train("karate-sage", "--backend", "pyg", "--quiet", "--set", "train.epochs=3", "--set", "log.to=[exits]",
-                    "--out", "run")
+    stopped = train(
+        "karate-sage",
+        "--backend",
+        "pyg",
+        "--quiet",
+        "--set",
+        "train.epochs=3",
+        "--set",
+        "log.to=[exits]",
+        "--out",
+        "run",
+    )
     one_line(stopped, "logger 'exits' (plugin 'lab-exiting') failed in its log(step, values): SystemExit(0)")
     assert stopped.stderr.rstrip().endswith("continue it with: gnnbridge train --resume run"), stopped.stderr
     assert (tmp_path / "run" / "checkpoints").is_dir() and not (tmp_path / "run" / "results.json").exists()
@@ -228,9 +270,12 @@ def test_a_logger_failing_in_the_last_epoch_leaves_a_run_its_resume_finishes_and
     run = tmp_path / "run"
     overrides = ["dataset.options.num_nodes=600", "train.epochs=2", "log.to=[flaky,csv]"]
     with registered_plugin(FailsOnce(), "lab"):
-        with pytest.raises(PluginError, match="logger 'flaky' \\(plugin 'lab'\\) failed.*unreachable.*"
-                                              "continue it with: gnnbridge train "
-                                              f"--resume {run}$"):
+        with pytest.raises(
+            PluginError,
+            match="logger 'flaky' \\(plugin 'lab'\\) failed.*unreachable.*"
+            "continue it with: gnnbridge train "
+            f"--resume {run}$",
+        ):
             gnnbridge.run(overrides=overrides, out=run, progress=False)
         assert csv_epochs(run) == [1] and not (run / "results.json").exists()
         finished = gnnbridge.run(resume=run, progress=False)  # the resume the line suggests finishes the run

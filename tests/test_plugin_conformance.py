@@ -1,6 +1,7 @@
 """The built-in sage, PyG's zoo GraphSAGE and the core sampler pass the suites plugins run against
 themselves; so does a third-party PyG model in PyG's own style, and a model that breaks the
 output contract fails them with that contract's words."""
+
 import pytest
 from torch import nn
 
@@ -76,11 +77,13 @@ class ShortLayers(ModelConformance):  # not collected: run by the test below
     arch = "pyg-style-short"
 
 
-@pytest.mark.parametrize("test", ["test_outputs_keep_the_contract",
-                                  "test_layerwise_inference_equals_a_full_forward_pass"])
+@pytest.mark.parametrize(
+    "test", ["test_outputs_keep_the_contract", "test_layerwise_inference_equals_a_full_forward_pass"]
+)
 def test_a_broken_layer_forward_fails_the_suite_with_the_contract(third_party, test):
     with pytest.raises(PluginError) as err:
         getattr(ShortLayers(), test)("pyg", small_graph(seed=3))
-    assert str(err.value).startswith("model 'pyg-style-short' (plugin 'third-party'): layer_forward(0) returned 3 rows "
-                                     "for a batch of "), str(err.value)
+    assert str(err.value).startswith(
+        "model 'pyg-style-short' (plugin 'third-party'): layer_forward(0) returned 3 rows for a batch of "
+    ), str(err.value)
     assert "expected a 2-D tensor with one row per output node" in str(err.value)

@@ -1,5 +1,6 @@
 """The plugin contract: models, samplers and commands from plugins, a model by import path, PyG's
 zoo by name, and a broken plugin always named in one line (never a hang, never a wrong run)."""
+
 import json
 import os
 import re
@@ -7,8 +8,8 @@ import subprocess
 import sys
 
 import pytest
-import yaml
 import torch
+import yaml
 from torch import nn
 
 import gnnbridge
@@ -48,8 +49,15 @@ class SkipFirstNeighbour:
         nodes, edges = sub.num_sampled_nodes, sub.num_sampled_edges
         if self.merge_hops:  # every hop reported as one: the counts add up, the hops do not match the fanouts
             nodes, edges = [nodes[0], sum(nodes[1:])], [sum(edges)]
-        return SampledSubgraph((sub.node + self.shift * (sub.node >= 0)).to(self.dtype), sub.row, sub.col, sub.edge,
-                               nodes, edges, sub.batch_size)
+        return SampledSubgraph(
+            (sub.node + self.shift * (sub.node >= 0)).to(self.dtype),
+            sub.row,
+            sub.col,
+            sub.edge,
+            nodes,
+            edges,
+            sub.batch_size,
+        )
 
 
 class ModelsAndSamplers:
@@ -76,33 +84,63 @@ def plugin():
 
 @pytest.mark.parametrize("backend", ["pyg", "dgl"])
 def test_a_plugin_model_and_a_neutral_plugin_sampler_train_on_both_backends(tmp_path, plugin, backend):
-    results = gnnbridge.run("karate-sage", backend=backend, nproc=1, progress=False, out=tmp_path / "r",
-                            overrides=["model.arch=tiny-linear", "sampler.kind=neutral", "train.epochs=2"])
-    assert results["eval"] == {"requested": "layerwise", "final": "full", "validation": "sampled",
-                               "note": "model 'tiny-linear' (plugin 'lab') has no layer_forward: evaluated on every "
-                                       "seed's full neighbourhood"}
+    results = gnnbridge.run(
+        "karate-sage",
+        backend=backend,
+        nproc=1,
+        progress=False,
+        out=tmp_path / "r",
+        overrides=["model.arch=tiny-linear", "sampler.kind=neutral", "train.epochs=2"],
+    )
+    assert results["eval"] == {
+        "requested": "layerwise",
+        "final": "full",
+        "validation": "sampled",
+        "note": "model 'tiny-linear' (plugin 'lab') has no layer_forward: evaluated on every seed's full neighbourhood",
+    }
     assert results["sampler"] == "CheckedSampler" and 0 <= results["metrics"]["test_acc"] <= 1
 
 
 def test_models_are_listed_by_task_and_backend(plugin):
     assert {"tiny-linear", "pyg-only", "sage", "GraphSAGE"} <= set(plugins.models.names("pyg", Task.NODE))
     assert "pyg-only" not in plugins.models.names("dgl") and "gin" in plugins.models.names("dgl", Task.GRAPH)
-    with pytest.raises(ConfigError, match=r"^model.arch='pyg-only' \(plugin 'lab'\) is built only for backend pyg, "
-                       r"not 'dgl'; use --backend pyg"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^model.arch='pyg-only' \(plugin 'lab'\) is built only for backend pyg, "
+        r"not 'dgl'; use --backend pyg",
+    ):
         plugins.models.get("pyg-only", "dgl", Task.NODE)
 
 
-@pytest.mark.parametrize("overrides, needle", [
-    (["model.arch=wrong-shape"], r"^model 'wrong-shape' \(plugin 'lab'\): forward returned shape \[\d+, 3\]; "
-                                 r"expected logits of shape \[\d+, 2\]"),
-    (["sampler.kind=off-by-many"], r"^sampler 'off-by-many' \(plugin 'lab'\) returned node id 100\d+, outside \[0, 34\)"),
-    (["sampler.kind=float-ids"], r"^sampler 'float-ids' \(plugin 'lab'\) returned SampledSubgraph.node as a 1-D "
-                                 r"float32 tensor from sample\(\); expected a 1-D int64 tensor"),
-    (["sampler.kind=int32-ids"], r"^sampler 'int32-ids' \(plugin 'lab'\) returned SampledSubgraph.node as a 1-D "
-                                 r"int32 tensor from sample\(\); expected a 1-D int64 tensor"),
-    (["sampler.kind=one-hop"], r"^sampler 'one-hop' \(plugin 'lab'\) returned num_sampled_nodes=\[\d+, \d+\] and "
-                               r"num_sampled_edges=\[\d+\] from sample\(\) for 2 fanouts; expected 3 node counts"),
-])
+@pytest.mark.parametrize(
+    "overrides, needle",
+    [
+        (
+            ["model.arch=wrong-shape"],
+            r"^model 'wrong-shape' \(plugin 'lab'\): forward returned shape \[\d+, 3\]; "
+            r"expected logits of shape \[\d+, 2\]",
+        ),
+        (
+            ["sampler.kind=off-by-many"],
+            r"^sampler 'off-by-many' \(plugin 'lab'\) returned node id 100\d+, outside \[0, 34\)",
+        ),
+        (
+            ["sampler.kind=float-ids"],
+            r"^sampler 'float-ids' \(plugin 'lab'\) returned SampledSubgraph.node as a 1-D "
+            r"float32 tensor from sample\(\); expected a 1-D int64 tensor",
+        ),
+        (
+            ["sampler.kind=int32-ids"],
+            r"^sampler 'int32-ids' \(plugin 'lab'\) returned SampledSubgraph.node as a 1-D "
+            r"int32 tensor from sample\(\); expected a 1-D int64 tensor",
+        ),
+        (
+            ["sampler.kind=one-hop"],
+            r"^sampler 'one-hop' \(plugin 'lab'\) returned num_sampled_nodes=\[\d+, \d+\] and "
+            r"num_sampled_edges=\[\d+\] from sample\(\) for 2 fanouts; expected 3 node counts",
+        ),
+    ],
+)
 def test_a_plugin_that_returns_nonsense_is_named_and_the_run_folder_is_removed(tmp_path, plugin, overrides, needle):
     with pytest.raises(plugins.PluginError, match=needle):
         gnnbridge.run("karate-sage", out=tmp_path / "r", overrides=overrides, **KARATE)
@@ -123,16 +161,22 @@ def test_taken_names_are_an_error_naming_both_plugins(plugin):
     with registered_plugin(OtherBackend(), "elsewhere"):
         assert {c.backend for c in plugins.models.entries() if c.name == "pyg-only"} == {"pyg", "dgl"}
     with registered_plugin(Again(), "again"):
-        with pytest.raises(plugins.PluginError, match="^Model 'pyg-only' for backend 'pyg' is registered twice "
-                           r"\(plugins 'lab' and 'again'\)"):
+        with pytest.raises(
+            plugins.PluginError,
+            match="^Model 'pyg-only' for backend 'pyg' is registered twice "
+            r"\(plugins 'lab' and 'again'\)",
+        ):
             plugins.models.names()
 
 
-@pytest.mark.parametrize("args, needle", [
-    (("", Linear), "invalid name ''"),
-    (("x", "not callable"), "registered model 'x' with 'not callable'; give a callable"),
-    (("x", Linear, ["edge"]), "tasks=['edge']; tasks are a list of: node, graph"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (("", Linear), "invalid name ''"),
+        (("x", "not callable"), "registered model 'x' with 'not callable'; give a callable"),
+        (("x", Linear, ["edge"]), "tasks=['edge']; tasks are a list of: node, graph"),
+    ],
+)
 def test_invalid_registrations_name_the_plugin(args, needle):
     class Bad:
         @hookimpl
@@ -140,7 +184,10 @@ def test_invalid_registrations_name_the_plugin(args, needle):
             name, build, *tasks = args
             register(name, build, tasks=tasks[0] if tasks else ["node"])
 
-    with registered_plugin(Bad(), "bad"), pytest.raises(plugins.PluginError, match=f"^Plugin 'bad' .*{re.escape(needle)}"):
+    with (
+        registered_plugin(Bad(), "bad"),
+        pytest.raises(plugins.PluginError, match=f"^Plugin 'bad' .*{re.escape(needle)}"),
+    ):
         plugins.models.names()
 
 
@@ -168,9 +215,11 @@ def test_a_plugin_that_raises_while_registering_is_left_out_with_a_warning(plugi
         assert "half-registered" not in plugins.models.names()  # and nothing of the plugin stays
         assert "raises-graph" not in plugins.datasets.names()
         assert [p["name"] for p in plugins.plugin_info()].count("raises") == 1
-    assert capsys.readouterr().err == ("Warning: plugin 'raises' raised in register_models: ImportError: No module "
-                                       "named 'lab_dependency'; it is left out (uninstall it, or exclude it with "
-                                       "GNNBRIDGE_LOAD_PLUGINS).\n")
+    assert capsys.readouterr().err == (
+        "Warning: plugin 'raises' raised in register_models: ImportError: No module "
+        "named 'lab_dependency'; it is left out (uninstall it, or exclude it with "
+        "GNNBRIDGE_LOAD_PLUGINS).\n"
+    )
 
 
 def test_a_plugin_that_fails_to_import_or_misnames_a_hook_is_left_out_with_a_warning(capsys, loud):
@@ -188,8 +237,8 @@ def test_a_plugin_that_fails_to_import_or_misnames_a_hook_is_left_out_with_a_war
             "'ghost_plugin_pkg'; it is left out (uninstall it, or exclude it with GNNBRIDGE_LOAD_PLUGINS).",
             "Warning: plugin 'typo' (typo:Typo) implements 'register_modles', which is not a gnnbridge hook (did you "
             "mean 'register_models'?); hooks: register_backends, register_commands, register_datasets, "
-            "register_experiments, register_loggers, register_models, register_samplers; it is left out (uninstall it, or "
-            "exclude it with GNNBRIDGE_LOAD_PLUGINS).",
+            "register_experiments, register_loggers, register_models, register_samplers; it is left out "
+            "(uninstall it, or exclude it with GNNBRIDGE_LOAD_PLUGINS).",
         ]
         errors = {p["name"]: p["error"] for p in plugins.plugin_info() if "error" in p}
         assert set(errors) == {"ghost", "typo"}
@@ -199,7 +248,7 @@ def test_a_plugin_that_fails_to_import_or_misnames_a_hook_is_left_out_with_a_war
         plugins._failures.pop("typo")
 
 
-LAB_MODULE = '''
+LAB_MODULE = """
 import torch
 from torch import nn
 
@@ -212,7 +261,7 @@ class DeepMLP(nn.Module):
 
     def forward(self, graph, x):
         return self.net(x) * self.scale
-'''
+"""
 
 
 @pytest.fixture
@@ -228,8 +277,10 @@ def lab(tmp_path, monkeypatch):
 
 
 def test_a_model_class_by_import_path_from_a_yaml_file_trains(lab):
-    (lab / "exp.yaml").write_text("model:\n  arch: my_lab.models:DeepMLP\n  hidden: 8\n  options: {scale: 0.5}\n"
-                                  "train: {epochs: 2}\ndataset: {name: karate}\nsampler: {fanouts: [5, 5]}\n")
+    (lab / "exp.yaml").write_text(
+        "model:\n  arch: my_lab.models:DeepMLP\n  hidden: 8\n  options: {scale: 0.5}\n"
+        "train: {epochs: 2}\ndataset: {name: karate}\nsampler: {fanouts: [5, 5]}\n"
+    )
     results = gnnbridge.run(str(lab / "exp.yaml"), out=lab / "run", **KARATE)
     assert results["eval"]["final"] == "full" and results["epochs_trained"] == 2
     from gnnbridge.core.training import checkpoint
@@ -238,14 +289,25 @@ def test_a_model_class_by_import_path_from_a_yaml_file_trains(lab):
     assert state["config"]["model"]["options"] == {"scale": 0.5} and "net.0.weight" in state["model"]
 
 
-@pytest.mark.parametrize("arch, options, needle", [
-    ("my_lab.models:DeepMLP", ["model.options.depth=3"], "model.options.depth is not a parameter of class "
-                                                         "'my_lab.models:DeepMLP'; its parameters: hidden, layers, scale."),
-    ("my_lab.models:DeepMLP", ["model.options.hidden=3"], "model.options.hidden is set by model.hidden; remove it"),
-    ("my_lab.models:Missing", [], "'Missing' is not a torch.nn.Module class in 'my_lab.models'; classes there: DeepMLP."),
-    ("my_lab.nothing:Net", [], "module 'my_lab.nothing' cannot be imported (ModuleNotFoundError"),
-    ("os:system", [], "'system' is not a torch.nn.Module class in 'os'"),
-])
+@pytest.mark.parametrize(
+    "arch, options, needle",
+    [
+        (
+            "my_lab.models:DeepMLP",
+            ["model.options.depth=3"],
+            "model.options.depth is not a parameter of class "
+            "'my_lab.models:DeepMLP'; its parameters: hidden, layers, scale.",
+        ),
+        ("my_lab.models:DeepMLP", ["model.options.hidden=3"], "model.options.hidden is set by model.hidden; remove it"),
+        (
+            "my_lab.models:Missing",
+            [],
+            "'Missing' is not a torch.nn.Module class in 'my_lab.models'; classes there: DeepMLP.",
+        ),
+        ("my_lab.nothing:Net", [], "module 'my_lab.nothing' cannot be imported (ModuleNotFoundError"),
+        ("os:system", [], "'system' is not a torch.nn.Module class in 'os'"),
+    ],
+)
 def test_import_path_mistakes_are_one_line(lab, arch, options, needle):
     with pytest.raises(ConfigError) as err:
         gnnbridge.run("karate-sage", out=lab / "run", overrides=[f"model.arch={arch}", *options], **KARATE)
@@ -254,10 +316,13 @@ def test_import_path_mistakes_are_one_line(lab, arch, options, needle):
 
 
 def test_a_checkpoint_naming_code_is_imported_only_with_trust_code(lab):
-    gnnbridge.run("karate-sage", out=lab / "run", overrides=["model.arch=my_lab.models:DeepMLP", "train.epochs=1"],
-                  **KARATE)
-    with pytest.raises(ConfigError, match="importing code a checkpoint names runs it, so evaluate and predict do "
-                       "that only with --trust-code"):
+    gnnbridge.run(
+        "karate-sage", out=lab / "run", overrides=["model.arch=my_lab.models:DeepMLP", "train.epochs=1"], **KARATE
+    )
+    with pytest.raises(
+        ConfigError,
+        match="importing code a checkpoint names runs it, so evaluate and predict do that only with --trust-code",
+    ):
         gnnbridge.evaluate(lab / "run")
     report = gnnbridge.evaluate(lab / "run", trust_code=True)
     assert 0 <= report["metrics"]["test_acc"] <= 1 and report["eval"]["final"] == "full"
@@ -274,7 +339,9 @@ def test_pyg_zoo_models_trim_per_hop_and_compute_what_untrimmed_ones_do(arch):
     model, _ = build_model(spec, "pyg", Task.NODE, data.num_features, data.num_classes, data)
     model.eval()
     assert model.trim == (arch != "GCN")
-    sub = NeighborSampler(data.indptr, data.indices, [5, 3, 2]).sample(data.val_idx[:20], torch.Generator().manual_seed(0))
+    sub = NeighborSampler(data.indptr, data.indices, [5, 3, 2]).sample(
+        data.val_idx[:20], torch.Generator().manual_seed(0)
+    )
     graph = gnnbridge.core.contracts.plugins.backends.get("pyg").from_sampled(sub)
     with torch.no_grad():
         trimmed = model(graph, data.x[sub.node])
@@ -283,20 +350,28 @@ def test_pyg_zoo_models_trim_per_hop_and_compute_what_untrimmed_ones_do(arch):
     torch.testing.assert_close(trimmed, full, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("arch, task_args", [
-    ("PNA", ["karate-sage"]), ("GAT", ["karate-sage", "model.options.v2=true", "model.options.heads=2"]),
-    ("GIN", ["gin-synthetic"]), ("GraphSAGE", ["karate-sage", "model.options.aggr=max"]),
-])
+@pytest.mark.parametrize(
+    "arch, task_args",
+    [
+        ("PNA", ["karate-sage"]),
+        ("GAT", ["karate-sage", "model.options.v2=true", "model.options.heads=2"]),
+        ("GIN", ["gin-synthetic"]),
+        ("GraphSAGE", ["karate-sage", "model.options.aggr=max"]),
+    ],
+)
 def test_pyg_zoo_models_train_by_name_with_their_options(tmp_path, arch, task_args):
     experiment, *options = task_args
-    results = gnnbridge.run(experiment, out=tmp_path / "r", overrides=[f"model.arch={arch}", "train.epochs=1", *options],
-                            **KARATE)
+    results = gnnbridge.run(
+        experiment, out=tmp_path / "r", overrides=[f"model.arch={arch}", "train.epochs=1", *options], **KARATE
+    )
     assert results["epochs_trained"] == 1
 
 
 def test_full_neighbourhood_evaluation_is_exact_like_layerwise(tmp_path):
-    runs = [gnnbridge.run("karate-sage", out=tmp_path / mode, overrides=["train.epochs=3", f"eval.mode={mode}"], **KARATE)
-            for mode in ("layerwise", "full")]
+    runs = [
+        gnnbridge.run("karate-sage", out=tmp_path / mode, overrides=["train.epochs=3", f"eval.mode={mode}"], **KARATE)
+        for mode in ("layerwise", "full")
+    ]
     assert [r["eval"]["final"] for r in runs] == ["layerwise", "full"]
     for key in ("train_acc", "val_acc", "test_acc"):
         assert runs[0]["metrics"][key] == runs[1]["metrics"][key]
@@ -342,20 +417,34 @@ def test_commands_come_from_plugins_and_never_replace_a_taken_name(capsys, loud)
     assert capsys.readouterr().err == (
         "Warning: plugin 'lab-commands' adds a command 'train', which plugin 'gnnbridge' already has; the first one "
         "is kept.\nWarning: plugin 'later' adds a command 'lab-hello', which plugin 'lab-commands' already has; the "
-        "first one is kept.\n")
+        "first one is kept.\n"
+    )
     from click.testing import CliRunner
 
     assert CliRunner().invoke(cli, ["lab-hello", "you"]).output == "hello you\n"
 
 
 def test_models_and_samplers_commands_list_what_is_registered():
-    out = subprocess.run([sys.executable, "-m", "gnnbridge", "models", "--json"], capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "gnnbridge", "models", "--json"], capture_output=True, text=True, timeout=120
+    )
     rows = json.loads(out.stdout)
-    assert {"name": "sage", "backend": "dgl", "plugin": "dgl", "tasks": ["node", "link"], "heterogeneous": True,
-            "description": "GraphSAGE, mean aggregation (SAGEConv; HeteroGraphConv on heterogeneous graphs)"} in rows
-    assert {"name": "gcn", "backend": "dgl", "plugin": "dgl", "tasks": ["node"], "heterogeneous": False,
-            "description": "GCN normalised by full-graph degrees (GraphConv)"} in rows
+    assert {
+        "name": "sage",
+        "backend": "dgl",
+        "plugin": "dgl",
+        "tasks": ["node", "link"],
+        "heterogeneous": True,
+        "description": "GraphSAGE, mean aggregation (SAGEConv; HeteroGraphConv on heterogeneous graphs)",
+    } in rows
+    assert {
+        "name": "gcn",
+        "backend": "dgl",
+        "plugin": "dgl",
+        "tasks": ["node"],
+        "heterogeneous": False,
+        "description": "GCN normalised by full-graph degrees (GraphConv)",
+    } in rows
     assert {r["name"] for r in rows if r["backend"] == "pyg"} >= {"GraphSAGE", "GCN", "GAT", "GIN", "PNA", "EdgeCNN"}
 
 
@@ -370,7 +459,7 @@ def test_a_checkpoint_from_before_model_options_still_evaluates_and_resumes():
         check_frozen(old, {**new, "model": {**new["model"], "options": {"scale": 2}}}, ("model",), "evaluate")
 
 
-BAD_MODULE = '''
+BAD_MODULE = """
 import torch
 from torch import nn
 
@@ -403,35 +492,59 @@ class RaisesOnRankOne(nn.Module):
         if torch.distributed.get_rank() == 1:
             raise ValueError("rank 1 is unhappy")
         return self.lin(x)
-'''
+"""
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cls, needle", [
-    ("RaisesOnRankOne", "rank 1 failed: class 'my_lab.bad:RaisesOnRankOne' failed in its forward pass: ValueError: "
-                        "rank 1 is unhappy"),
-    ("NanOnRankOne", "rank 1 failed: class 'my_lab.bad:NanOnRankOne': forward returned NaN or infinite values on a "
-                     "small batch before training started"),
-    ("Unused", "class 'my_lab.bad:Unused' has parameters that take no part in the loss (spare.weight, spare.bias); "
-               "DDP needs every parameter in every step"),
-])
+@pytest.mark.parametrize(
+    "cls, needle",
+    [
+        (
+            "RaisesOnRankOne",
+            "rank 1 failed: class 'my_lab.bad:RaisesOnRankOne' failed in its forward pass: ValueError: "
+            "rank 1 is unhappy",
+        ),
+        (
+            "NanOnRankOne",
+            "rank 1 failed: class 'my_lab.bad:NanOnRankOne': forward returned NaN or infinite values on a "
+            "small batch before training started",
+        ),
+        (
+            "Unused",
+            "class 'my_lab.bad:Unused' has parameters that take no part in the loss (spare.weight, spare.bias); "
+            "DDP needs every parameter in every step",
+        ),
+    ],
+)
 def test_a_model_that_breaks_under_ddp_stops_every_rank_with_one_line(lab, cls, needle):
     """Never a hang: a peer waiting in a collective is stopped too, and nothing half-made stays."""
     (lab / "my_lab" / "bad.py").write_text(BAD_MODULE)
     with pytest.raises(GnnBridgeError) as err:
-        gnnbridge.run("karate-sage", backend="dgl", nproc=2, progress=False, out=lab / "run", timeout=60,
-                      overrides=[f"model.arch=my_lab.bad:{cls}"])
+        gnnbridge.run(
+            "karate-sage",
+            backend="dgl",
+            nproc=2,
+            progress=False,
+            out=lab / "run",
+            timeout=60,
+            overrides=[f"model.arch=my_lab.bad:{cls}"],
+        )
     assert needle in str(err.value) and "\n" not in str(err.value)
     assert not (lab / "run").exists()
 
 
 def test_a_graph_model_that_forgets_to_pool_is_named(lab):
-    (lab / "my_lab" / "nopool.py").write_text("from torch import nn\n\nclass NoPool(nn.Module):\n"
-                                              "    def __init__(self, in_dim, out_dim):\n        super().__init__()\n"
-                                              "        self.lin = nn.Linear(in_dim, out_dim)\n\n"
-                                              "    def forward(self, graph, x):\n        return self.lin(x)\n")
-    with pytest.raises(plugins.PluginError, match=r"returned shape \[\d+, 3\]; expected logits of shape \[\d+, 3\] "
-                       r"\(a row per graph \(pool the node states per graph\)"):
+    (lab / "my_lab" / "nopool.py").write_text(
+        "from torch import nn\n\nclass NoPool(nn.Module):\n"
+        "    def __init__(self, in_dim, out_dim):\n        super().__init__()\n"
+        "        self.lin = nn.Linear(in_dim, out_dim)\n\n"
+        "    def forward(self, graph, x):\n        return self.lin(x)\n"
+    )
+    with pytest.raises(
+        plugins.PluginError,
+        match=r"returned shape \[\d+, 3\]; expected logits of shape \[\d+, 3\] "
+        r"\(a row per graph \(pool the node states per graph\)",
+    ):
         gnnbridge.run("gin-synthetic", out=lab / "run", overrides=["model.arch=my_lab.nopool:NoPool"], **KARATE)
 
 
@@ -441,14 +554,19 @@ def test_reserved_sampler_names_and_registries_used_during_import_are_refused(ca
         def register_samplers(self, register):
             register("native", lambda store, fanouts: None)
 
-    with registered_plugin(Native(), "native-again"), pytest.raises(plugins.PluginError, match="^Plugin "
-                                                                    "'native-again' registered sampler 'native', a name"):
+    with (
+        registered_plugin(Native(), "native-again"),
+        pytest.raises(plugins.PluginError, match="^Plugin 'native-again' registered sampler 'native', a name"),
+    ):
         plugins.samplers.names()
     loaded = plugins._loaded
     plugins._loaded = False  # as on first use: the plugin below uses a registry while it is imported
     try:
-        with pytest.raises(plugins.PluginError, match="^Plugin 'eager' uses gnnbridge's registries while it is "
-                           "imported; use them inside its hooks instead.$"):
+        with pytest.raises(
+            plugins.PluginError,
+            match="^Plugin 'eager' uses gnnbridge's registries while it is "
+            "imported; use them inside its hooks instead.$",
+        ):
             plugins._load_one("eager", "eager", plugins.backends.names)
     finally:
         plugins._loaded = loaded
@@ -472,8 +590,13 @@ class PairFactorisation(nn.Module):
     def __init__(self, in_dim, out_dim, data, hidden=16):
         super().__init__()
         self.src, _, self.dst = data.target_edge
-        self.inputs = nn.ModuleDict({t: nn.Linear(w, hidden) if w else nn.Embedding(data.num_nodes[t], hidden)
-                                     for t, w in in_dim.items() if t in (self.src, self.dst)})
+        self.inputs = nn.ModuleDict(
+            {
+                t: nn.Linear(w, hidden) if w else nn.Embedding(data.num_nodes[t], hidden)
+                for t, w in in_dim.items()
+                if t in (self.src, self.dst)
+            }
+        )
 
     def forward(self, graph, x, pairs):
         return (self.inputs[self.src](x[self.src])[pairs[0]] * self.inputs[self.dst](x[self.dst])[pairs[1]]).sum(-1)
@@ -490,17 +613,33 @@ class LinkModels:
 def test_a_plugin_link_model_trains_on_both_backends_and_a_homogeneous_one_is_refused(tmp_path, backend):
     small = ["dataset.options.num_users=300", "dataset.options.num_items=100", "train.epochs=2", "train.batch_size=64"]
     with registered_plugin(LinkModels(), "links"):
-        results = gnnbridge.run("rec-synthetic", backend=backend, nproc=1, progress=False, out=tmp_path / "r",
-                                overrides=["model.arch=pair-mf", *small])
-        assert results["metrics"]["test_roc_auc"] > 0.5 and results["history"][1]["loss"] < results["history"][0]["loss"]
-        with pytest.raises(ConfigError, match="model 'flat-link' .plugin 'links'. is built for homogeneous graphs, but "
-                                              "task=link"):
-            gnnbridge.run("rec-synthetic", backend=backend, nproc=1, progress=False, out=tmp_path / "x",
-                          overrides=["model.arch=flat-link", *small])
+        results = gnnbridge.run(
+            "rec-synthetic",
+            backend=backend,
+            nproc=1,
+            progress=False,
+            out=tmp_path / "r",
+            overrides=["model.arch=pair-mf", *small],
+        )
+        assert (
+            results["metrics"]["test_roc_auc"] > 0.5 and results["history"][1]["loss"] < results["history"][0]["loss"]
+        )
+        with pytest.raises(
+            ConfigError, match="model 'flat-link' .plugin 'links'. is built for homogeneous graphs, but task=link"
+        ):
+            gnnbridge.run(
+                "rec-synthetic",
+                backend=backend,
+                nproc=1,
+                progress=False,
+                out=tmp_path / "x",
+                overrides=["model.arch=flat-link", *small],
+            )
     assert not (tmp_path / "x").exists()
 
 
 # ---------------------------------------------------------------- the output contract, before epoch 1
+
 
 class Faulty(nn.Module):
     """A linear model whose ``forward`` or ``layer_forward`` breaks the output contract one way;
@@ -525,8 +664,12 @@ class Faulty(nn.Module):
         return self._break(out) if self.where == "layer_forward" else out
 
     def _break(self, out):
-        return {"rows": lambda: out[:1], "int64": lambda: out.long(), "nan": lambda: out * float("nan"),
-                "device": lambda: out.to("meta")}[self.fault]()
+        return {
+            "rows": lambda: out[:1],
+            "int64": lambda: out.long(),
+            "nan": lambda: out * float("nan"),
+            "device": lambda: out.to("meta"),
+        }[self.fault]()
 
 
 class FaultyModels:
@@ -542,23 +685,42 @@ def faulty():
         yield p
 
 
-@pytest.mark.parametrize("fault, where, needle", [
-    ("int64", "forward", "forward returned int64 logits; expected floating-point logits"),
-    ("nan", "forward", "forward returned NaN or infinite values on a small batch before training started"),
-    ("device", "forward", "forward returned logits on meta, but the batch is on cpu; compute on the input's device"),
-    ("rows", "layer_forward", "layer_forward(0) returned 1 rows for a batch of 8 outputs; expected a 2-D tensor with "
-                              "one row per output node (8), or one per input node with the output nodes first"),
-    ("int64", "layer_forward", "layer_forward(0) returned int64 outputs; expected floating-point outputs"),
-    ("nan", "layer_forward", "layer_forward(0) returned NaN or infinite values on a small batch before training "
-                             "started"),
-])
-def test_a_model_that_breaks_its_output_contract_is_refused_before_the_first_epoch(tmp_path, faulty, fault, where,
-                                                                                     needle):
+@pytest.mark.parametrize(
+    "fault, where, needle",
+    [
+        ("int64", "forward", "forward returned int64 logits; expected floating-point logits"),
+        ("nan", "forward", "forward returned NaN or infinite values on a small batch before training started"),
+        (
+            "device",
+            "forward",
+            "forward returned logits on meta, but the batch is on cpu; compute on the input's device",
+        ),
+        (
+            "rows",
+            "layer_forward",
+            "layer_forward(0) returned 1 rows for a batch of 8 outputs; expected a 2-D tensor with "
+            "one row per output node (8), or one per input node with the output nodes first",
+        ),
+        ("int64", "layer_forward", "layer_forward(0) returned int64 outputs; expected floating-point outputs"),
+        (
+            "nan",
+            "layer_forward",
+            "layer_forward(0) returned NaN or infinite values on a small batch before training started",
+        ),
+    ],
+)
+def test_a_model_that_breaks_its_output_contract_is_refused_before_the_first_epoch(
+    tmp_path, faulty, fault, where, needle
+):
     """One line naming the plugin's model and the method, before any training step: not a raw
     error from the loss, a divergence blamed on the learning rate, or a wrong evaluation."""
     with pytest.raises(plugins.PluginError) as err:
-        gnnbridge.run("karate-sage", out=tmp_path / "r", overrides=["model.arch=faulty", f"model.options.fault={fault}",
-                                                                    f"model.options.where={where}"], **KARATE)
+        gnnbridge.run(
+            "karate-sage",
+            out=tmp_path / "r",
+            overrides=["model.arch=faulty", f"model.options.fault={fault}", f"model.options.where={where}"],
+            **KARATE,
+        )
     assert str(err.value).startswith(f"model 'faulty' (plugin 'shop'): {needle}"), str(err.value)
     assert "\n" not in str(err.value) and "lr" not in str(err.value)
     assert Faulty.train_calls == 0 and not (tmp_path / "r").exists()
@@ -567,11 +729,18 @@ def test_a_model_that_breaks_its_output_contract_is_refused_before_the_first_epo
 def test_nan_at_the_first_training_step_names_the_model_not_the_learning_rate(tmp_path, faulty):
     """NaN only in training mode (the dry step runs in eval mode): the loss is non-finite before
     any optimizer step, so it is the model's fault, however high train.lr is."""
-    with pytest.raises(plugins.PluginError, match=r"^model 'faulty' \(plugin 'shop'\): forward returned NaN or "
-                       r"infinite logits at the first training step, before any optimizer step .* so the learning "
-                       r"rate is not the cause"):
-        gnnbridge.run("karate-sage", out=tmp_path / "r", overrides=[
-            "model.arch=faulty", "model.options.fault=nan", "model.options.where=training", "train.lr=0.5"], **KARATE)
+    with pytest.raises(
+        plugins.PluginError,
+        match=r"^model 'faulty' \(plugin 'shop'\): forward returned NaN or "
+        r"infinite logits at the first training step, before any optimizer step .* so the learning "
+        r"rate is not the cause",
+    ):
+        gnnbridge.run(
+            "karate-sage",
+            out=tmp_path / "r",
+            overrides=["model.arch=faulty", "model.options.fault=nan", "model.options.where=training", "train.lr=0.5"],
+            **KARATE,
+        )
     assert not (tmp_path / "r").exists()
 
 
@@ -609,8 +778,15 @@ def test_a_pyg_style_layer_forward_trains_and_is_evaluated_layerwise_on_two_rank
     (lab / "my_lab" / "pygstyle.py").write_text(PYG_STYLE_MODULE)
     metrics = {}
     for mode in ("layerwise", "full"):
-        results = gnnbridge.run("karate-sage", backend="pyg", nproc=2, progress=False, out=lab / mode, timeout=120,
-                                overrides=["model.arch=my_lab.pygstyle:TwoLayer", "train.epochs=2", f"eval.mode={mode}"])
+        results = gnnbridge.run(
+            "karate-sage",
+            backend="pyg",
+            nproc=2,
+            progress=False,
+            out=lab / mode,
+            timeout=120,
+            overrides=["model.arch=my_lab.pygstyle:TwoLayer", "train.epochs=2", f"eval.mode={mode}"],
+        )
         assert results["eval"]["final"] == mode and results["epochs_trained"] == 2
         metrics[mode] = results["metrics"]
     assert metrics["layerwise"] == pytest.approx(metrics["full"], abs=1e-6)
@@ -648,12 +824,21 @@ class NanLink(nn.Module):
 '''
 
 
-@pytest.mark.parametrize("experiment, overrides, needle", [
-    ("gin-synthetic", ["model.arch=my_lab.tasks:IdsPerGraph"],
-     "class 'my_lab.tasks:IdsPerGraph': forward returned int64 logits; expected floating-point logits"),
-    (None, ["task=link", "dataset.options.num_nodes=300", "model.arch=my_lab.tasks:NanLink"],
-     "class 'my_lab.tasks:NanLink': forward returned NaN or infinite values on a small batch before training"),
-])
+@pytest.mark.parametrize(
+    "experiment, overrides, needle",
+    [
+        (
+            "gin-synthetic",
+            ["model.arch=my_lab.tasks:IdsPerGraph"],
+            "class 'my_lab.tasks:IdsPerGraph': forward returned int64 logits; expected floating-point logits",
+        ),
+        (
+            None,
+            ["task=link", "dataset.options.num_nodes=300", "model.arch=my_lab.tasks:NanLink"],
+            "class 'my_lab.tasks:NanLink': forward returned NaN or infinite values on a small batch before training",
+        ),
+    ],
+)
 def test_graph_and_link_models_are_checked_before_the_first_epoch_too(lab, experiment, overrides, needle):
     (lab / "my_lab" / "tasks.py").write_text(TASKS_MODULE)
     with pytest.raises(plugins.PluginError) as err:
@@ -668,9 +853,14 @@ def test_a_layer_forward_may_return_a_row_per_input_node_on_both_backends(tmp_pa
     evaluation scores what a full-neighbourhood pass scores (here: a per-node linear map)."""
     metrics = {}
     for mode in ("layerwise", "full"):
-        results = gnnbridge.run("karate-sage", backend=backend, nproc=1, progress=False, out=tmp_path / mode,
-                                overrides=["model.arch=faulty", "model.options.where=none", f"eval.mode={mode}",
-                                           "eval.batch_size=5"])
+        results = gnnbridge.run(
+            "karate-sage",
+            backend=backend,
+            nproc=1,
+            progress=False,
+            out=tmp_path / mode,
+            overrides=["model.arch=faulty", "model.options.where=none", f"eval.mode={mode}", "eval.batch_size=5"],
+        )
         assert results["eval"]["final"] == mode
         metrics[mode] = results["metrics"]
     assert metrics["layerwise"] == pytest.approx(metrics["full"])
@@ -678,10 +868,12 @@ def test_a_layer_forward_may_return_a_row_per_input_node_on_both_backends(tmp_pa
 
 def test_the_cli_refuses_a_model_on_another_device_in_one_line(refused, tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "path", list(sys.path))  # importing model.arch puts the folder on it
-    (tmp_path / "elsewhere.py").write_text("from torch import nn\n\nclass Meta(nn.Module):\n"
-                                           "    def __init__(self, in_dim, out_dim):\n        super().__init__()\n"
-                                           "        self.lin = nn.Linear(in_dim, out_dim)\n\n"
-                                           "    def forward(self, graph, x):\n        return self.lin(x).to('meta')\n")
+    (tmp_path / "elsewhere.py").write_text(
+        "from torch import nn\n\nclass Meta(nn.Module):\n"
+        "    def __init__(self, in_dim, out_dim):\n        super().__init__()\n"
+        "        self.lin = nn.Linear(in_dim, out_dim)\n\n"
+        "    def forward(self, graph, x):\n        return self.lin(x).to('meta')\n"
+    )
     try:
         proc = refused("train", "karate-sage", "--set", "model.arch=elsewhere:Meta", "--quiet", "--out", "run")
     finally:
@@ -689,10 +881,9 @@ def test_the_cli_refuses_a_model_on_another_device_in_one_line(refused, tmp_path
     assert proc.returncode != 0 and proc.stderr.splitlines() == [
         "Error: class 'elsewhere:Meta': forward returned logits on meta, but the batch is on cpu; compute on the "
         "input's device (create tensors with device=x.device, register them as buffers, never call .cpu() or "
-        ".cuda() in the model)."], proc.stderr
+        ".cuda() in the model)."
+    ], proc.stderr
     assert not (tmp_path / "run").exists()
-
-
 
 
 # --------------------------------------------------------------------------- plugin faults are the plugin's
@@ -710,6 +901,7 @@ def as_cli(monkeypatch):
 def test_a_plugin_that_exits_at_import_or_in_a_hook_is_left_out_like_one_that_raises(capsys, loud, as_cli, stop):
     """``sys.exit()`` or a stray ``KeyboardInterrupt`` in a plugin must not end the command (with
     exit 0, or as if the user pressed Ctrl-C): it is that plugin's failure, named in one line."""
+
     class Exits:
         @hookimpl
         def register_models(self, register):
@@ -724,8 +916,9 @@ def test_a_plugin_that_exits_at_import_or_in_a_hook_is_left_out_like_one_that_ra
             assert "sage" in plugins.models.names()  # everything else keeps working
         lines = capsys.readouterr().err.splitlines()
         assert len(lines) == 2, lines
-        assert lines[0].startswith("Warning: plugin 'exits-on-import' (exits_pkg) failed to load: "
-                                   f"{type(stop).__name__}")
+        assert lines[0].startswith(
+            f"Warning: plugin 'exits-on-import' (exits_pkg) failed to load: {type(stop).__name__}"
+        )
         assert lines[1].startswith(f"Warning: plugin 'exits' raised in register_models: {type(stop).__name__}")
     finally:
         plugins._failures.pop("exits-on-import")
@@ -776,18 +969,23 @@ class BadData:
         register("interrupts", lambda config, seed: (_ for _ in ()).throw(KeyboardInterrupt()), "")
 
 
-@pytest.mark.parametrize("dataset, needle", [
-    ("gives-none", "returned a NoneType from its loader; expected a GraphData"),
-    ("gives-tuple", "returned a tuple from its loader; expected a GraphData"),
-    ("gives-dict", "returned a dict from its loader; expected a GraphData"),
-    ("exits", "failed in its loader(config.dataset, seed): SystemExit(3)"),
-    ("interrupts", "failed in its loader(config.dataset, seed): KeyboardInterrupt, though no Ctrl-C"),
-])
+@pytest.mark.parametrize(
+    "dataset, needle",
+    [
+        ("gives-none", "returned a NoneType from its loader; expected a GraphData"),
+        ("gives-tuple", "returned a tuple from its loader; expected a GraphData"),
+        ("gives-dict", "returned a dict from its loader; expected a GraphData"),
+        ("exits", "failed in its loader(config.dataset, seed): SystemExit(3)"),
+        ("interrupts", "failed in its loader(config.dataset, seed): KeyboardInterrupt, though no Ctrl-C"),
+    ],
+)
 def test_a_dataset_loader_that_returns_nonsense_or_exits_is_named(refused, as_cli, dataset, needle):
     with registered_plugin(BadData(), "lab-data"):
         shown = refused("train", "--dataset", dataset, "--backend", "pyg", "--out", "run")
     assert shown.returncode == 1 and shown.stderr.count("\n") == 1, shown.stderr
-    assert shown.stderr.startswith(f"Error: dataset '{dataset}' (plugin 'lab-data') ") and needle in shown.stderr, shown.stderr
+    assert shown.stderr.startswith(f"Error: dataset '{dataset}' (plugin 'lab-data') ") and needle in shown.stderr, (
+        shown.stderr
+    )
 
 
 def test_an_experiment_registered_as_a_string_is_named(refused):
@@ -803,7 +1001,7 @@ def test_an_experiment_registered_as_a_string_is_named(refused):
     assert "register a dict of config sections" in shown.stderr
 
 
-STOPPING_MODEL = '''
+STOPPING_MODEL = """
 import sys
 from torch import nn
 
@@ -815,7 +1013,7 @@ class StopsInForward(nn.Module):
 
     def forward(self, graph, x):
         raise {stop}
-'''
+"""
 
 
 @pytest.mark.slow
@@ -823,11 +1021,33 @@ class StopsInForward(nn.Module):
 def test_a_model_that_raises_keyboardinterrupt_or_exits_in_forward_is_a_failure_not_a_ctrl_c(tmp_path, stop):
     """Not "Stopped by SIGINT" (exit 130), not a silent exit 0: one line naming the model."""
     (tmp_path / "stopping_lab.py").write_text(STOPPING_MODEL.format(stop=stop))
-    env = {**os.environ, "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-m", "gnnbridge", "train", "karate-sage", "--backend", "pyg", "--quiet",
-                           "--set", "model.arch=stopping_lab:StopsInForward", "--out", "run"],
-                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300, check=False)
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gnnbridge",
+            "train",
+            "karate-sage",
+            "--backend",
+            "pyg",
+            "--quiet",
+            "--set",
+            "model.arch=stopping_lab:StopsInForward",
+            "--out",
+            "run",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 1, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: class 'stopping_lab:StopsInForward'"), proc.stderr
@@ -837,9 +1057,11 @@ def test_a_model_that_raises_keyboardinterrupt_or_exits_in_forward_is_a_failure_
 @pytest.mark.parametrize("where", ["import", "__init__"])
 def test_a_model_class_that_exits_at_import_or_construction_is_named(lab, refused, where):
     (lab / "exits_lab.py").write_text(
-        "import sys\nfrom torch import nn\n" + ("sys.exit(0)\n" if where == "import" else "") +
-        "class Exits(nn.Module):\n    def __init__(self, in_dim, out_dim):\n        super().__init__()\n"
-        "        sys.exit(0)\n")
+        "import sys\nfrom torch import nn\n"
+        + ("sys.exit(0)\n" if where == "import" else "")
+        + "class Exits(nn.Module):\n    def __init__(self, in_dim, out_dim):\n        super().__init__()\n"
+        "        sys.exit(0)\n"
+    )
     shown = refused("train", "karate-sage", "--backend", "pyg", "--set", "model.arch=exits_lab:Exits", "--out", "run")
     sys.modules.pop("exits_lab", None)
     assert shown.returncode == 1 and shown.stderr.count("\n") == 1, shown.stderr
@@ -856,8 +1078,11 @@ def test_only_a_keyboardinterrupt_a_signal_caused_passes_through_plugin_code_as_
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         errors.record_interrupts()  # what the CLI and every rank do first
-        with pytest.raises(plugins.PluginError, match=r"^model 'x' failed in its forward pass: KeyboardInterrupt, "
-                                                     r"though no Ctrl-C or signal arrived"):
+        with pytest.raises(
+            plugins.PluginError,
+            match=r"^model 'x' failed in its forward pass: KeyboardInterrupt, "
+            r"though no Ctrl-C or signal arrived",
+        ):
             with plugins.blame("model 'x'", "forward pass"):
                 forward()
         with pytest.raises(KeyboardInterrupt):  # a real Ctrl-C arriving while plugin code runs stays one

@@ -1,5 +1,6 @@
 """``gnnbridge port``: a run trained on one library, moved to the other, evaluates and predicts the
 same, and resumes as if it had never moved; what cannot move is refused in one line."""
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,12 @@ CASES = {  # name: (experiment, trained on, moved to, extra overrides)
     "gcn": ("gcn-synthetic", "dgl", "pyg", []),
     "gat": ("gat-synthetic", "pyg", "dgl", []),
     "gin": ("gin-synthetic", "pyg", "dgl", ["dataset.options.num_graphs=80", "train.batch_size=16", "train.epochs=2"]),
-    "rec": ("rec-synthetic", "dgl", "pyg", ["dataset.options.num_users=150", "dataset.options.num_items=100",
-                                            "train.epochs=2", "link.eval_negatives=20"]),
+    "rec": (
+        "rec-synthetic",
+        "dgl",
+        "pyg",
+        ["dataset.options.num_users=150", "dataset.options.num_items=100", "train.epochs=2", "link.eval_negatives=20"],
+    ),
 }
 
 
@@ -68,20 +73,21 @@ def test_a_ported_run_resumes_with_its_optimizer_as_if_it_had_never_moved(tmp_pa
     there = gnnbridge.run(resume=trained["sage"], overrides=extend, progress=False)
     here = gnnbridge.run(resume=tmp_path / "moved", overrides=extend, progress=False)
     assert here["backend"] == "pyg" and there["backend"] == "dgl"
-    np.testing.assert_allclose([h["loss"] for h in here["history"]], [h["loss"] for h in there["history"]],
-                               rtol=1e-4)
+    np.testing.assert_allclose([h["loss"] for h in here["history"]], [h["loss"] for h in there["history"]], rtol=1e-4)
 
 
 def test_what_cannot_be_ported_is_one_line_and_writes_nothing(tmp_path, trained, refused):
     gnnbridge.run(overrides=["model.arch=GraphSAGE", *NODE], backend="pyg", out=tmp_path / "zoo", progress=False)
     gat = str(trained["gat"])
-    for args, needle in [(["zoo", "--to", "dgl"], "GraphSAGE"),
-                         ([gat, "--to", "pyg"], "was trained on pyg already"),
-                         ([gat, "--to", "mxnet"], "mxnet"),
-                         ([gat, "--to", ""], "needs a backend to move to"),
-                         ([gat, "--to", "dgl", "--set", "model.hidden=8"], "port keeps task, model as trained"),
-                         (["nowhere", "--to", "dgl"], "is not a run folder"),
-                         ([gat, "--to", "dgl", "--out", "taken"], "not empty")]:
+    for args, needle in [
+        (["zoo", "--to", "dgl"], "GraphSAGE"),
+        ([gat, "--to", "pyg"], "was trained on pyg already"),
+        ([gat, "--to", "mxnet"], "mxnet"),
+        ([gat, "--to", ""], "needs a backend to move to"),
+        ([gat, "--to", "dgl", "--set", "model.hidden=8"], "port keeps task, model as trained"),
+        (["nowhere", "--to", "dgl"], "is not a run folder"),
+        ([gat, "--to", "dgl", "--out", "taken"], "not empty"),
+    ]:
         if "taken" in args:
             (tmp_path / "taken").mkdir()
             (tmp_path / "taken" / "notes.txt").write_text("mine")

@@ -1,4 +1,5 @@
 """Knowing the setup: ``config show``, ``doctor``, every command's examples, shell completion."""
+
 from __future__ import annotations
 
 import os
@@ -46,8 +47,19 @@ def test_every_config_key_has_its_line():
 def test_doctor_checks_each_part_and_passes_here(capsys):
     main(["doctor"])  # no SystemExit: nothing failed
     out = capsys.readouterr().out
-    for part in ("torch", "gpu", "collectives", "backend pyg", "backend dgl", "core sampler", "threads", "network",
-                 "shared memory", "memory", "disk"):
+    for part in (
+        "torch",
+        "gpu",
+        "collectives",
+        "backend pyg",
+        "backend dgl",
+        "core sampler",
+        "threads",
+        "network",
+        "shared memory",
+        "memory",
+        "disk",
+    ):
         assert any(line[6:].startswith(part) for line in out.splitlines()), part
     assert "gloo" in out
 
@@ -55,8 +67,12 @@ def test_doctor_checks_each_part_and_passes_here(capsys):
 def test_doctor_fails_a_job_that_would_not_fit(monkeypatch, tmp_path, refused):
     data = tmp_path / "graph.npz"
     rng = np.random.default_rng(0)
-    np.savez(data, edge_index=rng.integers(0, 40, (2, 200)), x=rng.normal(size=(40, 4)).astype(np.float32),
-             y=np.arange(40) % 2)
+    np.savez(
+        data,
+        edge_index=rng.integers(0, 40, (2, 200)),
+        x=rng.normal(size=(40, 4)).astype(np.float32),
+        y=np.arange(40) % 2,
+    )
     config = resolve_config(dataset=str(data), nproc=64, overrides=["model.arch=bogus"])
 
     class Tiny:
@@ -65,7 +81,10 @@ def test_doctor_fails_a_job_that_would_not_fit(monkeypatch, tmp_path, refused):
     with monkeypatch.context() as patched:
         patched.setattr(doctor.shutil, "disk_usage", lambda path: Tiny())
         found = {f.what: f for f in doctor.diagnose(config)}
-    assert found["shared memory"].status == "fail" and f"{doctor.format_bytes(data.stat().st_size)} dataset" in found["shared memory"].detail
+    assert (
+        found["shared memory"].status == "fail"
+        and f"{doctor.format_bytes(data.stat().st_size)} dataset" in found["shared memory"].detail
+    )
     assert "--shm-size" in found["shared memory"].fix
     assert found["threads"].status == "fail" and "--nproc" in found["threads"].fix
     assert found["experiment"].status == "fail" and "Unknown model.arch 'bogus'" in found["experiment"].detail
@@ -84,16 +103,22 @@ def refused_by_train(case: str, folder) -> list[str]:
     if case == "two edge types, no link.edge_type":
         rng = np.random.default_rng(0)
         edges = [np.stack([np.arange(30) % 30, rng.integers(0, 20, 30)]).astype(np.int64) for _ in range(2)]
-        np.savez(folder / "shop.npz", num_nodes__user=np.array([30]), x__item=np.ones((20, 4), np.float32),
-                 edge_index__user__buys__item=edges[0], edge_index__user__views__item=edges[1])
+        np.savez(
+            folder / "shop.npz",
+            num_nodes__user=np.array([30]),
+            x__item=np.ones((20, 4), np.float32),
+            edge_index__user__buys__item=edges[0],
+            edge_index__user__views__item=edges[1],
+        )
         return ["--dataset", "shop.npz", "--set", "task=link"]
     if case == "model too large for memory":
         return ["--set", "model.hidden=100000000"]
     return ["--dataset", "missing.npz"]
 
 
-@pytest.mark.parametrize("case", ["missing .npz", "text file named .npz", "two edge types, no link.edge_type",
-                                  "model too large for memory"])
+@pytest.mark.parametrize(
+    "case", ["missing .npz", "text file named .npz", "two edge types, no link.edge_type", "model too large for memory"]
+)
 def test_doctor_and_config_show_refuse_what_train_refuses(case, refused, tmp_path):
     """One function holds everything train checks before it starts, the data's checks included:
     doctor and config show run it too, so what they pass, train starts."""
@@ -109,9 +134,10 @@ def test_doctor_and_config_show_refuse_what_train_refuses(case, refused, tmp_pat
     assert check.returncode == 1 and "would stop a job" in check.stderr
     found = [line for line in check.stdout.splitlines() if line[6:].startswith("experiment")]
     assert len(found) == 1 and found[0].startswith("fail"), check.stdout
-    assert re.sub(r"[\d.]+ [KMGT]?B", "SIZE", found[0]).endswith(said[len("Error: "):]), (found, said)
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in tmp_path.iterdir()
-                                                                if p.suffix == ".npz")  # no run folder
+    assert re.sub(r"[\d.]+ [KMGT]?B", "SIZE", found[0]).endswith(said[len("Error: ") :]), (found, said)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        p.name for p in tmp_path.iterdir() if p.suffix == ".npz"
+    )  # no run folder
 
 
 @pytest.mark.parametrize("name", sorted(group.commands))

@@ -1,4 +1,5 @@
 """The headline promise: the same experiment learns on both libraries, and they agree."""
+
 import json
 
 import pytest
@@ -26,7 +27,9 @@ def test_both_backends_reach_high_accuracy_and_agree(results):
 def test_results_json_keeps_the_contract(results):
     for backend, r in results.items():
         on_disk = json.loads((__import__("pathlib").Path(r["run_dir"]) / "results.json").read_text())
-        assert {"experiment", "backend", "task", "world_size", "device", "metrics", "history", "versions"} <= set(on_disk)
+        assert {"experiment", "backend", "task", "world_size", "device", "metrics", "history", "versions"} <= set(
+            on_disk
+        )
         assert on_disk["backend"] == backend and on_disk["world_size"] == 2 and on_disk["device"] == "cpu"
         assert {"train_acc", "val_acc", "test_acc"} <= set(on_disk["metrics"])
         assert len(on_disk["history"]) == 8
@@ -64,8 +67,16 @@ def test_run_folder_has_config_and_plot(results):
 def test_sampled_evaluation_with_all_neighbours_equals_layerwise(tmp_path):
     """Same training (all neighbours either way), two evaluators: the exact metrics must agree."""
     common = ["sampler.fanouts=[-1,-1]", "train.epochs=5"]
-    layerwise = gnnbridge.run("karate-sage", backend="dgl", nproc=1, overrides=common, out=tmp_path / "l", progress=False)
-    sampled = gnnbridge.run("karate-sage", backend="dgl", nproc=1, overrides=[*common, "eval.mode=sampled"],
-                            out=tmp_path / "s", progress=False)
+    layerwise = gnnbridge.run(
+        "karate-sage", backend="dgl", nproc=1, overrides=common, out=tmp_path / "l", progress=False
+    )
+    sampled = gnnbridge.run(
+        "karate-sage",
+        backend="dgl",
+        nproc=1,
+        overrides=[*common, "eval.mode=sampled"],
+        out=tmp_path / "s",
+        progress=False,
+    )
     for key in ("train_acc", "val_acc", "test_acc", "train_roc_auc", "test_roc_auc"):  # karate is binary
         assert sampled["metrics"][key] == pytest.approx(layerwise["metrics"][key])

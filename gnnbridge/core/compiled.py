@@ -17,6 +17,7 @@ this delays nothing; it costs a few microseconds a block (four ``signal.signal``
 caller making many compiled calls in a row (the typed sampler: a hop and a relabel per
 relation) opens one block around all of them, inside which the kernels' own blocks are free.
 """
+
 from __future__ import annotations
 
 import contextlib

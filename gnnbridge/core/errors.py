@@ -5,6 +5,7 @@ names the bad value, the valid choices and the fix. The CLI prints that line alo
 traceback) and exits non-zero; library callers can catch the builtin base they expect
 (``KeyError`` for unknown names, ``ValueError`` for bad values, ``FileNotFoundError`` ...).
 """
+
 from __future__ import annotations
 
 import difflib

@@ -18,6 +18,7 @@ An append is a read, a rewrite and a replace (:func:`append_text`): the files ap
 metrics table) are small. :func:`links_leaving` finds links a run folder must not hold before
 anything writes into it.
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -5,6 +5,7 @@ The contracts live in :mod:`gnnbridge.core.contracts`, the records in
 module re-exports what a backend or model plugin builds on, so plugins do not depend on where
 core keeps each piece. Nothing inside core imports it.
 """
+
 from gnnbridge.core.contracts.config import DatasetConfig, ModelSpec, SamplerKind, Task
 from gnnbridge.core.contracts.interfaces import (
     Backend,
@@ -25,10 +26,36 @@ from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS, NeighborSampler
 from gnnbridge.core.sampling.seeds import derived_seed, epoch_generator
 
 __all__ = [
-    "Backend", "CollectionStore", "CorePacker", "CoreSampler", "DatasetConfig", "GNNModel", "GraphClassifier",
-    "GraphCollection", "GraphData", "GraphStore", "HeteroGraphData", "HeteroSampledSubgraph", "HeteroSource",
+    "Backend",
+    "CollectionStore",
+    "CorePacker",
+    "CoreSampler",
+    "DatasetConfig",
+    "GNNModel",
+    "GraphClassifier",
+    "GraphCollection",
+    "GraphData",
+    "GraphStore",
+    "HeteroGraphData",
+    "HeteroSampledSubgraph",
+    "HeteroSource",
     "IndexedRows",
-    "LinkMiniBatch", "LibraryGraphLoader", "MiniBatch", "ModelSpec", "PackedGraphs",
-    "SampledSubgraph", "Sampler", "SamplerKind", "Task", "ALL_NEIGHBORS", "NeighborSampler", "derived_seed",
-    "epoch_generator", "pack", "random_split", "available_memory", "format_bytes", "downloads_allowed",
+    "LinkMiniBatch",
+    "LibraryGraphLoader",
+    "MiniBatch",
+    "ModelSpec",
+    "PackedGraphs",
+    "SampledSubgraph",
+    "Sampler",
+    "SamplerKind",
+    "Task",
+    "ALL_NEIGHBORS",
+    "NeighborSampler",
+    "derived_seed",
+    "epoch_generator",
+    "pack",
+    "random_split",
+    "available_memory",
+    "format_bytes",
+    "downloads_allowed",
 ]

@@ -13,6 +13,7 @@
 
 Every loader validates fully and raises one-line errors: nothing unchecked reaches a backend.
 """
+
 from __future__ import annotations
 
 import math
@@ -49,12 +50,20 @@ from gnnbridge.core.records.formats import (  # noqa: F401 - the format's tables
 
 @hookimpl
 def register_datasets(register):
-    register("synthetic", load_synthetic, "Learnable synthetic homophilous graph (size and difficulty in dataset.options)")
+    register(
+        "synthetic", load_synthetic, "Learnable synthetic homophilous graph (size and difficulty in dataset.options)"
+    )
     register("karate", load_karate, "Zachary's karate club: 34 nodes, 2 classes (from networkx)")
-    register("gin-synthetic", load_gin_synthetic,
-             "Graph classification: 3 structural families, constant node features (options in dataset.options)")
-    register("npz", load_npz, "Your own graph (edge_index, x, y) or graph collection (+ node_ptr) in a .npz: "
-             "--dataset PATH.npz")
+    register(
+        "gin-synthetic",
+        load_gin_synthetic,
+        "Graph classification: 3 structural families, constant node features (options in dataset.options)",
+    )
+    register(
+        "npz",
+        load_npz,
+        "Your own graph (edge_index, x, y) or graph collection (+ node_ptr) in a .npz: --dataset PATH.npz",
+    )
 
 
 def options(config: DatasetConfig, defaults: dict) -> dict:
@@ -62,8 +71,11 @@ def options(config: DatasetConfig, defaults: dict) -> dict:
     out = dict(defaults)
     for key, value in config.options.items():
         if key not in defaults:
-            valid = f"Valid options: {', '.join(sorted(defaults))}." if defaults else \
-                f"Dataset '{config.name}' takes no options; remove dataset.options."
+            valid = (
+                f"Valid options: {', '.join(sorted(defaults))}."
+                if defaults
+                else f"Dataset '{config.name}' takes no options; remove dataset.options."
+            )
             raise ConfigError(
                 f"Unknown option {_show(f'dataset.options.{key}')} for dataset '{config.name}'"
                 f"{did_you_mean(str(key)[:100], defaults)}. {valid}"
@@ -75,9 +87,7 @@ def options(config: DatasetConfig, defaults: dict) -> dict:
             except OverflowError:
                 raise ConfigError(f"dataset.options.{key}={_show(value)} is too large for a number.") from None
         if type(value) is not expected:
-            raise ConfigError(
-                f"dataset.options.{key}={_show(value)} has the wrong type: expected {expected.__name__}."
-            )
+            raise ConfigError(f"dataset.options.{key}={_show(value)} has the wrong type: expected {expected.__name__}.")
         if expected is float and not math.isfinite(value):
             raise ConfigError(f"dataset.options.{key}={value} is not a finite number; give a real number.")
         out[key] = value
@@ -86,15 +96,16 @@ def options(config: DatasetConfig, defaults: dict) -> dict:
 
 def _show(value, limit: int = 60) -> str:
     text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit - 3]}..."
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
 def check_fits(what: str, nbytes: int, fix: str) -> None:
     """Refuse to build something of ``nbytes`` that this machine cannot hold (before building it)."""
     free = available_memory()
     if nbytes > free:
-        raise ResourceError(f"{what} would need about {format_bytes(nbytes)} of memory but {format_bytes(free)} is "
-                            f"free; {fix}.")
+        raise ResourceError(
+            f"{what} would need about {format_bytes(nbytes)} of memory but {format_bytes(free)} is free; {fix}."
+        )
 
 
 # --------------------------------------------------------------------------- synthetic
@@ -116,15 +127,20 @@ def load_synthetic(config: DatasetConfig, seed: int) -> GraphData:
     _at_least("num_features", f, 1, "every node needs a feature")
     _at_least("num_nodes", n, 3 * c, f"every class needs a node in each split (3 x num_classes={c})")
     if not opts["avg_degree"] > 0:
-        raise ConfigError(f"dataset.options.avg_degree={opts['avg_degree']} must be > 0 (the mean number of "
-                          "edges per node, e.g. 12).")
+        raise ConfigError(
+            f"dataset.options.avg_degree={opts['avg_degree']} must be > 0 (the mean number of edges per node, e.g. 12)."
+        )
     if not 0.0 <= opts["homophily"] <= 1.0:
-        raise ConfigError(f"dataset.options.homophily={opts['homophily']} must be in [0, 1] (the share of edges "
-                          "that stay inside a class, e.g. 0.65).")
+        raise ConfigError(
+            f"dataset.options.homophily={opts['homophily']} must be in [0, 1] (the share of edges "
+            "that stay inside a class, e.g. 0.65)."
+        )
     edges = n * opts["avg_degree"]
-    check_fits(f"The synthetic graph (num_nodes={n}, num_features={f}, avg_degree={opts['avg_degree']})",
-               int(n * f * 4 * 3 + edges * 8 * 12 + n * 8 * 8),
-               "use smaller dataset.options")
+    check_fits(
+        f"The synthetic graph (num_nodes={n}, num_features={f}, avg_degree={opts['avg_degree']})",
+        int(n * f * 4 * 3 + edges * 8 * 12 + n * 8 * 8),
+        "use smaller dataset.options",
+    )
     return synthetic_graph(n, c, f, opts["avg_degree"], opts["homophily"], opts["feature_signal"], seed)
 
 
@@ -219,13 +235,17 @@ def family_graphs(num_graphs: int, min_nodes: int, max_nodes: int, seed: int) ->
         offset += n
     node_ptr = torch.from_numpy(np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
     return GraphCollection.from_edges(
-        torch.ones(offset, 1), torch.from_numpy(np.concatenate(edges, axis=1)), node_ptr,
-        torch.from_numpy(labels.astype(np.int64)), num_classes=len(FAMILIES), seed=seed, name="gin-synthetic",
+        torch.ones(offset, 1),
+        torch.from_numpy(np.concatenate(edges, axis=1)),
+        node_ptr,
+        torch.from_numpy(labels.astype(np.int64)),
+        num_classes=len(FAMILIES),
+        seed=seed,
+        name="gin-synthetic",
     )
 
 
 # --------------------------------------------------------------------------- npz
-
 
 
 def load_npz(config: DatasetConfig, seed: int) -> GraphData | GraphCollection | HeteroSource:
@@ -242,8 +262,9 @@ def load_npz(config: DatasetConfig, seed: int) -> GraphData | GraphCollection | 
     splits = _npz_splits(path, tensors)
     if NODE_PTR in tensors:
         try:
-            return GraphCollection.from_edges(tensors["x"], tensors["edge_index"], tensors[NODE_PTR], tensors["y"],
-                                              splits, seed=seed, name=path.stem)
+            return GraphCollection.from_edges(
+                tensors["x"], tensors["edge_index"], tensors[NODE_PTR], tensors["y"], splits, seed=seed, name=path.stem
+            )
         except DataError as exc:
             raise DataError(f"{path}: {exc}") from None
     n = tensors["x"].shape[0]
@@ -263,7 +284,9 @@ def _npz_splits(path: Path, tensors: dict[str, torch.Tensor]) -> list[torch.Tens
     present = [k for k in NPZ_SPLITS if k in tensors]
     if present and len(present) != 3:
         missing = sorted(set(NPZ_SPLITS) - set(present))
-        raise DataError(f"{path}: has {', '.join(present)} but not {', '.join(missing)}; give all three splits or none.")
+        raise DataError(
+            f"{path}: has {', '.join(present)} but not {', '.join(missing)}; give all three splits or none."
+        )
     return [tensors[k] for k in NPZ_SPLITS] if present else None
 
 
@@ -271,8 +294,21 @@ def _npz_splits(path: Path, tensors: dict[str, torch.Tensor]) -> list[torch.Tens
 # read (an unused member is never decompressed, whatever its header claims).
 HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
 DEFLATE_MAX_RATIO = 1100  # deflate cannot expand data more than ~1032x: a header claiming more lies
-ZIP_ERRORS = (OSError, ValueError, EOFError, zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError,
-              RuntimeError, zlib.error, struct.error, KeyError, OverflowError, SyntaxError, TypeError)
+ZIP_ERRORS = (
+    OSError,
+    ValueError,
+    EOFError,
+    zipfile.BadZipFile,
+    zipfile.LargeZipFile,
+    NotImplementedError,
+    RuntimeError,
+    zlib.error,
+    struct.error,
+    KeyError,
+    OverflowError,
+    SyntaxError,
+    TypeError,
+)
 
 
 def read_npz(path: Path) -> dict[str, np.ndarray]:
@@ -281,6 +317,7 @@ def read_npz(path: Path) -> dict[str, np.ndarray]:
     data than the member holds or than this machine could hold.
 
     Why not ``numpy.load``: it trusts each header and allocates what it claims before reading."""
+
     def select(members: dict) -> dict:
         missing = [k for k in NPZ_REQUIRED if k not in members]
         if missing:
@@ -312,25 +349,29 @@ def read_members(path: Path, select, names_only: bool = False):
             members = {info.filename[:-4]: info for info in archive.infolist() if info.filename.endswith(".npy")}
             if names_only:
                 return {name.split("__", 1)[0] for name in members if "__" in name}
-            return {key: _read_member(path, archive, members[key], key, *spec)
-                    for key, spec in select(members).items()}
+            return {key: _read_member(path, archive, members[key], key, *spec) for key, spec in select(members).items()}
     except (DataError, ResourceError):
         raise
     except ZIP_ERRORS as exc:
         detail = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
-        raise DataError(f"{path}: cannot be read as a numpy .npz file ({detail}); write it with "
-                        "numpy.savez(path, edge_index=..., x=..., y=...).") from None
+        raise DataError(
+            f"{path}: cannot be read as a numpy .npz file ({detail}); write it with "
+            "numpy.savez(path, edge_index=..., x=..., y=...)."
+        ) from None
 
 
 def _check_file(path: Path) -> None:
     if path.is_dir():
         raise DataFileNotFoundError(f"Dataset file '{path}' is a folder, not a file; give the .npz file itself.")
     if path.exists() and not path.is_file():
-        raise DataFileNotFoundError(f"Dataset file '{path}' is not a regular file (a device, pipe or socket); give "
-                                    "the .npz file itself.")
+        raise DataFileNotFoundError(
+            f"Dataset file '{path}' is not a regular file (a device, pipe or socket); give the .npz file itself."
+        )
     if not path.is_file():
-        raise DataFileNotFoundError(f"Dataset file '{path}' does not exist; give an existing .npz (a run or checkpoint "
-                                    "whose data moved: --set dataset.path=NEW).")
+        raise DataFileNotFoundError(
+            f"Dataset file '{path}' does not exist; give an existing .npz (a run or checkpoint "
+            "whose data moved: --set dataset.path=NEW)."
+        )
 
 
 def _read_member(path: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo, key: str, dtype, ndim: int) -> np.ndarray:
@@ -341,13 +382,16 @@ def _read_member(path: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo, ke
                 raise ValueError(f"npy format version {version}")
             shape, fortran, found = HEADER_READERS[version](f)
         except ValueError as exc:
-            raise DataError(f"{path}: {key} is not a numpy array ({str(exc)[:100]}); save arrays with numpy.savez.") \
-                from None
+            raise DataError(
+                f"{path}: {key} is not a numpy array ({str(exc)[:100]}); save arrays with numpy.savez."
+            ) from None
         _check_header(path, key, found, shape, dtype, ndim)
         nbytes = math.prod(shape) * found.itemsize
         if nbytes > info.file_size - f.tell() or nbytes > info.compress_size * DEFLATE_MAX_RATIO + 4096:
-            raise DataError(f"{path}: {key} claims shape {list(shape)} ({format_bytes(nbytes)}) but the file holds "
-                            "less: it is truncated or corrupt; write it again.")
+            raise DataError(
+                f"{path}: {key} claims shape {list(shape)} ({format_bytes(nbytes)}) but the file holds "
+                "less: it is truncated or corrupt; write it again."
+            )
         check_fits(f"{path}: {key} {list(shape)}", nbytes, "use a machine with more memory, or a smaller graph")
         buffer = bytearray(nbytes)
         if _read_into(f, buffer) != nbytes:
@@ -368,7 +412,7 @@ def _read_into(f, buffer: bytearray) -> int:
         chunk = f.read(min(READ_CHUNK, len(buffer) - pos))
         if not chunk:
             break
-        view[pos:pos + len(chunk)] = chunk
+        view[pos : pos + len(chunk)] = chunk
         pos += len(chunk)
     return pos
 

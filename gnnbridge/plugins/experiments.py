@@ -1,4 +1,5 @@
 """Registers every ``gnnbridge/experiments/*.yaml`` as a named experiment (name = file stem)."""
+
 from __future__ import annotations
 
 from importlib import resources

@@ -7,6 +7,7 @@ is a dataset once ``gnnbridge prepare DIR`` has checked it and derived what trai
 (streamed member by member into a folder, each header checked before its data is read) or a
 dataset name (loaded, then written as a folder).
 """
+
 from __future__ import annotations
 
 import os
@@ -17,18 +18,22 @@ from pathlib import Path
 import numpy as np
 
 from gnnbridge import hookimpl
+from gnnbridge.core.app.prepare import prepare_folder, write_array
 from gnnbridge.core.errors import ConfigError, DataError, DataFileNotFoundError, ResourceError
 from gnnbridge.core.interfaces import DatasetConfig, GraphCollection, GraphData, HeteroSource
 from gnnbridge.core.records.folder import PREPARED, open_prepared, stat_input
 from gnnbridge.core.records.formats import NPZ_ARRAYS, check_header, is_hetero, typed_keys
-from gnnbridge.core.app.prepare import prepare_folder, write_array
 from gnnbridge.plugins.datasets import DEFLATE_MAX_RATIO, HEADER_READERS, READ_CHUNK, ZIP_ERRORS, _check_file, options
 
 
 @hookimpl
 def register_datasets(register):
-    register("folder", load_folder, "Your own graph as a folder of .npy files, prepared with gnnbridge prepare DIR: "
-             "--dataset DIR (features memory-mapped, never read whole)")
+    register(
+        "folder",
+        load_folder,
+        "Your own graph as a folder of .npy files, prepared with gnnbridge prepare DIR: "
+        "--dataset DIR (features memory-mapped, never read whole)",
+    )
 
 
 def load_folder(config: DatasetConfig, seed: int):
@@ -46,16 +51,22 @@ def prepare(source: str, out: str | os.PathLike | None = None, dtype: str = "flo
         return prepare_folder(path, out, dtype, progress)
     if source.endswith(".npz") or path.is_file() or os.sep in source:
         if not path.exists():
-            raise DataFileNotFoundError(f"'{source}' does not exist; give a folder of .npy files, an .npz file or a "
-                                        "dataset name (gnnbridge prepare --help).")
+            raise DataFileNotFoundError(
+                f"'{source}' does not exist; give a folder of .npy files, an .npz file or a "
+                "dataset name (gnnbridge prepare --help)."
+            )
         _check_file(path)
         target = Path(out) if out is not None else path.with_suffix("")
         return _into_new(target, dtype, progress, lambda folder: _stream_npz(path, folder), path)
     from gnnbridge.core.contracts.plugins import datasets, unknown_name
 
     if source not in datasets.names():  # one line listing the known names, with prepare's own fix
-        raise unknown_name("dataset", source, datasets.names(),
-                           "Or give a folder of .npy files or an .npz file (gnnbridge prepare --help).")
+        raise unknown_name(
+            "dataset",
+            source,
+            datasets.names(),
+            "Or give a folder of .npy files or an .npz file (gnnbridge prepare --help).",
+        )
     loader = datasets.get(source)
     target = Path(out) if out is not None else Path(source)
     return _into_new(target, dtype, progress, lambda folder: _write_named(source, loader, folder), source)
@@ -72,8 +83,9 @@ def _into_new(target: Path, dtype: str, progress: bool, fill, source) -> dict:
         if made:
             shutil.rmtree(target, ignore_errors=True)
         text = str(exc)
-        raise DataError(f"{source}: {text[len(str(target)) + 2:]}" if text.startswith(f"{target}: ") else text) \
-            from None
+        raise DataError(
+            f"{source}: {text[len(str(target)) + 2 :]}" if text.startswith(f"{target}: ") else text
+        ) from None
     except BaseException:
         if made:
             shutil.rmtree(target, ignore_errors=True)
@@ -86,8 +98,10 @@ def _claim(folder: Path, source: str) -> None:
     marker = folder / PREPARED / "source"
     mine = marker.is_file() and marker.read_text() == source
     if not mine and any(folder.glob("*.npy")):
-        raise ConfigError(f"{folder} already holds .npy files that are not from {source}; give an empty folder as "
-                          "--out DIR (or remove it).")
+        raise ConfigError(
+            f"{folder} already holds .npy files that are not from {source}; give an empty folder as "
+            "--out DIR (or remove it)."
+        )
     marker.write_text(source)
 
 
@@ -121,12 +135,15 @@ def _stream_npz(path: Path, folder: Path) -> dict:
         raise  # a full disk is reported by prepare_folder
     except ZIP_ERRORS as exc:
         detail = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
-        raise DataError(f"{path}: cannot be read as a numpy .npz file ({detail}); write it with "
-                        "numpy.savez(path, edge_index=..., x=..., y=...).") from None
+        raise DataError(
+            f"{path}: cannot be read as a numpy .npz file ({detail}); write it with "
+            "numpy.savez(path, edge_index=..., x=..., y=...)."
+        ) from None
 
 
-def _copy_member(path: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo, key: str, spec: tuple,
-                 target: Path) -> None:
+def _copy_member(
+    path: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo, key: str, spec: tuple, target: Path
+) -> None:
     """One member into ``target``, its header checked first, its data copied a chunk at a time."""
     with archive.open(info) as f:
         shape, fortran, found = _header(path, f, info, key, spec)
@@ -139,7 +156,7 @@ def _copy_member(path: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo, ke
                 chunk = f.read(min(READ_CHUNK, nbytes - pos))
                 if not chunk:
                     raise DataError(f"{path}: {key} ends early: the file is truncated or corrupt; write it again.")
-                raw[pos:pos + len(chunk)] = np.frombuffer(chunk, np.uint8)
+                raw[pos : pos + len(chunk)] = np.frombuffer(chunk, np.uint8)
                 pos += len(chunk)
 
         write_array(target, found, tuple(shape), fill, fortran=fortran)
@@ -153,13 +170,16 @@ def _header(path: Path, f, info: zipfile.ZipInfo, key: str, spec: tuple) -> tupl
             raise ValueError(f"npy format version {version}")
         shape, fortran, found = HEADER_READERS[version](f)
     except ValueError as exc:
-        raise DataError(f"{path}: {key} is not a numpy array ({str(exc)[:100]}); save arrays with numpy.savez.") \
-            from None
+        raise DataError(
+            f"{path}: {key} is not a numpy array ({str(exc)[:100]}); save arrays with numpy.savez."
+        ) from None
     check_header(path, key, found, shape, *spec)
     nbytes = int(np.prod(shape)) * found.itemsize
     if nbytes > info.file_size - f.tell() or nbytes > info.compress_size * DEFLATE_MAX_RATIO + 4096:
-        raise DataError(f"{path}: {key} claims shape {list(shape)} but the file holds less: it is truncated or "
-                        "corrupt; write it again.")
+        raise DataError(
+            f"{path}: {key} claims shape {list(shape)} but the file holds less: it is truncated or "
+            "corrupt; write it again."
+        )
     return shape, fortran, found
 
 
@@ -182,8 +202,11 @@ def _write_named(name: str, loader, folder: Path) -> dict:
 
 def _arrays(name: str, data) -> dict:
     """A loaded dataset as the format's arrays (its splits, drawn with seed 0, included)."""
-    splits = {"train_idx": data.train_idx, "val_idx": data.val_idx, "test_idx": data.test_idx} \
-        if isinstance(data, (GraphData, GraphCollection)) else {}
+    splits = (
+        {"train_idx": data.train_idx, "val_idx": data.val_idx, "test_idx": data.test_idx}
+        if isinstance(data, (GraphData, GraphCollection))
+        else {}
+    )
     if isinstance(data, GraphData):
         return {"x": data.x.float(), "edge_index": data.edge_index, "y": data.y, **splits}
     if isinstance(data, GraphCollection):
@@ -201,4 +224,3 @@ def _arrays(name: str, data) -> dict:
                 out[f"{s}__" + "__".join(data.target_edge)] = e
         return out
     raise DataError(f"Dataset '{name}' loads as a {type(data).__name__}, which prepare cannot write as a folder.")
-

@@ -13,6 +13,7 @@
 
 Loaders return a :class:`HeteroSource`; the task (``node`` or ``link``) decides the splits.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -23,24 +24,38 @@ import torch
 from gnnbridge import hookimpl
 from gnnbridge.core.errors import DataError
 from gnnbridge.core.interfaces import DatasetConfig
-from gnnbridge.core.records.hetero import HeteroSource
 from gnnbridge.core.records.formats import hetero_source, typed_keys
+from gnnbridge.core.records.hetero import HeteroSource
 from gnnbridge.plugins.datasets import _at_least, check_fits, options, read_members
 
 
 @hookimpl
 def register_datasets(register):
-    register("rec-synthetic", load_rec_synthetic,
-             "Heterogeneous recommendation graph: users (hidden taste), items (features), categories; task=link "
-             "predicts (user, buys, item)")
-    register("mag-synthetic", load_mag_synthetic,
-             "Heterogeneous citation graph: papers (features, 6 topics), authors, venues; task=node on papers")
+    register(
+        "rec-synthetic",
+        load_rec_synthetic,
+        "Heterogeneous recommendation graph: users (hidden taste), items (features), categories; task=link "
+        "predicts (user, buys, item)",
+    )
+    register(
+        "mag-synthetic",
+        load_mag_synthetic,
+        "Heterogeneous citation graph: papers (features, 6 topics), authors, venues; task=node on papers",
+    )
 
 
 # --------------------------------------------------------------------------- rec-synthetic
 
-REC_DEFAULTS = {"num_users": 2000, "num_items": 1000, "num_categories": 20, "purchases_per_user": 12,
-                "num_features": 32, "taste_dim": 8, "feature_noise": 0.5, "temperature": 0.5}
+REC_DEFAULTS = {
+    "num_users": 2000,
+    "num_items": 1000,
+    "num_categories": 20,
+    "purchases_per_user": 12,
+    "num_features": 32,
+    "taste_dim": 8,
+    "feature_noise": 0.5,
+    "temperature": 0.5,
+}
 
 
 def load_rec_synthetic(config: DatasetConfig, seed: int) -> HeteroSource:
@@ -52,18 +67,34 @@ def load_rec_synthetic(config: DatasetConfig, seed: int) -> HeteroSource:
     _at_least("num_features", opts["num_features"], 1, "items have features")
     _at_least("taste_dim", opts["taste_dim"], 1, "tastes are vectors")
     if opts["purchases_per_user"] >= opts["num_items"]:
-        raise DataError(f"dataset.options.purchases_per_user={opts['purchases_per_user']} must be below "
-                        f"num_items={opts['num_items']} (a user buys an item once).")
-    check_fits("rec-synthetic", 8 * opts["num_users"] * opts["num_items"] + 4 * opts["num_items"] * opts["num_features"]
-               + 4 * opts["taste_dim"] * (opts["num_users"] + 2 * opts["num_items"] + opts["num_categories"]
-                                          + opts["num_features"]),
-               "use smaller dataset.options (num_users x num_items scores are drawn at once, and a taste_dim vector "
-               "for every user, item and feature)")
+        raise DataError(
+            f"dataset.options.purchases_per_user={opts['purchases_per_user']} must be below "
+            f"num_items={opts['num_items']} (a user buys an item once)."
+        )
+    check_fits(
+        "rec-synthetic",
+        8 * opts["num_users"] * opts["num_items"]
+        + 4 * opts["num_items"] * opts["num_features"]
+        + 4
+        * opts["taste_dim"]
+        * (opts["num_users"] + 2 * opts["num_items"] + opts["num_categories"] + opts["num_features"]),
+        "use smaller dataset.options (num_users x num_items scores are drawn at once, and a taste_dim vector "
+        "for every user, item and feature)",
+    )
     return rec_graph(**opts, seed=seed)
 
 
-def rec_graph(num_users: int, num_items: int, num_categories: int, purchases_per_user: int, num_features: int,
-              taste_dim: int, feature_noise: float, temperature: float, seed: int) -> HeteroSource:
+def rec_graph(
+    num_users: int,
+    num_items: int,
+    num_categories: int,
+    purchases_per_user: int,
+    num_features: int,
+    taste_dim: int,
+    feature_noise: float,
+    temperature: float,
+    seed: int,
+) -> HeteroSource:
     gen = torch.Generator().manual_seed(seed)
     category = torch.arange(num_items) % num_categories
     category = category[torch.randperm(num_items, generator=gen)]
@@ -71,20 +102,36 @@ def rec_graph(num_users: int, num_items: int, num_categories: int, purchases_per
     latent = centroids[category] + 0.5 * torch.randn(num_items, taste_dim, generator=gen)
     taste = torch.randn(num_users, taste_dim, generator=gen)
     gumbel = -torch.log(-torch.log(torch.rand(num_users, num_items, generator=gen).clamp(1e-12, 1 - 1e-12)))
-    bought = (taste @ latent.T / (temperature * taste_dim ** 0.5) + gumbel).topk(purchases_per_user, dim=1).indices
+    bought = (taste @ latent.T / (temperature * taste_dim**0.5) + gumbel).topk(purchases_per_user, dim=1).indices
     users = torch.arange(num_users).repeat_interleave(purchases_per_user)
-    view = torch.randn(taste_dim, num_features, generator=gen) / taste_dim ** 0.5
+    view = torch.randn(taste_dim, num_features, generator=gen) / taste_dim**0.5
     x = latent @ view + feature_noise * torch.randn(num_items, num_features, generator=gen)
-    edges = {("user", "buys", "item"): torch.stack([users, bought.flatten()]),
-             ("item", "in", "category"): torch.stack([torch.arange(num_items), category])}
-    return HeteroSource({"user": num_users, "item": num_items, "category": num_categories}, {"item": x.float()}, edges,
-                        target_edge=("user", "buys", "item"), name="rec-synthetic")
+    edges = {
+        ("user", "buys", "item"): torch.stack([users, bought.flatten()]),
+        ("item", "in", "category"): torch.stack([torch.arange(num_items), category]),
+    }
+    return HeteroSource(
+        {"user": num_users, "item": num_items, "category": num_categories},
+        {"item": x.float()},
+        edges,
+        target_edge=("user", "buys", "item"),
+        name="rec-synthetic",
+    )
 
 
 # --------------------------------------------------------------------------- mag-synthetic
 
-MAG_DEFAULTS = {"num_papers": 3000, "num_authors": 1500, "num_venues": 30, "num_topics": 6, "num_features": 32,
-                "authors_per_paper": 3, "citations_per_paper": 5, "homophily": 0.5, "feature_signal": 0.3}
+MAG_DEFAULTS = {
+    "num_papers": 3000,
+    "num_authors": 1500,
+    "num_venues": 30,
+    "num_topics": 6,
+    "num_features": 32,
+    "authors_per_paper": 3,
+    "citations_per_paper": 5,
+    "homophily": 0.5,
+    "feature_signal": 0.3,
+}
 
 
 def load_mag_synthetic(config: DatasetConfig, seed: int) -> HeteroSource:
@@ -98,14 +145,26 @@ def load_mag_synthetic(config: DatasetConfig, seed: int) -> HeteroSource:
     if not 0.0 <= opts["homophily"] <= 1.0:
         raise DataError(f"dataset.options.homophily={opts['homophily']} must be in [0, 1].")
     edges = opts["num_papers"] * (opts["authors_per_paper"] + opts["citations_per_paper"] + 1)
-    check_fits("mag-synthetic", 4 * opts["num_papers"] * (opts["num_features"] + 16) + 8 * 8 * edges,
-               "use smaller dataset.options (num_papers x (authors_per_paper + citations_per_paper) edges)")
+    check_fits(
+        "mag-synthetic",
+        4 * opts["num_papers"] * (opts["num_features"] + 16) + 8 * 8 * edges,
+        "use smaller dataset.options (num_papers x (authors_per_paper + citations_per_paper) edges)",
+    )
     return mag_graph(**opts, seed=seed)
 
 
-def mag_graph(num_papers: int, num_authors: int, num_venues: int, num_topics: int, num_features: int,
-              authors_per_paper: int, citations_per_paper: int, homophily: float, feature_signal: float,
-              seed: int) -> HeteroSource:
+def mag_graph(
+    num_papers: int,
+    num_authors: int,
+    num_venues: int,
+    num_topics: int,
+    num_features: int,
+    authors_per_paper: int,
+    citations_per_paper: int,
+    homophily: float,
+    feature_signal: float,
+    seed: int,
+) -> HeteroSource:
     gen = torch.Generator().manual_seed(seed)
     topic = torch.randint(0, num_topics, (num_papers,), generator=gen)
     author_topic = torch.arange(num_authors) % num_topics
@@ -127,16 +186,28 @@ def mag_graph(num_papers: int, num_authors: int, num_venues: int, num_topics: in
     start = torch.cat([torch.zeros(1, dtype=torch.int64), torch.bincount(topic, minlength=num_topics).cumsum(0)])
     t = topic[citing]
     size = (start[t + 1] - start[t]).clamp(min=1)
-    cited_same = by_topic[(start[t] + (torch.rand(citing.numel(), generator=gen) * size).long()).clamp(max=num_papers - 1)]
+    cited_same = by_topic[
+        (start[t] + (torch.rand(citing.numel(), generator=gen) * size).long()).clamp(max=num_papers - 1)
+    ]
     cited = torch.where(same, cited_same, torch.randint(0, num_papers, (citing.numel(),), generator=gen))
     keep = cited != citing
     cites = torch.stack([citing[keep], cited[keep]])
-    x = feature_signal * torch.randn(num_topics, num_features, generator=gen)[topic] + \
-        torch.randn(num_papers, num_features, generator=gen)
-    edges = {("author", "writes", "paper"): writes, ("paper", "published_in", "venue"): published,
-             ("paper", "cites", "paper"): cites}
-    return HeteroSource({"paper": num_papers, "author": num_authors, "venue": num_venues}, {"paper": x.float()}, edges,
-                        target_node="paper", y=topic, name="mag-synthetic")
+    x = feature_signal * torch.randn(num_topics, num_features, generator=gen)[topic] + torch.randn(
+        num_papers, num_features, generator=gen
+    )
+    edges = {
+        ("author", "writes", "paper"): writes,
+        ("paper", "published_in", "venue"): published,
+        ("paper", "cites", "paper"): cites,
+    }
+    return HeteroSource(
+        {"paper": num_papers, "author": num_authors, "venue": num_venues},
+        {"paper": x.float()},
+        edges,
+        target_node="paper",
+        y=topic,
+        name="mag-synthetic",
+    )
 
 
 # --------------------------------------------------------------------------- heterogeneous .npz

@@ -33,6 +33,7 @@ What is kept:
   institutions and fields of study (featureless, PyG's ``preprocess=None``); the 4 directed edge
   types as published; OGB's time split of the papers (train up to 2017, val 2018, test 2019).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -52,24 +53,42 @@ MOVIELENS_DEFAULTS = {"download": True, "val_fraction": 0.1}
 MAG_DEFAULTS = {"download": True}
 
 MOVIELENS_RAW = ("u.item", "u.user", "u1.base", "u1.test")
-MAG_EDGES = (("author", "affiliated_with", "institution"), ("author", "writes", "paper"),
-             ("paper", "cites", "paper"), ("paper", "has_topic", "field_of_study"))
-MAG_RAW = ("num-node-dict.csv.gz", "node-feat/paper/node-feat.csv.gz", "node-feat/paper/node_year.csv.gz",
-           "node-label/paper/node-label.csv.gz", *(f"relations/{'___'.join(et)}/edge.csv.gz" for et in MAG_EDGES),
-           *(f"split/time/paper/{part}.csv.gz" for part in ("train", "valid", "test")))
+MAG_EDGES = (
+    ("author", "affiliated_with", "institution"),
+    ("author", "writes", "paper"),
+    ("paper", "cites", "paper"),
+    ("paper", "has_topic", "field_of_study"),
+)
+MAG_RAW = (
+    "num-node-dict.csv.gz",
+    "node-feat/paper/node-feat.csv.gz",
+    "node-feat/paper/node_year.csv.gz",
+    "node-label/paper/node-label.csv.gz",
+    *(f"relations/{'___'.join(et)}/edge.csv.gz" for et in MAG_EDGES),
+    *(f"split/time/paper/{part}.csv.gz" for part in ("train", "valid", "test")),
+)
 
 
 @hookimpl
 def register_datasets(register):
-    register("taobao", load_taobao,
-             "Taobao behaviour: ~1M users, 4.2M items, 9.4k categories, ~100M clicks/buys; task=link on "
-             "(user, to, item) (PyG reader; downloads ~1 GB)")
-    register("movielens", load_movielens,
-             "MovieLens 100K: 943 users, 1,682 movies (features), 100k ratings; task=link on (user, rates, movie) "
-             "(PyG reader; ~5 MB)")
-    register("ogbn-mag", load_ogbn_mag,
-             "OGB MAG: 736,389 papers (349 venues), 1.1M authors, 8,740 institutions, 59,965 fields; task=node on "
-             "papers (PyG reader; downloads ~400 MB)")
+    register(
+        "taobao",
+        load_taobao,
+        "Taobao behaviour: ~1M users, 4.2M items, 9.4k categories, ~100M clicks/buys; task=link on "
+        "(user, to, item) (PyG reader; downloads ~1 GB)",
+    )
+    register(
+        "movielens",
+        load_movielens,
+        "MovieLens 100K: 943 users, 1,682 movies (features), 100k ratings; task=link on (user, rates, movie) "
+        "(PyG reader; ~5 MB)",
+    )
+    register(
+        "ogbn-mag",
+        load_ogbn_mag,
+        "OGB MAG: 736,389 papers (349 venues), 1.1M authors, 8,740 institutions, 59,965 fields; task=node on "
+        "papers (PyG reader; downloads ~400 MB)",
+    )
 
 
 def pyg_reader(name: str, cls: str, processed: Path):
@@ -77,14 +96,16 @@ def pyg_reader(name: str, cls: str, processed: Path):
     try:
         import torch_geometric.datasets as pyg_datasets
     except ImportError:
-        raise BackendUnavailableError(f"Dataset '{name}' needs torch_geometric: "
-                                      "pip install 'gnnbridge[pyg]'.") from None
+        raise BackendUnavailableError(
+            f"Dataset '{name}' needs torch_geometric: pip install 'gnnbridge[pyg]'."
+        ) from None
     if not processed.is_file():
         try:
             import pandas  # noqa: F401
         except ImportError:
-            raise BackendUnavailableError(f"Dataset '{name}' needs pandas, which PyG's {cls} parses its files with: "
-                                          "pip install pandas.") from None
+            raise BackendUnavailableError(
+                f"Dataset '{name}' needs pandas, which PyG's {cls} parses its files with: pip install pandas."
+            ) from None
     return getattr(pyg_datasets, cls)
 
 
@@ -135,8 +156,10 @@ def behavior_codes(text: str) -> list[int]:
     names = [part.strip() for part in text.split(",")]
     bad = [n for n in names if n not in BEHAVIORS]
     if bad:
-        raise ConfigError(f"dataset.options.behaviors={text!r} names {bad[0]!r}, not a Taobao behaviour; use all, "
-                          f"or some of {','.join(BEHAVIORS)} (e.g. buy).")
+        raise ConfigError(
+            f"dataset.options.behaviors={text!r} names {bad[0]!r}, not a Taobao behaviour; use all, "
+            f"or some of {','.join(BEHAVIORS)} (e.g. buy)."
+        )
     return [BEHAVIORS.index(n) for n in names]
 
 
@@ -146,8 +169,10 @@ def behavior_codes(text: str) -> list[int]:
 def load_movielens(config: DatasetConfig, seed: int) -> HeteroSource:
     opts = options(config, MOVIELENS_DEFAULTS)
     if not 0 < opts["val_fraction"] < 0.5:
-        raise ConfigError(f"dataset.options.val_fraction={opts['val_fraction']} must be in (0, 0.5), e.g. 0.1 "
-                          "(the share of u1.base held out for validation).")
+        raise ConfigError(
+            f"dataset.options.val_fraction={opts['val_fraction']} must be in (0, 0.5), e.g. 0.1 "
+            "(the share of u1.base held out for validation)."
+        )
     folder = data_root(config) / "movielens"
     data = read_pyg("movielens", "MovieLens100K", folder, folder, MOVIELENS_RAW, opts["download"])
     target = ("user", "rates", "movie")

@@ -1,5 +1,6 @@
 """Built-in logger plugins: ``csv`` and ``tensorboard`` (``log.to=[...]``; see
 :mod:`gnnbridge.core.training.loggers` for the contract)."""
+
 from __future__ import annotations
 
 import csv
@@ -55,8 +56,10 @@ class TensorBoardLogger:
         from torch.utils.tensorboard import SummaryWriter
 
         self.writer = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
-        self.writer.add_text("config", f"backend {config.backend}, model {config.model.arch}, "
-                                       f"{config.nproc} rank(s) on {config.device.value}")
+        self.writer.add_text(
+            "config",
+            f"backend {config.backend}, model {config.model.arch}, {config.nproc} rank(s) on {config.device.value}",
+        )
 
     def log(self, step: int, values: dict[str, float]) -> None:
         for name, value in values.items():

@@ -30,6 +30,7 @@ PROTEINS and MUTAG). IMDB-BINARY has no node features; its nodes get a one-hot o
 (capped at ``dataset.options.max_degree``), as PyG's and DGL's GIN examples do. Their 80/10/10
 split is drawn from ``train.seed``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -54,7 +55,9 @@ DEFAULTS = {"download": True}
 def register_datasets(register):
     register("reddit", load_reddit, "Reddit posts: 232,965 nodes, 41 communities (PyG reader; downloads ~1.5 GB)")
     register("ogbn-arxiv", load_ogbn_arxiv, "OGB arXiv citations: 169,343 papers, 40 subjects (ogb package; ~80 MB)")
-    register("ogbn-products", load_ogbn_products, "OGB Amazon products: 2.4M nodes, 47 categories (ogb package; ~1.4 GB)")
+    register(
+        "ogbn-products", load_ogbn_products, "OGB Amazon products: 2.4M nodes, 47 categories (ogb package; ~1.4 GB)"
+    )
     for name, (_, about) in TU_DATASETS.items():
         register(name, _tu_loader(name), about)
 
@@ -73,8 +76,7 @@ def require_files(name: str, folder: Path, missing: list[Path], download: bool, 
     where = f"Dataset '{name}' is not in '{folder}'{detail}"
     elsewhere = f"point dataset.root at the folder that holds an existing '{folder.name}' (--set dataset.root=DIR)"
     if not downloads_allowed():  # evaluate / predict: a checkpoint's config never makes us fetch or create
-        raise DataFileNotFoundError(f"{where}, and evaluate/predict never download or create a dataset; "
-                                    f"{elsewhere}.")
+        raise DataFileNotFoundError(f"{where}, and evaluate/predict never download or create a dataset; {elsewhere}.")
     if not download:
         raise DataFileNotFoundError(f"{where}; set dataset.options.download: true to fetch it, or {elsewhere}.")
     if asks and not (sys.stdin is not None and sys.stdin.isatty()):
@@ -253,7 +255,9 @@ def load_tu(name: str, config: DatasetConfig, seed: int) -> GraphCollection:
     try:
         from torch_geometric.datasets import TUDataset
     except ImportError:
-        raise BackendUnavailableError(f"Dataset '{name}' needs torch_geometric: pip install 'gnnbridge[pyg]'.") from None
+        raise BackendUnavailableError(
+            f"Dataset '{name}' needs torch_geometric: pip install 'gnnbridge[pyg]'."
+        ) from None
     tu_name = TU_DATASETS[name][0]
     root = data_root(config) / "TU"
     folder = root / tu_name
@@ -265,8 +269,9 @@ def load_tu(name: str, config: DatasetConfig, seed: int) -> GraphCollection:
     return tu_collection(name, folder, graphs, dataset.num_classes, opts["max_degree"], seed)
 
 
-def tu_collection(name: str, folder: Path, graphs: list, num_classes: int, max_degree: int,
-                  seed: int) -> GraphCollection:
+def tu_collection(
+    name: str, folder: Path, graphs: list, num_classes: int, max_degree: int, seed: int
+) -> GraphCollection:
     """One packed collection from PyG's per-graph ``Data`` (local node ids per graph)."""
     sizes = torch.tensor([g.num_nodes for g in graphs], dtype=torch.int64)
     node_ptr = torch.cat([torch.zeros(1, dtype=torch.int64), sizes.cumsum(0)])

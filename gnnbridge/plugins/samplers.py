@@ -1,6 +1,7 @@
 """Registers the core neighbour sampler (``sampler.kind=core``) through the public hook, for every
 backend: it is the example of a backend-neutral sampler, one whose ``sample(seeds, generator)``
 returns a core ``SampledSubgraph`` that each backend converts into its own batch."""
+
 from __future__ import annotations
 
 from gnnbridge import hookimpl

@@ -14,6 +14,7 @@ model that learns. Fanout order is backend-specific and tested with each backend
 that lists ``Task.GRAPH`` in ``tasks()`` is also held to the graph-classification promises
 (the ``test_graph_*`` tests; skipped otherwise).
 """
+
 from __future__ import annotations
 
 import pytest
@@ -137,8 +138,12 @@ class BackendConformance:
         sub = NeighborSampler(data.indptr, data.indices, [ALL_NEIGHBORS]).sample(data.val_idx[:30])
         graph = backend.from_sampled(sub)
         with torch.no_grad():
-            torch.testing.assert_close(model.layer_forward(0, graph, IndexedRows(data.x, sub.node)),
-                                       model.layer_forward(0, graph, data.x[sub.node]), rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(
+                model.layer_forward(0, graph, IndexedRows(data.x, sub.node)),
+                model.layer_forward(0, graph, data.x[sub.node]),
+                rtol=1e-4,
+                atol=1e-5,
+            )
 
     @pytest.mark.parametrize("arch", ARCHITECTURES)
     def test_same_weights_give_the_reference_backends_outputs(self, backend, arch) -> None:
@@ -243,15 +248,22 @@ class BackendConformance:
         """An empty batch (equal step counts need them) and a batch of one one-node graph
         (BatchNorm has no batch statistics there) both give logits and gradients."""
         one_node = GraphCollection.from_edges(
-            torch.randn(5, graphs.num_features), torch.tensor([[1, 3], [2, 4]]), torch.tensor([0, 1, 3, 5]),
-            torch.tensor([0, 1, 0]), (torch.tensor([0]), torch.tensor([1]), torch.tensor([2])), graphs.num_classes)
+            torch.randn(5, graphs.num_features),
+            torch.tensor([[1, 3], [2, 4]]),
+            torch.tensor([0, 1, 3, 5]),
+            torch.tensor([0, 1, 0]),
+            (torch.tensor([0]), torch.tensor([1]), torch.tensor([2])),
+            graphs.num_classes,
+        )
         model = self._gin(backend, graphs).train()
         for data, ids in ((graphs, []), (one_node, [0])):
             packed = pack(data, torch.tensor(ids, dtype=torch.int64))
             logits = model(backend.from_packed(packed), data.x[packed.node])
             assert logits.shape == (len(ids), graphs.num_classes)
             model.zero_grad()
-            torch.nn.functional.cross_entropy(logits, torch.zeros(len(ids), dtype=torch.int64), reduction="sum").backward()
+            torch.nn.functional.cross_entropy(
+                logits, torch.zeros(len(ids), dtype=torch.int64), reduction="sum"
+            ).backward()
             assert all(p.grad is not None for p in model.parameters())
 
     @staticmethod
@@ -282,5 +294,11 @@ def small_collection() -> GraphCollection:
     first = base.node_ptr[:-1]
     one_way = torch.stack([first + 2, first])
     x = torch.randn(base.num_nodes, 5, generator=torch.Generator().manual_seed(0))
-    return GraphCollection.from_edges(x, torch.cat([base.edge_index, loops, one_way], dim=1), base.node_ptr,
-                                      base.y, (base.train_idx, base.val_idx, base.test_idx), base.num_classes)
+    return GraphCollection.from_edges(
+        x,
+        torch.cat([base.edge_index, loops, one_way], dim=1),
+        base.node_ptr,
+        base.y,
+        (base.train_idx, base.val_idx, base.test_idx),
+        base.num_classes,
+    )

@@ -3,6 +3,7 @@ graph of ``FOLDER`` (relative to the rank's working folder: each "machine" of a 
 copy, as machines without a shared file system do) through ``node_shared``, memory-mapped, and
 reports where its ``x`` lives (:func:`~gnnbridge.testing.workers.where_x_lives`). A failure is
 printed as the CLI prints it: one ``Error:`` line per node, nothing from quiet ranks."""
+
 from __future__ import annotations
 
 import sys

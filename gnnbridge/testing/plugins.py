@@ -18,6 +18,7 @@ inference (when the model has it) equals a full-neighbourhood forward pass, and 
 lower the loss; a sampler yields one batch per seed tensor with the seeds first, only real
 edges, at most ``fanout`` neighbours per node, reproducibly per (seed, epoch, rank).
 """
+
 from __future__ import annotations
 
 import pytest
@@ -84,7 +85,10 @@ class ModelConformance(_OnASmallGraph):
         backend, model, call, sampler = self._setup(backend_name, graph)
         for seeds in (graph.train_idx[:1], graph.train_idx[:37]):
             mb = self._batch(sampler, seeds)
-            assert call(model, mb.graph, graph.x[mb.input_nodes], seeds.numel()).shape == (seeds.numel(), graph.num_classes)
+            assert call(model, mb.graph, graph.x[mb.input_nodes], seeds.numel()).shape == (
+                seeds.numel(),
+                graph.num_classes,
+            )
 
     def test_outputs_keep_the_contract(self, backend_name, graph) -> None:
         """The training loop's dry step on a small batch: ``forward`` and every ``layer_forward``
@@ -179,5 +183,5 @@ class SamplerConformance(_OnASmallGraph):
         neighbours = set(map(tuple, graph.edge_index.t().tolist()))
         nodes = draw(1)
         assert nodes.numel() <= seeds.numel() * (1 + self.fanouts[0] + self.fanouts[0] * self.fanouts[1])
-        reached = set(nodes[seeds.numel():].tolist())
+        reached = set(nodes[seeds.numel() :].tolist())
         assert all(any((u, v) in neighbours or (v, u) in neighbours for v in nodes.tolist()) for u in reached)

@@ -6,6 +6,7 @@ another test's job) may take it before the job listens, and two calls may even r
 port. Ports here come from below the ephemeral range, which the kernel never hands out on its
 own, split between pytest-xdist workers, and never twice in one process.
 """
+
 from __future__ import annotations
 
 import os

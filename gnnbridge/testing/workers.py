@@ -1,4 +1,5 @@
 """Rank workers for multi-process tests (importable by spawned children, unlike test modules)."""
+
 from __future__ import annotations
 
 import time
@@ -45,8 +46,9 @@ def graph_batches_and_metrics(ctx: DistContext, backend_name: str, kind: str, da
         batches = epoch_batches(data.train_idx, batch_size, 0, epoch, ctx.rank, ctx.world_size)
         epochs.append([(mb.seeds.clone(), mb.input_nodes.clone()) for mb in loader.loader(batches)])
     torch.manual_seed(0)
-    model, _ = build_model(ModelSpec(arch="gin", hidden=8, layers=2), backend_name, Task.GRAPH, data.num_features,
-                           data.num_classes, data)
+    model, _ = build_model(
+        ModelSpec(arch="gin", hidden=8, layers=2), backend_name, Task.GRAPH, data.num_features, data.num_classes, data
+    )
     with torch.no_grad():  # BatchNorm statistics that differ a lot between ranks
         model(*_some_batch(loader, data, ctx.rank))
     metrics = GraphEvaluator(backend, data, ctx, 4, loader).evaluate(model, ("val", "test"))
@@ -79,8 +81,15 @@ def load_shared_and_dump(ctx: DistContext, out: str) -> None:
     from gnnbridge.core.runtime.sharing import node_shared
 
     data = node_shared(ctx, partial(_marked_small_graph, Path(out) / f"loaded-by-rank{ctx.rank}"))
-    torch.save({"x": data.x.clone(), "edge_index": data.edge_index.clone(), "summary": data.summary(),
-                "x_file": data.x.untyped_storage().filename}, Path(out) / f"rank{ctx.rank}.pt")
+    torch.save(
+        {
+            "x": data.x.clone(),
+            "edge_index": data.edge_index.clone(),
+            "summary": data.summary(),
+            "x_file": data.x.untyped_storage().filename,
+        },
+        Path(out) / f"rank{ctx.rank}.pt",
+    )
 
 
 def _marked_small_graph(mark: Path):
@@ -122,8 +131,10 @@ def gather_rows_and_dump(ctx: DistContext, data: GraphData, out: str) -> None:
     mine = torch.full((max(sizes), 2), -1.0)  # rows past this rank's shard are padding, never returned
     mine[: sizes[ctx.rank]] = shards[ctx.rank].float()[:, None]
     uneven = [1, 3]
-    result = {"even": ctx.all_gather_rows(mine, sizes),
-              "uneven": ctx.all_gather_rows(torch.full((uneven[ctx.rank], 2), float(ctx.rank)), uneven)}
+    result = {
+        "even": ctx.all_gather_rows(mine, sizes),
+        "uneven": ctx.all_gather_rows(torch.full((uneven[ctx.rank], 2), float(ctx.rank)), uneven),
+    }
     for name in ("pyg", "dgl"):
         torch.manual_seed(0)
         model = build(backends.get(name), ModelSpec(arch="sage", hidden=8, layers=2, dropout=0.0), data).eval()
@@ -144,8 +155,10 @@ def open_mapped_graph(folder: str, mapped: bool = True) -> GraphData:
     root = Path(folder)
     for name, size in json.loads((root / "manifest.json").read_text()).items():
         if (root / name).stat().st_size != size:
-            raise DataError(f"{root / name} has {(root / name).stat().st_size} bytes but its manifest says {size}: "
-                            "this copy of the folder differs from the one prepared; copy it again.")
+            raise DataError(
+                f"{root / name} has {(root / name).stat().st_size} bytes but its manifest says {size}: "
+                "this copy of the folder differs from the one prepared; copy it again."
+            )
 
     def load(name):
         with warnings.catch_warnings():  # the mapping is read-only and nothing writes to it
@@ -172,8 +185,9 @@ def save_graph_files(data: GraphData, folder: Path) -> None:
     (folder / "manifest.json").write_text(json.dumps(sizes))
 
 
-def where_x_lives(ctx: DistContext, data: GraphData | None, out: str, folder: str | None = None,
-                  mapped: bool = True) -> None:
+def where_x_lives(
+    ctx: DistContext, data: GraphData | None, out: str, folder: str | None = None, mapped: bool = True
+) -> None:
     """Report the ``/proc/self/maps`` line holding this rank's ``x`` and every mapping of a
     gnnbridge shared-memory file; with ``folder`` the rank takes the data through ``node_shared``
     (opening ``folder`` with :func:`open_mapped_graph`, ``mapped_from`` set if ``mapped``)."""
@@ -188,8 +202,16 @@ def where_x_lives(ctx: DistContext, data: GraphData | None, out: str, folder: st
     ptr = data.x.data_ptr()
     line = next(m for m in maps if int(m.split()[0].split("-")[0], 16) <= ptr < int(m.split()[0].split("-")[1], 16))
     shm = [m for m in maps if f"{shm_dir()}/gnnbridge-" in m]
-    Path(out, f"rank{ctx.rank}.json").write_text(json.dumps({"x_line": line, "shm": shm, "mapped": getattr(data, "mapped_from", None) is not None,
-                                                             "x_sum": float(data.x.sum())}))
+    Path(out, f"rank{ctx.rank}.json").write_text(
+        json.dumps(
+            {
+                "x_line": line,
+                "shm": shm,
+                "mapped": getattr(data, "mapped_from", None) is not None,
+                "x_sum": float(data.x.sum()),
+            }
+        )
+    )
 
 
 def cached_training(ctx: DistContext, config: ExperimentConfig, data, out: str, file_limit: int | None = None) -> None:
@@ -215,14 +237,24 @@ def cached_training(ctx: DistContext, config: ExperimentConfig, data, out: str, 
         cache = cache_of(table)
         if cache is not None:
             every = torch.arange(table.shape[0])
-            caches[name] = {"rows_map": mapping_of(cache.rows.data_ptr()), "ids_map": mapping_of(cache.ids.data_ptr()),
-                            "rows": cache.ids.numel(), "holds_table_rows": torch.equal(cache.rows, table[cache.ids]),
-                            "gathers_table": torch.equal(gather_rows(table, every), table[every].float()),
-                            "hits": cache.hits}
+            caches[name] = {
+                "rows_map": mapping_of(cache.rows.data_ptr()),
+                "ids_map": mapping_of(cache.ids.data_ptr()),
+                "rows": cache.ids.numel(),
+                "holds_table_rows": torch.equal(cache.rows, table[cache.ids]),
+                "gathers_table": torch.equal(gather_rows(table, every), table[every].float()),
+                "hits": cache.hits,
+            }
     outcome = trainer.fit()
-    Path(out, f"rank{ctx.rank}.json").write_text(json.dumps({
-        "caches": caches, "epoch_hit_rates": [h["feature_cache_hit_rate"] for h in outcome["history"]],
-        "summary": trainer.cache_summary()}))
+    Path(out, f"rank{ctx.rank}.json").write_text(
+        json.dumps(
+            {
+                "caches": caches,
+                "epoch_hit_rates": [h["feature_cache_hit_rate"] for h in outcome["history"]],
+                "summary": trainer.cache_summary(),
+            }
+        )
+    )
 
 
 def mapping_of(address: int) -> str:

@@ -1,4 +1,5 @@
 """Both built-in backends pass the same conformance suite a plugin backend would run."""
+
 from gnnbridge.testing.conformance import BackendConformance
 
 

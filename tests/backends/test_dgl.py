@@ -1,4 +1,5 @@
 """DGL-specific promises: the import repair, and fanouts counted from the seeds."""
+
 import subprocess
 import sys
 
@@ -8,7 +9,10 @@ from gnnbridge.plugins.datasets import synthetic_graph
 
 
 def test_dgl_imports_on_this_torch_and_reports_why_graphbolt_is_off():
-    code = "from gnnbridge.backends.dgl.backend import DglBackend as B; b=B(); print(b.availability()); print(b.versions())"
+    code = (
+        "from gnnbridge.backends.dgl.backend import DglBackend as B; b=B(); "
+        "print(b.availability()); print(b.versions())"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[0] == "None"
@@ -78,9 +82,12 @@ def test_dgls_heterogeneous_sampler_samples_a_prepared_folder_from_its_mapped_fi
     from gnnbridge.plugins.folder_datasets import prepare
 
     rng = np.random.default_rng(0)
-    arrays = {"num_nodes__user": np.array([30]), "x__item": rng.normal(size=(20, 5)).astype(np.float32),
-              "y__item": np.arange(20) % 3, "edge_index__user__buys__item": np.stack(
-                  [np.repeat(np.arange(30), 4), rng.integers(0, 20, 120)])}
+    arrays = {
+        "num_nodes__user": np.array([30]),
+        "x__item": rng.normal(size=(20, 5)).astype(np.float32),
+        "y__item": np.arange(20) % 3,
+        "edge_index__user__buys__item": np.stack([np.repeat(np.arange(30), 4), rng.integers(0, 20, 120)]),
+    }
     (tmp_path / "shop").mkdir()
     for key, value in arrays.items():
         np.save(tmp_path / "shop" / f"{key}.npy", value.astype(np.float32 if key.startswith("x") else np.int64))

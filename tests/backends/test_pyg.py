@@ -1,4 +1,5 @@
 """PyG's fused sparse aggregation: the same numbers as PyG's per-edge message passing."""
+
 import torch
 
 from gnnbridge.backends.pyg.backend import PygBackend
@@ -16,8 +17,9 @@ def test_fused_aggregation_matches_per_edge_messages(small_data, monkeypatch):
     adjacency = models.layer_adjacency
     monkeypatch.setattr(models, "layer_adjacency", lambda *a: fused_layers.append(a) or adjacency(*a))
     backend = PygBackend()
-    sub = NeighborSampler(small_data.indptr, small_data.indices, [5, 3]).sample(small_data.train_idx[:40],
-                                                                                 epoch_generator(0, 0))
+    sub = NeighborSampler(small_data.indptr, small_data.indices, [5, 3]).sample(
+        small_data.train_idx[:40], epoch_generator(0, 0)
+    )
     fused = backend.from_sampled(sub)
     assert fused.dst_ptr is not None
     per_edge = fused.clone()

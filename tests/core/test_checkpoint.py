@@ -1,4 +1,5 @@
 """Checkpoint files: atomic writes, and every way a file can be unusable refused in one line."""
+
 import os
 
 import pytest
@@ -12,10 +13,18 @@ from gnnbridge.core.training.trainer import TrainState
 def payload(**changes):
     model = torch.nn.Linear(4, 3)
     opt = torch.optim.Adam(model.parameters())
-    base = {"format": checkpoint.FORMAT, "version": checkpoint.VERSION, "epoch": 1, "model": model.state_dict(),
-            "optimizer": opt.state_dict(), "config": {"backend": "pyg", "model": {"arch": "sage", "hidden": 3}},
-            "monitor": {"best": 0.5, "best_epoch": 1, "bad_epochs": 0}, "history": [{"epoch": 0}, {"epoch": 1}],
-            "versions": {"torch": "2"}, "rng": checkpoint.rng_states()}
+    base = {
+        "format": checkpoint.FORMAT,
+        "version": checkpoint.VERSION,
+        "epoch": 1,
+        "model": model.state_dict(),
+        "optimizer": opt.state_dict(),
+        "config": {"backend": "pyg", "model": {"arch": "sage", "hidden": 3}},
+        "monitor": {"best": 0.5, "best_epoch": 1, "bad_epochs": 0},
+        "history": [{"epoch": 0}, {"epoch": 1}],
+        "versions": {"torch": "2"},
+        "rng": checkpoint.rng_states(),
+    }
     return {**base, **changes}
 
 

@@ -1,4 +1,5 @@
 """Graph collections: the packed record, its checks, and packing batches of graphs."""
+
 import pytest
 import torch
 
@@ -28,7 +29,7 @@ def test_pack_cuts_graphs_out_with_local_ids():
     offset = 0
     for b, g in enumerate(ids.tolist()):
         n0, n1 = int(data.node_ptr[g]), int(data.node_ptr[g + 1])
-        assert torch.equal(packed.node[offset:offset + n1 - n0], torch.arange(n0, n1))
+        assert torch.equal(packed.node[offset : offset + n1 - n0], torch.arange(n0, n1))
         in_g = (data.edge_index[1] >= n0) & (data.edge_index[1] < n1)
         mine = graph_in_batch[packed.edge_index[1]] == b
         expected = data.edge_index[:, in_g] - n0 + offset
@@ -43,23 +44,29 @@ def test_an_edge_between_two_graphs_is_refused_naming_both():
         tiny(edge_index=torch.tensor([[1, 4], [0, 0]]))
 
 
-@pytest.mark.parametrize("node_ptr, message", [
-    (torch.tensor([0, 2, 3, 6]), r"node_ptr ends at 6 but x has 7 rows"),
-    (torch.tensor([0, 2, 3, 8]), r"node_ptr ends at 8 but x has 7 rows"),
-    (torch.tensor([1, 2, 3, 7]), r"node_ptr starts at 1"),
-    (torch.tensor([0, 2, 2, 7]), r"graph 1 0 nodes"),
-])
+@pytest.mark.parametrize(
+    "node_ptr, message",
+    [
+        (torch.tensor([0, 2, 3, 6]), r"node_ptr ends at 6 but x has 7 rows"),
+        (torch.tensor([0, 2, 3, 8]), r"node_ptr ends at 8 but x has 7 rows"),
+        (torch.tensor([1, 2, 3, 7]), r"node_ptr starts at 1"),
+        (torch.tensor([0, 2, 2, 7]), r"graph 1 0 nodes"),
+    ],
+)
 def test_node_ptr_must_cover_x_exactly(node_ptr, message):
     with pytest.raises(DataError, match=message):
         tiny(node_ptr=node_ptr, edge_index=torch.zeros(2, 0, dtype=torch.int64))
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ({"y": torch.tensor([0, 1])}, "y has 2 labels but node_ptr describes 3 graphs"),
-    ({"splits": (torch.tensor([0]), torch.tensor([0]), torch.tensor([2]))}, "overlaps"),
-    ({"splits": (torch.tensor([0]), torch.tensor([5]), torch.tensor([2]))}, "graph id 5, outside"),
-    ({"x": torch.full((7, 1), float("nan"))}, "NaN"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"y": torch.tensor([0, 1])}, "y has 2 labels but node_ptr describes 3 graphs"),
+        ({"splits": (torch.tensor([0]), torch.tensor([0]), torch.tensor([2]))}, "overlaps"),
+        ({"splits": (torch.tensor([0]), torch.tensor([5]), torch.tensor([2]))}, "graph id 5, outside"),
+        ({"x": torch.full((7, 1), float("nan"))}, "NaN"),
+    ],
+)
 def test_bad_collections_are_refused(overrides, message):
     with pytest.raises(DataError, match=message):
         tiny(**overrides)

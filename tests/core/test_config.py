@@ -49,7 +49,10 @@ def test_defaults_validate_and_round_trip():
         ({"model": {"options": {"not a name": 1}}}, "model.options has the key 'not a name'"),
         ({"model": {"dropout": 1.5}}, "model.dropout=1.5"),
         ({"train": {"lr": 0}}, "train.lr=0"),
-        ({"eval": {"layer_store": "dsk"}}, "eval.layer_store='dsk' is not a place for layer outputs (did you mean 'disk'?)"),
+        (
+            {"eval": {"layer_store": "dsk"}},
+            "eval.layer_store='dsk' is not a place for layer outputs (did you mean 'disk'?)",
+        ),
     ],
 )
 def test_bad_configs_name_the_key_and_value(data, needle):
@@ -62,8 +65,9 @@ def test_bad_configs_name_the_key_and_value(data, needle):
 def test_resolve_config_layers_experiment_dataset_overrides_and_flags(tmp_path):
     path = tmp_path / "my.yaml"
     path.write_text("model:\n  arch: gcn\ntrain:\n  epochs: 4\n")
-    cfg = resolve_config(str(path), overrides=["train.epochs=5", "model.arch=gat"], backend="dgl", nproc=2,
-                         dataset="graph.npz")
+    cfg = resolve_config(
+        str(path), overrides=["train.epochs=5", "model.arch=gat"], backend="dgl", nproc=2, dataset="graph.npz"
+    )
     assert (cfg.name, cfg.backend, cfg.nproc, cfg.train.epochs, cfg.model.arch) == ("my", "dgl", 2, 5, "gat")
     assert (cfg.dataset.name, cfg.dataset.path) == ("npz", os.path.abspath("graph.npz"))  # absolute: resumable anywhere
 

@@ -1,4 +1,5 @@
 """core/ must import and run with both GNN libraries unavailable."""
+
 import subprocess
 import sys
 

@@ -23,7 +23,7 @@ def test_topology_is_destination_sorted_csc():
     g = make(edge_index=torch.tensor([[5, 0, 1, 9], [3, 1, 3, 0]]))
     assert g.edge_index[1].tolist() == [0, 1, 3, 3]
     assert g.indptr.tolist()[:5] == [0, 1, 2, 2, 4]
-    nbrs_of_3 = g.indices[g.indptr[3]:g.indptr[4]].tolist()
+    nbrs_of_3 = g.indices[g.indptr[3] : g.indptr[4]].tolist()
     assert sorted(nbrs_of_3) == [1, 5]
 
 

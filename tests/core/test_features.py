@@ -1,4 +1,5 @@
 """Gathering feature rows: mapped and 16-bit tables, the feature cache, and a run that uses it."""
+
 import json
 import re
 import threading
@@ -124,10 +125,17 @@ def test_a_bad_feature_cache_size_is_refused_in_one_line(refused):
 @pytest.mark.parametrize("backend", ["pyg", "dgl"])
 def test_a_run_with_a_feature_cache_trains_the_same_and_reports_its_hit_rate(backend, tmp_path):
     common = ["train.epochs=1", "dataset.options.num_nodes=600", "sampler.kind=core"]
-    plain = gnnbridge.run("sage-synthetic", backend=backend, nproc=1, overrides=common, out=tmp_path / "a",
-                          progress=False)
-    cached = gnnbridge.run("sage-synthetic", backend=backend, nproc=1,
-                           overrides=[*common, "placement.feature_cache=1MB"], out=tmp_path / "b", progress=False)
+    plain = gnnbridge.run(
+        "sage-synthetic", backend=backend, nproc=1, overrides=common, out=tmp_path / "a", progress=False
+    )
+    cached = gnnbridge.run(
+        "sage-synthetic",
+        backend=backend,
+        nproc=1,
+        overrides=[*common, "placement.feature_cache=1MB"],
+        out=tmp_path / "b",
+        progress=False,
+    )
     assert cached["metrics"] == plain["metrics"]
     assert [h["loss"] for h in cached["history"]] == [h["loss"] for h in plain["history"]]
     rate = cached["history"][0]["feature_cache_hit_rate"]
@@ -149,6 +157,7 @@ class HalfFeaturesPlugin:
                 data.x = data.x.to(dtype)
                 data.validate()
                 return data
+
             return load
 
         register("half-synthetic", half(torch.float16), "float16 features")
@@ -165,8 +174,15 @@ def test_features_stored_in_16_bits_train_like_float32(backend, tmp_path):
     runs = {}
     with registered_plugin(HalfFeaturesPlugin(), "half-features-test"):
         for name in ("half-synthetic", "bf16-synthetic"):
-            runs[name] = gnnbridge.run("sage-synthetic", backend=backend, nproc=1, dataset=name, overrides=common,
-                                       out=tmp_path / name, progress=False)
+            runs[name] = gnnbridge.run(
+                "sage-synthetic",
+                backend=backend,
+                nproc=1,
+                dataset=name,
+                overrides=common,
+                out=tmp_path / name,
+                progress=False,
+            )
     for name, results in runs.items():
         assert results["metrics"]["test_acc"] > 0.5, (name, results["metrics"])  # 4 classes: chance is 0.25
 
@@ -211,9 +227,17 @@ def _two_ranks_with_a_cache(dataset: dict, size: str, out, file_limit=None) -> l
     from gnnbridge.core.runtime.launcher import launch
     from gnnbridge.testing.workers import cached_training
 
-    config = from_dict({"backend": "pyg", "nproc": 2, "dataset": dataset, "model": {"hidden": 8},
-                        "sampler": {"kind": "core", "fanouts": [5, 5]}, "train": {"epochs": 1, "batch_size": 64},
-                        "placement": {"feature_cache": size}})
+    config = from_dict(
+        {
+            "backend": "pyg",
+            "nproc": 2,
+            "dataset": dataset,
+            "model": {"hidden": 8},
+            "sampler": {"kind": "core", "fanouts": [5, 5]},
+            "train": {"epochs": 1, "batch_size": 64},
+            "placement": {"feature_cache": size},
+        }
+    )
     data = load_dataset(config).share_memory_()
     out.mkdir()
     launch(cached_training, 2, "cpu", (config, data, str(out), file_limit), timeout_s=240)
@@ -221,9 +245,14 @@ def _two_ranks_with_a_cache(dataset: dict, size: str, out, file_limit=None) -> l
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("dataset", [{"name": "synthetic", "options": {"num_nodes": 600}},
-                                     {"name": "mag-synthetic", "options": {"num_papers": 600, "num_authors": 300}}],
-                         ids=["homogeneous", "heterogeneous"])
+@pytest.mark.parametrize(
+    "dataset",
+    [
+        {"name": "synthetic", "options": {"num_nodes": 600}},
+        {"name": "mag-synthetic", "options": {"num_papers": 600, "num_authors": 300}},
+    ],
+    ids=["homogeneous", "heterogeneous"],
+)
 def test_the_ranks_of_a_machine_share_one_feature_cache_in_shared_memory(dataset, tmp_path):
     """Both ranks' caches are the same pages: one file of the shared-memory folder (same inode),
     unlinked once both mapped it, so nothing is left there; the rows are the table's, a gather
@@ -258,11 +287,15 @@ def test_a_shared_memory_folder_too_small_for_the_feature_cache_is_one_line(tmp_
 
     before = set(shm_dir().glob("gnnbridge-*"))
     with pytest.raises(RankFailedError) as err:
-        _two_ranks_with_a_cache({"name": "synthetic", "options": {"num_nodes": 600}}, "8KB", tmp_path / "out",
-                                file_limit=1000)
+        _two_ranks_with_a_cache(
+            {"name": "synthetic", "options": {"num_nodes": 600}}, "8KB", tmp_path / "out", file_limit=1000
+        )
     assert re.fullmatch(
-        rf"rank 0 failed: Not enough room in {re.escape(str(shm_dir()))} to share the feature cache between this node's "
+        rf"rank 0 failed: Not enough room in {re.escape(str(shm_dir()))} to share the feature cache "
+        r"between this node's "
         r"ranks \(\d+\.\d KB more needed\); enlarge it \(docker --shm-size\), point GNNBRIDGE_SHM_DIR at a larger "
-        r"RAM-backed folder, or lower placement\.feature_cache\.", str(err.value)), str(err.value)
+        r"RAM-backed folder, or lower placement\.feature_cache\.",
+        str(err.value),
+    ), str(err.value)
     assert set(shm_dir().glob("gnnbridge-*")) == before
     assert "Traceback" not in capfd.readouterr().err

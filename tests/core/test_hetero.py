@@ -2,6 +2,7 @@
 ruin a link-prediction result: a held-out edge visible to message passing, a training edge in
 its own neighbourhood, a negative that is the positive, ranks sharing or missing edges, and
 backends that see different batches."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,14 +28,22 @@ REVERSE = ("item", "rev_buys", "user")
 
 
 def rec(**kw) -> HeteroSource:
-    opts = dict(num_users=200, num_items=120, num_categories=6, purchases_per_user=6, num_features=8, taste_dim=4,
-                feature_noise=0.5, temperature=0.5, seed=3)
+    opts = dict(
+        num_users=200,
+        num_items=120,
+        num_categories=6,
+        purchases_per_user=6,
+        num_features=8,
+        taste_dim=4,
+        feature_noise=0.5,
+        temperature=0.5,
+        seed=3,
+    )
     return rec_graph(**{**opts, **kw})
 
 
 def link(source: HeteroSource, reverse: bool = True, eval_negatives: int = 20) -> HeteroGraphData:
-    return source.for_link_task("", reverse, seed=0, val_fraction=0.1, test_fraction=0.1,
-                                eval_negatives=eval_negatives)
+    return source.for_link_task("", reverse, seed=0, val_fraction=0.1, test_fraction=0.1, eval_negatives=eval_negatives)
 
 
 def edge_set(edges: torch.Tensor) -> set:
@@ -88,12 +97,18 @@ def test_a_homogeneous_graph_holds_out_whole_undirected_pairs():
             assert (u, v) not in train and (v, u) not in train
 
 
-@pytest.mark.parametrize("change, needle", [
-    (lambda s: s.edges.update({("user", "likes", "shop"): torch.zeros(2, 1, dtype=torch.int64)}), "'shop', which is not declared"),
-    (lambda s: s.edges[TARGET].__setitem__((1, 0), 10_000), "outside [0, 120)"),
-    (lambda s: s.x.update({"item": torch.full((120, 8), float("nan"))}), "x[item] holds NaN"),
-    (lambda s: s.num_nodes.update({"user": 0}), "needs at least one"),
-])
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        (
+            lambda s: s.edges.update({("user", "likes", "shop"): torch.zeros(2, 1, dtype=torch.int64)}),
+            "'shop', which is not declared",
+        ),
+        (lambda s: s.edges[TARGET].__setitem__((1, 0), 10_000), "outside [0, 120)"),
+        (lambda s: s.x.update({"item": torch.full((120, 8), float("nan"))}), "x[item] holds NaN"),
+        (lambda s: s.num_nodes.update({"user": 0}), "needs at least one"),
+    ],
+)
 def test_bad_heterogeneous_data_is_one_line_naming_it(change, needle):
     source = rec()
     change(source)
@@ -107,9 +122,17 @@ def test_held_out_edges_that_also_pass_messages_are_refused():
     leaked = data.edge_index[TARGET][:, :3]
     other = ((leaked[1] + 1) % data.num_nodes["item"]).unsqueeze(1)  # valid negatives: not the positive
     with pytest.raises(DataError, match="also a message-passing edge"):
-        HeteroGraphData(data.num_nodes, data.x, data.edge_index, data.indptr, target_edge=TARGET,
-                        val_edges=leaked, test_edges=data.test_edges,
-                        val_negatives=other, test_negatives=data.test_negatives)
+        HeteroGraphData(
+            data.num_nodes,
+            data.x,
+            data.edge_index,
+            data.indptr,
+            target_edge=TARGET,
+            val_edges=leaked,
+            test_edges=data.test_edges,
+            val_negatives=other,
+            test_negatives=data.test_negatives,
+        )
 
 
 def test_the_target_edge_type_is_named_or_asked_for():
@@ -156,7 +179,7 @@ def test_a_training_batch_never_sees_its_own_edges_and_negatives_are_never_the_p
         dst = sub.node["item"][mb.pairs[1]]
         positives = data.edge_index[TARGET][:, eids]
         assert torch.equal(torch.stack([src[: eids.numel()], dst[: eids.numel()]]), positives)
-        negative_dst = dst[eids.numel():].view(eids.numel(), 5)
+        negative_dst = dst[eids.numel() :].view(eids.numel(), 5)
         assert not bool((negative_dst == positives[1].unsqueeze(1)).any())
         assert mb.labels.sum() == eids.numel() and mb.labels.numel() == 6 * eids.numel()
 
@@ -268,7 +291,7 @@ def test_dgls_own_link_sampler_keeps_the_same_guarantees():
         src, dst = users[mb.pairs[0]], items[mb.pairs[1]]
         positives = data.edge_index[TARGET][:, eids]
         assert torch.equal(torch.stack([src[: eids.numel()], dst[: eids.numel()]]), positives)
-        assert not bool((dst[eids.numel():].view(-1, 3) == positives[1].unsqueeze(1)).any())
+        assert not bool((dst[eids.numel() :].view(-1, 3) == positives[1].unsqueeze(1)).any())
     # Held-out edges are scored through core's sampler on every backend: the same batches.
     core = make_hetero_sampler(get_backend("dgl"), data, [-1, -1], {}, "core")
     a = next(iter(sampler.held_out_loader("val", [torch.arange(10)])))
@@ -339,11 +362,14 @@ def test_dgls_own_sampler_serves_a_node_type_no_edge_points_into(task):
     dgl = import_dgl()
     gen = torch.Generator().manual_seed(1)
     buys = torch.stack([torch.randint(0, 30, (60,), generator=gen), torch.randint(0, 20, (60,), generator=gen)])
-    source = HeteroSource({"user": 30, "item": 20, "category": 4},
-                          {"user": torch.randn(30, 3, generator=gen), "item": torch.randn(20, 5, generator=gen)},
-                          {TARGET: buys,
-                           ("item", "in", "category"): torch.stack([torch.arange(20), torch.arange(20) % 4])},
-                          target_node="item", y=torch.arange(20) % 3, target_edge=TARGET)
+    source = HeteroSource(
+        {"user": 30, "item": 20, "category": 4},
+        {"user": torch.randn(30, 3, generator=gen), "item": torch.randn(20, 5, generator=gen)},
+        {TARGET: buys, ("item", "in", "category"): torch.stack([torch.arange(20), torch.arange(20) % 4])},
+        target_node="item",
+        y=torch.arange(20) % 3,
+        target_edge=TARGET,
+    )
     data = source.for_node_task(False, 0) if task is Task.NODE else link(source, reverse=False, eval_negatives=5)
     assert "user" not in {et[2] for et in data.edge_types}
     spec = ModelSpec(arch="sage", hidden=8, layers=2, dropout=0.0)
@@ -360,7 +386,7 @@ def test_dgls_own_sampler_serves_a_node_type_no_edge_points_into(task):
         for block in mb.graph:
             for t in block.dsttypes:
                 dst = block.dstnodes[t].data[dgl.NID]
-                assert torch.equal(block.srcnodes[t].data[dgl.NID][:dst.numel()], dst)
+                assert torch.equal(block.srcnodes[t].data[dgl.NID][: dst.numel()], dst)
         for t, ids in mb.input_nodes.items():
             assert torch.equal(ids, mb.graph[0].srcnodes[t].data[dgl.NID])
         inputs = gather_inputs(data, mb.input_nodes, None)

@@ -1,4 +1,5 @@
 """Which job a process is in, read from the launcher's environment; and node-shared records."""
+
 import pytest
 import torch
 
@@ -8,10 +9,26 @@ from gnnbridge.core.runtime.sharing import attach, export
 from gnnbridge.plugins.datasets import family_graphs
 from gnnbridge.testing.conformance import small_graph
 
-TORCHRUN = {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4", "GROUP_RANK": "1",
-            "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500", "TORCHELASTIC_USE_AGENT_STORE": "True"}
-SRUN = {"SLURM_PROCID": "6", "SLURM_NTASKS": "8", "SLURM_STEP_NUM_TASKS": "8", "SLURM_LOCALID": "2",
-        "SLURM_NODEID": "1", "SLURM_STEP_ID": "0", "SLURM_JOB_ID": "4242", "SLURM_STEP_NODELIST": "gpu[07-08]"}
+TORCHRUN = {
+    "RANK": "5",
+    "WORLD_SIZE": "8",
+    "LOCAL_RANK": "1",
+    "LOCAL_WORLD_SIZE": "4",
+    "GROUP_RANK": "1",
+    "MASTER_ADDR": "10.0.0.1",
+    "MASTER_PORT": "29500",
+    "TORCHELASTIC_USE_AGENT_STORE": "True",
+}
+SRUN = {
+    "SLURM_PROCID": "6",
+    "SLURM_NTASKS": "8",
+    "SLURM_STEP_NUM_TASKS": "8",
+    "SLURM_LOCALID": "2",
+    "SLURM_NODEID": "1",
+    "SLURM_STEP_ID": "0",
+    "SLURM_JOB_ID": "4242",
+    "SLURM_STEP_NODELIST": "gpu[07-08]",
+}
 
 
 def test_plain_process_is_not_a_job():
@@ -46,8 +63,11 @@ def test_srun_step_environment():
 
 
 def test_slurm_ports_differ_between_jobs_and_steps_and_avoid_ephemeral_ports():
-    ports = {detect_job({**SRUN, "SLURM_JOB_ID": str(job), "SLURM_STEP_ID": str(step)}).master_port
-             for job in (4242, 4243) for step in (0, 1)}
+    ports = {
+        detect_job({**SRUN, "SLURM_JOB_ID": str(job), "SLURM_STEP_ID": str(step)}).master_port
+        for job in (4242, 4243)
+        for step in (0, 1)
+    }
     assert len(ports) == 4
     assert all(1024 < p < 32768 for p in ports)
 
@@ -58,12 +78,15 @@ def test_slurm_batch_script_and_single_task_steps_are_plain_machines():
     assert detect_job({**SRUN, "SLURM_STEP_NUM_TASKS": "1", "SLURM_NTASKS": "1", "SLURM_PROCID": "0"}) is None
 
 
-@pytest.mark.parametrize("text, hosts", [
-    ("node1", ["node1"]),
-    ("gpu[07-09,12]", ["gpu07", "gpu08", "gpu09", "gpu12"]),
-    ("a[1-2],b3,c[9-10]", ["a1", "a2", "b3", "c9", "c10"]),
-    ("r[1-2]n[1-2]", ["r1n1", "r1n2", "r2n1", "r2n2"]),
-])
+@pytest.mark.parametrize(
+    "text, hosts",
+    [
+        ("node1", ["node1"]),
+        ("gpu[07-09,12]", ["gpu07", "gpu08", "gpu09", "gpu12"]),
+        ("a[1-2],b3,c[9-10]", ["a1", "a2", "b3", "c9", "c10"]),
+        ("r[1-2]n[1-2]", ["r1n1", "r1n2", "r2n1", "r2n2"]),
+    ],
+)
 def test_expand_hostlist(text, hosts):
     assert expand_hostlist(text) == hosts
 
@@ -90,7 +113,8 @@ def test_shared_record_round_trips_through_files_that_can_then_go(record, tmp_pa
 
 
 def test_torchrun_restart_count_and_limit_are_read():
-    job = detect_job({**TORCHRUN, "TORCHELASTIC_RUN_ID": "abc", "TORCHELASTIC_RESTART_COUNT": "2",
-                      "TORCHELASTIC_MAX_RESTARTS": "3"})
+    job = detect_job(
+        {**TORCHRUN, "TORCHELASTIC_RUN_ID": "abc", "TORCHELASTIC_RESTART_COUNT": "2", "TORCHELASTIC_MAX_RESTARTS": "3"}
+    )
     assert (job.run_id, job.attempt, job.max_restarts) == ("abc", 2, 3)
     assert (detect_job(TORCHRUN).attempt, detect_job(TORCHRUN).max_restarts) == (0, 0)

@@ -1,4 +1,5 @@
 """The one failure line the launcher makes of what torch's elastic agent reports."""
+
 import signal
 
 from torch.distributed.elastic.multiprocessing.errors import ProcessFailure

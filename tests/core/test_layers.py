@@ -5,6 +5,7 @@ The rules are the ones in ``gnnbridge/core/__init__.py`` and the README's Archit
 The checker reads source with ``ast``; it runs nothing, so it also sees imports on paths the
 tests never execute.
 """
+
 from __future__ import annotations
 
 import ast
@@ -14,12 +15,28 @@ import gnnbridge
 
 # Core's layers, bottom up. A module may import core modules of a lower rank and of its own
 # layer; layers of equal rank stand side by side and may not import each other.
-LAYERS = {"errors": 0, "compiled": 0, "files": 1, "records": 1, "contracts": 2, "runtime": 3, "sampling": 3,
-          "models": 3, "training": 4, "app": 5}
+LAYERS = {
+    "errors": 0,
+    "compiled": 0,
+    "files": 1,
+    "records": 1,
+    "contracts": 2,
+    "runtime": 3,
+    "sampling": 3,
+    "models": 3,
+    "training": 4,
+    "app": 5,
+}
 MODULE_LAYERS = ("errors", "compiled", "files")  # layers that are one module, not a package
 FACADE = "gnnbridge.core.interfaces"  # re-exports for plugins: may import any layer, imported by none
-NEVER_IN_CORE = ("torch_geometric", "dgl", "gnnbridge.backends", "gnnbridge.plugins", "gnnbridge.cli",
-                 "gnnbridge.testing")
+NEVER_IN_CORE = (
+    "torch_geometric",
+    "dgl",
+    "gnnbridge.backends",
+    "gnnbridge.plugins",
+    "gnnbridge.cli",
+    "gnnbridge.testing",
+)
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -126,8 +143,9 @@ BROKEN = {
     # side by side: runtime and sampling stand on the same floor
     "gnnbridge/core/runtime/rank.py": "from ..sampling import seeds\n",
     # a library, the built-in plugins and the package above core
-    "gnnbridge/core/contracts/config.py":
-        "import torch_geometric\nfrom gnnbridge.plugins import BUILTIN\nimport gnnbridge\n",
+    "gnnbridge/core/contracts/config.py": (
+        "import torch_geometric\nfrom gnnbridge.plugins import BUILTIN\nimport gnnbridge\n"
+    ),
     # core reaching for the facade meant for plugins, and for a name of core's package itself
     "gnnbridge/core/app/train.py": "from gnnbridge.core.interfaces import Backend\nfrom gnnbridge.core import utils\n",
     # a module outside every layer
@@ -135,11 +153,13 @@ BROKEN = {
     # one backend importing the other, and the CLI
     "gnnbridge/backends/pyg/models.py": "from gnnbridge.backends.dgl import compat\nimport gnnbridge.cli\n",
     # allowed: downward, own layer, facade importing anything, a backend importing core
-    "gnnbridge/core/training/trainer.py":
-        "from gnnbridge.core.runtime.context import DistContext\nfrom . import state\n",
+    "gnnbridge/core/training/trainer.py": (
+        "from gnnbridge.core.runtime.context import DistContext\nfrom . import state\n"
+    ),
     "gnnbridge/core/interfaces.py": "from gnnbridge.core.sampling.adapters import CoreSampler\n",
-    "gnnbridge/backends/dgl/models.py":
-        "from gnnbridge.core.models.gin import GIN\nfrom gnnbridge.backends.dgl.compat import x\n",
+    "gnnbridge/backends/dgl/models.py": (
+        "from gnnbridge.core.models.gin import GIN\nfrom gnnbridge.backends.dgl.compat import x\n"
+    ),
 }
 
 

@@ -1,4 +1,5 @@
 """Layer-wise inference with each layer in a memory-mapped temp file (eval.layer_store=disk)."""
+
 from __future__ import annotations
 
 import signal

@@ -2,6 +2,7 @@
 ranks as "reopen and derive again", never as its tensors: the same record comes back and its
 features are still the file's pages. (A homogeneous graph's link task is tested in
 tests/distributed/test_mapped_records.py.)"""
+
 from __future__ import annotations
 
 import pickle
@@ -23,8 +24,14 @@ def open_shop(folder: str) -> HeteroSource:
         warnings.simplefilter("ignore", UserWarning)
         x = torch.from_numpy(np.load(Path(folder) / "x__item.npy", mmap_mode="r"))
     buys = torch.stack([torch.arange(30).repeat_interleave(4), torch.arange(120) % 20])
-    source = HeteroSource({"user": 30, "item": 20}, {"item": x}, {("user", "buys", "item"): buys},
-                          target_node="item", y=torch.arange(20) % 3, name="shop")
+    source = HeteroSource(
+        {"user": 30, "item": 20},
+        {"item": x},
+        {("user", "buys", "item"): buys},
+        target_node="item",
+        y=torch.arange(20) % 3,
+        name="shop",
+    )
     source.mapped_from = (open_shop, (folder,))
     return source
 

@@ -1,4 +1,5 @@
 """Exact metrics: ROC-AUC against its definition, and across ranks."""
+
 import torch
 
 from gnnbridge.core.training.metrics import ClassificationScores, roc_auc

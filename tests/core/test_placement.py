@@ -1,4 +1,5 @@
 """Placement switches: the prefetching thread, precision, and moving the record."""
+
 import threading
 
 import pytest
@@ -67,14 +68,31 @@ def test_fp16_on_the_cpu_is_one_clear_error():
 def test_prefetch_gives_the_same_training_and_bf16_the_same_accuracy(tmp_path):
     common = ["train.epochs=4"]
     base = gnnbridge.run("sage-synthetic", backend="pyg", nproc=1, overrides=common, out=tmp_path / "a", progress=False)
-    ahead = gnnbridge.run("sage-synthetic", backend="pyg", nproc=1, overrides=[*common, "placement.prefetch=2"],
-                          out=tmp_path / "b", progress=False)
+    ahead = gnnbridge.run(
+        "sage-synthetic",
+        backend="pyg",
+        nproc=1,
+        overrides=[*common, "placement.prefetch=2"],
+        out=tmp_path / "b",
+        progress=False,
+    )
     assert [h["loss"] for h in ahead["history"]] == [h["loss"] for h in base["history"]]  # core sampler: same batches
     for backend in ("pyg", "dgl"):
-        fp32 = base if backend == "pyg" else gnnbridge.run("sage-synthetic", backend=backend, nproc=1, overrides=common,
-                                                          out=tmp_path / "c", progress=False)
-        bf16 = gnnbridge.run("sage-synthetic", backend=backend, nproc=1, overrides=[*common, "placement.precision=bf16"],
-                             out=tmp_path / f"{backend}-bf16", progress=False)
+        fp32 = (
+            base
+            if backend == "pyg"
+            else gnnbridge.run(
+                "sage-synthetic", backend=backend, nproc=1, overrides=common, out=tmp_path / "c", progress=False
+            )
+        )
+        bf16 = gnnbridge.run(
+            "sage-synthetic",
+            backend=backend,
+            nproc=1,
+            overrides=[*common, "placement.precision=bf16"],
+            out=tmp_path / f"{backend}-bf16",
+            progress=False,
+        )
         assert [h["loss"] for h in bf16["history"]] != [h["loss"] for h in fp32["history"]]  # it ran in bf16
         assert abs(bf16["metrics"]["test_acc"] - fp32["metrics"]["test_acc"]) <= 0.02
 

@@ -56,6 +56,11 @@ def test_duplicate_names_are_refused(inline_plugin):
 
 def test_env_var_restricts_loaded_plugins():
     code = "from gnnbridge.core.contracts import plugins; print(sorted(plugins.backends.names()))"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env={**__import__("os").environ, "GNNBRIDGE_LOAD_PLUGINS": "pyg"})
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**__import__("os").environ, "GNNBRIDGE_LOAD_PLUGINS": "pyg"},
+    )
     assert proc.stdout.strip() == "['pyg']", proc.stderr

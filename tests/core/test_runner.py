@@ -1,4 +1,5 @@
 """The runner's promises around a run: nothing half-made is left, nothing of the user's is touched."""
+
 import pytest
 import torch
 
@@ -51,10 +52,13 @@ def broken_backend():
 
 def test_a_failed_run_leaves_no_folder_but_keeps_the_users(tmp_path, broken_backend):
     broken = ["model.arch=broken"]
-    with pytest.raises(PluginError, match="^model 'broken' .plugin 'broken-test'. failed in its forward pass: "
-                       "RuntimeError: boom in forward$"):
-        gnnbridge.run("karate-sage", backend="pyg", nproc=1, out=tmp_path / "a" / "b" / "out", progress=False,
-                      overrides=broken)
+    with pytest.raises(
+        PluginError,
+        match="^model 'broken' .plugin 'broken-test'. failed in its forward pass: RuntimeError: boom in forward$",
+    ):
+        gnnbridge.run(
+            "karate-sage", backend="pyg", nproc=1, out=tmp_path / "a" / "b" / "out", progress=False, overrides=broken
+        )
     assert not (tmp_path / "a").exists()  # the parents it made go too
     (tmp_path / "mine").mkdir()
     with pytest.raises(PluginError, match="boom in forward"):
@@ -65,8 +69,14 @@ def test_a_failed_run_leaves_no_folder_but_keeps_the_users(tmp_path, broken_back
 def test_a_failed_run_with_a_checkpoint_is_kept_for_resuming(tmp_path, broken_backend):
     out = tmp_path / "out"
     with pytest.raises(PluginError, match="boom in epoch 2"):
-        gnnbridge.run("karate-sage", backend="pyg", nproc=1, out=out, progress=False,
-                      overrides=["train.batch_size=64", "model.arch=fails-later"])
+        gnnbridge.run(
+            "karate-sage",
+            backend="pyg",
+            nproc=1,
+            out=out,
+            progress=False,
+            overrides=["train.batch_size=64", "model.arch=fails-later"],
+        )
     assert (out / "config.yaml").exists() and not (out / "results.json").exists()
     assert checkpoint.load(checkpoint.path_in(out, "latest"))["epoch"] == 0
 
@@ -105,6 +115,9 @@ def test_ranks_that_would_continue_a_restart_from_different_epochs_stop_with_one
     rank0, rank1 = (DistContext(r, 2, r, torch.device("cpu"), store=store, attempt=1) for r in (0, 1))
     _agree(rank0, Plan(None, restart={"resumed_from_epoch": 3}))
     _agree(rank1, Plan(None, restart={"resumed_from_epoch": 3}))  # the same checkpoint: fine
-    with pytest.raises(ConfigError, match=r"^After restart 1, rank 1 would continue from epoch None but rank 0 "
-                       r"from epoch 3: the run folder must be on a file system every node sees"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^After restart 1, rank 1 would continue from epoch None but rank 0 "
+        r"from epoch 3: the run folder must be on a file system every node sees",
+    ):
         _agree(rank1, Plan(None))

@@ -50,7 +50,7 @@ def test_sampled_edges_exist_and_respect_fanouts(small_data, relabel):
     hop1 = out.col[: out.num_sampled_edges[0]]
     # fanouts[0] applies to the seeds: exactly min(degree, 3) neighbours each.
     assert torch.equal(torch.bincount(hop1, minlength=40), degree[out.node[:40]].clamp(max=3))
-    hop2 = out.col[out.num_sampled_edges[0]:]
+    hop2 = out.col[out.num_sampled_edges[0] :]
     first_hop = torch.arange(40, 40 + out.num_sampled_nodes[1])
     assert hop2.min() >= 40 and hop2.max() < 40 + out.num_sampled_nodes[1]
     assert torch.equal(torch.bincount(hop2 - 40, minlength=first_hop.numel()), degree[out.node[first_hop]].clamp(max=2))
@@ -63,7 +63,7 @@ def test_all_neighbours_takes_the_whole_in_neighbourhood(small_data):
     seeds = torch.tensor([5, 17])
     out = sampler.sample(seeds)
     for local, v in enumerate(seeds.tolist()):
-        want = small_data.indices[small_data.indptr[v]: small_data.indptr[v + 1]].sort().values
+        want = small_data.indices[small_data.indptr[v] : small_data.indptr[v + 1]].sort().values
         got = out.node[out.row[out.col == local]].sort().values
         assert torch.equal(got, want)
 
@@ -100,10 +100,10 @@ def test_sampling_is_deterministic_per_generator_seed(small_data):
 def test_batches_a_caller_keeps_are_never_overwritten_by_later_ones(small_data):
     # The sampler writes into reused arrays; a kept batch (a prefetch queue, a list) must stay as drawn.
     sampler = NeighborSampler(small_data.indptr, small_data.indices, [6, 4])
-    kept = [sampler.sample(small_data.train_idx[i * 40:(i + 1) * 40], epoch_generator(0, i)) for i in range(4)]
+    kept = [sampler.sample(small_data.train_idx[i * 40 : (i + 1) * 40], epoch_generator(0, i)) for i in range(4)]
     for i, batch in enumerate(kept):
         fresh = NeighborSampler(small_data.indptr, small_data.indices, [6, 4])
-        assert_same_sample(batch, fresh.sample(small_data.train_idx[i * 40:(i + 1) * 40], epoch_generator(0, i)))
+        assert_same_sample(batch, fresh.sample(small_data.train_idx[i * 40 : (i + 1) * 40], epoch_generator(0, i)))
 
 
 @pytest.mark.skipif(not kernels.available(), reason="numba is not installed")
@@ -224,7 +224,6 @@ def test_hop_and_relabel_pieces_match_the_torch_path(small_data, monkeypatch):
     for a, b in zip(compiled, pieces()):
         assert torch.equal(a, b)
     assert compiled[4].min() >= known.numel()  # new ids continue after the known nodes
-
 
 
 INTERRUPTED_KERNELS = """
@@ -353,8 +352,9 @@ def test_the_serial_and_parallel_pick_loops_stay_themselves_through_the_on_disk_
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
 
     def run(variant):
-        proc = subprocess.run([sys.executable, str(script), variant], capture_output=True, text=True, timeout=300,
-                              env=env)
+        proc = subprocess.run(
+            [sys.executable, str(script), variant], capture_output=True, text=True, timeout=300, env=env
+        )
         assert proc.returncode == 0, proc.stderr[-2000:]
         return proc.stdout.strip()
 

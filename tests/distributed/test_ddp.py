@@ -1,4 +1,5 @@
 """Real 2-rank DDP runs (gloo, CPU): what must hold after training on every backend."""
+
 import pytest
 import torch
 
@@ -14,9 +15,16 @@ TIMING = {"epoch_time_s", "eval_time_s", "phases"}  # per rank; phases_slowest_r
 
 
 def config(backend, arch="sage", **train):
-    return from_dict({"backend": backend, "nproc": 2, "model": {"hidden": 16, "arch": arch, "heads": 2},
-                      "sampler": {"fanouts": [5, 5]}, "train": {"epochs": 2, "batch_size": 64, **train},
-                      "eval": {"batch_size": 512}})
+    return from_dict(
+        {
+            "backend": backend,
+            "nproc": 2,
+            "model": {"hidden": 16, "arch": arch, "heads": 2},
+            "sampler": {"fanouts": [5, 5]},
+            "train": {"epochs": 2, "batch_size": 64, **train},
+            "eval": {"batch_size": 512},
+        }
+    )
 
 
 def run_two_ranks(cfg, data, tmp_path):
@@ -45,14 +53,17 @@ def test_per_rank_shards_are_disjoint_cover_and_reshuffle():
         shards = [torch.cat(epoch_batches(seeds, 64, 0, epoch, r, 2)) for r in range(2)]
         assert not set(shards[0].tolist()) & set(shards[1].tolist())
         assert torch.equal(torch.cat(shards).sort().values, seeds.sort().values)
-    assert not torch.equal(torch.cat(epoch_batches(seeds, 64, 0, 0, 0, 2)), torch.cat(epoch_batches(seeds, 64, 0, 1, 0, 2)))
+    assert not torch.equal(
+        torch.cat(epoch_batches(seeds, 64, 0, 0, 0, 2)), torch.cat(epoch_batches(seeds, 64, 0, 1, 0, 2))
+    )
 
 
 def test_uneven_seed_count_does_not_hang(tmp_path):
     base = synthetic_graph(6000, 4, 8, 4.0, 0.8, 0.5, seed=0)
     perm = torch.randperm(6000, generator=torch.Generator().manual_seed(0))
-    data = GraphData(base.indptr, base.indices, base.x, base.y, perm[:4097], perm[4097:5000],
-                     perm[5000:], base.num_classes)
+    data = GraphData(
+        base.indptr, base.indices, base.x, base.y, perm[:4097], perm[4097:5000], perm[5000:], base.num_classes
+    )
     r0, r1 = run_two_ranks(config("pyg", epochs=1, batch_size=1024), data, tmp_path)
     assert r0["history"][0]["batches"] == r1["history"][0]["batches"] == 3
 
@@ -60,8 +71,16 @@ def test_uneven_seed_count_does_not_hang(tmp_path):
 def test_empty_batches_on_one_rank_keep_the_loss_finite(tmp_path):
     # 5 training seeds, batch 1, 2 ranks: rank 1 gets one empty batch and must still step.
     base = synthetic_graph(60, 2, 4, 4.0, 0.9, 1.0, seed=0)
-    data = GraphData(base.indptr, base.indices, base.x, base.y, torch.arange(5), torch.arange(5, 30),
-                     torch.arange(30, 60), base.num_classes)
+    data = GraphData(
+        base.indptr,
+        base.indices,
+        base.x,
+        base.y,
+        torch.arange(5),
+        torch.arange(5, 30),
+        torch.arange(30, 60),
+        base.num_classes,
+    )
     r0, r1 = run_two_ranks(config("dgl", epochs=1, batch_size=1), data, tmp_path)
     assert torch.isfinite(torch.tensor(r0["history"][0]["loss"]))
     assert torch.equal(r0["params"], r1["params"])
@@ -118,6 +137,7 @@ def test_layerwise_inference_with_layers_on_disk_on_two_ranks_equals_one_rank_in
         for got in ranks:
             torch.testing.assert_close(got[name], expected)
     for got in ranks:  # the logits came from one file in the ranks' $TMPDIR, deleted at the end
-        assert got["maps"] and all(m.startswith(f"{scratch}/gnnbridge-layers-") and m.endswith("(deleted)")
-                                   for m in got["maps"]), got["maps"]
+        assert got["maps"] and all(
+            m.startswith(f"{scratch}/gnnbridge-layers-") and m.endswith("(deleted)") for m in got["maps"]
+        ), got["maps"]
     assert not list(scratch.glob("gnnbridge-layers-*"))

@@ -1,4 +1,5 @@
 """Graph classification under real 2-rank DDP (gloo, CPU)."""
+
 import json
 import math
 
@@ -23,8 +24,9 @@ def binary_collection():
     node_ptr = torch.cat([torch.zeros(1, dtype=torch.int64), packed.num_nodes.cumsum(0)])
     x = torch.randn(packed.node.numel(), 3, generator=torch.Generator().manual_seed(1))
     perm = torch.randperm(125, generator=torch.Generator().manual_seed(0))
-    return GraphCollection.from_edges(x, packed.edge_index, node_ptr, full.y[keep],
-                                      splits=(perm[:101], perm[101:114], perm[114:]))
+    return GraphCollection.from_edges(
+        x, packed.edge_index, node_ptr, full.y[keep], splits=(perm[:101], perm[101:114], perm[114:])
+    )
 
 
 def run_ranks(nproc, backend, kind, data, out):
@@ -57,11 +59,23 @@ def test_ranks_get_disjoint_equal_count_batches_and_exact_metrics(backend, kind,
 def test_an_empty_batch_on_one_rank_still_steps_with_the_others(backend, tmp_path):
     # 3 training graphs, batch 1, 2 ranks: rank 1 runs one real and one empty batch.
     full = binary_collection()
-    data = GraphCollection.from_edges(full.x, full.edge_index, full.node_ptr, full.y,
-                                      splits=(torch.arange(3), torch.arange(3, 60), torch.arange(60, 125)))
-    config = from_dict({"task": "graph", "backend": backend, "nproc": 2,
-                        "model": {"arch": "gin", "hidden": 8, "layers": 2},
-                        "train": {"epochs": 2, "batch_size": 1}, "eval": {"batch_size": 16}})
+    data = GraphCollection.from_edges(
+        full.x,
+        full.edge_index,
+        full.node_ptr,
+        full.y,
+        splits=(torch.arange(3), torch.arange(3, 60), torch.arange(60, 125)),
+    )
+    config = from_dict(
+        {
+            "task": "graph",
+            "backend": backend,
+            "nproc": 2,
+            "model": {"arch": "gin", "hidden": 8, "layers": 2},
+            "train": {"epochs": 2, "batch_size": 1},
+            "eval": {"batch_size": 16},
+        }
+    )
     launch(train_and_dump, 2, "cpu", (config, data.share_memory_(), str(tmp_path)), timeout_s=120)
     r0, r1 = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     assert [h["batches"] for h in r0["history"]] == [2, 2]
@@ -72,8 +86,14 @@ def test_an_empty_batch_on_one_rank_still_steps_with_the_others(backend, tmp_pat
 def test_both_backends_learn_gin_synthetic_and_agree(tmp_path):
     accuracy = {}
     for backend in ("pyg", "dgl"):
-        results = run("gin-synthetic", backend=backend, nproc=2, out=tmp_path / backend, progress=False,
-                      overrides=["dataset.options.num_graphs=300", "train.epochs=8"])
+        results = run(
+            "gin-synthetic",
+            backend=backend,
+            nproc=2,
+            out=tmp_path / backend,
+            progress=False,
+            overrides=["dataset.options.num_graphs=300", "train.epochs=8"],
+        )
         accuracy[backend] = results["metrics"]["test_acc"]
         saved = json.loads((tmp_path / backend / "results.json").read_text())
         assert saved["task"] == "graph" and saved["dataset"]["num_graphs"] == 300

@@ -3,6 +3,7 @@ and failing as real jobs fail: a rank killed by SIGKILL, a rank that raises, a r
 a rank that never starts. What is asserted is what a user sees: exit codes, the one error line,
 that it ended (within a deadline generous enough for a busy machine), the processes and files
 left behind."""
+
 import json
 import os
 import re
@@ -40,8 +41,10 @@ class Job:
         self.proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.lines: list[str] = []
         self.out: list[str] = []
-        self._readers = [threading.Thread(target=self._read, args=(pipe, sink), daemon=True)
-                         for pipe, sink in ((self.proc.stderr, self.lines), (self.proc.stdout, self.out))]
+        self._readers = [
+            threading.Thread(target=self._read, args=(pipe, sink), daemon=True)
+            for pipe, sink in ((self.proc.stderr, self.lines), (self.proc.stdout, self.out))
+        ]
         for reader in self._readers:
             reader.start()
 
@@ -90,8 +93,22 @@ def gnnbridge(*args):
 
 
 def torchrun(nnodes, node_rank, nproc, port, *args):
-    return [*TORCHRUN, "--nnodes", str(nnodes), "--node-rank", str(node_rank), "--nproc-per-node", str(nproc),
-            "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", "gnnbridge", *args]
+    return [
+        *TORCHRUN,
+        "--nnodes",
+        str(nnodes),
+        "--node-rank",
+        str(node_rank),
+        "--nproc-per-node",
+        str(nproc),
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(port),
+        "-m",
+        "gnnbridge",
+        *args,
+    ]
 
 
 def descendants(pid):
@@ -187,8 +204,10 @@ def test_a_torchrun_job_resumes_a_spawned_run_like_the_spawned_launcher_does(tmp
     again = Job(gnnbridge("train", "--resume", "spawned", "--set", "train.epochs=3", "--quiet"), tmp_path)
     assert again.finish() == 0, again.lines
     port = free_port()
-    nodes = [Job(torchrun(2, r, 1, port, "train", "--resume", "job", "--set", "train.epochs=3", "--quiet"), tmp_path)
-             for r in (1, 0)]
+    nodes = [
+        Job(torchrun(2, r, 1, port, "train", "--resume", "job", "--set", "train.epochs=3", "--quiet"), tmp_path)
+        for r in (1, 0)
+    ]
     assert [n.finish() for n in nodes] == [0, 0], [n.lines for n in nodes]
     spawned, job = results(tmp_path / "spawned"), results(tmp_path / "job")
     assert job[3]["num_nodes"] == 2 and job[3]["resumed_from"] == {"epoch": 1, "world_size": 2}
@@ -229,8 +248,10 @@ def test_sigkill_of_a_spawned_rank_ends_the_job(tmp_path):
     assert code != 0
     assert len(job.errors) == 1, job.lines
     # Named by whoever notices first: the agent (the signal) or the survivor's watchdog (the death).
-    died = rf"(\(pid {ranks[1]}\) was killed by SIGKILL|\(pid {ranks[1]} on .*\) died without a Python error \(killed " \
-           r"by a signal or the out-of-memory killer\?\))"
+    died = (
+        rf"(\(pid {ranks[1]}\) was killed by SIGKILL|\(pid {ranks[1]} on .*\) died without a Python error \(killed "
+        r"by a signal or the out-of-memory killer\?\))"
+    )
     assert re.fullmatch(rf"Error: rank [01] {died}{RESUME_HINT}", job.errors[0]), job.errors[0]
     assert not any("Traceback" in line for line in job.lines)
     assert alive(ranks) == []
@@ -253,7 +274,8 @@ def test_sigkill_of_a_torchrun_rank_ends_the_job_naming_it(nodes, per_node, vict
     assert all(job.finish(timeout=240) != 0 for job in launchers)
     errors = [line for job in launchers for line in job.errors]
     assert errors and all(re.match(rf"Error: rank {victim_rank} \(pid {victim} on .*\) died", e) for e in errors), [
-        job.lines for job in launchers]
+        job.lines for job in launchers
+    ]
     assert alive(everyone) == []
     assert_kept_for_resume(tmp_path / "run")
 
@@ -271,8 +293,11 @@ def test_a_rank_that_raises_stops_its_peers_blocked_in_a_collective():
 
 def test_a_rank_that_hangs_ends_the_job_after_the_timeout():
     started = time.monotonic()
-    with pytest.raises(RankFailedError, match=r"rank 0 waited longer than the timeout in a collective: rank\(s\) 1 "
-                       "stuck behind the others"):
+    with pytest.raises(
+        RankFailedError,
+        match=r"rank 0 waited longer than the timeout in a collective: rank\(s\) 1 "
+        "stuck behind the others",
+    ):
         # 20 s, not less: on a busy machine a rank may reach the first barrier seconds after the other.
         launch(fail_on_one_rank, 2, "cpu", (1, "hang"), timeout_s=20)
     assert time.monotonic() - started < 300, "the job outlived its 20 s timeout by minutes"  # a deadline
@@ -281,15 +306,30 @@ def test_a_rank_that_hangs_ends_the_job_after_the_timeout():
 def test_a_rank_that_never_joins_is_named(tmp_path):
     """srun's environment with 3 tasks, of which only 2 start: both stop, and say which is missing."""
     port = free_port()
-    env = {**ENV, "SLURM_NTASKS": "3", "SLURM_STEP_ID": "0", "SLURM_NODEID": "0", "SLURM_STEP_NODELIST": "localhost",
-           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    env = {
+        **ENV,
+        "SLURM_NTASKS": "3",
+        "SLURM_STEP_ID": "0",
+        "SLURM_NODEID": "0",
+        "SLURM_STEP_NODELIST": "localhost",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+    }
     # 20 s, not less: the two ranks that do start may reach the rendezvous seconds apart on a busy machine.
-    ranks = [Job(gnnbridge("train", "--timeout", "20", "--out", "run"), tmp_path,
-                 env={**env, "SLURM_PROCID": str(r), "SLURM_LOCALID": str(r)}) for r in (0, 1)]
+    ranks = [
+        Job(
+            gnnbridge("train", "--timeout", "20", "--out", "run"),
+            tmp_path,
+            env={**env, "SLURM_PROCID": str(r), "SLURM_LOCALID": str(r)},
+        )
+        for r in (0, 1)
+    ]
     assert [r.finish(timeout=240) for r in ranks] == [1, 1]
     lines = ranks[0].errors + ranks[1].errors
-    expected = ("Error: Rendezvous timed out after 20 s: rank(s) 2 of 3 never joined (not started, crashed "
-                "early, or started with another MASTER_ADDR / MASTER_PORT).")
+    expected = (
+        "Error: Rendezvous timed out after 20 s: rank(s) 2 of 3 never joined (not started, crashed "
+        "early, or started with another MASTER_ADDR / MASTER_PORT)."
+    )
     assert lines == [expected]  # one line for the node
     assert not (tmp_path / "run").exists()
 
@@ -305,8 +345,10 @@ def test_a_signal_to_the_launcher_stops_every_rank_and_keeps_only_the_resumable_
     job.proc.send_signal(sig)
     assert job.finish(timeout=240) == 128 + sig
     name = "SIGTERM" if sig == signal.SIGTERM else "SIGINT (Ctrl-C)"
-    assert job.lines[-1] == f"Stopped by {name}: its checkpoint is kept in run; continue it with: gnnbridge train " \
-                            "--resume run.", job.lines
+    assert (
+        job.lines[-1] == f"Stopped by {name}: its checkpoint is kept in run; continue it with: gnnbridge train "
+        "--resume run."
+    ), job.lines
     assert not job.errors, job.lines
     assert alive(ranks) == []
     assert_kept_for_resume(tmp_path / "run")
@@ -345,9 +387,16 @@ def test_ctrl_c_while_the_ranks_start_prints_only_the_launchers_line(tmp_path):
     gate.mkdir()
     (gate / "sitecustomize.py").write_text(RANKS_WAIT_WHILE_STARTING)
     env = {**ENV, "GATE": str(gate), "PYTHONPATH": os.pathsep.join([str(gate), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen(gnnbridge("train", "--nproc", "2", "--quiet", "--set", "train.epochs=500", "--out", "run"),
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, preexec_fn=default_signals)
+    proc = subprocess.Popen(
+        gnnbridge("train", "--nproc", "2", "--quiet", "--set", "train.epochs=500", "--out", "run"),
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=default_signals,
+    )
     try:
         deadline = time.monotonic() + 240
         while len(list(gate.glob("starting-*"))) < 2:
@@ -372,8 +421,9 @@ def test_two_jobs_at_once_on_one_host_do_not_collide(tmp_path):
     """Two spawned jobs in the same folder (same second, default run folders), and two torchrun
     jobs of two ranks each (their own ports, shared-memory files named per job)."""
     jobs = [Job(gnnbridge(*TRAIN, "--nproc", "2"), tmp_path) for _ in range(2)]
-    jobs += [Job(torchrun(1, 0, 2, free_port(), *TRAIN, "--backend", "dgl", "--out", f"tr{i}"), tmp_path)
-             for i in range(2)]
+    jobs += [
+        Job(torchrun(1, 0, 2, free_port(), *TRAIN, "--backend", "dgl", "--out", f"tr{i}"), tmp_path) for i in range(2)
+    ]
     assert [j.finish() for j in jobs] == [0] * 4, [j.lines for j in jobs]
     spawned = sorted((tmp_path / "runs").iterdir())
     assert len(spawned) == 2
@@ -387,9 +437,18 @@ def test_a_job_that_finds_its_port_taken_fails_alone(tmp_path):
     port = free_port()
 
     def slurm(job, rank, *args):
-        env = {**ENV, "SLURM_JOB_ID": str(job), "SLURM_STEP_ID": "0", "SLURM_NTASKS": "2", "SLURM_NODEID": "0",
-               "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank), "SLURM_STEP_NODELIST": "localhost",
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+        env = {
+            **ENV,
+            "SLURM_JOB_ID": str(job),
+            "SLURM_STEP_ID": "0",
+            "SLURM_NTASKS": "2",
+            "SLURM_NODEID": "0",
+            "SLURM_PROCID": str(rank),
+            "SLURM_LOCALID": str(rank),
+            "SLURM_STEP_NODELIST": "localhost",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+        }
         return Job(gnnbridge("train", "--set", "train.epochs=200", *args), tmp_path, env=env)
 
     first = [slurm(1, r, "--out", "first") for r in (0, 1)]
@@ -404,11 +463,20 @@ def test_a_job_that_finds_its_port_taken_fails_alone(tmp_path):
 
 def test_nproc_inside_a_job_is_refused_in_one_line(tmp_path):
     env = {**ENV, "RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
-    proc = subprocess.run(gnnbridge("train", "--nproc", "4", "--out", "run"), check=False, cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        gnnbridge("train", "--nproc", "4", "--out", "run"),
+        check=False,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1
-    assert proc.stderr.strip() == ("Error: --nproc 4 inside a torchrun job of 2 ranks: the launcher already started "
-                                   "the ranks; drop --nproc (the job's size decides).")
+    assert proc.stderr.strip() == (
+        "Error: --nproc 4 inside a torchrun job of 2 ranks: the launcher already started "
+        "the ranks; drop --nproc (the job's size decides)."
+    )
     assert not (tmp_path / "run").exists()
 
 
@@ -443,9 +511,25 @@ def test_a_forward_that_never_returns_ends_the_job_naming_the_rank_and_the_phase
     """Stuck on every rank, nothing waits in a collective, so no collective timeout can fire;
     stuck on one rank, the other's collective times out, but the line names the stuck one."""
     (tmp_path / "stuck_model.py").write_text(STUCK_MODEL)
-    job = Job(gnnbridge(*TRAIN, "--dataset", "karate", "--nproc", "2", "--timeout", "15", "--set",
-                        "model.arch=stuck_model:Stuck", "--set", "train.batch_size=2", "--out", "run"),
-              tmp_path, env={**ENV, "STUCK_RANKS": stuck})
+    job = Job(
+        gnnbridge(
+            *TRAIN,
+            "--dataset",
+            "karate",
+            "--nproc",
+            "2",
+            "--timeout",
+            "15",
+            "--set",
+            "model.arch=stuck_model:Stuck",
+            "--set",
+            "train.batch_size=2",
+            "--out",
+            "run",
+        ),
+        tmp_path,
+        env={**ENV, "STUCK_RANKS": stuck},
+    )
     try:
         code = job.finish(timeout=180)
     except subprocess.TimeoutExpired:
@@ -454,6 +538,9 @@ def test_a_forward_that_never_returns_ends_the_job_naming_the_rank_and_the_phase
         job.proc.kill()
         raise AssertionError(f"still running after 180 s with --timeout 15; it said: {job.lines}") from None
     assert code == 1, job.lines
-    assert len(job.lines) == 1 and re.match(rf"Error: rank {named} has been in its forward pass of epoch 1, step \d+ "
-                                            r"for \d+ s \(--timeout 15\)", job.lines[0]), job.lines
+    assert len(job.lines) == 1 and re.match(
+        rf"Error: rank {named} has been in its forward pass of epoch 1, step \d+ "
+        r"for \d+ s \(--timeout 15\)",
+        job.lines[0],
+    ), job.lines
     assert not (tmp_path / "run").exists()  # no checkpoint yet: nothing to resume

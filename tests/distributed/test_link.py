@@ -2,6 +2,7 @@
 ranks, on both backends. The recommendation graph of the main test is made here with numpy (not
 by gnnbridge's generator) and read from the heterogeneous .npz format, which is the "done means"
 of the feature: both backends learn it far above chance and agree within 0.02 ROC-AUC."""
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,9 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
 def gnnbridge(*args, cwd, timeout=600):
-    proc = subprocess.run([sys.executable, "-m", "gnnbridge", *args], capture_output=True, text=True, cwd=cwd,
-                          env=ENV, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gnnbridge", *args], capture_output=True, text=True, cwd=cwd, env=ENV, timeout=timeout
+    )
     assert proc.returncode == 0, proc.stderr
     return proc
 
@@ -47,9 +49,29 @@ def test_both_backends_learn_a_recommendation_graph_gnnbridge_did_not_generate(t
     shop(tmp_path / "shop.npz")
     scores = {}
     for backend in ("pyg", "dgl"):
-        gnnbridge("train", "--dataset", "shop.npz", "--set", "task=link", "--backend", backend, "--nproc", "2",
-                  "--set", "dataset.reverse_edges=true", "--set", "train.epochs=8", "--set", "sampler.fanouts=[10,5]",
-                  "--set", "train.batch_size=512", "--quiet", "--out", backend, cwd=tmp_path)
+        gnnbridge(
+            "train",
+            "--dataset",
+            "shop.npz",
+            "--set",
+            "task=link",
+            "--backend",
+            backend,
+            "--nproc",
+            "2",
+            "--set",
+            "dataset.reverse_edges=true",
+            "--set",
+            "train.epochs=8",
+            "--set",
+            "sampler.fanouts=[10,5]",
+            "--set",
+            "train.batch_size=512",
+            "--quiet",
+            "--out",
+            backend,
+            cwd=tmp_path,
+        )
         run = results(tmp_path / backend)
         assert run["task"] == "link" and run["world_size"] == 2
         assert run["dataset"]["target_edge"] == "user,buys,item" and run["dataset"]["eval_negatives"] == 100
@@ -61,8 +83,18 @@ def test_both_backends_learn_a_recommendation_graph_gnnbridge_did_not_generate(t
     assert abs(scores["pyg"]["test_roc_auc"] - scores["dgl"]["test_roc_auc"]) < 0.02
 
 
-REC = ["rec-synthetic", "--backend", "dgl", "--set", "dataset.options.num_users=300", "--set",
-       "dataset.options.num_items=120", "--set", "train.batch_size=64", "--quiet"]
+REC = [
+    "rec-synthetic",
+    "--backend",
+    "dgl",
+    "--set",
+    "dataset.options.num_users=300",
+    "--set",
+    "dataset.options.num_items=120",
+    "--set",
+    "train.batch_size=64",
+    "--quiet",
+]
 
 
 @pytest.fixture(scope="module")
@@ -111,10 +143,34 @@ def test_a_torchrun_node_shares_the_heterogeneous_graph_and_matches_nproc(tmp_pa
     """Under torchrun the node's first rank loads the graph and its ranks map the same pages; the
     run must equal the one started with --nproc 2 exactly."""
     port = free_port()
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
-                           "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", "gnnbridge", "train", *REC,
-                           "--set", "train.epochs=3", "--out", "job"], capture_output=True, text=True, cwd=tmp_path,
-                          env=ENV, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            "1",
+            "--nproc-per-node",
+            "2",
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            str(port),
+            "-m",
+            "gnnbridge",
+            "train",
+            *REC,
+            "--set",
+            "train.epochs=3",
+            "--out",
+            "job",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=ENV,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     spawned, job = results(rec_run), results(tmp_path / "job")
     assert [h["loss"] for h in job["history"]] == [h["loss"] for h in spawned["history"]]
@@ -123,9 +179,24 @@ def test_a_torchrun_node_shares_the_heterogeneous_graph_and_matches_nproc(tmp_pa
 
 @pytest.mark.parametrize("backend", ["pyg", "dgl"])
 def test_heterogeneous_node_classification_runs_on_both_backends(tmp_path, backend):
-    gnnbridge("train", "mag-synthetic", "--backend", backend, "--nproc", "2", "--set", "train.epochs=3", "--quiet",
-              "--set", "dataset.options.num_papers=1200", "--set", "dataset.options.num_authors=600", "--out", "run",
-              cwd=tmp_path)
+    gnnbridge(
+        "train",
+        "mag-synthetic",
+        "--backend",
+        backend,
+        "--nproc",
+        "2",
+        "--set",
+        "train.epochs=3",
+        "--quiet",
+        "--set",
+        "dataset.options.num_papers=1200",
+        "--set",
+        "dataset.options.num_authors=600",
+        "--out",
+        "run",
+        cwd=tmp_path,
+    )
     run = results(tmp_path / "run")
     assert run["dataset"]["target_node"] == "paper" and run["dataset"]["node_types"]["author"] == 600
     assert run["eval"]["final"] == "full"  # every seed's whole neighbourhood: no layer-wise pass on typed graphs
@@ -135,13 +206,29 @@ def test_heterogeneous_node_classification_runs_on_both_backends(tmp_path, backe
 @pytest.mark.parametrize("backend", ["pyg", "dgl"])
 def test_homogeneous_link_prediction_on_an_existing_graph(tmp_path, backend):
     """DGL gives a graph of one node type (an undirected graph's link task) its nodes as a bare tensor."""
-    gnnbridge("train", "--backend", backend, "--set", "task=link", "--set", "dataset.options.num_nodes=800", "--set", "train.epochs=6",
-              "--set", "model.dropout=0.0", "--set", "train.lr=0.003", "--quiet", "--out", "run", cwd=tmp_path)
+    gnnbridge(
+        "train",
+        "--backend",
+        backend,
+        "--set",
+        "task=link",
+        "--set",
+        "dataset.options.num_nodes=800",
+        "--set",
+        "train.epochs=6",
+        "--set",
+        "model.dropout=0.0",
+        "--set",
+        "train.lr=0.003",
+        "--quiet",
+        "--out",
+        "run",
+        cwd=tmp_path,
+    )
     run = results(tmp_path / "run")
     assert run["dataset"]["target_edge"] == "node,to,node"
     assert set(run["dataset"]["edge_types"]) == {"node,to,node", "node,rev_to,node"}
     assert run["metrics"]["test_roc_auc"] > 0.6
-
 
 
 @pytest.mark.parametrize("task", ["node", "link"])
@@ -149,17 +236,49 @@ def test_dgls_own_sampler_trains_a_graph_with_a_node_type_no_edge_points_into(tm
     """Users have features and no incoming edges (no reverse edges). A lone DGL rank with two
     threads samples with DGL's fused sampler, which failed such a graph in the model on most seeds."""
     rng = np.random.default_rng(1)
-    np.savez(tmp_path / "shop.npz", x__user=rng.normal(size=(30, 3)).astype(np.float32),
-             x__item=rng.normal(size=(20, 5)).astype(np.float32), y__item=(np.arange(20) % 3).astype(np.int64),
-             num_nodes__category=np.array([4]), edge_index__user__buys__item=np.stack(
-                 [rng.integers(0, 30, 60), rng.integers(0, 20, 60)]).astype(np.int64),
-             edge_index__item__in__category=np.stack([np.arange(20), np.arange(20) % 4]).astype(np.int64))
+    np.savez(
+        tmp_path / "shop.npz",
+        x__user=rng.normal(size=(30, 3)).astype(np.float32),
+        x__item=rng.normal(size=(20, 5)).astype(np.float32),
+        y__item=(np.arange(20) % 3).astype(np.int64),
+        num_nodes__category=np.array([4]),
+        edge_index__user__buys__item=np.stack([rng.integers(0, 30, 60), rng.integers(0, 20, 60)]).astype(np.int64),
+        edge_index__item__in__category=np.stack([np.arange(20), np.arange(20) % 4]).astype(np.int64),
+    )
     for seed in (0, 1):
-        proc = subprocess.run([sys.executable, "-m", "gnnbridge", "train", "--dataset", "shop.npz", "--backend", "dgl",
-                               "--nproc", "1", "--set", f"task={task}", "--set", "link.edge_type=buys",
-                               "--set", "train.epochs=2", "--set", f"train.seed={seed}", "--set", "train.batch_size=3",
-                               "--set", "sampler.fanouts=[2,2]", "--quiet", "--out", f"run{seed}"],
-                              capture_output=True, text=True, cwd=tmp_path, env={**ENV, "OMP_NUM_THREADS": "2"},
-                              timeout=600)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gnnbridge",
+                "train",
+                "--dataset",
+                "shop.npz",
+                "--backend",
+                "dgl",
+                "--nproc",
+                "1",
+                "--set",
+                f"task={task}",
+                "--set",
+                "link.edge_type=buys",
+                "--set",
+                "train.epochs=2",
+                "--set",
+                f"train.seed={seed}",
+                "--set",
+                "train.batch_size=3",
+                "--set",
+                "sampler.fanouts=[2,2]",
+                "--quiet",
+                "--out",
+                f"run{seed}",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env={**ENV, "OMP_NUM_THREADS": "2"},
+            timeout=600,
+        )
         assert proc.returncode == 0, proc.stderr
         assert len(results(tmp_path / f"run{seed}")["history"]) == 2

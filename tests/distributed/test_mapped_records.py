@@ -3,6 +3,7 @@ files (one copy in the page cache per machine), nothing is copied into shared me
 without ``mapped_from`` still travel through shared memory. Real ranks, both ways ranks get data:
 ``--nproc``'s spawned ranks (arguments pickled by torch.multiprocessing) and a job's node
 (``node_shared``)."""
+
 import json
 import os
 import pickle
@@ -60,8 +61,9 @@ def test_ranks_map_a_mapped_record_from_its_file_not_shared_memory(via, folder, 
 def test_a_record_without_mapped_from_still_goes_through_shared_memory(folder, tmp_path):
     spawned, job = tmp_path / "spawned", tmp_path / "job"
     spawned.mkdir(), job.mkdir()
-    launch(where_x_lives, 2, "cpu", (open_mapped_graph(folder, mapped=False).share_memory_(), str(spawned)),
-           timeout_s=120)
+    launch(
+        where_x_lives, 2, "cpu", (open_mapped_graph(folder, mapped=False).share_memory_(), str(spawned)), timeout_s=120
+    )
     for rank in _ranks(spawned):
         assert "x.npy" not in rank["x_line"] and not rank["mapped"], rank
     launch(where_x_lives, 2, "cpu", (None, str(job), folder, False), timeout_s=120)
@@ -101,8 +103,11 @@ def test_a_mapped_record_refused_in_the_spawned_ranks_is_one_line(folder, tmp_pa
     _corrupt(folder)
     with pytest.raises(RankFailedError) as err:
         launch(where_x_lives, 2, "cpu", (data, str(tmp_path)), timeout_s=120)
-    assert re.fullmatch(rf"rank [01] failed: {re.escape(folder)}/x\.npy has \d+ bytes but its manifest says \d+: "
-                        r"this copy of the folder differs from the one prepared; copy it again\.", str(err.value))
+    assert re.fullmatch(
+        rf"rank [01] failed: {re.escape(folder)}/x\.npy has \d+ bytes but its manifest says \d+: "
+        r"this copy of the folder differs from the one prepared; copy it again\.",
+        str(err.value),
+    )
     assert "Traceback" not in capfd.readouterr().err
 
 
@@ -122,9 +127,11 @@ def test_two_machines_map_their_own_copies_and_a_copy_that_differs_ends_the_job_
         assert seen["x_line"].endswith(f"{tmp_path / node}/data/x.npy") and seen["shm"] == [], seen
     _corrupt(tmp_path / "node1" / "data")
     codes, errors = _two_nodes(tmp_path)
-    line = (f"Error: rank 2 failed: data/x.npy has {4 * small_graph().x.numel() + 128 + 8} bytes but its manifest "
-            f"says {4 * small_graph().x.numel() + 128}: this copy of the folder differs from the one prepared; copy it "
-            "again.")
+    line = (
+        f"Error: rank 2 failed: data/x.npy has {4 * small_graph().x.numel() + 128 + 8} bytes but its manifest "
+        f"says {4 * small_graph().x.numel() + 128}: this copy of the folder differs from the one prepared; copy it "
+        "again."
+    )
     assert codes[1] != 0 and codes[0] != 0, errors
     # gnnbridge's one line on each machine (torchrun's own failure report follows it, as for any job).
     assert [[e for e in lines if e.startswith("Error: ")] for lines in errors] == [[line], [line]], errors
@@ -134,11 +141,35 @@ def _two_nodes(tmp_path):
     """Run the two "machines" of the job; their exit codes and the lines each printed on stderr."""
     port = free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank",
-                               str(r), "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port",
-                               str(port), "-m", "gnnbridge.testing.mapped_job", "data", "out"],
-                              cwd=tmp_path / f"node{r}", env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for r in (1, 0)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes",
+                "2",
+                "--node-rank",
+                str(r),
+                "--nproc-per-node",
+                "2",
+                "--master-addr",
+                "127.0.0.1",
+                "--master-port",
+                str(port),
+                "-m",
+                "gnnbridge.testing.mapped_job",
+                "data",
+                "out",
+            ],
+            cwd=tmp_path / f"node{r}",
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in (1, 0)
+    ]
     try:
         outs = [p.communicate(timeout=240) for p in procs]
     finally:

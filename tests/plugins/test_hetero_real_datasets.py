@@ -5,6 +5,7 @@ files PyG would have fetched, so PyG's own processing runs, and checks what a us
 (node and edge counts, features, dtypes, the target, the splits, that core builds the task's
 record), plus the guarantee that a run without the files fails with one line.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -43,8 +44,14 @@ def offline(monkeypatch):
 
 
 def link_record(source, **kwargs):
-    args = {"edge_type": "", "reverse": True, "seed": 0, "val_fraction": 0.2, "test_fraction": 0.2,
-            "eval_negatives": 2} | kwargs
+    args = {
+        "edge_type": "",
+        "reverse": True,
+        "seed": 0,
+        "val_fraction": 0.2,
+        "test_fraction": 0.2,
+        "eval_negatives": 2,
+    } | kwargs
     return source.for_link_task(**args)
 
 
@@ -52,10 +59,15 @@ def link_record(source, **kwargs):
 
 T = 1511600000  # inside PyG's window, 2017-11-25 .. 2017-12-03
 TAOBAO_ROWS = [  # userId, itemId, categoryId, behaviorType, timestamp
-    (1, 10, 100, "pv", T), (1, 10, 100, "buy", T + 5),  # one pair, two behaviours
-    (1, 11, 100, "pv", T), (2, 11, 100, "cart", T), (2, 12, 101, "fav", T),
-    (3, 13, 101, "buy", T), (3, 13, 101, "buy", T),  # an exact duplicate row
-    (4, 14, 102, "pv", T), (4, 10, 100, "pv", T),
+    (1, 10, 100, "pv", T),
+    (1, 10, 100, "buy", T + 5),  # one pair, two behaviours
+    (1, 11, 100, "pv", T),
+    (2, 11, 100, "cart", T),
+    (2, 12, 101, "fav", T),
+    (3, 13, 101, "buy", T),
+    (3, 13, 101, "buy", T),  # an exact duplicate row
+    (4, 14, 102, "pv", T),
+    (4, 10, 100, "pv", T),
     (9, 19, 109, "buy", 1500000000),  # before the window: PyG drops it, and user 9 with it
 ]
 
@@ -98,8 +110,13 @@ def test_taobao_refuses_an_unknown_behaviour(tmp_path):
 # --------------------------------------------------------------------------- movielens
 
 GENRES = 19  # u.item's flags; PyG drops the first ("unknown")
-MOVIES = [(1, 0b1000000000000000001), (2, 0b0100000000000000010), (3, 0b0010000000000000100),
-          (4, 0b0000000000010001000), (5, 0b0000000001000010000)]
+MOVIES = [
+    (1, 0b1000000000000000001),
+    (2, 0b0100000000000000010),
+    (3, 0b0010000000000000100),
+    (4, 0b0000000000010001000),
+    (5, 0b0000000001000010000),
+]
 USERS = [(1, 20, "M", "student"), (2, 40, "F", "engineer"), (3, 30, "M", "artist"), (4, 25, "F", "student")]
 BASE = [(1, 1), (1, 2), (1, 3), (2, 1), (2, 4), (3, 2), (3, 5), (4, 3), (4, 4), (4, 5)]
 TEST = [(1, 4), (2, 5), (3, 1), (4, 1)]
@@ -177,8 +194,11 @@ def write_gz(path, rows, header: str | None = None) -> None:
 def write_mag(root) -> torch.Tensor:
     raw = root / "mag" / "raw"
     x = torch.arange(PAPERS * F, dtype=torch.float32).view(PAPERS, F) / 10
-    write_gz(raw / "num-node-dict.csv.gz", [(AUTHORS, FIELDS, INSTITUTIONS, PAPERS)],
-             header="author,field_of_study,institution,paper")
+    write_gz(
+        raw / "num-node-dict.csv.gz",
+        [(AUTHORS, FIELDS, INSTITUTIONS, PAPERS)],
+        header="author,field_of_study,institution,paper",
+    )
     write_gz(raw / "node-feat" / "paper" / "node-feat.csv.gz", x.tolist())
     write_gz(raw / "node-feat" / "paper" / "node_year.csv.gz", [(2015 + p % 5,) for p in range(PAPERS)])
     write_gz(raw / "node-label" / "paper" / "node-label.csv.gz", [(p % 3,) for p in range(PAPERS)])
@@ -192,8 +212,12 @@ def write_mag(root) -> torch.Tensor:
 def test_ogbn_mag_reads_pyg_layout_and_its_time_split(tmp_path):
     x = write_mag(tmp_path)
     source = load("ogbn-mag", tmp_path, download=False)
-    assert source.num_nodes == {"paper": PAPERS, "author": AUTHORS, "institution": INSTITUTIONS,
-                                "field_of_study": FIELDS}
+    assert source.num_nodes == {
+        "paper": PAPERS,
+        "author": AUTHORS,
+        "institution": INSTITUTIONS,
+        "field_of_study": FIELDS,
+    }
     assert list(source.x) == ["paper"] and torch.equal(source.x["paper"], x)
     assert {"___".join(et) for et in source.edges} == set(MAG_RELATIONS)
     for et, edges in source.edges.items():
@@ -205,8 +229,9 @@ def test_ogbn_mag_reads_pyg_layout_and_its_time_split(tmp_path):
     assert record.num_classes == 3 and ("paper", "rev_writes", "author") in record.edge_index
     assert [record.split(s).numel() for s in ("train", "val", "test")] == [6, 3, 3]
     again = load("ogbn-mag", tmp_path, download=False)  # from PyG's processed cache
-    assert torch.equal(again.y, source.y) and torch.equal(again.edges["paper", "cites", "paper"],
-                                                          source.edges["paper", "cites", "paper"])
+    assert torch.equal(again.y, source.y) and torch.equal(
+        again.edges["paper", "cites", "paper"], source.edges["paper", "cites", "paper"]
+    )
 
 
 # --------------------------------------------------------------------------- missing files and packages

@@ -4,6 +4,7 @@ Nothing is downloaded: every test writes the raw files PyG or ogb would have fet
 readers' real processing code runs, and checks what a user would notice (sizes, labels, splits,
 dtypes), plus the guarantee that a run without the files fails with one line instead of hanging.
 """
+
 from __future__ import annotations
 
 import io
@@ -65,8 +66,13 @@ def write_reddit(folder, graph) -> None:
     node_types = np.zeros(N, dtype=np.int32)
     for code, ids in enumerate(graph["splits"], start=1):
         node_types[ids] = code
-    np.savez(raw / "reddit_data.npz", feature=graph["x"].astype(np.float32), label=graph["y"].astype(np.int32),
-             node_types=node_types, node_ids=np.arange(N))
+    np.savez(
+        raw / "reddit_data.npz",
+        feature=graph["x"].astype(np.float32),
+        label=graph["y"].astype(np.int32),
+        node_types=node_types,
+        node_ids=np.arange(N),
+    )
     edges = ring(N)
     both = np.concatenate([edges, edges[::-1], edges[:, :3]], axis=1)  # both directions, plus duplicates
     adj = sp.coo_matrix((np.ones(both.shape[1], dtype=np.float32), (both[0], both[1])), shape=(N, N))
@@ -191,9 +197,14 @@ def write_tu(folder, tu_name: str, node_labels: bool, num_graphs: int = 20):
     return edges
 
 
-@pytest.mark.parametrize("name, tu_name, node_labels", [
-    ("imdb-binary", "IMDB-BINARY", False), ("proteins", "PROTEINS", True), ("mutag", "MUTAG", True),
-])
+@pytest.mark.parametrize(
+    "name, tu_name, node_labels",
+    [
+        ("imdb-binary", "IMDB-BINARY", False),
+        ("proteins", "PROTEINS", True),
+        ("mutag", "MUTAG", True),
+    ],
+)
 def test_tu_datasets_are_read_by_pyg_into_a_collection(tmp_path, name, tu_name, node_labels):
     edges = write_tu(tmp_path / "TU", tu_name, node_labels)
     data = load(name, tmp_path, download=False, max_degree=3)
@@ -218,8 +229,17 @@ def test_gin_trains_on_a_tu_dataset_and_reports_roc_auc(tmp_path):
     from gnnbridge.core.app.train import run
 
     write_tu(tmp_path / "TU", "MUTAG", node_labels=True, num_graphs=40)
-    results = run("mutag", backend="dgl", out=tmp_path / "run", progress=False,
-                  overrides=[f"dataset.root={tmp_path}", "dataset.options.download=false", "train.epochs=2",
-                             "train.batch_size=8"])
+    results = run(
+        "mutag",
+        backend="dgl",
+        out=tmp_path / "run",
+        progress=False,
+        overrides=[
+            f"dataset.root={tmp_path}",
+            "dataset.options.download=false",
+            "train.epochs=2",
+            "train.batch_size=8",
+        ],
+    )
     assert results["dataset"]["name"] == "mutag" and results["task"] == "graph"
     assert 0.0 <= results["metrics"]["test_roc_auc"] <= 1.0

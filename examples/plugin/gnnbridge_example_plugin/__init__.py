@@ -3,6 +3,7 @@
 gnnbridge imports this module through the ``gnnbridge`` entry-point group (see pyproject.toml);
 library imports stay inside the builders, so listing plugins never imports DGL.
 """
+
 import json
 from pathlib import Path
 
@@ -17,8 +18,12 @@ def register_models(register):
     from gnnbridge_example_plugin.models import MLP, build_ressage
 
     register("example-mlp", MLP, tasks=["node"], description="a 2-layer MLP on node features (every backend)")
-    register("example-ressage", {"dgl": build_ressage}, tasks=["node"],
-             description="GraphSAGE with residual connections, DGL layers")
+    register(
+        "example-ressage",
+        {"dgl": build_ressage},
+        tasks=["node"],
+        description="GraphSAGE with residual connections, DGL layers",
+    )
 
 
 @hookimpl

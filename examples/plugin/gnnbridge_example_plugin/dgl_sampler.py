@@ -1,4 +1,5 @@
 """The custom multi-layer neighbour sampler of DGL's tutorials, as a gnnbridge sampler."""
+
 import dgl
 
 

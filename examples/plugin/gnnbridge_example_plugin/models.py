@@ -1,4 +1,5 @@
 """Two models: one for every backend (it reads no graph), one written with DGL layers."""
+
 import torch.nn.functional as F
 from torch import nn
 

@@ -1,4 +1,5 @@
 """The plugin's own tests: gnnbridge's conformance suites, run against what this plugin adds."""
+
 from gnnbridge.testing.plugins import ModelConformance, SamplerConformance
 
 

@@ -1,5 +1,6 @@
 """DGL backend: a CSC ``DGLGraph`` over the shared topology, DGL layers on blocks, DGL's own
 ``NeighborSampler`` (or the core sampler, converted to blocks)."""
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -133,13 +134,18 @@ class DglBackend(Backend):
         # of an edge list it would sort into one (a plugin sampler's unsorted edges still go as COO).
         ptr = dst_offsets(sub.col, sum(sub.num_sampled_nodes[:-1]))
         eids = torch.arange(sub.row.numel(), device=sub.row.device)  # one for every layer's prefix
-        for n_src, n_dst, n_edges in layer_bounds(sub.num_sampled_nodes, sub.num_sampled_edges,
-                                                  len(sub.num_sampled_edges)):
+        for n_src, n_dst, n_edges in layer_bounds(
+            sub.num_sampled_nodes, sub.num_sampled_edges, len(sub.num_sampled_edges)
+        ):
             if ptr is not None:
                 block = csc_block(ptr[: n_dst + 1], sub.row[:n_edges], n_src, n_dst, eids[:n_edges])
             else:
-                block = dgl.create_block((sub.row[:n_edges], sub.col[:n_edges]), num_src_nodes=n_src,
-                                         num_dst_nodes=n_dst, device=sub.row.device)
+                block = dgl.create_block(
+                    (sub.row[:n_edges], sub.col[:n_edges]),
+                    num_src_nodes=n_src,
+                    num_dst_nodes=n_dst,
+                    device=sub.row.device,
+                )
             block.srcdata[dgl.NID] = sub.node[:n_src]
             block.dstdata[dgl.NID] = sub.node[:n_dst]
             blocks.append(block)

@@ -5,6 +5,7 @@ Edge ids are always spelled out: DGL 2.1's CPU SpMM (``copy_u_mean`` and the ``S
 (measured: 480 neighbours of 602 features; ``tests/backends/test_dgl.py``). Every CSC block
 comes from here, so the rule lives in one place.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -14,11 +15,13 @@ import torch
 from gnnbridge.backends.dgl.compat import import_dgl
 
 
-def csc_block(indptr: torch.Tensor, indices: torch.Tensor, num_src: int, num_dst: int,
-              eids: torch.Tensor | None = None) -> Any:
+def csc_block(
+    indptr: torch.Tensor, indices: torch.Tensor, num_src: int, num_dst: int, eids: torch.Tensor | None = None
+) -> Any:
     """A block with ``num_dst`` destinations whose in-edges are ``indices[indptr[v]:indptr[v+1]]``;
     ``eids`` default to ``0..E-1`` (also when given empty, as DGL returns them for a CSC built without)."""
     if eids is None or eids.numel() != indices.numel():
         eids = torch.arange(indices.numel(), device=indices.device)
-    return import_dgl().create_block(("csc", (indptr, indices, eids)), num_src_nodes=num_src, num_dst_nodes=num_dst,
-                                     device=indptr.device)
+    return import_dgl().create_block(
+        ("csc", (indptr, indices, eids)), num_src_nodes=num_src, num_dst_nodes=num_dst, device=indptr.device
+    )

@@ -18,6 +18,7 @@ a real graphbolt build, none of this is done.
 Also set before import: ``DGLBACKEND=pytorch`` (otherwise DGL may write a config file to the
 home directory at import time).
 """
+
 from __future__ import annotations
 
 import hashlib

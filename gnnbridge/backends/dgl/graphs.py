@@ -1,5 +1,6 @@
 """Graph classification with DGL: its ``GraphDataLoader`` over per-graph ``DGLGraph`` views,
 GIN's neighbour sum with DGL's ``GINConv`` and its ``SumPooling`` / ``AvgPooling``."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -27,7 +28,7 @@ class GraphViews(torch.utils.data.Dataset):
         node_ptr, edge_ptr = data.node_ptr.tolist(), data.edge_ptr.tolist()
         self.items = []
         for g in range(data.num_graphs):
-            src, dst = data.edge_index[:, edge_ptr[g]:edge_ptr[g + 1]] - node_ptr[g]
+            src, dst = data.edge_index[:, edge_ptr[g] : edge_ptr[g + 1]] - node_ptr[g]
             graph = dgl.graph((src, dst), num_nodes=node_ptr[g + 1] - node_ptr[g])
             graph.ndata[dgl.NID] = torch.arange(node_ptr[g], node_ptr[g + 1])
             self.items.append((graph, g))

@@ -12,6 +12,7 @@
   (:class:`~gnnbridge.core.models.hetero.HeteroSAGE` holds the rest), on one heterograph (a core
   sample) or on DGL's blocks, one per layer.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -32,8 +33,10 @@ from gnnbridge.core.sampling.seeds import derived_seed
 def to_heterograph(sub) -> Any:
     dgl = import_dgl()
     empty = torch.zeros(0, dtype=torch.int64)
-    graph = dgl.heterograph({et: (sub.row.get(et, empty), sub.col.get(et, empty)) for et in sub.edge_types},
-                            num_nodes_dict={t: int(sub.node[t].numel()) if t in sub.node else 0 for t in sub.node_types})
+    graph = dgl.heterograph(
+        {et: (sub.row.get(et, empty), sub.col.get(et, empty)) for et in sub.edge_types},
+        num_nodes_dict={t: int(sub.node[t].numel()) if t in sub.node else 0 for t in sub.node_types},
+    )
     for t, ids in sub.node.items():
         graph.nodes[t].data[dgl.NID] = ids
     return graph
@@ -60,7 +63,7 @@ class DglHeteroSAGE(HeteroSAGE):
 
     def carry(self, index: int, graph: Any, node_type: str, h: torch.Tensor) -> torch.Tensor:
         """A block's dst nodes are a prefix of its src nodes: an unreached type keeps those rows."""
-        return h[:graph[index].num_dst_nodes(node_type)] if isinstance(graph, list) else h
+        return h[: graph[index].num_dst_nodes(node_type)] if isinstance(graph, list) else h
 
 
 class DglHeteroSampler(Sampler):
@@ -76,8 +79,10 @@ class DglHeteroSampler(Sampler):
         # mapped) and samples in-neighbours from directly; an empty edge-id array makes the CSC
         # positions the edge ids, as in core (see DglGraphStore).
         no_eids = torch.empty(0, dtype=torch.int64)
-        self.graph = dgl.heterograph({et: ("csc", (data.indptr[et], ei[0], no_eids))
-                                      for et, ei in data.edge_index.items()}, num_nodes_dict=dict(data.num_nodes))
+        self.graph = dgl.heterograph(
+            {et: ("csc", (data.indptr[et], ei[0], no_eids)) for et, ei in data.edge_index.items()},
+            num_nodes_dict=dict(data.num_nodes),
+        )
         layers = len(core.fanouts)
         # Not DGL's fused sampler (``sample_neighbors_fused``, taken whenever DGL has more than one
         # thread, as a lone rank does): its blocks leave a node type no edge type points into out of
@@ -85,12 +90,14 @@ class DglHeteroSampler(Sampler):
         # missing from the batch's inputs and a layer's carried rows belong to other nodes (a
         # DGLError or IndexError in the model, depending on the seed). ``to_block`` keeps the order.
         blocks = dgl.dataloading.NeighborSampler(
-            [{et: f[hop] for et, f in core.typed_fanouts.items()} for hop in reversed(range(layers))], fused=False)
+            [{et: f[hop] for et, f in core.typed_fanouts.items()} for hop in reversed(range(layers))], fused=False
+        )
         self._generator = torch.Generator()
         if data.is_link:
             self._negatives = core.negatives
-            blocks = dgl.dataloading.as_edge_prediction_sampler(blocks, exclude=self._exclude,
-                                                                negative_sampler=self._draw_negatives)
+            blocks = dgl.dataloading.as_edge_prediction_sampler(
+                blocks, exclude=self._exclude, negative_sampler=self._draw_negatives
+            )
         self._sampler = blocks
 
     def reseed(self, seed: int, epoch: int, rank: int) -> None:
@@ -115,11 +122,20 @@ class DglHeteroSampler(Sampler):
     def _link_batch(self, eids: torch.Tensor) -> LinkMiniBatch:
         target = self.data.target_edge
         input_nodes, pos, neg, blocks = self._sampler.sample(self.graph, {target: eids})
-        pairs = torch.cat([torch.stack(pos.edges(etype=target, order="eid")),
-                           torch.stack(neg.edges(etype=target, order="eid"))], dim=1)
+        pairs = torch.cat(
+            [torch.stack(pos.edges(etype=target, order="eid")), torch.stack(neg.edges(etype=target, order="eid"))],
+            dim=1,
+        )
         labels = torch.cat([torch.ones(eids.numel()), torch.zeros(eids.numel() * self._negatives)])
-        return LinkMiniBatch(eids, self._typed(input_nodes), blocks, pairs=pairs, labels=labels, positives=int(eids.numel()),
-                             negatives_per_edge=self._negatives)
+        return LinkMiniBatch(
+            eids,
+            self._typed(input_nodes),
+            blocks,
+            pairs=pairs,
+            labels=labels,
+            positives=int(eids.numel()),
+            negatives_per_edge=self._negatives,
+        )
 
     def _typed(self, nodes) -> dict:
         """``{type: ids}``: DGL gives a graph of one node type (a homogeneous graph's link task)

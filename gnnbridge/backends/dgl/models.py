@@ -9,6 +9,7 @@ Made to match the PyG backend layer for layer, so one spec means one model:
   then a bias, with the weight stored ``[out, in]`` like PyG's (DGL's ``GraphConv`` stores
   ``[in, out]``).
 """
+
 from __future__ import annotations
 
 import torch
@@ -35,8 +36,12 @@ def with_self_loops(block, replace_existing: bool):
         src, dst = src[keep], dst[keep]
     n_dst = block.num_dst_nodes()
     loops = torch.arange(n_dst, device=src.device)
-    return dgl.create_block((torch.cat([src, loops]), torch.cat([dst, loops])),
-                            num_src_nodes=block.num_src_nodes(), num_dst_nodes=n_dst, device=src.device)
+    return dgl.create_block(
+        (torch.cat([src, loops]), torch.cat([dst, loops])),
+        num_src_nodes=block.num_src_nodes(),
+        num_dst_nodes=n_dst,
+        device=src.device,
+    )
 
 
 def global_ids(block) -> tuple[torch.Tensor, torch.Tensor]:
@@ -100,7 +105,11 @@ class SAGELayer(nn.Module):
 
 class DglGNN(GNNModel):
     NEUTRAL_NAMES = {
-        "sage": {"neigh.weight": "conv.fc_neigh.weight", "root.weight": "conv.fc_self.weight", "bias": "conv.fc_self.bias"},
+        "sage": {
+            "neigh.weight": "conv.fc_neigh.weight",
+            "root.weight": "conv.fc_self.weight",
+            "bias": "conv.fc_self.bias",
+        },
         "gcn": {"weight": "lin.weight", "bias": "bias"},
         "gat": {"weight": "conv.fc.weight", "att_src": "conv.attn_l", "att_dst": "conv.attn_r", "bias": "conv.bias"},
     }

@@ -1,5 +1,6 @@
 """Registers the DGL backend and its models through the public hooks, exactly as a third-party
 package would: the neutral sage, gcn, gat (node tasks) and gin (graph tasks)."""
+
 from gnnbridge.core.contracts.hookspecs import hookimpl
 
 BACKEND = "dgl"
@@ -38,8 +39,15 @@ def build_gin(in_dim, out_dim, spec):
 
 @hookimpl
 def register_models(register):
-    register("sage", {BACKEND: build_sage}, tasks=["node", "link"], heterogeneous=True,
-             description="GraphSAGE, mean aggregation (SAGEConv; HeteroGraphConv on heterogeneous graphs)")
-    register("gcn", {BACKEND: build_gnn}, tasks=["node"], description="GCN normalised by full-graph degrees (GraphConv)")
+    register(
+        "sage",
+        {BACKEND: build_sage},
+        tasks=["node", "link"],
+        heterogeneous=True,
+        description="GraphSAGE, mean aggregation (SAGEConv; HeteroGraphConv on heterogeneous graphs)",
+    )
+    register(
+        "gcn", {BACKEND: build_gnn}, tasks=["node"], description="GCN normalised by full-graph degrees (GraphConv)"
+    )
     register("gat", {BACKEND: build_gnn}, tasks=["node"], description="GAT, model.heads heads (GATConv)")
     register("gin", {BACKEND: build_gin}, tasks=["graph"], description="GIN with core-held MLPs and sum/mean readout")

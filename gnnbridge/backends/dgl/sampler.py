@@ -10,6 +10,7 @@ Seeds are batched by core (equal counts per rank) and handed to ``sample`` direc
 ``DataLoader`` would re-batch them. DGL does not bounds-check node ids (a bad id corrupts the
 heap), so ids are checked here before DGL sees them.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable

@@ -1,5 +1,6 @@
 """PyG backend: ``torch_geometric.data.Data`` views, PyG layers, PyG's neighbour sampler when
 pyg-lib or torch-sparse is installed (the core sampler otherwise)."""
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -60,8 +61,11 @@ class PygBackend(Backend):
         import torch_geometric.typing as pyg_typing
 
         fast = pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE
-        return {"pyg-lib / torch-sparse (NeighborLoader)": None if fast else
-                "not installed: sampler.kind=native is unavailable, the core sampler serves PyG (as fast, see README)"}
+        return {
+            "pyg-lib / torch-sparse (NeighborLoader)": None
+            if fast
+            else "not installed: sampler.kind=native is unavailable, the core sampler serves PyG (as fast, see README)"
+        }
 
     def sampler_unavailable(self, kind: SamplerKind) -> str | None:
         if kind is not SamplerKind.NATIVE:
@@ -70,8 +74,10 @@ class PygBackend(Backend):
 
         if pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE:
             return None
-        return ("sampler.kind=native: PyG's NeighborLoader needs pyg-lib or torch-sparse, and neither is "
-                "installed; use sampler.kind=core or auto")
+        return (
+            "sampler.kind=native: PyG's NeighborLoader needs pyg-lib or torch-sparse, and neither is "
+            "installed; use sampler.kind=core or auto"
+        )
 
     def graph_store(self, data: GraphData) -> GraphStore:
         return PygGraphStore(data)
@@ -92,10 +98,17 @@ class PygBackend(Backend):
         from torch_geometric.data import Batch
 
         ptr = torch.cat([packed.num_nodes.new_zeros(1), packed.num_nodes.cumsum(0)])
-        batch = torch.repeat_interleave(torch.arange(packed.num_nodes.numel()), packed.num_nodes,
-                                        output_size=packed.node.numel())
-        return Batch(edge_index=packed.edge_index, batch=batch, ptr=ptr, n_id=packed.node,
-                     graph_id=packed.graph_ids, num_nodes=packed.node.numel())
+        batch = torch.repeat_interleave(
+            torch.arange(packed.num_nodes.numel()), packed.num_nodes, output_size=packed.node.numel()
+        )
+        return Batch(
+            edge_index=packed.edge_index,
+            batch=batch,
+            ptr=ptr,
+            n_id=packed.node,
+            graph_id=packed.graph_ids,
+            num_nodes=packed.node.numel(),
+        )
 
     def sampler(self, store: GraphStore, fanouts: list[int], kind: SamplerKind) -> Sampler:
         if kind is SamplerKind.CORE or self.sampler_unavailable(SamplerKind.NATIVE) is not None:
@@ -128,8 +141,10 @@ class PygBackend(Backend):
     def hetero_sampler_unavailable(self, kind: SamplerKind) -> str | None:
         if kind is not SamplerKind.NATIVE:
             return None
-        return ("sampler.kind=native: PyG's heterogeneous NeighborLoader and LinkNeighborLoader need pyg-lib or "
-                "torch-sparse and are not wired into gnnbridge yet; use sampler.kind=core or auto (core's typed sampler)")
+        return (
+            "sampler.kind=native: PyG's heterogeneous NeighborLoader and LinkNeighborLoader need pyg-lib or "
+            "torch-sparse and are not wired into gnnbridge yet; use sampler.kind=core or auto (core's typed sampler)"
+        )
 
     def graph_to(self, graph: Any, device: torch.device) -> Any:
         return graph.to(device, non_blocking=True)

@@ -1,5 +1,6 @@
 """Graph classification with PyG: its ``DataLoader`` over per-graph views, GIN's neighbour sum
 with PyG's ``GINConv`` and its global pooling."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -28,9 +29,12 @@ class GraphViews(torch.utils.data.Dataset):
 
         node_ptr, edge_ptr = data.node_ptr.tolist(), data.edge_ptr.tolist()
         self.items = [
-            Data(edge_index=data.edge_index[:, edge_ptr[g]:edge_ptr[g + 1]] - node_ptr[g],
-                 n_id=torch.arange(node_ptr[g], node_ptr[g + 1]), graph_id=torch.tensor([g]),
-                 num_nodes=node_ptr[g + 1] - node_ptr[g])
+            Data(
+                edge_index=data.edge_index[:, edge_ptr[g] : edge_ptr[g + 1]] - node_ptr[g],
+                n_id=torch.arange(node_ptr[g], node_ptr[g + 1]),
+                graph_id=torch.tensor([g]),
+                num_nodes=node_ptr[g + 1] - node_ptr[g],
+            )
             for g in range(data.num_graphs)
         ]
 

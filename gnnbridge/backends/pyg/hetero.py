@@ -1,6 +1,7 @@
 """Heterogeneous graphs with PyG: a core sample as ``HeteroData`` (each node type's ``n_id``,
 each edge type's local ``edge_index``), and heterogeneous GraphSAGE as ``HeteroConv`` over a
 ``SAGEConv`` per edge type (:class:`~gnnbridge.core.models.hetero.HeteroSAGE` holds the rest)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -37,6 +38,9 @@ class PygHeteroSAGE(HeteroSAGE):
 
     def conv(self, index: int, graph: Any, h: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         # Relations without a sampled edge pass no message (as in DGL's HeteroGraphConv, which skips them).
-        edges = {et: graph[et].edge_index for et in graph.edge_types if graph[et].edge_index.shape[1]
-                 and et[0] in h and et[2] in h}
+        edges = {
+            et: graph[et].edge_index
+            for et in graph.edge_types
+            if graph[et].edge_index.shape[1] and et[0] in h and et[2] in h
+        }
         return self.convs[index](h, edges) if edges else {}

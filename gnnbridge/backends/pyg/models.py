@@ -9,6 +9,7 @@ dropout for about twice as many nodes at fanouts [25, 10].
 GCN is normalised by full-graph degrees (:func:`gnnbridge.core.models.graphops.gcn_edge_weights`),
 not by ``GCNConv``'s in-batch degrees, so it computes what the DGL backend computes.
 """
+
 from __future__ import annotations
 
 import torch
@@ -66,19 +67,31 @@ class PygGNN(GNNModel):
         return x
 
     def layer_forward(self, index: int, graph, x: torch.Tensor) -> torch.Tensor:
-        return self._layer(index, x, graph.edge_index, graph.batch_size, getattr(graph, "n_id", None),
-                           getattr(graph, "dst_ptr", None))
+        return self._layer(
+            index, x, graph.edge_index, graph.batch_size, getattr(graph, "n_id", None), getattr(graph, "dst_ptr", None)
+        )
 
-    def _layer(self, index: int, x: torch.Tensor, edge_index: torch.Tensor, n_dst: int,
-               n_id: torch.Tensor | None, dst_ptr: torch.Tensor | None = None) -> torch.Tensor:
+    def _layer(
+        self,
+        index: int,
+        x: torch.Tensor,
+        edge_index: torch.Tensor,
+        n_dst: int,
+        n_id: torch.Tensor | None,
+        dst_ptr: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Layer ``index`` for the first ``n_dst`` rows of ``x`` (dst nodes lead the src nodes);
         ``n_id`` are the global ids of ``x``'s rows (GCN's degrees are looked up by them);
         ``dst_ptr``: the batch's CSR offsets by destination, for the fused aggregation. ``x`` may
         be :class:`IndexedRows`: the fused aggregation then reads the neighbours' rows from the
         table by global id, and only the ``n_dst`` rows of the root term are gathered."""
         conv = self.convs[index]
-        if dst_ptr is not None and self.spec.arch == "sage" and self.spec.aggr in FUSED_AGGREGATIONS \
-                and edge_index.shape[1]:
+        if (
+            dst_ptr is not None
+            and self.spec.arch == "sage"
+            and self.spec.aggr in FUSED_AGGREGATIONS
+            and edge_index.shape[1]
+        ):
             if isinstance(x, IndexedRows):
                 adj = layer_adjacency(dst_ptr, x.ids[edge_index[0]], n_dst, x.table.shape[0], x.table.dtype)
                 return self.activate(index, conv((x.table, x.rows(n_dst)), adj))

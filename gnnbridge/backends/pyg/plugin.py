@@ -1,6 +1,7 @@
 """Registers the PyG backend and its models through the public hooks, exactly as a third-party
 package would: the neutral sage, gcn, gat (node tasks) and gin (graph tasks), and PyG's model
 zoo by its own class names (:mod:`gnnbridge.backends.pyg.zoo`)."""
+
 from gnnbridge.core.contracts.hookspecs import hookimpl
 
 BACKEND = "pyg"
@@ -41,8 +42,13 @@ def build_gin(in_dim, out_dim, spec):
 def register_models(register):
     from gnnbridge.backends.pyg.zoo import ZOO, zoo_builder
 
-    register("sage", {BACKEND: build_sage}, tasks=["node", "link"], heterogeneous=True,
-             description="GraphSAGE, mean aggregation (SAGEConv; HeteroConv on heterogeneous graphs)")
+    register(
+        "sage",
+        {BACKEND: build_sage},
+        tasks=["node", "link"],
+        heterogeneous=True,
+        description="GraphSAGE, mean aggregation (SAGEConv; HeteroConv on heterogeneous graphs)",
+    )
     register("gcn", {BACKEND: build_gnn}, tasks=["node"], description="GCN normalised by full-graph degrees (GCNConv)")
     register("gat", {BACKEND: build_gnn}, tasks=["node"], description="GAT, model.heads heads (GATConv)")
     register("gin", {BACKEND: build_gin}, tasks=["graph"], description="GIN with core-held MLPs and sum/mean readout")

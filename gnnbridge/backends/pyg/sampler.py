@@ -5,6 +5,7 @@ batches through ``batch_sampler``. One ``torch_geometric.sampler.NeighborSampler
 per store and reused, so the CSC conversion happens once, not every epoch. The loader's graph
 carries no features (core gathers ``x[n_id]`` itself, once).
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -35,7 +36,12 @@ class PygNeighborLoaderSampler(Sampler):
         seeds = torch.cat(batches)
         bounds = torch.tensor([0] + [b.numel() for b in batches]).cumsum(0).tolist()
         index_batches = [list(range(lo, hi)) for lo, hi in zip(bounds[:-1], bounds[1:])]
-        loader = NeighborLoader(self.store.native, num_neighbors=list(self.fanouts), input_nodes=seeds,
-                                batch_sampler=index_batches, neighbor_sampler=self._neighbor_sampler)
+        loader = NeighborLoader(
+            self.store.native,
+            num_neighbors=list(self.fanouts),
+            input_nodes=seeds,
+            batch_sampler=index_batches,
+            neighbor_sampler=self._neighbor_sampler,
+        )
         for batch in loader:
             yield MiniBatch(batch.n_id[: batch.batch_size], batch.n_id, batch)

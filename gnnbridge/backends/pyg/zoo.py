@@ -7,10 +7,11 @@ per-hop counts (``num_sampled_nodes_per_hop`` / ``num_sampled_edges_per_hop``), 
 computes only what the next one reads, as the neutral models do; with ``jk`` (which concatenates
 every layer's full output) trimming is off, and for GCN too: ``GCNConv`` normalises by degrees
 counted inside the batch, which trimming would change (use the built-in ``gcn`` for GCN
-normalised by full-graph degrees, whose full-neighbourhood evaluation is exact). On graph tasks the node outputs are pooled per graph
-by ``model.pooling``. PNA's required ``deg`` histogram is computed from the dataset, and its
-aggregators and scalers default to the PNA paper's.
+normalised by full-graph degrees, whose full-neighbourhood evaluation is exact). On graph tasks
+the node outputs are pooled per graph by ``model.pooling``. PNA's required ``deg`` histogram is
+computed from the dataset, and its aggregators and scalers default to the PNA paper's.
 """
+
 from __future__ import annotations
 
 import torch
@@ -49,8 +50,12 @@ class ZooModel(nn.Module):
         nodes = getattr(graph, "num_sampled_nodes", None)
         edges = getattr(graph, "num_sampled_edges", None)
         trim = self.trim and nodes is not None and edges is not None
-        out = self.net(x, graph.edge_index, num_sampled_nodes_per_hop=list(nodes) if trim else None,
-                       num_sampled_edges_per_hop=list(edges) if trim else None)
+        out = self.net(
+            x,
+            graph.edge_index,
+            num_sampled_nodes_per_hop=list(nodes) if trim else None,
+            num_sampled_edges_per_hop=list(edges) if trim else None,
+        )
         return out[: graph.batch_size]
 
 

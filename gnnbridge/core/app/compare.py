@@ -13,6 +13,7 @@ Two questions, two modes:
   loss is compared, and at the first step apart by more than the tolerance, each layer's output
   is, to name where the two part. Then the final logits of every item are compared.
 """
+
 from __future__ import annotations
 
 import json
@@ -75,15 +76,25 @@ def available_backends(names: list[str] | tuple[str, ...] = ()) -> tuple[list[st
 def _need_two(names: list[str], skipped: dict[str, str]) -> None:
     if len(names) < 2:
         missing = "; ".join(f"{n}: {why}" for n, why in skipped.items()) or "name two with --backend"
-        raise ConfigError(f"compare needs two backends, but only {', '.join(names) or 'none'} can run here ({missing}).")
+        raise ConfigError(
+            f"compare needs two backends, but only {', '.join(names) or 'none'} can run here ({missing})."
+        )
 
 
 # ---------------------------------------------------------------------------- side by side
 
 
-def compare(experiment=None, *, backends: list[str] | tuple[str, ...] = (), nproc: int = 1, device: str | None = None,
-            overrides: list[str] | tuple[str, ...] = (), out: str | os.PathLike | None = None,
-            progress: bool = True, dataset: str | os.PathLike | None = None) -> dict:
+def compare(
+    experiment=None,
+    *,
+    backends: list[str] | tuple[str, ...] = (),
+    nproc: int = 1,
+    device: str | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
+    out: str | os.PathLike | None = None,
+    progress: bool = True,
+    dataset: str | os.PathLike | None = None,
+) -> dict:
     """Train ``experiment`` on each backend; returns (and writes as ``compare.json``) one row per
     backend: test metrics, median epoch time, peak memory, sampler, run folder, or why it failed.
     ``dataset``: as ``train --dataset`` (a name, a ``.npz`` or a prepared folder)."""
@@ -103,13 +114,23 @@ def compare(experiment=None, *, backends: list[str] | tuple[str, ...] = (), npro
             (folder / "experiment.yaml").unlink(missing_ok=True)
             discard(folder, created)
             raise RunInterrupted(signum) from None
-        raise RunInterrupted(signum, f"Stopped by {signal_name(signum)}: the comparison in {folder} is incomplete; "
-                                     "the runs it holds are kept (each resumable with gnnbridge train --resume).") from None
+        raise RunInterrupted(
+            signum,
+            f"Stopped by {signal_name(signum)}: the comparison in {folder} is incomplete; "
+            "the runs it holds are kept (each resumable with gnnbridge train --resume).",
+        ) from None
     finally:
         release(folder)
     finished = [r for r in rows if r.get("run_dir")]
-    report = {"experiment": config.name, "task": config.task.value, "nproc": nproc, "folder": str(folder),
-              "rows": rows, "skipped": skipped, "plot": str(folder / "compare.png") if finished else None}
+    report = {
+        "experiment": config.name,
+        "task": config.task.value,
+        "nproc": nproc,
+        "folder": str(folder),
+        "rows": rows,
+        "skipped": skipped,
+        "plot": str(folder / "compare.png") if finished else None,
+    }
     write_json_atomic(folder / "compare.json", report)
     if finished:
         plot([r["run_dir"] for r in finished], folder / "compare.png", labels=[r["backend"] for r in finished])
@@ -118,16 +139,29 @@ def compare(experiment=None, *, backends: list[str] | tuple[str, ...] = (), npro
 
 def _claim(config: ExperimentConfig, out, kind: str) -> tuple[Path, Path | None]:
     """The comparison's folder, created, and the top-most folder that creating it made (to undo)."""
-    path = new_run_dir(config, out) if out is not None else \
-        Path("runs") / f"{kind}-{slug(config.name)[:64]}-{time.strftime('%Y%m%d-%H%M%S')}"
+    path = (
+        new_run_dir(config, out)
+        if out is not None
+        else Path("runs") / f"{kind}-{slug(config.name)[:64]}-{time.strftime('%Y%m%d-%H%M%S')}"
+    )
     return make_run_dir(path, exclusive=out is None)
 
 
 def _train_one(folder: Path, backend: str, progress: bool) -> dict:
     """``gnnbridge train`` for one backend in a child process: a row of the table."""
     run_dir = folder / backend
-    cmd = [sys.executable, "-m", "gnnbridge", "train", str(folder / "experiment.yaml"), "--backend", backend,
-           "--out", str(run_dir), *([] if progress else ["--quiet"])]
+    cmd = [
+        sys.executable,
+        "-m",
+        "gnnbridge",
+        "train",
+        str(folder / "experiment.yaml"),
+        "--backend",
+        backend,
+        "--out",
+        str(run_dir),
+        *([] if progress else ["--quiet"]),
+    ]
     code, last_line = _run_teed(cmd, echo=progress)
     if code != 0:
         return {"backend": backend, "error": last_line.removeprefix("Error: ") or f"exit code {code}"}
@@ -164,18 +198,30 @@ def summarize(backend: str, results: dict, run_dir: Path) -> dict:
     """The table's row for one run's ``results.json``."""
     epochs = [h["epoch_time_s"] for h in results["history"] if h.get("epoch_time_s") is not None]
     peaks = [r.get("peak_rss_bytes") for r in results.get("ranks", []) if r.get("peak_rss_bytes")]
-    return {"backend": backend, "run_dir": str(run_dir), "sampler": results.get("sampler"),
-            "metrics": {k: v for k, v in results["metrics"].items() if k.startswith("test_")},
-            "median_epoch_s": statistics.median(epochs) if epochs else None,
-            "peak_rss_bytes": max(peaks) if peaks else None, "world_size": results.get("world_size")}
+    return {
+        "backend": backend,
+        "run_dir": str(run_dir),
+        "sampler": results.get("sampler"),
+        "metrics": {k: v for k, v in results["metrics"].items() if k.startswith("test_")},
+        "median_epoch_s": statistics.median(epochs) if epochs else None,
+        "peak_rss_bytes": max(peaks) if peaks else None,
+        "world_size": results.get("world_size"),
+    }
 
 
 # ---------------------------------------------------------------------------- same batches
 
 
-def same_batches(experiment=None, *, backends: list[str] | tuple[str, ...] = (), epochs: int | None = None,
-                 device: str | None = None, overrides: list[str] | tuple[str, ...] = (),
-                 tolerance: float = TOLERANCE, dataset: str | os.PathLike | None = None) -> dict:
+def same_batches(
+    experiment=None,
+    *,
+    backends: list[str] | tuple[str, ...] = (),
+    epochs: int | None = None,
+    device: str | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
+    tolerance: float = TOLERANCE,
+    dataset: str | os.PathLike | None = None,
+) -> dict:
     """Train the first backend and each other in lockstep on identical batches from identical
     weights; report the largest loss gap per step, the final logits' gap, and the first step and
     layer where they part (None when they never do)."""
@@ -184,16 +230,25 @@ def same_batches(experiment=None, *, backends: list[str] | tuple[str, ...] = (),
     names, skipped = available_backends(backends)
     _need_two(names, skipped)
     extra = [*overrides, *SAME_BATCHES, *([f"train.epochs={epochs}"] if epochs is not None else [])]
-    configs = [preflight(resolve_config(experiment, backend=name, overrides=extra, nproc=1, device=device,
-                                        dataset=dataset))
-               for name in names]
+    configs = [
+        preflight(resolve_config(experiment, backend=name, overrides=extra, nproc=1, device=device, dataset=dataset))
+        for name in names
+    ]
     data = load_dataset(configs[0])
     with interrupt_on_sigterm():
-        pairs = launch(_lockstep_worker, 1, configs[0].device.value, (configs, data, tolerance),
-                       timeout_s=configs[0].timeout)
-    return {"experiment": configs[0].name, "task": configs[0].task.value, "epochs": configs[0].train.epochs,
-            "tolerance": tolerance, "reference": names[0], "pairs": pairs, "skipped": skipped,
-            "agree": all(p["agree"] for p in pairs)}
+        pairs = launch(
+            _lockstep_worker, 1, configs[0].device.value, (configs, data, tolerance), timeout_s=configs[0].timeout
+        )
+    return {
+        "experiment": configs[0].name,
+        "task": configs[0].task.value,
+        "epochs": configs[0].train.epochs,
+        "tolerance": tolerance,
+        "reference": names[0],
+        "pairs": pairs,
+        "skipped": skipped,
+        "agree": all(p["agree"] for p in pairs),
+    }
 
 
 def _lockstep_worker(ctx: DistContext, configs: list[ExperimentConfig], data, tolerance: float) -> list[dict]:
@@ -229,8 +284,9 @@ class _Gaps:
         self.loss_gaps: list[float] = []
         self.first: dict | None = None
 
-    def step(self, epoch: int, step: int, ref_loss: float, loss: float, ref_layers: dict, layers: dict,
-             tolerance: float) -> None:
+    def step(
+        self, epoch: int, step: int, ref_loss: float, loss: float, ref_layers: dict, layers: dict, tolerance: float
+    ) -> None:
         gap = abs(ref_loss - loss)
         self.loss_gaps.append(gap)
         if self.first is not None or gap <= tolerance:
@@ -238,14 +294,25 @@ class _Gaps:
         both = not (math.isfinite(ref_loss) or math.isfinite(loss))  # the experiment diverged, on both
         layer_gaps = {i: _max_gap(ref_layers[i], layers[i]) for i in sorted(ref_layers) if i in layers}
         apart = None if both else next((i for i, g in layer_gaps.items() if not g <= tolerance), None)
-        self.first = {"epoch": epoch, "step": step, "loss_gap": gap, "layer": apart, "both_diverged": both,
-                      "layer_gaps": [layer_gaps[i] for i in sorted(layer_gaps)]}
+        self.first = {
+            "epoch": epoch,
+            "step": step,
+            "loss_gap": gap,
+            "layer": apart,
+            "both_diverged": both,
+            "layer_gaps": [layer_gaps[i] for i in sorted(layer_gaps)],
+        }
 
     def result(self, logit_gap: float, tolerance: float) -> dict:
-        return {"backends": self.backends, "steps": len(self.loss_gaps),
-                "max_loss_gap": _nan_max(self.loss_gaps), "loss_gaps": self.loss_gaps,
-                "max_logit_gap": logit_gap, "first_divergence": self.first,
-                "agree": self.first is None and logit_gap <= tolerance}
+        return {
+            "backends": self.backends,
+            "steps": len(self.loss_gaps),
+            "max_loss_gap": _nan_max(self.loss_gaps),
+            "loss_gaps": self.loss_gaps,
+            "max_logit_gap": logit_gap,
+            "first_divergence": self.first,
+            "agree": self.first is None and logit_gap <= tolerance,
+        }
 
 
 def _nan_max(values: list[float]) -> float:
@@ -303,8 +370,10 @@ def layer_probe(model: torch.nn.Module) -> Iterator[dict[int, torch.Tensor]]:
         return
     handles = []
     if isinstance(model, GIN):
-        handles = [norm.register_forward_hook(lambda _m, _i, out, k=k: outputs.__setitem__(k, out.detach()))
-                   for k, norm in enumerate(model.norms)]
+        handles = [
+            norm.register_forward_hook(lambda _m, _i, out, k=k: outputs.__setitem__(k, out.detach()))
+            for k, norm in enumerate(model.norms)
+        ]
     try:
         yield outputs
     finally:
@@ -324,42 +393,61 @@ def table(report: dict) -> list[str]:
         if "error" in row:
             lines.append([row["backend"], f"failed: {row['error']}"])
             continue
-        lines.append([row["backend"], row["sampler"] or "-", *(_num(row["metrics"].get(m)) for m in metrics),
-                      _num(row["median_epoch_s"], 3), _bytes(row["peak_rss_bytes"]), row["run_dir"]])
+        lines.append(
+            [
+                row["backend"],
+                row["sampler"] or "-",
+                *(_num(row["metrics"].get(m)) for m in metrics),
+                _num(row["median_epoch_s"], 3),
+                _bytes(row["peak_rss_bytes"]),
+                row["run_dir"],
+            ]
+        )
     widths = [max(len(line[i]) for line in lines if i < len(line) and len(line) > 2) for i in range(len(head))]
-    out = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() if len(line) > 2 else "  ".join(line)
-           for line in lines]
+    out = [
+        "  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() if len(line) > 2 else "  ".join(line)
+        for line in lines
+    ]
     out += [f"{name}: not run ({why})" for name, why in report["skipped"].items()]
     return out
 
 
 def verdicts(report: dict) -> list[str]:
     """The same-batches comparison: one line per pair of backends."""
-    lines = [f"{report['experiment']}: {report['epochs']} epoch(s) on identical batches (core sampler) from identical "
-             f"weights, dropout off; tolerance {report['tolerance']:.0e}"]
+    lines = [
+        f"{report['experiment']}: {report['epochs']} epoch(s) on identical batches (core sampler) from identical "
+        f"weights, dropout off; tolerance {report['tolerance']:.0e}"
+    ]
     for pair in report["pairs"]:
         a, b = pair["backends"]
-        gaps = f"largest loss gap {pair['max_loss_gap']:.1e} over {pair['steps']} steps, final " \
-               f"{'scores' if report['task'] == 'link' else 'logits'} {pair['max_logit_gap']:.1e}"
+        gaps = (
+            f"largest loss gap {pair['max_loss_gap']:.1e} over {pair['steps']} steps, final "
+            f"{'scores' if report['task'] == 'link' else 'logits'} {pair['max_logit_gap']:.1e}"
+        )
         first = pair["first_divergence"]
         if pair["agree"]:
             lines.append(f"{a} vs {b}: agree ({gaps})")
         elif first is None:
             lines.append(f"{a} vs {b}: the losses agree but the final outputs do not ({gaps})")
         elif first.get("both_diverged"):
-            lines.append(f"{a} vs {b}: the loss became NaN or infinite on both at epoch {first['epoch'] + 1} step "
-                         f"{first['step'] + 1}: the experiment diverges (try a smaller train.lr); nothing to compare "
-                         "after it")
+            lines.append(
+                f"{a} vs {b}: the loss became NaN or infinite on both at epoch {first['epoch'] + 1} step "
+                f"{first['step'] + 1}: the experiment diverges (try a smaller train.lr); nothing to compare "
+                "after it"
+            )
         else:
             where = f"layer {first['layer']}" if first["layer"] is not None else "after the last layer (head or loss)"
             layer_gaps = ", ".join(f"{g:.1e}" for g in first["layer_gaps"]) or "not probed"
-            lines.append(f"{a} vs {b}: apart from epoch {first['epoch'] + 1} step {first['step'] + 1}, in {where} "
-                         f"(loss gap {first['loss_gap']:.1e}; layer output gaps {layer_gaps}); {gaps}")
+            lines.append(
+                f"{a} vs {b}: apart from epoch {first['epoch'] + 1} step {first['step'] + 1}, in {where} "
+                f"(loss gap {first['loss_gap']:.1e}; layer output gaps {layer_gaps}); {gaps}"
+            )
     return lines
 
 
 def as_json(report: dict) -> str:
     """The report as strict JSON: a NaN or infinite gap (a diverged loss) is written as a string."""
+
     def plain(value):
         if isinstance(value, float) and not math.isfinite(value):
             return str(value)

@@ -6,6 +6,7 @@ failed multi-GPU job most often traces back to: a CPU build of torch on a GPU ma
 missing, a library's native part missing, ``/dev/shm`` smaller than the dataset (ranks share the
 graph there), no free port for the rendezvous, or more threads than cores.
 """
+
 from __future__ import annotations
 
 import copy
@@ -46,10 +47,17 @@ def diagnose(config: ExperimentConfig | None = None) -> list[Finding]:
     ranks = config.nproc if config is not None else None
     if config is not None and config.dataset.name == "folder":  # mapped from its files: no /dev/shm copy
         folder = f"a {format_bytes(size)} folder dataset" if size else "a folder dataset"
-        findings += [_threads(config), _port(),
-                     Finding("ok", "shared memory", f"not used: {folder} is mapped from disk, its pages shared "
-                                                    "through the page cache"),
-                     _memory(None), _disk()]
+        findings += [
+            _threads(config),
+            _port(),
+            Finding(
+                "ok",
+                "shared memory",
+                f"not used: {folder} is mapped from disk, its pages shared through the page cache",
+            ),
+            _memory(None),
+            _disk(),
+        ]
         return findings
     findings += [_threads(config), _port(), _shm(size, ranks), _memory(size), _disk()]
     return findings
@@ -62,8 +70,12 @@ def _experiment(config: ExperimentConfig) -> Finding:
         check_before_start(copy.deepcopy(config))
     except GnnBridgeError as exc:
         return Finding("fail", "experiment", str(exc))
-    return Finding("ok", "experiment", f"{config.name}: {config.task.value} task, model {config.model.arch} on "
-                                       f"{config.backend}, {config.nproc} rank(s)")
+    return Finding(
+        "ok",
+        "experiment",
+        f"{config.name}: {config.task.value} task, model {config.model.arch} on "
+        f"{config.backend}, {config.nproc} rank(s)",
+    )
 
 
 def _python() -> Finding:
@@ -78,14 +90,25 @@ def _torch() -> Finding:
 def _gpus() -> list[Finding]:
     if not torch.cuda.is_available():
         if torch.version.cuda:
-            return [Finding("warn", "gpu", "this torch is built for CUDA but sees no GPU",
-                            "check the driver (nvidia-smi) and CUDA_VISIBLE_DEVICES")]
+            return [
+                Finding(
+                    "warn",
+                    "gpu",
+                    "this torch is built for CUDA but sees no GPU",
+                    "check the driver (nvidia-smi) and CUDA_VISIBLE_DEVICES",
+                )
+            ]
         return [Finding("ok", "gpu", "none used (a CPU build of torch): --device cpu")]
     out = []
     for i in range(torch.cuda.device_count()):
         props = torch.cuda.get_device_properties(i)
-        out.append(Finding("ok", f"gpu {i}", f"{props.name}, {format_bytes(props.total_memory)}, "
-                                             f"compute capability {props.major}.{props.minor}"))
+        out.append(
+            Finding(
+                "ok",
+                f"gpu {i}",
+                f"{props.name}, {format_bytes(props.total_memory)}, compute capability {props.major}.{props.minor}",
+            )
+        )
     return out
 
 
@@ -96,8 +119,9 @@ def _collectives() -> Finding:
     nccl, gloo = dist.is_nccl_available(), dist.is_gloo_available()
     have = ", ".join(name for name, ok in (("nccl", nccl), ("gloo", gloo)) if ok) or "none"
     if torch.cuda.is_available() and not nccl:
-        return Finding("fail", "collectives", f"{have}: no NCCL for the GPUs",
-                       "install a CUDA build of torch (it ships NCCL)")
+        return Finding(
+            "fail", "collectives", f"{have}: no NCCL for the GPUs", "install a CUDA build of torch (it ships NCCL)"
+        )
     if not gloo:
         return Finding("fail", "collectives", f"{have}: no gloo, which CPU runs need", "install a standard torch build")
     version = ".".join(map(str, torch.cuda.nccl.version())) if nccl and torch.cuda.is_available() else None
@@ -115,16 +139,25 @@ def _backends() -> list[Finding]:
         versions = ", ".join(f"{k} {v}" for k, v in backend.versions().items() if k != "note")
         out.append(Finding("ok", f"backend {entry.name}", versions or "available"))
         for part, missing in backend.native_parts().items():
-            out.append(Finding("ok" if missing is None else "warn", f"  {entry.name}: {part}",
-                               "present" if missing is None else missing))
+            out.append(
+                Finding(
+                    "ok" if missing is None else "warn",
+                    f"  {entry.name}: {part}",
+                    "present" if missing is None else missing,
+                )
+            )
     return out
 
 
 def _sampler() -> Finding:
     if kernels.available():
         return Finding("ok", "core sampler", "compiled CPU kernels (numba)")
-    return Finding("warn", "core sampler", "the vectorised torch path on CPU (about 4x slower)",
-                   "pip install numba (and unset GNNBRIDGE_SAMPLER_KERNEL)")
+    return Finding(
+        "warn",
+        "core sampler",
+        "the vectorised torch path on CPU (about 4x slower)",
+        "pip install numba (and unset GNNBRIDGE_SAMPLER_KERNEL)",
+    )
 
 
 def _threads(config: ExperimentConfig | None) -> Finding:
@@ -136,8 +169,13 @@ def _threads(config: ExperimentConfig | None) -> Finding:
     if ranks > cores and on_cpu:
         return Finding("fail", "threads", f"{detail}; nproc={ranks}", f"use --nproc {cores} or fewer on the CPU")
     if omp and omp.isdigit() and int(omp) * ranks > cores:
-        return Finding("warn", "threads", detail, f"{ranks} rank(s) x {omp} threads oversubscribe {cores} cores: set "
-                                                  f"OMP_NUM_THREADS={max(1, cores // ranks)}")
+        return Finding(
+            "warn",
+            "threads",
+            detail,
+            f"{ranks} rank(s) x {omp} threads oversubscribe {cores} cores: set "
+            f"OMP_NUM_THREADS={max(1, cores // ranks)}",
+        )
     return Finding("ok", "threads", detail + (f"; {ranks} rank(s) get {cores // ranks} each" if config else ""))
 
 
@@ -147,11 +185,16 @@ def _port() -> Finding:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
     except OSError as exc:
-        return Finding("fail", "network", f"cannot listen on a local port ({exc})",
-                       "the rendezvous needs one: check the firewall or sandbox")
+        return Finding(
+            "fail",
+            "network",
+            f"cannot listen on a local port ({exc})",
+            "the rendezvous needs one: check the firewall or sandbox",
+        )
     master = os.environ.get("MASTER_ADDR")
-    return Finding("ok", "network", f"a free port ({port}) for the rendezvous" +
-                   (f"; MASTER_ADDR={master}" if master else ""))
+    return Finding(
+        "ok", "network", f"a free port ({port}) for the rendezvous" + (f"; MASTER_ADDR={master}" if master else "")
+    )
 
 
 def _dataset_bytes(config: ExperimentConfig) -> int | None:
@@ -178,9 +221,14 @@ def _shm(size: int | None, ranks: int | None) -> Finding:
     free = shutil.disk_usage(folder).free
     detail = f"{folder}: {format_bytes(free)} free" + (f" for a {format_bytes(size)} dataset" if size else "")
     if size and free < 1.1 * size:
-        return Finding("fail", what, detail, "ranks share the graph there: enlarge it (docker run --shm-size, "
-                                             "mount -o remount,size=... /dev/shm) or set GNNBRIDGE_SHM_DIR to a larger "
-                                             "RAM-backed folder")
+        return Finding(
+            "fail",
+            what,
+            detail,
+            "ranks share the graph there: enlarge it (docker run --shm-size, "
+            "mount -o remount,size=... /dev/shm) or set GNNBRIDGE_SHM_DIR to a larger "
+            "RAM-backed folder",
+        )
     if free < 1 << 30:
         return Finding("warn", what, detail, "under 1 GB: large graphs will not fit; enlarge it")
     return Finding("ok", what, detail)

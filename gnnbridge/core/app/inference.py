@@ -7,6 +7,7 @@ trained with). Everything is checked before any output exists; ``predict`` write
 atomically and never over an existing one, a chunk of rows at a time (a layer-wise pass's logits
 stay on disk when they would not fit in memory). One process: inference is a fraction of training.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -43,8 +44,14 @@ from gnnbridge.core.training.trainer import Trainer
 INFERENCE_FROZEN = ("task", "backend", "model")
 
 
-def evaluate(target: str | os.PathLike, *, kind: str = checkpoint.BEST, device: str | None = None,
-             overrides: list[str] | tuple[str, ...] = (), trust_code: bool = False) -> dict:
+def evaluate(
+    target: str | os.PathLike,
+    *,
+    kind: str = checkpoint.BEST,
+    device: str | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
+    trust_code: bool = False,
+) -> dict:
     """Metrics of ``target`` (a run folder's ``kind`` checkpoint, or a checkpoint file) on
     every split, computed as training's final evaluation is (``eval.mode``). ``trust_code``:
     import the model class the checkpoint names by import path (importing runs that code)."""
@@ -57,9 +64,17 @@ def evaluate(target: str | os.PathLike, *, kind: str = checkpoint.BEST, device: 
     return {**_describe(path, state, config), **scored}
 
 
-def predict(target: str | os.PathLike, out: str | os.PathLike, *, kind: str = checkpoint.BEST,
-            device: str | None = None, overrides: list[str] | tuple[str, ...] = (), trust_code: bool = False,
-            pairs: str | os.PathLike | None = None, top_k: int | None = None) -> dict:
+def predict(
+    target: str | os.PathLike,
+    out: str | os.PathLike,
+    *,
+    kind: str = checkpoint.BEST,
+    device: str | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
+    trust_code: bool = False,
+    pairs: str | os.PathLike | None = None,
+    top_k: int | None = None,
+) -> dict:
     """Write ``out`` (.npz). Node and graph tasks: ``logits`` and ``probs`` [items, classes]
     float32, ``pred`` and ``y`` int64 [items], and the ``train_idx`` / ``val_idx`` / ``test_idx``
     the run used. Link tasks: with ``pairs`` (a .npz holding int64 ``src`` and ``dst``), their
@@ -69,8 +84,9 @@ def predict(target: str | os.PathLike, out: str | os.PathLike, *, kind: str = ch
     path, state, config, data = _prepare(target, kind, device, overrides, "predict", trust_code)
     request = _link_request(config, data, pairs, top_k)
     with _reserved(out) as tmp, interrupt_on_sigterm():  # a folder we cannot write fails now, not after inference
-        arrays = launch(_predict_worker, 1, config.device.value, (config, data, state, request),
-                        timeout_s=config.timeout)
+        arrays = launch(
+            _predict_worker, 1, config.device.value, (config, data, state, request), timeout_s=config.timeout
+        )
         if not _finite(arrays):
             raise _nonfinite(path, "the model's outputs are NaN or infinite")
         _write_npz(out, tmp, arrays)
@@ -79,14 +95,14 @@ def predict(target: str | os.PathLike, out: str | os.PathLike, *, kind: str = ch
 
 
 # Rows of an output written (and checked) at a time: bounded memory for any number of items.
-CHUNK_BYTES = 16 * 1024 ** 2
+CHUNK_BYTES = 16 * 1024**2
 
 
 def _chunks(value: torch.Tensor):
     """``value`` in row slices of about :data:`CHUNK_BYTES` (views: nothing copied)."""
     step = max(1, CHUNK_BYTES // max(value[:1].numel() * value.element_size(), 1))
     for start in range(0, max(value.shape[0], 1), step):
-        yield value[start: start + step]
+        yield value[start : start + step]
 
 
 def _finite(arrays: dict) -> bool:
@@ -126,10 +142,12 @@ def check_top_k(config: ExperimentConfig, data, k: int) -> None:
     need = n_src * min(k, n_dst) * 12 + pairs * (8 * 6 + 4 * width * 2)
     free = available_memory()
     if need > free:
-        raise ResourceError(f"--top-k {k} for {n_src:,} sources over {n_dst:,} destinations, scored {pairs:,} pairs "
-                            f"at a time (eval.batch_size={config.eval.batch_size}), needs about {format_bytes(need)} "
-                            f"of memory but {format_bytes(free)} is free; use a smaller --top-k or --set "
-                            "eval.batch_size=N.")
+        raise ResourceError(
+            f"--top-k {k} for {n_src:,} sources over {n_dst:,} destinations, scored {pairs:,} pairs "
+            f"at a time (eval.batch_size={config.eval.batch_size}), needs about {format_bytes(need)} "
+            f"of memory but {format_bytes(free)} is free; use a smaller --top-k or --set "
+            "eval.batch_size=N."
+        )
 
 
 def read_pairs(path: Path, data) -> tuple[torch.Tensor, torch.Tensor]:
@@ -139,9 +157,11 @@ def read_pairs(path: Path, data) -> tuple[torch.Tensor, torch.Tensor]:
         with np.load(path, allow_pickle=False) as f:
             src, dst = (torch.from_numpy(np.asarray(f[k])) for k in ("src", "dst"))
     except (OSError, ValueError, KeyError, EOFError, TypeError, AttributeError) as exc:  # TypeError: a .npy
-        raise DataError(f"--pairs {path}: cannot be read as a .npz with int64 arrays src and dst "
-                        f"({type(exc).__name__}: {str(exc).splitlines()[0][:100] if str(exc) else ''}); write it with "
-                        "numpy.savez(path, src=..., dst=...).") from None
+        raise DataError(
+            f"--pairs {path}: cannot be read as a .npz with int64 arrays src and dst "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0][:100] if str(exc) else ''}); write it with "
+            "numpy.savez(path, src=..., dst=...)."
+        ) from None
     for name, ids, t in (("src", src, s_type), ("dst", dst, d_type)):
         if ids.dtype != torch.int64 or ids.dim() != 1:
             raise DataError(f"--pairs {path}: {name} must be int64 [P] ('{t}' ids), got {ids.dtype} {list(ids.shape)}.")
@@ -152,9 +172,11 @@ def read_pairs(path: Path, data) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _nonfinite(path: Path, what: str) -> TrainingDivergedError:
-    return TrainingDivergedError(f"{what[0].upper()}{what[1:]} with the weights in '{path}' (they diverged); nothing "
-                                 "was scored or written. Use the run's other checkpoint, or train again with a smaller "
-                                 "train.lr.")
+    return TrainingDivergedError(
+        f"{what[0].upper()}{what[1:]} with the weights in '{path}' (they diverged); nothing "
+        "was scored or written. Use the run's other checkpoint, or train again with a smaller "
+        "train.lr."
+    )
 
 
 def _prepare(target, kind: str, device: str | None, overrides, action: str, trust_code: bool):
@@ -244,8 +266,11 @@ def write_npz_stream(f, arrays: dict) -> None:
         for key, value in arrays.items():
             parts = value.chunks() if isinstance(value, Derived) else _chunks(value)
             dtype = value.dtype if isinstance(value, Derived) else value.dtype
-            header = {"descr": np.lib.format.dtype_to_descr(torch.empty(0, dtype=dtype).numpy().dtype),
-                      "fortran_order": False, "shape": tuple(value.shape)}
+            header = {
+                "descr": np.lib.format.dtype_to_descr(torch.empty(0, dtype=dtype).numpy().dtype),
+                "fortran_order": False,
+                "shape": tuple(value.shape),
+            }
             with zf.open(key + ".npy", "w", force_zip64=True) as member:
                 try:
                     np.lib.format.write_array_header_1_0(member, header)
@@ -256,8 +281,14 @@ def write_npz_stream(f, arrays: dict) -> None:
 
 
 def _describe(path: Path, state: dict, config: ExperimentConfig) -> dict:
-    return {"checkpoint": str(path), "epoch": state["epoch"], "experiment": config.name,
-            "backend": config.backend, "task": config.task.value, "device": config.device.value}
+    return {
+        "checkpoint": str(path),
+        "epoch": state["epoch"],
+        "experiment": config.name,
+        "backend": config.backend,
+        "task": config.task.value,
+        "device": config.device.value,
+    }
 
 
 def _evaluate_worker(ctx: DistContext, config: ExperimentConfig, data, state: dict) -> dict:
@@ -271,10 +302,15 @@ def _predict_worker(ctx: DistContext, config: ExperimentConfig, data, state: dic
     if request is None:
         logits = trainer.predict().float()  # float32 already (maybe mapped from disk): not copied
         n, classes = logits.shape
-        return {"logits": logits,
-                "probs": Derived(logits, lambda z: torch.softmax(z, dim=1), torch.float32, (n, classes)),
-                "pred": Derived(logits, lambda z: z.argmax(dim=1), torch.int64, (n,)), "y": data.y,
-                "train_idx": data.train_idx, "val_idx": data.val_idx, "test_idx": data.test_idx}
+        return {
+            "logits": logits,
+            "probs": Derived(logits, lambda z: torch.softmax(z, dim=1), torch.float32, (n, classes)),
+            "pred": Derived(logits, lambda z: z.argmax(dim=1), torch.int64, (n,)),
+            "y": data.y,
+            "train_idx": data.train_idx,
+            "val_idx": data.val_idx,
+            "test_idx": data.test_idx,
+        }
     links = trainer.link_scorer()
     if "pairs" in request:
         src, dst = request["pairs"]

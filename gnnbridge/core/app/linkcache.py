@@ -23,9 +23,11 @@ validation and test edges, node-sized arrays, and the permutation that draws the
 bytes per distinct target edge while it is drawn, as ``random_split`` draws it, so that the
 split is the ``.npz``'s).
 """
+
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import json
 import os
@@ -63,8 +65,9 @@ class _NoBar:
         pass
 
 
-def folder_link_task(source, edge_type: str, reverse: bool, seed: int, val_fraction: float, test_fraction: float,
-                     eval_negatives: int) -> HeteroGraphData | None:
+def folder_link_task(
+    source, edge_type: str, reverse: bool, seed: int, val_fraction: float, test_fraction: float, eval_negatives: int
+) -> HeteroGraphData | None:
     """The link record of a prepared folder's ``source`` (a homogeneous :class:`GraphData`, which
     always gets its reverse edges, or a :class:`HeteroSource`), its topology mapped from the
     folder's link cache (built now if this is the first process to need it). None where it
@@ -75,19 +78,37 @@ def folder_link_task(source, edge_type: str, reverse: bool, seed: int, val_fract
     if isinstance(source, GraphData):
         if edge_type:  # refused as homogeneous_source's one type refuses it
             find_edge_type([HOMOGENEOUS_TARGET], edge_type)
-        task = _Task(root, source, {"node": source.num_nodes}, {"node": source.x}, HOMOGENEOUS_TARGET, None, True,
-                     True, source.name)
+        task = _Task(
+            root,
+            source,
+            {"node": source.num_nodes},
+            {"node": source.x},
+            HOMOGENEOUS_TARGET,
+            None,
+            True,
+            True,
+            source.name,
+        )
     elif isinstance(source, HeteroSource) and source.mapped_topology(reverse) is not None:
         target = source.link_target(edge_type)
         held = source.held_out if target == source.target_edge else None
-        task = _Task(root, source, dict(source.num_nodes), dict(source.x), target, held, reverse, source.undirected,
-                     source.name)
+        task = _Task(
+            root, source, dict(source.num_nodes), dict(source.x), target, held, reverse, source.undirected, source.name
+        )
     else:
         return None
-    settings = {"format": FORMAT, "target": list(task.target), "seed": seed, "val_fraction": val_fraction,
-                "test_fraction": test_fraction, "eval_negatives": eval_negatives, "reverse": task.reverse,
-                "held_out": task.held is not None, "homogeneous": isinstance(source, GraphData),
-                "manifest": hashlib.sha256((root / MANIFEST).read_bytes()).hexdigest()}
+    settings = {
+        "format": FORMAT,
+        "target": list(task.target),
+        "seed": seed,
+        "val_fraction": val_fraction,
+        "test_fraction": test_fraction,
+        "eval_negatives": eval_negatives,
+        "reverse": task.reverse,
+        "held_out": task.held is not None,
+        "homogeneous": isinstance(source, GraphData),
+        "manifest": hashlib.sha256((root / MANIFEST).read_bytes()).hexdigest(),
+    }
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
     cache = root / PREPARED / f"link-{key}"
     if not _built(cache, settings):
@@ -99,9 +120,11 @@ def folder_link_task(source, edge_type: str, reverse: bool, seed: int, val_fract
             if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
                 return None  # a read-only folder: built in memory instead
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise ResourceError(f"{cache}: the disk is full while building the link task's topology; nothing "
-                                    "half-written is left; free space, or prepare the dataset on another disk "
-                                    "(gnnbridge prepare DIR --out DIR).") from None
+                raise ResourceError(
+                    f"{cache}: the disk is full while building the link task's topology; nothing "
+                    "half-written is left; free space, or prepare the dataset on another disk "
+                    "(gnnbridge prepare DIR --out DIR)."
+                ) from None
             raise
     return task.open(cache)
 
@@ -120,10 +143,26 @@ class _Task:
     """One link task of one folder: what :func:`link_task` would be given, and the building of
     its cache."""
 
-    def __init__(self, root: Path, source, num_nodes: dict, x: dict, target: EdgeType, held, reverse: bool,
-                 undirected: bool, name: str):
+    def __init__(
+        self,
+        root: Path,
+        source,
+        num_nodes: dict,
+        x: dict,
+        target: EdgeType,
+        held,
+        reverse: bool,
+        undirected: bool,
+        name: str,
+    ):
         self.root, self.source, self.num_nodes, self.x = root, source, num_nodes, x
-        self.target, self.held, self.reverse, self.undirected, self.name = tuple(target), held, reverse, undirected, name
+        self.target, self.held, self.reverse, self.undirected, self.name = (
+            tuple(target),
+            held,
+            reverse,
+            undirected,
+            name,
+        )
         self.homogeneous = isinstance(source, GraphData)
         self.edge_types = [HOMOGENEOUS_TARGET] if self.homogeneous else list(source.edges)
 
@@ -144,21 +183,34 @@ class _Task:
                 indptr[et], edge_index[et] = self.source.topology[et]
         rev = tuple(manifest["reverse_edge"]) if manifest["reverse_edge"] else None
         return HeteroGraphData.unchecked(
-            num_nodes=dict(self.num_nodes), x=dict(self.x), edge_index=edge_index, indptr=indptr,
-            target_edge=self.target, reverse_edge=rev, reverse_eid=arrays.get("reverse_eid"),
-            val_edges=arrays["val_edges"], test_edges=arrays["test_edges"], val_negatives=arrays["val_negatives"],
-            test_negatives=arrays["test_negatives"], twin_eid=arrays.get("twin_eid"), undirected=self.undirected,
-            name=self.name)
+            num_nodes=dict(self.num_nodes),
+            x=dict(self.x),
+            edge_index=edge_index,
+            indptr=indptr,
+            target_edge=self.target,
+            reverse_edge=rev,
+            reverse_eid=arrays.get("reverse_eid"),
+            val_edges=arrays["val_edges"],
+            test_edges=arrays["test_edges"],
+            val_negatives=arrays["val_negatives"],
+            test_negatives=arrays["test_negatives"],
+            twin_eid=arrays.get("twin_eid"),
+            undirected=self.undirected,
+            name=self.name,
+        )
 
     # ------------------------------------------------------------------ building
 
-    def build(self, cache: Path, settings: dict, seed: int, val_fraction: float, test_fraction: float,
-              eval_negatives: int) -> None:
+    def build(
+        self, cache: Path, settings: dict, seed: int, val_fraction: float, test_fraction: float, eval_negatives: int
+    ) -> None:
         """Write the cache (called under the folder's lock). A cache a killed build left without
         its manifest is removed first, with what any killed build left (none is running: this
         one holds the lock); so is this build's work, whatever ends it."""
-        for dead in [*cache.parent.glob(f".link-*{PARTIAL}"),
-                     *(d for d in cache.parent.glob("link-*") if not (d / "manifest.json").is_file())]:
+        for dead in [
+            *cache.parent.glob(f".link-*{PARTIAL}"),
+            *(d for d in cache.parent.glob("link-*") if not (d / "manifest.json").is_file()),
+        ]:
             shutil.rmtree(dead, ignore_errors=True)
         shutil.rmtree(cache, ignore_errors=True)
         cache.mkdir(parents=True)
@@ -173,13 +225,16 @@ class _Task:
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
-    def _derive(self, cache: Path, work: Path, seed: int, val_fraction: float, test_fraction: float,
-                eval_negatives: int) -> dict:
+    def _derive(
+        self, cache: Path, work: Path, seed: int, val_fraction: float, test_fraction: float, eval_negatives: int
+    ) -> dict:
         target, num_nodes = self.target, self.num_nodes
         n_src, n_dst = num_nodes[target[0]], num_nodes[target[2]]
         if n_dst < 2:
-            raise DataError(f"Link prediction on ({edge_name(target)}) needs at least 2 '{target[2]}' nodes to draw "
-                            f"negatives; the graph has {n_dst}.")
+            raise DataError(
+                f"Link prediction on ({edge_name(target)}) needs at least 2 '{target[2]}' nodes to draw "
+                f"negatives; the graph has {n_dst}."
+            )
         if self.held is not None:
             for name, held in zip(("val_edges", "test_edges"), self.held):
                 check_pairs(f"{name}[{edge_name(target)}]", held, target, num_nodes)
@@ -201,8 +256,12 @@ class _Task:
         types = {et: ("mirror" if et in mirrors else "cache" if et == target else "prepared") for et in self.edge_types}
         if self.reverse:
             skip = {target, *mirrors} if mirrors else set()
-            types.update({rev: ("mirror" if forward == target else "prepared")
-                          for rev, forward in reverse_types(types, skip).items()})
+            types.update(
+                {
+                    rev: ("mirror" if forward == target else "prepared")
+                    for rev, forward in reverse_types(types, skip).items()
+                }
+            )
         rev = (target[2], REVERSE_PREFIX + target[1], target[0])
         reverse_edge = mirrors[0] if mirrors else rev if rev in types else None
         step = _edges_per_chunk()
@@ -210,8 +269,11 @@ class _Task:
         target_edges = np.load(cache / files.name("edges", target), mmap_mode="r")
         if reverse_edge is not None:
             files.csc(reverse_edge, train[::-1], n_src, step)
-            files.write("reverse_eid", (train.shape[1],), lambda out: _positions(
-                target_edges, np.load(work / "train_keys.npy", mmap_mode="r"), n_dst, out, step))
+            files.write(
+                "reverse_eid",
+                (train.shape[1],),
+                lambda out: _positions(target_edges, np.load(work / "train_keys.npy", mmap_mode="r"), n_dst, out, step),
+            )
         if same:
             files.write("twin_eid", (train.shape[1],), lambda out: _twins(target_edges, n_dst, work, out, step))
         for name, edges in (("val", val), ("test", test)):
@@ -219,11 +281,17 @@ class _Task:
         gen = torch.Generator().manual_seed(seed + 1)
         k = min(eval_negatives, n_dst - 1)
         for name, edges in (("val", val), ("test", test)):  # k per held-out edge: drawn a block of rows at a time
-            files.write(f"{name}_negatives", (edges.shape[1], k), lambda out, dst=edges[1]: _negatives(dst, k, n_dst,
-                                                                                                   gen, out))
+            files.write(
+                f"{name}_negatives", (edges.shape[1], k), lambda out, dst=edges[1]: _negatives(dst, k, n_dst, gen, out)
+            )
         order = [[list(et), "cache" if where in ("cache", "mirror") else "prepared"] for et, where in types.items()]
-        return {"format": FORMAT, "target_edge": list(target),
-                "reverse_edge": list(reverse_edge) if reverse_edge else None, "edge_types": order, "arrays": arrays}
+        return {
+            "format": FORMAT,
+            "target_edge": list(target),
+            "reverse_edge": list(reverse_edge) if reverse_edge else None,
+            "edge_types": order,
+            "arrays": arrays,
+        }
 
     def _target_chunks(self, work: Path, seed: int):
         """(src, dst) chunks of the target's edges, as :func:`link_task` is given them: a
@@ -234,13 +302,13 @@ class _Task:
         if not self.homogeneous:
             ei = self.source.edges[self.target].numpy()
             for start in range(0, ei.shape[1], step):
-                yield np.array(ei[0, start:start + step]), np.array(ei[1, start:start + step])
+                yield np.array(ei[0, start : start + step]), np.array(ei[1, start : start + step])
             return
         n = self.num_nodes["node"]
         unordered = external_unique(_undirected_keys(self.source, step), work, "undirected")
         gen = torch.Generator().manual_seed(seed)  # homogeneous_source's seed: train.seed
         for start in range(0, unordered.shape[0], step):
-            keys = np.array(unordered[start:start + step])
+            keys = np.array(unordered[start : start + step])
             lo, hi = keys // n, keys % n
             flip = (torch.rand(keys.shape[0], generator=gen) < 0.5).numpy()
             yield np.where(flip, hi, lo), np.where(flip, lo, hi)
@@ -251,19 +319,29 @@ class _Task:
         (a few: the fractions) are gathered by a scan."""
         n_dst, same = self.num_nodes[self.target[2]], self.target[0] == self.target[2]
         step = _edges_per_chunk()
-        groups = pairs if not same else external_unique(
-            (_pair_ids(_split_keys(pairs[s:s + step], n_dst), n_dst, True) for s in range(0, pairs.shape[0], step)),
-            work, "groups")
+        groups = (
+            pairs
+            if not same
+            else external_unique(
+                (
+                    _pair_ids(_split_keys(pairs[s : s + step], n_dst), n_dst, True)
+                    for s in range(0, pairs.shape[0], step)
+                ),
+                work,
+                "groups",
+            )
+        )
         if groups.shape[0] < 3:
-            raise DataError(f"({edge_name(self.target)}) has {groups.shape[0]} distinct edges; link prediction needs "
-                            "at least 3 (one per split).")
-        val, test = held_out_split(groups.shape[0], seed, (1 - val_fraction - test_fraction, val_fraction),
-                                   unit="edge")
+            raise DataError(
+                f"({edge_name(self.target)}) has {groups.shape[0]} distinct edges; link prediction needs "
+                "at least 3 (one per split)."
+            )
+        val, test = held_out_split(groups.shape[0], seed, (1 - val_fraction - test_fraction, val_fraction), unit="edge")
         out = []
         for chosen in (val, test):
             wanted, kept = np.asarray(groups[chosen.numpy()]), [np.zeros((2, 0), np.int64)]
             for s in range(0, pairs.shape[0], step):
-                part = _split_keys(pairs[s:s + step], n_dst)
+                part = _split_keys(pairs[s : s + step], n_dst)
                 kept.append(part[:, _member(_pair_ids(part, n_dst, same), wanted)])
             out.append(torch.from_numpy(np.concatenate(kept, axis=1)))
         return out
@@ -275,7 +353,7 @@ class _Task:
 
         def chunks():
             for s in range(0, pairs.shape[0], step):
-                keys = np.array(pairs[s:s + step])
+                keys = np.array(pairs[s : s + step])
                 yield keys[~_member(_pair_ids(_split_keys(keys, n_dst), n_dst, same), held_ids)]
 
         count = sum(k.shape[0] for k in chunks())
@@ -283,7 +361,7 @@ class _Task:
         def fill_keys(out: np.ndarray) -> None:
             at = 0
             for keys in chunks():
-                out[at:at + keys.shape[0]] = keys
+                out[at : at + keys.shape[0]] = keys
                 at += keys.shape[0]
 
         preparing.write_array(work / "train_keys.npy", np.int64, (count,), fill_keys)
@@ -291,7 +369,7 @@ class _Task:
 
         def fill(out: np.ndarray) -> None:
             for s in range(0, count, step):
-                out[:, s:s + step] = _split_keys(keys[s:s + step], n_dst)
+                out[:, s : s + step] = _split_keys(keys[s : s + step], n_dst)
 
         preparing.write_array(work / "train.npy", np.int64, (2, count), fill)
         return np.load(work / "train.npy", mmap_mode="r")
@@ -307,17 +385,25 @@ class _Task:
             ei = self.source.edges[et].numpy()
             if ei.shape[1] < self.source.edges[target].shape[1]:
                 continue
-            keys = external_unique((np.array(ei[0, s:s + step]) * n_src + np.array(ei[1, s:s + step])
-                                    for s in range(0, ei.shape[1], step)), work, "mirror")
+            keys = external_unique(
+                (
+                    np.array(ei[0, s : s + step]) * n_src + np.array(ei[1, s : s + step])
+                    for s in range(0, ei.shape[1], step)
+                ),
+                work,
+                "mirror",
+            )
             for s in range(0, pairs.shape[0], step):
-                src, dst = _split_keys(pairs[s:s + step], n_dst)
+                src, dst = _split_keys(pairs[s : s + step], n_dst)
                 if not _member(dst * n_src + src, keys).all():
                     break
             else:
                 found.append(et)
         if len(found) > 1:
-            raise DataError(f"Edge types {' and '.join(f'({edge_name(et)})' for et in found)} both mirror the target "
-                            f"({edge_name(target)}); keep one.")
+            raise DataError(
+                f"Edge types {' and '.join(f'({edge_name(et)})' for et in found)} both mirror the target "
+                f"({edge_name(target)}); keep one."
+            )
         return found
 
 
@@ -334,13 +420,17 @@ class _Files:
         return f"{kind}__{'__'.join(et)}.npy"
 
     def record(self, key: str, file: str, shape: tuple) -> None:
-        self.arrays[key] = {"file": str((self.cache / file).relative_to(self.root)), "dtype": "int64",
-                            "shape": list(shape)}
+        self.arrays[key] = {
+            "file": str((self.cache / file).relative_to(self.root)),
+            "dtype": "int64",
+            "shape": list(shape),
+        }
 
     def csc(self, et: EdgeType, ei: np.ndarray, n: int, step: int) -> None:
         indptr, edges = self.name("indptr", et), self.name("edges", et)
-        preparing.counting_sort(self.root, ei, n, _NoBar(), self.cache / indptr, self.cache / edges, step,
-                                with_destinations=True)
+        preparing.counting_sort(
+            self.root, ei, n, _NoBar(), self.cache / indptr, self.cache / edges, step, with_destinations=True
+        )
         self.record(indptr[:-4], indptr, (n + 1,))
         self.record(edges[:-4], edges, (2, int(ei.shape[1])))
 
@@ -389,7 +479,7 @@ def _undirected_keys(data: GraphData, step: int):
     """``min * N + max`` of a homogeneous graph's CSC edges, self-loops dropped, a chunk at a time."""
     indptr, indices, n = data.indptr.numpy(), data.indices.numpy(), data.num_nodes
     for start in range(0, indices.shape[0], step):
-        src = np.array(indices[start:start + step])
+        src = np.array(indices[start : start + step])
         dst = np.searchsorted(indptr, np.arange(start, start + src.shape[0]), side="right") - 1
         lo, hi = np.minimum(src, dst), np.maximum(src, dst)
         keep = lo != hi
@@ -408,8 +498,9 @@ def external_unique(chunks, work: Path, name: str) -> np.ndarray:
             runs.append(work / f"{name}.run{len(runs)}.bin")
             keys.astype(np.int64).tofile(runs[-1])
     while len(runs) > FAN_IN:
-        runs = [_merge(runs[i:i + FAN_IN], work / f"{name}.run{len(runs)}-{i}.bin")
-                for i in range(0, len(runs), FAN_IN)]
+        runs = [
+            _merge(runs[i : i + FAN_IN], work / f"{name}.run{len(runs)}-{i}.bin") for i in range(0, len(runs), FAN_IN)
+        ]
     raw = _merge(runs, work / f"{name}.bin")
     count = raw.stat().st_size // 8
     out = work / f"{name}.npy"
@@ -417,14 +508,8 @@ def external_unique(chunks, work: Path, name: str) -> np.ndarray:
         np.save(out, np.zeros(0, dtype=np.int64))
         return np.load(out)
     values = np.memmap(raw, dtype=np.int64, mode="r")
-
-    def fill(array: np.ndarray) -> None:
-        step = _edges_per_chunk()
-        for s in range(0, count, step):
-            array[s:s + step] = values[s:s + step]
-
-    preparing.write_array(out, np.int64, (count,), fill)
-    del values
+    preparing.write_array(out, np.int64, (count,), functools.partial(_copy_chunked, values))
+    del values  # the merged run's mapping goes before its file
     raw.unlink()
     return np.load(out, mmap_mode="r")
 
@@ -463,8 +548,8 @@ def _positions(target_edges: np.ndarray, train_keys: np.ndarray, n_dst: int, out
     where its flipped copy stands in the mirror type (a stable sort by the train source keeps
     the key order)."""
     for s in range(0, target_edges.shape[1], step):
-        keys = np.array(target_edges[0, s:s + step]) * n_dst + np.array(target_edges[1, s:s + step])
-        out[s:s + step] = np.searchsorted(train_keys, keys)
+        keys = np.array(target_edges[0, s : s + step]) * n_dst + np.array(target_edges[1, s : s + step])
+        out[s : s + step] = np.searchsorted(train_keys, keys)
 
 
 def _twins(target_edges: np.ndarray, n: int, work: Path, out: np.ndarray, step: int) -> None:
@@ -474,14 +559,14 @@ def _twins(target_edges: np.ndarray, n: int, work: Path, out: np.ndarray, step: 
 
     def fill_keys(keys: np.ndarray) -> None:
         for s in range(0, e, step):
-            keys[s:s + step] = np.array(target_edges[1, s:s + step]) * n + np.array(target_edges[0, s:s + step])
+            keys[s : s + step] = np.array(target_edges[1, s : s + step]) * n + np.array(target_edges[0, s : s + step])
 
     preparing.write_array(work / "csc_keys.npy", np.int64, (e,), fill_keys)
     csc_keys = np.load(work / "csc_keys.npy", mmap_mode="r")
     for s in range(0, e, step):
-        wanted = np.array(target_edges[0, s:s + step]) * n + np.array(target_edges[1, s:s + step])
+        wanted = np.array(target_edges[0, s : s + step]) * n + np.array(target_edges[1, s : s + step])
         at = np.minimum(np.searchsorted(csc_keys, wanted), e - 1)
-        out[s:s + step] = np.where(np.asarray(csc_keys[at]) == wanted, at, -1)
+        out[s : s + step] = np.where(np.asarray(csc_keys[at]) == wanted, at, -1)
 
 
 def _negatives(positive_dst: torch.Tensor, k: int, n_dst: int, gen: torch.Generator, out: np.ndarray) -> None:
@@ -491,7 +576,7 @@ def _negatives(positive_dst: torch.Tensor, k: int, n_dst: int, gen: torch.Genera
     width = n_dst - 1 if 2 * k >= n_dst - 1 else k  # what one row draws
     rows = max(1, preparing.chunk_bytes() // (24 * width))
     for s in range(0, positive_dst.shape[0], rows):
-        out[s:s + rows] = negative_destinations(positive_dst[s:s + rows], k, n_dst, gen).numpy()
+        out[s : s + rows] = negative_destinations(positive_dst[s : s + rows], k, n_dst, gen).numpy()
 
 
 def _check_held(val: torch.Tensor, test: torch.Tensor, n_dst: int) -> None:
@@ -503,3 +588,9 @@ def _check_held(val: torch.Tensor, test: torch.Tensor, n_dst: int) -> None:
     if bool(np.isin(val[0].numpy() * n_dst + val[1].numpy(), test[0].numpy() * n_dst + test[1].numpy()).any()):
         raise DataError("The val and test edges overlap; splits must be disjoint.")
 
+
+def _copy_chunked(values: np.ndarray, array: np.ndarray) -> None:
+    """``array[:] = values``, a chunk of edges at a time (bounded memory for mapped arrays)."""
+    step = _edges_per_chunk()
+    for s in range(0, values.shape[0], step):
+        array[s : s + step] = values[s : s + step]

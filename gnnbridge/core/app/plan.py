@@ -6,6 +6,7 @@ All three end in the same place: a :class:`Plan` whose ``latest`` checkpoint (if
 trainer continues from. Every random stream is reseeded per epoch from (seed, epoch, rank), so
 continuing from a checkpoint gives the very run that was interrupted, on any number of ranks.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -118,18 +119,30 @@ class Plan:
         path = checkpoint.path_in(run_dir, checkpoint.LATEST)
         state = {**checkpoint.load(path), "path": str(path)} if path.is_file() else None
         restart = {"attempt": attempt, "after": failure, "resumed_from_epoch": state and state["epoch"]}
-        return dataclasses.replace(self, out=None, resume_dir=run_dir, latest=state, restart=restart,
-                                   created=created if self.resume_dir is None else self.created)
+        return dataclasses.replace(
+            self,
+            out=None,
+            resume_dir=run_dir,
+            latest=state,
+            restart=restart,
+            created=created if self.resume_dir is None else self.created,
+        )
 
 
-def plan_resume(run_dir: str | os.PathLike, experiment, dataset, out, overrides, flags: dict,
-                check_epochs: bool = True) -> Plan:
+def plan_resume(
+    run_dir: str | os.PathLike, experiment, dataset, out, overrides, flags: dict, check_epochs: bool = True
+) -> Plan:
     """Config and checks for continuing ``run_dir`` from its latest checkpoint (``--resume``)."""
-    given = [name for name, value in (("EXPERIMENT", experiment), ("--dataset", dataset), ("--out", out))
-             if value is not None]
+    given = [
+        name
+        for name, value in (("EXPERIMENT", experiment), ("--dataset", dataset), ("--out", out))
+        if value is not None
+    ]
     if given:
-        raise ConfigError(f"--resume {run_dir} continues that run's own experiment, data and folder; drop "
-                          f"{' and '.join(given)} (change training keys with --set).")
+        raise ConfigError(
+            f"--resume {run_dir} continues that run's own experiment, data and folder; drop "
+            f"{' and '.join(given)} (change training keys with --set)."
+        )
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise DataFileNotFoundError(f"Run folder '{run_dir}' does not exist.")
@@ -145,8 +158,12 @@ def plan_resume(run_dir: str | os.PathLike, experiment, dataset, out, overrides,
     check_frozen(state["config"], config.to_dict(), RESUME_FROZEN, "--resume", movable=DATA_LOCATION)
     if check_epochs:
         _check_epochs_left(state, config, run_dir)
-    return Plan(config, resume_dir=run_dir, latest=state,
-                resumed_from={"epoch": state["epoch"], "world_size": state.get("world_size")})
+    return Plan(
+        config,
+        resume_dir=run_dir,
+        latest=state,
+        resumed_from={"epoch": state["epoch"], "world_size": state.get("world_size")},
+    )
 
 
 def _check_epochs_left(state: dict, config: ExperimentConfig, run_dir: Path) -> None:

@@ -6,6 +6,7 @@ the monitored validation metric of every run given, one line per run, from their
 ``results.json``. Nothing is read but those files, and the figure is written beside its target
 and linked into place, never over an existing file.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -50,8 +51,9 @@ def plot(runs: list[str | os.PathLike], out: str | os.PathLike, labels: list[str
 def _results(run: Path) -> dict:
     path = run / RESULTS
     if not path.is_file():
-        raise DataFileNotFoundError(f"'{run}' holds no {RESULTS}; give folders of finished runs (gnnbridge train "
-                                    "writes one at the end).")
+        raise DataFileNotFoundError(
+            f"'{run}' holds no {RESULTS}; give folders of finished runs (gnnbridge train writes one at the end)."
+        )
     try:
         results = json.loads(path.read_text())
         if not results["history"] or "best" not in results:
@@ -63,8 +65,9 @@ def _results(run: Path) -> dict:
 
 def _labels(runs: list[Path], results: list[dict]) -> list[str]:
     """The folder names, with the backend where the names alone do not say it."""
-    return [f"{run.name} ({r['backend']})" if r["backend"] not in run.name else run.name
-            for run, r in zip(runs, results)]
+    return [
+        f"{run.name} ({r['backend']})" if r["backend"] not in run.name else run.name for run, r in zip(runs, results)
+    ]
 
 
 def _draw(results: list[dict], labels: list[str], path: Path) -> None:

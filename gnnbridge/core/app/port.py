@@ -11,6 +11,7 @@ class counts, GCN's degrees), so a dataset that moved is pointed at with ``--set
 dataset.path=...``. Everything is checked and converted in memory before the folder is created;
 the folder appears only with its checkpoints, and never over anything that exists.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -42,13 +43,22 @@ FROZEN_BUT_BACKEND = ("task", "model")  # what --set may not change: the weights
 NATIVE = "native"  # the one sampler kind tied to a library: a ported run takes "auto" instead
 
 
-def port(target: str | os.PathLike, to: str, out: str | os.PathLike, *, overrides: list[str] | tuple[str, ...] = (),
-         trust_code: bool = False) -> dict:
+def port(
+    target: str | os.PathLike,
+    to: str,
+    out: str | os.PathLike,
+    *,
+    overrides: list[str] | tuple[str, ...] = (),
+    trust_code: bool = False,
+) -> dict:
     """Write ``out``, a run folder holding ``target``'s model for backend ``to``; returns what
     was written (``{"run_dir", "backend", "from_backend", "checkpoints": [...]}``)."""
     run = _run_folder(target)
-    states = {kind: {**checkpoint.load(path), "path": str(path)} for kind in checkpoint.KINDS
-              if (path := checkpoint.path_in(run, kind)).is_file()}
+    states = {
+        kind: {**checkpoint.load(path), "path": str(path)}
+        for kind in checkpoint.KINDS
+        if (path := checkpoint.path_in(run, kind)).is_file()
+    }
     original = next(iter(states.values()))["config"]
     if not isinstance(to, str) or not to.strip() or to == original["backend"]:
         why = f"was trained on {to} already" if to == original["backend"] else "needs a backend to move to"
@@ -64,13 +74,20 @@ def port(target: str | os.PathLike, to: str, out: str | os.PathLike, *, override
     with no_downloads(), contextlib.nullcontext() if trust_code else no_code():
         source, dest = preflight(source, count_gpus=False), preflight(dest, count_gpus=False)
         data = load_dataset(source)
-    models = {cfg.backend: build_model(cfg.model, cfg.backend, cfg.task, *model_dims(data), data)
-              for cfg in (source, dest)}
-    converted = {kind: _convert(state, models[source.backend], models[dest.backend], written, run)
-                 for kind, state in states.items()}
+    models = {
+        cfg.backend: build_model(cfg.model, cfg.backend, cfg.task, *model_dims(data), data) for cfg in (source, dest)
+    }
+    converted = {
+        kind: _convert(state, models[source.backend], models[dest.backend], written, run)
+        for kind, state in states.items()
+    }
     run_dir = _write(out, written, converted, _results(run, written, source.backend))
-    return {"run_dir": str(run_dir), "backend": dest.backend, "from_backend": source.backend,
-            "checkpoints": sorted(converted)}
+    return {
+        "run_dir": str(run_dir),
+        "backend": dest.backend,
+        "from_backend": source.backend,
+        "checkpoints": sorted(converted),
+    }
 
 
 def _run_folder(target) -> Path:
@@ -78,11 +95,14 @@ def _run_folder(target) -> Path:
         raise ConfigError(f"run={target!r} must be a run folder (a str or a pathlib.Path).")
     run = Path(target)
     if not run.is_dir():
-        raise DataFileNotFoundError(f"'{run}' is not a run folder; give the folder a training run wrote (it holds "
-                                    f"{checkpoint.FOLDER}/).")
+        raise DataFileNotFoundError(
+            f"'{run}' is not a run folder; give the folder a training run wrote (it holds {checkpoint.FOLDER}/)."
+        )
     if not checkpoint.has_checkpoint(run):
-        raise CheckpointError(f"'{run}' holds no checkpoint ({checkpoint.FOLDER}/best.pt or latest.pt); there is no "
-                              "trained model to port.")
+        raise CheckpointError(
+            f"'{run}' holds no checkpoint ({checkpoint.FOLDER}/best.pt or latest.pt); there is no "
+            "trained model to port."
+        )
     return run
 
 
@@ -104,11 +124,14 @@ def _convert(state: dict, pair_from: tuple, pair_to: tuple, dest: ExperimentConf
         return from_neutral(target, to_neutral(source, native, origin), origin)
 
     checkpoint.load_model_state(source, state, state["path"])  # the same checks evaluate makes
-    moved = {**state, "model": weights(state["model"]), "config": dest.to_dict(),
-             "optimizer": port_optimizer(state["optimizer"], source, target, origin),
-             "versions": library_versions(dest.backend),
-             "ported_from": {"run": str(run.resolve()), "backend": state["config"]["backend"],
-                             "checkpoint": state["path"]}}
+    moved = {
+        **state,
+        "model": weights(state["model"]),
+        "config": dest.to_dict(),
+        "optimizer": port_optimizer(state["optimizer"], source, target, origin),
+        "versions": library_versions(dest.backend),
+        "ported_from": {"run": str(run.resolve()), "backend": state["config"]["backend"], "checkpoint": state["path"]},
+    }
     if "best_model" in state:
         moved["best_model"] = weights(state["best_model"])
     moved.pop("path")

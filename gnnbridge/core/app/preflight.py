@@ -7,6 +7,7 @@ launching process (or on every rank of a job, where the answer is the same every
 :func:`check_before_start` is the whole list in that order: ``train`` runs it, and so do
 ``doctor`` and ``config show``, so that what they pass is what ``train`` starts.
 """
+
 from __future__ import annotations
 
 import copy
@@ -36,8 +37,10 @@ TRAIN_BYTES_PER_PARAM = 4 * 5
 CHECKPOINT_BYTES_PER_PARAM = 4 * 3
 
 
-def check_before_start(config: ExperimentConfig, folder: str | os.PathLike = "runs",
-                       ) -> tuple[ExperimentConfig, GraphData | GraphCollection]:
+def check_before_start(
+    config: ExperimentConfig,
+    folder: str | os.PathLike = "runs",
+) -> tuple[ExperimentConfig, GraphData | GraphCollection]:
     """Everything ``train`` checks on this machine before it makes a run folder: the config
     (:func:`preflight`), the dataset loaded and validated against the task and the model
     (:func:`load_dataset`, which also weighs the model against memory), and room for the
@@ -77,8 +80,10 @@ def preflight(config: ExperimentConfig, count_gpus: bool = True) -> ExperimentCo
 def _check_task(config: ExperimentConfig, backend) -> None:
     task = config.task
     if task not in backend.tasks():
-        raise ConfigError(f"Backend '{backend.name}' cannot train task={task.value}; it trains "
-                          f"{', '.join(t.value for t in backend.tasks()) or 'nothing (it declares no TASKS)'}.")
+        raise ConfigError(
+            f"Backend '{backend.name}' cannot train task={task.value}; it trains "
+            f"{', '.join(t.value for t in backend.tasks()) or 'nothing (it declares no TASKS)'}."
+        )
     choice = resolve_model(config.model, backend.name, task)
     if task is Task.LINK:
         check_heterogeneous(choice, "task=link scores edges on a heterogeneous view of the graph")
@@ -90,8 +95,10 @@ def _check_sampler(config: ExperimentConfig, backend) -> None:
         return check_hetero_kind(kind, backend)
     if config.task is Task.GRAPH:  # whole graphs through the library's plain loader: nothing to install
         if kind not in GRAPH_KINDS:
-            raise ConfigError(f"sampler.kind={kind!r} samples neighbourhoods, but task=graph batches whole graphs; "
-                              f"use one of: {', '.join(GRAPH_KINDS)}.")
+            raise ConfigError(
+                f"sampler.kind={kind!r} samples neighbourhoods, but task=graph batches whole graphs; "
+                f"use one of: {', '.join(GRAPH_KINDS)}."
+            )
         return
     check_kind(kind, backend)
     reason = backend.sampler_unavailable(SamplerKind(kind)) if kind in BACKEND_KINDS else None
@@ -122,11 +129,15 @@ def load_dataset(config: ExperimentConfig, ranks_here: int | None = None) -> Gra
     if isinstance(data, HeteroGraphData):
         _check_hetero(config, data)
     elif config.sampler.edge_fanouts:
-        raise ConfigError(f"sampler.edge_fanouts sets fanouts per edge type, but dataset '{data.name}' has one edge "
-                          "type; use sampler.fanouts.")
+        raise ConfigError(
+            f"sampler.edge_fanouts sets fanouts per edge type, but dataset '{data.name}' has one edge "
+            "type; use sampler.fanouts."
+        )
     if config.task is not Task.LINK and config.train.monitor == "val_roc_auc" and data.num_classes != 2:
-        raise ConfigError(f"train.monitor=val_roc_auc needs two classes but the dataset has {data.num_classes}; "
-                          "use train.monitor=val_acc or val_macro_f1.")
+        raise ConfigError(
+            f"train.monitor=val_roc_auc needs two classes but the dataset has {data.num_classes}; "
+            "use train.monitor=val_acc or val_macro_f1."
+        )
     for split in ("train", "val", "test"):
         size = data.split(split).numel()
         if size < config.nproc:
@@ -178,8 +189,9 @@ def check_model(config: ExperimentConfig, data: GraphData | GraphCollection, ran
         build_model(config.model, config.backend, config.task, *model_dims(data), data)
 
 
-def check_memory(config: ExperimentConfig, data: GraphData | GraphCollection, ranks_here: int,
-                 params: int | None = None) -> None:
+def check_memory(
+    config: ExperimentConfig, data: GraphData | GraphCollection, ranks_here: int, params: int | None = None
+) -> None:
     """Refuse a model, a label space or a batch this machine cannot hold, before any rank allocates
     it: ``model.hidden=10**7`` or ``link.negatives=10**6`` would otherwise grow until the kernel
     kills the job. ``params``: the model's parameter count (counted here when not given)."""
@@ -190,18 +202,24 @@ def check_memory(config: ExperimentConfig, data: GraphData | GraphCollection, ra
     layers = layers_in_memory(config, data, ranks_here)
     need, free = model + ranks * batch + layers, available_memory()
     if need > free and layers > max(model, ranks * batch):
-        raise ResourceError(f"Layer-wise evaluation with eval.layer_store=memory holds every node's layer input and "
-                            f"output on each of {ranks_here} rank(s) ({data.num_nodes:,} nodes x "
-                            f"{_layer_width(config, data):,} values): about {format_bytes(need)} of memory with the "
-                            f"model and batches, but {format_bytes(free)} is free; use --set eval.layer_store=auto "
-                            "(layers go to a temp file when they do not fit) or eval.layer_store=disk.")
+        raise ResourceError(
+            f"Layer-wise evaluation with eval.layer_store=memory holds every node's layer input and "
+            f"output on each of {ranks_here} rank(s) ({data.num_nodes:,} nodes x "
+            f"{_layer_width(config, data):,} values): about {format_bytes(need)} of memory with the "
+            f"model and batches, but {format_bytes(free)} is free; use --set eval.layer_store=auto "
+            "(layers go to a temp file when they do not fit) or eval.layer_store=disk."
+        )
     if need > free and ranks * batch > model:
-        raise ResourceError(f"{batch_what}: training on {ranks} rank(s) needs about {format_bytes(need)} of memory "
-                            f"but {format_bytes(free)} is free; {batch_fix}.")
+        raise ResourceError(
+            f"{batch_what}: training on {ranks} rank(s) needs about {format_bytes(need)} of memory "
+            f"but {format_bytes(free)} is free; {batch_fix}."
+        )
     if need > free:
-        raise ResourceError(f"{_model_text(config, data)} makes a model of about {params:,} parameters; training it on "
-                            f"{ranks} rank(s) needs about {format_bytes(need)} of memory but {format_bytes(free)} is "
-                            f"free; {_smaller_model(config, data, params)}.")
+        raise ResourceError(
+            f"{_model_text(config, data)} makes a model of about {params:,} parameters; training it on "
+            f"{ranks} rank(s) needs about {format_bytes(need)} of memory but {format_bytes(free)} is "
+            f"free; {_smaller_model(config, data, params)}."
+        )
     if config.device is DeviceChoice.CUDA:
         total = torch.cuda.get_device_properties(0).total_memory
         if params * TRAIN_BYTES_PER_PARAM > total:
@@ -217,8 +235,12 @@ def layers_in_memory(config: ExperimentConfig, data, ranks_here: int) -> int:
     node's layer input and output. Only with ``eval.layer_store=memory``: ``auto`` writes them to a
     temp file when they would not fit, ``disk`` always does (core/training/layerstore.py), and the
     other evaluations (full, sampled, whole graphs, links, heterogeneous graphs) hold batches only."""
-    if config.eval.layer_store != "memory" or config.eval.mode is not EvalMode.LAYERWISE \
-            or config.task is not Task.NODE or not isinstance(data, GraphData):
+    if (
+        config.eval.layer_store != "memory"
+        or config.eval.mode is not EvalMode.LAYERWISE
+        or config.task is not Task.NODE
+        or not isinstance(data, GraphData)
+    ):
         return 0
     return ranks_here * 2 * 4 * data.num_nodes * _layer_width(config, data)
 
@@ -258,8 +280,9 @@ def largest_batch(config: ExperimentConfig, data) -> tuple[int, str, str]:
         width = max(config.model.hidden * config.model.heads, 1)
         state = reached * (8 * 4 + 4 * width * 2)
         # A pair: its two ids, their batch-local ids and label, and both ends' states gathered to score it.
-        out.append((state + pairs * (8 * 6 + 4 * width * 2), f"{what} and sampler.fanouts={config.sampler.fanouts}",
-                    fix))
+        out.append(
+            (state + pairs * (8 * 6 + 4 * width * 2), f"{what} and sampler.fanouts={config.sampler.fanouts}", fix)
+        )
     return max(out, key=lambda t: t[0])
 
 
@@ -270,8 +293,9 @@ def _model_text(config: ExperimentConfig, data) -> str:
     if isinstance(data, HeteroGraphData):
         dims = data.feature_dims()
         featureless = [t for t, w in dims.items() if not w]
-        inputs = (f"{len(dims)} node types of {data.total_nodes:,} nodes" +
-                  (f" (featureless {', '.join(featureless)}: a learned row per node)" if featureless else ""))
+        inputs = f"{len(dims)} node types of {data.total_nodes:,} nodes" + (
+            f" (featureless {', '.join(featureless)}: a learned row per node)" if featureless else ""
+        )
     else:
         inputs = f"{data.num_features} features"
     return f"{choice.origin}{' with ' + ', '.join(read) if read else ''} on {inputs} and {data.num_classes} classes"
@@ -286,12 +310,16 @@ def _smaller_model(config: ExperimentConfig, data, params: int) -> str:
         rows = {t: data.num_nodes[t] for t, w in data.feature_dims().items() if not w}
         if rows and 2 * sum(rows.values()) * config.model.hidden > params:
             t = max(rows, key=rows.get)
-            return (f"most of it is a learned row per '{t}' node ({rows[t]:,} of them, as num_nodes__{t} says): check "
-                    f"that count, give '{t}' features (x__{t}), or use a smaller model.hidden")
+            return (
+                f"most of it is a learned row per '{t}' node ({rows[t]:,} of them, as num_nodes__{t} says): check "
+                f"that count, give '{t}' features (x__{t}), or use a smaller model.hidden"
+            )
     if read:
         return f"use a smaller {' or '.join(read)}"
-    return (f"{choice.origin} does not read model.hidden or model.layers, so make it smaller through its own "
-            "model.options, or use another model.arch")
+    return (
+        f"{choice.origin} does not read model.hidden or model.layers, so make it smaller through its own "
+        "model.options, or use another model.arch"
+    )
 
 
 def check_disk(config: ExperimentConfig, data: GraphData | GraphCollection, folder) -> None:
@@ -315,8 +343,10 @@ def _call_loader(config: ExperimentConfig):
     with blame(origin, "loader(config.dataset, seed)"):
         data = datasets.get(name)(config.dataset, config.train.seed)
     if not isinstance(data, (GraphData, GraphCollection, HeteroSource, HeteroGraphData)):
-        raise PluginError(f"{origin} returned a {type(data).__name__} from its loader; expected a GraphData, "
-                          "GraphCollection or HeteroSource (gnnbridge.core.records), e.g. GraphData(...).")
+        raise PluginError(
+            f"{origin} returned a {type(data).__name__} from its loader; expected a GraphData, "
+            "GraphCollection or HeteroSource (gnnbridge.core.records), e.g. GraphData(...)."
+        )
     return data
 
 
@@ -350,8 +380,15 @@ def _for_task(config: ExperimentConfig, data):
         if isinstance(data, HeteroSource):
             check_source_fits(config, data, config.dataset.reverse_edges)
         try:
-            cached = folder_link_task(data, link.edge_type, config.dataset.reverse_edges, config.train.seed,
-                                      link.val_fraction, link.test_fraction, link.eval_negatives)
+            cached = folder_link_task(
+                data,
+                link.edge_type,
+                config.dataset.reverse_edges,
+                config.train.seed,
+                link.val_fraction,
+                link.test_fraction,
+                link.eval_negatives,
+            )
         except DataError as exc:
             raise DataError(f"{config.dataset.path or config.dataset.name}: {exc}") from None
         if cached is not None:  # mapped from the folder (None: a read-only folder, built below in memory)
@@ -363,15 +400,21 @@ def _for_task(config: ExperimentConfig, data):
     if not isinstance(data, HeteroSource):
         return data
     if config.task is Task.GRAPH:
-        raise ConfigError(f"Dataset '{data.name}' is one heterogeneous graph, but task=graph classifies whole graphs; "
-                          "use task=node or task=link.")
+        raise ConfigError(
+            f"Dataset '{data.name}' is one heterogeneous graph, but task=graph classifies whole graphs; "
+            "use task=node or task=link."
+        )
     check_source_fits(config, data, reverse)
     link = config.link
     try:
         if config.task is Task.NODE:
             return data.for_node_task(reverse, config.train.seed)
-        return _check_negatives(config, data.for_link_task(link.edge_type, reverse, config.train.seed,
-                                                           link.val_fraction, link.test_fraction, link.eval_negatives))
+        return _check_negatives(
+            config,
+            data.for_link_task(
+                link.edge_type, reverse, config.train.seed, link.val_fraction, link.test_fraction, link.eval_negatives
+            ),
+        )
     except DataError as exc:  # name the file (or dataset) the bad array came from
         raise DataError(f"{config.dataset.path or config.dataset.name}: {exc}") from None
 
@@ -388,11 +431,17 @@ def check_source_fits(config: ExperimentConfig, source: HeteroSource, reverse: b
     # A task on a prepared folder maps its topology (CSC offsets and edges) instead of building it
     # (a link task's is built through the disk, see linkcache; in memory only from a read-only folder).
     mapped = source.mapped_topology(reverse) is not None and (config.task is Task.NODE or source.folder is not None)
-    into = {t: 0 if mapped else sum((et[2] == t) + (reverse and et[0] == t) for et in source.edges)
-            for t in source.num_nodes}
-    parts = {f"num_nodes__{t}={n:,}": (n * (BYTES_PER_NODE + 8 * into[t]),
-                                       f"check that count of '{t}' nodes (num_nodes__{t} in a .npz)")
-             for t, n in source.num_nodes.items()}
+    into = {
+        t: 0 if mapped else sum((et[2] == t) + (reverse and et[0] == t) for et in source.edges)
+        for t in source.num_nodes
+    }
+    parts = {
+        f"num_nodes__{t}={n:,}": (
+            n * (BYTES_PER_NODE + 8 * into[t]),
+            f"check that count of '{t}' nodes (num_nodes__{t} in a .npz)",
+        )
+        for t, n in source.num_nodes.items()
+    }
     edges = sum(int(e.shape[1]) for e in source.edges.values())
     if not mapped:
         parts[f"{edges:,} edges"] = (edges * BYTES_PER_EDGE, "use a smaller graph")
@@ -402,21 +451,31 @@ def check_source_fits(config: ExperimentConfig, source: HeteroSource, reverse: b
             rows, n_dst = held
             k = min(config.link.eval_negatives, n_dst - 1)
             parts[f"link.eval_negatives={config.link.eval_negatives} for {rows:,} held-out edges"] = (
-                rows * k * 8 * (3 if 2 * k >= n_dst - 1 else 1), "use a smaller link.eval_negatives")
+                rows * k * 8 * (3 if 2 * k >= n_dst - 1 else 1),
+                "use a smaller link.eval_negatives",
+            )
     need, free = sum(b for b, _ in parts.values()), available_memory()
     if need > free:
         what, (_, fix) = max(parts.items(), key=lambda kv: kv[1][0])
-        raise ResourceError(f"Dataset '{config.dataset.path or source.name}': {what} makes its records need about "
-                            f"{format_bytes(need)} of memory but {format_bytes(free)} is free; {fix}.")
+        raise ResourceError(
+            f"Dataset '{config.dataset.path or source.name}': {what} makes its records need about "
+            f"{format_bytes(need)} of memory but {format_bytes(free)} is free; {fix}."
+        )
 
 
 def _held_out_rows(config: ExperimentConfig, source: HeteroSource) -> tuple[int, int] | None:
     """(held-out edges, destination nodes) of the link target, or None where it is not yet known
     (the record then refuses it in its own words)."""
     try:
-        target = find_edge_type(list(source.edges), config.link.edge_type) if config.link.edge_type else \
-            tuple(source.target_edge) if source.target_edge is not None else \
-            next(iter(source.edges)) if len(source.edges) == 1 else None
+        target = (
+            find_edge_type(list(source.edges), config.link.edge_type)
+            if config.link.edge_type
+            else tuple(source.target_edge)
+            if source.target_edge is not None
+            else next(iter(source.edges))
+            if len(source.edges) == 1
+            else None
+        )
     except ConfigError:
         return None
     if target is None or target not in source.edges or target[2] not in source.num_nodes:
@@ -436,26 +495,33 @@ def _check_negatives(config: ExperimentConfig, data: HeteroGraphData) -> HeteroG
     destinations, each once, is the exact metric that the sampled one approximates."""
     link, target = config.link, data.target_edge
     candidates = data.num_nodes[target[2]] - 1
-    where = (f"({edge_name(target)}) has {candidates + 1} '{target[2]}' nodes, so {candidates} possible negative(s) "
-             "per edge")
+    where = (
+        f"({edge_name(target)}) has {candidates + 1} '{target[2]}' nodes, so {candidates} possible negative(s) per edge"
+    )
     if link.negatives > candidates:
         raise ConfigError(f"link.negatives={link.negatives} but {where}; use link.negatives={candidates} or fewer.")
     if link.eval_negatives > candidates:
         if link.hits_at > candidates + 1:
-            raise ConfigError(f"link.hits_at={link.hits_at} but {where}: each held-out edge is ranked among "
-                              f"{candidates + 1} candidates; use link.hits_at={candidates + 1} or fewer.")
-        warn(f"link.eval_negatives={link.eval_negatives} but {where}; each held-out edge is ranked among all "
-             f"{candidates} of them once (link.eval_negatives={candidates}).")
+            raise ConfigError(
+                f"link.hits_at={link.hits_at} but {where}: each held-out edge is ranked among "
+                f"{candidates + 1} candidates; use link.hits_at={candidates + 1} or fewer."
+            )
+        warn(
+            f"link.eval_negatives={link.eval_negatives} but {where}; each held-out edge is ranked among all "
+            f"{candidates} of them once (link.eval_negatives={candidates})."
+        )
     return data
 
 
 def _check_hetero(config: ExperimentConfig, data: HeteroGraphData) -> None:
     backend = backends.get(config.backend)
     if not backend.supports_hetero():
-        raise BackendUnavailableError(f"Backend '{backend.name}' does not support heterogeneous graphs; dataset "
-                                      f"'{data.name}' is one.")
-    check_heterogeneous(resolve_model(config.model, backend.name, config.task),
-                        f"dataset '{data.name}' is heterogeneous")
+        raise BackendUnavailableError(
+            f"Backend '{backend.name}' does not support heterogeneous graphs; dataset '{data.name}' is one."
+        )
+    check_heterogeneous(
+        resolve_model(config.model, backend.name, config.task), f"dataset '{data.name}' is heterogeneous"
+    )
     check_hetero_kind(config.sampler.kind, backend)
     typed_fanouts(data, config.sampler.fanouts, config.sampler.edge_fanouts)  # names every edge type it gives
 

@@ -17,6 +17,7 @@ Every derived file is written under a temporary name, its space reserved up fron
 (``posix_fallocate``: a full disk is an error here, not a SIGBUS while writing a mapped page),
 and renamed into place; ``prepared/.lock`` makes two prepares of one folder take turns.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -73,8 +74,13 @@ def chunk_bytes() -> int:
 # --------------------------------------------------------------------------- the whole command
 
 
-def prepare_folder(src: str | os.PathLike, out: str | os.PathLike | None = None, dtype: str = "float32",
-                   progress: bool = True, fill: Callable[[Path], None] | None = None) -> dict:
+def prepare_folder(
+    src: str | os.PathLike,
+    out: str | os.PathLike | None = None,
+    dtype: str = "float32",
+    progress: bool = True,
+    fill: Callable[[Path], None] | None = None,
+) -> dict:
     """Prepare the folder ``src`` into ``out`` (default: ``src`` itself); returns
     ``{"out", "kind", "already", "summary", "checked"}``. ``fill(out)``, when given, first writes
     the source files into ``out`` (an ``.npz`` or a named dataset streamed member by member); what
@@ -84,14 +90,20 @@ def prepare_folder(src: str | os.PathLike, out: str | os.PathLike | None = None,
     src = Path(src)
     out = Path(out) if out is not None else src
     if fill is None and not src.is_dir():
-        raise DataError(f"Dataset folder '{src}' does not exist; give a folder of .npy files, an .npz file or a "
-                        "dataset name.")
+        raise DataError(
+            f"Dataset folder '{src}' does not exist; give a folder of .npy files, an .npz file or a dataset name."
+        )
     _make_writable_folder(out, src)
     with locked(out / PREPARED):
         done = _already(out, dtype)
         if done is not None:
-            return {"out": str(out), "kind": done["kind"], "already": True, "summary": done["summary"],
-                    "checked": done["checked"]}
+            return {
+                "out": str(out),
+                "kind": done["kind"],
+                "already": True,
+                "summary": done["summary"],
+                "checked": done["checked"],
+            }
         (out / MANIFEST).unlink(missing_ok=True)  # what follows replaces what it described
         for stale in (out / PREPARED).glob("link-*"):  # link tasks' topology of what it described (linkcache)
             shutil.rmtree(stale, ignore_errors=True)
@@ -103,11 +115,18 @@ def prepare_folder(src: str | os.PathLike, out: str | os.PathLike | None = None,
         except BaseException as exc:
             _discard(out)
             if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise ResourceError(f"{out}: the disk is full ({exc.filename or 'writing a derived file'}); nothing "
-                                    "half-written is left; free space, or give --out DIR on another disk.") from None
+                raise ResourceError(
+                    f"{out}: the disk is full ({exc.filename or 'writing a derived file'}); nothing "
+                    "half-written is left; free space, or give --out DIR on another disk."
+                ) from None
             raise
-    return {"out": str(out), "kind": manifest["kind"], "already": False, "summary": manifest["summary"],
-            "checked": manifest["checked"]}
+    return {
+        "out": str(out),
+        "kind": manifest["kind"],
+        "already": False,
+        "summary": manifest["summary"],
+        "checked": manifest["checked"],
+    }
 
 
 def _discard(out: Path) -> None:
@@ -130,10 +149,14 @@ def _make_writable_folder(out: Path, src: Path) -> None:
     except OSError as exc:
         if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
             raise ConfigError(f"--out {out} cannot be made ({exc.strerror}); give a folder you can write.") from None
-        hint = f"give --out DIR (a folder to write them in): gnnbridge prepare {src} --out DIR" if out == src else \
-            "give another --out DIR"
-        raise ConfigError(f"{out} is not writable, and prepare writes its derived files in {out / PREPARED}; {hint}."
-                          ) from None
+        hint = (
+            f"give --out DIR (a folder to write them in): gnnbridge prepare {src} --out DIR"
+            if out == src
+            else "give another --out DIR"
+        )
+        raise ConfigError(
+            f"{out} is not writable, and prepare writes its derived files in {out / PREPARED}; {hint}."
+        ) from None
 
 
 @contextlib.contextmanager
@@ -208,14 +231,17 @@ def open_checked(root: Path, key: str, file: Path, spec: tuple) -> np.ndarray:
                 raise ValueError(f"npy format version {version}")
             shape, _, found = read[version](f)
     except (OSError, ValueError, EOFError) as exc:
-        raise DataError(f"{root}: {key} ({file.name}) is not a numpy array ({str(exc)[:100]}); save arrays with "
-                        "numpy.save.") from None
+        raise DataError(
+            f"{root}: {key} ({file.name}) is not a numpy array ({str(exc)[:100]}); save arrays with numpy.save."
+        ) from None
     check_header(root, key, found, shape, *spec)
     try:
         return np.load(file, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError) as exc:
-        raise DataError(f"{root}: {key} ({file.name}) cannot be mapped ({str(exc)[:100]}): the file is truncated or "
-                        "corrupt; write it again.") from None
+        raise DataError(
+            f"{root}: {key} ({file.name}) cannot be mapped ({str(exc)[:100]}): the file is truncated or "
+            "corrupt; write it again."
+        ) from None
 
 
 def _derive(root: Path, dtype: str, progress: bool) -> dict:
@@ -227,8 +253,14 @@ def _derive(root: Path, dtype: str, progress: bool) -> dict:
         body = _prepare_collection(root, members)
     else:
         body = _prepare_node(root, members, dtype, progress)
-    return {"format": FORMAT, "kind": body["kind"], "gnnbridge": _version(), "dtype": dtype, "inputs": inputs,
-            **{k: v for k, v in body.items() if k != "kind"}}
+    return {
+        "format": FORMAT,
+        "kind": body["kind"],
+        "gnnbridge": _version(),
+        "dtype": dtype,
+        "inputs": inputs,
+        **{k: v for k, v in body.items() if k != "kind"},
+    }
 
 
 def _version() -> str:
@@ -248,10 +280,12 @@ def _spec(file: str, array: np.ndarray, dtype: str | None = None) -> dict:
 def _prepare_node(root: Path, members: dict, dtype: str, progress: bool) -> dict:
     missing = [k for k in NPZ_REQUIRED if k not in members]
     if missing:
-        raise DataError(f"{root}: missing {', '.join(f'{k}.npy' for k in missing)}; a graph folder needs "
-                        "edge_index.npy int64 [2,E], x.npy float32 [N,F], y.npy int64 [N] (and optionally "
-                        f"train_idx.npy, val_idx.npy, test_idx.npy); a collection of graphs also has {NODE_PTR}.npy; a "
-                        "heterogeneous graph has typed files such as x__paper.npy.")
+        raise DataError(
+            f"{root}: missing {', '.join(f'{k}.npy' for k in missing)}; a graph folder needs "
+            "edge_index.npy int64 [2,E], x.npy float32 [N,F], y.npy int64 [N] (and optionally "
+            f"train_idx.npy, val_idx.npy, test_idx.npy); a collection of graphs also has {NODE_PTR}.npy; a "
+            "heterogeneous graph has typed files such as x__paper.npy."
+        )
     a = {k: open_checked(root, k, f, NPZ_ARRAYS[k]) for k, f in members.items()}
     x, ei, y = a["x"], a["edge_index"], a["y"]
     if ei.shape[0] != 2:
@@ -260,8 +294,10 @@ def _prepare_node(root: Path, members: dict, dtype: str, progress: bool) -> dict
     if n == 0 or x.shape[1] == 0:
         raise DataError(f"{root}: x has shape {list(x.shape)}; every graph needs nodes and every node a feature.")
     if y.shape[0] != n:
-        raise DataError(f"{root}: y has {y.shape[0]} labels but x has {n} rows; give one label per node (or add "
-                        f"{NODE_PTR} for a collection of graphs with one label each).")
+        raise DataError(
+            f"{root}: y has {y.shape[0]} labels but x has {n} rows; give one label per node (or add "
+            f"{NODE_PTR} for a collection of graphs with one label each)."
+        )
     present = [k for k in SPLITS if k in a]
     if present and len(present) != 3:
         absent = sorted(set(SPLITS) - set(present))
@@ -280,8 +316,13 @@ def _prepare_node(root: Path, members: dict, dtype: str, progress: bool) -> dict
             _splits(root, {k: a[k] for k in SPLITS}, n, "node")
             arrays.update({k: _spec(f"{k}.npy", a[k]) for k in SPLITS})
             checked.append("splits non-empty, in range, disjoint")
-    summary = {"num_nodes": n, "num_edges": int(ei.shape[1]), "num_features": int(x.shape[1]),
-               "num_classes": num_classes, "splits": "files" if present else "drawn from the seed at load"}
+    summary = {
+        "num_nodes": n,
+        "num_edges": int(ei.shape[1]),
+        "num_features": int(x.shape[1]),
+        "num_classes": num_classes,
+        "splits": "files" if present else "drawn from the seed at load",
+    }
     return {"kind": "node", "arrays": arrays, "checked": checked, "summary": summary}
 
 
@@ -293,27 +334,31 @@ def _features(root: Path, key: str, x: np.ndarray, dtype: str, bar, converted: s
     def check(start: int, block: np.ndarray) -> None:
         bad = ~np.isfinite(block).all(axis=1)
         if bad.any():
-            raise DataError(f"{root}: {key} holds NaN or inf values (first at node {start + int(bad.argmax())}); "
-                            "clean the features first.")
+            raise DataError(
+                f"{root}: {key} holds NaN or inf values (first at node {start + int(bad.argmax())}); "
+                "clean the features first."
+            )
         bar.update(block.nbytes)
 
     if dtype == "float32":
         for start in range(0, x.shape[0], rows):
-            check(start, np.asarray(x[start:start + rows]))
+            check(start, np.asarray(x[start : start + rows]))
         return _spec(f"{key}.npy", x)
 
     def fill(out: np.ndarray) -> None:
         for start in range(0, x.shape[0], rows):
-            block = np.asarray(x[start:start + rows])
+            block = np.asarray(x[start : start + rows])
             check(start, block)
             if dtype == "float16":
                 over = (np.abs(block) > FLOAT16_MAX).any(axis=1)
                 if over.any():
-                    raise DataError(f"{root}: {key} holds values beyond float16's range (+-65504, first at node "
-                                    f"{start + int(over.argmax())}); use --dtype bfloat16 or float32.")
-                out[start:start + len(block)] = block.astype(np.float16)
+                    raise DataError(
+                        f"{root}: {key} holds values beyond float16's range (+-65504, first at node "
+                        f"{start + int(over.argmax())}); use --dtype bfloat16 or float32."
+                    )
+                out[start : start + len(block)] = block.astype(np.float16)
             else:
-                out[start:start + len(block)] = to_bfloat16(block)
+                out[start : start + len(block)] = to_bfloat16(block)
             bar.update(block.nbytes)
 
     write_array(root / converted, DTYPES[dtype], x.shape, fill)
@@ -341,12 +386,15 @@ def build_csc(root: Path, ei: np.ndarray, n: int, bar, edges_per_chunk: int | No
 
     prepared = root / PREPARED
     counting_sort(root, ei, n, bar, prepared / "indptr.npy", prepared / "indices.npy", edges_per_chunk, check)
-    return {"indptr": {"file": f"{PREPARED}/indptr.npy", "dtype": "int64", "shape": [n + 1]},
-            "indices": {"file": f"{PREPARED}/indices.npy", "dtype": "int64", "shape": [int(ei.shape[1])]}}
+    return {
+        "indptr": {"file": f"{PREPARED}/indptr.npy", "dtype": "int64", "shape": [n + 1]},
+        "indices": {"file": f"{PREPARED}/indices.npy", "dtype": "int64", "shape": [int(ei.shape[1])]},
+    }
 
 
-def build_typed_csc(root: Path, ei: np.ndarray, edge_type: tuple, n_dst: int, bar,
-                    edges_per_chunk: int | None = None) -> dict:
+def build_typed_csc(
+    root: Path, ei: np.ndarray, edge_type: tuple, n_dst: int, bar, edges_per_chunk: int | None = None
+) -> dict:
     """One edge type's topology for a heterogeneous node task: ``prepared/indptr__S__R__D.npy``
     (CSC offsets over the ``n_dst`` destinations) and ``prepared/edges__S__R__D.npy`` [2, E], the
     edges stably sorted by destination (row 0 is the CSC indices, row 1 their destinations: the
@@ -356,16 +404,27 @@ def build_typed_csc(root: Path, ei: np.ndarray, edge_type: tuple, n_dst: int, ba
     indptr_key, edges_key = csc_keys(edge_type)
     suffix = "__".join(edge_type)
     files = {indptr_key: f"{PREPARED}/indptr__{suffix}.npy", edges_key: f"{PREPARED}/edges__{suffix}.npy"}
-    counting_sort(root, ei, n_dst, bar, root / files[indptr_key], root / files[edges_key], edges_per_chunk,
-                  with_destinations=True)
+    counting_sort(
+        root, ei, n_dst, bar, root / files[indptr_key], root / files[edges_key], edges_per_chunk, with_destinations=True
+    )
     e = int(ei.shape[1])
-    return {indptr_key: {"file": files[indptr_key], "dtype": "int64", "shape": [n_dst + 1]},
-            edges_key: {"file": files[edges_key], "dtype": "int64", "shape": [2, e]}}
+    return {
+        indptr_key: {"file": files[indptr_key], "dtype": "int64", "shape": [n_dst + 1]},
+        edges_key: {"file": files[edges_key], "dtype": "int64", "shape": [2, e]},
+    }
 
 
-def counting_sort(root: Path, ei: np.ndarray, n: int, bar, indptr_file: Path, indices_file: Path,
-                  edges_per_chunk: int | None = None, check: Callable[[np.ndarray], None] | None = None,
-                  with_destinations: bool = False) -> None:
+def counting_sort(
+    root: Path,
+    ei: np.ndarray,
+    n: int,
+    bar,
+    indptr_file: Path,
+    indices_file: Path,
+    edges_per_chunk: int | None = None,
+    check: Callable[[np.ndarray], None] | None = None,
+    with_destinations: bool = False,
+) -> None:
     """Write ``indptr_file`` (CSC offsets over ``n`` destinations) and ``indices_file`` (the sources
     of ``ei`` stably sorted by destination; with ``with_destinations``, a [2, E] array whose second
     row holds their destinations) by a counting sort over chunks of edges into memory-mapped files:
@@ -376,7 +435,7 @@ def counting_sort(root: Path, ei: np.ndarray, n: int, bar, indptr_file: Path, in
     def count(indptr: np.ndarray) -> None:
         indptr[:] = 0
         for start in range(0, e, step):
-            src, dst = (np.array(ei[i, start:start + step]) for i in (0, 1))
+            src, dst = (np.array(ei[i, start : start + step]) for i in (0, 1))
             if check is not None:
                 check(src)
                 check(dst)
@@ -385,8 +444,8 @@ def counting_sort(root: Path, ei: np.ndarray, n: int, bar, indptr_file: Path, in
             bar.update(src.nbytes + dst.nbytes)
         carry = 0
         for start in range(1, n + 1, step):
-            block = np.cumsum(indptr[start:start + step]) + carry
-            indptr[start:start + step] = block
+            block = np.cumsum(indptr[start : start + step]) + carry
+            indptr[start : start + step] = block
             carry = int(block[-1])
 
     write_array(indptr_file, np.int64, (n + 1,), count)
@@ -398,9 +457,9 @@ def counting_sort(root: Path, ei: np.ndarray, n: int, bar, indptr_file: Path, in
         try:
             fill = np.lib.format.open_memmap(fill_file, mode="w+", dtype=np.int64, shape=(max(n, 1),))
             for start in range(0, n, step):
-                fill[start:start + step] = indptr[start:min(start + step, n)]
+                fill[start : start + step] = indptr[start : min(start + step, n)]
             for start in range(0, e, step):
-                src, dst = (np.array(ei[i, start:start + step]) for i in (0, 1))
+                src, dst = (np.array(ei[i, start : start + step]) for i in (0, 1))
                 order = np.argsort(dst, kind="stable")
                 dst, src = dst[order], src[order]
                 ids, first, counts = np.unique(dst, return_index=True, return_counts=True)
@@ -422,7 +481,7 @@ def _labels(root: Path, key: str, y: np.ndarray, bar) -> int:
     step = max(1, chunk_bytes() // 16)
     present = np.zeros(0, dtype=np.int64)
     for start in range(0, y.shape[0], step):
-        block = np.array(y[start:start + step])
+        block = np.array(y[start : start + step])
         present = np.union1d(present, np.unique(block))
         bar.update(block.nbytes)
     try:
@@ -453,7 +512,7 @@ def _check_split_chunks(splits: dict, owner: np.ndarray, n: int, unit: str) -> N
         if idx.shape[0] == 0:
             raise DataError(f"The {name} split is empty; every split needs at least one {unit}.")
         for start in range(0, idx.shape[0], step):
-            block = np.array(idx[start:start + step])
+            block = np.array(idx[start : start + step])
             check_ids(f"{name}_idx", torch.from_numpy(block), n, unit=unit)
             held = owner[block]
             if ((held != 0) & (held != number)).any():
@@ -479,8 +538,12 @@ def _prepare_collection(root: Path, members: dict) -> dict:
     except DataError as exc:
         raise DataError(f"{root}: {exc}") from None
     summary = {k: v for k, v in data.summary().items() if k != "name"}
-    return {"kind": "collection", "arrays": {k: _spec(f"{k}.npy", v) for k, v in a.items()},
-            "checked": ["everything a run checks (a collection is loaded whole)"], "summary": summary}
+    return {
+        "kind": "collection",
+        "arrays": {k: _spec(f"{k}.npy", v) for k, v in a.items()},
+        "checked": ["everything a run checks (a collection is loaded whole)"],
+        "summary": summary,
+    }
 
 
 def _prepare_hetero(root: Path, members: dict, dtype: str, progress: bool) -> dict:
@@ -516,11 +579,16 @@ def _prepare_hetero(root: Path, members: dict, dtype: str, progress: bool) -> di
             num_classes = _labels(root, f"y__{t}", a[f"y__{t}"], bar)
             checked.append("labels in [0, C), every class present")
             if source.splits is not None:
-                _splits(root, {f"{s}_idx": a[f"{s}_idx__{t}"] for s in ("train", "val", "test")}, counts[t],
-                        f"'{t}' node")
+                _splits(
+                    root, {f"{s}_idx": a[f"{s}_idx__{t}"] for s in ("train", "val", "test")}, counts[t], f"'{t}' node"
+                )
                 checked.append("splits non-empty, in range, disjoint")
-    summary = {"num_nodes": sum(counts.values()), "node_types": dict(counts), "num_classes": num_classes,
-               "edge_types": {edge_name(et): int(e.shape[1]) for et, e in source.edges.items()}}
+    summary = {
+        "num_nodes": sum(counts.values()),
+        "node_types": dict(counts),
+        "num_classes": num_classes,
+        "edge_types": {edge_name(et): int(e.shape[1]) for et, e in source.edges.items()},
+    }
     return {"kind": "hetero", "arrays": arrays, "checked": checked, "summary": summary}
 
 
@@ -530,7 +598,7 @@ def _typed_ids(root: Path, key: str, ei: np.ndarray, et: tuple, counts: dict, ba
     step = max(1, chunk_bytes() // 16)
     for start in range(0, ei.shape[1], step):
         for row, end, t in ((0, "source", et[0]), (1, "destination", et[2])):
-            block = np.array(ei[row, start:start + step])
+            block = np.array(ei[row, start : start + step])
             try:
                 check_ids(f"edge_index[{edge_name(et)}] {end}", torch.from_numpy(block), counts[t], unit=f"'{t}' node")
             except DataError as exc:
@@ -581,8 +649,16 @@ def _reserve(file: Path) -> None:
 def _bar(progress: bool, total: int, root: Path):
     from tqdm import tqdm
 
-    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=f"prepare {root.name}",
-                disable=not progress, file=sys.stderr, leave=False)
+    return tqdm(
+        total=total,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
+        desc=f"prepare {root.name}",
+        disable=not progress,
+        file=sys.stderr,
+        leave=False,
+    )
 
 
 def describe(result: dict) -> str:
@@ -592,4 +668,3 @@ def describe(result: dict) -> str:
     if result["already"]:
         return f"{result['out']}: already prepared ({result['kind']}, {what}); nothing to do"
     return f"{result['out']}: prepared ({result['kind']}, {what}; checked {', '.join(result['checked'])})"
-

@@ -5,6 +5,7 @@ Layers, last wins: the built-in defaults, an experiment (YAML path or registered
 the disk beyond reading the experiment file, so every rank of a job can resolve the same config
 and refuse the same bad input before any of them waits for the others.
 """
+
 from __future__ import annotations
 
 import os
@@ -32,8 +33,9 @@ def resolve_config(
     """Merge defaults, an experiment, ``--dataset``, ``--set`` overrides and flags; validate."""
     overrides = cfgmod.check_overrides(overrides)
     if backend is not None and isinstance(backend, str) and not backend.strip():
-        raise ConfigError("--backend is empty; name one (gnnbridge backends lists them), or leave it out for the "
-                          "default.")
+        raise ConfigError(
+            "--backend is empty; name one (gnnbridge backends lists them), or leave it out for the default."
+        )
     if isinstance(experiment, ExperimentConfig):
         data = experiment.to_dict()
     elif isinstance(experiment, dict):
@@ -42,8 +44,10 @@ def resolve_config(
     elif experiment is None or isinstance(experiment, (str, os.PathLike)):
         data = _experiment_dict(experiment)
     else:
-        raise ConfigError(f"experiment={cfgmod.show(experiment)} ({type(experiment).__name__}) is not an experiment; "
-                          "give a YAML path, a built-in name (gnnbridge experiments), a dict or an ExperimentConfig.")
+        raise ConfigError(
+            f"experiment={cfgmod.show(experiment)} ({type(experiment).__name__}) is not an experiment; "
+            "give a YAML path, a built-in name (gnnbridge experiments), a dict or an ExperimentConfig."
+        )
     if dataset is not None and not isinstance(dataset, (str, os.PathLike)):
         raise ConfigError(f"dataset={cfgmod.show(dataset)} must be a dataset name, a .npz path or a prepared folder.")
     dataset = os.fspath(dataset) if dataset is not None else None

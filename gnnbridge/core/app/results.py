@@ -5,6 +5,7 @@ Rank 0 builds the results from the trainer's outcome and every rank's summary (w
 which training items it got); the launching process reads them back, draws the curves and
 returns them to the caller.
 """
+
 from __future__ import annotations
 
 import json
@@ -50,9 +51,16 @@ def rank_summary(ctx: DistContext, trainer: Trainer) -> dict:
     its peak memory: resident set (shared graph pages it touched included) and, on a GPU, the
     most CUDA memory torch held for it."""
     cuda = torch.cuda.max_memory_allocated(ctx.device) if ctx.device.type == "cuda" else None
-    return {"rank": ctx.rank, "node": ctx.node_rank, "local_rank": ctx.local_rank, "host": platform.node(),
-            "device": str(ctx.device), "peak_rss_bytes": peak_rss_bytes(), "peak_cuda_bytes": cuda,
-            **trainer.shard_fingerprint}
+    return {
+        "rank": ctx.rank,
+        "node": ctx.node_rank,
+        "local_rank": ctx.local_rank,
+        "host": platform.node(),
+        "device": str(ctx.device),
+        "peak_rss_bytes": peak_rss_bytes(),
+        "peak_cuda_bytes": cuda,
+        **trainer.shard_fingerprint,
+    }
 
 
 def peak_rss_bytes() -> int:
@@ -88,7 +96,9 @@ def plot(run_dir: Path, results: dict) -> None:
         ax_acc.plot(epochs, [h["train_acc"] for h in history], marker="o", label="train")
     label = "val (sampled)" if results["task"] != "graph" else "val"
     ax_acc.plot(epochs, [h.get(monitor) for h in history], marker="o", label=label)
-    ax_acc.set(xlabel="epoch", ylabel=monitor.removeprefix("val_"), title=f"{results['experiment']} on {results['backend']}")
+    ax_acc.set(
+        xlabel="epoch", ylabel=monitor.removeprefix("val_"), title=f"{results['experiment']} on {results['backend']}"
+    )
     for restart in results.get("restarts", []):
         if restart.get("resumed_from_epoch") is not None:  # where a restarted run picked up
             for ax in (ax_loss, ax_acc):

@@ -13,6 +13,7 @@ when the process dies, however it dies), and checks emptiness again once it hold
 second run on the same folder, a ``--resume`` of a run that is still going included, is refused
 in one line. Every temporary file gets a name of its own, so no two writers ever share one.
 """
+
 from __future__ import annotations
 
 import errno
@@ -65,11 +66,13 @@ def _check_unused(path: Path) -> None:
     if "\0" in str(path):
         raise OutputPathError(f"--out {str(path)!r} holds a NUL byte; give a folder name without one.")
     if path.is_symlink() and not path.exists():
-        raise OutputPathError(f"--out {path} is a symbolic link to '{os.readlink(path)}', which does not exist; "
-                              "give a real folder.")
+        raise OutputPathError(
+            f"--out {path} is a symbolic link to '{os.readlink(path)}', which does not exist; give a real folder."
+        )
     if path.exists() and not path.is_dir():
-        raise OutputExistsError(f"--out {path} is a file, not a folder; choose a new --out (gnnbridge never "
-                                "overwrites a file).")
+        raise OutputExistsError(
+            f"--out {path} is a file, not a folder; choose a new --out (gnnbridge never overwrites a file)."
+        )
     entries = {p.name for p in path.iterdir()} - {LOCK} if path.exists() else set()
     if path.exists() and _locked_elsewhere(path):
         raise OutputExistsError(f"Output folder '{path}' is in use by another gnnbridge run; choose a new --out.")
@@ -126,8 +129,10 @@ def lock(run_dir: Path) -> None:
     except OSError as exc:
         if exc.errno != errno.ELOOP:
             raise
-        raise OutputPathError(f"'{run_dir / LOCK}' is a symbolic link; gnnbridge writes only inside a run folder: "
-                              "remove the link, then try again.") from None
+        raise OutputPathError(
+            f"'{run_dir / LOCK}' is a symbolic link; gnnbridge writes only inside a run folder: "
+            "remove the link, then try again."
+        ) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -182,8 +187,11 @@ OS_REASONS = {
 def output_error(path: Path, exc: OSError, what: str) -> OutputPathError:
     """One line for an ``OSError`` raised while writing ``path``: what, where, why, and the fix."""
     reason = OS_REASONS.get(exc.errno, exc.strerror or type(exc).__name__)
-    fix = "free some space and try again" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else \
-        "choose a folder you can write (--out DIR)"
+    fix = (
+        "free some space and try again"
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT)
+        else "choose a folder you can write (--out DIR)"
+    )
     return OutputPathError(f"Cannot write {what} '{path}': {reason}; {fix}.")
 
 
@@ -243,8 +251,11 @@ def explain_stop(exc: BaseException, run_dir: Path) -> BaseException:
     resume = f"gnnbridge train --resume {run_dir}"
     if isinstance(exc, KeyboardInterrupt):
         signum = getattr(exc, "signum", signal.SIGINT)
-        state = f"its checkpoint is kept in {run_dir}; continue it with: {resume}" if kept else \
-            "it had no checkpoint yet, so its run folder was removed"
+        state = (
+            f"its checkpoint is kept in {run_dir}; continue it with: {resume}"
+            if kept
+            else "it had no checkpoint yet, so its run folder was removed"
+        )
         return RunInterrupted(signum, f"Stopped by {signal_name(signum)}: {state}.")
     if isinstance(exc, GnnBridgeError) and exc.args and kept:
         # From another rank the divergence arrives as that rank's line (a RankFailedError).

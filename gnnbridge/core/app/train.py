@@ -11,6 +11,7 @@ the rendezvous (same answer everywhere, so no rank waits for one that gave up); 
 folder check, the dataset (loaded once per node, ``runtime.sharing``) and the run folder (rank
 0's) come after it, where a failure on one rank stops all of them.
 """
+
 from __future__ import annotations
 
 import json
@@ -90,8 +91,14 @@ def _run_local(plan: Plan, progress: bool) -> dict:
         plan.write_config(run_dir)
         data.share_memory_()
         config = plan.config
-        launch(_local_worker, config.nproc, config.device.value, (plan, data, run_dir, progress),
-               timeout_s=config.timeout, max_restarts=config.max_restarts)
+        launch(
+            _local_worker,
+            config.nproc,
+            config.device.value,
+            (plan, data, run_dir, progress),
+            timeout_s=config.timeout,
+            max_restarts=config.max_restarts,
+        )
         return results.finish(run_dir)
     except BaseException as exc:
         discard(run_dir, created)
@@ -122,8 +129,14 @@ def _run_job_rank(job: JobEnv, plan: Plan, flags: dict, progress: bool) -> dict 
     except GnnBridgeError as exc:
         exc.quiet = job.local_rank not in (None, 0)  # every rank finds it; each node's first says it
         raise
-    return launch(_job_worker, plan.config.nproc, plan.config.device.value, (plan, progress),
-                  timeout_s=plan.config.timeout, job=job)
+    return launch(
+        _job_worker,
+        plan.config.nproc,
+        plan.config.device.value,
+        (plan, progress),
+        timeout_s=plan.config.timeout,
+        job=job,
+    )
 
 
 def _refuse_launch_flags(job: JobEnv, flags: dict) -> None:
@@ -190,8 +203,12 @@ def _after_restart(ctx: DistContext, plan: Plan, run_dir: Path | None, created: 
     if ctx.is_main and plan.restart is not None:
         epoch = plan.restart["resumed_from_epoch"]
         where = f"from epoch {epoch + 2}" if epoch is not None else "from the start (no checkpoint yet)"
-        print(f"Restart {ctx.attempt} of {plan.config.max_restarts} after: {plan.restart['after'] or 'a rank failed'}; "
-              f"continuing {run_dir} {where}.", file=sys.stderr, flush=True)
+        print(
+            f"Restart {ctx.attempt} of {plan.config.max_restarts} after: {plan.restart['after'] or 'a rank failed'}; "
+            f"continuing {run_dir} {where}.",
+            file=sys.stderr,
+            flush=True,
+        )
     return plan
 
 

@@ -6,6 +6,7 @@ The merged dict is validated once, here, so every later stage can trust it: unkn
 "did you mean", wrong types and impossible values name the key, the value and what is allowed.
 Dataset-specific knobs live under ``dataset.options`` and are checked by the dataset itself.
 """
+
 from __future__ import annotations
 
 import copy
@@ -104,8 +105,9 @@ class ModelSpec:
         _positive("model.layers", self.layers)
         _positive("model.heads", self.heads)
         if not self.arch.strip():
-            raise ConfigError("model.arch is empty; name a model (gnnbridge models lists them) or a class as "
-                              "module:Class.")
+            raise ConfigError(
+                "model.arch is empty; name a model (gnnbridge models lists them) or a class as module:Class."
+            )
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"model.dropout={self.dropout} is out of range; expected 0 <= dropout < 1.")
         if self.aggr not in AGGREGATIONS:
@@ -120,8 +122,9 @@ class ModelSpec:
             )
         bad = [k for k in self.options if not isinstance(k, str) or not k.isidentifier()]
         if bad:
-            raise ConfigError(f"model.options has the key {show(bad[0])}; keys are keyword argument names, "
-                              "e.g. model.options.jk=cat.")
+            raise ConfigError(
+                f"model.options has the key {show(bad[0])}; keys are keyword argument names, e.g. model.options.jk=cat."
+            )
 
     def parameter_estimate(self, in_dim: int, out_dim: int) -> int:
         """About the parameters of a message-passing model of this width and depth (two input
@@ -145,13 +148,19 @@ class SamplerConfig:
 
     def __post_init__(self) -> None:
         for rel, fanouts in self.edge_fanouts.items():
-            if not isinstance(fanouts, list) or len(fanouts) != len(self.fanouts) or any(
-                    type(f) is not int or (f <= 0 and f != -1) for f in fanouts):
-                raise ConfigError(f"sampler.edge_fanouts.{rel}={show(fanouts)} must be a list of {len(self.fanouts)} "
-                                  "fanouts (one per layer, like sampler.fanouts; -1 for all neighbours).")
+            if (
+                not isinstance(fanouts, list)
+                or len(fanouts) != len(self.fanouts)
+                or any(type(f) is not int or (f <= 0 and f != -1) for f in fanouts)
+            ):
+                raise ConfigError(
+                    f"sampler.edge_fanouts.{rel}={show(fanouts)} must be a list of {len(self.fanouts)} "
+                    "fanouts (one per layer, like sampler.fanouts; -1 for all neighbours)."
+                )
         if not self.kind.strip():
-            raise ConfigError("sampler.kind is empty; use auto, native, core or a plugin's sampler "
-                              "(gnnbridge samplers lists them).")
+            raise ConfigError(
+                "sampler.kind is empty; use auto, native, core or a plugin's sampler (gnnbridge samplers lists them)."
+            )
         if not self.fanouts:
             raise ConfigError("sampler.fanouts is empty; give one fanout per layer, e.g. [25, 10].")
         bad = [f for f in self.fanouts if f <= 0 and f != -1]
@@ -201,9 +210,11 @@ class EvalConfig:
     def __post_init__(self) -> None:
         _positive("eval.batch_size", self.batch_size)
         if self.layer_store not in LAYER_STORES:
-            raise ConfigError(f"eval.layer_store={show(self.layer_store)} is not a place for layer outputs"
-                              f"{did_you_mean(self.layer_store, LAYER_STORES)}; choose one of: "
-                              f"{', '.join(LAYER_STORES)}.")
+            raise ConfigError(
+                f"eval.layer_store={show(self.layer_store)} is not a place for layer outputs"
+                f"{did_you_mean(self.layer_store, LAYER_STORES)}; choose one of: "
+                f"{', '.join(LAYER_STORES)}."
+            )
 
 
 @dataclass
@@ -215,8 +226,10 @@ class LogConfig:
 
     def __post_init__(self) -> None:
         if len(set(self.to)) != len(self.to) or not all(isinstance(n, str) and n.strip() for n in self.to):
-            raise ConfigError(f"log.to={show(self.to)} must be a list of distinct logger names, e.g. "
-                              "log.to=[tensorboard,csv] (gnnbridge loggers lists them).")
+            raise ConfigError(
+                f"log.to={show(self.to)} must be a list of distinct logger names, e.g. "
+                "log.to=[tensorboard,csv] (gnnbridge loggers lists them)."
+            )
 
 
 PLACES = ("host", "device")
@@ -241,18 +254,25 @@ class PlacementConfig:
 
     def __post_init__(self) -> None:
         if parse_size(self.feature_cache) is None:
-            raise ConfigError(f"placement.feature_cache={show(self.feature_cache)} is not a size; give bytes "
-                              "(e.g. 1048576) or a number with a unit: 512MB, 2GB (0: off).")
+            raise ConfigError(
+                f"placement.feature_cache={show(self.feature_cache)} is not a size; give bytes "
+                "(e.g. 1048576) or a number with a unit: 512MB, 2GB (0: off)."
+            )
         for key in ("features", "topology"):
             if getattr(self, key) not in PLACES:
-                raise ConfigError(f"placement.{key}={show(getattr(self, key))} is not a place; choose one of: "
-                                  f"{', '.join(PLACES)}.")
+                raise ConfigError(
+                    f"placement.{key}={show(getattr(self, key))} is not a place; choose one of: {', '.join(PLACES)}."
+                )
         if self.precision not in PRECISIONS:
-            raise ConfigError(f"placement.precision={show(self.precision)} is not supported"
-                              f"{did_you_mean(self.precision, PRECISIONS)}; choose one of: {', '.join(PRECISIONS)}.")
+            raise ConfigError(
+                f"placement.precision={show(self.precision)} is not supported"
+                f"{did_you_mean(self.precision, PRECISIONS)}; choose one of: {', '.join(PRECISIONS)}."
+            )
         if type(self.read_depth) is not int or not 1 <= self.read_depth <= 256:
-            raise ConfigError(f"placement.read_depth={show(self.read_depth)} must be an integer from 1 to 256 (reads "
-                              "in flight per rank on a folder's feature file).")
+            raise ConfigError(
+                f"placement.read_depth={show(self.read_depth)} must be an integer from 1 to 256 (reads "
+                "in flight per rank on a folder's feature file)."
+            )
         if type(self.prefetch) is not int or not 0 <= self.prefetch <= 16:
             raise ConfigError(f"placement.prefetch={show(self.prefetch)} must be an integer from 0 (off) to 16.")
 
@@ -275,8 +295,10 @@ class LinkConfig:
             if not 0 < getattr(self, key) < 0.5:
                 raise ConfigError(f"link.{key}={getattr(self, key)} must be in (0, 0.5), e.g. 0.1.")
         if self.hits_at > self.eval_negatives + 1:
-            raise ConfigError(f"link.hits_at={self.hits_at} exceeds the {self.eval_negatives + 1} candidates each "
-                              f"evaluation edge is ranked among (link.eval_negatives + 1).")
+            raise ConfigError(
+                f"link.hits_at={self.hits_at} exceeds the {self.eval_negatives + 1} candidates each "
+                f"evaluation edge is ranked among (link.eval_negatives + 1)."
+            )
 
 
 @dataclass
@@ -304,11 +326,15 @@ class ExperimentConfig:
         if self.max_restarts < 0:
             raise ConfigError(f"max_restarts={self.max_restarts} must be >= 0 (0: a failure ends the run).")
         if not 0 < self.timeout <= MAX_TIMEOUT_S:
-            raise ConfigError(f"timeout={self.timeout} must be a positive number of seconds up to {MAX_TIMEOUT_S} "
-                              "(a week), e.g. --timeout 120.")
+            raise ConfigError(
+                f"timeout={self.timeout} must be a positive number of seconds up to {MAX_TIMEOUT_S} "
+                "(a week), e.g. --timeout 120."
+            )
         if self.placement.precision == "fp16" and self.device is DeviceChoice.CPU:
-            raise ConfigError("placement.precision=fp16 needs --device cuda (DGL's CPU kernels and most CPUs have no "
-                              "fp16 arithmetic); use placement.precision=bf16 on the CPU.")
+            raise ConfigError(
+                "placement.precision=fp16 needs --device cuda (DGL's CPU kernels and most CPUs have no "
+                "fp16 arithmetic); use placement.precision=bf16 on the CPU."
+            )
         # Graph tasks read whole graphs: fanouts do not apply to them.
         if self.task is not Task.GRAPH and len(self.sampler.fanouts) != self.model.layers:
             raise ConfigError(
@@ -322,8 +348,10 @@ class ExperimentConfig:
             train.monitor = DEFAULT_MONITOR[self.task.value]
         valid = LINK_MONITORS if self.task is Task.LINK else NODE_MONITORS
         if train.monitor not in valid:
-            raise ConfigError(f"train.monitor={train.monitor} does not score task={self.task.value}; choose one of: "
-                              f"{', '.join(valid)}.")
+            raise ConfigError(
+                f"train.monitor={train.monitor} does not score task={self.task.value}; choose one of: "
+                f"{', '.join(valid)}."
+            )
 
     def to_dict(self) -> dict:
         return _plain(dataclasses.asdict(self))
@@ -370,12 +398,16 @@ def check_plain(value: Any, where: str) -> None:
         item, depth = stack.pop()
         seen += 1
         if seen > MAX_VALUES:
-            raise ConfigError(f"{where} expands to more than {MAX_VALUES:,} values (a YAML alias bomb or a "
-                              "self-referencing value?); an experiment holds a few dozen.")
+            raise ConfigError(
+                f"{where} expands to more than {MAX_VALUES:,} values (a YAML alias bomb or a "
+                "self-referencing value?); an experiment holds a few dozen."
+            )
         if isinstance(item, (dict, list, tuple, set)):
             if depth > MAX_DEPTH:
-                raise ConfigError(f"{where} is nested more than {MAX_DEPTH} levels deep; an experiment has "
-                                  "sections, keys and at most a short list.")
+                raise ConfigError(
+                    f"{where} is nested more than {MAX_DEPTH} levels deep; an experiment has "
+                    "sections, keys and at most a short list."
+                )
             children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
             stack.extend((child, depth + 1) for child in children)
 
@@ -480,7 +512,7 @@ def parse_size(value) -> int | None:
 def show(value: Any, limit: int = 80) -> str:
     """``repr(value)`` cut to ``limit`` characters: a message names the value, it does not dump it."""
     text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit - 3]}..."
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
 # --------------------------------------------------------------------------- files and overrides
@@ -493,15 +525,18 @@ def safe_yaml(text: str, where: str) -> Any:
     :data:`MAX_VALUES` (an alias bomb loads in microseconds but never finishes printing).
     Raises ``yaml.YAMLError`` for text that is not YAML."""
     if len(text) > MAX_TEXT_BYTES:
-        raise ConfigError(f"{where} is {len(text):,} characters long; an experiment is a few lines "
-                          f"(at most {MAX_TEXT_BYTES:,}).")
+        raise ConfigError(
+            f"{where} is {len(text):,} characters long; an experiment is a few lines (at most {MAX_TEXT_BYTES:,})."
+        )
     depth = 0
     for event in yaml.parse(text, Loader=yaml.SafeLoader):  # the parser is a state machine: no recursion
         if isinstance(event, yaml.CollectionStartEvent):
             depth += 1
             if depth > MAX_DEPTH:
-                raise ConfigError(f"{where} is nested more than {MAX_DEPTH} levels deep; an experiment has "
-                                  "sections, keys and at most a short list.")
+                raise ConfigError(
+                    f"{where} is nested more than {MAX_DEPTH} levels deep; an experiment has "
+                    "sections, keys and at most a short list."
+                )
         elif isinstance(event, yaml.CollectionEndEvent):
             depth -= 1
     data = yaml.safe_load(text)
@@ -513,8 +548,9 @@ def load_yaml(path: str | Path) -> dict:
     """Read an experiment YAML file into a dict, with one-line errors for every failure."""
     path = Path(path)
     if path.exists() and not path.is_file():
-        raise DataFileNotFoundError(f"Config file '{path}' is not a regular file (a folder, device or pipe); give "
-                                    "the experiment's .yaml file.")
+        raise DataFileNotFoundError(
+            f"Config file '{path}' is not a regular file (a folder, device or pipe); give the experiment's .yaml file."
+        )
     if not path.is_file():
         raise DataFileNotFoundError(f"Config file '{path}' does not exist.")
     try:
@@ -543,8 +579,10 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     try:
         value = safe_yaml(raw, f"--set {key.strip()[:80]}") if raw.strip() else None
     except yaml.YAMLError:
-        raise ConfigError(f"--set {show(text)}: the value {show(raw)} is not valid YAML "
-                          "(quote a string, e.g. --set name='\"my run\"').") from None
+        raise ConfigError(
+            f"--set {show(text)}: the value {show(raw)} is not valid YAML "
+            "(quote a string, e.g. --set name='\"my run\"')."
+        ) from None
     return key.strip().split("."), value
 
 
@@ -552,17 +590,22 @@ def check_overrides(overrides: Any) -> list[str]:
     """``overrides`` as a list of strings; a bare string is refused (iterating it would apply one
     override per character)."""
     if isinstance(overrides, (str, bytes)):
-        raise ConfigError(f"overrides={show(overrides)} is a string; pass a list of 'KEY=VALUE' strings, "
-                          f"e.g. overrides=[{show(overrides)}].")
+        raise ConfigError(
+            f"overrides={show(overrides)} is a string; pass a list of 'KEY=VALUE' strings, "
+            f"e.g. overrides=[{show(overrides)}]."
+        )
     try:
         items = list(overrides or ())
     except TypeError:
-        raise ConfigError(f"overrides={show(overrides)} is not a list of 'KEY=VALUE' strings, "
-                          "e.g. overrides=['train.epochs=5'].") from None
+        raise ConfigError(
+            f"overrides={show(overrides)} is not a list of 'KEY=VALUE' strings, e.g. overrides=['train.epochs=5']."
+        ) from None
     for item in items:
         if not isinstance(item, str):
-            raise ConfigError(f"overrides holds {show(item)} ({type(item).__name__}); each must be a 'KEY=VALUE' "
-                              "string, e.g. 'train.epochs=5'.")
+            raise ConfigError(
+                f"overrides holds {show(item)} ({type(item).__name__}); each must be a 'KEY=VALUE' "
+                "string, e.g. 'train.epochs=5'."
+            )
     return items
 
 
@@ -642,7 +685,7 @@ KEY_HELP = {
     "placement.precision": "fp32 | bf16 | fp16 (fp16 needs cuda)",
     "placement.read_depth": "reads in flight per rank gathering a folder's mapped features (1-256)",
     "placement.feature_cache": "RAM per machine (its ranks share it, in /dev/shm) for the most-sampled rows: "
-                               "512MB, 2GB (0: off)",
+    "512MB, 2GB (0: off)",
     "log": "where each epoch's numbers go besides results.json",
     "log.to": "logger plugins, e.g. [tensorboard, csv] (gnnbridge loggers)",
 }

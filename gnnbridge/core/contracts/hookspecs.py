@@ -10,6 +10,7 @@ callback: core owns validation, de-duplication and error messages, so a plugin s
     def register_datasets(register):
         register("my-graph", load_my_graph, "My lab's citation graph")
 """
+
 from __future__ import annotations
 
 import pluggy

@@ -23,6 +23,7 @@ third-party backend only has to fill in these methods (the conformance suite in
 Libraries are imported lazily inside methods, so a backend whose library is missing still
 registers and can say why in ``gnnbridge backends``.
 """
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -102,7 +103,7 @@ class GNNModel(nn.Module, ABC):
     def _layer_module(self, index: int) -> nn.Module:
         """The module whose parameters ``NEUTRAL_NAMES`` names for layer ``index``."""
 
-    def bind(self, data: GraphData) -> "GNNModel":
+    def bind(self, data: GraphData) -> GNNModel:
         # A plain attribute, not a buffer: DDP would broadcast an N-sized buffer every step.
         self.in_degree = data.indptr.diff()
         return self
@@ -154,14 +155,16 @@ class Backend(ABC):
         """Versions of the libraries this backend runs on (only those importable)."""
 
     def check_device(self, device: torch.device) -> None:
-        """Raise :class:`BackendUnavailableError` when the backend cannot compute on ``device``."""
+        """Raise :class:`BackendUnavailableError` when the backend cannot compute on ``device``
+        (every device by default: a backend overrides this only to refuse one)."""
+        return None
 
     def native_parts(self) -> dict[str, str | None]:
         """The library's optional native parts for ``gnnbridge doctor``: ``{part: None}`` where
         it is there, ``{part: what its absence costs and the fix}`` where it is not."""
         return {}
 
-    def require(self) -> "Backend":
+    def require(self) -> Backend:
         reason = self.availability()
         if reason is not None:
             raise BackendUnavailableError(f"Backend '{self.name}' cannot run here: {reason}")
@@ -224,8 +227,10 @@ class Backend(ABC):
         """Why heterogeneous batches of ``kind`` cannot come from this backend (None: they can);
         AUTO and CORE always come from core's heterogeneous sampler."""
         if kind is SamplerKind.NATIVE:
-            return (f"sampler.kind=native: backend '{self.name}' has no library sampler for heterogeneous graphs "
-                    "wired in; use sampler.kind=core or auto")
+            return (
+                f"sampler.kind=native: backend '{self.name}' has no library sampler for heterogeneous graphs "
+                "wired in; use sampler.kind=core or auto"
+            )
         return None
 
     # -- batches ------------------------------------------------------------------
@@ -248,7 +253,7 @@ class GraphClassifier(nn.Module, ABC):
     @abstractmethod
     def forward(self, graph: Any, x: torch.Tensor) -> torch.Tensor: ...
 
-    def bind(self, data: Any) -> "GraphClassifier":
+    def bind(self, data: Any) -> GraphClassifier:
         """Nothing graph-wide to learn from a collection (kept for the trainer's one code path)."""
         return self
 

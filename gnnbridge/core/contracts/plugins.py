@@ -16,6 +16,7 @@ working (a name it would have added is then "unknown", after that warning). A pl
 registers something invalid, or a name another plugin holds, is an error naming the plugin(s):
 which of two models a config means cannot be guessed.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -56,6 +57,7 @@ def warn(line: str) -> None:
     if not _quiet():
         print(f"Warning: {line}", file=sys.stderr)
 
+
 pm = pluggy.PluginManager(hookspecs.PROJECT)
 pm.add_hookspecs(hookspecs)
 _lock = threading.RLock()
@@ -82,8 +84,10 @@ def load_plugins() -> None:
         if _loaded:
             return
         if _loading:  # a plugin's import reached a registry: loading again would recurse forever
-            raise PluginError(f"Plugin '{_loading[-1]}' uses gnnbridge's registries while it is imported; use them "
-                              "inside its hooks instead.")
+            raise PluginError(
+                f"Plugin '{_loading[-1]}' uses gnnbridge's registries while it is imported; use them "
+                "inside its hooks instead."
+            )
         allowed = _allowed()
         points = list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
         _check_allowed(allowed, {ep.name for ep in points} | set(_defaults))
@@ -102,8 +106,10 @@ def _load_one(name: str, where: str, load: Callable[[], Any]) -> None:
     held = pm.get_plugin(name)
     if held is not None or name in _failures:
         if held is not None and getattr(held, "__name__", where) != where.partition(":")[0]:
-            warn(f"plugin name '{name}' is taken by {getattr(held, '__name__', held)}; {where} is left out "
-                 f"(two installed packages use the name; uninstall one)")
+            warn(
+                f"plugin name '{name}' is taken by {getattr(held, '__name__', held)}; {where} is left out "
+                f"(two installed packages use the name; uninstall one)"
+            )
         return
     _loading.append(name)
     try:
@@ -117,12 +123,19 @@ def _load_one(name: str, where: str, load: Callable[[], Any]) -> None:
         _loading.pop()
     if pm.is_registered(plugin):
         return
-    unknown = [attr for attr in dir(plugin) if getattr(getattr(plugin, attr, None), f"{hookspecs.PROJECT}_impl", None)
-               is not None and not hasattr(hookspecs, attr)]
+    unknown = [
+        attr
+        for attr in dir(plugin)
+        if getattr(getattr(plugin, attr, None), f"{hookspecs.PROJECT}_impl", None) is not None
+        and not hasattr(hookspecs, attr)
+    ]
     if unknown:
         hooks = [n for n in dir(hookspecs) if n.startswith("register_")]
-        return plugin_failed(name, f"({where}) implements '{unknown[0]}', which is not a gnnbridge hook"
-                                   f"{did_you_mean(unknown[0], hooks)}; hooks: {', '.join(hooks)}")
+        return plugin_failed(
+            name,
+            f"({where}) implements '{unknown[0]}', which is not a gnnbridge hook"
+            f"{did_you_mean(unknown[0], hooks)}; hooks: {', '.join(hooks)}",
+        )
     try:
         pm.register(plugin, name=name)
     except pluggy.PluginValidationError as exc:
@@ -254,8 +267,10 @@ def is_builtin(plugin: str) -> bool:
 def default_backend() -> str:
     """The backend for a config that names none."""
     if _default_backend is None:
-        raise ConfigError(f"No backend was chosen and none is the default; pass --backend "
-                          f"(available: {', '.join(backends.names()) or 'none'}).")
+        raise ConfigError(
+            f"No backend was chosen and none is the default; pass --backend "
+            f"(available: {', '.join(backends.names()) or 'none'})."
+        )
     return _default_backend
 
 
@@ -270,9 +285,15 @@ def plugin_info() -> list[dict]:
             continue
         hooks = sorted(h.name for h in pm.get_hookcallers(plugin) or [])
         dist = dists.get(name)
-        out.append({"name": name, "module": getattr(plugin, "__name__", type(plugin).__name__), "hooks": hooks,
-                    "distribution": f"{dist.name} {dist.version}" if dist else None,
-                    "registers": {r.kind + "s": r.names_from(name) for r in REGISTRIES if r.names_from(name)}})
+        out.append(
+            {
+                "name": name,
+                "module": getattr(plugin, "__name__", type(plugin).__name__),
+                "hooks": hooks,
+                "distribution": f"{dist.name} {dist.version}" if dist else None,
+                "registers": {r.kind + "s": r.names_from(name) for r in REGISTRIES if r.names_from(name)},
+            }
+        )
     out += [{"name": name, "error": why} for name, why in sorted(_failures.items())]
     return out
 
@@ -291,8 +312,9 @@ class Entry:
 class Registry:
     """Names to objects for one kind of thing; errors list what is available."""
 
-    def __init__(self, kind: str, hook: str, fix: str = "", expect: Callable[[Any], bool] | None = None,
-                 expected: str = ""):
+    def __init__(
+        self, kind: str, hook: str, fix: str = "", expect: Callable[[Any], bool] | None = None, expected: str = ""
+    ):
         """``expect``: whether a registered value is of the right kind (``expected`` says which)."""
         self.kind = kind
         self.hook = hook
@@ -330,16 +352,20 @@ class Registry:
             if name in entries:
                 self._taken(name, entries[name].plugin, plugin)
             if self.expect is not None and not self.expect(value):
-                raise PluginError(f"Plugin '{plugin}' registered {self.kind} '{name}' as a {type(value).__name__} "
-                                  f"({repr(value)[:60]}) in {self.hook}; register {self.expected}.")
+                raise PluginError(
+                    f"Plugin '{plugin}' registered {self.kind} '{name}' as a {type(value).__name__} "
+                    f"({repr(value)[:60]}) in {self.hook}; register {self.expected}."
+                )
             entries[name] = Entry(name, value, description, plugin)
 
         return register
 
     def _check_name(self, name: Any, plugin: str) -> None:
         if not isinstance(name, str) or not name or name != name.strip() or ":" in name:
-            raise PluginError(f"Plugin '{plugin}' registered a {self.kind} with an invalid name {name!r}; a name is "
-                              "a non-empty string without spaces around it or ':'.")
+            raise PluginError(
+                f"Plugin '{plugin}' registered a {self.kind} with an invalid name {name!r}; a name is "
+                "a non-empty string without spaces around it or ':'."
+            )
 
     def _taken(self, name: str, holder: str, plugin: str, where: str = "") -> None:
         raise PluginError(
@@ -410,19 +436,28 @@ class ScopedRegistry(Registry):
         self.reserved = reserved
 
     def _register_callback(self, entries: dict[str, Any], plugin: str) -> Callable[..., None]:
-        def register(name: Any, build: Any = None, *, tasks: Any = (Task.NODE,), description: str = "",
-                     heterogeneous: bool = False) -> None:
+        def register(
+            name: Any,
+            build: Any = None,
+            *,
+            tasks: Any = (Task.NODE,),
+            description: str = "",
+            heterogeneous: bool = False,
+        ) -> None:
             self._check_name(name, plugin)
             if name in self.reserved:
-                raise PluginError(f"Plugin '{plugin}' registered {self.kind} '{name}', a name every backend answers "
-                                  f"itself ({', '.join(self.reserved)}); choose another.")
+                raise PluginError(
+                    f"Plugin '{plugin}' registered {self.kind} '{name}', a name every backend answers "
+                    f"itself ({', '.join(self.reserved)}); choose another."
+                )
             for backend, fn in self._builders(name, build, plugin).items():
                 for held in entries.get(name, []):
                     if ANY_BACKEND in (backend, held.backend) or backend == held.backend:
                         where = "" if ANY_BACKEND in (backend, held.backend) else f" for backend '{backend}'"
                         self._taken(name, held.plugin, plugin, where)
-                comp = Component(name, backend, fn, self._tasks(name, tasks, plugin), str(description), plugin,
-                                 bool(heterogeneous))
+                comp = Component(
+                    name, backend, fn, self._tasks(name, tasks, plugin), str(description), plugin, bool(heterogeneous)
+                )
                 entries.setdefault(name, []).append(comp)
 
         return register
@@ -431,8 +466,10 @@ class ScopedRegistry(Registry):
         builders = dict(build) if isinstance(build, dict) else {ANY_BACKEND: build}
         bad = [k for k, v in builders.items() if not isinstance(k, str) or not k or not callable(v)]
         if not builders or bad:
-            raise PluginError(f"Plugin '{plugin}' registered {self.kind} '{name}' with {build!r}; give a callable "
-                              "(every backend) or a mapping {backend name: callable}.")
+            raise PluginError(
+                f"Plugin '{plugin}' registered {self.kind} '{name}' with {build!r}; give a callable "
+                "(every backend) or a mapping {backend name: callable}."
+            )
         return builders
 
     def _tasks(self, name: str, tasks: Any, plugin: str) -> tuple[Task, ...]:
@@ -440,8 +477,10 @@ class ScopedRegistry(Registry):
         valid = [t.value for t in Task]
         bad = [t for t in values if getattr(t, "value", t) not in valid]
         if not values or bad:
-            raise PluginError(f"Plugin '{plugin}' registered {self.kind} '{name}' with tasks={tasks!r}; "
-                              f"tasks are a list of: {', '.join(valid)}.")
+            raise PluginError(
+                f"Plugin '{plugin}' registered {self.kind} '{name}' with tasks={tasks!r}; "
+                f"tasks are a list of: {', '.join(valid)}."
+            )
         return tuple(Task(getattr(t, "value", t)) for t in values)
 
     def entries(self) -> list[Component]:
@@ -449,8 +488,13 @@ class ScopedRegistry(Registry):
         return [c for n in sorted(entries) for c in entries[n]]
 
     def names(self, backend: str | None = None, task: Task | None = None) -> list[str]:
-        return sorted({c.name for c in self.entries() if (backend is None or c.backend in (backend, ANY_BACKEND))
-                       and (task is None or task in c.tasks)})
+        return sorted(
+            {
+                c.name
+                for c in self.entries()
+                if (backend is None or c.backend in (backend, ANY_BACKEND)) and (task is None or task in c.tasks)
+            }
+        )
 
     def choices(self, backend: str | None = None, task: Task | None = None) -> list[str]:
         return [*self.reserved, *self.names(backend, task)]
@@ -465,33 +509,54 @@ class ScopedRegistry(Registry):
             others = ", ".join(sorted(c.backend for c in comps))
             raise ConfigError(
                 f"{self.key}={name!r} (plugin '{comps[0].plugin}') is built only for backend "
-                f"{others}, not '{backend}'; use --backend {comps[0].backend}, or one of the {self.kind}s '{backend}' has: "
-                f"{', '.join(self.choices(backend, task)) or 'none'}."
+                f"{others}, not '{backend}'; use --backend {comps[0].backend}, or one of the {self.kind}s "
+                f"'{backend}' has: {', '.join(self.choices(backend, task)) or 'none'}."
             )
         comp = usable[0]
         if task is not None and task not in comp.tasks:
             served = ", ".join(t.value for t in comp.tasks)
             choices = self.names(backend, task)
+            example = min(choices, key=lambda c: c[0].isupper()) if choices else "..."
             raise ConfigError(
                 f"{self.key}={name!r} is a {self.kind} for task={served}, not task={task.value}; use one of: "
-                f"{', '.join(choices) or 'none'} (e.g. --set {self.key}={min(choices, key=lambda c: c[0].isupper()) if choices else '...'})."
+                f"{', '.join(choices) or 'none'} (e.g. --set {self.key}={example})."
             )
         return comp
 
 
-backends = Registry("backend", "register_backends", "Install one with pip install 'gnnbridge[pyg]' or 'gnnbridge[dgl]'.")
-datasets = Registry("dataset", "register_datasets", "Or pass a file: --dataset PATH.npz.", callable,
-                    "a loader: a callable (dataset_config, seed) -> GraphData")
-experiments = Registry("experiment", "register_experiments", "Or pass a YAML file path.",
-                       lambda value: isinstance(value, dict),
-                       "a dict of config sections, e.g. {'model': {'arch': 'sage'}}")
-models = ScopedRegistry("model", "register_models", "model.arch",
-                        "Or give a class by import path, e.g. --set model.arch=my_lab.models:DeepSAGE (gnnbridge models "
-                        "lists them all).")
-samplers = ScopedRegistry("sampler", "register_samplers", "sampler.kind", "(gnnbridge samplers lists them all).",
-                          reserved=("auto", "native"))
-loggers = Registry("logger", "register_loggers", "(gnnbridge loggers lists them).", callable,
-                   "an opener: a callable (run_dir, config) -> an object with log(step, values) and close()")
+backends = Registry(
+    "backend", "register_backends", "Install one with pip install 'gnnbridge[pyg]' or 'gnnbridge[dgl]'."
+)
+datasets = Registry(
+    "dataset",
+    "register_datasets",
+    "Or pass a file: --dataset PATH.npz.",
+    callable,
+    "a loader: a callable (dataset_config, seed) -> GraphData",
+)
+experiments = Registry(
+    "experiment",
+    "register_experiments",
+    "Or pass a YAML file path.",
+    lambda value: isinstance(value, dict),
+    "a dict of config sections, e.g. {'model': {'arch': 'sage'}}",
+)
+models = ScopedRegistry(
+    "model",
+    "register_models",
+    "model.arch",
+    "Or give a class by import path, e.g. --set model.arch=my_lab.models:DeepSAGE (gnnbridge models lists them all).",
+)
+samplers = ScopedRegistry(
+    "sampler", "register_samplers", "sampler.kind", "(gnnbridge samplers lists them all).", reserved=("auto", "native")
+)
+loggers = Registry(
+    "logger",
+    "register_loggers",
+    "(gnnbridge loggers lists them).",
+    callable,
+    "an opener: a callable (run_dir, config) -> an object with log(step, values) and close()",
+)
 REGISTRIES = (backends, datasets, experiments, models, samplers, loggers)
 
 
@@ -520,8 +585,10 @@ def extend_cli(group: Any) -> None:
             if name in before and before[name] is not command:
                 group.commands[name] = before[name]
                 owner = getattr(before[name], "gnnbridge_plugin", "gnnbridge")
-                warn(f"plugin '{impl.plugin_name}' adds a command '{name}', which plugin '{owner}' already has; the "
-                     "first one is kept.")
+                warn(
+                    f"plugin '{impl.plugin_name}' adds a command '{name}', which plugin '{owner}' already has; the "
+                    "first one is kept."
+                )
             elif name not in before:
                 command.gnnbridge_plugin = impl.plugin_name
 

@@ -23,6 +23,7 @@ rule holds (a row per output node, or per input node with the outputs first), an
 ``bind(data)``. :class:`ModelCall` checks all of it, per call and, for finiteness, on the dry
 step before the first epoch (``core/training/dry.py``).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -37,8 +38,7 @@ import torch
 from torch import nn
 
 from gnnbridge.core.contracts.config import ModelSpec, Task
-from gnnbridge.core.contracts.plugins import (PluginError, blame, code_allowed, is_plugin_fault, models,
-                                              stdout_to_stderr)
+from gnnbridge.core.contracts.plugins import PluginError, blame, code_allowed, is_plugin_fault, models, stdout_to_stderr
 from gnnbridge.core.errors import ConfigError
 
 INJECTED = ("hidden", "layers", "dropout", "aggr", "heads", "pooling")
@@ -65,8 +65,10 @@ def resolve(spec: ModelSpec, backend: str, task: Task) -> ModelChoice:
 
 def _import_class(path: str, backend: str) -> ModelChoice:
     if not code_allowed():
-        raise ConfigError(f"The checkpoint's model is the class '{path}'; importing code a checkpoint names runs "
-                          "it, so evaluate and predict do that only with --trust-code.")
+        raise ConfigError(
+            f"The checkpoint's model is the class '{path}'; importing code a checkpoint names runs "
+            "it, so evaluate and predict do that only with --trust-code."
+        )
     module_name, _, attr = path.partition(":")
     if os.getcwd() not in sys.path:  # once, for good: spawned ranks inherit the parent's sys.path
         sys.path.insert(0, os.getcwd())
@@ -76,20 +78,29 @@ def _import_class(path: str, backend: str) -> ModelChoice:
     except BaseException as exc:  # noqa: BLE001 - whatever the user's module raises on import (sys.exit too)
         if not is_plugin_fault(exc):
             raise
-        raise ConfigError(f"model.arch='{path}': module '{module_name}' cannot be imported ({type(exc).__name__}: "
-                          f"{_line(exc)}); it must be importable from the current folder or PYTHONPATH.") from None
+        raise ConfigError(
+            f"model.arch='{path}': module '{module_name}' cannot be imported ({type(exc).__name__}: "
+            f"{_line(exc)}); it must be importable from the current folder or PYTHONPATH."
+        ) from None
     obj: Any = module
     for part in attr.split("."):
         obj = getattr(obj, part, None)
     if not (isinstance(obj, type) and issubclass(obj, nn.Module)):
-        found = sorted(n for n, v in vars(module).items() if isinstance(v, type) and issubclass(v, nn.Module)
-                       and v.__module__ == module.__name__)
-        raise ConfigError(f"model.arch='{path}': '{attr}' is not a torch.nn.Module class in '{module_name}'; "
-                          f"classes there: {', '.join(found) or 'none'}.")
+        found = sorted(
+            n
+            for n, v in vars(module).items()
+            if isinstance(v, type) and issubclass(v, nn.Module) and v.__module__ == module.__name__
+        )
+        raise ConfigError(
+            f"model.arch='{path}': '{attr}' is not a torch.nn.Module class in '{module_name}'; "
+            f"classes there: {', '.join(found) or 'none'}."
+        )
     written_for = getattr(obj, "backends", None)
     if written_for and backend not in written_for:
-        raise ConfigError(f"model.arch='{path}' is written for backend {', '.join(written_for)}, not '{backend}'; "
-                          f"use --backend {written_for[0]}.")
+        raise ConfigError(
+            f"model.arch='{path}' is written for backend {', '.join(written_for)}, not '{backend}'; "
+            f"use --backend {written_for[0]}."
+        )
     return ModelChoice(path, obj, f"class '{path}'", bool(getattr(obj, "heterogeneous", False)))
 
 
@@ -102,8 +113,10 @@ def arguments(choice: ModelChoice, spec: ModelSpec, data: Any) -> dict[str, Any]
         return dict(spec.options)
     positional = [p for p in params if p.kind in _POSITIONAL]
     if len(positional) < 2 and not any(p.kind is p.VAR_POSITIONAL for p in params):
-        raise PluginError(f"{choice.origin} must take (in_dim, out_dim, ...) as its first two arguments; its "
-                          f"signature is {choice.build.__name__}{inspect.signature(choice.build)}.")
+        raise PluginError(
+            f"{choice.origin} must take (in_dim, out_dim, ...) as its first two arguments; its "
+            f"signature is {choice.build.__name__}{inspect.signature(choice.build)}."
+        )
     named = [p.name for p in params if p.kind in (*_POSITIONAL, p.KEYWORD_ONLY)][2:]
     offered = {**{n: getattr(spec, n) for n in INJECTED}, "spec": spec, "data": data}
     kwargs = {n: offered[n] for n in named if n in offered}
@@ -112,8 +125,10 @@ def arguments(choice: ModelChoice, spec: ModelSpec, data: Any) -> dict[str, Any]
             where = f"model.{key}" if key in INJECTED else "gnnbridge"
             raise ConfigError(f"model.options.{key} is set by {where}; remove it from model.options.")
         if key not in named and not any(p.kind is p.VAR_KEYWORD for p in params):
-            raise ConfigError(f"model.options.{key} is not a parameter of {choice.origin}; its parameters: "
-                              f"{', '.join(named) or 'none beyond in_dim, out_dim'}.")
+            raise ConfigError(
+                f"model.options.{key} is not a parameter of {choice.origin}; its parameters: "
+                f"{', '.join(named) or 'none beyond in_dim, out_dim'}."
+            )
     return {**kwargs, **spec.options}
 
 
@@ -135,15 +150,18 @@ def construct(choice: ModelChoice, spec: ModelSpec, in_dim: int, out_dim: int, d
     return model
 
 
-def build_model(spec: ModelSpec, backend: str, task: Task, in_dim: int, out_dim: int, data: Any) -> tuple[nn.Module, ModelChoice]:
+def build_model(
+    spec: ModelSpec, backend: str, task: Task, in_dim: int, out_dim: int, data: Any
+) -> tuple[nn.Module, ModelChoice]:
     choice = resolve(spec, backend, task)
     try:
         model = construct(choice, spec, in_dim, out_dim, data)
     except BaseException as exc:  # noqa: BLE001 - the builder is a plugin's code (sys.exit too)
         if not is_plugin_fault(exc):
             raise
-        raise PluginError(f"{choice.origin} could not be built with {_spec_text(spec)}: {type(exc).__name__}: "
-                          f"{_line(exc)}") from None
+        raise PluginError(
+            f"{choice.origin} could not be built with {_spec_text(spec)}: {type(exc).__name__}: {_line(exc)}"
+        ) from None
     if hasattr(model, "bind"):
         with blame(choice.origin, "bind(data)"):
             model.bind(data)
@@ -154,9 +172,11 @@ def check_heterogeneous(choice: ModelChoice, why: str) -> None:
     """One line when ``why`` (heterogeneous data, or task=link) needs a model that builds for it."""
     if not choice.heterogeneous:
         hetero = sorted({c.name for c in models.entries() if c.heterogeneous})
-        raise ConfigError(f"{choice.origin} is built for homogeneous graphs, but {why}; use a heterogeneous model: "
-                          f"{', '.join(hetero) or 'none installed'} (e.g. --set model.arch={hetero[0] if hetero else 'sage'}), "
-                          "or a class with heterogeneous = True.")
+        raise ConfigError(
+            f"{choice.origin} is built for homogeneous graphs, but {why}; use a heterogeneous model: "
+            f"{', '.join(hetero) or 'none installed'} (e.g. --set model.arch={hetero[0] if hetero else 'sage'}), "
+            "or a class with heterogeneous = True."
+        )
 
 
 def model_dims(data: Any) -> tuple[Any, int]:
@@ -209,8 +229,10 @@ class ModelCall:
             scores = model(graph, x, pairs)
         count = pairs.shape[1]
         if not isinstance(scores, torch.Tensor) or scores.shape not in ((count,), (count, 1)):
-            raise PluginError(f"{self.origin}: forward returned {_what(scores)} for {count} pairs; a link model "
-                              f"returns one score per pair, shape [{count}].")
+            raise PluginError(
+                f"{self.origin}: forward returned {_what(scores)} for {count} pairs; a link model "
+                f"returns one score per pair, shape [{count}]."
+            )
         self._kind(scores, "forward", "scores", pairs.device)
         return scores.reshape(-1)
 
@@ -222,15 +244,20 @@ class ModelCall:
             out = model.layer_forward(index, graph, x)
         shape = list(out.shape) if isinstance(out, torch.Tensor) else None
         if shape is None or len(shape) != 2 or shape[0] < rows or (last and shape[1] != self.num_classes):
-            columns = f"{self.num_classes} columns (one per class: it is the last layer)" if last else \
-                "one column per feature"
+            columns = (
+                f"{self.num_classes} columns (one per class: it is the last layer)"
+                if last
+                else "one column per feature"
+            )
             if shape is not None and len(shape) == 2 and shape[0] < rows:
                 got = f"{shape[0]} rows for a batch of {rows} outputs"
             else:
                 got = _what(out)
-            raise PluginError(f"{self.origin}: {method} returned {got}; expected a 2-D tensor with one row per "
-                              f"output node ({rows}), or one per input node with the output nodes first "
-                              f"(gnnbridge keeps the first {rows}), and {columns}.")
+            raise PluginError(
+                f"{self.origin}: {method} returned {got}; expected a 2-D tensor with one row per "
+                f"output node ({rows}), or one per input node with the output nodes first "
+                f"(gnnbridge keeps the first {rows}), and {columns}."
+            )
         self._kind(out, method, "outputs", _device(x))
         return out[:rows]
 
@@ -242,31 +269,40 @@ class ModelCall:
         shape = list(logits.shape) if isinstance(logits, torch.Tensor) else None
         too_few = shape is not None and len(shape) == 2 and (shape[0] != rows if self.per_graph else shape[0] < rows)
         if shape is None or len(shape) != 2 or too_few or shape[1] != self.num_classes:
-            rows_are = "a row per graph (pool the node states per graph)" if self.per_graph else \
-                "a row per seed, seeds first"
-            raise PluginError(f"{self.origin}: forward returned {_what(logits)}; expected logits of shape "
-                              f"[{rows}, {self.num_classes}] ({rows_are}; a column per class).")
+            rows_are = (
+                "a row per graph (pool the node states per graph)" if self.per_graph else "a row per seed, seeds first"
+            )
+            raise PluginError(
+                f"{self.origin}: forward returned {_what(logits)}; expected logits of shape "
+                f"[{rows}, {self.num_classes}] ({rows_are}; a column per class)."
+            )
         self._kind(logits, "forward", "logits", device)
         return logits[:rows]
 
     def finite(self, out: torch.Tensor, method: str) -> None:
         """One line when ``out`` holds NaN or infinity (a host sync: call it on a dry step, not per batch)."""
         if not bool(torch.isfinite(out).all()):
-            raise PluginError(f"{self.origin}: {method} returned NaN or infinite values on a small batch before "
-                              "training started (the features are finite, no optimizer step was taken), so neither "
-                              "the learning rate nor the data is the cause; fix the model (a division by zero, a log "
-                              "of 0, uninitialised torch.empty weights).")
+            raise PluginError(
+                f"{self.origin}: {method} returned NaN or infinite values on a small batch before "
+                "training started (the features are finite, no optimizer step was taken), so neither "
+                "the learning rate nor the data is the cause; fix the model (a division by zero, a log "
+                "of 0, uninitialised torch.empty weights)."
+            )
 
     def _kind(self, out: torch.Tensor, method: str, what: str, device: torch.device | None) -> None:
         """Floating point, on the batch's device: what the loss and the next layer need."""
         if not out.is_floating_point():
-            raise PluginError(f"{self.origin}: {method} returned {str(out.dtype).replace('torch.', '')} {what}; "
-                              f"expected floating-point {what} (return a float layer's output, not class ids or "
-                              "counts).")
+            raise PluginError(
+                f"{self.origin}: {method} returned {str(out.dtype).replace('torch.', '')} {what}; "
+                f"expected floating-point {what} (return a float layer's output, not class ids or "
+                "counts)."
+            )
         if device is not None and out.device != device:
-            raise PluginError(f"{self.origin}: {method} returned {what} on {out.device}, but the batch is on "
-                              f"{device}; compute on the input's device (create tensors with device=x.device, "
-                              "register them as buffers, never call .cpu() or .cuda() in the model).")
+            raise PluginError(
+                f"{self.origin}: {method} returned {what} on {out.device}, but the batch is on "
+                f"{device}; compute on the input's device (create tensors with device=x.device, "
+                "register them as buffers, never call .cpu() or .cuda() in the model)."
+            )
 
 
 def _device(x: Any) -> torch.device | None:

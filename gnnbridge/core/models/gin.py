@@ -12,6 +12,7 @@ inner network, and their global pooling); a backend fills in :meth:`GIN.aggregat
 :meth:`GIN.readout`. So the parameters have the same names and shapes on every backend by
 construction, and a state dict trained on one backend loads into the other unchanged.
 """
+
 from __future__ import annotations
 
 from abc import abstractmethod
@@ -32,15 +33,17 @@ class BatchNorm(nn.BatchNorm1d):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.training and x.shape[0] == 1:
-            return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
-                                training=False, eps=self.eps)
+            return F.batch_norm(
+                x, self.running_mean, self.running_var, self.weight, self.bias, training=False, eps=self.eps
+            )
         return super().forward(x)
 
 
 def gin_mlp(in_dim: int, hidden: int) -> nn.Sequential:
     # No linear biases: each Linear feeds a BatchNorm, whose shift does that job.
-    return nn.Sequential(nn.Linear(in_dim, hidden, bias=False), BatchNorm(hidden), nn.ReLU(),
-                         nn.Linear(hidden, hidden, bias=False))
+    return nn.Sequential(
+        nn.Linear(in_dim, hidden, bias=False), BatchNorm(hidden), nn.ReLU(), nn.Linear(hidden, hidden, bias=False)
+    )
 
 
 class GIN(GraphClassifier):

@@ -9,6 +9,7 @@
   sampled neighbourhood is an unbiased estimate of the full one; with all neighbours the scale
   is 1 and the result is exact full-graph GCN, whatever the batch.
 """
+
 from __future__ import annotations
 
 import torch
@@ -60,6 +61,8 @@ def attention_heads(spec) -> int:
     from gnnbridge.core.errors import ConfigError
 
     if spec.layers > 1 and spec.hidden % spec.heads:
-        raise ConfigError(f"model.hidden={spec.hidden} is not divisible by model.heads={spec.heads}; GAT splits "
-                          "the hidden width over its heads.")
+        raise ConfigError(
+            f"model.hidden={spec.hidden} is not divisible by model.heads={spec.heads}; GAT splits "
+            "the hidden width over its heads."
+        )
     return spec.heads

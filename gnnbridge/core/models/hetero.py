@@ -16,6 +16,7 @@ Shared, so that one spec builds the same model on both backends:
 ``forward(graph, x, pairs)`` gives one score per pair. ``x`` maps each node type to the features
 of the batch's nodes, or, for a featureless type, their ids.
 """
+
 from __future__ import annotations
 
 from abc import abstractmethod
@@ -36,15 +37,19 @@ class HeteroSAGE(nn.Module):
     def __init__(self, spec: ModelSpec, data: Any, out_dim: int, decoder: str = "dot"):
         super().__init__()
         if decoder not in DECODERS:
-            raise ConfigError(f"model.options.decoder={decoder!r} is not a link decoder; choose one of: "
-                              f"{', '.join(DECODERS)}.")
+            raise ConfigError(
+                f"model.options.decoder={decoder!r} is not a link decoder; choose one of: {', '.join(DECODERS)}."
+            )
         self.spec = spec
         self.is_link = data.is_link
         self.target = data.target_edge if data.is_link else data.target_node
         hidden = spec.hidden
-        self.inputs = nn.ModuleDict({
-            t: nn.Linear(width, hidden) if width else nn.Embedding(data.num_nodes[t], hidden)
-            for t, width in data.feature_dims().items()})
+        self.inputs = nn.ModuleDict(
+            {
+                t: nn.Linear(width, hidden) if width else nn.Embedding(data.num_nodes[t], hidden)
+                for t, width in data.feature_dims().items()
+            }
+        )
         self.edge_types = [tuple(et) for et in data.edge_types]
         self.convs = nn.ModuleList(self.make_conv(data.edge_types, hidden) for _ in range(spec.layers))
         self._neutral_init()
@@ -60,7 +65,7 @@ class HeteroSAGE(nn.Module):
         apart. Both get torch's ``nn.Linear`` initialisation here, so one spec starts alike."""
         for param in self.convs.parameters():
             if param.dim() == 2:
-                nn.init.kaiming_uniform_(param, a=5 ** 0.5)
+                nn.init.kaiming_uniform_(param, a=5**0.5)
             else:
                 nn.init.zeros_(param)
 
@@ -92,8 +97,10 @@ class HeteroSAGE(nn.Module):
         for i in range(self.spec.layers):
             out = self.conv(i, graph, h)
             last = i == self.spec.layers - 1
-            h = {t: (v if last else nn.functional.dropout(torch.relu(v), self.spec.dropout, self.training))
-                 for t, v in out.items()} | {t: self.carry(i, graph, t, v) for t, v in h.items() if t not in out}
+            h = {
+                t: (v if last else nn.functional.dropout(torch.relu(v), self.spec.dropout, self.training))
+                for t, v in out.items()
+            } | {t: self.carry(i, graph, t, v) for t, v in h.items() if t not in out}
         return h
 
     def carry(self, index: int, graph: Any, node_type: str, h: torch.Tensor) -> torch.Tensor:

@@ -11,6 +11,7 @@ Adam's moments move with the weights: an optimizer's state is keyed by the posit
 parameter in ``model.parameters()``, which differs between libraries; the neutral name of the
 parameter at each position turns one order into the other, so a ported run resumes exactly.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -29,14 +30,17 @@ def native_to_neutral(model: nn.Module, origin: str) -> dict[str, str]:
     """``{state_dict key: neutral name}`` for every entry of ``model.state_dict()``."""
     named = getattr(model, "neutral_parameters", None)
     if not callable(named):
-        raise NotPortable(f"{origin} has no neutral parameter names (neutral_parameters()), so its weights cannot "
-                          "be moved to another library; only models built on both (sage, gcn, gat, gin) can.")
+        raise NotPortable(
+            f"{origin} has no neutral parameter names (neutral_parameters()), so its weights cannot "
+            "be moved to another library; only models built on both (sage, gcn, gat, gin) can."
+        )
     by_id = {id(p): name for name, p in named().items()}
     keys = {}
     for key, param in model.named_parameters():
         if id(param) not in by_id:
-            raise NotPortable(f"{origin}: parameter '{key}' has no neutral name, so its weights cannot be moved to "
-                              "another library.")
+            raise NotPortable(
+                f"{origin}: parameter '{key}' has no neutral name, so its weights cannot be moved to another library."
+            )
         keys[key] = by_id.pop(id(param))
     for key, _ in model.named_buffers():
         keys[key] = key  # core-owned modules: the same name on every backend (checked on arrival)
@@ -48,8 +52,10 @@ def to_neutral(model: nn.Module, state: dict[str, torch.Tensor], origin: str) ->
     names = native_to_neutral(model, origin)
     missing = sorted(set(state) - set(names))
     if missing:
-        raise NotPortable(f"{origin}: the checkpoint holds '{missing[0]}', which the model does not name; it cannot be "
-                          "moved to another library.")
+        raise NotPortable(
+            f"{origin}: the checkpoint holds '{missing[0]}', which the model does not name; it cannot be "
+            "moved to another library."
+        )
     return {names[key]: value for key, value in state.items()}
 
 
@@ -61,14 +67,17 @@ def from_neutral(model: nn.Module, neutral: dict[str, torch.Tensor], origin: str
     if wanted != offered:
         odd = sorted(wanted ^ offered)[0]
         side = "the other library's model lacks" if odd in wanted else "this library's model lacks"
-        raise NotPortable(f"{origin}: '{odd}' does not exist on both libraries ({side} it); the weights cannot be "
-                          "moved.")
+        raise NotPortable(
+            f"{origin}: '{odd}' does not exist on both libraries ({side} it); the weights cannot be moved."
+        )
     out = {}
     for key, name in names.items():
         value = neutral[name]
         if tuple(value.shape) != tuple(expected[key].shape):
-            raise NotPortable(f"{origin}: '{name}' has shape {list(value.shape)} on one library and "
-                              f"{list(expected[key].shape)} on the other; the weights cannot be moved.")
+            raise NotPortable(
+                f"{origin}: '{name}' has shape {list(value.shape)} on one library and "
+                f"{list(expected[key].shape)} on the other; the weights cannot be moved."
+            )
         out[key] = value.detach().clone().to(expected[key].dtype)
     return out
 

@@ -5,6 +5,7 @@ conventions: seeds come first in ``node``, edges are local ``(row -> col)`` pair
 and per-hop node/edge counts let a model trim layers (each layer only computes what the next one
 needs). :class:`MiniBatch` is what every sampler, native or core, yields to the trainer.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -74,7 +75,7 @@ class IndexedRows:
         """``table[ids]`` (its first ``count`` ids only, if given), as a new float32 tensor."""
         return gather_rows(self.table, self.ids if count is None else self.ids[:count])
 
-    def head(self, count: int) -> "IndexedRows":
+    def head(self, count: int) -> IndexedRows:
         """The first ``count`` rows, still ungathered (a layer's sources are a prefix of the batch)."""
         return IndexedRows(self.table, self.ids[:count])
 

@@ -12,6 +12,7 @@ call, and attached by every rank without pickling a list of graphs per process.
 loop over graphs). Backends either convert such a packed batch to their native batched graph
 (the core loader) or hand per-graph views to their library's own loader.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -84,7 +85,7 @@ class GraphCollection(LabelledRecord):
         num_classes: int | None = None,
         seed: int = 0,
         name: str = "graphs",
-    ) -> "GraphCollection":
+    ) -> GraphCollection:
         """Build from an unsorted edge list; without ``splits``, a seeded 80/10/10 split."""
         check_features("x", x)
         check_edge_index(edge_index)
@@ -111,7 +112,9 @@ class GraphCollection(LabelledRecord):
         _check_node_ptr(self.node_ptr, n)
         g = self.num_graphs
         if self.y.shape[0] != g:
-            raise DataError(f"y has {self.y.shape[0]} labels but node_ptr describes {g} graphs; give one label per graph.")
+            raise DataError(
+                f"y has {self.y.shape[0]} labels but node_ptr describes {g} graphs; give one label per graph."
+            )
         check_ids("edge_index", self.edge_index, n)
         self._check_edges_stay_inside()
         self._check_labels_features_splits(g)
@@ -128,10 +131,14 @@ class GraphCollection(LabelledRecord):
                 "(check node_ptr and the node ids in edge_index)."
             )
         if not bool(dst.diff().ge(0).all()):
-            raise DataError("edge_index must be sorted by destination; build the record with GraphCollection.from_edges.")
+            raise DataError(
+                "edge_index must be sorted by destination; build the record with GraphCollection.from_edges."
+            )
         expected = torch.searchsorted(dst.contiguous(), self.node_ptr)
         if self.edge_ptr.shape != self.node_ptr.shape or not torch.equal(self.edge_ptr, expected):
-            raise DataError("edge_ptr does not match edge_index and node_ptr; build the record with GraphCollection.from_edges.")
+            raise DataError(
+                "edge_ptr does not match edge_index and node_ptr; build the record with GraphCollection.from_edges."
+            )
 
     def summary(self) -> dict:
         return {
@@ -148,7 +155,9 @@ class GraphCollection(LabelledRecord):
 def _check_node_ptr(node_ptr: torch.Tensor, n: int) -> None:
     check_tensor("node_ptr", node_ptr, torch.int64, ndim=1)
     if node_ptr.numel() < 2:
-        raise DataError(f"node_ptr has {node_ptr.numel()} entries; a collection of G graphs needs G+1 offsets (G >= 1).")
+        raise DataError(
+            f"node_ptr has {node_ptr.numel()} entries; a collection of G graphs needs G+1 offsets (G >= 1)."
+        )
     if int(node_ptr[0]) != 0:
         raise DataError(f"node_ptr starts at {int(node_ptr[0])}; it must start at 0 (graph 0 owns the first nodes).")
     sizes = node_ptr.diff()

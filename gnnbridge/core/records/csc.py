@@ -7,6 +7,7 @@ E-long output (the CSC ``indices``) and an N-long offset array, and it is stable
 their input order within a destination, as a stable argsort would. It runs compiled (numba);
 without numba the argsort path gives the same arrays.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -14,6 +14,7 @@ DGL later (it does not bounds-check), so nothing unchecked crosses this boundary
 Heterogeneous graphs and edge-level tasks (seed edges) will be sibling records; samplers take
 seeds as a tensor and do not assume they are node ids of a homogeneous graph.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
@@ -73,7 +74,9 @@ class LabelledRecord(Mapped):
 
     def _check_labels_features_splits(self, num_items: int) -> None:
         if self.num_classes < 2:
-            raise DataError(f"num_classes={self.num_classes}; {self.item_name} classification needs at least 2 classes.")
+            raise DataError(
+                f"num_classes={self.num_classes}; {self.item_name} classification needs at least 2 classes."
+            )
         if int(self.y.min()) < 0 or int(self.y.max()) >= self.num_classes:
             raise DataError(
                 f"y holds labels in [{int(self.y.min())}, {int(self.y.max())}] but num_classes={self.num_classes}; "
@@ -131,8 +134,9 @@ class GraphData(LabelledRecord):
     @property
     def edge_index(self) -> torch.Tensor:
         """int64 [2, E] (source, destination) in CSC order, built on each call (2 x E int64)."""
-        dst = torch.repeat_interleave(torch.arange(self.num_nodes, device=self.indptr.device), self.indptr.diff(),
-                                      output_size=self.num_edges)
+        dst = torch.repeat_interleave(
+            torch.arange(self.num_nodes, device=self.indptr.device), self.indptr.diff(), output_size=self.num_edges
+        )
         return torch.stack([self.indices, dst])
 
     # ------------------------------------------------------------------ construction
@@ -148,7 +152,7 @@ class GraphData(LabelledRecord):
         test_idx: torch.Tensor,
         num_classes: int | None = None,
         name: str = "graph",
-    ) -> "GraphData":
+    ) -> GraphData:
         """Build from an unsorted edge list: checks ids, sorts by destination (stable), builds ``indptr``."""
         check_edge_index(edge_index)
         check_features("x", x)
@@ -290,11 +294,16 @@ def check_disjoint_splits(data, n: int) -> None:
         seen[idx] = True
 
 
-def random_split(n: int, seed: int, fractions: tuple[float, float] = (0.6, 0.2),
-                 unit: str = "node") -> tuple[torch.Tensor, ...]:
+def random_split(
+    n: int, seed: int, fractions: tuple[float, float] = (0.6, 0.2), unit: str = "node"
+) -> tuple[torch.Tensor, ...]:
     """A seeded random train/val/test split (60/20/20 by default) of ``n`` nodes (or graphs)."""
     perm, n_train, n_val = _permutation(n, seed, fractions, unit)
-    return perm[:n_train].sort().values, perm[n_train : n_train + n_val].sort().values, perm[n_train + n_val :].sort().values
+    return (
+        perm[:n_train].sort().values,
+        perm[n_train : n_train + n_val].sort().values,
+        perm[n_train + n_val :].sort().values,
+    )
 
 
 def held_out_split(n: int, seed: int, fractions: tuple[float, float], unit: str = "node") -> tuple[torch.Tensor, ...]:

@@ -19,6 +19,7 @@ RAM (:class:`FeatureCache`); ``gather_rows`` serves those from it and counts its
 holds it once per machine: its rows are built by the machine's first rank and mapped by all
 (:func:`~gnnbridge.core.training.placement.feature_caches`); the hits are counted per rank.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -37,7 +38,7 @@ LARGE_TABLE_BYTES = 1 << 30  # a CPU table this large gathers compiled even in R
 PARALLEL_MIN_BYTES = 1 << 20  # bytes gathered from which numba's threads are used (a launch costs ~0.1 ms)
 ROW_CHUNK = 64  # rows per parallel task
 FILL_BYTES = 64 << 20  # float32 bytes a 16-bit cache is filled through at a time
-_caches: dict[int, "FeatureCache"] = {}  # id(table) -> its cache (removed when the table goes)
+_caches: dict[int, FeatureCache] = {}  # id(table) -> its cache (removed when the table goes)
 _mapped: dict[tuple[int, int], bool] = {}  # (data pointer, bytes) -> file-backed (only speed depends on it)
 READ_DEPTH = 32  # placement.read_depth's default: faults in flight per rank on a mapped table
 _random: set[tuple[int, int]] = set()  # (data pointer, bytes) of tables advised MADV_RANDOM
@@ -133,7 +134,7 @@ def _numpy_rows(table: torch.Tensor) -> np.ndarray:
     return table.numpy()
 
 
-def _compiled_gather(table: torch.Tensor, ids: torch.Tensor, cache: "FeatureCache | None") -> torch.Tensor:
+def _compiled_gather(table: torch.Tensor, ids: torch.Tensor, cache: FeatureCache | None) -> torch.Tensor:
     if ids.numel() and not 0 <= int(ids.min()) <= int(ids.max()) < table.shape[0]:  # the kernel does not check
         raise IndexError(f"row ids {int(ids.min())}..{int(ids.max())} outside a table of {table.shape[0]} rows")
     out = np.empty((ids.numel(), table.shape[1]), dtype=np.float32)
@@ -206,7 +207,7 @@ def advise(table: torch.Tensor, how: str = "random") -> bool:
     return True
 
 
-def _torch_gather(table: torch.Tensor, ids: torch.Tensor, cache: "FeatureCache | None") -> torch.Tensor:
+def _torch_gather(table: torch.Tensor, ids: torch.Tensor, cache: FeatureCache | None) -> torch.Tensor:
     """The same without numba: cached rows from the cache, the rest indexed."""
     if cache is None:
         return table[ids].float()
@@ -284,8 +285,12 @@ if numba is not None:
             hits[b] = _decode_into(src, ids, cached_ids, cached, lut, out, lo, min(lo + ROW_CHUNK, ids.shape[0]))
         return hits.sum()
 
-    _KERNELS = {(False, False): _copy_serial, (False, True): _copy_parallel,
-                (True, False): _decode_serial, (True, True): _decode_parallel}
+    _KERNELS = {
+        (False, False): _copy_serial,
+        (False, True): _copy_parallel,
+        (True, False): _decode_serial,
+        (True, True): _decode_parallel,
+    }
     _RANGES = {False: _copy_into, True: _decode_into}  # one chunk of rows, for the reader pool
 
 
@@ -358,7 +363,7 @@ def _copy_rows(table: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     out = torch.empty((ids.numel(), table.shape[1]), dtype=table.dtype)
     step = max(1, FILL_BYTES // (4 * table.shape[1]))
     for start in range(0, ids.numel(), step):
-        out[start:start + step] = _compiled_gather(table, ids[start:start + step], None)
+        out[start : start + step] = _compiled_gather(table, ids[start : start + step], None)
     return out
 
 

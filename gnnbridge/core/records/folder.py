@@ -17,6 +17,7 @@ rows/s without). A folder that fits keeps the read-around, which fills the page 
 a cold first epoch. Nothing is validated again (that would read every page); instead an input
 whose size or modification time differs from the manifest's is refused, naming it.
 """
+
 from __future__ import annotations
 
 import json
@@ -53,15 +54,17 @@ def read_manifest(path: str | os.PathLike) -> dict:
     """The folder's manifest; a folder without one (or with one of another format) is refused."""
     root = Path(path)
     if not root.is_dir():
-        raise DataFileNotFoundError(f"Dataset folder '{root}' does not exist; give a folder of .npy files that "
-                                    "gnnbridge prepare has prepared.")
+        raise DataFileNotFoundError(
+            f"Dataset folder '{root}' does not exist; give a folder of .npy files that gnnbridge prepare has prepared."
+        )
     try:
         manifest = json.loads((root / MANIFEST).read_text())
     except FileNotFoundError:
         raise not_prepared(root) from None
     except (OSError, ValueError) as exc:
-        raise DataError(f"{root / MANIFEST} cannot be read ({str(exc)[:100]}); run gnnbridge prepare {root} "
-                        "again.") from None
+        raise DataError(
+            f"{root / MANIFEST} cannot be read ({str(exc)[:100]}); run gnnbridge prepare {root} again."
+        ) from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise DataError(f"{root / MANIFEST} is not a format-{FORMAT} manifest; run gnnbridge prepare {root} again.")
     return manifest
@@ -70,8 +73,9 @@ def read_manifest(path: str | os.PathLike) -> dict:
 def prepared_bytes(path: str | os.PathLike) -> int:
     """The bytes of the arrays a run maps, from the manifest's shapes and dtypes (nothing read)."""
     arrays = read_manifest(path)["arrays"].values()
-    return sum(int(np.prod(a["shape"])) * (2 if a["dtype"] == "bfloat16" else np.dtype(a["dtype"]).itemsize)
-               for a in arrays)
+    return sum(
+        int(np.prod(a["shape"])) * (2 if a["dtype"] == "bfloat16" else np.dtype(a["dtype"]).itemsize) for a in arrays
+    )
 
 
 def stat_input(file: Path) -> dict:
@@ -86,11 +90,14 @@ def changed_input(root: Path, manifest: dict) -> str | None:
         try:
             now = stat_input(root / name)
         except OSError:
-            return (f"{root / name} is missing since `gnnbridge prepare`; restore it, or run gnnbridge prepare "
-                    f"{root} again")
+            return (
+                f"{root / name} is missing since `gnnbridge prepare`; restore it, or run gnnbridge prepare {root} again"
+            )
         if now != seen:
-            return (f"{root / name} changed since `gnnbridge prepare` (size/modified time); run gnnbridge prepare "
-                    f"{root} again")
+            return (
+                f"{root / name} changed since `gnnbridge prepare` (size/modified time); run gnnbridge prepare "
+                f"{root} again"
+            )
     return None
 
 
@@ -103,8 +110,10 @@ def mapped(root: Path, spec: dict) -> torch.Tensor:
         raise DataError(f"{file} cannot be read ({str(exc)[:100]}); run gnnbridge prepare {root} again.") from None
     stored = "uint16" if spec["dtype"] == "bfloat16" else spec["dtype"]
     if array.dtype != np.dtype(stored) or list(array.shape) != list(spec["shape"]):
-        raise DataError(f"{file} holds {array.dtype} {list(array.shape)} but the manifest says {stored} "
-                        f"{spec['shape']}; run gnnbridge prepare {root} again.")
+        raise DataError(
+            f"{file} holds {array.dtype} {list(array.shape)} but the manifest says {stored} "
+            f"{spec['shape']}; run gnnbridge prepare {root} again."
+        )
     with warnings.catch_warnings():
         # torch warns that the array is not writable: the mapping is read-only on purpose (the
         # files are the dataset), and nothing writes into a record's tensors.
@@ -132,8 +141,9 @@ def open_prepared(path: str | os.PathLike, seed: int = 0):
     elif kind == "collection":  # loaded whole and validated: collections are many small graphs
         arrays = {k: v.clone() for k, v in arrays.items()}
         splits = [arrays[k] for k in SPLITS] if "train_idx" in arrays else None
-        record = GraphCollection.from_edges(arrays["x"], arrays["edge_index"], arrays["node_ptr"], arrays["y"],
-                                            splits, seed=seed, name=name)
+        record = GraphCollection.from_edges(
+            arrays["x"], arrays["edge_index"], arrays["node_ptr"], arrays["y"], splits, seed=seed, name=name
+        )
     else:
         raise DataError(f"{root / MANIFEST} names kind {kind!r}; run gnnbridge prepare {root} again.")
     record.folder = root
@@ -191,6 +201,14 @@ def _hetero(root: Path, arrays: dict, manifest: dict, name: str):
 def _node_graph(arrays: dict, manifest: dict, seed: int, name: str) -> GraphData:
     n = int(arrays["x"].shape[0])
     splits = [arrays[k] for k in SPLITS] if "train_idx" in arrays else list(random_split(n, seed))
-    return GraphData.unchecked(indptr=arrays["indptr"], indices=arrays["indices"], x=arrays["x"], y=arrays["y"],
-                               train_idx=splits[0], val_idx=splits[1], test_idx=splits[2],
-                               num_classes=int(manifest["summary"]["num_classes"]), name=name)
+    return GraphData.unchecked(
+        indptr=arrays["indptr"],
+        indices=arrays["indices"],
+        x=arrays["x"],
+        y=arrays["y"],
+        train_idx=splits[0],
+        val_idx=splits[1],
+        test_idx=splits[2],
+        num_classes=int(manifest["summary"]["num_classes"]),
+        name=name,
+    )

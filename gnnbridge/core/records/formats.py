@@ -3,6 +3,7 @@ dimensions, for a ``.npz`` file and for a folder of ``.npy`` files alike (one fi
 same names). Core reads folders (:mod:`.folder`, :mod:`gnnbridge.core.app.prepare`) and the ``npz`` plugin reads
 files; both check arrays against these tables and say what is wrong in the same words.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -18,8 +19,14 @@ NPZ_ARRAYS = {**NPZ_REQUIRED, NODE_PTR: (np.int64, 1), **{k: (np.int64, 1) for k
 
 # The heterogeneous format: every key is KIND__TYPE (node arrays) or KIND__SRC__RELATION__DST
 # (edge arrays); see the README's "Heterogeneous graphs".
-HETERO_NODE_KEYS = {"x": (np.float32, 2), "num_nodes": (np.int64, 1), "y": (np.int64, 1),
-                    "train_idx": (np.int64, 1), "val_idx": (np.int64, 1), "test_idx": (np.int64, 1)}
+HETERO_NODE_KEYS = {
+    "x": (np.float32, 2),
+    "num_nodes": (np.int64, 1),
+    "y": (np.int64, 1),
+    "train_idx": (np.int64, 1),
+    "val_idx": (np.int64, 1),
+    "test_idx": (np.int64, 1),
+}
 HETERO_EDGE_KEYS = {"edge_index": (np.int64, 2), "val_edges": (np.int64, 2), "test_edges": (np.int64, 2)}
 HETERO_MARKERS = (*HETERO_NODE_KEYS, *HETERO_EDGE_KEYS)
 
@@ -29,13 +36,19 @@ def check_header(path, key: str, found: np.dtype, shape: tuple, dtype, ndim: int
     expected = np.dtype(dtype)
     if found != expected:
         if found.hasobject:
-            raise DataError(f"{path}: {key} holds Python objects (dtype object), which are never unpickled; save "
-                            f"it as a numeric array: {key}.astype(numpy.{expected.name}).")
+            raise DataError(
+                f"{path}: {key} holds Python objects (dtype object), which are never unpickled; save "
+                f"it as a numeric array: {key}.astype(numpy.{expected.name})."
+            )
         if found.newbyteorder("=") == expected or found.newbyteorder("<") == expected:
-            raise DataError(f"{path}: {key} has dtype {found.str} ({'big' if found.byteorder == '>' else 'other'}-endian "
-                            f"{expected.name}); convert it to this machine's order with {key}.astype(numpy.{expected.name}).")
-        raise DataError(f"{path}: {key} has dtype {found}; expected {expected.name} (cast it with "
-                        f"{key}.astype(numpy.{expected.name})).")
+            raise DataError(
+                f"{path}: {key} has dtype {found.str} ({'big' if found.byteorder == '>' else 'other'}-endian "
+                f"{expected.name}); convert it to this machine's order with {key}.astype(numpy.{expected.name})."
+            )
+        raise DataError(
+            f"{path}: {key} has dtype {found}; expected {expected.name} (cast it with "
+            f"{key}.astype(numpy.{expected.name}))."
+        )
     if len(shape) != ndim or any(d < 0 for d in shape):
         raise DataError(f"{path}: {key} has shape {list(shape)}; expected {ndim} dimension(s).")
 
@@ -58,8 +71,10 @@ def typed_keys(path, members) -> dict:
         else:
             unknown.append(name)
     if unknown:
-        raise DataError(f"{path}: array '{unknown[0]}' is not a key of the heterogeneous format; node arrays are "
-                        f"{'/'.join(HETERO_NODE_KEYS)}__TYPE, edge arrays {'/'.join(HETERO_EDGE_KEYS)}__SRC__RELATION__DST.")
+        raise DataError(
+            f"{path}: array '{unknown[0]}' is not a key of the heterogeneous format; node arrays are "
+            f"{'/'.join(HETERO_NODE_KEYS)}__TYPE, edge arrays {'/'.join(HETERO_EDGE_KEYS)}__SRC__RELATION__DST."
+        )
     if not any(k.startswith("edge_index__") for k in wanted):
         raise DataError(f"{path}: no edge_index__SRC__RELATION__DST array; a heterogeneous graph needs edges.")
     return wanted
@@ -102,7 +117,9 @@ def _source(num_nodes: dict, node: dict, edge: dict, name: str) -> HeteroSource:
     target_node, y = next(iter(labels.items()), (None, None))
     splits = [node.get(f"{s}_idx", {}).get(target_node) for s in ("train", "val", "test")] if target_node else []
     if any(s is not None for s in splits) and not all(s is not None for s in splits):
-        raise DataError(f"give all of train_idx__{target_node}, val_idx__{target_node}, test_idx__{target_node} or none.")
+        raise DataError(
+            f"give all of train_idx__{target_node}, val_idx__{target_node}, test_idx__{target_node} or none."
+        )
     held = {kind: edge.get(kind, {}) for kind in ("val_edges", "test_edges")}
     held_types = set(held["val_edges"]) | set(held["test_edges"])
     if len(held_types) > 1 or (held_types and set(held["val_edges"]) != set(held["test_edges"])):
@@ -112,6 +129,14 @@ def _source(num_nodes: dict, node: dict, edge: dict, name: str) -> HeteroSource:
     if target_edge is not None and target_edge not in edges:
         raise DataError(f"val_edges name ({','.join(target_edge)}), which has no edge_index array.")
     held_out = (held["val_edges"][target_edge], held["test_edges"][target_edge]) if target_edge else None
-    return HeteroSource(num_nodes, node.get("x", {}), edges, target_node=target_node, y=y,
-                        splits=tuple(splits) if splits and splits[0] is not None else None,
-                        target_edge=target_edge, held_out=held_out, name=name)
+    return HeteroSource(
+        num_nodes,
+        node.get("x", {}),
+        edges,
+        target_node=target_node,
+        y=y,
+        splits=tuple(splits) if splits and splits[0] is not None else None,
+        target_edge=target_edge,
+        held_out=held_out,
+        name=name,
+    )

@@ -14,10 +14,10 @@ validation or test edge can be seen while training or while scoring itself. Each
 edge gets ``eval_negatives`` fixed destination nodes, drawn once from the train seed alone:
 every backend and every world size ranks each edge among the same candidates, so MRR and
 Hits@K compare across runs. Where the destination type has no more than ``eval_negatives``
-other nodes, the negatives are all of them, each once (an exact ranking, not duplicates). Training edges are kept out of their own neighbourhood by the
-sampler (it excludes a batch's seed edges and their reverses, see
-:mod:`gnnbridge.core.sampling.hetero`), which is why the record maps each target edge to its
-reverse edge.
+other nodes, the negatives are all of them, each once (an exact ranking, not duplicates).
+Training edges are kept out of their own neighbourhood by the sampler (it excludes a batch's seed
+edges and their reverses, see :mod:`gnnbridge.core.sampling.hetero`), which is why the record maps
+each target edge to its reverse edge.
 
 Like the homogeneous records, this one is built once per machine, validated in
 ``__post_init__``, moved to shared memory and attached by every rank. From a prepared folder
@@ -29,6 +29,7 @@ which pass messages), so prepare cannot write it ahead: the first run that needs
 through the disk into the folder, and every later run and rank maps it
 (:mod:`gnnbridge.core.app.linkcache`); from a read-only folder it is built in each rank's memory.
 """
+
 from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, field, fields
@@ -108,7 +109,7 @@ class HeteroGraphData(Mapped):
         self.validate()
 
     @classmethod
-    def unchecked(cls, **values) -> "HeteroGraphData":
+    def unchecked(cls, **values) -> HeteroGraphData:
         """The record without sorting or :meth:`validate`: for topology ``gnnbridge prepare``
         has sorted and checked, memory-mapped from a folder, which validating would read whole."""
         record = object.__new__(cls)
@@ -148,8 +149,11 @@ class HeteroGraphData(Mapped):
         the target type's message-passing edges; val/test: columns of ``val_edges``/``test_edges``)."""
         if not self.is_link:
             return {"train": self.train_idx, "val": self.val_idx, "test": self.test_idx}[name]
-        count = {"train": self.edge_index[self.target_edge].shape[1], "val": self.val_edges.shape[1],
-                 "test": self.test_edges.shape[1]}[name]
+        count = {
+            "train": self.edge_index[self.target_edge].shape[1],
+            "val": self.val_edges.shape[1],
+            "test": self.test_edges.shape[1],
+        }[name]
         return torch.arange(count)
 
     def excluded(self, eids: torch.Tensor) -> dict[EdgeType, torch.Tensor]:
@@ -184,7 +188,7 @@ class HeteroGraphData(Mapped):
             elif isinstance(value, dict):
                 yield from (v for v in value.values() if isinstance(v, torch.Tensor))
 
-    def share_memory_(self) -> "HeteroGraphData":
+    def share_memory_(self) -> HeteroGraphData:
         if self.is_mapped:  # shared through its files (see gnnbridge.core.records.mapped)
             return self
         for t in self.tensors():
@@ -223,8 +227,10 @@ class HeteroGraphData(Mapped):
 
     def _check_features(self, t: str, x: torch.Tensor) -> None:
         if t not in self.num_nodes:
-            raise DataError(f"Features are given for node type '{t}', which is not declared; node types: "
-                            f"{', '.join(self.num_nodes)}.")
+            raise DataError(
+                f"Features are given for node type '{t}', which is not declared; node types: "
+                f"{', '.join(self.num_nodes)}."
+            )
         check_features(f"x[{t}]", x)
         if x.shape[0] != self.num_nodes[t] or x.shape[1] == 0:
             raise DataError(f"x[{t}] has shape {list(x.shape)}; expected [{self.num_nodes[t]}, F] with F >= 1.")
@@ -237,16 +243,24 @@ class HeteroGraphData(Mapped):
             raise DataError(f"Edge type {et!r} must be (source type, relation, destination type).")
         for end, t in (("source", et[0]), ("destination", et[2])):
             if t not in self.num_nodes:
-                raise DataError(f"Edge type ({name}) has {end} type '{t}', which is not declared; node types: "
-                                f"{', '.join(self.num_nodes)}.")
+                raise DataError(
+                    f"Edge type ({name}) has {end} type '{t}', which is not declared; node types: "
+                    f"{', '.join(self.num_nodes)}."
+                )
         check_tensor(f"edge_index[{name}]", ei, torch.int64, ndim=2)
         check_ids(f"edge_index[{name}] source", ei[0], self.num_nodes[et[0]], unit=f"'{et[0]}' node")
         check_ids(f"edge_index[{name}] destination", ei[1], self.num_nodes[et[2]], unit=f"'{et[2]}' node")
         indptr = self.indptr.get(et)
-        if indptr is None or indptr.numel() != self.num_nodes[et[2]] + 1 or int(indptr[-1]) != ei.shape[1] \
-                or not bool(ei[1].diff().ge(0).all()):
-            raise DataError(f"edge_index[{name}] is not sorted by destination with matching indptr; build the record "
-                            "without indptr and it is sorted for you.")
+        if (
+            indptr is None
+            or indptr.numel() != self.num_nodes[et[2]] + 1
+            or int(indptr[-1]) != ei.shape[1]
+            or not bool(ei[1].diff().ge(0).all())
+        ):
+            raise DataError(
+                f"edge_index[{name}] is not sorted by destination with matching indptr; build the record "
+                "without indptr and it is sorted for you."
+            )
 
     def _check_node_task(self) -> None:
         t = self.target_node
@@ -256,8 +270,10 @@ class HeteroGraphData(Mapped):
         if self.y.shape[0] != self.num_nodes[t]:
             raise DataError(f"y[{t}] has {self.y.shape[0]} labels for {self.num_nodes[t]} '{t}' nodes.")
         if self.num_classes < 2 or int(self.y.min()) < 0 or int(self.y.max()) >= self.num_classes:
-            raise DataError(f"y[{t}] holds labels in [{int(self.y.min())}, {int(self.y.max())}] but num_classes="
-                            f"{self.num_classes}; labels must be in [0, num_classes) with num_classes >= 2.")
+            raise DataError(
+                f"y[{t}] holds labels in [{int(self.y.min())}, {int(self.y.max())}] but num_classes="
+                f"{self.num_classes}; labels must be in [0, num_classes) with num_classes >= 2."
+            )
         for name in ("train", "val", "test"):
             check_tensor(f"{name}_idx", self.split(name), torch.int64, ndim=1)
         check_disjoint_splits(self, self.num_nodes[t])
@@ -265,8 +281,10 @@ class HeteroGraphData(Mapped):
     def _check_link(self) -> None:
         et = self.target_edge
         if et not in self.edge_index:
-            raise DataError(f"The target edge type ({edge_name(et)}) is not among the edge types: "
-                            f"{'; '.join(map(edge_name, self.edge_index))}.")
+            raise DataError(
+                f"The target edge type ({edge_name(et)}) is not among the edge types: "
+                f"{'; '.join(map(edge_name, self.edge_index))}."
+            )
         n_src, n_dst = self.num_nodes[et[0]], self.num_nodes[et[2]]
         if n_dst < 2:
             raise DataError(f"Link prediction on ({edge_name(et)}) needs at least 2 '{et[2]}' nodes to draw negatives.")
@@ -285,19 +303,26 @@ class HeteroGraphData(Mapped):
             leaked = torch.isin(pair_keys(edges, n_dst), pair_keys(train, n_dst))
             if bool(leaked.any()):
                 e = int(leaked.nonzero()[0])
-                raise DataError(f"The {name} edge {int(edges[0, e])} -> {int(edges[1, e])} is also a message-passing "
-                                "edge; held-out edges must not be visible while training.")
+                raise DataError(
+                    f"The {name} edge {int(edges[0, e])} -> {int(edges[1, e])} is also a message-passing "
+                    "edge; held-out edges must not be visible while training."
+                )
         if bool(torch.isin(pair_keys(self.val_edges, n_dst), pair_keys(self.test_edges, n_dst)).any()):
             raise DataError("The val and test edges overlap; splits must be disjoint.")
         if train.shape[1] == 0:
             raise DataError(f"The train split of ({edge_name(et)}) is empty.")
 
     def summary(self) -> dict:
-        out = {"name": self.name, "heterogeneous": True, "num_nodes": self.total_nodes,
-               "num_edges": sum(int(e.shape[1]) for e in self.edge_index.values()),
-               "node_types": dict(self.num_nodes), "edge_types": {edge_name(et): int(e.shape[1])
-                                                                   for et, e in self.edge_index.items()},
-               "num_features": self.feature_dims(), "num_classes": self.num_classes}
+        out = {
+            "name": self.name,
+            "heterogeneous": True,
+            "num_nodes": self.total_nodes,
+            "num_edges": sum(int(e.shape[1]) for e in self.edge_index.values()),
+            "node_types": dict(self.num_nodes),
+            "edge_types": {edge_name(et): int(e.shape[1]) for et, e in self.edge_index.items()},
+            "num_features": self.feature_dims(),
+            "num_classes": self.num_classes,
+        }
         if self.is_link:
             out["target_edge"] = edge_name(self.target_edge)
             out["eval_negatives"] = int(self.val_negatives.shape[1])
@@ -331,16 +356,34 @@ def pair_keys(edges: torch.Tensor, n_dst: int) -> torch.Tensor:
 # --------------------------------------------------------------------------- building
 
 
-def node_task(num_nodes: dict[str, int], x: dict, edges: dict, target: str, y: torch.Tensor,
-              splits: tuple | None = None, seed: int = 0, name: str = "hetero",
-              num_classes: int | None = None) -> HeteroGraphData:
+def node_task(
+    num_nodes: dict[str, int],
+    x: dict,
+    edges: dict,
+    target: str,
+    y: torch.Tensor,
+    splits: tuple | None = None,
+    seed: int = 0,
+    name: str = "hetero",
+    num_classes: int | None = None,
+) -> HeteroGraphData:
     """A node-classification record; without ``splits``, a seeded 60/20/20 split of ``target``."""
     if target not in num_nodes:
         raise DataError(f"The labelled node type {target!r} is not declared; node types: {', '.join(num_nodes)}.")
     splits = splits or random_split(num_nodes[target], seed)
     classes = infer_num_classes(y) if num_classes is None else num_classes
-    return HeteroGraphData(dict(num_nodes), dict(x), dict(edges), target_node=target, y=y,
-                           train_idx=splits[0], val_idx=splits[1], test_idx=splits[2], num_classes=classes, name=name)
+    return HeteroGraphData(
+        dict(num_nodes),
+        dict(x),
+        dict(edges),
+        target_node=target,
+        y=y,
+        train_idx=splits[0],
+        val_idx=splits[1],
+        test_idx=splits[2],
+        num_classes=classes,
+        name=name,
+    )
 
 
 def with_reverse_edges(num_nodes: dict, edges: dict, skip: set = frozenset()) -> dict:
@@ -368,14 +411,27 @@ def find_edge_type(edge_types, text: str) -> EdgeType:
     if len(matches) != 1:
         names = "; ".join(edge_name(et) for et in edge_types)
         why = "names several edge types" if matches else "is not an edge type"
-        raise ConfigError(f"link.edge_type={text!r} {why}; edge types: {names} (give the relation, or src,relation,dst).")
+        raise ConfigError(
+            f"link.edge_type={text!r} {why}; edge types: {names} (give the relation, or src,relation,dst)."
+        )
     return matches[0]
 
 
-def link_task(num_nodes: dict[str, int], x: dict, edges: dict, target: EdgeType, *, seed: int,
-              val_fraction: float, test_fraction: float, eval_negatives: int, reverse: bool,
-              held_out: tuple[torch.Tensor, torch.Tensor] | None = None, name: str = "hetero",
-              undirected: bool = False) -> HeteroGraphData:
+def link_task(
+    num_nodes: dict[str, int],
+    x: dict,
+    edges: dict,
+    target: EdgeType,
+    *,
+    seed: int,
+    val_fraction: float,
+    test_fraction: float,
+    eval_negatives: int,
+    reverse: bool,
+    held_out: tuple[torch.Tensor, torch.Tensor] | None = None,
+    name: str = "hetero",
+    undirected: bool = False,
+) -> HeteroGraphData:
     """A link-prediction record: ``target``'s edges (duplicates dropped) split into train / val /
     test unless ``held_out`` gives (val, test); only train edges pass messages. Between nodes of
     one type a pair is held out in both directions (``(u, v)`` held out takes ``(v, u)`` out of
@@ -384,37 +440,58 @@ def link_task(num_nodes: dict[str, int], x: dict, edges: dict, target: EdgeType,
     ``undirected``: the pairs stand for undirected edges (a homogeneous graph's)."""
     target = tuple(target)
     if target not in edges:
-        raise DataError(f"The target edge type ({edge_name(target)}) is not among the edge types: "
-                        f"{'; '.join(map(edge_name, edges))}.")
+        raise DataError(
+            f"The target edge type ({edge_name(target)}) is not among the edge types: "
+            f"{'; '.join(map(edge_name, edges))}."
+        )
     check_node_types(num_nodes)
     for t in (target[0], target[2]):
         if t not in num_nodes:
-            raise DataError(f"The target edge type ({edge_name(target)}) has node type '{t}', which is not declared; "
-                            f"node types: {', '.join(num_nodes)}.")
-    check_ids(f"edge_index[{edge_name(target)}] source", edges[target][0], num_nodes[target[0]], unit=f"'{target[0]}' node")
-    check_ids(f"edge_index[{edge_name(target)}] destination", edges[target][1], num_nodes[target[2]],
-              unit=f"'{target[2]}' node")
+            raise DataError(
+                f"The target edge type ({edge_name(target)}) has node type '{t}', which is not declared; "
+                f"node types: {', '.join(num_nodes)}."
+            )
+    check_ids(
+        f"edge_index[{edge_name(target)}] source", edges[target][0], num_nodes[target[0]], unit=f"'{target[0]}' node"
+    )
+    check_ids(
+        f"edge_index[{edge_name(target)}] destination",
+        edges[target][1],
+        num_nodes[target[2]],
+        unit=f"'{target[2]}' node",
+    )
     n_dst = num_nodes[target[2]]
     if n_dst < 2:  # no other destination to draw a negative from
-        raise DataError(f"Link prediction on ({edge_name(target)}) needs at least 2 '{target[2]}' nodes to draw "
-                        f"negatives; the graph has {n_dst}.")
+        raise DataError(
+            f"Link prediction on ({edge_name(target)}) needs at least 2 '{target[2]}' nodes to draw "
+            f"negatives; the graph has {n_dst}."
+        )
     if held_out is not None:  # ids checked before pair_keys combines them (an id out of range would alias a pair)
         for kind, held in zip(("val_edges", "test_edges"), held_out):  # (not `name`: the record's name)
             check_pairs(f"{kind}[{edge_name(target)}]", held, target, num_nodes)
     pairs = distinct_pairs(edges[target], n_dst)
-    val, test = held_out if held_out is not None else \
-        _split_pairs(pairs, target, num_nodes, seed, val_fraction, test_fraction)
+    val, test = (
+        held_out if held_out is not None else _split_pairs(pairs, target, num_nodes, seed, val_fraction, test_fraction)
+    )
     val, test = (distinct_pairs(e, num_nodes[target[2]]) for e in (val, test))
     held = torch.cat([val, test], dim=1)
     train = pairs[:, ~torch.isin(_pair_ids(pairs, target, num_nodes), _pair_ids(held, target, num_nodes))]
     mp, rev = _message_passing(num_nodes, edges, target, train, reverse)
     gen = torch.Generator().manual_seed(seed + 1)
     eval_negatives = min(eval_negatives, n_dst - 1)  # more would repeat candidates: rank among all of them
-    data = HeteroGraphData(dict(num_nodes), dict(x), mp, target_edge=target, reverse_edge=rev,
-                           val_edges=val.contiguous(), test_edges=test.contiguous(),
-                           val_negatives=negative_destinations(val[1], eval_negatives, n_dst, gen),
-                           test_negatives=negative_destinations(test[1], eval_negatives, n_dst, gen), name=name,
-                           undirected=undirected)
+    data = HeteroGraphData(
+        dict(num_nodes),
+        dict(x),
+        mp,
+        target_edge=target,
+        reverse_edge=rev,
+        val_edges=val.contiguous(),
+        test_edges=test.contiguous(),
+        val_negatives=negative_destinations(val[1], eval_negatives, n_dst, gen),
+        test_negatives=negative_destinations(test[1], eval_negatives, n_dst, gen),
+        name=name,
+        undirected=undirected,
+    )
     target_edges = data.edge_index[target]
     if rev is not None:
         data.reverse_eid = mirror_ids(target_edges, data.edge_index[rev], num_nodes[target[0]])
@@ -439,15 +516,18 @@ def _pair_ids(pairs: torch.Tensor, target: EdgeType, num_nodes: dict) -> torch.T
     return torch.minimum(pairs[0], pairs[1]) * n_dst + torch.maximum(pairs[0], pairs[1])
 
 
-def _split_pairs(pairs: torch.Tensor, target: EdgeType, num_nodes: dict, seed: int, val_fraction: float,
-                 test_fraction: float):
+def _split_pairs(
+    pairs: torch.Tensor, target: EdgeType, num_nodes: dict, seed: int, val_fraction: float, test_fraction: float
+):
     """Random val and test pairs; between nodes of one type the split is over unordered pairs, so
     both directions of one edge land in the same split."""
     ids = _pair_ids(pairs, target, num_nodes)
     groups, which = torch.unique(ids, return_inverse=True)
     if groups.numel() < 3:
-        raise DataError(f"({edge_name(target)}) has {groups.numel()} distinct edges; link prediction needs at least 3 "
-                        "(one per split).")
+        raise DataError(
+            f"({edge_name(target)}) has {groups.numel()} distinct edges; link prediction needs at least 3 "
+            "(one per split)."
+        )
     _, val, test = random_split(groups.numel(), seed, (1 - val_fraction - test_fraction, val_fraction), unit="edge")
     return pairs[:, torch.isin(which, val)], pairs[:, torch.isin(which, test)]
 
@@ -458,11 +538,19 @@ def _message_passing(num_nodes: dict, edges: dict, target: EdgeType, train: torc
     it is rebuilt from train edges, like a ``rev_`` type, and no ``rev_`` type is added beside it."""
     n_src = num_nodes[target[0]]
     flipped = pair_keys(edges[target].flip(0), n_src)
-    mirrors = [et for et, ei in edges.items() if et != target and (et[0], et[2]) == (target[2], target[0])
-               and ei.shape[1] >= edges[target].shape[1] and bool(torch.isin(flipped, pair_keys(ei, n_src)).all())]
+    mirrors = [
+        et
+        for et, ei in edges.items()
+        if et != target
+        and (et[0], et[2]) == (target[2], target[0])
+        and ei.shape[1] >= edges[target].shape[1]
+        and bool(torch.isin(flipped, pair_keys(ei, n_src)).all())
+    ]
     if len(mirrors) > 1:
-        raise DataError(f"Edge types {' and '.join(f'({edge_name(et)})' for et in mirrors)} both mirror the target "
-                        f"({edge_name(target)}); keep one.")
+        raise DataError(
+            f"Edge types {' and '.join(f'({edge_name(et)})' for et in mirrors)} both mirror the target "
+            f"({edge_name(target)}); keep one."
+        )
     mp = {et: train.flip(0) if et in mirrors else ei for et, ei in edges.items()}
     mp[target] = train
     if reverse:
@@ -563,8 +651,12 @@ class HeteroSource(Mapped):
     folder = None
 
     def summary(self) -> dict:
-        return {"name": self.name, "heterogeneous": True, "node_types": dict(self.num_nodes),
-                "edge_types": {edge_name(et): int(e.shape[1]) for et, e in self.edges.items()}}
+        return {
+            "name": self.name,
+            "heterogeneous": True,
+            "node_types": dict(self.num_nodes),
+            "edge_types": {edge_name(et): int(e.shape[1]) for et, e in self.edges.items()},
+        }
 
     def for_node_task(self, reverse: bool, seed: int) -> HeteroGraphData:
         """The node-classification record. From a prepared folder its topology is the folder's
@@ -595,19 +687,33 @@ class HeteroSource(Mapped):
             return tuple(self.target_edge)
         if len(self.edges) == 1:
             return next(iter(self.edges))
-        raise ConfigError(f"Dataset '{self.name}' has {len(self.edges)} edge types; name the one to predict with "
-                          f"--set link.edge_type=RELATION (one of: {', '.join(et[1] for et in self.edges)}).")
+        raise ConfigError(
+            f"Dataset '{self.name}' has {len(self.edges)} edge types; name the one to predict with "
+            f"--set link.edge_type=RELATION (one of: {', '.join(et[1] for et in self.edges)})."
+        )
 
-    def for_link_task(self, edge_type: str, reverse: bool, seed: int, val_fraction: float, test_fraction: float,
-                      eval_negatives: int) -> HeteroGraphData:
+    def for_link_task(
+        self, edge_type: str, reverse: bool, seed: int, val_fraction: float, test_fraction: float, eval_negatives: int
+    ) -> HeteroGraphData:
         """The link-prediction record, built in memory (:func:`link_task`). A run on a prepared
         folder maps a cache of it instead (:mod:`gnnbridge.core.app.linkcache`), except from a
         read-only folder whose cache no run could write yet, which lands here too."""
         target = self.link_target(edge_type)
         held_out = self.held_out if target == self.target_edge else None
-        return link_task(self.num_nodes, self.x, self.edges, target, seed=seed, val_fraction=val_fraction,
-                         test_fraction=test_fraction, eval_negatives=eval_negatives, reverse=reverse,
-                         held_out=held_out, name=self.name, undirected=self.undirected)
+        return link_task(
+            self.num_nodes,
+            self.x,
+            self.edges,
+            target,
+            seed=seed,
+            val_fraction=val_fraction,
+            test_fraction=test_fraction,
+            eval_negatives=eval_negatives,
+            reverse=reverse,
+            held_out=held_out,
+            name=self.name,
+            undirected=self.undirected,
+        )
 
 
 def mapped_node_task(source: HeteroSource, topology: dict, seed: int) -> HeteroGraphData:
@@ -621,9 +727,18 @@ def mapped_node_task(source: HeteroSource, topology: dict, seed: int) -> HeteroG
     splits = source.splits or random_split(source.num_nodes[t], seed)
     classes = source.num_classes if source.num_classes is not None else infer_num_classes(source.y)
     return HeteroGraphData.unchecked(
-        num_nodes=dict(source.num_nodes), x=dict(source.x), edge_index={et: e for et, (_, e) in topology.items()},
-        indptr={et: p for et, (p, _) in topology.items()}, target_node=t, y=source.y, train_idx=splits[0],
-        val_idx=splits[1], test_idx=splits[2], num_classes=classes, name=source.name)
+        num_nodes=dict(source.num_nodes),
+        x=dict(source.x),
+        edge_index={et: e for et, (_, e) in topology.items()},
+        indptr={et: p for et, (p, _) in topology.items()},
+        target_node=t,
+        y=source.y,
+        train_idx=splits[0],
+        val_idx=splits[1],
+        test_idx=splits[2],
+        num_classes=classes,
+        name=source.name,
+    )
 
 
 def homogeneous_source(data: GraphData, seed: int = 0) -> HeteroSource:

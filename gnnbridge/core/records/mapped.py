@@ -21,6 +21,7 @@ a ``mapped_from`` that reopens the source and derives again with the same argume
 seed gives the same record), so its features stay mapped in every rank and only the topology is
 rebuilt there. Records without ``mapped_from`` (``None``, the default) pickle and share as before.
 """
+
 from __future__ import annotations
 
 import multiprocessing

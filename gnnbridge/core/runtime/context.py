@@ -6,6 +6,7 @@ rank, world size, device, node layout and the few collectives training needs (su
 row all-gather, buffer broadcast), all of them no-ops for a one-rank run, so the loop has one
 code path for one process and for many.
 """
+
 from __future__ import annotations
 
 import os
@@ -183,5 +184,7 @@ def resolve_device(kind: str, local_rank: int, local_world_size: int = 1) -> tor
         return torch.device("cuda", local_rank)
     if os.environ.get("CUDA_VISIBLE_DEVICES") and count >= 1:
         return torch.device("cuda", 0)
-    raise ConfigError(f"Local rank {local_rank} has no GPU of its own: this process sees {count} CUDA device(s) for "
-                      f"{local_world_size} rank(s) on its node; start at most {count} ranks per node.")
+    raise ConfigError(
+        f"Local rank {local_rank} has no GPU of its own: this process sees {count} CUDA device(s) for "
+        f"{local_world_size} rank(s) on its node; start at most {count} ranks per node."
+    )

@@ -9,6 +9,7 @@ files down with it. Callers compare their estimate with these numbers and refuse
 Memory is the smaller of the kernel's ``MemAvailable`` and what the process's cgroup (a
 container, a SLURM allocation) still allows; psutil would add a dependency for one number.
 """
+
 from __future__ import annotations
 
 import os
@@ -59,9 +60,10 @@ def _meminfo_available() -> int:
 
 def _cgroup_headroom() -> int:
     """The cgroup's limit minus its usage (v2, else v1); UNKNOWN without a limit."""
-    for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-                                   ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
-                                    "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+    for limit_file, usage_file in (
+        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+        ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
+    ):
         try:
             limit = Path(limit_file).read_text().strip()
             usage = int(Path(usage_file).read_text().strip())

@@ -16,6 +16,7 @@ Only an ``srun`` *step* counts as a SLURM job. The batch script itself also carr
 ``SLURM_NTASKS`` (and ``SLURM_PROCID=0``), but it is one process: treating it as rank 0 of N
 would wait for N-1 ranks that nobody started, so there it behaves like any machine.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -67,17 +68,28 @@ def detect_job(env: Mapping[str, str] | None = None) -> JobEnv | None:
 def _torchrun(env: Mapping[str, str]) -> JobEnv:
     missing = [v for v in TORCHRUN_VARS if not env.get(v)]
     if missing:
-        raise ConfigError(f"RANK and WORLD_SIZE are set but {', '.join(missing)} is not; start the job with "
-                          "torchrun, or set all of RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT.")
+        raise ConfigError(
+            f"RANK and WORLD_SIZE are set but {', '.join(missing)} is not; start the job with "
+            "torchrun, or set all of RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT."
+        )
     rank, world = _int(env, "RANK"), _int(env, "WORLD_SIZE")
     _check_rank(rank, world, "RANK", "WORLD_SIZE")
     node = f"node{_int(env, 'GROUP_RANK')}" if "GROUP_RANK" in env else _hostname()
     local_rank = _int(env, "LOCAL_RANK") if "LOCAL_RANK" in env else None
     attempt = _int(env, "TORCHELASTIC_RESTART_COUNT") if "TORCHELASTIC_RESTART_COUNT" in env else 0
-    return JobEnv("torchrun", rank, world, local_rank, node, env["MASTER_ADDR"], _port(env, "MASTER_PORT"),
-                  agent_store=env.get("TORCHELASTIC_USE_AGENT_STORE") == "True",
-                  run_id=env.get("TORCHELASTIC_RUN_ID", "none"), attempt=attempt,
-                  max_restarts=_int(env, "TORCHELASTIC_MAX_RESTARTS") if "TORCHELASTIC_MAX_RESTARTS" in env else 0)
+    return JobEnv(
+        "torchrun",
+        rank,
+        world,
+        local_rank,
+        node,
+        env["MASTER_ADDR"],
+        _port(env, "MASTER_PORT"),
+        agent_store=env.get("TORCHELASTIC_USE_AGENT_STORE") == "True",
+        run_id=env.get("TORCHELASTIC_RUN_ID", "none"),
+        attempt=attempt,
+        max_restarts=_int(env, "TORCHELASTIC_MAX_RESTARTS") if "TORCHELASTIC_MAX_RESTARTS" in env else 0,
+    )
 
 
 def _slurm(env: Mapping[str, str], world: int) -> JobEnv:
@@ -89,12 +101,17 @@ def _slurm(env: Mapping[str, str], world: int) -> JobEnv:
     elif nodelist:
         addr = first_host(nodelist)
     else:
-        raise ConfigError("SLURM gives no node list (SLURM_STEP_NODELIST / SLURM_JOB_NODELIST); "
-                          "set MASTER_ADDR to the host of rank 0.")
+        raise ConfigError(
+            "SLURM gives no node list (SLURM_STEP_NODELIST / SLURM_JOB_NODELIST); "
+            "set MASTER_ADDR to the host of rank 0."
+        )
     port = _port(env, "MASTER_PORT") if env.get("MASTER_PORT") else slurm_port(env)
     node = f"node{_int(env, 'SLURM_NODEID')}" if "SLURM_NODEID" in env else _hostname()
     local_rank = _int(env, "SLURM_LOCALID") if "SLURM_LOCALID" in env else None
-    job, step = env.get("SLURM_JOB_ID", env.get("SLURM_JOBID", "")), env.get("SLURM_STEP_ID", env.get("SLURM_STEPID", ""))
+    job, step = (
+        env.get("SLURM_JOB_ID", env.get("SLURM_JOBID", "")),
+        env.get("SLURM_STEP_ID", env.get("SLURM_STEPID", "")),
+    )
     run_id = f"{job}.{step}"
     return JobEnv("slurm", rank, world, local_rank, node, addr, port, agent_store=False, run_id=run_id)
 
@@ -122,8 +139,10 @@ def expand_hostlist(text: str) -> list[str]:
     A list of more than :data:`MAX_HOSTS` hosts is refused, not expanded."""
     hosts = list(itertools.islice(iter_hostlist(text), MAX_HOSTS + 1))
     if len(hosts) > MAX_HOSTS:
-        raise ConfigError(f"The SLURM node list {text[:80]!r} names more than {MAX_HOSTS:,} hosts; set MASTER_ADDR "
-                          "to the host of rank 0.")
+        raise ConfigError(
+            f"The SLURM node list {text[:80]!r} names more than {MAX_HOSTS:,} hosts; set MASTER_ADDR "
+            "to the host of rank 0."
+        )
     return hosts
 
 
@@ -173,8 +192,9 @@ class _RangeList:
         for item in spec.split(","):
             lo, _, hi = item.partition("-")
             if not lo.isdigit() or (hi and not hi.isdigit()) or len(lo) > 18 or len(hi) > 18:
-                raise ConfigError(f"Cannot read the SLURM node list {text[:80]!r}; set MASTER_ADDR to the host of "
-                                  "rank 0.")
+                raise ConfigError(
+                    f"Cannot read the SLURM node list {text[:80]!r}; set MASTER_ADDR to the host of rank 0."
+                )
             self.items.append((int(lo), int(hi or lo), len(lo)))
 
     def __iter__(self):

@@ -18,6 +18,7 @@ it better than the agent that reaped it); otherwise the line the failing rank po
 store and wrote into its torchelastic error file (see :mod:`~gnnbridge.core.runtime.rank`). The
 agent's own loggers are silenced while it runs, so that line is the only one.
 """
+
 from __future__ import annotations
 
 import ast
@@ -50,8 +51,15 @@ MONITOR_INTERVAL_S = 0.1  # how often the agent polls its ranks: a dead rank is 
 SIGNALS_VAR = "TORCHELASTIC_SIGNALS_TO_HANDLE"  # set by the agent in the launching process
 
 
-def launch(worker: Callable[..., Any], nproc: int, device_kind: str, args: tuple,
-           timeout_s: float = DEFAULT_TIMEOUT_S, job: JobEnv | None = None, max_restarts: int = 0) -> Any:
+def launch(
+    worker: Callable[..., Any],
+    nproc: int,
+    device_kind: str,
+    args: tuple,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    job: JobEnv | None = None,
+    max_restarts: int = 0,
+) -> Any:
     """Run ``worker(ctx, *args)`` on every rank and return rank 0's result (``None`` on the other
     ranks of a job).
 
@@ -61,8 +69,10 @@ def launch(worker: Callable[..., Any], nproc: int, device_kind: str, args: tuple
     """
     if job is not None:
         if dist.is_initialized():
-            raise ConfigError("A default process group already exists in this process; gnnbridge joins the "
-                              f"{job.launcher} job itself: run it before (or instead of) init_process_group.")
+            raise ConfigError(
+                "A default process group already exists in this process; gnnbridge joins the "
+                f"{job.launcher} job itself: run it before (or instead of) init_process_group."
+            )
         return rank_main(RankSpec.from_job(job), device_kind, worker, args, timeout_s)
     if nproc == 1 and max_restarts == 0:
         return _run_single(worker, device_kind, args, timeout_s)
@@ -72,8 +82,9 @@ def launch(worker: Callable[..., Any], nproc: int, device_kind: str, args: tuple
 def _run_single(worker: Callable[..., Any], device_kind: str, args: tuple, timeout_s: float) -> Any:
     owns_group = not dist.is_initialized()
     if owns_group:
-        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1,
-                                timeout=datetime.timedelta(seconds=timeout_s))
+        dist.init_process_group(
+            "gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=datetime.timedelta(seconds=timeout_s)
+        )
     try:
         return worker(DistContext(0, 1, 0, resolve_device(device_kind, 0)), *args)
     finally:
@@ -81,20 +92,34 @@ def _run_single(worker: Callable[..., Any], device_kind: str, args: tuple, timeo
             dist.destroy_process_group()
 
 
-def _run_elastic(worker: Callable[..., Any], nproc: int, device_kind: str, args: tuple, timeout_s: float,
-                 max_restarts: int) -> Any:
+def _run_elastic(
+    worker: Callable[..., Any], nproc: int, device_kind: str, args: tuple, timeout_s: float, max_restarts: int
+) -> Any:
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    with tempfile.TemporaryDirectory(prefix="gnnbridge-elastic-") as log_dir, _agent_quiet(), _agent_leaves_no_trace(), \
-            _ranks_inherit({ENV_WARNED: "1", DEFER_VAR: "1"}), _ranks_start_deaf_to_ctrl_c():
+    with (
+        tempfile.TemporaryDirectory(prefix="gnnbridge-elastic-") as log_dir,
+        _agent_quiet(),
+        _agent_leaves_no_trace(),
+        _ranks_inherit({ENV_WARNED: "1", DEFER_VAR: "1"}),
+        _ranks_start_deaf_to_ctrl_c(),
+    ):
         config = LaunchConfig(
-            min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=uuid.uuid4().hex, role="gnnbridge",
-            rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", rdzv_configs={"join_timeout": math.ceil(timeout_s)},
+            min_nodes=1,
+            max_nodes=1,
+            nproc_per_node=nproc,
+            run_id=uuid.uuid4().hex,
+            role="gnnbridge",
+            rdzv_backend="c10d",
+            rdzv_endpoint="127.0.0.1:0",
+            rdzv_configs={"join_timeout": math.ceil(timeout_s)},
             local_addr="127.0.0.1",  # not the host's FQDN, which need not resolve on a laptop or in a container
-            max_restarts=max_restarts, monitor_interval=MONITOR_INTERVAL_S, start_method="spawn",
+            max_restarts=max_restarts,
+            monitor_interval=MONITOR_INTERVAL_S,
+            start_method="spawn",
             logs_specs=DefaultLogsSpecs(log_dir=log_dir),  # error files only; output stays on our console
         )
         try:
@@ -253,8 +278,9 @@ def _agent_quiet() -> Iterator[None]:
     import torch.distributed.elastic.rendezvous.c10d_rendezvous_backend  # noqa: F401 - their loggers exist now
     import torch.distributed.elastic.rendezvous.dynamic_rendezvous  # noqa: F401
 
-    loggers = [logging.getLogger(name) for name in list(logging.root.manager.loggerDict)
-               if name.startswith(AGENT_LOGGERS)]
+    loggers = [
+        logging.getLogger(name) for name in list(logging.root.manager.loggerDict) if name.startswith(AGENT_LOGGERS)
+    ]
     before = [lg.disabled for lg in loggers]
     for lg in loggers:
         lg.disabled = True
@@ -278,8 +304,12 @@ def refuse_unguarded_start() -> None:
     :func:`refuse_unguarded_script` catches this before any rank starts; this is the rank-side
     net for scripts it cannot read. ``SystemExit``: the one line, no traceback."""
     if getattr(multiprocessing.current_process(), "_inheriting", False):
-        print(f"Error: a rank started by gnnbridge was importing your script and reached a gnnbridge call at its "
-              f"top level; {GUARD}.", file=sys.stderr, flush=True)
+        print(
+            f"Error: a rank started by gnnbridge was importing your script and reached a gnnbridge call at its "
+            f"top level; {GUARD}.",
+            file=sys.stderr,
+            flush=True,
+        )
         raise SystemExit(1)
 
 
@@ -289,8 +319,9 @@ def refuse_unguarded_script() -> None:
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
     frame = sys._getframe(1)  # noqa: SLF001 - the caller's stack is what decides
-    while frame is not None and not (frame.f_globals is getattr(main, "__dict__", None)
-                                     and frame.f_code.co_name == "<module>"):
+    while frame is not None and not (
+        frame.f_globals is getattr(main, "__dict__", None) and frame.f_code.co_name == "<module>"
+    ):
         frame = frame.f_back
     if frame is None or not path or not str(path).endswith(".py"):
         return  # not called while the script runs top to bottom (a function, a notebook, python -c)
@@ -299,8 +330,10 @@ def refuse_unguarded_script() -> None:
     except (OSError, SyntaxError, ValueError):
         return
     if not _under_main_guard(tree, frame.f_lineno):
-        raise ConfigError(f"{path}, line {frame.f_lineno}: a run with several ranks is started at the top level of "
-                          f"the script, and every rank imports the script again (so it would start again); {GUARD}.")
+        raise ConfigError(
+            f"{path}, line {frame.f_lineno}: a run with several ranks is started at the top level of "
+            f"the script, and every rank imports the script again (so it would start again); {GUARD}."
+        )
 
 
 def _under_main_guard(tree: ast.Module, line: int) -> bool:

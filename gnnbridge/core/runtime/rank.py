@@ -11,6 +11,7 @@ own report would say "exitcode 1" or blame a peer's "connection reset".
 Keys live under ``gnnbridge/<run id>/<attempt>/`` in the store (:func:`attempt_store`): a restarted attempt starts
 clean, and two jobs that meet on one port stay apart.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -62,9 +63,19 @@ class RankSpec:
 
     @classmethod
     def from_job(cls, job: JobEnv, announce: bool = True) -> RankSpec:
-        return cls(job.rank, job.world_size, job.local_rank, job.node, job.master_addr, job.master_port,
-                   hosts_store=job.rank == 0 and not job.agent_store, announce=announce,
-                   run_id=job.run_id, attempt=job.attempt, launcher=job.launcher)
+        return cls(
+            job.rank,
+            job.world_size,
+            job.local_rank,
+            job.node,
+            job.master_addr,
+            job.master_port,
+            hosts_store=job.rank == 0 and not job.agent_store,
+            announce=announce,
+            run_id=job.run_id,
+            attempt=job.attempt,
+            launcher=job.launcher,
+        )
 
     @property
     def namespace(self) -> str:
@@ -91,9 +102,13 @@ def rank_main(spec: RankSpec, device_kind: str, worker: Callable[..., Any], args
     try:
         ctx = _join(spec, store, device_kind, timeout_s)
         ctx.job_store = job_store
-        dist.init_process_group("nccl" if ctx.device.type == "cuda" else "gloo",
-                                store=dist.PrefixStore("pg/", store), rank=spec.rank,
-                                world_size=spec.world_size, timeout=timeout)
+        dist.init_process_group(
+            "nccl" if ctx.device.type == "cuda" else "gloo",
+            store=dist.PrefixStore("pg/", store),
+            rank=spec.rank,
+            world_size=spec.world_size,
+            timeout=timeout,
+        )
         ctx.local_group = _local_groups(ctx)
         result = worker(ctx, *opened(args))  # a mapped record opens here: its refusal is this rank's failure
         store.set(f"done/{spec.rank}", "1")
@@ -132,12 +147,15 @@ def _connect(spec: RankSpec, timeout: datetime.timedelta):
     where = f"{spec.addr}:{spec.port}"
     _check_resolves(spec)
     try:
-        return dist.TCPStore(spec.addr, spec.port, world_size=None, is_master=spec.hosts_store,
-                             wait_for_workers=False, timeout=timeout)
+        return dist.TCPStore(
+            spec.addr, spec.port, world_size=None, is_master=spec.hosts_store, wait_for_workers=False, timeout=timeout
+        )
     except (RuntimeError, OSError) as exc:
         if spec.hosts_store:
-            raise RankFailedError(f"Rank 0 cannot listen on {where} ({_last_line(str(exc))}); another job may use "
-                                  "this port: set MASTER_PORT to a free one.") from None
+            raise RankFailedError(
+                f"Rank 0 cannot listen on {where} ({_last_line(str(exc))}); another job may use "
+                "this port: set MASTER_PORT to a free one."
+            ) from None
         raise RankFailedError(
             f"Rank {spec.rank} could not reach the job's store at {where} within {timeout.total_seconds():.0f} s: "
             f"rank 0 has not started, or MASTER_ADDR / MASTER_PORT point elsewhere ({spec.launcher} job)."
@@ -151,8 +169,10 @@ def _check_resolves(spec: RankSpec) -> None:
         socket.getaddrinfo(spec.addr, spec.port, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError) as exc:
         reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-        raise RankFailedError(f"MASTER_ADDR={spec.addr!r} does not resolve to an address ({reason}); set it to the "
-                              f"host name or IP address of rank 0's machine ({spec.launcher} job).") from None
+        raise RankFailedError(
+            f"MASTER_ADDR={spec.addr!r} does not resolve to an address ({reason}); set it to the "
+            f"host name or IP address of rank 0's machine ({spec.launcher} job)."
+        ) from None
 
 
 def _join(spec: RankSpec, store, device_kind: str, timeout_s: float) -> DistContext:
@@ -167,11 +187,29 @@ def _join(spec: RankSpec, store, device_kind: str, timeout_s: float) -> DistCont
     if device.type == "cuda":
         torch.cuda.set_device(device)
     _set_threads(len(local))
-    watchdog = Watchdog(store.clone(), me, members, timeout_s, announce=spec.announce,
-                        hosts_store=spec.hosts_store, store_owner=spec.store_owner).start()
-    return DistContext(spec.rank, spec.world_size, local_rank, device, local_world_size=len(local),
-                       node_rank=node_rank, num_nodes=len(nodes), members=members, store=store,
-                       run_id=run_id, watchdog=watchdog, attempt=spec.attempt)
+    watchdog = Watchdog(
+        store.clone(),
+        me,
+        members,
+        timeout_s,
+        announce=spec.announce,
+        hosts_store=spec.hosts_store,
+        store_owner=spec.store_owner,
+    ).start()
+    return DistContext(
+        spec.rank,
+        spec.world_size,
+        local_rank,
+        device,
+        local_world_size=len(local),
+        node_rank=node_rank,
+        num_nodes=len(nodes),
+        members=members,
+        store=store,
+        run_id=run_id,
+        watchdog=watchdog,
+        attempt=spec.attempt,
+    )
 
 
 def _rendezvous(store, me: Member, world_size: int, timeout_s: float) -> tuple[list[Member], str]:
@@ -283,7 +321,8 @@ def _describe(exc: BaseException) -> str:
 def _is_comm_error(exc: BaseException) -> bool:
     text = str(exc)
     return isinstance(exc, dist.DistError) or any(
-        s in text for s in ("gloo", "NCCL", "Connection reset", "Connection closed", "Broken pipe"))
+        s in text for s in ("gloo", "NCCL", "Connection reset", "Connection closed", "Broken pipe")
+    )
 
 
 def _wait_for_cause(store, rank: int, world_size: int, line: str, grace_s: float) -> str:
@@ -306,8 +345,10 @@ def _wait_for_cause(store, rank: int, world_size: int, line: str, grace_s: float
         return f"rank(s) {_ranges(silent)} stopped responding (rank {rank} saw: {line})"
     if "timed out" in line.lower():
         who = f"rank(s) {_ranges(behind)} stuck behind the others" if behind else "another rank is stuck"
-        return (f"rank {rank} waited longer than the timeout in a collective: {who} (raise --timeout if "
-                f"a step can take that long): {line}")
+        return (
+            f"rank {rank} waited longer than the timeout in a collective: {who} (raise --timeout if "
+            f"a step can take that long): {line}"
+        )
     return f"rank {rank} failed: {line}"
 
 
@@ -336,8 +377,6 @@ def _ranges(ranks: list[int]) -> str:
 def _last_line(text: str) -> str:
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
     return lines[-1] if lines else "unknown error"
-
-
 
 
 def failed_on(rank: int, line: str) -> PeerFailed:

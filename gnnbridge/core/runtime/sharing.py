@@ -20,6 +20,7 @@ file system or own copy; the opener refuses a copy that differs).
 Space is reserved with ``posix_fallocate`` before writing: a full ``/dev/shm`` (Docker gives 64
 MB by default) is an error message here, not a SIGBUS in the middle of a copy.
 """
+
 from __future__ import annotations
 
 import base64
@@ -65,8 +66,9 @@ def node_shared(ctx: DistContext, load: Callable[[], LabelledRecord]) -> Labelle
     return record
 
 
-def node_tensors(ctx: DistContext, name: str, make: Callable[[], dict[str, torch.Tensor]],
-                 what: str, lower: str | None = None) -> dict[str, torch.Tensor]:
+def node_tensors(
+    ctx: DistContext, name: str, make: Callable[[], dict[str, torch.Tensor]], what: str, lower: str | None = None
+) -> dict[str, torch.Tensor]:
     """``make()`` on the node's first rank only; every rank of the node (that one included) gets
     its tensors mapped from the same RAM-backed files: one copy per machine, however many ranks.
     ``name`` tells this sharing from the node's others (unique within the job); ``what`` names
@@ -136,8 +138,14 @@ def export(record: LabelledRecord, folder: Path, prefix: str, written: list[Path
     return manifest
 
 
-def export_tensors(items: list[tuple], folder: Path, prefix: str, what: str, written: list[Path] | None = None,
-                   lower: str | None = None) -> list[dict]:
+def export_tensors(
+    items: list[tuple],
+    folder: Path,
+    prefix: str,
+    what: str,
+    written: list[Path] | None = None,
+    lower: str | None = None,
+) -> list[dict]:
     """Write each ``(key, tensor)`` to a file ``folder/prefix-<n>``; return their specs (key,
     path, dtype, shape) for :func:`map_file`. Each file is added to ``written`` before it is
     filled; on an error they are all removed, so nothing partial is left."""
@@ -147,8 +155,14 @@ def export_tensors(items: list[tuple], folder: Path, prefix: str, what: str, wri
             path = folder / f"{prefix}-{len(specs)}"
             written.append(path)
             _write(path, tensor.contiguous(), what, lower)
-            specs.append({"key": key, "path": str(path), "dtype": str(tensor.dtype).removeprefix("torch."),
-                          "shape": list(tensor.shape)})
+            specs.append(
+                {
+                    "key": key,
+                    "path": str(path),
+                    "dtype": str(tensor.dtype).removeprefix("torch."),
+                    "shape": list(tensor.shape),
+                }
+            )
     except BaseException:
         _unlink(written)
         raise
@@ -185,8 +199,9 @@ def map_file(spec: dict) -> torch.Tensor:
     """The tensor an :func:`export_tensors` spec describes, mapped shared from its file."""
     dtype, shape = getattr(torch, spec["dtype"]), spec["shape"]
     numel = int(torch.Size(shape).numel())
-    return (torch.from_file(spec["path"], shared=True, size=numel, dtype=dtype) if numel
-            else torch.empty(0, dtype=dtype)).view(shape)
+    return (
+        torch.from_file(spec["path"], shared=True, size=numel, dtype=dtype) if numel else torch.empty(0, dtype=dtype)
+    ).view(shape)
 
 
 def _write(path: Path, tensor: torch.Tensor, what: str, lower: str | None) -> None:
@@ -200,10 +215,14 @@ def _write(path: Path, tensor: torch.Tensor, what: str, lower: str | None) -> No
         os.posix_fallocate(fd, 0, nbytes)
     except OSError as exc:
         if exc.errno in (errno.ENOSPC, errno.EFBIG):
-            fixes = f"enlarge it (docker --shm-size){', ' if lower else ' or '}point GNNBRIDGE_SHM_DIR at a larger " \
-                    f"RAM-backed folder{f', or lower {lower}' if lower else ''}"
-            raise DataError(f"Not enough room in {path.parent} to share {what} between this node's ranks "
-                            f"({format_bytes(nbytes)} more needed); {fixes}.") from None
+            fixes = (
+                f"enlarge it (docker --shm-size){', ' if lower else ' or '}point GNNBRIDGE_SHM_DIR at a larger "
+                f"RAM-backed folder{f', or lower {lower}' if lower else ''}"
+            )
+            raise DataError(
+                f"Not enough room in {path.parent} to share {what} between this node's ranks "
+                f"({format_bytes(nbytes)} more needed); {fixes}."
+            ) from None
         raise
     finally:
         os.close(fd)

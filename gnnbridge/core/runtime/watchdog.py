@@ -30,6 +30,7 @@ no Python exception can reach it. SIGTERM (sent by torchrun, srun or torch's ela
 survivors) takes the same path through a wakeup socket, so it works even while the main thread
 is blocked.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -111,8 +112,9 @@ def record_for_launcher(message: str) -> None:
     path = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if not path:
         return
-    payload = {"message": {"message": message, "extraInfo": {"py_callstack": message,
-                                                             "timestamp": str(int(time.time()))}}}
+    payload = {
+        "message": {"message": message, "extraInfo": {"py_callstack": message, "timestamp": str(int(time.time()))}}
+    }
     with contextlib.suppress(OSError), open(path, "w") as f:
         json.dump(payload, f)
 
@@ -120,8 +122,17 @@ def record_for_launcher(message: str) -> None:
 class Watchdog:
     """Per-rank guardian thread; see the module docstring."""
 
-    def __init__(self, store, me: Member, members: list[Member], timeout_s: float, *, announce: bool,
-                 hosts_store: bool, store_owner: str):
+    def __init__(
+        self,
+        store,
+        me: Member,
+        members: list[Member],
+        timeout_s: float,
+        *,
+        announce: bool,
+        hosts_store: bool,
+        store_owner: str,
+    ):
         self.store = store  # a connection of its own (clone), never shared with the main thread
         self.me = me
         self.timeout_s = timeout_s
@@ -177,8 +188,9 @@ class Watchdog:
         while not self._stop.wait(INTERVAL_S):
             try:
                 self._beat()
-                message = posted_failure(self.store) or self._dead_neighbour() or self._silent_peer() \
-                    or self._stuck_here()
+                message = (
+                    posted_failure(self.store) or self._dead_neighbour() or self._silent_peer() or self._stuck_here()
+                )
                 if not message and self._signalled():
                     message = self._cause_of_sigterm()
             except STORE_ERRORS:
@@ -212,8 +224,10 @@ class Watchdog:
     def _dead_neighbour(self) -> str | None:
         for m in self.neighbours:
             if not _pid_alive(m.pid) and not self._finished(m.rank):
-                return (f"rank {m.rank} (pid {m.pid} on {m.host}) died without a Python error "
-                        "(killed by a signal or the out-of-memory killer?)")
+                return (
+                    f"rank {m.rank} (pid {m.pid} on {m.host}) died without a Python error "
+                    "(killed by a signal or the out-of-memory killer?)"
+                )
         return None
 
     def _silent_peer(self) -> str | None:
@@ -226,8 +240,10 @@ class Watchdog:
             if int(raw) != last:
                 self._last_beat[m.rank] = (int(raw), now)
             elif now - since > self.timeout_s and not self._finished(m.rank):
-                return (f"rank {m.rank} on {m.host} sent no heartbeat for {self.timeout_s:.0f} s "
-                        "(its process or its machine is gone)")
+                return (
+                    f"rank {m.rank} on {m.host} sent no heartbeat for {self.timeout_s:.0f} s "
+                    "(its process or its machine is gone)"
+                )
         return None
 
     def _stuck_here(self) -> str | None:
@@ -249,8 +265,10 @@ class Watchdog:
                 return None
             if min(int(v) for v in self.store.multi_get([f"{DOING}/{m.rank}" for m in self.peers])) < moves:
                 return None
-        return (f"rank {self.me.rank} has been in {what} for {stuck_s:.0f} s (--timeout {self.timeout_s:g}): it is "
-                "stuck there, or a step takes that long (then raise --timeout)")
+        return (
+            f"rank {self.me.rank} has been in {what} for {stuck_s:.0f} s (--timeout {self.timeout_s:g}): it is "
+            "stuck there, or a step takes that long (then raise --timeout)"
+        )
 
     def _finished(self, rank: int) -> bool:
         return self.store.check([f"done/{rank}"])

@@ -7,6 +7,7 @@ writing its own.
 * :class:`LibraryGraphLoader`: a library's own graph loader, driven by core's rank-sharded batches,
   reading the per-graph views a :class:`CollectionStore` builds on first use.
 """
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod

@@ -13,6 +13,7 @@ A plugin's sampler is wrapped in :class:`CheckedSampler`: a batch whose seeds ar
 asked for, or whose node ids lie outside the graph, would train on the wrong labels or (in DGL,
 which does not bounds-check) corrupt memory, so each is checked before it is used.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -54,26 +55,32 @@ def make_sampler(backend: Backend, store: GraphStore, fanouts: list[int], kind: 
         impl = made if trusted else _CheckedSubgraphs(made, origin, store.data.num_nodes, len(fanouts))
         sampler = CoreSampler(store, list(fanouts), backend.from_sampled, impl)
     else:
-        raise PluginError(f"{origin} built a {type(made).__name__}: not a Sampler, not a sampler backend "
-                          f"'{backend.name}' adopts, and without sample(seeds, generator).")
+        raise PluginError(
+            f"{origin} built a {type(made).__name__}: not a Sampler, not a sampler backend "
+            f"'{backend.name}' adopts, and without sample(seeds, generator)."
+        )
     return sampler if trusted else CheckedSampler(sampler, origin, store.data.num_nodes)
 
 
-def make_hetero_sampler(backend: Backend, data: HeteroGraphData, fanouts: list[int], edge_fanouts: dict,
-                        kind: str, negatives: int = 1) -> Sampler:
+def make_hetero_sampler(
+    backend: Backend, data: HeteroGraphData, fanouts: list[int], edge_fanouts: dict, kind: str, negatives: int = 1
+) -> Sampler:
     """Heterogeneous batches: core's typed sampler, converted by the backend, or the library's own
     where the backend has one (:meth:`Backend.hetero_sampler`; PyG's needs pyg-lib, see
     :mod:`gnnbridge.core.sampling.hetero`)."""
     check_hetero_kind(kind, backend)
-    core = CoreHeteroSampler(HeteroStore(data), typed_fanouts(data, fanouts, edge_fanouts),
-                             backend.from_hetero_sampled, negatives)
+    core = CoreHeteroSampler(
+        HeteroStore(data), typed_fanouts(data, fanouts, edge_fanouts), backend.from_hetero_sampled, negatives
+    )
     return core if kind == SamplerKind.CORE.value else backend.hetero_sampler(core, SamplerKind(kind))
 
 
 def check_hetero_kind(kind: str, backend: Backend) -> None:
     if kind not in (*BACKEND_KINDS, SamplerKind.CORE.value):
-        raise ConfigError(f"sampler.kind={kind!r}: plugin samplers sample homogeneous graphs; heterogeneous graphs "
-                          "and task=link use sampler.kind=auto or core.")
+        raise ConfigError(
+            f"sampler.kind={kind!r}: plugin samplers sample homogeneous graphs; heterogeneous graphs "
+            "and task=link use sampler.kind=auto or core."
+        )
     reason = backend.hetero_sampler_unavailable(SamplerKind(kind))
     if reason is not None:
         raise BackendUnavailableError(f"Backend '{backend.name}': {reason}.")
@@ -89,7 +96,9 @@ class _CheckedSubgraphs:
         with blame(self.origin, "sample()"):
             sub = self.impl.sample(seeds, generator)
         if not isinstance(sub, SampledSubgraph):
-            raise PluginError(f"{self.origin} returned a {type(sub).__name__} from sample(); expected a SampledSubgraph.")
+            raise PluginError(
+                f"{self.origin} returned a {type(sub).__name__} from sample(); expected a SampledSubgraph."
+            )
         _check_layout(self.origin, sub, self.hops)
         _check_ids(self.origin, "node id", sub.node, self.num_nodes)
         _check_ids(self.origin, "local edge endpoint", torch.cat([sub.row, sub.col]), sub.node.numel())
@@ -118,8 +127,10 @@ class CheckedSampler(Sampler):
             got = "too few batches" if mb is None else f"a {type(mb).__name__}"
             raise PluginError(f"{self.origin} yielded {got}; it must yield one MiniBatch per seed tensor, in order.")
         if not torch.equal(mb.seeds.cpu(), seeds.cpu()):
-            raise PluginError(f"{self.origin} yielded a batch whose seeds are not the {seeds.numel()} asked for (in "
-                              "order); labels would be read for the wrong nodes.")
+            raise PluginError(
+                f"{self.origin} yielded a batch whose seeds are not the {seeds.numel()} asked for (in "
+                "order); labels would be read for the wrong nodes."
+            )
         _check_ids(self.origin, "input node id", mb.input_nodes, self.num_nodes)
         return mb
 
@@ -130,15 +141,22 @@ def _check_layout(origin: str, sub: SampledSubgraph, hops: int) -> None:
     for field in ("node", "row", "col", "edge"):
         ids = getattr(sub, field)
         if not isinstance(ids, torch.Tensor) or ids.dtype != torch.long or ids.dim() != 1:
-            got = (f"a {ids.dim()}-D {str(ids.dtype).replace('torch.', '')} tensor" if isinstance(ids, torch.Tensor)
-                   else f"a {type(ids).__name__}")
-            raise PluginError(f"{origin} returned SampledSubgraph.{field} as {got} from sample(); expected a 1-D "
-                              f"int64 tensor of ids (e.g. {field}.long()).")
+            got = (
+                f"a {ids.dim()}-D {str(ids.dtype).replace('torch.', '')} tensor"
+                if isinstance(ids, torch.Tensor)
+                else f"a {type(ids).__name__}"
+            )
+            raise PluginError(
+                f"{origin} returned SampledSubgraph.{field} as {got} from sample(); expected a 1-D "
+                f"int64 tensor of ids (e.g. {field}.long())."
+            )
     nodes, edges = list(sub.num_sampled_nodes), list(sub.num_sampled_edges)
     if len(nodes) != hops + 1 or len(edges) != hops:
-        raise PluginError(f"{origin} returned num_sampled_nodes={nodes[:8]} and num_sampled_edges={edges[:8]} from "
-                          f"sample() for {hops} fanouts; expected {hops + 1} node counts (the seeds, then one per hop) "
-                          f"and {hops} edge counts (one per hop).")
+        raise PluginError(
+            f"{origin} returned num_sampled_nodes={nodes[:8]} and num_sampled_edges={edges[:8]} from "
+            f"sample() for {hops} fanouts; expected {hops + 1} node counts (the seeds, then one per hop) "
+            f"and {hops} edge counts (one per hop)."
+        )
 
 
 def _check_ids(origin: str, what: str, ids: torch.Tensor, bound: int) -> None:
@@ -148,4 +166,3 @@ def _check_ids(origin: str, what: str, ids: torch.Tensor, bound: int) -> None:
     if low < 0 or high >= bound:
         bad = low if low < 0 else high
         raise PluginError(f"{origin} returned {what} {bad}, outside [0, {bound}).")
-

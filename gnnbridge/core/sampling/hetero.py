@@ -13,6 +13,7 @@ positive edges, ``negatives`` destinations per edge drawn uniformly from the des
 with the batch's own positive edges *and their reverses* left out (so an edge is never a path to
 its own label), and the (src, dst) pairs to score as local ids of the sample.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
@@ -92,13 +93,18 @@ class HeteroNeighborSampler:
         self.data = data
         self.fanouts = fanouts
         self.layers = len(next(iter(fanouts.values())))
-        self._hops = {et: NeighborSampler(data.indptr[et], data.edge_index[et][0], fanouts[et])
-                      for et in sorted(data.edge_types)}
+        self._hops = {
+            et: NeighborSampler(data.indptr[et], data.edge_index[et][0], fanouts[et]) for et in sorted(data.edge_types)
+        }
         self._maps = {t: torch.full((n,), -1, dtype=torch.int64) for t, n in data.num_nodes.items()}
 
     @signals_deferred()  # once for the batch: its many kernel calls then skip their own
-    def sample(self, seeds: dict[str, torch.Tensor], generator: torch.Generator | None = None,
-               exclude: dict[EdgeType, torch.Tensor] | None = None) -> HeteroSampledSubgraph:
+    def sample(
+        self,
+        seeds: dict[str, torch.Tensor],
+        generator: torch.Generator | None = None,
+        exclude: dict[EdgeType, torch.Tensor] | None = None,
+    ) -> HeteroSampledSubgraph:
         """``seeds``: {type: unique ids}; ``exclude``: {edge type: edge ids never to sample}."""
         nodes = {t: [ids] for t, ids in seeds.items()}  # a type with no seeds stays (an empty batch has them)
         count = {t: int(ids.numel()) for t, ids in seeds.items()}
@@ -133,9 +139,15 @@ class HeteroNeighborSampler:
         for t, ids in node.items():
             self._maps[t][ids] = -1  # reset only what this batch touched
         cat = lambda parts: {et: torch.cat(p) for et, p in parts.items()}  # noqa: E731
-        return HeteroSampledSubgraph(node, cat(rows), cat(cols), cat(edges),
-                                     {t: int(ids.numel()) for t, ids in seeds.items()},
-                                     self.data.node_types, self.data.edge_types)
+        return HeteroSampledSubgraph(
+            node,
+            cat(rows),
+            cat(cols),
+            cat(edges),
+            {t: int(ids.numel()) for t, ids in seeds.items()},
+            self.data.node_types,
+            self.data.edge_types,
+        )
 
 
 class LinkBatcher:
@@ -149,7 +161,9 @@ class LinkBatcher:
         self.target = data.target_edge
         self._train = data.edge_index[self.target]
 
-    def train_batch(self, eids: torch.Tensor, generator: torch.Generator) -> tuple[HeteroSampledSubgraph, LinkMiniBatch]:
+    def train_batch(
+        self, eids: torch.Tensor, generator: torch.Generator
+    ) -> tuple[HeteroSampledSubgraph, LinkMiniBatch]:
         src, dst = self._train[:, eids]
         negatives = negative_destinations(dst, self.negatives, self.data.num_nodes[self.target[2]], generator)
         return self._batch(eids, src, dst, negatives, generator, self.data.excluded(eids))
@@ -168,7 +182,7 @@ class LinkBatcher:
         pair_dst = torch.cat([dst, negatives.flatten()])
         if s_type == d_type:
             seeds, inverse = torch.unique(torch.cat([pair_src, pair_dst]), return_inverse=True)
-            local_src, local_dst = inverse[:pair_src.numel()], inverse[pair_src.numel():]
+            local_src, local_dst = inverse[: pair_src.numel()], inverse[pair_src.numel() :]
             seed_dict = {s_type: seeds}
         else:
             src_seeds, local_src = torch.unique(pair_src, return_inverse=True)
@@ -176,10 +190,16 @@ class LinkBatcher:
             seed_dict = {s_type: src_seeds, d_type: dst_seeds}
         sub = self.sampler.sample(seed_dict, generator, exclude)
         labels = torch.cat([torch.ones(src.numel()), torch.zeros(negatives.numel())])
-        mb = LinkMiniBatch(ids, sub.node, None, pairs=torch.stack([local_src, local_dst]), labels=labels,
-                           positives=int(src.numel()), negatives_per_edge=k)
+        mb = LinkMiniBatch(
+            ids,
+            sub.node,
+            None,
+            pairs=torch.stack([local_src, local_dst]),
+            labels=labels,
+            positives=int(src.numel()),
+            negatives_per_edge=k,
+        )
         return sub, mb
-
 
 
 class HeteroStore(GraphStore):
@@ -197,8 +217,9 @@ class CoreHeteroSampler(CoreSampler):
     comes from a generator keyed on (seed, epoch, rank), as in the homogeneous core sampler, so
     with the same seed every backend trains on the same batches."""
 
-    def __init__(self, store: GraphStore, fanouts: dict[EdgeType, list[int]], to_native: Callable[[Any], Any],
-                 negatives: int = 1):
+    def __init__(
+        self, store: GraphStore, fanouts: dict[EdgeType, list[int]], to_native: Callable[[Any], Any], negatives: int = 1
+    ):
         super().__init__(store, next(iter(fanouts.values())), to_native, HeteroNeighborSampler(store.data, fanouts))
         self.data: HeteroGraphData = store.data
         self.typed_fanouts = fanouts
@@ -224,8 +245,9 @@ class CoreHeteroSampler(CoreSampler):
         none = torch.zeros(0, dtype=torch.int64)
         for lo in range(0, src.numel(), batch):
             ids = torch.arange(lo, min(lo + batch, src.numel()))
-            yield self._native(*self._links.pairs_batch(ids, src[ids], dst[ids], none.view(ids.numel(), 0),
-                                                        self._generator))
+            yield self._native(
+                *self._links.pairs_batch(ids, src[ids], dst[ids], none.view(ids.numel(), 0), self._generator)
+            )
 
     def _native(self, sub: HeteroSampledSubgraph, mb: LinkMiniBatch) -> LinkMiniBatch:
         mb.graph = self._to_native(sub)

@@ -12,6 +12,7 @@ torch (CUDA, or CPU without numba). So the two paths return identical samples, a
 not depend on how many threads drew it. Integers wrap as 64-bit two's complement in both; the
 logical right shift SplitMix64 needs is an arithmetic shift and a mask.
 """
+
 from __future__ import annotations
 
 import os
@@ -29,6 +30,7 @@ MASK53 = (1 << 53) - 1
 INV53 = 1.0 / (1 << 53)
 PARALLEL_MIN_PICKS = 16384  # picks from which a hop runs in parallel (a launch of numba's threads costs ~0.1 ms)
 PICK_CHUNK = 256  # frontier nodes picked, then read, at a time: their edge ids stay in cache between the two loops
+
 
 def available() -> bool:
     """Whether the compiled CPU path can run (``GNNBRIDGE_SAMPLER_KERNEL=torch`` turns it off)."""
@@ -199,8 +201,9 @@ if numba is not None:
         node_counts[0] = n
         at, start, total = 0, 0, n
         for h in range(fanouts.shape[0]):
-            edge, row, col, end = _pick_hop(indptr, indices, nodes[start:total], fanouts[h], keys[h], edge, row, col,
-                                            at, start, min_parallel)
+            edge, row, col, end = _pick_hop(
+                indptr, indices, nodes[start:total], fanouts[h], keys[h], edge, row, col, at, start, min_parallel
+            )
             nodes, count = _relabel_into(local, row, at, end, nodes, total, 0)
             edge_counts[h], node_counts[h + 1] = end - at, count - total
             at, start, total = end, total, count
@@ -211,8 +214,9 @@ if numba is not None:
     @njit(cache=True, nogil=True)
     def _sample_hop(indptr, indices, frontier, fanout, seed, min_parallel):
         empty = np.empty(0, np.int64)
-        edge, src, owner, end = _pick_hop(indptr, indices, frontier, fanout, seed, empty, empty, empty, 0, 0,
-                                          min_parallel)
+        edge, src, owner, end = _pick_hop(
+            indptr, indices, frontier, fanout, seed, empty, empty, empty, 0, 0, min_parallel
+        )
         return src[:end], edge[:end], owner[:end]
 
     @njit(cache=True, nogil=True)
@@ -263,7 +267,7 @@ class OutputBuffers:
     def give(self, arrays: list[np.ndarray]) -> None:
         """Keep ``arrays`` (maybe grown by the kernel) for a later batch, the newest first."""
         self._sets.insert(0, arrays)
-        del self._sets[self.depth:]
+        del self._sets[self.depth :]
 
 
 def _counts(arrays: list[np.ndarray]) -> list[int]:
@@ -283,13 +287,28 @@ def _unreferenced(arrays: list[np.ndarray]) -> bool:
 
 
 @signals_deferred()
-def sample_layers(indptr: torch.Tensor, indices: torch.Tensor, seeds: torch.Tensor, fanouts: list[int],
-                  keys: list[int], local: torch.Tensor, buffers: OutputBuffers | None = None):
+def sample_layers(
+    indptr: torch.Tensor,
+    indices: torch.Tensor,
+    seeds: torch.Tensor,
+    fanouts: list[int],
+    keys: list[int],
+    local: torch.Tensor,
+    buffers: OutputBuffers | None = None,
+):
     """All hops of one batch on CPU tensors (see ``_sample_layers``), as torch tensors that view
     ``buffers``' arrays (fresh arrays without ``buffers``)."""
     pool = buffers or OutputBuffers(depth=0)
-    out = _sample_layers(indptr.numpy(), indices.numpy(), seeds.numpy(), np.asarray(fanouts, dtype=np.int64),
-                         np.asarray(keys, dtype=np.int64), local.numpy(), _min_parallel(), *pool.take())
+    out = _sample_layers(
+        indptr.numpy(),
+        indices.numpy(),
+        seeds.numpy(),
+        np.asarray(fanouts, dtype=np.int64),
+        np.asarray(keys, dtype=np.int64),
+        local.numpy(),
+        _min_parallel(),
+        *pool.take(),
+    )
     arrays, node_counts, edge_counts = list(out[:4]), out[4].tolist(), out[5].tolist()
     nodes, edges = sum(node_counts), sum(edge_counts)
     tensors = [torch.from_numpy(a)[:size] for a, size in zip(arrays, (nodes, edges, edges, edges))]

@@ -11,6 +11,7 @@ On CPU tensors each hop and relabel runs as a compiled kernel (:mod:`.kernels`, 
 tensors, or without numba, as the vectorised torch code below. Both draw from the same counter
 hash keyed by one number per hop from the generator, so they return identical samples.
 """
+
 from __future__ import annotations
 
 import torch
@@ -53,13 +54,15 @@ class NeighborSampler:
         local = self._local_map(device, torch.int32 if compiled else torch.int64)
         if compiled and local is not None:
             keys = [kernels.draw_seed(generator) for _ in self.fanouts]  # the torch path draws the same, hop by hop
-            parts = kernels.sample_layers(self.indptr, self.indices, seeds.contiguous(), self.fanouts, keys, local,
-                                          self._buffers)
+            parts = kernels.sample_layers(
+                self.indptr, self.indices, seeds.contiguous(), self.fanouts, keys, local, self._buffers
+            )
             return SampledSubgraph(*parts, batch_size=int(seeds.numel()))
         return self._sample_torch(seeds, generator, local)
 
-    def _sample_torch(self, seeds: torch.Tensor, generator: torch.Generator | None,
-                      local: torch.Tensor | None) -> SampledSubgraph:
+    def _sample_torch(
+        self, seeds: torch.Tensor, generator: torch.Generator | None, local: torch.Tensor | None
+    ) -> SampledSubgraph:
         """Hop by hop in vectorised torch: CUDA tensors, huge graphs, or no numba."""
         device = seeds.device
         rows, cols, edges = [], [], []
@@ -79,8 +82,9 @@ class NeighborSampler:
             all_nodes = torch.cat([all_nodes, new_nodes])
         if local is not None:
             local[all_nodes] = -1  # reset only what this batch touched
-        return SampledSubgraph(all_nodes, torch.cat(rows), torch.cat(cols), torch.cat(edges),
-                               num_nodes, num_edges, int(seeds.numel()))
+        return SampledSubgraph(
+            all_nodes, torch.cat(rows), torch.cat(cols), torch.cat(edges), num_nodes, num_edges, int(seeds.numel())
+        )
 
     def _local_map(self, device: torch.device, dtype: torch.dtype = torch.int64) -> torch.Tensor | None:
         """The global -> local id map (-1: unseen), allocated once per sampler, device and dtype.
@@ -151,8 +155,8 @@ class NeighborSampler:
         order = torch.argsort(first)
         rank_of = torch.empty_like(order)
         rank_of[order] = torch.arange(order.numel(), device=device)
-        new_nodes = uniq[order[known.numel():]]
-        return new_nodes, rank_of[inv[known.numel():]]
+        new_nodes = uniq[order[known.numel() :]]
+        return new_nodes, rank_of[inv[known.numel() :]]
 
 
 def _floyd_sample(deg: torch.Tensor, rows: torch.Tensor, k: int, seed: int) -> torch.Tensor:

@@ -6,6 +6,7 @@ counts are what keep DDP's all-reduces paired: an uneven split (4097 seeds, batc
 gives 3 batches on one rank and 2 on the other with naive chunking) hangs the job on the last
 step. ``DistributedSampler`` pads with duplicates instead, which makes metrics inexact.
 """
+
 from __future__ import annotations
 
 import torch
@@ -29,11 +30,14 @@ def num_batches(num_seeds: int, batch_size: int, world_size: int) -> int:
     return max(1, -(-per_rank // batch_size))
 
 
-def rank_shard(seeds: torch.Tensor, seed: int, epoch: int, rank: int, world_size: int, shuffle: bool = True) -> torch.Tensor:
+def rank_shard(
+    seeds: torch.Tensor, seed: int, epoch: int, rank: int, world_size: int, shuffle: bool = True
+) -> torch.Tensor:
     """This rank's disjoint share of ``seeds`` for ``epoch``; all shards together cover ``seeds``."""
     if seeds.numel() < world_size:
         raise ConfigError(
-            f"{seeds.numel()} seeds cannot be shared by {world_size} ranks; use --nproc {max(1, seeds.numel())} or fewer."
+            f"{seeds.numel()} seeds cannot be shared by {world_size} ranks; "
+            f"use --nproc {max(1, seeds.numel())} or fewer."
         )
     if shuffle:
         perm = torch.randperm(seeds.numel(), generator=epoch_generator(seed, epoch))

@@ -16,6 +16,7 @@ each epoch from (seed, epoch, rank), which is what makes a resumed run equal to 
 uninterrupted one, on any number of ranks. The RNG states recorded here are rank 0's at save
 time, kept so a checkpoint fully describes the process that wrote it.
 """
+
 from __future__ import annotations
 
 import os
@@ -104,8 +105,10 @@ def copy(src: Path, dst: Path) -> None:
 
 def _write_error(path: Path, exc: OSError) -> OutputPathError:
     reason = "no space left on the device" if exc.errno == 28 else (exc.strerror or str(exc))
-    return OutputPathError(f"Cannot write checkpoint '{path}': {reason}; the previous checkpoint (if any) is kept "
-                           "whole. Free some space or fix the folder, then continue the run.")
+    return OutputPathError(
+        f"Cannot write checkpoint '{path}': {reason}; the previous checkpoint (if any) is kept "
+        "whole. Free some space or fix the folder, then continue the run."
+    )
 
 
 def remove_partial(run_dir: str | os.PathLike) -> None:
@@ -118,8 +121,13 @@ def rng_states() -> dict[str, Any]:
     """This process's generator states, as tensors and plain values (weights_only-loadable)."""
     states: dict[str, Any] = {"torch": torch.get_rng_state(), "python": _plain(random.getstate())}
     kind, keys, pos, has_gauss, gauss = np.random.get_state()
-    states["numpy"] = {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
-                       "has_gauss": int(has_gauss), "gauss": float(gauss)}
+    states["numpy"] = {
+        "kind": kind,
+        "keys": torch.from_numpy(keys.astype(np.int64)),
+        "pos": int(pos),
+        "has_gauss": int(has_gauss),
+        "gauss": float(gauss),
+    }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         states["cuda"] = torch.cuda.get_rng_state_all()
     return states
@@ -182,8 +190,10 @@ def _check_format(path: Path, state: Any) -> dict:
         raise CheckpointError(f"Checkpoint '{path}' is incomplete: it lacks {', '.join(missing)}.")
     problem = _field_problem(state)
     if problem:
-        raise CheckpointError(f"Checkpoint '{path}' is corrupt or was not written by gnnbridge: {problem}; use the "
-                              f"run's other checkpoint ({', '.join(KINDS)}) or train again.")
+        raise CheckpointError(
+            f"Checkpoint '{path}' is corrupt or was not written by gnnbridge: {problem}; use the "
+            f"run's other checkpoint ({', '.join(KINDS)}) or train again."
+        )
     return state
 
 
@@ -202,21 +212,41 @@ def _field_problem(state: dict) -> str | None:
     epoch, monitor, history = state["epoch"], state["monitor"], state["history"]
     checks = [
         (_is_int(epoch) and 0 <= epoch < 2**62, f"epoch is {_short(epoch)}, not an epoch number"),
-        (isinstance(state["model"], dict) and all(isinstance(k, str) and isinstance(v, torch.Tensor)
-                                                  for k, v in state["model"].items()), "model is not a set of weights"),
-        (isinstance(state["optimizer"], dict) and isinstance(state["optimizer"].get("state"), dict)
-         and isinstance(state["optimizer"].get("param_groups"), list), "optimizer is not an optimizer state"),
+        (
+            isinstance(state["model"], dict)
+            and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state["model"].items()),
+            "model is not a set of weights",
+        ),
+        (
+            isinstance(state["optimizer"], dict)
+            and isinstance(state["optimizer"].get("state"), dict)
+            and isinstance(state["optimizer"].get("param_groups"), list),
+            "optimizer is not an optimizer state",
+        ),
         (isinstance(state["config"], dict), "config is not a mapping"),
         (isinstance(state["versions"], dict), "versions is not a mapping"),
-        (isinstance(monitor, dict) and (monitor.get("best") is None or _is_number(monitor.get("best")))
-         and (monitor.get("best_epoch") is None or _is_int(monitor.get("best_epoch")))
-         and _is_int(monitor.get("bad_epochs")), "monitor is not a monitor state"),
-        (isinstance(history, list) and history and all(_history_entry_ok(h) for h in history),
-         "history is not a list of epochs"),
-        (not isinstance(history, list) or not history or not isinstance(history[-1], dict)
-         or history[-1].get("epoch") == epoch, "its history does not end at its epoch"),
-        (isinstance(state.get("restarts", []), list) and all(isinstance(r, dict) for r in state.get("restarts", [])),
-         "restarts is not a list of restarts"),
+        (
+            isinstance(monitor, dict)
+            and (monitor.get("best") is None or _is_number(monitor.get("best")))
+            and (monitor.get("best_epoch") is None or _is_int(monitor.get("best_epoch")))
+            and _is_int(monitor.get("bad_epochs")),
+            "monitor is not a monitor state",
+        ),
+        (
+            isinstance(history, list) and history and all(_history_entry_ok(h) for h in history),
+            "history is not a list of epochs",
+        ),
+        (
+            not isinstance(history, list)
+            or not history
+            or not isinstance(history[-1], dict)
+            or history[-1].get("epoch") == epoch,
+            "its history does not end at its epoch",
+        ),
+        (
+            isinstance(state.get("restarts", []), list) and all(isinstance(r, dict) for r in state.get("restarts", [])),
+            "restarts is not a list of restarts",
+        ),
         (state.get("world_size") is None or _is_int(state.get("world_size")), "world_size is not a number"),
         (isinstance(state.get("data", {}), dict), "data is not a mapping"),
     ]
@@ -224,8 +254,11 @@ def _field_problem(state: dict) -> str | None:
 
 
 def _history_entry_ok(entry: Any) -> bool:
-    return isinstance(entry, dict) and _is_int(entry.get("epoch")) and all(
-        entry.get(k) is None or _is_number(entry.get(k)) for k in ("loss", "train_acc", "val_acc"))
+    return (
+        isinstance(entry, dict)
+        and _is_int(entry.get("epoch"))
+        and all(entry.get(k) is None or _is_number(entry.get(k)) for k in ("loss", "train_acc", "val_acc"))
+    )
 
 
 def _short(value: Any) -> str:
@@ -258,5 +291,7 @@ def load_model_state(model: torch.nn.Module, state: dict, label: str | os.PathLi
 def _model_summary(state: dict) -> str:
     config = state.get("config", {})
     model = config.get("model", {})
-    return f"backend {config.get('backend', '?')}, model {model.get('arch', '?')} hidden={model.get('hidden', '?')} " \
-           f"layers={model.get('layers', '?')}"
+    return (
+        f"backend {config.get('backend', '?')}, model {model.get('arch', '?')} hidden={model.get('hidden', '?')} "
+        f"layers={model.get('layers', '?')}"
+    )

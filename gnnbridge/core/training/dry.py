@@ -13,6 +13,7 @@ and a backward that fails is already named by the training step (``backward pass
 Every rank runs it and then shares its verdict, so a rank whose model failed ends the job with
 its one line and no healthy rank waits in a collective for it.
 """
+
 from __future__ import annotations
 
 import torch

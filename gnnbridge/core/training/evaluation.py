@@ -10,9 +10,9 @@ Two evaluators share one interface:
   (``eval.layer_store``, see :mod:`~gnnbridge.core.training.layerstore`).
 * :class:`SampledEvaluator` runs the split's nodes through a sampler: the training sampler
   (cheap, noisy, used for per-epoch validation on graphs where a full pass is too slow), or one
-  taking every neighbour at every hop (``eval.mode=full``: exact for any model whose layers read only in-neighbours, the fallback
-  for models without ``layer_forward``, and costlier than layer-wise on large graphs because
-  neighbourhoods of different seeds overlap).
+  taking every neighbour at every hop (``eval.mode=full``: exact for any model whose layers read
+  only in-neighbours, the fallback for models without ``layer_forward``, and costlier than
+  layer-wise on large graphs because neighbourhoods of different seeds overlap).
 
 Graph tasks use :class:`GraphEvaluator`: whole graphs, batched by the training loader.
 
@@ -25,6 +25,7 @@ Before scoring, every rank takes rank 0's buffers (BatchNorm running statistics)
 broadcasts them at the start of each forward, so after the last step each rank holds its own
 last update and would otherwise score its share with a slightly different model.
 """
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -50,8 +51,15 @@ from gnnbridge.core.training.phases import NO_PHASES
 
 
 class Evaluator(ABC):
-    def __init__(self, backend: Backend, data: GraphData | GraphCollection, ctx: DistContext, batch_size: int,
-                 call: ModelCall | None = None, layer_store: str = "auto"):
+    def __init__(
+        self,
+        backend: Backend,
+        data: GraphData | GraphCollection,
+        ctx: DistContext,
+        batch_size: int,
+        call: ModelCall | None = None,
+        layer_store: str = "auto",
+    ):
         """``call``: how the model is called (names the model when it fails); a plain call by default.
         ``layer_store``: where an output row of every item lives (``eval.layer_store``: auto, memory,
         disk): each layer-wise layer, and the logits :meth:`predict` returns."""
@@ -82,8 +90,9 @@ class Evaluator(ABC):
 
     def _shard_batches(self, split: str) -> list[torch.Tensor]:
         """This rank's disjoint, unpadded share of a split, in batches (empty ones dropped)."""
-        batches = epoch_batches(self.data.split(split), self.batch_size, 0, 0, self.ctx.rank,
-                                self.ctx.world_size, shuffle=False)
+        batches = epoch_batches(
+            self.data.split(split), self.batch_size, 0, 0, self.ctx.rank, self.ctx.world_size, shuffle=False
+        )
         return [b for b in batches if b.numel()]
 
 
@@ -121,8 +130,16 @@ class LayerwiseEvaluator(Evaluator):
             h = _every_rank_rows(ctx, store, mine, shared, sizes)
         return h
 
-    def _layer_output(self, model: GNNModel, layer: int, h: torch.Tensor, one_hop: NeighborSampler,
-                      shard: torch.Tensor, width: int, store: LayerStore) -> tuple[torch.Tensor, bool]:
+    def _layer_output(
+        self,
+        model: GNNModel,
+        layer: int,
+        h: torch.Tensor,
+        one_hop: NeighborSampler,
+        shard: torch.Tensor,
+        width: int,
+        store: LayerStore,
+    ) -> tuple[torch.Tensor, bool]:
         """Layer ``layer``'s output for this rank's ``shard`` of nodes, written batch by batch
         into one ``width``-row buffer (the rows past the shard are padding for the all-gather),
         or into the store's file of all nodes' rows (True: every rank writes its own there)."""
@@ -137,7 +154,7 @@ class LayerwiseEvaluator(Evaluator):
                 table, offset, shared = _output_table(store, layer, out, shard, width)
             if shard.numel():
                 start = int(seeds[0]) - offset
-                table[start: start + out.shape[0]] = out.cpu()
+                table[start : start + out.shape[0]] = out.cpu()
         return table, shared
 
 
@@ -194,13 +211,22 @@ class BatchedEvaluator(Evaluator, ABC):
             for mb in self._loader(batches):
                 out = forward(self, model, mb).float().cpu()
                 start = int(mb.seeds[0]) - offset  # a batch is a run of consecutive ids
-                table[start: start + out.shape[0]] = out
+                table[start : start + out.shape[0]] = out
             return _every_rank_rows(self.ctx, store, table, shared, sizes)
 
 
 class SampledEvaluator(BatchedEvaluator):
-    def __init__(self, backend: Backend, data: GraphData, ctx: DistContext, batch_size: int,
-                 sampler: Sampler, seed: int, call: ModelCall | None = None, layer_store: str = "auto"):
+    def __init__(
+        self,
+        backend: Backend,
+        data: GraphData,
+        ctx: DistContext,
+        batch_size: int,
+        sampler: Sampler,
+        seed: int,
+        call: ModelCall | None = None,
+        layer_store: str = "auto",
+    ):
         super().__init__(backend, data, ctx, batch_size, call, layer_store)
         self.sampler = sampler
         self.seed = seed
@@ -214,8 +240,16 @@ class SampledEvaluator(BatchedEvaluator):
 class GraphEvaluator(BatchedEvaluator):
     """Whole graphs through the task's graph loader; one row of logits per graph."""
 
-    def __init__(self, backend: Backend, data: GraphCollection, ctx: DistContext, batch_size: int, loader: Sampler,
-                 call: ModelCall | None = None, layer_store: str = "auto"):
+    def __init__(
+        self,
+        backend: Backend,
+        data: GraphCollection,
+        ctx: DistContext,
+        batch_size: int,
+        loader: Sampler,
+        call: ModelCall | None = None,
+        layer_store: str = "auto",
+    ):
         super().__init__(backend, data, ctx, batch_size, call, layer_store)
         self.loader = loader
 
@@ -284,8 +318,13 @@ def indexed_rows(model: torch.nn.Module, table, ids, device: torch.device) -> In
     cross to the device, a heterogeneous batch, a mapped, 16-bit or cached table, or a model that
     reads gathered rows only)."""
     inner = model.module if isinstance(model, DistributedDataParallel) else model
-    if getattr(inner, "reads_indexed_rows", False) is not True or not isinstance(ids, torch.Tensor) \
-            or not isinstance(table, torch.Tensor) or table.device != device or not reads_in_place(table):
+    if (
+        getattr(inner, "reads_indexed_rows", False) is not True
+        or not isinstance(ids, torch.Tensor)
+        or not isinstance(table, torch.Tensor)
+        or table.device != device
+        or not reads_in_place(table)
+    ):
         return None
     return IndexedRows(table, ids.to(device))
 
@@ -312,8 +351,17 @@ class LinkEvaluator(Evaluator):
     Train edges have no fixed negatives, so only val and test are scored (training reports its
     own loss and pair accuracy)."""
 
-    def __init__(self, backend: Backend, data, ctx: DistContext, batch_size: int, sampler: Sampler, seed: int,
-                 call: ModelCall, hits_at: int):
+    def __init__(
+        self,
+        backend: Backend,
+        data,
+        ctx: DistContext,
+        batch_size: int,
+        sampler: Sampler,
+        seed: int,
+        call: ModelCall,
+        hits_at: int,
+    ):
         super().__init__(backend, data, ctx, batch_size, call)
         self.sampler, self.seed, self.hits_at = sampler, seed, hits_at
 
@@ -324,7 +372,7 @@ class LinkEvaluator(Evaluator):
             scores = LinkScores(self.hits_at)
             for mb in self.sampler.held_out_loader(split, self._shard_batches(split)):
                 out = self._scores(model, mb)
-                scores.update(out[:mb.positives], out[mb.positives:].view(mb.positives, mb.negatives_per_edge))
+                scores.update(out[: mb.positives], out[mb.positives :].view(mb.positives, mb.negatives_per_edge))
             metrics.update(scores.reduce(self.ctx).as_metrics(split))
         return metrics
 
@@ -335,8 +383,10 @@ class LinkEvaluator(Evaluator):
     def score_pairs(self, model: torch.nn.Module, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
         """The score of every (src, dst) pair of the target edge type, on CPU (one process)."""
         with _inference(self.ctx, model):
-            return torch.cat([self._scores(model, mb).cpu()
-                              for mb in self.sampler.pairs_loader(src, dst, self.batch_size)] or [torch.zeros(0)])
+            return torch.cat(
+                [self._scores(model, mb).cpu() for mb in self.sampler.pairs_loader(src, dst, self.batch_size)]
+                or [torch.zeros(0)]
+            )
 
     @torch.no_grad()
     def top_k(self, model: torch.nn.Module, k: int, exclude: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -350,8 +400,9 @@ class LinkEvaluator(Evaluator):
             for sources in torch.arange(n_src).split(per_batch):
                 src = sources.repeat_interleave(n_dst)
                 dst = torch.arange(n_dst).repeat(sources.numel())
-                out = torch.cat([self._scores(model, mb).cpu() for mb in
-                                 self.sampler.pairs_loader(src, dst, 64 * self.batch_size)]).view(-1, n_dst)
+                out = torch.cat(
+                    [self._scores(model, mb).cpu() for mb in self.sampler.pairs_loader(src, dst, 64 * self.batch_size)]
+                ).view(-1, n_dst)
                 mine = exclude[:, (exclude[0] >= sources[0]) & (exclude[0] <= sources[-1])]
                 out[mine[0] - sources[0], mine[1]] = float("-inf")
                 top = out.topk(min(k, n_dst), dim=1)
@@ -360,8 +411,12 @@ class LinkEvaluator(Evaluator):
         return torch.cat(best), torch.cat(scores)
 
     def _scores(self, model: torch.nn.Module, mb) -> torch.Tensor:
-        return self.call.pairs(model, self.backend.graph_to(mb.graph, self.ctx.device),
-                               gather_inputs(self.data, mb.input_nodes, self.ctx.device), mb.pairs.to(self.ctx.device))
+        return self.call.pairs(
+            model,
+            self.backend.graph_to(mb.graph, self.ctx.device),
+            gather_inputs(self.data, mb.input_nodes, self.ctx.device),
+            mb.pairs.to(self.ctx.device),
+        )
 
 
 def supports_layerwise(model: torch.nn.Module) -> bool:

@@ -11,6 +11,7 @@ meant to spare, so rank 0 says so in one warning line. Ranks on several
 machines cannot share such a file (their temp folders differ), so there the layers are
 all-gathered as in memory whatever the setting.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,6 +27,7 @@ from gnnbridge.core.errors import ResourceError
 from gnnbridge.core.records.features import advise
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.runtime.host import available_memory, format_bytes
+
 # auto: on disk when the in-memory layers of a machine's ranks would take more than this share
 # of the memory still free (the rest is for the batches, the model and the page cache).
 MEMORY_SHARE = 0.5
@@ -68,8 +70,11 @@ class LayerStore:
         if self.folder is None:
             made = tempfile.mkdtemp(prefix="gnnbridge-layers-") if self.ctx.is_main else None
             if made is not None and ram_backed(made):
-                print(f"Warning: layer-wise inference writes its layers to {made}, which is in RAM (tmpfs); set "
-                      "TMPDIR to a folder on disk when the layers do not fit in memory.", file=sys.stderr)
+                print(
+                    f"Warning: layer-wise inference writes its layers to {made}, which is in RAM (tmpfs); set "
+                    "TMPDIR to a folder on disk when the layers do not fit in memory.",
+                    file=sys.stderr,
+                )
             self.folder = Path(self.ctx.gather_objects(made)[0])
             self.ctx.on_abort(self.remove)
         path = self.folder / f"layer{layer}.bin"
@@ -97,7 +102,8 @@ class LayerStore:
             raise ResourceError(
                 f"Layer-wise inference needs {format_bytes(size)} for a layer's output in '{path.parent}' "
                 f"({exc.strerror}); point TMPDIR at a folder with that much free space, or keep layers in "
-                "memory with --set eval.layer_store=memory (or eval.mode=sampled).") from None
+                "memory with --set eval.layer_store=memory (or eval.mode=sampled)."
+            ) from None
 
     def finish(self) -> None:
         """This rank's rows are written: after the barrier every rank's are visible to all (one

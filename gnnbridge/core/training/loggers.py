@@ -5,6 +5,7 @@ Weights & Biases, MLflow); core flattens one epoch into ``{name: number}`` and h
 logger on rank 0, the one process that holds every rank's reduced figures. A logger that raises
 stops the run with one line naming it, like any plugin's code.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -29,8 +30,10 @@ def check_loggers(config: ExperimentConfig) -> None:
         opener = loggers.get(name)
         needs = getattr(opener, "requires", None)
         if needs and importlib.util.find_spec(needs) is None:
-            raise ConfigError(f"log.to={name} needs the '{needs}' package, which is not installed: "
-                              f"pip install {needs} (or pip install 'gnnbridge[log]').")
+            raise ConfigError(
+                f"log.to={name} needs the '{needs}' package, which is not installed: "
+                f"pip install {needs} (or pip install 'gnnbridge[log]')."
+            )
 
 
 class RunLoggers:
@@ -108,8 +111,7 @@ class RunLoggers:
         recorded = resume.get("logged")
         default = _steps(recorded) if isinstance(recorded, dict) else None
         everything = resume["epoch"] + 1
-        return {name: kept.get(name, everything if default is None else default.get(name, 0))
-                for name, _ in self._open}
+        return {name: kept.get(name, everything if default is None else default.get(name, 0)) for name, _ in self._open}
 
     def _replay(self, history: list[dict]) -> None:
         try:
@@ -130,8 +132,10 @@ class RunLoggers:
             self._progress_file.parent.mkdir(exist_ok=True)
             files.replace(self._progress_file, json.dumps(self.logged) + "\n")
         except OSError as exc:
-            raise OutputPathError(f"Cannot write '{self._progress_file}': {exc.strerror or exc}; free some space or "
-                                  "fix the folder, then continue the run.") from None
+            raise OutputPathError(
+                f"Cannot write '{self._progress_file}': {exc.strerror or exc}; free some space or "
+                "fix the folder, then continue the run."
+            ) from None
 
     def _send(self, step: int, values: dict[str, float], warn: bool = False) -> None:
         for name, logger in self._open:

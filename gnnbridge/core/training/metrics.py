@@ -6,6 +6,7 @@ makes every rank hold the global matrix, from which accuracy and macro-F1 follow
 ROC-AUC (binary tasks) is not a function of counts: every rank's scores are all-gathered and
 the AUC is computed over all of them at once, on every rank.
 """
+
 from __future__ import annotations
 
 import torch
@@ -26,7 +27,7 @@ class ConfusionCounts:
         index = target.to(self.matrix.device) * self.num_classes + pred
         self.matrix += torch.bincount(index, minlength=self.num_classes**2).view(self.num_classes, -1)
 
-    def reduce(self, ctx: DistContext) -> "ConfusionCounts":
+    def reduce(self, ctx: DistContext) -> ConfusionCounts:
         """Sum over ranks; the matrix then lives on the CPU (metrics are read right after)."""
         self.matrix = ctx.all_reduce_sum(self.matrix).cpu()
         return self
@@ -76,7 +77,7 @@ class ClassificationScores(ConfusionCounts):
             self._scores.append((logits[:, 1].double() - logits[:, 0].double()).cpu())
             self._labels.append(target.cpu())
 
-    def reduce(self, ctx: DistContext) -> "ClassificationScores":
+    def reduce(self, ctx: DistContext) -> ClassificationScores:
         super().reduce(ctx)
         self.nonfinite = ctx.all_reduce_sum(self.nonfinite)
         if self.binary and ctx.distributed:
@@ -96,8 +97,10 @@ class ClassificationScores(ConfusionCounts):
     def as_metrics(self, prefix: str) -> dict[str, float | None]:
         bad = int(self.nonfinite)
         if bad:
-            raise TrainingDivergedError(f"the model's outputs are NaN or infinite for {bad} of {self.total} {prefix} "
-                                        "item(s), which are never scored")
+            raise TrainingDivergedError(
+                f"the model's outputs are NaN or infinite for {bad} of {self.total} {prefix} "
+                "item(s), which are never scored"
+            )
         metrics: dict[str, float | None] = dict(super().as_metrics(prefix))
         if self.binary:
             metrics[f"{prefix}_roc_auc"] = roc_auc(*self._local())
@@ -151,7 +154,7 @@ class LinkScores:
         self._pos.append(positive)
         self._neg.append(negative.flatten())
 
-    def reduce(self, ctx: DistContext) -> "LinkScores":
+    def reduce(self, ctx: DistContext) -> LinkScores:
         self.nonfinite = ctx.all_reduce_sum(self.nonfinite)
         if ctx.distributed:
             for name in ("_pos", "_neg", "_ranks"):
@@ -164,14 +167,19 @@ class LinkScores:
     def as_metrics(self, prefix: str) -> dict[str, float | None]:
         ranks2 = _cat(self._ranks, torch.int64)
         if int(self.nonfinite):
-            raise TrainingDivergedError(f"the model's scores are NaN or infinite for {int(self.nonfinite)} of "
-                                        f"{ranks2.numel()} {prefix} edge(s), which are never scored")
+            raise TrainingDivergedError(
+                f"the model's scores are NaN or infinite for {int(self.nonfinite)} of "
+                f"{ranks2.numel()} {prefix} edge(s), which are never scored"
+            )
         pos, neg = _cat(self._pos, torch.float64), _cat(self._neg, torch.float64)
         labels = torch.cat([torch.ones(pos.numel(), dtype=torch.int64), torch.zeros(neg.numel(), dtype=torch.int64)])
         edges = max(1, ranks2.numel())
         reciprocal = float((2.0 / ranks2.sort().values.double()).sum())
-        return {f"{prefix}_roc_auc": roc_auc(torch.cat([pos, neg]), labels), f"{prefix}_mrr": reciprocal / edges,
-                f"{prefix}_hits": int((ranks2 <= 2 * self.hits_at).sum()) / edges}
+        return {
+            f"{prefix}_roc_auc": roc_auc(torch.cat([pos, neg]), labels),
+            f"{prefix}_mrr": reciprocal / edges,
+            f"{prefix}_hits": int((ranks2 <= 2 * self.hits_at).sum()) / edges,
+        }
 
 
 def _cat(parts: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:

@@ -7,6 +7,7 @@ an event on the current stream, without waiting: the events are resolved once, a
 epoch, so marking never stalls the GPU. Event intervals then say when the device reached each
 mark, which attributes a host-side stall (sampling, gathering) to the phase that caused it.
 """
+
 from __future__ import annotations
 
 import time
@@ -17,8 +18,14 @@ import torch
 PHASES = ("sample", "gather", "h2d", "forward", "backward", "step")
 """In step order. ``h2d``: moving the batch to the device (zero on CPU beyond bookkeeping);
 ``backward`` includes DDP's all-reduce, which it overlaps."""
-WHAT = {"sample": "sampling", "gather": "feature gathering", "h2d": "copy to the device",
-        "forward": "forward pass", "backward": "backward pass", "step": "optimizer step"}
+WHAT = {
+    "sample": "sampling",
+    "gather": "feature gathering",
+    "h2d": "copy to the device",
+    "forward": "forward pass",
+    "backward": "backward pass",
+    "step": "optimizer step",
+}
 """Each phase as the line about a stuck rank names it ("its forward pass of epoch 1, step 3")."""
 
 
@@ -91,5 +98,8 @@ def slowest_rank(ctx, seconds: dict[str, float], total: float) -> dict:
     row[ctx.rank] = torch.tensor([total] + [seconds[n] for n in names], dtype=torch.float64)
     ctx.all_reduce_sum(row)
     rank = int(torch.argmax(row[:, 0]))
-    return {"rank": rank, "epoch_time_s": float(row[rank, 0]),
-            **{n: float(v) for n, v in zip(names, row[rank, 1:].tolist())}}
+    return {
+        "rank": rank,
+        "epoch_time_s": float(row[rank, 0]),
+        **{n: float(v) for n, v in zip(names, row[rank, 1:].tolist())},
+    }

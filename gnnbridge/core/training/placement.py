@@ -21,6 +21,7 @@ and the precision of the forward pass.
 Why a thread and not DataLoader workers: workers are processes, and each would hold its own
 sampler state and pickle every batch back; the sampler already runs outside the GIL.
 """
+
 from __future__ import annotations
 
 import copy
@@ -53,8 +54,10 @@ def place(data, cfg: PlacementConfig, device: torch.device):
     if all(where == "host" for where in moves.values()) or device.type == "cpu":
         return data
     if not isinstance(data, GraphData):
-        raise ConfigError("placement.features=device and placement.topology=device apply to node classification on "
-                          "a homogeneous graph; use host for graph classification and heterogeneous graphs.")
+        raise ConfigError(
+            "placement.features=device and placement.topology=device apply to node classification on "
+            "a homogeneous graph; use host for graph classification and heterogeneous graphs."
+        )
     placed = copy.copy(data)
     for name, where in moves.items():
         if where == "device":

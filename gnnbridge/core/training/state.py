@@ -1,5 +1,6 @@
 """Where training stands besides the weights: what a checkpoint carries so that a continued run
 stops, picks its best epoch and reports exactly as the uninterrupted one would."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -42,11 +43,19 @@ class TrainState:
 
     def stopping_summary(self, patience: int) -> dict:
         stopped = self.should_stop(patience)
-        return {"patience": patience, "stopped": stopped,
-                "stopped_after_epoch": self.history[-1]["epoch"] if stopped else None}
+        return {
+            "patience": patience,
+            "stopped": stopped,
+            "stopped_after_epoch": self.history[-1]["epoch"] if stopped else None,
+        }
 
     @classmethod
     def from_checkpoint(cls, state: dict) -> TrainState:
         monitor = state["monitor"]
-        return cls(list(state["history"]), monitor["best"], monitor["best_epoch"], monitor["bad_epochs"],
-                   list(state.get("restarts", [])))
+        return cls(
+            list(state["history"]),
+            monitor["best"],
+            monitor["best_epoch"],
+            monitor["bad_epochs"],
+            list(state.get("restarts", [])),
+        )

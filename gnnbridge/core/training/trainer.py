@@ -7,6 +7,7 @@ this rank's equal-count share of the training seeds, step, and reduce loss and a
 sums of counts. ``epoch_time_s`` is the training pass alone (sampling, gathering and transfer
 included), so it compares with a hand-written loop; evaluation time is reported separately.
 """
+
 from __future__ import annotations
 
 import copy
@@ -62,8 +63,15 @@ class Trainer:
     neighbourhoods, a graph task's are graph ids and those whole graphs. Either way a
     :class:`MiniBatch` names the rows of ``x`` to gather and of ``y`` to predict."""
 
-    def __init__(self, config: ExperimentConfig, data: GraphData | GraphCollection, ctx: DistContext,
-                 show_progress: bool = True, run_dir: str | None = None, resume: dict | None = None):
+    def __init__(
+        self,
+        config: ExperimentConfig,
+        data: GraphData | GraphCollection,
+        ctx: DistContext,
+        show_progress: bool = True,
+        run_dir: str | None = None,
+        resume: dict | None = None,
+    ):
         """``run_dir``: where rank 0 writes checkpoints (None: nowhere). ``resume``: a loaded
         checkpoint (every rank holds it) to continue from."""
         self.config = config
@@ -87,8 +95,9 @@ class Trainer:
             load_model_state(self.model, resume, resume.get("path", "checkpoint"))
         self.model.to(ctx.device)
         # Built after the move: a loaded optimizer state follows its parameters' device.
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.train.lr,
-                                          weight_decay=config.train.weight_decay)
+        self.optimizer = torch.optim.Adam(
+            self.model.parameters(), lr=config.train.lr, weight_decay=config.train.weight_decay
+        )
         self.scaler = grad_scaler(config.placement.precision, ctx.device)
         self.state = TrainState()
         self.best_weights: dict | None = None  # a CPU copy of the best epoch's weights
@@ -98,8 +107,11 @@ class Trainer:
         # A heterogeneous batch may hold no node of a type, or no edge of a relation: the
         # parameters of those take no part in that step, which DDP must be told to expect.
         self.sparse_use = isinstance(data, HeteroGraphData) or bool(getattr(self.model, "heterogeneous", False))
-        self.ddp = DistributedDataParallel(self.model, device_ids=device_ids, find_unused_parameters=self.sparse_use) \
-            if ctx.distributed else self.model
+        self.ddp = (
+            DistributedDataParallel(self.model, device_ids=device_ids, find_unused_parameters=self.sparse_use)
+            if ctx.distributed
+            else self.model
+        )
         self.checkpoints = Path(run_dir) if run_dir and ctx.is_main else None
         # log.to's plugins, on rank 0; a resumed run first sends them the epochs they missed
         self.loggers = RunLoggers(config, self.checkpoints, resume)
@@ -131,9 +143,14 @@ class Trainer:
         if self.config.task is Task.GRAPH:
             return self.backend.collection_sampler(self.backend.collection_store(self.data), SamplerKind(cfg.kind))
         if isinstance(self.data, HeteroGraphData):
-            return make_hetero_sampler(self.backend, self.data, fanouts, {} if every_neighbour else cfg.edge_fanouts,
-                                       SamplerKind.AUTO.value if every_neighbour else cfg.kind,
-                                       self.config.link.negatives)
+            return make_hetero_sampler(
+                self.backend,
+                self.data,
+                fanouts,
+                {} if every_neighbour else cfg.edge_fanouts,
+                SamplerKind.AUTO.value if every_neighbour else cfg.kind,
+                self.config.link.negatives,
+            )
         if every_neighbour:
             return self.backend.sampler(self.sampler.store, fanouts, SamplerKind.AUTO)
         return make_sampler(self.backend, self.backend.graph_store(self.data), fanouts, cfg.kind)
@@ -177,10 +194,16 @@ class Trainer:
         t0 = time.perf_counter()
         final_evaluator = self._final_evaluator()
         final = final_evaluator.evaluate(self.model, ("train", "val", "test"))
-        return {"metrics": final, "history": state.history, "final_eval_time_s": time.perf_counter() - t0,
-                "best": {**state.best_summary(cfg.monitor), "metrics": self._best_metrics(final_evaluator, final)},
-                "early_stopping": state.stopping_summary(cfg.patience), "epochs_trained": len(state.history),
-                "eval": self.eval_summary(), **self.cache_summary()}
+        return {
+            "metrics": final,
+            "history": state.history,
+            "final_eval_time_s": time.perf_counter() - t0,
+            "best": {**state.best_summary(cfg.monitor), "metrics": self._best_metrics(final_evaluator, final)},
+            "early_stopping": state.stopping_summary(cfg.patience),
+            "epochs_trained": len(state.history),
+            "eval": self.eval_summary(),
+            **self.cache_summary(),
+        }
 
     def cache_summary(self) -> dict:
         """What ``results.json`` says about ``placement.feature_cache`` (nothing when it is off):
@@ -188,17 +211,22 @@ class Trainer:
         if not self.feature_caches:
             return {}
         hits, rows = self.cache_counts
-        return {"feature_cache": {"bytes": sum(c.nbytes for c in self.feature_caches),
-                                  "rows": sum(c.ids.numel() for c in self.feature_caches),
-                                  "hit_rate": hits / rows if rows else 0.0}}
+        return {
+            "feature_cache": {
+                "bytes": sum(c.nbytes for c in self.feature_caches),
+                "rows": sum(c.ids.numel() for c in self.feature_caches),
+                "hit_rate": hits / rows if rows else 0.0,
+            }
+        }
 
     def _epoch_hit_rate(self) -> dict:
         """``{"feature_cache_hit_rate": rows served from the cache / rows gathered}`` over every
         rank's training gathers of the epoch just run (one small all-reduce); {} without a cache."""
         if not self.feature_caches:
             return {}
-        counts = torch.tensor([sum(c.hits for c in self.feature_caches), sum(c.total for c in self.feature_caches)],
-                              dtype=torch.int64)
+        counts = torch.tensor(
+            [sum(c.hits for c in self.feature_caches), sum(c.total for c in self.feature_caches)], dtype=torch.int64
+        )
         hits, rows = self.ctx.all_reduce_sum(counts).tolist()
         self.cache_counts = [self.cache_counts[0] + hits, self.cache_counts[1] + rows]
         return {"feature_cache_hit_rate": hits / rows if rows else 0.0}
@@ -226,8 +254,10 @@ class Trainer:
             return
         if self.checkpoints is not None:
             payload = self._payload(epoch)
-            latest, best = checkpoint.path_in(self.checkpoints, checkpoint.LATEST), \
-                checkpoint.path_in(self.checkpoints, checkpoint.BEST)
+            latest, best = (
+                checkpoint.path_in(self.checkpoints, checkpoint.LATEST),
+                checkpoint.path_in(self.checkpoints, checkpoint.BEST),
+            )
             if write_latest:
                 checkpoint.save(latest, payload)
                 self.loggers.commit()  # what a resume would train again is never logged twice
@@ -237,12 +267,20 @@ class Trainer:
 
     def _payload(self, epoch: int) -> dict:
         return {
-            "format": checkpoint.FORMAT, "version": checkpoint.VERSION, "epoch": epoch,
-            "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-            "rng": checkpoint.rng_states(), "monitor": self.state.monitor_state(),
-            "history": self.state.history, "restarts": self.state.restarts, "config": self.config.to_dict(),
-            "versions": library_versions(self.config.backend), "world_size": self.ctx.world_size,
-            "data": self.data.summary(), "logged": dict(self.loggers.logged),
+            "format": checkpoint.FORMAT,
+            "version": checkpoint.VERSION,
+            "epoch": epoch,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "rng": checkpoint.rng_states(),
+            "monitor": self.state.monitor_state(),
+            "history": self.state.history,
+            "restarts": self.state.restarts,
+            "config": self.config.to_dict(),
+            "versions": library_versions(self.config.backend),
+            "world_size": self.ctx.world_size,
+            "data": self.data.summary(),
+            "logged": dict(self.loggers.logged),
         }
 
     def train_epoch(self, epoch: int) -> dict:
@@ -256,9 +294,14 @@ class Trainer:
         loss_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
         first_bad = torch.full((), -1, dtype=torch.int64, device=ctx.device)
         counts = ConfusionCounts(2 if self.is_link else data.num_classes, ctx.device)
-        bar = tqdm(total=len(batches), desc=f"epoch {epoch + 1}/{cfg.train.epochs}", unit="batch",
-                   disable=None if self.show_progress else True,  # None: bars only on a terminal
-                   leave=False, dynamic_ncols=True)
+        bar = tqdm(
+            total=len(batches),
+            desc=f"epoch {epoch + 1}/{cfg.train.epochs}",
+            unit="batch",
+            disable=None if self.show_progress else True,  # None: bars only on a terminal
+            leave=False,
+            dynamic_ncols=True,
+        )
         t0 = time.perf_counter()
         progress = BarFigures(t0)
         phases = PhaseTimer(ctx.device, ctx.doing, epoch)
@@ -283,9 +326,16 @@ class Trainer:
         epoch_time = time.perf_counter() - t0
         bar.close()
         seconds = phases.seconds()
-        return {"epoch": epoch, "loss": float(loss_sum) / max(1, counts.total), "train_acc": counts.accuracy(),
-                "epoch_time_s": epoch_time, "batches": len(batches), "phases": seconds,
-                "phases_slowest_rank": slowest_rank(ctx, seconds, epoch_time), **self._epoch_hit_rate()}
+        return {
+            "epoch": epoch,
+            "loss": float(loss_sum) / max(1, counts.total),
+            "train_acc": counts.accuracy(),
+            "epoch_time_s": epoch_time,
+            "batches": len(batches),
+            "phases": seconds,
+            "phases_slowest_rank": slowest_rank(ctx, seconds, epoch_time),
+            **self._epoch_hit_rate(),
+        }
 
     def train_step(self, mb, phases=NO_PHASES) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One optimisation step on ``mb``: (the batch's summed loss, detached; logits; targets)."""
@@ -317,8 +367,9 @@ class Trainer:
         """Reseed every stream for ``epoch`` and return this rank's seed batches."""
         cfg, ctx = self.config, self.ctx
         seed_everything(derived_seed(cfg.train.seed, epoch, ctx.rank, stream=4))
-        return epoch_batches(self.data.split("train"), cfg.train.batch_size, cfg.train.seed, epoch, ctx.rank,
-                             ctx.world_size)
+        return epoch_batches(
+            self.data.split("train"), cfg.train.batch_size, cfg.train.seed, epoch, ctx.rank, ctx.world_size
+        )
 
     def _batches(self, batches: list[torch.Tensor], epoch: int):
         """This epoch's mini-batches; reseeds the sampler first, in the thread that samples."""
@@ -333,37 +384,48 @@ class Trainer:
         self._grads_checked = True
         idle = [n for n, p in self.model.named_parameters() if p.requires_grad and p.grad is None]
         if idle:
-            raise PluginError(f"{self.call.origin} has parameters that take no part in the loss ({', '.join(idle[:4])}"
-                              f"{', ...' if len(idle) > 4 else ''}); DDP needs every parameter in every step: use them "
-                              "in forward, or remove them (or set requires_grad=False).")
+            raise PluginError(
+                f"{self.call.origin} has parameters that take no part in the loss ({', '.join(idle[:4])}"
+                f"{', ...' if len(idle) > 4 else ''}); DDP needs every parameter in every step: use them "
+                "in forward, or remove them (or set requires_grad=False)."
+            )
 
     def _check_loss(self, epoch: int, first_bad: int, ranks_bad: int, at_first_step: bool) -> None:
         """Every rank raises alike (the counts are all-reduced); nothing of this epoch is saved.
         A loss already non-finite at the run's first step came before any optimizer step, from
         the weights as built and finite features: the model's outputs, not the learning rate."""
         if at_first_step:
-            raise PluginError(f"{self.call.origin}: forward returned NaN or infinite logits at the first training "
-                              "step, before any optimizer step (the weights are as built, the features finite), so "
-                              "the learning rate is not the cause; fix the model (in training mode: a division by "
-                              "zero, a log of 0, uninitialised torch.empty weights). Nothing was saved.")
+            raise PluginError(
+                f"{self.call.origin}: forward returned NaN or infinite logits at the first training "
+                "step, before any optimizer step (the weights are as built, the features finite), so "
+                "the learning rate is not the cause; fix the model (in training mode: a division by "
+                "zero, a log of 0, uninitialised torch.empty weights). Nothing was saved."
+            )
         if ranks_bad:
             where = f"step {first_bad + 1}" if first_bad >= 0 else "a step of another rank"
             raise self._diverged(epoch, f"the training loss became NaN or infinite at {where}")
 
     def _diverged(self, epoch: int, what: str) -> TrainingDivergedError:
         lr = self.config.train.lr
-        cause = f"train.lr={lr:g} is likely too high" if lr > 0.05 else \
-            "the learning rate may be too high, or the features need scaling"
-        return TrainingDivergedError(f"{DIVERGED} in epoch {epoch + 1}: {what} ({cause}); nothing from this "
-                                     "epoch on was saved.")
+        cause = (
+            f"train.lr={lr:g} is likely too high"
+            if lr > 0.05
+            else "the learning rate may be too high, or the features need scaling"
+        )
+        return TrainingDivergedError(
+            f"{DIVERGED} in epoch {epoch + 1}: {what} ({cause}); nothing from this epoch on was saved."
+        )
 
     def _log(self, stats: dict) -> None:
         if self.show_progress:
             monitor = self.config.train.monitor
             value = stats.get(monitor)
-            tqdm.write(f"epoch {stats['epoch'] + 1:>3}/{self.config.train.epochs}  loss {stats['loss']:.4f}  "
-                       f"train_acc {stats['train_acc']:.4f}  {monitor} {'n/a' if value is None else f'{value:.4f}'}  "
-                       f"{stats['epoch_time_s']:.2f}s{_hit_rate(stats)}", file=sys.stderr)
+            tqdm.write(
+                f"epoch {stats['epoch'] + 1:>3}/{self.config.train.epochs}  loss {stats['loss']:.4f}  "
+                f"train_acc {stats['train_acc']:.4f}  {monitor} {'n/a' if value is None else f'{value:.4f}'}  "
+                f"{stats['epoch_time_s']:.2f}s{_hit_rate(stats)}",
+                file=sys.stderr,
+            )
 
     # ------------------------------------------------------------------ evaluation
 
@@ -371,17 +433,40 @@ class Trainer:
         if self.is_link:
             return self._links(self.sampler)
         if self.config.task is Task.GRAPH:
-            return GraphEvaluator(self.backend, self.data, self.ctx, self.config.eval.batch_size, self.sampler, self.call,
-                                  self.config.eval.layer_store)
+            return GraphEvaluator(
+                self.backend,
+                self.data,
+                self.ctx,
+                self.config.eval.batch_size,
+                self.sampler,
+                self.call,
+                self.config.eval.layer_store,
+            )
         return self._sampled(self.sampler)
 
     def _links(self, sampler: Sampler) -> LinkEvaluator:
-        return LinkEvaluator(self.backend, self.data, self.ctx, self.config.train.batch_size, sampler,
-                             self.config.train.seed, self.call, self.config.link.hits_at)
+        return LinkEvaluator(
+            self.backend,
+            self.data,
+            self.ctx,
+            self.config.train.batch_size,
+            sampler,
+            self.config.train.seed,
+            self.call,
+            self.config.link.hits_at,
+        )
 
     def _sampled(self, sampler: Sampler) -> SampledEvaluator:
-        return SampledEvaluator(self.backend, self.data, self.ctx, self.config.eval.batch_size, sampler,
-                                self.config.train.seed, self.call, self.config.eval.layer_store)
+        return SampledEvaluator(
+            self.backend,
+            self.data,
+            self.ctx,
+            self.config.eval.batch_size,
+            sampler,
+            self.config.train.seed,
+            self.call,
+            self.config.eval.layer_store,
+        )
 
     def evaluate(self) -> dict[str, float]:
         """The final evaluation (``eval.mode``) of the current weights on every split."""
@@ -411,19 +496,26 @@ class Trainer:
         """What ``results.json`` says about evaluation: the mode that ran, and why when it is not
         the one asked for."""
         mode = self.final_mode()
-        out = {"requested": self.config.eval.mode.value, "final": mode.value if mode else "whole graphs",
-               "validation": "whole graphs" if mode is None else "sampled"}
+        out = {
+            "requested": self.config.eval.mode.value,
+            "final": mode.value if mode else "whole graphs",
+            "validation": "whole graphs" if mode is None else "sampled",
+        }
         if mode is not None and mode.value != out["requested"]:
-            why = "the graph is heterogeneous" if isinstance(self.data, HeteroGraphData) else \
-                f"{self.call.origin} has no layer_forward"
+            why = (
+                "the graph is heterogeneous"
+                if isinstance(self.data, HeteroGraphData)
+                else f"{self.call.origin} has no layer_forward"
+            )
             out["note"] = f"{why}: evaluated on every seed's full neighbourhood"
         return out
 
     def _final_evaluator(self) -> Evaluator:
         mode = self.final_mode()
         if mode is EvalMode.LAYERWISE:
-            return LayerwiseEvaluator(self.backend, self.data, self.ctx, self.config.eval.batch_size, self.call,
-                                      self.config.eval.layer_store)
+            return LayerwiseEvaluator(
+                self.backend, self.data, self.ctx, self.config.eval.batch_size, self.call, self.config.eval.layer_store
+            )
         if mode is EvalMode.FULL:
             full = self._sampler(every_neighbour=True)
             return self._links(full) if self.is_link else self._sampled(full)
@@ -452,16 +544,18 @@ class BarFigures:
         if now - self.shown < self.EVERY_S:
             return
         self.shown = now
-        bar.set_postfix(loss=f"{float(loss_sum) / max(1, seeds):.4f}",
-                        seeds_per_s=f"{self.seeds / max(now - self.t0, 1e-9):,.0f}", refresh=False)
+        bar.set_postfix(
+            loss=f"{float(loss_sum) / max(1, seeds):.4f}",
+            seeds_per_s=f"{self.seeds / max(now - self.t0, 1e-9):,.0f}",
+            refresh=False,
+        )
 
 
 def _fingerprint(batches: list[torch.Tensor]) -> dict:
     """How many training items this rank got in its first epoch and a digest of them, in order:
     equal digests mean equal shards, whatever the launcher or node layout."""
     items = torch.cat(batches) if batches else torch.empty(0, dtype=torch.int64)
-    return {"train_items": int(items.numel()),
-            "shard_sha1": hashlib.sha1(items.numpy().tobytes()).hexdigest()[:16]}
+    return {"train_items": int(items.numel()), "shard_sha1": hashlib.sha1(items.numpy().tobytes()).hexdigest()[:16]}
 
 
 def parameters_digest(model: torch.nn.Module) -> torch.Tensor:
