@@ -20,6 +20,7 @@ from gnnbridge.core.app.prepare import build_csc, prepare_folder
 from gnnbridge.core.errors import DataError
 from gnnbridge.core.records.csc import csc_from_coo
 from gnnbridge.core.records.folder import MANIFEST, open_prepared
+from gnnbridge.core.tasks import for_node_task
 from gnnbridge.plugins.folder_datasets import prepare
 from gnnbridge.plugins.hetero_datasets import load_hetero_npz
 from gnnbridge.testing.conformance import small_graph
@@ -422,8 +423,8 @@ def test_a_heterogeneous_folder_prepares_the_node_task_topology_the_npz_builds(t
     folder = save_folder(tmp_path / "shop", arrays)
     monkeypatch.setattr(preparing, "chunk_bytes", lambda: 100)
     prepare(str(folder), progress=False)
-    built = load_hetero_npz(tmp_path / "shop.npz").for_node_task(reverse, 0)
-    opened = open_prepared(folder).for_node_task(reverse, 0)
+    built = for_node_task(load_hetero_npz(tmp_path / "shop.npz"), reverse, 0)
+    opened = for_node_task(open_prepared(folder), reverse, 0)
     assert sorted(opened.edge_types) == sorted(built.edge_types) and len(built.edge_types) == (4 if reverse else 2)
     for et in built.edge_types:
         assert torch.equal(opened.indptr[et], built.indptr[et]), et

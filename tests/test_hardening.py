@@ -424,10 +424,11 @@ def test_top_k_over_a_large_graph_is_refused_before_it_is_scored():
     from gnnbridge.core.config import from_dict
     from gnnbridge.core.errors import ResourceError
     from gnnbridge.core.records.hetero import HeteroSource
+    from gnnbridge.core.tasks import for_link_task
 
     edges = torch.stack([torch.arange(1000), torch.arange(1000)])
-    data = HeteroSource({"user": 10**6, "item": 10**5}, {}, {("user", "buys", "item"): edges}).for_link_task(
-        "", False, 0, 0.1, 0.1, 10
+    data = for_link_task(
+        HeteroSource({"user": 10**6, "item": 10**5}, {}, {("user", "buys", "item"): edges}), "", False, 0, 0.1, 0.1, 10
     )
     check_top_k(from_dict({"task": "link"}), data, 10)  # the default batch fits
     with pytest.raises(

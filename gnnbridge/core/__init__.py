@@ -10,6 +10,7 @@ enforces both)::
     models/     model parts core owns for every backend (GIN's MLPs, GCN normalisation)
     plugins/    the plugin manager, its registries and switches (core's machinery, not the built-ins)
     contracts/  ABCs and hook specs
+    tasks/      a heterogeneous source made into a task's record: splits, held-out edges, negatives
     config/     the experiment schema, loading (YAML, --set, guards), help text and JSON Schema
     records/    graph data, collections, batch records
     errors.py   the error types every layer raises
@@ -17,7 +18,7 @@ enforces both)::
     files.py    writing in a run folder: each file replaced whole, never through a link
 
 ``runtime``, ``sampling`` and ``models`` stand side by side on ``plugins``, which stands on
-``contracts``; ``files`` and ``config`` stand beside ``records``, on ``compiled`` and
+``contracts`` (and ``tasks`` beside it); ``files`` and ``config`` stand beside ``records``, on ``compiled`` and
 ``errors``. ``interfaces.py``
 re-exports what plugins import and is imported by nothing in core.
 """

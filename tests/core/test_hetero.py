@@ -14,10 +14,11 @@ from gnnbridge.core.errors import ConfigError, DataError
 from gnnbridge.core.models.build import build_model, model_dims
 from gnnbridge.core.models.neutral import from_neutral, to_neutral
 from gnnbridge.core.plugins import get_backend
-from gnnbridge.core.records.hetero import HeteroGraphData, HeteroSource, homogeneous_source
+from gnnbridge.core.records.hetero import HeteroGraphData, HeteroSource
 from gnnbridge.core.sampling.build import make_hetero_sampler
 from gnnbridge.core.sampling.hetero import HeteroNeighborSampler, LinkBatcher, typed_fanouts
 from gnnbridge.core.sampling.seeds import epoch_batches
+from gnnbridge.core.tasks import for_link_task, for_node_task, homogeneous_source
 from gnnbridge.core.training.evaluation import gather_inputs
 from gnnbridge.core.training.metrics import LinkScores
 from gnnbridge.plugins.hetero_datasets import rec_graph
@@ -43,7 +44,9 @@ def rec(**kw) -> HeteroSource:
 
 
 def link(source: HeteroSource, reverse: bool = True, eval_negatives: int = 20) -> HeteroGraphData:
-    return source.for_link_task("", reverse, seed=0, val_fraction=0.1, test_fraction=0.1, eval_negatives=eval_negatives)
+    return for_link_task(
+        source, "", reverse, seed=0, val_fraction=0.1, test_fraction=0.1, eval_negatives=eval_negatives
+    )
 
 
 def edge_set(edges: torch.Tensor) -> set:
@@ -140,9 +143,9 @@ def test_the_target_edge_type_is_named_or_asked_for():
     source.target_edge = None
     with pytest.raises(ConfigError, match="link.edge_type=RELATION"):
         link(source)
-    assert source.for_link_task("buys", True, 0, 0.1, 0.1, 5).target_edge == TARGET
+    assert for_link_task(source, "buys", True, 0, 0.1, 0.1, 5).target_edge == TARGET
     with pytest.raises(ConfigError, match="link.edge_type='sells' is not an edge type"):
-        source.for_link_task("sells", True, 0, 0.1, 0.1, 5)
+        for_link_task(source, "sells", True, 0, 0.1, 0.1, 5)
 
 
 # --------------------------------------------------------------------------- sampling
@@ -370,7 +373,7 @@ def test_dgls_own_sampler_serves_a_node_type_no_edge_points_into(task):
         y=torch.arange(20) % 3,
         target_edge=TARGET,
     )
-    data = source.for_node_task(False, 0) if task is Task.NODE else link(source, reverse=False, eval_negatives=5)
+    data = for_node_task(source, False, 0) if task is Task.NODE else link(source, reverse=False, eval_negatives=5)
     assert "user" not in {et[2] for et in data.edge_types}
     spec = ModelSpec(arch="sage", hidden=8, layers=2, dropout=0.0)
     model = build_model(spec, "dgl", task, *model_dims(data), data)[0]

@@ -17,6 +17,7 @@ import torch
 from gnnbridge.core.config import DatasetConfig
 from gnnbridge.core.errors import BackendUnavailableError, ConfigError, DataError, DataFileNotFoundError
 from gnnbridge.core.plugins import datasets
+from gnnbridge.core.tasks import for_link_task, for_node_task
 
 pytest.importorskip("torch_geometric", reason="the heterogeneous real datasets are read by torch_geometric")
 pytest.importorskip("pandas", reason="PyG's Taobao, MovieLens100K and OGB_MAG readers parse their files with pandas")
@@ -52,7 +53,7 @@ def link_record(source, **kwargs):
         "test_fraction": 0.2,
         "eval_negatives": 2,
     } | kwargs
-    return source.for_link_task(**args)
+    return for_link_task(source, **args)
 
 
 # --------------------------------------------------------------------------- taobao
@@ -225,7 +226,7 @@ def test_ogbn_mag_reads_pyg_layout_and_its_time_split(tmp_path):
     assert source.target_node == "paper" and source.y.dtype == torch.int64
     assert source.y.tolist() == [p % 3 for p in range(PAPERS)]
     assert [s.tolist() for s in source.splits] == list(MAG_SPLITS.values())
-    record = source.for_node_task(reverse=True, seed=0)
+    record = for_node_task(source, reverse=True, seed=0)
     assert record.num_classes == 3 and ("paper", "rev_writes", "author") in record.edge_index
     assert [record.split(s).numel() for s in ("train", "val", "test")] == [6, 3, 3]
     again = load("ogbn-mag", tmp_path, download=False)  # from PyG's processed cache

@@ -25,9 +25,9 @@ from gnnbridge.backends.dgl.compat import import_dgl
 from gnnbridge.core.contracts.interfaces import Sampler
 from gnnbridge.core.models.hetero import HeteroSAGE
 from gnnbridge.core.records.batches import MiniBatch
-from gnnbridge.core.records.hetero import negative_destinations
 from gnnbridge.core.sampling.hetero import CoreHeteroSampler, LinkMiniBatch
 from gnnbridge.core.sampling.seeds import derived_seed
+from gnnbridge.core.tasks import negative_destinations
 
 
 def to_heterograph(sub) -> Any:

@@ -12,7 +12,7 @@ read-only, so a machine's ranks share it through the page cache and a topology l
 memory trains.
 
 The build reads the edges a chunk at a time (:func:`~gnnbridge.core.app.prepare.chunk_bytes`)
-and gives exactly the arrays of :func:`~gnnbridge.core.records.hetero.link_task` (tested tensor
+and gives exactly the arrays of :func:`~gnnbridge.core.tasks.link.link_task` (tested tensor
 for tensor): the distinct pairs by an external sort (sorted runs on disk, merged), the
 val and test pairs drawn from ``random_split``'s permutation, the train pairs by a chunked scan
 against the held-out pairs (small: in memory), the held-out edges' negatives a block of rows at
@@ -47,13 +47,11 @@ from gnnbridge.core.records.hetero import (
     EdgeType,
     HeteroGraphData,
     HeteroSource,
-    check_pairs,
-    distinct_pairs,
     edge_name,
     find_edge_type,
-    negative_destinations,
     reverse_types,
 )
+from gnnbridge.core.tasks import check_pairs, distinct_pairs, negative_destinations
 
 FORMAT = 1
 FAN_IN = 64  # sorted runs merged at once (a block of each in memory)
@@ -296,7 +294,7 @@ class _Task:
     def _target_chunks(self, work: Path, seed: int):
         """(src, dst) chunks of the target's edges, as :func:`link_task` is given them: a
         heterogeneous folder's edge file; a homogeneous graph's distinct undirected pairs, each
-        in the direction :func:`~gnnbridge.core.records.hetero.from_homogeneous` draws (the same
+        in the direction :func:`~gnnbridge.core.tasks.link.from_homogeneous` draws (the same
         generator, drawn a chunk at a time: the same numbers)."""
         step = _edges_per_chunk()
         if not self.homogeneous:
@@ -570,7 +568,7 @@ def _twins(target_edges: np.ndarray, n: int, work: Path, out: np.ndarray, step: 
 
 
 def _negatives(positive_dst: torch.Tensor, k: int, n_dst: int, gen: torch.Generator, out: np.ndarray) -> None:
-    """:func:`~gnnbridge.core.records.hetero.negative_destinations` a block of rows at a time into
+    """:func:`~gnnbridge.core.tasks.negatives.negative_destinations` a block of rows at a time into
     ``out``: the generator draws each row's numbers in turn, so the blocks are the whole draw's
     rows (tested against it)."""
     width = n_dst - 1 if 2 * k >= n_dst - 1 else k  # what one row draws

@@ -23,10 +23,11 @@ from gnnbridge.core.models.build import resolve as resolve_model
 from gnnbridge.core.plugins import PluginError, backends, blame, datasets, warn
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData
-from gnnbridge.core.records.hetero import HeteroGraphData, HeteroSource, edge_name, find_edge_type, homogeneous_source
+from gnnbridge.core.records.hetero import HeteroGraphData, HeteroSource, edge_name, find_edge_type
 from gnnbridge.core.runtime.host import available_memory, format_bytes, free_disk
 from gnnbridge.core.sampling.build import BACKEND_KINDS, check_hetero_kind, check_kind
 from gnnbridge.core.sampling.hetero import typed_fanouts
+from gnnbridge.core.tasks import for_link_task, for_node_task, homogeneous_source
 from gnnbridge.core.training.loggers import check_loggers
 
 GRAPH_KINDS = tuple(k.value for k in SamplerKind)
@@ -408,11 +409,17 @@ def _for_task(config: ExperimentConfig, data):
     link = config.link
     try:
         if config.task is Task.NODE:
-            return data.for_node_task(reverse, config.train.seed)
+            return for_node_task(data, reverse, config.train.seed)
         return _check_negatives(
             config,
-            data.for_link_task(
-                link.edge_type, reverse, config.train.seed, link.val_fraction, link.test_fraction, link.eval_negatives
+            for_link_task(
+                data,
+                link.edge_type,
+                reverse,
+                config.train.seed,
+                link.val_fraction,
+                link.test_fraction,
+                link.eval_negatives,
             ),
         )
     except DataError as exc:  # name the file (or dataset) the bad array came from

@@ -8,16 +8,9 @@ build their native view without relabelling. Each edge type ``(src_type, relatio
 keeps its edges sorted by destination with CSC offsets (``indptr``), which is what the core
 sampler reads.
 
-Link prediction splits the *target* edge type into train / val / test edges. Only the train
-edges are message-passing edges (and so are their reverses, when reverse edges are added), so no
-validation or test edge can be seen while training or while scoring itself. Each val and test
-edge gets ``eval_negatives`` fixed destination nodes, drawn once from the train seed alone:
-every backend and every world size ranks each edge among the same candidates, so MRR and
-Hits@K compare across runs. Where the destination type has no more than ``eval_negatives``
-other nodes, the negatives are all of them, each once (an exact ranking, not duplicates).
-Training edges are kept out of their own neighbourhood by the sampler (it excludes a batch's seed
-edges and their reverses, see :mod:`gnnbridge.core.sampling.hetero`), which is why the record maps
-each target edge to its reverse edge.
+A link task's record holds the target's split (val and test edges with their fixed negatives) and
+maps each target edge to its reverse; how they are drawn is :mod:`gnnbridge.core.tasks`' job.
+A :class:`HeteroSource` is the graph before a task is chosen.
 
 Like the homogeneous records, this one is built once per machine, validated in
 ``__post_init__``, moved to shared memory and attached by every rank. From a prepared folder
@@ -38,14 +31,11 @@ import torch
 
 from gnnbridge.core.errors import ConfigError, DataError
 from gnnbridge.core.records.data import (
-    GraphData,
     all_finite,
     check_disjoint_splits,
     check_features,
     check_ids,
     check_tensor,
-    infer_num_classes,
-    random_split,
 )
 from gnnbridge.core.records.mapped import Mapped
 
@@ -353,39 +343,6 @@ def pair_keys(edges: torch.Tensor, n_dst: int) -> torch.Tensor:
     return edges[0] * n_dst + edges[1]
 
 
-# --------------------------------------------------------------------------- building
-
-
-def node_task(
-    num_nodes: dict[str, int],
-    x: dict,
-    edges: dict,
-    target: str,
-    y: torch.Tensor,
-    splits: tuple | None = None,
-    seed: int = 0,
-    name: str = "hetero",
-    num_classes: int | None = None,
-) -> HeteroGraphData:
-    """A node-classification record; without ``splits``, a seeded 60/20/20 split of ``target``."""
-    if target not in num_nodes:
-        raise DataError(f"The labelled node type {target!r} is not declared; node types: {', '.join(num_nodes)}.")
-    splits = splits or random_split(num_nodes[target], seed)
-    classes = infer_num_classes(y) if num_classes is None else num_classes
-    return HeteroGraphData(
-        dict(num_nodes),
-        dict(x),
-        dict(edges),
-        target_node=target,
-        y=y,
-        train_idx=splits[0],
-        val_idx=splits[1],
-        test_idx=splits[2],
-        num_classes=classes,
-        name=name,
-    )
-
-
 def with_reverse_edges(num_nodes: dict, edges: dict, skip: set = frozenset()) -> dict:
     """``edges`` plus ``(dst, rev_<relation>, src)`` for every type that has no reverse yet (and
     is not in ``skip``)."""
@@ -415,207 +372,6 @@ def find_edge_type(edge_types, text: str) -> EdgeType:
             f"link.edge_type={text!r} {why}; edge types: {names} (give the relation, or src,relation,dst)."
         )
     return matches[0]
-
-
-def link_task(
-    num_nodes: dict[str, int],
-    x: dict,
-    edges: dict,
-    target: EdgeType,
-    *,
-    seed: int,
-    val_fraction: float,
-    test_fraction: float,
-    eval_negatives: int,
-    reverse: bool,
-    held_out: tuple[torch.Tensor, torch.Tensor] | None = None,
-    name: str = "hetero",
-    undirected: bool = False,
-) -> HeteroGraphData:
-    """A link-prediction record: ``target``'s edges (duplicates dropped) split into train / val /
-    test unless ``held_out`` gives (val, test); only train edges pass messages. Between nodes of
-    one type a pair is held out in both directions (``(u, v)`` held out takes ``(v, u)`` out of
-    training too). ``reverse``: add ``rev_`` edge types, built after the split so they mirror
-    train edges only; a mirror the dataset brought under any name is rebuilt the same way.
-    ``undirected``: the pairs stand for undirected edges (a homogeneous graph's)."""
-    target = tuple(target)
-    if target not in edges:
-        raise DataError(
-            f"The target edge type ({edge_name(target)}) is not among the edge types: "
-            f"{'; '.join(map(edge_name, edges))}."
-        )
-    check_node_types(num_nodes)
-    for t in (target[0], target[2]):
-        if t not in num_nodes:
-            raise DataError(
-                f"The target edge type ({edge_name(target)}) has node type '{t}', which is not declared; "
-                f"node types: {', '.join(num_nodes)}."
-            )
-    check_ids(
-        f"edge_index[{edge_name(target)}] source", edges[target][0], num_nodes[target[0]], unit=f"'{target[0]}' node"
-    )
-    check_ids(
-        f"edge_index[{edge_name(target)}] destination",
-        edges[target][1],
-        num_nodes[target[2]],
-        unit=f"'{target[2]}' node",
-    )
-    n_dst = num_nodes[target[2]]
-    if n_dst < 2:  # no other destination to draw a negative from
-        raise DataError(
-            f"Link prediction on ({edge_name(target)}) needs at least 2 '{target[2]}' nodes to draw "
-            f"negatives; the graph has {n_dst}."
-        )
-    if held_out is not None:  # ids checked before pair_keys combines them (an id out of range would alias a pair)
-        for kind, held in zip(("val_edges", "test_edges"), held_out):  # (not `name`: the record's name)
-            check_pairs(f"{kind}[{edge_name(target)}]", held, target, num_nodes)
-    pairs = distinct_pairs(edges[target], n_dst)
-    val, test = (
-        held_out if held_out is not None else _split_pairs(pairs, target, num_nodes, seed, val_fraction, test_fraction)
-    )
-    val, test = (distinct_pairs(e, num_nodes[target[2]]) for e in (val, test))
-    held = torch.cat([val, test], dim=1)
-    train = pairs[:, ~torch.isin(_pair_ids(pairs, target, num_nodes), _pair_ids(held, target, num_nodes))]
-    mp, rev = _message_passing(num_nodes, edges, target, train, reverse)
-    gen = torch.Generator().manual_seed(seed + 1)
-    eval_negatives = min(eval_negatives, n_dst - 1)  # more would repeat candidates: rank among all of them
-    data = HeteroGraphData(
-        dict(num_nodes),
-        dict(x),
-        mp,
-        target_edge=target,
-        reverse_edge=rev,
-        val_edges=val.contiguous(),
-        test_edges=test.contiguous(),
-        val_negatives=negative_destinations(val[1], eval_negatives, n_dst, gen),
-        test_negatives=negative_destinations(test[1], eval_negatives, n_dst, gen),
-        name=name,
-        undirected=undirected,
-    )
-    target_edges = data.edge_index[target]
-    if rev is not None:
-        data.reverse_eid = mirror_ids(target_edges, data.edge_index[rev], num_nodes[target[0]])
-    if target[0] == target[2]:
-        data.twin_eid = find_pairs(target_edges, target_edges.flip(0), n_dst)
-    return data
-
-
-def distinct_pairs(edges: torch.Tensor, n_dst: int) -> torch.Tensor:
-    """The distinct (src, dst) pairs of ``edges`` (by one integer key each: far faster than
-    ``torch.unique(dim=1)`` on millions of edges)."""
-    keys = torch.unique(pair_keys(edges, n_dst))
-    return torch.stack([keys // n_dst, keys % n_dst])
-
-
-def _pair_ids(pairs: torch.Tensor, target: EdgeType, num_nodes: dict) -> torch.Tensor:
-    """A key per pair that is the same for ``(u, v)`` and ``(v, u)`` between nodes of one type
-    (so a held-out pair takes its opposite out of training), and the ordered key otherwise."""
-    n_dst = num_nodes[target[2]]
-    if target[0] != target[2]:
-        return pair_keys(pairs, n_dst)
-    return torch.minimum(pairs[0], pairs[1]) * n_dst + torch.maximum(pairs[0], pairs[1])
-
-
-def _split_pairs(
-    pairs: torch.Tensor, target: EdgeType, num_nodes: dict, seed: int, val_fraction: float, test_fraction: float
-):
-    """Random val and test pairs; between nodes of one type the split is over unordered pairs, so
-    both directions of one edge land in the same split."""
-    ids = _pair_ids(pairs, target, num_nodes)
-    groups, which = torch.unique(ids, return_inverse=True)
-    if groups.numel() < 3:
-        raise DataError(
-            f"({edge_name(target)}) has {groups.numel()} distinct edges; link prediction needs at least 3 "
-            "(one per split)."
-        )
-    _, val, test = random_split(groups.numel(), seed, (1 - val_fraction - test_fraction, val_fraction), unit="edge")
-    return pairs[:, torch.isin(which, val)], pairs[:, torch.isin(which, test)]
-
-
-def _message_passing(num_nodes: dict, edges: dict, target: EdgeType, train: torch.Tensor, reverse: bool):
-    """The message-passing edges and the target's mirror type (or None). A type running the other
-    way that holds every target pair flipped is a mirror the dataset brought (whatever its name):
-    it is rebuilt from train edges, like a ``rev_`` type, and no ``rev_`` type is added beside it."""
-    n_src = num_nodes[target[0]]
-    flipped = pair_keys(edges[target].flip(0), n_src)
-    mirrors = [
-        et
-        for et, ei in edges.items()
-        if et != target
-        and (et[0], et[2]) == (target[2], target[0])
-        and ei.shape[1] >= edges[target].shape[1]
-        and bool(torch.isin(flipped, pair_keys(ei, n_src)).all())
-    ]
-    if len(mirrors) > 1:
-        raise DataError(
-            f"Edge types {' and '.join(f'({edge_name(et)})' for et in mirrors)} both mirror the target "
-            f"({edge_name(target)}); keep one."
-        )
-    mp = {et: train.flip(0) if et in mirrors else ei for et, ei in edges.items()}
-    mp[target] = train
-    if reverse:
-        mp = with_reverse_edges(num_nodes, mp, skip={target, *mirrors} if mirrors else set())
-    rev = (target[2], REVERSE_PREFIX + target[1], target[0])
-    return mp, (mirrors[0] if mirrors else rev if rev in mp else None)
-
-
-def find_pairs(edges: torch.Tensor, wanted: torch.Tensor, n_dst: int) -> torch.Tensor:
-    """For each pair of ``wanted``, its position in ``edges``, or -1 where ``edges`` lacks it."""
-    keys = pair_keys(edges, n_dst)
-    order = torch.argsort(keys)
-    want = pair_keys(wanted, n_dst)
-    pos = torch.searchsorted(keys[order], want).clamp(max=max(0, keys.numel() - 1))
-    found = order[pos] if keys.numel() else torch.full_like(want, -1)
-    return torch.where(keys[found] == want, found, -1) if keys.numel() else found
-
-
-def mirror_ids(edges: torch.Tensor, mirrored: torch.Tensor, n_src: int) -> torch.Tensor:
-    """For each edge (s, d) of ``edges``, the position of (d, s) in ``mirrored`` (which holds
-    every one of them: it was built by flipping ``edges``)."""
-    keys = mirrored[0] * n_src + mirrored[1]
-    order = torch.argsort(keys)
-    return order[torch.searchsorted(keys[order], edges[1] * n_src + edges[0])]
-
-
-def check_pairs(name: str, pairs: torch.Tensor, target: EdgeType, num_nodes: dict) -> None:
-    """``pairs`` is an int64 [2, E] array of ids in range for ``target``'s source and destination types."""
-    check_tensor(name, pairs, torch.int64, ndim=2)
-    if pairs.shape[0] != 2:
-        raise DataError(f"{name} has shape {list(pairs.shape)}; expected [2, E].")
-    check_ids(f"{name} source", pairs[0], num_nodes[target[0]], unit=f"'{target[0]}' node")
-    check_ids(f"{name} destination", pairs[1], num_nodes[target[2]], unit=f"'{target[2]}' node")
-
-
-def negative_destinations(positive_dst: torch.Tensor, k: int, n_dst: int, gen: torch.Generator) -> torch.Tensor:
-    """``[len(positive_dst), k]`` destinations drawn uniformly from the ``n_dst - 1`` nodes of
-    ``[0, n_dst)`` other than each edge's own destination, in one draw (no redraw loop: a value
-    at or past the positive moves up by one). ``k`` at least half of the candidates: drawn
-    without repeats (``k = n_dst - 1`` is then every other destination once, an exact ranking);
-    fewer: with repeats, as uniform sampling does. Needs ``k <= n_dst - 1`` (the callers refuse
-    or clamp a larger ``k`` first)."""
-    if k > n_dst - 1:
-        raise ValueError(f"{k} negatives asked among {n_dst - 1} candidates")
-    rows = positive_dst.numel()
-    if 2 * k >= n_dst - 1:  # dense: a random order of the candidates per edge, its first k
-        out = torch.argsort(torch.rand(rows, n_dst - 1, generator=gen), dim=1)[:, :k]
-    else:
-        out = torch.randint(0, n_dst - 1, (rows, k), generator=gen)
-    return out + (out >= positive_dst.unsqueeze(1))
-
-
-def from_homogeneous(data: GraphData, seed: int = 0) -> tuple[dict, dict, dict, EdgeType]:
-    """A homogeneous graph as one node type and its undirected edges, each pair once as
-    ``(node, to, node)`` in a random direction (drawn from ``seed``; a fixed u < v would let a
-    model learn node order instead of links): link prediction then holds out whole pairs and
-    adds ``rev_to``."""
-    src, dst = data.edge_index
-    lo, hi = torch.minimum(src, dst), torch.maximum(src, dst)
-    keep = lo != hi
-    pairs = distinct_pairs(torch.stack([lo[keep], hi[keep]]), data.num_nodes)
-    flip = torch.rand(pairs.shape[1], generator=torch.Generator().manual_seed(seed)) < 0.5
-    pairs = torch.where(flip, pairs.flip(0), pairs)
-    target = ("node", "to", "node")
-    return {"node": data.num_nodes}, {"node": data.x}, {target: pairs}, target
 
 
 @dataclass
@@ -658,18 +414,6 @@ class HeteroSource(Mapped):
             "edge_types": {edge_name(et): int(e.shape[1]) for et, e in self.edges.items()},
         }
 
-    def for_node_task(self, reverse: bool, seed: int) -> HeteroGraphData:
-        """The node-classification record. From a prepared folder its topology is the folder's
-        mapped CSC files (read-only, not validated again: prepare checked them), the same arrays
-        as the build in memory, which every other source gets."""
-        if self.target_node is None or self.y is None:
-            raise ConfigError(f"Dataset '{self.name}' has no node labels (no labelled node type); use task=link.")
-        mapped = self.mapped_topology(reverse)
-        if mapped is not None:
-            return mapped_node_task(self, mapped, seed)
-        edges = with_reverse_edges(self.num_nodes, self.edges) if reverse else dict(self.edges)
-        return node_task(self.num_nodes, self.x, edges, self.target_node, self.y, self.splits, seed, self.name)
-
     def mapped_topology(self, reverse: bool) -> dict[EdgeType, tuple[torch.Tensor, torch.Tensor]] | None:
         """``{edge type: (indptr, sorted edges)}`` of a node task's message-passing types, in the
         order the build in memory gives them, when a prepared folder holds all of them; else None."""
@@ -691,59 +435,3 @@ class HeteroSource(Mapped):
             f"Dataset '{self.name}' has {len(self.edges)} edge types; name the one to predict with "
             f"--set link.edge_type=RELATION (one of: {', '.join(et[1] for et in self.edges)})."
         )
-
-    def for_link_task(
-        self, edge_type: str, reverse: bool, seed: int, val_fraction: float, test_fraction: float, eval_negatives: int
-    ) -> HeteroGraphData:
-        """The link-prediction record, built in memory (:func:`link_task`). A run on a prepared
-        folder maps a cache of it instead (:mod:`gnnbridge.core.app.linkcache`), except from a
-        read-only folder whose cache no run could write yet, which lands here too."""
-        target = self.link_target(edge_type)
-        held_out = self.held_out if target == self.target_edge else None
-        return link_task(
-            self.num_nodes,
-            self.x,
-            self.edges,
-            target,
-            seed=seed,
-            val_fraction=val_fraction,
-            test_fraction=test_fraction,
-            eval_negatives=eval_negatives,
-            reverse=reverse,
-            held_out=held_out,
-            name=self.name,
-            undirected=self.undirected,
-        )
-
-
-def mapped_node_task(source: HeteroSource, topology: dict, seed: int) -> HeteroGraphData:
-    """A node task over ``topology`` (a prepared folder's mapped CSC files), built without
-    validation, which would read every file whole: ``gnnbridge prepare`` checked ids, labels
-    and splits, and its manifest records that. Splits the folder lacks are drawn from ``seed``
-    as :func:`node_task` draws them."""
-    t = source.target_node
-    if t not in source.num_nodes:
-        raise DataError(f"The labelled node type {t!r} is not declared; node types: {', '.join(source.num_nodes)}.")
-    splits = source.splits or random_split(source.num_nodes[t], seed)
-    classes = source.num_classes if source.num_classes is not None else infer_num_classes(source.y)
-    return HeteroGraphData.unchecked(
-        num_nodes=dict(source.num_nodes),
-        x=dict(source.x),
-        edge_index={et: e for et, (_, e) in topology.items()},
-        indptr={et: p for et, (p, _) in topology.items()},
-        target_node=t,
-        y=source.y,
-        train_idx=splits[0],
-        val_idx=splits[1],
-        test_idx=splits[2],
-        num_classes=classes,
-        name=source.name,
-    )
-
-
-def homogeneous_source(data: GraphData, seed: int = 0) -> HeteroSource:
-    """A homogeneous graph as one node type whose undirected edges are one edge type, each pair
-    once as ``(node, to, node)``: a link task holds out whole pairs and adds ``rev_to`` (which is
-    why the reverse is always added for it)."""
-    num_nodes, x, edges, target = from_homogeneous(data, seed)
-    return HeteroSource(num_nodes, x, edges, target_edge=target, name=data.name, undirected=True)

@@ -26,9 +26,10 @@ from gnnbridge.core.compiled import signals_deferred
 from gnnbridge.core.contracts.interfaces import GraphStore
 from gnnbridge.core.errors import ConfigError
 from gnnbridge.core.records.batches import MiniBatch
-from gnnbridge.core.records.hetero import EdgeType, HeteroGraphData, find_edge_type, negative_destinations
+from gnnbridge.core.records.hetero import EdgeType, HeteroGraphData, find_edge_type
 from gnnbridge.core.sampling.adapters import CoreSampler
 from gnnbridge.core.sampling.neighbors import NeighborSampler
+from gnnbridge.core.tasks import negative_destinations
 
 
 @dataclass

@@ -1,0 +1,222 @@
+"""Link prediction on one edge type: the split of its pairs into train / val / test, the
+message-passing edges (train pairs only, and their mirrors), and each held-out edge's fixed
+negatives.
+
+Only the train edges are message-passing edges (and so are their reverses, when reverse edges are
+added), so no validation or test edge can be seen while training or while scoring itself. Each
+val and test edge gets ``eval_negatives`` fixed destination nodes, drawn once from the train seed
+alone: every backend and every world size ranks each edge among the same candidates, so MRR and
+Hits@K compare across runs. Where the destination type has no more than ``eval_negatives`` other
+nodes, the negatives are all of them, each once (an exact ranking, not duplicates). Training edges
+are kept out of their own neighbourhood by the sampler (it excludes a batch's seed edges and their
+reverses, see :mod:`gnnbridge.core.sampling.hetero`), which is why the record maps each target
+edge to its reverse edge. A run on a prepared folder builds the same arrays through the disk
+instead (:mod:`gnnbridge.core.app.linkcache`, tested equal).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from gnnbridge.core.errors import DataError
+from gnnbridge.core.records.data import GraphData, check_ids, random_split
+from gnnbridge.core.records.hetero import (
+    REVERSE_PREFIX,
+    EdgeType,
+    HeteroGraphData,
+    HeteroSource,
+    check_node_types,
+    edge_name,
+    pair_keys,
+    with_reverse_edges,
+)
+from gnnbridge.core.tasks.negatives import negative_destinations
+from gnnbridge.core.tasks.pairs import check_pairs, distinct_pairs, find_pairs, mirror_ids
+
+
+def for_link_task(
+    source: HeteroSource,
+    edge_type: str,
+    reverse: bool,
+    seed: int,
+    val_fraction: float,
+    test_fraction: float,
+    eval_negatives: int,
+) -> HeteroGraphData:
+    """The link-prediction record, built in memory (:func:`link_task`). A run on a prepared
+    folder maps a cache of it instead (:mod:`gnnbridge.core.app.linkcache`), except from a
+    read-only folder whose cache no run could write yet, which lands here too."""
+    target = source.link_target(edge_type)
+    held_out = source.held_out if target == source.target_edge else None
+    return link_task(
+        source.num_nodes,
+        source.x,
+        source.edges,
+        target,
+        seed=seed,
+        val_fraction=val_fraction,
+        test_fraction=test_fraction,
+        eval_negatives=eval_negatives,
+        reverse=reverse,
+        held_out=held_out,
+        name=source.name,
+        undirected=source.undirected,
+    )
+
+
+def link_task(
+    num_nodes: dict[str, int],
+    x: dict,
+    edges: dict,
+    target: EdgeType,
+    *,
+    seed: int,
+    val_fraction: float,
+    test_fraction: float,
+    eval_negatives: int,
+    reverse: bool,
+    held_out: tuple[torch.Tensor, torch.Tensor] | None = None,
+    name: str = "hetero",
+    undirected: bool = False,
+) -> HeteroGraphData:
+    """A link-prediction record: ``target``'s edges (duplicates dropped) split into train / val /
+    test unless ``held_out`` gives (val, test); only train edges pass messages. Between nodes of
+    one type a pair is held out in both directions (``(u, v)`` held out takes ``(v, u)`` out of
+    training too). ``reverse``: add ``rev_`` edge types, built after the split so they mirror
+    train edges only; a mirror the dataset brought under any name is rebuilt the same way.
+    ``undirected``: the pairs stand for undirected edges (a homogeneous graph's)."""
+    target = tuple(target)
+    if target not in edges:
+        raise DataError(
+            f"The target edge type ({edge_name(target)}) is not among the edge types: "
+            f"{'; '.join(map(edge_name, edges))}."
+        )
+    check_node_types(num_nodes)
+    for t in (target[0], target[2]):
+        if t not in num_nodes:
+            raise DataError(
+                f"The target edge type ({edge_name(target)}) has node type '{t}', which is not declared; "
+                f"node types: {', '.join(num_nodes)}."
+            )
+    check_ids(
+        f"edge_index[{edge_name(target)}] source", edges[target][0], num_nodes[target[0]], unit=f"'{target[0]}' node"
+    )
+    check_ids(
+        f"edge_index[{edge_name(target)}] destination",
+        edges[target][1],
+        num_nodes[target[2]],
+        unit=f"'{target[2]}' node",
+    )
+    n_dst = num_nodes[target[2]]
+    if n_dst < 2:  # no other destination to draw a negative from
+        raise DataError(
+            f"Link prediction on ({edge_name(target)}) needs at least 2 '{target[2]}' nodes to draw "
+            f"negatives; the graph has {n_dst}."
+        )
+    if held_out is not None:  # ids checked before pair_keys combines them (an id out of range would alias a pair)
+        for kind, held in zip(("val_edges", "test_edges"), held_out):  # (not `name`: the record's name)
+            check_pairs(f"{kind}[{edge_name(target)}]", held, target, num_nodes)
+    pairs = distinct_pairs(edges[target], n_dst)
+    val, test = (
+        held_out if held_out is not None else _split_pairs(pairs, target, num_nodes, seed, val_fraction, test_fraction)
+    )
+    val, test = (distinct_pairs(e, num_nodes[target[2]]) for e in (val, test))
+    held = torch.cat([val, test], dim=1)
+    train = pairs[:, ~torch.isin(_pair_ids(pairs, target, num_nodes), _pair_ids(held, target, num_nodes))]
+    mp, rev = _message_passing(num_nodes, edges, target, train, reverse)
+    gen = torch.Generator().manual_seed(seed + 1)
+    eval_negatives = min(eval_negatives, n_dst - 1)  # more would repeat candidates: rank among all of them
+    data = HeteroGraphData(
+        dict(num_nodes),
+        dict(x),
+        mp,
+        target_edge=target,
+        reverse_edge=rev,
+        val_edges=val.contiguous(),
+        test_edges=test.contiguous(),
+        val_negatives=negative_destinations(val[1], eval_negatives, n_dst, gen),
+        test_negatives=negative_destinations(test[1], eval_negatives, n_dst, gen),
+        name=name,
+        undirected=undirected,
+    )
+    target_edges = data.edge_index[target]
+    if rev is not None:
+        data.reverse_eid = mirror_ids(target_edges, data.edge_index[rev], num_nodes[target[0]])
+    if target[0] == target[2]:
+        data.twin_eid = find_pairs(target_edges, target_edges.flip(0), n_dst)
+    return data
+
+
+def _pair_ids(pairs: torch.Tensor, target: EdgeType, num_nodes: dict) -> torch.Tensor:
+    """A key per pair that is the same for ``(u, v)`` and ``(v, u)`` between nodes of one type
+    (so a held-out pair takes its opposite out of training), and the ordered key otherwise."""
+    n_dst = num_nodes[target[2]]
+    if target[0] != target[2]:
+        return pair_keys(pairs, n_dst)
+    return torch.minimum(pairs[0], pairs[1]) * n_dst + torch.maximum(pairs[0], pairs[1])
+
+
+def _split_pairs(
+    pairs: torch.Tensor, target: EdgeType, num_nodes: dict, seed: int, val_fraction: float, test_fraction: float
+):
+    """Random val and test pairs; between nodes of one type the split is over unordered pairs, so
+    both directions of one edge land in the same split."""
+    ids = _pair_ids(pairs, target, num_nodes)
+    groups, which = torch.unique(ids, return_inverse=True)
+    if groups.numel() < 3:
+        raise DataError(
+            f"({edge_name(target)}) has {groups.numel()} distinct edges; link prediction needs at least 3 "
+            "(one per split)."
+        )
+    _, val, test = random_split(groups.numel(), seed, (1 - val_fraction - test_fraction, val_fraction), unit="edge")
+    return pairs[:, torch.isin(which, val)], pairs[:, torch.isin(which, test)]
+
+
+def _message_passing(num_nodes: dict, edges: dict, target: EdgeType, train: torch.Tensor, reverse: bool):
+    """The message-passing edges and the target's mirror type (or None). A type running the other
+    way that holds every target pair flipped is a mirror the dataset brought (whatever its name):
+    it is rebuilt from train edges, like a ``rev_`` type, and no ``rev_`` type is added beside it."""
+    n_src = num_nodes[target[0]]
+    flipped = pair_keys(edges[target].flip(0), n_src)
+    mirrors = [
+        et
+        for et, ei in edges.items()
+        if et != target
+        and (et[0], et[2]) == (target[2], target[0])
+        and ei.shape[1] >= edges[target].shape[1]
+        and bool(torch.isin(flipped, pair_keys(ei, n_src)).all())
+    ]
+    if len(mirrors) > 1:
+        raise DataError(
+            f"Edge types {' and '.join(f'({edge_name(et)})' for et in mirrors)} both mirror the target "
+            f"({edge_name(target)}); keep one."
+        )
+    mp = {et: train.flip(0) if et in mirrors else ei for et, ei in edges.items()}
+    mp[target] = train
+    if reverse:
+        mp = with_reverse_edges(num_nodes, mp, skip={target, *mirrors} if mirrors else set())
+    rev = (target[2], REVERSE_PREFIX + target[1], target[0])
+    return mp, (mirrors[0] if mirrors else rev if rev in mp else None)
+
+
+def from_homogeneous(data: GraphData, seed: int = 0) -> tuple[dict, dict, dict, EdgeType]:
+    """A homogeneous graph as one node type and its undirected edges, each pair once as
+    ``(node, to, node)`` in a random direction (drawn from ``seed``; a fixed u < v would let a
+    model learn node order instead of links): link prediction then holds out whole pairs and
+    adds ``rev_to``."""
+    src, dst = data.edge_index
+    lo, hi = torch.minimum(src, dst), torch.maximum(src, dst)
+    keep = lo != hi
+    pairs = distinct_pairs(torch.stack([lo[keep], hi[keep]]), data.num_nodes)
+    flip = torch.rand(pairs.shape[1], generator=torch.Generator().manual_seed(seed)) < 0.5
+    pairs = torch.where(flip, pairs.flip(0), pairs)
+    target = ("node", "to", "node")
+    return {"node": data.num_nodes}, {"node": data.x}, {target: pairs}, target
+
+
+def homogeneous_source(data: GraphData, seed: int = 0) -> HeteroSource:
+    """A homogeneous graph as one node type whose undirected edges are one edge type, each pair
+    once as ``(node, to, node)``: a link task holds out whole pairs and adds ``rev_to`` (which is
+    why the reverse is always added for it)."""
+    num_nodes, x, edges, target = from_homogeneous(data, seed)
+    return HeteroSource(num_nodes, x, edges, target_edge=target, name=data.name, undirected=True)
