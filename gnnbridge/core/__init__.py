@@ -1,6 +1,6 @@
 """Backend-neutral core, in layers. A layer imports only the layers below it, never one beside or
 above it, and nothing in core imports ``torch_geometric``, ``dgl``, ``gnnbridge.backends``,
-``gnnbridge.plugins``, ``gnnbridge.cli`` or ``gnnbridge.testing`` (``tests/core/test_layers.py``
+``gnnbridge.plugins``, ``gnnbridge.cli`` or ``gnnbridge.testing`` (``tests/test_layers.py``
 enforces both)::
 
     app/        resolve -> preflight -> run folder -> launch -> results; evaluate, predict

@@ -2,7 +2,7 @@
 
 A signal's Python handler runs at the next point the main thread is back in Python. Around
 numba that point was inside numba's own machinery, and the stop went wrong two ways (both
-measured; ``tests/core/test_sampling.py``):
+measured; ``tests/core/sampling/test_sampling.py``):
 
 * **During a call**, the handler ran while the dispatcher called back into Python to box the
   result, and CPython wrapped the handler's ``RunInterrupted`` in ``SystemError: ... returned a

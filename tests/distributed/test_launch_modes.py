@@ -337,7 +337,7 @@ def test_a_rank_that_never_joins_is_named(tmp_path):
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
 def test_a_signal_to_the_launcher_stops_every_rank_and_keeps_only_the_resumable_run(tmp_path, sig):
     """SIGTERM and SIGINT (Ctrl-C) end a --nproc 2 run as they end a --nproc 1 run
-    (tests/test_hardening.py): every rank stops, the run with a checkpoint is kept, one line says
+    (tests/cli/test_hardening.py): every rank stops, the run with a checkpoint is kept, one line says
     how to continue it, and the exit code is the shell's 128 + signal."""
     job = Job(gnnbridge("train", "--nproc", "2", "--set", "train.epochs=500", "--out", "run"), tmp_path)
     wait_for_checkpoint(tmp_path / "run")

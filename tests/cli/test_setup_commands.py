@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from test_checkpoints import one_line
+from helpers import one_line
 
 import gnnbridge
 from gnnbridge.cli import cli as group

@@ -1,6 +1,7 @@
 import os
 
 import pytest
+from helpers import REPO
 
 from gnnbridge.core.app.resolve import resolve_config
 from gnnbridge.core.config import ExperimentConfig, SamplerKind, apply_overrides, from_dict, parse_override
@@ -93,8 +94,7 @@ def test_graph_task_needs_no_fanouts_and_checks_pooling():
 
 @pytest.mark.parametrize("name", ["my-experiment.yaml", "my-graph-experiment.yaml"])
 def test_example_experiment_files_resolve(name):
-    from pathlib import Path
 
-    path = Path(__file__).parents[2] / "examples" / name
+    path = REPO / "examples" / name
     config = resolve_config(str(path))
     assert config.name == path.stem and config.description

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_checkpoints import gnnbridge as cli
-from test_checkpoints import ok, one_line
+from helpers import gnnbridge as cli
+from helpers import ok, one_line
 
 import gnnbridge
 from gnnbridge.core.app import compare

@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from helpers import ENV, gnnbridge, ok, one_line
 
 from gnnbridge.core.training import checkpoint
 from gnnbridge.testing.ports import free_port
 
 pytestmark = pytest.mark.slow
-ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 SMALL = ["--quiet", "--set", "dataset.options.num_nodes=800", "--set", "train.batch_size=64"]
 GIN = ["gin-synthetic", "--quiet", "--set", "dataset.options.num_graphs=120", "--set", "train.batch_size=16"]
 
@@ -68,23 +68,6 @@ def hooked_env(tmp_path, code):
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(code)
     return {**ENV, "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")])}
-
-
-def gnnbridge(*args, cwd, env=ENV, timeout=300):
-    return subprocess.run(
-        [sys.executable, "-m", "gnnbridge", *args],
-        check=False,
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=timeout,
-    )
-
-
-def ok(proc):
-    assert proc.returncode == 0, proc.stderr
-    return proc
 
 
 def results(run):
@@ -305,13 +288,6 @@ def test_predict_for_a_graph_task_scores_every_graph(tmp_path, uninterrupted):
     ok(gnnbridge("predict", str(uninterrupted["gin"]), "--checkpoint", "latest", "--out", "g.npz", cwd=tmp_path))
     with np.load(tmp_path / "g.npz") as preds:
         assert preds["logits"].shape == (120, 3) and preds["y"].shape == (120,)
-
-
-def one_line(proc, needle):
-    assert proc.returncode != 0
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
-    assert needle in lines[0], lines[0]
 
 
 def test_predict_never_overwrites_and_wants_npz(tmp_path, uninterrupted):

@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from test_checkpoints import one_line
+from helpers import one_line
 
 import gnnbridge
 from gnnbridge.core.training import checkpoint

@@ -5,11 +5,11 @@ import json
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from helpers import REPO
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "plugin"
+EXAMPLE = REPO / "examples" / "plugin"
 DIST = "gnnbridge-example-plugin"
 
 

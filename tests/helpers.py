@@ -1,0 +1,40 @@
+"""What many test files share: running the CLI in a subprocess as a user does, and checking
+that a refusal is exactly one line. (``tests/`` is on ``sys.path``: pytest puts the folder of the
+root ``conftest.py`` there, so any test file imports this as ``helpers``.)"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+# One thread per process: the ranks of a test job share two cores with the other xdist worker.
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def gnnbridge(*args, cwd, env=ENV, timeout=300) -> subprocess.CompletedProcess:
+    """``python -m gnnbridge ARGS`` in ``cwd``, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "gnnbridge", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=timeout,
+    )
+
+
+def ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def one_line(proc: subprocess.CompletedProcess, needle: str) -> None:
+    """A refusal as a user must see it: a non-zero exit and one stderr line holding ``needle``."""
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert needle in lines[0], lines[0]
