@@ -1,4 +1,6 @@
-"""Writing files safely, in one place: every file gnnbridge writes goes through here.
+"""Writing files safely, in one place: every file gnnbridge keeps or hands to a user is written
+through here. (Not through here: scratch files a step creates and removes itself, the node-shared
+tensors in shared memory, the crash report ``tempfile`` names, files another library writes.)
 
 Three ways of writing, each kept hand-written because the standard library stops short of it:
 
@@ -55,7 +57,9 @@ from gnnbridge.core.compiled import signals_deferred
 from gnnbridge.core.errors import OutputExistsError, OutputPathError
 
 PARTIAL = ".partial"  # what a write killed midway leaves (see remove_partial)
-UNPUBLISHED = ".tmp"  # a file being written for publish (never removed by remove_partial: see reserved)
+# A file being written for publish: named apart from PARTIAL, so the remove_partial of a run
+# continued in the same folder never takes a predict's file from under it.
+UNPUBLISHED = ".tmp"
 LOCK = ".gnnbridge.lock"  # a run folder's lock file
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _held: dict[Path, int] = {}  # run folder -> the descriptor holding its lock, in this process
