@@ -5,7 +5,7 @@ tensors in shared memory, the crash report ``tempfile`` names, files another lib
 Three ways of writing, each kept hand-written because the standard library stops short of it:
 
 * **Replace** (:func:`replace`, :func:`replacing`, :func:`write_text`, :func:`write_json`,
-  :func:`append_text`): the file a run keeps rewriting (a checkpoint, ``results.json``, a
+  :func:`append_text`, :func:`replace_with_copy`): the file a run keeps rewriting (a checkpoint, ``results.json``, a
   metrics table). ``os.replace`` renames atomically, but neither it nor ``tempfile`` fsyncs the
   new file before the rename nor the folder after it, so a power cut could bring back the old
   name or an empty file; here both are fsynced.
@@ -48,6 +48,7 @@ import errno
 import fcntl
 import json
 import os
+import shutil
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -115,6 +116,18 @@ def write_text(path: Path, text: str) -> None:
 def write_json(path: Path, payload: Any) -> None:
     """``payload`` as indented JSON, through :func:`write_text`."""
     write_text(path, json.dumps(payload, indent=2) + "\n")
+
+
+def replace_with_copy(path: Path, src: Path) -> None:
+    """``path`` becomes the same file as ``src``: a hard link (no second write) where the file
+    system has them, else a copy; atomic either way. Raises ``OSError``; ``path`` is then
+    untouched."""
+    try:
+        with replacing(path) as tmp:
+            os.link(src, tmp)
+    except OSError:
+        with open(src, "rb") as f:
+            replace(path, lambda out: shutil.copyfileobj(f, out))
 
 
 def append_text(path: Path, text: str) -> None:

@@ -73,3 +73,12 @@ def test_a_run_folder_held_by_another_process_is_refused(tmp_path):
         assert not files.run_folder_in_use(tmp_path)  # this process's own hold does not count
     finally:
         files.release_run_folder(tmp_path)
+
+
+def test_replace_with_copy_links_the_same_file_in_one_step(tmp_path):
+    src, dst = tmp_path / "latest.pt", tmp_path / "best.pt"
+    src.write_bytes(b"weights")
+    dst.write_bytes(b"older")
+    files.replace_with_copy(dst, src)
+    assert dst.read_bytes() == b"weights" and dst.stat().st_ino == src.stat().st_ino
+    assert leftovers(tmp_path) == []
