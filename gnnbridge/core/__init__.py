@@ -15,7 +15,8 @@ enforces both)::
     records/    graph data, collections, batch records
     errors.py   the error types every layer raises
     compiled.py calling numba kernels so that signals still stop a run
-    files.py    writing in a run folder: each file replaced whole, never through a link
+    files.py    writing files safely: replaced whole (never through a link), published without
+                overwriting, the run-folder lock
 
 ``runtime``, ``sampling`` and ``models`` stand side by side on ``plugins``, which stands on
 ``contracts`` (and ``tasks`` beside it); ``files`` and ``config`` stand beside ``records``, on ``compiled`` and

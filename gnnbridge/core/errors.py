@@ -90,9 +90,12 @@ class ResourceError(ConfigError):
     """A value asks for more memory or disk than the machine has: refused before allocating it."""
 
 
+DIVERGED = "Training diverged"  # how a TrainingDivergedError's line starts, also as another rank's failure
+
+
 class TrainingDivergedError(GnnBridgeError, FloatingPointError):
     """The loss or the model's outputs became NaN or infinite; nothing past the last good
-    checkpoint is kept."""
+    checkpoint is kept. Its line starts with :data:`DIVERGED`."""
 
 
 class RunInterrupted(KeyboardInterrupt):

@@ -16,24 +16,18 @@ Every loader validates fully and raises one-line errors: nothing unchecked reach
 
 from __future__ import annotations
 
-import math
-import struct
-import zipfile
-import zlib
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from gnnbridge import hookimpl
-from gnnbridge.core.errors import ConfigError, DataError, DataFileNotFoundError, ResourceError, did_you_mean
+from gnnbridge.core.contracts.hookspecs import hookimpl
+from gnnbridge.core.errors import ConfigError, DataError
 from gnnbridge.core.interfaces import (
     DatasetConfig,
     GraphCollection,
     GraphData,
     HeteroSource,
-    available_memory,
-    format_bytes,
     random_split,
 )
 from gnnbridge.core.records.formats import (  # noqa: F401 - the format's tables, used here and by plugins
@@ -46,6 +40,8 @@ from gnnbridge.core.records.formats import (  # noqa: F401 - the format's tables
     NPZ_SPLITS,
     check_header,
 )
+from gnnbridge.plugins.npz import is_hetero_npz, load_hetero_npz, read_npz
+from gnnbridge.plugins.options import at_least, check_fits, options
 
 
 @hookimpl
@@ -66,48 +62,6 @@ def register_datasets(register):
     )
 
 
-def options(config: DatasetConfig, defaults: dict) -> dict:
-    """``config.options`` over ``defaults``, with unknown keys and wrong types refused."""
-    out = dict(defaults)
-    for key, value in config.options.items():
-        if key not in defaults:
-            valid = (
-                f"Valid options: {', '.join(sorted(defaults))}."
-                if defaults
-                else f"Dataset '{config.name}' takes no options; remove dataset.options."
-            )
-            raise ConfigError(
-                f"Unknown option {_show(f'dataset.options.{key}')} for dataset '{config.name}'"
-                f"{did_you_mean(str(key)[:100], defaults)}. {valid}"
-            )
-        expected = type(defaults[key])
-        if expected is float and isinstance(value, int) and not isinstance(value, bool):
-            try:
-                value = float(value)
-            except OverflowError:
-                raise ConfigError(f"dataset.options.{key}={_show(value)} is too large for a number.") from None
-        if type(value) is not expected:
-            raise ConfigError(f"dataset.options.{key}={_show(value)} has the wrong type: expected {expected.__name__}.")
-        if expected is float and not math.isfinite(value):
-            raise ConfigError(f"dataset.options.{key}={value} is not a finite number; give a real number.")
-        out[key] = value
-    return out
-
-
-def _show(value, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[: limit - 3]}..."
-
-
-def check_fits(what: str, nbytes: int, fix: str) -> None:
-    """Refuse to build something of ``nbytes`` that this machine cannot hold (before building it)."""
-    free = available_memory()
-    if nbytes > free:
-        raise ResourceError(
-            f"{what} would need about {format_bytes(nbytes)} of memory but {format_bytes(free)} is free; {fix}."
-        )
-
-
 # --------------------------------------------------------------------------- synthetic
 
 SYNTHETIC_DEFAULTS = {
@@ -123,9 +77,9 @@ SYNTHETIC_DEFAULTS = {
 def load_synthetic(config: DatasetConfig, seed: int) -> GraphData:
     opts = options(config, SYNTHETIC_DEFAULTS)
     n, c, f = opts["num_nodes"], opts["num_classes"], opts["num_features"]
-    _at_least("num_classes", c, 2, "classification needs two classes")
-    _at_least("num_features", f, 1, "every node needs a feature")
-    _at_least("num_nodes", n, 3 * c, f"every class needs a node in each split (3 x num_classes={c})")
+    at_least("num_classes", c, 2, "classification needs two classes")
+    at_least("num_features", f, 1, "every node needs a feature")
+    at_least("num_nodes", n, 3 * c, f"every class needs a node in each split (3 x num_classes={c})")
     if not opts["avg_degree"] > 0:
         raise ConfigError(
             f"dataset.options.avg_degree={opts['avg_degree']} must be > 0 (the mean number of edges per node, e.g. 12)."
@@ -142,11 +96,6 @@ def load_synthetic(config: DatasetConfig, seed: int) -> GraphData:
         "use smaller dataset.options",
     )
     return synthetic_graph(n, c, f, opts["avg_degree"], opts["homophily"], opts["feature_signal"], seed)
-
-
-def _at_least(key: str, value: int, low: int, why: str) -> None:
-    if value < low:
-        raise ConfigError(f"dataset.options.{key}={value} is too small: it must be at least {low} ({why}).")
 
 
 def synthetic_graph(n: int, c: int, f: int, avg_degree: float, homophily: float, signal: float, seed: int) -> GraphData:
@@ -200,9 +149,9 @@ FAMILIES = ("small-world", "preferential-attachment", "uniform-random")
 def load_gin_synthetic(config: DatasetConfig, seed: int) -> GraphCollection:
     opts = options(config, GIN_SYNTHETIC_DEFAULTS)
     g, lo, hi = opts["num_graphs"], opts["min_nodes"], opts["max_nodes"]
-    _at_least("num_graphs", g, 3 * len(FAMILIES), "each family needs a graph in each split")
-    _at_least("min_nodes", lo, 6, "the generators need six nodes")
-    _at_least("max_nodes", hi, lo, f"the largest graph cannot be smaller than min_nodes={lo}")
+    at_least("num_graphs", g, 3 * len(FAMILIES), "each family needs a graph in each split")
+    at_least("min_nodes", lo, 6, "the generators need six nodes")
+    at_least("max_nodes", hi, lo, f"the largest graph cannot be smaller than min_nodes={lo}")
     if g * (lo + hi) // 2 > GIN_SYNTHETIC_MAX_NODES:  # networkx builds each graph in Python: a time bound too
         raise ConfigError(
             f"dataset.options: num_graphs={g} graphs of {lo} to {hi} nodes make about {g * (lo + hi) // 2:,} nodes, "
@@ -254,8 +203,6 @@ def load_npz(config: DatasetConfig, seed: int) -> GraphData | GraphCollection | 
         raise ConfigError("Dataset 'npz' needs a file: --dataset PATH.npz (or dataset.path in the config).")
     path = Path(config.path)
     if is_hetero_npz(path):
-        from gnnbridge.plugins.hetero_datasets import load_hetero_npz
-
         return load_hetero_npz(path)
     arrays = read_npz(path)
     tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}
@@ -288,133 +235,3 @@ def _npz_splits(path: Path, tensors: dict[str, torch.Tensor]) -> list[torch.Tens
             f"{path}: has {', '.join(present)} but not {', '.join(missing)}; give all three splits or none."
         )
     return [tensors[k] for k in NPZ_SPLITS] if present else None
-
-
-# NPZ_ARRAYS (core.records.formats): what each array of the format is; nothing else in a file is
-# read (an unused member is never decompressed, whatever its header claims).
-HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
-DEFLATE_MAX_RATIO = 1100  # deflate cannot expand data more than ~1032x: a header claiming more lies
-ZIP_ERRORS = (
-    OSError,
-    ValueError,
-    EOFError,
-    zipfile.BadZipFile,
-    zipfile.LargeZipFile,
-    NotImplementedError,
-    RuntimeError,
-    zlib.error,
-    struct.error,
-    KeyError,
-    OverflowError,
-    SyntaxError,
-    TypeError,
-)
-
-
-def read_npz(path: Path) -> dict[str, np.ndarray]:
-    """Read the format's arrays from ``path``, checking each header (dtype, shape, size) before
-    any data is read: object arrays (pickles) are refused, and so is a header that claims more
-    data than the member holds or than this machine could hold.
-
-    Why not ``numpy.load``: it trusts each header and allocates what it claims before reading."""
-
-    def select(members: dict) -> dict:
-        missing = [k for k in NPZ_REQUIRED if k not in members]
-        if missing:
-            raise DataError(
-                f"{path}: missing array(s) {', '.join(missing)}; a graph .npz needs edge_index int64 [2,E], "
-                "x float32 [N,F], y int64 [N] (and optionally train_idx, val_idx, test_idx); a collection of "
-                f"graphs also has {NODE_PTR} int64 [G+1] and y int64 [G]; a heterogeneous graph has typed keys "
-                "such as x__paper and edge_index__author__writes__paper."
-            )
-        return {key: spec for key, spec in NPZ_ARRAYS.items() if key in members}
-
-    arrays = read_members(path, select)
-    if arrays["edge_index"].shape[0] != 2:
-        raise DataError(f"{path}: edge_index has shape {list(arrays['edge_index'].shape)}; expected [2, E].")
-    return arrays
-
-
-def is_hetero_npz(path: Path) -> bool:
-    """Whether the file uses the heterogeneous format's typed keys (``kind__type``)."""
-    return bool(read_members(path, lambda members: {}, names_only=True) & set(HETERO_MARKERS))
-
-
-def read_members(path: Path, select, names_only: bool = False):
-    """``{key: array}`` for the members ``select(members)`` returns as ``{key: (dtype, ndim)}``,
-    each checked before it is read; ``names_only``: the set of array-kind prefixes present."""
-    _check_file(path)
-    try:
-        with zipfile.ZipFile(path) as archive:
-            members = {info.filename[:-4]: info for info in archive.infolist() if info.filename.endswith(".npy")}
-            if names_only:
-                return {name.split("__", 1)[0] for name in members if "__" in name}
-            return {key: _read_member(path, archive, members[key], key, *spec) for key, spec in select(members).items()}
-    except (DataError, ResourceError):
-        raise
-    except ZIP_ERRORS as exc:
-        detail = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
-        raise DataError(
-            f"{path}: cannot be read as a numpy .npz file ({detail}); write it with "
-            "numpy.savez(path, edge_index=..., x=..., y=...)."
-        ) from None
-
-
-def _check_file(path: Path) -> None:
-    if path.is_dir():
-        raise DataFileNotFoundError(f"Dataset file '{path}' is a folder, not a file; give the .npz file itself.")
-    if path.exists() and not path.is_file():
-        raise DataFileNotFoundError(
-            f"Dataset file '{path}' is not a regular file (a device, pipe or socket); give the .npz file itself."
-        )
-    if not path.is_file():
-        raise DataFileNotFoundError(
-            f"Dataset file '{path}' does not exist; give an existing .npz (a run or checkpoint "
-            "whose data moved: --set dataset.path=NEW)."
-        )
-
-
-def _read_member(path: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo, key: str, dtype, ndim: int) -> np.ndarray:
-    with archive.open(info) as f:
-        try:
-            version = np.lib.format.read_magic(f)
-            if version not in HEADER_READERS:  # 3.0 exists only for structured dtypes: never one of ours
-                raise ValueError(f"npy format version {version}")
-            shape, fortran, found = HEADER_READERS[version](f)
-        except ValueError as exc:
-            raise DataError(
-                f"{path}: {key} is not a numpy array ({str(exc)[:100]}); save arrays with numpy.savez."
-            ) from None
-        _check_header(path, key, found, shape, dtype, ndim)
-        nbytes = math.prod(shape) * found.itemsize
-        if nbytes > info.file_size - f.tell() or nbytes > info.compress_size * DEFLATE_MAX_RATIO + 4096:
-            raise DataError(
-                f"{path}: {key} claims shape {list(shape)} ({format_bytes(nbytes)}) but the file holds "
-                "less: it is truncated or corrupt; write it again."
-            )
-        check_fits(f"{path}: {key} {list(shape)}", nbytes, "use a machine with more memory, or a smaller graph")
-        buffer = bytearray(nbytes)
-        if _read_into(f, buffer) != nbytes:
-            raise DataError(f"{path}: {key} ends early: the file is truncated or corrupt; write it again.")
-    array = np.frombuffer(buffer, dtype=found)
-    return array.reshape(shape, order="F" if fortran else "C")
-
-
-READ_CHUNK = 64 << 20
-
-
-def _read_into(f, buffer: bytearray) -> int:
-    """Fill ``buffer`` from ``f`` chunk by chunk; returns the bytes read. A zip member's
-    ``readinto`` reads the whole member into a temporary ``bytes`` first, which doubled the peak
-    memory of loading a Reddit-scale edge list (1.75 GB more)."""
-    view, pos = memoryview(buffer), 0
-    while pos < len(buffer):
-        chunk = f.read(min(READ_CHUNK, len(buffer) - pos))
-        if not chunk:
-            break
-        view[pos : pos + len(chunk)] = chunk
-        pos += len(chunk)
-    return pos
-
-
-_check_header = check_header  # the format's header check, shared with folder datasets (core)

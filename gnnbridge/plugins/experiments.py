@@ -6,7 +6,7 @@ from importlib import resources
 
 import yaml
 
-from gnnbridge import hookimpl
+from gnnbridge.core.contracts.hookspecs import hookimpl
 
 
 @hookimpl

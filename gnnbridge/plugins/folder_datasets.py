@@ -17,13 +17,15 @@ from pathlib import Path
 
 import numpy as np
 
-from gnnbridge import hookimpl
+from gnnbridge.core import files
 from gnnbridge.core.app.prepare import prepare_folder, write_array
+from gnnbridge.core.contracts.hookspecs import hookimpl
 from gnnbridge.core.errors import ConfigError, DataError, DataFileNotFoundError, ResourceError
 from gnnbridge.core.interfaces import DatasetConfig, GraphCollection, GraphData, HeteroSource
 from gnnbridge.core.records.folder import PREPARED, open_prepared, stat_input
 from gnnbridge.core.records.formats import NPZ_ARRAYS, check_header, is_hetero, typed_keys
-from gnnbridge.plugins.datasets import DEFLATE_MAX_RATIO, HEADER_READERS, READ_CHUNK, ZIP_ERRORS, _check_file, options
+from gnnbridge.plugins.npz import DEFLATE_MAX_RATIO, HEADER_READERS, READ_CHUNK, ZIP_ERRORS, check_file
+from gnnbridge.plugins.options import options
 
 
 @hookimpl
@@ -55,7 +57,7 @@ def prepare(source: str, out: str | os.PathLike | None = None, dtype: str = "flo
                 f"'{source}' does not exist; give a folder of .npy files, an .npz file or a "
                 "dataset name (gnnbridge prepare --help)."
             )
-        _check_file(path)
+        check_file(path)
         target = Path(out) if out is not None else path.with_suffix("")
         return _into_new(target, dtype, progress, lambda folder: _stream_npz(path, folder), path)
     from gnnbridge.core.errors import unknown_name
@@ -103,7 +105,7 @@ def _claim(folder: Path, source: str) -> None:
             f"{folder} already holds .npy files that are not from {source}; give an empty folder as "
             "--out DIR (or remove it)."
         )
-    marker.write_text(source)
+    files.replace(marker, source)
 
 
 # --------------------------------------------------------------------------- .npz, member by member

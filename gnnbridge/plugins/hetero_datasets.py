@@ -9,24 +9,21 @@
   ``writes``, ``published_in`` and ``cites`` edges mostly inside a topic; paper features alone
   are weakly informative, the neighbourhood through authors and venues tells the topic.
 * ``.npz`` with typed keys (``x__paper``, ``edge_index__author__writes__paper`` ...): read by
-  :func:`load_hetero_npz`, validated like the homogeneous format.
+  :func:`gnnbridge.plugins.npz.load_hetero_npz` (the ``npz`` dataset), validated like the
+  homogeneous format.
 
 Loaders return a :class:`HeteroSource`; the task (``node`` or ``link``) decides the splits.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import numpy as np
 import torch
 
-from gnnbridge import hookimpl
+from gnnbridge.core.contracts.hookspecs import hookimpl
 from gnnbridge.core.errors import DataError
 from gnnbridge.core.interfaces import DatasetConfig
-from gnnbridge.core.records.formats import hetero_source, typed_keys
 from gnnbridge.core.records.hetero import HeteroSource
-from gnnbridge.plugins.datasets import _at_least, check_fits, options, read_members
+from gnnbridge.plugins.options import at_least, check_fits, options
 
 
 @hookimpl
@@ -60,12 +57,12 @@ REC_DEFAULTS = {
 
 def load_rec_synthetic(config: DatasetConfig, seed: int) -> HeteroSource:
     opts = options(config, REC_DEFAULTS)
-    _at_least("num_users", opts["num_users"], 3, "each split needs a purchase")
-    _at_least("num_categories", opts["num_categories"], 1, "every item has a category")
-    _at_least("num_items", opts["num_items"], max(2, opts["num_categories"]), "each category needs an item")
-    _at_least("purchases_per_user", opts["purchases_per_user"], 1, "users must buy something")
-    _at_least("num_features", opts["num_features"], 1, "items have features")
-    _at_least("taste_dim", opts["taste_dim"], 1, "tastes are vectors")
+    at_least("num_users", opts["num_users"], 3, "each split needs a purchase")
+    at_least("num_categories", opts["num_categories"], 1, "every item has a category")
+    at_least("num_items", opts["num_items"], max(2, opts["num_categories"]), "each category needs an item")
+    at_least("purchases_per_user", opts["purchases_per_user"], 1, "users must buy something")
+    at_least("num_features", opts["num_features"], 1, "items have features")
+    at_least("taste_dim", opts["taste_dim"], 1, "tastes are vectors")
     if opts["purchases_per_user"] >= opts["num_items"]:
         raise DataError(
             f"dataset.options.purchases_per_user={opts['purchases_per_user']} must be below "
@@ -136,12 +133,12 @@ MAG_DEFAULTS = {
 
 def load_mag_synthetic(config: DatasetConfig, seed: int) -> HeteroSource:
     opts = options(config, MAG_DEFAULTS)
-    _at_least("num_topics", opts["num_topics"], 2, "classification needs two classes")
-    _at_least("num_papers", opts["num_papers"], 3 * opts["num_topics"], "every topic needs a paper in each split")
+    at_least("num_topics", opts["num_topics"], 2, "classification needs two classes")
+    at_least("num_papers", opts["num_papers"], 3 * opts["num_topics"], "every topic needs a paper in each split")
     for key in ("num_authors", "num_venues"):
-        _at_least(key, opts[key], opts["num_topics"], "each topic needs one")
+        at_least(key, opts[key], opts["num_topics"], "each topic needs one")
     for key in ("num_features", "authors_per_paper", "citations_per_paper"):
-        _at_least(key, opts[key], 1, "papers need features, authors and citations")
+        at_least(key, opts[key], 1, "papers need features, authors and citations")
     if not 0.0 <= opts["homophily"] <= 1.0:
         raise DataError(f"dataset.options.homophily={opts['homophily']} must be in [0, 1].")
     edges = opts["num_papers"] * (opts["authors_per_paper"] + opts["citations_per_paper"] + 1)
@@ -208,13 +205,3 @@ def mag_graph(
         y=topic,
         name="mag-synthetic",
     )
-
-
-# --------------------------------------------------------------------------- heterogeneous .npz
-
-
-def load_hetero_npz(path: Path) -> HeteroSource:
-    """A heterogeneous graph from typed ``.npz`` keys (see the README's "Heterogeneous graphs")."""
-    arrays = read_members(path, lambda members: typed_keys(path, members))
-    tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}
-    return hetero_source(path, tensors, path.stem)

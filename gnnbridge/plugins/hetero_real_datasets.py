@@ -40,11 +40,11 @@ from pathlib import Path
 
 import torch
 
-from gnnbridge import hookimpl
+from gnnbridge.core.contracts.hookspecs import hookimpl
 from gnnbridge.core.errors import BackendUnavailableError, ConfigError
 from gnnbridge.core.interfaces import DatasetConfig
 from gnnbridge.core.records.hetero import HeteroSource
-from gnnbridge.plugins.datasets import options
+from gnnbridge.plugins.options import options
 from gnnbridge.plugins.real_datasets import data_root, reader, require_files
 
 BEHAVIORS = ("pv", "cart", "buy", "fav")  # PyG's codes 0, 1, 2, 3

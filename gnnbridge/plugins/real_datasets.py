@@ -42,10 +42,10 @@ from pathlib import Path
 
 import torch
 
-from gnnbridge import hookimpl
+from gnnbridge.core.contracts.hookspecs import hookimpl
 from gnnbridge.core.errors import BackendUnavailableError, ConfigError, DataError, DataFileNotFoundError, GnnBridgeError
 from gnnbridge.core.interfaces import DatasetConfig, GraphCollection, GraphData, downloads_allowed
-from gnnbridge.plugins.datasets import options
+from gnnbridge.plugins.options import options
 
 ENV_ROOT = "GNNBRIDGE_DATA"
 DEFAULTS = {"download": True}

@@ -4,7 +4,7 @@ returns a core ``SampledSubgraph`` that each backend converts into its own batch
 
 from __future__ import annotations
 
-from gnnbridge import hookimpl
+from gnnbridge.core.contracts.hookspecs import hookimpl
 from gnnbridge.core.sampling.neighbors import NeighborSampler
 
 

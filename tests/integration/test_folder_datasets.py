@@ -22,7 +22,7 @@ from gnnbridge.core.records.csc import csc_from_coo
 from gnnbridge.core.records.folder import MANIFEST, open_prepared
 from gnnbridge.core.tasks import for_node_task
 from gnnbridge.plugins.folder_datasets import prepare
-from gnnbridge.plugins.hetero_datasets import load_hetero_npz
+from gnnbridge.plugins.npz import load_hetero_npz
 from gnnbridge.testing.conformance import small_graph
 
 SPLITS = ("train_idx", "val_idx", "test_idx")

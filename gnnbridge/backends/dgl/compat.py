@@ -30,6 +30,8 @@ import threading
 import warnings
 from pathlib import Path
 
+from gnnbridge.core.files import replace_link
+
 _lock = threading.Lock()
 _state: dict[str, object] = {}
 
@@ -72,19 +74,10 @@ def prepare_library_path() -> str | None:
         return None
     target = shim_dir(package, version)
     (target / "graphbolt").mkdir(parents=True, exist_ok=True)
-    _symlink(libdgl, target / "libdgl.so")
-    _symlink(libdgl, target / "graphbolt" / f"libgraphbolt_pytorch_{version}.so")
+    replace_link(target / "libdgl.so", libdgl)  # atomic: concurrent ranks never see a half-made link
+    replace_link(target / "graphbolt" / f"libgraphbolt_pytorch_{version}.so", libdgl)
     os.environ["DGL_LIBRARY_PATH"] = str(target)
     return f"graphbolt has no build for torch {version}; its ops are disabled (gnnbridge does not use them)"
-
-
-def _symlink(source: Path, link: Path) -> None:
-    if link.is_symlink() and Path(os.readlink(link)) == source:
-        return
-    tmp = link.with_name(f".{link.name}.{os.getpid()}")
-    tmp.unlink(missing_ok=True)
-    tmp.symlink_to(source)
-    os.replace(tmp, link)  # atomic: concurrent ranks never see a half-made link
 
 
 def import_dgl():

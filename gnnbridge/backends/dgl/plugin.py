@@ -1,6 +1,8 @@
 """Registers the DGL backend and its models through the public hooks, exactly as a third-party
-package would: the neutral sage, gcn, gat (node tasks) and gin (graph tasks)."""
+package would: the neutral catalogue (:mod:`gnnbridge.backends.catalogue`: sage, gcn, gat for
+node tasks and gin for graph tasks)."""
 
+from gnnbridge.backends.catalogue import register_neutral
 from gnnbridge.core.contracts.hookspecs import hookimpl
 
 BACKEND = "dgl"
@@ -39,15 +41,9 @@ def build_gin(in_dim, out_dim, spec):
 
 @hookimpl
 def register_models(register):
-    register(
-        "sage",
-        {BACKEND: build_sage},
-        tasks=["node", "link"],
-        heterogeneous=True,
-        description="GraphSAGE, mean aggregation (SAGEConv; HeteroGraphConv on heterogeneous graphs)",
+    register_neutral(
+        register,
+        BACKEND,
+        {"sage": build_sage, "gcn": build_gnn, "gat": build_gnn, "gin": build_gin},
+        {"gcn": "GraphConv", "hetero": "HeteroGraphConv"},
     )
-    register(
-        "gcn", {BACKEND: build_gnn}, tasks=["node"], description="GCN normalised by full-graph degrees (GraphConv)"
-    )
-    register("gat", {BACKEND: build_gnn}, tasks=["node"], description="GAT, model.heads heads (GATConv)")
-    register("gin", {BACKEND: build_gin}, tasks=["graph"], description="GIN with core-held MLPs and sum/mean readout")

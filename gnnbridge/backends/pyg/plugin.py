@@ -1,7 +1,9 @@
 """Registers the PyG backend and its models through the public hooks, exactly as a third-party
-package would: the neutral sage, gcn, gat (node tasks) and gin (graph tasks), and PyG's model
-zoo by its own class names (:mod:`gnnbridge.backends.pyg.zoo`)."""
+package would: the neutral catalogue (:mod:`gnnbridge.backends.catalogue`: sage, gcn, gat for
+node tasks and gin for graph tasks), and PyG's model zoo by its own class names
+(:mod:`gnnbridge.backends.pyg.zoo`)."""
 
+from gnnbridge.backends.catalogue import register_neutral
 from gnnbridge.core.contracts.hookspecs import hookimpl
 
 BACKEND = "pyg"
@@ -42,15 +44,11 @@ def build_gin(in_dim, out_dim, spec):
 def register_models(register):
     from gnnbridge.backends.pyg.zoo import ZOO, zoo_builder
 
-    register(
-        "sage",
-        {BACKEND: build_sage},
-        tasks=["node", "link"],
-        heterogeneous=True,
-        description="GraphSAGE, mean aggregation (SAGEConv; HeteroConv on heterogeneous graphs)",
+    register_neutral(
+        register,
+        BACKEND,
+        {"sage": build_sage, "gcn": build_gnn, "gat": build_gnn, "gin": build_gin},
+        {"gcn": "GCNConv", "hetero": "HeteroConv"},
     )
-    register("gcn", {BACKEND: build_gnn}, tasks=["node"], description="GCN normalised by full-graph degrees (GCNConv)")
-    register("gat", {BACKEND: build_gnn}, tasks=["node"], description="GAT, model.heads heads (GATConv)")
-    register("gin", {BACKEND: build_gin}, tasks=["graph"], description="GIN with core-held MLPs and sum/mean readout")
     for name, description in ZOO.items():
         register(name, {BACKEND: zoo_builder(name)}, tasks=["node", "graph"], description=description)

@@ -31,18 +31,11 @@ from pathlib import Path
 import torch
 
 from gnnbridge.core import config as cfgmod
+from gnnbridge.core import files
 from gnnbridge.core.app.plots import plot
 from gnnbridge.core.app.preflight import load_dataset, preflight
 from gnnbridge.core.app.resolve import resolve_config
-from gnnbridge.core.app.rundir import (
-    discard,
-    make_run_dir,
-    new_run_dir,
-    release,
-    slug,
-    write_json_atomic,
-    write_text_atomic,
-)
+from gnnbridge.core.app.rundir import discard, make_run_dir, new_run_dir, slug
 from gnnbridge.core.config import ExperimentConfig, Task
 from gnnbridge.core.contracts.interfaces import GNNModel
 from gnnbridge.core.errors import ConfigError, RunInterrupted, signal_name
@@ -105,7 +98,7 @@ def compare(
         preflight(resolve_config(config.to_dict(), backend=name))
     folder, created = _claim(config, out, "compare")
     try:
-        write_text_atomic(folder / "experiment.yaml", cfgmod.dump_yaml(config))
+        files.write_text(folder / "experiment.yaml", cfgmod.dump_yaml(config))
         with interrupt_on_sigterm():
             rows = [_train_one(folder, name, progress) for name in names]
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the running child was stopped
@@ -120,7 +113,7 @@ def compare(
             "the runs it holds are kept (each resumable with gnnbridge train --resume).",
         ) from None
     finally:
-        release(folder)
+        files.release_run_folder(folder)
     finished = [r for r in rows if r.get("run_dir")]
     report = {
         "experiment": config.name,
@@ -131,7 +124,7 @@ def compare(
         "skipped": skipped,
         "plot": str(folder / "compare.png") if finished else None,
     }
-    write_json_atomic(folder / "compare.json", report)
+    files.write_json(folder / "compare.json", report)
     if finished:
         plot([r["run_dir"] for r in finished], folder / "compare.png", labels=[r["backend"] for r in finished])
     return report

@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-import uuid
 import zipfile
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from gnnbridge.core import files
 from gnnbridge.core.app.preflight import load_dataset, preflight
 from gnnbridge.core.app.resolve import check_frozen, resolve_config
-from gnnbridge.core.app.rundir import output_error
 from gnnbridge.core.config import ExperimentConfig, Task
 from gnnbridge.core.errors import (
     CheckpointError,
@@ -83,13 +82,16 @@ def predict(
     out = _check_out(out)
     path, state, config, data = _prepare(target, kind, device, overrides, "predict", trust_code)
     request = _link_request(config, data, pairs, top_k)
-    with _reserved(out) as tmp, interrupt_on_sigterm():  # a folder we cannot write fails now, not after inference
+    with files.reserved(out) as tmp, interrupt_on_sigterm():  # a folder we cannot write fails now, not after inference
         arrays = launch(
             _predict_worker, 1, config.device.value, (config, data, state, request), timeout_s=config.timeout
         )
         if not _finite(arrays):
             raise _nonfinite(path, "the model's outputs are NaN or infinite")
-        _write_npz(out, tmp, arrays)
+        # Written beside ``out`` and linked into place: a crash leaves no half file, and a file that
+        # appeared meanwhile is not replaced. ``arrays`` holds tensors (a layer-wise pass's logits
+        # may be mapped from disk) or Derived rows, written chunk by chunk.
+        files.publish(out, tmp, lambda f: write_npz_stream(f, arrays), "predicting")
     shape = arrays["logits" if "logits" in arrays else "scores" if "scores" in arrays else "top_dst"].shape
     return {**_describe(path, state, config), "out": str(out), "arrays": sorted(arrays), "shape": list(shape)}
 
@@ -215,37 +217,6 @@ def _check_out(out) -> Path:
     if out.exists() or out.is_symlink():
         raise OutputExistsError(f"'{out}' already exists; choose a new --out (gnnbridge never overwrites a file).")
     return out
-
-
-@contextlib.contextmanager
-def _reserved(out: Path):
-    """A temporary file beside ``out``, created before any work (so an unwritable folder is found
-    at once) and always removed; ``out`` itself appears only whole (see :func:`_write_npz`)."""
-    tmp = out.with_name(f".{out.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp.touch(exist_ok=False)
-    except OSError as exc:
-        raise output_error(out, exc, "--out") from None
-    try:
-        yield tmp
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def _write_npz(out: Path, tmp: Path, arrays: dict) -> None:
-    """Written beside ``out`` and linked into place: a crash leaves no half file, and a file that
-    appeared meanwhile is not replaced. ``arrays`` holds tensors (a layer-wise pass's logits may be
-    mapped from disk) or :class:`Derived` rows, written chunk by chunk: the file is
-    ``numpy.savez``'s, byte for byte, without a second copy of any array in memory."""
-    try:
-        with open(tmp, "wb") as f:
-            write_npz_stream(f, arrays)
-        os.link(tmp, out)
-    except FileExistsError:
-        raise OutputExistsError(f"'{out}' appeared while predicting; it was left as it is.") from None
-    except OSError as exc:
-        raise output_error(out, exc, "--out") from None
 
 
 class Derived:

@@ -39,7 +39,7 @@ import torch
 
 import gnnbridge.core.app.prepare as preparing
 from gnnbridge.core.errors import DataError, ResourceError
-from gnnbridge.core.files import PARTIAL, replace
+from gnnbridge.core.files import PARTIAL, replace, taking_turns
 from gnnbridge.core.records.data import GraphData, held_out_split
 from gnnbridge.core.records.folder import MANIFEST, PREPARED, advise_uncacheable, mapped
 from gnnbridge.core.records.hetero import (
@@ -111,7 +111,7 @@ def folder_link_task(
     cache = root / PREPARED / f"link-{key}"
     if not _built(cache, settings):
         try:
-            with preparing.locked(root / PREPARED):
+            with taking_turns(root / PREPARED):  # as prepare does: the two take turns
                 if not _built(cache, settings):
                     task.build(cache, settings, seed, val_fraction, test_fraction, eval_negatives)
         except OSError as exc:

@@ -16,17 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gnnbridge.core import config as cfgmod
+from gnnbridge.core import files
 from gnnbridge.core.app.resolve import check_frozen, resolve_config
-from gnnbridge.core.app.rundir import (
-    CONFIG,
-    RESULTS,
-    lock,
-    make_run_dir,
-    new_run_dir,
-    output_error,
-    refuse_links_leaving,
-    write_text_atomic,
-)
+from gnnbridge.core.app.rundir import CONFIG, RESULTS, make_run_dir, new_run_dir, refuse_links_leaving
 from gnnbridge.core.config import ExperimentConfig
 from gnnbridge.core.errors import CheckpointError, ConfigError, DataFileNotFoundError, GnnBridgeError
 from gnnbridge.core.training import checkpoint
@@ -60,12 +52,12 @@ class Plan:
         attempt of this job created, once no restart is left)."""
         if self.resume_dir is not None:
             try:
-                lock(self.resume_dir)  # a second --resume of a run still going is refused here
+                files.lock_run_folder(self.resume_dir)  # a second --resume of a run still going is refused here
                 checkpoint.remove_partial(self.resume_dir)  # left by a write the kill cut short
             except GnnBridgeError:
                 raise
             except OSError as exc:
-                raise output_error(self.resume_dir, exc, "the run folder") from None
+                raise files.output_error(self.resume_dir, exc, "the run folder") from None
             return self.resume_dir, self.created
         return make_run_dir(new_run_dir(self.config, self.out), exclusive=self.out is None)
 
@@ -79,7 +71,7 @@ class Plan:
             new_run_dir(self.config, self.out)
 
     def write_config(self, run_dir: Path) -> None:
-        write_text_atomic(run_dir / CONFIG, cfgmod.dump_yaml(self.config))
+        files.write_text(run_dir / CONFIG, cfgmod.dump_yaml(self.config))
 
     def check_same_data(self, data) -> None:
         """A continued run trains on the data its checkpoint was trained on: the loaded dataset's

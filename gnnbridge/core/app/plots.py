@@ -4,18 +4,17 @@ Each run's ``curves.png`` shows one run; comparing runs (two libraries, two lear
 run and its port) means looking at their curves together, so this draws the training loss and
 the monitored validation metric of every run given, one line per run, from their
 ``results.json``. Nothing is read but those files, and the figure is written beside its target
-and linked into place, never over an existing file.
+and linked into place, never over an existing file (:func:`gnnbridge.core.files.publish`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import uuid
 from pathlib import Path
 
-from gnnbridge.core.app.rundir import RESULTS, output_error
+from gnnbridge.core import files
+from gnnbridge.core.app.rundir import RESULTS
 from gnnbridge.core.errors import ConfigError, DataFileNotFoundError, OutputExistsError
 
 
@@ -30,21 +29,8 @@ def plot(runs: list[str | os.PathLike], out: str | os.PathLike, labels: list[str
         raise OutputExistsError(f"'{out}' already exists; choose a new --out (gnnbridge never overwrites a file).")
     results = [_results(Path(run)) for run in runs]
     labels = labels or _labels([Path(r) for r in runs], results)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:  # a file where a folder should be, no permission ...
-        raise output_error(out, exc, "--out") from None
-    tmp = out.with_name(f".{out.name}.{uuid.uuid4().hex[:8]}.tmp.png")
-    try:
-        _draw(results, labels, tmp)
-        os.link(tmp, out)
-    except FileExistsError:
-        raise OutputExistsError(f"'{out}' appeared while plotting; it was left as it is.") from None
-    except OSError as exc:
-        raise output_error(out, exc, "--out") from None
-    finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
+    with files.reserved(out) as tmp:  # a file where a folder should be, no permission ...: one line
+        files.publish(out, tmp, lambda f: _draw(results, labels, f), "plotting")
     return out
 
 
@@ -70,7 +56,7 @@ def _labels(runs: list[Path], results: list[dict]) -> list[str]:
     ]
 
 
-def _draw(results: list[dict], labels: list[str], path: Path) -> None:
+def _draw(results: list[dict], labels: list[str], f) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -90,5 +76,5 @@ def _draw(results: list[dict], labels: list[str], path: Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")
     fig.tight_layout()
-    fig.savefig(path, dpi=110, format="png")
+    fig.savefig(f, dpi=110, format="png")
     plt.close(fig)

@@ -20,18 +20,10 @@ import os
 from pathlib import Path
 
 from gnnbridge.core import config as cfgmod
+from gnnbridge.core import files
 from gnnbridge.core.app.preflight import load_dataset, preflight
 from gnnbridge.core.app.resolve import check_frozen, resolve_config
-from gnnbridge.core.app.rundir import (
-    CONFIG,
-    RESULTS,
-    discard,
-    make_run_dir,
-    new_run_dir,
-    release,
-    write_json_atomic,
-    write_text_atomic,
-)
+from gnnbridge.core.app.rundir import CONFIG, RESULTS, discard, make_run_dir, new_run_dir
 from gnnbridge.core.config import ExperimentConfig
 from gnnbridge.core.errors import CheckpointError, ConfigError, DataFileNotFoundError
 from gnnbridge.core.models.build import build_model, model_dims
@@ -154,16 +146,16 @@ def _write(out, dest: ExperimentConfig, converted: dict, results: dict | None) -
     path = new_run_dir(dest, out)  # refuses a used folder before anything is written
     run_dir, created = make_run_dir(path, exclusive=False)
     try:
-        write_text_atomic(run_dir / CONFIG, cfgmod.dump_yaml(dest))
+        files.write_text(run_dir / CONFIG, cfgmod.dump_yaml(dest))
         for kind, state in converted.items():
             checkpoint.save(checkpoint.path_in(run_dir, kind), state)
         if results is not None:
-            write_json_atomic(run_dir / RESULTS, results)
+            files.write_json(run_dir / RESULTS, results)
     except BaseException:
         _undo(run_dir, created)
         raise
     finally:
-        release(run_dir)
+        files.release_run_folder(run_dir)
     return run_dir
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import importlib.metadata
 import json
 import os
@@ -36,7 +35,7 @@ import numpy as np
 import torch
 
 from gnnbridge.core.errors import ConfigError, DataError, ResourceError
-from gnnbridge.core.files import PARTIAL, partial_name, remove_partial, replace
+from gnnbridge.core.files import PARTIAL, fsync_file, partial_name, remove_partial, replace, replacing, taking_turns
 from gnnbridge.core.records.data import check_ids, infer_num_classes
 from gnnbridge.core.records.folder import (
     CSC_INDPTR,
@@ -94,7 +93,7 @@ def prepare_folder(
             f"Dataset folder '{src}' does not exist; give a folder of .npy files, an .npz file or a dataset name."
         )
     _make_writable_folder(out, src)
-    with locked(out / PREPARED):
+    with taking_turns(out / PREPARED):  # two prepares of one folder take turns
         done = _already(out, dtype)
         if done is not None:
             return {
@@ -157,18 +156,6 @@ def _make_writable_folder(out: Path, src: Path) -> None:
         raise ConfigError(
             f"{out} is not writable, and prepare writes its derived files in {out / PREPARED}; {hint}."
         ) from None
-
-
-@contextlib.contextmanager
-def locked(folder: Path):
-    """Two prepares of one folder take turns (the second then finds it prepared); so do the
-    builds of a link task's topology into it (:mod:`gnnbridge.core.app.linkcache`)."""
-    fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
 
 
 def _already(out: Path, dtype: str) -> dict | None:
@@ -612,25 +599,22 @@ def _typed_ids(root: Path, key: str, ei: np.ndarray, et: tuple, counts: dict, ba
 def write_array(target: Path, dtype, shape: tuple, fill: Callable[[np.ndarray], None], fortran: bool = False) -> None:
     """``target`` becomes a ``.npy`` of ``dtype`` and ``shape`` that ``fill(array)`` fills through a
     memory map: written under a temporary name (space reserved first) and renamed when whole."""
-    tmp, out = partial_name(target), None
-    try:
-        if 0 in shape:  # an empty array cannot be mapped
-            with open(tmp, "xb") as f:
-                np.save(f, np.zeros(shape, dtype=dtype))
-        else:
-            out = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape, fortran_order=fortran)
-            _reserve(tmp)
-            fill(out)
-            out.flush()
-            del out
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        out = None  # unmapped now, not when the traceback that holds this frame goes
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-        raise
+    out = None
+    with replacing(target, hold_signals=False) as tmp:  # a long fill stays interruptible
+        try:
+            if 0 in shape:  # an empty array cannot be mapped
+                with open(tmp, "xb") as f:
+                    np.save(f, np.zeros(shape, dtype=dtype))
+            else:
+                out = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape, fortran_order=fortran)
+                _reserve(tmp)
+                fill(out)
+                out.flush()
+                del out
+            fsync_file(tmp)
+        except BaseException:
+            out = None  # unmapped now, not when the traceback that holds this frame goes
+            raise
 
 
 def _reserve(file: Path) -> None:

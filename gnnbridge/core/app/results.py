@@ -18,7 +18,7 @@ import torch
 
 from gnnbridge.core import files
 from gnnbridge.core.app.plan import Plan
-from gnnbridge.core.app.rundir import RESULTS, keep_earlier_results, output_error, write_json_atomic
+from gnnbridge.core.app.rundir import RESULTS, keep_earlier_results
 from gnnbridge.core.plugins import library_versions
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.training.trainer import Trainer
@@ -43,7 +43,7 @@ def write(run_dir: Path, plan: Plan, ctx: DistContext, trainer: Trainer, outcome
         "versions": library_versions(config.backend),
     }
     keep_earlier_results(run_dir)
-    write_json_atomic(run_dir / RESULTS, results)
+    files.write_json(run_dir / RESULTS, results)
 
 
 def rank_summary(ctx: DistContext, trainer: Trainer) -> dict:
@@ -109,6 +109,6 @@ def plot(run_dir: Path, results: dict) -> None:
     try:  # replaced, never drawn over: the old file may be a link to somewhere else
         files.replace(path, lambda f: fig.savefig(f, dpi=100, format="png"))
     except OSError as exc:
-        raise output_error(path, exc, path.name) from None
+        raise files.output_error(path, exc, path.name) from None
     finally:
         plt.close(fig)

@@ -1,5 +1,6 @@
-"""The run folder: choosing it, creating it without ever taking a user's, writing into it
-atomically, and undoing a run that failed before it produced anything worth keeping.
+"""The run folder: choosing it, creating it without ever taking a user's, and undoing a run that
+failed before it produced anything worth keeping. Writing into it, and its lock, are
+:mod:`gnnbridge.core.files`'s.
 
 A run folder holds ``config.yaml``, ``checkpoints/`` (see
 :mod:`~gnnbridge.core.training.checkpoint`), ``results.json`` and ``curves.png``. A failed run
@@ -16,8 +17,6 @@ in one line. Every temporary file gets a name of its own, so no two writers ever
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import json
 import os
 import re
@@ -25,11 +24,11 @@ import shutil
 import signal
 import time
 from pathlib import Path
-from typing import Any
 
 from gnnbridge.core import files
 from gnnbridge.core.config import ExperimentConfig
 from gnnbridge.core.errors import (
+    DIVERGED,
     GnnBridgeError,
     OutputExistsError,
     OutputPathError,
@@ -37,13 +36,11 @@ from gnnbridge.core.errors import (
     TrainingDivergedError,
     signal_name,
 )
+from gnnbridge.core.files import LOCK, lock_run_folder, output_error, release_run_folder
 from gnnbridge.core.training import checkpoint
-from gnnbridge.core.training.trainer import DIVERGED
 
 RESULTS = "results.json"
 CONFIG = "config.yaml"
-LOCK = ".gnnbridge.lock"
-_held: dict[Path, int] = {}  # run folder -> the descriptor holding its lock, in this process
 
 
 def new_run_dir(config: ExperimentConfig, out: str | os.PathLike | None, root: str | os.PathLike = "runs") -> Path:
@@ -74,7 +71,7 @@ def _check_unused(path: Path) -> None:
             f"--out {path} is a file, not a folder; choose a new --out (gnnbridge never overwrites a file)."
         )
     entries = {p.name for p in path.iterdir()} - {LOCK} if path.exists() else set()
-    if path.exists() and _locked_elsewhere(path):
+    if path.exists() and files.run_folder_in_use(path):
         raise OutputExistsError(f"Output folder '{path}' is in use by another gnnbridge run; choose a new --out.")
     if entries == {CONFIG}:
         raise OutputExistsError(
@@ -98,7 +95,7 @@ def make_run_dir(path: Path, exclusive: bool) -> tuple[Path, Path | None]:
     try:
         if not exclusive:
             path.mkdir(parents=True, exist_ok=True)
-            lock(path)
+            lock_run_folder(path)
             _check_unused(path)  # again, now that no other run can take it: it may have lost the race
             return path, created
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -110,106 +107,17 @@ def make_run_dir(path: Path, exclusive: bool) -> tuple[Path, Path | None]:
                 n += 1
                 candidate = path.with_name(f"{path.name}-{n}")
                 continue
-            lock(candidate)
+            lock_run_folder(candidate)
             return candidate, created if created != path else candidate
     except GnnBridgeError:
-        release(path)
+        release_run_folder(path)
         raise
     except OSError as exc:
         raise output_error(path, exc, "the run folder") from None
 
 
-def lock(run_dir: Path) -> None:
-    """Hold ``run_dir`` for this process until :func:`release` (or its exit); refuse if another
-    process holds it."""
-    if run_dir in _held:
-        return
-    try:  # never through a link: the lock file is created in the folder, or is the folder's own
-        fd = os.open(run_dir / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
-    except OSError as exc:
-        if exc.errno != errno.ELOOP:
-            raise
-        raise OutputPathError(
-            f"'{run_dir / LOCK}' is a symbolic link; gnnbridge writes only inside a run folder: "
-            "remove the link, then try again."
-        ) from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise OutputExistsError(
-            f"Run folder '{run_dir}' is in use by another gnnbridge run (training or resuming it); wait for it to "
-            "finish, or choose another folder."
-        ) from None
-    except OSError:  # a file system without locks (some network mounts): go on unguarded
-        pass
-    _held[run_dir] = fd
-
-
-def release(run_dir: Path | None) -> None:
-    fd = _held.pop(run_dir, None) if run_dir is not None else None
-    if fd is not None:
-        os.close(fd)
-
-
-def _locked_elsewhere(path: Path) -> bool:
-    if path in _held or not (path / LOCK).is_file():
-        return False
-    try:
-        fd = os.open(path / LOCK, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
-
-
-OS_REASONS = {
-    errno.EROFS: "it is on a read-only file system",
-    errno.EACCES: "permission denied",
-    errno.EPERM: "permission denied",
-    errno.ENOTDIR: "a part of the path is a file, not a folder",
-    errno.ENAMETOOLONG: "a name in it is longer than the file system allows (255 bytes)",
-    errno.ENOSPC: "no space left on the device",
-    errno.EDQUOT: "the disk quota is exhausted",
-    errno.EEXIST: "it exists and is not a folder (a file, or a link to nothing)",
-    errno.ENOENT: "a part of the path does not exist (a link to nothing?)",
-    errno.ELOOP: "it is a loop of symbolic links",
-}
-
-
-def output_error(path: Path, exc: OSError, what: str) -> OutputPathError:
-    """One line for an ``OSError`` raised while writing ``path``: what, where, why, and the fix."""
-    reason = OS_REASONS.get(exc.errno, exc.strerror or type(exc).__name__)
-    fix = (
-        "free some space and try again"
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT)
-        else "choose a folder you can write (--out DIR)"
-    )
-    return OutputPathError(f"Cannot write {what} '{path}': {reason}; {fix}.")
-
-
 def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "run"
-
-
-def write_json_atomic(path: Path, payload: Any) -> None:
-    write_text_atomic(path, json.dumps(payload, indent=2) + "\n")
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Written under a name no other writer uses, then renamed over ``path`` in one step (never
-    through a link: see :mod:`gnnbridge.core.files`)."""
-    try:
-        files.replace(path, text)
-    except OSError as exc:
-        raise output_error(path, exc, path.name) from None
 
 
 def refuse_links_leaving(run_dir: Path) -> None:

@@ -19,11 +19,12 @@ import os
 import sys
 from pathlib import Path
 
+from gnnbridge.core import files
 from gnnbridge.core.app import results
 from gnnbridge.core.app.plan import Plan, plan_resume
 from gnnbridge.core.app.preflight import check_before_start, load_dataset, preflight
 from gnnbridge.core.app.resolve import resolve_config
-from gnnbridge.core.app.rundir import discard, explain_stop, release
+from gnnbridge.core.app.rundir import discard, explain_stop
 from gnnbridge.core.config import ExperimentConfig
 from gnnbridge.core.errors import ConfigError, GnnBridgeError
 from gnnbridge.core.records.data import LabelledRecord
@@ -104,7 +105,7 @@ def _run_local(plan: Plan, progress: bool) -> dict:
         discard(run_dir, created)
         raise explain_stop(exc, run_dir) from None
     finally:
-        release(run_dir)
+        files.release_run_folder(run_dir)
 
 
 def _check_paths(**paths) -> None:
@@ -181,7 +182,7 @@ def _job_worker(ctx: DistContext, plan: Plan, progress: bool) -> dict | None:
         discard(run_dir, created)
         raise explain_stop(exc, run_dir) from None
     finally:
-        release(run_dir)
+        files.release_run_folder(run_dir)
 
 
 def _published_run_dir(ctx: DistContext) -> tuple[Path | None, Path | None]:

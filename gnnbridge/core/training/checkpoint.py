@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import random
 import re
-import shutil
 import warnings
 import zipfile
 from pathlib import Path
@@ -93,14 +92,9 @@ def copy(src: Path, dst: Path) -> None:
     """``dst`` becomes the same checkpoint as ``src``: a hard link (no second write) where the
     file system has them, else a copy; atomic either way."""
     try:
-        with files.replacing(dst) as tmp:
-            os.link(src, tmp)
-    except OSError:
-        try:
-            with open(src, "rb") as f:
-                files.replace(dst, lambda out: shutil.copyfileobj(f, out))
-        except OSError as exc:
-            raise _write_error(dst, exc) from None
+        files.replace_with_copy(dst, src)
+    except OSError as exc:
+        raise _write_error(dst, exc) from None
 
 
 def _write_error(path: Path, exc: OSError) -> OutputPathError:

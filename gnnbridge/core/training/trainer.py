@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from gnnbridge.core.config import EvalMode, ExperimentConfig, SamplerKind, Task
 from gnnbridge.core.contracts.interfaces import Backend, Sampler
-from gnnbridge.core.errors import TrainingDivergedError
+from gnnbridge.core.errors import DIVERGED, TrainingDivergedError
 from gnnbridge.core.models.build import ModelCall, build_model, model_dims
 from gnnbridge.core.plugins import PluginError, get_backend, library_versions
 from gnnbridge.core.records.collection import GraphCollection
@@ -54,8 +54,6 @@ from gnnbridge.core.training.metrics import ConfusionCounts
 from gnnbridge.core.training.phases import NO_PHASES, PhaseTimer, slowest_rank
 from gnnbridge.core.training.placement import autocast, feature_caches, grad_scaler, place, prefetched
 from gnnbridge.core.training.state import TrainState
-
-DIVERGED = "Training diverged"  # how the line starts, also when it arrives as another rank's failure
 
 
 class Trainer:

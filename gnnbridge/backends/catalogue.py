@@ -1,0 +1,57 @@
+"""The neutral model catalogue: the architectures every built-in backend builds, declared once.
+
+An experiment names ``model.arch: sage`` and trains the same function on PyG or DGL, so the
+names, the tasks each serves, whether it also takes heterogeneous data, and what ``gnnbridge
+models`` says of it must be the same on both; only the builders and the names of the library's
+own layers differ. Each backend's ``plugin`` module registers the catalogue with its builders
+through :func:`register_neutral`, exactly as a third-party backend may. It lives beside the
+backends, not in core: core lists no architecture.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """One neutral architecture; ``description`` may name the library's layers as ``{gcn}`` (its
+    GCN layer) and ``{hetero}`` (its relation-wise wrapper)."""
+
+    name: str
+    tasks: tuple[str, ...]
+    description: str
+    heterogeneous: bool = False  # the builder also takes heterogeneous data (and so can train task=link)
+
+
+NEUTRAL = (
+    Architecture(
+        "sage",
+        ("node", "link"),
+        "GraphSAGE, mean aggregation (SAGEConv; {hetero} on heterogeneous graphs)",
+        heterogeneous=True,
+    ),
+    Architecture("gcn", ("node",), "GCN normalised by full-graph degrees ({gcn})"),
+    Architecture("gat", ("node",), "GAT, model.heads heads (GATConv)"),
+    Architecture("gin", ("graph",), "GIN with core-held MLPs and sum/mean readout"),
+)
+
+
+def register_neutral(
+    register: Callable[..., None], backend: str, builders: Mapping[str, Callable], layers: Mapping[str, str]
+) -> None:
+    """Register every architecture of :data:`NEUTRAL` for ``backend`` through a
+    ``register_models`` hook's ``register``: ``builders`` maps each name to its builder,
+    ``layers`` gives the library's layer names the descriptions quote (``gcn``, ``hetero``)."""
+    missing = [arch.name for arch in NEUTRAL if arch.name not in builders]
+    if missing:
+        raise ValueError(f"backend {backend!r} has no builder for {', '.join(missing)}")
+    for arch in NEUTRAL:
+        register(
+            arch.name,
+            {backend: builders[arch.name]},
+            tasks=list(arch.tasks),
+            heterogeneous=arch.heterogeneous,
+            description=arch.description.format(**layers),
+        )
