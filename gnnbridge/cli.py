@@ -549,10 +549,11 @@ def experiments() -> None:
 \b
 Examples:
   gnnbridge config show sage-synthetic --set model.hidden=128
+  gnnbridge config schema > gnnbridge.schema.json
 """
 )
 def config() -> None:
-    """Inspect configs (gnnbridge config show EXPERIMENT)."""
+    """Inspect configs (gnnbridge config show EXPERIMENT) and the experiment file's JSON Schema."""
 
 
 @config.command(
@@ -578,7 +579,7 @@ def show(experiment, backend, dataset, nproc, device, overrides) -> None:
 
     from gnnbridge.core.app.preflight import check_before_start
     from gnnbridge.core.app.resolve import resolve_config
-    from gnnbridge.core.contracts.config import annotated_yaml
+    from gnnbridge.core.config import annotated_yaml
 
     resolved = resolve_config(
         experiment, overrides=overrides, backend=backend, nproc=nproc, device=device, dataset=dataset
@@ -586,6 +587,23 @@ def show(experiment, backend, dataset, nproc, device, overrides) -> None:
     with contextlib.redirect_stdout(sys.stderr):  # a dataset loader's chatter is not part of the YAML
         check_before_start(copy.deepcopy(resolved))
     click.echo(annotated_yaml(resolved), nl=False)
+
+
+@config.command(
+    epilog="""
+\b
+Examples:
+  gnnbridge config schema > gnnbridge.schema.json
+  # then, first line of an experiment file (editors with the YAML language server validate it):
+  # yaml-language-server: $schema=./gnnbridge.schema.json
+"""
+)
+def schema() -> None:
+    """Print the JSON Schema of an experiment file: every key with its type, default, choices and
+    help line, unknown keys refused (editors validate and complete experiment YAML with it)."""
+    from gnnbridge.core.config import schema_json
+
+    click.echo(schema_json(), nl=False)
 
 
 @cli.command(

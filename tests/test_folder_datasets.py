@@ -75,7 +75,7 @@ def test_a_folder_opens_as_the_npz_graph_mapped_from_its_files(tmp_path):
     folder = save_folder(tmp_path / "g", arrays)
     prepare(str(folder), progress=False)
     opened = open_prepared(folder, seed=3)
-    from gnnbridge.core.contracts.config import DatasetConfig
+    from gnnbridge.core.config import DatasetConfig
     from gnnbridge.plugins.datasets import load_npz
 
     loaded = load_npz(DatasetConfig(name="npz", path=str(tmp_path / "g.npz")), 3)
@@ -446,7 +446,7 @@ def test_a_heterogeneous_node_task_maps_its_topology_from_the_folder_in_every_ra
     from an .npz it is built in memory. A folder prepared before topology was prepared (its
     manifest lists none) still trains: its topology is built in memory, as from the .npz."""
     from gnnbridge.core.app.preflight import for_task
-    from gnnbridge.core.contracts.config import from_dict
+    from gnnbridge.core.config import from_dict
     from gnnbridge.core.records.features import file_backed
 
     arrays = two_relation_arrays()
@@ -560,7 +560,7 @@ def test_doctor_checks_a_prepared_folder_and_sizes_it_from_the_manifest(tmp_path
 
 
 def test_a_named_dataset_is_written_as_a_folder_and_opens_as_itself(tmp_path):
-    from gnnbridge.core.contracts.config import DatasetConfig
+    from gnnbridge.core.config import DatasetConfig
     from gnnbridge.plugins.datasets import load_karate
     from gnnbridge.plugins.hetero_datasets import load_rec_synthetic
 
@@ -725,7 +725,7 @@ LINK_CASES = _link_cases()
 
 def link_config(edge_type: str, reverse: bool = True, seed: int = 0):
     """10 evaluation negatives: drawn without repeats among the shop's 20 items, with among more."""
-    from gnnbridge.core.contracts.config import from_dict
+    from gnnbridge.core.config import from_dict
 
     return from_dict(
         {
@@ -738,7 +738,7 @@ def link_config(edge_type: str, reverse: bool = True, seed: int = 0):
 
 
 def load_any_npz(path):
-    from gnnbridge.core.contracts.config import DatasetConfig
+    from gnnbridge.core.config import DatasetConfig
     from gnnbridge.plugins.datasets import load_npz
 
     return load_npz(DatasetConfig(name="npz", path=str(path)), 0)

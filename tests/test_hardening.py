@@ -421,7 +421,7 @@ def test_a_synthetic_generators_size_option_is_refused_before_it_is_generated(cl
 def test_top_k_over_a_large_graph_is_refused_before_it_is_scored():
     """10**6 sources x 10**5 destinations: eval.batch_size=10**8 would score 6.4 x 10**9 pairs at once."""
     from gnnbridge.core.app.inference import check_top_k
-    from gnnbridge.core.contracts.config import from_dict
+    from gnnbridge.core.config import from_dict
     from gnnbridge.core.errors import ResourceError
     from gnnbridge.core.records.hetero import HeteroSource
 

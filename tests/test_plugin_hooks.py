@@ -15,8 +15,8 @@ from torch import nn
 import gnnbridge
 from gnnbridge import hookimpl
 from gnnbridge.core import errors
+from gnnbridge.core.config import ModelSpec, Task
 from gnnbridge.core.contracts import plugins
-from gnnbridge.core.contracts.config import ModelSpec, Task
 from gnnbridge.core.errors import ConfigError, GnnBridgeError
 from gnnbridge.core.records.batches import SampledSubgraph
 from gnnbridge.core.sampling.neighbors import NeighborSampler
@@ -450,7 +450,7 @@ def test_models_and_samplers_commands_list_what_is_registered():
 
 def test_a_checkpoint_from_before_model_options_still_evaluates_and_resumes():
     from gnnbridge.core.app.resolve import check_frozen
-    from gnnbridge.core.contracts.config import ExperimentConfig
+    from gnnbridge.core.config import ExperimentConfig
 
     new = ExperimentConfig().to_dict()
     old = {**new, "model": {k: v for k, v in new["model"].items() if k != "options"}}

@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
 from test_checkpoints import one_line
 
+import gnnbridge
 from gnnbridge.cli import cli as group
 from gnnbridge.cli import main
 from gnnbridge.core.app import doctor
 from gnnbridge.core.app.resolve import resolve_config
-from gnnbridge.core.contracts.config import KEY_HELP, ExperimentConfig
+from gnnbridge.core.config import KEY_HELP, ExperimentConfig
 
 
 def flat_keys(data: dict, prefix: str = "") -> set[str]:
@@ -42,6 +45,28 @@ def test_config_show_prints_the_resolved_config_with_a_comment_on_every_key(caps
 
 def test_every_config_key_has_its_line():
     assert flat_keys(ExperimentConfig().to_dict()) == set(KEY_HELP)
+
+
+def test_the_json_schema_validates_every_built_in_experiment_and_refuses_what_train_refuses(capsys, tmp_path):
+    """What an editor does with ``gnnbridge config schema``: the shipped experiments validate, a
+    misspelt key, a wrong type and a choice outside the list do not; every key is described."""
+    import jsonschema
+
+    main(["config", "schema"])
+    schema = json.loads(capsys.readouterr().out)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    folder = Path(gnnbridge.__file__).parent / "experiments"
+    for path in sorted(folder.glob("*.yaml")):
+        assert not list(validator.iter_errors(yaml.safe_load(path.read_text()))), path.name
+    assert not list(validator.iter_errors(ExperimentConfig().to_dict()))
+    for bad in ({"model": {"hiden": 3}}, {"train": {"epochs": "ten"}}, {"eval": {"layer_store": "ssd"}}, {"tsk": 1}):
+        assert list(validator.iter_errors(bad)), bad
+    described = {k for k, v in schema["properties"].items() if v.get("description")}
+    for section in schema["$defs"].values():
+        if section.get("type") == "object":
+            assert all(p.get("description") for p in section["properties"].values()), section["title"]
+    assert described == set(schema["properties"])
 
 
 def test_doctor_checks_each_part_and_passes_here(capsys):

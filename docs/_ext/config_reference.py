@@ -6,14 +6,16 @@ dict of dotted key -> one line that ``gnnbridge config show`` prints as comments
 A key the schema has without a help line, or a help line for a key the schema lacks, is a Sphinx
 warning, and ``make docs`` (``-W``) fails on it.
 
-Hand-written because no maintained extension joins these two sources: autodoc documents a
-dataclass's fields but knows nothing of a separate help dict, and the pydantic or JSON Schema
-renderers need a schema of that kind. Both locations are options of the directive, so a move of
-either is a one-line change in ``docs/configuration.md``::
+Hand-written because no extension in the stack joins these two sources: autodoc documents a
+dataclass's fields but knows nothing of a separate help dict, and rendering the JSON Schema that
+``gnnbridge config schema`` prints would take another dependency (a JSON Schema extension) to
+draw nested objects, where a user wants one table of dotted keys as ``--set`` spells them. It is
+a few dozen lines of docutils. Both locations are options of the directive, so a move of either is a
+one-line change in ``docs/config-reference.md``::
 
     ```{config-reference}
-    :schema: gnnbridge.core.contracts.config:ExperimentConfig
-    :help: gnnbridge.core.contracts.config:KEY_HELP
+    :schema: gnnbridge.core.config.schema:ExperimentConfig
+    :help: gnnbridge.core.config.help:KEY_HELP
     ```
 """
 

@@ -6,7 +6,7 @@ module re-exports what a backend or model plugin builds on, so plugins do not de
 core keeps each piece. Nothing inside core imports it.
 """
 
-from gnnbridge.core.contracts.config import DatasetConfig, ModelSpec, SamplerKind, Task
+from gnnbridge.core.config import DatasetConfig, ModelSpec, SamplerKind, Task
 from gnnbridge.core.contracts.interfaces import (
     Backend,
     GNNModel,

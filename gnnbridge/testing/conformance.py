@@ -20,7 +20,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gnnbridge.core.contracts.config import ModelSpec, SamplerKind, Task
+from gnnbridge.core.config import ModelSpec, SamplerKind, Task
 from gnnbridge.core.contracts.interfaces import Backend
 from gnnbridge.core.contracts.plugins import backends, models
 from gnnbridge.core.models.build import build_model

@@ -24,7 +24,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gnnbridge.core.contracts.config import ModelSpec, Task
+from gnnbridge.core.config import ModelSpec, Task
 from gnnbridge.core.contracts.plugins import ANY_BACKEND, backends, models, samplers
 from gnnbridge.core.errors import ConfigError
 from gnnbridge.core.models.build import ModelCall, build_model, resolve

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from gnnbridge.core.contracts.config import ExperimentConfig
+from gnnbridge.core.config import ExperimentConfig
 from gnnbridge.core.errors import DataError
 from gnnbridge.core.records.data import GraphData
 from gnnbridge.core.runtime.context import DistContext
@@ -33,7 +33,7 @@ def train_and_dump(ctx: DistContext, config: ExperimentConfig, data: GraphData, 
 def graph_batches_and_metrics(ctx: DistContext, backend_name: str, kind: str, data, batch_size: int, out: str) -> None:
     """Record the graph batches a rank's loader yields for two epochs, and the metrics of an
     untrained GIN evaluated over the val and test splits, to ``out/rank<r>.pt``."""
-    from gnnbridge.core.contracts.config import ModelSpec, SamplerKind, Task
+    from gnnbridge.core.config import ModelSpec, SamplerKind, Task
     from gnnbridge.core.contracts.plugins import get_backend
     from gnnbridge.core.models.build import build_model
     from gnnbridge.core.sampling.seeds import epoch_batches
@@ -102,7 +102,7 @@ def _marked_small_graph(mark: Path):
 def layers_on_disk_and_dump(ctx: DistContext, data: GraphData, out: str) -> None:
     """Layer-wise inference with every layer in a shared file (eval.layer_store=disk) on both
     backends; saves the logits and which layer files were mapped while they were written."""
-    from gnnbridge.core.contracts.config import ModelSpec
+    from gnnbridge.core.config import ModelSpec
     from gnnbridge.core.contracts.plugins import backends
     from gnnbridge.core.training.evaluation import LayerwiseEvaluator
     from gnnbridge.testing.conformance import build
@@ -121,7 +121,7 @@ def layers_on_disk_and_dump(ctx: DistContext, data: GraphData, out: str) -> None
 def gather_rows_and_dump(ctx: DistContext, data: GraphData, out: str) -> None:
     """All-gathers rows laid out as layer-wise inference lays them out (padding on this rank's
     buffer) and unevenly, and runs layer-wise inference on both backends; saves what came back."""
-    from gnnbridge.core.contracts.config import ModelSpec
+    from gnnbridge.core.config import ModelSpec
     from gnnbridge.core.contracts.plugins import backends
     from gnnbridge.core.training.evaluation import LayerwiseEvaluator
     from gnnbridge.testing.conformance import build

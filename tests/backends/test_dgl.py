@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 from gnnbridge.backends.dgl.backend import DglBackend
-from gnnbridge.core.contracts.config import SamplerKind
+from gnnbridge.core.config import SamplerKind
 from gnnbridge.plugins.datasets import synthetic_graph
 
 
@@ -37,7 +37,7 @@ def test_native_sampler_takes_fanouts_from_the_seeds_outwards():
 DENSE_AND_WIDE = """
 import torch
 from gnnbridge.backends.dgl.backend import DglBackend
-from gnnbridge.core.contracts.config import ModelSpec
+from gnnbridge.core.config import ModelSpec
 from gnnbridge.core.records.batches import IndexedRows
 from gnnbridge.core.records.data import GraphData
 from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS, NeighborSampler
@@ -75,7 +75,7 @@ def test_dgls_heterogeneous_sampler_samples_a_prepared_folder_from_its_mapped_fi
     import numpy as np
 
     from gnnbridge.core.app.preflight import for_task
-    from gnnbridge.core.contracts.config import from_dict
+    from gnnbridge.core.config import from_dict
     from gnnbridge.core.records.features import file_backed
     from gnnbridge.core.records.folder import open_prepared
     from gnnbridge.core.sampling.build import make_hetero_sampler

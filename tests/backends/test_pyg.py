@@ -3,7 +3,7 @@
 import torch
 
 from gnnbridge.backends.pyg.backend import PygBackend
-from gnnbridge.core.contracts.config import ModelSpec
+from gnnbridge.core.config import ModelSpec
 from gnnbridge.core.records.csc import dst_offsets
 from gnnbridge.core.sampling.neighbors import NeighborSampler
 from gnnbridge.core.sampling.seeds import epoch_generator

@@ -3,7 +3,7 @@ import os
 import pytest
 
 from gnnbridge.core.app.resolve import resolve_config
-from gnnbridge.core.contracts.config import ExperimentConfig, SamplerKind, apply_overrides, from_dict, parse_override
+from gnnbridge.core.config import ExperimentConfig, SamplerKind, apply_overrides, from_dict, parse_override
 from gnnbridge.core.errors import ConfigError
 
 

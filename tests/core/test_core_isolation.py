@@ -15,7 +15,7 @@ for mod in pkgutil.walk_packages(core.__path__, 'gnnbridge.core.'):
     importlib.import_module(mod.name)
 import torch
 from gnnbridge.core.sampling.neighbors import NeighborSampler
-from gnnbridge.core.contracts.config import from_dict
+from gnnbridge.core.config import from_dict
 from gnnbridge.core.contracts.plugins import backends
 from_dict({})
 for entry in backends.entries():

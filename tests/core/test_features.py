@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import gnnbridge
-from gnnbridge.core.contracts.config import from_dict
+from gnnbridge.core.config import from_dict
 from gnnbridge.core.errors import ConfigError
 from gnnbridge.core.records.features import (
     READ_DEPTH,
@@ -190,7 +190,7 @@ def test_features_stored_in_16_bits_train_like_float32(backend, tmp_path):
 def test_models_read_rows_in_place_unless_gathering_does_better(small_data, tmp_path):
     """A 16-bit, cached or too-large-to-cache (MADV_RANDOM) table is gathered (upcast, counted,
     its faults in flight together), never read in place; a mapped one the page cache holds is."""
-    from gnnbridge.core.contracts.config import ModelSpec
+    from gnnbridge.core.config import ModelSpec
     from gnnbridge.core.contracts.plugins import backends
     from gnnbridge.core.records.batches import IndexedRows
     from gnnbridge.core.training.evaluation import indexed_rows

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from gnnbridge.core.contracts.config import LinkConfig, ModelSpec, Task, from_dict
+from gnnbridge.core.config import LinkConfig, ModelSpec, Task, from_dict
 from gnnbridge.core.contracts.plugins import get_backend
 from gnnbridge.core.errors import ConfigError, DataError
 from gnnbridge.core.models.build import build_model, model_dims
@@ -338,7 +338,7 @@ def test_a_homogeneous_graph_is_oriented_at_random_and_known_pairs_cover_both_di
 
 @pytest.mark.parametrize("backend", ["pyg", "dgl"])
 def test_an_empty_batch_runs_through_the_sampler_and_the_model(backend):
-    from gnnbridge.core.contracts.config import ModelSpec, Task
+    from gnnbridge.core.config import ModelSpec, Task
     from gnnbridge.core.models.build import ModelCall, build_model, model_dims
     from gnnbridge.core.training.evaluation import gather_inputs
 

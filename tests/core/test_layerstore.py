@@ -8,7 +8,7 @@ import tempfile
 import pytest
 import torch
 
-from gnnbridge.core.contracts.config import ModelSpec
+from gnnbridge.core.config import ModelSpec
 from gnnbridge.core.contracts.plugins import backends
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.training.evaluation import LayerwiseEvaluator
@@ -105,7 +105,7 @@ def test_a_pass_that_fails_midway_removes_its_layer_files(stop, tmpdir_here):
 def test_sampled_predict_with_its_logits_on_disk_gives_the_in_memory_logits(name, tmpdir_here):
     """``predict`` in sampled and full mode writes every item's logits into the store's file
     when they would not fit (forced here), so the output streams from disk like layer-wise's."""
-    from gnnbridge.core.contracts.config import SamplerKind
+    from gnnbridge.core.config import SamplerKind
     from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS
     from gnnbridge.core.training.evaluation import SampledEvaluator
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from gnnbridge.core.app.preflight import for_task
-from gnnbridge.core.contracts.config import from_dict
+from gnnbridge.core.config import from_dict
 from gnnbridge.core.records.hetero import HeteroSource
 
 

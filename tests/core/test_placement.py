@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import gnnbridge
-from gnnbridge.core.contracts.config import PlacementConfig, from_dict
+from gnnbridge.core.config import PlacementConfig, from_dict
 from gnnbridge.core.errors import ConfigError
 from gnnbridge.core.training.placement import place, prefetched
 
@@ -103,7 +103,7 @@ def test_sampled_rows_stay_in_the_table_for_models_that_read_them_there(small_da
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    from gnnbridge.core.contracts.config import ModelSpec
+    from gnnbridge.core.config import ModelSpec
     from gnnbridge.core.contracts.plugins import backends
     from gnnbridge.core.records.batches import IndexedRows
     from gnnbridge.core.training.evaluation import indexed_rows

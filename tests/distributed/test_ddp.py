@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from gnnbridge.core.contracts.config import from_dict
+from gnnbridge.core.config import from_dict
 from gnnbridge.core.records.data import GraphData
 from gnnbridge.core.runtime.launcher import launch
 from gnnbridge.core.sampling.seeds import epoch_batches
@@ -89,7 +89,7 @@ def test_empty_batches_on_one_rank_keep_the_loss_finite(tmp_path):
 def test_layerwise_inference_on_two_ranks_gives_one_ranks_logits(tmp_path):
     """Each rank writes its shard of a layer into one padded buffer and the all-gather joins the
     shards without copies: the logits, and rows gathered in any layout, are what one rank gets."""
-    from gnnbridge.core.contracts.config import ModelSpec
+    from gnnbridge.core.config import ModelSpec
     from gnnbridge.core.contracts.plugins import backends
     from gnnbridge.core.runtime.context import DistContext
     from gnnbridge.core.training.evaluation import LayerwiseEvaluator
@@ -114,7 +114,7 @@ def test_layerwise_inference_on_two_ranks_gives_one_ranks_logits(tmp_path):
 def test_layerwise_inference_with_layers_on_disk_on_two_ranks_equals_one_rank_in_memory(tmp_path, monkeypatch):
     """eval.layer_store=disk: each rank writes its rows into one shared file per layer (no
     all-gather); every rank ends with one rank's in-memory logits, and no layer file is left."""
-    from gnnbridge.core.contracts.config import ModelSpec
+    from gnnbridge.core.config import ModelSpec
     from gnnbridge.core.contracts.plugins import backends
     from gnnbridge.core.runtime.context import DistContext
     from gnnbridge.core.training.evaluation import LayerwiseEvaluator

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from gnnbridge.core.app.train import run
-from gnnbridge.core.contracts.config import from_dict
+from gnnbridge.core.config import from_dict
 from gnnbridge.core.records.collection import GraphCollection, pack
 from gnnbridge.core.runtime.launcher import launch
 from gnnbridge.plugins.datasets import family_graphs

@@ -75,7 +75,7 @@ def test_a_task_record_derived_from_a_mapped_graph_keeps_its_features_mapped(fol
     """A link task builds new topology around the opened graph's features: it travels as
     "reopen and derive again" (the same seed, the same record) and its x stays the file's."""
     from gnnbridge.core.app.preflight import for_task
-    from gnnbridge.core.contracts.config import from_dict
+    from gnnbridge.core.config import from_dict
 
     config = from_dict({"task": "link", "train": {"seed": 3}})
     derived = for_task(config, open_mapped_graph(folder))

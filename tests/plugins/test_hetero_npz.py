@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from gnnbridge.core.app.preflight import for_task
-from gnnbridge.core.contracts.config import from_dict
+from gnnbridge.core.config import from_dict
 from gnnbridge.core.errors import ConfigError, DataError
 from gnnbridge.plugins.datasets import load_npz
 

@@ -14,7 +14,7 @@ import sys
 import pytest
 import torch
 
-from gnnbridge.core.contracts.config import DatasetConfig
+from gnnbridge.core.config import DatasetConfig
 from gnnbridge.core.contracts.plugins import datasets
 from gnnbridge.core.errors import BackendUnavailableError, ConfigError, DataError, DataFileNotFoundError
 

@@ -10,7 +10,7 @@ import torch
 
 from gnnbridge.backends.dgl.blocks import csc_block
 from gnnbridge.backends.dgl.compat import compat_note, import_dgl
-from gnnbridge.core.contracts.config import SamplerKind, Task
+from gnnbridge.core.config import SamplerKind, Task
 from gnnbridge.core.contracts.interfaces import Backend, GraphStore, Sampler
 from gnnbridge.core.errors import BackendUnavailableError
 from gnnbridge.core.models.graphops import layer_bounds

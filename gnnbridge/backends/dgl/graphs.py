@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from gnnbridge.backends.dgl.compat import import_dgl
-from gnnbridge.core.contracts.config import ModelSpec
+from gnnbridge.core.config import ModelSpec
 from gnnbridge.core.models.gin import GIN
 from gnnbridge.core.records.batches import MiniBatch
 from gnnbridge.core.records.collection import GraphCollection

@@ -17,7 +17,7 @@ from torch import nn
 
 from gnnbridge.backends.dgl.blocks import csc_block
 from gnnbridge.backends.dgl.compat import import_dgl
-from gnnbridge.core.contracts.config import ModelSpec
+from gnnbridge.core.config import ModelSpec
 from gnnbridge.core.contracts.interfaces import GNNModel
 from gnnbridge.core.models.graphops import attention_heads, gcn_edge_weights, layer_dims
 from gnnbridge.core.records.batches import IndexedRows

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from gnnbridge.core.contracts.config import SamplerKind, Task
+from gnnbridge.core.config import SamplerKind, Task
 from gnnbridge.core.contracts.interfaces import Backend, GraphStore, Sampler
 from gnnbridge.core.errors import BackendUnavailableError
 from gnnbridge.core.records.batches import SampledSubgraph

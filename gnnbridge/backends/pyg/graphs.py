@@ -8,7 +8,7 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from gnnbridge.core.contracts.config import ModelSpec
+from gnnbridge.core.config import ModelSpec
 from gnnbridge.core.models.gin import GIN
 from gnnbridge.core.records.batches import MiniBatch
 from gnnbridge.core.records.collection import GraphCollection

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from gnnbridge.backends.pyg.sparse import FUSED_AGGREGATIONS, layer_adjacency
-from gnnbridge.core.contracts.config import ModelSpec
+from gnnbridge.core.config import ModelSpec
 from gnnbridge.core.contracts.interfaces import GNNModel
 from gnnbridge.core.models.graphops import attention_heads, gcn_edge_weights, layer_bounds, layer_dims
 from gnnbridge.core.records.batches import IndexedRows

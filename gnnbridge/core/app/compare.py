@@ -30,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from gnnbridge.core import config as cfgmod
 from gnnbridge.core.app.plots import plot
 from gnnbridge.core.app.preflight import load_dataset, preflight
 from gnnbridge.core.app.resolve import resolve_config
@@ -42,8 +43,7 @@ from gnnbridge.core.app.rundir import (
     write_json_atomic,
     write_text_atomic,
 )
-from gnnbridge.core.contracts import config as cfgmod
-from gnnbridge.core.contracts.config import ExperimentConfig, Task
+from gnnbridge.core.config import ExperimentConfig, Task
 from gnnbridge.core.contracts.interfaces import GNNModel
 from gnnbridge.core.contracts.plugins import backends as backend_registry
 from gnnbridge.core.errors import ConfigError, RunInterrupted, signal_name

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from gnnbridge.core.app.preflight import check_before_start
-from gnnbridge.core.contracts.config import ExperimentConfig
+from gnnbridge.core.config import ExperimentConfig
 from gnnbridge.core.contracts.plugins import backends as backend_registry
 from gnnbridge.core.errors import DataError, GnnBridgeError
 from gnnbridge.core.records.folder import prepared_bytes

@@ -22,7 +22,7 @@ import torch
 from gnnbridge.core.app.preflight import load_dataset, preflight
 from gnnbridge.core.app.resolve import check_frozen, resolve_config
 from gnnbridge.core.app.rundir import output_error
-from gnnbridge.core.contracts.config import ExperimentConfig, Task
+from gnnbridge.core.config import ExperimentConfig, Task
 from gnnbridge.core.contracts.plugins import no_code, no_downloads
 from gnnbridge.core.errors import (
     CheckpointError,

@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from gnnbridge.core import config as cfgmod
 from gnnbridge.core.app.resolve import check_frozen, resolve_config
 from gnnbridge.core.app.rundir import (
     CONFIG,
@@ -26,8 +27,7 @@ from gnnbridge.core.app.rundir import (
     refuse_links_leaving,
     write_text_atomic,
 )
-from gnnbridge.core.contracts import config as cfgmod
-from gnnbridge.core.contracts.config import ExperimentConfig
+from gnnbridge.core.config import ExperimentConfig
 from gnnbridge.core.errors import CheckpointError, ConfigError, DataFileNotFoundError, GnnBridgeError
 from gnnbridge.core.training import checkpoint
 from gnnbridge.core.training.state import TrainState

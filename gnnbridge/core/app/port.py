@@ -19,6 +19,7 @@ import json
 import os
 from pathlib import Path
 
+from gnnbridge.core import config as cfgmod
 from gnnbridge.core.app.preflight import load_dataset, preflight
 from gnnbridge.core.app.resolve import check_frozen, resolve_config
 from gnnbridge.core.app.rundir import (
@@ -31,8 +32,7 @@ from gnnbridge.core.app.rundir import (
     write_json_atomic,
     write_text_atomic,
 )
-from gnnbridge.core.contracts import config as cfgmod
-from gnnbridge.core.contracts.config import ExperimentConfig
+from gnnbridge.core.config import ExperimentConfig
 from gnnbridge.core.contracts.plugins import library_versions, no_code, no_downloads
 from gnnbridge.core.errors import CheckpointError, ConfigError, DataFileNotFoundError
 from gnnbridge.core.models.build import build_model, model_dims

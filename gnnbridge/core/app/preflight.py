@@ -16,7 +16,7 @@ import os
 import torch
 
 from gnnbridge.core.app.linkcache import folder_link_task
-from gnnbridge.core.contracts.config import DeviceChoice, EvalMode, ExperimentConfig, SamplerKind, Task
+from gnnbridge.core.config import DeviceChoice, EvalMode, ExperimentConfig, SamplerKind, Task
 from gnnbridge.core.contracts.plugins import PluginError, backends, blame, datasets, warn
 from gnnbridge.core.errors import BackendUnavailableError, ConfigError, DataError, ResourceError
 from gnnbridge.core.models.build import build_model, check_heterogeneous, count_parameters, injected_reads, model_dims

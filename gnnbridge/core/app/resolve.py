@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gnnbridge.core.contracts import config as cfgmod
-from gnnbridge.core.contracts.config import ExperimentConfig
+from gnnbridge.core import config as cfgmod
+from gnnbridge.core.config import ExperimentConfig
 from gnnbridge.core.contracts.plugins import default_backend, experiments
 from gnnbridge.core.errors import ConfigError
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from gnnbridge.core import files
-from gnnbridge.core.contracts.config import ExperimentConfig
+from gnnbridge.core.config import ExperimentConfig
 from gnnbridge.core.errors import (
     GnnBridgeError,
     OutputExistsError,

@@ -24,7 +24,7 @@ from gnnbridge.core.app.plan import Plan, plan_resume
 from gnnbridge.core.app.preflight import check_before_start, load_dataset, preflight
 from gnnbridge.core.app.resolve import resolve_config
 from gnnbridge.core.app.rundir import discard, explain_stop, release
-from gnnbridge.core.contracts.config import ExperimentConfig
+from gnnbridge.core.config import ExperimentConfig
 from gnnbridge.core.errors import ConfigError, GnnBridgeError
 from gnnbridge.core.records.data import LabelledRecord
 from gnnbridge.core.runtime.context import DistContext

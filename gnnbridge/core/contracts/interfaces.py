@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from gnnbridge.core.contracts.config import ModelSpec, SamplerKind, Task
+from gnnbridge.core.config import ModelSpec, SamplerKind, Task
 from gnnbridge.core.errors import BackendUnavailableError
 from gnnbridge.core.records.batches import MiniBatch, SampledSubgraph
 from gnnbridge.core.records.collection import GraphCollection, PackedGraphs

@@ -32,8 +32,8 @@ from typing import Any
 
 import pluggy
 
+from gnnbridge.core.config import Task
 from gnnbridge.core.contracts import hookspecs
-from gnnbridge.core.contracts.config import Task
 from gnnbridge.core.errors import ConfigError, GnnBridgeError, did_you_mean, signal_received, unknown_name
 
 ENTRY_POINT_GROUP = "gnnbridge"

@@ -37,7 +37,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from gnnbridge.core.contracts.config import ModelSpec, Task
+from gnnbridge.core.config import ModelSpec, Task
 from gnnbridge.core.contracts.plugins import PluginError, blame, code_allowed, is_plugin_fault, models, stdout_to_stderr
 from gnnbridge.core.errors import ConfigError
 

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from gnnbridge.core.contracts.config import DECODERS, ModelSpec
+from gnnbridge.core.config import DECODERS, ModelSpec
 from gnnbridge.core.errors import ConfigError
 
 

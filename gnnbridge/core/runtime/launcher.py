@@ -38,7 +38,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from gnnbridge.core.contracts.config import DEFAULT_TIMEOUT_S
+from gnnbridge.core.config import DEFAULT_TIMEOUT_S
 from gnnbridge.core.contracts.plugins import ENV_WARNED
 from gnnbridge.core.errors import ConfigError, RankFailedError, RunInterrupted, note_signal
 from gnnbridge.core.records.mapped import DEFER_VAR

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from gnnbridge.core.contracts.config import SamplerKind
+from gnnbridge.core.config import SamplerKind
 from gnnbridge.core.contracts.interfaces import Backend, GraphStore, Sampler
 from gnnbridge.core.contracts.plugins import PluginError, blame, is_builtin, samplers
 from gnnbridge.core.errors import BackendUnavailableError, ConfigError

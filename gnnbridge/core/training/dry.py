@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from gnnbridge.core.contracts.config import EvalMode
+from gnnbridge.core.config import EvalMode
 from gnnbridge.core.errors import GnnBridgeError
 from gnnbridge.core.runtime.rank import failed_on
 from gnnbridge.core.sampling.neighbors import NeighborSampler

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gnnbridge.core import files
-from gnnbridge.core.contracts.config import ExperimentConfig
+from gnnbridge.core.config import ExperimentConfig
 from gnnbridge.core.contracts.plugins import PluginError, blame, loggers
 from gnnbridge.core.errors import ConfigError, OutputPathError
 from gnnbridge.core.training.checkpoint import FOLDER

@@ -33,7 +33,7 @@ from contextlib import nullcontext
 
 import torch
 
-from gnnbridge.core.contracts.config import PlacementConfig, parse_size
+from gnnbridge.core.config import PlacementConfig, parse_size
 from gnnbridge.core.errors import ConfigError
 from gnnbridge.core.records.data import GraphData
 from gnnbridge.core.records.features import FeatureCache, attach_cache, cache_rows, detach_cache, warm

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from gnnbridge.core.contracts.config import EvalMode, ExperimentConfig, SamplerKind, Task
+from gnnbridge.core.config import EvalMode, ExperimentConfig, SamplerKind, Task
 from gnnbridge.core.contracts.interfaces import Backend, Sampler
 from gnnbridge.core.contracts.plugins import PluginError, get_backend, library_versions
 from gnnbridge.core.errors import TrainingDivergedError

@@ -1,0 +1,144 @@
+"""What each config key means: one line per key (``gnnbridge config show`` prints them as
+comments), and the JSON Schema of an experiment file (``gnnbridge config schema``) so editors
+validate and complete experiment YAML.
+
+The schema is pydantic's (``TypeAdapter(ExperimentConfig).json_schema()``: types, defaults,
+enums, straight from the dataclasses), completed with what only this package knows: each key's
+help line, the choices of keys checked in code, and that unknown keys are refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import yaml
+
+from gnnbridge.core.config import schema
+from gnnbridge.core.config.schema import ExperimentConfig
+
+# One line per key, shown by ``gnnbridge config show``; a test keeps it complete.
+KEY_HELP = {
+    "name": "the experiment's name (run folders are named after it)",
+    "description": "one line about the experiment",
+    "task": "node (a label per node) | graph (a label per graph) | link (edges of one type)",
+    "backend": "pyg | dgl | any installed backend plugin (gnnbridge backends)",
+    "nproc": "ranks on this machine (a torchrun / SLURM job sets it to its size)",
+    "device": "cpu | cuda | auto (cuda when available and the backend can use it)",
+    "timeout": "seconds any rank may wait on its peers before the job stops",
+    "max_restarts": "restarts of every rank after a failure, each continuing from latest.pt",
+    "dataset": "what to train on (gnnbridge experiments; README: Datasets)",
+    "dataset.name": "synthetic, karate, gin-synthetic, rec-synthetic, npz, reddit, ... (a dataset plugin)",
+    "dataset.path": "npz: the file; folder: the prepared folder",
+    "dataset.root": "downloaded datasets: where they live",
+    "dataset.options": "dataset-specific options, e.g. {num_nodes: 20000} for synthetic",
+    "dataset.reverse_edges": "heterogeneous graphs: add (dst, rev_<relation>, src) for every edge type",
+    "model": "the network, the same on every backend for the built-in architectures",
+    "model.arch": "sage | gcn | gat (node), gin (graph), a zoo or plugin model (gnnbridge models), or module:Class",
+    "model.hidden": "width of every hidden layer",
+    "model.layers": "message-passing layers (one fanout per layer)",
+    "model.dropout": "dropout between layers, 0 <= p < 1",
+    "model.aggr": "GraphSAGE neighbour aggregation",
+    "model.heads": "GAT attention heads (hidden must divide by heads)",
+    "model.pooling": "graph readout (GIN): sum | mean",
+    "model.options": "further keyword arguments of the model's builder, e.g. {jk: cat}",
+    "sampler": "which neighbours feed each seed (README: Samplers)",
+    "sampler.kind": "auto | native (the library's own) | core | a plugin's sampler (gnnbridge samplers)",
+    "sampler.fanouts": "neighbours per layer, counted from the seeds; -1: all of them",
+    "sampler.edge_fanouts": "heterogeneous graphs: {relation: [per layer]} overriding fanouts",
+    "train": "the optimisation (Adam)",
+    "train.epochs": "passes over the training seeds",
+    "train.batch_size": "seeds (nodes, graphs or edges) per batch per rank, at most",
+    "train.lr": "Adam's learning rate",
+    "train.weight_decay": "Adam's L2 penalty",
+    "train.seed": "every random stream is derived from it, per epoch and rank",
+    "train.checkpoint_every": "epochs between checkpoints/latest.pt (0: only after the last epoch)",
+    "train.patience": "early stopping: epochs without a better monitor value (0: off)",
+    "train.monitor": "the validation metric that picks best.pt (empty: val_acc, or val_roc_auc for links)",
+    "eval": "how the final scores are computed",
+    "eval.mode": "node tasks: layerwise (exact) | full (every neighbour) | sampled",
+    "eval.batch_size": "seeds per inference batch",
+    "eval.layer_store": "layer outputs, predict's logits: auto (on disk when they would not fit) | memory | disk",
+    "link": "link prediction (task: link)",
+    "link.edge_type": "the relation (or src,relation,dst) to predict; empty: the dataset's own",
+    "link.negatives": "training negatives per positive edge",
+    "link.eval_negatives": "fixed negatives per val/test edge, for MRR and Hits@K",
+    "link.hits_at": "K of Hits@K",
+    "link.val_fraction": "of the target edges held out for validation (when the dataset does not)",
+    "link.test_fraction": "of the target edges held out for testing (when the dataset does not)",
+    "placement": "where data lives and work runs on each rank (README: Placement and precision)",
+    "placement.features": "host | device: features and labels copied once to the rank's GPU",
+    "placement.topology": "host | device: the graph on the GPU, so the core sampler samples there",
+    "placement.prefetch": "batches sampled ahead in a background thread (0: off)",
+    "placement.precision": "fp32 | bf16 | fp16 (fp16 needs cuda)",
+    "placement.read_depth": "reads in flight per rank gathering a folder's mapped features (1-256)",
+    "placement.feature_cache": "RAM per machine (its ranks share it, in /dev/shm) for the most-sampled rows: "
+    "512MB, 2GB (0: off)",
+    "log": "where each epoch's numbers go besides results.json",
+    "log.to": "logger plugins, e.g. [tensorboard, csv] (gnnbridge loggers)",
+}
+
+
+def annotated_yaml(config: ExperimentConfig) -> str:
+    """``config`` as YAML with each key's line from :data:`KEY_HELP` as a comment."""
+    lines: list[str] = []
+    _annotate(config.to_dict(), "", 0, lines)
+    width = min(max(len(text) for text, _ in lines), 32)  # a long value does not push every comment right
+    return "\n".join(f"{text.ljust(width)}  # {note}" if note else text for text, note in lines) + "\n"
+
+
+def _annotate(data: dict, prefix: str, depth: int, lines: list) -> None:
+    for key, value in data.items():
+        dotted = f"{prefix}{key}"
+        note = KEY_HELP.get(dotted, "")
+        indent = "  " * depth
+        if isinstance(value, dict) and value and dotted.count(".") == 0 and dotted in _SECTIONS:
+            lines.append((f"{indent}{key}:", note))
+            _annotate(value, dotted + ".", depth + 1, lines)
+        else:
+            text = yaml.safe_dump({key: value}, default_flow_style=True, width=10**6).strip()
+            lines.append((f"{indent}{text.removeprefix('{').removesuffix('}')}", note))
+
+
+_SECTIONS = {f.name for f in dataclasses.fields(ExperimentConfig) if f.default_factory is not dataclasses.MISSING}
+
+
+# Keys whose values are checked in code against a fixed list (the dataclasses say only "string").
+CHOICES = {
+    "model.aggr": schema.AGGREGATIONS,
+    "model.pooling": schema.POOLINGS,
+    "eval.layer_store": schema.LAYER_STORES,
+    "placement.features": schema.PLACES,
+    "placement.topology": schema.PLACES,
+    "placement.precision": schema.PRECISIONS,
+}
+
+
+def json_schema() -> dict:
+    """The JSON Schema (draft 2020-12) of an experiment file, every key described by its help line."""
+    import pydantic  # imported here: only this command needs it
+
+    out = pydantic.TypeAdapter(ExperimentConfig).json_schema()
+    sections = {f.name: f.type for f in dataclasses.fields(ExperimentConfig) if f.name in _SECTIONS}
+    _describe(out, "")
+    for name, definition in out.get("$defs", {}).items():
+        prefix = next((f"{key}." for key, cls in sections.items() if cls == name), None)
+        if prefix is not None:
+            _describe(definition, prefix)
+    out.update({"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "gnnbridge experiment"})
+    return out
+
+
+def _describe(definition: dict, prefix: str) -> None:
+    definition["additionalProperties"] = False
+    for key, prop in definition.get("properties", {}).items():
+        dotted = f"{prefix}{key}"
+        prop.pop("title", None)
+        if dotted in KEY_HELP:
+            prop["description"] = KEY_HELP[dotted]
+        if dotted in CHOICES:
+            prop["enum"] = list(CHOICES[dotted])
+
+
+def schema_json() -> str:
+    return json.dumps(json_schema(), indent=2) + "\n"
