@@ -5,7 +5,7 @@ results = gnnbridge.run("sage-synthetic", backend="dgl", nproc=2)
 print(results["metrics"]["test_acc"])
 """
 
-from gnnbridge.core.contracts import plugins as _plugins
+from gnnbridge.core import plugins as _plugins
 from gnnbridge.core.contracts.hookspecs import hookimpl
 from gnnbridge.plugins import BUILTIN_PLUGINS, DEFAULT_BACKEND
 

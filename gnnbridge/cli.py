@@ -80,7 +80,7 @@ class PluginGroup(click.Group):
         return super().list_commands(ctx)
 
     def _add_plugin_commands(self) -> None:
-        from gnnbridge.core.contracts.plugins import extend_cli
+        from gnnbridge.core.plugins import extend_cli
 
         if not self.plugins_added:
             self.plugins_added = True
@@ -425,7 +425,7 @@ Examples:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def backends(as_json: bool) -> None:
     """List backends: available or not (and why), and their library versions."""
-    from gnnbridge.core.contracts.plugins import backends as registry
+    from gnnbridge.core.plugins import backends as registry
 
     rows = []
     for entry in registry.entries():
@@ -461,7 +461,7 @@ Examples:
 def plugins() -> None:
     """Loaded plugins (JSON): the distribution that installed each, its hooks, what it registered,
     and the plugins left out with why."""
-    from gnnbridge.core.contracts.plugins import plugin_info
+    from gnnbridge.core.plugins import plugin_info
 
     click.echo(json.dumps(plugin_info(), indent=2))
 
@@ -478,7 +478,7 @@ Examples:
 def models(as_json: bool) -> None:
     """Model architectures by task and backend (model.arch), and the plugin of each; models for
     heterogeneous graphs (and so task=link) list "hetero" among their tasks."""
-    from gnnbridge.core.contracts.plugins import models as registry
+    from gnnbridge.core.plugins import models as registry
 
     if not as_json:
         click.echo(f"{'ARCH':<14} {'TASKS':<22}{'BACKEND':<16} {'PLUGIN':<14} DESCRIPTION")
@@ -496,7 +496,7 @@ Examples:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def samplers(as_json: bool) -> None:
     """Neighbour samplers (sampler.kind) by backend; auto and native are each backend's own."""
-    from gnnbridge.core.contracts.plugins import samplers as registry
+    from gnnbridge.core.plugins import samplers as registry
 
     if not as_json:
         click.echo(f"{'KIND':<14} {'BACKEND':<16} {'PLUGIN':<14} DESCRIPTION")
@@ -538,7 +538,7 @@ Examples:
 )
 def experiments() -> None:
     """Built-in experiments with a one-line description."""
-    from gnnbridge.core.contracts.plugins import experiments as registry
+    from gnnbridge.core.plugins import experiments as registry
 
     for entry in registry.entries():
         click.echo(f"{entry.name:<18} {entry.description}")
@@ -694,7 +694,7 @@ Examples:
 )
 def loggers() -> None:
     """Logger plugins for log.to (e.g. --set log.to=[tensorboard,csv]), with their plugin."""
-    from gnnbridge.core.contracts.plugins import loggers as registry
+    from gnnbridge.core.plugins import loggers as registry
 
     for entry in registry.entries():
         click.echo(f"{entry.name:<14} {entry.description}  [plugin '{entry.plugin}']")

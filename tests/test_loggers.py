@@ -11,8 +11,8 @@ from test_checkpoints import gnnbridge as cli
 from test_checkpoints import ok, one_line
 
 import gnnbridge
-from gnnbridge.core.contracts.plugins import PluginError
 from gnnbridge.core.errors import ConfigError
+from gnnbridge.core.plugins import PluginError
 from gnnbridge.testing import registered_plugin
 
 SMALL = ["--quiet", "--set", "dataset.options.num_nodes=600", "--set", "train.batch_size=64"]

@@ -5,7 +5,7 @@ output contract fails them with that contract's words."""
 import pytest
 from torch import nn
 
-from gnnbridge.core.contracts.plugins import PluginError
+from gnnbridge.core.plugins import PluginError
 from gnnbridge.testing import registered_plugin
 from gnnbridge.testing.conformance import small_graph
 from gnnbridge.testing.plugins import ModelConformance, SamplerConformance

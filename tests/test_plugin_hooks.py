@@ -14,10 +14,10 @@ from torch import nn
 
 import gnnbridge
 from gnnbridge import hookimpl
-from gnnbridge.core import errors
+from gnnbridge.core import errors, plugins
 from gnnbridge.core.config import ModelSpec, Task
-from gnnbridge.core.contracts import plugins
 from gnnbridge.core.errors import ConfigError, GnnBridgeError
+from gnnbridge.core.plugins import manager
 from gnnbridge.core.records.batches import SampledSubgraph
 from gnnbridge.core.sampling.neighbors import NeighborSampler
 from gnnbridge.testing import registered_plugin
@@ -228,8 +228,8 @@ def test_a_plugin_that_fails_to_import_or_misnames_a_hook_is_left_out_with_a_war
         def register_modles(self, register):
             pass
 
-    plugins._load_one("ghost", "ghost_plugin_pkg", lambda: __import__("ghost_plugin_pkg"))
-    plugins._load_one("typo", "typo:Typo", Typo)
+    manager._load_one("ghost", "ghost_plugin_pkg", lambda: __import__("ghost_plugin_pkg"))
+    manager._load_one("typo", "typo:Typo", Typo)
     try:
         lines = capsys.readouterr().err.splitlines()
         assert lines == [
@@ -244,8 +244,8 @@ def test_a_plugin_that_fails_to_import_or_misnames_a_hook_is_left_out_with_a_war
         assert set(errors) == {"ghost", "typo"}
         assert plugins.pm.get_plugin("typo") is None and "sage" in plugins.models.names()
     finally:
-        plugins._failures.pop("ghost")
-        plugins._failures.pop("typo")
+        manager._failures.pop("ghost")
+        manager._failures.pop("typo")
 
 
 LAB_MODULE = """
@@ -342,7 +342,7 @@ def test_pyg_zoo_models_trim_per_hop_and_compute_what_untrimmed_ones_do(arch):
     sub = NeighborSampler(data.indptr, data.indices, [5, 3, 2]).sample(
         data.val_idx[:20], torch.Generator().manual_seed(0)
     )
-    graph = gnnbridge.core.contracts.plugins.backends.get("pyg").from_sampled(sub)
+    graph = gnnbridge.core.plugins.backends.get("pyg").from_sampled(sub)
     with torch.no_grad():
         trimmed = model(graph, data.x[sub.node])
         graph.num_sampled_nodes = graph.num_sampled_edges = None
@@ -559,17 +559,17 @@ def test_reserved_sampler_names_and_registries_used_during_import_are_refused(ca
         pytest.raises(plugins.PluginError, match="^Plugin 'native-again' registered sampler 'native', a name"),
     ):
         plugins.samplers.names()
-    loaded = plugins._loaded
-    plugins._loaded = False  # as on first use: the plugin below uses a registry while it is imported
+    loaded = manager._loaded
+    manager._loaded = False  # as on first use: the plugin below uses a registry while it is imported
     try:
         with pytest.raises(
             plugins.PluginError,
             match="^Plugin 'eager' uses gnnbridge's registries while it is "
             "imported; use them inside its hooks instead.$",
         ):
-            plugins._load_one("eager", "eager", plugins.backends.names)
+            manager._load_one("eager", "eager", plugins.backends.names)
     finally:
-        plugins._loaded = loaded
+        manager._loaded = loaded
 
 
 def test_zoo_options_reach_the_pyg_model():
@@ -910,7 +910,7 @@ def test_a_plugin_that_exits_at_import_or_in_a_hook_is_left_out_like_one_that_ra
     def load():
         raise stop
 
-    plugins._load_one("exits-on-import", "exits_pkg", load)
+    manager._load_one("exits-on-import", "exits_pkg", load)
     try:
         with registered_plugin(Exits(), "exits"):
             assert "sage" in plugins.models.names()  # everything else keeps working
@@ -921,7 +921,7 @@ def test_a_plugin_that_exits_at_import_or_in_a_hook_is_left_out_like_one_that_ra
         )
         assert lines[1].startswith(f"Warning: plugin 'exits' raised in register_models: {type(stop).__name__}")
     finally:
-        plugins._failures.pop("exits-on-import")
+        manager._failures.pop("exits-on-import")
 
 
 def test_what_a_plugin_prints_while_loading_never_reaches_the_commands_output(capsys, loud):
@@ -941,7 +941,7 @@ def test_what_a_plugin_prints_while_loading_never_reaches_the_commands_output(ca
         print("lab plugin: imported")
         return Chatty()
 
-    plugins._load_one("chatty-import", "chatty_pkg", load)
+    manager._load_one("chatty-import", "chatty_pkg", load)
     try:
         with registered_plugin(Chatty(), "chatty"):
             capsys.readouterr()
@@ -952,7 +952,7 @@ def test_what_a_plugin_prints_while_loading_never_reaches_the_commands_output(ca
             main(["config", "show", "karate-sage"])
             assert yaml.safe_load(capsys.readouterr().out)["model"]["arch"] == "sage"
     finally:
-        plugins._failures.pop("chatty-import", None)
+        manager._failures.pop("chatty-import", None)
         if plugins.pm.has_plugin("chatty-import"):
             plugins.pm.unregister(name="chatty-import")
             plugins.reset_registries()

@@ -14,7 +14,7 @@ from gnnbridge.core.contracts.interfaces import (
     GraphStore,
     Sampler,
 )
-from gnnbridge.core.contracts.plugins import downloads_allowed
+from gnnbridge.core.plugins import downloads_allowed
 from gnnbridge.core.records.batches import IndexedRows, MiniBatch, SampledSubgraph
 from gnnbridge.core.records.collection import GraphCollection, PackedGraphs, pack
 from gnnbridge.core.records.data import GraphData, random_split

@@ -58,7 +58,8 @@ def prepare(source: str, out: str | os.PathLike | None = None, dtype: str = "flo
         _check_file(path)
         target = Path(out) if out is not None else path.with_suffix("")
         return _into_new(target, dtype, progress, lambda folder: _stream_npz(path, folder), path)
-    from gnnbridge.core.contracts.plugins import datasets, unknown_name
+    from gnnbridge.core.errors import unknown_name
+    from gnnbridge.core.plugins import datasets
 
     if source not in datasets.names():  # one line listing the known names, with prepare's own fix
         raise unknown_name(

@@ -11,7 +11,8 @@ def registered_plugin(plugin: object, name: str) -> Iterator[object]:
 
     Registries are rebuilt on entry and exit, so names the plugin adds exist only inside.
     """
-    from gnnbridge.core.contracts import plugins
+    from gnnbridge.core import plugins
+    from gnnbridge.core.plugins import manager
 
     plugins.load_plugins()
     plugins.pm.register(plugin, name=name)
@@ -21,5 +22,5 @@ def registered_plugin(plugin: object, name: str) -> Iterator[object]:
     finally:
         if plugins.pm.is_registered(plugin):  # a plugin that failed was unregistered already
             plugins.pm.unregister(plugin)
-        plugins._failures.pop(name, None)
+        manager._failures.pop(name, None)
         plugins.reset_registries()

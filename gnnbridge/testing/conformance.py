@@ -22,9 +22,9 @@ import torch
 
 from gnnbridge.core.config import ModelSpec, SamplerKind, Task
 from gnnbridge.core.contracts.interfaces import Backend
-from gnnbridge.core.contracts.plugins import backends, models
 from gnnbridge.core.models.build import build_model
 from gnnbridge.core.models.gin import GIN
+from gnnbridge.core.plugins import backends, models
 from gnnbridge.core.records.batches import IndexedRows
 from gnnbridge.core.records.collection import GraphCollection, pack
 from gnnbridge.core.records.data import GraphData

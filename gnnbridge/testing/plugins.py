@@ -25,9 +25,9 @@ import pytest
 import torch
 
 from gnnbridge.core.config import ModelSpec, Task
-from gnnbridge.core.contracts.plugins import ANY_BACKEND, backends, models, samplers
 from gnnbridge.core.errors import ConfigError
 from gnnbridge.core.models.build import ModelCall, build_model, resolve
+from gnnbridge.core.plugins import ANY_BACKEND, backends, models, samplers
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.sampling.build import make_sampler
 from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS

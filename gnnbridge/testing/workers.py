@@ -34,8 +34,8 @@ def graph_batches_and_metrics(ctx: DistContext, backend_name: str, kind: str, da
     """Record the graph batches a rank's loader yields for two epochs, and the metrics of an
     untrained GIN evaluated over the val and test splits, to ``out/rank<r>.pt``."""
     from gnnbridge.core.config import ModelSpec, SamplerKind, Task
-    from gnnbridge.core.contracts.plugins import get_backend
     from gnnbridge.core.models.build import build_model
+    from gnnbridge.core.plugins import get_backend
     from gnnbridge.core.sampling.seeds import epoch_batches
     from gnnbridge.core.training.evaluation import GraphEvaluator
 
@@ -103,7 +103,7 @@ def layers_on_disk_and_dump(ctx: DistContext, data: GraphData, out: str) -> None
     """Layer-wise inference with every layer in a shared file (eval.layer_store=disk) on both
     backends; saves the logits and which layer files were mapped while they were written."""
     from gnnbridge.core.config import ModelSpec
-    from gnnbridge.core.contracts.plugins import backends
+    from gnnbridge.core.plugins import backends
     from gnnbridge.core.training.evaluation import LayerwiseEvaluator
     from gnnbridge.testing.conformance import build
 
@@ -122,7 +122,7 @@ def gather_rows_and_dump(ctx: DistContext, data: GraphData, out: str) -> None:
     """All-gathers rows laid out as layer-wise inference lays them out (padding on this rank's
     buffer) and unevenly, and runs layer-wise inference on both backends; saves what came back."""
     from gnnbridge.core.config import ModelSpec
-    from gnnbridge.core.contracts.plugins import backends
+    from gnnbridge.core.plugins import backends
     from gnnbridge.core.training.evaluation import LayerwiseEvaluator
     from gnnbridge.testing.conformance import build
 

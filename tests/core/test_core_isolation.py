@@ -16,7 +16,7 @@ for mod in pkgutil.walk_packages(core.__path__, 'gnnbridge.core.'):
 import torch
 from gnnbridge.core.sampling.neighbors import NeighborSampler
 from gnnbridge.core.config import from_dict
-from gnnbridge.core.contracts.plugins import backends
+from gnnbridge.core.plugins import backends
 from_dict({})
 for entry in backends.entries():
     print(entry.name, entry.value.availability() is None)

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from gnnbridge.core.config import LinkConfig, ModelSpec, Task, from_dict
-from gnnbridge.core.contracts.plugins import get_backend
 from gnnbridge.core.errors import ConfigError, DataError
 from gnnbridge.core.models.build import build_model, model_dims
 from gnnbridge.core.models.neutral import from_neutral, to_neutral
+from gnnbridge.core.plugins import get_backend
 from gnnbridge.core.records.hetero import HeteroGraphData, HeteroSource, homogeneous_source
 from gnnbridge.core.sampling.build import make_hetero_sampler
 from gnnbridge.core.sampling.hetero import HeteroNeighborSampler, LinkBatcher, typed_fanouts

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from gnnbridge.core.config import ModelSpec
-from gnnbridge.core.contracts.plugins import backends
+from gnnbridge.core.plugins import backends
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.training.evaluation import LayerwiseEvaluator
 from gnnbridge.testing.conformance import build, small_graph

@@ -104,7 +104,7 @@ def test_sampled_rows_stay_in_the_table_for_models_that_read_them_there(small_da
     from torch.nn.parallel import DistributedDataParallel
 
     from gnnbridge.core.config import ModelSpec
-    from gnnbridge.core.contracts.plugins import backends
+    from gnnbridge.core.plugins import backends
     from gnnbridge.core.records.batches import IndexedRows
     from gnnbridge.core.training.evaluation import indexed_rows
     from gnnbridge.testing.conformance import build

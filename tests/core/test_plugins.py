@@ -4,7 +4,7 @@ import sys
 import pytest
 
 from gnnbridge import hookimpl
-from gnnbridge.core.contracts import plugins
+from gnnbridge.core import plugins
 from gnnbridge.core.errors import UnknownNameError
 from gnnbridge.plugins.datasets import synthetic_graph
 from gnnbridge.testing import registered_plugin
@@ -55,7 +55,7 @@ def test_duplicate_names_are_refused(inline_plugin):
 
 
 def test_env_var_restricts_loaded_plugins():
-    code = "from gnnbridge.core.contracts import plugins; print(sorted(plugins.backends.names()))"
+    code = "from gnnbridge.core import plugins; print(sorted(plugins.backends.names()))"
     proc = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,

@@ -6,7 +6,7 @@ import torch
 import gnnbridge
 from gnnbridge import hookimpl
 from gnnbridge.backends.pyg.plugin import build_gnn
-from gnnbridge.core.contracts.plugins import PluginError
+from gnnbridge.core.plugins import PluginError
 from gnnbridge.core.training import checkpoint
 from gnnbridge.testing import registered_plugin
 

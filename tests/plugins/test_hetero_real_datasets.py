@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from gnnbridge.core.config import DatasetConfig
-from gnnbridge.core.contracts.plugins import datasets
 from gnnbridge.core.errors import BackendUnavailableError, ConfigError, DataError, DataFileNotFoundError
+from gnnbridge.core.plugins import datasets
 
 pytest.importorskip("torch_geometric", reason="the heterogeneous real datasets are read by torch_geometric")
 pytest.importorskip("pandas", reason="PyG's Taobao, MovieLens100K and OGB_MAG readers parse their files with pandas")

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from gnnbridge.core.config import DatasetConfig
-from gnnbridge.core.contracts.plugins import datasets
 from gnnbridge.core.errors import BackendUnavailableError, DataFileNotFoundError
+from gnnbridge.core.plugins import datasets
 
 N, F, C = 40, 6, 3
 

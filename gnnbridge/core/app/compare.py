@@ -45,11 +45,11 @@ from gnnbridge.core.app.rundir import (
 )
 from gnnbridge.core.config import ExperimentConfig, Task
 from gnnbridge.core.contracts.interfaces import GNNModel
-from gnnbridge.core.contracts.plugins import backends as backend_registry
 from gnnbridge.core.errors import ConfigError, RunInterrupted, signal_name
 from gnnbridge.core.models.gin import GIN
 from gnnbridge.core.models.hetero import HeteroSAGE
 from gnnbridge.core.models.neutral import from_neutral, to_neutral
+from gnnbridge.core.plugins import backends as backend_registry
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.runtime.launcher import interrupt_on_sigterm, launch
 from gnnbridge.core.training.trainer import Trainer

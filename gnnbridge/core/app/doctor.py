@@ -21,8 +21,8 @@ import torch
 
 from gnnbridge.core.app.preflight import check_before_start
 from gnnbridge.core.config import ExperimentConfig
-from gnnbridge.core.contracts.plugins import backends as backend_registry
 from gnnbridge.core.errors import DataError, GnnBridgeError
+from gnnbridge.core.plugins import backends as backend_registry
 from gnnbridge.core.records.folder import prepared_bytes
 from gnnbridge.core.runtime.host import available_memory, format_bytes, free_disk
 from gnnbridge.core.runtime.sharing import shm_dir

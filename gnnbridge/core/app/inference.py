@@ -23,7 +23,6 @@ from gnnbridge.core.app.preflight import load_dataset, preflight
 from gnnbridge.core.app.resolve import check_frozen, resolve_config
 from gnnbridge.core.app.rundir import output_error
 from gnnbridge.core.config import ExperimentConfig, Task
-from gnnbridge.core.contracts.plugins import no_code, no_downloads
 from gnnbridge.core.errors import (
     CheckpointError,
     ConfigError,
@@ -32,6 +31,7 @@ from gnnbridge.core.errors import (
     ResourceError,
     TrainingDivergedError,
 )
+from gnnbridge.core.plugins import no_code, no_downloads
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData, check_ids
 from gnnbridge.core.runtime.context import DistContext

@@ -33,10 +33,10 @@ from gnnbridge.core.app.rundir import (
     write_text_atomic,
 )
 from gnnbridge.core.config import ExperimentConfig
-from gnnbridge.core.contracts.plugins import library_versions, no_code, no_downloads
 from gnnbridge.core.errors import CheckpointError, ConfigError, DataFileNotFoundError
 from gnnbridge.core.models.build import build_model, model_dims
 from gnnbridge.core.models.neutral import from_neutral, port_optimizer, to_neutral
+from gnnbridge.core.plugins import library_versions, no_code, no_downloads
 from gnnbridge.core.training import checkpoint
 
 FROZEN_BUT_BACKEND = ("task", "model")  # what --set may not change: the weights are tied to them

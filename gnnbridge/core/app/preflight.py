@@ -17,10 +17,10 @@ import torch
 
 from gnnbridge.core.app.linkcache import folder_link_task
 from gnnbridge.core.config import DeviceChoice, EvalMode, ExperimentConfig, SamplerKind, Task
-from gnnbridge.core.contracts.plugins import PluginError, backends, blame, datasets, warn
 from gnnbridge.core.errors import BackendUnavailableError, ConfigError, DataError, ResourceError
 from gnnbridge.core.models.build import build_model, check_heterogeneous, count_parameters, injected_reads, model_dims
 from gnnbridge.core.models.build import resolve as resolve_model
+from gnnbridge.core.plugins import PluginError, backends, blame, datasets, warn
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData
 from gnnbridge.core.records.hetero import HeteroGraphData, HeteroSource, edge_name, find_edge_type, homogeneous_source

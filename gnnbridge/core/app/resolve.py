@@ -13,8 +13,8 @@ from pathlib import Path
 
 from gnnbridge.core import config as cfgmod
 from gnnbridge.core.config import ExperimentConfig
-from gnnbridge.core.contracts.plugins import default_backend, experiments
 from gnnbridge.core.errors import ConfigError
+from gnnbridge.core.plugins import default_backend, experiments
 
 DEFAULT_EXPERIMENT = "sage-synthetic"
 
@@ -90,7 +90,7 @@ def _dataset_section(dataset: str) -> dict:
 def _is_named(dataset: str) -> bool:
     """Whether ``dataset`` is a registered dataset's name (which wins over a folder of that name
     here, such as the one ``gnnbridge prepare NAME`` writes: that folder is ``./NAME``)."""
-    from gnnbridge.core.contracts.plugins import datasets
+    from gnnbridge.core.plugins import datasets
 
     return dataset in datasets.names()
 

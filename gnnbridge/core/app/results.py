@@ -19,7 +19,7 @@ import torch
 from gnnbridge.core import files
 from gnnbridge.core.app.plan import Plan
 from gnnbridge.core.app.rundir import RESULTS, keep_earlier_results, output_error, write_json_atomic
-from gnnbridge.core.contracts.plugins import library_versions
+from gnnbridge.core.plugins import library_versions
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.training.trainer import Trainer
 

@@ -291,7 +291,7 @@ class ExperimentConfig:
     name: str = "custom"
     description: str = ""
     task: Task = Task.NODE
-    backend: str = ""  # empty: the default backend the package registered (contracts.plugins)
+    backend: str = ""  # empty: the default backend the package registered (core.plugins)
     nproc: int = 1
     device: DeviceChoice = DeviceChoice.CPU
     timeout: float = DEFAULT_TIMEOUT_S  # seconds; see DEFAULT_TIMEOUT_S

@@ -38,8 +38,8 @@ import torch
 from torch import nn
 
 from gnnbridge.core.config import ModelSpec, Task
-from gnnbridge.core.contracts.plugins import PluginError, blame, code_allowed, is_plugin_fault, models, stdout_to_stderr
 from gnnbridge.core.errors import ConfigError
+from gnnbridge.core.plugins import PluginError, blame, code_allowed, is_plugin_fault, models, stdout_to_stderr
 
 INJECTED = ("hidden", "layers", "dropout", "aggr", "heads", "pooling")
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)

@@ -39,8 +39,8 @@ from typing import Any
 import torch.distributed as dist
 
 from gnnbridge.core.config import DEFAULT_TIMEOUT_S
-from gnnbridge.core.contracts.plugins import ENV_WARNED
 from gnnbridge.core.errors import ConfigError, RankFailedError, RunInterrupted, note_signal
+from gnnbridge.core.plugins import ENV_WARNED
 from gnnbridge.core.records.mapped import DEFER_VAR
 from gnnbridge.core.runtime.context import DistContext, resolve_device
 from gnnbridge.core.runtime.jobs import JobEnv, detect_job

@@ -23,8 +23,8 @@ import torch
 
 from gnnbridge.core.config import SamplerKind
 from gnnbridge.core.contracts.interfaces import Backend, GraphStore, Sampler
-from gnnbridge.core.contracts.plugins import PluginError, blame, is_builtin, samplers
 from gnnbridge.core.errors import BackendUnavailableError, ConfigError
+from gnnbridge.core.plugins import PluginError, blame, is_builtin, samplers
 from gnnbridge.core.records.batches import MiniBatch, SampledSubgraph
 from gnnbridge.core.records.hetero import HeteroGraphData
 from gnnbridge.core.sampling.adapters import CoreSampler

@@ -16,8 +16,8 @@ from typing import Any
 
 from gnnbridge.core import files
 from gnnbridge.core.config import ExperimentConfig
-from gnnbridge.core.contracts.plugins import PluginError, blame, loggers
 from gnnbridge.core.errors import ConfigError, OutputPathError
+from gnnbridge.core.plugins import PluginError, blame, loggers
 from gnnbridge.core.training.checkpoint import FOLDER
 
 SKIPPED = ("epoch", "phases_slowest_rank")  # the step itself, and a per-rank record of the phases

@@ -26,9 +26,9 @@ from tqdm import tqdm
 
 from gnnbridge.core.config import EvalMode, ExperimentConfig, SamplerKind, Task
 from gnnbridge.core.contracts.interfaces import Backend, Sampler
-from gnnbridge.core.contracts.plugins import PluginError, get_backend, library_versions
 from gnnbridge.core.errors import TrainingDivergedError
 from gnnbridge.core.models.build import ModelCall, build_model, model_dims
+from gnnbridge.core.plugins import PluginError, get_backend, library_versions
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData
 from gnnbridge.core.records.features import set_read_depth
