@@ -4,10 +4,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-fast lint format install bench bench-gin clean
+.PHONY: demo test test-fast lint format docs install bench bench-gin clean
 
 # Code checked and formatted by ruff (pyproject.toml [tool.ruff]); CI runs lint.
-LINTED := gnnbridge tests benchmarks examples
+LINTED := gnnbridge tests benchmarks examples docs/conf.py docs/_ext
 
 install: $(STAMP)
 
@@ -16,7 +16,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -c constraints.txt torch
-	$(PY) -m pip install -q -c constraints.txt -e '.[pyg,dgl,datasets,log,test,lint]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[pyg,dgl,datasets,log,test,lint,docs]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -41,6 +41,11 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix $(LINTED)
 	$(VENV)/bin/ruff format $(LINTED)
 
+# The documentation site (docs/, Sphinx): warnings are errors, so a broken link, reference or
+# docstring fails the build. Open docs/_build/html/index.html.
+docs: $(STAMP)
+	$(VENV)/bin/sphinx-build -W --keep-going -b html docs docs/_build/html
+
 bench: $(STAMP)
 	$(PY) benchmarks/compare.py
 
@@ -49,4 +54,4 @@ bench-gin: $(STAMP)
 	$(PY) benchmarks/compare_gin.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info docs/_build

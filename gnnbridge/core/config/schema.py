@@ -224,7 +224,7 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 
 @dataclass
 class PlacementConfig:
-    """Where data lives and work runs on each rank (see the README's "Placement and precision")."""
+    """Where data lives and work runs on each rank (see docs/performance.md, "Placement and precision")."""
 
     features: str = "host"  # device: x and y copied once to the rank's device; batches gather there
     topology: str = "host"  # device: the CSC arrays on the device, so the core sampler samples there

@@ -18,7 +18,7 @@ NODE_PTR = "node_ptr"  # present: the file is a collection of graphs (graph clas
 NPZ_ARRAYS = {**NPZ_REQUIRED, NODE_PTR: (np.int64, 1), **{k: (np.int64, 1) for k in NPZ_SPLITS}}
 
 # The heterogeneous format: every key is KIND__TYPE (node arrays) or KIND__SRC__RELATION__DST
-# (edge arrays); see the README's "Heterogeneous graphs".
+# (edge arrays); see docs/datasets.md (the heterogeneous `.npz`).
 HETERO_NODE_KEYS = {
     "x": (np.float32, 2),
     "num_nodes": (np.int64, 1),
