@@ -10,7 +10,6 @@ included), so it compares with a hand-written loop; evaluation time is reported 
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import random
 import sys
@@ -37,7 +36,7 @@ from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.sampling.build import make_hetero_sampler, make_sampler
 from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS
 from gnnbridge.core.sampling.seeds import derived_seed, epoch_batches
-from gnnbridge.core.training import checkpoint
+from gnnbridge.core.training import checkpoint, optim
 from gnnbridge.core.training.checkpoint import load_model_state
 from gnnbridge.core.training.dry import dry_step
 from gnnbridge.core.training.evaluation import (
@@ -95,9 +94,8 @@ class Trainer:
             load_model_state(self.model, resume, resume.get("path", "checkpoint"))
         self.model.to(ctx.device)
         # Built after the move: a loaded optimizer state follows its parameters' device.
-        self.optimizer = torch.optim.Adam(
-            self.model.parameters(), lr=config.train.lr, weight_decay=config.train.weight_decay
-        )
+        self.optimizer = optim.build_optimizer(self.model.parameters(), config.train)
+        self.schedule = optim.build_schedule(self.optimizer, config.train)  # stepped once per epoch
         self.scaler = grad_scaler(config.placement.precision, ctx.device)
         self.state = TrainState()
         self.best_weights: dict | None = None  # a CPU copy of the best epoch's weights
@@ -123,13 +121,9 @@ class Trainer:
         return self.state.history
 
     def _restore(self, state: dict) -> None:
-        """Continue from a checkpoint (weights already loaded): optimizer moments and the
-        monitor's memory. The learning rate and weight decay follow the (possibly changed) config."""
-        # A copy: load_state_dict keeps tensors that already fit, and spawned ranks receive the
-        # checkpoint in shared memory, so without it every rank would step the same Adam moments.
-        self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
-        for group in self.optimizer.param_groups:
-            group.update(lr=self.config.train.lr, weight_decay=self.config.train.weight_decay)
+        """Continue from a checkpoint (weights already loaded): optimizer moments, the learning-rate
+        schedule and the monitor's memory (see :func:`optim.restore`)."""
+        self.schedule = optim.restore(self.optimizer, self.config.train, state, state["config"].get("train", {}))
         self.state = TrainState.from_checkpoint(state)
         # The best epoch's weights, from best.pt. They are missing only when latest.pt is older
         # than best.pt's epoch and an earlier best was overwritten; the replayed epochs then
@@ -177,6 +171,8 @@ class Trainer:
             if state.should_stop(cfg.patience):
                 break
             stats = self.train_epoch(epoch)
+            if self.schedule is not None:
+                self.schedule.step()
             t0 = time.perf_counter()
             try:
                 stats.update(validator.evaluate(self.model, ("val",)))
@@ -272,6 +268,7 @@ class Trainer:
             "epoch": epoch,
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.schedule.state_dict() if self.schedule is not None else None,
             "rng": checkpoint.rng_states(),
             "monitor": self.state.monitor_state(),
             "history": self.state.history,
@@ -286,6 +283,7 @@ class Trainer:
     def train_epoch(self, epoch: int) -> dict:
         cfg, ctx, data = self.config, self.ctx, self.data
         batches = self._epoch_seeds(epoch)
+        lr = optim.current_lr(self.optimizer)  # this epoch's, before the schedule steps
         if not self.shard_fingerprint:
             self.shard_fingerprint = _fingerprint(batches)
         self.ddp.train()
@@ -330,6 +328,7 @@ class Trainer:
             "epoch": epoch,
             "loss": float(loss_sum) / max(1, counts.total),
             "train_acc": counts.accuracy(),
+            "lr": lr,
             "epoch_time_s": epoch_time,
             "batches": len(batches),
             "phases": seconds,
