@@ -1,8 +1,10 @@
-"""The DDP training loop, identical for every backend.
+"""The DDP training loop, identical for every backend: its one job is the epochs.
 
-Per rank: build the backend's store, sampler and model; seed torch *before* building the model
-so every rank starts from the same weights (DDP broadcasts rank 0's anyway, but identical seeds
-also make dropout masks and the core sampler reproducible per rank); then, each epoch, take
+Per rank: the run's parts are assembled by :mod:`.assembly` (torch is seeded *before* the model
+is built, so every rank starts from the same weights: DDP broadcasts rank 0's anyway, but
+identical seeds also make dropout masks and the core sampler reproducible per rank); the
+optimizer and schedule come from :mod:`.optim`, when to checkpoint and the best weights from
+:mod:`.checkpointing`. Then, each epoch, take
 this rank's equal-count share of the training seeds, step, and reduce loss and accuracy as
 sums of counts. ``epoch_time_s`` is the training pass alone (sampling, gathering and transfer
 included), so it compares with a hand-written loop; evaluation time is reported separately.
@@ -24,18 +26,18 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from gnnbridge.core.contracts.config import ExperimentConfig
-from gnnbridge.core.contracts.plugins import PluginError, library_versions
+from gnnbridge.core.contracts.plugins import PluginError
 from gnnbridge.core.errors import TrainingDivergedError
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData
 from gnnbridge.core.records.hetero import HeteroGraphData
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.sampling.seeds import derived_seed, epoch_batches
-from gnnbridge.core.training import checkpoint, optim
+from gnnbridge.core.training import optim
 from gnnbridge.core.training.assembly import RunParts
+from gnnbridge.core.training.checkpointing import Checkpointing
 from gnnbridge.core.training.dry import dry_step
 from gnnbridge.core.training.evaluation import (
-    Evaluator,
     step_outputs,
 )
 from gnnbridge.core.training.loggers import RunLoggers
@@ -74,7 +76,6 @@ class Trainer(RunParts):
         self.schedule = optim.build_schedule(self.optimizer, config.train)  # stepped once per epoch
         self.scaler = grad_scaler(config.placement.precision, ctx.device)
         self.state = TrainState()
-        self.best_weights: dict | None = None  # a CPU copy of the best epoch's weights
         if resume is not None:
             self._restore(resume)
         device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
@@ -86,9 +87,10 @@ class Trainer(RunParts):
             if ctx.distributed
             else self.model
         )
-        self.checkpoints = Path(run_dir) if run_dir and ctx.is_main else None
+        folder = Path(run_dir) if run_dir and ctx.is_main else None
+        self.checkpointing = Checkpointing(folder, resume)  # when checkpoints are written, the best weights
         # log.to's plugins, on rank 0; a resumed run first sends them the epochs they missed
-        self.loggers = RunLoggers(config, self.checkpoints, resume)
+        self.loggers = RunLoggers(config, folder, resume)
         self.shard_fingerprint: dict = {}  # this rank's first-epoch training items (see _fingerprint)
         self._grads_checked = False
 
@@ -98,13 +100,10 @@ class Trainer(RunParts):
 
     def _restore(self, state: dict) -> None:
         """Continue from a checkpoint (weights already loaded): optimizer moments, the learning-rate
-        schedule and the monitor's memory (see :func:`optim.restore`)."""
+        schedule (see :func:`optim.restore`) and the monitor's memory; the best weights are
+        :class:`Checkpointing`'s."""
         self.schedule = optim.restore(self.optimizer, self.config.train, state, state["config"].get("train", {}))
         self.state = TrainState.from_checkpoint(state)
-        # The best epoch's weights, from best.pt. They are missing only when latest.pt is older
-        # than best.pt's epoch and an earlier best was overwritten; the replayed epochs then
-        # find that best again, or the results say best metrics are unknown.
-        self.best_weights = state.get("best_model")
 
     # ------------------------------------------------------------------ training
 
@@ -139,11 +138,11 @@ class Trainer(RunParts):
             stats["phases"]["eval"] = stats["eval_time_s"]
             improved = state.record(stats, cfg.monitor)
             if improved:
-                self.best_weights = _cpu_copy(self.model.state_dict())
+                self.checkpointing.remember_best(self.model)
             self._log(stats)
             self.loggers.epoch(stats)
             last = epoch == cfg.epochs - 1 or state.should_stop(cfg.patience)
-            self._checkpoint(epoch, improved, last)
+            self.checkpointing.after_epoch(self, epoch, improved, last)
         t0 = time.perf_counter()
         final_evaluator = self._final_evaluator()
         final = final_evaluator.evaluate(self.model, ("train", "val", "test"))
@@ -151,7 +150,10 @@ class Trainer(RunParts):
             "metrics": final,
             "history": state.history,
             "final_eval_time_s": time.perf_counter() - t0,
-            "best": {**state.best_summary(cfg.monitor), "metrics": self._best_metrics(final_evaluator, final)},
+            "best": {
+                **state.best_summary(cfg.monitor),
+                "metrics": self.checkpointing.best_metrics(self, final_evaluator, final),
+            },
             "early_stopping": state.stopping_summary(cfg.patience),
             "epochs_trained": len(state.history),
             "eval": self.eval_summary(),
@@ -183,59 +185,6 @@ class Trainer(RunParts):
         hits, rows = self.ctx.all_reduce_sum(counts).tolist()
         self.cache_counts = [self.cache_counts[0] + hits, self.cache_counts[1] + rows]
         return {"feature_cache_hit_rate": hits / rows if rows else 0.0}
-
-    def _best_metrics(self, evaluator: Evaluator, final: dict) -> dict | None:
-        """Every split's metrics for the best epoch's weights (the model a user should keep);
-        None in the one case they are gone (see :meth:`_restore`)."""
-        if self.state.best_epoch is None or self.state.best_epoch == self.state.history[-1]["epoch"]:
-            return final
-        if self.best_weights is None:
-            return None
-        current = _cpu_copy(self.model.state_dict())
-        self.model.load_state_dict(self.best_weights)
-        try:
-            return evaluator.evaluate(self.model, ("train", "val", "test"))
-        finally:
-            self.model.load_state_dict(current)
-
-    def _checkpoint(self, epoch: int, improved: bool, last: bool) -> None:
-        """Rank 0 writes latest (every ``checkpoint_every`` epochs and after the last) and best
-        (when the monitor improved); the others wait, so nobody runs ahead of a checkpoint."""
-        every = self.config.train.checkpoint_every
-        write_latest = last or (every > 0 and (epoch + 1) % every == 0)
-        if not (write_latest or improved):
-            return
-        if self.checkpoints is not None:
-            payload = self._payload(epoch)
-            latest, best = (
-                checkpoint.path_in(self.checkpoints, checkpoint.LATEST),
-                checkpoint.path_in(self.checkpoints, checkpoint.BEST),
-            )
-            if write_latest:
-                checkpoint.save(latest, payload)
-                self.loggers.commit()  # what a resume would train again is never logged twice
-            if improved:
-                checkpoint.copy(latest, best) if write_latest else checkpoint.save(best, payload)
-        self.ctx.barrier()
-
-    def _payload(self, epoch: int) -> dict:
-        return {
-            "format": checkpoint.FORMAT,
-            "version": checkpoint.VERSION,
-            "epoch": epoch,
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.schedule.state_dict() if self.schedule is not None else None,
-            "rng": checkpoint.rng_states(),
-            "monitor": self.state.monitor_state(),
-            "history": self.state.history,
-            "restarts": self.state.restarts,
-            "config": self.config.to_dict(),
-            "versions": library_versions(self.config.backend),
-            "world_size": self.ctx.world_size,
-            "data": self.data.summary(),
-            "logged": dict(self.loggers.logged),
-        }
 
     def train_epoch(self, epoch: int) -> dict:
         cfg, ctx, data = self.config, self.ctx, self.data
@@ -431,7 +380,3 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)  # CPU and every CUDA device
     random.seed(seed)
     np.random.seed(seed)
-
-
-def _cpu_copy(state: dict) -> dict:
-    return {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
