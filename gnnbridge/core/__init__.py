@@ -4,7 +4,8 @@ above it, and nothing in core imports ``torch_geometric``, ``dgl``, ``gnnbridge.
 enforces both)::
 
     app/        resolve -> preflight -> run folder -> launch -> results; evaluate, predict
-    training/   the DDP loop, evaluators, metrics, checkpoints, training state
+    inference/  a trained model scored without an optimizer, DDP or loggers (evaluate, predict)
+    training/   a run's parts, the DDP loop, evaluators, metrics, checkpoints, training state
     runtime/    launching on torch.distributed.elastic, rank setup, watchdog, node-shared data
     sampling/   seed sharding, the core neighbour sampler, sampler adapters
     models/     model parts core owns for every backend (GIN's MLPs, GCN normalisation)
@@ -19,7 +20,7 @@ enforces both)::
                 overwriting, the run-folder lock
 
 ``runtime``, ``sampling`` and ``models`` stand side by side on ``plugins``, which stands on
-``contracts`` (and ``tasks`` beside it); ``files`` and ``config`` stand beside ``records``, on ``compiled`` and
-``errors``. ``interfaces.py``
-re-exports what plugins import and is imported by nothing in core.
+``contracts`` (``tasks`` beside it); ``files`` and ``config`` stand beside ``records``, on
+``compiled`` and ``errors``; ``inference`` stands on ``training``. ``interfaces.py`` re-exports
+what plugins import and is imported by nothing in core.
 """

@@ -76,6 +76,22 @@ def test_a_ported_run_resumes_with_its_optimizer_as_if_it_had_never_moved(tmp_pa
     np.testing.assert_allclose([h["loss"] for h in here["history"]], [h["loss"] for h in there["history"]], rtol=1e-4)
 
 
+def test_a_ported_sgd_run_moves_its_momentum_and_schedule(tmp_path):
+    """SGD's momentum buffers move by neutral name as Adam's moments do, the schedule's state with them."""
+    sgd = ["train.optimizer=sgd", "train.momentum=0.9", "train.lr=0.05", "train.schedule=step", "train.step_size=1"]
+    overrides = [*NODE, "sampler.kind=core", "model.dropout=0", *sgd, "train.gamma=0.5"]
+    gnnbridge.run("sage-synthetic", backend="dgl", nproc=1, overrides=overrides, out=tmp_path / "run", progress=False)
+    gnnbridge.port(tmp_path / "run", "pyg", tmp_path / "moved")
+    moved = checkpoint.load(checkpoint.path_in(tmp_path / "moved", "latest"))
+    assert moved["scheduler"]["last_epoch"] == 2
+    assert all("momentum_buffer" in s for s in moved["optimizer"]["state"].values())
+    extend = ["train.epochs=4"]
+    there = gnnbridge.run(resume=tmp_path / "run", overrides=extend, progress=False)
+    here = gnnbridge.run(resume=tmp_path / "moved", overrides=extend, progress=False)
+    assert [h["lr"] for h in here["history"]] == [h["lr"] for h in there["history"]]
+    np.testing.assert_allclose([h["loss"] for h in here["history"]], [h["loss"] for h in there["history"]], rtol=1e-4)
+
+
 def test_what_cannot_be_ported_is_one_line_and_writes_nothing(tmp_path, trained, refused):
     gnnbridge.run(overrides=["model.arch=GraphSAGE", *NODE], backend="pyg", out=tmp_path / "zoo", progress=False)
     gat = str(trained["gat"])

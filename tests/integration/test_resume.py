@@ -169,6 +169,44 @@ def test_a_failed_job_keeps_its_checkpoint_and_says_how_to_resume(tmp_path, unin
     assert_same_run(tmp_path / "run", uninterrupted["pyg"])
 
 
+SCHEDULED = [
+    *("--set", "train.optimizer=sgd", "--set", "train.momentum=0.9", "--set", "train.lr=0.05"),
+    *("--set", "train.schedule=cosine", "--set", "train.warmup_epochs=1", "--set", "train.epochs=4"),
+]
+
+
+def test_a_killed_run_with_a_schedule_resumes_to_identical_results_and_learning_rates(tmp_path):
+    """SGD with momentum, warm-up then cosine: the schedule's state is checkpointed with the
+    optimizer's, so the resumed epochs train at the rates (and reach the losses) of the run
+    that never stopped."""
+    ok(gnnbridge("train", "--backend", "pyg", *SMALL, *SCHEDULED, "--out", "full", cwd=tmp_path))
+    proc = subprocess.run(
+        [sys.executable, "-m", "gnnbridge", "train", "--backend", "pyg", *SMALL, *SCHEDULED, "--out", "run"],
+        check=False,
+        cwd=tmp_path,
+        env=hooked_env(tmp_path, PREEMPT),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        start_new_session=True,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    saved = checkpoint.load(checkpoint.path_in(tmp_path / "run", "latest"))
+    assert saved["epoch"] == 1 and saved["scheduler"]["last_epoch"] == 2
+    ok(gnnbridge("train", "--resume", "run", "--quiet", cwd=tmp_path))
+    assert_same_run(tmp_path / "run", tmp_path / "full")
+    rates = [h["lr"] for h in results(tmp_path / "run")["history"]]
+    assert rates == [h["lr"] for h in results(tmp_path / "full")["history"]]
+    assert rates[0] == 0.025 and rates[1] == 0.05 and rates[1] > rates[2] > rates[3]
+
+
+def test_resume_keeps_the_optimizer(tmp_path, uninterrupted):
+    one_line(
+        gnnbridge("train", "--resume", str(uninterrupted["pyg"]), "--set", "train.optimizer=sgd", cwd=tmp_path),
+        "train.optimizer='sgd' differs from the checkpoint's 'adam', but --resume keeps",
+    )
+
+
 @pytest.mark.parametrize("name, args", [("dgl", ["--backend", "dgl", *SMALL]), ("gin", ["--backend", "pyg", *GIN])])
 def test_a_finished_run_extended_equals_the_longer_run(tmp_path, uninterrupted, name, args):
     ok(gnnbridge("train", *args, "--nproc", "2", "--set", "train.epochs=2", "--out", "run", cwd=tmp_path))

@@ -30,6 +30,7 @@ from gnnbridge.core.errors import (
     ResourceError,
     TrainingDivergedError,
 )
+from gnnbridge.core.inference.scorer import Scorer
 from gnnbridge.core.plugins import no_code, no_downloads
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData, check_ids
@@ -37,7 +38,6 @@ from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.runtime.host import available_memory, format_bytes
 from gnnbridge.core.runtime.launcher import interrupt_on_sigterm, launch
 from gnnbridge.core.training import checkpoint
-from gnnbridge.core.training.trainer import Trainer
 
 # What a checkpoint's weights are tied to: neither can change when they are used.
 INFERENCE_FROZEN = ("task", "backend", "model")
@@ -264,14 +264,13 @@ def _describe(path: Path, state: dict, config: ExperimentConfig) -> dict:
 
 def _evaluate_worker(ctx: DistContext, config: ExperimentConfig, data, state: dict) -> dict:
     """``{"metrics", "eval"}``: the scores, and how they were computed (as in ``results.json``)."""
-    trainer = Trainer(config, data, ctx, show_progress=False, resume=state)
-    return {"metrics": trainer.evaluate(), "eval": trainer.eval_summary()}
+    return Scorer(config, data, ctx, state).evaluate()
 
 
 def _predict_worker(ctx: DistContext, config: ExperimentConfig, data, state: dict, request: dict | None) -> dict:
-    trainer = Trainer(config, data, ctx, show_progress=False, resume=state)
+    scorer = Scorer(config, data, ctx, state)
     if request is None:
-        logits = trainer.predict().float()  # float32 already (maybe mapped from disk): not copied
+        logits = scorer.predict().float()  # float32 already (maybe mapped from disk): not copied
         n, classes = logits.shape
         return {
             "logits": logits,
@@ -282,10 +281,10 @@ def _predict_worker(ctx: DistContext, config: ExperimentConfig, data, state: dic
             "val_idx": data.val_idx,
             "test_idx": data.test_idx,
         }
-    links = trainer.link_scorer()
+    links = scorer.link_scorer()
     if "pairs" in request:
         src, dst = request["pairs"]
-        scores = links.score_pairs(trainer.model, src, dst).float()
+        scores = links.score_pairs(scorer.model, src, dst).float()
         return {"src": src, "dst": dst, "scores": scores, "probs": torch.sigmoid(scores)}
-    top, scores = links.top_k(trainer.model, request["top_k"], data.known_pairs())
+    top, scores = links.top_k(scorer.model, request["top_k"], data.known_pairs())
     return {"src": torch.arange(top.shape[0]), "top_dst": top, "top_scores": scores.float()}

@@ -25,9 +25,10 @@ from gnnbridge.core.training import checkpoint
 from gnnbridge.core.training.state import TrainState
 
 # Keys a resumed run keeps from its checkpoint: they decide the weights' shapes, the data the
-# epochs replay on, and what "best" means. Everything else (epochs, patience, nproc, device,
-# eval, lr ...) may change when a run continues.
-RESUME_FROZEN = ("task", "backend", "dataset", "model", "train.monitor")
+# epochs replay on, what "best" means, and the optimizer (whose state the checkpoint holds).
+# Everything else (epochs, patience, nproc, device, eval, lr, the schedule ...) may change when a
+# run continues.
+RESUME_FROZEN = ("task", "backend", "dataset", "model", "train.monitor", "train.optimizer")
 # Where the data lies, not what it is: a dataset that moved is pointed at (as for evaluate,
 # predict and port), and checked to be the one trained on (:meth:`Plan.check_same_data`).
 DATA_LOCATION = ("dataset.path", "dataset.root")

@@ -14,7 +14,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from gnnbridge.core.config.values import parse_size, plain, positive, show
+from gnnbridge.core.config.values import choice, parse_size, plain, positive, show
 from gnnbridge.core.errors import ConfigError, did_you_mean
 
 
@@ -162,6 +162,13 @@ class TrainConfig:
     batch_size: int = 512
     lr: float = 0.01
     weight_decay: float = 0.0
+    optimizer: str = "adam"  # adam | adamw | sgd (see core/training/optim.py)
+    momentum: float = 0.0  # sgd only
+    schedule: str = "none"  # the learning rate per epoch: none | cosine | step
+    warmup_epochs: int = 0  # epochs of linear warm-up to train.lr before the schedule (any schedule)
+    step_size: int = 10  # step: epochs between decays
+    gamma: float = 0.1  # step: the factor of each decay
+    min_lr: float = 0.0  # cosine: the learning rate it anneals to
     seed: int = 0
     checkpoint_every: int = 1  # epochs between checkpoints/latest.pt; 0: only after the last epoch
     patience: int = 0  # stop after this many epochs without a better monitor value; 0: never
@@ -184,6 +191,33 @@ class TrainConfig:
             raise ConfigError(f"train.lr={self.lr} must be > 0, e.g. 0.01.")
         if self.weight_decay < 0:
             raise ConfigError(f"train.weight_decay={self.weight_decay} must be >= 0.")
+        self._check_optimizer()
+        self._check_schedule()
+
+    def _check_optimizer(self) -> None:
+        choice("train.optimizer", self.optimizer, OPTIMIZERS, "an optimizer")
+        if self.momentum < 0 or self.momentum >= 1:
+            raise ConfigError(f"train.momentum={self.momentum} is out of range; expected 0 <= momentum < 1, e.g. 0.9.")
+        if self.momentum and self.optimizer != "sgd":
+            raise ConfigError(
+                f"train.momentum={self.momentum} applies to train.optimizer=sgd only, but it is "
+                f"{show(self.optimizer)}; drop train.momentum or set train.optimizer=sgd."
+            )
+
+    def _check_schedule(self) -> None:
+        choice("train.schedule", self.schedule, SCHEDULES, "a learning-rate schedule")
+        if self.warmup_epochs < 0:
+            raise ConfigError(f"train.warmup_epochs={self.warmup_epochs} must be >= 0 (0: no warm-up).")
+        if self.warmup_epochs >= self.epochs and self.warmup_epochs:
+            raise ConfigError(
+                f"train.warmup_epochs={self.warmup_epochs} must be less than train.epochs={self.epochs}, "
+                "or the warm-up never ends."
+            )
+        positive("train.step_size", self.step_size)
+        if not 0 < self.gamma <= 1:
+            raise ConfigError(f"train.gamma={self.gamma} is out of range; expected 0 < gamma <= 1, e.g. 0.1.")
+        if not 0 <= self.min_lr < self.lr:
+            raise ConfigError(f"train.min_lr={self.min_lr} is out of range; expected 0 <= min_lr < train.lr={self.lr}.")
 
 
 @dataclass
@@ -219,6 +253,8 @@ class LogConfig:
 
 PLACES = ("host", "device")
 LAYER_STORES = ("auto", "memory", "disk")  # see core/training/layerstore.py
+OPTIMIZERS = ("adam", "adamw", "sgd")  # see core/training/optim.py
+SCHEDULES = ("none", "cosine", "step")
 PRECISIONS = ("fp32", "bf16", "fp16")
 
 

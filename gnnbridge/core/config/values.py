@@ -8,7 +8,7 @@ import math
 import re
 from typing import Any
 
-from gnnbridge.core.errors import ConfigError
+from gnnbridge.core.errors import ConfigError, did_you_mean
 
 MAX_INT = 2**63 - 1  # what torch and numpy can hold
 
@@ -16,6 +16,14 @@ MAX_INT = 2**63 - 1  # what torch and numpy can hold
 def positive(key: str, value: int) -> None:
     if value <= 0:
         raise ConfigError(f"{key}={value} must be a positive integer.")
+
+
+def choice(key: str, value: Any, choices: tuple[str, ...], what: str) -> None:
+    """Refuse ``value`` unless it is one of ``choices``, naming them and the nearest."""
+    if value not in choices:
+        raise ConfigError(
+            f"{key}={show(value)} is not {what}{did_you_mean(value, choices)}; choose one of: {', '.join(choices)}."
+        )
 
 
 def plain(obj: Any) -> Any:

@@ -7,9 +7,11 @@ A model that can be moved names each of its parameters with ``neutral_parameters
 core-owned modules, where their names are already the same everywhere. A model that covers
 only part of its state would be moved half-way, so it is refused whole, in one line.
 
-Adam's moments move with the weights: an optimizer's state is keyed by the position of each
-parameter in ``model.parameters()``, which differs between libraries; the neutral name of the
-parameter at each position turns one order into the other, so a ported run resumes exactly.
+The optimizer's per-parameter state moves with the weights (Adam's and AdamW's moments, SGD's
+momentum buffers: whatever torch keeps per parameter): an optimizer's state is keyed by the
+position of each parameter in ``model.parameters()``, which differs between libraries; the
+neutral name of the parameter at each position turns one order into the other, so a ported run
+resumes exactly. A learning-rate schedule's state names no parameter and moves unchanged.
 """
 
 from __future__ import annotations

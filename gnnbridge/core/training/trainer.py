@@ -1,8 +1,10 @@
-"""The DDP training loop, identical for every backend.
+"""The DDP training loop, identical for every backend: its one job is the epochs.
 
-Per rank: build the backend's store, sampler and model; seed torch *before* building the model
-so every rank starts from the same weights (DDP broadcasts rank 0's anyway, but identical seeds
-also make dropout masks and the core sampler reproducible per rank); then, each epoch, take
+Per rank: the run's parts are assembled by :mod:`.assembly` (torch is seeded *before* the model
+is built, so every rank starts from the same weights: DDP broadcasts rank 0's anyway, but
+identical seeds also make dropout masks and the core sampler reproducible per rank); the
+optimizer and schedule come from :mod:`.optim`, when to checkpoint and the best weights from
+:mod:`.checkpointing`. Then, each epoch, take
 this rank's equal-count share of the training seeds, step, and reduce loss and accuracy as
 sums of counts. ``epoch_time_s`` is the training pass alone (sampling, gathering and transfer
 included), so it compares with a hand-written loop; evaluation time is reported separately.
@@ -10,7 +12,6 @@ included), so it compares with a hand-written loop; evaluation time is reported 
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import random
 import sys
@@ -24,39 +25,29 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from gnnbridge.core.config import EvalMode, ExperimentConfig, SamplerKind, Task
-from gnnbridge.core.contracts.interfaces import Backend, Sampler
+from gnnbridge.core.config import ExperimentConfig
 from gnnbridge.core.errors import DIVERGED, TrainingDivergedError
-from gnnbridge.core.models.build import ModelCall, build_model, model_dims
-from gnnbridge.core.plugins import PluginError, get_backend, library_versions
+from gnnbridge.core.plugins import PluginError
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData
-from gnnbridge.core.records.features import set_read_depth
 from gnnbridge.core.records.hetero import HeteroGraphData
 from gnnbridge.core.runtime.context import DistContext
-from gnnbridge.core.sampling.build import make_hetero_sampler, make_sampler
-from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS
 from gnnbridge.core.sampling.seeds import derived_seed, epoch_batches
-from gnnbridge.core.training import checkpoint
-from gnnbridge.core.training.checkpoint import load_model_state
+from gnnbridge.core.training import optim
+from gnnbridge.core.training.assembly import RunParts
+from gnnbridge.core.training.checkpointing import Checkpointing
 from gnnbridge.core.training.dry import dry_step
 from gnnbridge.core.training.evaluation import (
-    Evaluator,
-    GraphEvaluator,
-    LayerwiseEvaluator,
-    LinkEvaluator,
-    SampledEvaluator,
     step_outputs,
-    supports_layerwise,
 )
 from gnnbridge.core.training.loggers import RunLoggers
 from gnnbridge.core.training.metrics import ConfusionCounts
 from gnnbridge.core.training.phases import NO_PHASES, PhaseTimer, slowest_rank
-from gnnbridge.core.training.placement import autocast, feature_caches, grad_scaler, place, prefetched
+from gnnbridge.core.training.placement import autocast, grad_scaler, prefetched
 from gnnbridge.core.training.state import TrainState
 
 
-class Trainer:
+class Trainer(RunParts):
     """One loop for both tasks: a node task's batches are seed nodes and their sampled
     neighbourhoods, a graph task's are graph ids and those whole graphs. Either way a
     :class:`MiniBatch` names the rows of ``x`` to gather and of ``y`` to predict."""
@@ -72,33 +63,17 @@ class Trainer:
     ):
         """``run_dir``: where rank 0 writes checkpoints (None: nowhere). ``resume``: a loaded
         checkpoint (every rank holds it) to continue from."""
-        self.config = config
-        self.data = place(data, config.placement, ctx.device)
-        set_read_depth(config.placement.read_depth)  # first: the cache's rows are read with it
-        self.feature_caches = feature_caches(self.data, config.placement, ctx)  # once per machine
-        self.cache_counts = [0, 0]  # rows served from the feature cache, rows gathered: every epoch so far
-        self.ctx = ctx
-        self.show_progress = show_progress and ctx.is_main
         # tqdm's default lock is a multiprocessing semaphore: a rank killed by a signal would leave
         # it registered, and the resource tracker would warn about a "leak" under the error line.
         tqdm.set_lock(threading.RLock())
-        self.backend: Backend = get_backend(config.backend).require()
-        self.backend.check_device(ctx.device)
-        torch.manual_seed(config.train.seed)
-        self.sampler: Sampler = self._sampler()
-        self.model, choice = build_model(config.model, config.backend, config.task, *model_dims(data), data)
-        self.call = ModelCall(choice.origin, data.num_classes, per_graph=config.task is Task.GRAPH)
-        self.is_link = config.task is Task.LINK
-        if resume is not None:
-            load_model_state(self.model, resume, resume.get("path", "checkpoint"))
-        self.model.to(ctx.device)
+        super().__init__(config, data, ctx, weights=resume)  # the weights before the move to the device
+        self.cache_counts = [0, 0]  # rows served from the feature cache, rows gathered: every epoch so far
+        self.show_progress = show_progress and ctx.is_main
         # Built after the move: a loaded optimizer state follows its parameters' device.
-        self.optimizer = torch.optim.Adam(
-            self.model.parameters(), lr=config.train.lr, weight_decay=config.train.weight_decay
-        )
+        self.optimizer = optim.build_optimizer(self.model.parameters(), config.train)
+        self.schedule = optim.build_schedule(self.optimizer, config.train)  # stepped once per epoch
         self.scaler = grad_scaler(config.placement.precision, ctx.device)
         self.state = TrainState()
-        self.best_weights: dict | None = None  # a CPU copy of the best epoch's weights
         if resume is not None:
             self._restore(resume)
         device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
@@ -110,9 +85,10 @@ class Trainer:
             if ctx.distributed
             else self.model
         )
-        self.checkpoints = Path(run_dir) if run_dir and ctx.is_main else None
+        folder = Path(run_dir) if run_dir and ctx.is_main else None
+        self.checkpointing = Checkpointing(folder, resume)  # when checkpoints are written, the best weights
         # log.to's plugins, on rank 0; a resumed run first sends them the epochs they missed
-        self.loggers = RunLoggers(config, self.checkpoints, resume)
+        self.loggers = RunLoggers(config, folder, resume)
         self.shard_fingerprint: dict = {}  # this rank's first-epoch training items (see _fingerprint)
         self._grads_checked = False
 
@@ -121,37 +97,11 @@ class Trainer:
         return self.state.history
 
     def _restore(self, state: dict) -> None:
-        """Continue from a checkpoint (weights already loaded): optimizer moments and the
-        monitor's memory. The learning rate and weight decay follow the (possibly changed) config."""
-        # A copy: load_state_dict keeps tensors that already fit, and spawned ranks receive the
-        # checkpoint in shared memory, so without it every rank would step the same Adam moments.
-        self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
-        for group in self.optimizer.param_groups:
-            group.update(lr=self.config.train.lr, weight_decay=self.config.train.weight_decay)
+        """Continue from a checkpoint (weights already loaded): optimizer moments, the learning-rate
+        schedule (see :func:`optim.restore`) and the monitor's memory; the best weights are
+        :class:`Checkpointing`'s."""
+        self.schedule = optim.restore(self.optimizer, self.config.train, state, state["config"].get("train", {}))
         self.state = TrainState.from_checkpoint(state)
-        # The best epoch's weights, from best.pt. They are missing only when latest.pt is older
-        # than best.pt's epoch and an earlier best was overwritten; the replayed epochs then
-        # find that best again, or the results say best metrics are unknown.
-        self.best_weights = state.get("best_model")
-
-    def _sampler(self, every_neighbour: bool = False) -> Sampler:
-        """The training sampler, or (``every_neighbour``) one taking all neighbours at every hop."""
-        cfg = self.config.sampler
-        fanouts = [ALL_NEIGHBORS] * len(cfg.fanouts) if every_neighbour else cfg.fanouts
-        if self.config.task is Task.GRAPH:
-            return self.backend.collection_sampler(self.backend.collection_store(self.data), SamplerKind(cfg.kind))
-        if isinstance(self.data, HeteroGraphData):
-            return make_hetero_sampler(
-                self.backend,
-                self.data,
-                fanouts,
-                {} if every_neighbour else cfg.edge_fanouts,
-                SamplerKind.AUTO.value if every_neighbour else cfg.kind,
-                self.config.link.negatives,
-            )
-        if every_neighbour:
-            return self.backend.sampler(self.sampler.store, fanouts, SamplerKind.AUTO)
-        return make_sampler(self.backend, self.backend.graph_store(self.data), fanouts, cfg.kind)
 
     # ------------------------------------------------------------------ training
 
@@ -175,6 +125,8 @@ class Trainer:
             if state.should_stop(cfg.patience):
                 break
             stats = self.train_epoch(epoch)
+            if self.schedule is not None:
+                self.schedule.step()
             t0 = time.perf_counter()
             try:
                 stats.update(validator.evaluate(self.model, ("val",)))
@@ -184,11 +136,11 @@ class Trainer:
             stats["phases"]["eval"] = stats["eval_time_s"]
             improved = state.record(stats, cfg.monitor)
             if improved:
-                self.best_weights = _cpu_copy(self.model.state_dict())
+                self.checkpointing.remember_best(self.model)
             self._log(stats)
             self.loggers.epoch(stats)
             last = epoch == cfg.epochs - 1 or state.should_stop(cfg.patience)
-            self._checkpoint(epoch, improved, last)
+            self.checkpointing.after_epoch(self, epoch, improved, last)
         t0 = time.perf_counter()
         final_evaluator = self._final_evaluator()
         final = final_evaluator.evaluate(self.model, ("train", "val", "test"))
@@ -196,7 +148,10 @@ class Trainer:
             "metrics": final,
             "history": state.history,
             "final_eval_time_s": time.perf_counter() - t0,
-            "best": {**state.best_summary(cfg.monitor), "metrics": self._best_metrics(final_evaluator, final)},
+            "best": {
+                **state.best_summary(cfg.monitor),
+                "metrics": self.checkpointing.best_metrics(self, final_evaluator, final),
+            },
             "early_stopping": state.stopping_summary(cfg.patience),
             "epochs_trained": len(state.history),
             "eval": self.eval_summary(),
@@ -229,61 +184,10 @@ class Trainer:
         self.cache_counts = [self.cache_counts[0] + hits, self.cache_counts[1] + rows]
         return {"feature_cache_hit_rate": hits / rows if rows else 0.0}
 
-    def _best_metrics(self, evaluator: Evaluator, final: dict) -> dict | None:
-        """Every split's metrics for the best epoch's weights (the model a user should keep);
-        None in the one case they are gone (see :meth:`_restore`)."""
-        if self.state.best_epoch is None or self.state.best_epoch == self.state.history[-1]["epoch"]:
-            return final
-        if self.best_weights is None:
-            return None
-        current = _cpu_copy(self.model.state_dict())
-        self.model.load_state_dict(self.best_weights)
-        try:
-            return evaluator.evaluate(self.model, ("train", "val", "test"))
-        finally:
-            self.model.load_state_dict(current)
-
-    def _checkpoint(self, epoch: int, improved: bool, last: bool) -> None:
-        """Rank 0 writes latest (every ``checkpoint_every`` epochs and after the last) and best
-        (when the monitor improved); the others wait, so nobody runs ahead of a checkpoint."""
-        every = self.config.train.checkpoint_every
-        write_latest = last or (every > 0 and (epoch + 1) % every == 0)
-        if not (write_latest or improved):
-            return
-        if self.checkpoints is not None:
-            payload = self._payload(epoch)
-            latest, best = (
-                checkpoint.path_in(self.checkpoints, checkpoint.LATEST),
-                checkpoint.path_in(self.checkpoints, checkpoint.BEST),
-            )
-            if write_latest:
-                checkpoint.save(latest, payload)
-                self.loggers.commit()  # what a resume would train again is never logged twice
-            if improved:
-                checkpoint.copy(latest, best) if write_latest else checkpoint.save(best, payload)
-        self.ctx.barrier()
-
-    def _payload(self, epoch: int) -> dict:
-        return {
-            "format": checkpoint.FORMAT,
-            "version": checkpoint.VERSION,
-            "epoch": epoch,
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "rng": checkpoint.rng_states(),
-            "monitor": self.state.monitor_state(),
-            "history": self.state.history,
-            "restarts": self.state.restarts,
-            "config": self.config.to_dict(),
-            "versions": library_versions(self.config.backend),
-            "world_size": self.ctx.world_size,
-            "data": self.data.summary(),
-            "logged": dict(self.loggers.logged),
-        }
-
     def train_epoch(self, epoch: int) -> dict:
         cfg, ctx, data = self.config, self.ctx, self.data
         batches = self._epoch_seeds(epoch)
+        lr = optim.current_lr(self.optimizer)  # this epoch's, before the schedule steps
         if not self.shard_fingerprint:
             self.shard_fingerprint = _fingerprint(batches)
         self.ddp.train()
@@ -328,6 +232,7 @@ class Trainer:
             "epoch": epoch,
             "loss": float(loss_sum) / max(1, counts.total),
             "train_acc": counts.accuracy(),
+            "lr": lr,
             "epoch_time_s": epoch_time,
             "batches": len(batches),
             "phases": seconds,
@@ -425,100 +330,6 @@ class Trainer:
                 file=sys.stderr,
             )
 
-    # ------------------------------------------------------------------ evaluation
-
-    def _validation_evaluator(self) -> Evaluator:
-        if self.is_link:
-            return self._links(self.sampler)
-        if self.config.task is Task.GRAPH:
-            return GraphEvaluator(
-                self.backend,
-                self.data,
-                self.ctx,
-                self.config.eval.batch_size,
-                self.sampler,
-                self.call,
-                self.config.eval.layer_store,
-            )
-        return self._sampled(self.sampler)
-
-    def _links(self, sampler: Sampler) -> LinkEvaluator:
-        return LinkEvaluator(
-            self.backend,
-            self.data,
-            self.ctx,
-            self.config.train.batch_size,
-            sampler,
-            self.config.train.seed,
-            self.call,
-            self.config.link.hits_at,
-        )
-
-    def _sampled(self, sampler: Sampler) -> SampledEvaluator:
-        return SampledEvaluator(
-            self.backend,
-            self.data,
-            self.ctx,
-            self.config.eval.batch_size,
-            sampler,
-            self.config.train.seed,
-            self.call,
-            self.config.eval.layer_store,
-        )
-
-    def evaluate(self) -> dict[str, float]:
-        """The final evaluation (``eval.mode``) of the current weights on every split."""
-        return self._final_evaluator().evaluate(self.model, ("train", "val", "test"))
-
-    def predict(self) -> torch.Tensor:
-        """Logits of every node (or graph), by the same evaluator as :meth:`evaluate`."""
-        return self._final_evaluator().predict(self.model)
-
-    def link_scorer(self) -> LinkEvaluator:
-        """Scores pairs of the target edge type as the final evaluation does (``eval.mode``)."""
-        evaluator = self._final_evaluator()
-        if not isinstance(evaluator, LinkEvaluator):
-            raise TypeError("link_scorer() needs a link task")
-        return evaluator
-
-    def final_mode(self) -> EvalMode | None:
-        """How the final evaluation runs: ``eval.mode``, except that a model without
-        ``layer_forward`` is evaluated on full neighbourhoods. None: whole graphs."""
-        if self.config.task is Task.GRAPH:
-            return None
-        mode = self.config.eval.mode
-        layerwise = supports_layerwise(self.model) and not isinstance(self.data, HeteroGraphData)
-        return EvalMode.FULL if mode is EvalMode.LAYERWISE and not layerwise else mode
-
-    def eval_summary(self) -> dict:
-        """What ``results.json`` says about evaluation: the mode that ran, and why when it is not
-        the one asked for."""
-        mode = self.final_mode()
-        out = {
-            "requested": self.config.eval.mode.value,
-            "final": mode.value if mode else "whole graphs",
-            "validation": "whole graphs" if mode is None else "sampled",
-        }
-        if mode is not None and mode.value != out["requested"]:
-            why = (
-                "the graph is heterogeneous"
-                if isinstance(self.data, HeteroGraphData)
-                else f"{self.call.origin} has no layer_forward"
-            )
-            out["note"] = f"{why}: evaluated on every seed's full neighbourhood"
-        return out
-
-    def _final_evaluator(self) -> Evaluator:
-        mode = self.final_mode()
-        if mode is EvalMode.LAYERWISE:
-            return LayerwiseEvaluator(
-                self.backend, self.data, self.ctx, self.config.eval.batch_size, self.call, self.config.eval.layer_store
-            )
-        if mode is EvalMode.FULL:
-            full = self._sampler(every_neighbour=True)
-            return self._links(full) if self.is_link else self._sampled(full)
-        return self._validation_evaluator()
-
 
 def _hit_rate(stats: dict) -> str:
     rate = stats.get("feature_cache_hit_rate")
@@ -567,7 +378,3 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)  # CPU and every CUDA device
     random.seed(seed)
     np.random.seed(seed)
-
-
-def _cpu_copy(state: dict) -> dict:
-    return {k: v.detach().to("cpu", copy=True) for k, v in state.items()}

@@ -1,0 +1,173 @@
+"""A run's parts, assembled once from its config: the data placed on the rank's device (and its
+feature cache), the backend, the training sampler, the model (with a checkpoint's weights when
+given, on the device) and the evaluators, the final one chosen by ``eval.mode``. It holds no
+optimizer, no DDP wrapper and no loggers: the trainer adds those (:mod:`.trainer`), and
+``evaluate`` and ``predict`` use these parts alone (:mod:`gnnbridge.core.inference`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from gnnbridge.core.config import EvalMode, ExperimentConfig, SamplerKind, Task
+from gnnbridge.core.contracts.interfaces import Backend, Sampler
+from gnnbridge.core.models.build import ModelCall, build_model, model_dims
+from gnnbridge.core.plugins import get_backend
+from gnnbridge.core.records.collection import GraphCollection
+from gnnbridge.core.records.data import GraphData
+from gnnbridge.core.records.features import set_read_depth
+from gnnbridge.core.records.hetero import HeteroGraphData
+from gnnbridge.core.runtime.context import DistContext
+from gnnbridge.core.sampling.build import make_hetero_sampler, make_sampler
+from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS
+from gnnbridge.core.training.checkpoint import load_model_state
+from gnnbridge.core.training.evaluation import (
+    Evaluator,
+    GraphEvaluator,
+    LayerwiseEvaluator,
+    LinkEvaluator,
+    SampledEvaluator,
+    supports_layerwise,
+)
+from gnnbridge.core.training.placement import feature_caches, place
+
+
+class RunParts:
+    """What training and inference share. ``weights``: a loaded checkpoint whose model weights
+    are loaded before the model moves to ``ctx.device``."""
+
+    def __init__(
+        self,
+        config: ExperimentConfig,
+        data: GraphData | GraphCollection,
+        ctx: DistContext,
+        weights: dict | None = None,
+    ):
+        self.config = config
+        self.data = place(data, config.placement, ctx.device)
+        set_read_depth(config.placement.read_depth)  # first: the cache's rows are read with it
+        self.feature_caches = feature_caches(self.data, config.placement, ctx)  # once per machine
+        self.ctx = ctx
+        self.backend: Backend = get_backend(config.backend).require()
+        self.backend.check_device(ctx.device)
+        torch.manual_seed(config.train.seed)
+        self.sampler: Sampler = self._sampler()
+        self.model, choice = build_model(config.model, config.backend, config.task, *model_dims(data), data)
+        self.call = ModelCall(choice.origin, data.num_classes, per_graph=config.task is Task.GRAPH)
+        self.is_link = config.task is Task.LINK
+        if weights is not None:
+            load_model_state(self.model, weights, weights.get("path", "checkpoint"))
+        self.model.to(ctx.device)
+
+    def _sampler(self, every_neighbour: bool = False) -> Sampler:
+        """The training sampler, or (``every_neighbour``) one taking all neighbours at every hop."""
+        cfg = self.config.sampler
+        fanouts = [ALL_NEIGHBORS] * len(cfg.fanouts) if every_neighbour else cfg.fanouts
+        if self.config.task is Task.GRAPH:
+            return self.backend.collection_sampler(self.backend.collection_store(self.data), SamplerKind(cfg.kind))
+        if isinstance(self.data, HeteroGraphData):
+            return make_hetero_sampler(
+                self.backend,
+                self.data,
+                fanouts,
+                {} if every_neighbour else cfg.edge_fanouts,
+                SamplerKind.AUTO.value if every_neighbour else cfg.kind,
+                self.config.link.negatives,
+            )
+        if every_neighbour:
+            return self.backend.sampler(self.sampler.store, fanouts, SamplerKind.AUTO)
+        return make_sampler(self.backend, self.backend.graph_store(self.data), fanouts, cfg.kind)
+
+    # ------------------------------------------------------------------ evaluators
+
+    def _validation_evaluator(self) -> Evaluator:
+        if self.is_link:
+            return self._links(self.sampler)
+        if self.config.task is Task.GRAPH:
+            return GraphEvaluator(
+                self.backend,
+                self.data,
+                self.ctx,
+                self.config.eval.batch_size,
+                self.sampler,
+                self.call,
+                self.config.eval.layer_store,
+            )
+        return self._sampled(self.sampler)
+
+    def _links(self, sampler: Sampler) -> LinkEvaluator:
+        return LinkEvaluator(
+            self.backend,
+            self.data,
+            self.ctx,
+            self.config.train.batch_size,
+            sampler,
+            self.config.train.seed,
+            self.call,
+            self.config.link.hits_at,
+        )
+
+    def _sampled(self, sampler: Sampler) -> SampledEvaluator:
+        return SampledEvaluator(
+            self.backend,
+            self.data,
+            self.ctx,
+            self.config.eval.batch_size,
+            sampler,
+            self.config.train.seed,
+            self.call,
+            self.config.eval.layer_store,
+        )
+
+    def evaluate(self) -> dict[str, float]:
+        """The final evaluation (``eval.mode``) of the current weights on every split."""
+        return self._final_evaluator().evaluate(self.model, ("train", "val", "test"))
+
+    def predict(self) -> torch.Tensor:
+        """Logits of every node (or graph), by the same evaluator as :meth:`evaluate`."""
+        return self._final_evaluator().predict(self.model)
+
+    def link_scorer(self) -> LinkEvaluator:
+        """Scores pairs of the target edge type as the final evaluation does (``eval.mode``)."""
+        evaluator = self._final_evaluator()
+        if not isinstance(evaluator, LinkEvaluator):
+            raise TypeError("link_scorer() needs a link task")
+        return evaluator
+
+    def final_mode(self) -> EvalMode | None:
+        """How the final evaluation runs: ``eval.mode``, except that a model without
+        ``layer_forward`` is evaluated on full neighbourhoods. None: whole graphs."""
+        if self.config.task is Task.GRAPH:
+            return None
+        mode = self.config.eval.mode
+        layerwise = supports_layerwise(self.model) and not isinstance(self.data, HeteroGraphData)
+        return EvalMode.FULL if mode is EvalMode.LAYERWISE and not layerwise else mode
+
+    def eval_summary(self) -> dict:
+        """What ``results.json`` says about evaluation: the mode that ran, and why when it is not
+        the one asked for."""
+        mode = self.final_mode()
+        out = {
+            "requested": self.config.eval.mode.value,
+            "final": mode.value if mode else "whole graphs",
+            "validation": "whole graphs" if mode is None else "sampled",
+        }
+        if mode is not None and mode.value != out["requested"]:
+            why = (
+                "the graph is heterogeneous"
+                if isinstance(self.data, HeteroGraphData)
+                else f"{self.call.origin} has no layer_forward"
+            )
+            out["note"] = f"{why}: evaluated on every seed's full neighbourhood"
+        return out
+
+    def _final_evaluator(self) -> Evaluator:
+        mode = self.final_mode()
+        if mode is EvalMode.LAYERWISE:
+            return LayerwiseEvaluator(
+                self.backend, self.data, self.ctx, self.config.eval.batch_size, self.call, self.config.eval.layer_store
+            )
+        if mode is EvalMode.FULL:
+            full = self._sampler(every_neighbour=True)
+            return self._links(full) if self.is_link else self._sampled(full)
+        return self._validation_evaluator()

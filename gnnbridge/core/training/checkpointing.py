@@ -1,0 +1,93 @@
+"""The checkpoint and best-weights policy of a training run: when rank 0 writes ``latest.pt``
+(every ``train.checkpoint_every`` epochs and after the last) and ``best.pt`` (when the monitor
+improved), what they hold (weights, optimizer and schedule state, RNG, the monitor's memory, the
+history ...), and the best epoch's weights kept in memory so the results can score them. The
+file format, its checks and its safe writing are :mod:`.checkpoint`'s.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from gnnbridge.core.plugins import library_versions
+from gnnbridge.core.training import checkpoint
+from gnnbridge.core.training.evaluation import Evaluator
+
+SPLITS = ("train", "val", "test")
+
+
+class Checkpointing:
+    """``folder``: where checkpoints go (None: nowhere, e.g. on every rank but 0). ``resume``: a
+    loaded checkpoint; its ``best_model`` (from best.pt) is the best weights so far. They are
+    missing only when latest.pt is older than best.pt's epoch and an earlier best was
+    overwritten; the replayed epochs then find that best again, or the results say best metrics
+    are unknown."""
+
+    def __init__(self, folder: Path | None, resume: dict | None = None):
+        self.folder = folder
+        self.best_weights: dict | None = resume.get("best_model") if resume else None  # a CPU copy
+
+    def remember_best(self, model: torch.nn.Module) -> None:
+        self.best_weights = cpu_copy(model.state_dict())
+
+    def after_epoch(self, trainer, epoch: int, improved: bool, last: bool) -> None:
+        """Rank 0 writes latest and best as the policy says; the others wait, so nobody runs
+        ahead of a checkpoint."""
+        every = trainer.config.train.checkpoint_every
+        write_latest = last or (every > 0 and (epoch + 1) % every == 0)
+        if not (write_latest or improved):
+            return
+        if self.folder is not None:
+            payload = self.payload(trainer, epoch)
+            latest, best = (
+                checkpoint.path_in(self.folder, checkpoint.LATEST),
+                checkpoint.path_in(self.folder, checkpoint.BEST),
+            )
+            if write_latest:
+                checkpoint.save(latest, payload)
+                trainer.loggers.commit()  # what a resume would train again is never logged twice
+            if improved:
+                checkpoint.copy(latest, best) if write_latest else checkpoint.save(best, payload)
+        trainer.ctx.barrier()
+
+    @staticmethod
+    def payload(trainer, epoch: int) -> dict:
+        """What a checkpoint of ``trainer`` after ``epoch`` holds."""
+        return {
+            "format": checkpoint.FORMAT,
+            "version": checkpoint.VERSION,
+            "epoch": epoch,
+            "model": trainer.model.state_dict(),
+            "optimizer": trainer.optimizer.state_dict(),
+            "scheduler": trainer.schedule.state_dict() if trainer.schedule is not None else None,
+            "rng": checkpoint.rng_states(),
+            "monitor": trainer.state.monitor_state(),
+            "history": trainer.state.history,
+            "restarts": trainer.state.restarts,
+            "config": trainer.config.to_dict(),
+            "versions": library_versions(trainer.config.backend),
+            "world_size": trainer.ctx.world_size,
+            "data": trainer.data.summary(),
+            "logged": dict(trainer.loggers.logged),
+        }
+
+    def best_metrics(self, trainer, evaluator: Evaluator, final: dict) -> dict | None:
+        """Every split's metrics for the best epoch's weights (the model a user should keep);
+        None in the one case they are gone (see the class)."""
+        state, model = trainer.state, trainer.model
+        if state.best_epoch is None or state.best_epoch == state.history[-1]["epoch"]:
+            return final
+        if self.best_weights is None:
+            return None
+        current = cpu_copy(model.state_dict())
+        model.load_state_dict(self.best_weights)
+        try:
+            return evaluator.evaluate(model, SPLITS)
+        finally:
+            model.load_state_dict(current)
+
+
+def cpu_copy(state: dict) -> dict:
+    return {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
