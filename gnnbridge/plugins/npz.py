@@ -165,7 +165,7 @@ _check_header = check_header  # the format's header check, shared with folder da
 
 
 def load_hetero_npz(path: Path) -> HeteroSource:
-    """A heterogeneous graph from typed ``.npz`` keys (see the README's "Heterogeneous graphs")."""
+    """A heterogeneous graph from typed ``.npz`` keys (see docs/tasks.md, "Heterogeneous graphs")."""
     arrays = read_members(path, lambda members: typed_keys(path, members))
     tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}
     return hetero_source(path, tensors, path.stem)

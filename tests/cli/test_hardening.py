@@ -1,4 +1,4 @@
-"""Hostile and careless input, one class at a time (README: "What is guaranteed").
+"""Hostile and careless input, one class at a time (docs/guarantees.md).
 
 Each test drives the real CLI (in this process where it can, so it is fast) or the real library
 function, and asserts what a user would see: one ``Error:`` line naming the bad value, a

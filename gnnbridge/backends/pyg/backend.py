@@ -64,7 +64,8 @@ class PygBackend(Backend):
         return {
             "pyg-lib / torch-sparse (NeighborLoader)": None
             if fast
-            else "not installed: sampler.kind=native is unavailable, the core sampler serves PyG (as fast, see README)"
+            else "not installed: sampler.kind=native is unavailable, the core sampler serves PyG "
+            "(as fast, see docs/models-and-samplers.md)"
         }
 
     def sampler_unavailable(self, kind: SamplerKind) -> str | None:

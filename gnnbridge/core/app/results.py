@@ -1,4 +1,4 @@
-"""What a finished run reports: ``results.json`` (the contract in the README's Outputs) and
+"""What a finished run reports: ``results.json`` (the contract in docs/outputs.md) and
 ``curves.png``.
 
 Rank 0 builds the results from the trainer's outcome and every rank's summary (where it ran,

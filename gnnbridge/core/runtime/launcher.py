@@ -293,7 +293,7 @@ def _agent_quiet() -> Iterator[None]:
 
 # ------------------------------------------------------------------ the script's main guard
 
-GUARD = 'put the call under  if __name__ == "__main__":  (see the README\'s Python example)'
+GUARD = 'put the call under  if __name__ == "__main__":  (see the Python example in docs/python.md)'
 
 
 def refuse_unguarded_start() -> None:
