@@ -23,6 +23,7 @@ import gnnbridge
 LAYERS = {
     "errors": 0,
     "compiled": 0,
+    "environ": 0,
     "files": 1,
     "records": 1,
     "config": 1,
@@ -36,7 +37,7 @@ LAYERS = {
     "inference": 6,  # scores a trained model with training's parts and evaluators, without its loop
     "app": 7,
 }
-MODULE_LAYERS = ("errors", "compiled", "files")  # layers that are one module, not a package
+MODULE_LAYERS = ("errors", "compiled", "environ", "files")  # layers that are one module, not a package
 FACADE = "gnnbridge.core.interfaces"  # re-exports for plugins: may import any layer, imported by none
 NEVER_IN_CORE = (
     "torch_geometric",
@@ -339,14 +340,14 @@ def test_the_checker_names_each_broken_rule(tmp_path):
         "gnnbridge/core/app/train.py:1 imports gnnbridge.core.interfaces.Backend: nothing in core imports the plugin "
         "facade gnnbridge.core.interfaces",
         "gnnbridge/core/app/train.py:2 imports gnnbridge.core.utils: gnnbridge.core.utils is in no layer of core "
-        "(errors, compiled, files, records, config, contracts, tasks, plugins, runtime, sampling, models, "
+        "(errors, compiled, environ, files, records, config, contracts, tasks, plugins, runtime, sampling, models, "
         "training, inference, app)",
         "gnnbridge/core/contracts/config.py:1 imports torch_geometric: core never imports torch_geometric",
         "gnnbridge/core/contracts/config.py:2 imports gnnbridge.plugins.BUILTIN: core never imports gnnbridge.plugins",
         "gnnbridge/core/contracts/config.py:3 imports gnnbridge: core imports only gnnbridge.core (the package above "
         "it is higher)",
-        "gnnbridge/core/helpers.py is in no layer of core: move it into one (errors, compiled, files, records, "
-        "config, contracts, tasks, plugins, runtime, sampling, models, training, inference, app)",
+        "gnnbridge/core/helpers.py is in no layer of core: move it into one (errors, compiled, environ, files, "
+        "records, config, contracts, tasks, plugins, runtime, sampling, models, training, inference, app)",
         "gnnbridge/core/records/data.py:2 imports gnnbridge.core.training.trainer.Trainer: layer records imports "
         "training, which stands above it",
         "gnnbridge/core/runtime/rank.py:1 imports gnnbridge.core.sampling.seeds: layer runtime imports sampling, which "

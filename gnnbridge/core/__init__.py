@@ -16,6 +16,7 @@ enforces both)::
     records/    graph data, collections, batch records
     errors.py   the error types every layer raises
     compiled.py calling numba kernels so that signals still stop a run
+    environ.py  the environment variables gnnbridge's processes pass to each other, named once
     files.py    writing files safely: replaced whole (never through a link), published without
                 overwriting, the run-folder lock
 

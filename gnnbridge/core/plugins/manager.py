@@ -29,14 +29,15 @@ from typing import Any
 
 import pluggy
 
+from gnnbridge.core import environ
 from gnnbridge.core.contracts import hookspecs
 from gnnbridge.core.errors import did_you_mean
 from gnnbridge.core.plugins.faults import PluginError, describe, is_plugin_fault, short, stdout_to_stderr
 
 ENTRY_POINT_GROUP = "gnnbridge"
-ENV_LOAD = "GNNBRIDGE_LOAD_PLUGINS"
+ENV_LOAD = environ.LOAD_PLUGINS
 # Set by gnnbridge's launcher for the ranks it starts: the launching process printed the warnings.
-ENV_WARNED = "GNNBRIDGE_PLUGIN_WARNINGS_SHOWN"
+ENV_WARNED = environ.PLUGIN_WARNINGS_SHOWN
 _failures: dict[str, str] = {}  # plugin name -> why it was left out
 _loading: list[str] = []  # the plugin being imported now (registries must not be used then)
 _on_removed: list[Callable[[], None]] = []  # told when a plugin is left out after registering

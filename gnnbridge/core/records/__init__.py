@@ -5,5 +5,5 @@ sampler hands the trainer (:mod:`.batches`). Library-neutral: tensors and plain 
 The dataset file format (:mod:`.formats`) and a prepared folder opened memory-mapped
 (:mod:`.folder`) live here too: they only read files into records.
 
-May import: ``gnnbridge.core.errors``. Nothing else of gnnbridge.
+May import: ``gnnbridge.core.errors`` and ``gnnbridge.core.environ``. Nothing else of gnnbridge.
 """

@@ -30,6 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gnnbridge.core import environ
+
 
 class Mapped:
     """Mixin of the records: ``mapped_from`` (class default ``None``; an opener sets it on the
@@ -56,7 +58,7 @@ class Mapped:
 
 # Set by the launcher for the ranks it spawns (see :func:`reopen`); each rank drops it in
 # :func:`opened`, so processes a rank starts itself get records, not placeholders.
-DEFER_VAR = "GNNBRIDGE_RANKS_OPEN_DATA"
+DEFER_VAR = environ.RANKS_OPEN_DATA
 
 
 def reopen(opener: Callable[..., Any], args: tuple):

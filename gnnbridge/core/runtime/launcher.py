@@ -38,10 +38,8 @@ from typing import Any
 
 import torch.distributed as dist
 
-from gnnbridge.core.config import DEFAULT_TIMEOUT_S
+from gnnbridge.core import environ
 from gnnbridge.core.errors import ConfigError, RankFailedError, RunInterrupted, note_signal
-from gnnbridge.core.plugins import ENV_WARNED
-from gnnbridge.core.records.mapped import DEFER_VAR
 from gnnbridge.core.runtime.context import DistContext, resolve_device
 from gnnbridge.core.runtime.jobs import JobEnv, detect_job
 from gnnbridge.core.runtime.rank import RankSpec, rank_main
@@ -56,7 +54,7 @@ def launch(
     nproc: int,
     device_kind: str,
     args: tuple,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
+    timeout_s: float,
     job: JobEnv | None = None,
     max_restarts: int = 0,
 ) -> Any:
@@ -104,7 +102,7 @@ def _run_elastic(
         tempfile.TemporaryDirectory(prefix="gnnbridge-elastic-") as log_dir,
         _agent_quiet(),
         _agent_leaves_no_trace(),
-        _ranks_inherit({ENV_WARNED: "1", DEFER_VAR: "1"}),
+        _ranks_inherit({environ.PLUGIN_WARNINGS_SHOWN: "1", environ.RANKS_OPEN_DATA: "1"}),
         _ranks_start_deaf_to_ctrl_c(),
     ):
         config = LaunchConfig(
