@@ -24,7 +24,7 @@ from gnnbridge.core.errors import ConfigError, DataError, DataFileNotFoundError,
 from gnnbridge.core.interfaces import DatasetConfig, GraphCollection, GraphData, HeteroSource
 from gnnbridge.core.records.folder import PREPARED, open_prepared, stat_input
 from gnnbridge.core.records.formats import NPZ_ARRAYS, check_header, is_hetero, typed_keys
-from gnnbridge.plugins.npz import DEFLATE_MAX_RATIO, HEADER_READERS, READ_CHUNK, ZIP_ERRORS, check_file
+from gnnbridge.plugins.npz import DEFLATE_MAX_RATIO, HEADER_READERS, READ_CHUNK, ZIP_ERRORS, check_file, not_an_npz
 from gnnbridge.plugins.options import options
 
 
@@ -137,11 +137,7 @@ def _stream_npz(path: Path, folder: Path) -> dict:
     except OSError:
         raise  # a full disk is reported by prepare_folder
     except ZIP_ERRORS as exc:
-        detail = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
-        raise DataError(
-            f"{path}: cannot be read as a numpy .npz file ({detail}); write it with "
-            "numpy.savez(path, edge_index=..., x=..., y=...)."
-        ) from None
+        raise not_an_npz(path, exc) from None
 
 
 def _copy_member(

@@ -97,11 +97,7 @@ def read_members(path: Path, select, names_only: bool = False):
     except (DataError, ResourceError):
         raise
     except ZIP_ERRORS as exc:
-        detail = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
-        raise DataError(
-            f"{path}: cannot be read as a numpy .npz file ({detail}); write it with "
-            "numpy.savez(path, edge_index=..., x=..., y=...)."
-        ) from None
+        raise not_an_npz(path, exc) from None
 
 
 def check_file(path: Path) -> None:
@@ -169,3 +165,12 @@ def load_hetero_npz(path: Path) -> HeteroSource:
     arrays = read_members(path, lambda members: typed_keys(path, members))
     tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}
     return hetero_source(path, tensors, path.stem)
+
+
+def not_an_npz(path, exc: BaseException) -> DataError:
+    """The one line for a file that is not a readable ``.npz`` (``exc``: what zipfile or numpy raised)."""
+    detail = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
+    return DataError(
+        f"{path}: cannot be read as a numpy .npz file ({detail}); write it with "
+        "numpy.savez(path, edge_index=..., x=..., y=...)."
+    )
