@@ -248,6 +248,30 @@ def test_a_plugin_that_fails_to_import_or_misnames_a_hook_is_left_out_with_a_war
         manager._failures.pop("typo")
 
 
+def test_a_plugin_is_judged_by_its_own_hooks_not_by_another_plugins_typo(capsys, loud):
+    """A plugin registered without the load-time check (as registered_plugin does) whose hook is
+    misspelt must not get the next, correct plugin left out in its place."""
+
+    class Typo:
+        @hookimpl
+        def register_modles(self, register):
+            pass
+
+    class Fine:
+        @hookimpl
+        def register_models(self, register):
+            register("fine-linear", Linear)
+
+    with registered_plugin(Typo(), "unchecked-typo"):
+        manager._load_one("fine", "fine:Fine", Fine)
+        try:
+            assert "fine-linear" in plugins.models.names()
+            assert "Warning" not in capsys.readouterr().err
+        finally:
+            plugins.pm.unregister(name="fine")
+            plugins.reset_registries()
+
+
 LAB_MODULE = """
 import torch
 from torch import nn

@@ -312,7 +312,7 @@ class _Task:
             yield np.where(flip, hi, lo), np.where(flip, lo, hi)
 
     def _split(self, pairs: np.ndarray, work: Path, seed: int, val_fraction: float, test_fraction: float):
-        """As :func:`~gnnbridge.core.records.hetero._split_pairs`: groups (a pair, or between
+        """As :func:`~gnnbridge.core.tasks.link._split_pairs`: groups (a pair, or between
         nodes of one type an unordered pair), drawn by ``random_split``; the chosen groups' pairs
         (a few: the fractions) are gathered by a scan."""
         n_dst, same = self.num_nodes[self.target[2]], self.target[0] == self.target[2]
@@ -373,7 +373,7 @@ class _Task:
         return np.load(work / "train.npy", mmap_mode="r")
 
     def _mirrors(self, pairs: np.ndarray, n_src: int, n_dst: int, work: Path) -> list[EdgeType]:
-        """As :func:`~gnnbridge.core.records.hetero._message_passing`: a type running the other way
+        """As :func:`~gnnbridge.core.tasks.link._message_passing`: a type running the other way
         that holds every target pair flipped (checked by binary search in its sorted keys)."""
         target, step = self.target, _edges_per_chunk()
         found = []
@@ -457,7 +457,7 @@ def _split_keys(keys: np.ndarray, n_dst: int) -> np.ndarray:
 
 
 def _pair_ids(pairs: np.ndarray, n_dst: int, same: bool) -> np.ndarray:
-    """As :func:`~gnnbridge.core.records.hetero._pair_ids`: one key per unordered pair between
+    """As :func:`~gnnbridge.core.tasks.link._pair_ids`: one key per unordered pair between
     nodes of one type, the ordered key otherwise."""
     if not same:
         return pairs[0] * n_dst + pairs[1]

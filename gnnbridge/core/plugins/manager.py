@@ -10,8 +10,8 @@ list and default backend when it is imported.
 ``GNNBRIDGE_LOAD_PLUGINS=a,b`` restricts loading to the named plugins (empty: load none), which
 is how tests and users isolate a misbehaving third-party package.
 
-A plugin that fails to import, implements a hook gnnbridge does not have (pluggy's own
-``check_pending`` finds it; we add the did-you-mean), or raises inside a registration hook is
+A plugin that fails to import, implements a hook gnnbridge does not have (pluggy's hook callers
+find it; we add the did-you-mean), or raises inside a registration hook is
 named in one warning line on stderr and left out; everything else keeps working. What pluggy
 does not give, and this module adds: the warning-once-per-job policy, leaving a broken plugin out
 instead of failing, and telling the registries (:mod:`.registries`) to forget what it registered.
@@ -122,10 +122,14 @@ def _load_one(name: str, where: str, load: Callable[[], Any]) -> None:
         pm.register(plugin, name=name)
     except pluggy.PluginValidationError as exc:
         return plugin_failed(name, f"({where}) has a malformed hook: {short(exc)}")
-    try:
-        pm.check_pending()  # pluggy's own check: a hook gnnbridge does not define
-    except pluggy.PluginValidationError:
-        unknown = [n for n, caller in vars(pm.hook).items() if not caller.has_spec() and caller.get_hookimpls()]
+    # pluggy's hook callers say which of this plugin's hooks have no spec (``check_pending``
+    # would look at every plugin, and so could blame this one for another's typo).
+    unknown = [
+        caller.name
+        for caller in pm.get_hookcallers(plugin) or []
+        if not caller.has_spec() and any(i.plugin is plugin and not i.optionalhook for i in caller.get_hookimpls())
+    ]
+    if unknown:
         hooks = [n for n in dir(hookspecs) if n.startswith("register_")]
         plugin_failed(
             name,

@@ -53,12 +53,15 @@ def restore(
 ) -> lr_scheduler.LRScheduler | None:
     """Load a checkpoint's optimizer ``state`` (its ``optimizer`` and ``scheduler``; ``saved``: the
     config it was written with) and return the schedule, at the epoch the run resumes from. The
-    learning rate and weight decay follow the (possibly changed) config."""
+    learning rate, weight decay and SGD's momentum follow the (possibly changed) config (the
+    saved state would otherwise bring back the old ones while config.yaml says the new)."""
     # A copy: load_state_dict keeps tensors that already fit, and spawned ranks receive the
     # checkpoint in shared memory, so without it every rank would step the same moments.
     optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
     for group in optimizer.param_groups:
         group.update(lr=cfg.lr, weight_decay=cfg.weight_decay)
+        if "momentum" in group:  # SGD's (adam and adamw have betas, which no key sets)
+            group["momentum"] = cfg.momentum
         group.pop("initial_lr", None)  # a schedule's, set again by the one built now
     schedule = build_schedule(optimizer, cfg)
     if schedule is None:

@@ -94,6 +94,15 @@ def test_a_changed_schedule_follows_the_config_on_resume():
     assert optim.current_lr(opt) == lrs(longer)[4]
 
 
+def test_a_changed_momentum_follows_the_config_on_resume():
+    """The saved SGD state holds its momentum; the resumed run's config.yaml says the new one."""
+    state = _stopped(TrainConfig(epochs=4, optimizer="sgd", momentum=0.5, schedule="step"), 2)
+    resumed = TrainConfig(epochs=4, optimizer="sgd", momentum=0.9, schedule="step")
+    opt = optim.build_optimizer([torch.nn.Parameter(torch.zeros(1))], resumed)
+    optim.restore(opt, resumed, state, {"optimizer": "sgd", "momentum": 0.5, "schedule": "step"})
+    assert opt.param_groups[0]["momentum"] == 0.9
+
+
 @pytest.mark.parametrize("name", ["adam", "adamw", "sgd"])
 def test_each_optimizer_trains_a_built_in_experiment(tmp_path, name):
     extra = ["train.momentum=0.9", "train.lr=0.05"] if name == "sgd" else []
