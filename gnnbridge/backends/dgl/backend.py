@@ -160,9 +160,9 @@ class DglBackend(Backend):
         return None
 
     def from_hetero_sampled(self, sub) -> Any:
-        from gnnbridge.backends.dgl.hetero import to_heterograph
+        from gnnbridge.backends.dgl.hetero import to_blocks
 
-        return to_heterograph(sub)
+        return to_blocks(sub)
 
     def graph_to(self, graph: Any, device: torch.device) -> Any:
         if device.type == "cpu":

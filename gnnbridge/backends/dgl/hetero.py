@@ -1,16 +1,18 @@
 """Heterogeneous graphs with DGL.
 
-* A core sample becomes a heterograph (each node type's ids in ``ndata[dgl.NID]``, every declared
-  type present even when the sample has none of its nodes).
+* A core sample becomes one block per layer, trimmed per hop as DGL's own sampler's blocks are
+  (each node type's ids in ``dgl.NID``, every declared type present even when the sample has
+  none of its nodes).
 * DGL's own samplers: ``NeighborSampler`` with a fanout per canonical edge type, wrapped by
-  ``as_edge_prediction_sampler`` for link batches. Negatives come from core's generator (the
-  same draw the core sampler makes, never the positive) and the excluded edges are each seed
-  edge and its reverse, found through the record's ``reverse_eid`` (DGL's own
+  ``as_edge_prediction_sampler`` for link batches. Negatives come from core's sampler (the
+  same draw from the same stream: both samplers train on the same negatives, never the
+  positive) and the excluded edges are each seed edge and its reverse, found through the
+  record's ``reverse_eid`` (DGL's own
   ``reverse_etypes`` assumes a reverse edge has the same id, which ours need not). Held-out
   edges are not graph edges, so evaluation batches come from core's sampler on every backend.
 * Heterogeneous GraphSAGE as ``HeteroGraphConv`` over a ``SAGEConv`` per canonical edge type
-  (:class:`~gnnbridge.core.models.hetero.HeteroSAGE` holds the rest), on one heterograph (a core
-  sample) or on DGL's blocks, one per layer.
+  (:class:`~gnnbridge.core.models.hetero.HeteroSAGE` holds the rest), on blocks, one per layer,
+  from core's sampler or DGL's.
 """
 
 from __future__ import annotations
@@ -23,23 +25,35 @@ from torch import nn
 
 from gnnbridge.backends.dgl.compat import import_dgl
 from gnnbridge.core.contracts.interfaces import Sampler
+from gnnbridge.core.models.graphops import hetero_layer_bounds
 from gnnbridge.core.models.hetero import HeteroSAGE
 from gnnbridge.core.records.batches import MiniBatch
 from gnnbridge.core.sampling.hetero import CoreHeteroSampler, LinkMiniBatch
 from gnnbridge.core.sampling.seeds import derived_seed
-from gnnbridge.core.tasks import negative_destinations
 
 
-def to_heterograph(sub) -> Any:
+def to_blocks(sub) -> list:
+    """A core sample as one block per layer (input layer first), each trimmed to the nodes its
+    layer computes (:func:`~gnnbridge.core.models.graphops.hetero_layer_bounds`), with every
+    declared type present even where the sample holds none, and each type's global ids in
+    ``dgl.NID`` as DGL's own blocks carry them."""
     dgl = import_dgl()
     empty = torch.zeros(0, dtype=torch.int64)
-    graph = dgl.heterograph(
-        {et: (sub.row.get(et, empty), sub.col.get(et, empty)) for et in sub.edge_types},
-        num_nodes_dict={t: int(sub.node[t].numel()) if t in sub.node else 0 for t in sub.node_types},
-    )
-    for t, ids in sub.node.items():
-        graph.nodes[t].data[dgl.NID] = ids
-    return graph
+    blocks = []
+    for n_src, n_dst, n_edges in hetero_layer_bounds(sub.num_sampled_nodes, sub.num_sampled_edges, sub.layers):
+        block = dgl.create_block(
+            {
+                et: (sub.row.get(et, empty)[: n_edges[et]], sub.col.get(et, empty)[: n_edges[et]])
+                for et in sub.edge_types
+            },
+            num_src_nodes=n_src,
+            num_dst_nodes=n_dst,
+        )
+        for t, ids in sub.node.items():
+            block.srcnodes[t].data[dgl.NID] = ids[: n_src[t]]
+            block.dstnodes[t].data[dgl.NID] = ids[: n_dst[t]]
+        blocks.append(block)
+    return blocks
 
 
 class DglHeteroSAGE(HeteroSAGE):
@@ -55,15 +69,16 @@ class DglHeteroSAGE(HeteroSAGE):
         return HeteroGraphConv({et: SAGEConv(hidden, hidden, self.spec.aggr) for et in edge_types}, aggregate="sum")
 
     def conv(self, index: int, graph: Any, h: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        graph = graph[index] if isinstance(graph, list) else graph
+        graph = graph[index]
         # DGL wants a state for every type of the graph: a type the batch holds no node of gets zero rows.
         some = next(iter(h.values()))
-        types = graph.srctypes if graph.is_block else graph.ntypes
-        return self.convs[index](graph, {t: h[t] if t in h else some.new_zeros(0, some.shape[1]) for t in types})
+        return self.convs[index](
+            graph, {t: h[t] if t in h else some.new_zeros(0, some.shape[1]) for t in graph.srctypes}
+        )
 
     def carry(self, index: int, graph: Any, node_type: str, h: torch.Tensor) -> torch.Tensor:
         """A block's dst nodes are a prefix of its src nodes: an unreached type keeps those rows."""
-        return h[: graph[index].num_dst_nodes(node_type)] if isinstance(graph, list) else h
+        return h[: graph[index].num_dst_nodes(node_type)]
 
 
 class DglHeteroSampler(Sampler):
@@ -92,7 +107,6 @@ class DglHeteroSampler(Sampler):
         blocks = dgl.dataloading.NeighborSampler(
             [{et: f[hop] for et, f in core.typed_fanouts.items()} for hop in reversed(range(layers))], fused=False
         )
-        self._generator = torch.Generator()
         if data.is_link:
             self._negatives = core.negatives
             blocks = dgl.dataloading.as_edge_prediction_sampler(
@@ -103,7 +117,6 @@ class DglHeteroSampler(Sampler):
     def reseed(self, seed: int, epoch: int, rank: int) -> None:
         self.core.reseed(seed, epoch, rank)
         self._dgl.seed(derived_seed(seed, epoch, rank, stream=3))
-        self._generator.manual_seed(derived_seed(seed, epoch, rank, stream=1))
 
     def loader(self, batches: list[torch.Tensor]) -> Iterable[MiniBatch]:
         for seeds in batches:
@@ -151,5 +164,5 @@ class DglHeteroSampler(Sampler):
     def _draw_negatives(self, graph: Any, seed_edges: dict) -> dict:
         target = self.data.target_edge
         src, dst = graph.find_edges(seed_edges[target], etype=target)
-        negatives = negative_destinations(dst, self._negatives, self.data.num_nodes[target[2]], self._generator)
+        negatives = self.core.train_negatives(dst)
         return {target: (src.repeat_interleave(self._negatives), negatives.flatten())}

@@ -1,6 +1,14 @@
-"""Heterogeneous graphs with PyG: a core sample as ``HeteroData`` (each node type's ``n_id``,
-each edge type's local ``edge_index``), and heterogeneous GraphSAGE as ``HeteroConv`` over a
-``SAGEConv`` per edge type (:class:`~gnnbridge.core.models.hetero.HeteroSAGE` holds the rest)."""
+"""Heterogeneous graphs with PyG: a core sample as ``HeteroData`` (each node type's ``n_id`` and
+``num_sampled_nodes``, each edge type's local ``edge_index`` and ``num_sampled_edges``, as PyG's
+own loaders give them), and heterogeneous GraphSAGE as a ``SAGEConv`` per edge type, summed per
+destination type (:class:`~gnnbridge.core.models.hetero.HeteroSAGE` holds the rest).
+
+Each layer computes only the nodes the next one reads: its sources are the nodes within L-i hops,
+its destinations those within L-i-1 (the last layer: the seeds alone). PyG's ``trim_to_layer``
+drops the outermost hop after each layer but still computes every remaining node, one hop more
+than needed, so the relations are called here with ``(x_src, x_dst)`` and ``size`` instead of
+through ``HeteroConv.forward``; ``HeteroConv`` still holds the modules, so parameter names stay
+PyG's."""
 
 from __future__ import annotations
 
@@ -9,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from gnnbridge.core.models.graphops import hetero_layer_bounds
 from gnnbridge.core.models.hetero import HeteroSAGE
 
 
@@ -22,6 +31,7 @@ def to_hetero_data(sub) -> Any:
     for et in sub.row:
         graph[et].edge_index = torch.stack([sub.row[et], sub.col[et]])
         graph[et].e_id = sub.edge[et]
+    graph.bounds = hetero_layer_bounds(sub.num_sampled_nodes, sub.num_sampled_edges, sub.layers)
     return graph
 
 
@@ -37,10 +47,18 @@ class PygHeteroSAGE(HeteroSAGE):
         return HeteroConv({et: SAGEConv(hidden, hidden, aggr=self.spec.aggr) for et in edge_types}, aggr="sum")
 
     def conv(self, index: int, graph: Any, h: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        # Relations without a sampled edge pass no message (as in DGL's HeteroGraphConv, which skips them).
-        edges = {
-            et: graph[et].edge_index
-            for et in graph.edge_types
-            if graph[et].edge_index.shape[1] and et[0] in h and et[2] in h
-        }
-        return self.convs[index](h, edges) if edges else {}
+        n_src, n_dst, n_edges = graph.bounds[index]
+        out: dict[str, torch.Tensor] = {}
+        for et in graph.edge_types:
+            s, _, d = et
+            # Relations without a sampled edge pass no message (as in DGL's HeteroGraphConv, which skips them).
+            if not n_edges.get(et) or s not in h or d not in h:
+                continue
+            y = self.relation_conv(index, et)(
+                (h[s][: n_src[s]], h[d][: n_dst[d]]), graph[et].edge_index[:, : n_edges[et]], size=(n_src[s], n_dst[d])
+            )
+            out[d] = out[d] + y if d in out else y
+        return out
+
+    def carry(self, index: int, graph: Any, node_type: str, h: torch.Tensor) -> torch.Tensor:
+        return h[: graph.bounds[index][1][node_type]]

@@ -1,6 +1,7 @@
 """Small graph computations both backends must do identically, kept here once.
 
-* :func:`layer_bounds`: which prefix of a hop-ordered sample each layer reads and writes.
+* :func:`layer_bounds`: which prefix of a hop-ordered sample each layer reads and writes
+  (:func:`hetero_layer_bounds`: per node and edge type).
 * :func:`layer_dims`: the layer widths of the built-in node models on every backend.
 * :func:`gcn_edge_weights`: GCN normalisation from *full-graph* degrees. The libraries' own
   GCN layers normalise by degrees counted inside the batch, so the same node gets different
@@ -25,6 +26,24 @@ def layer_bounds(num_sampled_nodes: list[int], num_sampled_edges: list[int], lay
     nodes = torch.tensor(num_sampled_nodes).cumsum(0).tolist()
     edges = torch.tensor(num_sampled_edges).cumsum(0).tolist()
     return [(nodes[layers - i], nodes[layers - i - 1], edges[layers - i - 1]) for i in range(layers)]
+
+
+def hetero_layer_bounds(
+    num_sampled_nodes: dict[str, list[int]], num_sampled_edges: dict[tuple, list[int]], layers: int
+) -> list[tuple[dict[str, int], dict[str, int], dict[tuple, int]]]:
+    """:func:`layer_bounds` per type: ``(n_src, n_dst, n_edges)`` dicts for each layer of a
+    hop-ordered heterogeneous sample (input layer first), so that each layer computes only the
+    nodes the next one reads, as DGL's blocks do (the output layer: the seeds alone)."""
+    nodes = {t: torch.tensor(n).cumsum(0).tolist() for t, n in num_sampled_nodes.items()}
+    edges = {et: [0, *torch.tensor(n, dtype=torch.int64).cumsum(0).tolist()] for et, n in num_sampled_edges.items()}
+    return [
+        (
+            {t: n[layers - i] for t, n in nodes.items()},
+            {t: n[layers - i - 1] for t, n in nodes.items()},
+            {et: e[layers - i] for et, e in edges.items()},
+        )
+        for i in range(layers)
+    ]
 
 
 def gcn_edge_weights(

@@ -28,7 +28,8 @@ from gnnbridge.core.errors import ConfigError
 from gnnbridge.core.records.batches import MiniBatch
 from gnnbridge.core.records.hetero import EdgeType, HeteroGraphData, find_edge_type
 from gnnbridge.core.sampling.adapters import CoreSampler
-from gnnbridge.core.sampling.neighbors import NeighborSampler
+from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS, NeighborSampler
+from gnnbridge.core.sampling.seeds import NEGATIVES_STREAM, epoch_generator
 from gnnbridge.core.tasks import negative_destinations
 
 
@@ -44,6 +45,12 @@ class HeteroSampledSubgraph:
         num_seeds: {node type: how many of ``node[type]`` are seeds}.
         node_types, edge_types: every type the graph declares (a library that needs all of them,
             like DGL's heterographs, gets them even where the sample holds none).
+        num_sampled_nodes: {node type: nodes first reached at hop 0 (the seeds), 1, ..., L}, for
+            every declared type: each type's nodes come hop by hop, so hops 0..k are a prefix.
+        num_sampled_edges: {edge type: edges drawn at hop 1, ..., L}, for every declared type:
+            each type's edges come hop by hop too. Layer i of L then needs only the prefixes of
+            hops 0..L-i (sources), 0..L-i-1 (destinations) and 1..L-i (edges), which is how both
+            backends trim a batch (:func:`~gnnbridge.core.models.graphops.hetero_layer_bounds`).
     """
 
     node: dict[str, torch.Tensor]
@@ -53,6 +60,12 @@ class HeteroSampledSubgraph:
     num_seeds: dict[str, int]
     node_types: list[str]
     edge_types: list[EdgeType]
+    num_sampled_nodes: dict[str, list[int]]
+    num_sampled_edges: dict[EdgeType, list[int]]
+
+    @property
+    def layers(self) -> int:
+        return len(next(iter(self.num_sampled_edges.values())))
 
 
 @dataclass
@@ -112,6 +125,8 @@ class HeteroNeighborSampler:
         for t, ids in seeds.items():
             self._maps[t][ids] = torch.arange(ids.numel())
         rows, cols, edges = {}, {}, {}
+        per_hop_nodes = {t: [count.get(t, 0)] for t in self.data.node_types}
+        per_hop_edges: dict[EdgeType, list[int]] = {et: [] for et in self.data.edge_types}
         frontier = {t: (0, n) for t, n in count.items() if n}  # [start, end) of last hop's nodes per type
         for hop in range(self.layers):
             added: dict[str, int] = {}
@@ -120,12 +135,12 @@ class HeteroNeighborSampler:
             for et, hopper in self._hops.items():
                 s, _, d = et
                 if d not in frontier:
+                    per_hop_edges[et].append(0)
                     continue
                 start, dst_ids = frontier[d][0], reached[d]
                 nbr, eid, owner = hopper._sample_hop(dst_ids, self.fanouts[et][hop], generator)
                 if exclude is not None and et in exclude and nbr.numel():
-                    keep = ~torch.isin(eid, exclude[et])
-                    nbr, eid, owner = nbr[keep], eid[keep], owner[keep]
+                    nbr, eid, owner = self._without(et, exclude[et], dst_ids, (nbr, eid, owner), hop, generator)
                 known = count.get(s, 0)
                 new, src_local = NeighborSampler._relabel(torch.empty(known, dtype=torch.int64), nbr, self._maps[s])
                 if new.numel():
@@ -135,6 +150,9 @@ class HeteroNeighborSampler:
                 rows.setdefault(et, []).append(src_local)
                 cols.setdefault(et, []).append(start + owner)
                 edges.setdefault(et, []).append(eid)
+                per_hop_edges[et].append(int(eid.numel()))
+            for t, counts in per_hop_nodes.items():
+                counts.append(count.get(t, 0) - sum(counts))
             frontier = {t: (first, count[t]) for t, first in added.items()}
         node = {t: torch.cat(parts) for t, parts in nodes.items()}
         for t, ids in node.items():
@@ -148,6 +166,43 @@ class HeteroNeighborSampler:
             {t: int(ids.numel()) for t, ids in seeds.items()},
             self.data.node_types,
             self.data.edge_types,
+            per_hop_nodes,
+            per_hop_edges,
+        )
+
+    def _without(self, et: EdgeType, banned: torch.Tensor, dst_ids: torch.Tensor, drawn: tuple, hop: int, generator):
+        """The hop's draw with the ``banned`` edges left out *before* drawing, as DGL's
+        ``exclude`` does: a node one of whose in-edges is banned draws its fanout again from the
+        rest (uniformly, without replacement), so it loses no neighbour it could have had.
+        Only those nodes (a batch's own endpoints, a few) are drawn again; the rest keep theirs."""
+        nbr, eid, owner = drawn
+        indptr = self.data.indptr[et]
+        hit = torch.isin(dst_ids, torch.searchsorted(indptr, banned, right=True) - 1)
+        if not bool(hit.any()):
+            return nbr, eid, owner
+        keep = ~hit[owner]
+        again = hit.nonzero().flatten()
+        start = indptr[dst_ids[again]]
+        deg = indptr[dst_ids[again] + 1] - start
+        who = torch.repeat_interleave(torch.arange(again.numel()), deg)
+        cand = start[who] + torch.arange(int(deg.sum())) - (torch.cumsum(deg, 0) - deg)[who]
+        allowed = ~torch.isin(cand, banned)
+        cand, who = cand[allowed], who[allowed]
+        order = torch.argsort(torch.rand(cand.numel(), generator=generator))  # a random order per node...
+        order = order[torch.argsort(who[order], stable=True)]  # ...grouped by node
+        cand, who = cand[order], who[order]
+        fanout = self.fanouts[et][hop]
+        if fanout != ALL_NEIGHBORS:
+            first = torch.cumsum(torch.bincount(who, minlength=again.numel()), 0) - torch.bincount(
+                who, minlength=again.numel()
+            )
+            take = torch.arange(cand.numel()) - first[who] < fanout
+            cand, who = cand[take], who[take]
+        src = self.data.edge_index[et][0]
+        return (
+            torch.cat([nbr[keep], src[cand]]),
+            torch.cat([eid[keep], cand]),
+            torch.cat([owner[keep], again[who]]),
         )
 
 
@@ -163,11 +218,17 @@ class LinkBatcher:
         self._train = data.edge_index[self.target]
 
     def train_batch(
-        self, eids: torch.Tensor, generator: torch.Generator
+        self, eids: torch.Tensor, generator: torch.Generator, negatives_from: torch.Generator
     ) -> tuple[HeteroSampledSubgraph, LinkMiniBatch]:
+        """``negatives_from``: the negatives' own stream (:data:`~gnnbridge.core.sampling.seeds.NEGATIVES_STREAM`)."""
         src, dst = self._train[:, eids]
-        negatives = negative_destinations(dst, self.negatives, self.data.num_nodes[self.target[2]], generator)
-        return self._batch(eids, src, dst, negatives, generator, self.data.excluded(eids))
+        return self._batch(
+            eids, src, dst, self.train_negatives(dst, negatives_from), generator, self.data.excluded(eids)
+        )
+
+    def train_negatives(self, dst: torch.Tensor, negatives_from: torch.Generator) -> torch.Tensor:
+        """``[len(dst), negatives]`` destinations, never the positive: every sampler's draw."""
+        return negative_destinations(dst, self.negatives, self.data.num_nodes[self.target[2]], negatives_from)
 
     def held_out_batch(self, split: str, ids: torch.Tensor, generator: torch.Generator | None):
         edges, negatives = self.data.held_out(split)
@@ -215,8 +276,9 @@ class HeteroStore(GraphStore):
 class CoreHeteroSampler(CoreSampler):
     """Heterogeneous batches on any backend: node batches (seeds of the labelled type) or link
     batches (:class:`LinkBatcher`), sampled by core and converted by ``to_native``. Randomness
-    comes from a generator keyed on (seed, epoch, rank), as in the homogeneous core sampler, so
-    with the same seed every backend trains on the same batches."""
+    comes from generators keyed on (seed, epoch, rank), as in the homogeneous core sampler (the
+    training negatives from a stream of their own), so with the same seed every backend trains on
+    the same batches."""
 
     def __init__(
         self, store: GraphStore, fanouts: dict[EdgeType, list[int]], to_native: Callable[[Any], Any], negatives: int = 1
@@ -226,12 +288,22 @@ class CoreHeteroSampler(CoreSampler):
         self.typed_fanouts = fanouts
         self.negatives = negatives
         self._links = LinkBatcher(self.data, self._sampler, negatives) if self.data.is_link else None
+        self.negatives_from = epoch_generator(0, 0, 0, stream=NEGATIVES_STREAM)
+
+    def reseed(self, seed: int, epoch: int, rank: int) -> None:
+        super().reseed(seed, epoch, rank)
+        self.negatives_from = epoch_generator(seed, epoch, rank, stream=NEGATIVES_STREAM)
+
+    def train_negatives(self, dst: torch.Tensor) -> torch.Tensor:
+        """The next training batch's negatives for positive destinations ``dst`` (DGL's sampler
+        takes them from here too, so both draw the same ones for the same batches)."""
+        return self._links.train_negatives(dst, self.negatives_from)
 
     def loader(self, batches: list[torch.Tensor]) -> Iterable[MiniBatch]:
         """Training batches: seed nodes of the labelled type, or train edge ids."""
         for seeds in batches:
             if self._links is not None:
-                yield self._native(*self._links.train_batch(seeds, self._generator))
+                yield self._native(*self._links.train_batch(seeds, self._generator, self.negatives_from))
             else:
                 sub = self._sampler.sample({self.data.target_node: seeds}, self._generator)
                 yield MiniBatch(seeds, sub.node, self._to_native(sub))

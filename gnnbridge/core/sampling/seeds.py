@@ -13,6 +13,11 @@ import torch
 
 from gnnbridge.core.errors import ConfigError
 
+# Training negatives of link batches draw from a stream of their own, apart from the neighbour
+# draws, so core's sampler and DGL's draw the same negatives for the same batches (their
+# neighbour draws differ in number), and a change to one sampler cannot move the other's.
+NEGATIVES_STREAM = 5
+
 
 def derived_seed(seed: int, epoch: int, rank: int = 0, stream: int = 0) -> int:
     """One integer seed per (seed, epoch, rank, stream), in [0, 2**31) so every library accepts it."""

@@ -175,7 +175,7 @@ def test_a_training_batch_never_sees_its_own_edges_and_negatives_are_never_the_p
     batcher = LinkBatcher(data, HeteroNeighborSampler(data, typed_fanouts(data, [-1, -1], {})), negatives=5)
     gen = torch.Generator().manual_seed(0)
     for eids in data.split("train").split(64):
-        sub, mb = batcher.train_batch(eids, gen)
+        sub, mb = batcher.train_batch(eids, gen, gen)
         assert not bool(torch.isin(sub.edge[TARGET], eids).any())
         assert not bool(torch.isin(sub.edge[REVERSE], data.reverse_eid[eids]).any())
         src = sub.node["user"][mb.pairs[0]]
@@ -241,9 +241,10 @@ def native_edges(backend: str, graph) -> dict:
         return {et: e for et, e in out.items() if e}
     import dgl
 
+    graph = graph[0]  # the input layer's block holds every sampled edge
     for et in graph.canonical_etypes:
         src, dst = graph.edges(etype=et)
-        pairs = torch.stack([graph.nodes[et[0]].data[dgl.NID][src], graph.nodes[et[2]].data[dgl.NID][dst]])
+        pairs = torch.stack([graph.srcnodes[et[0]].data[dgl.NID][src], graph.dstnodes[et[2]].data[dgl.NID][dst]])
         out[et] = edge_set(pairs)
     return {et: e for et, e in out.items() if e}
 
