@@ -31,18 +31,23 @@ def results(run) -> dict:
     return json.loads((run / "results.json").read_text())
 
 
-def shop(path, users=1200, items=600, dim=6, feats=24, buys=10, seed=42) -> None:
+def shop(path, users=1200, items=600, dim=6, feats=24, buys=10, seed=42, views=0) -> None:
     """Users with a hidden taste and no features; items whose features are a noisy linear view of
-    a latent vector; each user buys ``buys`` distinct items drawn from a softmax of taste . latent."""
+    a latent vector; each user buys ``buys`` distinct items drawn from a softmax of taste . latent.
+    ``views``: each user also views ``views`` items (a second relation between the same types):
+    half of what it bought and more drawn the same way."""
     rng = np.random.default_rng(seed)
     taste, latent = rng.normal(size=(users, dim)), rng.normal(size=(items, dim))
     x = (latent @ rng.normal(size=(dim, feats)) + 0.3 * rng.normal(size=(items, feats))).astype(np.float32)
     logits = taste @ latent.T
     probs = np.exp(logits - logits.max(1, keepdims=True))
     probs /= probs.sum(1, keepdims=True)
-    bought = np.stack([rng.choice(items, size=buys, replace=False, p=p) for p in probs])
-    edges = np.stack([np.repeat(np.arange(users), buys), bought.ravel()]).astype(np.int64)
-    np.savez(path, num_nodes__user=np.array([users], dtype=np.int64), x__item=x, edge_index__user__buys__item=edges)
+    drawn = np.stack([rng.choice(items, size=buys + max(0, views - buys // 2), replace=False, p=p) for p in probs])
+    per_user = lambda ids: np.stack([np.repeat(np.arange(users), ids.shape[1]), ids.ravel()]).astype(np.int64)  # noqa: E731
+    arrays = {"edge_index__user__buys__item": per_user(drawn[:, :buys])}
+    if views:
+        arrays["edge_index__user__views__item"] = per_user(drawn[:, buys // 2 :][:, :views])
+    np.savez(path, num_nodes__user=np.array([users], dtype=np.int64), x__item=x, **arrays)
 
 
 def test_both_backends_learn_a_recommendation_graph_gnnbridge_did_not_generate(tmp_path):
@@ -81,6 +86,27 @@ def test_both_backends_learn_a_recommendation_graph_gnnbridge_did_not_generate(t
     for m in scores.values():
         assert m["test_roc_auc"] > 0.8 and m["test_mrr"] > 0.15 and m["test_hits"] > 0.4  # chance: 0.5, ~0.05, 0.1
     assert abs(scores["pyg"]["test_roc_auc"] - scores["dgl"]["test_roc_auc"]) < 0.02
+
+
+def link_run(tmp_path, backend: str, seed: int) -> dict:
+    gnnbridge(
+        "train", "--dataset", "shop.npz", "--backend", backend, "--nproc", "2", "--quiet", "--out", f"{backend}{seed}",
+        *("--set", "task=link", "--set", "link.edge_type=buys", "--set", "dataset.reverse_edges=true"),
+        *("--set", "train.epochs=8", "--set", "sampler.fanouts=[10,5]", "--set", "train.batch_size=512"),
+        *("--set", f"train.seed={seed}"),
+        cwd=tmp_path,
+    )  # fmt: skip
+    return results(tmp_path / f"{backend}{seed}")
+
+
+def test_with_two_relations_between_users_and_items_core_sampler_is_as_good_as_dgls(tmp_path):
+    """Issue 29's case: where users both view and buy items, PyG (on core's typed sampler) once
+    trailed DGL's own sampler by 0.05-0.075 ROC-AUC. A run's AUC moves by a few hundredths with
+    the seed, so the mean over three seeds is compared, with the issue's margin."""
+    shop(tmp_path / "shop.npz", views=15)
+    auc = {b: [link_run(tmp_path, b, seed)["metrics"]["test_roc_auc"] for seed in (0, 1, 2)] for b in ("pyg", "dgl")}
+    assert results(tmp_path / "dgl0")["sampler"] == "DglHeteroSampler"  # DGL's own sampler, not core's
+    assert np.mean(auc["pyg"]) >= np.mean(auc["dgl"]) - 0.01, auc
 
 
 REC = [
