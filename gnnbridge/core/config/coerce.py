@@ -58,6 +58,9 @@ def _coerce(key: str, value: Any, hint: Any) -> Any:
         args = [a for a in typing.get_args(hint) if a is not type(None)]
         if value is None:
             return None
+        lists = [a for a in args if typing.get_origin(a) is list]
+        if lists and len(args) > 1:  # one value or a list of them (link.hits_at: 10 or [20, 50])
+            return _coerce(key, value, lists[0] if isinstance(value, list) else next(a for a in args if a not in lists))
         return _coerce(key, value, args[0])
     if dataclasses.is_dataclass(hint):
         if not isinstance(value, dict):
