@@ -134,6 +134,7 @@ def test_link_protocol_and_several_hits_at_k():
         ({"hits_at": [5, 5]}, {}, "link.hits_at=[5, 5] must be a positive integer or a list of distinct ones"),
         ({"hits_at": [5, 0]}, {}, "link.hits_at=[5, 0] must be"),
         ({"hits_at": [5, "a"]}, {}, "link.hits_at[1]='a' has the wrong type: expected int"),
+        ({"hits_at": "x"}, {}, "link.hits_at='x' has the wrong type: expected int or a list of them, got str"),
         ({"hits_at": 102}, {}, "link.hits_at=102 exceeds the 101 candidates each evaluation edge is ranked among"),
         ({"protocol": "shared", "hits_at": [50, 101]}, {}, "exceeds the 100 shared negatives each split is scored"),
         ({"protocol": "shared"}, {"monitor": "val_mrr"}, "val_mrr does not score task=link with link.protocol=shared"),
