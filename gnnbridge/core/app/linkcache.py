@@ -310,7 +310,7 @@ class _Task:
         n_dst, same = self.num_nodes[self.target[2]], self.target[0] == self.target[2]
         gen = torch.Generator().manual_seed(seed + 1)
         if self.protocol == "shared":
-            edges = pairs.shape[0] + val.shape[1] + test.shape[1]
+            edges = pairs.shape[0] + (val.shape[1] + test.shape[1] if self.held is not None else 0)
             is_edge = functools.partial(_is_edge, pairs, held_ids, n_dst, same)
             for name, chosen in zip(
                 ("val", "test"), shared_negatives(self.target, self.num_nodes, eval_negatives, edges, gen, is_edge)

@@ -133,8 +133,8 @@ def link_task(
     gen = torch.Generator().manual_seed(seed + 1)
     if protocol == "shared":
         known = torch.unique(_pair_ids(torch.cat([pairs, held], dim=1), target, num_nodes))
-        edges = pairs.shape[1] + held.shape[1]  # a bound the on-disk build computes alike
-        shared = shared_negatives(target, num_nodes, eval_negatives, edges, gen, _known_test(known, target, n_dst))
+        bound = pairs.shape[1] + (held.shape[1] if held_out is not None else 0)  # as the on-disk build counts
+        shared = shared_negatives(target, num_nodes, eval_negatives, bound, gen, _known_test(known, target, n_dst))
         negatives = [torch.zeros((e.shape[1], 0), dtype=torch.int64) for e in (val, test)]
     else:
         eval_negatives = min(eval_negatives, n_dst - 1)  # more would repeat candidates: rank among all of them
@@ -168,15 +168,16 @@ def shared_negatives(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The val and test splits' shared negative pairs (``link.protocol=shared``), drawn in that
     order from ``gen``. ``edges`` bounds the distinct pairs ``is_edge`` knows as edges (the distinct
-    target pairs plus the held-out ones: both builds count them alike, so both refuse alike). The
+    target pairs, plus the held-out pairs a dataset brought: both builds count them alike, so both
+    refuse alike; the draw needs ``count`` within the pairs that are not edges to end). The
     on-disk build (:mod:`gnnbridge.core.app.linkcache`) calls it with its own ``is_edge``."""
     n_src, n_dst, same = num_nodes[target[0]], num_nodes[target[2]], target[0] == target[2]
     room = shared_capacity(n_src, n_dst, same, edges)
     if count > room:
         raise DataError(
             f"link.eval_negatives={count} shared negatives per split, but ({edge_name(target)}) has "
-            f"{shared_capacity(n_src, n_dst, same, 0):,} possible pairs and {edges:,} edges; use "
-            f"link.eval_negatives={room} or fewer."
+            f"{shared_capacity(n_src, n_dst, same, 0):,} possible pairs, at least {room:,} of them not "
+            f"edges; use link.eval_negatives={room} or fewer."
         )
     return tuple(shared_negative_pairs(count, n_src, n_dst, same, is_edge, gen) for _ in range(2))
 

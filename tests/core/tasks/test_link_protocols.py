@@ -85,9 +85,13 @@ def test_a_homogeneous_graphs_shared_negatives_are_no_edge_in_either_direction()
         assert not keys(pairs, 30, unordered=True) & keys(edges, 30, unordered=True)
 
 
-def test_more_shared_negatives_than_pairs_that_are_not_edges_is_one_line():
+def test_more_shared_negatives_than_pairs_that_are_not_edges_is_one_line_and_the_limit_draws():
     with pytest.raises(DataError) as err:
         shared_task(shop(), 60 * 40)
     line = str(err.value)
     assert "link.eval_negatives=2400 shared negatives per split, but (user,buys,item) has 2,400 possible pairs" in line
-    assert "use link.eval_negatives=" in line and "\n" not in line
+    assert "\n" not in line
+    room = int(line.split("use link.eval_negatives=")[1].split()[0])
+    data = shared_task(shop(), room)  # every pair that is not an edge: the draw still ends
+    every_edge = keys(torch.cat([data.edge_index[data.target_edge], data.val_edges, data.test_edges], dim=1), 40)
+    assert keys(data.val_negative_pairs, 40) == set(range(60 * 40)) - every_edge
