@@ -171,8 +171,10 @@ def train(experiment, backend, nproc, device, dataset, overrides, out, timeout, 
 
 
 def _metrics_line(m: dict) -> str:
-    if "test_mrr" in m:  # a link task: ranking metrics of the held-out edges
-        return "  ".join(f"{k} {_number(m.get(k))}" for k in ("val_roc_auc", "test_roc_auc", "test_mrr", "test_hits"))
+    if "test_hits" in m:  # a link task: ranking metrics of the held-out edges (no MRR under link.protocol=shared)
+        hits = [k for k in m if k.startswith("test_hits@")] or ["test_hits"]  # (runs from before Hits@K were named)
+        keys = ("val_roc_auc", "test_roc_auc", *(["test_mrr"] if "test_mrr" in m else []), *hits)
+        return "  ".join(f"{k} {_number(m.get(k))}" for k in keys)
     auc = f"  test_roc_auc {m['test_roc_auc']:.4f}" if m.get("test_roc_auc") is not None else ""
     return "  ".join(f"{k} {_number(m.get(k))}" for k in ("train_acc", "val_acc", "test_acc")) + auc
 

@@ -294,6 +294,19 @@ def test_malformed_graph_collection_is_refused(tmp_path, refused, overrides, nee
         (["rec-synthetic", "--set", "sampler.kind=example-nope"], ["plugin samplers sample homogeneous graphs"]),
         (["rec-synthetic", "--set", "train.monitor=val_acc"], ["does not score task=link", "val_mrr"]),
         (
+            ["rec-synthetic", "--set", "link.protocol=ogb"],
+            ["link.protocol='ogb' is not an evaluation protocol", "per-edge, shared"],
+        ),
+        (
+            ["rec-synthetic", "--set", "link.protocol=shared", "--set", "train.monitor=val_mrr"],
+            ["does not score task=link with link.protocol=shared", "val_hits@10"],
+        ),
+        (
+            ["rec-synthetic", "--set", "link.protocol=shared", "--set", "link.eval_negatives=3000"]
+            + ["--set", "dataset.options.num_users=50", "--set", "dataset.options.num_items=40"],
+            ["link.eval_negatives=3000 shared negatives per split", "has 2,000 possible pairs"],
+        ),
+        (
             ["rec-synthetic", "--set", "sampler.edge_fanouts={sells: [5, 5]}"],
             ["sampler.edge_fanouts key='sells' is not an edge type"],
         ),

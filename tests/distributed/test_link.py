@@ -308,3 +308,47 @@ def test_dgls_own_sampler_trains_a_graph_with_a_node_type_no_edge_points_into(tm
         )
         assert proc.returncode == 0, proc.stderr
         assert len(results(tmp_path / f"run{seed}")["history"]) == 2
+
+
+# OGB's ogbl-collab protocol: Hits@K against one set of negative pairs per split, several K.
+COLLAB_STYLE = ["--set", "link.protocol=shared", "--set", "link.eval_negatives=3000"]
+COLLAB_STYLE += ["--set", "link.hits_at=[10,50,100]", "--set", "train.monitor=val_hits@50"]
+SHARED_METRICS = {f"{s}_{m}" for s in ("val", "test") for m in ("roc_auc", "hits", "hits@10", "hits@50", "hits@100")}
+
+
+@pytest.mark.parametrize("backend", ["pyg", "dgl"])
+def test_a_shared_protocol_run_reports_ogbs_hits_at_k_the_same_on_two_ranks_as_on_one(tmp_path, backend):
+    """Both libraries, 2 ranks: the metrics are named as OGB names them, the best epoch is picked
+    by val_hits@50, and one process evaluating the run gets exactly the same floats (each rank
+    scored a share of the edges and of the shared negatives)."""
+    small = REC[REC.index("--set") : -1]  # the small shop, without the backend and --quiet
+    gnnbridge("train", "rec-synthetic", "--backend", backend, "--nproc", "2", *small, "--set", "train.epochs=2",
+              *COLLAB_STYLE, "--quiet", "--out", "run", cwd=tmp_path)  # fmt: skip
+    run = results(tmp_path / "run")
+    assert set(run["metrics"]) == SHARED_METRICS and run["best"]["monitor"] == "val_hits@50"
+    assert run["dataset"]["protocol"] == "shared" and run["dataset"]["eval_negatives"] == 3000
+    assert run["metrics"]["test_hits"] == run["metrics"]["test_hits@10"]
+    report = json.loads(gnnbridge("evaluate", "run", "--checkpoint", "latest", "--json", cwd=tmp_path).stdout)
+    assert report["metrics"] == run["metrics"]
+
+
+@pytest.mark.parametrize("backend", ["pyg", "dgl"])
+def test_a_homogeneous_graphs_link_task_takes_the_shared_protocol(tmp_path, backend):
+    proc = gnnbridge("train", "--backend", backend, "--set", "task=link", "--set", "dataset.options.num_nodes=400",
+                     "--set", "train.epochs=1", *COLLAB_STYLE, "--out", "run", cwd=tmp_path)  # fmt: skip
+    assert "test_hits@10" in proc.stdout and "test_hits@100" in proc.stdout and "test_mrr" not in proc.stdout
+    run = results(tmp_path / "run")
+    assert set(run["metrics"]) == SHARED_METRICS and run["dataset"]["target_edge"] == "node,to,node"
+
+
+def test_a_per_edge_run_is_evaluated_again_under_the_shared_protocol(tmp_path, rec_run):
+    """The protocol changes the negatives, never the split: a trained run is scored the other way
+    by evaluate --set (its monitor must be one the protocol reports)."""
+    per_edge = results(rec_run)["metrics"]
+    assert {"test_mrr", "test_hits", "test_hits@10"} <= set(per_edge)
+    report = json.loads(
+        gnnbridge(
+            "evaluate", str(rec_run), "--json", *COLLAB_STYLE, "--set", "link.eval_negatives=1000", cwd=tmp_path
+        ).stdout
+    )
+    assert set(report["metrics"]) == SHARED_METRICS

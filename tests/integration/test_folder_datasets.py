@@ -724,8 +724,9 @@ def _link_cases() -> dict:
 LINK_CASES = _link_cases()
 
 
-def link_config(edge_type: str, reverse: bool = True, seed: int = 0):
-    """10 evaluation negatives: drawn without repeats among the shop's 20 items, with among more."""
+def link_config(edge_type: str, reverse: bool = True, seed: int = 0, protocol: str = "per-edge"):
+    """10 evaluation negatives: drawn without repeats among the shop's 20 items, with among more
+    (or 10 shared negative pairs per split)."""
     from gnnbridge.core.config import from_dict
 
     return from_dict(
@@ -733,7 +734,7 @@ def link_config(edge_type: str, reverse: bool = True, seed: int = 0):
             "task": "link",
             "dataset": {"reverse_edges": reverse},
             "train": {"seed": seed},
-            "link": {"edge_type": edge_type, "eval_negatives": 10, "hits_at": 3},
+            "link": {"edge_type": edge_type, "eval_negatives": 10, "hits_at": 3, "protocol": protocol},
         }
     )
 
@@ -749,15 +750,18 @@ def link_tensors(record) -> dict:
     """Every tensor of a link record, by name, in the record's order of edge types."""
     out = {f"{kind}[{et}]": getattr(record, kind)[et] for et in record.edge_types for kind in ("edge_index", "indptr")}
     names = ("val_edges", "test_edges", "val_negatives", "test_negatives", "reverse_eid", "twin_eid")
+    names += ("val_negative_pairs", "test_negative_pairs")
     return {**out, **{name: getattr(record, name) for name in names if getattr(record, name) is not None}}
 
 
-@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("reverse, protocol", [(False, "per-edge"), (True, "per-edge"), (True, "shared")])
 @pytest.mark.parametrize("case", list(LINK_CASES))
-def test_a_link_task_maps_from_its_folder_the_topology_the_npz_builds(tmp_path, monkeypatch, case, reverse):
+def test_a_link_task_maps_from_its_folder_the_topology_the_npz_builds(tmp_path, monkeypatch, case, reverse, protocol):
     """A link task on a prepared folder is built through the disk, in chunks of two edges here
     (distinct pairs, split, train pairs, mirror detection, CSC, reverse and twin ids), and
-    mapped: tensor for tensor the record the same arrays in an .npz give in memory."""
+    mapped: tensor for tensor the record the same arrays in an .npz give in memory. Under the
+    shared protocol that includes each split's negative pairs, drawn against the sorted keys on
+    disk (and no per-edge negatives: [E, 0], held in memory)."""
     import gnnbridge.core.app.linkcache as linkcache
     import gnnbridge.core.app.prepare as preparing
     from gnnbridge.core.app.preflight import for_task
@@ -768,15 +772,20 @@ def test_a_link_task_maps_from_its_folder_the_topology_the_npz_builds(tmp_path, 
     monkeypatch.setattr(preparing, "chunk_bytes", lambda: 100)
     monkeypatch.setattr(linkcache, "FAN_IN", 3)  # sorted runs merged in several rounds
     prepare(str(tmp_path / "g.npz"), progress=False)
-    config = link_config(edge_type, reverse)
+    config = link_config(edge_type, reverse, protocol=protocol)
     built = for_task(config, load_any_npz(tmp_path / "g.npz"))
     mapped = for_task(config, open_prepared(tmp_path / "g"))
     got, want = link_tensors(mapped), link_tensors(built)
     assert list(got) == list(want) and mapped.reverse_edge == built.reverse_edge
     for name, tensor in want.items():
         assert torch.equal(got[name], tensor), name
-    assert mapped.summary() == built.summary()
+    assert mapped.summary() == built.summary() and mapped.protocol == protocol
+    assert ("val_negative_pairs" in want) == (protocol == "shared")
+    got = {k: t for k, t in got.items() if t.numel()}  # a shared task's [E, 0] negatives are no file
     assert all(file_backed(t) for t in got.values()) and not any(file_backed(t) for t in want.values())
+    if protocol == "shared":  # the protocol is part of the cache's key: the per-edge task has its own
+        assert for_task(link_config(edge_type, reverse), open_prepared(tmp_path / "g")).protocol == "per-edge"
+        assert len(list((tmp_path / "g" / "prepared").glob("link-*"))) == 2
 
 
 def test_a_link_task_is_built_into_its_folder_once_then_mapped_by_later_runs_and_ranks(tmp_path):

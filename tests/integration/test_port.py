@@ -26,6 +26,13 @@ CASES = {  # name: (experiment, trained on, moved to, extra overrides)
         "pyg",
         ["dataset.options.num_users=150", "dataset.options.num_items=100", "train.epochs=2", "link.eval_negatives=20"],
     ),
+    "rec-shared": (  # OGB's ogbl-collab protocol: Hits@K against shared negative pairs
+        "rec-synthetic",
+        "pyg",
+        "dgl",
+        ["dataset.options.num_users=150", "dataset.options.num_items=100", "train.epochs=2"]
+        + ["link.protocol=shared", "link.eval_negatives=500", "link.hits_at=[10,50]"],
+    ),
 }
 
 

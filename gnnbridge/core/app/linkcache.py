@@ -1,8 +1,8 @@
 """A link task's topology from a prepared folder: built once, through the disk, and memory-mapped.
 
 Which edges a link task holds out (and so which edges pass messages) depends on the target edge
-type, ``train.seed``, ``link.val_fraction``/``test_fraction``/``eval_negatives``, reverse edges
-and whether the dataset brings its own held-out edges: no file ``gnnbridge prepare`` writes
+type, ``train.seed``, ``link.val_fraction``/``test_fraction``/``eval_negatives``/``protocol``,
+reverse edges and whether the dataset brings its own held-out edges: no file ``gnnbridge prepare`` writes
 ahead of the run can hold it. So the first process that needs a given task builds it into
 ``FOLDER/prepared/link-<key>/`` (``key`` hashes all of those and the folder's manifest), under
 the folder's prepare lock, every file under a temporary name renamed when whole and a small
@@ -16,7 +16,8 @@ and gives exactly the arrays of :func:`~gnnbridge.core.tasks.link.link_task` (te
 for tensor): the distinct pairs by an external sort (sorted runs on disk, merged), the
 val and test pairs drawn from ``random_split``'s permutation, the train pairs by a chunked scan
 against the held-out pairs (small: in memory), the held-out edges' negatives a block of rows at
-a time, the target's and its mirror's CSC by prepare's counting sort, ``reverse_eid`` and
+a time (or, under ``link.protocol=shared``, each split's negative pairs, drawn against binary
+searches in the sorted target keys), the target's and its mirror's CSC by prepare's counting sort, ``reverse_eid`` and
 ``twin_eid`` by binary searches in sorted files; the other relations' CSC files are the ones
 prepare wrote. What stays in memory: the
 validation and test edges, node-sized arrays, and the permutation that draws the split (8
@@ -51,7 +52,7 @@ from gnnbridge.core.records.hetero import (
     find_edge_type,
     reverse_types,
 )
-from gnnbridge.core.tasks import check_pairs, distinct_pairs, negative_destinations
+from gnnbridge.core.tasks import check_pairs, distinct_pairs, negative_destinations, shared_negatives
 
 FORMAT = 1
 FAN_IN = 64  # sorted runs merged at once (a block of each in memory)
@@ -64,7 +65,14 @@ class _NoBar:
 
 
 def folder_link_task(
-    source, edge_type: str, reverse: bool, seed: int, val_fraction: float, test_fraction: float, eval_negatives: int
+    source,
+    edge_type: str,
+    reverse: bool,
+    seed: int,
+    val_fraction: float,
+    test_fraction: float,
+    eval_negatives: int,
+    protocol: str = "per-edge",
 ) -> HeteroGraphData | None:
     """The link record of a prepared folder's ``source`` (a homogeneous :class:`GraphData`, which
     always gets its reverse edges, or a :class:`HeteroSource`), its topology mapped from the
@@ -107,6 +115,9 @@ def folder_link_task(
         "homogeneous": isinstance(source, GraphData),
         "manifest": hashlib.sha256((root / MANIFEST).read_bytes()).hexdigest(),
     }
+    if protocol != "per-edge":  # (absent for per-edge, so caches built before the protocol existed stay valid)
+        settings["protocol"] = protocol
+    task.protocol = protocol
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
     cache = root / PREPARED / f"link-{key}"
     if not _built(cache, settings):
@@ -162,6 +173,7 @@ class _Task:
             name,
         )
         self.homogeneous = isinstance(source, GraphData)
+        self.protocol = "per-edge"  # or "shared": see folder_link_task
         self.edge_types = [HOMOGENEOUS_TARGET] if self.homogeneous else list(source.edges)
 
     # ------------------------------------------------------------------ opening
@@ -180,6 +192,9 @@ class _Task:
             else:
                 indptr[et], edge_index[et] = self.source.topology[et]
         rev = tuple(manifest["reverse_edge"]) if manifest["reverse_edge"] else None
+        for name in ("val", "test"):  # the shared protocol keeps no per-edge negatives: [E, 0]
+            if f"{name}_negatives" not in arrays:
+                arrays[f"{name}_negatives"] = torch.zeros((arrays[f"{name}_edges"].shape[1], 0), dtype=torch.int64)
         return HeteroGraphData.unchecked(
             num_nodes=dict(self.num_nodes),
             x=dict(self.x),
@@ -192,6 +207,8 @@ class _Task:
             test_edges=arrays["test_edges"],
             val_negatives=arrays["val_negatives"],
             test_negatives=arrays["test_negatives"],
+            val_negative_pairs=arrays.get("val_negative_pairs"),
+            test_negative_pairs=arrays.get("test_negative_pairs"),
             twin_eid=arrays.get("twin_eid"),
             undirected=self.undirected,
             name=self.name,
@@ -276,12 +293,7 @@ class _Task:
             files.write("twin_eid", (train.shape[1],), lambda out: _twins(target_edges, n_dst, work, out, step))
         for name, edges in (("val", val), ("test", test)):
             files.small(f"{name}_edges", edges.contiguous().numpy())
-        gen = torch.Generator().manual_seed(seed + 1)
-        k = min(eval_negatives, n_dst - 1)
-        for name, edges in (("val", val), ("test", test)):  # k per held-out edge: drawn a block of rows at a time
-            files.write(
-                f"{name}_negatives", (edges.shape[1], k), lambda out, dst=edges[1]: _negatives(dst, k, n_dst, gen, out)
-            )
+        self._negatives(files, pairs, held_ids, val, test, seed, eval_negatives)
         order = [[list(et), "cache" if where in ("cache", "mirror") else "prepared"] for et, where in types.items()]
         return {
             "format": FORMAT,
@@ -290,6 +302,26 @@ class _Task:
             "edge_types": order,
             "arrays": arrays,
         }
+
+    def _negatives(self, files, pairs, held_ids, val, test, seed: int, eval_negatives: int) -> None:
+        """As :func:`link_task` draws them, from the same generator: ``k`` per held-out edge (a
+        block of rows at a time), or under the shared protocol each split's negative pairs, the
+        pairs that are edges found by binary search in the sorted target keys."""
+        n_dst, same = self.num_nodes[self.target[2]], self.target[0] == self.target[2]
+        gen = torch.Generator().manual_seed(seed + 1)
+        if self.protocol == "shared":
+            edges = pairs.shape[0] + (val.shape[1] + test.shape[1] if self.held is not None else 0)
+            is_edge = functools.partial(_is_edge, pairs, held_ids, n_dst, same)
+            for name, chosen in zip(
+                ("val", "test"), shared_negatives(self.target, self.num_nodes, eval_negatives, edges, gen, is_edge)
+            ):
+                files.small(f"{name}_negative_pairs", chosen.numpy())
+            return
+        k = min(eval_negatives, n_dst - 1)
+        for name, edges in (("val", val), ("test", test)):
+            files.write(
+                f"{name}_negatives", (edges.shape[1], k), lambda out, dst=edges[1]: _negatives(dst, k, n_dst, gen, out)
+            )
 
     def _target_chunks(self, work: Path, seed: int):
         """(src, dst) chunks of the target's edges, as :func:`link_task` is given them: a
@@ -575,6 +607,19 @@ def _negatives(positive_dst: torch.Tensor, k: int, n_dst: int, gen: torch.Genera
     rows = max(1, preparing.chunk_bytes() // (24 * width))
     for s in range(0, positive_dst.shape[0], rows):
         out[s : s + rows] = negative_destinations(positive_dst[s : s + rows], k, n_dst, gen).numpy()
+
+
+def _is_edge(
+    pairs: np.ndarray, held_ids: np.ndarray, n_dst: int, same: bool, src: torch.Tensor, dst: torch.Tensor
+) -> torch.Tensor:
+    """Whether each (src, dst) is a target pair (either direction between nodes of one type) or
+    a held-out one: ``is_edge`` of :func:`~gnnbridge.core.tasks.negatives.shared_negative_pairs`
+    over the sorted keys on disk."""
+    s, d = src.numpy(), dst.numpy()
+    hit = _member(s * n_dst + d, pairs) | _member(_pair_ids(np.stack([s, d]), n_dst, same), held_ids)
+    if same:
+        hit |= _member(d * n_dst + s, pairs)
+    return torch.from_numpy(hit)
 
 
 def _check_held(val: torch.Tensor, test: torch.Tensor, n_dst: int) -> None:

@@ -389,6 +389,7 @@ def _for_task(config: ExperimentConfig, data):
                 link.val_fraction,
                 link.test_fraction,
                 link.eval_negatives,
+                link.protocol,
             )
         except DataError as exc:
             raise DataError(f"{config.dataset.path or config.dataset.name}: {exc}") from None
@@ -420,6 +421,7 @@ def _for_task(config: ExperimentConfig, data):
                 link.val_fraction,
                 link.test_fraction,
                 link.eval_negatives,
+                link.protocol,
             ),
         )
     except DataError as exc:  # name the file (or dataset) the bad array came from
@@ -454,7 +456,12 @@ def check_source_fits(config: ExperimentConfig, source: HeteroSource, reverse: b
         parts[f"{edges:,} edges"] = (edges * BYTES_PER_EDGE, "use a smaller graph")
     if config.task is Task.LINK:
         held = _held_out_rows(config, source)
-        if held:
+        if held and config.link.protocol == "shared":  # two splits' pairs, and the draw's rounds
+            parts[f"link.eval_negatives={config.link.eval_negatives} shared negative pairs per split"] = (
+                2 * config.link.eval_negatives * 8 * 2 * 4,
+                "use a smaller link.eval_negatives",
+            )
+        elif held:
             rows, n_dst = held
             k = min(config.link.eval_negatives, n_dst - 1)
             parts[f"link.eval_negatives={config.link.eval_negatives} for {rows:,} held-out edges"] = (
@@ -507,11 +514,11 @@ def _check_negatives(config: ExperimentConfig, data: HeteroGraphData) -> HeteroG
     )
     if link.negatives > candidates:
         raise ConfigError(f"link.negatives={link.negatives} but {where}; use link.negatives={candidates} or fewer.")
-    if link.eval_negatives > candidates:
-        if link.hits_at > candidates + 1:
+    if link.protocol == "per-edge" and link.eval_negatives > candidates:
+        if max(link.ks) > candidates + 1:
             raise ConfigError(
                 f"link.hits_at={link.hits_at} but {where}: each held-out edge is ranked among "
-                f"{candidates + 1} candidates; use link.hits_at={candidates + 1} or fewer."
+                f"{candidates + 1} candidates; keep link.hits_at at {candidates + 1} or fewer."
             )
         warn(
             f"link.eval_negatives={link.eval_negatives} but {where}; each held-out edge is ranked among all "

@@ -58,6 +58,17 @@ def _coerce(key: str, value: Any, hint: Any) -> Any:
         args = [a for a in typing.get_args(hint) if a is not type(None)]
         if value is None:
             return None
+        lists = [a for a in args if typing.get_origin(a) is list]
+        if lists and len(args) > 1:  # one value or a list of them (link.hits_at: 10 or [20, 50])
+            if isinstance(value, list):
+                return _coerce(key, value, lists[0])
+            one = next(a for a in args if a not in lists)
+            if type(value) is not one:
+                raise ConfigError(
+                    f"{key}={show(value)} has the wrong type: expected {one.__name__} or a list of them, "
+                    f"got {type(value).__name__}."
+                )
+            return _coerce(key, value, one)
         return _coerce(key, value, args[0])
     if dataclasses.is_dataclass(hint):
         if not isinstance(value, dict):

@@ -61,7 +61,8 @@ KEY_HELP = {
     "train.seed": "every random stream is derived from it, per epoch and rank",
     "train.checkpoint_every": "epochs between checkpoints/latest.pt (0: only after the last epoch)",
     "train.patience": "early stopping: epochs without a better monitor value (0: off)",
-    "train.monitor": "the validation metric that picks best.pt (empty: val_acc, or val_roc_auc for links)",
+    "train.monitor": "the validation metric that picks best.pt (empty: val_acc, or val_roc_auc for links; "
+    "links also val_mrr, val_hits@K)",
     "eval": "how the final scores are computed",
     "eval.mode": "node tasks: layerwise (exact) | full (every neighbour) | sampled",
     "eval.batch_size": "seeds per inference batch",
@@ -69,8 +70,11 @@ KEY_HELP = {
     "link": "link prediction (task: link)",
     "link.edge_type": "the relation (or src,relation,dst) to predict; empty: the dataset's own",
     "link.negatives": "training negatives per positive edge",
-    "link.eval_negatives": "fixed negatives per val/test edge, for MRR and Hits@K",
-    "link.hits_at": "K of Hits@K",
+    "link.protocol": "how val/test edges are ranked: per-edge (ogbl-citation2: each among its own "
+    "eval_negatives; MRR, Hits@K) | shared (ogbl-collab: against eval_negatives pairs per split; Hits@K)",
+    "link.eval_negatives": "fixed negatives drawn from train.seed: per val/test edge (per-edge), or "
+    "(src, dst) pairs per split (shared)",
+    "link.hits_at": "K of Hits@K (metrics <split>_hits@K), or a list: [20, 50, 100]",
     "link.val_fraction": "of the target edges held out for validation (when the dataset does not)",
     "link.test_fraction": "of the target edges held out for testing (when the dataset does not)",
     "placement": "where data lives and work runs on each rank (docs: performance, placement)",
@@ -113,6 +117,7 @@ _SECTIONS = {f.name for f in dataclasses.fields(ExperimentConfig) if f.default_f
 # Keys whose values are checked in code against a fixed list (the dataclasses say only "string").
 CHOICES = {
     "model.aggr": schema.AGGREGATIONS,
+    "link.protocol": schema.LINK_PROTOCOLS,
     "model.pooling": schema.POOLINGS,
     "eval.layer_store": schema.LAYER_STORES,
     "train.optimizer": schema.OPTIMIZERS,

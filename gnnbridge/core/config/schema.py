@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,8 +47,10 @@ class DeviceChoice(str, enum.Enum):
 
 AGGREGATIONS = ("mean",)
 NODE_MONITORS = ("val_acc", "val_macro_f1", "val_roc_auc")  # higher is better for each
-LINK_MONITORS = ("val_roc_auc", "val_mrr", "val_hits")  # val_hits: Hits@link.hits_at
+LINK_MONITORS = ("val_roc_auc", "val_mrr", "val_hits", "val_hits@K")  # val_hits: Hits@ link.hits_at's first K
 MONITORS = (*NODE_MONITORS, *LINK_MONITORS[1:])
+LINK_PROTOCOLS = ("per-edge", "shared")  # see LinkConfig.protocol
+HITS_MONITOR = re.compile(r"val_hits@[1-9][0-9]{0,8}")  # val_hits@50: Hits@50, a K of link.hits_at
 DEFAULT_MONITOR = {"node": "val_acc", "graph": "val_acc", "link": "val_roc_auc"}
 DECODERS = ("dot", "mlp")
 POOLINGS = ("sum", "mean")  # graph readouts (GIN's paper and DGL's tutorial use sum)
@@ -180,7 +183,7 @@ class TrainConfig:
         for key in ("checkpoint_every", "patience"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"train.{key}={getattr(self, key)} must be >= 0 (0 turns it off).")
-        if self.monitor and self.monitor not in MONITORS:
+        if self.monitor and self.monitor not in MONITORS and not HITS_MONITOR.fullmatch(self.monitor):
             raise ConfigError(
                 f"train.monitor={show(self.monitor)} is not a validation metric{did_you_mean(self.monitor, MONITORS)}. "
                 f"Choose one of: {', '.join(MONITORS)} (val_roc_auc for two classes only)."
@@ -304,22 +307,48 @@ class LinkConfig:
 
     edge_type: str = ""  # the relation name (or "src,relation,dst") to predict; "": the dataset's own target
     negatives: int = 1  # training negatives per positive edge (uniform over destination nodes)
-    eval_negatives: int = 100  # fixed negatives per val/test edge (MRR, Hits@K; the same for every run)
-    hits_at: int = 10  # K of Hits@K
+    # per-edge (ogbl-citation2): eval_negatives fixed destinations per val/test edge, MRR and Hits@K;
+    # shared (ogbl-collab, -ppa, -ddi): eval_negatives (src, dst) pairs per split, shared by its edges, Hits@K
+    protocol: str = "per-edge"
+    eval_negatives: int = 100  # per-edge: per val/test edge; shared: per split (the same for every run)
+    hits_at: int | list[int] = 10  # K of Hits@K, or several: [20, 50, 100]
     val_fraction: float = 0.1  # of the target edges, when the dataset does not split them itself
     test_fraction: float = 0.1
 
     def __post_init__(self) -> None:
-        for key in ("negatives", "eval_negatives", "hits_at"):
+        for key in ("negatives", "eval_negatives"):
             positive(f"link.{key}", getattr(self, key))
         for key in ("val_fraction", "test_fraction"):
             if not 0 < getattr(self, key) < 0.5:
                 raise ConfigError(f"link.{key}={getattr(self, key)} must be in (0, 0.5), e.g. 0.1.")
-        if self.hits_at > self.eval_negatives + 1:
+        choice("link.protocol", self.protocol, LINK_PROTOCOLS, "an evaluation protocol")
+        self._check_hits()
+
+    @property
+    def ks(self) -> list[int]:
+        """Every K of Hits@K, in the order given (``hits_at`` may be one int)."""
+        return [self.hits_at] if isinstance(self.hits_at, int) else list(self.hits_at)
+
+    def _check_hits(self) -> None:
+        ks = self.ks
+        if not ks or len(set(ks)) != len(ks) or any(type(k) is not int or k <= 0 for k in ks):
             raise ConfigError(
-                f"link.hits_at={self.hits_at} exceeds the {self.eval_negatives + 1} candidates each "
-                f"evaluation edge is ranked among (link.eval_negatives + 1)."
+                f"link.hits_at={show(self.hits_at)} must be a positive integer or a list of distinct "
+                "ones, e.g. link.hits_at=10 or link.hits_at=[20,50,100]."
             )
+        candidates = self.eval_negatives + (self.protocol == "per-edge")
+        if max(ks) > candidates:
+            what = (
+                "candidates each evaluation edge is ranked among (link.eval_negatives + 1)"
+                if self.protocol == "per-edge"
+                else "shared negatives each split is scored against (link.eval_negatives)"
+            )
+            raise ConfigError(f"link.hits_at={show(self.hits_at)} exceeds the {candidates} {what}.")
+
+    def monitors(self) -> tuple[str, ...]:
+        """The validation metrics this protocol reports, each a valid ``train.monitor``."""
+        mrr = ("val_mrr",) if self.protocol == "per-edge" else ()
+        return ("val_roc_auc", *mrr, "val_hits", *(f"val_hits@{k}" for k in self.ks))
 
 
 @dataclass
@@ -367,11 +396,13 @@ class ExperimentConfig:
         train = self.train
         if not train.monitor:
             train.monitor = DEFAULT_MONITOR[self.task.value]
-        valid = LINK_MONITORS if self.task is Task.LINK else NODE_MONITORS
+        valid = self.link.monitors() if self.task is Task.LINK else NODE_MONITORS
         if train.monitor not in valid:
+            scored = f"task={self.task.value}" + (
+                f" with link.protocol={self.link.protocol}" if self.task is Task.LINK else ""
+            )
             raise ConfigError(
-                f"train.monitor={train.monitor} does not score task={self.task.value}; choose one of: "
-                f"{', '.join(valid)}."
+                f"train.monitor={train.monitor} does not score {scored}; choose one of: {', '.join(valid)}."
             )
 
     def to_dict(self) -> dict:

@@ -63,7 +63,11 @@ class HeteroGraphData(Mapped):
         reverse_edge, reverse_eid: the type mirroring ``target_edge`` (if any) and, per target
             edge, its mirror's id there (excluded with it from its own neighbourhood).
         val_edges, test_edges: int64 [2, E] held-out (src, dst) pairs, absent from message passing.
-        val_negatives, test_negatives: int64 [E, K] fixed negative destinations per held-out edge.
+        val_negatives, test_negatives: int64 [E, K] fixed negative destinations per held-out edge
+            (K = 0 under the shared protocol).
+        val_negative_pairs, test_negative_pairs: int64 [2, M] the split's shared negative (src,
+            dst) pairs, which every held-out edge of it is ranked against (``link.protocol=shared``);
+            None under the per-edge protocol.
         twin_eid: between nodes of one type, per target edge (u, v) the id of (v, u), or -1.
         undirected: the target's pairs stand for undirected edges (a homogeneous graph's).
     """
@@ -85,6 +89,8 @@ class HeteroGraphData(Mapped):
     test_edges: torch.Tensor | None = None
     val_negatives: torch.Tensor | None = None
     test_negatives: torch.Tensor | None = None
+    val_negative_pairs: torch.Tensor | None = None
+    test_negative_pairs: torch.Tensor | None = None
     twin_eid: torch.Tensor | None = None
     undirected: bool = False
     name: str = "hetero"
@@ -170,6 +176,15 @@ class HeteroGraphData(Mapped):
     def held_out(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
         """(edges [2, E], negatives [E, K]) of the val or test split."""
         return (self.val_edges, self.val_negatives) if name == "val" else (self.test_edges, self.test_negatives)
+
+    def negative_pairs(self, name: str) -> torch.Tensor | None:
+        """The shared negative pairs [2, M] of the val or test split (None: per-edge negatives)."""
+        return self.val_negative_pairs if name == "val" else self.test_negative_pairs
+
+    @property
+    def protocol(self) -> str:
+        """How held-out edges are ranked: ``per-edge`` (each among its own negatives) or ``shared``."""
+        return "per-edge" if self.val_negative_pairs is None else "shared"
 
     def tensors(self):
         for value in vars(self).values():
@@ -297,10 +312,26 @@ class HeteroGraphData(Mapped):
                     f"The {name} edge {int(edges[0, e])} -> {int(edges[1, e])} is also a message-passing "
                     "edge; held-out edges must not be visible while training."
                 )
+        self._check_negative_pairs(n_src, n_dst)
         if bool(torch.isin(pair_keys(self.val_edges, n_dst), pair_keys(self.test_edges, n_dst)).any()):
             raise DataError("The val and test edges overlap; splits must be disjoint.")
         if train.shape[1] == 0:
             raise DataError(f"The train split of ({edge_name(et)}) is empty.")
+
+    def _check_negative_pairs(self, n_src: int, n_dst: int) -> None:
+        """Both splits have shared negative pairs [2, M>0] of valid ids, or neither has."""
+        pairs = {name: self.negative_pairs(name) for name in ("val", "test")}
+        if sum(p is None for p in pairs.values()) == 1:
+            raise DataError("val_negative_pairs and test_negative_pairs come together: give both or neither.")
+        for name, p in pairs.items():
+            if p is None:
+                continue
+            check_tensor(f"{name}_negative_pairs", p, torch.int64, ndim=2)
+            if p.shape[0] != 2 or p.shape[1] == 0:
+                raise DataError(f"{name}_negative_pairs has shape {list(p.shape)}; expected [2, M>0].")
+            et = self.target_edge
+            check_ids(f"{name}_negative_pairs source", p[0], n_src, unit=f"'{et[0]}' node")
+            check_ids(f"{name}_negative_pairs destination", p[1], n_dst, unit=f"'{et[2]}' node")
 
     def summary(self) -> dict:
         out = {
@@ -315,7 +346,9 @@ class HeteroGraphData(Mapped):
         }
         if self.is_link:
             out["target_edge"] = edge_name(self.target_edge)
-            out["eval_negatives"] = int(self.val_negatives.shape[1])
+            shared = self.val_negative_pairs
+            out["protocol"] = self.protocol
+            out["eval_negatives"] = int(self.val_negatives.shape[1] if shared is None else shared.shape[1])
         else:
             out["target_node"] = self.target_node
         out.update({name: int(self.split(name).numel()) for name in ("train", "val", "test")})

@@ -5,12 +5,12 @@ turned into the record one task trains on, apart from the records themselves:
     link.py       link prediction: the split of the target pairs, message passing from train
                   pairs only, fixed evaluation negatives; a homogeneous graph as one node type
     pairs.py      pair arithmetic on [2, E] edge arrays
-    negatives.py  the uniform negative draw every link path uses
+    negatives.py  the uniform negative draw every link path uses, and the shared negative pairs
 
 May import: ``errors`` and ``records``.
 """
 
-from gnnbridge.core.tasks.link import for_link_task, from_homogeneous, homogeneous_source, link_task
+from gnnbridge.core.tasks.link import for_link_task, from_homogeneous, homogeneous_source, link_task, shared_negatives
 from gnnbridge.core.tasks.negatives import negative_destinations
 from gnnbridge.core.tasks.node import for_node_task, mapped_node_task, node_task
 from gnnbridge.core.tasks.pairs import check_pairs, distinct_pairs, find_pairs, mirror_ids
@@ -28,4 +28,5 @@ __all__ = [
     "mirror_ids",
     "negative_destinations",
     "node_task",
+    "shared_negatives",
 ]

@@ -7,7 +7,10 @@ added), so no validation or test edge can be seen while training or while scorin
 val and test edge gets ``eval_negatives`` fixed destination nodes, drawn once from the train seed
 alone: every backend and every world size ranks each edge among the same candidates, so MRR and
 Hits@K compare across runs. Where the destination type has no more than ``eval_negatives`` other
-nodes, the negatives are all of them, each once (an exact ranking, not duplicates). Training edges
+nodes, the negatives are all of them, each once (an exact ranking, not duplicates). Under
+``link.protocol=shared`` (OGB's ogbl-collab style) no edge has negatives of its own: each split
+gets ``eval_negatives`` distinct (src, dst) pairs that are no edge of any split, drawn once from
+the same seed, and every positive of the split is scored against all of them. Training edges
 are kept out of their own neighbourhood by the sampler (it excludes a batch's seed edges and their
 reverses, see :mod:`gnnbridge.core.sampling.hetero`), which is why the record maps each target
 edge to its reverse edge. A run on a prepared folder builds the same arrays through the disk
@@ -30,7 +33,7 @@ from gnnbridge.core.records.hetero import (
     pair_keys,
     with_reverse_edges,
 )
-from gnnbridge.core.tasks.negatives import negative_destinations
+from gnnbridge.core.tasks.negatives import negative_destinations, shared_capacity, shared_negative_pairs
 from gnnbridge.core.tasks.pairs import check_pairs, distinct_pairs, find_pairs, mirror_ids
 
 
@@ -42,6 +45,7 @@ def for_link_task(
     val_fraction: float,
     test_fraction: float,
     eval_negatives: int,
+    protocol: str = "per-edge",
 ) -> HeteroGraphData:
     """The link-prediction record, built in memory (:func:`link_task`). A run on a prepared
     folder maps a cache of it instead (:mod:`gnnbridge.core.app.linkcache`), except from a
@@ -57,6 +61,7 @@ def for_link_task(
         val_fraction=val_fraction,
         test_fraction=test_fraction,
         eval_negatives=eval_negatives,
+        protocol=protocol,
         reverse=reverse,
         held_out=held_out,
         name=source.name,
@@ -75,6 +80,7 @@ def link_task(
     test_fraction: float,
     eval_negatives: int,
     reverse: bool,
+    protocol: str = "per-edge",
     held_out: tuple[torch.Tensor, torch.Tensor] | None = None,
     name: str = "hetero",
     undirected: bool = False,
@@ -125,7 +131,15 @@ def link_task(
     train = pairs[:, ~torch.isin(_pair_ids(pairs, target, num_nodes), _pair_ids(held, target, num_nodes))]
     mp, rev = _message_passing(num_nodes, edges, target, train, reverse)
     gen = torch.Generator().manual_seed(seed + 1)
-    eval_negatives = min(eval_negatives, n_dst - 1)  # more would repeat candidates: rank among all of them
+    if protocol == "shared":
+        known = torch.unique(_pair_ids(torch.cat([pairs, held], dim=1), target, num_nodes))
+        bound = pairs.shape[1] + (held.shape[1] if held_out is not None else 0)  # as the on-disk build counts
+        shared = shared_negatives(target, num_nodes, eval_negatives, bound, gen, _known_test(known, target, n_dst))
+        negatives = [torch.zeros((e.shape[1], 0), dtype=torch.int64) for e in (val, test)]
+    else:
+        eval_negatives = min(eval_negatives, n_dst - 1)  # more would repeat candidates: rank among all of them
+        negatives = [negative_destinations(e[1], eval_negatives, n_dst, gen) for e in (val, test)]
+        shared = (None, None)
     data = HeteroGraphData(
         dict(num_nodes),
         dict(x),
@@ -134,8 +148,10 @@ def link_task(
         reverse_edge=rev,
         val_edges=val.contiguous(),
         test_edges=test.contiguous(),
-        val_negatives=negative_destinations(val[1], eval_negatives, n_dst, gen),
-        test_negatives=negative_destinations(test[1], eval_negatives, n_dst, gen),
+        val_negatives=negatives[0],
+        test_negatives=negatives[1],
+        val_negative_pairs=shared[0],
+        test_negative_pairs=shared[1],
         name=name,
         undirected=undirected,
     )
@@ -145,6 +161,37 @@ def link_task(
     if target[0] == target[2]:
         data.twin_eid = find_pairs(target_edges, target_edges.flip(0), n_dst)
     return data
+
+
+def shared_negatives(
+    target: EdgeType, num_nodes: dict, count: int, edges: int, gen: torch.Generator, is_edge
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The val and test splits' shared negative pairs (``link.protocol=shared``), drawn in that
+    order from ``gen``. ``edges`` bounds the distinct pairs ``is_edge`` knows as edges (the distinct
+    target pairs, plus the held-out pairs a dataset brought: both builds count them alike, so both
+    refuse alike; the draw needs ``count`` within the pairs that are not edges to end). The
+    on-disk build (:mod:`gnnbridge.core.app.linkcache`) calls it with its own ``is_edge``."""
+    n_src, n_dst, same = num_nodes[target[0]], num_nodes[target[2]], target[0] == target[2]
+    room = shared_capacity(n_src, n_dst, same, edges)
+    if count > room:
+        raise DataError(
+            f"link.eval_negatives={count} shared negatives per split, but ({edge_name(target)}) has "
+            f"{shared_capacity(n_src, n_dst, same, 0):,} possible pairs, at least {room:,} of them not "
+            f"edges; use link.eval_negatives={room} or fewer."
+        )
+    return tuple(shared_negative_pairs(count, n_src, n_dst, same, is_edge, gen) for _ in range(2))
+
+
+def _known_test(known: torch.Tensor, target: EdgeType, n_dst: int):
+    """``is_edge`` for :func:`shared_negative_pairs`: whether a pair's id is in ``known`` (sorted
+    ids of :func:`_pair_ids`, so between nodes of one type either direction is an edge)."""
+    same = target[0] == target[2]
+
+    def is_edge(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+        lo, hi = (torch.minimum(src, dst), torch.maximum(src, dst)) if same else (src, dst)
+        return torch.isin(lo * n_dst + hi, known)
+
+    return is_edge
 
 
 def _pair_ids(pairs: torch.Tensor, target: EdgeType, num_nodes: dict) -> torch.Tensor:

@@ -104,7 +104,7 @@ class RunParts:
             sampler,
             self.config.train.seed,
             self.call,
-            self.config.link.hits_at,
+            self.config.link.ks,
         )
 
     def _sampled(self, sampler: Sampler) -> SampledEvaluator:

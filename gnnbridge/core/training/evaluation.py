@@ -46,7 +46,7 @@ from gnnbridge.core.sampling.hetero import LinkMiniBatch
 from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS, NeighborSampler
 from gnnbridge.core.sampling.seeds import epoch_batches
 from gnnbridge.core.training.layerstore import LayerStore
-from gnnbridge.core.training.metrics import ClassificationScores, LinkScores
+from gnnbridge.core.training.metrics import ClassificationScores, LinkScores, SharedLinkScores
 from gnnbridge.core.training.phases import NO_PHASES
 
 
@@ -346,10 +346,12 @@ def _to(x, device: torch.device):
 
 
 class LinkEvaluator(Evaluator):
-    """Held-out edges, each scored with its fixed negatives, through a heterogeneous sampler's
-    ``held_out_loader``: each rank scores a disjoint share, :class:`LinkScores` combines them.
-    Train edges have no fixed negatives, so only val and test are scored (training reports its
-    own loss and pair accuracy)."""
+    """Held-out edges scored through a heterogeneous sampler's ``held_out_loader``, each with its
+    fixed negatives (the per-edge protocol, :class:`LinkScores`), or, where the record holds a
+    split's shared negative pairs, against those, scored through ``pairs_loader`` (the shared
+    protocol, :class:`SharedLinkScores`). Each rank scores a disjoint share of the edges and of
+    the negative pairs; the metrics combine them. Train edges have no fixed negatives, so only
+    val and test are scored (training reports its own loss and pair accuracy)."""
 
     def __init__(
         self,
@@ -360,7 +362,7 @@ class LinkEvaluator(Evaluator):
         sampler: Sampler,
         seed: int,
         call: ModelCall,
-        hits_at: int,
+        hits_at: int | list[int],
     ):
         super().__init__(backend, data, ctx, batch_size, call)
         self.sampler, self.seed, self.hits_at = sampler, seed, hits_at
@@ -369,12 +371,28 @@ class LinkEvaluator(Evaluator):
         metrics: dict[str, float] = {}
         self.sampler.reseed(self.seed, -1, self.ctx.rank)
         for split in (s for s in splits if s != "train"):
-            scores = LinkScores(self.hits_at)
-            for mb in self.sampler.held_out_loader(split, self._shard_batches(split)):
-                out = self._scores(model, mb)
-                scores.update(out[: mb.positives], out[mb.positives :].view(mb.positives, mb.negatives_per_edge))
+            shared = self.data.negative_pairs(split)
+            scores = self._per_edge(model, split) if shared is None else self._shared(model, split, shared)
             metrics.update(scores.reduce(self.ctx).as_metrics(split))
         return metrics
+
+    def _per_edge(self, model: torch.nn.Module, split: str) -> LinkScores:
+        scores = LinkScores(self.hits_at)
+        for mb in self.sampler.held_out_loader(split, self._shard_batches(split)):
+            out = self._scores(model, mb)
+            scores.update(out[: mb.positives], out[mb.positives :].view(mb.positives, mb.negatives_per_edge))
+        return scores
+
+    def _shared(self, model: torch.nn.Module, split: str, negatives: torch.Tensor) -> SharedLinkScores:
+        """This rank's share of the split's edges (their batches carry no negatives), then its
+        contiguous share of the negative pairs."""
+        scores = SharedLinkScores(self.hits_at)
+        for mb in self.sampler.held_out_loader(split, self._shard_batches(split)):
+            scores.add_positives(self._scores(model, mb))
+        mine = self.ctx.row_shards(negatives.shape[1])[self.ctx.rank]
+        for mb in self.sampler.pairs_loader(negatives[0, mine], negatives[1, mine], self.batch_size):
+            scores.add_negatives(self._scores(model, mb))
+        return scores
 
     def _predict(self, model: torch.nn.Module) -> torch.Tensor:
         raise NotImplementedError("a link model scores pairs: use score_pairs or top_k")

@@ -4,7 +4,9 @@ Ranks never average per-batch (or per-rank) means: a mean of means weighs a 1-no
 like a full one. Each rank adds its predictions into a confusion matrix; one sum all-reduce
 makes every rank hold the global matrix, from which accuracy and macro-F1 follow exactly.
 ROC-AUC (binary tasks) is not a function of counts: every rank's scores are all-gathered and
-the AUC is computed over all of them at once, on every rank.
+the AUC is computed over all of them at once, on every rank. Link prediction's ranking metrics
+(MRR, Hits@K) follow OGB's two protocols (:class:`LinkScores`, :class:`SharedLinkScores`) and are
+gathered the same way.
 """
 
 from __future__ import annotations
@@ -127,18 +129,19 @@ def roc_auc(scores: torch.Tensor, labels: torch.Tensor) -> float | None:
 
 
 class LinkScores:
-    """Link-prediction metrics, exact across ranks.
+    """Link-prediction metrics of the ``per-edge`` protocol (ogbl-citation2's), exact across ranks.
 
-    Every held-out edge is scored with its fixed negatives: ROC-AUC over all positive and
+    Every held-out edge is scored with its own fixed negatives: ROC-AUC over all positive and
     negative scores, and the edge's rank among its own candidates for MRR and Hits@K. A tie
-    counts half a place (the candidates that tie with the positive are shared out evenly), so a
-    model that scores everything alike gets the chance-level rank, not the best one. Scores and
-    ranks are all-gathered (like :class:`ClassificationScores`); the reciprocal ranks are summed
-    in sorted order, so the MRR is the same float whatever the number of ranks.
+    counts half a place (the candidates that tie with the positive are shared out evenly, OGB's
+    mean of the optimistic and pessimistic rank), so a model that scores everything alike gets
+    the chance-level rank, not the best one. Scores and ranks are all-gathered (like
+    :class:`ClassificationScores`); the reciprocal ranks are summed in sorted order, so the MRR
+    is the same float whatever the number of ranks.
     """
 
-    def __init__(self, hits_at: int):
-        self.hits_at = hits_at
+    def __init__(self, hits_at: int | list[int]):
+        self.ks = hits_list(hits_at)
         self._pos: list[torch.Tensor] = []
         self._neg: list[torch.Tensor] = []
         self._ranks: list[torch.Tensor] = []  # twice each edge's rank: an integer, ties included
@@ -156,30 +159,109 @@ class LinkScores:
 
     def reduce(self, ctx: DistContext) -> LinkScores:
         self.nonfinite = ctx.all_reduce_sum(self.nonfinite)
-        if ctx.distributed:
-            for name in ("_pos", "_neg", "_ranks"):
-                local = _cat(getattr(self, name), torch.int64 if name == "_ranks" else torch.float64)
-                sizes = torch.zeros(ctx.world_size, dtype=torch.int64)
-                sizes[ctx.rank] = local.numel()
-                setattr(self, name, [ctx.all_gather_rows(local, ctx.all_reduce_sum(sizes).tolist())])
+        for name in ("_pos", "_neg", "_ranks"):
+            setattr(self, name, _gathered(ctx, getattr(self, name), torch.int64 if name == "_ranks" else torch.float64))
         return self
 
     def as_metrics(self, prefix: str) -> dict[str, float | None]:
         ranks2 = _cat(self._ranks, torch.int64)
-        if int(self.nonfinite):
-            raise TrainingDivergedError(
-                f"the model's scores are NaN or infinite for {int(self.nonfinite)} of "
-                f"{ranks2.numel()} {prefix} edge(s), which are never scored"
-            )
+        _refuse_nonfinite(self.nonfinite, ranks2.numel(), prefix)
         pos, neg = _cat(self._pos, torch.float64), _cat(self._neg, torch.float64)
-        labels = torch.cat([torch.ones(pos.numel(), dtype=torch.int64), torch.zeros(neg.numel(), dtype=torch.int64)])
         edges = max(1, ranks2.numel())
         reciprocal = float((2.0 / ranks2.sort().values.double()).sum())
+        hits = {k: int((ranks2 <= 2 * k).sum()) / edges for k in self.ks}
         return {
-            f"{prefix}_roc_auc": roc_auc(torch.cat([pos, neg]), labels),
+            f"{prefix}_roc_auc": _pair_auc(pos, neg),
             f"{prefix}_mrr": reciprocal / edges,
-            f"{prefix}_hits": int((ranks2 <= 2 * self.hits_at).sum()) / edges,
+            **_hits_metrics(prefix, hits),
         }
+
+
+class SharedLinkScores:
+    """Link-prediction metrics of the ``shared`` protocol (ogbl-collab's, -ppa's, -ddi's): every
+    held-out edge is scored against one set of negative pairs shared by the whole split.
+
+    Hits@K is OGB's: the share of positive edges scored strictly above the K-th highest negative
+    score (negatives counted with their repeats; a positive that ties it is a miss), and 1 when
+    the split has fewer than K negatives. ROC-AUC is over all positive and negative scores, ties
+    counting half. There is no MRR: a rank against the shared set is not what the field reports.
+    Ranks hand their share of positive and of negative scores to :meth:`add_positives` and
+    :meth:`add_negatives`; both are all-gathered, and each metric is a count, so the floats are
+    the same whatever the number of ranks.
+    """
+
+    def __init__(self, hits_at: int | list[int]):
+        self.ks = hits_list(hits_at)
+        self._pos: list[torch.Tensor] = []
+        self._neg: list[torch.Tensor] = []
+        self.nonfinite = torch.zeros((), dtype=torch.int64)
+
+    def add_positives(self, scores: torch.Tensor) -> None:
+        self._pos.append(self._checked(scores))
+
+    def add_negatives(self, scores: torch.Tensor) -> None:
+        self._neg.append(self._checked(scores))
+
+    def _checked(self, scores: torch.Tensor) -> torch.Tensor:
+        scores = scores.detach().double().cpu().flatten()
+        self.nonfinite += (~torch.isfinite(scores)).sum()
+        return scores
+
+    def reduce(self, ctx: DistContext) -> SharedLinkScores:
+        self.nonfinite = ctx.all_reduce_sum(self.nonfinite)
+        self._pos = _gathered(ctx, self._pos, torch.float64)
+        self._neg = _gathered(ctx, self._neg, torch.float64)
+        return self
+
+    def as_metrics(self, prefix: str) -> dict[str, float | None]:
+        pos, neg = _cat(self._pos, torch.float64), _cat(self._neg, torch.float64)
+        _refuse_nonfinite(self.nonfinite, pos.numel() + neg.numel(), prefix, what="score(s) of edges and negatives")
+        hits = {k: shared_hits(pos, neg, k) for k in self.ks}
+        return {f"{prefix}_roc_auc": _pair_auc(pos, neg), **_hits_metrics(prefix, hits)}
+
+
+def shared_hits(pos: torch.Tensor, neg: torch.Tensor, k: int) -> float:
+    """OGB's Hits@K against a shared negative set: the share of ``pos`` strictly above the K-th
+    highest of ``neg`` (1.0 when there are fewer than K negatives, as OGB's evaluator returns)."""
+    if neg.numel() < k:
+        return 1.0
+    kth = neg.topk(k).values[-1]
+    return int((pos > kth).sum()) / max(1, pos.numel())
+
+
+def hits_list(hits_at: int | list[int]) -> list[int]:
+    """``link.hits_at`` as a list of K (it may be one int)."""
+    return [hits_at] if isinstance(hits_at, int) else list(hits_at)
+
+
+def _hits_metrics(prefix: str, hits: dict[int, float]) -> dict[str, float]:
+    """``{prefix}_hits@K`` for every K, as OGB names them, and ``{prefix}_hits``: Hits@ the first K
+    (the name before several K were possible; ``train.monitor=val_hits`` still means it)."""
+    first = next(iter(hits.values()))
+    return {f"{prefix}_hits": first, **{f"{prefix}_hits@{k}": v for k, v in hits.items()}}
+
+
+def _pair_auc(pos: torch.Tensor, neg: torch.Tensor) -> float | None:
+    labels = torch.cat([torch.ones(pos.numel(), dtype=torch.int64), torch.zeros(neg.numel(), dtype=torch.int64)])
+    return roc_auc(torch.cat([pos, neg]), labels)
+
+
+def _refuse_nonfinite(nonfinite: torch.Tensor, total: int, prefix: str, what: str = "edge(s)") -> None:
+    if int(nonfinite):
+        raise TrainingDivergedError(
+            f"the model's scores are NaN or infinite for {int(nonfinite)} of {total} {prefix} {what}, "
+            "which are never scored"
+        )
+
+
+def _gathered(ctx: DistContext, parts: list[torch.Tensor], dtype: torch.dtype) -> list[torch.Tensor]:
+    """Every rank's ``parts``, concatenated in rank order (unchanged in one process)."""
+    if not ctx.distributed:
+        return parts
+    local = _cat(parts, dtype)
+    sizes = torch.zeros(ctx.world_size, dtype=torch.int64)
+    sizes[ctx.rank] = local.numel()
+    return [ctx.all_gather_rows(local, ctx.all_reduce_sum(sizes).tolist())]
 
 
 def _cat(parts: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:

@@ -98,3 +98,55 @@ def test_example_experiment_files_resolve(name):
     path = REPO / "examples" / name
     config = resolve_config(str(path))
     assert config.name == path.stem and config.description
+
+
+def test_link_protocol_and_several_hits_at_k():
+    """OGB-style evaluation by config: the protocol is a choice, Hits@K takes one K or several,
+    and the monitor may name any of them (or val_mrr, where the protocol reports it)."""
+    config = from_dict(
+        {
+            "task": "link",
+            "link": {"protocol": "shared", "eval_negatives": 1000, "hits_at": [20, 50, 100]},
+            "train": {"monitor": "val_hits@50"},
+        }
+    )
+    assert config.link.ks == [20, 50, 100] and config.train.monitor == "val_hits@50"
+    assert from_dict(config.to_dict()) == config
+    assert from_dict({"task": "link"}).link.ks == [10] and from_dict({"task": "link"}).link.protocol == "per-edge"
+    assert from_dict({"task": "link", "train": {"monitor": "val_mrr"}}).link.monitors() == (
+        "val_roc_auc",
+        "val_mrr",
+        "val_hits",
+        "val_hits@10",
+    )
+
+
+@pytest.mark.parametrize(
+    "link, train, needle",
+    [
+        (
+            {"protocol": "ogb"},
+            {},
+            "link.protocol='ogb' is not an evaluation protocol; choose one of: per-edge, shared.",
+        ),
+        ({"protocol": "shard"}, {}, "(did you mean 'shared'?)"),
+        ({"hits_at": []}, {}, "link.hits_at=[] must be a positive integer or a list of distinct ones"),
+        ({"hits_at": [5, 5]}, {}, "link.hits_at=[5, 5] must be a positive integer or a list of distinct ones"),
+        ({"hits_at": [5, 0]}, {}, "link.hits_at=[5, 0] must be"),
+        ({"hits_at": [5, "a"]}, {}, "link.hits_at[1]='a' has the wrong type: expected int"),
+        ({"hits_at": "x"}, {}, "link.hits_at='x' has the wrong type: expected int or a list of them, got str"),
+        ({"hits_at": 102}, {}, "link.hits_at=102 exceeds the 101 candidates each evaluation edge is ranked among"),
+        ({"protocol": "shared", "hits_at": [50, 101]}, {}, "exceeds the 100 shared negatives each split is scored"),
+        ({"protocol": "shared"}, {"monitor": "val_mrr"}, "val_mrr does not score task=link with link.protocol=shared"),
+        (
+            {"hits_at": [20, 50]},
+            {"monitor": "val_hits@10"},
+            "choose one of: val_roc_auc, val_mrr, val_hits, val_hits@20",
+        ),
+        ({}, {"monitor": "val_hits@x"}, "train.monitor='val_hits@x' is not a validation metric"),
+    ],
+)
+def test_bad_link_evaluation_configs_are_one_line_naming_the_choices(link, train, needle):
+    with pytest.raises(ConfigError) as err:
+        from_dict({"task": "link", "link": link, "train": train})
+    assert needle in str(err.value) and "\n" not in str(err.value)

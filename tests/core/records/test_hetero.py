@@ -138,6 +138,35 @@ def test_held_out_edges_that_also_pass_messages_are_refused():
         )
 
 
+@pytest.mark.parametrize(
+    "val, test, needle",
+    [
+        (torch.zeros(2, 3, dtype=torch.int64), None, "give both or neither"),
+        (torch.zeros(3, 3, dtype=torch.int64), torch.zeros(2, 3, dtype=torch.int64), "expected [2, M>0]"),
+        (torch.zeros(2, 0, dtype=torch.int64), torch.zeros(2, 3, dtype=torch.int64), "expected [2, M>0]"),
+        (torch.tensor([[0], [500]]), torch.zeros(2, 3, dtype=torch.int64), "val_negative_pairs destination"),
+        (torch.zeros(2, 3), torch.zeros(2, 3, dtype=torch.int64), "val_negative_pairs"),
+    ],
+)
+def test_bad_shared_negative_pairs_are_refused_in_one_line(val, test, needle):
+    data = link(rec())
+    with pytest.raises(DataError) as err:
+        HeteroGraphData(
+            data.num_nodes,
+            data.x,
+            data.edge_index,
+            data.indptr,
+            target_edge=TARGET,
+            val_edges=data.val_edges,
+            test_edges=data.test_edges,
+            val_negatives=data.val_negatives,
+            test_negatives=data.test_negatives,
+            val_negative_pairs=val,
+            test_negative_pairs=test,
+        )
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
 def test_the_target_edge_type_is_named_or_asked_for():
     source = rec()
     source.target_edge = None
