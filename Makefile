@@ -16,7 +16,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -c constraints.txt torch
-	$(PY) -m pip install -q -c constraints.txt -e '.[pyg,dgl,datasets,log,test,lint,docs]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[pyg,dgl,datasets,log,retrieval,test,lint,docs]'
 	touch $(STAMP)
 
 demo: $(STAMP)

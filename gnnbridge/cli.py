@@ -193,6 +193,7 @@ Examples:
   gnnbridge predict runs/x --out p.npz --set dataset.path=/data/moved.npz
   gnnbridge predict runs/rec --out top.npz --top-k 20      # link task: 20 best items per user
   gnnbridge predict runs/rec --out s.npz --pairs pairs.npz # link task: scores of given (src, dst)
+  gnnbridge predict runs/rec --out e.npz --embeddings      # link task: top 10 and every type's states
 """
 
 checkpoint_option = click.option(
@@ -254,14 +255,35 @@ def evaluate(target, kind, device, overrides, trust_code, as_json) -> None:
     help="Link tasks: a .npz with int64 src and dst; writes each pair's score.",
 )
 @click.option("--top-k", "top_k", type=int, help="Link tasks: the K best destinations of every source (default 10).")
+@click.option(
+    "--embeddings",
+    is_flag=True,
+    help="Also write every node type's final states (embedding__TYPE), from the exact layer-wise pass.",
+)
+@click.option(
+    "--index",
+    type=click.Choice(["exact", "hnsw"]),
+    default="exact",
+    show_default=True,
+    help="Link tasks, --top-k: every destination scored (exact) or FAISS's approximate HNSW index (dot decoder).",
+)
 @interruptible
-def predict(target, out, kind, device, overrides, trust_code, pairs, top_k) -> None:
+def predict(target, out, kind, device, overrides, trust_code, pairs, top_k, embeddings, index) -> None:
     """Class scores for every node (or graph) of the run's dataset, or for a link task the scores
     of given pairs (--pairs) or each source's top destinations (--top-k), written to a .npz file."""
     from gnnbridge.core.app.inference import predict as predict_run
 
     report = predict_run(
-        target, out, kind=kind, device=device, overrides=overrides, trust_code=trust_code, pairs=pairs, top_k=top_k
+        target,
+        out,
+        kind=kind,
+        device=device,
+        overrides=overrides,
+        trust_code=trust_code,
+        pairs=pairs,
+        top_k=top_k,
+        embeddings=embeddings,
+        index=index,
     )
     shape = "x".join(map(str, report["shape"]))
     click.echo(

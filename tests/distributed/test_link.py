@@ -19,11 +19,11 @@ pytestmark = pytest.mark.slow
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
-def gnnbridge(*args, cwd, timeout=600):
+def gnnbridge(*args, cwd, timeout=600, check=True):
     proc = subprocess.run(
         [sys.executable, "-m", "gnnbridge", *args], capture_output=True, text=True, cwd=cwd, env=ENV, timeout=timeout
     )
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 0 or not check, proc.stderr
     return proc
 
 
@@ -165,6 +165,35 @@ def test_predict_top_k_items_per_user_and_scores_of_given_pairs(tmp_path, rec_ru
     assert ((scored["probs"] > 0) & (scored["probs"] < 1)).all()
 
 
+def test_predict_writes_every_node_types_final_states_which_score_the_top_k_lists(tmp_path, rec_run):
+    gnnbridge("predict", str(rec_run), "--out", "e.npz", "--top-k", "4", "--embeddings", cwd=tmp_path)
+    out = np.load(tmp_path / "e.npz")
+    users, items = out["embedding__user"], out["embedding__item"]
+    assert users.shape == (300, 64) and items.shape == (120, 64) and out["embedding__category"].shape[1] == 64
+    # The dot decoder's score of each listed pair is the product of the two states written.
+    np.testing.assert_allclose(
+        (users[:, None, :] * items[out["top_dst"]]).sum(-1), out["top_scores"], rtol=1e-4, atol=1e-4
+    )
+    approx = gnnbridge("predict", str(rec_run), "--out", "a.npz", "--top-k", "4", "--index", "hnsw", cwd=tmp_path)
+    assert "top_dst" in approx.stdout
+    found = np.load(tmp_path / "a.npz")["top_dst"]
+    assert np.mean([len(set(a) & set(b)) / 4 for a, b in zip(found, out["top_dst"])]) > 0.9  # 120 items: near exact
+
+
+def test_embeddings_and_the_approximate_index_refuse_what_they_cannot_serve_in_one_line(tmp_path, rec_run):
+    np.savez(tmp_path / "pairs.npz", src=np.array([0]), dst=np.array([0]))
+    for args, needle in [
+        (["--embeddings", "--set", "eval.mode=full", "--index", "hnsw", "--top-k", "3"], "eval.mode=layerwise"),
+        (["--index", "hnsw", "--pairs", "pairs.npz"], "this prediction has no top-k lists"),
+    ]:
+        proc = gnnbridge("predict", str(rec_run), "--out", "x.npz", *args, cwd=tmp_path, check=False)
+        assert proc.returncode != 0 and needle in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "x.npz").exists()
+    gnnbridge("train", "karate-sage", "--set", "train.epochs=1", "--quiet", "--out", "k", cwd=tmp_path)
+    proc = gnnbridge("predict", "k", "--out", "x.npz", "--embeddings", cwd=tmp_path, check=False)
+    assert proc.returncode != 0 and "homogeneous graph" in proc.stderr and not (tmp_path / "x.npz").exists()
+
+
 def test_a_torchrun_node_shares_the_heterogeneous_graph_and_matches_nproc(tmp_path, rec_run):
     """Under torchrun the node's first rank loads the graph and its ranks map the same pages; the
     run must equal the one started with --nproc 2 exactly."""
@@ -225,8 +254,12 @@ def test_heterogeneous_node_classification_runs_on_both_backends(tmp_path, backe
     )
     run = results(tmp_path / "run")
     assert run["dataset"]["target_node"] == "paper" and run["dataset"]["node_types"]["author"] == 600
-    assert run["eval"]["final"] == "full"  # every seed's whole neighbourhood: no layer-wise pass on typed graphs
+    assert run["eval"]["final"] == "layerwise" and "note" not in run["eval"]  # the typed layer-wise pass
     assert run["metrics"]["test_acc"] > 0.5  # 6 topics: chance is about 0.17
+    # Exact: one process sampling every seed's whole neighbourhood scores what the pass on two ranks did.
+    full = gnnbridge("evaluate", "run", "--json", "--set", "eval.mode=full", cwd=tmp_path).stdout
+    layerwise = gnnbridge("evaluate", "run", "--json", cwd=tmp_path).stdout
+    assert json.loads(full)["metrics"] == pytest.approx(json.loads(layerwise)["metrics"], abs=1e-6)
 
 
 @pytest.mark.parametrize("backend", ["pyg", "dgl"])

@@ -26,7 +26,7 @@ from torch import nn
 from gnnbridge.backends.dgl.compat import import_dgl
 from gnnbridge.core.contracts.interfaces import Sampler
 from gnnbridge.core.models.graphops import hetero_layer_bounds
-from gnnbridge.core.models.hetero import HeteroSAGE
+from gnnbridge.core.models.hetero import HeteroSAGE, states
 from gnnbridge.core.records.batches import MiniBatch
 from gnnbridge.core.sampling.hetero import CoreHeteroSampler, LinkMiniBatch
 from gnnbridge.core.sampling.seeds import derived_seed
@@ -68,17 +68,19 @@ class DglHeteroSAGE(HeteroSAGE):
 
         return HeteroGraphConv({et: SAGEConv(hidden, hidden, self.spec.aggr) for et in edge_types}, aggregate="sum")
 
-    def conv(self, index: int, graph: Any, h: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        graph = graph[index]
-        # DGL wants a state for every type of the graph: a type the batch holds no node of gets zero rows.
-        some = next(iter(h.values()))
-        return self.convs[index](
-            graph, {t: h[t] if t in h else some.new_zeros(0, some.shape[1]) for t in graph.srctypes}
-        )
+    def conv(self, index: int, graph: Any, h: dict[str, torch.Tensor], block: int) -> dict[str, torch.Tensor]:
+        graph = graph[block]
+        out: dict[str, torch.Tensor] = {}
+        for et in self.edge_types:
+            s, _, d = et
+            x = (states(h, s, graph.num_src_nodes(s)), states(h, d, graph.num_dst_nodes(d)))
+            y = self.relation_conv(index, et)(graph[et], x)
+            out[d] = out[d] + y if d in out else y
+        return out
 
-    def carry(self, index: int, graph: Any, node_type: str, h: torch.Tensor) -> torch.Tensor:
+    def carry(self, block: int, graph: Any, node_type: str, h: torch.Tensor) -> torch.Tensor:
         """A block's dst nodes are a prefix of its src nodes: an unreached type keeps those rows."""
-        return h[: graph[index].num_dst_nodes(node_type)]
+        return h[: graph[block].num_dst_nodes(node_type)]
 
 
 class DglHeteroSampler(Sampler):

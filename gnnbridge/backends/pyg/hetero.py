@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from gnnbridge.core.models.graphops import hetero_layer_bounds
-from gnnbridge.core.models.hetero import HeteroSAGE
+from gnnbridge.core.models.hetero import HeteroSAGE, states
 
 
 def to_hetero_data(sub) -> Any:
@@ -46,19 +46,19 @@ class PygHeteroSAGE(HeteroSAGE):
 
         return HeteroConv({et: SAGEConv(hidden, hidden, aggr=self.spec.aggr) for et in edge_types}, aggr="sum")
 
-    def conv(self, index: int, graph: Any, h: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        n_src, n_dst, n_edges = graph.bounds[index]
+    def conv(self, index: int, graph: Any, h: dict[str, torch.Tensor], block: int) -> dict[str, torch.Tensor]:
+        n_src, n_dst, n_edges = graph.bounds[block]
         out: dict[str, torch.Tensor] = {}
-        for et in graph.edge_types:
+        for et in self.edge_types:
             s, _, d = et
-            # Relations without a sampled edge pass no message (as in DGL's HeteroGraphConv, which skips them).
-            if not n_edges.get(et) or s not in h or d not in h:
-                continue
-            y = self.relation_conv(index, et)(
-                (h[s][: n_src[s]], h[d][: n_dst[d]]), graph[et].edge_index[:, : n_edges[et]], size=(n_src[s], n_dst[d])
-            )
+            x = (states(h, s, n_src[s]), states(h, d, n_dst[d]))
+            if et in graph.edge_types:
+                edges = graph[et].edge_index[:, : n_edges[et]]
+            else:  # made here: a module-level tensor made under a meta-device build would be meta
+                edges = torch.zeros(2, 0, dtype=torch.int64, device=x[0].device)
+            y = self.relation_conv(index, et)(x, edges, size=(n_src[s], n_dst[d]))
             out[d] = out[d] + y if d in out else y
         return out
 
-    def carry(self, index: int, graph: Any, node_type: str, h: torch.Tensor) -> torch.Tensor:
-        return h[: graph.bounds[index][1][node_type]]
+    def carry(self, block: int, graph: Any, node_type: str, h: torch.Tensor) -> torch.Tensor:
+        return h[: graph.bounds[block][1][node_type]]

@@ -34,9 +34,11 @@ from gnnbridge.core.inference.scorer import Scorer
 from gnnbridge.core.plugins import no_code, no_downloads
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData, check_ids
+from gnnbridge.core.records.hetero import HeteroGraphData
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.runtime.host import available_memory, format_bytes
 from gnnbridge.core.runtime.launcher import interrupt_on_sigterm, launch
+from gnnbridge.core.tasks.retrieval import import_faiss
 from gnnbridge.core.training import checkpoint
 
 # What a checkpoint's weights are tied to: neither can change when they are used.
@@ -73,15 +75,25 @@ def predict(
     trust_code: bool = False,
     pairs: str | os.PathLike | None = None,
     top_k: int | None = None,
+    embeddings: bool = False,
+    index: str = "exact",
 ) -> dict:
     """Write ``out`` (.npz). Node and graph tasks: ``logits`` and ``probs`` [items, classes]
     float32, ``pred`` and ``y`` int64 [items], and the ``train_idx`` / ``val_idx`` / ``test_idx``
     the run used. Link tasks: with ``pairs`` (a .npz holding int64 ``src`` and ``dst``), their
     ``scores`` and ``probs``; otherwise the ``top_k`` (default 10) best destinations of every
-    source node (``top_dst``, ``top_scores`` [sources, k]), leaving out the edges it was trained on."""
+    source node (``top_dst``, ``top_scores`` [sources, k]), leaving out the edges it was trained on.
+    ``index``: ``exact`` top-k lists, or ``hnsw`` (FAISS's approximate index; dot decoder, layer-wise
+    evaluation). ``embeddings``: also every node type's final states, ``embedding__<type>`` [N, hidden] float32
+    (heterogeneous graphs and link tasks; the same pass serves the top-k lists)."""
     out = _check_out(out)
     path, state, config, data = _prepare(target, kind, device, overrides, "predict", trust_code)
     request = _link_request(config, data, pairs, top_k)
+    if index != "exact":
+        request = {**(request or {}), "index": check_index(config, request, index)}
+    if embeddings:
+        check_embeddings(data)
+        request = {**(request or {}), "embeddings": True}
     with files.reserved(out) as tmp, interrupt_on_sigterm():  # a folder we cannot write fails now, not after inference
         arrays = launch(
             _predict_worker, 1, config.device.value, (config, data, state, request), timeout_s=config.timeout
@@ -132,6 +144,36 @@ def _link_request(config: ExperimentConfig, data, pairs, top_k) -> dict | None:
         check_top_k(config, data, top_k or 10)
         return {"top_k": top_k or 10}
     return {"pairs": read_pairs(Path(pairs), data)}
+
+
+INDEXES = ("exact", "hnsw")
+
+
+def check_index(config: ExperimentConfig, request: dict | None, index: str) -> str:
+    """``--index hnsw`` ranks destinations through FAISS from the layer-wise pass's states with a
+    dot-product decoder; anything else is refused here, before any work."""
+    if index not in INDEXES:
+        raise ConfigError(f"--index {index!r} is not an index; choose one of: {', '.join(INDEXES)}.")
+    if request is None or "top_k" not in request:
+        raise ConfigError(f"--index {index} ranks destinations for --top-k; this prediction has no top-k lists.")
+    decoder = config.model.options.get("decoder", "dot")
+    if config.eval.mode.value != "layerwise" or decoder != "dot":
+        raise ConfigError(
+            f"--index {index} searches the final states with an inner product: it needs eval.mode=layerwise "
+            f"(this run: {config.eval.mode.value}) and model.options.decoder=dot (this run: {decoder})."
+        )
+    import_faiss()
+    return index
+
+
+def check_embeddings(data) -> None:
+    """``--embeddings`` asks for each node type's final states: a heterogeneous graph's (or a link
+    task's, which runs on a heterogeneous view); refused before any work otherwise."""
+    if not isinstance(data, HeteroGraphData):
+        raise ConfigError(
+            "--embeddings writes each node type's final states of a heterogeneous graph or a link task; "
+            "this run classifies the nodes of a homogeneous graph, whose final layer is its logits."
+        )
 
 
 def check_top_k(config: ExperimentConfig, data, k: int) -> None:
@@ -269,22 +311,35 @@ def _evaluate_worker(ctx: DistContext, config: ExperimentConfig, data, state: di
 
 def _predict_worker(ctx: DistContext, config: ExperimentConfig, data, state: dict, request: dict | None) -> dict:
     scorer = Scorer(config, data, ctx, state)
-    if request is None:
-        logits = scorer.predict().float()  # float32 already (maybe mapped from disk): not copied
-        n, classes = logits.shape
-        return {
-            "logits": logits,
-            "probs": Derived(logits, lambda z: torch.softmax(z, dim=1), torch.float32, (n, classes)),
-            "pred": Derived(logits, lambda z: z.argmax(dim=1), torch.int64, (n,)),
-            "y": data.y,
-            "train_idx": data.train_idx,
-            "val_idx": data.val_idx,
-            "test_idx": data.test_idx,
-        }
-    links = scorer.link_scorer()
-    if "pairs" in request:
-        src, dst = request["pairs"]
-        scores = links.score_pairs(scorer.model, src, dst).float()
-        return {"src": src, "dst": dst, "scores": scores, "probs": torch.sigmoid(scores)}
-    top, scores = links.top_k(scorer.model, request["top_k"], data.known_pairs())
-    return {"src": torch.arange(top.shape[0]), "top_dst": top, "top_scores": scores.float()}
+    request = request or {}
+    with contextlib.ExitStack() as stack:  # mapped states outlive it: their files are unlinked, not unmapped
+        states = scorer.embeddings(stack) if request.get("embeddings") else None
+        arrays = {f"embedding__{t}": h for t, h in (states or {}).items()}
+        if config.task is not Task.LINK:
+            return arrays | _class_arrays(scorer, data)
+        links = scorer.link_scorer()
+        if "pairs" in request:
+            src, dst = request["pairs"]
+            scores = links.score_pairs(scorer.model, src, dst).float()
+            return arrays | {"src": src, "dst": dst, "scores": scores, "probs": torch.sigmoid(scores)}
+        if hasattr(links, "layerwise"):  # typed layer-wise: one pass for the lists and the states
+            top, scores = links.top_k(
+                scorer.model, request["top_k"], data.known_pairs(), states, request.get("index", "exact")
+            )
+        else:
+            top, scores = links.top_k(scorer.model, request["top_k"], data.known_pairs())
+        return arrays | {"src": torch.arange(top.shape[0]), "top_dst": top, "top_scores": scores.float()}
+
+
+def _class_arrays(scorer: Scorer, data) -> dict:
+    logits = scorer.predict().float()  # float32 already (maybe mapped from disk): not copied
+    n, classes = logits.shape
+    return {
+        "logits": logits,
+        "probs": Derived(logits, lambda z: torch.softmax(z, dim=1), torch.float32, (n, classes)),
+        "pred": Derived(logits, lambda z: z.argmax(dim=1), torch.int64, (n,)),
+        "y": data.y,
+        "train_idx": data.train_idx,
+        "val_idx": data.val_idx,
+        "test_idx": data.test_idx,
+    }

@@ -6,6 +6,8 @@ training needs is built: no optimizer, no DDP wrapper (one process scores), no l
 
 from __future__ import annotations
 
+from contextlib import ExitStack
+
 import torch
 
 from gnnbridge.core.config import ExperimentConfig
@@ -35,6 +37,10 @@ class Scorer:
     def predict(self) -> torch.Tensor:
         """Logits of every node (or graph), by the final evaluator."""
         return self.parts.predict()
+
+    def embeddings(self, stack: ExitStack) -> dict[str, torch.Tensor]:
+        """Every node type's final states (see :meth:`RunParts.embeddings`)."""
+        return self.parts.embeddings(stack)
 
     def link_scorer(self) -> LinkEvaluator:
         """Scores pairs of the target edge type as the final evaluation does."""

@@ -7,10 +7,15 @@ Shared, so that one spec builds the same model on both backends:
 * the input layer: a linear projection of each featured node type to ``model.hidden``, and a
   learnable embedding per node of each featureless type (the model reads the type's node ids);
 * between layers: ReLU and dropout on every node type a layer updated; a node type no relation
-  points into keeps its representation (both libraries return nothing for it);
+  points into keeps its representation (both libraries return nothing for it); every relation
+  adds its root term even where the batch drew none of its edges, so a node's output is a
+  function of its own neighbourhood alone, as exact layer-wise inference needs;
 * the heads: a linear classifier on the labelled node type, or a link decoder on (source,
   destination) pairs: ``dot`` (the inner product of the two embeddings) or ``mlp`` (a two-layer
   perceptron on their concatenation).
+
+The relation-wise sum is called per relation by each backend (not through ``HeteroConv`` /
+``HeteroGraphConv``'s forward, which skip a relation without edges), in one fixed order.
 
 ``forward(graph, x)`` gives logits for the labelled type's sampled nodes, seeds first;
 ``forward(graph, x, pairs)`` gives one score per pair. ``x`` maps each node type to the features
@@ -31,6 +36,7 @@ from gnnbridge.core.errors import ConfigError
 
 class HeteroSAGE(nn.Module):
     heterogeneous = True
+    typed_layerwise = True  # core's typed layer-wise inference can run it (embed_inputs, layer, classify, decode)
     # The relation's SAGEConv parameters by neutral name (see :meth:`neutral_parameters`).
     SAGE_NAMES: dict[str, str] = {}
 
@@ -89,30 +95,57 @@ class HeteroSAGE(nn.Module):
         return out
 
     @abstractmethod
-    def conv(self, index: int, graph: Any, h: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Layer ``index`` on the native graph: new states of the node types some relation reaches."""
+    def conv(self, index: int, graph: Any, h: dict[str, torch.Tensor], block: int) -> dict[str, torch.Tensor]:
+        """Layer ``index``'s weights on layer ``block`` of the native graph: the new states of
+        every destination type of a relation, the sum over its relations of each one's SAGEConv.
+        A relation with no edge in the batch still adds its root term, so a node's state never
+        depends on which other nodes share its batch (what makes layer-wise inference exact)."""
+
+    @abstractmethod
+    def carry(self, block: int, graph: Any, node_type: str, h: torch.Tensor) -> torch.Tensor:
+        """The rows of a node type no relation points into that layer ``block`` passes on (its
+        destination nodes, a prefix of its sources)."""
+
+    def embed_inputs(self, x: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The input layer: each type's features projected (or its node ids embedded)."""
+        return {t: self.inputs[t](feats) for t, feats in x.items()}
+
+    def layer(self, index: int, graph: Any, h: dict[str, torch.Tensor], block: int | None = None) -> dict:
+        """Layer ``index`` on the graph's layer ``block`` (default ``index``), with the activation
+        that follows it (none after the last): what core's typed layer-wise inference calls on a
+        one-layer graph (``block=0``) for every node of a type."""
+        out = self.conv(index, graph, h, index if block is None else block)
+        if index == self.spec.layers - 1:
+            return out
+        return {t: nn.functional.dropout(torch.relu(v), self.spec.dropout, self.training) for t, v in out.items()}
 
     def encode(self, graph: Any, x: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        h = {t: self.inputs[t](feats) for t, feats in x.items()}
+        h = self.embed_inputs(x)
         for i in range(self.spec.layers):
-            out = self.conv(i, graph, h)
-            last = i == self.spec.layers - 1
-            h = {
-                t: (v if last else nn.functional.dropout(torch.relu(v), self.spec.dropout, self.training))
-                for t, v in out.items()
-            } | {t: self.carry(i, graph, t, v) for t, v in h.items() if t not in out}
+            out = self.layer(i, graph, h)
+            h = out | {t: self.carry(i, graph, t, v) for t, v in h.items() if t not in out}
         return h
 
-    def carry(self, index: int, graph: Any, node_type: str, h: torch.Tensor) -> torch.Tensor:
-        """The state a node type no relation reaches in layer ``index`` keeps (all of it, unless
-        the library's layer computes fewer nodes than it reads, as DGL's blocks do)."""
-        return h
+    def classify(self, h: torch.Tensor) -> torch.Tensor:
+        """Class logits from the labelled type's final states."""
+        return self.head(torch.relu(h))
+
+    def decode(self, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+        """One score per (source, destination) row pair of final states."""
+        if self.decoder == "dot":
+            return (src * dst).sum(-1)
+        return self.head(torch.cat([src, dst], dim=-1)).squeeze(-1)
 
     def forward(self, graph: Any, x: dict[str, torch.Tensor], pairs: torch.Tensor | None = None) -> torch.Tensor:
         h = self.encode(graph, x)
         if not self.is_link:
-            return self.head(torch.relu(h[self.target]))
-        src, dst = h[self.target[0]][pairs[0]], h[self.target[2]][pairs[1]]
-        if self.decoder == "dot":
-            return (src * dst).sum(-1)
-        return self.head(torch.cat([src, dst], dim=-1)).squeeze(-1)
+            return self.classify(h[self.target])
+        return self.decode(h[self.target[0]][pairs[0]], h[self.target[2]][pairs[1]])
+
+
+def states(h: dict[str, torch.Tensor], node_type: str, rows: int) -> torch.Tensor:
+    """``h[node_type]``'s first ``rows`` rows, or an empty state where the batch has none of it."""
+    if node_type in h:
+        return h[node_type][:rows]
+    some = next(iter(h.values()))
+    return some.new_zeros(0, some.shape[1])

@@ -7,10 +7,13 @@ optimizer, no DDP wrapper and no loggers: the trainer adds those (:mod:`.trainer
 
 from __future__ import annotations
 
+from contextlib import ExitStack
+
 import torch
 
 from gnnbridge.core.config import EvalMode, ExperimentConfig, SamplerKind, Task
 from gnnbridge.core.contracts.interfaces import Backend, Sampler
+from gnnbridge.core.errors import ConfigError
 from gnnbridge.core.models.build import ModelCall, build_model, model_dims
 from gnnbridge.core.plugins import get_backend
 from gnnbridge.core.records.collection import GraphCollection
@@ -27,9 +30,16 @@ from gnnbridge.core.training.evaluation import (
     LayerwiseEvaluator,
     LinkEvaluator,
     SampledEvaluator,
+    evaluation_mode,
     supports_layerwise,
 )
 from gnnbridge.core.training.placement import feature_caches, place
+from gnnbridge.core.training.typed_layerwise import (
+    TypedLayerwise,
+    TypedLayerwiseEvaluator,
+    TypedLayerwiseLinks,
+    supports_typed_layerwise,
+)
 
 
 class RunParts:
@@ -119,6 +129,17 @@ class RunParts:
             self.config.eval.layer_store,
         )
 
+    def _typed_layerwise(self) -> Evaluator:
+        store = self.config.eval.layer_store
+        if self.is_link:
+            full = self._sampler(every_neighbour=True)  # only reseeded: every pair is scored from states
+            cfg = self.config
+            return TypedLayerwiseLinks(
+                self.backend, self.data, self.ctx, cfg.eval.batch_size, full, cfg.train.seed, self.call, cfg.link.ks,
+                layer_store=store,
+            )  # fmt: skip
+        return TypedLayerwiseEvaluator(self.backend, self.data, self.ctx, self.config.eval.batch_size, self.call, store)
+
     def evaluate(self) -> dict[str, float]:
         """The final evaluation (``eval.mode``) of the current weights on every split."""
         return self._final_evaluator().evaluate(self.model, ("train", "val", "test"))
@@ -126,6 +147,24 @@ class RunParts:
     def predict(self) -> torch.Tensor:
         """Logits of every node (or graph), by the same evaluator as :meth:`evaluate`."""
         return self._final_evaluator().predict(self.model)
+
+    def embeddings(self, stack: ExitStack) -> dict[str, torch.Tensor]:
+        """Every node type's final states ``{type: [N, hidden]}`` from the exact typed layer-wise
+        pass (mapped from files removed when ``stack`` closes, where they would not fit)."""
+        if not isinstance(self.data, HeteroGraphData):
+            raise ConfigError(
+                "--embeddings writes each node type's final states of a heterogeneous graph or a link task; "
+                "this run classifies the nodes of a homogeneous graph, whose final layer is its logits."
+            )
+        if not supports_typed_layerwise(self.model):
+            raise ConfigError(
+                f"--embeddings needs typed layer-wise inference, which {self.call.origin} does not offer."
+            )
+        cfg = self.config.eval
+        with evaluation_mode(self.ctx, self.model):
+            return TypedLayerwise(self.backend, self.data, self.ctx, cfg.batch_size, cfg.layer_store).states(
+                self.model, stack
+            )
 
     def link_scorer(self) -> LinkEvaluator:
         """Scores pairs of the target edge type as the final evaluation does (``eval.mode``)."""
@@ -140,7 +179,10 @@ class RunParts:
         if self.config.task is Task.GRAPH:
             return None
         mode = self.config.eval.mode
-        layerwise = supports_layerwise(self.model) and not isinstance(self.data, HeteroGraphData)
+        if isinstance(self.data, HeteroGraphData):
+            layerwise = supports_typed_layerwise(self.model)
+        else:
+            layerwise = supports_layerwise(self.model)
         return EvalMode.FULL if mode is EvalMode.LAYERWISE and not layerwise else mode
 
     def eval_summary(self) -> dict:
@@ -154,7 +196,7 @@ class RunParts:
         }
         if mode is not None and mode.value != out["requested"]:
             why = (
-                "the graph is heterogeneous"
+                f"{self.call.origin} has no typed layer-wise inference (typed_layerwise)"
                 if isinstance(self.data, HeteroGraphData)
                 else f"{self.call.origin} has no layer_forward"
             )
@@ -163,6 +205,8 @@ class RunParts:
 
     def _final_evaluator(self) -> Evaluator:
         mode = self.final_mode()
+        if mode is EvalMode.LAYERWISE and isinstance(self.data, HeteroGraphData):
+            return self._typed_layerwise()
         if mode is EvalMode.LAYERWISE:
             return LayerwiseEvaluator(
                 self.backend, self.data, self.ctx, self.config.eval.batch_size, self.call, self.config.eval.layer_store

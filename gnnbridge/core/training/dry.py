@@ -20,6 +20,7 @@ import torch
 
 from gnnbridge.core.config import EvalMode
 from gnnbridge.core.errors import GnnBridgeError
+from gnnbridge.core.records.hetero import HeteroGraphData
 from gnnbridge.core.runtime.rank import failed_on
 from gnnbridge.core.sampling.neighbors import NeighborSampler
 from gnnbridge.core.training.evaluation import layer_batch, step_outputs
@@ -57,7 +58,9 @@ def _check(trainer) -> None:
             for mb in trainer.sampler.loader([seeds]):
                 logits, _ = step_outputs(trainer, model, mb)  # shape, dtype and device, by trainer.call
                 trainer.call.finite(logits, "forward")
-            if trainer.final_mode() is EvalMode.LAYERWISE:  # layer_forward will be called: try it now
+            # layer_forward will be called: try it now (a typed pass calls the model's own layer,
+            # which the forward pass above has just run)
+            if trainer.final_mode() is EvalMode.LAYERWISE and not isinstance(trainer.data, HeteroGraphData):
                 check_layers(trainer.call, trainer.backend, model, trainer.data, seeds, ctx.device)
     finally:
         model.train(was_training)

@@ -45,7 +45,7 @@ from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.sampling.hetero import LinkMiniBatch
 from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS, NeighborSampler
 from gnnbridge.core.sampling.seeds import epoch_batches
-from gnnbridge.core.training.layerstore import LayerStore
+from gnnbridge.core.training.layerstore import LayerStore, every_rank_rows, output_table
 from gnnbridge.core.training.metrics import ClassificationScores, LinkScores, SharedLinkScores
 from gnnbridge.core.training.phases import NO_PHASES
 
@@ -73,13 +73,13 @@ class Evaluator(ABC):
     @torch.no_grad()
     def evaluate(self, model: torch.nn.Module, splits: tuple[str, ...]) -> dict[str, float]:
         """``{'<split>_acc', '<split>_macro_f1'[, '<split>_roc_auc']}`` per split, identical on all ranks."""
-        with _inference(self.ctx, model):
+        with evaluation_mode(self.ctx, model):
             return self._evaluate(model, splits)
 
     @torch.no_grad()
     def predict(self, model: torch.nn.Module) -> torch.Tensor:
         """``[items, num_classes]`` logits of every node (or graph) in id order, on CPU, on every rank."""
-        with _inference(self.ctx, model):
+        with evaluation_mode(self.ctx, model):
             return self._predict(model)
 
     @abstractmethod
@@ -127,7 +127,7 @@ class LayerwiseEvaluator(Evaluator):
         for layer in range(model.num_layers):
             mine, shared = self._layer_output(model, layer, h, one_hop, shards[ctx.rank], width, store)
             h = None  # the previous layer's output can go before the next one is gathered
-            h = _every_rank_rows(ctx, store, mine, shared, sizes)
+            h = every_rank_rows(ctx, store, mine, shared, sizes)
         return h
 
     def _layer_output(
@@ -151,29 +151,11 @@ class LayerwiseEvaluator(Evaluator):
             graph, rows = layer_batch(self.backend, model, h, sub, self.ctx.device)
             out = self.call.layer(model, layer, graph, rows, seeds.numel(), last=layer == model.num_layers - 1)
             if table is None:
-                table, offset, shared = _output_table(store, layer, out, shard, width)
+                table, offset, shared = output_table(store, layer, out, shard, width)
             if shard.numel():
                 start = int(seeds[0]) - offset
                 table[start : start + out.shape[0]] = out.cpu()
         return table, shared
-
-
-def _output_table(store: LayerStore, layer: int, out: torch.Tensor, shard: torch.Tensor, width: int):
-    """Where a rank writes layer ``layer``'s rows (like ``out``'s), the node id of its first row,
-    and whether it is the store's file of all nodes (True) or a ``width``-row all-gather buffer."""
-    if store.on_disk(out[0]):
-        return store.layer_file(layer, out[0]), 0, True
-    first = int(shard[0]) if shard.numel() else 0
-    return torch.zeros((width, *out.shape[1:]), dtype=out.dtype), first, False
-
-
-def _every_rank_rows(ctx: DistContext, store: LayerStore, mine: torch.Tensor, shared: bool, sizes: list[int]):
-    """Every item's rows on every rank, once each rank has written its own into ``mine`` (the
-    store's shared file: a barrier makes them visible; else an all-gather buffer)."""
-    if shared:
-        store.finish()
-        return mine
-    return ctx.all_gather_rows(mine, sizes)
 
 
 def layer_batch(backend: Backend, model: GNNModel, h: torch.Tensor, sub, device: torch.device):
@@ -207,12 +189,12 @@ class BatchedEvaluator(Evaluator, ABC):
         shard, sizes = shards[self.ctx.rank], [s.numel() for s in shards]
         batches = [b for b in shard.split(self.batch_size) if b.numel()]
         with LayerStore(self.ctx, items, self.layer_store) as store:
-            table, offset, shared = _output_table(store, 0, torch.empty(1, self.data.num_classes), shard, sizes[0])
+            table, offset, shared = output_table(store, 0, torch.empty(1, self.data.num_classes), shard, sizes[0])
             for mb in self._loader(batches):
                 out = forward(self, model, mb).float().cpu()
                 start = int(mb.seeds[0]) - offset  # a batch is a run of consecutive ids
                 table[start : start + out.shape[0]] = out
-            return _every_rank_rows(self.ctx, store, table, shared, sizes)
+            return every_rank_rows(self.ctx, store, table, shared, sizes)
 
 
 class SampledEvaluator(BatchedEvaluator):
@@ -258,7 +240,7 @@ class GraphEvaluator(BatchedEvaluator):
 
 
 @contextmanager
-def _inference(ctx: DistContext, model: torch.nn.Module):
+def evaluation_mode(ctx: DistContext, model: torch.nn.Module):
     """Eval mode with rank 0's buffers (see the module docstring); the mode is restored after."""
     ctx.broadcast_buffers(model)
     was_training = model.training
@@ -400,7 +382,7 @@ class LinkEvaluator(Evaluator):
     @torch.no_grad()
     def score_pairs(self, model: torch.nn.Module, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
         """The score of every (src, dst) pair of the target edge type, on CPU (one process)."""
-        with _inference(self.ctx, model):
+        with evaluation_mode(self.ctx, model):
             return torch.cat(
                 [self._scores(model, mb).cpu() for mb in self.sampler.pairs_loader(src, dst, self.batch_size)]
                 or [torch.zeros(0)]
@@ -414,7 +396,7 @@ class LinkEvaluator(Evaluator):
         n_src, n_dst = (self.data.num_nodes[t] for t in (self.data.target_edge[0], self.data.target_edge[2]))
         best, scores = [], []
         per_batch = max(1, (64 * self.batch_size) // n_dst)  # sources per batch: about 64 x batch_size pairs
-        with _inference(self.ctx, model):
+        with evaluation_mode(self.ctx, model):
             for sources in torch.arange(n_src).split(per_batch):
                 src = sources.repeat_interleave(n_dst)
                 dst = torch.arange(n_dst).repeat(sources.numel())

@@ -111,6 +111,24 @@ class LayerStore:
         self.ctx.barrier()
 
 
+def output_table(store: LayerStore, layer: int, out: torch.Tensor, shard: torch.Tensor, width: int):
+    """Where a rank writes layer ``layer``'s rows (like ``out``'s), the node id of its first row,
+    and whether it is the store's file of all nodes (True) or a ``width``-row all-gather buffer."""
+    if store.on_disk(out[0]):
+        return store.layer_file(layer, out[0]), 0, True
+    first = int(shard[0]) if shard.numel() else 0
+    return torch.zeros((width, *out.shape[1:]), dtype=out.dtype), first, False
+
+
+def every_rank_rows(ctx: DistContext, store: LayerStore, mine: torch.Tensor, shared: bool, sizes: list[int]):
+    """Every item's rows on every rank, once each rank has written its own into ``mine`` (the
+    store's shared file: a barrier makes them visible; else an all-gather buffer)."""
+    if shared:
+        store.finish()
+        return mine
+    return ctx.all_gather_rows(mine, sizes)
+
+
 def ram_backed(path: str | os.PathLike) -> bool:
     """Whether ``path`` lies on a RAM file system (tmpfs, ramfs), from the longest mount point
     of ``/proc/mounts`` that holds it; False where that file cannot be read."""
