@@ -54,6 +54,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--products", type=int, default=3000)
     parser.add_argument("--runners", default=",".join(RUNNERS))
     parser.add_argument("--sampler-batches", type=int, default=40)
+    parser.add_argument("--sampler-only", action="store_true", help="only the sampler speed (a quiet machine)")
     parser.add_argument("--out", type=Path, default=HERE / "out" / "hetero")
     return parser.parse_args()
 
@@ -159,6 +160,10 @@ def plot(result: dict, path: Path) -> None:
 def main() -> None:
     args = parse()
     npz = graph(args)
+    if args.sampler_only:
+        for name, row in sampler_speed(npz, args).items():
+            print(f"sampler {name:11s} {row['ms_per_batch']:.1f} ms/batch, {row['edges']} edges")
+        return
     seeds = [int(s) for s in args.seeds.split(",")]
     runners = args.runners.split(",")
     rows: dict[str, list] = {r: [] for r in runners}

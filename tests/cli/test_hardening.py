@@ -419,7 +419,8 @@ def test_a_synthetic_generators_size_option_is_refused_before_it_is_generated(cl
 
 
 def test_top_k_over_a_large_graph_is_refused_before_it_is_scored():
-    """10**6 sources x 10**5 destinations: eval.batch_size=10**8 would score 6.4 x 10**9 pairs at once."""
+    """10**6 sources x 10**5 destinations: eval.batch_size=10**8 would score 6.4 x 10**9 sampled pairs
+    at once; from layer-wise states the chunk is bounded, but 10**5 per source is not."""
     from gnnbridge.core.app.inference import check_top_k
     from gnnbridge.core.config import from_dict
     from gnnbridge.core.errors import ResourceError
@@ -430,13 +431,16 @@ def test_top_k_over_a_large_graph_is_refused_before_it_is_scored():
     data = for_link_task(
         HeteroSource({"user": 10**6, "item": 10**5}, {}, {("user", "buys", "item"): edges}), "", False, 0, 0.1, 0.1, 10
     )
-    check_top_k(from_dict({"task": "link"}), data, 10)  # the default batch fits
+    check_top_k(from_dict({"task": "link"}), data, 10)  # from layer-wise states: chunked, fits
+    check_top_k(from_dict({"task": "link", "eval": {"mode": "full"}}), data, 10)  # the default batch fits
     with pytest.raises(
         ResourceError,
-        match=r"^--top-k 10 for 1,000,000 sources over 100,000 destinations, scored "
-        r"6,400,000,000 pairs at a time \(eval.batch_size=100000000\)",
+        match=r"^--top-k 10 for 1,000,000 sources over 100,000 destinations, 6,400,000,000 sampled pairs "
+        r"at a time \(eval.mode=full, eval.batch_size=100000000\)",
     ):
-        check_top_k(from_dict({"task": "link", "eval": {"batch_size": 10**8}}), data, 10)
+        check_top_k(from_dict({"task": "link", "eval": {"mode": "full", "batch_size": 10**8}}), data, 10)
+    with pytest.raises(ResourceError, match=r"^--top-k 100000 for 1,000,000 sources .* MB of scores at a time"):
+        check_top_k(from_dict({"task": "link"}), data, 10**5)  # the lists alone: 1.2 TB
 
 
 def _npz_with_member(path, name, header: bytes, body: bytes = b""):

@@ -38,6 +38,7 @@ from gnnbridge.core.records.hetero import HeteroGraphData
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.runtime.host import available_memory, format_bytes
 from gnnbridge.core.runtime.launcher import interrupt_on_sigterm, launch
+from gnnbridge.core.tasks import retrieval
 from gnnbridge.core.tasks.retrieval import import_faiss
 from gnnbridge.core.training import checkpoint
 
@@ -177,20 +178,27 @@ def check_embeddings(data) -> None:
 
 
 def check_top_k(config: ExperimentConfig, data, k: int) -> None:
-    """Every source's ``k`` best destinations (never more than the destinations there are) and the
-    scores of one batch of sources against every destination (about ``64 x eval.batch_size`` pairs,
-    see :meth:`LinkEvaluator.top_k`) must fit, before any is computed."""
+    """Every source's ``k`` best destinations (never more than the destinations there are) and one
+    chunk's scores must fit, before any is computed: from layer-wise states, a chunk of sources
+    against every destination within :data:`~gnnbridge.core.tasks.retrieval.CHUNK_BYTES`, with both
+    types' states (:meth:`TypedLayerwiseLinks.top_k`); otherwise about ``64 x eval.batch_size``
+    sampled pairs at a time (:meth:`LinkEvaluator.top_k`)."""
     n_src, n_dst = (data.num_nodes[t] for t in (data.target_edge[0], data.target_edge[2]))
-    pairs = min(max(64 * config.eval.batch_size, n_dst), n_src * n_dst)
     width = max(config.model.hidden * config.model.heads, 1)
-    need = n_src * min(k, n_dst) * 12 + pairs * (8 * 6 + 4 * width * 2)
+    lists = n_src * min(k, n_dst) * 12
+    if config.eval.mode.value == "layerwise":
+        need = lists + retrieval.CHUNK_BYTES + 4 * width * (n_src + n_dst)
+        chunk, smaller = f"{format_bytes(retrieval.CHUNK_BYTES)} of scores", "use a smaller --top-k"
+    else:
+        pairs = min(max(64 * config.eval.batch_size, n_dst), n_src * n_dst)
+        need, chunk = lists + pairs * (8 * 6 + 4 * width * 2), f"{pairs:,} sampled pairs"
+        smaller = "use a smaller --top-k or --set eval.batch_size=N"
     free = available_memory()
     if need > free:
         raise ResourceError(
-            f"--top-k {k} for {n_src:,} sources over {n_dst:,} destinations, scored {pairs:,} pairs "
-            f"at a time (eval.batch_size={config.eval.batch_size}), needs about {format_bytes(need)} "
-            f"of memory but {format_bytes(free)} is free; use a smaller --top-k or --set "
-            "eval.batch_size=N."
+            f"--top-k {k} for {n_src:,} sources over {n_dst:,} destinations, {chunk} at a time "
+            f"(eval.mode={config.eval.mode.value}, eval.batch_size={config.eval.batch_size}), needs about "
+            f"{format_bytes(need)} of memory but {format_bytes(free)} is free; {smaller}."
         )
 
 

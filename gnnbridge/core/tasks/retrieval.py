@@ -2,7 +2,7 @@
 a chunk of sources at a time.
 
 Why chunks: scoring every (source, destination) pair at once takes sources x destinations
-floats (200k x 200k is 160 GB); a chunk of ``pairs_per_chunk // destinations`` sources against
+floats (200k x 200k is 160 GB); a chunk of as many sources as ``chunk_bytes`` allows against
 every destination is one matrix product (a dot-product decoder) or one batched decoder call
 (any other), then its top ``k``, so memory stays at one chunk's scores plus the ``[sources, k]``
 answer. The pairs a source already has (its training edges) are set to ``-inf`` inside the chunk
@@ -16,6 +16,9 @@ from collections.abc import Callable
 
 import torch
 
+# About the memory one chunk's scores take: a few hundred sources against 200k destinations.
+CHUNK_BYTES = 2**28
+
 
 def chunked_top_k(
     model,
@@ -23,17 +26,18 @@ def chunked_top_k(
     h_dst: torch.Tensor,
     k: int,
     exclude: torch.Tensor,
-    pairs_per_chunk: int,
+    chunk_bytes: int = CHUNK_BYTES,
     device: torch.device | str = "cpu",
     progress: Callable[[int], None] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(top_dst [S, k] int64, top_scores [S, k] float32)`` for ``h_src`` [S, H] against
     ``h_dst`` [D, H]; ``exclude`` [2, E]: (source, destination) pairs never returned; ``model``
     scores rows with ``decode(src_rows, dst_rows)`` (a ``decoder`` attribute of ``"dot"`` takes
-    the matrix product instead, the same numbers). ``progress(n)``: told after each chunk."""
+    the matrix product instead, the same numbers). ``chunk_bytes``: about the memory one chunk's
+    scores take (:func:`chunk_pairs`). ``progress(n)``: told after each chunk."""
     n_src, n_dst = h_src.shape[0], h_dst.shape[0]
     k = min(k, n_dst)
-    chunk = max(1, pairs_per_chunk // max(n_dst, 1))
+    chunk = max(1, chunk_pairs(model, h_dst.shape[1], chunk_bytes) // max(n_dst, 1))
     order = torch.argsort(exclude[0], stable=True)
     ex_src, ex_dst = exclude[0, order], exclude[1, order]
     dst = h_dst.to(device, torch.float32)
@@ -49,6 +53,13 @@ def chunked_top_k(
         if progress is not None:
             progress(hi - lo)
     return best, values
+
+
+def chunk_pairs(model, width: int, chunk_bytes: int) -> int:
+    """Pairs one chunk may score in ``chunk_bytes``: a dot product keeps a float per pair (and
+    ``topk``'s copy of it); any other decoder also builds both rows of every pair."""
+    per_pair = 12 if getattr(model, "decoder", None) == "dot" else 12 + 8 * width
+    return max(1, chunk_bytes // per_pair)
 
 
 def _chunk_scores(model, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:

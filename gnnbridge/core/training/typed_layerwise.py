@@ -205,7 +205,7 @@ class TypedLayerwiseLinks(LinkEvaluator):
             h = states if states is not None else self.layerwise.states(model, stack)
             if index == "hnsw":
                 return approximate_top_k(h[s], h[d], k, exclude)
-            return chunked_top_k(unwrap(model), h[s], h[d], k, exclude, 64 * self.batch_size, self.ctx.device)
+            return chunked_top_k(unwrap(model), h[s], h[d], k, exclude, device=self.ctx.device)
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:

@@ -132,9 +132,9 @@ def test_chunked_top_k_is_the_same_whatever_the_chunk():
     class Dot:
         decoder = "dot"
 
-    whole = chunked_top_k(Dot(), src, dst, 6, exclude, pairs_per_chunk=10**6)
+    whole = chunked_top_k(Dot(), src, dst, 6, exclude)
     for pairs in (1, 25, 26, 100):  # one source per chunk, exactly one row, a row and one, four rows
-        part = chunked_top_k(Dot(), src, dst, 6, exclude, pairs_per_chunk=pairs)
+        part = chunked_top_k(Dot(), src, dst, 6, exclude, chunk_bytes=12 * pairs)
         assert torch.equal(part[0], whole[0])  # the same lists; scores to float rounding (BLAS blocks rows)
         torch.testing.assert_close(part[1], whole[1])
     returned = {(s, int(d)) for s in range(30) for d in whole[0][s][whole[1][s] > float("-inf")]}
@@ -154,7 +154,7 @@ def test_the_approximate_index_never_returns_an_excluded_pair_and_finds_most_of_
     class Dot:
         decoder = "dot"
 
-    exact, _ = chunked_top_k(Dot(), src, dst, 10, exclude, pairs_per_chunk=10**6)
+    exact, _ = chunked_top_k(Dot(), src, dst, 10, exclude)
     approx, scores = approximate_top_k(src, dst, 10, exclude, chunk=128)
     returned = {(s, int(d)) for s in range(400) for d in approx[s]}
     assert not returned & set(zip(exclude[0].tolist(), exclude[1].tolist()))
