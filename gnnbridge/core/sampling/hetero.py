@@ -171,10 +171,11 @@ class HeteroNeighborSampler:
         )
 
     def _without(self, et: EdgeType, banned: torch.Tensor, dst_ids: torch.Tensor, drawn: tuple, hop: int, generator):
-        """The hop's draw with the ``banned`` edges left out *before* drawing, as DGL's
-        ``exclude`` does: a node one of whose in-edges is banned draws its fanout again from the
-        rest (uniformly, without replacement), so it loses no neighbour it could have had.
-        Only those nodes (a batch's own endpoints, a few) are drawn again; the rest keep theirs."""
+        """The hop's draw with the ``banned`` edges left out *before* drawing (what DGL's
+        ``exclude`` documents; its sampler on this stack can draw one and then drop it): a node
+        one of whose in-edges is banned draws its fanout again from the rest (uniformly, without
+        replacement), so it loses no neighbour it could have had. Only those nodes (a batch's
+        own endpoints, a few) are drawn again; the rest keep theirs."""
         nbr, eid, owner = drawn
         indptr = self.data.indptr[et]
         hit = torch.isin(dst_ids, torch.searchsorted(indptr, banned, right=True) - 1)
