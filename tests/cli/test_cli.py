@@ -280,7 +280,7 @@ def test_malformed_graph_collection_is_refused(tmp_path, refused, overrides, nee
         # Heterogeneous graphs and link prediction.
         (
             ["--set", "task=link", "--set", "model.arch=gcn"],
-            ["model.arch='gcn' is a model for task=node, not task=link", "--set model.arch=sage"],
+            ["model.arch='gcn' is a model for task=node, not task=link", "use one of: hgt, rgcn, sage"],
         ),
         (["mag-synthetic", "--set", "model.arch=gat"], ["dataset 'mag-synthetic' is heterogeneous", "sage"]),
         (
