@@ -342,7 +342,7 @@ def test_backends_plugins_experiments_commands():
     assert pyg["module"] == "gnnbridge.backends.pyg.plugin" and pyg["hooks"] == ["register_backends", "register_models"]
     assert pyg["registers"] == {
         "backends": ["pyg"],
-        "models": ["EdgeCNN", "GAT", "GCN", "GIN", "GraphSAGE", "PNA", "gat", "gcn", "gin", "sage"],
+        "models": ["EdgeCNN", "GAT", "GCN", "GIN", "GraphSAGE", "PNA", "gat", "gcn", "gin", "hgt", "rgcn", "sage"],
     }
     proc = gnnbridge("experiments")
     assert "sage-synthetic" in proc.stdout and "reddit-sage" in proc.stdout
