@@ -1,12 +1,13 @@
-"""Heterogeneous GraphSAGE from one neutral spec: the parts both backends share live here, the
-relation-wise message passing is each library's own (PyG ``HeteroConv``, DGL ``HeteroGraphConv``,
-each over its ``SAGEConv``).
+"""Heterogeneous models from one neutral spec: :class:`HeteroModel` holds what every one of them
+shares; :class:`HeteroSAGE` is GraphSAGE over each library's own relation-wise layers (PyG
+``HeteroConv``, DGL ``HeteroGraphConv``, each over its ``SAGEConv``); R-GCN and HGT are written in
+core (:mod:`~gnnbridge.core.models.relational`).
 
 Shared, so that one spec builds the same model on both backends:
 
 * the input layer: a linear projection of each featured node type to ``model.hidden``, and a
   learnable embedding per node of each featureless type (the model reads the type's node ids);
-* between layers: ReLU and dropout on every node type a layer updated; a node type no relation
+* between layers: ReLU and dropout (HGT: dropout) on every node type a layer updated; a node type no relation
   points into keeps its representation (both libraries return nothing for it); every relation
   adds its root term even where the batch drew none of its edges, so a node's output is a
   function of its own neighbourhood alone, as exact layer-wise inference needs;
@@ -14,7 +15,7 @@ Shared, so that one spec builds the same model on both backends:
   destination) pairs: ``dot`` (the inner product of the two embeddings) or ``mlp`` (a two-layer
   perceptron on their concatenation).
 
-The relation-wise sum is called per relation by each backend (not through ``HeteroConv`` /
+HeteroSAGE's relation-wise sum is called per relation by each backend (not through ``HeteroConv`` /
 ``HeteroGraphConv``'s forward, which skip a relation without edges), in one fixed order.
 
 ``forward(graph, x)`` gives logits for the labelled type's sampled nodes, seeds first;
