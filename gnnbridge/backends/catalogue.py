@@ -35,6 +35,15 @@ NEUTRAL = (
     Architecture("gcn", ("node",), "GCN normalised by full-graph degrees ({gcn})"),
     Architecture("gat", ("node",), "GAT, model.heads heads (GATConv)"),
     Architecture("gin", ("graph",), "GIN with core-held MLPs and sum/mean readout"),
+    Architecture(
+        "rgcn",
+        ("node", "link"),
+        "R-GCN, per-relation mean, options num_bases or num_blocks (core-held layers)",
+        heterogeneous=True,
+    ),
+    Architecture(
+        "hgt", ("node", "link"), "HGT, model.heads heads, one softmax per node (core-held layers)", heterogeneous=True
+    ),
 )
 
 

@@ -280,7 +280,7 @@ def test_malformed_graph_collection_is_refused(tmp_path, refused, overrides, nee
         # Heterogeneous graphs and link prediction.
         (
             ["--set", "task=link", "--set", "model.arch=gcn"],
-            ["model.arch='gcn' is a model for task=node, not task=link", "--set model.arch=sage"],
+            ["model.arch='gcn' is a model for task=node, not task=link", "use one of: hgt, rgcn, sage"],
         ),
         (["mag-synthetic", "--set", "model.arch=gat"], ["dataset 'mag-synthetic' is heterogeneous", "sage"]),
         (
@@ -342,7 +342,7 @@ def test_backends_plugins_experiments_commands():
     assert pyg["module"] == "gnnbridge.backends.pyg.plugin" and pyg["hooks"] == ["register_backends", "register_models"]
     assert pyg["registers"] == {
         "backends": ["pyg"],
-        "models": ["EdgeCNN", "GAT", "GCN", "GIN", "GraphSAGE", "PNA", "gat", "gcn", "gin", "sage"],
+        "models": ["EdgeCNN", "GAT", "GCN", "GIN", "GraphSAGE", "PNA", "gat", "gcn", "gin", "hgt", "rgcn", "sage"],
     }
     proc = gnnbridge("experiments")
     assert "sage-synthetic" in proc.stdout and "reddit-sage" in proc.stdout

@@ -461,6 +461,8 @@ def test_models_and_samplers_commands_list_what_is_registered():
         "heterogeneous": True,
         "description": "GraphSAGE, mean aggregation (SAGEConv; HeteroGraphConv on heterogeneous graphs)",
     } in rows
+    hetero = {(r["name"], r["backend"]) for r in rows if r["heterogeneous"] and r["tasks"] == ["node", "link"]}
+    assert {(m, b) for m in ("rgcn", "hgt") for b in ("pyg", "dgl")} <= hetero
     assert {
         "name": "gcn",
         "backend": "dgl",

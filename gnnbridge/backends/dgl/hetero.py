@@ -13,6 +13,9 @@
 * Heterogeneous GraphSAGE as ``HeteroGraphConv`` over a ``SAGEConv`` per canonical edge type
   (:class:`~gnnbridge.core.models.hetero.HeteroSAGE` holds the rest), on blocks, one per layer,
   from core's sampler or DGL's.
+* R-GCN and HGT are core's (:mod:`~gnnbridge.core.models.relational`); :class:`DglRelations`
+  gives them a relation's edges, a per-relation mean (``update_all`` with ``fn.mean``) and the
+  softmax over a destination's incoming edges (``edge_softmax`` and ``copy_e_sum``).
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ from gnnbridge.backends.dgl.compat import import_dgl
 from gnnbridge.core.contracts.interfaces import Sampler
 from gnnbridge.core.models.graphops import hetero_layer_bounds
 from gnnbridge.core.models.hetero import HeteroSAGE, states
+from gnnbridge.core.models.hgt import HeteroHGT
+from gnnbridge.core.models.relational import RelationalModel
+from gnnbridge.core.models.rgcn import HeteroRGCN
 from gnnbridge.core.records.batches import MiniBatch
 from gnnbridge.core.sampling.hetero import CoreHeteroSampler, LinkMiniBatch
 from gnnbridge.core.sampling.seeds import derived_seed
@@ -81,6 +87,49 @@ class DglHeteroSAGE(HeteroSAGE):
     def carry(self, block: int, graph: Any, node_type: str, h: torch.Tensor) -> torch.Tensor:
         """A block's dst nodes are a prefix of its src nodes: an unreached type keeps those rows."""
         return h[: graph[block].num_dst_nodes(node_type)]
+
+
+class DglRelations(RelationalModel):
+    """Core's relational layers on DGL blocks (one per layer, from core's sampler or DGL's)."""
+
+    def sizes(self, graph: Any, block: int) -> tuple[dict[str, int], dict[str, int]]:
+        g = graph[block]
+        return {t: g.num_src_nodes(t) for t in g.srctypes}, {t: g.num_dst_nodes(t) for t in g.dsttypes}
+
+    def edges(self, graph: Any, block: int, edge_type: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+        return graph[block].edges(etype=edge_type, order="eid")
+
+    def mean(self, graph: Any, block: int, edge_type: tuple, x: torch.Tensor, n_dst: int) -> torch.Tensor:
+        fn = import_dgl().function
+        g = graph[block][edge_type]
+        with g.local_scope():
+            g.srcdata["h"] = x
+            g.update_all(fn.copy_u("h", "m"), fn.mean("m", "h"))
+            return g.dstdata["h"]
+
+    def attend(self, graph: Any, block: int, scores: dict, values: dict, n_dst: dict[str, int]) -> dict:
+        """Per destination type, its relations' edges as one bipartite graph (edge k: from "node"
+        k to its destination), so DGL's one-relation ``edge_softmax`` and ``copy_e_sum`` do the
+        work. Not ``edge_softmax`` over the heterogeneous block at once: in DGL 2.1 it fails on
+        blocks here (a DGLError from its SpMM kernel, or a segmentation fault in
+        ``_gsddmm_hetero``)."""
+        dgl = import_dgl()
+        out = {}
+        for d, n in n_dst.items():
+            into = [et for et in scores if et[2] == d]
+            dst = torch.cat([self.edges(graph, block, et)[1] for et in into])
+            g = dgl.create_block((torch.arange(dst.numel(), device=dst.device), dst), dst.numel(), n)
+            weights = dgl.ops.edge_softmax(g, torch.cat([scores[et] for et in into]))
+            out[d] = dgl.ops.copy_e_sum(g, weights.unsqueeze(-1) * torch.cat([values[et] for et in into]))
+        return out
+
+
+class DglHeteroRGCN(DglRelations, HeteroRGCN):
+    pass
+
+
+class DglHeteroHGT(DglRelations, HeteroHGT):
+    pass
 
 
 class DglHeteroSampler(Sampler):

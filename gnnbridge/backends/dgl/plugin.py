@@ -1,6 +1,6 @@
 """Registers the DGL backend and its models through the public hooks, exactly as a third-party
 package would: the neutral catalogue (:mod:`gnnbridge.backends.catalogue`: sage, gcn, gat for
-node tasks and gin for graph tasks)."""
+node tasks, gin for graph tasks, rgcn and hgt for heterogeneous graphs)."""
 
 from gnnbridge.backends.catalogue import register_neutral
 from gnnbridge.core.contracts.hookspecs import hookimpl
@@ -27,6 +27,24 @@ def build_sage(in_dim, out_dim, spec, data, decoder="dot"):
     return build_gnn(in_dim, out_dim, spec)
 
 
+def build_rgcn(in_dim, out_dim, spec, data, decoder="dot", num_bases=None, num_blocks=None):
+    """R-GCN (core's layers, :mod:`gnnbridge.core.models.rgcn`) for heterogeneous data."""
+    from gnnbridge.backends.dgl.hetero import DglHeteroRGCN
+    from gnnbridge.core.models.relational import heterogeneous_only
+
+    heterogeneous_only("rgcn", data)
+    return DglHeteroRGCN(spec, data, out_dim, decoder, num_bases, num_blocks)
+
+
+def build_hgt(in_dim, out_dim, spec, data, decoder="dot"):
+    """HGT (core's layers, :mod:`gnnbridge.core.models.hgt`) for heterogeneous data."""
+    from gnnbridge.backends.dgl.hetero import DglHeteroHGT
+    from gnnbridge.core.models.relational import heterogeneous_only
+
+    heterogeneous_only("hgt", data)
+    return DglHeteroHGT(spec, data, out_dim, decoder)
+
+
 def build_gnn(in_dim, out_dim, spec):
     from gnnbridge.backends.dgl.models import DglGNN
 
@@ -44,6 +62,13 @@ def register_models(register):
     register_neutral(
         register,
         BACKEND,
-        {"sage": build_sage, "gcn": build_gnn, "gat": build_gnn, "gin": build_gin},
+        {
+            "sage": build_sage,
+            "gcn": build_gnn,
+            "gat": build_gnn,
+            "gin": build_gin,
+            "rgcn": build_rgcn,
+            "hgt": build_hgt,
+        },
         {"gcn": "GraphConv", "hetero": "HeteroGraphConv"},
     )

@@ -8,7 +8,11 @@ its destinations those within L-i-1 (the last layer: the seeds alone). PyG's ``t
 drops the outermost hop after each layer but still computes every remaining node, one hop more
 than needed, so the relations are called here with ``(x_src, x_dst)`` and ``size`` instead of
 through ``HeteroConv.forward``; ``HeteroConv`` still holds the modules, so parameter names stay
-PyG's."""
+PyG's.
+
+R-GCN and HGT are core's (:mod:`~gnnbridge.core.models.relational`); :class:`PygRelations`
+gives them a relation's edges, a per-relation mean (``torch_geometric.utils.scatter``) and the
+softmax over a destination's incoming edges (``torch_geometric.utils.softmax``)."""
 
 from __future__ import annotations
 
@@ -19,6 +23,9 @@ from torch import nn
 
 from gnnbridge.core.models.graphops import hetero_layer_bounds
 from gnnbridge.core.models.hetero import HeteroSAGE, states
+from gnnbridge.core.models.hgt import HeteroHGT
+from gnnbridge.core.models.relational import RelationalModel
+from gnnbridge.core.models.rgcn import HeteroRGCN
 
 
 def to_hetero_data(sub) -> Any:
@@ -62,3 +69,46 @@ class PygHeteroSAGE(HeteroSAGE):
 
     def carry(self, block: int, graph: Any, node_type: str, h: torch.Tensor) -> torch.Tensor:
         return h[: graph.bounds[block][1][node_type]]
+
+
+class PygRelations(RelationalModel):
+    """Core's relational layers on a PyG ``HeteroData`` batch, per-hop trimmed by its ``bounds``."""
+
+    def sizes(self, graph: Any, block: int) -> tuple[dict[str, int], dict[str, int]]:
+        n_src, n_dst, _ = graph.bounds[block]
+        return n_src, n_dst
+
+    def edges(self, graph: Any, block: int, edge_type: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+        if edge_type in graph.edge_types:
+            edges = graph[edge_type].edge_index[:, : graph.bounds[block][2].get(edge_type, 0)]
+        else:  # made here: a module-level tensor made under a meta-device build would be meta
+            edges = torch.zeros(2, 0, dtype=torch.int64, device=self.head_device())
+        return edges[0], edges[1]
+
+    def mean(self, graph: Any, block: int, edge_type: tuple, x: torch.Tensor, n_dst: int) -> torch.Tensor:
+        from torch_geometric.utils import scatter
+
+        src, dst = self.edges(graph, block, edge_type)
+        return scatter(x[src], dst, dim=0, dim_size=n_dst, reduce="mean")
+
+    def attend(self, graph: Any, block: int, scores: dict, values: dict, n_dst: dict[str, int]) -> dict:
+        from torch_geometric.utils import scatter, softmax
+
+        out = {}
+        for d, n in n_dst.items():
+            into = [et for et in scores if et[2] == d]
+            dst = torch.cat([self.edges(graph, block, et)[1] for et in into])
+            weights = softmax(torch.cat([scores[et] for et in into]), dst, num_nodes=n)
+            out[d] = scatter(weights.unsqueeze(-1) * torch.cat([values[et] for et in into]), dst, 0, dim_size=n)
+        return out
+
+    def head_device(self) -> torch.device:
+        return next(self.parameters()).device
+
+
+class PygHeteroRGCN(PygRelations, HeteroRGCN):
+    pass
+
+
+class PygHeteroHGT(PygRelations, HeteroHGT):
+    pass

@@ -1,6 +1,6 @@
 """Registers the PyG backend and its models through the public hooks, exactly as a third-party
 package would: the neutral catalogue (:mod:`gnnbridge.backends.catalogue`: sage, gcn, gat for
-node tasks and gin for graph tasks), and PyG's model zoo by its own class names
+node tasks, gin for graph tasks, rgcn and hgt for heterogeneous graphs), and PyG's model zoo by its own class names
 (:mod:`gnnbridge.backends.pyg.zoo`)."""
 
 from gnnbridge.backends.catalogue import register_neutral
@@ -28,6 +28,24 @@ def build_sage(in_dim, out_dim, spec, data, decoder="dot"):
     return build_gnn(in_dim, out_dim, spec)
 
 
+def build_rgcn(in_dim, out_dim, spec, data, decoder="dot", num_bases=None, num_blocks=None):
+    """R-GCN (core's layers, :mod:`gnnbridge.core.models.rgcn`) for heterogeneous data."""
+    from gnnbridge.backends.pyg.hetero import PygHeteroRGCN
+    from gnnbridge.core.models.relational import heterogeneous_only
+
+    heterogeneous_only("rgcn", data)
+    return PygHeteroRGCN(spec, data, out_dim, decoder, num_bases, num_blocks)
+
+
+def build_hgt(in_dim, out_dim, spec, data, decoder="dot"):
+    """HGT (core's layers, :mod:`gnnbridge.core.models.hgt`) for heterogeneous data."""
+    from gnnbridge.backends.pyg.hetero import PygHeteroHGT
+    from gnnbridge.core.models.relational import heterogeneous_only
+
+    heterogeneous_only("hgt", data)
+    return PygHeteroHGT(spec, data, out_dim, decoder)
+
+
 def build_gnn(in_dim, out_dim, spec):
     from gnnbridge.backends.pyg.models import PygGNN
 
@@ -47,7 +65,14 @@ def register_models(register):
     register_neutral(
         register,
         BACKEND,
-        {"sage": build_sage, "gcn": build_gnn, "gat": build_gnn, "gin": build_gin},
+        {
+            "sage": build_sage,
+            "gcn": build_gnn,
+            "gat": build_gnn,
+            "gin": build_gin,
+            "rgcn": build_rgcn,
+            "hgt": build_hgt,
+        },
         {"gcn": "GCNConv", "hetero": "HeteroConv"},
     )
     for name, description in ZOO.items():

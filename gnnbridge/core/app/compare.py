@@ -40,7 +40,7 @@ from gnnbridge.core.config import ExperimentConfig, Task
 from gnnbridge.core.contracts.interfaces import GNNModel
 from gnnbridge.core.errors import ConfigError, RunInterrupted, signal_name
 from gnnbridge.core.models.gin import GIN
-from gnnbridge.core.models.hetero import HeteroSAGE
+from gnnbridge.core.models.hetero import HeteroModel
 from gnnbridge.core.models.neutral import from_neutral, to_neutral
 from gnnbridge.core.plugins import backends as backend_registry
 from gnnbridge.core.runtime.context import DistContext
@@ -344,9 +344,9 @@ def layer_probe(model: torch.nn.Module) -> Iterator[dict[int, torch.Tensor]]:
 
     The hooks sit on core's own code, which both libraries' models call: ``GNNModel.activate``
     (every layer's output, before its activation), GIN's per-layer BatchNorm, and
-    ``HeteroSAGE.conv``."""
+    ``HeteroModel.conv`` (every heterogeneous model's layers)."""
     outputs: dict[int, torch.Tensor] = {}
-    if isinstance(model, (GNNModel, HeteroSAGE)):
+    if isinstance(model, (GNNModel, HeteroModel)):
         name = "activate" if isinstance(model, GNNModel) else "conv"
         original = getattr(model, name)
 

@@ -1,12 +1,13 @@
-"""Heterogeneous GraphSAGE from one neutral spec: the parts both backends share live here, the
-relation-wise message passing is each library's own (PyG ``HeteroConv``, DGL ``HeteroGraphConv``,
-each over its ``SAGEConv``).
+"""Heterogeneous models from one neutral spec: :class:`HeteroModel` holds what every one of them
+shares; :class:`HeteroSAGE` is GraphSAGE over each library's own relation-wise layers (PyG
+``HeteroConv``, DGL ``HeteroGraphConv``, each over its ``SAGEConv``); R-GCN and HGT are written in
+core (:mod:`~gnnbridge.core.models.relational`).
 
 Shared, so that one spec builds the same model on both backends:
 
 * the input layer: a linear projection of each featured node type to ``model.hidden``, and a
   learnable embedding per node of each featureless type (the model reads the type's node ids);
-* between layers: ReLU and dropout on every node type a layer updated; a node type no relation
+* between layers: ReLU and dropout (HGT: dropout) on every node type a layer updated; a node type no relation
   points into keeps its representation (both libraries return nothing for it); every relation
   adds its root term even where the batch drew none of its edges, so a node's output is a
   function of its own neighbourhood alone, as exact layer-wise inference needs;
@@ -14,7 +15,7 @@ Shared, so that one spec builds the same model on both backends:
   destination) pairs: ``dot`` (the inner product of the two embeddings) or ``mlp`` (a two-layer
   perceptron on their concatenation).
 
-The relation-wise sum is called per relation by each backend (not through ``HeteroConv`` /
+HeteroSAGE's relation-wise sum is called per relation by each backend (not through ``HeteroConv`` /
 ``HeteroGraphConv``'s forward, which skip a relation without edges), in one fixed order.
 
 ``forward(graph, x)`` gives logits for the labelled type's sampled nodes, seeds first;
@@ -34,11 +35,14 @@ from gnnbridge.core.config import DECODERS, ModelSpec
 from gnnbridge.core.errors import ConfigError
 
 
-class HeteroSAGE(nn.Module):
+class HeteroModel(nn.Module):
+    """What every heterogeneous model shares, whatever its layers: the input layer, the heads,
+    ``layer`` / ``encode`` / ``classify`` / ``decode`` (so core's typed layer-wise inference runs
+    it) and neutral parameter names. A subclass gives the layers: ``make_conv`` (one layer's
+    module), ``conv`` (that layer on a batch) and ``carry`` (the rows an unreached type keeps)."""
+
     heterogeneous = True
     typed_layerwise = True  # core's typed layer-wise inference can run it (embed_inputs, layer, classify, decode)
-    # The relation's SAGEConv parameters by neutral name (see :meth:`neutral_parameters`).
-    SAGE_NAMES: dict[str, str] = {}
 
     def __init__(self, spec: ModelSpec, data: Any, out_dim: int, decoder: str = "dot"):
         super().__init__()
@@ -58,14 +62,86 @@ class HeteroSAGE(nn.Module):
         )
         self.edge_types = [tuple(et) for et in data.edge_types]
         self.convs = nn.ModuleList(self.make_conv(data.edge_types, hidden) for _ in range(spec.layers))
-        self._neutral_init()
+        self.init_layers()
         self.decoder = decoder
         if not self.is_link:
             self.head = nn.Linear(hidden, out_dim)
         elif decoder == "mlp":
             self.head = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1))
 
-    def _neutral_init(self) -> None:
+    def init_layers(self) -> None:
+        """Re-initialise the layers after they are built (before the heads, so a seed gives the
+        heads the same draws whatever the layers drew); nothing by default."""
+
+    @abstractmethod
+    def make_conv(self, edge_types: list, hidden: int) -> nn.Module:
+        """One layer's module, over every edge type."""
+
+    def neutral_parameters(self) -> dict[str, torch.Tensor]:
+        """Every parameter under its own name: right for a model whose layers are core modules,
+        the same on every backend; a model over a library's layers renames those."""
+        return dict(self.named_parameters())
+
+    @abstractmethod
+    def conv(self, index: int, graph: Any, h: dict[str, torch.Tensor], block: int) -> dict[str, torch.Tensor]:
+        """Layer ``index``'s weights on layer ``block`` of the native graph: the new states of
+        every destination type of a relation. Every relation takes part even with no edge in
+        the batch, so a node's state never depends on which other nodes share its batch (what
+        makes layer-wise inference exact)."""
+
+    @abstractmethod
+    def carry(self, block: int, graph: Any, node_type: str, h: torch.Tensor) -> torch.Tensor:
+        """The rows of a node type no relation points into that layer ``block`` passes on (its
+        destination nodes, a prefix of its sources)."""
+
+    def activate(self, h: torch.Tensor) -> torch.Tensor:
+        """What follows every layer but the last: ReLU and dropout."""
+        return nn.functional.dropout(torch.relu(h), self.spec.dropout, self.training)
+
+    def embed_inputs(self, x: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The input layer: each type's features projected (or its node ids embedded)."""
+        return {t: self.inputs[t](feats) for t, feats in x.items()}
+
+    def layer(self, index: int, graph: Any, h: dict[str, torch.Tensor], block: int | None = None) -> dict:
+        """Layer ``index`` on the graph's layer ``block`` (default ``index``), with the activation
+        that follows it (none after the last): what core's typed layer-wise inference calls on a
+        one-layer graph (``block=0``) for every node of a type."""
+        out = self.conv(index, graph, h, index if block is None else block)
+        if index == self.spec.layers - 1:
+            return out
+        return {t: self.activate(v) for t, v in out.items()}
+
+    def encode(self, graph: Any, x: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        h = self.embed_inputs(x)
+        for i in range(self.spec.layers):
+            out = self.layer(i, graph, h)
+            h = out | {t: self.carry(i, graph, t, v) for t, v in h.items() if t not in out}
+        return h
+
+    def classify(self, h: torch.Tensor) -> torch.Tensor:
+        """Class logits from the labelled type's final states."""
+        return self.head(torch.relu(h))
+
+    def decode(self, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+        """One score per (source, destination) row pair of final states."""
+        if self.decoder == "dot":
+            return (src * dst).sum(-1)
+        return self.head(torch.cat([src, dst], dim=-1)).squeeze(-1)
+
+    def forward(self, graph: Any, x: dict[str, torch.Tensor], pairs: torch.Tensor | None = None) -> torch.Tensor:
+        h = self.encode(graph, x)
+        if not self.is_link:
+            return self.classify(h[self.target])
+        return self.decode(h[self.target[0]][pairs[0]], h[self.target[2]][pairs[1]])
+
+
+class HeteroSAGE(HeteroModel):
+    """GraphSAGE over the library's own ``SAGEConv``, one per relation, summed per destination."""
+
+    # The relation's SAGEConv parameters by neutral name (see :meth:`neutral_parameters`).
+    SAGE_NAMES: dict[str, str] = {}
+
+    def init_layers(self) -> None:
         """The libraries initialise SAGEConv differently (DGL: Xavier with the ReLU gain, PyG:
         Kaiming-uniform), which with a dot-product decoder makes first scores an order of magnitude
         apart. Both get torch's ``nn.Linear`` initialisation here, so one spec starts alike."""
@@ -93,54 +169,6 @@ class HeteroSAGE(nn.Module):
                 for neutral, native in self.SAGE_NAMES.items():
                     out[f"layers.{i}.{'__'.join(et)}.{neutral}"] = params[native]
         return out
-
-    @abstractmethod
-    def conv(self, index: int, graph: Any, h: dict[str, torch.Tensor], block: int) -> dict[str, torch.Tensor]:
-        """Layer ``index``'s weights on layer ``block`` of the native graph: the new states of
-        every destination type of a relation, the sum over its relations of each one's SAGEConv.
-        A relation with no edge in the batch still adds its root term, so a node's state never
-        depends on which other nodes share its batch (what makes layer-wise inference exact)."""
-
-    @abstractmethod
-    def carry(self, block: int, graph: Any, node_type: str, h: torch.Tensor) -> torch.Tensor:
-        """The rows of a node type no relation points into that layer ``block`` passes on (its
-        destination nodes, a prefix of its sources)."""
-
-    def embed_inputs(self, x: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """The input layer: each type's features projected (or its node ids embedded)."""
-        return {t: self.inputs[t](feats) for t, feats in x.items()}
-
-    def layer(self, index: int, graph: Any, h: dict[str, torch.Tensor], block: int | None = None) -> dict:
-        """Layer ``index`` on the graph's layer ``block`` (default ``index``), with the activation
-        that follows it (none after the last): what core's typed layer-wise inference calls on a
-        one-layer graph (``block=0``) for every node of a type."""
-        out = self.conv(index, graph, h, index if block is None else block)
-        if index == self.spec.layers - 1:
-            return out
-        return {t: nn.functional.dropout(torch.relu(v), self.spec.dropout, self.training) for t, v in out.items()}
-
-    def encode(self, graph: Any, x: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        h = self.embed_inputs(x)
-        for i in range(self.spec.layers):
-            out = self.layer(i, graph, h)
-            h = out | {t: self.carry(i, graph, t, v) for t, v in h.items() if t not in out}
-        return h
-
-    def classify(self, h: torch.Tensor) -> torch.Tensor:
-        """Class logits from the labelled type's final states."""
-        return self.head(torch.relu(h))
-
-    def decode(self, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
-        """One score per (source, destination) row pair of final states."""
-        if self.decoder == "dot":
-            return (src * dst).sum(-1)
-        return self.head(torch.cat([src, dst], dim=-1)).squeeze(-1)
-
-    def forward(self, graph: Any, x: dict[str, torch.Tensor], pairs: torch.Tensor | None = None) -> torch.Tensor:
-        h = self.encode(graph, x)
-        if not self.is_link:
-            return self.classify(h[self.target])
-        return self.decode(h[self.target[0]][pairs[0]], h[self.target[2]][pairs[1]])
 
 
 def states(h: dict[str, torch.Tensor], node_type: str, rows: int) -> torch.Tensor:

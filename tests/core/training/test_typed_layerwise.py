@@ -55,13 +55,23 @@ def shop(seed: int = 0) -> HeteroSource:
     )
 
 
-def built(backend: str, task: Task, decoder: str = "dot"):
+# (arch, options): every heterogeneous model core's typed layer-wise pass runs
+ARCHS = {
+    "sage": ("sage", {}),
+    "rgcn-bases": ("rgcn", {"num_bases": 2}),
+    "rgcn-blocks": ("rgcn", {"num_blocks": 2}),
+    "hgt": ("hgt", {}),
+}
+
+
+def built(backend: str, task: Task, decoder: str = "dot", arch: str = "sage"):
     source = shop()
     if task == Task.LINK:
         data = for_link_task(source, "buys", True, seed=0, val_fraction=0.15, test_fraction=0.15, eval_negatives=7)
     else:
         data = for_node_task(source, reverse=False, seed=0)  # coupons: no relation points into them
-    spec = ModelSpec(arch="sage", hidden=8, layers=3, dropout=0.0, options={"decoder": decoder})
+    name, options = ARCHS[arch]
+    spec = ModelSpec(arch=name, hidden=8, layers=3, heads=2, dropout=0.0, options={"decoder": decoder, **options})
     torch.manual_seed(0)
     model = build_model(spec, backend, task, *model_dims(data), data)[0].eval()
     return data, model
@@ -78,9 +88,11 @@ def tmpdir_here(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("backend", ["pyg", "dgl"])
-@pytest.mark.parametrize("store", ["memory", "disk"])
-def test_node_logits_are_those_of_every_seeds_whole_neighbourhood(backend, store, tmpdir_here):
-    data, model = built(backend, Task.NODE)
+@pytest.mark.parametrize(
+    ("store", "arch"), [("memory", "sage"), ("disk", "sage"), *(("memory", a) for a in list(ARCHS)[1:])]
+)
+def test_node_logits_are_those_of_every_seeds_whole_neighbourhood(backend, store, arch, tmpdir_here):
+    data, model = built(backend, Task.NODE, arch=arch)
     call = ModelCall("sage", data.num_classes)
     # batch 6: many batches per type, the last one short
     typed = TypedLayerwiseEvaluator(get_backend(backend), data, ALONE, 6, call, store).predict(model)
@@ -91,9 +103,11 @@ def test_node_logits_are_those_of_every_seeds_whole_neighbourhood(backend, store
 
 
 @pytest.mark.parametrize("backend", ["pyg", "dgl"])
-@pytest.mark.parametrize("decoder", ["dot", "mlp"])
-def test_link_scores_and_metrics_are_those_of_every_seeds_whole_neighbourhood(backend, decoder):
-    data, model = built(backend, Task.LINK, decoder)
+@pytest.mark.parametrize(
+    ("decoder", "arch"), [("dot", "sage"), ("mlp", "sage"), *(("mlp", a) for a in list(ARCHS)[1:])]
+)
+def test_link_scores_and_metrics_are_those_of_every_seeds_whole_neighbourhood(backend, decoder, arch):
+    data, model = built(backend, Task.LINK, decoder, arch)
     call = ModelCall("sage", 2)
     args = (get_backend(backend), data, ALONE, 5, full_sampler(backend, data), 0, call, [1, 3])
     typed, full = TypedLayerwiseLinks(*args), LinkEvaluator(*args)
