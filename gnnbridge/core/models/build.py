@@ -172,9 +172,10 @@ def check_heterogeneous(choice: ModelChoice, why: str) -> None:
     """One line when ``why`` (heterogeneous data, or task=link) needs a model that builds for it."""
     if not choice.heterogeneous:
         hetero = sorted({c.name for c in models.entries() if c.heterogeneous})
+        example = "sage" if "sage" in hetero or not hetero else hetero[0]  # the simplest, where installed
         raise ConfigError(
             f"{choice.origin} is built for homogeneous graphs, but {why}; use a heterogeneous model: "
-            f"{', '.join(hetero) or 'none installed'} (e.g. --set model.arch={hetero[0] if hetero else 'sage'}), "
+            f"{', '.join(hetero) or 'none installed'} (e.g. --set model.arch={example}), "
             "or a class with heterogeneous = True."
         )
 
