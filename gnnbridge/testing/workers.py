@@ -264,3 +264,25 @@ def mapping_of(address: int) -> str:
         if lo <= address < hi:
             return line
     raise AssertionError(f"{address:#x} is in no mapping of this process")
+
+
+def typed_states_and_dump(ctx: DistContext, data, store: str, out: str) -> None:
+    """Every node type's final states from the typed layer-wise pass (heterogeneous SAGE, seed
+    0, batches of 5) on both backends; rank 0 saves them to ``out``."""
+    from contextlib import ExitStack
+
+    from gnnbridge.core.config import ModelSpec, Task
+    from gnnbridge.core.models.build import build_model, model_dims
+    from gnnbridge.core.plugins import get_backend
+    from gnnbridge.core.training.typed_layerwise import TypedLayerwise
+
+    result = {}
+    for name in ("pyg", "dgl"):
+        torch.manual_seed(0)
+        spec = ModelSpec(arch="sage", hidden=8, layers=2, dropout=0.0)
+        model = build_model(spec, name, Task.LINK, *model_dims(data), data)[0].eval()
+        with ExitStack() as stack:
+            states = TypedLayerwise(get_backend(name), data, ctx, 5, store).states(model, stack)
+            result[name] = {t: h.clone() for t, h in states.items()}
+    if ctx.rank == 0:
+        torch.save(result, out)

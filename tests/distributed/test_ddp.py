@@ -141,3 +141,24 @@ def test_layerwise_inference_with_layers_on_disk_on_two_ranks_equals_one_rank_in
             m.startswith(f"{scratch}/gnnbridge-layers-") and m.endswith("(deleted)") for m in got["maps"]
         ), got["maps"]
     assert not list(scratch.glob("gnnbridge-layers-*"))
+
+
+@pytest.mark.slow
+def test_typed_layer_wise_states_are_the_same_bits_on_one_two_and_three_ranks(tmp_path):
+    """Each rank computes whole batches on the same boundaries whatever the world size, so every
+    node type's final states (and so every tie between scores) do not depend on it."""
+    from gnnbridge.core.tasks import for_link_task
+    from gnnbridge.plugins.hetero_datasets import rec_graph
+    from gnnbridge.testing.workers import typed_states_and_dump
+
+    source = rec_graph(60, 33, 4, 4, num_features=6, taste_dim=3, feature_noise=0.5, temperature=0.5, seed=1)
+    data = for_link_task(source, "", True, seed=0, val_fraction=0.1, test_fraction=0.1, eval_negatives=5)
+    runs = {}
+    for ranks, store in ((1, "memory"), (2, "disk"), (3, "memory")):
+        out = tmp_path / f"{ranks}.pt"
+        launch(typed_states_and_dump, ranks, "cpu", (data, store, str(out)), timeout_s=300)
+        runs[ranks] = torch.load(out)
+    for name in ("pyg", "dgl"):
+        for ranks in (2, 3):
+            for t, h in runs[1][name].items():
+                assert torch.equal(runs[ranks][name][t], h), (name, ranks, t)

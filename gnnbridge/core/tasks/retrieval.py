@@ -1,23 +1,23 @@
 """Top-k retrieval from final node states: for every source, the ``k`` best-scoring destinations,
-a chunk of sources at a time.
+a tile of sources x destinations at a time.
 
-Why chunks: scoring every (source, destination) pair at once takes sources x destinations
-floats (200k x 200k is 160 GB); a chunk of as many sources as ``chunk_bytes`` allows against
-every destination is one matrix product (a dot-product decoder) or one batched decoder call
-(any other), then its top ``k``, so memory stays at one chunk's scores plus the ``[sources, k]``
-answer. The pairs a source already has (its training edges) are set to ``-inf`` inside the chunk
-before its top ``k`` is taken, so they are never recommended; a source with fewer than ``k``
-other destinations ends its list with ``-inf`` scores.
+Why tiles: scoring every (source, destination) pair at once takes sources x destinations floats
+(200k x 200k is 160 GB). Each tile is one matrix product (a dot-product decoder) or one batched
+decoder call (any other), as many pairs as :data:`CHUNK_BYTES` holds at the decoder's cost per
+pair; its top ``k`` is merged into the sources' running lists, so memory stays at one tile plus
+the ``[sources, k]`` answer whatever the sizes. The pairs a source already has (its training
+edges) are set to ``-inf`` inside the tile before its top ``k`` is taken, so they are never
+returned; a source with fewer than ``k`` other destinations ends its list with id ``-1`` and
+score ``-inf`` (both methods alike).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 
-# About the memory one chunk's scores take: a few hundred sources against 200k destinations.
+# About the memory one tile of pair scores (and what the decoder builds for it) takes.
 CHUNK_BYTES = 2**28
+NO_SLOT = -1  # the id of a list slot no allowed destination fills (its score is -inf)
 
 
 def chunked_top_k(
@@ -28,42 +28,60 @@ def chunked_top_k(
     exclude: torch.Tensor,
     chunk_bytes: int = CHUNK_BYTES,
     device: torch.device | str = "cpu",
-    progress: Callable[[int], None] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(top_dst [S, k] int64, top_scores [S, k] float32)`` for ``h_src`` [S, H] against
-    ``h_dst`` [D, H]; ``exclude`` [2, E]: (source, destination) pairs never returned; ``model``
-    scores rows with ``decode(src_rows, dst_rows)`` (a ``decoder`` attribute of ``"dot"`` takes
-    the matrix product instead, the same numbers). ``chunk_bytes``: about the memory one chunk's
-    scores take (:func:`chunk_pairs`). ``progress(n)``: told after each chunk."""
+    ``h_dst`` [D, H], best first; ``exclude`` [2, E]: (source, destination) pairs never returned;
+    ``model`` scores rows with ``decode(src_rows, dst_rows)`` (a ``decoder`` attribute of
+    ``"dot"`` takes the matrix product instead, the same numbers). ``chunk_bytes``: about the
+    memory one tile takes (:func:`tile_shape`)."""
     n_src, n_dst = h_src.shape[0], h_dst.shape[0]
     k = min(k, n_dst)
-    chunk = max(1, chunk_pairs(model, h_dst.shape[1], chunk_bytes) // max(n_dst, 1))
-    order = torch.argsort(exclude[0], stable=True)
-    ex_src, ex_dst = exclude[0, order], exclude[1, order]
-    dst = h_dst.to(device, torch.float32)
-    best = torch.empty(n_src, k, dtype=torch.int64)
-    values = torch.empty(n_src, k, dtype=torch.float32)
-    for lo in range(0, n_src, chunk):
-        hi = min(lo + chunk, n_src)
-        scores = _chunk_scores(model, h_src[lo:hi].to(device, torch.float32), dst)
+    rows, cols = tile_shape(model, n_src, n_dst, h_dst.shape[1], chunk_bytes)
+    ex_src, ex_dst = _by_source(exclude)
+    best = torch.full((n_src, k), NO_SLOT, dtype=torch.int64)
+    values = torch.full((n_src, k), float("-inf"), dtype=torch.float32)
+    for lo in range(0, n_src, rows):
+        hi = min(lo + rows, n_src)
+        src = h_src[lo:hi].to(device, torch.float32)
         a, b = (int(i) for i in torch.searchsorted(ex_src, torch.tensor([lo, hi])))
-        scores[(ex_src[a:b] - lo).to(scores.device), ex_dst[a:b].to(scores.device)] = float("-inf")
-        top = scores.topk(k, dim=1)
-        best[lo:hi], values[lo:hi] = top.indices.cpu(), top.values.float().cpu()
-        if progress is not None:
-            progress(hi - lo)
-    return best, values
+        mine_src, mine_dst = ex_src[a:b] - lo, ex_dst[a:b]
+        for left in range(0, n_dst, cols):
+            right = min(left + cols, n_dst)
+            scores = _tile_scores(model, src, h_dst[left:right].to(device, torch.float32)).cpu()
+            inside = (mine_dst >= left) & (mine_dst < right)
+            scores[mine_src[inside], mine_dst[inside] - left] = float("-inf")
+            ids = torch.arange(left, right).expand(hi - lo, -1)
+            best[lo:hi], values[lo:hi] = _merge(best[lo:hi], values[lo:hi], ids, scores, k)
+    return torch.where(values > float("-inf"), best, NO_SLOT), values
 
 
-def chunk_pairs(model, width: int, chunk_bytes: int) -> int:
-    """Pairs one chunk may score in ``chunk_bytes``: a dot product keeps a float per pair (and
-    ``topk``'s copy of it); any other decoder also builds both rows of every pair."""
-    per_pair = 12 if getattr(model, "decoder", None) == "dot" else 12 + 8 * width
-    return max(1, chunk_bytes // per_pair)
+def tile_shape(model, n_src: int, n_dst: int, width: int, chunk_bytes: int) -> tuple[int, int]:
+    """(sources, destinations) of one tile within ``chunk_bytes``: every destination at once
+    where a source's row fits, else as many destinations as fit for one source. A dot product
+    keeps a score and topk's copy per pair; any other decoder also builds both rows, their
+    concatenation and its hidden layer (about 6 floats per hidden unit)."""
+    per_pair = 12 if getattr(model, "decoder", None) == "dot" else 12 + 24 * width
+    pairs = max(1, chunk_bytes // per_pair)
+    if pairs >= n_dst:
+        return min(n_src, pairs // n_dst), n_dst
+    return 1, pairs
 
 
-def _chunk_scores(model, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
-    """``[len(src), len(dst)]`` scores of every pair of a chunk."""
+def _merge(best, values, ids, scores, k: int):
+    """The running top ``k`` with a tile's candidates (``ids``, ``scores`` [rows, cols]) folded in."""
+    both_values = torch.cat([values, scores.float()], dim=1)
+    both_ids = torch.cat([best, ids], dim=1)
+    top = both_values.topk(k, dim=1)
+    return both_ids.gather(1, top.indices), top.values
+
+
+def _by_source(exclude: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    order = torch.argsort(exclude[0], stable=True)
+    return exclude[0, order], exclude[1, order]
+
+
+def _tile_scores(model, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+    """``[len(src), len(dst)]`` scores of every pair of a tile."""
     if getattr(model, "decoder", None) == "dot":
         return src @ dst.T
     rows = src.shape[0]
@@ -75,34 +93,53 @@ def approximate_top_k(
     h_dst: torch.Tensor,
     k: int,
     exclude: torch.Tensor,
-    chunk: int = 65536,
+    chunk_bytes: int = CHUNK_BYTES,
     neighbors: int = 32,
     search_depth: int = 128,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`chunked_top_k` for a dot-product decoder through FAISS's HNSW graph index (inner
-    product) instead of scoring every destination: each source asks for ``k`` plus as many
+    product) instead of scoring every destination. Each source asks for ``k`` plus as many
     results as it has excluded pairs, and the excluded ones are dropped, so a training pair is
-    never returned. Approximate: ``benchmarks/top_k.py`` measures its recall against the exact
-    lists. ``neighbors`` is HNSW's M (graph degree), ``search_depth`` its efSearch."""
+    never returned. Sources are searched in groups of like exclusion counts (a power of two
+    apart), each group in chunks whose ``[sources, asked]`` results fit ``chunk_bytes``, so one
+    source with many training pairs costs its own search, not every source's. Approximate:
+    ``benchmarks/top_k.py`` measures its recall against the exact lists. ``neighbors`` is HNSW's
+    M (graph degree), ``search_depth`` its efSearch."""
     faiss = import_faiss()
     n_src, n_dst = h_src.shape[0], h_dst.shape[0]
     k = min(k, n_dst)
     index = faiss.IndexHNSWFlat(h_dst.shape[1], neighbors, faiss.METRIC_INNER_PRODUCT)
     index.hnsw.efSearch = max(search_depth, k)
     index.add(h_dst.float().contiguous().numpy())
-    banned = torch.unique(exclude[0] * n_dst + exclude[1])  # one key per excluded pair
+    ex_src, ex_dst = _by_source(exclude)
     per_source = torch.bincount(exclude[0], minlength=n_src)
-    best = torch.full((n_src, k), -1, dtype=torch.int64)
+    best = torch.full((n_src, k), NO_SLOT, dtype=torch.int64)
     values = torch.full((n_src, k), float("-inf"), dtype=torch.float32)
-    for lo in range(0, n_src, chunk):
-        hi = min(lo + chunk, n_src)
-        ask = min(n_dst, k + int(per_source[lo:hi].max()))
-        scores, ids = (torch.from_numpy(a) for a in index.search(h_src[lo:hi].float().contiguous().numpy(), ask))
-        keys = torch.arange(lo, hi).unsqueeze(1) * n_dst + ids
-        scores = scores.masked_fill(torch.isin(keys, banned) | (ids < 0), float("-inf"))  # ids -1: no result
-        top = scores.topk(k, dim=1)
-        best[lo:hi], values[lo:hi] = ids.gather(1, top.indices), top.values
-    return torch.where(values > float("-inf"), best, -1), values
+    group = torch.ceil(torch.log2(per_source.float() + 1)).long()  # 0, 1, 2-3, 4-7, ... excluded pairs
+    for g in torch.unique(group).tolist():
+        sources = (group == g).nonzero().flatten()
+        ask = min(n_dst, k + int(per_source[sources].max()))
+        step = max(1, chunk_bytes // (ask * 40))  # scores, ids, keys and a mask per result
+        for part in sources.split(step):
+            best[part], values[part] = _search(index, h_src[part], part, ask, k, (ex_src, ex_dst), n_dst)
+    return torch.where(values > float("-inf"), best, NO_SLOT), values
+
+
+def _search(index, rows: torch.Tensor, sources: torch.Tensor, ask: int, k: int, exclude, n_dst: int):
+    """The ``k`` best of ``ask`` HNSW results for ``sources``, their excluded pairs dropped (only
+    theirs are looked at: ``exclude`` is sorted by source)."""
+    ex_src, ex_dst = exclude
+    scores, ids = (torch.from_numpy(a) for a in index.search(rows.float().contiguous().numpy(), ask))
+    starts = torch.searchsorted(ex_src, sources)
+    counts = torch.searchsorted(ex_src, sources, right=True) - starts
+    offsets = torch.cumsum(counts, 0) - counts
+    owner = torch.repeat_interleave(torch.arange(sources.numel()), counts)
+    mine = starts[owner] + torch.arange(int(counts.sum())) - offsets[owner]
+    banned = torch.unique(ex_src[mine] * n_dst + ex_dst[mine])
+    keys = sources.unsqueeze(1) * n_dst + ids
+    scores = scores.masked_fill(torch.isin(keys, banned) | (ids < 0), float("-inf"))  # ids -1: no result
+    top = scores.topk(k, dim=1)
+    return ids.gather(1, top.indices), top.values
 
 
 def import_faiss():

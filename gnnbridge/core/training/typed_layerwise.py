@@ -88,7 +88,7 @@ class TypedLayerwise:
         """``compute(ids)`` for this rank's share of ``node_type``'s nodes, batch by batch, then
         every rank's rows joined (all-gathered, or one shared mapped file per type, whose
         previous layer's file goes when the next one is made)."""
-        shards = self.ctx.row_shards(self.data.num_nodes[node_type])
+        shards = aligned_shards(self.data.num_nodes[node_type], self.batch_size, self.ctx.world_size)
         shard, sizes = shards[self.ctx.rank], [s.numel() for s in shards]
         # A rank with no nodes still needs the rows' width: it computes node 0 and keeps none.
         batches = shard.split(self.batch_size) if shard.numel() else [torch.zeros(1, dtype=torch.int64)]
@@ -156,7 +156,7 @@ class TypedLayerwiseLinks(LinkEvaluator):
         scores = LinkScores(self.hits_at)
         edges, negatives = self.data.held_out(split)
         k = negatives.shape[1]
-        for ids in self._shard_batches(split):
+        for ids in self._aligned_batches(edges.shape[1]):
             src, dst = edges[0, ids], edges[1, ids]
             negative = self._decode(model, src.repeat_interleave(k), negatives[ids].flatten())
             scores.update(self._decode(model, src, dst), negative.view(ids.numel(), k))
@@ -165,11 +165,17 @@ class TypedLayerwiseLinks(LinkEvaluator):
     def _shared(self, model: torch.nn.Module, split: str, negatives: torch.Tensor) -> SharedLinkScores:
         scores = SharedLinkScores(self.hits_at)
         edges, _ = self.data.held_out(split)
-        for ids in self._shard_batches(split):
+        for ids in self._aligned_batches(edges.shape[1]):
             scores.add_positives(self._decode(model, edges[0, ids], edges[1, ids]))
-        for part in self.ctx.row_shards(negatives.shape[1])[self.ctx.rank].split(self.batch_size):
+        for part in self._aligned_batches(negatives.shape[1]):
             scores.add_negatives(self._decode(model, negatives[0, part], negatives[1, part]))
         return scores
+
+    def _aligned_batches(self, count: int) -> list[torch.Tensor]:
+        """This rank's batches of ``count`` items, on boundaries that do not move with the world
+        size (see :func:`aligned_shards`)."""
+        shard = aligned_shards(count, self.batch_size, self.ctx.world_size)[self.ctx.rank]
+        return list(shard.split(self.batch_size))
 
     def _decode(self, model: torch.nn.Module, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
         s, _, d = self.data.target_edge
@@ -206,6 +212,16 @@ class TypedLayerwiseLinks(LinkEvaluator):
             if index == "hnsw":
                 return approximate_top_k(h[s], h[d], k, exclude)
             return chunked_top_k(unwrap(model), h[s], h[d], k, exclude, device=self.ctx.device)
+
+
+def aligned_shards(count: int, batch: int, world: int) -> list[torch.Tensor]:
+    """Ids ``0..count-1`` in one contiguous shard per rank made of whole batches of ``batch``: a
+    row is then computed in the same batch, with the same neighbours, on any number of ranks.
+    (CPU matrix products round the last bit differently for different row counts, so batches cut
+    from per-rank shards would make the states, and ties between scores, depend on the world size.)"""
+    batches = -(-count // batch)
+    per_rank = -(-batches // world) * batch
+    return [torch.arange(min(r * per_rank, count), min((r + 1) * per_rank, count)) for r in range(world)]
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:

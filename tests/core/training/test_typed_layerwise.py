@@ -169,7 +169,7 @@ def test_the_approximate_index_never_returns_an_excluded_pair_and_finds_most_of_
         decoder = "dot"
 
     exact, _ = chunked_top_k(Dot(), src, dst, 10, exclude)
-    approx, scores = approximate_top_k(src, dst, 10, exclude, chunk=128)
+    approx, scores = approximate_top_k(src, dst, 10, exclude, chunk_bytes=128 * 15 * 40)  # chunks of 128 sources
     returned = {(s, int(d)) for s in range(400) for d in approx[s]}
     assert not returned & set(zip(exclude[0].tolist(), exclude[1].tolist()))
     recall = np.mean([len(set(approx[s].tolist()) & set(exact[s].tolist())) / 10 for s in range(400)])
