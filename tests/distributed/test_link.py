@@ -12,6 +12,7 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 
 from gnnbridge.testing.ports import free_port
 
@@ -385,3 +386,27 @@ def test_a_per_edge_run_is_evaluated_again_under_the_shared_protocol(tmp_path, r
         ).stdout
     )
     assert set(report["metrics"]) == SHARED_METRICS
+
+
+def test_a_checkpoint_of_the_earlier_heterogeneous_model_is_refused_in_one_line(tmp_path, rec_run):
+    """Revision 1 skipped a relation without sampled edges; the same weights now compute another
+    function, so evaluate, resume and port refuse them instead of reporting other numbers."""
+    import shutil
+
+    old = tmp_path / "old"
+    shutil.copytree(rec_run, old)
+    for kind in ("best", "latest"):
+        path = old / "checkpoints" / f"{kind}.pt"
+        state = torch.load(path, weights_only=False)
+        assert state["model_revision"] == 2
+        del state["model_revision"]  # as checkpoints made before it had one
+        torch.save(state, path)
+    for args in (
+        ["evaluate", "old"],
+        ["train", "--resume", "old", "--set", "train.epochs=4"],
+        ["port", "old", "--to", "pyg", "--out", "p"],
+    ):
+        proc = gnnbridge(*args, cwd=tmp_path, check=False)
+        assert proc.returncode != 0 and "holds revision 1 of its model" in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+    assert not (tmp_path / "p").exists()

@@ -1116,3 +1116,39 @@ def test_only_a_keyboardinterrupt_a_signal_caused_passes_through_plugin_code_as_
                 signal.raise_signal(signal.SIGINT)
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_a_typed_layer_wise_model_whose_layer_breaks_the_contract_is_named_before_training():
+    """A model that declares typed_layerwise gets its layers tried on a one-hop graph in the dry
+    step (as the typed pass will call them): a wrong shape is one line naming it before the first
+    epoch, not a failure in the final evaluation after all of them."""
+    from gnnbridge.backends.pyg.hetero import PygHeteroSAGE
+    from gnnbridge.core.app.preflight import for_task
+    from gnnbridge.core.config import from_dict
+    from gnnbridge.core.plugins import datasets
+    from gnnbridge.core.runtime.context import DistContext
+    from gnnbridge.core.training.assembly import RunParts
+    from gnnbridge.core.training.dry import check_typed_layers
+
+    class WrongLayer(PygHeteroSAGE):
+        cut = {}  # how the typed pass's calls (block=0) are broken: rows or columns
+
+        def layer(self, index, graph, h, block=None):
+            out = super().layer(index, graph, h, block)
+            return (
+                out
+                if block is None
+                else {t: v[self.cut.get("rows", slice(None)), : self.cut.get("columns")] for t, v in out.items()}
+            )
+
+    config = from_dict({"task": "link", "backend": "pyg", "dataset": {"name": "rec-synthetic"}})
+    data = for_task(config, datasets.get("rec-synthetic")(config.dataset, 0))
+    parts = RunParts(config, data, DistContext(0, 1, 0, torch.device("cpu")))
+    check_typed_layers(parts, parts.model)  # core's own model keeps the contract
+    wrong = WrongLayer(config.model, data, 1)
+    wrong.cut = {"rows": slice(0, 1)}  # one row for 8 nodes
+    with pytest.raises(plugins.PluginError, match=r"layer\(0\) gave \[1, 64\] for the 8 '\w+' nodes of a one-hop"):
+        check_typed_layers(parts, wrong)
+    wrong.cut = {"columns": 3}  # rows the next layer cannot read: its failure, blamed in one line
+    with pytest.raises(plugins.PluginError, match=r"in its layer\(1\) of the typed layer-wise pass: RuntimeError"):
+        check_typed_layers(parts, wrong)

@@ -334,8 +334,14 @@ def _predict_worker(ctx: DistContext, config: ExperimentConfig, data, state: dic
             top, scores = links.top_k(
                 scorer.model, request["top_k"], data.known_pairs(), states, request.get("index", "exact")
             )
+        elif request.get("index", "exact") != "exact":  # the model has no typed pass: eval fell back to full
+            raise ConfigError(
+                f"--index {request['index']} searches layer-wise states, but {scorer.parts.call.origin} has no "
+                "typed layer-wise inference (its evaluation falls back to full neighbourhoods); use --index exact."
+            )
         else:
             top, scores = links.top_k(scorer.model, request["top_k"], data.known_pairs())
+            top = torch.where(scores > float("-inf"), top, -1)  # an unfilled slot, as the other path writes it
         return arrays | {"src": torch.arange(top.shape[0]), "top_dst": top, "top_scores": scores.float()}
 
 

@@ -214,7 +214,10 @@ class Backend(ABC):
         return type(self).from_hetero_sampled is not Backend.from_hetero_sampled
 
     def from_hetero_sampled(self, sub: Any) -> Any:
-        """The native graph for a core ``HeteroSampledSubgraph`` (every node and edge type of it)."""
+        """The native graph for a core ``HeteroSampledSubgraph`` (every node and edge type of it),
+        trimmed per hop: layer ``i`` reads only the prefixes ``hetero_layer_bounds`` gives from the
+        sample's ``num_sampled_nodes`` / ``num_sampled_edges`` (PyG: ``HeteroData`` with
+        ``bounds``; DGL: one block per layer). The backend's heterogeneous models read it."""
         raise BackendUnavailableError(f"Backend '{self.name}' does not support heterogeneous graphs.")
 
     def hetero_sampler(self, core: Any, kind: SamplerKind) -> Sampler:

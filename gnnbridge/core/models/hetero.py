@@ -41,6 +41,11 @@ class HeteroModel(nn.Module):
     it) and neutral parameter names. A subclass gives the layers: ``make_conv`` (one layer's
     module), ``conv`` (that layer on a batch) and ``carry`` (the rows an unreached type keeps)."""
 
+    # Checkpoints record it (``model_revision``) and refuse another: revision 2 adds every
+    # relation's root term even where a batch drew none of its edges (revision 1 skipped the
+    # relation), so a revision-1 checkpoint would no longer reproduce its own numbers.
+    revision = 2
+
     heterogeneous = True
     typed_layerwise = True  # core's typed layer-wise inference can run it (embed_inputs, layer, classify, decode)
 

@@ -260,9 +260,24 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else f"{text[:37]}..."
 
 
+def model_revision(model: torch.nn.Module) -> int:
+    """The revision of what ``model`` computes (a model's ``revision`` attribute; 1 if none)."""
+    inner = getattr(model, "module", model)  # DDP's wrapper
+    return int(getattr(inner, "revision", 1))
+
+
 def load_model_state(model: torch.nn.Module, state: dict, label: str | os.PathLike) -> None:
     """Put a checkpoint's weights into ``model``; a different model is refused by name and shape
-    (``load_state_dict`` would otherwise fail with a page of tensor names, or half-load)."""
+    (``load_state_dict`` would otherwise fail with a page of tensor names, or half-load), and so
+    are weights of another revision of the same model (the same names, another function)."""
+    have, want = state.get("model_revision", 1), model_revision(model)
+    if have != want:
+        raise CheckpointError(
+            f"Checkpoint '{label}' holds revision {have} of its model; this gnnbridge computes revision "
+            f"{want} ({type(getattr(model, 'module', model)).__name__}: heterogeneous models now add every "
+            "relation's root term even where a batch drew none of its edges), so it would not reproduce its "
+            "own numbers; train the run again."
+        )
     theirs: dict = state["model"]
     mine = model.state_dict()
     missing = [k for k in mine if k not in theirs]

@@ -60,6 +60,7 @@ class Checkpointing:
             "version": checkpoint.VERSION,
             "epoch": epoch,
             "model": trainer.model.state_dict(),
+            "model_revision": checkpoint.model_revision(trainer.model),
             "optimizer": trainer.optimizer.state_dict(),
             "scheduler": trainer.schedule.state_dict() if trainer.schedule is not None else None,
             "rng": checkpoint.rng_states(),

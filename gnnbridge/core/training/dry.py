@@ -20,6 +20,7 @@ import torch
 
 from gnnbridge.core.config import EvalMode
 from gnnbridge.core.errors import GnnBridgeError
+from gnnbridge.core.plugins import PluginError
 from gnnbridge.core.records.hetero import HeteroGraphData
 from gnnbridge.core.runtime.rank import failed_on
 from gnnbridge.core.sampling.neighbors import NeighborSampler
@@ -58,10 +59,11 @@ def _check(trainer) -> None:
             for mb in trainer.sampler.loader([seeds]):
                 logits, _ = step_outputs(trainer, model, mb)  # shape, dtype and device, by trainer.call
                 trainer.call.finite(logits, "forward")
-            # layer_forward will be called: try it now (a typed pass calls the model's own layer,
-            # which the forward pass above has just run)
-            if trainer.final_mode() is EvalMode.LAYERWISE and not isinstance(trainer.data, HeteroGraphData):
-                check_layers(trainer.call, trainer.backend, model, trainer.data, seeds, ctx.device)
+            if trainer.final_mode() is EvalMode.LAYERWISE:  # the layers will be called one by one: try them now
+                if isinstance(trainer.data, HeteroGraphData):
+                    check_typed_layers(trainer, model)
+                else:
+                    check_layers(trainer.call, trainer.backend, model, trainer.data, seeds, ctx.device)
     finally:
         model.train(was_training)
 
@@ -77,3 +79,31 @@ def check_layers(call, backend, model, data, seeds: torch.Tensor, device: torch.
         out = call.layer(model, layer, graph, rows, seeds.numel(), last=layer == model.num_layers - 1)
         call.finite(out, f"layer_forward({layer})")
         rows = out[torch.arange(sub.node.numel(), device=out.device) % out.shape[0]]
+
+
+def check_typed_layers(trainer, model) -> None:
+    """Each ``layer(i, graph, rows, block=0)`` of a typed layer-wise model on a one-hop graph of
+    a few nodes of every type some relation reaches, as the typed pass calls it: each must give
+    one finite row per node of that type. A later layer's inputs repeat the previous layer's
+    outputs to the graph's node counts (the right width, dtype and device)."""
+    from gnnbridge.core.training.typed_layerwise import TypedLayerwise, unwrap
+
+    model = unwrap(model)
+    typed = TypedLayerwise(trainer.backend, trainer.data, trainer.ctx, SEEDS, "memory")
+    for node_type in typed.reached:
+        ids = torch.arange(min(SEEDS, trainer.data.num_nodes[node_type]))
+        sub = typed.one_hop.sample({node_type: ids})
+        graph = trainer.backend.graph_to(trainer.backend.from_hetero_sampled(sub), trainer.ctx.device)
+        rows = {t: typed.inputs(model, t, nodes) for t, nodes in sub.node.items()}
+        for layer in range(model.spec.layers):
+            with trainer.call.blame(f"layer({layer}) of the typed layer-wise pass"):
+                out = model.layer(layer, graph, rows, block=0)
+            got = out.get(node_type) if isinstance(out, dict) else None
+            if not isinstance(got, torch.Tensor) or got.dim() != 2 or got.shape[0] != ids.numel():
+                shape = list(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+                raise PluginError(
+                    f"{trainer.call.origin}: layer({layer}) gave {shape} for the {ids.numel()} '{node_type}' nodes "
+                    "of a one-hop graph; the typed layer-wise pass needs a dict with one row per destination node."
+                )
+            trainer.call.finite(got, f"layer({layer})")
+            rows = {t: got[torch.arange(n.numel()) % got.shape[0]] for t, n in sub.node.items()}

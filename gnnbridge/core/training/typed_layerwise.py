@@ -13,7 +13,7 @@ Each table is all-gathered, or, where it would not fit, written by every rank in
 mapped file (:class:`~gnnbridge.core.training.layerstore.LayerStore`, ``eval.layer_store``).
 
 A model qualifies when it says ``typed_layerwise = True`` and has ``embed_inputs``, ``layer``,
-``classify`` and ``decode`` (core's heterogeneous models do). The result is the same, up to
+``classify``, ``decode`` and ``spec.layers`` (core's heterogeneous models do). The result is the same, up to
 float rounding, as sampling every seed's whole L-hop neighbourhood (``eval.mode=full``; tested
 on both backends), at a cost of one pass over the edges per layer instead of one per seed's
 tree.
@@ -32,15 +32,17 @@ from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.sampling.hetero import HeteroNeighborSampler
 from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS
 from gnnbridge.core.tasks.retrieval import approximate_top_k, chunked_top_k
-from gnnbridge.core.training.evaluation import Evaluator, LinkEvaluator, evaluation_mode
+from gnnbridge.core.training.evaluation import Evaluator, LinkEvaluator, evaluation_mode, gather_inputs
 from gnnbridge.core.training.layerstore import LayerStore, every_rank_rows, output_table
 from gnnbridge.core.training.metrics import ClassificationScores, LinkScores, SharedLinkScores
 
 
 def supports_typed_layerwise(model: torch.nn.Module) -> bool:
     inner = unwrap(model)
-    return getattr(inner, "typed_layerwise", False) is True and all(
-        callable(getattr(inner, name, None)) for name in ("embed_inputs", "layer", "classify", "decode")
+    return (
+        getattr(inner, "typed_layerwise", False) is True
+        and isinstance(getattr(getattr(inner, "spec", None), "layers", None), int)
+        and all(callable(getattr(inner, name, None)) for name in ("embed_inputs", "layer", "classify", "decode"))
     )
 
 
@@ -50,8 +52,8 @@ class TypedLayerwise:
     def __init__(self, backend: Backend, data: HeteroGraphData, ctx: DistContext, batch_size: int, layer_store: str):
         self.backend, self.data, self.ctx = backend, data, ctx
         self.batch_size, self.layer_store = batch_size, layer_store
-        self._one_hop = HeteroNeighborSampler(data, {et: [ALL_NEIGHBORS] for et in data.edge_types})
-        self._reached = sorted({et[2] for et in data.edge_types})
+        self.one_hop = HeteroNeighborSampler(data, {et: [ALL_NEIGHBORS] for et in data.edge_types})
+        self.reached = sorted({et[2] for et in data.edge_types})
 
     @torch.no_grad()
     def states(self, model: torch.nn.Module, stack: ExitStack) -> dict[str, torch.Tensor]:
@@ -61,25 +63,24 @@ class TypedLayerwise:
         stores = {
             t: stack.enter_context(LayerStore(self.ctx, n, self.layer_store)) for t, n in self.data.num_nodes.items()
         }
-        h = {t: self._table(stores[t], -1, t, lambda ids, t=t: self._inputs(inner, t, ids)) for t in stores}
+        h = {t: self._table(stores[t], -1, t, lambda ids, t=t: self.inputs(inner, t, ids)) for t in stores}
         for layer in range(inner.spec.layers):
             h = {
                 t: self._table(
                     stores[t], layer, t, lambda ids, t=t, i=layer, prev=h: self._layer(inner, i, t, ids, prev)
                 )
-                if t in self._reached
+                if t in self.reached
                 else h[t]
                 for t in stores
             }
         return h
 
-    def _inputs(self, model, node_type: str, ids: torch.Tensor) -> torch.Tensor:
-        x = self.data.x.get(node_type)
-        rows = ids if x is None else x[ids].float()
-        return model.embed_inputs({node_type: rows.to(self.ctx.device)})[node_type]
+    def inputs(self, model, node_type: str, ids: torch.Tensor) -> torch.Tensor:
+        rows = gather_inputs(self.data, {node_type: ids}, self.ctx.device)  # the shared row gather (features.py)
+        return model.embed_inputs(rows)[node_type]
 
     def _layer(self, model, layer: int, node_type: str, ids: torch.Tensor, h: dict) -> torch.Tensor:
-        sub = self._one_hop.sample({node_type: ids})
+        sub = self.one_hop.sample({node_type: ids})
         graph = self.backend.graph_to(self.backend.from_hetero_sampled(sub), self.ctx.device)
         rows = {t: h[t][nodes].to(self.ctx.device) for t, nodes in sub.node.items()}
         return model.layer(layer, graph, rows, block=0)[node_type]
