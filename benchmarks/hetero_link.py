@@ -141,7 +141,8 @@ def plot(result: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    summ, speed = result["summary"], result["sampler"]
+    summ = {n: s for n, s in result["summary"].items() if s["aucs"]}  # a runner that failed every seed: no bar
+    speed = result["sampler"]
     fig, (a, b, c) = plt.subplots(1, 3, figsize=(13, 4))
     names = list(summ)
     a.bar(names, [summ[n]["auc_mean"] for n in names], yerr=[summ[n]["auc_std"] for n in names], capsize=4)
@@ -176,6 +177,9 @@ def main() -> None:
     (args.out / "hetero-link.json").write_text(json.dumps(result, indent=1))
     plot(result, args.out / "hetero-link.png")
     for runner, s in result["summary"].items():
+        if s["auc_mean"] is None:
+            print(f"{runner:11s} every run failed (see runs/)")
+            continue
         print(f"{runner:11s} AUC {s['auc_mean']:.4f} ± {s['auc_std']:.4f} {s['aucs']}  epoch {s['epoch_s']:.2f} s")
     for name, s in result["sampler"].items():
         print(f"sampler {name:11s} {s['ms_per_batch']:.1f} ms/batch, {s['edges']} edges")
