@@ -141,8 +141,24 @@ def did_you_mean(value: str, choices: Iterable[str]) -> str:
 
     Case is ignored (``IMDB-BINARY`` finds ``imdb-binary``); the suggestion keeps the choice's own."""
     by_lower = {c.lower(): c for c in choices}
-    close = difflib.get_close_matches(str(value).lower(), list(by_lower), n=1, cutoff=0.6)
+    typed = str(value).lower()
+    close = difflib.get_close_matches(typed, list(by_lower), n=5, cutoff=0.6)
+    # Among the close ones, the fewest edits wins, a swap of two neighbours counting one ('gta'
+    # is one swap from 'gat', two edits from 'hgt': difflib's ratio ties them).
+    close.sort(key=lambda c: (_edits(typed, c), -difflib.SequenceMatcher(None, typed, c).ratio()))
     return f" (did you mean '{by_lower[close[0]]}'?)" if close else ""
+
+
+def _edits(a: str, b: str) -> int:
+    """Edits from ``a`` to ``b``: insertions, deletions, substitutions and swaps of neighbours
+    (the optimal string alignment distance)."""
+    d = [[i + j if i * j == 0 else 0 for j in range(len(b) + 1)] for i in range(len(a) + 1)]
+    for i in range(1, len(a) + 1):
+        for j in range(1, len(b) + 1):
+            d[i][j] = min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1]))
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                d[i][j] = min(d[i][j], d[i - 2][j - 2] + 1)
+    return d[len(a)][len(b)]
 
 
 def unknown_name(kind: str, value: str, choices: Iterable[str], fix: str = "") -> UnknownNameError:

@@ -97,7 +97,7 @@ def test_train_on_an_npz_file_with_fanouts_override(tmp_path):
             ["--set", "model.arch=gta"],
             [
                 "Unknown model.arch 'gta' (did you mean 'gat'?)",
-                "gat, gcn, sage",
+                "gat, gcn, hgt, rgcn, sage",
                 "--set model.arch=my_lab.models:DeepSAGE",
             ],
         ),
