@@ -27,8 +27,9 @@ from gnnbridge.core.contracts.interfaces import GraphStore
 from gnnbridge.core.errors import ConfigError
 from gnnbridge.core.records.batches import MiniBatch
 from gnnbridge.core.records.hetero import EdgeType, HeteroGraphData, find_edge_type
+from gnnbridge.core.sampling import kernels
 from gnnbridge.core.sampling.adapters import CoreSampler
-from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS, NeighborSampler
+from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS, NeighborSampler, _floyd_sample
 from gnnbridge.core.sampling.seeds import NEGATIVES_STREAM, epoch_generator
 from gnnbridge.core.tasks import negative_destinations
 
@@ -173,31 +174,31 @@ class HeteroNeighborSampler:
     def _without(self, et: EdgeType, banned: torch.Tensor, dst_ids: torch.Tensor, drawn: tuple, hop: int, generator):
         """The hop's draw with the ``banned`` edges left out *before* drawing (what DGL's
         ``exclude`` documents; its sampler on this stack can draw one and then drop it): a node
-        one of whose in-edges is banned draws its fanout again from the rest (uniformly, without
-        replacement), so it loses no neighbour it could have had. Only those nodes (a batch's
-        own endpoints, a few) are drawn again; the rest keep theirs."""
+        with ``b`` banned in-edges draws again, ``fanout + b`` distinct positions uniformly
+        (Floyd's algorithm, never its whole neighbour list: a hub of millions costs its fanout),
+        drops the banned ones and keeps ``fanout`` of the rest in a random order. That is uniform
+        over the allowed edges (the draw treats them all alike) and loses no neighbour the node
+        could have had. Only those nodes (a batch's own endpoints, a few) are drawn again."""
         nbr, eid, owner = drawn
         indptr = self.data.indptr[et]
-        hit = torch.isin(dst_ids, torch.searchsorted(indptr, banned, right=True) - 1)
+        banned_dst = torch.sort(torch.searchsorted(indptr, banned, right=True) - 1).values
+        hit = torch.isin(dst_ids, banned_dst)
         if not bool(hit.any()):
             return nbr, eid, owner
         keep = ~hit[owner]
         again = hit.nonzero().flatten()
-        start = indptr[dst_ids[again]]
-        deg = indptr[dst_ids[again] + 1] - start
-        who = torch.repeat_interleave(torch.arange(again.numel()), deg)
-        cand = start[who] + torch.arange(int(deg.sum())) - (torch.cumsum(deg, 0) - deg)[who]
+        nodes = dst_ids[again]
+        extra = torch.searchsorted(banned_dst, nodes, right=True) - torch.searchsorted(banned_dst, nodes)
+        cand, who = _redraw(indptr, nodes, extra, self.fanouts[et][hop], generator)
         allowed = ~torch.isin(cand, banned)
         cand, who = cand[allowed], who[allowed]
-        order = torch.argsort(torch.rand(cand.numel(), generator=generator))  # a random order per node...
-        order = order[torch.argsort(who[order], stable=True)]  # ...grouped by node
-        cand, who = cand[order], who[order]
         fanout = self.fanouts[et][hop]
         if fanout != ALL_NEIGHBORS:
-            first = torch.cumsum(torch.bincount(who, minlength=again.numel()), 0) - torch.bincount(
-                who, minlength=again.numel()
-            )
-            take = torch.arange(cand.numel()) - first[who] < fanout
+            order = torch.argsort(torch.rand(cand.numel(), generator=generator))  # a random order per node...
+            order = order[torch.argsort(who[order], stable=True)]  # ...grouped by node
+            cand, who = cand[order], who[order]
+            counts = torch.bincount(who, minlength=again.numel())
+            take = torch.arange(cand.numel()) - (torch.cumsum(counts, 0) - counts)[who] < fanout
             cand, who = cand[take], who[take]
         src = self.data.edge_index[et][0]
         return (
@@ -205,6 +206,25 @@ class HeteroNeighborSampler:
             torch.cat([eid[keep], cand]),
             torch.cat([owner[keep], again[who]]),
         )
+
+
+def _redraw(indptr: torch.Tensor, nodes: torch.Tensor, extra: torch.Tensor, fanout: int, generator):
+    """For each of ``nodes``, ``fanout + extra`` distinct in-edge positions drawn uniformly (all of
+    them where it has no more, or with ``fanout`` -1): ``(edge positions, index into nodes)``."""
+    start = indptr[nodes]
+    deg = indptr[nodes + 1] - start
+    want = deg if fanout == ALL_NEIGHBORS else torch.minimum(deg, fanout + extra)
+    whole = want == deg  # every in-edge: listed, not drawn
+    listed = deg[whole]
+    who = [torch.repeat_interleave(whole.nonzero().flatten(), listed)]
+    slot = [torch.arange(int(listed.sum())) - (torch.cumsum(listed, 0) - listed).repeat_interleave(listed)]
+    for m in torch.unique(want[~whole]).tolist():  # a few distinct sizes: fanout + 1, + 2, ...
+        rows = (~whole & (want == m)).nonzero().flatten()
+        picks = _floyd_sample(deg[rows], rows, m, kernels.draw_seed(generator))
+        who.append(rows.repeat_interleave(m))
+        slot.append(picks.flatten())
+    who, slot = torch.cat(who), torch.cat(slot)
+    return start[who] + slot, who
 
 
 class LinkBatcher:
