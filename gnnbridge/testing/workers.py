@@ -286,3 +286,30 @@ def typed_states_and_dump(ctx: DistContext, data, store: str, out: str) -> None:
             result[name] = {t: h.clone() for t, h in states.items()}
     if ctx.rank == 0:
         torch.save(result, out)
+
+
+def sparse_lookups(rank: int) -> dict[str, torch.Tensor]:
+    """The rows each rank's batch looks up in three tables: they overlap between ranks, rank 1
+    misses ``items`` and no rank touches ``tags``."""
+    if rank == 0:
+        return {"users": torch.tensor([1, 2, 2, 7]), "items": torch.tensor([4])}
+    return {"users": torch.tensor([2, 5])}
+
+
+def sparse_tables_loss(tables: dict[str, torch.nn.Embedding], rank: int) -> torch.Tensor:
+    """A rank's loss over its lookups, weighted by rank so that the ranks' gradients differ."""
+    weight = torch.arange(1.0, 4.0) * (rank + 1)
+    return sum((tables[name](rows) * weight).sum() for name, rows in sparse_lookups(rank).items())
+
+
+def sparse_grads_and_dump(ctx: DistContext, out: str) -> None:
+    """Backward through sparse tables on this rank's lookups, the sync the trainer runs after
+    it, and the gradients each table ends with (None: no gradient) to ``out/rank<r>.pt``."""
+    from gnnbridge.core.training.sparse import SparseGradSync
+
+    torch.manual_seed(0)
+    tables = {name: torch.nn.Embedding(n, 3, sparse=True) for name, n in (("users", 20), ("items", 10), ("tags", 5))}
+    sparse_tables_loss(tables, ctx.rank).backward()
+    SparseGradSync(ctx, {name: t.weight for name, t in tables.items()})()
+    grads = {name: None if t.weight.grad is None else t.weight.grad.to_dense() for name, t in tables.items()}
+    torch.save(grads, Path(out) / f"rank{ctx.rank}.pt")

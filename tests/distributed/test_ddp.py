@@ -162,3 +162,25 @@ def test_typed_layer_wise_states_are_the_same_bits_on_one_two_and_three_ranks(tm
         for ranks in (2, 3):
             for t, h in runs[1][name].items():
                 assert torch.equal(runs[ranks][name][t], h), (name, ranks, t)
+
+
+def test_sparse_table_gradients_are_the_mean_over_ranks_on_every_rank(tmp_path):
+    """What DDP does for a dense parameter, done for the tables it is told to leave alone
+    (model.embeddings=sparse): each rank ends with the mean of the ranks' gradients, a rank
+    whose batch missed a table included, and a table no rank touched has none."""
+    from gnnbridge.testing.workers import sparse_grads_and_dump, sparse_tables_loss
+
+    launch(sparse_grads_and_dump, 2, "cpu", (str(tmp_path),), timeout_s=120)
+    expected = {}
+    for rank in range(2):
+        torch.manual_seed(0)
+        tables = {n: torch.nn.Embedding(k, 3) for n, k in (("users", 20), ("items", 10), ("tags", 5))}
+        sparse_tables_loss(tables, rank).backward()
+        for name in ("users", "items"):
+            grad = tables[name].weight.grad
+            expected[name] = expected.get(name, 0) + (0 if grad is None else grad / 2)
+    for rank in range(2):
+        got = torch.load(tmp_path / f"rank{rank}.pt")
+        assert got["tags"] is None
+        for name in ("users", "items"):
+            torch.testing.assert_close(got[name], expected[name], msg=f"rank {rank}, {name}")

@@ -26,6 +26,13 @@ CASES = {  # name: (experiment, trained on, moved to, extra overrides)
         "pyg",
         ["dataset.options.num_users=150", "dataset.options.num_items=100", "train.epochs=2", "link.eval_negatives=20"],
     ),
+    "rec-sparse": (  # model.embeddings=sparse: SparseAdam's state moves with the tables
+        "rec-synthetic",
+        "pyg",
+        "dgl",
+        ["dataset.options.num_users=150", "dataset.options.num_items=100", "train.epochs=2", "link.eval_negatives=20"]
+        + ["model.embeddings=sparse", "sampler.kind=core", "model.dropout=0"],
+    ),
     "rec-shared": (  # OGB's ogbl-collab protocol: Hits@K against shared negative pairs
         "rec-synthetic",
         "pyg",
@@ -72,14 +79,16 @@ def test_a_ported_run_evaluates_and_predicts_as_the_original(tmp_path, trained, 
         np.testing.assert_allclose(b[key], a[key], atol=1e-5, rtol=0, err_msg=key)
 
 
-def test_a_ported_run_resumes_with_its_optimizer_as_if_it_had_never_moved(tmp_path, trained):
+@pytest.mark.parametrize("name", ["sage", "rec-sparse"])
+def test_a_ported_run_resumes_with_its_optimizer_as_if_it_had_never_moved(tmp_path, trained, name):
     # Core's sampler on both libraries and no dropout: the same batches, so the extended runs
-    # agree step for step only if the Adam moments moved with the weights.
-    gnnbridge.port(trained["sage"], "pyg", tmp_path / "moved")
+    # agree step for step only if the Adam (SparseAdam) moments moved with the weights.
+    _, source, to, _ = CASES[name]
+    gnnbridge.port(trained[name], to, tmp_path / "moved")
     extend = ["train.epochs=4"]
-    there = gnnbridge.run(resume=trained["sage"], overrides=extend, progress=False)
+    there = gnnbridge.run(resume=trained[name], overrides=extend, progress=False)
     here = gnnbridge.run(resume=tmp_path / "moved", overrides=extend, progress=False)
-    assert here["backend"] == "pyg" and there["backend"] == "dgl"
+    assert here["backend"] == to and there["backend"] == source
     np.testing.assert_allclose([h["loss"] for h in here["history"]], [h["loss"] for h in there["history"]], rtol=1e-4)
 
 

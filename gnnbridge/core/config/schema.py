@@ -54,6 +54,7 @@ HITS_MONITOR = re.compile(r"val_hits@[1-9][0-9]{0,8}")  # val_hits@50: Hits@50, 
 DEFAULT_MONITOR = {"node": "val_acc", "graph": "val_acc", "link": "val_roc_auc"}
 DECODERS = ("dot", "mlp")
 POOLINGS = ("sum", "mean")  # graph readouts (GIN's paper and DGL's tutorial use sum)
+EMBEDDINGS = ("dense", "sparse")  # featureless node types' tables (see core/training/sparse.py)
 
 # Seconds a rank may wait on its peers (rendezvous, a collective, a silent heartbeat) before the
 # whole job is stopped: long enough for a slow step on a big graph, short enough that a dead
@@ -86,6 +87,7 @@ class ModelSpec:
     aggr: str = "mean"  # GraphSAGE neighbour aggregation
     heads: int = 4  # attention heads (hidden is the per-layer output width, split over heads)
     pooling: str = "sum"  # graph readout for graph-level models (GIN)
+    embeddings: str = "dense"  # featureless node types' tables: dense | sparse gradients (core/training/sparse.py)
     options: dict = field(default_factory=dict)  # keyword arguments of the model's builder
 
     def __post_init__(self) -> None:
@@ -107,6 +109,12 @@ class ModelSpec:
             raise ConfigError(
                 f"model.pooling={show(self.pooling)} is not supported{did_you_mean(self.pooling, POOLINGS)}. "
                 f"Choose one of: {', '.join(POOLINGS)}."
+            )
+        if self.embeddings not in EMBEDDINGS:
+            raise ConfigError(
+                f"model.embeddings={show(self.embeddings)} is not supported"
+                f"{did_you_mean(self.embeddings, EMBEDDINGS)}. "
+                f"Choose one of: {', '.join(EMBEDDINGS)} (sparse: each step updates the rows its batch looked up)."
             )
         bad = [k for k in self.options if not isinstance(k, str) or not k.isidentifier()]
         if bad:

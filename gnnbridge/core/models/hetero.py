@@ -6,7 +6,8 @@ core (:mod:`~gnnbridge.core.models.relational`).
 Shared, so that one spec builds the same model on both backends:
 
 * the input layer: a linear projection of each featured node type to ``model.hidden``, and a
-  learnable embedding per node of each featureless type (the model reads the type's node ids);
+  learnable embedding per node of each featureless type (the model reads the type's node ids;
+  ``model.embeddings=sparse`` gives the tables sparse gradients, :mod:`~gnnbridge.core.training.sparse`);
 * between layers: ReLU and dropout (HGT: dropout) on every node type a layer updated; a node type no relation
   points into keeps its representation (both libraries return nothing for it); every relation
   adds its root term even where the batch drew none of its edges, so a node's output is a
@@ -61,7 +62,9 @@ class HeteroModel(nn.Module):
         hidden = spec.hidden
         self.inputs = nn.ModuleDict(
             {
-                t: nn.Linear(width, hidden) if width else nn.Embedding(data.num_nodes[t], hidden)
+                t: nn.Linear(width, hidden)
+                if width
+                else nn.Embedding(data.num_nodes[t], hidden, sparse=spec.embeddings == "sparse")
                 for t, width in data.feature_dims().items()
             }
         )

@@ -18,6 +18,7 @@ import torch
 from torch.optim import lr_scheduler
 
 from gnnbridge.core.config import TrainConfig
+from gnnbridge.core.training.sparse import SplitOptimizer, runs_of_kind, sparse_optimizer
 
 # The keys a schedule is built from: a checkpoint's scheduler state is restored only when none changed.
 SCHEDULE_KEYS = ("lr", "epochs", "schedule", "warmup_epochs", "step_size", "gamma", "min_lr")
@@ -30,6 +31,18 @@ def build_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+
+def for_model(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """``train.optimizer`` over ``model``'s parameters; a model with sparse embedding tables
+    (``model.embeddings=sparse``) gets a :class:`~.sparse.SplitOptimizer`, which steps those
+    with a sparse-gradient optimizer."""
+    runs = runs_of_kind(model)
+    if not any(is_sparse for is_sparse, _ in runs):
+        return build_optimizer(model.parameters(), cfg)
+    return SplitOptimizer(
+        runs, lambda groups: build_optimizer(groups, cfg), lambda groups: sparse_optimizer(groups, cfg)
+    )
 
 
 def build_schedule(optimizer: torch.optim.Optimizer, cfg: TrainConfig) -> lr_scheduler.LRScheduler | None:
@@ -59,7 +72,9 @@ def restore(
     # checkpoint in shared memory, so without it every rank would step the same moments.
     optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
     for group in optimizer.param_groups:
-        group.update(lr=cfg.lr, weight_decay=cfg.weight_decay)
+        group["lr"] = cfg.lr
+        if not group.get("sparse"):  # a sparse table's optimizer has no weight decay
+            group["weight_decay"] = cfg.weight_decay
         if "momentum" in group:  # SGD's (adam and adamw have betas, which no key sets)
             group["momentum"] = cfg.momentum
         group.pop("initial_lr", None)  # a schedule's, set again by the one built now

@@ -33,7 +33,7 @@ from gnnbridge.core.records.data import GraphData
 from gnnbridge.core.records.hetero import HeteroGraphData
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.sampling.seeds import derived_seed, epoch_batches
-from gnnbridge.core.training import optim
+from gnnbridge.core.training import optim, sparse
 from gnnbridge.core.training.assembly import RunParts
 from gnnbridge.core.training.checkpointing import Checkpointing
 from gnnbridge.core.training.dry import dry_step
@@ -70,7 +70,7 @@ class Trainer(RunParts):
         self.cache_counts = [0, 0]  # rows served from the feature cache, rows gathered: every epoch so far
         self.show_progress = show_progress and ctx.is_main
         # Built after the move: a loaded optimizer state follows its parameters' device.
-        self.optimizer = optim.build_optimizer(self.model.parameters(), config.train)
+        self.optimizer = optim.for_model(self.model, config.train)
         self.schedule = optim.build_schedule(self.optimizer, config.train)  # stepped once per epoch
         self.scaler = grad_scaler(config.placement.precision, ctx.device)
         self.state = TrainState()
@@ -80,6 +80,10 @@ class Trainer(RunParts):
         # A heterogeneous batch may hold no node of a type, or no edge of a relation: the
         # parameters of those take no part in that step, which DDP must be told to expect.
         self.sparse_use = isinstance(data, HeteroGraphData) or bool(getattr(self.model, "heterogeneous", False))
+        tables = sparse.sparse_tables(self.model)  # model.embeddings=sparse: reduced by sync_tables, not DDP
+        if ctx.distributed and tables:
+            sparse.exclude_from_ddp(self.model, tables)
+        self.sync_tables = sparse.SparseGradSync(ctx, tables)
         self.ddp = (
             DistributedDataParallel(self.model, device_ids=device_ids, find_unused_parameters=self.sparse_use)
             if ctx.distributed
@@ -252,6 +256,7 @@ class Trainer(RunParts):
         self.optimizer.zero_grad(set_to_none=True)
         with self.call.blame("backward pass"):
             (self.scaler.scale(loss) if self.scaler else loss).backward()
+        self.sync_tables()
         phases.mark("backward")
         self._check_every_parameter_learns()
         if self.scaler:

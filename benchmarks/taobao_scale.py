@@ -1,0 +1,108 @@
+"""One epoch of link prediction at recommendation scale, on each backend (issue 29, part 6): a
+Taobao-shaped graph (``make_taobao_graph.py``: 1M users, 4M items, 100M clicks, featureless
+users and items, items in 10k categories) trained as a user would, ``gnnbridge train --nproc 2``
+on the prepared folder, with sparse embedding tables (``model.embeddings=sparse``).
+
+Why a script: the figures the issue asks for are an epoch's time, where it goes (the trainer's
+phases), and the peak memory of the whole run (launcher and ranks), which only a sampler of the
+process tree sees: peak anonymous memory (heap and tensors: what must fit in RAM) apart from the
+mapped graph files' pages (the page cache, which the kernel can drop), as ``peakmem.py`` keeps
+them. The held-out fractions are 1% each (1M edges, 100 negatives each), so that per-epoch
+validation stays a small part of the run.
+
+    python benchmarks/make_taobao_graph.py DATA/taobao && gnnbridge prepare DATA/taobao
+    python benchmarks/taobao_scale.py DATA/taobao [--backends pyg,dgl --batch-size 4096
+        --fanouts 10,5 --out benchmarks/out/taobao]
+
+Writes ``BACKEND.json`` per backend (the run's results.json figures, the tree's peaks, the
+command) and prints one line per backend; a run folder is kept under ``OUT/runs/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import compare  # noqa: E402  (benchmarks/ is not a package)
+import peakmem  # noqa: E402
+
+GB = 1e9
+
+
+def command(folder: Path, backend: str, args, run_dir: Path) -> list[str]:
+    sets = {
+        "task": "link",
+        "link.edge_type": "clicks",
+        "link.val_fraction": args.held_out,
+        "link.test_fraction": args.held_out,
+        "model.embeddings": "sparse",
+        "train.epochs": 1,
+        "train.batch_size": args.batch_size,
+        "eval.batch_size": args.eval_batch_size,
+        "sampler.fanouts": f"[{args.fanouts}]",
+    }
+    cmd = [sys.executable, "-m", "gnnbridge", "train", "--dataset", str(folder), "--backend", backend]
+    cmd += ["--nproc", str(args.nproc), "--out", str(run_dir), "--quiet"]
+    for key, value in sets.items():
+        cmd += ["--set", f"{key}={value}"]
+    return cmd
+
+
+def run(folder: Path, backend: str, args) -> dict:
+    run_dir = args.out / "runs" / backend
+    shutil.rmtree(run_dir, ignore_errors=True)
+    cmd = command(folder, backend, args, run_dir)
+    print(f"--- {backend}: {' '.join(cmd[1:])}", flush=True)
+    done = peakmem.run_status(cmd, env=compare.child_env(), cwd=compare.REPO)
+    if done["returncode"] != 0:
+        raise SystemExit(f"{backend}: gnnbridge train failed with exit code {done['returncode']}")
+    results = json.loads((run_dir / "results.json").read_text())
+    epoch = results["history"][0]
+    return {
+        "backend": backend,
+        "command": cmd[1:],
+        "epoch_time_s": epoch["epoch_time_s"],
+        "batches_per_rank": epoch["batches"],
+        "phases_s": epoch["phases"],
+        "eval_time_s": epoch["eval_time_s"],
+        "final_eval_time_s": results.get("final_eval_time_s"),
+        "metrics": results["metrics"],
+        "run": done,
+    }
+
+
+def line(r: dict) -> str:
+    run, phases = r["run"], ", ".join(f"{k} {v:.0f} s" for k, v in r["phases_s"].items())
+    return (
+        f"{r['backend']}: epoch {r['epoch_time_s']:.0f} s over {r['batches_per_rank']} batches a rank ({phases}); "
+        f"validation {r['eval_time_s']:.0f} s; test ROC-AUC {r['metrics'].get('test_roc_auc', float('nan')):.3f}; "
+        f"whole run {run['wall_s']:.0f} s, peak anonymous memory {run['peak_rssanon_bytes'] / GB:.1f} GB, "
+        f"mapped files {run['peak_rssfile_bytes'] / GB:.1f} GB"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("folder", type=Path, help="a prepared make_taobao_graph.py folder")
+    parser.add_argument("--backends", default="pyg,dgl")
+    parser.add_argument("--nproc", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=4096)
+    parser.add_argument("--eval-batch-size", type=int, default=1024)
+    parser.add_argument("--fanouts", default="10,5")
+    parser.add_argument("--held-out", type=float, default=0.01, help="link.val_fraction and test_fraction")
+    parser.add_argument("--out", type=Path, default=HERE / "out" / "taobao")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    for backend in args.backends.split(","):
+        result = run(args.folder.resolve(), backend, args)
+        (args.out / f"{backend}.json").write_text(json.dumps(result, indent=1))
+        print(line(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

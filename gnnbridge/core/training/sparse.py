@@ -1,0 +1,148 @@
+"""Sparse gradients for learnable node embeddings (``model.embeddings=sparse``): a step costs the
+rows the batch looked up, not the whole table.
+
+Why this is written here: a featureless node type is an ``nn.Embedding`` of one row per node;
+at recommendation scale (4M items x 64) that is 1 GB, and a dense gradient makes every step
+all-reduce and Adam-update the whole of it (hours per epoch on a Taobao-sized graph, see
+docs/limitations.md). ``nn.Embedding(sparse=True)`` gives a gradient of the looked-up rows
+alone, but DDP reduces a sparse gradient with a sparse all-reduce that only gloo has, and
+torch's Adam refuses sparse gradients. So:
+
+* the tables are left out of DDP (its ignore list, :func:`exclude_from_ddp`) and
+  :class:`SparseGradSync` all-gathers every rank's touched rows with dense collectives, which
+  gloo and nccl both have, then divides by the world size as DDP does: every rank builds the
+  same gradient and takes the same step, so the replicas stay equal;
+* :class:`SplitOptimizer` steps the tables with a sparse-gradient optimizer
+  (``torch.optim.SparseAdam``, lazy Adam: only the touched rows' moments move; SGD for
+  ``train.optimizer=sgd``) and everything else with ``train.optimizer``, as *one* torch
+  optimizer, so the learning-rate schedule, checkpoints, exact resume and ``port`` need no
+  case of their own. ``train.weight_decay`` does not reach the tables (neither sparse
+  optimizer has it), as in DGL's and PyG's own embedding examples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from gnnbridge.core.config import TrainConfig
+
+
+def sparse_tables(model: nn.Module) -> dict[str, nn.Parameter]:
+    """Every parameter that gets a sparse gradient (an ``nn.Embedding(sparse=True)``'s weight,
+    whoever built it), by its name in ``model``."""
+    out = {}
+    for prefix, module in model.named_modules():
+        if isinstance(module, nn.Embedding | nn.EmbeddingBag) and module.sparse:
+            out[f"{prefix}.weight" if prefix else "weight"] = module.weight
+    return out
+
+
+def exclude_from_ddp(model: nn.Module, names: Iterable[str]) -> None:
+    """Tell DDP (before it wraps ``model``) to neither broadcast nor reduce these parameters:
+    :class:`SparseGradSync` reduces them. (Every rank builds them from the same seed or loads
+    them from the same checkpoint, so they start equal without DDP's broadcast.)"""
+    DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, list(names))
+
+
+class SparseGradSync:
+    """The all-reduce (mean) of the tables' sparse gradients over ranks, by all-gathering each
+    rank's rows: one small all-reduce of every rank's row counts, then the row ids and values
+    of each table. A rank whose batch missed a table sends nothing for it but still receives
+    the others' rows."""
+
+    def __init__(self, ctx, tables: dict[str, nn.Parameter]):
+        self.ctx = ctx
+        self.params = list(tables.values())
+
+    def __call__(self) -> None:
+        ctx = self.ctx
+        if not ctx.distributed or not self.params:
+            return
+        rows = [self._rows(p) for p in self.params]
+        counts = torch.zeros((ctx.world_size, len(rows)), dtype=torch.int64)
+        counts[ctx.rank] = torch.tensor([ids.numel() for ids, _ in rows])
+        counts = ctx.all_reduce_sum(counts)
+        for column, (param, (ids, values)) in enumerate(zip(self.params, rows, strict=True)):
+            sizes = counts[:, column].tolist()
+            if not sum(sizes):
+                param.grad = None  # no rank looked a row up: the optimizer skips the table
+                continue
+            ids = ctx.all_gather_rows(ids, sizes)
+            values = ctx.all_gather_rows(values, sizes)
+            param.grad = torch.sparse_coo_tensor(
+                ids[None], values / ctx.world_size, param.shape, check_invariants=False
+            ).coalesce()
+
+    @staticmethod
+    def _rows(param: nn.Parameter) -> tuple[torch.Tensor, torch.Tensor]:
+        """(row ids, gradient rows) of this rank's gradient, each row once."""
+        grad = param.grad
+        if grad is None:
+            return (
+                torch.empty(0, dtype=torch.int64, device=param.device),
+                param.new_empty((0, *param.shape[1:])),
+            )
+        if not grad.is_sparse:
+            raise RuntimeError(f"a table marked sparse got a dense gradient ({grad.layout})")
+        grad = grad.coalesce()
+        return grad.indices()[0], grad.values()
+
+
+class SplitOptimizer(torch.optim.Optimizer):
+    """``dense`` over the parameters with dense gradients and ``sparse`` over the tables, as one
+    torch optimizer. It has one parameter group per run of consecutive parameters of one kind,
+    in the model's order, and shares its ``state`` with both: so a state dict numbers the
+    parameters as ``model.parameters()`` does (what ``port`` re-keys by) and saves and loads
+    like any other optimizer's. ``param_groups`` are the two optimizers' own groups, so a
+    schedule that sets ``lr`` sets it for both."""
+
+    def __init__(self, runs: list[tuple[bool, list[nn.Parameter]]], dense: Callable, sparse: Callable):
+        self._kinds = [is_sparse for is_sparse, _ in runs]
+        # "sparse" marks a table's group for code that sets keys on every group (optim.restore)
+        groups = [{"params": params, "sparse": is_sparse} for is_sparse, params in runs]
+        self.dense = dense([g for g, s in zip(groups, self._kinds, strict=True) if not s])
+        self.sparse = sparse([g for g, s in zip(groups, self._kinds, strict=True) if s])
+        super().__init__(groups, {})  # the same group dicts, in the model's order
+        self._share()
+
+    def _share(self) -> None:
+        """Hand both optimizers their groups (after a load: the loaded ones) and the shared state."""
+        for kind, inner in ((False, self.dense), (True, self.sparse)):
+            own = [g for g, s in zip(self.param_groups, self._kinds, strict=True) if s == kind]
+            inner.__setstate__({"state": self.state, "param_groups": own})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        if closure is not None:
+            raise ValueError("SplitOptimizer.step takes no closure")
+        self.dense.step()
+        self.sparse.step()
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        super().load_state_dict(state_dict)
+        self._share()
+
+
+def sparse_optimizer(groups: list[dict], cfg: TrainConfig) -> torch.optim.Optimizer:
+    """The tables' optimizer: SGD (with ``train.momentum``) for ``train.optimizer=sgd``, else
+    SparseAdam (lazy Adam; also for adamw, whose decoupled weight decay has no sparse form)."""
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum)
+    return torch.optim.SparseAdam(groups, lr=cfg.lr)
+
+
+def runs_of_kind(model: nn.Module) -> list[tuple[bool, list[nn.Parameter]]]:
+    """``model``'s parameters in order, cut where they switch between dense and sparse."""
+    sparse = {id(p) for p in sparse_tables(model).values()}
+    runs: list[tuple[bool, list[nn.Parameter]]] = []
+    for param in model.parameters():
+        kind = id(param) in sparse
+        if runs and runs[-1][0] == kind:
+            runs[-1][1].append(param)
+        else:
+            runs.append((kind, [param]))
+    return runs
