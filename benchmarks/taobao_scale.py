@@ -38,6 +38,7 @@ def command(folder: Path, backend: str, args, run_dir: Path) -> list[str]:
     sets = {
         "task": "link",
         "link.edge_type": "clicks",
+        "dataset.reverse_edges": "true",  # users receive messages from the items they clicked
         "link.val_fraction": args.held_out,
         "link.test_fraction": args.held_out,
         "model.embeddings": "sparse",

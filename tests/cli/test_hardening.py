@@ -253,8 +253,8 @@ def test_a_slurm_node_list_is_not_expanded_to_find_its_first_host():
 def test_a_model_that_cannot_fit_is_refused_before_it_is_allocated(cli):
     growth = peak_rss_growth(
         lambda: one_error(
-            cli("train", "--dataset", "karate", "--set", "model.hidden=10000000"),
-            "model.hidden=10000000",
+            cli("train", "--dataset", "karate", "--set", "model.hidden=100000000"),
+            "model.hidden=100000000",
             "parameters",
             "free",
         )

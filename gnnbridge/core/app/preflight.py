@@ -198,7 +198,8 @@ def check_memory(
     kills the job. ``params``: the model's parameter count (counted here when not given)."""
     params = model_parameters(config, data) if params is None else params
     ranks = ranks_here if config.device is DeviceChoice.CPU else 1  # GPU ranks hold weights on their device
-    model = ranks * (params * TRAIN_BYTES_PER_PARAM + 2 * 8 * data.num_classes**2)  # + confusion matrices
+    dense = params * TRAIN_BYTES_PER_PARAM - 4 * _sparse_table_parameters(config, data)  # a table has no dense gradient
+    model = ranks * (dense + 2 * 8 * data.num_classes**2)  # + confusion matrices
     batch, batch_what, batch_fix = largest_batch(config, data)
     layers = layers_in_memory(config, data, ranks_here)
     need, free = model + ranks * batch + layers, available_memory()
@@ -231,6 +232,14 @@ def check_memory(
             )
 
 
+def _sparse_table_parameters(config: ExperimentConfig, data) -> int:
+    """The parameters of the featureless types' tables when they get sparse gradients
+    (``model.embeddings=sparse``): a step holds the gradient of a batch's rows, not the table's."""
+    if config.model.embeddings != "sparse" or not isinstance(data, HeteroGraphData):
+        return 0
+    return sum(data.num_nodes[t] * config.model.hidden for t, width in data.feature_dims().items() if not width)
+
+
 def layers_in_memory(config: ExperimentConfig, data, ranks_here: int) -> int:
     """Bytes of the final layer-wise evaluation's layers in memory: each rank all-gathers every
     node's layer input and output. Only with ``eval.layer_store=memory``: ``auto`` writes them to a
@@ -247,7 +256,7 @@ def layers_in_memory(config: ExperimentConfig, data, ranks_here: int) -> int:
 
 
 def _layer_width(config: ExperimentConfig, data) -> int:
-    return max(config.model.hidden * config.model.heads, data.num_classes)
+    return max(config.model.hidden, data.num_classes)
 
 
 def largest_batch(config: ExperimentConfig, data) -> tuple[int, str, str]:
@@ -278,7 +287,7 @@ def largest_batch(config: ExperimentConfig, data) -> tuple[int, str, str]:
         for fanout in config.sampler.fanouts:
             frontier = nodes if fanout < 0 else min(frontier * fanout, nodes)
             reached = min(reached + frontier, nodes)
-        width = max(config.model.hidden * config.model.heads, 1)
+        width = max(config.model.hidden, 1)  # an attention model splits hidden over its heads
         state = reached * (8 * 4 + 4 * width * 2)
         # A pair: its two ids, their batch-local ids and label, and both ends' states gathered to score it.
         out.append(
