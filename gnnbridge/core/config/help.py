@@ -62,6 +62,7 @@ KEY_HELP = {
     "train.seed": "every random stream is derived from it, per epoch and rank",
     "train.checkpoint_every": "epochs between checkpoints/latest.pt (0: only after the last epoch)",
     "train.patience": "early stopping: epochs without a better monitor value (0: off)",
+    "train.max_batches": "each rank's batches per epoch, at most: a timed look at a large graph (0: all)",
     "train.monitor": "the validation metric that picks best.pt (empty: val_acc, or val_roc_auc for links; "
     "links also val_mrr, val_hits@K)",
     "eval": "how the final scores are computed",

@@ -183,12 +183,13 @@ class TrainConfig:
     seed: int = 0
     checkpoint_every: int = 1  # epochs between checkpoints/latest.pt; 0: only after the last epoch
     patience: int = 0  # stop after this many epochs without a better monitor value; 0: never
+    max_batches: int = 0  # each rank's batches per epoch, at most (the first of its shuffled share); 0: all
     monitor: str = ""  # the validation metric that picks "best" and drives early stopping; "": the task's default
 
     def __post_init__(self) -> None:
         positive("train.epochs", self.epochs)
         positive("train.batch_size", self.batch_size)
-        for key in ("checkpoint_every", "patience"):
+        for key in ("checkpoint_every", "patience", "max_batches"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"train.{key}={getattr(self, key)} must be >= 0 (0 turns it off).")
         if self.monitor and self.monitor not in MONITORS and not HITS_MONITOR.fullmatch(self.monitor):

@@ -275,9 +275,11 @@ class Trainer(RunParts):
         """Reseed every stream for ``epoch`` and return this rank's seed batches."""
         cfg, ctx = self.config, self.ctx
         seed_everything(derived_seed(cfg.train.seed, epoch, ctx.rank, stream=4))
-        return epoch_batches(
+        batches = epoch_batches(
             self.data.split("train"), cfg.train.batch_size, cfg.train.seed, epoch, ctx.rank, ctx.world_size
         )
+        # Every rank has as many batches as the others, so a cap keeps them in step.
+        return batches[: cfg.train.max_batches] if cfg.train.max_batches else batches
 
     def _batches(self, batches: list[torch.Tensor], epoch: int):
         """This epoch's mini-batches; reseeds the sampler first, in the thread that samples."""

@@ -121,3 +121,21 @@ def test_ranks_that_would_continue_a_restart_from_different_epochs_stop_with_one
         r"from epoch 3: the run folder must be on a file system every node sees",
     ):
         _agree(rank1, Plan(None))
+
+
+def test_max_batches_caps_each_ranks_epoch_and_leaves_the_rest_of_the_run_alone(tmp_path):
+    """train.max_batches: a timed look at a graph too large for a whole epoch; the epoch runs that
+    many batches of its shuffled share, and evaluation still scores every split."""
+    run = ["dataset.options.num_nodes=300", "train.batch_size=16", "train.epochs=2"]
+    whole = gnnbridge.run("sage-synthetic", backend="pyg", nproc=1, out=tmp_path / "a", progress=False, overrides=run)
+    capped = gnnbridge.run(
+        "sage-synthetic",
+        backend="pyg",
+        nproc=1,
+        out=tmp_path / "b",
+        progress=False,
+        overrides=[*run, "train.max_batches=3"],
+    )
+    assert [h["batches"] for h in capped["history"]] == [3, 3]
+    assert whole["history"][0]["batches"] > 3
+    assert capped["metrics"].keys() == whole["metrics"].keys()
