@@ -79,7 +79,8 @@ class SparseGradSync:
 
     @staticmethod
     def _rows(param: nn.Parameter) -> tuple[torch.Tensor, torch.Tensor]:
-        """(row ids, gradient rows) of this rank's gradient, each row once."""
+        """(row ids, gradient rows) of this rank's gradient, as autograd left it: a row looked up
+        twice may come twice (the gathered gradient is coalesced once, after the all-gather)."""
         grad = param.grad
         if grad is None:
             return (
@@ -88,8 +89,7 @@ class SparseGradSync:
             )
         if not grad.is_sparse:
             raise RuntimeError(f"a table marked sparse got a dense gradient ({grad.layout})")
-        grad = grad.coalesce()
-        return grad.indices()[0], grad.values()
+        return grad._indices()[0], grad._values()
 
 
 class SplitOptimizer(torch.optim.Optimizer):
