@@ -390,3 +390,27 @@ def test_a_stop_arriving_while_kernels_start_to_hold_signals_leaves_no_block_ope
     monkeypatch.undo()
     assert compiled._depth[0] == 0
     assert {signum: signal.getsignal(signum) for signum in compiled.STOP_SIGNALS} == before
+
+
+@pytest.mark.parametrize("k", [1, 2, 5, 10, 25, 33])
+def test_the_vectorised_floyd_picks_what_the_sequential_algorithm_picks(k):
+    """The torch path resolves every draw of Floyd's algorithm at once (CUDA is launch-bound);
+    it must keep, draw for draw, what the one-row-at-a-time algorithm keeps (the compiled kernel
+    runs that), with the same uniforms, for degrees just above k (many duplicate draws) and far
+    above it."""
+    from gnnbridge.core.sampling.neighbors import _floyd_sample
+
+    generator = torch.Generator().manual_seed(k)
+    deg = torch.cat([torch.randint(k + 1, 2 * k + 2, (300,), generator=generator), torch.full((20,), 10 * k + 7)])
+    rows = torch.arange(deg.numel()) * 3  # positions in a frontier: the counters
+    for seed in range(5):
+        rand = kernels.uniform(seed, rows.unsqueeze(1) * k + torch.arange(k))
+        expected = []
+        for i, d in enumerate(deg.tolist()):
+            chosen = []
+            for c in range(k):
+                j = d - k + c
+                t = min(int(rand[i, c].item() * (j + 1)), j)
+                chosen.append(j if t in chosen else t)
+            expected.append(chosen)
+        assert _floyd_sample(deg, rows, k, seed).tolist() == expected
