@@ -52,15 +52,33 @@ _UPCAST = {
 }
 
 
-def gather_rows(table: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """``table[ids]`` as a new float32 tensor ``[len(ids), F]`` on the table's device."""
+def gather_rows(table: torch.Tensor, ids: torch.Tensor, pinned: bool = False) -> torch.Tensor:
+    """``table[ids]`` as a new float32 tensor ``[len(ids), F]`` on the table's device.
+
+    ``pinned``: the rows are bound for a GPU, so a CPU table's rows are written into page-locked
+    memory. Copied from there, a batch crosses at the link's speed and without blocking the
+    host; from ordinary memory CUDA stages it through a bounce buffer first (measured on an
+    H200 at Reddit scale: 60 ms of a 360 MB batch's copy). torch's pinned allocator caches the
+    buffers and hands one out again only once the copy that read it has finished.
+    """
     ids = ids.to(table.device)
     cache = cache_of(table)
+    out = _empty_rows(ids.numel(), table.shape[1], pinned and table.device.type == "cpu")
     if cache is None and not _compiled(table):
-        return table[ids].float()
+        if out is None:
+            return table[ids].float()
+        return torch.index_select(table, 0, ids, out=out) if table.dtype == torch.float32 else out.copy_(table[ids])
     if numba is None or not table.is_contiguous():
-        return _torch_gather(table, ids, cache)
-    return _compiled_gather(table, ids, cache)
+        return _torch_gather(table, ids, cache, out)
+    return _compiled_gather(table, ids, cache, out)
+
+
+def _empty_rows(n: int, width: int, pinned: bool) -> torch.Tensor | None:
+    """A page-locked float32 ``[n, width]`` when asked for and a GPU is there; else None (the
+    gather allocates as it always does)."""
+    if not pinned or not torch.cuda.is_available():
+        return None
+    return torch.empty((n, width), dtype=torch.float32, pin_memory=True)
 
 
 @signals_deferred()
@@ -134,10 +152,12 @@ def _numpy_rows(table: torch.Tensor) -> np.ndarray:
     return table.numpy()
 
 
-def _compiled_gather(table: torch.Tensor, ids: torch.Tensor, cache: FeatureCache | None) -> torch.Tensor:
+def _compiled_gather(
+    table: torch.Tensor, ids: torch.Tensor, cache: FeatureCache | None, into: torch.Tensor | None = None
+) -> torch.Tensor:
     if ids.numel() and not 0 <= int(ids.min()) <= int(ids.max()) < table.shape[0]:  # the kernel does not check
         raise IndexError(f"row ids {int(ids.min())}..{int(ids.max())} outside a table of {table.shape[0]} rows")
-    out = np.empty((ids.numel(), table.shape[1]), dtype=np.float32)
+    out = np.empty((ids.numel(), table.shape[1]), dtype=np.float32) if into is None else into.numpy()
     src = _numpy_rows(table)
     lut = _UPCAST.get(table.dtype)  # None: float32 rows are copied as they are
     cached_ids = cache.ids.numpy() if cache is not None else np.empty(0, np.int64)
@@ -151,7 +171,7 @@ def _compiled_gather(table: torch.Tensor, ids: torch.Tensor, cache: FeatureCache
             hits = _KERNELS[table.dtype in _UPCAST, bool(parallel)](*args)
     if cache is not None:
         cache.count(int(hits), ids.numel())
-    return torch.from_numpy(out)
+    return torch.from_numpy(out) if into is None else into
 
 
 def set_read_depth(depth: int) -> None:
@@ -207,12 +227,14 @@ def advise(table: torch.Tensor, how: str = "random") -> bool:
     return True
 
 
-def _torch_gather(table: torch.Tensor, ids: torch.Tensor, cache: FeatureCache | None) -> torch.Tensor:
+def _torch_gather(
+    table: torch.Tensor, ids: torch.Tensor, cache: FeatureCache | None, into: torch.Tensor | None = None
+) -> torch.Tensor:
     """The same without numba: cached rows from the cache, the rest indexed."""
     if cache is None:
-        return table[ids].float()
+        return table[ids].float() if into is None else into.copy_(table[ids])
     pos, hit = cache.lookup(ids)
-    out = torch.empty((ids.numel(), table.shape[1]), dtype=torch.float32)
+    out = torch.empty((ids.numel(), table.shape[1]), dtype=torch.float32) if into is None else into
     out[hit] = cache.rows[pos[hit]].float()
     out[~hit] = table[ids[~hit]].float()
     cache.count(int(hit.sum()), ids.numel())

@@ -164,7 +164,7 @@ def layer_batch(backend: Backend, model: GNNModel, h: torch.Tensor, sub, device:
     graph = backend.graph_to(backend.from_sampled(sub), device)
     rows = indexed_rows(model, h, sub.node, device)
     if rows is None:  # h on the host or the device, sub where the graph is
-        rows = gather_rows(h, sub.node).to(device)
+        rows = gather_rows(h, sub.node, pinned=device.type == "cuda").to(device, non_blocking=True)
     return graph, rows
 
 
@@ -276,7 +276,7 @@ def step_outputs(run, model: torch.nn.Module, mb: MiniBatch, phases=NO_PHASES) -
     device = run.ctx.device
     x = None if isinstance(mb, LinkMiniBatch) else indexed_rows(model, run.data.x, mb.input_nodes, device)
     if x is None:
-        x = gather_inputs(run.data, mb.input_nodes, None)
+        x = gather_inputs(run.data, mb.input_nodes, None, pinned=device.type == "cuda")
     phases.mark("gather")
     graph = run.backend.graph_to(mb.graph, device)
     if not isinstance(x, IndexedRows):
@@ -311,13 +311,15 @@ def indexed_rows(model: torch.nn.Module, table, ids, device: torch.device) -> In
     return IndexedRows(table, ids.to(device))
 
 
-def gather_inputs(data, input_nodes, device: torch.device | None):
+def gather_inputs(data, input_nodes, device: torch.device | None, pinned: bool = False):
     """``x[input_nodes]`` as float32 on ``device`` (None: where ``x`` is); for heterogeneous batches
-    ``{type: features}``, or the ids themselves for a featureless type (the model embeds them)."""
+    ``{type: features}``, or the ids themselves for a featureless type (the model embeds them).
+    ``pinned``: the rows go to a GPU later (see ``gather_rows``)."""
+    pinned = pinned or (device is not None and torch.device(device).type == "cuda")
     if isinstance(input_nodes, dict):
-        x = {t: (gather_rows(data.x[t], ids) if t in data.x else ids) for t, ids in input_nodes.items()}
+        x = {t: (gather_rows(data.x[t], ids, pinned) if t in data.x else ids) for t, ids in input_nodes.items()}
     else:
-        x = gather_rows(data.x, input_nodes)
+        x = gather_rows(data.x, input_nodes, pinned)
     return x if device is None else _to(x, device)
 
 

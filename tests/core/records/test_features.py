@@ -38,8 +38,20 @@ def _mapped(table: torch.Tensor, folder) -> torch.Tensor:
     return mapped.view(torch.bfloat16) if table.dtype == torch.bfloat16 else mapped
 
 
+@pytest.fixture
+def into_given_rows(monkeypatch):
+    """Rows bound for a GPU are written into a buffer gather_rows is given (page-locked there,
+    tests/gpu); here an ordinary one, so the CPU suite runs the same code."""
+    from gnnbridge.core.records import features
+
+    monkeypatch.setattr(features, "_empty_rows", lambda n, width, pinned: torch.empty(n, width) if pinned else None)
+
+
+@pytest.mark.parametrize("pinned", [False, True], ids=["", "into-buffer"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_gather_rows_equals_indexing_then_upcasting(dtype, tmp_path):
+def test_gather_rows_equals_indexing_then_upcasting(dtype, tmp_path, pinned, request):
+    if pinned:
+        request.getfixturevalue("into_given_rows")
     table = (torch.randn(3000, 13, generator=torch.Generator().manual_seed(0)) * 100).to(dtype)
     table[5, 0], table[6, 1] = float("inf"), 1e-7  # beyond and below float16's normal range
     mapped = _mapped(table, tmp_path)
@@ -47,14 +59,18 @@ def test_gather_rows_equals_indexing_then_upcasting(dtype, tmp_path):
     many = torch.randint(0, 3000, (40_000,), generator=torch.Generator().manual_seed(1))  # the parallel loop
     for ids in (many, torch.tensor([7, 7, 2999, 0, 7]), torch.empty(0, dtype=torch.int64)):
         expected = table[ids].float()
-        for source in (table, mapped):
-            got = gather_rows(source, ids)
+        strided = table.t().contiguous().t()  # not contiguous: the torch path, not the kernel
+        for source in (table, mapped, strided):
+            got = gather_rows(source, ids, pinned)
             assert got.dtype == torch.float32 and got.shape == (ids.numel(), 13)
             assert torch.equal(got, expected)
 
 
+@pytest.mark.parametrize("pinned", [False, True], ids=["", "into-buffer"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_the_cache_serves_the_highest_in_degree_rows_and_counts_its_hits(dtype, tmp_path):
+def test_the_cache_serves_the_highest_in_degree_rows_and_counts_its_hits(dtype, tmp_path, pinned, request):
+    if pinned:
+        request.getfixturevalue("into_given_rows")
     table = torch.arange(60, dtype=torch.float32).view(10, 6).to(dtype)
     mapped = _mapped(table, tmp_path)
     in_degree = torch.tensor([0, 5, 1, 5, 2, 9, 0, 5, 1, 0])  # three tie at 5: the lower ids win
@@ -64,9 +80,9 @@ def test_the_cache_serves_the_highest_in_degree_rows_and_counts_its_hits(dtype, 
         assert cache_of(mapped) is cache and cache.ids.tolist() == [1, 3, 5]
         assert cache.rows.dtype == dtype and torch.equal(cache.rows, table[[1, 3, 5]])
         ids = torch.tensor([5, 0, 1, 5, 7, 3, 9, 9])
-        assert torch.equal(gather_rows(mapped, ids), table[ids].float())
+        assert torch.equal(gather_rows(mapped, ids, pinned), table[ids].float())
         assert (cache.hits, cache.total) == (4, 8)  # 5, 1, 5, 3
-        assert torch.equal(gather_rows(mapped, torch.tensor([2])), table[[2]].float())
+        assert torch.equal(gather_rows(mapped, torch.tensor([2]), pinned), table[[2]].float())
         assert (cache.hits, cache.total) == (4, 9)
     finally:
         detach_cache(mapped)
