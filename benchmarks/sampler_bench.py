@@ -87,15 +87,25 @@ def seed_batches(npz: Path, count: int, size: int, seed: int) -> list[np.ndarray
 # --------------------------------------------------------------------------- samplers
 
 
-def core_sampler(indptr, indices, fanouts):
-    """gnnbridge's sampler; ``GNNBRIDGE_SAMPLER_KERNEL`` in the environment picks its path."""
+def core_sampler(indptr, indices, fanouts, device="cpu"):
+    """gnnbridge's sampler; ``GNNBRIDGE_SAMPLER_KERNEL`` in the environment picks its CPU path.
+    On ``cuda`` the graph's arrays live on the GPU (``placement.topology=device``) and each
+    batch is waited for, so the seconds are the GPU's."""
     import torch
 
     from gnnbridge.core.sampling.neighbors import NeighborSampler
 
-    sampler = NeighborSampler(torch.from_numpy(indptr), torch.from_numpy(indices), fanouts)
+    sampler = NeighborSampler(torch.from_numpy(indptr).to(device), torch.from_numpy(indices).to(device), fanouts)
     generator = torch.Generator().manual_seed(0)
-    return lambda seeds: sampler.sample(seeds, generator).row.numel()
+    if device == "cpu":
+        return lambda seeds: sampler.sample(seeds, generator).row.numel()
+
+    def sample(seeds):
+        edges = sampler.sample(seeds.to(device), generator).row.numel()
+        torch.cuda.synchronize()
+        return edges
+
+    return sample
 
 
 def dgl_sampler(indptr, indices, fanouts):
@@ -178,9 +188,13 @@ def bench(args) -> dict:
     indptr, indices = load_csc(args.npz, args.cache)
     fanouts = [int(f) for f in args.fanouts.split(",")]
     make = {"core": core_sampler, "core-torch": core_sampler, "dgl": dgl_sampler, "pyg": pyg_sampler}
+    if args.device != "cpu" and args.sampler not in ("core", "core-torch"):
+        raise SystemExit(f"--device {args.device} is for the core sampler; --sampler {args.sampler} runs on the CPU")
     set_threads(args.threads)
     try:
-        sample = make[args.sampler](indptr, indices, fanouts)
+        sample = make[args.sampler](
+            indptr, indices, fanouts, **({"device": args.device} if args.device != "cpu" else {})
+        )
     except LookupError as exc:
         return {"skipped": str(exc)}
     batches = seed_batches(args.npz, args.warmup + args.batches, args.batch_size, args.seed)
@@ -193,6 +207,7 @@ def parse_args(argv=None):
     parser.add_argument("--cache", type=Path, required=True, help="folder for the cached CSC arrays")
     parser.add_argument("--sampler", choices=SAMPLERS, required=True)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the core sampler runs")
     parser.add_argument("--fanouts", default="25,10", help="neighbours per hop, counted from the seeds")
     parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--batches", type=int, default=30, help="timed batches")
@@ -204,7 +219,7 @@ def parse_args(argv=None):
 def main(argv=None) -> None:
     args = parse_args(argv)
     args.npz, args.cache = args.npz.resolve(), args.cache.resolve()
-    result = {"sampler": args.sampler, "threads": args.threads, **bench(args)}
+    result = {"sampler": args.sampler, "device": args.device, "threads": args.threads, **bench(args)}
     print(json.dumps(result), flush=True)
 
 

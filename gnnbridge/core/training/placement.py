@@ -164,11 +164,14 @@ def prefetched(make_batches: Callable[[], Iterable], depth: int) -> Iterator:
         return False
 
     threads = torch.get_num_threads()
+    gpu = torch.cuda.current_device() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
 
     def produce() -> None:
         # OpenMP's thread count is per calling thread: without this the sampler thread would run
         # DGL's sampler on every core, whose per-thread random engines then depend on scheduling.
         torch.set_num_threads(threads)
+        if gpu is not None:  # CUDA's current device is per thread too: a new one starts on GPU 0
+            torch.cuda.set_device(gpu)
         try:
             for item in make_batches():
                 if not offer((item, None)):
