@@ -114,3 +114,53 @@ def test_tables_are_only_those_with_sparse_gradients():
 def test_a_wrong_value_is_refused_naming_the_choices():
     with pytest.raises(ConfigError, match=r"model.embeddings='spares'.*did you mean 'sparse'.*dense, sparse"):
         from_dict({"model": {"embeddings": "spares"}})
+
+
+def _steps(opt, param, draws):
+    """Sparse gradients with repeated rows (as autograd leaves them) and an empty one."""
+    for ids, values in draws:
+        param.grad = torch.sparse_coo_tensor(ids[None], values, param.shape)
+        opt.step()
+
+
+def _draws(rows=500, width=16, steps=6):
+    gen = torch.Generator().manual_seed(3)
+    draws = [
+        (torch.randint(0, rows, (400,), generator=gen), torch.randn(400, width, generator=gen)) for _ in range(steps)
+    ]
+    draws.insert(2, (torch.empty(0, dtype=torch.int64), torch.empty(0, width)))
+    return draws
+
+
+def test_the_compiled_row_adam_takes_sparse_adams_steps_and_loads_its_checkpoints():
+    start = torch.randn(500, 16, generator=torch.Generator().manual_seed(0))
+    ours, torchs = nn.Parameter(start.clone()), nn.Parameter(start.clone())
+    row_adam, sparse_adam = sparse.RowAdam([ours], lr=0.05), torch.optim.SparseAdam([torchs], lr=0.05)
+    draws = _draws()
+    _steps(row_adam, ours, draws[:4])
+    _steps(sparse_adam, torchs, draws[:4])
+    assert not torch.equal(ours, start)
+    torch.testing.assert_close(ours, torchs, rtol=1e-6, atol=1e-6)  # the same float32 arithmetic, to the last bit or so
+    for key in ("exp_avg", "exp_avg_sq"):
+        torch.testing.assert_close(row_adam.state[ours][key], sparse_adam.state[torchs][key], rtol=1e-6, atol=1e-7)
+    assert row_adam.state[ours]["step"] == sparse_adam.state[torchs]["step"] == 4  # an empty gradient counts
+    # a checkpoint of either continues in the other
+    swapped = torch.optim.SparseAdam([ours], lr=0.05)
+    swapped.load_state_dict(row_adam.state_dict())
+    again = sparse.RowAdam([torchs], lr=0.05)
+    again.load_state_dict(sparse_adam.state_dict())
+    _steps(swapped, ours, draws[4:])
+    _steps(again, torchs, draws[4:])
+    torch.testing.assert_close(ours, torchs, rtol=1e-5, atol=1e-6)
+
+
+def test_row_adam_leaves_what_it_cannot_compile_to_sparse_adam():
+    start = torch.randn(50, 4, generator=torch.Generator().manual_seed(1))
+    ours, torchs = nn.Parameter(start.clone()), nn.Parameter(start.clone())
+    draws = _draws(rows=50, width=4, steps=3)
+    _steps(sparse.RowAdam([ours], lr=0.05, maximize=True), ours, draws)
+    _steps(torch.optim.SparseAdam([torchs], lr=0.05, maximize=True), torchs, draws)
+    assert torch.equal(ours, torchs)
+    with pytest.raises(RuntimeError, match="dense gradients"):
+        ours.grad = torch.ones_like(ours)
+        sparse.RowAdam([ours], lr=0.05).step()
