@@ -80,6 +80,25 @@ def _restore(handlers: list) -> None:
             _restore(handlers[1:])
 
 
+_launching = threading.RLock()
+
+
+@contextlib.contextmanager
+def parallel_launch(parallel: bool = True) -> Iterator[None]:
+    """The process's one right to start numba's thread pool, held for a ``parallel=True``
+    kernel's call (``parallel=False``: nothing to hold).
+
+    Why: the workqueue layer chosen above aborts the whole process ("Concurrent access has been
+    detected") when two Python threads launch parallel kernels at once, e.g. the prefetch
+    thread's sampler and the training loop's feature gather or ``RowAdam`` step. Such kernels
+    use every core of the rank anyway, so taking turns costs nothing."""
+    if not parallel:
+        yield
+        return
+    with _launching:
+        yield
+
+
 def threads() -> int:
     """Sets numba's thread count to torch's (a rank's share of the cores; per calling thread)
     and returns it."""

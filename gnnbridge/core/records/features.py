@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 
-from gnnbridge.core.compiled import numba, signals_deferred, threads
+from gnnbridge.core.compiled import numba, parallel_launch, signals_deferred, threads
 
 LARGE_TABLE_BYTES = 1 << 30  # a CPU table this large gathers compiled even in RAM (its rows miss every cache)
 PARALLEL_MIN_BYTES = 1 << 20  # bytes gathered from which numba's threads are used (a launch costs ~0.1 ms)
@@ -91,7 +91,8 @@ def warm(table: torch.Tensor) -> None:
     src, lut = _numpy_rows(table)[:1], _UPCAST.get(table.dtype)  # the types gather_rows passes (None: float32)
     out = np.empty((1, table.shape[1]), np.float32)
     for parallel in (False, True):
-        _KERNELS[table.dtype in _UPCAST, parallel](src, ids, ids[:0], src[:0], lut, out)
+        with parallel_launch(parallel):
+            _KERNELS[table.dtype in _UPCAST, parallel](src, ids, ids[:0], src[:0], lut, out)
     _RANGES[table.dtype in _UPCAST](src, ids, ids[:0], src[:0], lut, out, 0, 1)
 
 
@@ -167,8 +168,9 @@ def _compiled_gather(
         if ids.numel() > ROW_CHUNK and _reads["depth"] > 1 and file_backed(table):
             hits = _pooled(_RANGES[table.dtype in _UPCAST], args)
         else:
-            parallel = out.nbytes >= PARALLEL_MIN_BYTES and ids.numel() > ROW_CHUNK and threads() > 1
-            hits = _KERNELS[table.dtype in _UPCAST, bool(parallel)](*args)
+            parallel = bool(out.nbytes >= PARALLEL_MIN_BYTES and ids.numel() > ROW_CHUNK and threads() > 1)
+            with parallel_launch(parallel):
+                hits = _KERNELS[table.dtype in _UPCAST, parallel](*args)
     if cache is not None:
         cache.count(int(hits), ids.numel())
     return torch.from_numpy(out) if into is None else into

@@ -21,7 +21,7 @@ import sys
 import numpy as np
 import torch
 
-from gnnbridge.core.compiled import numba, signals_deferred, threads
+from gnnbridge.core.compiled import numba, parallel_launch, signals_deferred, threads
 
 GOLDEN = -7046029254386353131  # 0x9E3779B97F4A7C15 as int64
 MIX1 = -4658895280553007687  # 0xBF58476D1CE4E5B9
@@ -29,6 +29,7 @@ MIX2 = -7723592293110705685  # 0x94D049BB133111EB
 MASK53 = (1 << 53) - 1
 INV53 = 1.0 / (1 << 53)
 PARALLEL_MIN_PICKS = 16384  # picks from which a hop runs in parallel (a launch of numba's threads costs ~0.1 ms)
+SERIAL = 2**62  # a min_parallel no hop reaches: every hop serial
 PICK_CHUNK = 256  # frontier nodes picked, then read, at a time: their edge ids stay in cache between the two loops
 
 
@@ -299,16 +300,18 @@ def sample_layers(
     """All hops of one batch on CPU tensors (see ``_sample_layers``), as torch tensors that view
     ``buffers``' arrays (fresh arrays without ``buffers``)."""
     pool = buffers or OutputBuffers(depth=0)
-    out = _sample_layers(
-        indptr.numpy(),
-        indices.numpy(),
-        seeds.numpy(),
-        np.asarray(fanouts, dtype=np.int64),
-        np.asarray(keys, dtype=np.int64),
-        local.numpy(),
-        _min_parallel(),
-        *pool.take(),
-    )
+    min_parallel = _min_parallel()
+    with parallel_launch(min_parallel < SERIAL):
+        out = _sample_layers(
+            indptr.numpy(),
+            indices.numpy(),
+            seeds.numpy(),
+            np.asarray(fanouts, dtype=np.int64),
+            np.asarray(keys, dtype=np.int64),
+            local.numpy(),
+            min_parallel,
+            *pool.take(),
+        )
     arrays, node_counts, edge_counts = list(out[:4]), out[4].tolist(), out[5].tolist()
     nodes, edges = sum(node_counts), sum(edge_counts)
     tensors = [torch.from_numpy(a)[:size] for a, size in zip(arrays, (nodes, edges, edges, edges))]
@@ -318,13 +321,15 @@ def sample_layers(
 
 def _min_parallel() -> int:
     """The number of picks from which a hop runs in parallel (numba's thread count set first)."""
-    return PARALLEL_MIN_PICKS if threads() > 1 else 2**62
+    return PARALLEL_MIN_PICKS if threads() > 1 else SERIAL
 
 
 @signals_deferred()
 def sample_hop(indptr: torch.Tensor, indices: torch.Tensor, frontier: torch.Tensor, fanout: int, seed: int):
     """The compiled hop on CPU tensors: same result as the torch path for the same ``seed``."""
-    nbr, eid, owner = _sample_hop(indptr.numpy(), indices.numpy(), frontier.numpy(), fanout, seed, _min_parallel())
+    min_parallel = _min_parallel()
+    with parallel_launch(min_parallel < SERIAL):
+        nbr, eid, owner = _sample_hop(indptr.numpy(), indices.numpy(), frontier.numpy(), fanout, seed, min_parallel)
     return torch.from_numpy(nbr), torch.from_numpy(eid), torch.from_numpy(owner)
 
 

@@ -36,7 +36,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from gnnbridge.core.compiled import numba, signals_deferred, threads
+from gnnbridge.core.compiled import numba, parallel_launch, signals_deferred, threads
 from gnnbridge.core.config import TrainConfig
 
 
@@ -184,7 +184,7 @@ class RowAdam(torch.optim.SparseAdam):
         step_size = float(group["lr"]) * math.sqrt(1 - beta2**step) / (1 - beta1**step)
         arrays = (param.detach(), state["exp_avg"], state["exp_avg_sq"], values)
         scalars = (np.float32(1 - beta1), np.float32(1 - beta2), np.float32(-step_size), np.float32(group["eps"]))
-        with signals_deferred():
+        with signals_deferred(), parallel_launch():
             threads()  # numba's pool at the rank's share of the cores, as torch's
             _adam_rows(*(t.numpy() for t in arrays), ids.numpy(), *scalars)
 
