@@ -58,7 +58,7 @@ def gather_rows(table: torch.Tensor, ids: torch.Tensor, pinned: bool = False) ->
     ``pinned``: the rows are bound for a GPU, so a CPU table's rows are written into page-locked
     memory. Copied from there, a batch crosses at the link's speed and without blocking the
     host; from ordinary memory CUDA stages it through a bounce buffer first (measured on an
-    H200 at Reddit scale: 60 ms of a 360 MB batch's copy). torch's pinned allocator caches the
+    H200 at Reddit scale: 60 ms of a 350 MB batch's copy). torch's pinned allocator caches the
     buffers and hands one out again only once the copy that read it has finished.
     """
     ids = ids.to(table.device)
