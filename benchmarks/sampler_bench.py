@@ -28,6 +28,7 @@ thread settings and caches never carry over:
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -187,14 +188,13 @@ def bench(args) -> dict:
         raise SystemExit("core-torch needs GNNBRIDGE_SAMPLER_KERNEL=torch in the environment")
     indptr, indices = load_csc(args.npz, args.cache)
     fanouts = [int(f) for f in args.fanouts.split(",")]
-    make = {"core": core_sampler, "core-torch": core_sampler, "dgl": dgl_sampler, "pyg": pyg_sampler}
+    core = functools.partial(core_sampler, device=args.device)
+    make = {"core": core, "core-torch": core, "dgl": dgl_sampler, "pyg": pyg_sampler}
     if args.device != "cpu" and args.sampler not in ("core", "core-torch"):
         raise SystemExit(f"--device {args.device} is for the core sampler; --sampler {args.sampler} runs on the CPU")
     set_threads(args.threads)
     try:
-        sample = make[args.sampler](
-            indptr, indices, fanouts, **({"device": args.device} if args.device != "cpu" else {})
-        )
+        sample = make[args.sampler](indptr, indices, fanouts)
     except LookupError as exc:
         return {"skipped": str(exc)}
     batches = seed_batches(args.npz, args.warmup + args.batches, args.batch_size, args.seed)

@@ -148,6 +148,10 @@ class RowAdam(torch.optim.SparseAdam):
     """SparseAdam (lazy Adam: only the rows a gradient names move, their moments too), each
     row's moments and weights updated in one compiled pass, rows in parallel."""
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._slots: dict[int, np.ndarray] = {}  # per table: row -> slot map of _unique_rows, all -1
+
     @torch.no_grad()
     def step(self, closure=None):
         if closure is not None or not all(self._fusable(g, p) for g in self.param_groups for p in g["params"]):
@@ -195,13 +199,13 @@ class RowAdam(torch.optim.SparseAdam):
         ids, values = grad._indices()[0], grad._values().float()
         if grad.is_coalesced() or not ids.numel():
             return ids, values.contiguous()
-        slots = self.__dict__.setdefault("_slots", {})
-        if id(param) not in slots or slots[id(param)].shape[0] != param.shape[0]:
-            slots[id(param)] = np.full(param.shape[0], -1, dtype=np.int32)
+        slots = self._slots.get(id(param))
+        if slots is None or slots.shape[0] != param.shape[0]:
+            slots = self._slots[id(param)] = np.full(param.shape[0], -1, dtype=np.int32)
         out_ids = np.empty(ids.numel(), dtype=np.int64)
         out_values = np.empty((ids.numel(), param.shape[1]), dtype=np.float32)
         with signals_deferred():
-            count = _sum_rows(ids.numpy(), values.contiguous().numpy(), slots[id(param)], out_ids, out_values)
+            count = _sum_rows(ids.numpy(), values.contiguous().numpy(), slots, out_ids, out_values)
         return torch.from_numpy(out_ids[:count]), torch.from_numpy(out_values[:count])
 
 
