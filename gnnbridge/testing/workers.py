@@ -302,6 +302,41 @@ def sparse_tables_loss(tables: dict[str, torch.nn.Embedding], rank: int) -> torc
     return sum((tables[name](rows) * weight).sum() for name, rows in sparse_lookups(rank).items())
 
 
+def table_steps_and_dump(ctx: DistContext, copies: str, out: str) -> None:
+    """Three Adam steps through sparse tables kept as ``placement.tables=copies`` says: rows
+    repeated within and across ranks, a rank that misses a table, a table no rank touches,
+    batches that grow (so the shared mailboxes do). Dumps the tables, their moments and the
+    file behind each table's weight (None: private memory) to ``out/rank<r>.pt``."""
+    from gnnbridge.core.config import TrainConfig
+    from gnnbridge.core.training import optim, shared_tables, sparse
+
+    torch.manual_seed(0)
+    model = torch.nn.ModuleDict(
+        {n: torch.nn.Embedding(k, 3, sparse=True) for n, k in (("users", 40), ("goods", 9), ("tags", 5))}
+    )
+    model["head"] = torch.nn.Linear(3, 1)  # a dense part, as every model has
+    opt = optim.for_model(model, TrainConfig(lr=0.1))
+    tables = sparse.sparse_tables(model)
+    applies = copies == "machine" and shared_tables.applies(ctx, opt, tables)
+    sync = shared_tables.SharedTableSync(ctx, tables, opt) if applies else sparse.SparseGradSync(ctx, tables)
+    for step in range(3):
+        g = torch.Generator().manual_seed(10 * step + ctx.rank)
+        users = torch.randint(0, 40, (3 + 8 * step,), generator=g)
+        goods = torch.randint(0, 9, (4,), generator=g) if step or ctx.rank == 0 else torch.zeros(0, dtype=torch.long)
+        opt.zero_grad(set_to_none=True)
+        weight = torch.arange(1.0, 4.0) * (ctx.rank + 1)
+        ((model["users"](users) ** 2 * weight).sum() + (model["goods"](goods) * weight).sum()).backward()
+        sync()
+        opt.step()
+        sync.settle()
+    dump = {"applies": applies}
+    for name in ("users", "goods"):
+        param = model[name].weight
+        dump[name] = [param.detach().clone(), *(opt.state[param][k].clone() for k in ("exp_avg", "exp_avg_sq"))]
+        dump[f"{name}.file"] = param.untyped_storage().filename
+    torch.save(dump, Path(out) / f"rank{ctx.rank}.pt")
+
+
 def sparse_grads_and_dump(ctx: DistContext, out: str) -> None:
     """Backward through sparse tables on this rank's lookups, the sync the trainer runs after
     it, and the gradients each table ends with (None: no gradient) to ``out/rank<r>.pt``."""

@@ -184,3 +184,26 @@ def test_sparse_table_gradients_are_the_mean_over_ranks_on_every_rank(tmp_path):
         assert got["tags"] is None
         for name in ("users", "items"):
             torch.testing.assert_close(got[name], expected[name], msg=f"rank {rank}, {name}")
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_tables_shared_by_a_machines_ranks_take_the_steps_of_a_copy_per_rank(tmp_path, ranks):
+    """placement.tables=machine: the ranks of a machine map one copy of the tables and their
+    Adam moments, each rank updating the rows it owns; that trains to what a copy per rank
+    trains to (3 ranks: rows owned unevenly, the mean divides by 3), through rows repeated
+    within and across ranks, a rank that misses a table and batches that outgrow the mailboxes."""
+    from gnnbridge.testing.workers import table_steps_and_dump
+
+    got = {}
+    for copies in ("machine", "rank"):
+        (tmp_path / copies).mkdir()
+        launch(table_steps_and_dump, ranks, "cpu", (copies, str(tmp_path / copies)), timeout_s=180)
+        got[copies] = [torch.load(tmp_path / copies / f"rank{r}.pt") for r in range(ranks)]
+    assert all(d["applies"] for d in got["machine"])
+    for name in ("users", "goods"):
+        files = {d[f"{name}.file"] for d in got["machine"]}
+        assert len(files) == 1 and None not in files, files  # one copy, mapped by every rank
+        assert {d[f"{name}.file"] for d in got["rank"]} == {None}
+        for rank in range(ranks):
+            for shared, own in zip(got["machine"][rank][name], got["rank"][rank][name], strict=True):
+                assert torch.equal(shared, own), (name, rank)

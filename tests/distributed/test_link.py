@@ -148,12 +148,18 @@ def test_sparse_embedding_tables_resume_exactly_and_score_alike_on_one_process(t
     """model.embeddings=sparse leaves the tables out of DDP: if the ranks' copies drifted apart,
     one process scoring rank 0's checkpoint would not reproduce the two ranks' metrics; if the
     optimizer state did not save and load whole, the resumed run would not equal the straight one.
+    The tables are one copy per machine, each rank updating its rows (placement.tables=machine):
+    a copy per rank trains to the same losses and metrics.
     (Small evaluation batches, so that each rank computes the states of some nodes of each type.)"""
     run = [backend if arg == "dgl" else arg for arg in REC]  # REC's --backend dgl
     run += ["--nproc", "2", "--set", "model.embeddings=sparse", "--set", "eval.batch_size=64"]
     gnnbridge("train", *run, "--set", "train.epochs=3", "--out", "full", cwd=tmp_path)
     full = results(tmp_path / "full")
-    assert full["metrics"]["test_roc_auc"] > 0.6 and full["backend"] == backend
+    assert full["metrics"]["test_roc_auc"] > 0.6 and full["backend"] == backend and full["tables"] == "machine"
+    gnnbridge("train", *run, "--set", "train.epochs=3", "--set", "placement.tables=rank", "--out", "own", cwd=tmp_path)
+    own = results(tmp_path / "own")
+    assert own["tables"] == "rank" and [h["loss"] for h in own["history"]] == [h["loss"] for h in full["history"]]
+    assert json.dumps(own["metrics"]) == json.dumps(full["metrics"])
     report = json.loads(gnnbridge("evaluate", "full", "--checkpoint", "latest", "--json", cwd=tmp_path).stdout)
     assert report["metrics"] == full["metrics"]
     if backend == "pyg":  # resume is the core loop's, the same for both backends

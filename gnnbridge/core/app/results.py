@@ -36,6 +36,7 @@ def write(run_dir: Path, plan: Plan, ctx: DistContext, trainer: Trainer, outcome
         "device": config.device.value,
         "dataset": trainer.data.summary(),
         "sampler": type(trainer.sampler).__name__,
+        "tables": trainer.table_copies,  # model.embeddings=sparse: one copy per "machine" or per "rank"
         **outcome,
         "resumed_from": plan.resumed_from,
         "restarts": trainer.state.restarts,

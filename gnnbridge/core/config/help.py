@@ -85,6 +85,7 @@ KEY_HELP = {
     "placement.prefetch": "batches sampled ahead in a background thread (0: off)",
     "placement.precision": "fp32 | bf16 | fp16 (fp16 needs cuda)",
     "placement.read_depth": "reads in flight per rank gathering a folder's mapped features (1-256)",
+    "placement.tables": "model.embeddings=sparse: machine (one copy per machine, its ranks share it) | rank",
     "placement.feature_cache": "RAM per machine (its ranks share it, in /dev/shm) for the most-sampled rows: "
     "512MB, 2GB (0: off)",
     "log": "where each epoch's numbers go besides results.json",
@@ -128,6 +129,7 @@ CHOICES = {
     "placement.features": schema.PLACES,
     "placement.topology": schema.PLACES,
     "placement.precision": schema.PRECISIONS,
+    "placement.tables": schema.TABLE_COPIES,
 }
 
 

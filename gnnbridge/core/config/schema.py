@@ -268,6 +268,7 @@ LAYER_STORES = ("auto", "memory", "disk")  # see core/training/layerstore.py
 OPTIMIZERS = ("adam", "adamw", "sgd")  # see core/training/optim.py
 SCHEDULES = ("none", "cosine", "step")
 PRECISIONS = ("fp32", "bf16", "fp16")
+TABLE_COPIES = ("machine", "rank")
 
 
 @dataclass
@@ -284,8 +285,16 @@ class PlacementConfig:
     # threads gathering rows of a feature table mapped from a folder: page faults in flight (the
     # disk's queue depth on a cold page cache; a blocked thread costs no CPU)
     read_depth: int = 32
+    # model.embeddings=sparse: one copy of the tables per machine, shared by its ranks (each
+    # updates its part), or one per rank (core/training/shared_tables.py says when "machine" applies)
+    tables: str = "machine"
 
     def __post_init__(self) -> None:
+        if self.tables not in TABLE_COPIES:
+            raise ConfigError(
+                f"placement.tables={show(self.tables)} is not supported{did_you_mean(self.tables, TABLE_COPIES)}; "
+                f"choose one of: {', '.join(TABLE_COPIES)}."
+            )
         if parse_size(self.feature_cache) is None:
             raise ConfigError(
                 f"placement.feature_cache={show(self.feature_cache)} is not a size; give bytes "

@@ -11,7 +11,8 @@ torch's Adam refuses sparse gradients. So:
 * the tables are left out of DDP (its ignore list, :func:`exclude_from_ddp`) and
   :class:`SparseGradSync` all-gathers every rank's touched rows with dense collectives, which
   gloo and nccl both have, then divides by the world size as DDP does: every rank builds the
-  same gradient and takes the same step, so the replicas stay equal;
+  same gradient and takes the same step, so the replicas stay equal (where all ranks share one
+  machine, :mod:`.shared_tables` keeps one copy for them instead, each rank updating its part);
 * :class:`SplitOptimizer` steps the tables with a sparse-gradient optimizer
   (``torch.optim.SparseAdam``, lazy Adam: only the touched rows' moments move; SGD for
   ``train.optimizer=sgd``) and everything else with ``train.optimizer``, as *one* torch
@@ -71,7 +72,7 @@ class SparseGradSync:
         ctx = self.ctx
         if not ctx.distributed or not self.params:
             return
-        rows = [self._rows(p) for p in self.params]
+        rows = [self.rows(p) for p in self.params]
         counts = torch.zeros((ctx.world_size, len(rows)), dtype=torch.int64)
         counts[ctx.rank] = torch.tensor([ids.numel() for ids, _ in rows])
         counts = ctx.all_reduce_sum(counts)
@@ -86,8 +87,11 @@ class SparseGradSync:
             # optimizer sums them (RowAdam without a sort, which was a fifth of a Taobao step).
             param.grad = torch.sparse_coo_tensor(ids[None], values, param.shape, check_invariants=False)
 
+    def settle(self) -> None:
+        """After the optimizer step: nothing to wait for, every rank updated its own copy."""
+
     @staticmethod
-    def _rows(param: nn.Parameter) -> tuple[torch.Tensor, torch.Tensor]:
+    def rows(param: nn.Parameter) -> tuple[torch.Tensor, torch.Tensor]:
         """(row ids, gradient rows) of this rank's gradient, as autograd left it: a row looked up
         twice may come twice (the optimizer sums repeated rows)."""
         grad = param.grad
@@ -154,7 +158,7 @@ class RowAdam(torch.optim.SparseAdam):
 
     @torch.no_grad()
     def step(self, closure=None):
-        if closure is not None or not all(self._fusable(g, p) for g in self.param_groups for p in g["params"]):
+        if closure is not None or not all(self.fusable(g, p) for g in self.param_groups for p in g["params"]):
             return super().step(closure)
         for group in self.param_groups:
             for param in group["params"]:
@@ -163,7 +167,8 @@ class RowAdam(torch.optim.SparseAdam):
         return None
 
     @staticmethod
-    def _fusable(group: dict, param: torch.Tensor) -> bool:
+    def fusable(group: dict, param: torch.Tensor) -> bool:
+        """Whether ``param``'s step runs compiled (else it falls back to SparseAdam's)."""
         return (
             _adam_rows is not None
             and not group.get("maximize", False)
@@ -197,7 +202,7 @@ class RowAdam(torch.optim.SparseAdam):
         gradient as it is; else repeated rows summed in one pass over a row -> slot map (kept per
         table, 4 bytes a row), where ``coalesce`` would sort them."""
         ids, values = grad._indices()[0], grad._values().float()
-        if grad.is_coalesced() or not ids.numel():
+        if grad.is_coalesced() or getattr(grad, UNIQUE_ROWS, False) or not ids.numel():
             return ids, values.contiguous()
         slots = self._slots.get(id(param))
         if slots is None or slots.shape[0] != param.shape[0]:
@@ -207,6 +212,16 @@ class RowAdam(torch.optim.SparseAdam):
         with signals_deferred():
             count = _sum_rows(ids.numpy(), values.contiguous().numpy(), slots, out_ids, out_values)
         return torch.from_numpy(out_ids[:count]), torch.from_numpy(out_values[:count])
+
+
+UNIQUE_ROWS = "_gnnbridge_unique_rows"
+
+
+def mark_unique_rows(grad: torch.Tensor) -> torch.Tensor:
+    """Mark a sparse gradient whose rows are each named once though it is not coalesced (not
+    sorted): :class:`RowAdam` then takes it as it is (``shared_tables`` builds such rows)."""
+    setattr(grad, UNIQUE_ROWS, True)
+    return grad
 
 
 def runs_of_kind(model: nn.Module) -> list[tuple[bool, list[nn.Parameter]]]:

@@ -33,7 +33,7 @@ from gnnbridge.core.records.data import GraphData
 from gnnbridge.core.records.hetero import HeteroGraphData
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.sampling.seeds import derived_seed, epoch_batches
-from gnnbridge.core.training import optim, sparse
+from gnnbridge.core.training import optim, shared_tables, sparse
 from gnnbridge.core.training.assembly import RunParts
 from gnnbridge.core.training.checkpointing import Checkpointing
 from gnnbridge.core.training.dry import dry_step
@@ -83,7 +83,7 @@ class Trainer(RunParts):
         tables = sparse.sparse_tables(self.model)  # model.embeddings=sparse: reduced by sync_tables, not DDP
         if ctx.distributed and tables:
             sparse.exclude_from_ddp(self.model, tables)
-        self.sync_tables = sparse.SparseGradSync(ctx, tables)
+        self.sync_tables = self._table_sync(tables)
         self.ddp = (
             DistributedDataParallel(self.model, device_ids=device_ids, find_unused_parameters=self.sparse_use)
             if ctx.distributed
@@ -95,6 +95,20 @@ class Trainer(RunParts):
         self.loggers = RunLoggers(config, folder, resume)
         self.shard_fingerprint: dict = {}  # this rank's first-epoch training items (see _fingerprint)
         self._grads_checked = False
+
+    def _table_sync(self, tables: dict):
+        """The sparse tables' exchange: one shared copy per machine where that applies and is
+        asked for (``placement.tables``), else a copy per rank."""
+        if self.config.placement.tables == "machine" and shared_tables.applies(self.ctx, self.optimizer, tables):
+            return shared_tables.SharedTableSync(self.ctx, tables, self.optimizer)
+        return sparse.SparseGradSync(self.ctx, tables)
+
+    @property
+    def table_copies(self) -> str | None:
+        """How the sparse tables are kept: "machine" (one shared copy), "rank", None (no tables)."""
+        if not self.sync_tables.params:
+            return None
+        return "machine" if isinstance(self.sync_tables, shared_tables.SharedTableSync) else "rank"
 
     @property
     def history(self) -> list[dict]:
@@ -264,6 +278,7 @@ class Trainer(RunParts):
             self.scaler.update()
         else:
             self.optimizer.step()
+        self.sync_tables.settle()
         phases.mark("step")
         return loss_sum_batch.detach(), logits, y
 

@@ -54,6 +54,10 @@ def test_defaults_validate_and_round_trip():
             {"eval": {"layer_store": "dsk"}},
             "eval.layer_store='dsk' is not a place for layer outputs (did you mean 'disk'?)",
         ),
+        (
+            {"placement": {"tables": "node"}},
+            "placement.tables='node' is not supported; choose one of: machine, rank.",
+        ),
     ],
 )
 def test_bad_configs_name_the_key_and_value(data, needle):
