@@ -170,6 +170,12 @@ def train(experiment, backend, nproc, device, dataset, overrides, out, timeout, 
     click.echo(f"results: {results['run_dir']}/results.json")
 
 
+def _trained(report: dict) -> str:
+    """How far the checkpoint had trained: "epoch 3", or "epoch 1, batch 200" inside one."""
+    inside = report.get("inside")
+    return f"epoch {inside['epoch'] + 1}, batch {inside['batches']}" if inside else f"epoch {report['epoch'] + 1}"
+
+
 def _metrics_line(m: dict) -> str:
     if "test_hits" in m:  # a link task: ranking metrics of the held-out edges (no MRR under link.protocol=shared)
         hits = [k for k in m if k.startswith("test_hits@")] or ["test_hits"]  # (runs from before Hits@K were named)
@@ -237,7 +243,7 @@ def evaluate(target, kind, device, overrides, trust_code, as_json) -> None:
         click.echo(json.dumps(report, indent=2))
         return
     click.echo(
-        f"{report['checkpoint']} (epoch {report['epoch'] + 1}, {report['experiment']} on {report['backend']}): "
+        f"{report['checkpoint']} ({_trained(report)}, {report['experiment']} on {report['backend']}): "
         f"{_metrics_line(report['metrics'])}"
     )
 
@@ -287,8 +293,7 @@ def predict(target, out, kind, device, overrides, trust_code, pairs, top_k, embe
     )
     shape = "x".join(map(str, report["shape"]))
     click.echo(
-        f"{report['out']}: {', '.join(report['arrays'])} [{shape}] "
-        f"(from {report['checkpoint']}, epoch {report['epoch'] + 1})"
+        f"{report['out']}: {', '.join(report['arrays'])} [{shape}] (from {report['checkpoint']}, {_trained(report)})"
     )
 
 

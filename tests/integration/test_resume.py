@@ -592,3 +592,69 @@ def test_torchrun_restarts_continue_the_run_folder_the_first_attempt_chose(
     (folder,) = (tmp_path / "runs").iterdir()
     assert [r["resumed_from_epoch"] for r in results(folder)["restarts"]] == [resumed_from]
     assert_same_run(folder, uninterrupted["pyg"])
+
+
+# --------------------------------------------------------------------------- inside an epoch
+
+# Rank 1 SIGKILLs itself as it is about to train its KILL_AT_STEP-th batch of the run (counting
+# from 1 over all epochs), on the first attempt only, or on every attempt.
+RANK_DIES_INSIDE_AN_EPOCH = textwrap.dedent("""
+    import os, signal
+    from gnnbridge.core.training.trainer import Trainer
+
+    _train_step, _count = Trainer.train_step, [0]
+
+    def train_step(self, *args, **kwargs):
+        _count[0] += 1
+        every = os.environ.get("KILL_EVERY_ATTEMPT") == "1"
+        if _count[0] == int(os.environ["KILL_AT_STEP"]) and self.ctx.rank == 1 and (every or self.ctx.attempt == 0):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return _train_step(self, *args, **kwargs)
+
+    Trainer.train_step = train_step
+""")
+INSIDE = [
+    "--backend",
+    "pyg",
+    *SMALL,
+    "--nproc",
+    "2",
+    "--set",
+    "train.epochs=4",
+    "--set",
+    "train.checkpoint_every_batches=2",
+]
+
+
+def test_a_restart_continues_inside_the_epoch_and_ends_as_if_uninterrupted(tmp_path, uninterrupted):
+    """train.checkpoint_every_batches=2 on epochs of 4 batches a rank: killed before the 4th batch
+    of epoch 3, the restart continues after that epoch's batch 2 (not from its start), and the
+    run's losses, metrics and weights are the uninterrupted run's, whose checkpoints came only
+    at epoch ends: the mid-epoch checkpoints change nothing either."""
+    assert [h["batches"] for h in results(uninterrupted["pyg"])["history"]] == [4] * 4
+    env = {**hooked_env(tmp_path, RANK_DIES_INSIDE_AN_EPOCH), "KILL_AT_STEP": str(2 * 4 + 4)}
+    proc = ok(gnnbridge("train", *INSIDE, "--max-restarts", "1", "--out", "run", cwd=tmp_path, env=env))
+    assert re.fullmatch(
+        rf"Restart 1 of 1 after: {DIED}; continuing run from epoch 3, after its batch 2\.", proc.stderr.strip()
+    ), proc.stderr
+    run = results(tmp_path / "run")
+    assert run["restarts"][0]["resumed_from_epoch"] == 1 and run["restarts"][0]["inside"] == {"epoch": 2, "batches": 2}
+    assert [h.get("resumed_after_batch") for h in run["history"]] == [None, None, 2, None]
+    assert_same_run(tmp_path / "run", uninterrupted["pyg"])
+
+
+def test_a_run_stopped_inside_its_first_epoch_resumes_there_by_hand(tmp_path, uninterrupted):
+    """Killed before the 3rd batch of the first epoch, with no restarts left: latest.pt is the
+    checkpoint after batch 2 (no epoch finished yet), and --resume continues it from there."""
+    env = {**hooked_env(tmp_path, RANK_DIES_INSIDE_AN_EPOCH), "KILL_AT_STEP": "3", "KILL_EVERY_ATTEMPT": "1"}
+    proc = gnnbridge("train", *INSIDE, "--out", "run", cwd=tmp_path, env=env)
+    assert proc.returncode == 1 and not (tmp_path / "run" / "results.json").exists(), proc.stderr
+    state = checkpoint.load(checkpoint.path_in(tmp_path / "run", checkpoint.LATEST))
+    assert (state["epoch"], state["history"], state["mid_epoch"]["batches"]) == (-1, [], 2)
+    ok(gnnbridge("train", "--resume", "run", "--quiet", cwd=tmp_path))
+    assert results(tmp_path / "run")["resumed_from"] == {
+        "epoch": -1,
+        "world_size": 2,
+        "inside": {"epoch": 0, "batches": 2},
+    }
+    assert_same_run(tmp_path / "run", uninterrupted["pyg"])

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from gnnbridge.core import files
+from gnnbridge.core.app.plan import inside
 from gnnbridge.core.app.preflight import load_dataset, preflight
 from gnnbridge.core.app.resolve import check_frozen, resolve_config
 from gnnbridge.core.config import ExperimentConfig, Task
@@ -305,6 +306,7 @@ def _describe(path: Path, state: dict, config: ExperimentConfig) -> dict:
     return {
         "checkpoint": str(path),
         "epoch": state["epoch"],
+        **inside(state),  # a checkpoint written inside an epoch: {"inside": {"epoch", "batches"}}
         "experiment": config.name,
         "backend": config.backend,
         "task": config.task.value,

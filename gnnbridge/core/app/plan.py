@@ -111,7 +111,8 @@ class Plan:
         passed every check, and a run that failed after its last epoch only re-evaluates."""
         path = checkpoint.path_in(run_dir, checkpoint.LATEST)
         state = {**checkpoint.load(path), "path": str(path)} if path.is_file() else None
-        restart = {"attempt": attempt, "after": failure, "resumed_from_epoch": state and state["epoch"]}
+        epoch = state and state["epoch"]
+        restart = {"attempt": attempt, "after": failure, "resumed_from_epoch": epoch, **inside(state)}
         return dataclasses.replace(
             self,
             out=None,
@@ -155,8 +156,14 @@ def plan_resume(
         config,
         resume_dir=run_dir,
         latest=state,
-        resumed_from={"epoch": state["epoch"], "world_size": state.get("world_size")},
+        resumed_from={"epoch": state["epoch"], "world_size": state.get("world_size"), **inside(state)},
     )
+
+
+def inside(state: dict | None) -> dict:
+    """``{"inside": {"epoch", "batches"}}`` for a checkpoint written inside an epoch, else {}."""
+    mid = (state or {}).get("mid_epoch")
+    return {"inside": {"epoch": mid["epoch"], "batches": mid["batches"]}} if mid else {}
 
 
 def _check_epochs_left(state: dict, config: ExperimentConfig, run_dir: Path) -> None:

@@ -202,8 +202,10 @@ def _after_restart(ctx: DistContext, plan: Plan, run_dir: Path | None, created: 
         plan = plan.after_restart(run_dir, ctx.attempt, ctx.previous_failure(), created)
     _agree(ctx, plan)
     if ctx.is_main and plan.restart is not None:
-        epoch = plan.restart["resumed_from_epoch"]
+        epoch, inside = plan.restart["resumed_from_epoch"], plan.restart.get("inside")
         where = f"from epoch {epoch + 2}" if epoch is not None else "from the start (no checkpoint yet)"
+        if inside:
+            where = f"from epoch {inside['epoch'] + 1}, after its batch {inside['batches']}"
         print(
             f"Restart {ctx.attempt} of {plan.config.max_restarts} after: {plan.restart['after'] or 'a rank failed'}; "
             f"continuing {run_dir} {where}.",

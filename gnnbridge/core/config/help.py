@@ -61,6 +61,7 @@ KEY_HELP = {
     "train.min_lr": "cosine schedule: the learning rate of the end",
     "train.seed": "every random stream is derived from it, per epoch and rank",
     "train.checkpoint_every": "epochs between checkpoints/latest.pt (0: only after the last epoch)",
+    "train.checkpoint_every_batches": "each rank's batches between checkpoints/latest.pt inside an epoch (0: off)",
     "train.patience": "early stopping: epochs without a better monitor value (0: off)",
     "train.max_batches": "each rank's batches per epoch, at most: a timed look at a large graph (0: all)",
     "train.monitor": "the validation metric that picks best.pt (empty: val_acc, or val_roc_auc for links; "

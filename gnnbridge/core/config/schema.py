@@ -182,6 +182,9 @@ class TrainConfig:
     min_lr: float = 0.0  # cosine: the learning rate it anneals to
     seed: int = 0
     checkpoint_every: int = 1  # epochs between checkpoints/latest.pt; 0: only after the last epoch
+    # each rank's training batches between checkpoints/latest.pt within an epoch (an epoch of hours
+    # resumes where it stopped, exactly); 0: only at the end of an epoch
+    checkpoint_every_batches: int = 0
     patience: int = 0  # stop after this many epochs without a better monitor value; 0: never
     max_batches: int = 0  # each rank's batches per epoch, at most (the first of its shuffled share); 0: all
     monitor: str = ""  # the validation metric that picks "best" and drives early stopping; "": the task's default
@@ -189,7 +192,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         positive("train.epochs", self.epochs)
         positive("train.batch_size", self.batch_size)
-        for key in ("checkpoint_every", "patience", "max_batches"):
+        for key in ("checkpoint_every", "checkpoint_every_batches", "patience", "max_batches"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"train.{key}={getattr(self, key)} must be >= 0 (0 turns it off).")
         if self.monitor and self.monitor not in MONITORS and not HITS_MONITOR.fullmatch(self.monitor):

@@ -8,13 +8,17 @@ over the old one (:mod:`gnnbridge.core.files`): a crash mid-write leaves the pre
 whole, and a Ctrl-C waits for the write to end.
 
 A run folder keeps two: ``checkpoints/latest.pt`` (every ``train.checkpoint_every`` epochs and
-after the last one) and ``checkpoints/best.pt`` (whenever the monitored validation metric
-improves). Both hold the full training state, so either can be resumed.
+after the last one, and every ``train.checkpoint_every_batches`` batches inside an epoch) and
+``checkpoints/best.pt`` (whenever the monitored validation metric improves). Both hold the full
+training state, so either can be resumed. A mid-epoch ``latest.pt`` also holds ``mid_epoch``:
+how many batches of the next epoch every rank trained, and each rank's running sums and
+generator states there (its ``epoch`` is the last finished one, -1 inside the first).
 
 Random state: every random stream (dropout, samplers, shuffling) is reseeded at the start of
 each epoch from (seed, epoch, rank), which is what makes a resumed run equal to an
 uninterrupted one, on any number of ranks. The RNG states recorded here are rank 0's at save
-time, kept so a checkpoint fully describes the process that wrote it.
+time, kept so a checkpoint fully describes the process that wrote it; a mid-epoch checkpoint's
+``mid_epoch`` keeps every rank's, which its resume puts back (on the same number of ranks).
 """
 
 from __future__ import annotations
@@ -127,6 +131,23 @@ def rng_states() -> dict[str, Any]:
     return states
 
 
+def set_rng_states(states: dict[str, Any]) -> None:
+    """Put this process's generators where :func:`rng_states` found them (a mid-epoch resume:
+    dropout and anything else drawing from them continue as if never stopped)."""
+    torch.set_rng_state(states["torch"])
+    random.setstate(_tuples(states["python"]))
+    numpy = states["numpy"]
+    np.random.set_state(
+        (numpy["kind"], numpy["keys"].numpy().astype(np.uint32), numpy["pos"], numpy["has_gauss"], numpy["gauss"])
+    )
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+def _tuples(obj: Any) -> Any:
+    return tuple(_tuples(v) for v in obj) if isinstance(obj, list) else obj
+
+
 def _plain(obj: Any) -> Any:
     return [_plain(v) for v in obj] if isinstance(obj, (tuple, list)) else obj
 
@@ -203,9 +224,13 @@ def _field_problem(state: dict) -> str | None:
     """What is wrong with a checkpoint whose fields have the right names: every field is read
     later (the epoch counts, the history is plotted, the monitor decides "best"), so each is
     checked here, where the message can still name the file."""
-    epoch, monitor, history = state["epoch"], state["monitor"], state["history"]
+    epoch, monitor, history, mid = state["epoch"], state["monitor"], state["history"], state.get("mid_epoch")
     checks = [
-        (_is_int(epoch) and 0 <= epoch < 2**62, f"epoch is {_short(epoch)}, not an epoch number"),
+        (
+            _is_int(epoch) and (0 <= epoch < 2**62 or (epoch == -1 and mid is not None)),
+            f"epoch is {_short(epoch)}, not an epoch number",
+        ),
+        (mid is None or _mid_epoch_ok(mid, epoch), "mid_epoch is not a position inside the epoch after its epoch"),
         (
             isinstance(state["model"], dict)
             and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state["model"].items()),
@@ -227,7 +252,7 @@ def _field_problem(state: dict) -> str | None:
             "monitor is not a monitor state",
         ),
         (
-            isinstance(history, list) and history and all(_history_entry_ok(h) for h in history),
+            isinstance(history, list) and (history or epoch == -1) and all(_history_entry_ok(h) for h in history),
             "history is not a list of epochs",
         ),
         (
@@ -245,6 +270,19 @@ def _field_problem(state: dict) -> str | None:
         (isinstance(state.get("data", {}), dict), "data is not a mapping"),
     ]
     return next((problem for ok, problem in checks if not ok), None)
+
+
+def _mid_epoch_ok(mid: Any, epoch: Any) -> bool:
+    """A mid-epoch checkpoint's position: the epoch after the last finished one, the batches
+    of it each rank trained, and each rank's sums and generators there."""
+    return (
+        isinstance(mid, dict)
+        and mid.get("epoch") == (epoch + 1 if _is_int(epoch) else None)
+        and _is_int(mid.get("batches"))
+        and mid["batches"] > 0
+        and isinstance(mid.get("ranks"), list)
+        and all(isinstance(r, dict) for r in mid["ranks"])
+    )
 
 
 def _history_entry_ok(entry: Any) -> bool:

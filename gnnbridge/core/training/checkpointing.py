@@ -1,5 +1,6 @@
 """The checkpoint and best-weights policy of a training run: when rank 0 writes ``latest.pt``
-(every ``train.checkpoint_every`` epochs and after the last) and ``best.pt`` (when the monitor
+(every ``train.checkpoint_every`` epochs and after the last; every
+``train.checkpoint_every_batches`` batches inside an epoch) and ``best.pt`` (when the monitor
 improved), what they hold (weights, optimizer and schedule state, RNG, the monitor's memory, the
 history ...), and the best epoch's weights kept in memory so the results can score them. The
 file format, its checks and its safe writing are :mod:`.checkpoint`'s.
@@ -50,6 +51,15 @@ class Checkpointing:
                 trainer.loggers.commit()  # what a resume would train again is never logged twice
             if improved:
                 checkpoint.copy(latest, best) if write_latest else checkpoint.save(best, payload)
+        trainer.ctx.barrier()
+
+    def inside_epoch(self, trainer, epoch: int, batches: int, ranks: list[dict]) -> None:
+        """Rank 0 writes ``latest.pt`` after each rank's first ``batches`` batches of ``epoch``
+        (``ranks``: every rank's running sums and generators); the others wait."""
+        if self.folder is not None:
+            position = {"epoch": epoch, "batches": batches, "ranks": ranks}
+            payload = {**self.payload(trainer, epoch - 1), "mid_epoch": position}
+            checkpoint.save(checkpoint.path_in(self.folder, checkpoint.LATEST), payload)
         trainer.ctx.barrier()
 
     @staticmethod

@@ -42,8 +42,9 @@ class PhaseTimer:
         self._last = None
         self._tell, self._epoch, self._step = tell, epoch, 1
 
-    def start(self) -> None:
-        self._last = self._now()
+    def start(self, step: int = 1) -> None:
+        """Start timing at ``step`` (1-based; later than 1 when an epoch resumes inside)."""
+        self._last, self._step = self._now(), step
         self._begins(PHASES[0])
 
     def mark(self, phase: str) -> None:

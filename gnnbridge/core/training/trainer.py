@@ -33,7 +33,7 @@ from gnnbridge.core.records.data import GraphData
 from gnnbridge.core.records.hetero import HeteroGraphData
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.sampling.seeds import derived_seed, epoch_batches
-from gnnbridge.core.training import optim, shared_tables, sparse
+from gnnbridge.core.training import midepoch, optim, shared_tables, sparse
 from gnnbridge.core.training.assembly import RunParts
 from gnnbridge.core.training.checkpointing import Checkpointing
 from gnnbridge.core.training.dry import dry_step
@@ -74,6 +74,7 @@ class Trainer(RunParts):
         self.schedule = optim.build_schedule(self.optimizer, config.train)  # stepped once per epoch
         self.scaler = grad_scaler(config.placement.precision, ctx.device)
         self.state = TrainState()
+        self.inside = midepoch.Inside.from_checkpoint(resume, ctx, self._note)  # a mid-epoch checkpoint's position
         if resume is not None:
             self._restore(resume)
         device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
@@ -202,6 +203,27 @@ class Trainer(RunParts):
         self.cache_counts = [self.cache_counts[0] + hits, self.cache_counts[1] + rows]
         return {"feature_cache_hit_rate": hits / rows if rows else 0.0}
 
+    def _note(self, line: str) -> None:
+        if self.ctx.is_main:
+            print(line, file=sys.stderr, flush=True)
+
+    def _resumed_inside(self, epoch: int, batches: int) -> midepoch.Inside | None:
+        """The mid-epoch checkpoint's position if it lies inside ``epoch`` (used once)."""
+        inside, self.inside = self.inside, None
+        return inside if inside is not None and inside.fits(epoch, batches, self._note) else None
+
+    def _checkpoint_inside(self, epoch: int, done: int, of: int, sums: tuple, phases: PhaseTimer, t0, inside) -> None:
+        """Every ``train.checkpoint_every_batches`` batches (not after an epoch's last one, which
+        the epoch-end checkpoint covers): latest.pt with every rank's position."""
+        every = self.config.train.checkpoint_every_batches
+        if not every or done % every or done == of:
+            return
+        self.ctx.doing(None)  # collectives from here, which time out on their own
+        elapsed = time.perf_counter() - t0 + (inside.earlier("elapsed") if inside else 0.0)
+        seconds = midepoch.added(phases.seconds(), inside and inside.earlier("phases"))
+        ranks = midepoch.capture(self.ctx, of, *sums, elapsed, seconds)
+        self.checkpointing.inside_epoch(self, epoch, done, ranks)
+
     def train_epoch(self, epoch: int) -> dict:
         cfg, ctx, data = self.config, self.ctx, self.data
         batches = self._epoch_seeds(epoch)
@@ -227,8 +249,17 @@ class Trainer(RunParts):
         phases = PhaseTimer(ctx.device, ctx.doing, epoch)
         for cache in self.feature_caches:
             cache.reset()
+        inside = self._resumed_inside(epoch, len(batches))
+        skip = inside.batches if inside else 0
         phases.start()
         for step, mb in enumerate(prefetched(lambda: self._batches(batches, epoch), cfg.placement.prefetch)):
+            if step < skip:  # resuming inside the epoch: these batches are drawn again, not trained
+                ctx.doing(midepoch.REPLAY.format(epoch=epoch + 1, batches=skip))
+                if step == skip - 1:
+                    loss_sum, first_bad = inside.put_back(counts)
+                    bar.update(skip)
+                    phases.start(step=skip + 1)
+                continue
             phases.mark("sample")
             ctx.advance()
             loss_sum_batch, logits, y = self.train_step(mb, phases)
@@ -237,15 +268,16 @@ class Trainer(RunParts):
             first_bad = torch.where((first_bad < 0) & ~torch.isfinite(loss_sum_batch.detach()), step, first_bad)
             counts.update(logits.detach(), y)
             bar.update(1)
+            self._checkpoint_inside(epoch, step + 1, len(batches), (loss_sum, first_bad, counts), phases, t0, inside)
         ctx.doing(None)  # what follows waits in collectives, which time out on their own
         counts.reduce(ctx)
         ctx.all_reduce_sum(loss_sum)
         # How many ranks had a bad step, and how many had it at the run's very first step.
         bad = ctx.all_reduce_sum(torch.stack([first_bad >= 0, (first_bad == 0) & (epoch == 0)]).long())
         self._check_loss(epoch, int(first_bad), int(bad[0]), bool(bad[1]))
-        epoch_time = time.perf_counter() - t0
+        epoch_time = time.perf_counter() - t0 + (inside.earlier("elapsed") if inside else 0.0)
         bar.close()
-        seconds = phases.seconds()
+        seconds = midepoch.added(phases.seconds(), inside and inside.earlier("phases"))
         return {
             "epoch": epoch,
             "loss": float(loss_sum) / max(1, counts.total),
@@ -256,6 +288,7 @@ class Trainer(RunParts):
             "phases": seconds,
             "phases_slowest_rank": slowest_rank(ctx, seconds, epoch_time),
             **self._epoch_hit_rate(),
+            **({"resumed_after_batch": skip} if skip else {}),
         }
 
     def train_step(self, mb, phases=NO_PHASES) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

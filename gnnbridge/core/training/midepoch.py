@@ -1,0 +1,100 @@
+"""Checkpoints inside an epoch (``train.checkpoint_every_batches``) and resuming from one
+exactly, by a restart or ``--resume``.
+
+Why: at recommendation scale one epoch takes hours (a Taobao-shaped graph: 2.6-3 h on two
+cores, docs/performance.md). With checkpoints only at epoch ends, a job stopped late in such an
+epoch trains all of it again.
+
+How it stays exact without asking anything new of samplers: every random stream is reseeded at
+the start of an epoch from (seed, epoch, rank) (see :mod:`.checkpoint`), so a resume reseeds
+as that epoch's start did and has the sampler draw the first B batches again without training
+on them: a sampler's own generators end where they were (sampling is about a tenth of a step at
+that scale). Then each rank's global generators (dropout, and anything drawing from torch,
+numpy or random) and its running sums of the epoch (loss, confusion counts, first bad step,
+time per phase) are put back as they were after batch B; the checkpoint keeps every rank's.
+Resuming on another number of ranks, or with a batch size or ``train.max_batches`` that gives
+the epoch another number of batches, starts that epoch from its first batch instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from gnnbridge.core.runtime.context import DistContext
+from gnnbridge.core.training import checkpoint
+from gnnbridge.core.training.metrics import ConfusionCounts
+
+REPLAY = "its sampling of epoch {epoch}'s first {batches} batches again (resuming inside that epoch)"
+
+
+@dataclass
+class Inside:
+    """Where a mid-epoch checkpoint stopped, as one rank resumes it."""
+
+    epoch: int
+    batches: int  # of the epoch, trained by every rank before the checkpoint
+    mine: dict  # this rank's running sums and generator states there
+
+    @classmethod
+    def from_checkpoint(cls, state: dict | None, ctx: DistContext, warn) -> Inside | None:
+        """The position ``state`` stopped at, for this rank; None for an epoch-end checkpoint
+        or one written by another number of ranks (``warn`` is told why)."""
+        mid = (state or {}).get("mid_epoch")
+        if mid is None:
+            return None
+        if len(mid["ranks"]) != ctx.world_size:
+            warn(
+                f"The checkpoint stopped {mid['batches']} batches into epoch {mid['epoch'] + 1} with "
+                f"{len(mid['ranks'])} rank(s); with {ctx.world_size} that epoch starts again from its first batch."
+            )
+            return None
+        return cls(mid["epoch"], mid["batches"], mid["ranks"][ctx.rank])
+
+    def fits(self, epoch: int, batches: int, warn) -> bool:
+        """Whether this position is inside ``epoch`` of ``batches`` batches a rank."""
+        if epoch != self.epoch:
+            return False
+        if batches != self.mine["of"]:
+            warn(
+                f"The checkpoint stopped {self.batches} batches into epoch {epoch + 1} of {self.mine['of']}; "
+                f"this run splits it into {batches} (train.batch_size or train.max_batches changed), so that "
+                "epoch starts again from its first batch."
+            )
+            return False
+        return True
+
+    def put_back(self, counts: ConfusionCounts) -> tuple[torch.Tensor, torch.Tensor]:
+        """After the replayed batches: this rank's generators and confusion counts as they were;
+        returns its loss sum and first bad step (on the counts' device)."""
+        checkpoint.set_rng_states(self.mine["rng"])
+        counts.matrix.copy_(self.mine["counts"])
+        device = counts.matrix.device
+        return (
+            torch.tensor(self.mine["loss_sum"], dtype=torch.float64, device=device),
+            torch.tensor(self.mine["first_bad"], dtype=torch.int64, device=device),
+        )
+
+    def earlier(self, key: str):
+        """The seconds (``elapsed``) or phase times (``phases``) spent before the checkpoint."""
+        return self.mine[key]
+
+
+def capture(ctx: DistContext, of: int, loss_sum, first_bad, counts: ConfusionCounts, elapsed: float, phases: dict):
+    """Every rank's running sums and generators, on every rank (a collective)."""
+    mine = {
+        "of": of,
+        "rng": checkpoint.rng_states(),
+        "loss_sum": float(loss_sum),
+        "first_bad": int(first_bad),
+        "counts": counts.matrix.detach().cpu().clone(),
+        "elapsed": elapsed,
+        "phases": phases,
+    }
+    return ctx.gather_objects(mine)
+
+
+def added(phases: dict[str, float], earlier: dict[str, float] | None) -> dict[str, float]:
+    """Phase times of a segment plus those of the segments before it."""
+    return {k: v + (earlier or {}).get(k, 0.0) for k, v in phases.items()}
