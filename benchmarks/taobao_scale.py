@@ -9,7 +9,9 @@ process tree sees: peak anonymous memory (heap and tensors: what must fit in RAM
 mapped graph files' pages (the page cache, which the kernel can drop), as ``peakmem.py`` keeps
 them. A whole epoch (98M training edges) takes hours on a 2-core machine, so by default each rank
 runs ``--max-batches`` batches (``train.max_batches``) and the epoch's time is projected from
-them (the whole epoch: ``--max-batches 0``). The held-out fractions are 0.1% each (100k edges, 20
+them (the whole epoch: ``--max-batches 0``, with ``--checkpoint-every-batches 1000`` so that a
+stopped run continues inside the epoch with ``--resume``; its time and peaks are added up over
+the segments, kept in ``BACKEND.segments.json``). The held-out fractions are 0.1% each (100k edges, 20
 negatives each), so that evaluation stays a small part of the run; the final evaluation is the
 exact typed layer-wise pass over all 5M nodes.
 
@@ -51,6 +53,7 @@ def command(folder: Path, backend: str, args, run_dir: Path) -> list[str]:
         "train.batch_size": args.batch_size,
         "eval.batch_size": args.eval_batch_size,
         "sampler.fanouts": f"[{args.fanouts}]",
+        "train.checkpoint_every_batches": args.checkpoint_every_batches,
     }
     cmd = [sys.executable, "-m", "gnnbridge", "train", "--dataset", str(folder), "--backend", backend]
     cmd += ["--nproc", str(args.nproc), "--out", str(run_dir), "--quiet"]
@@ -60,13 +63,22 @@ def command(folder: Path, backend: str, args, run_dir: Path) -> list[str]:
 
 
 def run(folder: Path, backend: str, args) -> dict:
-    run_dir = args.out / "runs" / backend
-    shutil.rmtree(run_dir, ignore_errors=True)
-    cmd = command(folder, backend, args, run_dir)
+    run_dir, record = args.out / "runs" / backend, args.out / f"{backend}.segments.json"
+    resumed = args.resume and (run_dir / "checkpoints" / "latest.pt").is_file()
+    if resumed:  # continue where a stopped run's last checkpoint (inside the epoch, too) left it
+        cmd = [sys.executable, "-m", "gnnbridge", "train", "--resume", str(run_dir), "--quiet"]
+    else:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        cmd = command(folder, backend, args, run_dir)
     print(f"--- {backend}: {' '.join(cmd[1:])}", flush=True)
     done = peakmem.run_status(cmd, env=compare.child_env(), cwd=compare.REPO)
+    segments = [*(json.loads(record.read_text()) if resumed else []), {"resumed": resumed, **done}]
+    record.write_text(json.dumps(segments, indent=1))
     if done["returncode"] != 0:
-        raise SystemExit(f"{backend}: gnnbridge train failed with exit code {done['returncode']}")
+        raise SystemExit(
+            f"{backend}: gnnbridge train stopped with exit code {done['returncode']}; its checkpoint is kept "
+            "(continue with --resume)"
+        )
     results = json.loads((run_dir / "results.json").read_text())
     epoch = results["history"][0]
     # Every rank's share of the training edges, in batches: what a whole epoch would run.
@@ -82,8 +94,22 @@ def run(folder: Path, backend: str, args) -> dict:
         "eval_time_s": epoch["eval_time_s"],
         "final_eval_time_s": results.get("final_eval_time_s"),
         "metrics": results["metrics"],
-        "run": done,
+        "run": whole(segments),
+        "segments": segments,
     }
+
+
+def whole(segments: list[dict]) -> dict:
+    """A run stopped and resumed, as one: its segments' wall times and disk bytes added, the
+    highest of their peaks."""
+    out = dict(segments[-1])
+    for key in out:
+        values = [s[key] for s in segments if isinstance(s.get(key), int | float)]
+        if key.startswith("peak_") and values:
+            out[key] = max(values)
+        elif key in ("wall_s", "disk_read_bytes", "disk_write_bytes", "samples") and values:
+            out[key] = sum(values)
+    return out
 
 
 def line(r: dict) -> str:
@@ -109,6 +135,10 @@ def main() -> None:
     parser.add_argument("--held-out", type=float, default=0.001, help="link.val_fraction and test_fraction")
     parser.add_argument("--eval-negatives", type=int, default=20)
     parser.add_argument("--out", type=Path, default=HERE / "out" / "taobao")
+    parser.add_argument(
+        "--checkpoint-every-batches", type=int, default=0, help="train.checkpoint_every_batches (a whole epoch: 1000)"
+    )
+    parser.add_argument("--resume", action="store_true", help="continue OUT/runs/BACKEND from its latest checkpoint")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     for backend in args.backends.split(","):
