@@ -645,12 +645,20 @@ def test_a_restart_continues_inside_the_epoch_and_ends_as_if_uninterrupted(tmp_p
 
 def test_a_run_stopped_inside_its_first_epoch_resumes_there_by_hand(tmp_path, uninterrupted):
     """Killed before the 3rd batch of the first epoch, with no restarts left: latest.pt is the
-    checkpoint after batch 2 (no epoch finished yet), and --resume continues it from there."""
+    checkpoint after batch 2 (no epoch finished yet), and --resume continues it from there; on
+    one rank instead of two, it says the epoch starts again and does so."""
     env = {**hooked_env(tmp_path, RANK_DIES_INSIDE_AN_EPOCH), "KILL_AT_STEP": "3", "KILL_EVERY_ATTEMPT": "1"}
     proc = gnnbridge("train", *INSIDE, "--out", "run", cwd=tmp_path, env=env)
     assert proc.returncode == 1 and not (tmp_path / "run" / "results.json").exists(), proc.stderr
     state = checkpoint.load(checkpoint.path_in(tmp_path / "run", checkpoint.LATEST))
     assert (state["epoch"], state["history"], state["mid_epoch"]["batches"]) == (-1, [], 2)
+    shutil.copytree(tmp_path / "run", tmp_path / "one")  # on one rank the position means nothing
+    proc = ok(gnnbridge("train", "--resume", "one", "--quiet", "--nproc", "1", cwd=tmp_path))
+    assert proc.stderr.strip() == (
+        "The checkpoint stopped 2 batches into epoch 1 with 2 rank(s); with 1 that epoch starts again from its "
+        "first batch."
+    )
+    assert [h.get("resumed_after_batch") for h in results(tmp_path / "one")["history"]] == [None] * 4
     ok(gnnbridge("train", "--resume", "run", "--quiet", cwd=tmp_path))
     assert results(tmp_path / "run")["resumed_from"] == {
         "epoch": -1,
