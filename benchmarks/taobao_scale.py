@@ -82,14 +82,14 @@ def run(folder: Path, backend: str, args) -> dict:
     results = json.loads((run_dir / "results.json").read_text())
     epoch = results["history"][0]
     # Every rank's share of the training edges, in batches: what a whole epoch would run.
-    whole = -(-results["dataset"]["train"] // (args.nproc * args.batch_size))
+    epoch_batches = -(-results["dataset"]["train"] // (args.nproc * args.batch_size))
     return {
         "backend": backend,
         "command": cmd[1:],
         "epoch_time_s": epoch["epoch_time_s"],
         "batches_per_rank": epoch["batches"],
-        "epoch_batches_per_rank": whole,
-        "projected_epoch_s": epoch["epoch_time_s"] * whole / epoch["batches"],
+        "epoch_batches_per_rank": epoch_batches,
+        "projected_epoch_s": epoch["epoch_time_s"] * epoch_batches / epoch["batches"],
         "phases_s": epoch["phases"],
         "eval_time_s": epoch["eval_time_s"],
         "final_eval_time_s": results.get("final_eval_time_s"),

@@ -97,7 +97,9 @@ class Plan:
         state = dict(self.latest)
         best_path = checkpoint.path_in(self.resume_dir, checkpoint.BEST)
         best_epoch = state["monitor"]["best_epoch"]
-        if best_epoch is not None and best_epoch != state["epoch"] and best_path.is_file():
+        # latest.pt holds the best weights only if written at the end of the best epoch
+        stale = best_epoch != state["epoch"] or "mid_epoch" in state
+        if best_epoch is not None and stale and best_path.is_file():
             best = checkpoint.load(best_path)
             if best["epoch"] == best_epoch:
                 state["best_model"] = best["model"]
@@ -170,7 +172,12 @@ def _check_epochs_left(state: dict, config: ExperimentConfig, run_dir: Path) -> 
     """Refuse a --resume that would train nothing, unless the run never finished (it stopped
     after its last checkpoint but before its results, e.g. a logger failed in the last epoch):
     then the resume finishes it (final evaluation, results, the epochs its loggers missed)."""
-    done, train = state["epoch"] + 1, config.train
+    done, train, mid = state["epoch"] + 1, config.train, state.get("mid_epoch")
+    if mid is not None and train.epochs <= mid["epoch"]:
+        raise ConfigError(
+            f"Run '{run_dir}' stopped inside epoch {mid['epoch'] + 1} (after its batch {mid['batches']}) and "
+            f"train.epochs={train.epochs} would end before it; give train.epochs of at least {mid['epoch'] + 1}."
+        )
     finished = _finished(run_dir, done)
     if train.epochs < done or (train.epochs == done and finished):
         raise ConfigError(

@@ -140,11 +140,12 @@ def set_rng_states(states: dict[str, Any]) -> None:
     np.random.set_state(
         (numpy["kind"], numpy["keys"].numpy().astype(np.uint32), numpy["pos"], numpy["has_gauss"], numpy["gauss"])
     )
-    if "cuda" in states and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(states["cuda"])
+    if "cuda" in states and torch.cuda.is_available() and len(states["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(states["cuda"])  # (a job that sees other GPUs keeps its own)
 
 
 def _tuples(obj: Any) -> Any:
+    """``random.setstate`` wants the tuples :func:`_plain` turned into lists (for weights_only)."""
     return tuple(_tuples(v) for v in obj) if isinstance(obj, list) else obj
 
 
@@ -281,8 +282,11 @@ def _mid_epoch_ok(mid: Any, epoch: Any) -> bool:
         and _is_int(mid.get("batches"))
         and mid["batches"] > 0
         and isinstance(mid.get("ranks"), list)
-        and all(isinstance(r, dict) for r in mid["ranks"])
+        and all(isinstance(r, dict) and RANK_POSITION <= r.keys() for r in mid["ranks"])
     )
+
+
+RANK_POSITION = {"of", "rng", "loss_sum", "first_bad", "counts", "elapsed", "phases"}  # midepoch.capture's keys
 
 
 def _history_entry_ok(entry: Any) -> bool:

@@ -93,6 +93,7 @@ class Checkpointing:
         if self.best_weights is None:
             return None
         current = cpu_copy(model.state_dict())
+        trainer.ctx.local_barrier()  # tables shared by the machine's ranks: all copied before any loads
         model.load_state_dict(self.best_weights)
         try:
             return evaluator.evaluate(model, SPLITS)

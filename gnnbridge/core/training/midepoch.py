@@ -77,7 +77,8 @@ class Inside:
         )
 
     def earlier(self, key: str):
-        """The seconds (``elapsed``) or phase times (``phases``) spent before the checkpoint."""
+        """The seconds (``elapsed``) or phase times (``phases``) spent before the checkpoint: an
+        epoch's figures add its segments, so a stop costs no time in the record but the replay."""
         return self.mine[key]
 
 

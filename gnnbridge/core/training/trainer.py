@@ -204,6 +204,7 @@ class Trainer(RunParts):
         return {"feature_cache_hit_rate": hits / rows if rows else 0.0}
 
     def _note(self, line: str) -> None:
+        """One line on stderr from rank 0: what a resume does that the user did not ask for."""
         if self.ctx.is_main:
             print(line, file=sys.stderr, flush=True)
 
@@ -212,9 +213,13 @@ class Trainer(RunParts):
         inside, self.inside = self.inside, None
         return inside if inside is not None and inside.fits(epoch, batches, self._note) else None
 
-    def _checkpoint_inside(self, epoch: int, done: int, of: int, sums: tuple, phases: PhaseTimer, t0, inside) -> None:
-        """Every ``train.checkpoint_every_batches`` batches (not after an epoch's last one, which
-        the epoch-end checkpoint covers): latest.pt with every rank's position."""
+    def _checkpoint_inside(
+        self, epoch: int, done: int, of: int, sums: tuple, phases: PhaseTimer, t0: float, inside: midepoch.Inside | None
+    ) -> None:
+        """Every ``train.checkpoint_every_batches`` batches: latest.pt with every rank's position.
+        Not after the epoch's last batch (its end writes latest.pt as ``train.checkpoint_every``
+        says), and not once a rank's loss was NaN or infinite: the last good latest.pt stays, and
+        the epoch's end names the step."""
         every = self.config.train.checkpoint_every_batches
         if not every or done % every or done == of:
             return
@@ -222,7 +227,8 @@ class Trainer(RunParts):
         elapsed = time.perf_counter() - t0 + (inside.earlier("elapsed") if inside else 0.0)
         seconds = midepoch.added(phases.seconds(), inside and inside.earlier("phases"))
         ranks = midepoch.capture(self.ctx, of, *sums, elapsed, seconds)
-        self.checkpointing.inside_epoch(self, epoch, done, ranks)
+        if all(r["first_bad"] < 0 for r in ranks):
+            self.checkpointing.inside_epoch(self, epoch, done, ranks)
 
     def train_epoch(self, epoch: int) -> dict:
         cfg, ctx, data = self.config, self.ctx, self.data
