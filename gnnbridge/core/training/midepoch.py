@@ -65,16 +65,10 @@ class Inside:
             return False
         return True
 
-    def put_back(self, counts: ConfusionCounts) -> tuple[torch.Tensor, torch.Tensor]:
-        """After the replayed batches: this rank's generators and confusion counts as they were;
-        returns its loss sum and first bad step (on the counts' device)."""
+    def put_back(self, sums: EpochSums) -> None:
+        """After the replayed batches: this rank's generators and running sums as they were."""
         checkpoint.set_rng_states(self.mine["rng"])
-        counts.matrix.copy_(self.mine["counts"])
-        device = counts.matrix.device
-        return (
-            torch.tensor(self.mine["loss_sum"], dtype=torch.float64, device=device),
-            torch.tensor(self.mine["first_bad"], dtype=torch.int64, device=device),
-        )
+        sums.load(self.mine)
 
     def earlier(self, key: str):
         """The seconds (``elapsed``) or phase times (``phases``) spent before the checkpoint: an
@@ -82,17 +76,37 @@ class Inside:
         return self.mine[key]
 
 
-def capture(ctx: DistContext, of: int, loss_sum, first_bad, counts: ConfusionCounts, elapsed: float, phases: dict):
+class EpochSums:
+    """A rank's running sums of one epoch: the summed loss, the confusion counts and the first
+    step whose loss was NaN or infinite (-1: none). They stay on the device (no host sync per
+    step, one reduction per epoch); the first bad step is checked once the epoch is done."""
+
+    def __init__(self, classes: int, device: torch.device):
+        self.loss = torch.zeros((), dtype=torch.float64, device=device)
+        self.first_bad = torch.full((), -1, dtype=torch.int64, device=device)
+        self.counts = ConfusionCounts(classes, device)
+
+    def add(self, step: int, loss_sum: torch.Tensor, logits: torch.Tensor, y: torch.Tensor) -> None:
+        self.loss += loss_sum
+        self.first_bad = torch.where((self.first_bad < 0) & ~torch.isfinite(loss_sum.detach()), step, self.first_bad)
+        self.counts.update(logits.detach(), y)
+
+    def state(self) -> dict:
+        return {
+            "loss_sum": float(self.loss),
+            "first_bad": int(self.first_bad),
+            "counts": self.counts.matrix.detach().cpu().clone(),
+        }
+
+    def load(self, state: dict) -> None:
+        self.loss.fill_(state["loss_sum"])
+        self.first_bad.fill_(state["first_bad"])
+        self.counts.matrix.copy_(state["counts"])
+
+
+def capture(ctx: DistContext, of: int, sums: EpochSums, elapsed: float, phases: dict) -> list[dict]:
     """Every rank's running sums and generators, on every rank (a collective)."""
-    mine = {
-        "of": of,
-        "rng": checkpoint.rng_states(),
-        "loss_sum": float(loss_sum),
-        "first_bad": int(first_bad),
-        "counts": counts.matrix.detach().cpu().clone(),
-        "elapsed": elapsed,
-        "phases": phases,
-    }
+    mine = {"of": of, "rng": checkpoint.rng_states(), **sums.state(), "elapsed": elapsed, "phases": phases}
     return ctx.gather_objects(mine)
 
 

@@ -41,7 +41,6 @@ from gnnbridge.core.training.evaluation import (
     step_outputs,
 )
 from gnnbridge.core.training.loggers import RunLoggers
-from gnnbridge.core.training.metrics import ConfusionCounts
 from gnnbridge.core.training.phases import NO_PHASES, PhaseTimer, slowest_rank
 from gnnbridge.core.training.placement import autocast, grad_scaler, prefetched
 from gnnbridge.core.training.state import TrainState
@@ -75,6 +74,7 @@ class Trainer(RunParts):
         self.scaler = grad_scaler(config.placement.precision, ctx.device)
         self.state = TrainState()
         self.inside = midepoch.Inside.from_checkpoint(resume, ctx, self._note)  # a mid-epoch checkpoint's position
+        self.resumed: midepoch.Inside | None = None  # that position, while the epoch it lies in trains
         if resume is not None:
             self._restore(resume)
         device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
@@ -214,7 +214,7 @@ class Trainer(RunParts):
         return inside if inside is not None and inside.fits(epoch, batches, self._note) else None
 
     def _checkpoint_inside(
-        self, epoch: int, done: int, of: int, sums: tuple, phases: PhaseTimer, t0: float, inside: midepoch.Inside | None
+        self, epoch: int, done: int, of: int, sums: midepoch.EpochSums, phases: PhaseTimer, t0: float
     ) -> None:
         """Every ``train.checkpoint_every_batches`` batches: latest.pt with every rank's position.
         Not after the epoch's last batch (its end writes latest.pt as ``train.checkpoint_every``
@@ -224,66 +224,75 @@ class Trainer(RunParts):
         if not every or done % every or done == of:
             return
         self.ctx.doing(None)  # collectives from here, which time out on their own
-        elapsed = time.perf_counter() - t0 + (inside.earlier("elapsed") if inside else 0.0)
-        seconds = midepoch.added(phases.seconds(), inside and inside.earlier("phases"))
-        ranks = midepoch.capture(self.ctx, of, *sums, elapsed, seconds)
+        elapsed = time.perf_counter() - t0 + self._earlier("elapsed", 0.0)
+        seconds = midepoch.added(phases.seconds(), self._earlier("phases"))
+        ranks = midepoch.capture(self.ctx, of, sums, elapsed, seconds)
         if all(r["first_bad"] < 0 for r in ranks):
             self.checkpointing.inside_epoch(self, epoch, done, ranks)
 
-    def train_epoch(self, epoch: int) -> dict:
-        cfg, ctx, data = self.config, self.ctx, self.data
-        batches = self._epoch_seeds(epoch)
-        lr = optim.current_lr(self.optimizer)  # this epoch's, before the schedule steps
-        if not self.shard_fingerprint:
-            self.shard_fingerprint = _fingerprint(batches)
-        self.ddp.train()
-        # Sums stay on the device: no host sync per step, one reduction per epoch. So does the
-        # first step whose loss was NaN or infinite (-1: none), checked once the epoch is done.
-        loss_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
-        first_bad = torch.full((), -1, dtype=torch.int64, device=ctx.device)
-        counts = ConfusionCounts(2 if self.is_link else data.num_classes, ctx.device)
-        bar = tqdm(
-            total=len(batches),
-            desc=f"epoch {epoch + 1}/{cfg.train.epochs}",
+    def _earlier(self, key: str, default=None):
+        """What the epoch being trained spent before a stop it resumed from (see midepoch)."""
+        return self.resumed.earlier(key) if self.resumed is not None else default
+
+    def _to_train(self, loader, epoch: int, sums: midepoch.EpochSums, bar, phases: PhaseTimer):
+        """``(step, batch)`` of ``loader`` to train. Resuming inside the epoch, the batches before
+        the position are drawn again (the sampler's generators end where they were) and dropped,
+        then the rank's generators and sums are put back, before the next batch is drawn."""
+        skip = self.resumed.batches if self.resumed is not None else 0
+        for step, mb in enumerate(loader):
+            if step >= skip:
+                yield step, mb
+                continue
+            self.ctx.doing(midepoch.REPLAY.format(epoch=epoch + 1, batches=skip))
+            if step == skip - 1:
+                self.resumed.put_back(sums)
+                bar.update(skip)
+                phases.start(step=skip + 1)
+
+    def _epoch_bar(self, epoch: int, total: int):
+        return tqdm(
+            total=total,
+            desc=f"epoch {epoch + 1}/{self.config.train.epochs}",
             unit="batch",
             disable=None if self.show_progress else True,  # None: bars only on a terminal
             leave=False,
             dynamic_ncols=True,
         )
+
+    def train_epoch(self, epoch: int) -> dict:
+        cfg, ctx = self.config, self.ctx
+        batches = self._epoch_seeds(epoch)
+        lr = optim.current_lr(self.optimizer)  # this epoch's, before the schedule steps
+        if not self.shard_fingerprint:
+            self.shard_fingerprint = _fingerprint(batches)
+        self.ddp.train()
+        sums = midepoch.EpochSums(2 if self.is_link else self.data.num_classes, ctx.device)
+        bar = self._epoch_bar(epoch, len(batches))
         t0 = time.perf_counter()
         progress = BarFigures(t0)
         phases = PhaseTimer(ctx.device, ctx.doing, epoch)
         for cache in self.feature_caches:
             cache.reset()
-        inside = self._resumed_inside(epoch, len(batches))
-        skip = inside.batches if inside else 0
+        self.resumed = self._resumed_inside(epoch, len(batches))
         phases.start()
-        for step, mb in enumerate(prefetched(lambda: self._batches(batches, epoch), cfg.placement.prefetch)):
-            if step < skip:  # resuming inside the epoch: these batches are drawn again, not trained
-                ctx.doing(midepoch.REPLAY.format(epoch=epoch + 1, batches=skip))
-                if step == skip - 1:
-                    loss_sum, first_bad = inside.put_back(counts)
-                    bar.update(skip)
-                    phases.start(step=skip + 1)
-                continue
+        loader = prefetched(lambda: self._batches(batches, epoch), cfg.placement.prefetch)
+        for step, mb in self._to_train(loader, epoch, sums, bar, phases):
             phases.mark("sample")
             ctx.advance()
             loss_sum_batch, logits, y = self.train_step(mb, phases)
-            loss_sum += loss_sum_batch
+            sums.add(step, loss_sum_batch, logits, y)
             progress.step(bar, loss_sum_batch, y.numel())
-            first_bad = torch.where((first_bad < 0) & ~torch.isfinite(loss_sum_batch.detach()), step, first_bad)
-            counts.update(logits.detach(), y)
             bar.update(1)
-            self._checkpoint_inside(epoch, step + 1, len(batches), (loss_sum, first_bad, counts), phases, t0, inside)
+            self._checkpoint_inside(epoch, step + 1, len(batches), sums, phases, t0)
         ctx.doing(None)  # what follows waits in collectives, which time out on their own
-        counts.reduce(ctx)
-        ctx.all_reduce_sum(loss_sum)
+        counts, loss_sum, first_bad = sums.counts.reduce(ctx), ctx.all_reduce_sum(sums.loss), sums.first_bad
         # How many ranks had a bad step, and how many had it at the run's very first step.
         bad = ctx.all_reduce_sum(torch.stack([first_bad >= 0, (first_bad == 0) & (epoch == 0)]).long())
         self._check_loss(epoch, int(first_bad), int(bad[0]), bool(bad[1]))
-        epoch_time = time.perf_counter() - t0 + (inside.earlier("elapsed") if inside else 0.0)
+        epoch_time = time.perf_counter() - t0 + self._earlier("elapsed", 0.0)
         bar.close()
-        seconds = midepoch.added(phases.seconds(), inside and inside.earlier("phases"))
+        seconds = midepoch.added(phases.seconds(), self._earlier("phases"))
+        resumed, self.resumed = self.resumed, None
         return {
             "epoch": epoch,
             "loss": float(loss_sum) / max(1, counts.total),
@@ -294,7 +303,7 @@ class Trainer(RunParts):
             "phases": seconds,
             "phases_slowest_rank": slowest_rank(ctx, seconds, epoch_time),
             **self._epoch_hit_rate(),
-            **({"resumed_after_batch": skip} if skip else {}),
+            **({"resumed_after_batch": resumed.batches} if resumed else {}),
         }
 
     def train_step(self, mb, phases=NO_PHASES) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
