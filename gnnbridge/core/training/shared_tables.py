@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from gnnbridge.core.compiled import numba, signals_deferred
+from gnnbridge.core.compiled import signals_deferred
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.runtime.sharing import node_tensors
 from gnnbridge.core.training import sparse
@@ -48,7 +48,7 @@ def applies(ctx: DistContext, optimizer: torch.optim.Optimizer, tables: dict[str
     """Whether this job's tables can be one copy per machine (see the module docstring)."""
     inner = getattr(optimizer, "sparse", None)
     return (
-        _owned_rows is not None
+        sparse._sum_rows is not None
         and ctx.distributed
         and ctx.num_nodes == 1
         and ctx.local_world_size == ctx.world_size
@@ -140,7 +140,7 @@ class SharedTableSync:
         out_ids = np.empty(most, dtype=np.int64)
         out_values = np.empty((most, param.shape[1]), dtype=np.float32)
         with signals_deferred():
-            count = _owned_rows(
+            count = sparse._sum_rows(
                 box_ids.numpy(),
                 box_values.numpy(),
                 sizes.numpy(),
@@ -153,34 +153,3 @@ class SharedTableSync:
         ids, values = torch.from_numpy(out_ids[:count]), torch.from_numpy(out_values[:count])
         grad = torch.sparse_coo_tensor(ids[None], values, param.shape, check_invariants=False)
         return sparse.mark_unique_rows(grad)
-
-
-_owned_rows = None
-if numba is not None:
-    from numba import njit
-
-    @njit(cache=True, nogil=True)
-    def _owned_rows(box_ids, box_values, sizes, me, ranks, slot_of, out_ids, out_values):
-        """Each row ``r`` with ``r % ranks == me`` in the mailboxes, once in ``out_ids`` (first
-        seen, slot by slot), with the sum over its copies of ``copy / ranks`` (rounded to float32
-        before the sum, as the replicated path divides in place); returns how many."""
-        count = 0
-        for k in range(box_ids.shape[0]):
-            for r in range(sizes[k]):
-                row = box_ids[k, r]
-                if row % ranks != me:
-                    continue
-                slot = slot_of[row]
-                if slot < 0:
-                    slot = count
-                    slot_of[row] = slot
-                    out_ids[slot] = row
-                    count += 1
-                    for c in range(box_values.shape[2]):
-                        out_values[slot, c] = np.float32(box_values[k, r, c] / ranks)
-                else:
-                    for c in range(box_values.shape[2]):
-                        out_values[slot, c] += np.float32(box_values[k, r, c] / ranks)
-        for slot in range(count):
-            slot_of[out_ids[slot]] = -1
-        return count

@@ -210,7 +210,8 @@ class RowAdam(torch.optim.SparseAdam):
         out_ids = np.empty(ids.numel(), dtype=np.int64)
         out_values = np.empty((ids.numel(), param.shape[1]), dtype=np.float32)
         with signals_deferred():
-            count = _sum_rows(ids.numpy(), values.contiguous().numpy(), slots, out_ids, out_values)
+            box = (ids.numpy()[None], values.contiguous().numpy()[None], np.array([ids.numel()]))
+            count = _sum_rows(*box, 0, 1, slots, out_ids, out_values)
         return torch.from_numpy(out_ids[:count]), torch.from_numpy(out_values[:count])
 
 
@@ -256,21 +257,30 @@ if numba is not None:
                 weight[row, c] += minus_step * (m / (np.sqrt(v) + eps))
 
     @njit(cache=True, nogil=True)
-    def _sum_rows(ids, values, slot_of, out_ids, out_values):
-        """Each distinct id of ``ids`` once in ``out_ids`` (first-seen order) with the sum of its
-        rows of ``values``; returns how many. ``slot_of`` (-1 everywhere) is left as it was."""
+    def _sum_rows(box_ids, box_values, sizes, me, ranks, slot_of, out_ids, out_values):
+        """Each row id ``r`` with ``r % ranks == me`` in the first ``sizes[k]`` entries of each
+        ``box_ids[k]``, once in ``out_ids`` (first seen, box by box), with the sum over its copies
+        of ``box_values[k, i] / ranks`` (each rounded to float32 before the sum, as a replicated
+        gradient divided in place would be); returns how many. ``slot_of`` (-1 everywhere) is left
+        as it was. One box, ``ranks=1``: repeated rows summed; one box per rank: the rows a rank
+        owns of the ranks' mean (``shared_tables``)."""
         count = 0
-        for r in range(ids.shape[0]):
-            row = ids[r]
-            slot = slot_of[row]
-            if slot < 0:
-                slot = count
-                slot_of[row] = slot
-                out_ids[slot] = row
-                count += 1
-                out_values[slot, :] = values[r, :]
-            else:
-                out_values[slot, :] += values[r, :]
+        for k in range(box_ids.shape[0]):
+            for i in range(sizes[k]):
+                row = box_ids[k, i]
+                if row % ranks != me:
+                    continue
+                slot = slot_of[row]
+                if slot < 0:
+                    slot = count
+                    slot_of[row] = slot
+                    out_ids[slot] = row
+                    count += 1
+                    for c in range(box_values.shape[2]):
+                        out_values[slot, c] = np.float32(box_values[k, i, c] / ranks)
+                else:
+                    for c in range(box_values.shape[2]):
+                        out_values[slot, c] += np.float32(box_values[k, i, c] / ranks)
         for slot in range(count):
             slot_of[out_ids[slot]] = -1
         return count
