@@ -139,3 +139,22 @@ def test_max_batches_caps_each_ranks_epoch_and_leaves_the_rest_of_the_run_alone(
     assert [h["batches"] for h in capped["history"]] == [3, 3]
     assert whole["history"][0]["batches"] > 3
     assert capped["metrics"].keys() == whole["metrics"].keys()
+
+
+def test_a_resume_whose_epochs_end_before_the_epoch_it_stopped_inside_is_refused(tmp_path):
+    """A checkpoint written inside epoch 3 already holds some of it: train.epochs=2 would report
+    two epochs for weights that trained more, so the resume is refused in one line."""
+    from gnnbridge.core.app.plan import _check_epochs_left
+    from gnnbridge.core.config import from_dict
+    from gnnbridge.core.errors import ConfigError
+
+    monitor = {"best": 0.5, "best_epoch": 1, "bad_epochs": 0}
+    history = [{"epoch": 0}, {"epoch": 1}]
+    state = {"epoch": 1, "mid_epoch": {"epoch": 2, "batches": 5, "ranks": []}, "monitor": monitor, "history": history}
+    with pytest.raises(ConfigError) as err:
+        _check_epochs_left(state, from_dict({"train": {"epochs": 2}}), tmp_path)
+    assert str(err.value) == (
+        f"Run '{tmp_path}' stopped inside epoch 3 (after its batch 5) and train.epochs=2 would end before it; "
+        "give train.epochs of at least 3."
+    )
+    _check_epochs_left(state, from_dict({"train": {"epochs": 3}}), tmp_path)  # finishes epoch 3: fine
