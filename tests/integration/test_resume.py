@@ -666,3 +666,36 @@ def test_a_run_stopped_inside_its_first_epoch_resumes_there_by_hand(tmp_path, un
         "inside": {"epoch": 0, "batches": 2},
     }
     assert_same_run(tmp_path / "run", uninterrupted["pyg"])
+
+
+# The monitor peaks at epoch BEST_EPOCH (0-based) and falls after it: a run stopped later must take
+# its best weights from best.pt, since latest.pt holds other ones.
+MONITOR_PEAKS = textwrap.dedent("""
+    import os
+    from gnnbridge.core.training.state import TrainState
+
+    _record = TrainState.record
+
+    def record(self, stats, monitor):
+        stats[monitor] = 1.0 - 0.1 * abs(stats["epoch"] - int(os.environ["BEST_EPOCH"]))
+        return _record(self, stats, monitor)
+
+    TrainState.record = record
+""")
+
+
+@pytest.mark.parametrize("best_epoch", [0, 1])
+def test_a_restart_inside_an_epoch_keeps_an_earlier_best_epochs_weights(tmp_path, best_epoch):
+    """Killed inside epoch 3, after a best epoch 1 (latest.pt is epoch 2's) or 2 (latest.pt is its
+    end plus two batches): the restart reads the best weights from best.pt, and the run reports the
+    same best metrics, and keeps the same best.pt, as an uninterrupted one."""
+    env = {**hooked_env(tmp_path, MONITOR_PEAKS + RANK_DIES_INSIDE_AN_EPOCH), "BEST_EPOCH": str(best_epoch)}
+    for out, kill_at in (("whole", "0"), ("run", "12")):
+        args = ("--max-restarts", "1", "--out", out)
+        ok(gnnbridge("train", *INSIDE, *args, cwd=tmp_path, env={**env, "KILL_AT_STEP": kill_at}))
+    run, whole = results(tmp_path / "run"), results(tmp_path / "whole")
+    assert run["restarts"][0]["inside"] == {"epoch": 2, "batches": 2} and whole["best"]["epoch"] == best_epoch
+    assert run["best"]["metrics"] is not None and run["best"]["metrics"] != run["metrics"]
+    assert_same_run(tmp_path / "run", tmp_path / "whole")
+    best, again = weights(tmp_path / "whole", "best"), weights(tmp_path / "run", "best")
+    assert all(torch.equal(best[k], again[k]) for k in best)
