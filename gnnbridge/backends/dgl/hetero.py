@@ -143,7 +143,9 @@ class DglHeteroSampler(Sampler):
         data = self.data
         # From each type's CSC arrays, which DGL wraps without a copy (a prepared folder's stay
         # mapped) and samples in-neighbours from directly; an empty edge-id array makes the CSC
-        # positions the edge ids, as in core (see DglGraphStore).
+        # positions the edge ids, as in core (see DglGraphStore). For link tasks DGL adds a COO
+        # of the target relation in each rank on the first batch (its edge-prediction sampler
+        # reads seed edges' endpoints through it): 16 bytes an edge, docs/performance.md.
         no_eids = torch.empty(0, dtype=torch.int64)
         self.graph = dgl.heterograph(
             {et: ("csc", (data.indptr[et], ei[0], no_eids)) for et, ei in data.edge_index.items()},
