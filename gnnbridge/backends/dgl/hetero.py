@@ -3,8 +3,10 @@
 * A core sample becomes one block per layer, trimmed per hop as DGL's own sampler's blocks are
   (each node type's ids in ``dgl.NID``, every declared type present even when the sample has
   none of its nodes).
-* DGL's own samplers: ``NeighborSampler`` with a fanout per canonical edge type, wrapped by
-  ``as_edge_prediction_sampler`` for link batches. Negatives come from core's sampler (the
+* DGL's own samplers: ``NeighborSampler`` with a fanout per canonical edge type, and for link
+  batches what ``as_edge_prediction_sampler`` does around it, but with the positive pairs taken
+  from the record (DGL's wrapper builds a COO of the relation in each rank to find them; see
+  ``DglHeteroSampler._link_batch``). Negatives come from core's sampler (the
   same draw from the same stream: both samplers train on the same negatives, never the
   positive) and the excluded edges are each seed edge and its reverse, found through the
   record's ``reverse_eid`` (DGL's own
@@ -143,9 +145,7 @@ class DglHeteroSampler(Sampler):
         data = self.data
         # From each type's CSC arrays, which DGL wraps without a copy (a prepared folder's stay
         # mapped) and samples in-neighbours from directly; an empty edge-id array makes the CSC
-        # positions the edge ids, as in core (see DglGraphStore). For link tasks DGL adds a COO
-        # of the target relation in each rank on the first batch (its edge-prediction sampler
-        # reads seed edges' endpoints through it): 16 bytes an edge, docs/performance.md.
+        # positions the edge ids, as in core (see DglGraphStore).
         no_eids = torch.empty(0, dtype=torch.int64)
         self.graph = dgl.heterograph(
             {et: ("csc", (data.indptr[et], ei[0], no_eids)) for et, ei in data.edge_index.items()},
@@ -157,15 +157,12 @@ class DglHeteroSampler(Sampler):
         # the dst-first order of the block's src nodes, so a node a later block reaches can be
         # missing from the batch's inputs and a layer's carried rows belong to other nodes (a
         # DGLError or IndexError in the model, depending on the seed). ``to_block`` keeps the order.
-        blocks = dgl.dataloading.NeighborSampler(
+        self._sampler = dgl.dataloading.NeighborSampler(
             [{et: f[hop] for et, f in core.typed_fanouts.items()} for hop in reversed(range(layers))], fused=False
         )
         if data.is_link:
             self._negatives = core.negatives
-            blocks = dgl.dataloading.as_edge_prediction_sampler(
-                blocks, exclude=self._exclude, negative_sampler=self._draw_negatives
-            )
-        self._sampler = blocks
+            self._endpoints = data.edge_index[data.target_edge]  # column e: edge id e (CSC order)
 
     def reseed(self, seed: int, epoch: int, rank: int) -> None:
         self.core.reseed(seed, epoch, rank)
@@ -186,8 +183,19 @@ class DglHeteroSampler(Sampler):
         return MiniBatch(seeds, self._typed(input_nodes), blocks)
 
     def _link_batch(self, eids: torch.Tensor) -> LinkMiniBatch:
-        target = self.data.target_edge
-        input_nodes, pos, neg, blocks = self._sampler.sample(self.graph, {target: eids})
+        """DGL's edge-prediction sampling, as ``as_edge_prediction_sampler`` does it: the positive
+        and negative pair graphs compacted together, their nodes the seeds of DGL's block sampler,
+        each seed edge and its reverse excluded. The same batches to the bit (a test compares),
+        but the positive pairs come from the record's edge list: DGL's wrapper finds them with
+        ``edge_subgraph``, through a COO of the relation it builds in every rank on the first
+        batch and keeps (16 bytes an edge: 1.33 GB a rank on a Taobao-shaped graph)."""
+        dgl, target = self._dgl, self.data.target_edge
+        src, dst = self._endpoints[:, eids]
+        negatives = self.core.train_negatives(dst).flatten()
+        pos, neg = dgl.compact_graphs(
+            [self._pair_graph(src, dst), self._pair_graph(src.repeat_interleave(self._negatives), negatives)]
+        )
+        input_nodes, _, blocks = self._sampler.sample(self.graph, pos.ndata[dgl.NID], self._exclude({target: eids}))
         pairs = torch.cat(
             [torch.stack(pos.edges(etype=target, order="eid")), torch.stack(neg.edges(etype=target, order="eid"))],
             dim=1,
@@ -212,10 +220,13 @@ class DglHeteroSampler(Sampler):
         return {only: nodes}
 
     def _exclude(self, seed_edges: dict) -> dict:
-        return self.data.excluded(seed_edges[self.data.target_edge])
+        """A copy: DGL sorts the ids it excludes in place, which would reorder the batch's seeds."""
+        return self.data.excluded(seed_edges[self.data.target_edge].clone())
 
-    def _draw_negatives(self, graph: Any, seed_edges: dict) -> dict:
-        target = self.data.target_edge
-        src, dst = graph.find_edges(seed_edges[target], etype=target)
-        negatives = self.core.train_negatives(dst)
-        return {target: (src.repeat_interleave(self._negatives), negatives.flatten())}
+    def _pair_graph(self, src: torch.Tensor, dst: torch.Tensor) -> Any:
+        """Pairs as edges of the target relation in a graph of every type and all the nodes."""
+        empty = src.new_empty(0)
+        edges = {
+            et: (src, dst) if et == self.data.target_edge else (empty, empty) for et in self.graph.canonical_etypes
+        }
+        return self._dgl.heterograph(edges, {nt: self.graph.num_nodes(nt) for nt in self.graph.ntypes})
