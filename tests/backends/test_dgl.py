@@ -40,7 +40,6 @@ def test_native_sampler_takes_fanouts_from_the_seeds_outwards():
 DENSE_AND_WIDE = """
 import torch
 from gnnbridge.backends.dgl.backend import DglBackend
-from gnnbridge.backends.dgl.compat import import_dgl
 from gnnbridge.core.config import ModelSpec
 from gnnbridge.core.records.batches import IndexedRows
 from gnnbridge.core.records.data import GraphData
@@ -117,8 +116,8 @@ def test_dgls_heterogeneous_sampler_samples_a_prepared_folder_from_its_mapped_fi
 def test_dgls_link_batches_are_its_edge_prediction_samplers_without_a_coo_per_rank(tmp_path):
     """Link batches equal, to the id, those of DGL's ``as_edge_prediction_sampler`` around the same
     block sampler (same exclusions, core's negatives), keep their seed edges in their order (DGL
-    sorts excluded ids in place), and leave the graph with only its mapped
-    CSC: DGL's wrapper builds the relation's COO in every rank (1.33 GB a rank at Taobao scale)."""
+    sorts excluded ids in place), and leave the graph with only its mapped CSC: DGL's wrapper
+    builds the relation's COO in every rank (1.33 GB a rank at Taobao scale)."""
     dgl = import_dgl()
     data, sampler = shop_sampler(tmp_path, "link")
     target = data.target_edge
