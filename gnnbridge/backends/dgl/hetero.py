@@ -31,7 +31,7 @@ from torch import nn
 from gnnbridge.backends.dgl.compat import import_dgl
 from gnnbridge.core.contracts.interfaces import Sampler
 from gnnbridge.core.models.graphops import hetero_layer_bounds
-from gnnbridge.core.models.hetero import HeteroSAGE, states
+from gnnbridge.core.models.hetero import HeteroSAGE
 from gnnbridge.core.models.hgt import HeteroHGT
 from gnnbridge.core.models.relational import RelationalModel
 from gnnbridge.core.models.rgcn import HeteroRGCN
@@ -78,11 +78,12 @@ class DglHeteroSAGE(HeteroSAGE):
 
     def conv(self, index: int, graph: Any, h: dict[str, torch.Tensor], block: int) -> dict[str, torch.Tensor]:
         graph = graph[block]
+        n_src = {t: graph.num_src_nodes(t) for t in graph.srctypes}
+        sources, targets = self.layer_inputs(h, n_src, {t: graph.num_dst_nodes(t) for t in graph.dsttypes})
         out: dict[str, torch.Tensor] = {}
         for et in self.edge_types:
             s, _, d = et
-            x = (states(h, s, graph.num_src_nodes(s)), states(h, d, graph.num_dst_nodes(d)))
-            y = self.relation_conv(index, et)(graph[et], x)
+            y = self.relation_conv(index, et)(graph[et], (sources[s], targets[d]))
             out[d] = out[d] + y if d in out else y
         return out
 

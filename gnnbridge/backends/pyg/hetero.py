@@ -10,9 +10,16 @@ than needed, so the relations are called here with ``(x_src, x_dst)`` and ``size
 through ``HeteroConv.forward``; ``HeteroConv`` still holds the modules, so parameter names stay
 PyG's.
 
+Each relation's aggregation is fused where it can be: core's typed sampler emits a relation's
+edges in destination order, so the batch carries each relation's CSR offsets (``dst_ptr``, a
+prefix sum, no sort) and ``SAGEConv`` gets a sparse adjacency instead of ``edge_index`` (see
+:mod:`~gnnbridge.backends.pyg.sparse`): it reads neighbours' rows straight from the CSR instead
+of materialising a message per edge, as DGL's kernels do.
+
 R-GCN and HGT are core's (:mod:`~gnnbridge.core.models.relational`); :class:`PygRelations`
-gives them a relation's edges, a per-relation mean (``torch_geometric.utils.scatter``) and the
-softmax over a destination's incoming edges (``torch_geometric.utils.softmax``)."""
+gives them a relation's edges, a per-relation mean (through the same CSR adjacency, else
+``torch_geometric.utils.scatter``) and the softmax over a destination's incoming edges
+(``torch_geometric.utils.softmax``)."""
 
 from __future__ import annotations
 
@@ -21,11 +28,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from gnnbridge.backends.pyg.sparse import FUSED_AGGREGATIONS, layer_adjacency
 from gnnbridge.core.models.graphops import hetero_layer_bounds
-from gnnbridge.core.models.hetero import HeteroSAGE, states
+from gnnbridge.core.models.hetero import HeteroSAGE
 from gnnbridge.core.models.hgt import HeteroHGT
 from gnnbridge.core.models.relational import RelationalModel
 from gnnbridge.core.models.rgcn import HeteroRGCN
+from gnnbridge.core.records.csc import dst_offsets
 
 
 def to_hetero_data(sub) -> Any:
@@ -35,10 +44,13 @@ def to_hetero_data(sub) -> Any:
     for t, ids in sub.node.items():
         graph[t].n_id = ids
         graph[t].num_nodes = ids.numel()
+    graph.bounds = hetero_layer_bounds(sub.num_sampled_nodes, sub.num_sampled_edges, sub.layers)
     for et in sub.row:
         graph[et].edge_index = torch.stack([sub.row[et], sub.col[et]])
         graph[et].e_id = sub.edge[et]
-    graph.bounds = hetero_layer_bounds(sub.num_sampled_nodes, sub.num_sampled_edges, sub.layers)
+        ptr = dst_offsets(sub.col[et], graph.bounds[0][1][et[2]])  # None: not in destination order
+        if ptr is not None:
+            graph[et].dst_ptr = ptr
     return graph
 
 
@@ -55,17 +67,25 @@ class PygHeteroSAGE(HeteroSAGE):
 
     def conv(self, index: int, graph: Any, h: dict[str, torch.Tensor], block: int) -> dict[str, torch.Tensor]:
         n_src, n_dst, n_edges = graph.bounds[block]
+        sources, targets = self.layer_inputs(h, n_src, n_dst)
         out: dict[str, torch.Tensor] = {}
         for et in self.edge_types:
             s, _, d = et
-            x = (states(h, s, n_src[s]), states(h, d, n_dst[d]))
-            if et in graph.edge_types:
-                edges = graph[et].edge_index[:, : n_edges[et]]
-            else:  # made here: a module-level tensor made under a meta-device build would be meta
-                edges = torch.zeros(2, 0, dtype=torch.int64, device=x[0].device)
-            y = self.relation_conv(index, et)(x, edges, size=(n_src[s], n_dst[d]))
+            x = (sources[s], targets[d])
+            y = self.relation_conv(index, et)(x, *self._adjacency(graph, et, n_src[s], n_dst[d], n_edges, x[0]))
             out[d] = out[d] + y if d in out else y
         return out
+
+    def _adjacency(self, graph: Any, et: tuple, n_src: int, n_dst: int, n_edges: dict, x: torch.Tensor) -> tuple:
+        """The relation's edges for SAGEConv: a CSR adjacency where the batch has its offsets and
+        the aggregation fuses, else ``edge_index`` and ``size`` (none drawn: empty, so the
+        relation still adds its root term)."""
+        if et not in graph.edge_types:  # made here: a module-level tensor made under a meta-device build would be meta
+            return torch.zeros(2, 0, dtype=torch.int64, device=x.device), (n_src, n_dst)
+        store, count = graph[et], n_edges[et]
+        if count and "dst_ptr" in store and self.spec.aggr in FUSED_AGGREGATIONS:
+            return (layer_adjacency(store.dst_ptr, store.edge_index[0, :count], n_dst, n_src, x.dtype),)
+        return store.edge_index[:, :count], (n_src, n_dst)
 
     def carry(self, block: int, graph: Any, node_type: str, h: torch.Tensor) -> torch.Tensor:
         return h[: graph.bounds[block][1][node_type]]
@@ -86,9 +106,12 @@ class PygRelations(RelationalModel):
         return edges[0], edges[1]
 
     def mean(self, graph: Any, block: int, edge_type: tuple, x: torch.Tensor, n_dst: int) -> torch.Tensor:
-        from torch_geometric.utils import scatter
+        """Through the relation's CSR adjacency where the batch has it (no message per edge)."""
+        from torch_geometric.utils import scatter, spmm
 
         src, dst = self.edges(graph, block, edge_type)
+        if src.numel() and "dst_ptr" in graph[edge_type]:
+            return spmm(layer_adjacency(graph[edge_type].dst_ptr, src, n_dst, x.shape[0], x.dtype), x, reduce="mean")
         return scatter(x[src], dst, dim=0, dim_size=n_dst, reduce="mean")
 
     def attend(self, graph: Any, block: int, scores: dict, values: dict, n_dst: dict[str, int]) -> dict:

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from gnnbridge.core.errors import ConfigError
-from gnnbridge.core.models.hetero import HeteroModel, states
+from gnnbridge.core.models.hetero import HeteroModel
 
 
 class RelationalModel(HeteroModel):
@@ -76,9 +76,7 @@ class RelationalModel(HeteroModel):
         src, dst = self.sizes(graph, block)
         n_src = {s: src.get(s, 0) for s, _, _ in self.edge_types}
         n_dst = {d: dst.get(d, 0) for _, _, d in self.edge_types}
-        x_src = {t: states(h, t, n) for t, n in n_src.items()}
-        x_dst = {t: states(h, t, n) for t, n in n_dst.items()}
-        return x_src, x_dst, n_src, n_dst
+        return *self.layer_inputs(h, n_src, n_dst), n_src, n_dst
 
 
 def heterogeneous_only(arch: str, data: Any) -> None:
