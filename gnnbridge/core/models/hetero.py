@@ -97,7 +97,6 @@ class HeteroModel(nn.Module):
         the batch, so a node's state never depends on which other nodes share its batch (what
         makes layer-wise inference exact)."""
 
-    @abstractmethod
     def layer_inputs(self, h: dict, n_src: dict[str, int], n_dst: dict[str, int]) -> tuple[dict, dict]:
         """Each relation type's source and destination rows, cut once per node type and layer
         (each cut is a zero-filled gradient of the whole state in the backward pass, so not once
@@ -109,6 +108,7 @@ class HeteroModel(nn.Module):
             {t: states(h, t, n_dst.get(t, 0)) for t in targets},
         )
 
+    @abstractmethod
     def carry(self, block: int, graph: Any, node_type: str, h: torch.Tensor) -> torch.Tensor:
         """The rows of a node type no relation points into that layer ``block`` passes on (its
         destination nodes, a prefix of its sources)."""
