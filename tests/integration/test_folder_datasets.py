@@ -334,7 +334,13 @@ def test_half_width_features_are_recorded_and_opened_as_such(tmp_path, dtype):
     folder = save_folder(tmp_path / "g", arrays)
     prepare(str(folder), dtype=dtype, progress=False)
     manifest = json.loads((folder / MANIFEST).read_text())
-    assert manifest["arrays"]["x"] == {"file": f"prepared/x.{dtype}.npy", "dtype": dtype, "shape": [120, 12]}
+    x = manifest["arrays"]["x"]
+    assert {k: x[k] for k in ("file", "dtype", "shape")} == {
+        "file": f"prepared/x.{dtype}.npy",
+        "dtype": dtype,
+        "shape": [120, 12],
+    }
+    assert x["size"] == (folder / x["file"]).stat().st_size  # a derived file is checked at open like an input
     x = open_prepared(folder).x
     assert x.dtype == getattr(torch, dtype) and torch.equal(x, torch.from_numpy(arrays["x"]).to(x.dtype))
 
@@ -433,7 +439,8 @@ def test_a_heterogeneous_folder_prepares_the_node_task_topology_the_npz_builds(t
         assert torch.equal(opened.split(name), built.split(name))
     assert opened.summary() == built.summary()
     recorded = json.loads((folder / MANIFEST).read_text())["arrays"]
-    assert recorded["csc_edges__item__rev_buys__user"] == {
+    edges = recorded["csc_edges__item__rev_buys__user"]
+    assert {k: edges[k] for k in ("file", "dtype", "shape")} == {
         "file": "prepared/edges__item__rev_buys__user.npy",
         "dtype": "int64",
         "shape": [2, 120],

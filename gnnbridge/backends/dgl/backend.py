@@ -18,6 +18,7 @@ from gnnbridge.core.records.batches import SampledSubgraph
 from gnnbridge.core.records.collection import GraphCollection, PackedGraphs
 from gnnbridge.core.records.csc import dst_offsets
 from gnnbridge.core.records.data import GraphData
+from gnnbridge.core.records.folder import check_mapped_csc
 from gnnbridge.core.sampling.adapters import CollectionStore, CorePacker, CoreSampler
 
 
@@ -31,6 +32,7 @@ class DglGraphStore(GraphStore):
         super().__init__(data)
         dgl = import_dgl()
         no_eids = torch.empty(0, dtype=torch.int64)
+        check_mapped_csc(data.indptr, data.indices, data.num_nodes)  # DGL trusts them (a bad offset aborts)
         self._native = dgl.graph(("csc", (data.indptr, data.indices, no_eids)), num_nodes=data.num_nodes)
 
     @property

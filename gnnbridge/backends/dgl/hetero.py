@@ -36,6 +36,7 @@ from gnnbridge.core.models.hgt import HeteroHGT
 from gnnbridge.core.models.relational import RelationalModel
 from gnnbridge.core.models.rgcn import HeteroRGCN
 from gnnbridge.core.records.batches import MiniBatch
+from gnnbridge.core.records.folder import check_mapped_csc
 from gnnbridge.core.sampling.hetero import CoreHeteroSampler, LinkMiniBatch
 from gnnbridge.core.sampling.seeds import derived_seed
 
@@ -148,6 +149,8 @@ class DglHeteroSampler(Sampler):
         # mapped) and samples in-neighbours from directly; an empty edge-id array makes the CSC
         # positions the edge ids, as in core (see DglGraphStore).
         no_eids = torch.empty(0, dtype=torch.int64)
+        for (src, rel, dst), ei in data.edge_index.items():  # DGL trusts them (a bad offset aborts)
+            check_mapped_csc(data.indptr[(src, rel, dst)], ei[0], data.num_nodes[src])
         self.graph = dgl.heterograph(
             {et: ("csc", (data.indptr[et], ei[0], no_eids)) for et, ei in data.edge_index.items()},
             num_nodes_dict=dict(data.num_nodes),

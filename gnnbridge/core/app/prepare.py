@@ -110,6 +110,7 @@ def prepare_folder(
         try:
             extra = (fill(out) if fill is not None else _link_sources(src, out) if out != src else None) or {}
             manifest = {**_derive(out, dtype, progress), **extra}
+            _stamp(out, manifest)
             replace(out / MANIFEST, json.dumps(manifest, indent=1) + "\n")
         except BaseException as exc:
             _discard(out)
@@ -126,6 +127,13 @@ def prepare_folder(
         "summary": manifest["summary"],
         "checked": manifest["checked"],
     }
+
+
+def _stamp(root: Path, manifest: dict) -> None:
+    """Each array's size and modification time, as the inputs' are recorded: a run refuses a
+    derived file that changed since, or a manifest pointing an array at another's file."""
+    for spec in manifest["arrays"].values():
+        spec.update(stat_input(root / spec["file"]))
 
 
 def _discard(out: Path) -> None:
@@ -164,8 +172,19 @@ def _already(out: Path, dtype: str) -> dict | None:
         manifest = read_manifest(out)
     except DataError:
         return None
-    fresh = manifest.get("dtype") == dtype and changed_input(out, manifest) is None and not _lacks_topology(manifest)
+    fresh = (
+        manifest.get("dtype") == dtype
+        and _stamped(manifest)
+        and changed_input(out, manifest) is None
+        and not _lacks_topology(manifest)
+    )
     return manifest if fresh and not _source_changed(manifest) else None
+
+
+def _stamped(manifest: dict) -> bool:
+    """Whether the manifest records its arrays' sizes and times (see :func:`_stamp`); one
+    written before it did is prepared again, so its runs check their derived files too."""
+    return all(isinstance(spec, dict) and "size" in spec for spec in manifest.get("arrays", {}).values())
 
 
 def _lacks_topology(manifest: dict) -> bool:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +33,7 @@ from gnnbridge.core.errors import DataError, DataFileNotFoundError
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData, random_split
 from gnnbridge.core.records.features import advise
-from gnnbridge.core.records.formats import hetero_source
+from gnnbridge.core.records.formats import hetero_source, is_member_name
 
 FORMAT = 1
 PREPARED = "prepared"
@@ -84,9 +85,20 @@ def stat_input(file: Path) -> dict:
 
 
 def changed_input(root: Path, manifest: dict) -> str | None:
-    """The first input whose size or modification time differs from the manifest's (or that is
-    gone), as the line that refuses it; None when every input is as prepared."""
-    for name, seen in manifest.get("inputs", {}).items():
+    """The first input or derived file whose size or modification time differs from the
+    manifest's (or that is gone), as the line that refuses it; None when every file is as
+    prepared. Derived files are checked too: an edited ``prepared/indices.npy``, or a manifest
+    pointing one array at another's file, is refused before any kernel reads it."""
+    recorded = {name: seen for name, seen in manifest.get("inputs", {}).items()}
+    for spec in manifest.get("arrays", {}).values():
+        if isinstance(spec, dict) and "size" in spec:  # manifests written before this recorded none
+            recorded.setdefault(spec["file"], {"size": spec["size"], "mtime_ns": spec.get("mtime_ns")})
+            if recorded[spec["file"]] != {"size": spec["size"], "mtime_ns": spec.get("mtime_ns")}:
+                return (
+                    f"{root / MANIFEST} names {spec['file']} twice with different sizes; run gnnbridge prepare "
+                    f"{root} again"
+                )
+    for name, seen in recorded.items():
         try:
             now = stat_input(root / name)
         except OSError:
@@ -98,7 +110,77 @@ def changed_input(root: Path, manifest: dict) -> str | None:
                 f"{root / name} changed since `gnnbridge prepare` (size/modified time); run gnnbridge prepare "
                 f"{root} again"
             )
+    return unknown_member(root, manifest)
+
+
+def unknown_member(root: Path, manifest: dict) -> str | None:
+    """The line refusing a dataset file the manifest does not know (``train_idx.npy`` added after
+    prepare, say): a run would otherwise ignore it silently and draw a split of its own."""
+    known = set(manifest.get("inputs", {}))
+    for file in sorted(root.glob("*.npy")):
+        if file.name not in known and is_member_name(file.stem):
+            return (
+                f"{file} was added after `gnnbridge prepare` (its manifest does not list it); run gnnbridge "
+                f"prepare {root} again to use it, or remove it"
+            )
     return None
+
+
+# Where each mapped array came from: (first byte, end byte, the array while alive, file, folder).
+# A kernel that finds an array corrupt names the file through :func:`origin`; the weak
+# reference keeps a later allocation at the same address from being taken for it.
+_ORIGINS: list[tuple[int, int, weakref.ref, Path, Path]] = []
+
+
+def origin(tensor: torch.Tensor | None) -> tuple[Path, Path] | None:
+    """``(file, folder)`` of the mapped folder array that ``tensor`` views, or None."""
+    if tensor is None or tensor.numel() == 0:
+        return None
+    address = tensor.data_ptr()
+    _ORIGINS[:] = [entry for entry in _ORIGINS if entry[2]() is not None]
+    for first, end, _, file, root in _ORIGINS:
+        if first <= address < end:
+            return file, root
+    return None
+
+
+class TopologyError(DataError):
+    """A graph's CSC arrays name a node or an offset outside the graph: a corrupt (or edited)
+    file, since every array a run builds itself is checked. ``array``: the tensor at fault,
+    whose file (:func:`origin`) the line names."""
+
+    def __init__(self, what: str, array: torch.Tensor | None):
+        found = origin(array)
+        super().__init__(
+            f"{found[0]}: {what}: the file is corrupt or was changed after gnnbridge prepare wrote it; "
+            f"remove {found[1] / PREPARED} and run gnnbridge prepare {found[1]}"
+            if found
+            else f"The graph's topology is corrupt: {what} (a corrupt dataset file?)."
+        )
+
+
+def check_mapped_csc(indptr: torch.Tensor, indices: torch.Tensor, num_src: int) -> None:
+    """Refuse CSC arrays read from files whose offsets or ids leave the graph, before a library
+    that trusts them (DGL's graph and sampler: a bad offset aborted the process) reads them.
+    Arrays built in memory were checked when built, and are passed through. One pass over each
+    array, a block at a time (the core sampler's kernels check as they read instead)."""
+    if origin(indptr) is None and origin(indices) is None:
+        return
+    edges, step = int(indices.shape[0]), 1 << 22
+    if int(indptr[0]) != 0 or int(indptr[-1]) != edges:
+        raise TopologyError(f"the offsets run from {int(indptr[0])} to {int(indptr[-1])}, not 0 to {edges}", indptr)
+    for start in range(0, indptr.shape[0] - 1, step):
+        block = indptr[start : start + step + 1]
+        if block.numel() > 1 and bool((block.diff() < 0).any()):
+            node = start + int((block.diff() < 0).nonzero()[0])
+            raise TopologyError(f"the offsets of node {node} run backwards", indptr)
+    for start in range(0, edges, step):
+        block = indices[start : start + step]
+        low, high = int(block.min()), int(block.max())
+        if low < 0 or high >= num_src:
+            bad = low if low < 0 else high
+            edge = start + int((block == bad).nonzero()[0])
+            raise TopologyError(f"edge {edge} names source node {bad}, outside [0, {num_src})", indices)
 
 
 def mapped(root: Path, spec: dict) -> torch.Tensor:
@@ -119,6 +201,8 @@ def mapped(root: Path, spec: dict) -> torch.Tensor:
         # files are the dataset), and nothing writes into a record's tensors.
         warnings.simplefilter("ignore", UserWarning)
         tensor = torch.from_numpy(array)
+    if array.nbytes:
+        _ORIGINS.append((tensor.data_ptr(), tensor.data_ptr() + array.nbytes, weakref.ref(array), file, root))
     return tensor.view(torch.bfloat16) if spec["dtype"] == "bfloat16" else tensor
 
 

@@ -53,6 +53,12 @@ def check_header(path, key: str, found: np.dtype, shape: tuple, dtype, ndim: int
         raise DataError(f"{path}: {key} has shape {list(shape)}; expected {ndim} dimension(s).")
 
 
+def is_member_name(name: str) -> bool:
+    """Whether ``name`` (a file's stem, an archive member's key) is one the format reads: a
+    homogeneous array's, or one of the heterogeneous format's ``KIND__...`` names."""
+    return name in NPZ_ARRAYS or ("__" in name and name.split("__", 1)[0] in HETERO_MARKERS)
+
+
 def is_hetero(names) -> bool:
     """Whether member names use the heterogeneous format's typed keys (``kind__type``)."""
     return bool({name.split("__", 1)[0] for name in names if "__" in name} & set(HETERO_MARKERS))

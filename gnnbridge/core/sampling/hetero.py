@@ -109,7 +109,8 @@ class HeteroNeighborSampler:
         self.fanouts = fanouts
         self.layers = len(next(iter(fanouts.values())))
         self._hops = {
-            et: NeighborSampler(data.indptr[et], data.edge_index[et][0], fanouts[et]) for et in sorted(data.edge_types)
+            et: NeighborSampler(data.indptr[et], data.edge_index[et][0], fanouts[et], data.num_nodes[et[0]])
+            for et in sorted(data.edge_types)
         }
         self._maps = {t: torch.full((n,), -1, dtype=torch.int64) for t, n in data.num_nodes.items()}
 

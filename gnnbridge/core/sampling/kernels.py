@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from gnnbridge.core.compiled import numba, parallel_launch, signals_deferred, threads
+from gnnbridge.core.records.folder import TopologyError
 
 GOLDEN = -7046029254386353131  # 0x9E3779B97F4A7C15 as int64
 MIX1 = -4658895280553007687  # 0xBF58476D1CE4E5B9
@@ -31,6 +32,9 @@ INV53 = 1.0 / (1 << 53)
 PARALLEL_MIN_PICKS = 16384  # picks from which a hop runs in parallel (a launch of numba's threads costs ~0.1 ms)
 SERIAL = 2**62  # a min_parallel no hop reaches: every hop serial
 PICK_CHUNK = 256  # frontier nodes picked, then read, at a time: their edge ids stay in cache between the two loops
+# What a kernel found wrong with the arrays it read (``fault[0]``; see ``_take``): the topology
+# comes from files, and a corrupt file must be one line, never a read out of bounds.
+NODE_OUTSIDE, OFFSETS_OUTSIDE, SOURCE_OUTSIDE = 1, 2, 3
 
 
 def available() -> bool:
@@ -73,22 +77,41 @@ if numba is not None:
         return np.float64(_lsr(z, 11) & np.int64(MASK53)) * INV53
 
     @njit(cache=True, nogil=True)
-    def _take(indptr, frontier, fanout):
+    def _take(indptr, frontier, fanout, fault):
         """(offsets, starts, degrees): where each frontier node's picks go (node i takes
         min(degree, fanout), or all), and where its neighbours are. A tight loop reads
         ``indptr`` at random here with many reads in flight; the picks then read these arrays
-        in order, where each node waited for its own read (Reddit scale: 10-25% more edges/s)."""
-        n = frontier.shape[0]
+        in order, where each node waited for its own read (Reddit scale: 10-25% more edges/s).
+
+        A node outside the graph, or offsets that leave ``[0, E]`` or run backwards (a corrupt
+        file), take nothing and are recorded in ``fault`` (see :func:`_fault`): never a read
+        out of bounds."""
+        n, num_nodes, num_edges = frontier.shape[0], indptr.shape[0] - 1, np.int64(fault[3])
         offsets, starts, degs = np.empty(n + 1, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
         offsets[0] = 0
         for i in range(n):
-            starts[i] = indptr[frontier[i]]
-            degs[i] = indptr[frontier[i] + 1] - starts[i]
+            v = frontier[i]
+            if v < 0 or v >= num_nodes:
+                _fault(fault, NODE_OUTSIDE, i, v)
+                starts[i], degs[i] = 0, 0
+            else:
+                starts[i] = indptr[v]
+                degs[i] = indptr[v + 1] - starts[i]
+                if starts[i] < 0 or degs[i] < 0 or starts[i] + degs[i] > num_edges:
+                    _fault(fault, OFFSETS_OUTSIDE, v, starts[i] if starts[i] < 0 or degs[i] < 0 else indptr[v + 1])
+                    starts[i], degs[i] = 0, 0
             offsets[i + 1] = offsets[i] + (degs[i] if fanout < 0 or degs[i] <= fanout else fanout)
         return offsets, starts, degs
 
+    @njit(cache=True, inline="always")
+    def _fault(fault, kind, where, value):
+        """The first fault of a call: ``fault[0:3] = (kind, where, value)``; ``fault[3]`` holds
+        the edge count and ``fault[4]`` the source-node count the checks compare with."""
+        if fault[0] == 0:
+            fault[0], fault[1], fault[2] = kind, where, value
+
     @njit(cache=True, nogil=True)
-    def _pick_nodes(indices, starts, degs, seed, offsets, edge, src, col, at, col_base, lo, hi):
+    def _pick_nodes(indices, starts, degs, seed, offsets, edge, src, col, at, col_base, lo, hi, fault):
         """Edge ids picked for frontier nodes lo..hi-1 into ``edge[at + offsets[i]:]``, ``col`` =
         col_base + i, then their global source ids into ``src``.
 
@@ -99,6 +122,9 @@ if numba is not None:
         a loop of their own after the picks: a tight loop keeps many misses in flight, where
         reads interleaved with the picks' hashing and branches waited one by one (at Reddit scale
         one thread's hop 2 took 12.5 ms interleaved, 9.8 ms as two loops).
+
+        A source id outside ``[0, fault[4])`` (a corrupt ``indices`` file) becomes 0 and is
+        recorded in ``fault``: the relabel and the feature gather index by these ids.
         """
         for i in range(lo, hi):
             start, deg = starts[i], degs[i]
@@ -117,38 +143,43 @@ if numba is not None:
                         pick = start + j
                         break
                 edge[o + c] = pick
+        num_src = fault[4]
         for e in range(at + offsets[lo], at + offsets[hi]):
-            src[e] = indices[edge[e]]
+            u = indices[edge[e]]
+            if u < 0 or u >= num_src:
+                _fault(fault, SOURCE_OUTSIDE, edge[e], u)
+                u = 0
+            src[e] = u
 
     # Two functions, not one compiled twice: numba's on-disk cache keys a kernel by its function
     # and argument types, not by ``parallel=``, so one function jitted both ways made whichever
     # variant compiled first stand in for both in every later process (measured: the "serial"
     # loop paid the parallel launch, ~0.1 ms, and on 2 threads the "parallel" one could run on one).
     @njit(cache=True, nogil=True)
-    def _picks_serial(indices, starts, degs, seed, offsets, edge, src, col, at, col_base):
+    def _picks_serial(indices, starts, degs, seed, offsets, edge, src, col, at, col_base, fault):
         for lo in range(0, degs.shape[0], PICK_CHUNK):
             hi = min(lo + PICK_CHUNK, degs.shape[0])
-            _pick_nodes(indices, starts, degs, seed, offsets, edge, src, col, at, col_base, lo, hi)
+            _pick_nodes(indices, starts, degs, seed, offsets, edge, src, col, at, col_base, lo, hi, fault)
 
     @njit(cache=True, nogil=True, parallel=True)
-    def _picks_parallel(indices, starts, degs, seed, offsets, edge, src, col, at, col_base):
+    def _picks_parallel(indices, starts, degs, seed, offsets, edge, src, col, at, col_base, fault):
         """The same on numba's threads, a chunk of nodes each; a launch costs ~0.1 ms, so only
         large hops take it."""
         for b in prange((degs.shape[0] + PICK_CHUNK - 1) // PICK_CHUNK):
             lo = np.int64(b) * PICK_CHUNK  # prange may hand out unsigned indices; stay in int64
             hi = min(lo + PICK_CHUNK, degs.shape[0])
-            _pick_nodes(indices, starts, degs, seed, offsets, edge, src, col, at, col_base, lo, hi)
+            _pick_nodes(indices, starts, degs, seed, offsets, edge, src, col, at, col_base, lo, hi, fault)
 
     @njit(cache=True, nogil=True)
-    def _pick_hop(indptr, indices, frontier, fanout, seed, edge, src, col, at, col_base, min_parallel):
+    def _pick_hop(indptr, indices, frontier, fanout, seed, edge, src, col, at, col_base, min_parallel, fault):
         """One hop's picks appended at ``at`` (buffers grown to fit); returns (edge, src, col, end)."""
-        offsets, starts, degs = _take(indptr, frontier, fanout)
+        offsets, starts, degs = _take(indptr, frontier, fanout, fault)
         end = at + offsets[-1]
         edge, src, col = _grow(edge, end), _grow(src, end), _grow(col, end)
         if offsets[-1] >= min_parallel and degs.shape[0] > PICK_CHUNK:  # one chunk has nothing to share
-            _picks_parallel(indices, starts, degs, seed, offsets, edge, src, col, at, col_base)
+            _picks_parallel(indices, starts, degs, seed, offsets, edge, src, col, at, col_base, fault)
         else:
-            _picks_serial(indices, starts, degs, seed, offsets, edge, src, col, at, col_base)
+            _picks_serial(indices, starts, degs, seed, offsets, edge, src, col, at, col_base, fault)
         return edge, src, col, end
 
     @njit(cache=True, nogil=True)
@@ -185,25 +216,31 @@ if numba is not None:
         return nodes, count
 
     @njit(cache=True, nogil=True)
-    def _sample_layers(indptr, indices, seeds, fanouts, keys, local, min_parallel, nodes, row, col, edge):
+    def _sample_layers(indptr, indices, seeds, fanouts, keys, local, min_parallel, fault, nodes, row, col, edge):
         """Every hop and relabel of one batch in compiled code, written into the given buffers
         (grown by doubling where too small): (nodes, row, col, edge, node_counts, edge_counts),
         the buffers whole; ``node_counts`` and ``edge_counts`` say how much of each is the batch.
 
-        ``local`` is the dense global -> local map (int32 or int64), all -1 on entry and again on return.
+        ``local`` is the dense global -> local map (int32 or int64), all -1 on entry and again on
+        return. A fault (see :func:`_take`) ends the batch early with nothing in it.
         """
         n = seeds.shape[0]
         nodes = _grow(nodes, 2 * n)
         nodes[:n] = seeds
-        for s in range(n):
-            local[seeds[s]] = s
         node_counts = np.zeros(fanouts.shape[0] + 1, np.int64)
         edge_counts = np.zeros(fanouts.shape[0], np.int64)
+        for s in range(n):
+            if seeds[s] < 0 or seeds[s] >= local.shape[0]:
+                _fault(fault, NODE_OUTSIDE, s, seeds[s])
+                for r in range(s):
+                    local[seeds[r]] = -1
+                return nodes, row, col, edge, node_counts, edge_counts
+            local[seeds[s]] = s
         node_counts[0] = n
         at, start, total = 0, 0, n
         for h in range(fanouts.shape[0]):
             edge, row, col, end = _pick_hop(
-                indptr, indices, nodes[start:total], fanouts[h], keys[h], edge, row, col, at, start, min_parallel
+                indptr, indices, nodes[start:total], fanouts[h], keys[h], edge, row, col, at, start, min_parallel, fault
             )
             nodes, count = _relabel_into(local, row, at, end, nodes, total, 0)
             edge_counts[h], node_counts[h + 1] = end - at, count - total
@@ -213,16 +250,21 @@ if numba is not None:
         return nodes, row, col, edge, node_counts, edge_counts
 
     @njit(cache=True, nogil=True)
-    def _sample_hop(indptr, indices, frontier, fanout, seed, min_parallel):
+    def _sample_hop(indptr, indices, frontier, fanout, seed, min_parallel, fault):
         empty = np.empty(0, np.int64)
         edge, src, owner, end = _pick_hop(
-            indptr, indices, frontier, fanout, seed, empty, empty, empty, 0, 0, min_parallel
+            indptr, indices, frontier, fanout, seed, empty, empty, empty, 0, 0, min_parallel, fault
         )
         return src[:end], edge[:end], owner[:end]
 
     @njit(cache=True, nogil=True)
-    def _relabel(local, nbr, first_id):
-        """Local ids of ``nbr``, numbering unseen nodes from ``first_id``: (new nodes, local ids)."""
+    def _relabel(local, nbr, first_id, fault):
+        """Local ids of ``nbr``, numbering unseen nodes from ``first_id``: (new nodes, local ids);
+        an id outside ``local`` is a fault, and nothing is relabelled."""
+        for e in range(nbr.shape[0]):
+            if nbr[e] < 0 or nbr[e] >= local.shape[0]:
+                _fault(fault, NODE_OUTSIDE, e, nbr[e])
+                return np.empty(0, np.int64), np.empty(0, np.int64)
         out = nbr.copy()
         nodes, count = _relabel_into(local, out, 0, out.shape[0], np.empty(out.shape[0], np.int64), first_id, first_id)
         return nodes[: count - first_id].copy(), out
@@ -236,7 +278,7 @@ def warm() -> None:
         return
     indptr, indices = torch.tensor([0, 1, 2]), torch.tensor([1, 0])
     sample_layers(indptr, indices, torch.tensor([0]), [1, -1], [1, 2], torch.full((2,), -1, dtype=torch.int32))
-    sample_hop(indptr, indices, torch.tensor([0]), 1, 1)
+    sample_hop(indptr, indices, torch.tensor([0]), 1, 1, 2)
     relabel(torch.full((2,), -1), torch.tensor([1]), 0)
 
 
@@ -301,6 +343,7 @@ def sample_layers(
     ``buffers``' arrays (fresh arrays without ``buffers``)."""
     pool = buffers or OutputBuffers(depth=0)
     min_parallel = _min_parallel()
+    fault = _no_fault(indices, local.shape[0])
     with parallel_launch(min_parallel < SERIAL):
         out = _sample_layers(
             indptr.numpy(),
@@ -310,8 +353,10 @@ def sample_layers(
             np.asarray(keys, dtype=np.int64),
             local.numpy(),
             min_parallel,
+            fault,
             *pool.take(),
         )
+    _raise_fault(fault, indptr, indices)
     arrays, node_counts, edge_counts = list(out[:4]), out[4].tolist(), out[5].tolist()
     nodes, edges = sum(node_counts), sum(edge_counts)
     tensors = [torch.from_numpy(a)[:size] for a, size in zip(arrays, (nodes, edges, edges, edges))]
@@ -325,16 +370,48 @@ def _min_parallel() -> int:
 
 
 @signals_deferred()
-def sample_hop(indptr: torch.Tensor, indices: torch.Tensor, frontier: torch.Tensor, fanout: int, seed: int):
-    """The compiled hop on CPU tensors: same result as the torch path for the same ``seed``."""
+def sample_hop(
+    indptr: torch.Tensor, indices: torch.Tensor, frontier: torch.Tensor, fanout: int, seed: int, num_src: int
+):
+    """The compiled hop on CPU tensors: same result as the torch path for the same ``seed``.
+    ``num_src``: how many source nodes ``indices`` may name (ids are checked against it)."""
     min_parallel = _min_parallel()
+    fault = _no_fault(indices, num_src)
     with parallel_launch(min_parallel < SERIAL):
-        nbr, eid, owner = _sample_hop(indptr.numpy(), indices.numpy(), frontier.numpy(), fanout, seed, min_parallel)
+        nbr, eid, owner = _sample_hop(
+            indptr.numpy(), indices.numpy(), frontier.numpy(), fanout, seed, min_parallel, fault
+        )
+    _raise_fault(fault, indptr, indices)
     return torch.from_numpy(nbr), torch.from_numpy(eid), torch.from_numpy(owner)
 
 
 @signals_deferred()
 def relabel(local: torch.Tensor, nbr: torch.Tensor, first_id: int):
     """The compiled relabel on CPU tensors: (new nodes, local ids of ``nbr``); updates ``local``."""
-    new, out = _relabel(local.numpy(), nbr.numpy(), first_id)
+    fault = _no_fault(nbr, local.shape[0])
+    new, out = _relabel(local.numpy(), nbr.numpy(), first_id, fault)
+    if fault[0]:
+        raise TopologyError(f"a sampled node id {int(fault[2])} lies outside [0, {local.shape[0]})", None)
     return torch.from_numpy(new), torch.from_numpy(out)
+
+
+def _no_fault(indices, num_src: int) -> np.ndarray:
+    """A kernel's fault record: nothing yet, then the bounds it checks (edges, source nodes)."""
+    return np.array([0, 0, 0, indices.shape[0], num_src], dtype=np.int64)
+
+
+def _raise_fault(fault: np.ndarray, indptr: torch.Tensor, indices: torch.Tensor) -> None:
+    kind, where, value = (int(v) for v in fault[:3])
+    if kind == NODE_OUTSIDE:
+        raise TopologyError(f"node id {value} lies outside the graph's {indptr.shape[0] - 1} nodes", None)
+    if kind == OFFSETS_OUTSIDE:
+        raise TopologyError(
+            f"the offsets of node {where} reach {value}, outside [0, {int(fault[3])}] (the edge count) "
+            "or running backwards",
+            indptr,
+        )
+    if kind == SOURCE_OUTSIDE:
+        raise TopologyError(
+            f"edge {where} names source node {value}, outside [0, {int(fault[4])})",
+            indices,
+        )

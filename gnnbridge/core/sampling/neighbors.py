@@ -29,17 +29,21 @@ class NeighborSampler:
     ``fanouts[i]`` is the number of in-neighbours drawn per node at hop ``i + 1`` counted from
     the seeds (PyG's ``num_neighbors`` order); ``-1`` takes all of them. ``indptr`` and
     ``indices`` may live on CPU (shared memory) or on a CUDA device; sampling runs where they are.
+    ``num_src``: how many nodes ``indices`` may name (a relation's source type; by default the
+    destinations'); the compiled kernels check every id they read against the bounds, since the
+    arrays may come from files (:class:`~gnnbridge.core.sampling.kernels.TopologyError`).
     """
 
     DENSE_MAP_MAX_NODES = 4_000_000
 
-    def __init__(self, indptr: torch.Tensor, indices: torch.Tensor, fanouts: list[int]):
+    def __init__(self, indptr: torch.Tensor, indices: torch.Tensor, fanouts: list[int], num_src: int | None = None):
         if any(f <= 0 and f != ALL_NEIGHBORS for f in fanouts):
             raise ConfigError(f"fanouts={fanouts}: each must be positive or -1 (all neighbours).")
         self.indptr = indptr
         self.indices = indices
         self.fanouts = list(fanouts)
         self.num_nodes = indptr.numel() - 1
+        self.num_src = self.num_nodes if num_src is None else int(num_src)
         self._maps: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
         self._buffers = kernels.OutputBuffers()
         if indptr.device.type == "cpu":
@@ -106,7 +110,7 @@ class NeighborSampler:
         """
         seed = kernels.draw_seed(generator)
         if frontier.device.type == "cpu" and self.indptr.device.type == "cpu" and kernels.available():
-            return kernels.sample_hop(self.indptr, self.indices, frontier.contiguous(), fanout, seed)
+            return kernels.sample_hop(self.indptr, self.indices, frontier.contiguous(), fanout, seed, self.num_src)
         device = frontier.device
         start = self.indptr[frontier]
         deg = self.indptr[frontier + 1] - start

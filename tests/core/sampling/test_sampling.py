@@ -331,9 +331,10 @@ from gnnbridge.core.sampling import kernels
 
 indptr, indices = np.arange(0, 401, 4), np.arange(400) % 100
 frontier = np.arange(100)
-offsets, starts, degrees = kernels._take(indptr, frontier, 2)
+fault = kernels._no_fault(indices, 100)
+offsets, starts, degrees = kernels._take(indptr, frontier, 2, fault)
 out = [np.empty(200, np.int64) for _ in range(3)]
-getattr(kernels, sys.argv[1])(indices, starts, degrees, 7, offsets, *out, 0, 0)
+getattr(kernels, sys.argv[1])(indices, starts, degrees, 7, offsets, *out, 0, 0, fault)
 print("threads started" if numba_parallel._is_initialized else "no threads")
 """
 

@@ -1,0 +1,137 @@
+"""A prepared folder's derived files are not trusted: a run refuses one that changed since
+``prepare`` wrote it (its size and time are in the manifest, as the inputs' are), and one
+corrupted in place with its time put back is caught by the kernels that read it, in one line
+naming the file, on both backends: never a segmentation fault or an abort."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from gnnbridge.plugins.folder_datasets import prepare
+from gnnbridge.testing.conformance import small_graph
+
+TRAIN = ("--nproc", "1", "--set", "train.epochs=1", "--set", "model.hidden=8", "--set", "sampler.fanouts=[4,4]")
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    """One prepared homogeneous folder; each test works on a copy with the times kept."""
+    folder = tmp_path_factory.mktemp("derived") / "g"
+    folder.mkdir()
+    g = small_graph(n=300)
+    for key, value in {"x": g.x.numpy(), "edge_index": g.edge_index.numpy(), "y": g.y.numpy()}.items():
+        np.save(folder / f"{key}.npy", value)
+    prepare(str(folder), progress=False)
+    return folder
+
+
+def copy_of(folder, to):
+    """``folder`` copied with every file's modification time kept (a prepared folder moved)."""
+    for src in [p for p in folder.rglob("*") if p.is_file()]:
+        dst = to / src.relative_to(folder)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        dst.write_bytes(src.read_bytes())
+        os.utime(dst, ns=(src.stat().st_atime_ns, src.stat().st_mtime_ns))
+    return to
+
+
+def manifest(folder) -> dict:
+    return json.loads((folder / "prepared" / "manifest.json").read_text())
+
+
+def corrupt_in_place(folder, key: str, position: int, value: int) -> str:
+    """Set one entry of the array ``key`` and put its recorded time back: only its content says."""
+    spec = manifest(folder)["arrays"][key]
+    file = folder / spec["file"]
+    array = np.load(file, mmap_mode="r+")
+    array.reshape(-1)[position] = value
+    array.flush()
+    del array
+    os.utime(file, ns=(spec["mtime_ns"], spec["mtime_ns"]))
+    return spec["file"]
+
+
+@pytest.mark.parametrize("backend", ["pyg", "dgl"])
+@pytest.mark.parametrize(
+    "key, value, needle",
+    [
+        ("indices", 10**7, "edge 40 names source node 10000000, outside [0, 300)"),
+        ("indices", -3, "edge 40 names source node -3, outside [0, 300)"),
+        ("indptr", 10**9, "the offsets of node"),
+    ],
+)
+def test_a_derived_file_corrupted_in_place_is_one_line_naming_it(
+    prepared, tmp_path, refused, backend, key, value, needle
+):
+    folder = copy_of(prepared, tmp_path / "g")
+    file = corrupt_in_place(folder, key, 40, value)
+    seen = refused("train", "--dataset", str(folder), "--backend", backend, *TRAIN, "--out", "run")
+    assert seen.returncode == 1, seen.stderr
+    lines = seen.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"Error: {folder / file}: "), seen.stderr
+    assert needle in lines[0] and f"run gnnbridge prepare {folder}" in lines[0], lines[0]
+    assert "gnnbridge bug" not in lines[0]
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_derived_file_that_changed_is_refused_at_open_and_prepared_again(prepared, tmp_path, refused):
+    folder = copy_of(prepared, tmp_path / "g")
+    indices = folder / "prepared" / "indices.npy"
+    array = np.load(indices)
+    array[0] = 10**7
+    np.save(indices, array)
+    seen = refused("train", "--dataset", str(folder), *TRAIN)
+    assert seen.returncode == 1
+    assert seen.stderr.strip() == (
+        f"Error: {indices} changed since `gnnbridge prepare` (size/modified time); run gnnbridge prepare {folder} again"
+    )
+    assert not prepare(str(folder), progress=False)["already"]  # prepare derives it again
+    assert int(np.load(indices).max()) < 300
+
+
+def test_a_manifest_pointing_an_array_at_another_file_is_refused(prepared, tmp_path, refused):
+    folder = copy_of(prepared, tmp_path / "g")
+    edited = manifest(folder)
+    edited["arrays"]["indices"]["file"] = "prepared/indptr.npy"
+    edited["arrays"]["indices"]["shape"] = edited["arrays"]["indptr"]["shape"]
+    (folder / "prepared" / "manifest.json").write_text(json.dumps(edited))
+    seen = refused("train", "--dataset", str(folder), *TRAIN)
+    assert seen.returncode == 1
+    lines = seen.stderr.strip().splitlines()
+    assert len(lines) == 1 and "prepared/indptr.npy" in lines[0] and "prepare" in lines[0], seen.stderr
+
+
+def test_a_manifest_from_before_derived_files_were_recorded_is_prepared_again(prepared, tmp_path):
+    folder = copy_of(prepared, tmp_path / "g")
+    old = manifest(folder)
+    for spec in old["arrays"].values():
+        del spec["size"], spec["mtime_ns"]
+    (folder / "prepared" / "manifest.json").write_text(json.dumps(old))
+    assert not prepare(str(folder), progress=False)["already"]
+    assert all("mtime_ns" in spec for spec in manifest(folder)["arrays"].values())
+
+
+@pytest.mark.parametrize("name", ["train_idx", "val_idx", "test_idx"])
+def test_a_member_file_added_after_prepare_is_refused_not_ignored(prepared, tmp_path, refused, name):
+    """A split file added later would be skipped silently, and a seeded split drawn instead."""
+    folder = copy_of(prepared, tmp_path / "g")
+    np.save(folder / f"{name}.npy", np.arange(10, dtype=np.int64))
+    seen = refused("train", "--dataset", str(folder), *TRAIN)
+    assert seen.returncode == 1
+    assert seen.stderr.strip() == (
+        f"Error: {folder / (name + '.npy')} was added after `gnnbridge prepare` (its manifest does not list it); "
+        f"run gnnbridge prepare {folder} again to use it, or remove it"
+    )
+
+
+def test_a_file_outside_the_format_beside_a_prepared_folder_is_left_alone(prepared, tmp_path):
+    """Only the format's names are members: a user's notes.npy beside them is not refused."""
+    from gnnbridge.core.records.folder import open_prepared
+
+    folder = copy_of(prepared, tmp_path / "g")
+    np.save(folder / "notes.npy", np.zeros(3))
+    assert open_prepared(folder).num_nodes == 300
