@@ -289,7 +289,11 @@ def test_malformed_graph_collection_is_refused(tmp_path, refused, overrides, nee
         ),
         (["mag-synthetic", "--set", "task=link"], ["has 3 edge types", "--set link.edge_type=RELATION"]),
         (["rec-synthetic", "--set", "task=node"], ["no node labels", "task=link"]),
-        (["rec-synthetic", "--set", "task=graph", "--set", "model.arch=gin"], ["task=graph classifies whole graphs"]),
+        (["--dataset", "rec-synthetic", "--set", "task=graph", "--set", "model.arch=gin"], ["task=graph classifies"]),
+        (  # the experiment's fanouts would be ignored: said before the data is read
+            ["rec-synthetic", "--set", "task=graph", "--set", "model.arch=gin"],
+            ["sampler.fanouts=[10, 5] applies to task=node or link only, but it is 'graph'"],
+        ),
         (["rec-synthetic", "--set", "sampler.kind=native"], ["LinkNeighborLoader", "sampler.kind=core or auto"]),
         (["rec-synthetic", "--set", "sampler.kind=example-nope"], ["plugin samplers sample homogeneous graphs"]),
         (["rec-synthetic", "--set", "train.monitor=val_acc"], ["does not score task=link", "val_mrr"]),

@@ -4,7 +4,8 @@ A key's valid values (ranges, choices, list items) are declared once on its fiel
 (``bounded(default, bound)``, :mod:`.bounds`): the section's ``__post_init__`` refuses a value
 outside them in one line naming the key, the value, what is valid and an example, and
 ``gnnbridge config schema`` writes the same bounds as JSON Schema. What a bound cannot say is code
-below, marked "not in the JSON Schema": rules between keys.
+below, marked "not in the JSON Schema": rules between keys, and :data:`READ_ONLY_BY`, the keys
+only some modes read (one set under another mode is refused, not ignored).
 :class:`ExperimentConfig` checks what spans sections (fanouts per layer, the monitor per task).
 Building one from a dict (types, unknown keys) is :mod:`.coerce`'s job; reading YAML and
 ``--set`` is :mod:`.loading`'s; each key's help is in :mod:`.help`. Dataset-specific knobs live
@@ -157,7 +158,7 @@ class TrainConfig:
     lr: float = bounded(0.01, number(gt=0))
     weight_decay: float = bounded(0.0, number(ge=0))
     optimizer: str = bounded("adam", one_of(OPTIMIZERS, "an optimizer"))  # see core/training/optim.py
-    momentum: float = bounded(0.0, number(ge=0, lt=1, example="0.9"))  # sgd only
+    momentum: float = bounded(0.0, number(ge=0, lt=1, example="0.9"))  # sgd only (READ_ONLY_BY)
     # the learning rate per epoch: none | cosine | step
     schedule: str = bounded("none", one_of(SCHEDULES, "a learning-rate schedule"))
     # epochs of linear warm-up to train.lr before the schedule (any schedule)
@@ -191,12 +192,8 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check_fields(self, "train.")
+        check_read(self, "train.")
         # Not in the JSON Schema: rules between keys.
-        if self.momentum and self.optimizer != "sgd":
-            raise ConfigError(
-                f"train.momentum={self.momentum} applies to train.optimizer=sgd only, but it is "
-                f"{show(self.optimizer)}; drop train.momentum or set train.optimizer=sgd."
-            )
         if self.warmup_epochs >= self.epochs and self.warmup_epochs:
             raise ConfigError(
                 f"train.warmup_epochs={self.warmup_epochs} must be less than train.epochs={self.epochs}, "
@@ -320,6 +317,63 @@ class LinkConfig:
         return ("val_roc_auc", *mrr, "val_hits", *(f"val_hits@{k}" for k in self.ks))
 
 
+# Keys that only some modes read: key -> (the key that picks the mode, the modes that read it).
+# Set under another mode, such a key would be ignored without a word; it is refused in one line
+# instead, naming the key, the mode and the fix. "Set" means "not its default": a run's
+# config.yaml holds every key, defaults included, and must load again on --resume, evaluate and
+# predict. Checked by check_read (not in the JSON Schema: each row is a rule between two keys).
+# Which ModelSpec fields a model reads (model.heads, model.pooling) is the model's business (its
+# docstring): a plugin's model may read any of them, so they are not listed here.
+READ_ONLY_BY = {
+    "train.momentum": ("train.optimizer", ("sgd",)),
+    "train.step_size": ("train.schedule", ("step",)),
+    "train.gamma": ("train.schedule", ("step",)),
+    "train.min_lr": ("train.schedule", ("cosine",)),
+    "placement.tables": ("model.embeddings", ("sparse",)),  # only sparse tables have copies to place
+    "sampler.fanouts": ("task", ("node", "link")),  # graph tasks batch whole graphs
+    "sampler.edge_fanouts": ("task", ("node", "link")),
+    "eval.mode": ("task", ("node", "link")),  # whole graphs are scored whole
+    **{f"link.{f.name}": ("task", ("link",)) for f in dataclasses.fields(LinkConfig)},
+}
+
+
+def check_read(section: Any, prefix: str) -> None:
+    """Refuse a key of :data:`READ_ONLY_BY` set away from its default under a mode that does not
+    read it. ``section`` at ``prefix`` (``"train."``) checks the rows within it (so a section
+    built alone checks them too), the whole config (``""``) the rows between sections."""
+    for key, (mode_key, modes) in READ_ONLY_BY.items():
+        home, mode_home = key.rpartition(".")[0], mode_key.rpartition(".")[0]
+        if (f"{home}." if home == mode_home and home else "") != prefix:
+            continue
+        owner, name = _owner(section, key.removeprefix(prefix))
+        value, default = getattr(owner, name), _default(type(owner), name)
+        mode = plain(getattr(*_owner(section, mode_key.removeprefix(prefix))))
+        if mode in modes or value == default:
+            continue
+        fix = f"{mode_key}={modes[0]}" if len(modes) == 1 else f"{mode_key} to one of: {', '.join(modes)}"
+        raise ConfigError(
+            f"{key}={_shown(value)} applies to {mode_key}={' or '.join(modes)} only, but it is {show(mode)}; "
+            f"drop {key} (its default is {_shown(default)}) or set {fix}."
+        )
+
+
+def _owner(section: Any, dotted: str) -> tuple[Any, str]:
+    """The dataclass holding the field at ``dotted`` (relative to ``section``), and its name."""
+    *path, name = dotted.split(".")
+    for part in path:
+        section = getattr(section, part)
+    return section, name
+
+
+def _default(cls: type, name: str) -> Any:
+    found = next(f for f in dataclasses.fields(cls) if f.name == name)
+    return found.default_factory() if found.default is dataclasses.MISSING else found.default
+
+
+def _shown(value: Any) -> str:
+    return show(plain(value))
+
+
 @dataclass
 class ExperimentConfig:
     name: str = "custom"
@@ -344,6 +398,7 @@ class ExperimentConfig:
     def __post_init__(self) -> None:
         check_fields(self, "")
         # Not in the JSON Schema: rules between keys of different sections.
+        check_read(self, "")
         self._check_monitor()
         if self.placement.precision == "fp16" and self.device is DeviceChoice.CPU:
             raise ConfigError(

@@ -17,10 +17,9 @@ import pytest
 
 from gnnbridge.core.config import ExperimentConfig, from_dict, json_schema
 from gnnbridge.core.config.bounds import Bound, bound_of
+from gnnbridge.core.config.schema import READ_ONLY_BY
 from gnnbridge.core.config.values import MAX_INT
 from gnnbridge.core.errors import ConfigError
-
-READ_ONLY_BY = {"train.momentum": ("train.optimizer", ("sgd",))}  # the one key only some modes read
 
 
 def sections(cls=ExperimentConfig, prefix=""):
