@@ -78,10 +78,10 @@ class Bound:
             return self._check_text(key, value)
         if _is_number(value, self.integer) and self.numeric:
             if not self._in_range(value):
-                raise ConfigError(f"{key}={show(value)} is out of range; expected {self._expected(key)}{self._eg(key)}")
+                raise ConfigError(f"{key}={show(value)} is out of range; expected {self.describe(key)}{self._eg(key)}")
             return
         raise ConfigError(
-            f"{key}={show(value)} is not {self.what or 'valid'}; expected {self._expected(key)}{self._eg(key)}"
+            f"{key}={show(value)} is not {self.what or 'valid'}; expected {self.describe(key)}{self._eg(key)}"
         )
 
     def _in_range(self, x) -> bool:
@@ -110,7 +110,7 @@ class Bound:
                 f"choose one of: {shown}{self._note()}."
             )
         raise ConfigError(
-            f"{key}={show(value)} is not {self.what or 'valid'}; expected {self._expected(key)}{self._eg(key)}"
+            f"{key}={show(value)} is not {self.what or 'valid'}; expected {self.describe(key)}{self._eg(key)}"
         )
 
     def _check_list(self, key: str, value: list) -> None:
@@ -124,7 +124,7 @@ class Bound:
                 items.check(key, item)
             except ConfigError:
                 raise ConfigError(
-                    f"{key}={show(value)} has {show(item)}; expected each item to be {items._expected(key)}"
+                    f"{key}={show(value)} has {show(item)}; expected each item to be {items.describe(key)}"
                     f"{self._eg(key)}"
                 ) from None
         if self.unique:
@@ -134,8 +134,9 @@ class Bound:
 
     # ------------------------------------------------------------------ what a message says
 
-    def _expected(self, key: str) -> str:
-        """What is valid, in words: "a positive integer", "0 <= dropout < 1", "one of: a, b"."""
+    def describe(self, key: str) -> str:
+        """What is valid, in words, as a refusal and the configuration reference say it: "a positive
+        integer", "0 <= dropout < 1", "one of: a, b" (``key``: the dotted key it is the bound of)."""
         parts = []
         if self.numeric:
             parts.append(self._range(key.rsplit(".", 1)[-1].split("[")[0]))
@@ -147,9 +148,9 @@ class Bound:
             parts.append(self.what)
         if self.items is not None:
             distinct = "distinct " if self.unique else ""
-            parts.append(f"a list of {distinct}items, each {self.items._expected(key)}")
+            parts.append(f"a list of {distinct}items, each {self.items.describe(key)}")
         if self.values is not None:
-            parts.append(f"a mapping to {self.values._expected(key)}")
+            parts.append(f"a mapping to {self.values.describe(key)}")
         return " or ".join(parts) + self._note()
 
     def _range(self, name: str) -> str:
