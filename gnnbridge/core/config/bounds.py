@@ -41,7 +41,9 @@ class Bound:
     le: float | None = None  # number <= le
     lt: float | None = None  # number < lt
     choices: tuple = ()  # text: one of these ...
-    pattern: str | None = None  # ... or text this regex finds (anchored; read as JSON Schema reads it)
+    # ... or text this regex matches, written ^...$ for JSON Schema (ECMA 262: $ is the end of the
+    # text) and matched whole here (re.fullmatch: "val_hits@5\n" is refused by both)
+    pattern: str | None = None
     form: str = ""  # the pattern's text as a user reads it: "val_hits@K"
     max_length: int | None = None  # text: at most this many characters
     nonblank: bool = False  # text: not empty or only spaces
@@ -100,7 +102,7 @@ class Bound:
             raise ConfigError(f"{key} is empty; expected {self.what}{self._eg(key)}")
         if not self.choices and self.pattern is None:
             return
-        if value in self.choices or (self.pattern is not None and re.search(self.pattern, value) is not None):
+        if value in self.choices or (self.pattern is not None and re.fullmatch(self.pattern, value) is not None):
             if self.max_length is None or len(value) <= self.max_length:
                 return
         if self.choices:

@@ -190,3 +190,12 @@ def test_enum_fields_need_no_bound():
     lists the members, one declaration for both."""
     enums = [key for key, hint, _ in sections() if isinstance(hint, type) and issubclass(hint, enum.Enum)]
     assert enums == ["task", "device", "eval.mode"]
+
+
+def test_a_pattern_matches_the_whole_value():
+    """A pattern is matched whole, as ECMA 262 reads ``^...$``: a monitor with a trailing newline
+    is refused at once, in one line, not passed on to a later check that prints it raw."""
+    with pytest.raises(ConfigError) as err:
+        from_dict({"task": "link", "train": {"monitor": "val_hits@5\n"}})
+    assert str(err.value).startswith("train.monitor='val_hits@5\\n' is not a validation metric")
+    assert "\n" not in str(err.value)
