@@ -129,10 +129,12 @@ class Bound:
                     f"{key}={show(value)} has {show(item)}; expected each item to be {items.describe(key)}"
                     f"{self._eg(key)}"
                 ) from None
-        if self.unique:
-            seen = [item for i, item in enumerate(value) if item in value[:i]]
-            if seen:
-                raise ConfigError(f"{key}={show(value)} repeats {show(seen[0])}; give each once{self._eg(key)}")
+        if self.unique:  # the items passed their bound: ints or text, so a set finds a repeat in one pass
+            seen: set = set()
+            for item in value:
+                if item in seen:
+                    raise ConfigError(f"{key}={show(value)} repeats {show(item)}; give each once{self._eg(key)}")
+                seen.add(item)
 
     # ------------------------------------------------------------------ what a message says
 
