@@ -1,8 +1,11 @@
-"""The ``config-reference`` directive: every experiment key, its default and its one-line help.
+"""The ``config-reference`` directive: every experiment key, its default, its valid values and its
+one-line help.
 
 It reads the schema itself at build time, so the table cannot drift from the code: the keys and
-defaults come from the dataclass tree (``ExperimentConfig`` and its sections), the help from the
-dict of dotted key -> one line that ``gnnbridge config show`` prints as comments (``KEY_HELP``).
+defaults come from the dataclass tree (``ExperimentConfig`` and its sections), the valid values
+from the bound each field declares (``gnnbridge/core/config/bounds.py``: the same bound loading
+checks and ``gnnbridge config schema`` writes) or from its Enum, the help from the dict of dotted
+key -> one line that ``gnnbridge config show`` prints as comments (``KEY_HELP``).
 A key the schema has without a help line, or a help line for a key the schema lacks, is a Sphinx
 warning, and ``make docs`` (``-W``) fails on it.
 
@@ -24,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import importlib
+import typing
 
 import yaml
 from docutils import nodes
@@ -49,17 +53,38 @@ def _default(field: dataclasses.Field):
     return value.value if isinstance(value, enum.Enum) else value
 
 
-def schema_rows(cls: type, prefix: str = "") -> list[tuple[str, bool, object]]:
-    """(dotted key, is a section, declared default) for every field of ``cls``, depth first."""
+def _valid(key: str, field: dataclasses.Field, hint) -> str:
+    """The field's valid values in words: its declared bound's, or its Enum's members; and, for a
+    key only some modes read, which (``READ_ONLY_BY``: set under another mode, it is refused)."""
+    from gnnbridge.core.config.bounds import bound_of
+    from gnnbridge.core.config.schema import READ_ONLY_BY
+
+    bound = bound_of(field)
+    if bound is not None:
+        text = bound.describe(key)
+    elif isinstance(hint, type) and issubclass(hint, enum.Enum):
+        text = "one of: " + ", ".join(m.value for m in hint)
+    else:
+        text = ""
+    if key in READ_ONLY_BY:
+        mode_key, modes = READ_ONLY_BY[key]
+        text = f"{text}; only with {mode_key}={' or '.join(modes)}".lstrip("; ")
+    return text
+
+
+def schema_rows(cls: type, prefix: str = "") -> list[tuple[str, bool, object, str]]:
+    """(dotted key, is a section, declared default, valid values) for every field of ``cls``,
+    depth first."""
     rows = []
+    hints = typing.get_type_hints(cls)
     for field in dataclasses.fields(cls):
         key = prefix + field.name
         factory = field.default_factory
         if isinstance(factory, type) and dataclasses.is_dataclass(factory):
-            rows.append((key, True, None))
+            rows.append((key, True, None, ""))
             rows.extend(schema_rows(factory, key + "."))
         else:
-            rows.append((key, False, _default(field)))
+            rows.append((key, False, _default(field), _valid(key, field, hints[field.name])))
     return rows
 
 
@@ -84,7 +109,7 @@ class ConfigReference(SphinxDirective):
     def run(self) -> list[nodes.Node]:
         schema, helps = _load(self.options["schema"]), _load(self.options["help"])
         rows = schema_rows(schema)
-        keys = {key for key, _, _ in rows}
+        keys = {key for key, _, _, _ in rows}
         for key in sorted(keys - helps.keys()):
             logger.warning(
                 "config key %r has no help line in %s", key, self.options["help"], location=self.get_location()
@@ -93,21 +118,21 @@ class ConfigReference(SphinxDirective):
             logger.warning("help line for %r, which the schema does not have", key, location=self.get_location())
 
         table = nodes.table(classes=["config-reference"])
-        group = nodes.tgroup(cols=3)
+        group = nodes.tgroup(cols=4)
         table += group
-        for width in (30, 20, 50):
+        for width in (24, 14, 28, 34):
             group += nodes.colspec(colwidth=width)
         head = nodes.thead()
-        head += _row([nodes.paragraph(text=t) for t in ("key", "default", "what it is")])
+        head += _row([nodes.paragraph(text=t) for t in ("key", "default", "valid values", "what it is")])
         group += head
         body = nodes.tbody()
-        for key, section, default in rows:
+        for key, section, default, valid in rows:
             name = nodes.paragraph()
             name += nodes.strong(text=key) if section else nodes.literal(text=key)
             value = nodes.paragraph()
             if not section:
                 value += nodes.literal(text=_flow(default))
-            body += _row([name, value, nodes.paragraph(text=helps.get(key, ""))])
+            body += _row([name, value, nodes.paragraph(text=valid), nodes.paragraph(text=helps.get(key, ""))])
         group += body
         return [table]
 

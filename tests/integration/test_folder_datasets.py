@@ -226,6 +226,29 @@ def tmpdir_layers(tmp_path, monkeypatch):
     return layers
 
 
+def test_a_run_whose_folder_moved_is_pointed_at_the_set_fix_as_an_npz_run_is(tmp_path, refused):
+    """evaluate, predict and --resume read the run's config.yaml, which names the folder it was
+    prepared in; once the folder moves, each says how to point the run at its new place."""
+    folder = save_folder(tmp_path / "g", graph_arrays())
+    prepare(str(folder), progress=False)
+    run = tmp_path / "run"
+    gnnbridge.run(dataset=str(folder), backend="pyg", nproc=1, overrides=TINY, out=run, progress=False)
+    folder.rename(tmp_path / "moved")
+    fix = "(a run or checkpoint whose data moved: --set dataset.path=NEW)"
+    for command in (
+        ["evaluate", str(run)],
+        ["predict", str(run), "--out", "p.npz"],
+        ["train", "--resume", str(run), "--set", "train.epochs=2"],
+    ):
+        seen = refused(*command)
+        lines = seen.stderr.strip().splitlines()
+        assert len(lines) == 1 and f"Dataset folder '{folder}' does not exist" in lines[0], seen.stderr
+        assert lines[0].endswith(f"{fix}."), lines[0]
+    assert not (tmp_path / "p.npz").exists()
+    scored = gnnbridge.evaluate(run, overrides=[f"dataset.path={tmp_path / 'moved'}"])
+    assert scored["metrics"]["test_acc"] == json.loads((run / "results.json").read_text())["metrics"]["test_acc"]
+
+
 def test_a_folder_changed_after_prepare_is_refused_naming_the_file(tmp_path, refused):
     arrays = graph_arrays()
     folder = save_folder(tmp_path / "g", arrays)

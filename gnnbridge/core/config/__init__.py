@@ -1,6 +1,7 @@
 """The experiment configuration, one job per module:
 
     schema.py   the sections as dataclasses, each checking its own values
+    bounds.py   each key's valid values, declared on its field: the check and the JSON Schema
     coerce.py   a nested dict (YAML, overrides) made into the dataclasses, key by key
     loading.py  YAML files, ``--set KEY=VALUE`` overrides, YAML out
     guards.py   what a config may be at all (size, depth, alias bombs), before anything reads it

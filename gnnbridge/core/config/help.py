@@ -4,17 +4,20 @@ validate and complete experiment YAML.
 
 The schema is pydantic's (``TypeAdapter(ExperimentConfig).json_schema()``: types, defaults,
 enums, straight from the dataclasses), completed with what only this package knows: each key's
-help line, the choices of keys checked in code, and that unknown keys are refused.
+help line, each key's bound (ranges, choices, list items: the :class:`~.bounds.Bound` its field
+declares, which loading checks too), and that unknown keys are refused. Rules between keys stay
+out of it (they are code in :mod:`.schema`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import typing
 
 import yaml
 
-from gnnbridge.core.config import schema
+from gnnbridge.core.config.bounds import bound_of
 from gnnbridge.core.config.schema import ExperimentConfig
 
 # One line per key, shown by ``gnnbridge config show``; a test keeps it complete.
@@ -118,46 +121,33 @@ def _annotate(data: dict, prefix: str, depth: int, lines: list) -> None:
 _SECTIONS = {f.name for f in dataclasses.fields(ExperimentConfig) if f.default_factory is not dataclasses.MISSING}
 
 
-# Keys whose values are checked in code against a fixed list (the dataclasses say only "string").
-CHOICES = {
-    "model.aggr": schema.AGGREGATIONS,
-    "link.protocol": schema.LINK_PROTOCOLS,
-    "model.pooling": schema.POOLINGS,
-    "model.embeddings": schema.EMBEDDINGS,
-    "eval.layer_store": schema.LAYER_STORES,
-    "train.optimizer": schema.OPTIMIZERS,
-    "train.schedule": schema.SCHEDULES,
-    "placement.features": schema.PLACES,
-    "placement.topology": schema.PLACES,
-    "placement.precision": schema.PRECISIONS,
-    "placement.tables": schema.TABLE_COPIES,
-}
-
-
 def json_schema() -> dict:
-    """The JSON Schema (draft 2020-12) of an experiment file, every key described by its help line."""
+    """The JSON Schema (draft 2020-12) of an experiment file, every key described by its help line
+    and bounded by the bound its field declares (:mod:`.bounds`: the same one loading checks)."""
     import pydantic  # imported here: only this command needs it
 
     out = pydantic.TypeAdapter(ExperimentConfig).json_schema()
-    sections = {f.name: f.type for f in dataclasses.fields(ExperimentConfig) if f.name in _SECTIONS}
-    _describe(out, "")
-    for name, definition in out.get("$defs", {}).items():
-        prefix = next((f"{key}." for key, cls in sections.items() if cls == name), None)
-        if prefix is not None:
-            _describe(definition, prefix)
+    _describe(out, ExperimentConfig, "")
+    for field in dataclasses.fields(ExperimentConfig):
+        if field.name in _SECTIONS:
+            cls = typing.get_type_hints(ExperimentConfig)[field.name]
+            _describe(out["$defs"][cls.__name__], cls, f"{field.name}.")
     out.update({"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "gnnbridge experiment"})
     return out
 
 
-def _describe(definition: dict, prefix: str) -> None:
+def _describe(definition: dict, cls: type, prefix: str) -> None:
     definition["additionalProperties"] = False
+    bounds = {f.name: bound_of(f) for f in dataclasses.fields(cls)}
     for key, prop in definition.get("properties", {}).items():
         dotted = f"{prefix}{key}"
         prop.pop("title", None)
+        if bounds.get(key) is not None:  # the bound's types and limits replace pydantic's types
+            kept = {k: prop[k] for k in ("default",) if k in prop}
+            prop.clear()
+            prop.update({**bounds[key].schema(), **kept})
         if dotted in KEY_HELP:
             prop["description"] = KEY_HELP[dotted]
-        if dotted in CHOICES:
-            prop["enum"] = list(CHOICES[dotted])
 
 
 def schema_json() -> str:

@@ -1,22 +1,27 @@
 """The experiment schema: one dataclass per section, each checking its own values.
 
-A section's ``__post_init__`` refuses an impossible value in one line naming the key, the value
-and what is allowed; :class:`ExperimentConfig` checks what spans sections (fanouts per layer,
-the monitor per task). Building one from a dict (types, unknown keys) is :mod:`.coerce`'s job;
-reading YAML and ``--set`` is :mod:`.loading`'s; each key's help is in :mod:`.help`.
-Dataset-specific knobs live under ``dataset.options`` and are checked by the dataset itself.
+A key's valid values (ranges, choices, list items) are declared once on its field
+(``bounded(default, bound)``, :mod:`.bounds`): the section's ``__post_init__`` refuses a value
+outside them in one line naming the key, the value, what is valid and an example, and
+``gnnbridge config schema`` writes the same bounds as JSON Schema. What a bound cannot say is code
+below, marked "not in the JSON Schema": rules between keys, and :data:`READ_ONLY_BY`, the keys
+only some modes read (one set under another mode is refused, not ignored).
+:class:`ExperimentConfig` checks what spans sections (fanouts per layer, the monitor per task).
+Building one from a dict (types, unknown keys) is :mod:`.coerce`'s job; reading YAML and
+``--set`` is :mod:`.loading`'s; each key's help is in :mod:`.help`. Dataset-specific knobs live
+under ``dataset.options`` and are checked by the dataset itself.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from gnnbridge.core.config.values import choice, parse_size, plain, positive, show
-from gnnbridge.core.errors import ConfigError, did_you_mean
+from gnnbridge.core.config.bounds import Bound, bounded, check_fields, integer, list_of, number, one_of
+from gnnbridge.core.config.values import MAX_INT, SIZE_PATTERN, plain, show
+from gnnbridge.core.errors import ConfigError
 
 
 class Task(str, enum.Enum):
@@ -50,11 +55,18 @@ NODE_MONITORS = ("val_acc", "val_macro_f1", "val_roc_auc")  # higher is better f
 LINK_MONITORS = ("val_roc_auc", "val_mrr", "val_hits", "val_hits@K")  # val_hits: Hits@ link.hits_at's first K
 MONITORS = (*NODE_MONITORS, *LINK_MONITORS[1:])
 LINK_PROTOCOLS = ("per-edge", "shared")  # see LinkConfig.protocol
-HITS_MONITOR = re.compile(r"val_hits@[1-9][0-9]{0,8}")  # val_hits@50: Hits@50, a K of link.hits_at
+HITS_MONITOR = r"^val_hits@[1-9][0-9]{0,8}$"  # val_hits@50: Hits@50, a K of link.hits_at
 DEFAULT_MONITOR = {"node": "val_acc", "graph": "val_acc", "link": "val_roc_auc"}
 DECODERS = ("dot", "mlp")
 POOLINGS = ("sum", "mean")  # graph readouts (GIN's paper and DGL's tutorial use sum)
 EMBEDDINGS = ("dense", "sparse")  # featureless node types' tables (see core/training/sparse.py)
+PLACES = ("host", "device")
+LAYER_STORES = ("auto", "memory", "disk")  # see core/training/layerstore.py
+OPTIMIZERS = ("adam", "adamw", "sgd")  # see core/training/optim.py
+SCHEDULES = ("none", "cosine", "step")
+PRECISIONS = ("fp32", "bf16", "fp16")
+TABLE_COPIES = ("machine", "rank")
+FANOUT = integer(ge=1, also=(-1,), note="-1 for all neighbours")  # one hop's neighbours per node
 
 # Seconds a rank may wait on its peers (rendezvous, a collective, a silent heartbeat) before the
 # whole job is stopped: long enough for a slow step on a big graph, short enough that a dead
@@ -80,42 +92,25 @@ class ModelSpec:
     (``my_lab.models:DeepSAGE``); ``options`` are further keyword arguments of its builder. Which
     of the other fields a model reads is the model's business (``heads`` is GAT's)."""
 
-    arch: str = "sage"
-    hidden: int = 64
-    layers: int = 2
-    dropout: float = 0.5
-    aggr: str = "mean"  # GraphSAGE neighbour aggregation
-    heads: int = 4  # attention heads (hidden is the per-layer output width, split over heads)
-    pooling: str = "sum"  # graph readout for graph-level models (GIN)
-    embeddings: str = "dense"  # featureless node types' tables: dense | sparse gradients (core/training/sparse.py)
+    arch: str = bounded(
+        "sage", Bound(nonblank=True, what="a model (gnnbridge models lists them) or a class as module:Class")
+    )
+    hidden: int = bounded(64, integer(ge=1))
+    layers: int = bounded(2, integer(ge=1))
+    dropout: float = bounded(0.5, number(ge=0, lt=1))
+    aggr: str = bounded("mean", one_of(AGGREGATIONS, note="the aggregations both libraries compute alike"))
+    # attention heads (hidden is the per-layer output width, split over heads)
+    heads: int = bounded(4, integer(ge=1))
+    pooling: str = bounded("sum", one_of(POOLINGS))  # graph readout for graph-level models (GIN)
+    # featureless node types' tables: dense | sparse gradients (core/training/sparse.py)
+    embeddings: str = bounded(
+        "dense", one_of(EMBEDDINGS, note="sparse: each step updates the rows its batch looked up")
+    )
     options: dict = field(default_factory=dict)  # keyword arguments of the model's builder
 
     def __post_init__(self) -> None:
-        positive("model.hidden", self.hidden)
-        positive("model.layers", self.layers)
-        positive("model.heads", self.heads)
-        if not self.arch.strip():
-            raise ConfigError(
-                "model.arch is empty; name a model (gnnbridge models lists them) or a class as module:Class."
-            )
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"model.dropout={self.dropout} is out of range; expected 0 <= dropout < 1.")
-        if self.aggr not in AGGREGATIONS:
-            raise ConfigError(
-                f"model.aggr={show(self.aggr)} is not supported{did_you_mean(self.aggr, AGGREGATIONS)}. "
-                f"Choose one of: {', '.join(AGGREGATIONS)} (the aggregations both libraries compute alike)."
-            )
-        if self.pooling not in POOLINGS:
-            raise ConfigError(
-                f"model.pooling={show(self.pooling)} is not supported{did_you_mean(self.pooling, POOLINGS)}. "
-                f"Choose one of: {', '.join(POOLINGS)}."
-            )
-        if self.embeddings not in EMBEDDINGS:
-            raise ConfigError(
-                f"model.embeddings={show(self.embeddings)} is not supported"
-                f"{did_you_mean(self.embeddings, EMBEDDINGS)}. "
-                f"Choose one of: {', '.join(EMBEDDINGS)} (sparse: each step updates the rows its batch looked up)."
-            )
+        check_fields(self, "model.")
+        # Not in the JSON Schema: Python's rule for a keyword name (Unicode letters) has no pattern there.
         bad = [k for k in self.options if not isinstance(k, str) or not k.isidentifier()]
         if bad:
             raise ConfigError(
@@ -137,118 +132,86 @@ class ModelSpec:
 
 @dataclass
 class SamplerConfig:
-    kind: str = "auto"  # auto, native, core, or a plugin's sampler (gnnbridge samplers)
-    fanouts: list[int] = field(default_factory=lambda: [10, 10])
+    # auto, native, core, or a plugin's sampler (gnnbridge samplers)
+    kind: str = bounded(
+        "auto", Bound(nonblank=True, what="auto, native, core or a plugin's sampler (gnnbridge samplers lists them)")
+    )
+    fanouts: list[int] = bounded([10, 10], list_of(FANOUT, min_items=1, example="[25,10]"))
     # Heterogeneous graphs: fanouts per relation name (or "src,relation,dst"), overriding ``fanouts``.
-    edge_fanouts: dict = field(default_factory=dict)
+    edge_fanouts: dict = bounded({}, Bound(values=list_of(FANOUT, example="[25,10]"), example="{writes: [5,5]}"))
 
     def __post_init__(self) -> None:
+        check_fields(self, "sampler.")
+        # Not in the JSON Schema: a relation's list has as many fanouts as sampler.fanouts.
         for rel, fanouts in self.edge_fanouts.items():
-            if (
-                not isinstance(fanouts, list)
-                or len(fanouts) != len(self.fanouts)
-                or any(type(f) is not int or (f <= 0 and f != -1) for f in fanouts)
-            ):
+            if len(fanouts) != len(self.fanouts):
                 raise ConfigError(
                     f"sampler.edge_fanouts.{rel}={show(fanouts)} must be a list of {len(self.fanouts)} "
                     "fanouts (one per layer, like sampler.fanouts; -1 for all neighbours)."
                 )
-        if not self.kind.strip():
-            raise ConfigError(
-                "sampler.kind is empty; use auto, native, core or a plugin's sampler (gnnbridge samplers lists them)."
-            )
-        if not self.fanouts:
-            raise ConfigError("sampler.fanouts is empty; give one fanout per layer, e.g. [25, 10].")
-        bad = [f for f in self.fanouts if f <= 0 and f != -1]
-        if bad:
-            raise ConfigError(
-                f"sampler.fanouts={self.fanouts} has {bad[0]}; each fanout must be a positive "
-                "number of neighbours, or -1 for all neighbours."
-            )
 
 
 @dataclass
 class TrainConfig:
-    epochs: int = 10
-    batch_size: int = 512
-    lr: float = 0.01
-    weight_decay: float = 0.0
-    optimizer: str = "adam"  # adam | adamw | sgd (see core/training/optim.py)
-    momentum: float = 0.0  # sgd only
-    schedule: str = "none"  # the learning rate per epoch: none | cosine | step
-    warmup_epochs: int = 0  # epochs of linear warm-up to train.lr before the schedule (any schedule)
-    step_size: int = 10  # step: epochs between decays
-    gamma: float = 0.1  # step: the factor of each decay
-    min_lr: float = 0.0  # cosine: the learning rate it anneals to
-    seed: int = 0
-    checkpoint_every: int = 1  # epochs between checkpoints/latest.pt; 0: only after the last epoch
+    epochs: int = bounded(10, integer(ge=1))
+    batch_size: int = bounded(512, integer(ge=1))
+    lr: float = bounded(0.01, number(gt=0))
+    weight_decay: float = bounded(0.0, number(ge=0))
+    optimizer: str = bounded("adam", one_of(OPTIMIZERS, "an optimizer"))  # see core/training/optim.py
+    momentum: float = bounded(0.0, number(ge=0, lt=1, example="0.9"))  # sgd only (READ_ONLY_BY)
+    # the learning rate per epoch: none | cosine | step
+    schedule: str = bounded("none", one_of(SCHEDULES, "a learning-rate schedule"))
+    # epochs of linear warm-up to train.lr before the schedule (any schedule)
+    warmup_epochs: int = bounded(0, integer(ge=0, note="0: no warm-up"))
+    step_size: int = bounded(10, integer(ge=1))  # step: epochs between decays
+    gamma: float = bounded(0.1, number(gt=0, le=1))  # step: the factor of each decay
+    min_lr: float = bounded(0.0, number(ge=0))  # cosine: the learning rate it anneals to
+    seed: int = bounded(0, integer(ge=0, le=MAX_INT))
+    # epochs between checkpoints/latest.pt; 0: only after the last epoch
+    checkpoint_every: int = bounded(1, integer(ge=0, note="0: only after the last epoch"))
     # each rank's training batches between checkpoints/latest.pt within an epoch (an epoch of hours
     # resumes where it stopped, exactly); 0: only at the end of an epoch
-    checkpoint_every_batches: int = 0
-    patience: int = 0  # stop after this many epochs without a better monitor value; 0: never
-    max_batches: int = 0  # each rank's batches per epoch, at most (the first of its shuffled share); 0: all
-    monitor: str = ""  # the validation metric that picks "best" and drives early stopping; "": the task's default
+    checkpoint_every_batches: int = bounded(0, integer(ge=0, note="0: only at the end of an epoch"))
+    # stop after this many epochs without a better monitor value; 0: never
+    patience: int = bounded(0, integer(ge=0, note="0: never"))
+    # each rank's batches per epoch, at most (the first of its shuffled share); 0: all
+    max_batches: int = bounded(0, integer(ge=0, note="0: all"))
+    # the validation metric that picks "best" and drives early stopping; "": the task's default
+    monitor: str = bounded(
+        "",
+        one_of(
+            tuple(m for m in MONITORS if m != "val_hits@K"),  # that one is the pattern, below
+            "a validation metric",
+            pattern=HITS_MONITOR,
+            form="val_hits@K",
+            also=("",),
+            note="val_roc_auc for two classes only",
+            example="val_acc",
+        ),
+    )
 
     def __post_init__(self) -> None:
-        positive("train.epochs", self.epochs)
-        positive("train.batch_size", self.batch_size)
-        for key in ("checkpoint_every", "checkpoint_every_batches", "patience", "max_batches"):
-            if getattr(self, key) < 0:
-                raise ConfigError(f"train.{key}={getattr(self, key)} must be >= 0 (0 turns it off).")
-        if self.monitor and self.monitor not in MONITORS and not HITS_MONITOR.fullmatch(self.monitor):
-            raise ConfigError(
-                f"train.monitor={show(self.monitor)} is not a validation metric{did_you_mean(self.monitor, MONITORS)}. "
-                f"Choose one of: {', '.join(MONITORS)} (val_roc_auc for two classes only)."
-            )
-        if not 0 <= self.seed < 2**63:
-            raise ConfigError(f"train.seed={self.seed} is out of range; use an integer in [0, 2**63).")
-        if not self.lr > 0:
-            raise ConfigError(f"train.lr={self.lr} must be > 0, e.g. 0.01.")
-        if self.weight_decay < 0:
-            raise ConfigError(f"train.weight_decay={self.weight_decay} must be >= 0.")
-        self._check_optimizer()
-        self._check_schedule()
-
-    def _check_optimizer(self) -> None:
-        choice("train.optimizer", self.optimizer, OPTIMIZERS, "an optimizer")
-        if self.momentum < 0 or self.momentum >= 1:
-            raise ConfigError(f"train.momentum={self.momentum} is out of range; expected 0 <= momentum < 1, e.g. 0.9.")
-        if self.momentum and self.optimizer != "sgd":
-            raise ConfigError(
-                f"train.momentum={self.momentum} applies to train.optimizer=sgd only, but it is "
-                f"{show(self.optimizer)}; drop train.momentum or set train.optimizer=sgd."
-            )
-
-    def _check_schedule(self) -> None:
-        choice("train.schedule", self.schedule, SCHEDULES, "a learning-rate schedule")
-        if self.warmup_epochs < 0:
-            raise ConfigError(f"train.warmup_epochs={self.warmup_epochs} must be >= 0 (0: no warm-up).")
+        check_fields(self, "train.")
+        check_read(self, "train.")
+        # Not in the JSON Schema: rules between keys.
         if self.warmup_epochs >= self.epochs and self.warmup_epochs:
             raise ConfigError(
                 f"train.warmup_epochs={self.warmup_epochs} must be less than train.epochs={self.epochs}, "
                 "or the warm-up never ends."
             )
-        positive("train.step_size", self.step_size)
-        if not 0 < self.gamma <= 1:
-            raise ConfigError(f"train.gamma={self.gamma} is out of range; expected 0 < gamma <= 1, e.g. 0.1.")
-        if not 0 <= self.min_lr < self.lr:
+        if not self.min_lr < self.lr:
             raise ConfigError(f"train.min_lr={self.min_lr} is out of range; expected 0 <= min_lr < train.lr={self.lr}.")
 
 
 @dataclass
 class EvalConfig:
     mode: EvalMode = EvalMode.LAYERWISE
-    batch_size: int = 4096  # seeds per inference batch
-    layer_store: str = "auto"  # where each layer-wise layer, and predict's logits, live: auto | memory | disk
+    batch_size: int = bounded(4096, integer(ge=1))  # seeds per inference batch
+    # where each layer-wise layer, and predict's logits, live: auto | memory | disk
+    layer_store: str = bounded("auto", one_of(LAYER_STORES, "a place for layer outputs"))
 
     def __post_init__(self) -> None:
-        positive("eval.batch_size", self.batch_size)
-        if self.layer_store not in LAYER_STORES:
-            raise ConfigError(
-                f"eval.layer_store={show(self.layer_store)} is not a place for layer outputs"
-                f"{did_you_mean(self.layer_store, LAYER_STORES)}; choose one of: "
-                f"{', '.join(LAYER_STORES)}."
-            )
+        check_fields(self, "eval.")
 
 
 @dataclass
@@ -256,70 +219,55 @@ class LogConfig:
     """Where each epoch's numbers go besides ``results.json``: logger plugins by name
     (``gnnbridge loggers`` lists them; built in: ``csv``, ``tensorboard``). Rank 0 writes."""
 
-    to: list[str] = field(default_factory=list)
+    to: list[str] = bounded(
+        [],
+        list_of(
+            Bound(nonblank=True, what="a logger's name (gnnbridge loggers lists them)"),
+            unique=True,
+            example="[tensorboard,csv]",
+        ),
+    )
 
     def __post_init__(self) -> None:
-        if len(set(self.to)) != len(self.to) or not all(isinstance(n, str) and n.strip() for n in self.to):
-            raise ConfigError(
-                f"log.to={show(self.to)} must be a list of distinct logger names, e.g. "
-                "log.to=[tensorboard,csv] (gnnbridge loggers lists them)."
-            )
-
-
-PLACES = ("host", "device")
-LAYER_STORES = ("auto", "memory", "disk")  # see core/training/layerstore.py
-OPTIMIZERS = ("adam", "adamw", "sgd")  # see core/training/optim.py
-SCHEDULES = ("none", "cosine", "step")
-PRECISIONS = ("fp32", "bf16", "fp16")
-TABLE_COPIES = ("machine", "rank")
+        check_fields(self, "log.")
+        # Not in the JSON Schema: the names plugins register are known at run time (Unknown logger ...).
 
 
 @dataclass
 class PlacementConfig:
     """Where data lives and work runs on each rank (see docs/performance.md, "Placement and precision")."""
 
-    features: str = "host"  # device: x and y copied once to the rank's device; batches gather there
-    topology: str = "host"  # device: the CSC arrays on the device, so the core sampler samples there
-    prefetch: int = 0  # batches sampled ahead in a background thread while the current one computes
-    precision: str = "fp32"  # bf16 / fp16: forward and loss under torch.autocast (fp16 with loss scaling)
+    # device: x and y copied once to the rank's device; batches gather there
+    features: str = bounded("host", one_of(PLACES, "a place"))
+    # device: the CSC arrays on the device, so the core sampler samples there
+    topology: str = bounded("host", one_of(PLACES, "a place"))
+    # batches sampled ahead in a background thread while the current one computes
+    prefetch: int = bounded(0, integer(ge=0, le=16, note="0: off"))
+    # bf16 / fp16: forward and loss under torch.autocast (fp16 with loss scaling)
+    precision: str = bounded("fp32", one_of(PRECISIONS))
     # bytes (or "512MB", "2GB") of RAM per machine (shared by its ranks, in /dev/shm) for the rows
-    # of the highest in-degree nodes; 0: off
-    feature_cache: Any = 0
+    # of the highest in-degree nodes; 0: off (values.parse_size reads it)
+    feature_cache: Any = bounded(
+        0,
+        integer(
+            ge=0,
+            pattern=SIZE_PATTERN,
+            max_length=40,
+            form="a number with a unit: 512MB, 2GB",
+            what="a size",
+            note="bytes; 0: off",
+            example="512MB",
+        ),
+    )
     # threads gathering rows of a feature table mapped from a folder: page faults in flight (the
     # disk's queue depth on a cold page cache; a blocked thread costs no CPU)
-    read_depth: int = 32
+    read_depth: int = bounded(32, integer(ge=1, le=256, note="reads in flight per rank on a folder's feature file"))
     # model.embeddings=sparse: one copy of the tables per machine, shared by its ranks (each
     # updates its part), or one per rank (core/training/shared_tables.py says when "machine" applies)
-    tables: str = "machine"
+    tables: str = bounded("machine", one_of(TABLE_COPIES))
 
     def __post_init__(self) -> None:
-        if self.tables not in TABLE_COPIES:
-            raise ConfigError(
-                f"placement.tables={show(self.tables)} is not supported{did_you_mean(self.tables, TABLE_COPIES)}; "
-                f"choose one of: {', '.join(TABLE_COPIES)}."
-            )
-        if parse_size(self.feature_cache) is None:
-            raise ConfigError(
-                f"placement.feature_cache={show(self.feature_cache)} is not a size; give bytes "
-                "(e.g. 1048576) or a number with a unit: 512MB, 2GB (0: off)."
-            )
-        for key in ("features", "topology"):
-            if getattr(self, key) not in PLACES:
-                raise ConfigError(
-                    f"placement.{key}={show(getattr(self, key))} is not a place; choose one of: {', '.join(PLACES)}."
-                )
-        if self.precision not in PRECISIONS:
-            raise ConfigError(
-                f"placement.precision={show(self.precision)} is not supported"
-                f"{did_you_mean(self.precision, PRECISIONS)}; choose one of: {', '.join(PRECISIONS)}."
-            )
-        if type(self.read_depth) is not int or not 1 <= self.read_depth <= 256:
-            raise ConfigError(
-                f"placement.read_depth={show(self.read_depth)} must be an integer from 1 to 256 (reads "
-                "in flight per rank on a folder's feature file)."
-            )
-        if type(self.prefetch) is not int or not 0 <= self.prefetch <= 16:
-            raise ConfigError(f"placement.prefetch={show(self.prefetch)} must be an integer from 0 (off) to 16.")
+        check_fields(self, "placement.")
 
 
 @dataclass
@@ -327,22 +275,23 @@ class LinkConfig:
     """Link prediction: which edges are predicted, how they are split, and how scored."""
 
     edge_type: str = ""  # the relation name (or "src,relation,dst") to predict; "": the dataset's own target
-    negatives: int = 1  # training negatives per positive edge (uniform over destination nodes)
+    # training negatives per positive edge (uniform over destination nodes)
+    negatives: int = bounded(1, integer(ge=1))
     # per-edge (ogbl-citation2): eval_negatives fixed destinations per val/test edge, MRR and Hits@K;
     # shared (ogbl-collab, -ppa, -ddi): eval_negatives (src, dst) pairs per split, shared by its edges, Hits@K
-    protocol: str = "per-edge"
-    eval_negatives: int = 100  # per-edge: per val/test edge; shared: per split (the same for every run)
-    hits_at: int | list[int] = 10  # K of Hits@K, or several: [20, 50, 100]
-    val_fraction: float = 0.1  # of the target edges, when the dataset does not split them itself
-    test_fraction: float = 0.1
+    protocol: str = bounded("per-edge", one_of(LINK_PROTOCOLS, "an evaluation protocol"))
+    # per-edge: per val/test edge; shared: per split (the same for every run)
+    eval_negatives: int = bounded(100, integer(ge=1))
+    # K of Hits@K, or several: [20, 50, 100]
+    hits_at: int | list[int] = bounded(
+        10, integer(ge=1, items=integer(ge=1), min_items=1, unique=True, example="[20,50,100]")
+    )
+    # of the target edges, when the dataset does not split them itself
+    val_fraction: float = bounded(0.1, number(gt=0, lt=0.5))
+    test_fraction: float = bounded(0.1, number(gt=0, lt=0.5))
 
     def __post_init__(self) -> None:
-        for key in ("negatives", "eval_negatives"):
-            positive(f"link.{key}", getattr(self, key))
-        for key in ("val_fraction", "test_fraction"):
-            if not 0 < getattr(self, key) < 0.5:
-                raise ConfigError(f"link.{key}={getattr(self, key)} must be in (0, 0.5), e.g. 0.1.")
-        choice("link.protocol", self.protocol, LINK_PROTOCOLS, "an evaluation protocol")
+        check_fields(self, "link.")
         self._check_hits()
 
     @property
@@ -351,12 +300,8 @@ class LinkConfig:
         return [self.hits_at] if isinstance(self.hits_at, int) else list(self.hits_at)
 
     def _check_hits(self) -> None:
+        # Not in the JSON Schema: K is at most the candidates link.eval_negatives gives.
         ks = self.ks
-        if not ks or len(set(ks)) != len(ks) or any(type(k) is not int or k <= 0 for k in ks):
-            raise ConfigError(
-                f"link.hits_at={show(self.hits_at)} must be a positive integer or a list of distinct "
-                "ones, e.g. link.hits_at=10 or link.hits_at=[20,50,100]."
-            )
         candidates = self.eval_negatives + (self.protocol == "per-edge")
         if max(ks) > candidates:
             what = (
@@ -372,16 +317,75 @@ class LinkConfig:
         return ("val_roc_auc", *mrr, "val_hits", *(f"val_hits@{k}" for k in self.ks))
 
 
+# Keys that only some modes read: key -> (the key that picks the mode, the modes that read it).
+# Set under another mode, such a key would be ignored without a word; it is refused in one line
+# instead, naming the key, the mode and the fix. "Set" means "not its default": a run's
+# config.yaml holds every key, defaults included, and must load again on --resume, evaluate and
+# predict. Checked by check_read (not in the JSON Schema: each row is a rule between two keys).
+# Which ModelSpec fields a model reads (model.heads, model.pooling) is the model's business (its
+# docstring): a plugin's model may read any of them, so they are not listed here.
+READ_ONLY_BY = {
+    "train.momentum": ("train.optimizer", ("sgd",)),
+    "train.step_size": ("train.schedule", ("step",)),
+    "train.gamma": ("train.schedule", ("step",)),
+    "train.min_lr": ("train.schedule", ("cosine",)),
+    "placement.tables": ("model.embeddings", ("sparse",)),  # only sparse tables have copies to place
+    "sampler.fanouts": ("task", ("node", "link")),  # graph tasks batch whole graphs
+    "sampler.edge_fanouts": ("task", ("node", "link")),
+    "eval.mode": ("task", ("node", "link")),  # whole graphs are scored whole
+    **{f"link.{f.name}": ("task", ("link",)) for f in dataclasses.fields(LinkConfig)},
+}
+
+
+def check_read(section: Any, prefix: str) -> None:
+    """Refuse a key of :data:`READ_ONLY_BY` set away from its default under a mode that does not
+    read it. ``section`` at ``prefix`` (``"train."``) checks the rows within it (so a section
+    built alone checks them too), the whole config (``""``) the rows between sections."""
+    for key, (mode_key, modes) in READ_ONLY_BY.items():
+        home, mode_home = key.rpartition(".")[0], mode_key.rpartition(".")[0]
+        if (f"{home}." if home == mode_home and home else "") != prefix:
+            continue
+        owner, name = _owner(section, key.removeprefix(prefix))
+        value, default = getattr(owner, name), _default(type(owner), name)
+        mode = plain(getattr(*_owner(section, mode_key.removeprefix(prefix))))
+        if mode in modes or value == default:
+            continue
+        fix = f"{mode_key}={modes[0]}" if len(modes) == 1 else f"{mode_key} to one of: {', '.join(modes)}"
+        raise ConfigError(
+            f"{key}={_shown(value)} applies to {mode_key}={' or '.join(modes)} only, but it is {show(mode)}; "
+            f"drop {key} (its default is {_shown(default)}) or set {fix}."
+        )
+
+
+def _owner(section: Any, dotted: str) -> tuple[Any, str]:
+    """The dataclass holding the field at ``dotted`` (relative to ``section``), and its name."""
+    *path, name = dotted.split(".")
+    for part in path:
+        section = getattr(section, part)
+    return section, name
+
+
+def _default(cls: type, name: str) -> Any:
+    found = next(f for f in dataclasses.fields(cls) if f.name == name)
+    return found.default_factory() if found.default is dataclasses.MISSING else found.default
+
+
+def _shown(value: Any) -> str:
+    return show(plain(value))
+
+
 @dataclass
 class ExperimentConfig:
     name: str = "custom"
     description: str = ""
     task: Task = Task.NODE
     backend: str = ""  # empty: the default backend the package registered (core.plugins)
-    nproc: int = 1
+    nproc: int = bounded(1, integer(ge=1))
     device: DeviceChoice = DeviceChoice.CPU
-    timeout: float = DEFAULT_TIMEOUT_S  # seconds; see DEFAULT_TIMEOUT_S
-    max_restarts: int = 0  # times the launcher restarts every rank after a failure (each resumes the run)
+    # seconds; see DEFAULT_TIMEOUT_S
+    timeout: float = bounded(DEFAULT_TIMEOUT_S, number(gt=0, le=MAX_TIMEOUT_S, note="seconds", example="120"))
+    # times the launcher restarts every rank after a failure (each resumes the run)
+    max_restarts: int = bounded(0, integer(ge=0, note="0: a failure ends the run"))
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
     model: ModelSpec = field(default_factory=ModelSpec)
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
@@ -392,15 +396,10 @@ class ExperimentConfig:
     log: LogConfig = field(default_factory=LogConfig)
 
     def __post_init__(self) -> None:
-        positive("nproc", self.nproc)
+        check_fields(self, "")
+        # Not in the JSON Schema: rules between keys of different sections.
+        check_read(self, "")
         self._check_monitor()
-        if self.max_restarts < 0:
-            raise ConfigError(f"max_restarts={self.max_restarts} must be >= 0 (0: a failure ends the run).")
-        if not 0 < self.timeout <= MAX_TIMEOUT_S:
-            raise ConfigError(
-                f"timeout={self.timeout} must be a positive number of seconds up to {MAX_TIMEOUT_S} "
-                "(a week), e.g. --timeout 120."
-            )
         if self.placement.precision == "fp16" and self.device is DeviceChoice.CPU:
             raise ConfigError(
                 "placement.precision=fp16 needs --device cuda (DGL's CPU kernels and most CPUs have no "

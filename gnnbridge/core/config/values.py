@@ -1,5 +1,6 @@
 """Small checks and renderings every part of the config uses: how a value is shown in a
-message, sizes with units, finite numbers, positive counts, enums made plain for YAML/JSON."""
+message, sizes with units (one pattern for Python and the JSON Schema), finite numbers, enums
+made plain for YAML/JSON."""
 
 from __future__ import annotations
 
@@ -8,22 +9,9 @@ import math
 import re
 from typing import Any
 
-from gnnbridge.core.errors import ConfigError, did_you_mean
+from gnnbridge.core.errors import ConfigError
 
 MAX_INT = 2**63 - 1  # what torch and numpy can hold
-
-
-def positive(key: str, value: int) -> None:
-    if value <= 0:
-        raise ConfigError(f"{key}={value} must be a positive integer.")
-
-
-def choice(key: str, value: Any, choices: tuple[str, ...], what: str) -> None:
-    """Refuse ``value`` unless it is one of ``choices``, naming them and the nearest."""
-    if value not in choices:
-        raise ConfigError(
-            f"{key}={show(value)} is not {what}{did_you_mean(value, choices)}; choose one of: {', '.join(choices)}."
-        )
 
 
 def plain(obj: Any) -> Any:
@@ -44,7 +32,11 @@ def check_finite(key: str, value: float) -> None:
         raise ConfigError(f"{key}={value} is not a finite number; give a real number (NaN and infinity are refused).")
 
 
-_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(b|kb|kib|mb|mib|gb|gib|tb|tib)?\s*", re.IGNORECASE)
+# A size as text: a number and a unit of powers of 1024 (KB or KiB, any case). Written for both
+# Python's re and JSON Schema's regexes (ECMA 262: no inline flags), so placement.feature_cache's
+# bound in the schema is this very pattern.
+SIZE_PATTERN = r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([bB]|[kKmMgGtT][iI]?[bB])?\s*$"
+_SIZE = re.compile(SIZE_PATTERN)
 _UNITS = {"b": 1, "kb": 1 << 10, "mb": 1 << 20, "gb": 1 << 30, "tb": 1 << 40}
 
 

@@ -55,8 +55,10 @@ def read_manifest(path: str | os.PathLike) -> dict:
     """The folder's manifest; a folder without one (or with one of another format) is refused."""
     root = Path(path)
     if not root.is_dir():
+        # A run's config names the folder it was prepared in: say how to point the run elsewhere.
         raise DataFileNotFoundError(
-            f"Dataset folder '{root}' does not exist; give a folder of .npy files that gnnbridge prepare has prepared."
+            f"Dataset folder '{root}' does not exist; give a folder of .npy files that gnnbridge prepare has "
+            "prepared (a run or checkpoint whose data moved: --set dataset.path=NEW)."
         )
     try:
         manifest = json.loads((root / MANIFEST).read_text())

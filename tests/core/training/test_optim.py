@@ -143,14 +143,17 @@ def test_each_optimizer_trains_a_built_in_experiment(tmp_path, name):
         (
             {"momentum": 0.9},
             "train.momentum=0.9 applies to train.optimizer=sgd only, but it is 'adam'; drop "
-            "train.momentum or set train.optimizer=sgd.",
+            "train.momentum (its default is 0.0) or set train.optimizer=sgd.",
         ),
         ({"optimizer": "sgd", "momentum": 1.5}, "train.momentum=1.5 is out of range; expected 0 <= momentum < 1"),
         ({"warmup_epochs": 10}, "train.warmup_epochs=10 must be less than train.epochs=10"),
-        ({"warmup_epochs": -1}, "train.warmup_epochs=-1 must be >= 0"),
-        ({"step_size": 0}, "train.step_size=0 must be a positive integer."),
+        ({"warmup_epochs": -1}, "train.warmup_epochs=-1 is out of range; expected an integer >= 0 (0: no warm-up)"),
+        ({"step_size": 0}, "train.step_size=0 is out of range; expected a positive integer, e.g. train.step_size=10."),
         ({"gamma": 0}, "train.gamma=0.0 is out of range; expected 0 < gamma <= 1"),
-        ({"min_lr": 0.5}, "train.min_lr=0.5 is out of range; expected 0 <= min_lr < train.lr=0.01."),
+        (
+            {"schedule": "cosine", "min_lr": 0.5},
+            "train.min_lr=0.5 is out of range; expected 0 <= min_lr < train.lr=0.01.",
+        ),
     ],
 )
 def test_bad_values_are_one_line_naming_the_value_and_the_choices(train, line):
