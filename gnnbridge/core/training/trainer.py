@@ -32,7 +32,7 @@ from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData
 from gnnbridge.core.records.hetero import HeteroGraphData
 from gnnbridge.core.runtime.context import DistContext
-from gnnbridge.core.sampling.seeds import derived_seed, epoch_batches
+from gnnbridge.core.sampling.seeds import derived_seed, epoch_batches, few_steps
 from gnnbridge.core.training import midepoch, optim, shared_tables, sparse
 from gnnbridge.core.training.assembly import RunParts
 from gnnbridge.core.training.checkpointing import Checkpointing
@@ -140,6 +140,7 @@ class Trainer(RunParts):
         cfg, state = self.config.train, self.state
         validator = self._validation_evaluator()
         dry_step(self)  # the model's contract, on one small batch, before any work is spent
+        self._warn_if_few_steps()
         for epoch in range(state.next_epoch, cfg.epochs):
             if state.should_stop(cfg.patience):
                 break
@@ -204,9 +205,23 @@ class Trainer(RunParts):
         return {"feature_cache_hit_rate": hits / rows if rows else 0.0}
 
     def _note(self, line: str) -> None:
-        """One line on stderr from rank 0: what a resume does that the user did not ask for."""
+        """One line on stderr from rank 0: what a resume does that the user did not ask for, or a warning."""
         if self.ctx.is_main:
             print(line, file=sys.stderr, flush=True)
+
+    def _warn_if_few_steps(self) -> None:
+        """Name an epoch of too few optimizer steps once, before the first epoch this job trains
+        (not again after a restart): such a run can end near chance without any error (the GIN
+        tutorial's own collection did), so nothing else would say so. After the model's dry
+        step, so a model that breaks its contract still fails in one line."""
+        train = self.config.train
+        if self.ctx.attempt or self.state.next_epoch >= train.epochs:
+            return
+        seeds = self.data.split("train").numel()
+        norms = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in self.model.modules())
+        line = few_steps(seeds, train.batch_size, self.ctx.world_size, train.max_batches, self.data.item_name, norms)
+        if line is not None:
+            self._note(f"Warning: {line}")
 
     def _resumed_inside(self, epoch: int, batches: int) -> midepoch.Inside | None:
         """The mid-epoch checkpoint's position if it lies inside ``epoch`` (used once)."""

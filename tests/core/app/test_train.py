@@ -158,3 +158,48 @@ def test_a_resume_whose_epochs_end_before_the_epoch_it_stopped_inside_is_refused
         "give train.epochs of at least 3."
     )
     _check_epochs_left(state, from_dict({"train": {"epochs": 3}}), tmp_path)  # finishes epoch 3: fine
+
+
+@pytest.mark.parametrize(
+    "experiment, overrides, line",
+    [
+        (
+            "karate-sage",
+            ["train.batch_size=64"],
+            "an epoch is 1 optimizer step per rank (20 nodes per rank, train.batch_size=64), so the weights are "
+            "updated once an epoch and may not settle; use --set train.batch_size=6 or smaller for 3 or more steps "
+            "an epoch.",
+        ),
+        (
+            "gin-synthetic",
+            ["dataset.options.num_graphs=60"],
+            "an epoch is 2 optimizer steps per rank (48 graphs per rank, train.batch_size=32), so the weights and "
+            "BatchNorm's running statistics are updated 2 times an epoch and may not settle; use "
+            "--set train.batch_size=16 or smaller for 3 or more steps an epoch.",
+        ),
+    ],
+)
+def test_an_epoch_of_too_few_steps_is_one_warning_line_before_training(tmp_path, capsys, experiment, overrides, line):
+    """Such a run trains to chance without failing (the GIN tutorial's own collection did), so
+    train names it: once, not per epoch, with the batch size that fixes it; that size is quiet."""
+    run = ["train.epochs=2", *overrides]
+    gnnbridge.run(experiment, backend="pyg", nproc=1, out=tmp_path / "few", progress=False, overrides=run)
+    assert capsys.readouterr().err.splitlines() == [f"Warning: {line}"]
+    fixed = line.split("--set ")[1].split(" ")[0]
+    gnnbridge.run(experiment, backend="pyg", nproc=1, out=tmp_path / "fixed", progress=False, overrides=[*run, fixed])
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize(
+    "experiment", ["sage-synthetic", "gcn-synthetic", "gin-synthetic", "karate-sage", "mag-synthetic", "rec-synthetic"]
+)
+def test_the_built_in_experiments_that_need_no_download_are_not_warned_of_few_steps(experiment):
+    """A warning on a built-in experiment, as shipped, would teach users to ignore it."""
+    from gnnbridge.core.app.preflight import load_dataset, preflight
+    from gnnbridge.core.app.resolve import resolve_config
+    from gnnbridge.core.sampling.seeds import few_steps
+
+    config = preflight(resolve_config(experiment, device="cpu"))
+    data = load_dataset(config)
+    train = config.train
+    assert few_steps(data.split("train").numel(), train.batch_size, config.nproc, train.max_batches) is None

@@ -8,7 +8,7 @@ import torch
 from gnnbridge.core.errors import ConfigError
 from gnnbridge.core.sampling import kernels
 from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS, NeighborSampler
-from gnnbridge.core.sampling.seeds import epoch_batches, epoch_generator
+from gnnbridge.core.sampling.seeds import FEW_STEPS, epoch_batches, epoch_generator, few_steps
 
 
 def edge_set(data):
@@ -205,6 +205,23 @@ def test_shards_reshuffle_every_epoch_but_are_reproducible():
 def test_more_ranks_than_seeds_is_refused():
     with pytest.raises(ConfigError, match="cannot be shared by 4 ranks"):
         epoch_batches(torch.arange(3), 10, 0, 0, 0, 4)
+
+
+def test_an_epoch_of_too_few_steps_is_named_with_the_batch_size_that_fixes_it():
+    # The GIN tutorial's trap: 240 training graphs on 2 ranks, in the default batch of 256.
+    line = few_steps(240, 256, 2, item="graph", norms=True)
+    assert line == (
+        "an epoch is 1 optimizer step per rank (120 graphs per rank, train.batch_size=256), so the weights and "
+        "BatchNorm's running statistics are updated once an epoch and may not settle; use "
+        "--set train.batch_size=40 or smaller for 3 or more steps an epoch."
+    )
+    assert len(epoch_batches(torch.arange(240), 40, 0, 0, 0, 2)) == FEW_STEPS  # the fix it names is enough
+    assert "updated 2 times an epoch" in few_steps(240, 64, 2, item="graph")
+    assert "BatchNorm" not in few_steps(240, 64, 2, item="graph")  # a model without it is not told of it
+    assert few_steps(240, 40, 2) is None
+    assert few_steps(240, 256, 2, max_batches=2) is None  # the user asked for so few steps
+    assert few_steps(240, 256, 2, max_batches=50) is not None
+    assert few_steps(4, 256, 2) is None  # 2 items per rank: no batch size gives 3 steps
 
 
 @pytest.mark.skipif(not kernels.available(), reason="numba is not installed")
