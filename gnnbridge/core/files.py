@@ -259,12 +259,27 @@ def run_folder_in_use(path: Path) -> bool:
 @contextlib.contextmanager
 def taking_turns(folder: Path) -> Iterator[None]:
     """Wait for, then hold, an exclusive ``flock`` on ``folder/.lock`` for the block: two prepares
-    of one folder take turns (the second then finds it prepared)."""
-    fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-    try:
+    of one folder take turns (the second then finds it prepared). A block that leaves nothing
+    else in ``folder`` (a refused prepare) takes the folder away with its lock, so a refusal
+    leaves no trace; a waiter that then wakes on the removed lock takes a new one."""
+    lock = folder / ".lock"
+    while True:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
         fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            if os.fstat(fd).st_ino == os.stat(lock).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # woke on a lock its holder removed: take the one there now
+    try:
         yield
     finally:
+        with contextlib.suppress(OSError):
+            if [p.name for p in folder.iterdir()] == [lock.name]:
+                lock.unlink()
+                folder.rmdir()
         os.close(fd)  # releases the lock
 
 

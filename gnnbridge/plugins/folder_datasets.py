@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import zipfile
 from pathlib import Path
 
@@ -20,10 +21,18 @@ import numpy as np
 from gnnbridge.core import files
 from gnnbridge.core.app.prepare import prepare_folder, write_array
 from gnnbridge.core.contracts.hookspecs import hookimpl
-from gnnbridge.core.errors import ConfigError, DataError, DataFileNotFoundError, ResourceError
+from gnnbridge.core.errors import (
+    ConfigError,
+    DataError,
+    DataFileNotFoundError,
+    ResourceError,
+    RunInterrupted,
+    signal_name,
+)
 from gnnbridge.core.interfaces import DatasetConfig, GraphCollection, GraphData, HeteroSource
 from gnnbridge.core.records.folder import PREPARED, open_prepared, stat_input
 from gnnbridge.core.records.formats import NPZ_ARRAYS, check_header, is_hetero, typed_keys
+from gnnbridge.core.runtime.launcher import interrupt_on_sigterm
 from gnnbridge.plugins.npz import DEFLATE_MAX_RATIO, HEADER_READERS, READ_CHUNK, ZIP_ERRORS, check_file, not_an_npz
 from gnnbridge.plugins.options import options
 
@@ -47,7 +56,21 @@ def load_folder(config: DatasetConfig, seed: int):
 
 def prepare(source: str, out: str | os.PathLike | None = None, dtype: str = "float32", progress: bool = True) -> dict:
     """Prepare a folder, an ``.npz`` file (into the folder beside it, its name without ``.npz``)
-    or a named dataset (into ``./NAME``); see :func:`~gnnbridge.core.app.prepare.prepare_folder`."""
+    or a named dataset (into ``./NAME``); see :func:`~gnnbridge.core.app.prepare.prepare_folder`.
+    A stop signal (Ctrl-C, SIGTERM, SIGHUP) undoes what this prepare wrote, and says so."""
+    try:
+        with interrupt_on_sigterm():
+            return _prepare(source, out, dtype, progress)
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", signal.SIGINT)
+        raise RunInterrupted(
+            signum,
+            f"Stopped by {signal_name(signum)}: nothing half-written is left (the derived files of this "
+            f"prepare were removed); run gnnbridge prepare {source} again to finish.",
+        ) from None
+
+
+def _prepare(source: str, out, dtype: str, progress: bool) -> dict:
     path = Path(source)
     if path.is_dir():
         return prepare_folder(path, out, dtype, progress)

@@ -374,8 +374,7 @@ def test_float16_refuses_features_it_cannot_hold(tmp_path, refused):
     folder = save_folder(tmp_path / "g", arrays)
     seen = refused("prepare", str(folder), "--dtype", "float16", "--quiet")
     assert seen.returncode == 1 and "beyond float16's range" in seen.stderr and "first at node 7" in seen.stderr
-    assert not (folder / MANIFEST).exists()
-    assert not [p for p in (folder / "prepared").iterdir() if p.name.endswith(".npy")]
+    assert not (folder / "prepared").exists()  # nothing derived, and no lock either
 
 
 @pytest.mark.parametrize(
@@ -571,8 +570,7 @@ def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(tmp_path, small
     seen = refused("prepare", str(folder), "--out", str(out), "--dtype", "float16", "--quiet")
     assert seen.returncode == 1 and len(seen.stderr.strip().splitlines()) == 1, seen.stderr
     assert "the disk is full" in seen.stderr and "--out DIR on another disk" in seen.stderr
-    assert not (out / MANIFEST).exists()
-    assert not [p.name for p in (out / "prepared").iterdir() if p.suffix in (".npy", ".partial")]
+    assert not (out / "prepared").exists()  # nothing derived, and no lock either
 
 
 def test_doctor_checks_a_prepared_folder_and_sizes_it_from_the_manifest(tmp_path):

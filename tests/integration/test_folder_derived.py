@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
+from gnnbridge.core.errors import signal_name
 from gnnbridge.plugins.folder_datasets import prepare
 from gnnbridge.testing.conformance import small_graph
 
@@ -135,3 +139,67 @@ def test_a_file_outside_the_format_beside_a_prepared_folder_is_left_alone(prepar
     folder = copy_of(prepared, tmp_path / "g")
     np.save(folder / "notes.npy", np.zeros(3))
     assert open_prepared(folder).num_nodes == 300
+
+
+STOPPED_DRIVER = """
+import sys, time
+import gnnbridge.core.app.prepare as preparing
+from gnnbridge.cli import main
+
+def held(*args, **kwargs):  # the topology is written by now: indptr.npy, indices.npy
+    print("ready", flush=True)
+    time.sleep(120)
+
+preparing._labels = held
+main(["prepare", sys.argv[1], "--quiet"])
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_stop_signal_during_prepare_removes_what_it_wrote_and_says_so(tmp_path, signum):
+    """Killed by SIGTERM, prepare used to exit 143 with no line, leaving indptr.npy and
+    .partial files (about 40% of the input's size) behind; every stop signal now undoes it."""
+    folder = tmp_path / "g"
+    folder.mkdir()
+    g = small_graph(n=200)
+    for key, value in {"x": g.x.numpy(), "edge_index": g.edge_index.numpy(), "y": g.y.numpy()}.items():
+        np.save(folder / f"{key}.npy", value)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", STOPPED_DRIVER, str(folder)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
+        assert (folder / "prepared" / "indptr.npy").exists()
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signum, err
+    assert err.strip().splitlines() == [
+        f"Stopped by {signal_name(signum)}: nothing half-written is left (the derived files of this prepare were "
+        f"removed); run gnnbridge prepare {folder} again to finish."
+    ]
+    assert sorted(p.name for p in folder.iterdir()) == ["edge_index.npy", "x.npy", "y.npy"]
+
+
+def test_features_that_vanish_in_float16_are_refused_with_the_numbers(tmp_path, refused):
+    """1e-9 is 0 in float16: prepare said "x finite (and within float16)" and wrote zeros."""
+    folder = tmp_path / "g"
+    folder.mkdir()
+    g = small_graph(n=200)
+    x = g.x.numpy().copy()
+    x[:, 3] *= 1e-9
+    for key, value in {"x": x, "edge_index": g.edge_index.numpy(), "y": g.y.numpy()}.items():
+        np.save(folder / f"{key}.npy", value)
+    seen = refused("prepare", str(folder), "--dtype", "float16", "--quiet")
+    assert seen.returncode == 1
+    line = seen.stderr.strip()
+    assert line.startswith(f"Error: {folder}: x column 3 loses its signal in float16: 200 of its 200 nonzero values")
+    assert "round to zero" in line and "--dtype bfloat16 or float32" in line, line
+    assert sorted(p.name for p in folder.iterdir()) == ["edge_index.npy", "x.npy", "y.npy"]  # no prepared/.lock
+    kept = prepare(str(folder), dtype="bfloat16", progress=False)
+    assert "x in bfloat16 (relative error <= " in ", ".join(kept["checked"]), kept["checked"]
+    spec = manifest(folder)["arrays"]["x"]
+    assert spec["precision"]["flushed_to_zero"] == 0 and 0 < spec["precision"]["max_relative_error"] < 2**-8
+    opened = np.load(folder / spec["file"]).astype(np.uint32) << 16
+    assert np.allclose(opened.view(np.float32)[:, 3], x[:, 3], rtol=2**-8)  # the small column survives in bfloat16

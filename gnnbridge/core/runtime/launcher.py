@@ -129,28 +129,35 @@ def _run_elastic(
     return results.get(0)
 
 
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
 @contextlib.contextmanager
 def interrupt_on_sigterm() -> Iterator[None]:
-    """SIGTERM raises :class:`RunInterrupted` in this (launching) process, as Ctrl-C raises
-    ``KeyboardInterrupt``: by default it would kill the process on the spot, skipping the cleanup
-    that removes a half-made run folder (and with it the user's --out) or the line that says how
-    to resume. With ``--nproc N`` the elastic agent takes SIGTERM over while it runs and reports it
-    the same way (see :func:`_run_elastic`). Only the main thread can own a handler."""
+    """SIGTERM (and SIGHUP, a closed terminal) raise :class:`RunInterrupted` in this (launching)
+    process, as Ctrl-C raises ``KeyboardInterrupt``: by default they would kill the process on
+    the spot, skipping the cleanup that removes a half-made run folder (and with it the user's
+    --out) or half-written derived files, and the line that says how to go on. With ``--nproc N``
+    the elastic agent takes them over while it runs and reports them the same way (see
+    :func:`_run_elastic`). Only the main thread can own a handler."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.getsignal(signal.SIGTERM)
+    previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
 
     def handler(signum, frame):
         note_signal(signum)
         raise RunInterrupted(signum)
 
-    signal.signal(signal.SIGTERM, handler)
+    for signum in STOP_SIGNALS:
+        if previous[signum] is not signal.SIG_IGN:  # nohup's SIGHUP stays ignored
+            signal.signal(signum, handler)
     try:
         yield
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for signum, old in previous.items():
+            if old is not None:
+                signal.signal(signum, old)
 
 
 def _elastic_rank(worker: Callable[..., Any], device_kind: str, args: tuple, timeout_s: float) -> Any:
