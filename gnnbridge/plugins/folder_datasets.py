@@ -136,12 +136,10 @@ def _claim(folder: Path, source: str) -> None:
 
 def _stream_npz(path: Path, folder: Path) -> dict:
     """The ``.npz``'s members into ``folder``; the manifest then records the ``.npz``'s size and
-    modification time (``source``), so a prepare after the ``.npz`` changed streams it again, and
-    the members' order (``order``): a heterogeneous graph's node and edge types come in that
-    order, which sets the order of the sampler's draws and of the model's parameters, so the
-    folder trains as its ``.npz`` does (files alone would list them by name)."""
+    modification time (``source``), so a prepare after the ``.npz`` changed streams it again.
+    (The members' order does not matter: a heterogeneous record sorts its types.)"""
     _claim(folder, str(path.resolve()))
-    source = {"source": {"file": str(path.resolve()), **stat_input(path)}}  # and "order", below
+    source = {"source": {"file": str(path.resolve()), **stat_input(path)}}
     try:
         with zipfile.ZipFile(path) as archive:
             members = {i.filename[:-4]: i for i in archive.infolist() if i.filename.endswith(".npy")}
@@ -154,7 +152,7 @@ def _stream_npz(path: Path, folder: Path) -> dict:
                     _header(path, f, members[key], key, spec)
             for key, spec in wanted.items():
                 _copy_member(path, archive, members[key], key, spec, folder / f"{key}.npy")
-        return {**source, "order": list(wanted)}
+        return source
     except (DataError, ResourceError, ConfigError):
         raise
     except OSError:
@@ -209,8 +207,8 @@ def _header(path: Path, f, info: zipfile.ZipInfo, key: str, spec: tuple) -> tupl
 
 
 def _write_named(name: str, loader, folder: Path) -> dict:
-    """The dataset's arrays as files; for the manifest, their order (see :func:`_stream_npz`) and
-    its default link target (which no array names)."""
+    """The dataset's arrays as files; for the manifest, its default link target (which no array
+    names)."""
     _claim(folder, f"dataset:{name}")
     data = loader(DatasetConfig(name=name), 0)
     arrays = _arrays(name, data)
@@ -218,8 +216,7 @@ def _write_named(name: str, loader, folder: Path) -> dict:
         array = np.ascontiguousarray(value.numpy() if hasattr(value, "numpy") else value)
         write_array(folder / f"{key}.npy", array.dtype, array.shape, lambda out, a=array: out.__setitem__(..., a))
     target = getattr(data, "target_edge", None)
-    extra = {"order": list(arrays)}
-    return {**extra, "target_edge": list(target)} if isinstance(data, HeteroSource) and target is not None else extra
+    return {"target_edge": list(target)} if isinstance(data, HeteroSource) and target is not None else {}
 
 
 def _arrays(name: str, data) -> dict:

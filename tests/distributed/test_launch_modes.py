@@ -489,7 +489,9 @@ from torch import nn
 
 
 class Stuck(nn.Module):
-    """Trains two steps, then its forward never returns on the ranks named in STUCK_RANKS."""
+    """Its forward never returns on the ranks named in STUCK_RANKS, from the moment STUCK_WHEN
+    names: its third training step ("train"), its first call (the dry step, "dry"), or its first
+    call in eval mode after training began (the validation pass, "validation")."""
 
     def __init__(self, in_dim, out_dim):
         super().__init__()
@@ -497,19 +499,39 @@ class Stuck(nn.Module):
         self.calls = 0
 
     def forward(self, graph, x):
-        if self.training:
-            self.calls += 1
-            if self.calls >= 3 and str(dist.get_rank()) in os.environ["STUCK_RANKS"].split(","):
-                while True:  # Python compute that never reaches a collective
-                    time.sleep(0.5)
+        when = os.environ["STUCK_WHEN"]
+        self.calls += self.training
+        hang = {
+            "train": self.training and self.calls >= 3,
+            "dry": True,
+            "validation": not self.training and self.calls > 0,
+        }[when]
+        if hang and str(dist.get_rank()) in os.environ["STUCK_RANKS"].split(","):
+            while True:  # Python compute that never reaches a collective
+                time.sleep(0.5)
         return self.lin(x)
 '''
 
 
-@pytest.mark.parametrize("stuck, named", [("0,1", "[01]"), ("1", "1")])
-def test_a_forward_that_never_returns_ends_the_job_naming_the_rank_and_the_phase(stuck, named, tmp_path):
+@pytest.mark.parametrize(
+    "stuck, when, named, phase",
+    [
+        ("0,1", "train", "[01]", r"its forward pass of epoch 1, step \d+"),
+        ("1", "train", "1", r"its forward pass of epoch 1, step \d+"),
+        (
+            "0,1",
+            "dry",
+            "[01]",
+            r"its dry step before epoch 1 \(one small batch\), in the forward pass of class 'stuck_model:Stuck'",
+        ),
+        ("0,1", "validation", "[01]", r"its evaluation of val, in the forward pass of class 'stuck_model:Stuck'"),
+    ],
+)
+def test_a_forward_that_never_returns_ends_the_job_naming_the_rank_and_the_phase(stuck, when, named, phase, tmp_path):
     """Stuck on every rank, nothing waits in a collective, so no collective timeout can fire;
-    stuck on one rank, the other's collective times out, but the line names the stuck one."""
+    stuck on one rank, the other's collective times out, but the line names the stuck one.
+    Every phase that calls the model is watched: the dry step before training and the
+    validation pass too (round 3's hang came back there: still running after 200 s)."""
     (tmp_path / "stuck_model.py").write_text(STUCK_MODEL)
     job = Job(
         gnnbridge(
@@ -528,7 +550,7 @@ def test_a_forward_that_never_returns_ends_the_job_naming_the_rank_and_the_phase
             "run",
         ),
         tmp_path,
-        env={**ENV, "STUCK_RANKS": stuck},
+        env={**ENV, "STUCK_RANKS": stuck, "STUCK_WHEN": when},
     )
     try:
         code = job.finish(timeout=180)
@@ -539,8 +561,7 @@ def test_a_forward_that_never_returns_ends_the_job_naming_the_rank_and_the_phase
         raise AssertionError(f"still running after 180 s with --timeout 15; it said: {job.lines}") from None
     assert code == 1, job.lines
     assert len(job.lines) == 1 and re.match(
-        rf"Error: rank {named} has been in its forward pass of epoch 1, step \d+ "
-        r"for \d+ s \(--timeout 15\)",
+        rf"Error: rank {named} has been in {phase} for \d+ s \(--timeout 15\)",
         job.lines[0],
     ), job.lines
     assert not (tmp_path / "run").exists()  # no checkpoint yet: nothing to resume

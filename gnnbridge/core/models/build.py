@@ -26,6 +26,7 @@ step before the first epoch (``core/training/dry.py``).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import os
@@ -218,6 +219,25 @@ class ModelCall:
         self.origin = origin
         self.num_classes = num_classes
         self.per_graph = per_graph
+        # What each call into the model tells the rank's watchdog (DistContext.doing), inside a
+        # ``watched`` block: a model that never returns there ends the job after --timeout.
+        self.tell: Callable[[str | None], None] | None = None
+        self._activity: str | None = None
+
+    @contextlib.contextmanager
+    def watched(self, activity: str):
+        """Time every call into the model inside the block under ``activity`` ("its dry step
+        before epoch 1"): each call starts the watchdog's clock, its return stops it.
+
+        Why per call and not the whole block: between calls a rank may wait in a collective
+        for a slower peer, for as long as the peer's share takes, which is no sign of a hang;
+        inside the model no rank waits on another. Training steps are not watched here: their
+        phases already say which step of which epoch a rank is in (``PhaseTimer``)."""
+        previous, self._activity = self._activity, activity
+        try:
+            yield
+        finally:
+            self._activity = previous
 
     def __call__(self, model: Callable[..., Any], graph: Any, x: Any, rows: int) -> torch.Tensor:
         with self.blame("forward pass"):
@@ -262,8 +282,19 @@ class ModelCall:
         self._kind(out, method, "outputs", _device(x))
         return out[:rows]
 
+    @contextlib.contextmanager
     def blame(self, what: str):
-        return blame(self.origin, what)
+        """The model's ``what`` (its forward pass, a layer): a failure is one line naming the model;
+        inside :meth:`watched`, the call is timed."""
+        timed = self.tell is not None and self._activity is not None
+        if timed:
+            self.tell(f"{self._activity}, in the {what} of {self.origin}")
+        try:
+            with blame(self.origin, what):
+                yield
+        finally:
+            if timed:
+                self.tell(None)
 
     def check(self, logits: Any, rows: int, device: torch.device | None = None) -> torch.Tensor:
         """``logits``' first ``rows`` rows, once they are what ``forward`` must return."""

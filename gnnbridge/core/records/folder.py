@@ -273,8 +273,6 @@ def _hetero(root: Path, arrays: dict, manifest: dict, name: str):
         if edges_key in arrays:
             topology[edge_type] = (arrays[indptr_key], arrays[edges_key])
     typed = {k: v for k, v in arrays.items() if not k.startswith((CSC_INDPTR + "__", CSC_EDGES + "__"))}
-    order = manifest.get("order") or []  # the .npz's (or named dataset's) order, where prepare wrote from one
-    typed = dict(sorted(typed.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
     record = hetero_source(root, typed, name)
     if record.target_edge is None and manifest.get("target_edge"):  # a named dataset's default link target
         record.target_edge = tuple(manifest["target_edge"])

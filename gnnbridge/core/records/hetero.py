@@ -96,7 +96,7 @@ class HeteroGraphData(Mapped):
     name: str = "hetero"
 
     def __post_init__(self) -> None:
-        self.edge_index = {tuple(et): ei for et, ei in self.edge_index.items()}
+        canonical_order(self, ("num_nodes", "x", "edge_index", "indptr"))
         if self.target_edge is not None:
             self.target_edge = tuple(self.target_edge)
         self._check_node_types()
@@ -112,6 +112,7 @@ class HeteroGraphData(Mapped):
         for f in fields(cls):
             default = f.default_factory() if f.default_factory is not MISSING else f.default
             setattr(record, f.name, values[f.name] if f.name in values else default)
+        canonical_order(record, ("num_nodes", "x", "edge_index", "indptr"))
         return record
 
     # ------------------------------------------------------------------ views
@@ -355,6 +356,23 @@ class HeteroGraphData(Mapped):
         return out
 
 
+def canonical_order(record, names: tuple[str, ...]) -> None:
+    """Sort the record's typed dicts (``names``) by type name, edge types as (source, relation,
+    destination) tuples. Everything derived from a graph iterates its types in dict order (the
+    model's parameters and their initial draws, the sampler's draws, the layer-wise pass), so
+    the order must not depend on how the graph was stored: an ``.npz`` lists its keys as they
+    were written, a folder its files by name, a library's object as it was built, and the same
+    arrays trained differently from each."""
+    for name in names:
+        typed = getattr(record, name)
+        if typed is not None:
+            setattr(record, name, {_key(k): typed[k] for k in sorted(typed, key=_key)})
+
+
+def _key(k):
+    return tuple(k) if isinstance(k, (list, tuple)) else k
+
+
 def check_node_types(num_nodes: dict) -> None:
     if not num_nodes:
         raise DataError("The graph declares no node types.")
@@ -438,6 +456,11 @@ class HeteroSource(Mapped):
     num_classes: int | None = None
     # Set when opened from a prepared folder (see LabelledRecord.folder; Mapped.mapped_from).
     folder = None
+
+    def __post_init__(self) -> None:
+        canonical_order(self, ("num_nodes", "x", "edges", "topology"))
+        if self.target_edge is not None:
+            self.target_edge = tuple(self.target_edge)
 
     def summary(self) -> dict:
         return {

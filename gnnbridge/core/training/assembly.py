@@ -64,6 +64,7 @@ class RunParts:
         self.sampler: Sampler = self._sampler()
         self.model, choice = build_model(config.model, config.backend, config.task, *model_dims(data), data)
         self.call = ModelCall(choice.origin, data.num_classes, per_graph=config.task is Task.GRAPH)
+        self.call.tell = ctx.doing  # calls into the model outside training steps are watched
         self.is_link = config.task is Task.LINK
         if weights is not None:
             load_model_state(self.model, weights, weights.get("path", "checkpoint"))
@@ -161,10 +162,9 @@ class RunParts:
                 f"--embeddings needs typed layer-wise inference, which {self.call.origin} does not offer."
             )
         cfg = self.config.eval
-        with evaluation_mode(self.ctx, self.model):
-            return TypedLayerwise(self.backend, self.data, self.ctx, cfg.batch_size, cfg.layer_store).states(
-                self.model, stack
-            )
+        with evaluation_mode(self.ctx, self.model, self.call, "its embeddings pass"):
+            typed = TypedLayerwise(self.backend, self.data, self.ctx, cfg.batch_size, cfg.layer_store, self.call)
+            return typed.states(self.model, stack)
 
     def link_scorer(self) -> LinkEvaluator:
         """Scores pairs of the target edge type as the final evaluation does (``eval.mode``)."""

@@ -35,7 +35,8 @@ def dry_step(trainer) -> None:
     """Check the model on this rank, then agree with every other rank (see the module docstring)."""
     error: GnnBridgeError | None = None
     try:
-        _check(trainer)
+        with trainer.call.watched("its dry step before epoch 1 (one small batch)"):
+            _check(trainer)
     except GnnBridgeError as exc:  # a plugin's fault, already one line naming it
         error = exc
     lines = trainer.ctx.gather_objects(None if error is None else str(error))
@@ -89,7 +90,7 @@ def check_typed_layers(trainer, model) -> None:
     from gnnbridge.core.training.typed_layerwise import TypedLayerwise, unwrap
 
     model = unwrap(model)
-    typed = TypedLayerwise(trainer.backend, trainer.data, trainer.ctx, SEEDS, "memory")
+    typed = TypedLayerwise(trainer.backend, trainer.data, trainer.ctx, SEEDS, "memory", trainer.call)
     for node_type in typed.reached:
         ids = torch.arange(min(SEEDS, trainer.data.num_nodes[node_type]))
         sub = typed.one_hop.sample({node_type: ids})

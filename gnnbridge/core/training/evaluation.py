@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -68,18 +68,20 @@ class Evaluator(ABC):
         self.ctx = ctx
         self.batch_size = batch_size
         self.call = call or ModelCall("the model", data.num_classes)
+        if self.call.tell is None:
+            self.call.tell = ctx.doing  # calls into the model are watched (see ModelCall.watched)
         self.layer_store = layer_store
 
     @torch.no_grad()
     def evaluate(self, model: torch.nn.Module, splits: tuple[str, ...]) -> dict[str, float]:
         """``{'<split>_acc', '<split>_macro_f1'[, '<split>_roc_auc']}`` per split, identical on all ranks."""
-        with evaluation_mode(self.ctx, model):
+        with evaluation_mode(self.ctx, model, self.call, f"its evaluation of {'/'.join(splits)}"):
             return self._evaluate(model, splits)
 
     @torch.no_grad()
     def predict(self, model: torch.nn.Module) -> torch.Tensor:
         """``[items, num_classes]`` logits of every node (or graph) in id order, on CPU, on every rank."""
-        with evaluation_mode(self.ctx, model):
+        with evaluation_mode(self.ctx, model, self.call, "its prediction pass"):
             return self._predict(model)
 
     @abstractmethod
@@ -240,13 +242,16 @@ class GraphEvaluator(BatchedEvaluator):
 
 
 @contextmanager
-def evaluation_mode(ctx: DistContext, model: torch.nn.Module):
-    """Eval mode with rank 0's buffers (see the module docstring); the mode is restored after."""
+def evaluation_mode(ctx: DistContext, model: torch.nn.Module, call: ModelCall | None = None, activity: str = ""):
+    """Eval mode with rank 0's buffers (see the module docstring); the mode is restored after.
+    With ``call``, every call into the model in the block is watched as part of ``activity``
+    (a model that never returns ends the job after --timeout; see ``ModelCall.watched``)."""
     ctx.broadcast_buffers(model)
     was_training = model.training
     model.eval()
     try:
-        yield
+        with call.watched(activity) if call is not None else nullcontext():
+            yield
     finally:
         model.train(was_training)
 
@@ -384,7 +389,7 @@ class LinkEvaluator(Evaluator):
     @torch.no_grad()
     def score_pairs(self, model: torch.nn.Module, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
         """The score of every (src, dst) pair of the target edge type, on CPU (one process)."""
-        with evaluation_mode(self.ctx, model):
+        with evaluation_mode(self.ctx, model, self.call, "its scoring of the given pairs"):
             return torch.cat(
                 [self._scores(model, mb).cpu() for mb in self.sampler.pairs_loader(src, dst, self.batch_size)]
                 or [torch.zeros(0)]
@@ -398,7 +403,7 @@ class LinkEvaluator(Evaluator):
         n_src, n_dst = (self.data.num_nodes[t] for t in (self.data.target_edge[0], self.data.target_edge[2]))
         best, scores = [], []
         per_batch = max(1, (64 * self.batch_size) // n_dst)  # sources per batch: about 64 x batch_size pairs
-        with evaluation_mode(self.ctx, model):
+        with evaluation_mode(self.ctx, model, self.call, "its top-k pass"):
             for sources in torch.arange(n_src).split(per_batch):
                 src = sources.repeat_interleave(n_dst)
                 dst = torch.arange(n_dst).repeat(sources.numel())

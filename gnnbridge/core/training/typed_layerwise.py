@@ -21,12 +21,13 @@ tree.
 
 from __future__ import annotations
 
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from gnnbridge.core.contracts.interfaces import Backend
+from gnnbridge.core.models.build import ModelCall
 from gnnbridge.core.records.hetero import HeteroGraphData
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.sampling.hetero import HeteroNeighborSampler
@@ -49,8 +50,19 @@ def supports_typed_layerwise(model: torch.nn.Module) -> bool:
 class TypedLayerwise:
     """One pass's final states of every node type (``states``), the same on every rank."""
 
-    def __init__(self, backend: Backend, data: HeteroGraphData, ctx: DistContext, batch_size: int, layer_store: str):
+    def __init__(
+        self,
+        backend: Backend,
+        data: HeteroGraphData,
+        ctx: DistContext,
+        batch_size: int,
+        layer_store: str,
+        call: ModelCall | None = None,
+    ):
+        """``call``: names the model when one of its methods fails, and watches each call (see
+        ``ModelCall.watched``)."""
         self.backend, self.data, self.ctx = backend, data, ctx
+        self.call = call
         self.batch_size, self.layer_store = batch_size, layer_store
         self.one_hop = HeteroNeighborSampler(data, {et: [ALL_NEIGHBORS] for et in data.edge_types})
         self.reached = sorted({et[2] for et in data.edge_types})
@@ -77,13 +89,18 @@ class TypedLayerwise:
 
     def inputs(self, model, node_type: str, ids: torch.Tensor) -> torch.Tensor:
         rows = gather_inputs(self.data, {node_type: ids}, self.ctx.device)  # the shared row gather (features.py)
-        return model.embed_inputs(rows)[node_type]
+        with self.blame("embed_inputs of the typed layer-wise pass"):
+            return model.embed_inputs(rows)[node_type]
 
     def _layer(self, model, layer: int, node_type: str, ids: torch.Tensor, h: dict) -> torch.Tensor:
         sub = self.one_hop.sample({node_type: ids})
         graph = self.backend.graph_to(self.backend.from_hetero_sampled(sub), self.ctx.device)
         rows = {t: h[t][nodes].to(self.ctx.device) for t, nodes in sub.node.items()}
-        return model.layer(layer, graph, rows, block=0)[node_type]
+        with self.blame(f"layer({layer}) of the typed layer-wise pass"):
+            return model.layer(layer, graph, rows, block=0)[node_type]
+
+    def blame(self, what: str):
+        return self.call.blame(what) if self.call is not None else nullcontext()
 
     def _table(self, store: LayerStore, layer: int, node_type: str, compute) -> torch.Tensor:
         """``compute(ids)`` for this rank's share of ``node_type``'s nodes, batch by batch, then
@@ -109,7 +126,7 @@ class TypedLayerwiseEvaluator(Evaluator):
 
     def __init__(self, backend, data: HeteroGraphData, ctx, batch_size, call, layer_store: str = "auto"):
         super().__init__(backend, data, ctx, batch_size, call, layer_store)
-        self.layerwise = TypedLayerwise(backend, data, ctx, batch_size, layer_store)
+        self.layerwise = TypedLayerwise(backend, data, ctx, batch_size, layer_store, self.call)
 
     def _predict(self, model: torch.nn.Module) -> torch.Tensor:
         inner = unwrap(model)
@@ -117,7 +134,13 @@ class TypedLayerwiseEvaluator(Evaluator):
             h = self.layerwise.states(model, stack)[self.data.target_node]
             store = stack.enter_context(LayerStore(self.ctx, h.shape[0], self.layer_store))
             device = self.ctx.device
-            return self.layerwise._table(store, 0, self.data.target_node, lambda ids: inner.classify(h[ids].to(device)))
+            return self.layerwise._table(
+                store, 0, self.data.target_node, lambda ids: self._classify(inner, h[ids], device)
+            )
+
+    def _classify(self, model, h: torch.Tensor, device: torch.device) -> torch.Tensor:
+        with self.call.blame("classify"):
+            return model.classify(h.to(device))
 
     def _evaluate(self, model: torch.nn.Module, splits: tuple[str, ...]) -> dict[str, float]:
         logits = self._predict(model)
@@ -150,7 +173,7 @@ class TypedLayerwiseLinks(LinkEvaluator):
 
     def embeddings(self, model: torch.nn.Module, stack: ExitStack) -> dict[str, torch.Tensor]:
         """Every node type's final states ``{type: [N, hidden]}`` (mapped from disk when large)."""
-        with evaluation_mode(self.ctx, model):
+        with evaluation_mode(self.ctx, model, self.call, "its embeddings pass"):
             return self.layerwise.states(model, stack)
 
     def _per_edge(self, model: torch.nn.Module, split: str) -> LinkScores:
@@ -181,11 +204,12 @@ class TypedLayerwiseLinks(LinkEvaluator):
     def _decode(self, model: torch.nn.Module, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
         s, _, d = self.data.target_edge
         device = self.ctx.device
-        return unwrap(model).decode(self._h[s][src].to(device), self._h[d][dst].to(device)).float().cpu()
+        with self.call.blame("decode"):
+            return unwrap(model).decode(self._h[s][src].to(device), self._h[d][dst].to(device)).float().cpu()
 
     @torch.no_grad()
     def score_pairs(self, model: torch.nn.Module, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
-        with ExitStack() as stack, evaluation_mode(self.ctx, model):
+        with ExitStack() as stack, evaluation_mode(self.ctx, model, self.call, "its scoring of the given pairs"):
             self._h = self.layerwise.states(model, stack)
             try:
                 parts = [
@@ -208,11 +232,12 @@ class TypedLayerwiseLinks(LinkEvaluator):
         made here): ``exact``, a chunk of sources at a time (:func:`~gnnbridge.core.tasks.retrieval.chunked_top_k`:
         never every pair at once), or ``hnsw``, FAISS's approximate index (a dot-product decoder)."""
         s, _, d = self.data.target_edge
-        with ExitStack() as stack, evaluation_mode(self.ctx, model):
+        with ExitStack() as stack, evaluation_mode(self.ctx, model, self.call, "its top-k pass"):
             h = states if states is not None else self.layerwise.states(model, stack)
             if index == "hnsw":
                 return approximate_top_k(h[s], h[d], k, exclude)
-            return chunked_top_k(unwrap(model), h[s], h[d], k, exclude, device=self.ctx.device)
+            with self.call.blame("decode (top-k)"):
+                return chunked_top_k(unwrap(model), h[s], h[d], k, exclude, device=self.ctx.device)
 
 
 def aligned_shards(count: int, batch: int, world: int) -> list[torch.Tensor]:
