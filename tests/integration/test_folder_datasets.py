@@ -647,6 +647,53 @@ def test_a_bad_heterogeneous_folder_is_refused_in_one_line(tmp_path, change, nee
     assert not (folder / MANIFEST).exists()
 
 
+HELD = np.array([[0, 1, 2], [3, 4, 5]], dtype=np.int64)
+
+
+@pytest.mark.parametrize(
+    "base, change, needle",
+    [
+        (  # gave "unexpected KeyError: 'gadget' (gnnbridge bug)" from a folder
+            "hetero",
+            {"edge_index__user__likes__gadget": np.array([[0], [0]], dtype=np.int64)},
+            "edge_index__user__likes__gadget has destination type 'gadget', which is not declared",
+        ),
+        (  # x.npy beside typed files was silently dropped
+            "hetero",
+            {"x": np.zeros((20, 5), dtype=np.float32)},
+            "mixes the homogeneous format's x with heterogeneous arrays",
+        ),
+        (  # a stray typed file in a homogeneous folder turned it heterogeneous
+            "graph",
+            {"x__weird": np.zeros((3, 2), dtype=np.float32)},
+            "mixes the homogeneous format's edge_index, x, y with heterogeneous arrays (x__weird)",
+        ),
+        (  # passed prepare; only train refused it
+            "hetero",
+            {"val_edges__user__buys__item": HELD, "test_edges__user__buys__item": HELD[:, :1]},
+            "The val and test edges overlap; splits must be disjoint.",
+        ),
+    ],
+)
+def test_a_bad_folder_is_refused_as_its_npz_is(tmp_path, refused, base, change, needle):
+    """A folder and an .npz of the same arrays are one format: the same refusal, in one line,
+    from prepare and from a run of the .npz, and nothing derived is left."""
+    arrays = {**(hetero_arrays() if base == "hetero" else graph_arrays()), **change}
+    folder = save_folder(tmp_path / "g", arrays)
+    np.savez(tmp_path / "g.npz", **arrays)
+    for args, path in (
+        (("prepare", str(folder), "--quiet"), folder),
+        (("train", "--dataset", str(tmp_path / "g.npz"), "--nproc", "1", "--set", "task=link"), tmp_path / "g.npz"),
+    ):
+        if "val_edges__user__buys__item" not in change and args[0] == "train":
+            args = args[:-2]  # the node task refuses it as well
+        seen = refused(*args)
+        lines = seen.stderr.strip().splitlines()
+        assert seen.returncode == 1 and len(lines) == 1, seen.stderr
+        assert needle in lines[0] and str(path) in lines[0], lines[0]
+    assert not (folder / "prepared").exists()
+
+
 def test_prepare_of_an_unknown_name_lists_the_names_and_what_else_it_takes(tmp_path, refused, monkeypatch):
     monkeypatch.chdir(tmp_path)
     seen = refused("prepare", "no-such-graph", "--quiet")

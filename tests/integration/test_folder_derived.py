@@ -18,7 +18,18 @@ from gnnbridge.core.errors import signal_name
 from gnnbridge.plugins.folder_datasets import prepare
 from gnnbridge.testing.conformance import small_graph
 
-TRAIN = ("--nproc", "1", "--set", "train.epochs=1", "--set", "model.hidden=8", "--set", "sampler.fanouts=[4,4]")
+TRAIN = (
+    "--nproc",
+    "1",
+    "--set",
+    "train.epochs=1",
+    "--set",
+    "model.hidden=8",
+    "--set",
+    "sampler.fanouts=[4,4]",
+    "--set",
+    "train.batch_size=32",
+)
 
 
 @pytest.fixture(scope="module")
@@ -48,11 +59,12 @@ def manifest(folder) -> dict:
 
 
 def corrupt_in_place(folder, key: str, position: int, value: int) -> str:
-    """Set one entry of the array ``key`` and put its recorded time back: only its content says."""
+    """Set the entries of the array ``key`` from ``position`` on (so the first batch meets one) and
+    put its recorded time back: only its content says."""
     spec = manifest(folder)["arrays"][key]
     file = folder / spec["file"]
     array = np.load(file, mmap_mode="r+")
-    array.reshape(-1)[position] = value
+    array.reshape(-1)[position:] = value
     array.flush()
     del array
     os.utime(file, ns=(spec["mtime_ns"], spec["mtime_ns"]))
@@ -63,9 +75,9 @@ def corrupt_in_place(folder, key: str, position: int, value: int) -> str:
 @pytest.mark.parametrize(
     "key, value, needle",
     [
-        ("indices", 10**7, "edge 40 names source node 10000000, outside [0, 300)"),
-        ("indices", -3, "edge 40 names source node -3, outside [0, 300)"),
-        ("indptr", 10**9, "the offsets of node"),
+        ("indices", 10**7, "names source node 10000000, outside [0, 300)"),
+        ("indices", -3, "names source node -3, outside [0, 300)"),
+        ("indptr", 10**9, "the offsets "),
     ],
 )
 def test_a_derived_file_corrupted_in_place_is_one_line_naming_it(

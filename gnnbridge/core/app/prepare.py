@@ -49,13 +49,13 @@ from gnnbridge.core.records.folder import (
     stat_input,
 )
 from gnnbridge.core.records.formats import (
-    HETERO_MARKERS,
     NODE_PTR,
     NPZ_ARRAYS,
     NPZ_REQUIRED,
     check_header,
     hetero_source,
     is_hetero,
+    is_member_name,
     typed_keys,
 )
 from gnnbridge.core.records.hetero import edge_name, reverse_types
@@ -222,8 +222,8 @@ def source_members(root: Path) -> dict[str, Path]:
     """``{key: file}`` of the format's ``.npy`` files in ``root`` (other files are ignored)."""
     found = {f.stem: f for f in sorted(root.glob("*.npy")) if f.is_file()}
     if is_hetero(found):
-        typed = {k: f for k, f in found.items() if k.split("__", 1)[0] in HETERO_MARKERS and "__" in k}
-        return {k: typed[k] for k in typed_keys(root, typed)}
+        members = {k: f for k, f in found.items() if is_member_name(k)}  # refused when kinds mix
+        return {k: members[k] for k in typed_keys(root, members)}
     return {k: f for k, f in found.items() if k in NPZ_ARRAYS}
 
 
@@ -654,6 +654,9 @@ def _prepare_hetero(root: Path, members: dict, dtype: str, progress: bool) -> di
             edges = a["edge_index__" + "__".join(forward)]
             arrays.update(build_typed_csc(root, edges if et == forward else edges[::-1], et, counts[et[2]], bar))
         checked.append("CSC topology per edge type and per rev_ type")
+        if source.target_edge is not None and source.held_out is not None:
+            _held_out_disjoint(root, a, source.target_edge, counts[source.target_edge[2]])
+            checked.append("val and test edges disjoint")
         num_classes = 0
         if source.target_node is not None:
             t = source.target_node
@@ -673,6 +676,19 @@ def _prepare_hetero(root: Path, members: dict, dtype: str, progress: bool) -> di
         "edge_types": {edge_name(et): int(e.shape[1]) for et, e in source.edges.items()},
     }
     return {"kind": "hetero", "arrays": arrays, "checked": checked, "summary": summary}
+
+
+def _held_out_disjoint(root: Path, a: dict, et: tuple, n_dst: int) -> None:
+    """What a link task's record refuses (``HeteroGraphData._check_link``), in the same words: an
+    edge both in val and in test. (Held-out edges that are also in ``edge_index`` are not an
+    error: the link task takes them out of message passing.)"""
+    suffix = "__".join(et)
+    keys = [
+        np.asarray(a[f"{s}_edges__{suffix}"][0]) * n_dst + np.asarray(a[f"{s}_edges__{suffix}"][1])
+        for s in ("val", "test")
+    ]
+    if np.isin(keys[0], keys[1]).any():
+        raise DataError(f"{root}: The val and test edges overlap; splits must be disjoint.")
 
 
 def _typed_ids(root: Path, key: str, ei: np.ndarray, et: tuple, counts: dict, bar) -> None:

@@ -65,7 +65,17 @@ def is_hetero(names) -> bool:
 
 
 def typed_keys(path, members) -> dict:
-    """``{member: (dtype, ndim)}`` of a heterogeneous file's members; an unknown member is refused."""
+    """``{member: (dtype, ndim)}`` of a heterogeneous file's members; an unknown member is refused,
+    and so is a homogeneous array beside typed ones (``x.npy`` beside ``x__paper.npy``, or a stray
+    ``x__weird`` in a homogeneous graph): which kind was meant cannot be guessed."""
+    plain = sorted(name for name in members if name in NPZ_ARRAYS)
+    if plain:
+        typed = sorted(name for name in members if name not in NPZ_ARRAYS and "__" in name)
+        raise DataError(
+            f"{path}: mixes the homogeneous format's {', '.join(plain)} with heterogeneous arrays "
+            f"({', '.join(typed[:3])}{', ...' if len(typed) > 3 else ''}); a graph is one kind: remove the arrays "
+            "of the other (a heterogeneous graph names every array KIND__TYPE, e.g. x__paper)."
+        )
     wanted, unknown = {}, []
     for name in members:
         kind, _, rest = name.partition("__")
@@ -97,6 +107,14 @@ def hetero_source(path, tensors: dict, name: str) -> HeteroSource:
         else:
             edge.setdefault(kind, {})[tuple(parts)] = value
     num_nodes = node_counts(path, node)
+    for kind, typed in edge.items():
+        for et in typed:
+            for end, t in (("source", et[0]), ("destination", et[2])):
+                if t not in num_nodes:
+                    raise DataError(
+                        f"{path}: {kind}__{'__'.join(et)} has {end} type '{t}', which is not declared; node types: "
+                        f"{', '.join(sorted(num_nodes))} (declare it with x__{t} or num_nodes__{t})."
+                    )
     try:
         return _source(num_nodes, node, edge, name)
     except DataError as exc:
