@@ -113,3 +113,29 @@ def test_two_identical_dgl_runs_on_several_threads_train_to_the_same_losses(tmp_
         assert done.returncode == 0, done.stderr
         losses.append([h["loss"] for h in json.loads((tmp_path / run / "results.json").read_text())["history"]])
     assert losses[0] == losses[1]
+
+
+def test_pyg_runs_evaluate_and_predict_leave_nothing_in_the_temp_folder(tmp_path):
+    """PyG writes the ``propagate`` it generates for a layer class to ``$TMPDIR`` and never removes
+    it: every process that built a model (the launcher's check, each rank, evaluate, predict) left
+    a ``*_propagate_*.py`` there. Only torch's own cache folder, one per user and reused by every
+    run (made when PyG imports ``torch._dynamo``), may be there afterwards, and it holds no file."""
+    import os
+    import subprocess
+    import sys
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch), "OMP_NUM_THREADS": "1"}
+    small = ["--set", "dataset.options.num_nodes=400", "--set", "train.epochs=1"]
+    for args in (
+        ["train", "--backend", "pyg", "--nproc", "2", "--quiet", *small, "--out", str(tmp_path / "run")],
+        ["evaluate", str(tmp_path / "run")],
+        ["predict", str(tmp_path / "run"), "--out", str(tmp_path / "p.npz")],
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "gnnbridge", *args], capture_output=True, text=True, env=env, timeout=600
+        )
+        assert done.returncode == 0, done.stderr
+    left = sorted(p.relative_to(scratch).as_posix() for p in scratch.rglob("*"))
+    assert all(name.startswith("torchinductor_") and (scratch / name).is_dir() for name in left), left
