@@ -685,6 +685,39 @@ def test_a_checkpoint_with_wrong_types_is_one_line(tmp_path, cli, fields, needle
     one_error(cli("train", "--resume", run, "--set", "train.epochs=2"), needle)
 
 
+def test_evaluate_and_predict_check_what_scoring_needs_not_what_training_needs(tmp_path, cli, monkeypatch):
+    """They ran training's whole preflight: a checkpoint was refused for memory only training
+    needs (gradients, Adam's moments, the best copy, training batches, weighed by building the
+    model on the meta device) and for a logger the run used that this machine lacks. Scoring
+    needs the weights once, and logs nothing."""
+    from gnnbridge.core.app import preflight
+    from gnnbridge.plugins import loggers
+
+    run, path = _checkpoint_with(tmp_path, cli)
+    state = torch.load(path, weights_only=True)
+    state["config"]["log"]["to"] = ["tensorboard"]  # trained where tensorboard was installed
+    torch.save(state, path)
+    monkeypatch.setattr(loggers._tensorboard, "requires", "gnnbridge_no_such_package")  # not here
+    params = sum(t.numel() for t in state["model"].values())
+    monkeypatch.setattr(preflight, "available_memory", lambda: 8 * params)  # the weights twice over
+    one_error(cli("train", "--dataset", "karate", "--quiet", "--out", tmp_path / "again"), "is free")
+    one_error(cli("train", "--dataset", "karate", "--set", "log.to=[tensorboard]"), "gnnbridge_no_such_package")
+
+    def meta_build(*args, **kwargs):
+        raise AssertionError("the model was built on the meta device for training's estimates")
+
+    monkeypatch.setattr(preflight, "count_parameters", meta_build)
+    code, out, err = cli("evaluate", path, "--json")
+    assert code == 0, err
+    assert json.loads(out)["metrics"]["test_acc"] >= 0
+    assert cli("predict", path, "--out", tmp_path / "p.npz")[0] == 0
+    assert np.load(tmp_path / "p.npz")["logits"].shape[0] == 34
+    monkeypatch.setattr(preflight, "available_memory", lambda: 2 * params)  # not even the weights: refused
+    one_error(cli("evaluate", path), f"The checkpoint's model has {params:,} parameters", "is free")
+    assert not (tmp_path / "q.npz").exists() and cli("predict", path, "--out", tmp_path / "q.npz")[0] != 0
+    assert not (tmp_path / "q.npz").exists()
+
+
 # --------------------------------------------------------------------------- 6. a checkpoint is data
 
 

@@ -20,7 +20,7 @@ import torch
 
 from gnnbridge.core import files
 from gnnbridge.core.app.plan import inside
-from gnnbridge.core.app.preflight import load_dataset, preflight
+from gnnbridge.core.app.preflight import inference_preflight, load_for_inference
 from gnnbridge.core.app.resolve import check_frozen, resolve_config
 from gnnbridge.core.config import ExperimentConfig, Task
 from gnnbridge.core.errors import (
@@ -274,10 +274,11 @@ def _prepare(target, kind: str, device: str | None, overrides, action: str, trus
     config = resolve_config(state["config"], overrides=overrides, device=device, nproc=1)
     check_frozen(state["config"], config.to_dict(), INFERENCE_FROZEN, action)
     # The checkpoint names the data and the model: it never makes us fetch or create a dataset,
-    # nor import code unless the user says they trust it.
+    # nor import code unless the user says they trust it. Only what scoring needs is checked
+    # (preflight.inference_preflight): nothing of training's loggers, memory or disk.
     with no_downloads(), contextlib.nullcontext() if trust_code else no_code():
-        config = preflight(config)
-        data = load_dataset(config)
+        config = inference_preflight(config)
+        data = load_for_inference(config, checkpoint.parameter_count(state))
     _check_fits(path, state, data)
     return path, state, config, data
 
