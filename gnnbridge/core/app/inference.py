@@ -225,7 +225,15 @@ def check_candidates(data, k: int, given: bool = True) -> None:
     ``given``: the user asked for ``k`` (else it is the default, and the line says so)."""
     s_type, _, d_type = data.target_edge
     n_src, n_dst = data.num_nodes[s_type], data.num_nodes[d_type]
-    most = int(retrieval.fillable(data.known_pairs(), n_src, n_dst, k).max()) if n_src else n_dst
+    # A bound first, from the train edges in place (what known_pairs() leaves out, duplicates
+    # counted): the pairs themselves ([2, E] or more) are gathered only when K comes near.
+    train = data.edge_index[data.target_edge]
+    left_out = torch.bincount(train[0], minlength=n_src) + (s_type == d_type)
+    if data.undirected:
+        left_out += torch.bincount(train[1], minlength=n_src)
+    if not n_src or int((n_dst - left_out).max()) >= k:
+        return
+    most = int(retrieval.fillable(data.known_pairs(), n_src, n_dst, k).max())
     if most >= k:
         return
     left_out = "its training edges" + (" and itself" if s_type == d_type else "")
