@@ -37,6 +37,82 @@ def test_native_sampler_takes_fanouts_from_the_seeds_outwards():
     assert int(first.in_degrees().max()) == 8
 
 
+def blocks_of(mb) -> list[torch.Tensor]:
+    """A batch's input nodes and every block's edges (batch-local ends, graph edge ids)."""
+    dgl = import_dgl()
+    return [mb.input_nodes] + [t for b in mb.graph for t in (*b.edges(order="eid"), b.edata[dgl.EID])]
+
+
+def test_native_sampler_draws_the_same_blocks_on_every_run_whatever_the_threads():
+    """DGL's ``NeighborSampler`` with more than one thread numbered a block's source nodes in a
+    different order on every run (a concurrent hash map), and the next hop drew other neighbours
+    for the same seeds: two identical runs trained on different batches. gnnbridge's blocks fix
+    that order; on one thread they are exactly DGL's."""
+    dgl = import_dgl()
+    data = synthetic_graph(20000, 4, 8, avg_degree=20.0, homophily=0.5, signal=1.0, seed=0)
+    backend = DglBackend()
+    sampler = backend.sampler(backend.graph_store(data), [10, 10], SamplerKind.NATIVE)
+    batches = list(torch.randperm(20000, generator=torch.Generator().manual_seed(0)).split(2048))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)  # DGL's OpenMP threads too (one runtime): even on a single core, they race
+        runs = []
+        for _ in range(3):
+            sampler.reseed(0, 1, 0)
+            runs.append([blocks_of(mb) for mb in sampler.loader(batches)])
+        torch.set_num_threads(1)
+        sampler.reseed(0, 1, 0)
+        ours = [blocks_of(mb) for mb in sampler.loader(batches)]
+        sampler.reseed(0, 1, 0)
+        graph, theirs = backend.graph_store(data).native, []
+        for seeds in batches:
+            inputs, _, blocks = dgl.dataloading.NeighborSampler([10, 10]).sample(graph, seeds)
+            theirs.append([inputs] + [t for b in blocks for t in (*b.edges(order="eid"), b.edata[dgl.EID])])
+    finally:
+        torch.set_num_threads(threads)
+    for run in runs[1:]:
+        assert all(torch.equal(a, b) for batch, first in zip(run, runs[0]) for a, b in zip(batch, first))
+    assert all(torch.equal(a, b) for batch, dgls in zip(ours, theirs) for a, b in zip(batch, dgls))
+
+
+def test_dgls_heterogeneous_link_batches_are_the_same_on_every_run_with_several_threads():
+    """The same for DGL's own heterogeneous sampler (``to_block`` ordered a block's source nodes
+    differently on every run with more than one thread): link batches of a 20,000-node graph."""
+    from gnnbridge.core.records.hetero import HeteroSource
+    from gnnbridge.core.sampling.build import make_hetero_sampler
+    from gnnbridge.core.tasks import for_link_task
+
+    gen = torch.Generator().manual_seed(0)
+    buys = torch.stack(
+        [torch.randint(0, 10000, (200000,), generator=gen), torch.randint(0, 10000, (200000,), generator=gen)]
+    )
+    source = HeteroSource(
+        {"user": 10000, "item": 10000}, {"item": torch.randn(10000, 4, generator=gen)}, {("user", "buys", "item"): buys}
+    )
+    data = for_link_task(source, "", True, 0, 0.1, 0.1, 5)
+    sampler = make_hetero_sampler(DglBackend(), data, [10, 10], {}, SamplerKind.NATIVE.value, negatives=1)
+    batches = list(torch.randperm(data.edge_index[data.target_edge].shape[1], generator=gen)[:8192].split(1024))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        runs = []
+        for _ in range(3):
+            sampler.reseed(0, 1, 0)
+            runs.append(
+                [
+                    [
+                        *mb.input_nodes.values(),
+                        *(t for b in mb.graph for et in b.canonical_etypes for t in b.edges(etype=et)),
+                    ]
+                    for mb in sampler.loader(batches)
+                ]
+            )
+    finally:
+        torch.set_num_threads(threads)
+    for run in runs[1:]:
+        assert all(torch.equal(a, b) for batch, first in zip(run, runs[0]) for a, b in zip(batch, first))
+
+
 DENSE_AND_WIDE = """
 import torch
 from gnnbridge.backends.dgl.backend import DglBackend

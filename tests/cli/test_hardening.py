@@ -446,6 +446,43 @@ def test_top_k_over_a_large_graph_is_refused_before_it_is_scored():
         check_top_k(from_dict({"task": "link"}), data, 10**5)  # the lists alone: 1.2 TB
 
 
+def test_top_k_beyond_every_sources_candidates_is_refused_and_short_lists_are_counted(tmp_path, cli):
+    """8 items; three users bought 7 of them. ``--top-k`` above what any user can be given is one
+    line naming K and that count (never a silently narrower file); a user with fewer candidates
+    than K gets a full-width row whose unfilled slots numpy refuses as indices, and ``counts``."""
+    from gnnbridge.core.tasks.retrieval import NO_SLOT
+
+    rng = np.random.default_rng(0)
+    bought = [(u, i) for u in range(30) for i in rng.choice(8, 7 if u < 3 else 2, replace=False)]
+    np.savez(
+        tmp_path / "tiny.npz",
+        num_nodes__user=np.array([30]),
+        x__item=rng.normal(size=(8, 4)).astype(np.float32),
+        edge_index__user__buys__item=np.array(bought, dtype=np.int64).T,
+    )
+    options = ["--set", "task=link", "--set", "link.eval_negatives=5", "--set", "link.hits_at=3"]
+    assert cli("train", "--dataset", "tiny.npz", *options, "--set", "train.epochs=1", "--quiet", "--out", "run")[0] == 0
+    one_error(
+        cli("predict", "run", "--out", "p.npz", "--top-k", "9"),
+        "--top-k 9 is more than the candidates any 'user' node has: 'item' has 8 node(s)",
+        "the most any 'user' node can be given is 8; use --top-k 8 or less",
+    )
+    one_error(cli("predict", "run", "--out", "p.npz"), "--top-k 10 (the default) is more than")
+    assert not (tmp_path / "p.npz").exists()
+    for mode in ("layerwise", "full"):  # lists from final states, and from sampled pairs
+        out = tmp_path / f"{mode}.npz"
+        assert cli("predict", "run", "--out", out, "--top-k", "4", "--set", f"eval.mode={mode}")[0] == 0
+        p = np.load(out)
+        top, scores, counts = p["top_dst"], p["top_scores"], p["counts"]
+        assert top.shape == scores.shape == (30, 4) and counts.shape == (30,)
+        assert (counts[:3] < 4).all() and (counts[3:] == 4).all()
+        for row, count in enumerate(counts):
+            assert (top[row, count:] == NO_SLOT).all() and (scores[row, count:] == -np.inf).all()
+            assert (top[row, :count] >= 0).all() and np.isfinite(scores[row, :count]).all()
+        with pytest.raises(IndexError):
+            np.arange(8)[top[0]]  # -1 would have read the last item
+
+
 def _npz_with_member(path, name, header: bytes, body: bytes = b""):
     tiny_npz(path)
     with zipfile.ZipFile(path, "a") as archive:
@@ -654,6 +691,39 @@ def test_a_checkpoint_with_wrong_types_is_one_line(tmp_path, cli, fields, needle
     run, path = _checkpoint_with(tmp_path, cli, **fields)
     one_error(cli("evaluate", path), needle)
     one_error(cli("train", "--resume", run, "--set", "train.epochs=2"), needle)
+
+
+def test_evaluate_and_predict_check_what_scoring_needs_not_what_training_needs(tmp_path, cli, monkeypatch):
+    """They ran training's whole preflight: a checkpoint was refused for memory only training
+    needs (gradients, Adam's moments, the best copy, training batches, weighed by building the
+    model on the meta device) and for a logger the run used that this machine lacks. Scoring
+    needs the weights once, and logs nothing."""
+    from gnnbridge.core.app import preflight
+    from gnnbridge.plugins import loggers
+
+    run, path = _checkpoint_with(tmp_path, cli)
+    state = torch.load(path, weights_only=True)
+    state["config"]["log"]["to"] = ["tensorboard"]  # trained where tensorboard was installed
+    torch.save(state, path)
+    monkeypatch.setattr(loggers._tensorboard, "requires", "gnnbridge_no_such_package")  # not here
+    params = sum(t.numel() for t in state["model"].values())
+    monkeypatch.setattr(preflight, "available_memory", lambda: 8 * params)  # the weights twice over
+    one_error(cli("train", "--dataset", "karate", "--quiet", "--out", tmp_path / "again"), "is free")
+    one_error(cli("train", "--dataset", "karate", "--set", "log.to=[tensorboard]"), "gnnbridge_no_such_package")
+
+    def meta_build(*args, **kwargs):
+        raise AssertionError("the model was built on the meta device for training's estimates")
+
+    monkeypatch.setattr(preflight, "count_parameters", meta_build)
+    code, out, err = cli("evaluate", path, "--json")
+    assert code == 0, err
+    assert json.loads(out)["metrics"]["test_acc"] >= 0
+    assert cli("predict", path, "--out", tmp_path / "p.npz")[0] == 0
+    assert np.load(tmp_path / "p.npz")["logits"].shape[0] == 34
+    monkeypatch.setattr(preflight, "available_memory", lambda: 2 * params)  # not even the weights: refused
+    one_error(cli("evaluate", path), f"The checkpoint's model has {params:,} parameters", "is free")
+    assert not (tmp_path / "q.npz").exists() and cli("predict", path, "--out", tmp_path / "q.npz")[0] != 0
+    assert not (tmp_path / "q.npz").exists()
 
 
 # --------------------------------------------------------------------------- 6. a checkpoint is data

@@ -80,3 +80,62 @@ def test_sampled_evaluation_with_all_neighbours_equals_layerwise(tmp_path):
     )
     for key in ("train_acc", "val_acc", "test_acc", "train_roc_auc", "test_roc_auc"):  # karate is binary
         assert sampled["metrics"][key] == pytest.approx(layerwise["metrics"][key])
+
+
+def test_two_identical_dgl_runs_on_several_threads_train_to_the_same_losses(tmp_path):
+    """A lone rank runs DGL's own sampler on every thread it has: its blocks once numbered their
+    nodes in a different order on every run, and so drew different neighbours (the issue's two
+    runs: losses 2.3498 and 2.3549). Two threads are forced, so a one-core machine races too."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "OMP_NUM_THREADS": "2"}
+    args = [
+        "train",
+        "--backend",
+        "dgl",
+        "--quiet",
+        "--set",
+        "train.epochs=2",
+        "--set",
+        "dataset.options.num_nodes=3000",
+    ]
+    losses = []
+    for run in ("a", "b"):
+        done = subprocess.run(
+            [sys.executable, "-m", "gnnbridge", *args, "--out", str(tmp_path / run)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr
+        losses.append([h["loss"] for h in json.loads((tmp_path / run / "results.json").read_text())["history"]])
+    assert losses[0] == losses[1]
+
+
+def test_pyg_runs_evaluate_and_predict_leave_nothing_in_the_temp_folder(tmp_path):
+    """PyG writes the ``propagate`` it generates for a layer class to ``$TMPDIR`` and never removes
+    it: every process that built a model (the launcher's check, each rank, evaluate, predict) left
+    a ``*_propagate_*.py`` there. Only torch's own cache folder, one per user and reused by every
+    run (made when PyG imports ``torch._dynamo``), may be there afterwards, and it holds no file."""
+    import os
+    import subprocess
+    import sys
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch), "OMP_NUM_THREADS": "1"}
+    small = ["--set", "dataset.options.num_nodes=400", "--set", "train.epochs=1"]
+    for args in (
+        ["train", "--backend", "pyg", "--nproc", "2", "--quiet", *small, "--out", str(tmp_path / "run")],
+        ["evaluate", str(tmp_path / "run")],
+        ["predict", str(tmp_path / "run"), "--out", str(tmp_path / "p.npz")],
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "gnnbridge", *args], capture_output=True, text=True, env=env, timeout=600
+        )
+        assert done.returncode == 0, done.stderr
+    left = sorted(p.relative_to(scratch).as_posix() for p in scratch.rglob("*"))
+    assert all(name.startswith("torchinductor_") and (scratch / name).is_dir() for name in left), left

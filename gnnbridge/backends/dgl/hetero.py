@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from gnnbridge.backends.dgl.compat import import_dgl
+from gnnbridge.backends.dgl.sampler import neighbor_sampler
 from gnnbridge.core.contracts.interfaces import Sampler
 from gnnbridge.core.models.graphops import hetero_layer_bounds
 from gnnbridge.core.models.hetero import HeteroSAGE
@@ -160,9 +161,11 @@ class DglHeteroSampler(Sampler):
         # thread, as a lone rank does): its blocks leave a node type no edge type points into out of
         # the dst-first order of the block's src nodes, so a node a later block reaches can be
         # missing from the batch's inputs and a layer's carried rows belong to other nodes (a
-        # DGLError or IndexError in the model, depending on the seed). ``to_block`` keeps the order.
-        self._sampler = dgl.dataloading.NeighborSampler(
-            [{et: f[hop] for et, f in core.typed_fanouts.items()} for hop in reversed(range(layers))], fused=False
+        # DGLError or IndexError in the model, depending on the seed). Nor ``to_block`` as it is:
+        # with several threads it orders the src nodes differently on every run, and so the next
+        # hop's draws (:func:`~gnnbridge.backends.dgl.sampler.neighbor_sampler`).
+        self._sampler = neighbor_sampler(
+            [{et: f[hop] for et, f in core.typed_fanouts.items()} for hop in reversed(range(layers))]
         )
         if data.is_link:
             self._negatives = core.negatives

@@ -20,7 +20,7 @@ import torch
 
 from gnnbridge.core import files
 from gnnbridge.core.app.plan import inside
-from gnnbridge.core.app.preflight import load_dataset, preflight
+from gnnbridge.core.app.preflight import inference_preflight, load_for_inference
 from gnnbridge.core.app.resolve import check_frozen, resolve_config
 from gnnbridge.core.config import ExperimentConfig, Task
 from gnnbridge.core.errors import (
@@ -84,7 +84,10 @@ def predict(
     float32, ``pred`` and ``y`` int64 [items], and the ``train_idx`` / ``val_idx`` / ``test_idx``
     the run used. Link tasks: with ``pairs`` (a .npz holding int64 ``src`` and ``dst``), their
     ``scores`` and ``probs``; otherwise the ``top_k`` (default 10) best destinations of every
-    source node (``top_dst``, ``top_scores`` [sources, k]), leaving out the edges it was trained on.
+    source node (``top_dst``, ``top_scores`` [sources, k]), leaving out the edges it was trained on,
+    and ``counts`` [sources], how many of a row's slots are filled (the others hold
+    :data:`~gnnbridge.core.tasks.retrieval.NO_SLOT`, an id no index accepts, and score ``-inf``);
+    a ``top_k`` larger than any source's candidates is refused before any work.
     ``index``: ``exact`` top-k lists, or ``hnsw`` (FAISS's approximate index; dot decoder, layer-wise
     evaluation). ``embeddings``: also every node type's final states, ``embedding__<type>`` [N, hidden] float32
     (heterogeneous graphs and link tasks; the same pass serves the top-k lists)."""
@@ -110,6 +113,8 @@ def predict(
     return {**_describe(path, state, config), "out": str(out), "arrays": sorted(arrays), "shape": list(shape)}
 
 
+DEFAULT_TOP_K = 10  # destinations per source when --top-k is not given
+
 # Rows of an output written (and checked) at a time: bounded memory for any number of items.
 CHUNK_BYTES = 16 * 1024**2
 
@@ -122,13 +127,20 @@ def _chunks(value: torch.Tensor):
 
 
 def _finite(arrays: dict) -> bool:
-    """The model's outputs are finite (a top-k list may end in -inf: a source with fewer unseen
-    destinations than k), checked a chunk at a time."""
-    for key in ("logits", "scores", "top_scores"):
+    """The model's outputs are finite, checked a chunk at a time (a top-k list's slots past its
+    ``counts`` are unfilled and score ``-inf``: only the filled ones count)."""
+    for key in ("logits", "scores"):
         value = arrays.get(key)
         for part in _chunks(value) if value is not None else ():
-            if bool((part.isnan() | part.isposinf() | (part.isneginf() & (key != "top_scores"))).any()):
+            if not bool(part.isfinite().all()):
                 return False
+    scores, start = arrays.get("top_scores"), 0
+    for part in _chunks(scores) if scores is not None else ():
+        counts = arrays["counts"][start : start + part.shape[0]]
+        start += part.shape[0]
+        mine = torch.arange(part.shape[1]) < counts.unsqueeze(1)
+        if not bool((part.isfinite() | ~mine).all()):
+            return False
     return True
 
 
@@ -143,8 +155,8 @@ def _link_request(config: ExperimentConfig, data, pairs, top_k) -> dict | None:
     if top_k is not None and not (isinstance(top_k, int) and top_k > 0):
         raise ConfigError(f"--top-k {top_k!r} must be a positive number of destinations per source, e.g. 10.")
     if pairs is None:
-        check_top_k(config, data, top_k or 10)
-        return {"top_k": top_k or 10}
+        check_top_k(config, data, top_k or DEFAULT_TOP_K, given=top_k is not None)
+        return {"top_k": top_k or DEFAULT_TOP_K}
     return {"pairs": read_pairs(Path(pairs), data)}
 
 
@@ -178,15 +190,17 @@ def check_embeddings(data) -> None:
         )
 
 
-def check_top_k(config: ExperimentConfig, data, k: int) -> None:
-    """Every source's ``k`` best destinations (never more than the destinations there are) and one
-    chunk's scores must fit, before any is computed: from layer-wise states, a chunk of sources
-    against every destination within :data:`~gnnbridge.core.tasks.retrieval.CHUNK_BYTES`, with both
-    types' states (:meth:`TypedLayerwiseLinks.top_k`); otherwise about ``64 x eval.batch_size``
-    sampled pairs at a time (:meth:`LinkEvaluator.top_k`)."""
+def check_top_k(config: ExperimentConfig, data, k: int, given: bool = True) -> None:
+    """``k`` must not exceed the destinations some source can be given (:func:`check_candidates`),
+    and every source's ``k`` best destinations and one chunk's scores must fit, before any is
+    computed: from layer-wise states, a chunk of sources against every destination within
+    :data:`~gnnbridge.core.tasks.retrieval.CHUNK_BYTES`, with both types' states
+    (:meth:`TypedLayerwiseLinks.top_k`); otherwise about ``64 x eval.batch_size`` sampled pairs at
+    a time (:meth:`LinkEvaluator.top_k`)."""
+    check_candidates(data, k, given)
     n_src, n_dst = (data.num_nodes[t] for t in (data.target_edge[0], data.target_edge[2]))
     width = max(config.model.hidden * config.model.heads, 1)
-    lists = n_src * min(k, n_dst) * 12
+    lists = n_src * k * 12
     if config.eval.mode.value == "layerwise":
         need = lists + retrieval.CHUNK_BYTES + 4 * width * (n_src + n_dst)
         chunk, smaller = f"{format_bytes(retrieval.CHUNK_BYTES)} of scores", "use a smaller --top-k"
@@ -201,6 +215,34 @@ def check_top_k(config: ExperimentConfig, data, k: int) -> None:
             f"(eval.mode={config.eval.mode.value}, eval.batch_size={config.eval.batch_size}), needs about "
             f"{format_bytes(need)} of memory but {format_bytes(free)} is free; {smaller}."
         )
+
+
+def check_candidates(data, k: int, given: bool = True) -> None:
+    """Refuse a ``--top-k`` larger than the destinations any source can be given (every node of
+    the destination type, less the pairs a list leaves out: its training edges, and itself when
+    both ends are one type): no list could be full. A source with fewer candidates than ``k``
+    where others have enough is answered, its list ending in unfilled slots (``counts``).
+    ``given``: the user asked for ``k`` (else it is the default, and the line says so)."""
+    s_type, _, d_type = data.target_edge
+    n_src, n_dst = data.num_nodes[s_type], data.num_nodes[d_type]
+    # A bound first, from the train edges in place (what known_pairs() leaves out, duplicates
+    # counted): the pairs themselves ([2, E] or more) are gathered only when K comes near.
+    train = data.edge_index[data.target_edge]
+    left_out = torch.bincount(train[0], minlength=n_src) + (s_type == d_type)
+    if data.undirected:
+        left_out += torch.bincount(train[1], minlength=n_src)
+    if not n_src or int((n_dst - left_out).max()) >= k:
+        return
+    most = int(retrieval.fillable(data.known_pairs(), n_src, n_dst, k).max())
+    if most >= k:
+        return
+    left_out = "its training edges" + (" and itself" if s_type == d_type else "")
+    fix = f"use --top-k {most} or less" if most else "there is nothing left to rank"
+    raise ConfigError(
+        f"--top-k {k}{'' if given else ' (the default)'} is more than the candidates any '{s_type}' node has: "
+        f"'{d_type}' has {n_dst:,} node(s), and leaving out {left_out}, the most any '{s_type}' node can be "
+        f"given is {most:,}; {fix}."
+    )
 
 
 def read_pairs(path: Path, data) -> tuple[torch.Tensor, torch.Tensor]:
@@ -240,10 +282,11 @@ def _prepare(target, kind: str, device: str | None, overrides, action: str, trus
     config = resolve_config(state["config"], overrides=overrides, device=device, nproc=1)
     check_frozen(state["config"], config.to_dict(), INFERENCE_FROZEN, action)
     # The checkpoint names the data and the model: it never makes us fetch or create a dataset,
-    # nor import code unless the user says they trust it.
+    # nor import code unless the user says they trust it. Only what scoring needs is checked
+    # (preflight.inference_preflight): nothing of training's loggers, memory or disk.
     with no_downloads(), contextlib.nullcontext() if trust_code else no_code():
-        config = preflight(config)
-        data = load_dataset(config)
+        config = inference_preflight(config)
+        data = load_for_inference(config, checkpoint.parameter_count(state))
     _check_fits(path, state, data)
     return path, state, config, data
 
@@ -332,19 +375,24 @@ def _predict_worker(ctx: DistContext, config: ExperimentConfig, data, state: dic
             src, dst = request["pairs"]
             scores = links.score_pairs(scorer.model, src, dst).float()
             return arrays | {"src": src, "dst": dst, "scores": scores, "probs": torch.sigmoid(scores)}
+        known, index = data.known_pairs(), request.get("index", "exact")
         if hasattr(links, "layerwise"):  # typed layer-wise: one pass for the lists and the states
-            top, scores = links.top_k(
-                scorer.model, request["top_k"], data.known_pairs(), states, request.get("index", "exact")
-            )
-        elif request.get("index", "exact") != "exact":  # the model has no typed pass: eval fell back to full
+            top, scores = links.top_k(scorer.model, request["top_k"], known, states, index)
+        elif index != "exact":  # the model has no typed pass: eval fell back to full
             raise ConfigError(
                 f"--index {request['index']} searches layer-wise states, but {scorer.parts.call.origin} has no "
                 "typed layer-wise inference (its evaluation falls back to full neighbourhoods); use --index exact."
             )
         else:
-            top, scores = links.top_k(scorer.model, request["top_k"], data.known_pairs())
-            top = torch.where(scores > float("-inf"), top, -1)  # an unfilled slot, as the other path writes it
-        return arrays | {"src": torch.arange(top.shape[0]), "top_dst": top, "top_scores": scores.float()}
+            top, scores = links.top_k(scorer.model, request["top_k"], known)
+        # Exact lists: every candidate is scored, so a row's count is its candidates (up to k), and a
+        # counted slot scoring -inf is the model's doing (refused); approximate: what the search found.
+        n_src, n_dst = (data.num_nodes[t] for t in (data.target_edge[0], data.target_edge[2]))
+        counts = (
+            retrieval.fillable(known, n_src, n_dst, request["top_k"]) if index == "exact" else retrieval.filled(top)
+        )
+        lists = {"top_dst": top, "top_scores": scores.float(), "counts": counts}
+        return arrays | {"src": torch.arange(top.shape[0]), **lists}
 
 
 def _class_arrays(scorer: Scorer, data) -> dict:

@@ -6,6 +6,13 @@ The "bad input writes nothing" contract rests on the order: :func:`preflight` (n
 launching process (or on every rank of a job, where the answer is the same everywhere).
 :func:`check_before_start` is the whole list in that order: ``train`` runs it, and so do
 ``doctor`` and ``config show``, so that what they pass is what ``train`` starts.
+
+``evaluate`` and ``predict`` score a checkpoint: they run :func:`inference_preflight` and
+:func:`load_for_inference`, the checks scoring needs (the backend, task, model and sampler, the
+dataset, the device, and the memory the weights, evaluation batches and layers take) and none
+that only training needs: no loggers (inference logs nothing), no model built on the meta device
+to weigh gradients, optimizer state and training batches, no room for checkpoints, no check of
+the monitored metric.
 """
 
 from __future__ import annotations
@@ -53,14 +60,31 @@ def check_before_start(
 
 
 def preflight(config: ExperimentConfig, count_gpus: bool = True) -> ExperimentConfig:
-    """Check everything that can be checked without data; returns the config with device resolved.
+    """Check everything training can check without data; returns the config with device resolved.
 
     ``count_gpus``: whether ``nproc`` ranks will run on this machine (not so in a multi-node job)."""
+    backend = _check_components(config)
+    check_loggers(config)
+    return _check_device(config, backend, count_gpus)
+
+
+def inference_preflight(config: ExperimentConfig) -> ExperimentConfig:
+    """What ``evaluate`` and ``predict`` check before the data: the backend serves the task, the
+    model and the sampler (evaluation samples with it), the dataset plugin exists, the device is
+    usable; returns the config with device resolved. Not the loggers: nothing is logged."""
+    return _check_device(config, _check_components(config), count_gpus=True)
+
+
+def _check_components(config: ExperimentConfig):
+    """The backend (available), its task, model and sampler, and the dataset plugin."""
     backend = backends.get(config.backend).require()
     _check_task(config, backend)
     _check_sampler(config, backend)
     datasets.get(config.dataset.name)
-    check_loggers(config)
+    return backend
+
+
+def _check_device(config: ExperimentConfig, backend, count_gpus: bool) -> ExperimentConfig:
     device = _resolve_device(config)
     backend.check_device(torch.device(device))
     if count_gpus and device == "cuda" and config.nproc > torch.cuda.device_count():
@@ -122,9 +146,33 @@ def _resolve_device(config: ExperimentConfig) -> str:
 
 
 def load_dataset(config: ExperimentConfig, ranks_here: int | None = None) -> GraphData | GraphCollection:
-    """Load and validate the dataset; it must suit the task, every split must give each rank at
-    least one node (or graph), and the model must fit the ``ranks_here`` ranks of this machine
-    (default: all ``nproc``)."""
+    """Load and validate the dataset for training; it must suit the task, every split must give
+    each rank at least one node (or graph), the monitored metric must be able to name a best epoch,
+    and the model must fit the ``ranks_here`` ranks of this machine (default: all ``nproc``)."""
+    data = _load_for_task(config)
+    if config.task is not Task.LINK and config.train.monitor == "val_roc_auc" and data.num_classes != 2:
+        raise ConfigError(
+            f"train.monitor=val_roc_auc needs two classes but the dataset has {data.num_classes}; "
+            "use train.monitor=val_acc or val_macro_f1."
+        )
+    _check_splits(config, data)
+    _check_monitor_can_improve(config, data)
+    check_model(config, data, config.nproc if ranks_here is None else ranks_here)
+    return data
+
+
+def load_for_inference(config: ExperimentConfig, params: int) -> GraphData | GraphCollection:
+    """Load and validate the dataset for scoring a checkpoint of ``params`` parameters: it must
+    suit the task, every split must hold a node (or graph), and scoring must fit in memory
+    (:func:`check_inference_memory`). Nothing about training (its memory, its monitor)."""
+    data = _load_for_task(config)
+    _check_splits(config, data)
+    check_inference_memory(config, data, params)
+    return data
+
+
+def _load_for_task(config: ExperimentConfig) -> GraphData | GraphCollection:
+    """The dataset, loaded and turned into the task's record, checked to suit the task."""
     data = for_task(config, _call_loader(config))
     _check_data_task(config, data)
     if isinstance(data, HeteroGraphData):
@@ -134,11 +182,10 @@ def load_dataset(config: ExperimentConfig, ranks_here: int | None = None) -> Gra
             f"sampler.edge_fanouts sets fanouts per edge type, but dataset '{data.name}' has one edge "
             "type; use sampler.fanouts."
         )
-    if config.task is not Task.LINK and config.train.monitor == "val_roc_auc" and data.num_classes != 2:
-        raise ConfigError(
-            f"train.monitor=val_roc_auc needs two classes but the dataset has {data.num_classes}; "
-            "use train.monitor=val_acc or val_macro_f1."
-        )
+    return data
+
+
+def _check_splits(config: ExperimentConfig, data: GraphData | GraphCollection) -> None:
     for split in ("train", "val", "test"):
         size = data.split(split).numel()
         if size < config.nproc:
@@ -146,9 +193,6 @@ def load_dataset(config: ExperimentConfig, ranks_here: int | None = None) -> Gra
                 f"The {split} split has {size} {data.item_name}(s), fewer than nproc={config.nproc}; "
                 f"use --nproc {size} or fewer, or a larger {split} split."
             )
-    _check_monitor_can_improve(config, data)
-    check_model(config, data, config.nproc if ranks_here is None else ranks_here)
-    return data
 
 
 def _check_monitor_can_improve(config: ExperimentConfig, data: GraphData | GraphCollection) -> None:
@@ -232,6 +276,42 @@ def check_memory(
             )
 
 
+def check_inference_memory(config: ExperimentConfig, data: GraphData | GraphCollection, params: int) -> None:
+    """Refuse scoring a checkpoint of ``params`` parameters that this machine cannot hold, before
+    it starts: the model's weights (once: the checkpoint's copy is already in memory), the largest
+    evaluation batch (:func:`largest_batch` without training's) and, with
+    ``eval.layer_store=memory``, every node's layer input and output (:func:`layers_in_memory`).
+    Training's gradients, optimizer state, best copy and training batches are not counted."""
+    model = 4 * params
+    batch, batch_what, batch_fix = largest_batch(config, data, training=False)
+    layers = layers_in_memory(config, data, 1)
+    need, free = model + batch + layers, available_memory()
+    if need > free and layers > max(model, batch):
+        raise ResourceError(
+            f"Layer-wise evaluation with eval.layer_store=memory holds every node's layer input and "
+            f"output ({data.num_nodes:,} nodes x {_layer_width(config, data):,} values): about "
+            f"{format_bytes(need)} of memory with the model and batches, but {format_bytes(free)} is free; use "
+            "--set eval.layer_store=auto (layers go to a temp file when they do not fit) or eval.layer_store=disk."
+        )
+    if need > free and batch > model:
+        raise ResourceError(
+            f"{batch_what}: scoring needs about {format_bytes(need)} of memory but {format_bytes(free)} is "
+            f"free; {batch_fix}."
+        )
+    if need > free:
+        raise ResourceError(
+            f"The checkpoint's model has {params:,} parameters; scoring it needs about {format_bytes(need)} of "
+            f"memory but {format_bytes(free)} is free; free some memory, or score on a machine with more."
+        )
+    if config.device is DeviceChoice.CUDA:
+        total = torch.cuda.get_device_properties(0).total_memory
+        if model > total:
+            raise ResourceError(
+                f"The checkpoint's model has {params:,} parameters, {format_bytes(model)}, more than the "
+                f"GPU's {format_bytes(total)}; use --device cpu."
+            )
+
+
 def _sparse_table_parameters(config: ExperimentConfig, data) -> int:
     """The parameters of the featureless types' tables when they get sparse gradients
     (``model.embeddings=sparse``): a step holds the gradient of a batch's rows, not the table's."""
@@ -259,18 +339,21 @@ def _layer_width(config: ExperimentConfig, data) -> int:
     return max(config.model.hidden, data.num_classes)
 
 
-def largest_batch(config: ExperimentConfig, data) -> tuple[int, str, str]:
+def largest_batch(config: ExperimentConfig, data, training: bool = True) -> tuple[int, str, str]:
     """(bytes, what, fix) of the largest sampled batch a rank holds: its seeds (a link batch: both
     ends of every positive and negative pair) and their neighbourhood, whose size the fanouts
     multiply (capped by the graph), each node with one layer's input and output. A lower bound,
     like the model's: it refuses what cannot fit, never what might. Node tasks evaluate layer by
-    layer (:func:`layers_in_memory`); link tasks sample held-out batches too."""
+    layer (:func:`layers_in_memory`); link tasks sample held-out batches too. ``training=False``:
+    the evaluation batches alone (scoring a checkpoint)."""
     if config.task is Task.GRAPH:
         return 0, "", ""
     nodes = _node_count(data)
-    batches = [(config.train.batch_size, "train.batch_size", "train")]
+    batches = [(config.train.batch_size, "train.batch_size", "train")] if training else []
     if config.task is Task.LINK:
         batches.append((config.eval.batch_size, "eval.batch_size", "val"))
+    if not batches:
+        return 0, "", ""
     out = []
     for asked, key, split in batches:
         size = min(asked, data.split(split).numel())  # a batch never holds more than its split

@@ -40,6 +40,7 @@ from torch import nn
 
 from gnnbridge.core.config import ModelSpec, Task
 from gnnbridge.core.errors import ConfigError
+from gnnbridge.core.models.generated import removing_generated_modules
 from gnnbridge.core.plugins import PluginError, blame, code_allowed, is_plugin_fault, models, stdout_to_stderr
 
 INJECTED = ("hidden", "layers", "dropout", "aggr", "heads", "pooling")
@@ -144,8 +145,10 @@ def injected_reads(choice: ModelChoice) -> set[str]:
 
 
 def construct(choice: ModelChoice, spec: ModelSpec, in_dim: int, out_dim: int, data: Any) -> nn.Module:
-    """Call the builder; exceptions are the caller's to name (see :func:`build_model`)."""
-    model = choice.build(in_dim, out_dim, **arguments(choice, spec, data))
+    """Call the builder; exceptions are the caller's to name (see :func:`build_model`). The module
+    files a library generates into the temp folder meanwhile are removed (:mod:`.generated`)."""
+    with removing_generated_modules():
+        model = choice.build(in_dim, out_dim, **arguments(choice, spec, data))
     if not isinstance(model, nn.Module):
         raise PluginError(f"{choice.origin} built a {type(model).__name__}, not a torch.nn.Module.")
     return model

@@ -7,8 +7,16 @@ decoder call (any other), as many pairs as :data:`CHUNK_BYTES` holds at the deco
 pair; its top ``k`` is merged into the sources' running lists, so memory stays at one tile plus
 the ``[sources, k]`` answer whatever the sizes. The pairs a source already has (its training
 edges) are set to ``-inf`` inside the tile before its top ``k`` is taken, so they are never
-returned; a source with fewer than ``k`` other destinations ends its list with id ``-1`` and
-score ``-inf`` (both methods alike).
+returned.
+
+Every list has exactly ``k`` slots. A source with fewer than ``k`` destinations left once its
+excluded pairs are taken out (:func:`fillable`) fills only its first slots: the others hold
+:data:`NO_SLOT` and score ``-inf``. ``NO_SLOT`` is the most negative int64, which numpy, torch
+and Python all refuse as an index (``-1``, the usual marker, silently reads the last item).
+The exact lists mark slots by :func:`fillable`'s counts, not by the scores: a slot within the
+count that scores ``-inf`` is a candidate the model scored ``-inf`` (``predict`` refuses such
+outputs as non-finite), never an empty slot. The approximate lists mark what the search did not
+find as well (:func:`filled` counts their slots).
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ import torch
 
 # About the memory one tile of pair scores (and what the decoder builds for it) takes.
 CHUNK_BYTES = 2**28
-NO_SLOT = -1  # the id of a list slot no allowed destination fills (its score is -inf)
+NO_SLOT = torch.iinfo(torch.int64).min  # the id of a slot no allowed destination fills (its score is -inf)
 
 
 def chunked_top_k(
@@ -33,9 +41,9 @@ def chunked_top_k(
     ``h_dst`` [D, H], best first; ``exclude`` [2, E]: (source, destination) pairs never returned;
     ``model`` scores rows with ``decode(src_rows, dst_rows)`` (a ``decoder`` attribute of
     ``"dot"`` takes the matrix product instead, the same numbers). ``chunk_bytes``: about the
-    memory one tile takes (:func:`tile_shape`)."""
+    memory one tile takes (:func:`tile_shape`). Exactly ``k`` slots per source, the unfilled ones
+    :data:`NO_SLOT` (see the module's docstring)."""
     n_src, n_dst = h_src.shape[0], h_dst.shape[0]
-    k = min(k, n_dst)
     rows, cols = tile_shape(model, n_src, n_dst, h_dst.shape[1], chunk_bytes)
     ex_src, ex_dst = _by_source(exclude)
     best = torch.full((n_src, k), NO_SLOT, dtype=torch.int64)
@@ -52,7 +60,7 @@ def chunked_top_k(
             scores[mine_src[inside], mine_dst[inside] - left] = float("-inf")
             ids = torch.arange(left, right).expand(hi - lo, -1)
             best[lo:hi], values[lo:hi] = _merge(best[lo:hi], values[lo:hi], ids, scores, k)
-    return torch.where(values > float("-inf"), best, NO_SLOT), values
+    return unfilled_slots(best, values, fillable(exclude, n_src, n_dst, k))
 
 
 def tile_shape(model, n_src: int, n_dst: int, width: int, chunk_bytes: int) -> tuple[int, int]:
@@ -65,6 +73,46 @@ def tile_shape(model, n_src: int, n_dst: int, width: int, chunk_bytes: int) -> t
     if pairs >= n_dst:
         return min(n_src, pairs // n_dst), n_dst
     return 1, pairs
+
+
+def fillable(exclude: torch.Tensor, n_src: int, n_dst: int, k: int) -> torch.Tensor:
+    """``[n_src]`` int64: the slots of each source's list of ``k`` that a destination can fill,
+    ``min(k, n_dst - its distinct excluded destinations)``. Only the sources that may fall short
+    (more excluded pairs than ``n_dst - k``, duplicates counted) have their pairs de-duplicated."""
+    slots = torch.full((n_src,), k, dtype=torch.int64)
+    raw = torch.bincount(exclude[0], minlength=n_src)[:n_src]
+    short = raw > n_dst - k
+    if bool(short.any()):
+        mine = exclude[:, short[exclude[0]]]
+        distinct = torch.bincount(torch.unique(mine[0] * n_dst + mine[1]) // n_dst, minlength=n_src)[:n_src]
+        slots = torch.where(short, (n_dst - distinct).clamp(max=k), slots)
+    return slots
+
+
+def unfilled_slots(best: torch.Tensor, values: torch.Tensor, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``best`` and ``values`` [S, k] with each row's slots from ``slots[row]`` on marked empty:
+    :data:`NO_SLOT` and ``-inf``."""
+    empty = torch.arange(best.shape[1]) >= slots.unsqueeze(1)
+    return best.masked_fill(empty, NO_SLOT), values.masked_fill(empty, float("-inf"))
+
+
+def filled(top_dst: torch.Tensor) -> torch.Tensor:
+    """``[S]`` int64: the slots of each list holding a destination id (they come first; the rest are
+    :data:`NO_SLOT`). The exact lists' counts are :func:`fillable`'s, which also cover a candidate
+    the model scored ``-inf``."""
+    return (top_dst != NO_SLOT).sum(dim=1)
+
+
+def pad(best: torch.Tensor, values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Lists of fewer than ``k`` columns (fewer candidates than ``k``) widened to ``k`` empty slots."""
+    missing = k - best.shape[1]
+    if missing <= 0:
+        return best, values
+    rows = best.shape[0]
+    return (
+        torch.cat([best, torch.full((rows, missing), NO_SLOT, dtype=best.dtype)], dim=1),
+        torch.cat([values, torch.full((rows, missing), float("-inf"), dtype=values.dtype)], dim=1),
+    )
 
 
 def _merge(best, values, ids, scores, k: int):
@@ -103,11 +151,11 @@ def approximate_top_k(
     never returned. Sources are searched in groups of like exclusion counts (a power of two
     apart), each group in chunks whose ``[sources, asked]`` results fit ``chunk_bytes``, so one
     source with many training pairs costs its own search, not every source's. Approximate:
-    ``benchmarks/top_k.py`` measures its recall against the exact lists. ``neighbors`` is HNSW's
-    M (graph degree), ``search_depth`` its efSearch."""
+    ``benchmarks/top_k.py`` measures its recall against the exact lists, and a source may get
+    fewer than it could have where the search finds fewer (its other slots :data:`NO_SLOT`).
+    ``neighbors`` is HNSW's M (graph degree), ``search_depth`` its efSearch."""
     faiss = import_faiss()
     n_src, n_dst = h_src.shape[0], h_dst.shape[0]
-    k = min(k, n_dst)
     index = faiss.IndexHNSWFlat(h_dst.shape[1], neighbors, faiss.METRIC_INNER_PRODUCT)
     index.hnsw.efSearch = max(search_depth, k)
     index.add(h_dst.float().contiguous().numpy())
@@ -122,7 +170,8 @@ def approximate_top_k(
         step = max(1, chunk_bytes // (ask * 40))  # scores, ids, keys and a mask per result
         for part in sources.split(step):
             best[part], values[part] = _search(index, h_src[part], part, ask, k, (ex_src, ex_dst), n_dst)
-    return torch.where(values > float("-inf"), best, NO_SLOT), values
+    best = best.masked_fill(values == float("-inf"), NO_SLOT)  # not found, or excluded: nothing there
+    return unfilled_slots(best, values, fillable(exclude, n_src, n_dst, k))
 
 
 def _search(index, rows: torch.Tensor, sources: torch.Tensor, ask: int, k: int, exclude, n_dst: int):
@@ -138,8 +187,8 @@ def _search(index, rows: torch.Tensor, sources: torch.Tensor, ask: int, k: int, 
     banned = torch.unique(ex_src[mine] * n_dst + ex_dst[mine])
     keys = sources.unsqueeze(1) * n_dst + ids
     scores = scores.masked_fill(torch.isin(keys, banned) | (ids < 0), float("-inf"))  # ids -1: no result
-    top = scores.topk(k, dim=1)
-    return ids.gather(1, top.indices), top.values
+    top = scores.topk(min(k, ask), dim=1)
+    return pad(ids.gather(1, top.indices), top.values, k)
 
 
 def import_faiss():

@@ -308,6 +308,12 @@ def model_revision(model: torch.nn.Module) -> int:
     return int(getattr(inner, "revision", 1))
 
 
+def parameter_count(state: dict) -> int:
+    """The values a checkpoint's weights hold (its ``model`` state: parameters and buffers), read
+    from the loaded state: nothing is built."""
+    return sum(t.numel() for t in state["model"].values())
+
+
 def load_model_state(model: torch.nn.Module, state: dict, label: str | os.PathLike) -> None:
     """Put a checkpoint's weights into ``model``; a different model is refused by name and shape
     (``load_state_dict`` would otherwise fail with a page of tensor names, or half-load), and so

@@ -45,6 +45,7 @@ from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.sampling.hetero import LinkMiniBatch
 from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS, NeighborSampler
 from gnnbridge.core.sampling.seeds import epoch_batches
+from gnnbridge.core.tasks import retrieval
 from gnnbridge.core.training.layerstore import LayerStore, every_rank_rows, output_table
 from gnnbridge.core.training.metrics import ClassificationScores, LinkScores, SharedLinkScores
 from gnnbridge.core.training.phases import NO_PHASES
@@ -399,7 +400,8 @@ class LinkEvaluator(Evaluator):
     def top_k(self, model: torch.nn.Module, k: int, exclude: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """For every source node, the ``k`` best-scoring destinations and their scores, leaving out
         the pairs in ``exclude`` [2, E] (what the source already has, e.g. its train edges). Every
-        destination is scored: a cost of sources x destinations pairs."""
+        destination is scored: a cost of sources x destinations pairs. Exactly ``k`` slots per
+        source; those no destination can fill hold ``NO_SLOT`` (:mod:`gnnbridge.core.tasks.retrieval`)."""
         n_src, n_dst = (self.data.num_nodes[t] for t in (self.data.target_edge[0], self.data.target_edge[2]))
         best, scores = [], []
         per_batch = max(1, (64 * self.batch_size) // n_dst)  # sources per batch: about 64 x batch_size pairs
@@ -415,7 +417,8 @@ class LinkEvaluator(Evaluator):
                 top = out.topk(min(k, n_dst), dim=1)
                 best.append(top.indices)
                 scores.append(top.values)
-        return torch.cat(best), torch.cat(scores)
+        lists = retrieval.pad(torch.cat(best), torch.cat(scores), k)
+        return retrieval.unfilled_slots(*lists, retrieval.fillable(exclude, n_src, n_dst, k))
 
     def _scores(self, model: torch.nn.Module, mb) -> torch.Tensor:
         return self.call.pairs(

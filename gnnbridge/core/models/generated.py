@@ -1,0 +1,54 @@
+"""Source files a model's construction generates in the temp folder, removed once it is built.
+
+PyG's ``MessagePassing`` renders its ``propagate`` (and ``edge_updater``) from a jinja template
+the first time a layer class is built in a process, writes it to ``$TMPDIR`` as
+``<module name>_<random>.py`` (``tempfile.NamedTemporaryFile(delete=False)``), imports it, and
+never removes it: every process that built a PyG model (the launcher's preflight, each rank,
+``evaluate``, ``predict``) left one such file per layer class, and ``$TMPDIR`` filled up run after
+run. PyG offers no switch for it (``tmp_dirname`` is accepted and unused).
+
+The module is imported, and its code compiled, before the builder returns, so the file is not
+needed afterwards except to read its source (``inspect.getsource``, ``torch.jit.script``, a
+traceback's lines). :func:`removing_generated_modules` wraps a construction and then deletes
+exactly the files that match all of: a module first imported during the construction, whose
+``__file__`` lies directly in ``tempfile.gettempdir()``, named after the module itself plus a
+suffix (the generated-file pattern). Their text stays in :mod:`linecache`, so source lookups
+keep working in the process. Nothing process-wide changes (``tempfile.tempdir`` is left alone:
+pointing it elsewhere would move every other library's temp files and caches too), and a
+process killed while it builds a model is the only one that can leave such a file behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import linecache
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def removing_generated_modules() -> Iterator[None]:
+    """Run the body (a model's construction), then remove the module files it generated in the
+    temp folder (see the module's docstring), also when the body raises."""
+    before = set(sys.modules)
+    try:
+        yield
+    finally:
+        for name in set(sys.modules) - before:
+            _remove_if_generated(name, getattr(sys.modules.get(name), "__file__", None))
+
+
+def _remove_if_generated(name: str, path: str | None) -> None:
+    if not path:
+        return
+    file = Path(path)
+    if file.suffix != ".py" or file.parent != Path(tempfile.gettempdir()) or not file.name.startswith(f"{name}_"):
+        return
+    with contextlib.suppress(OSError):
+        text = file.read_text()
+        # A loader-style entry (no mtime): linecache.checkcache keeps it though the file is gone.
+        linecache.cache[path] = (len(text), None, text.splitlines(True), path)
+        os.unlink(file)
