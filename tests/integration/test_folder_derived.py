@@ -215,3 +215,33 @@ def test_features_that_vanish_in_float16_are_refused_with_the_numbers(tmp_path, 
     assert spec["precision"]["flushed_to_zero"] == 0 and 0 < spec["precision"]["max_relative_error"] < 2**-8
     opened = np.load(folder / spec["file"]).astype(np.uint32) << 16
     assert np.allclose(opened.view(np.float32)[:, 3], x[:, 3], rtol=2**-8)  # the small column survives in bfloat16
+
+
+@pytest.mark.parametrize("backend", ["pyg", "dgl"])
+def test_a_relations_corrupted_topology_is_one_line_naming_its_file(tmp_path, refused, backend):
+    """The heterogeneous node task maps each relation's sorted edges from prepared/: a source id
+    out of its type's range there is named, on both backends."""
+    rng = np.random.default_rng(0)
+    folder = tmp_path / "shop"
+    folder.mkdir()
+    arrays = {
+        "num_nodes__user": np.array([30], dtype=np.int64),
+        "x__item": rng.normal(size=(20, 5)).astype(np.float32),
+        "y__item": (np.arange(20) % 3).astype(np.int64),
+        "edge_index__user__buys__item": np.stack([np.repeat(np.arange(30), 4), rng.integers(0, 20, 120)]),
+    }
+    for key, value in arrays.items():
+        np.save(folder / f"{key}.npy", value)
+    prepare(str(folder), progress=False)
+    spec = manifest(folder)["arrays"]["csc_edges__user__buys__item"]
+    edges = np.load(folder / spec["file"], mmap_mode="r+")
+    edges[0, 5:] = 31  # user ids run to 29
+    edges.flush()
+    del edges
+    os.utime(folder / spec["file"], ns=(spec["mtime_ns"], spec["mtime_ns"]))
+    seen = refused("train", "--dataset", str(folder), "--backend", backend, *TRAIN, "--set", "train.batch_size=8")
+    lines = seen.stderr.strip().splitlines()
+    assert seen.returncode == 1 and len(lines) == 1, seen.stderr
+    assert (
+        lines[0].startswith(f"Error: {folder / spec['file']}: ") and "names source node 31, outside [0, 30)" in lines[0]
+    )
