@@ -12,6 +12,7 @@ import gnnbridge
 from gnnbridge.core.app.compare import TOLERANCE
 from gnnbridge.core.app.preflight import load_dataset, preflight
 from gnnbridge.core.app.resolve import resolve_config
+from gnnbridge.core.models import init
 from gnnbridge.core.models.neutral import to_neutral
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.training.assembly import RunParts
@@ -59,6 +60,8 @@ def first_batch(run: RunParts):
 def test_one_seed_builds_the_same_weights_and_outputs_on_both_libraries(name):
     experiment, overrides = CASES[name]
     runs = {backend: parts(experiment, overrides, backend) for backend in ("pyg", "dgl")}
+    for run in runs.values():  # core draws every parameter (none left to the library)
+        assert all(rule is not None for _, rule in init.initial_rules(run.model).values())
     states = {b: to_neutral(r.model, r.model.state_dict(), r.call.origin) for b, r in runs.items()}
     assert states["pyg"].keys() == states["dgl"].keys()
     for key, value in states["pyg"].items():

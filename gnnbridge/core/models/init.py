@@ -22,7 +22,9 @@ One generator per name, not one for the model, so that:
 * the draws do not depend on the order a library lists its parameters in;
 * a parameter only one library has would be drawn the same wherever it exists, and would move no
   other parameter's draw. None of the built-in models has one today (``port`` refuses a model
-  with such a parameter); every parameter must have a neutral name to be drawn.
+  with such a parameter). A parameter without a neutral name, or without a rule, is left as the
+  model drew it (from torch's generator seeded with ``train.seed``): none of the built-in
+  models' (a test checks), where a plugin's subclass of one may add some.
 
 **Which rules.** A model names a rule for each parameter of a library's layer
 (``init_rules()``); a parameter of a core-owned torch module (same name on every backend) that
@@ -51,9 +53,6 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
-
-from gnnbridge.core.models.neutral import native_to_neutral
-from gnnbridge.core.plugins import PluginError
 
 # Fills a tensor in place from the generator it is given (a CPU generator, a CPU tensor).
 Rule = Callable[[torch.Tensor, torch.Generator], None]
@@ -110,44 +109,46 @@ def generator(seed: int, name: str) -> torch.Generator:
     return torch.Generator().manual_seed(int.from_bytes(digest, "little") >> 1)
 
 
-def initial_rules(model: nn.Module, origin: str) -> dict[str, tuple[str, Rule]] | None:
-    """``{state_dict key: (neutral name, rule)}`` for every parameter of ``model``, or None when
-    the model keeps its own initialisation (it names no rules)."""
-    named = getattr(model, "init_rules", None)
-    rules = named() if callable(named) else None
+def initial_rules(model: nn.Module) -> dict[str, tuple[str | None, Rule | None]] | None:
+    """``{state_dict key: (neutral name, rule)}`` for every parameter of ``model`` (a None rule: no
+    neutral name, or no rule for it), or None when the model keeps its own initialisation (it
+    names no rules, or no neutral names)."""
+    named, neutral = getattr(model, "init_rules", None), getattr(model, "neutral_parameters", None)
+    rules = named() if callable(named) and callable(neutral) else None
     if rules is None:
         return None
-    names = native_to_neutral(model, origin)  # port's mapping; refuses a parameter without a name
+    # port's names (neutral.native_to_neutral reads the same): by the parameter itself, not its key
+    names = {id(p): name for name, p in neutral().items()}
     owners = {id(p): (m, attr) for m in model.modules() for attr, p in m.named_parameters(recurse=False)}
-    out = {}
+    out: dict[str, tuple[str | None, Rule | None]] = {}
     for key, param in model.named_parameters():
-        name = names[key]
-        rule = rules.get(name)
+        name = names.get(id(param))
+        rule = rules.get(name) if name is not None else None
         if rule is None and key == name:  # a core-owned module: named alike on every backend
             rule = module_rule(*owners[id(param)])
-        if rule is None:
-            raise PluginError(
-                f"{origin}: parameter '{key}' (neutral name '{name}') has no initialisation rule; "
-                "init_rules() must name every parameter that is not a torch Linear's, Embedding's or norm's."
-            )
         out[key] = (name, rule)
     return out
 
 
-def initialise(model: nn.Module, seed: int, origin: str) -> bool:
+def initialise(model: nn.Module, seed: int) -> list[str] | None:
     """Draw every parameter of ``model`` by its rule from ``(seed, its neutral name)``, in place
-    (see the module docstring). Returns False, changing nothing, for a model that names no rules."""
-    rules = initial_rules(model, origin)
+    (see the module docstring). Returns the parameters left as the model drew them (without a
+    neutral name or a rule: none of the built-in models', which a test checks; a plugin's
+    subclass of one may add some), or None, changing nothing, for a model that names no rules."""
+    rules = initial_rules(model)
     if rules is None:
-        return False
+        return None
     params = dict(model.named_parameters())
+    left = []
     with torch.no_grad():
         for key, (name, rule) in rules.items():
             param = params[key]
-            if param.device.type == "cpu" and param.dtype == torch.float32:
+            if rule is None:
+                left.append(key)
+            elif param.device.type == "cpu" and param.dtype == torch.float32:
                 rule(param, generator(seed, name))
             else:  # drawn on the CPU in float32 like any other, then copied: the same numbers anywhere
                 value = torch.empty(param.shape, dtype=torch.float32)
                 rule(value, generator(seed, name))
                 param.copy_(value)
-    return True
+    return left

@@ -70,7 +70,7 @@ class RunParts:
             load_model_state(self.model, weights, weights.get("path", "checkpoint"))
         else:  # a built-in model starts from the same weights on every backend (no global stream is drawn)
             with self.call.blame("initialisation"):
-                initialise(self.model, config.train.seed, choice.origin)
+                initialise(self.model, config.train.seed)
         self.model.to(ctx.device)
 
     def _sampler(self, every_neighbour: bool = False) -> Sampler:
