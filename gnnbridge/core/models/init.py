@@ -38,7 +38,8 @@ projection and head, so one model's layers start at one scale), GCN's and GAT's 
 their last two dimensions; library-layer biases start at zero (GCN, GAT and DGL's layers do
 already). Not Xavier with ReLU's gain: it assumes unit-variance inputs to a ReLU stack, but a
 GNN's first layer reads raw features and its last emits logits, which started three times
-larger than PyG's with no gain in accuracy (see the backend-parity table in the docs).
+larger than PyG's and learnt slower (0.36 test accuracy after a first epoch where PyG's start
+reached 0.66: "What remains between the libraries" in ``docs/compare-and-port.md``).
 
 A model without ``init_rules()`` (or whose ``init_rules()`` returns None: a plugin's model,
 PyG's zoo) keeps its own initialisation, drawn from the global generator seeded with
