@@ -11,7 +11,11 @@ backends, not in core: core lists no architecture.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from gnnbridge.core.models import init
+from gnnbridge.core.models.hetero import HeteroSAGE
+from gnnbridge.core.models.init import Rule
 
 
 @dataclass(frozen=True)
@@ -23,6 +27,10 @@ class Architecture:
     tasks: tuple[str, ...]
     description: str
     heterogeneous: bool = False  # the builder also takes heterogeneous data (and so can train task=link)
+    # How each layer of a homogeneous node model starts, by neutral parameter name (the rules of
+    # gnnbridge.core.models.init), the same on every backend; empty: the model's core classes
+    # name their rules themselves (GIN, the heterogeneous models).
+    init: Mapping[str, Rule] = field(default_factory=dict)
 
 
 NEUTRAL = (
@@ -31,9 +39,21 @@ NEUTRAL = (
         ("node", "link"),
         "GraphSAGE, mean aggregation (SAGEConv; {hetero} on heterogeneous graphs)",
         heterogeneous=True,
+        init=HeteroSAGE.SAGE_INIT,  # one SAGEConv initialisation, homogeneous or not
     ),
-    Architecture("gcn", ("node",), "GCN normalised by full-graph degrees ({gcn})"),
-    Architecture("gat", ("node",), "GAT, model.heads heads (GATConv)"),
+    Architecture(
+        "gcn",
+        ("node",),
+        "GCN normalised by full-graph degrees ({gcn})",
+        init={"weight": init.glorot, "bias": init.zeros},  # Kipf & Welling's, PyG's GCNConv
+    ),
+    Architecture(
+        "gat",
+        ("node",),
+        "GAT, model.heads heads (GATConv)",
+        # Veličković et al.'s and PyG's GATConv: Glorot for the map and each head's attention vectors
+        init={"weight": init.glorot, "att_src": init.glorot, "att_dst": init.glorot, "bias": init.zeros},
+    ),
     Architecture("gin", ("graph",), "GIN with core-held MLPs and sum/mean readout"),
     Architecture(
         "rgcn",
@@ -45,6 +65,10 @@ NEUTRAL = (
         "hgt", ("node", "link"), "HGT, model.heads heads, one softmax per node (core-held layers)", heterogeneous=True
     ),
 )
+
+
+# ``GNNModel.NEUTRAL_INIT`` of every backend's homogeneous node models.
+LAYER_INIT = {arch.name: dict(arch.init) for arch in NEUTRAL if arch.init}
 
 
 def register_neutral(

@@ -8,7 +8,7 @@ enforces both)::
     training/   a run's parts, the DDP loop, evaluators, metrics, checkpoints, training state
     runtime/    launching on torch.distributed.elastic, rank setup, watchdog, node-shared data
     sampling/   seed sharding, the core neighbour sampler, sampler adapters
-    models/     model parts core owns for every backend (GIN's MLPs, GCN normalisation)
+    models/     model parts core owns for every backend (GIN's MLPs, GCN normalisation, one initialisation)
     plugins/    the plugin manager, its registries and switches (core's machinery, not the built-ins)
     contracts/  ABCs and hook specs
     tasks/      a heterogeneous source made into a task's record: splits, held-out edges, negatives

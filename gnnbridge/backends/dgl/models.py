@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from gnnbridge.backends.catalogue import LAYER_INIT
 from gnnbridge.backends.dgl.blocks import csc_block
 from gnnbridge.backends.dgl.compat import import_dgl
 from gnnbridge.core.config import ModelSpec
@@ -104,6 +105,7 @@ class SAGELayer(nn.Module):
 
 
 class DglGNN(GNNModel):
+    NEUTRAL_INIT = LAYER_INIT  # one initialisation on every backend (gnnbridge.core.models.init)
     NEUTRAL_NAMES = {
         "sage": {
             "neigh.weight": "conv.fc_neigh.weight",

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from gnnbridge.backends.catalogue import LAYER_INIT
 from gnnbridge.backends.pyg.sparse import FUSED_AGGREGATIONS, layer_adjacency
 from gnnbridge.core.config import ModelSpec
 from gnnbridge.core.contracts.interfaces import GNNModel
@@ -23,6 +24,7 @@ from gnnbridge.core.records.batches import IndexedRows
 
 
 class PygGNN(GNNModel):
+    NEUTRAL_INIT = LAYER_INIT  # one initialisation on every backend (gnnbridge.core.models.init)
     NEUTRAL_NAMES = {
         "sage": {"neigh.weight": "lin_l.weight", "root.weight": "lin_r.weight", "bias": "lin_l.bias"},
         "gcn": {"weight": "lin.weight", "bias": "bias"},

@@ -27,7 +27,7 @@ registers and can say why in ``gnnbridge backends``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -83,11 +83,15 @@ class GNNModel(nn.Module, ABC):
     Subclasses list their layers in ``layers`` and name each layer's parameters in
     ``NEUTRAL_NAMES[arch]`` (neutral name -> the layer's own parameter name), so that
     ``neutral_parameters`` names every parameter the same way on all backends, in the same
-    layout, and weights can be compared and ported between them.
+    layout, and weights can be compared and ported between them. ``NEUTRAL_INIT[arch]`` (neutral
+    name -> rule of :mod:`gnnbridge.core.models.init`) makes every backend start ``arch`` from
+    the same weights for one seed; an architecture it does not list keeps its library's own
+    initialisation.
     """
 
     spec: ModelSpec
     NEUTRAL_NAMES: dict[str, dict[str, str]] = {}
+    NEUTRAL_INIT: dict[str, dict[str, Callable[[torch.Tensor, torch.Generator], None]]] = {}
     # True: ``forward`` and ``layer_forward`` also take an :class:`IndexedRows` as ``x`` (the
     # feature table and the batch's global ids, ungathered) and core stops gathering for them.
     reads_indexed_rows: bool = False
@@ -129,6 +133,14 @@ class GNNModel(nn.Module, ABC):
             for neutral, native in names.items():
                 out[f"layers.{i}.{neutral}"] = params[native]
         return out
+
+    def init_rules(self) -> dict[str, Callable[[torch.Tensor, torch.Generator], None]] | None:
+        """``{neutral name: rule}`` of every parameter (see :mod:`gnnbridge.core.models.init`), or
+        None when ``NEUTRAL_INIT`` has no rules for this architecture."""
+        rules = self.NEUTRAL_INIT.get(self.spec.arch)
+        if rules is None:
+            return None
+        return {f"layers.{i}.{name}": rule for i in range(self.spec.layers) for name, rule in rules.items()}
 
     @property
     def num_layers(self) -> int:

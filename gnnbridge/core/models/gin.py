@@ -56,6 +56,11 @@ class GIN(GraphClassifier):
         self.heads = nn.ModuleList(nn.Linear(w, out_dim) for w in widths)
         self.dropout = nn.Dropout(spec.dropout)
 
+    def init_rules(self) -> dict:
+        """Every parameter is a core-owned torch module's, drawn as torch draws it
+        (:mod:`gnnbridge.core.models.init`); no library layer to name rules for."""
+        return {}
+
     @abstractmethod
     def aggregate(self, index: int, graph: Any, h: torch.Tensor) -> torch.Tensor:
         """``h_v + sum of h_u over in-edges u -> v`` for every node of the batched graph."""

@@ -34,6 +34,8 @@ from torch import nn
 
 from gnnbridge.core.config import DECODERS, ModelSpec
 from gnnbridge.core.errors import ConfigError
+from gnnbridge.core.models import init
+from gnnbridge.core.models.init import Rule
 
 
 class HeteroModel(nn.Module):
@@ -49,6 +51,9 @@ class HeteroModel(nn.Module):
 
     heterogeneous = True
     typed_layerwise = True  # core's typed layer-wise inference can run it (embed_inputs, layer, classify, decode)
+    # Rules for the layers' own parameters by their name inside a layer (see :meth:`init_rules`);
+    # None: the model keeps its own initialisation (a plugin's subclass that names none).
+    LAYER_INIT: dict[str, Rule] | None = None
 
     def __init__(self, spec: ModelSpec, data: Any, out_dim: int, decoder: str = "dot"):
         super().__init__()
@@ -70,16 +75,26 @@ class HeteroModel(nn.Module):
         )
         self.edge_types = [tuple(et) for et in data.edge_types]
         self.convs = nn.ModuleList(self.make_conv(data.edge_types, hidden) for _ in range(spec.layers))
-        self.init_layers()
         self.decoder = decoder
         if not self.is_link:
             self.head = nn.Linear(hidden, out_dim)
         elif decoder == "mlp":
             self.head = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1))
 
-    def init_layers(self) -> None:
-        """Re-initialise the layers after they are built (before the heads, so a seed gives the
-        heads the same draws whatever the layers drew); nothing by default."""
+    def init_rules(self) -> dict[str, Rule] | None:
+        """``{neutral name: rule}`` for the layers' parameters that ``LAYER_INIT`` names (by
+        their name inside a layer, its first part: ``weight``, ``k_rel``); the input layer, the
+        heads and a layer's torch modules are drawn as torch draws them
+        (:mod:`gnnbridge.core.models.init`). None (``LAYER_INIT`` unset): the model keeps its
+        own initialisation."""
+        if self.LAYER_INIT is None:
+            return None
+        rules = {}
+        for name, _ in self.convs.named_parameters():
+            inner = name.split(".")[1]  # "0.k_rel.paper__cites__paper" -> "k_rel"
+            if inner in self.LAYER_INIT:
+                rules[f"convs.{name}"] = self.LAYER_INIT[inner]
+        return rules
 
     @abstractmethod
     def make_conv(self, edge_types: list, hidden: int) -> nn.Module:
@@ -159,16 +174,24 @@ class HeteroSAGE(HeteroModel):
 
     # The relation's SAGEConv parameters by neutral name (see :meth:`neutral_parameters`).
     SAGE_NAMES: dict[str, str] = {}
+    # How a SAGEConv starts, by neutral name, on either library and on homogeneous graphs too (the
+    # libraries' own draws differ: DGL Xavier with ReLU's gain, PyG Kaiming-uniform, which with a
+    # dot-product decoder made first scores an order of magnitude apart): Kaiming-uniform
+    # matrices, as torch's nn.Linear and PyG draw them, and a zero bias.
+    SAGE_INIT: dict[str, Rule] = {
+        "neigh.weight": init.kaiming_uniform,
+        "root.weight": init.kaiming_uniform,
+        "bias": init.zeros,
+    }
 
-    def init_layers(self) -> None:
-        """The libraries initialise SAGEConv differently (DGL: Xavier with the ReLU gain, PyG:
-        Kaiming-uniform), which with a dot-product decoder makes first scores an order of magnitude
-        apart. Both get torch's ``nn.Linear`` initialisation here, so one spec starts alike."""
-        for param in self.convs.parameters():
-            if param.dim() == 2:
-                nn.init.kaiming_uniform_(param, a=5**0.5)
-            else:
-                nn.init.zeros_(param)
+    def init_rules(self) -> dict[str, Rule]:
+        """Each relation's SAGEConv by :data:`SAGE_INIT`, under its neutral name."""
+        return {
+            f"layers.{i}.{'__'.join(et)}.{name}": rule
+            for i in range(self.spec.layers)
+            for et in self.edge_types
+            for name, rule in self.SAGE_INIT.items()
+        }
 
     @abstractmethod
     def make_conv(self, edge_types: list, hidden: int) -> nn.Module:

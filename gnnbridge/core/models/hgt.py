@@ -27,6 +27,7 @@ from torch import nn
 
 from gnnbridge.core.config import ModelSpec
 from gnnbridge.core.errors import ConfigError
+from gnnbridge.core.models import init
 from gnnbridge.core.models.relational import RelationalModel
 
 
@@ -55,6 +56,10 @@ class HGTLayer(nn.Module):
 
 
 class HeteroHGT(RelationalModel):
+    # Each head's relation matrices Glorot, the priors and skip gates 1, drawn by core
+    # (:mod:`gnnbridge.core.models.init`); the per-type maps are torch Linears, drawn as torch does.
+    LAYER_INIT = {"k_rel": init.glorot, "v_rel": init.glorot, "p_rel": init.ones, "skip": init.ones}
+
     def __init__(self, spec: ModelSpec, data, out_dim: int, decoder: str = "dot"):
         if spec.hidden % spec.heads:
             raise ConfigError(

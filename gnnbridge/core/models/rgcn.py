@@ -22,6 +22,7 @@ from torch import nn
 
 from gnnbridge.core.config import ModelSpec
 from gnnbridge.core.errors import ConfigError
+from gnnbridge.core.models import init
 from gnnbridge.core.models.relational import RelationalModel
 
 
@@ -85,6 +86,10 @@ class RGCNLayer(nn.Module):
 
 
 class HeteroRGCN(RelationalModel):
+    # Glorot over the last two dimensions (per relation, basis or block), a zero bias: PyG
+    # RGCNConv's initialisation, drawn by core (:mod:`gnnbridge.core.models.init`).
+    LAYER_INIT = {"weight": init.glorot, "comp": init.glorot, "root": init.glorot, "bias": init.zeros}
+
     def __init__(
         self,
         spec: ModelSpec,

@@ -15,6 +15,7 @@ from gnnbridge.core.config import EvalMode, ExperimentConfig, SamplerKind, Task
 from gnnbridge.core.contracts.interfaces import Backend, Sampler
 from gnnbridge.core.errors import ConfigError
 from gnnbridge.core.models.build import ModelCall, build_model, model_dims
+from gnnbridge.core.models.init import initialise
 from gnnbridge.core.plugins import get_backend
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData
@@ -68,6 +69,9 @@ class RunParts:
         self.is_link = config.task is Task.LINK
         if weights is not None:
             load_model_state(self.model, weights, weights.get("path", "checkpoint"))
+        else:  # a built-in model starts from the same weights on every backend (no global stream is drawn)
+            with self.call.blame("initialisation"):
+                initialise(self.model, config.train.seed)
         self.model.to(ctx.device)
 
     def _sampler(self, every_neighbour: bool = False) -> Sampler:
