@@ -62,7 +62,9 @@ def test_an_unknown_logger_is_one_line_and_writes_nothing(tmp_path):
         cli("train", *SMALL, "--set", "log.to=[wandb]", "--out", "run", cwd=tmp_path),
         "Unknown logger 'wandb'. Available: csv, tensorboard",
     )
-    one_line(cli("train", *SMALL, "--set", "log.to=[csv,csv]", "--out", "run", cwd=tmp_path), "distinct logger names")
+    one_line(
+        cli("train", *SMALL, "--set", "log.to=[csv,csv]", "--out", "run", cwd=tmp_path), "repeats 'csv'; give each once"
+    )
     assert list(tmp_path.iterdir()) == []
 
 

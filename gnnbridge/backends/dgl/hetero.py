@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from gnnbridge.backends.dgl.compat import import_dgl
-from gnnbridge.backends.dgl.sampler import neighbor_sampler
+from gnnbridge.backends.dgl.sampler import neighbor_sampler, one_thread
 from gnnbridge.core.contracts.interfaces import Sampler
 from gnnbridge.core.models.graphops import hetero_layer_bounds
 from gnnbridge.core.models.hetero import HeteroSAGE
@@ -173,7 +173,8 @@ class DglHeteroSampler(Sampler):
 
     def reseed(self, seed: int, epoch: int, rank: int) -> None:
         self.core.reseed(seed, epoch, rank)
-        self._dgl.seed(derived_seed(seed, epoch, rank, stream=3))
+        with one_thread(self._dgl):  # the engine the one-thread draws use is seeded for certain
+            self._dgl.seed(derived_seed(seed, epoch, rank, stream=3))
 
     def loader(self, batches: list[torch.Tensor]) -> Iterable[MiniBatch]:
         for seeds in batches:

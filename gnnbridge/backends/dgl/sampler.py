@@ -10,17 +10,18 @@ Seeds are batched by core (equal counts per rank) and handed to ``sample`` direc
 ``DataLoader`` would re-batch them. DGL does not bounds-check node ids (a bad id corrupts the
 heap), so ids are checked here before DGL sees them.
 
-Why not DGL's ``NeighborSampler`` as it is: with more than one OpenMP thread its blocks list
-their source nodes in an order that changes from run to run (``sample_neighbors_fused``, and
-``to_block``, fill a concurrent hash map), and the next hop samples the neighbours of those
-nodes in that order, each thread with its own random stream, so the same seed drew different
-neighbourhoods (the default experiment on 2,000 nodes and two threads, run twice: losses 3.389
-and 3.290 after one epoch). :func:`neighbor_sampler` is DGL's sampler with one change: the draws
-(``sample_neighbors``) use every thread, but each frontier becomes a block (``to_block``) on one
-thread, which numbers the new source nodes in the order they first appear. The draws are DGL's
-own, reseeded with ``dgl.seed`` per (seed, epoch, rank): the same on every run, and on one thread
-the very blocks DGL's own sampler makes. DGL draws with one random stream per thread, so a run
-with another thread count (``OMP_NUM_THREADS``, cores) draws other neighbourhoods.
+Why not DGL's ``NeighborSampler`` as it is: with more than one OpenMP thread its draws are not
+reproducible. Its blocks list their source nodes in an order that changes from run to run
+(``sample_neighbors_fused``, and ``to_block``, fill a concurrent hash map), and the next hop
+samples those nodes' neighbours in that order, each thread with its own random engine; and
+``dgl.seed`` seeds those engines in a parallel loop that may hand both iterations to one thread,
+leaving another thread's engine where the last batch left it (one run in ten drew other
+neighbours, measured). The default experiment on 2,000 nodes and two threads, run twice: losses
+3.389 and 3.290 after one epoch. :func:`neighbor_sampler` is DGL's unfused sampler run on one
+thread, seeded on that thread (``dgl.seed`` per (seed, epoch, rank)): the very blocks DGL's own
+sampler makes on one thread, on every run and whatever the rank's thread count. The cost is
+DGL's multi-threaded sampling: a rank's model and gather keep their threads, and a rank that
+wants sampling beside them has ``placement.prefetch`` (a thread of its own).
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ class DglNeighborSampler(Sampler):
         self._num_nodes = store.native.num_nodes()
 
     def reseed(self, seed: int, epoch: int, rank: int) -> None:
-        self._dgl.seed(derived_seed(seed, epoch, rank, stream=3))
+        with one_thread(self._dgl):  # the engine the one-thread draws use is seeded for certain
+            self._dgl.seed(derived_seed(seed, epoch, rank, stream=3))
 
     def loader(self, batches: list[torch.Tensor]) -> Iterable[MiniBatch]:
         graph = self.store.native
@@ -73,9 +75,13 @@ def _ordered_sampler_class() -> type:
     dgl = import_dgl()
 
     class OrderedNeighborSampler(dgl.dataloading.NeighborSampler):
-        """``NeighborSampler``'s unfused path, each frontier turned into a block on one thread."""
+        """``NeighborSampler``'s unfused path on one thread (see the module's docstring)."""
 
         def sample_blocks(self, g, seed_nodes, exclude_eids=None):
+            with one_thread(dgl):
+                return self._blocks(g, seed_nodes, exclude_eids)
+
+        def _blocks(self, g, seed_nodes, exclude_eids):
             output_nodes, blocks = seed_nodes, []
             for fanout in reversed(self.fanouts):
                 frontier = g.sample_neighbors(
@@ -87,8 +93,7 @@ def _ordered_sampler_class() -> type:
                     output_device=self.output_device,
                     exclude_edges=exclude_eids,
                 )
-                with one_thread(dgl):
-                    block = dgl.to_block(frontier, seed_nodes)
+                block = dgl.to_block(frontier, seed_nodes)
                 block.edata[dgl.EID] = frontier.edata[dgl.EID]
                 seed_nodes = block.srcdata[dgl.NID]
                 blocks.insert(0, block)
