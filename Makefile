@@ -27,7 +27,7 @@ demo: $(STAMP)
 # Two workers, each taking whole files (a file's module fixtures are built once): most tests
 # wait on subprocesses and ranks, so two at a time fit on 2 cores (about 14 min instead of 20).
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadfile
+	$(PY) -m pytest -q -n 3 --dist loadgroup
 
 # The everyday loop: unit tests only, no multi-process training runs (about 2 minutes on 2 cores).
 test-fast: $(STAMP)

@@ -98,3 +98,17 @@ def refused(capsys, monkeypatch, tmp_path):
         return subprocess.CompletedProcess(args, exited.value.code, seen.out, seen.err)
 
     return run
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Tests that share a module-scoped fixture (a trained run, a built dataset, an installed
+    plugin) go to one xdist worker together, so it is built once (``make test`` runs
+    ``--dist loadgroup``); every other test is handed out on its own. Whole files used to go to
+    one worker each (``--dist loadfile``), so a file of slow multi-process tests, or of tests
+    that wait out a timeout, ran one after another on one worker while the other sat idle."""
+    for item in items:
+        defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+        shared = sorted(name for name, fds in defs.items() if fds and fds[-1].scope in ("module", "package"))
+        if shared and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}:{shared[0]}"))
