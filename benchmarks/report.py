@@ -301,6 +301,39 @@ def memory_panel(ax, result: dict) -> None:
     ax.legend(fontsize=8)
 
 
+def panels(result: dict) -> dict:
+    """``{name: draw(ax)}``: each panel of the chart, in its order."""
+    rows = result["rows"]
+    return {
+        "epoch": lambda ax: bars_with_ratios(
+            ax, rows, "epoch_time_s", "epoch_time_vs_reference", "Training pass per epoch (median)"
+        ),
+        "eval": lambda ax: bars_with_ratios(
+            ax, rows, "eval_time_s", "eval_time_vs_reference", "Final evaluation (median)"
+        ),
+        "accuracy": lambda ax: accuracy_panel(ax, rows),
+        "phases": lambda ax: phase_panel(ax, result["phases"]),
+        "sampler": lambda ax: sampler_panel(ax, result["sampler"]),
+        "memory": lambda ax: memory_panel(ax, result),
+    }
+
+
+def plot_panels(result: dict, folder: Path, stem: str) -> None:
+    """Each panel as its own PNG, ``folder/stem-NAME.png``: the docs show them one at a time, at
+    a size that can be read (six panels in one 17-inch chart could not be, at a page's width)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    for name, draw in panels(result).items():
+        fig, ax = plt.subplots(figsize=(6, 4.5))
+        draw(ax)
+        fig.tight_layout()
+        fig.savefig(folder / f"{stem}-{name}.png", dpi=100)
+        plt.close(fig)
+
+
 def plot(result: dict, path: Path) -> None:
     """All panels in one PNG."""
     import matplotlib
@@ -309,13 +342,8 @@ def plot(result: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, 3, figsize=(17, 9))
-    rows = result["rows"]
-    bars_with_ratios(axes[0, 0], rows, "epoch_time_s", "epoch_time_vs_reference", "Training pass per epoch (median)")
-    bars_with_ratios(axes[0, 1], rows, "eval_time_s", "eval_time_vs_reference", "Final evaluation (median)")
-    accuracy_panel(axes[0, 2], rows)
-    phase_panel(axes[1, 0], result["phases"])
-    sampler_panel(axes[1, 1], result["sampler"])
-    memory_panel(axes[1, 2], result)
+    for ax, draw in zip(axes.flat, panels(result).values()):
+        draw(ax)
     g = result["graph"]
     fig.suptitle(
         f"{g['nodes']:,} nodes, {g['edges']:,} edges, {g['features']} features; "
@@ -330,11 +358,16 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description="Show a saved compare.json again.")
     parser.add_argument("json", type=Path)
     parser.add_argument("--png", type=Path, help="also draw the chart here")
+    parser.add_argument(
+        "--panels", type=Path, help="also draw each panel as DIR/<json stem>-NAME.png (the docs' figures)"
+    )
     args = parser.parse_args(argv)
     result = json.loads(args.json.read_text())
     print(text(result))
     if args.png:
         plot(result, args.png)
+    if args.panels:
+        plot_panels(result, args.panels, args.json.stem)
 
 
 if __name__ == "__main__":
