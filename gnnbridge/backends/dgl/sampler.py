@@ -19,7 +19,8 @@ leaving another thread's engine where the last batch left it (one run in ten dre
 neighbours, measured). The default experiment on 2,000 nodes and two threads, run twice: losses
 3.389 and 3.290 after one epoch. :func:`neighbor_sampler` is DGL's unfused sampler run on one
 thread, seeded on that thread (``dgl.seed`` per (seed, epoch, rank)): the very blocks DGL's own
-sampler makes on one thread, on every run and whatever the rank's thread count. The cost is
+sampler makes on one thread, on every run and whatever the rank's thread count. A plugin's
+``BlockSampler`` is called on one thread too, for the same reason. The cost is
 DGL's multi-threaded sampling: a rank's model and gather keep their threads, and a rank that
 wants sampling beside them has ``placement.prefetch`` (a thread of its own).
 """
@@ -60,7 +61,8 @@ class DglNeighborSampler(Sampler):
         for seeds in batches:
             if seeds.numel() and (int(seeds.min()) < 0 or int(seeds.max()) >= self._num_nodes):
                 raise DataError(f"Seed node ids must lie in [0, {self._num_nodes}); got {int(seeds.max())}.")
-            input_nodes, output_nodes, blocks = self._sampler.sample(graph, seeds)
+            with one_thread(self._dgl):  # a plugin's BlockSampler too draws from the seeded engine
+                input_nodes, output_nodes, blocks = self._sampler.sample(graph, seeds)
             yield MiniBatch(output_nodes, input_nodes, blocks)
 
 
