@@ -24,8 +24,9 @@ demo: $(STAMP)
 	$(VENV)/bin/gnnbridge train --backend dgl --nproc 2
 
 # The full suite: what CI runs (multi-process DDP, launch, kill and restart tests included).
-# Two workers, each taking whole files (a file's module fixtures are built once): most tests
-# wait on subprocesses and ranks, so two at a time fit on 2 cores (about 14 min instead of 20).
+# Three workers (most tests wait on subprocesses and ranks); tests that share a module fixture
+# (a trained run, a built dataset) go to one worker, so it is built once (tests/conftest.py);
+# every other test is handed out on its own.
 test: $(STAMP)
 	$(PY) -m pytest -q -n 3 --dist loadgroup
 

@@ -12,3 +12,6 @@ PLUGIN_WARNINGS_SHOWN = "GNNBRIDGE_PLUGIN_WARNINGS_SHOWN"
 # Set for the ranks the launcher spawns: a mapped record arrives as "open it yourself" (see
 # core/records/mapped.py); each rank drops it, so processes a rank starts get records.
 RANKS_OPEN_DATA = "GNNBRIDGE_RANKS_OPEN_DATA"
+# Set for the ranks' fork server only: the modules it imports once for every rank (``a,b``; see
+# core/runtime/preload.py).
+PRELOAD = "GNNBRIDGE_PRELOAD"

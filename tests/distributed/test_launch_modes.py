@@ -139,8 +139,15 @@ def alive(pids, grace=60.0):
 
 
 def ranks_of(pid):
-    """The training processes under a launcher (not multiprocessing's resource tracker)."""
-    return [p for p in descendants(pid) if "resource_tracker" not in Path(f"/proc/{p}/cmdline").read_text()]
+    """The training processes under a launcher: not multiprocessing's resource tracker, nor the
+    fork server the launcher starts (whose children, the ranks, carry its command line)."""
+
+    def helper(p):
+        line = Path(f"/proc/{p}/cmdline").read_text()
+        parent = int(Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        return "resource_tracker" in line or ("forkserver" in line and parent == pid)
+
+    return [p for p in descendants(pid) if not helper(p)]
 
 
 def rank_pid(pids, rank):
@@ -359,24 +366,25 @@ def default_signals():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-# Every rank is held in its start-up, where it imports gnnbridge (spawn's unpickling does), until
-# the test says go; each first leaves a marker. So Ctrl-C comes while every rank is starting.
+# Every rank is held in its start-up, before it unpickles its work (which imports the user's
+# modules), until the test says go; each first leaves a marker. So Ctrl-C comes while every rank
+# is starting. Ranks are forks of the launcher's fork server, which runs this file once: it holds
+# each child it forks.
 RANKS_WAIT_WHILE_STARTING = textwrap.dedent("""
     import os, sys, time
 
-    class Gate:
-        def find_spec(self, name, path=None, target=None):
-            if name == "gnnbridge":
-                sys.meta_path.remove(self)
-                gate = os.environ["GATE"]
-                open(os.path.join(gate, f"starting-{os.getpid()}"), "w").close()
-                deadline = time.monotonic() + 120
-                while not os.path.exists(os.path.join(gate, "go")) and time.monotonic() < deadline:
-                    time.sleep(0.01)
-            return None
+    def held(*args, **kwargs):
+        gate = os.environ["GATE"]
+        open(os.path.join(gate, f"starting-{os.getpid()}"), "w").close()
+        deadline = time.monotonic() + 120
+        while not os.path.exists(os.path.join(gate, "go")) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return start(*args, **kwargs)
 
-    if "--multiprocessing-fork" in sys.orig_argv:
-        sys.meta_path.insert(0, Gate())
+    if "multiprocessing.forkserver" in " ".join(sys.orig_argv):
+        import multiprocessing.spawn
+
+        start, multiprocessing.spawn._main = multiprocessing.spawn._main, held
 """)
 
 

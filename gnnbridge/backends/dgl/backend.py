@@ -52,6 +52,9 @@ class DglBackend(Backend):
             return str(exc)
         return None
 
+    def rank_modules(self) -> tuple[str, ...]:
+        return ("gnnbridge.backends.dgl.compat:import_dgl",)  # a plain ``import dgl`` may fail here
+
     def versions(self) -> dict[str, str]:
         out = {}
         for dist in ("dgl", "torchdata"):

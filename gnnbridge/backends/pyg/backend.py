@@ -48,6 +48,9 @@ class PygBackend(Backend):
             return f"torch_geometric cannot be imported ({exc}); install it with pip install 'gnnbridge[pyg]'."
         return None
 
+    def rank_modules(self) -> tuple[str, ...]:
+        return ("torch_geometric",)
+
     def versions(self) -> dict[str, str]:
         out = {}
         for dist in ("torch_geometric", "pyg_lib", "torch_sparse"):

@@ -27,6 +27,7 @@ from gnnbridge.core.app.resolve import resolve_config
 from gnnbridge.core.app.rundir import discard, explain_stop
 from gnnbridge.core.config import ExperimentConfig
 from gnnbridge.core.errors import ConfigError, GnnBridgeError
+from gnnbridge.core.plugins import backends
 from gnnbridge.core.records.data import LabelledRecord
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.runtime.jobs import JobEnv, detect_job
@@ -99,6 +100,7 @@ def _run_local(plan: Plan, progress: bool) -> dict:
             (plan, data, run_dir, progress),
             timeout_s=config.timeout,
             max_restarts=config.max_restarts,
+            preload=backends.get(config.backend).rank_modules(),
         )
         return results.finish(run_dir)
     except BaseException as exc:

@@ -176,6 +176,12 @@ class Backend(ABC):
         it is there, ``{part: what its absence costs and the fix}`` where it is not."""
         return {}
 
+    def rank_modules(self) -> tuple[str, ...]:
+        """Modules every rank of this backend imports (``module``, or ``module:function`` to call
+        one that imports the library as it must be imported): the launcher's fork server imports
+        them once for all the ranks of a job instead of each rank on its own (none by default)."""
+        return ()
+
     def require(self) -> Backend:
         reason = self.availability()
         if reason is not None:

@@ -5,9 +5,10 @@ a job someone else started.
   group, so tracebacks, debuggers and profilers stay simple.
 * ``--nproc N`` (or any ``--max-restarts``): ``torch.distributed.launcher.api.elastic_launch``,
   the agent behind ``torchrun``, starts and supervises N local ranks. It gives us the
-  rendezvous on a free port (c10d, as ``torchrun --standalone``), the spawn start method (safe
-  with CUDA), stopping every rank on the first failure, and restarting all of them up to
-  ``max_restarts`` times. Each rank sees torchrun's variables and takes the job path below.
+  rendezvous on a free port (c10d, as ``torchrun --standalone``), stopping every rank on the
+  first failure, and restarting all of them up to ``max_restarts`` times. Each rank sees
+  torchrun's variables and takes the job path below. Ranks are forks of a fork server that a
+  job starts for itself and that imports torch and the backend once (:func:`fork_server`).
 * inside torchrun or an ``srun`` step (``job``): this process *is* one rank; nobody spawns.
 
 What is ours on top of the agent, and why: the agent reports a failure as one local rank's exit
@@ -57,13 +58,15 @@ def launch(
     timeout_s: float,
     job: JobEnv | None = None,
     max_restarts: int = 0,
+    preload: tuple[str, ...] = (),
 ) -> Any:
     """Run ``worker(ctx, *args)`` on every rank and return rank 0's result (``None`` on the other
     ranks of a job).
 
     A failure that ends the run raises :class:`RankFailedError` with one line naming the rank
     that failed first and why. With ``max_restarts`` the agent first restarts every rank that
-    many times; the worker learns it is a restart from ``ctx.attempt``.
+    many times; the worker learns it is a restart from ``ctx.attempt``. ``preload``: modules
+    every rank imports, imported once for all of them (see :func:`fork_server`).
     """
     if job is not None:
         if dist.is_initialized():
@@ -74,7 +77,7 @@ def launch(
         return rank_main(RankSpec.from_job(job), device_kind, worker, args, timeout_s)
     if nproc == 1 and max_restarts == 0:
         return _run_single(worker, device_kind, args, timeout_s)
-    return _run_elastic(worker, nproc, device_kind, args, timeout_s, max_restarts)
+    return _run_elastic(worker, nproc, device_kind, args, timeout_s, max_restarts, preload)
 
 
 def _run_single(worker: Callable[..., Any], device_kind: str, args: tuple, timeout_s: float) -> Any:
@@ -91,7 +94,13 @@ def _run_single(worker: Callable[..., Any], device_kind: str, args: tuple, timeo
 
 
 def _run_elastic(
-    worker: Callable[..., Any], nproc: int, device_kind: str, args: tuple, timeout_s: float, max_restarts: int
+    worker: Callable[..., Any],
+    nproc: int,
+    device_kind: str,
+    args: tuple,
+    timeout_s: float,
+    max_restarts: int,
+    preload: tuple[str, ...],
 ) -> Any:
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -104,6 +113,7 @@ def _run_elastic(
         _agent_leaves_no_trace(),
         _ranks_inherit({environ.PLUGIN_WARNINGS_SHOWN: "1", environ.RANKS_OPEN_DATA: "1"}),
         _ranks_start_deaf_to_ctrl_c(),
+        fork_server(preload),
     ):
         config = LaunchConfig(
             min_nodes=1,
@@ -117,7 +127,7 @@ def _run_elastic(
             local_addr="127.0.0.1",  # not the host's FQDN, which need not resolve on a laptop or in a container
             max_restarts=max_restarts,
             monitor_interval=MONITOR_INTERVAL_S,
-            start_method="spawn",
+            start_method="forkserver",
             logs_specs=DefaultLogsSpecs(log_dir=log_dir),  # error files only; output stays on our console
         )
         try:
@@ -166,6 +176,10 @@ def _elastic_rank(worker: Callable[..., Any], device_kind: str, args: tuple, tim
     blocked (:func:`_ranks_start_deaf_to_ctrl_c`); from here on a Ctrl-C stops it quietly."""
     try:
         _ctrl_c_stops_once()
+        # What a rank starts (a DataLoader's workers), it spawns, as a spawned rank did: a fork of
+        # a rank is unsafe (threads, OpenMP, CUDA), and numba takes a cross-process lock, which a
+        # killed rank leaves behind for the resource tracker to warn about, where the method says fork.
+        multiprocessing.set_start_method("spawn", force=True)
         spec = RankSpec.from_job(detect_job(), announce=False)
         return rank_main(spec, device_kind, worker, args, timeout_s)
     except BaseException:  # noqa: BLE001 - the launcher reports the job's first failure; no traceback here
@@ -262,6 +276,38 @@ def _ranks_start_deaf_to_ctrl_c() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def fork_server(preload: tuple[str, ...] = ()) -> Iterator[None]:
+    """Ranks start as forks of a server of this job's own, which imports what they need once.
+
+    Spawned ranks each import torch, the backend's library and gnnbridge (about 6 s of CPU per
+    rank with PyG, again on every restart); a fork of the launcher would skip that but is unsafe
+    once it has threads, OpenMP or CUDA. Python's ``forkserver`` is the middle: a fresh process
+    (exec'd, so as clean as a spawned rank, and started under this thread's signal mask), made to
+    import the ``gnnbridge`` modules this process holds by now and ``preload`` (the backend's
+    :meth:`~gnnbridge.core.contracts.interfaces.Backend.rank_modules`) through
+    :mod:`~gnnbridge.core.runtime.preload`; each rank is a fork of it and
+    unpickles its work as a spawned rank would. The server lives for this job only and is stopped
+    after it: a later run in this process (a notebook) gets a fresh one that sees its
+    environment and the user's edited modules, as spawned ranks would."""
+    names = [*preload, *sorted(name for name in list(sys.modules) if name.startswith("gnnbridge."))]
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["gnnbridge.core.runtime.preload"])
+    with _ranks_inherit({environ.PRELOAD: ",".join(names)}):
+        try:
+            yield
+        finally:
+            _stop_fork_server()
+
+
+def _stop_fork_server() -> None:
+    from multiprocessing import forkserver
+
+    stop = getattr(forkserver._forkserver, "_stop", None)  # noqa: SLF001 - no public way to end it
+    if stop is not None:
+        stop()
+
+
+@contextlib.contextmanager
 def _ranks_inherit(env: dict[str, str]) -> Iterator[None]:
     """Set ``env`` for the ranks about to start (they inherit this process's environment), and only
     for them: e.g. that plugin warnings were shown here already, so no rank repeats them."""
@@ -304,7 +350,7 @@ GUARD = 'put the call under  if __name__ == "__main__":  (see the Python example
 def refuse_unguarded_start() -> None:
     """Stop a rank that is still importing the user's script and reached a gnnbridge call.
 
-    Ranks start with the spawn method, which imports the launching script again in every rank
+    Ranks start as spawned processes do (a fork server's too), importing the launching script again in every rank
     (as ``__mp_main__``); a call at its top level would start a whole new run inside each rank.
     :func:`refuse_unguarded_script` catches this before any rank starts; this is the rank-side
     net for scripts it cannot read. ``SystemExit``: the one line, no traceback."""

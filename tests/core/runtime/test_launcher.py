@@ -1,10 +1,15 @@
 """The one failure line the launcher makes of what torch's elastic agent reports."""
 
+import multiprocessing
+import os
 import signal
+import sys
+from multiprocessing import forkserver
 
 from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
-from gnnbridge.core.runtime.launcher import _root_cause
+from gnnbridge.core import environ
+from gnnbridge.core.runtime.launcher import _root_cause, fork_server
 from gnnbridge.core.runtime.watchdog import record_for_launcher
 
 NO_FILE = "<N/A>"
@@ -38,3 +43,33 @@ def test_a_rank_that_posted_its_line_and_then_died_of_a_signal_is_reported_by_it
 def test_a_silent_exit_still_says_which_rank():
     quiet = ProcessFailure(local_rank=3, pid=7, exitcode=2, error_file=NO_FILE)
     assert _root_cause({3: quiet}) == "rank 3 (pid 7) exited with code 2"
+
+
+def _report(queue, names):
+    """Run in a rank-like child: which of ``names`` it holds without importing them, and its env."""
+    queue.put(([name for name in names if name in sys.modules], os.environ.get("MARK"), environ.PRELOAD in os.environ))
+
+
+def _child_sees(names):
+    context = multiprocessing.get_context("forkserver")
+    queue = context.SimpleQueue()
+    child = context.Process(target=_report, args=(queue, names))
+    child.start()
+    child.join(timeout=120)
+    assert child.exitcode == 0, child.exitcode
+    return queue.get()
+
+
+def test_ranks_are_forks_of_a_server_that_imported_the_backends_modules_once_and_ends_with_the_job(monkeypatch):
+    """What ranks need is imported by the job's fork server, not by each rank; the server is the
+    job's own: stopped after it, so the next job's ranks see the environment and code of then."""
+    wanted = ["xml.dom.minidom", "gnnbridge.core.runtime.preload"]  # neither imported here; a module:function too
+    assert not any(name in sys.modules for name in wanted[:1])
+    monkeypatch.setenv("MARK", "first")
+    with fork_server(("xml.dom.minidom:getDOMImplementation", "no_such_module_anywhere")):
+        loaded, mark, told = _child_sees([*wanted, "no_such_module_anywhere"])
+    assert loaded == wanted and mark == "first" and not told  # a module that fails is skipped
+    assert forkserver._forkserver._forkserver_pid is None  # noqa: SLF001 - the server is gone
+    monkeypatch.setenv("MARK", "second")
+    with fork_server():
+        assert _child_sees([])[1] == "second"
