@@ -113,7 +113,7 @@ def _run_elastic(
         _agent_leaves_no_trace(),
         _ranks_inherit({environ.PLUGIN_WARNINGS_SHOWN: "1", environ.RANKS_OPEN_DATA: "1"}),
         _ranks_start_deaf_to_ctrl_c(),
-        fork_server(preload),
+        fork_server(preload) as start_method,
     ):
         config = LaunchConfig(
             min_nodes=1,
@@ -127,7 +127,7 @@ def _run_elastic(
             local_addr="127.0.0.1",  # not the host's FQDN, which need not resolve on a laptop or in a container
             max_restarts=max_restarts,
             monitor_interval=MONITOR_INTERVAL_S,
-            start_method="forkserver",
+            start_method=start_method,
             logs_specs=DefaultLogsSpecs(log_dir=log_dir),  # error files only; output stays on our console
         )
         try:
@@ -276,8 +276,9 @@ def _ranks_start_deaf_to_ctrl_c() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def fork_server(preload: tuple[str, ...] = ()) -> Iterator[None]:
-    """Ranks start as forks of a server of this job's own, which imports what they need once.
+def fork_server(preload: tuple[str, ...] = ()) -> Iterator[str]:
+    """Ranks start as forks of a server of this job's own, which imports what they need once
+    (yields the start method for the ranks: ``forkserver``, or ``spawn`` where it cannot run).
 
     Spawned ranks each import torch, the backend's library and gnnbridge (about 6 s of CPU per
     rank with PyG, again on every restart); a fork of the launcher would skip that but is unsafe
@@ -289,14 +290,26 @@ def fork_server(preload: tuple[str, ...] = ()) -> Iterator[None]:
     unpickles its work as a spawned rank would. The server lives for this job only and is stopped
     after it: a later run in this process (a notebook) gets a fresh one that sees its
     environment and the user's edited modules, as spawned ranks would."""
+    if not _socket_fits():
+        yield "spawn"
+        return
     names = [*preload, *sorted(name for name in list(sys.modules) if name.startswith("gnnbridge."))]
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["gnnbridge.core.runtime.preload"])
     with _ranks_inherit({environ.PRELOAD: ",".join(names)}):
         try:
-            yield
+            yield "forkserver"
         finally:
             _stop_fork_server()
+
+
+def _socket_fits() -> bool:
+    """The fork server listens on a Unix socket in multiprocessing's temporary folder, under
+    ``TMPDIR``; a socket's path holds at most 107 bytes (Python 3.11 does not shorten it), so a
+    deep ``TMPDIR`` falls back to spawned ranks (slower to start, otherwise the same)."""
+    from multiprocessing import util
+
+    return len(os.path.join(util.get_temp_dir(), "listener-xxxxxxxx").encode()) <= 100
 
 
 def _stop_fork_server() -> None:

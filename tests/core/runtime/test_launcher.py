@@ -63,13 +63,25 @@ def _child_sees(names):
 def test_ranks_are_forks_of_a_server_that_imported_the_backends_modules_once_and_ends_with_the_job(monkeypatch):
     """What ranks need is imported by the job's fork server, not by each rank; the server is the
     job's own: stopped after it, so the next job's ranks see the environment and code of then."""
-    wanted = ["xml.dom.minidom", "gnnbridge.core.runtime.preload"]  # neither imported here; a module:function too
-    assert not any(name in sys.modules for name in wanted[:1])
+    wanted = ["xml.dom.minidom", "gnnbridge.core.runtime.preload"]  # a module:function too; the server is a new process
     monkeypatch.setenv("MARK", "first")
-    with fork_server(("xml.dom.minidom:getDOMImplementation", "no_such_module_anywhere")):
+    with fork_server(("xml.dom.minidom:getDOMImplementation", "no_such_module_anywhere")) as method:
+        assert method == "forkserver"
         loaded, mark, told = _child_sees([*wanted, "no_such_module_anywhere"])
     assert loaded == wanted and mark == "first" and not told  # a module that fails is skipped
     assert forkserver._forkserver._forkserver_pid is None  # noqa: SLF001 - the server is gone
     monkeypatch.setenv("MARK", "second")
     with fork_server():
         assert _child_sees([])[1] == "second"
+
+
+def test_a_temporary_folder_too_deep_for_the_servers_socket_starts_spawned_ranks(tmp_path, monkeypatch):
+    """A Unix socket's path holds at most 107 bytes: under a deep TMPDIR the fork server could not
+    listen ("AF_UNIX path too long"), so ranks are spawned instead."""
+    from multiprocessing import util
+
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    monkeypatch.setattr(util, "get_temp_dir", lambda: str(deep))
+    with fork_server() as method:
+        assert method == "spawn"
