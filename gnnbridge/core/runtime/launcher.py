@@ -7,8 +7,8 @@ a job someone else started.
   the agent behind ``torchrun``, starts and supervises N local ranks. It gives us the
   rendezvous on a free port (c10d, as ``torchrun --standalone``), stopping every rank on the
   first failure, and restarting all of them up to ``max_restarts`` times. Each rank sees
-  torchrun's variables and takes the job path below. Ranks are forks of a fork server that a
-  job starts for itself and that imports torch and the backend once (:func:`fork_server`).
+  torchrun's variables and takes the job path below. On CPU, ranks are forks of a fork server
+  that a job starts for itself and that imports torch and the backend once (:func:`fork_server`).
 * inside torchrun or an ``srun`` step (``job``): this process *is* one rank; nobody spawns.
 
 What is ours on top of the agent, and why: the agent reports a failure as one local rank's exit
@@ -113,7 +113,7 @@ def _run_elastic(
         _agent_leaves_no_trace(),
         _ranks_inherit({environ.PLUGIN_WARNINGS_SHOWN: "1", environ.RANKS_OPEN_DATA: "1"}),
         _ranks_start_deaf_to_ctrl_c(),
-        fork_server(preload) as start_method,
+        fork_server(preload, device_kind) as start_method,
     ):
         config = LaunchConfig(
             min_nodes=1,
@@ -276,7 +276,7 @@ def _ranks_start_deaf_to_ctrl_c() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def fork_server(preload: tuple[str, ...] = ()) -> Iterator[str]:
+def fork_server(preload: tuple[str, ...] = (), device_kind: str = "cpu") -> Iterator[str]:
     """Ranks start as forks of a server of this job's own, which imports what they need once
     (yields the start method for the ranks: ``forkserver``, or ``spawn`` where it cannot run).
 
@@ -289,8 +289,13 @@ def fork_server(preload: tuple[str, ...] = ()) -> Iterator[str]:
     :mod:`~gnnbridge.core.runtime.preload`; each rank is a fork of it and
     unpickles its work as a spawned rank would. The server lives for this job only and is stopped
     after it: a later run in this process (a notebook) gets a fresh one that sees its
-    environment and the user's edited modules, as spawned ranks would."""
-    if not _socket_fits():
+    environment and the user's edited modules, as spawned ranks would.
+
+    CPU jobs only: with a GPU (``cuda``, or ``auto``) ranks are spawned as before, since an import
+    may initialise CUDA's driver in the server (PyG's does, under pytest, with pyg_lib), and a
+    fork of a process where it is initialised cannot use CUDA; there the imports are a small
+    part of a job anyway."""
+    if device_kind != "cpu" or not _socket_fits():
         yield "spawn"
         return
     names = [*preload, *sorted(name for name in list(sys.modules) if name.startswith("gnnbridge."))]

@@ -85,3 +85,10 @@ def test_a_temporary_folder_too_deep_for_the_servers_socket_starts_spawned_ranks
     monkeypatch.setattr(util, "get_temp_dir", lambda: str(deep))
     with fork_server() as method:
         assert method == "spawn"
+
+
+def test_ranks_that_may_use_a_gpu_are_spawned():
+    """A fork of a process in which an import initialised CUDA's driver cannot use CUDA."""
+    for device_kind in ("cuda", "auto"):
+        with fork_server((), device_kind) as method:
+            assert method == "spawn"
