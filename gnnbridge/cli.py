@@ -731,7 +731,13 @@ def loggers() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Every way a command can end is one line on stderr and an exit code; an exception nobody
-    anticipated included (its traceback goes to a file the line names)."""
+    anticipated included (its traceback goes to a file the line names). Without ``argv`` this is
+    the ``gnnbridge`` program itself (the console script, ``python -m gnnbridge``), whose process
+    is gnnbridge's alone (see :func:`~gnnbridge.core.runtime.launcher.own_this_process`)."""
+    if argv is None:
+        from gnnbridge.core.runtime.launcher import own_this_process
+
+        own_this_process()
     record_interrupts()  # a plugin's own KeyboardInterrupt is then its failure, not a Ctrl-C
     try:
         cli.main(args=argv, prog_name="gnnbridge", standalone_mode=False)

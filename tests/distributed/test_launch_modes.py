@@ -140,12 +140,14 @@ def alive(pids, grace=60.0):
 
 def ranks_of(pid):
     """The training processes under a launcher: not multiprocessing's resource tracker, nor the
-    fork server the launcher starts (whose children, the ranks, carry its command line)."""
+    fork server the launcher starts (a child of it that is Python's forkserver, or a fork of the
+    launcher itself; its children, the ranks, carry its command line)."""
+    launcher = Path(f"/proc/{pid}/cmdline").read_text()
 
     def helper(p):
         line = Path(f"/proc/{p}/cmdline").read_text()
         parent = int(Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        return "resource_tracker" in line or ("forkserver" in line and parent == pid)
+        return "resource_tracker" in line or (parent == pid and ("forkserver" in line or line == launcher))
 
     return [p for p in descendants(pid) if not helper(p)]
 
@@ -368,10 +370,10 @@ def default_signals():
 
 # Every rank is held in its start-up, before it unpickles its work (which imports the user's
 # modules), until the test says go; each first leaves a marker. So Ctrl-C comes while every rank
-# is starting. Ranks are forks of the launcher's fork server, which runs this file once: it holds
-# each child it forks.
+# is starting. Ranks are forks of the launcher's fork server (a fork of the launcher, or a fresh
+# process), which has run this file: it holds each child it forks.
 RANKS_WAIT_WHILE_STARTING = textwrap.dedent("""
-    import os, sys, time
+    import os, time
 
     def held(*args, **kwargs):
         gate = os.environ["GATE"]
@@ -381,10 +383,9 @@ RANKS_WAIT_WHILE_STARTING = textwrap.dedent("""
             time.sleep(0.01)
         return start(*args, **kwargs)
 
-    if "multiprocessing.forkserver" in " ".join(sys.orig_argv):
-        import multiprocessing.spawn
+    import multiprocessing.spawn
 
-        start, multiprocessing.spawn._main = multiprocessing.spawn._main, held
+    start, multiprocessing.spawn._main = multiprocessing.spawn._main, held
 """)
 
 

@@ -36,6 +36,7 @@ from gnnbridge.core.runtime.launcher import (
     launch,
     refuse_unguarded_script,
     refuse_unguarded_start,
+    server_forked_from_here,
 )
 from gnnbridge.core.runtime.sharing import node_shared
 from gnnbridge.core.training.trainer import Trainer
@@ -86,6 +87,13 @@ def run(
 def _run_local(plan: Plan, progress: bool) -> dict:
     """This process launches the ranks and owns the run folder."""
     plan.check_out()  # cheap, so before the data loads
+    config = plan.config
+    rank_modules = backends.get(config.backend).rank_modules()
+    with server_forked_from_here(config.nproc, config.max_restarts, config.device.value, rank_modules):
+        return _check_and_launch(plan, progress, rank_modules)
+
+
+def _check_and_launch(plan: Plan, progress: bool, rank_modules: tuple[str, ...]) -> dict:
     plan.config, data = check_before_start(plan.config, plan.folder())
     plan.check_same_data(data)
     run_dir, created = plan.make_run_dir()
@@ -100,7 +108,7 @@ def _run_local(plan: Plan, progress: bool) -> dict:
             (plan, data, run_dir, progress),
             timeout_s=config.timeout,
             max_restarts=config.max_restarts,
-            preload=backends.get(config.backend).rank_modules(),
+            preload=rank_modules,
         )
         return results.finish(run_dir)
     except BaseException as exc:

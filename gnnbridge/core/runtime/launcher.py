@@ -48,6 +48,10 @@ from gnnbridge.core.runtime.rank import RankSpec, rank_main
 AGENT_LOGGERS = ("torch.distributed.elastic", "torch.distributed.launcher", "torch.multiprocessing")
 MONITOR_INTERVAL_S = 0.1  # how often the agent polls its ranks: a dead rank is seen at once
 SIGNALS_VAR = "TORCHELASTIC_SIGNALS_TO_HANDLE"  # set by the agent in the launching process
+# What the ranks this process starts see and it does not: plugin warnings were shown here already,
+# and the ranks open a mapped dataset themselves.
+RANK_ENV = {environ.PLUGIN_WARNINGS_SHOWN: "1", environ.RANKS_OPEN_DATA: "1"}
+_OWN_PROCESS = [False]
 
 
 def launch(
@@ -111,7 +115,7 @@ def _run_elastic(
         tempfile.TemporaryDirectory(prefix="gnnbridge-elastic-") as log_dir,
         _agent_quiet(),
         _agent_leaves_no_trace(),
-        _ranks_inherit({environ.PLUGIN_WARNINGS_SHOWN: "1", environ.RANKS_OPEN_DATA: "1"}),
+        _ranks_inherit(RANK_ENV),
         _ranks_start_deaf_to_ctrl_c(),
         fork_server(preload, device_kind) as start_method,
     ):
@@ -306,6 +310,109 @@ def fork_server(preload: tuple[str, ...] = (), device_kind: str = "cpu") -> Iter
             yield "forkserver"
         finally:
             _stop_fork_server()
+
+
+def own_this_process() -> None:
+    """Called by the command line's entry point: the process is gnnbridge's alone (no caller's
+    threads, open files or CUDA context), so a job's fork server may be forked from it
+    (:func:`server_forked_from_here`). A library call (a notebook, a test) never is."""
+    _OWN_PROCESS[0] = True
+
+
+@contextlib.contextmanager
+def server_forked_from_here(
+    nproc: int, max_restarts: int, device_kind: str, preload: tuple[str, ...]
+) -> Iterator[None]:
+    """The job's fork server, forked from this process before it does any work, for the life of
+    the block (the job's checks, the launch, the ranks' restarts).
+
+    :func:`fork_server` starts a fresh interpreter that imports torch and the backend's library
+    again, about 6 s of CPU with PyG, which this process has just spent on the same imports (its
+    checks build the model). Forked here, once those modules are imported and before anything
+    starts a thread, opens a file or computes, the server is as clean as that fresh one (the same
+    modules, the same threads: those the imports start) and costs nothing; a 2-rank PyG job then
+    takes about a third less CPU. Only in the command line's own process (:func:`own_this_process`)
+    with no other Python thread, and only where :func:`fork_server` would fork ranks at all: CPU
+    jobs of several ranks. :func:`fork_server` then finds it running and uses it."""
+    wanted = (nproc > 1 or max_restarts > 0) and _surely_cpu(device_kind) and _OWN_PROCESS[0]
+    if not wanted or threading.active_count() > 1 or not _socket_fits():
+        yield
+        return
+    for name in preload:
+        _import_preload(name)
+    _fork_server_here()
+    try:
+        yield
+    finally:
+        _stop_fork_server()
+
+
+def _surely_cpu(device_kind: str) -> bool:
+    """Whether the job's ranks run on CPU, known before anything asks CUDA (a question that
+    initialises its driver, which a fork cannot use): ``cpu``, or ``auto`` with a torch built
+    without CUDA or ROCm."""
+    import torch
+
+    return device_kind == "cpu" or (device_kind == "auto" and torch.version.cuda is None and torch.version.hip is None)
+
+
+def _import_preload(name: str) -> None:
+    import importlib
+
+    module, _, function = name.partition(":")
+    imported = importlib.import_module(module)
+    if function:
+        getattr(imported, function)()
+
+
+def _fork_server_here() -> None:
+    """What ``multiprocessing.forkserver.ForkServer.ensure_running`` does, with ``os.fork`` in
+    place of starting a fresh interpreter: a listening socket, an "alive" pipe whose write end
+    this process and every rank hold (the server ends when all have closed it), and the server's
+    address, pipe and pid recorded in Python's fork server object."""
+    import socket
+    import warnings
+    from multiprocessing import connection, forkserver, resource_tracker
+
+    server = forkserver._forkserver  # noqa: SLF001 - no public way to hand it a server
+    resource_tracker.ensure_running()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with socket.socket(socket.AF_UNIX) as listener:
+        address = connection.arbitrary_address("AF_UNIX")
+        listener.bind(address)
+        os.chmod(address, 0o600)
+        listener.listen()
+        alive_r, alive_w = os.pipe()
+        with warnings.catch_warnings():  # 3.12+ warns of the threads imports started
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:
+            _serve_forks(listener.fileno(), alive_r, alive_w)
+        os.close(alive_r)
+    server._forkserver_address = address  # noqa: SLF001
+    server._forkserver_alive_fd = alive_w  # noqa: SLF001
+    server._forkserver_pid = pid  # noqa: SLF001
+
+
+def _serve_forks(listener_fd: int, alive_r: int, alive_w: int) -> None:
+    """The forked server: as a fresh interpreter would start, then Python's own server loop. Its
+    signal handlers are Python's defaults (the ranks restore SIGINT's), SIGINT is blocked as
+    :func:`_ranks_start_deaf_to_ctrl_c` blocks it for spawned ranks, the ranks' environment is
+    set, and it never returns into this process's code (no atexit, no finally of the caller)."""
+    from multiprocessing import forkserver
+
+    try:
+        os.close(alive_w)
+        for signum in signal.valid_signals():
+            handler = signal.getsignal(signum)
+            if callable(handler) and handler is not signal.default_int_handler:
+                signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        os.environ.update(RANK_ENV)
+        forkserver.main(listener_fd, alive_r, [])
+    finally:
+        os._exit(0)
 
 
 def _socket_fits() -> bool:

@@ -92,3 +92,57 @@ def test_ranks_that_may_use_a_gpu_are_spawned():
     for device_kind in ("cuda", "auto"):
         with fork_server((), device_kind) as method:
             assert method == "spawn"
+
+
+# Run as a program of its own: the server is forked from a process that is gnnbridge's alone.
+FORKED_FROM_HERE = """
+import multiprocessing, os, signal, sys
+from multiprocessing import forkserver
+from gnnbridge.core.runtime import launcher
+
+def child_state(queue):
+    queue.put((
+        "xml.dom.minidom" in sys.modules,
+        {k: os.environ.get(k) for k in launcher.RANK_ENV},
+        signal.getsignal(signal.SIGTERM) is signal.SIG_DFL,
+        signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, set()),
+        os.getppid(),
+    ))
+
+def seen():
+    context = multiprocessing.get_context("forkserver")
+    queue = context.SimpleQueue()
+    child = context.Process(target=child_state, args=(queue,))
+    child.start()
+    child.join(timeout=120)
+    return queue.get()
+
+signal.signal(signal.SIGTERM, lambda *a: None)  # as the launcher's own handler is, while it checks
+with launcher.server_forked_from_here(2, 0, "cpu", ("xml.dom.minidom",)):
+    assert forkserver._forkserver._forkserver_pid is None, "a library call forks no server from its caller"
+launcher.own_this_process()
+with launcher.server_forked_from_here(1, 0, "cpu", ()):
+    assert forkserver._forkserver._forkserver_pid is None, "one rank runs here: no server"
+with launcher.server_forked_from_here(2, 0, "cpu", ("xml.dom.minidom",)):
+    server = forkserver._forkserver._forkserver_pid
+    assert open(f"/proc/{server}/cmdline").read() == open("/proc/self/cmdline").read(), "a fork of this process"
+    imported, env, sigterm_default, sigint_blocked, parent = seen()
+    assert imported and parent == server, (imported, parent, server)
+    assert env == launcher.RANK_ENV and not any(k in os.environ for k in env), env  # the ranks' only
+    assert sigterm_default and sigint_blocked, (sigterm_default, sigint_blocked)
+assert forkserver._forkserver._forkserver_pid is None and not os.path.exists(f"/proc/{server}"), "gone with the job"
+print("ok")
+"""
+
+
+def test_the_command_lines_ranks_fork_from_a_fork_of_it_as_clean_as_a_fresh_server(tmp_path):
+    """``gnnbridge train --nproc N`` has imported torch and the backend for its checks: its job's
+    fork server is a fork of it (no second import), with Python's default signal handlers, SIGINT
+    held until a rank's own code takes it, and the ranks' environment; a library call never
+    forks its caller, and the server ends with the job."""
+    import subprocess
+
+    script = tmp_path / "forked.py"
+    script.write_text(FORKED_FROM_HERE)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
