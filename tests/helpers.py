@@ -38,3 +38,32 @@ def one_line(proc: subprocess.CompletedProcess, needle: str) -> None:
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert needle in lines[0], lines[0]
+
+
+def in_process(*args, cwd) -> subprocess.CompletedProcess:
+    """``gnnbridge ARGS`` run by this process (:func:`gnnbridge.cli.main`, in ``cwd``), its exit
+    code and output returned as :func:`gnnbridge` returns a subprocess's.
+
+    For commands that start no ranks of their own (``evaluate``, ``predict``, a one-rank
+    ``train``) in tests of what the command computes, not of the process: a fresh interpreter
+    spends about 6 s of CPU importing torch and the backend before it does anything, which this
+    test process has done already. What only a process shows (output written below Python, exit
+    by a signal, a hooked environment, a rank's own start) stays with :func:`gnnbridge`."""
+    import contextlib
+    import io
+
+    from gnnbridge.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    before = os.getcwd()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main([str(arg) for arg in args])
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    finally:
+        os.chdir(before)
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())

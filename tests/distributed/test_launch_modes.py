@@ -440,14 +440,39 @@ def test_two_jobs_at_once_on_one_host_do_not_collide(tmp_path):
         assert results(folder)[0]["test_acc"] > 0.5
 
 
+# The first job's ranks wait before their second epoch until the test has seen the second job
+# end: the first job surely holds its port all that time, however slow the machine.
+HOLD_BEFORE_EPOCH_2 = textwrap.dedent("""
+    import os, time
+    from gnnbridge.core.training.trainer import Trainer
+
+    _train_epoch = Trainer.train_epoch
+
+    def train_epoch(self, epoch):
+        release = os.environ.get("RELEASE")
+        deadline = time.monotonic() + 240
+        while epoch == 1 and release and not os.path.exists(release) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return _train_epoch(self, epoch)
+
+    Trainer.train_epoch = train_epoch
+""")
+
+
 def test_a_job_that_finds_its_port_taken_fails_alone(tmp_path):
     """Two srun steps told to use one MASTER_PORT: the second cannot listen there, and its
     ranks must not join (or stop) the first job, whose store holds that port."""
     port = free_port()
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(HOLD_BEFORE_EPOCH_2)
+    release = tmp_path / "release"
 
     def slurm(job, rank, *args):
         env = {
             **ENV,
+            "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")]),
+            "RELEASE": str(release),
             "SLURM_JOB_ID": str(job),
             "SLURM_STEP_ID": "0",
             "SLURM_NTASKS": "2",
@@ -458,12 +483,13 @@ def test_a_job_that_finds_its_port_taken_fails_alone(tmp_path):
             "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": str(port),
         }
-        return Job(gnnbridge("train", "--set", "train.epochs=200", *args), tmp_path, env=env)
+        return Job(gnnbridge("train", "--set", "train.epochs=3", *args), tmp_path, env=env)
 
     first = [slurm(1, r, "--out", "first") for r in (0, 1)]
-    first[0].wait_for(r"epoch +1/200")
+    first[0].wait_for(r"epoch +1/3")
     second = [slurm(2, r, "--timeout", "8", "--out", "second") for r in (0, 1)]
     assert [job.finish() for job in second] == [1, 1]
+    release.touch()
     assert [job.finish() for job in first] == [0, 0], [job.lines for job in first]
     assert any(f"Rank 0 cannot listen on 127.0.0.1:{port}" in line for line in second[0].errors), second[0].lines
     assert results(tmp_path / "first")[0]["test_acc"] > 0.5

@@ -13,6 +13,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+from helpers import in_process as cli_here
 
 from gnnbridge.testing.ports import free_port
 
@@ -24,6 +25,13 @@ def gnnbridge(*args, cwd, timeout=600, check=True):
     proc = subprocess.run(
         [sys.executable, "-m", "gnnbridge", *args], capture_output=True, text=True, cwd=cwd, env=ENV, timeout=timeout
     )
+    assert proc.returncode == 0 or not check, proc.stderr
+    return proc
+
+
+def in_process(*args, cwd, check=True):
+    """A command that starts no ranks, run by this process (see ``helpers.in_process``)."""
+    proc = cli_here(*args, cwd=cwd)
     assert proc.returncode == 0 or not check, proc.stderr
     return proc
 
@@ -174,7 +182,7 @@ def test_sparse_embedding_tables_resume_exactly_and_score_alike_on_one_process(t
 
 
 def test_predict_top_k_items_per_user_and_scores_of_given_pairs(tmp_path, rec_run):
-    gnnbridge("predict", str(rec_run), "--out", "top.npz", "--top-k", "5", cwd=tmp_path)
+    in_process("predict", str(rec_run), "--out", "top.npz", "--top-k", "5", cwd=tmp_path)
     top = np.load(tmp_path / "top.npz")
     assert top["top_dst"].shape == (300, 5) and top["top_scores"].shape == (300, 5)
     assert (np.diff(top["top_scores"], axis=1) <= 0).all()  # best first
@@ -190,14 +198,14 @@ def test_predict_top_k_items_per_user_and_scores_of_given_pairs(tmp_path, rec_ru
     recommended = {(u, int(i)) for u, row in enumerate(top["top_dst"]) for i in row}
     assert trained and not recommended & trained
     np.savez(tmp_path / "pairs.npz", src=top["src"][:50], dst=top["top_dst"][:50, 0])
-    gnnbridge("predict", str(rec_run), "--out", "pairs-out.npz", "--pairs", "pairs.npz", cwd=tmp_path)
+    in_process("predict", str(rec_run), "--out", "pairs-out.npz", "--pairs", "pairs.npz", cwd=tmp_path)
     scored = np.load(tmp_path / "pairs-out.npz")
     np.testing.assert_allclose(scored["scores"], top["top_scores"][:50, 0], rtol=1e-5, atol=1e-6)
     assert ((scored["probs"] > 0) & (scored["probs"] < 1)).all()
 
 
 def test_predict_writes_every_node_types_final_states_which_score_the_top_k_lists(tmp_path, rec_run):
-    gnnbridge("predict", str(rec_run), "--out", "e.npz", "--top-k", "4", "--embeddings", cwd=tmp_path)
+    in_process("predict", str(rec_run), "--out", "e.npz", "--top-k", "4", "--embeddings", cwd=tmp_path)
     out = np.load(tmp_path / "e.npz")
     users, items = out["embedding__user"], out["embedding__item"]
     assert users.shape == (300, 64) and items.shape == (120, 64) and out["embedding__category"].shape[1] == 64
@@ -205,7 +213,7 @@ def test_predict_writes_every_node_types_final_states_which_score_the_top_k_list
     np.testing.assert_allclose(
         (users[:, None, :] * items[out["top_dst"]]).sum(-1), out["top_scores"], rtol=1e-4, atol=1e-4
     )
-    approx = gnnbridge("predict", str(rec_run), "--out", "a.npz", "--top-k", "4", "--index", "hnsw", cwd=tmp_path)
+    approx = in_process("predict", str(rec_run), "--out", "a.npz", "--top-k", "4", "--index", "hnsw", cwd=tmp_path)
     assert "top_dst" in approx.stdout
     found = np.load(tmp_path / "a.npz")["top_dst"]
     assert np.mean([len(set(a) & set(b)) / 4 for a, b in zip(found, out["top_dst"])]) > 0.9  # 120 items: near exact
@@ -217,11 +225,11 @@ def test_embeddings_and_the_approximate_index_refuse_what_they_cannot_serve_in_o
         (["--embeddings", "--set", "eval.mode=full", "--index", "hnsw", "--top-k", "3"], "eval.mode=layerwise"),
         (["--index", "hnsw", "--pairs", "pairs.npz"], "this prediction has no top-k lists"),
     ]:
-        proc = gnnbridge("predict", str(rec_run), "--out", "x.npz", *args, cwd=tmp_path, check=False)
+        proc = in_process("predict", str(rec_run), "--out", "x.npz", *args, cwd=tmp_path, check=False)
         assert proc.returncode != 0 and needle in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "x.npz").exists()
-    gnnbridge("train", "karate-sage", "--set", "train.epochs=1", "--quiet", "--out", "k", cwd=tmp_path)
-    proc = gnnbridge("predict", "k", "--out", "x.npz", "--embeddings", cwd=tmp_path, check=False)
+    in_process("train", "karate-sage", "--set", "train.epochs=1", "--quiet", "--out", "k", cwd=tmp_path)
+    proc = in_process("predict", "k", "--out", "x.npz", "--embeddings", cwd=tmp_path, check=False)
     assert proc.returncode != 0 and "homogeneous graph" in proc.stderr and not (tmp_path / "x.npz").exists()
 
 
@@ -397,7 +405,7 @@ def test_a_shared_protocol_run_reports_ogbs_hits_at_k_the_same_on_two_ranks_as_o
 
 @pytest.mark.parametrize("backend", ["pyg", "dgl"])
 def test_a_homogeneous_graphs_link_task_takes_the_shared_protocol(tmp_path, backend):
-    proc = gnnbridge("train", "--backend", backend, "--set", "task=link", "--set", "dataset.options.num_nodes=400",
+    proc = in_process("train", "--backend", backend, "--set", "task=link", "--set", "dataset.options.num_nodes=400",
                      "--set", "train.epochs=1", *COLLAB_STYLE, "--out", "run", cwd=tmp_path)  # fmt: skip
     assert "test_hits@10" in proc.stdout and "test_hits@100" in proc.stdout and "test_mrr" not in proc.stdout
     run = results(tmp_path / "run")
@@ -410,7 +418,7 @@ def test_a_per_edge_run_is_evaluated_again_under_the_shared_protocol(tmp_path, r
     per_edge = results(rec_run)["metrics"]
     assert {"test_mrr", "test_hits", "test_hits@10"} <= set(per_edge)
     report = json.loads(
-        gnnbridge(
+        in_process(
             "evaluate", str(rec_run), "--json", *COLLAB_STYLE, "--set", "link.eval_negatives=1000", cwd=tmp_path
         ).stdout
     )
@@ -435,7 +443,7 @@ def test_a_checkpoint_of_the_earlier_heterogeneous_model_is_refused_in_one_line(
         ["train", "--resume", "old", "--set", "train.epochs=4"],
         ["port", "old", "--to", "pyg", "--out", "p"],
     ):
-        proc = gnnbridge(*args, cwd=tmp_path, check=False)
+        proc = in_process(*args, cwd=tmp_path, check=False)
         assert proc.returncode != 0 and "holds revision 1 of its model" in proc.stderr, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
     assert not (tmp_path / "p").exists()

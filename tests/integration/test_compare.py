@@ -6,7 +6,7 @@ import json
 
 import pytest
 from helpers import gnnbridge as cli
-from helpers import ok, one_line
+from helpers import in_process, ok, one_line
 
 import gnnbridge
 from gnnbridge.core.app import compare
@@ -70,12 +70,12 @@ def test_side_by_side_trains_each_library_and_draws_them_together(tmp_path):
         assert f"both/{row['backend']}" in table
     assert (tmp_path / "both" / "compare.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
-    ok(cli("plot", "both/pyg", "both/dgl", "--out", "curves.png", cwd=tmp_path))
+    ok(in_process("plot", "both/pyg", "both/dgl", "--out", "curves.png", cwd=tmp_path))
     assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
-    one_line(cli("plot", "both/pyg", "--out", "curves.png", cwd=tmp_path), "already exists")
-    one_line(cli("plot", "both", "--out", "other.png", cwd=tmp_path), "holds no results.json")
-    one_line(cli("plot", "both/pyg", "--out", "other.jpg", cwd=tmp_path), "must end in .png")
-    one_line(cli("plot", "both/pyg", "--out", "curves.png/x.png", cwd=tmp_path), "curves.png")
+    one_line(in_process("plot", "both/pyg", "--out", "curves.png", cwd=tmp_path), "already exists")
+    one_line(in_process("plot", "both", "--out", "other.png", cwd=tmp_path), "holds no results.json")
+    one_line(in_process("plot", "both/pyg", "--out", "other.jpg", cwd=tmp_path), "must end in .png")
+    one_line(in_process("plot", "both/pyg", "--out", "curves.png/x.png", cwd=tmp_path), "curves.png")
     assert not (tmp_path / "other.png").exists() and not (tmp_path / "other.jpg").exists()
 
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 from helpers import gnnbridge as cli
-from helpers import ok
+from helpers import in_process, ok
 
 pytestmark = pytest.mark.slow  # every test trains real runs through the CLI
 
@@ -27,7 +27,7 @@ def sets(overrides: list[str]) -> list[str]:
 
 
 def metrics(run, cwd) -> dict:
-    return json.loads(ok(cli("evaluate", str(run), "--json", cwd=cwd)).stdout)["metrics"]
+    return json.loads(ok(in_process("evaluate", str(run), "--json", cwd=cwd)).stdout)["metrics"]
 
 
 @pytest.mark.parametrize("backend", ["pyg", "dgl"])
@@ -39,7 +39,7 @@ def test_trains_evaluates_layerwise_and_ports_to_the_other_library(tmp_path, nam
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert results["eval"]["final"] == "layerwise" and results["backend"] == backend
 
-    ok(cli("port", "run", "--to", OTHER[backend], "--out", "moved", cwd=tmp_path))
+    ok(in_process("port", "run", "--to", OTHER[backend], "--out", "moved", cwd=tmp_path))
     before, after = metrics("run", tmp_path), metrics("moved", tmp_path)
     assert after.keys() == before.keys()
     for key, value in before.items():
@@ -49,7 +49,9 @@ def test_trains_evaluates_layerwise_and_ports_to_the_other_library(tmp_path, nam
 @pytest.mark.parametrize("name", list(CASES))
 def test_on_the_same_batches_both_libraries_agree(tmp_path, name):
     experiment, overrides = CASES[name]
-    out = ok(cli("compare", experiment, "--same-batches", "--epochs", "2", "--json", *sets(overrides), cwd=tmp_path))
+    out = ok(
+        in_process("compare", experiment, "--same-batches", "--epochs", "2", "--json", *sets(overrides), cwd=tmp_path)
+    )
     (pair,) = json.loads(out.stdout)["pairs"]
     assert pair["steps"] >= 4 and pair["max_loss_gap"] < 1e-4 and pair["max_logit_gap"] < 1e-4
     assert pair["first_divergence"] is None

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from helpers import ENV, gnnbridge, ok, one_line
+from helpers import ENV, gnnbridge, in_process, ok, one_line
 
 from gnnbridge.core.training import checkpoint
 from gnnbridge.testing.ports import free_port
@@ -202,7 +202,7 @@ def test_a_killed_run_with_a_schedule_resumes_to_identical_results_and_learning_
 
 def test_resume_keeps_the_optimizer(tmp_path, uninterrupted):
     one_line(
-        gnnbridge("train", "--resume", str(uninterrupted["pyg"]), "--set", "train.optimizer=sgd", cwd=tmp_path),
+        in_process("train", "--resume", str(uninterrupted["pyg"]), "--set", "train.optimizer=sgd", cwd=tmp_path),
         "train.optimizer='sgd' differs from the checkpoint's 'adam', but --resume keeps",
     )
 
@@ -219,7 +219,7 @@ def test_a_finished_run_extended_equals_the_longer_run(tmp_path, uninterrupted, 
 
 def test_a_two_rank_checkpoint_resumes_on_one_rank(tmp_path, uninterrupted):
     shutil.copytree(uninterrupted["pyg"], tmp_path / "run")
-    ok(gnnbridge("train", "--resume", "run", "--nproc", "1", "--set", "train.epochs=5", "--quiet", cwd=tmp_path))
+    ok(in_process("train", "--resume", "run", "--nproc", "1", "--set", "train.epochs=5", "--quiet", cwd=tmp_path))
     after, before = results(tmp_path / "run"), results(uninterrupted["pyg"])
     assert after["world_size"] == 1 and after["resumed_from"] == {"epoch": 3, "world_size": 2}
     assert len(after["history"]) == 5 and after["history"][:4] == before["history"]
@@ -232,7 +232,7 @@ def test_same_seed_same_metrics_on_both_backends(tmp_path):
     for backend in ("pyg", "dgl"):
         for run in ("a", "b"):
             ok(
-                gnnbridge(
+                in_process(
                     "train",
                     "--backend",
                     backend,
@@ -252,36 +252,36 @@ def test_same_seed_same_metrics_on_both_backends(tmp_path):
 def test_early_stopping_stops_records_and_resumes_only_with_more_patience(tmp_path):
     # A learning rate too small to move val_acc: every epoch after the first is a tie.
     args = ["--set", "train.lr=1e-12", "--set", "train.epochs=10", "--set", "train.patience=2"]
-    proc = ok(gnnbridge("train", *SMALL, *args, "--out", "run", cwd=tmp_path))
+    proc = ok(in_process("train", *SMALL, *args, "--out", "run", cwd=tmp_path))
     assert "stopped early after epoch 3 (train.patience=2)" in proc.stdout
     res = results(tmp_path / "run")
     assert res["early_stopping"] == {"patience": 2, "stopped": True, "stopped_after_epoch": 2}
     assert res["epochs_trained"] == 3 and res["best"]["epoch"] == 0
 
-    again = gnnbridge("train", "--resume", "run", cwd=tmp_path)
+    again = in_process("train", "--resume", "run", cwd=tmp_path)
     assert again.returncode == 1 and again.stderr.strip().splitlines() == [
         (
             "Error: Run 'run' stopped early after 3 epoch(s): val_acc did not improve for 2 epoch(s) "
             "(train.patience=2); continue with a larger train.patience, or 0 to turn early stopping off."
         )
     ]
-    ok(gnnbridge("train", "--resume", "run", "--set", "train.patience=3", "--quiet", cwd=tmp_path))
+    ok(in_process("train", "--resume", "run", "--set", "train.patience=3", "--quiet", cwd=tmp_path))
     assert results(tmp_path / "run")["epochs_trained"] == 4
 
 
 def test_evaluate_and_predict_from_a_run_folder_or_a_checkpoint_file(tmp_path, uninterrupted):
     for backend in ("dgl", "pyg"):  # each on the backend it was trained with
         run = uninterrupted[backend]
-        report = json.loads(ok(gnnbridge("evaluate", str(run), "--json", cwd=tmp_path)).stdout)
+        report = json.loads(ok(in_process("evaluate", str(run), "--json", cwd=tmp_path)).stdout)
         best = results(run)["best"]
         assert report["backend"] == backend and report["epoch"] == best["epoch"]
         assert report["checkpoint"].endswith("best.pt")
         assert report["metrics"] == pytest.approx(best["metrics"])
 
-    latest = ok(gnnbridge("evaluate", str(run / "checkpoints" / "latest.pt"), cwd=tmp_path)).stdout
+    latest = ok(in_process("evaluate", str(run / "checkpoints" / "latest.pt"), cwd=tmp_path)).stdout
     assert "(epoch 4, sage-synthetic on pyg): train_acc" in latest
 
-    ok(gnnbridge("predict", str(run), "--out", "preds.npz", cwd=tmp_path))
+    ok(in_process("predict", str(run), "--out", "preds.npz", cwd=tmp_path))
     with np.load(tmp_path / "preds.npz") as preds:
         assert preds["probs"].shape == (800, 8) and preds["probs"].dtype == np.float32
         assert np.allclose(preds["probs"].sum(1), 1, atol=1e-5)
@@ -303,13 +303,13 @@ def test_layers_on_disk_evaluate_and_predict_as_in_memory(tmp_path, uninterrupte
     run = uninterrupted["dgl"]
     scores = {
         store: json.loads(
-            ok(gnnbridge("evaluate", str(run), "--json", "--set", f"eval.layer_store={store}", cwd=tmp_path)).stdout
+            ok(in_process("evaluate", str(run), "--json", "--set", f"eval.layer_store={store}", cwd=tmp_path)).stdout
         )["metrics"]
         for store in ("memory", "disk")
     }
     assert scores["disk"] == pytest.approx(scores["memory"], abs=1e-6)
     for store in ("memory", "disk"):
-        ok(gnnbridge("predict", str(run), "--out", f"{store}.npz", "--set", f"eval.layer_store={store}", cwd=tmp_path))
+        ok(in_process("predict", str(run), "--out", f"{store}.npz", "--set", f"eval.layer_store={store}", cwd=tmp_path))
     with np.load(tmp_path / "disk.npz") as preds, np.load(tmp_path / "memory.npz") as in_memory:
         arrays = {k: preds[k] for k in preds.files}
         # The same predictions; the scores to float tolerance (a layer read back from its file is
@@ -323,16 +323,16 @@ def test_layers_on_disk_evaluate_and_predict_as_in_memory(tmp_path, uninterrupte
 
 
 def test_predict_for_a_graph_task_scores_every_graph(tmp_path, uninterrupted):
-    ok(gnnbridge("predict", str(uninterrupted["gin"]), "--checkpoint", "latest", "--out", "g.npz", cwd=tmp_path))
+    ok(in_process("predict", str(uninterrupted["gin"]), "--checkpoint", "latest", "--out", "g.npz", cwd=tmp_path))
     with np.load(tmp_path / "g.npz") as preds:
         assert preds["logits"].shape == (120, 3) and preds["y"].shape == (120,)
 
 
 def test_predict_never_overwrites_and_wants_npz(tmp_path, uninterrupted):
     (tmp_path / "preds.npz").write_text("mine")
-    one_line(gnnbridge("predict", str(uninterrupted["pyg"]), "--out", "preds.npz", cwd=tmp_path), "already exists")
+    one_line(in_process("predict", str(uninterrupted["pyg"]), "--out", "preds.npz", cwd=tmp_path), "already exists")
     assert (tmp_path / "preds.npz").read_text() == "mine"
-    one_line(gnnbridge("predict", str(uninterrupted["pyg"]), "--out", "preds.csv", cwd=tmp_path), "must end in .npz")
+    one_line(in_process("predict", str(uninterrupted["pyg"]), "--out", "preds.csv", cwd=tmp_path), "must end in .npz")
     assert sorted(os.listdir(tmp_path)) == ["preds.npz"]
 
 
@@ -355,7 +355,7 @@ def snapshot(folder):
 def test_resume_refuses_what_would_not_continue_the_run(tmp_path, uninterrupted, args, needle):
     run = uninterrupted["pyg"]
     before = snapshot(run)
-    one_line(gnnbridge("train", "--resume", str(run), *args, cwd=tmp_path), needle)
+    one_line(in_process("train", "--resume", str(run), *args, cwd=tmp_path), needle)
     assert snapshot(run) == before
 
 
@@ -365,25 +365,25 @@ def test_unusable_checkpoints_are_refused_and_nothing_runs_or_changes(tmp_path, 
     latest = checkpoint.path_in(run, "latest")
     latest.write_bytes(latest.read_bytes()[:5000])  # truncated by a crash outside gnnbridge
     before = snapshot(run)
-    one_line(gnnbridge("train", "--resume", "run", "--set", "train.epochs=9", cwd=tmp_path), "latest.pt' is corrupt")
+    one_line(in_process("train", "--resume", "run", "--set", "train.epochs=9", cwd=tmp_path), "latest.pt' is corrupt")
     assert snapshot(run) == before
 
     marker = tmp_path / "pwned"
     evil = tmp_path / "evil.pt"
     torch.save({"format": checkpoint.FORMAT, "model": Evil(marker)}, evil)
     for command in (["evaluate", "evil.pt"], ["predict", "evil.pt", "--out", "p.npz"]):
-        one_line(gnnbridge(*command, cwd=tmp_path), "carries pickled code (posix.system) and was refused")
+        one_line(in_process(*command, cwd=tmp_path), "carries pickled code (posix.system) and was refused")
     assert not marker.exists() and not (tmp_path / "p.npz").exists()
 
     state = checkpoint.load(checkpoint.path_in(uninterrupted["pyg"], "best"))
     state["config"]["model"]["hidden"] = 32  # the model code or config changed since it was saved
     torch.save(state, tmp_path / "other.pt")
-    one_line(gnnbridge("evaluate", "other.pt", cwd=tmp_path), "was made by a different model")
+    one_line(in_process("evaluate", "other.pt", cwd=tmp_path), "was made by a different model")
     one_line(
-        gnnbridge("evaluate", "run", "--set", "model.hidden=32", cwd=tmp_path),
+        in_process("evaluate", "run", "--set", "model.hidden=32", cwd=tmp_path),
         "model.hidden=32 differs from the checkpoint's 64, but evaluate keeps task, backend, model as trained",
     )
-    one_line(gnnbridge("train", "--resume", "nowhere", cwd=tmp_path), "Run folder 'nowhere' does not exist")
+    one_line(in_process("train", "--resume", "nowhere", cwd=tmp_path), "Run folder 'nowhere' does not exist")
 
 
 class Evil:
@@ -406,11 +406,15 @@ def graph_npz(path, n=300, features=8, seed=0):
 
 def test_data_that_moved_is_pointed_at_and_must_fit_the_model(tmp_path):
     graph_npz(tmp_path / "graph.npz")
-    ok(gnnbridge("train", "--dataset", "graph.npz", "--quiet", "--set", "train.epochs=1", "--out", "run", cwd=tmp_path))
+    ok(
+        in_process(
+            "train", "--dataset", "graph.npz", "--quiet", "--set", "train.epochs=1", "--out", "run", cwd=tmp_path
+        )
+    )
     (tmp_path / "graph.npz").rename(tmp_path / "moved.npz")
-    one_line(gnnbridge("evaluate", "run", cwd=tmp_path), "graph.npz' does not exist")
+    one_line(in_process("evaluate", "run", cwd=tmp_path), "graph.npz' does not exist")
     moved = json.loads(
-        ok(gnnbridge("evaluate", "run", "--json", "--set", "dataset.path=moved.npz", cwd=tmp_path)).stdout
+        ok(in_process("evaluate", "run", "--json", "--set", "dataset.path=moved.npz", cwd=tmp_path)).stdout
     )
     assert moved["metrics"] == pytest.approx(results(tmp_path / "run")["best"]["metrics"])
     # Sampled inference (eval.* may change) scores every node through the training sampler; with
@@ -418,7 +422,7 @@ def test_data_that_moved_is_pointed_at_and_must_fit_the_model(tmp_path):
     # layer-wise inference.
     for out, mode in (("s.npz", "sampled"), ("l.npz", "layerwise")):
         ok(
-            gnnbridge(
+            in_process(
                 "predict",
                 "run",
                 "--out",
@@ -435,7 +439,7 @@ def test_data_that_moved_is_pointed_at_and_must_fit_the_model(tmp_path):
         assert (sampled["pred"] == exact["pred"]).mean() > 0.9
     graph_npz(tmp_path / "wider.npz", features=12)
     one_line(
-        gnnbridge("predict", "run", "--out", "p.npz", "--set", "dataset.path=wider.npz", cwd=tmp_path),
+        in_process("predict", "run", "--out", "p.npz", "--set", "dataset.path=wider.npz", cwd=tmp_path),
         "The dataset has num_features=12 but the model in",
     )
     assert not (tmp_path / "p.npz").exists()
@@ -443,7 +447,11 @@ def test_data_that_moved_is_pointed_at_and_must_fit_the_model(tmp_path):
 
 def test_a_run_whose_data_moved_resumes_from_its_new_place_and_only_on_that_data(tmp_path):
     graph_npz(tmp_path / "graph.npz")
-    ok(gnnbridge("train", "--dataset", "graph.npz", "--quiet", "--set", "train.epochs=1", "--out", "run", cwd=tmp_path))
+    ok(
+        in_process(
+            "train", "--dataset", "graph.npz", "--quiet", "--set", "train.epochs=1", "--out", "run", cwd=tmp_path
+        )
+    )
     (tmp_path / "data").mkdir()
     (tmp_path / "graph.npz").rename(tmp_path / "data" / "graph.npz")
     graph_npz(tmp_path / "other.npz", seed=1)  # the same shapes but for the edges: other data
@@ -454,16 +462,16 @@ def test_a_run_whose_data_moved_resumes_from_its_new_place_and_only_on_that_data
     before = snapshot(tmp_path / "run")
     resume = ["train", "--resume", "run", "--quiet", "--set", "train.epochs=2"]
     one_line(
-        gnnbridge(*resume, cwd=tmp_path),
+        in_process(*resume, cwd=tmp_path),
         "graph.npz' does not exist; give an existing .npz (a run or checkpoint "
         "whose data moved: --set dataset.path=NEW)",
     )
     one_line(
-        gnnbridge(*resume, "--set", "dataset.path=other.npz", cwd=tmp_path),
+        in_process(*resume, "--set", "dataset.path=other.npz", cwd=tmp_path),
         "has num_edges=900 but run 'run' was trained on num_edges=1200: it is not the data the run continues on",
     )
     assert snapshot(tmp_path / "run") == before
-    ok(gnnbridge(*resume, "--set", "dataset.path=data/graph.npz", cwd=tmp_path))
+    ok(in_process(*resume, "--set", "dataset.path=data/graph.npz", cwd=tmp_path))
     assert [h["epoch"] for h in results(tmp_path / "run")["history"]] == [0, 1]
     assert yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["dataset"]["path"].endswith("data/graph.npz")
 

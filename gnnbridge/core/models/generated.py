@@ -12,15 +12,19 @@ needed afterwards except to read its source (``inspect.getsource``, ``torch.jit.
 traceback's lines). :func:`removing_generated_modules` wraps a construction and then deletes
 exactly the files that match all of: a module first imported during the construction, whose
 ``__file__`` lies directly in ``tempfile.gettempdir()``, named after the module itself plus a
-suffix (the generated-file pattern). Their text stays in :mod:`linecache`, so source lookups
-keep working in the process. Nothing process-wide changes (``tempfile.tempdir`` is left alone:
-pointing it elsewhere would move every other library's temp files and caches too), and a
-process killed while it builds a model is the only one that can leave such a file behind.
+suffix (the generated-file pattern), and the bytecode Python cached for them (with bytecode
+writing on, Python's default, the import also wrote ``$TMPDIR/__pycache__/<name>.cpython-*.pyc``;
+that folder goes too if the construction made it and it is empty). Their text stays in
+:mod:`linecache`, so source lookups keep working in the process. Nothing process-wide changes
+(``tempfile.tempdir`` is left alone: pointing it elsewhere would move every other library's temp
+files and caches too), and a process killed while it builds a model is the only one that can
+leave such a file behind.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import linecache
 import os
 import sys
@@ -34,11 +38,16 @@ def removing_generated_modules() -> Iterator[None]:
     """Run the body (a model's construction), then remove the module files it generated in the
     temp folder (see the module's docstring), also when the body raises."""
     before = set(sys.modules)
+    cache_folder = Path(importlib.util.cache_from_source(os.path.join(tempfile.gettempdir(), "x.py"))).parent
+    cache_existed = cache_folder.exists()
     try:
         yield
     finally:
         for name in set(sys.modules) - before:
             _remove_if_generated(name, getattr(sys.modules.get(name), "__file__", None))
+        if not cache_existed:
+            with contextlib.suppress(OSError):
+                cache_folder.rmdir()  # only if empty: another process's bytecode stays
 
 
 def _remove_if_generated(name: str, path: str | None) -> None:
@@ -52,3 +61,5 @@ def _remove_if_generated(name: str, path: str | None) -> None:
         # A loader-style entry (no mtime): linecache.checkcache keeps it though the file is gone.
         linecache.cache[path] = (len(text), None, text.splitlines(True), path)
         os.unlink(file)
+    with contextlib.suppress(OSError, NotImplementedError):
+        os.unlink(importlib.util.cache_from_source(path))
