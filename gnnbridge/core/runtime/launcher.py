@@ -338,8 +338,10 @@ def server_forked_from_here(
     if not wanted or threading.active_count() > 1 or not _socket_fits():
         yield
         return
+    from gnnbridge.core.runtime.preload import import_entry
+
     for name in preload:
-        _import_preload(name)
+        import_entry(name)
     _fork_server_here()
     try:
         yield
@@ -356,15 +358,6 @@ def _surely_cpu(device_kind: str) -> bool:
     return device_kind == "cpu" or (device_kind == "auto" and torch.version.cuda is None and torch.version.hip is None)
 
 
-def _import_preload(name: str) -> None:
-    import importlib
-
-    module, _, function = name.partition(":")
-    imported = importlib.import_module(module)
-    if function:
-        getattr(imported, function)()
-
-
 def _fork_server_here() -> None:
     """What ``multiprocessing.forkserver.ForkServer.ensure_running`` does, with ``os.fork`` in
     place of starting a fresh interpreter: a listening socket, an "alive" pipe whose write end
@@ -375,6 +368,8 @@ def _fork_server_here() -> None:
     from multiprocessing import connection, forkserver, resource_tracker
 
     server = forkserver._forkserver  # noqa: SLF001 - no public way to hand it a server
+    if server._forkserver_pid is not None:  # noqa: SLF001 - one runs already: fork_server uses it
+        return
     resource_tracker.ensure_running()
     sys.stdout.flush()
     sys.stderr.flush()

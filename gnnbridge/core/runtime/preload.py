@@ -12,7 +12,8 @@ The launcher names the modules in :data:`~gnnbridge.core.environ.PRELOAD`: the b
 ``module:function``, a function that imports the library the way the backend must) and the
 ``gnnbridge`` modules it has itself imported by then; the server imports each here. One that
 fails is skipped: the rank that needs it imports it again and reports the failure as a spawned
-rank would. Importing this module anywhere else does nothing.
+rank would. Importing this module anywhere else does nothing (the launcher that forks its
+server from itself imports the same entries with :func:`import_entry`).
 """
 
 from __future__ import annotations
@@ -23,13 +24,18 @@ import os
 from gnnbridge.core import environ
 
 
+def import_entry(name: str) -> None:
+    """Import one entry, ``module`` or ``module:function`` (then call the function)."""
+    module, _, function = name.partition(":")
+    imported = importlib.import_module(module)
+    if function:
+        getattr(imported, function)()
+
+
 def _import_named() -> None:
     for name in filter(None, os.environ.pop(environ.PRELOAD, "").split(",")):
-        module, _, function = name.partition(":")
         try:
-            imported = importlib.import_module(module)
-            if function:
-                getattr(imported, function)()
+            import_entry(name)
         except BaseException:  # noqa: BLE001, S112 - the rank imports it again and says why it failed
             continue
 
