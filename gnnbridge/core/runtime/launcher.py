@@ -335,18 +335,27 @@ def server_forked_from_here(
     with no other Python thread, and only where :func:`fork_server` would fork ranks at all: CPU
     jobs of several ranks. :func:`fork_server` then finds it running and uses it."""
     wanted = (nproc > 1 or max_restarts > 0) and _surely_cpu(device_kind) and _OWN_PROCESS[0]
-    if not wanted or threading.active_count() > 1 or not _socket_fits():
+    if not wanted or threading.active_count() > 1 or not _socket_fits() or not _imported(preload):
         yield
         return
-    from gnnbridge.core.runtime.preload import import_entry
-
-    for name in preload:
-        import_entry(name)
     _fork_server_here()
     try:
         yield
     finally:
         _stop_fork_server()
+
+
+def _imported(preload: tuple[str, ...]) -> bool:
+    """Import the backend's entries here; ``False`` if one fails (a library not installed): the
+    checks that follow then refuse the backend in its own line, and no server is forked."""
+    from gnnbridge.core.runtime.preload import import_entry
+
+    try:
+        for name in preload:
+            import_entry(name)
+    except Exception:  # noqa: BLE001 - the backend's own check says why, next
+        return False
+    return True
 
 
 def _surely_cpu(device_kind: str) -> bool:

@@ -123,6 +123,8 @@ with launcher.server_forked_from_here(2, 0, "cpu", ("xml.dom.minidom",)):
 launcher.own_this_process()
 with launcher.server_forked_from_here(1, 0, "cpu", ()):
     assert forkserver._forkserver._forkserver_pid is None, "one rank runs here: no server"
+with launcher.server_forked_from_here(2, 0, "cpu", ("no_such_backend_library",)):
+    assert forkserver._forkserver._forkserver_pid is None, "a library that fails: its backend's check says so"
 with launcher.server_forked_from_here(2, 0, "cpu", ("xml.dom.minidom",)):
     server = forkserver._forkserver._forkserver_pid
     assert open(f"/proc/{server}/cmdline").read() == open("/proc/self/cmdline").read(), "a fork of this process"
@@ -146,3 +148,22 @@ def test_the_command_lines_ranks_fork_from_a_fork_of_it_as_clean_as_a_fresh_serv
     script.write_text(FORKED_FROM_HERE)
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+
+
+def test_a_backend_whose_library_is_missing_is_refused_in_its_own_line_with_several_ranks(tmp_path):
+    """The command line imports the backend's library before its checks, to fork the job's server;
+    a library that cannot be imported must still reach the user as the backend's one-line refusal."""
+    import subprocess
+
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import gnnbridge.backends.dgl.compat as c\nc._state['error'] = 'dgl is not installed'\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")])}
+    args = [sys.executable, "-m", "gnnbridge", "train", "--backend", "dgl", "--nproc", "2", "--out", "run"]
+    proc = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines() == [
+        "Error: Backend 'dgl' cannot run here: dgl is not installed"
+    ], proc.stderr
+    assert not (tmp_path / "run").exists()
