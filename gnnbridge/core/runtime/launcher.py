@@ -291,9 +291,14 @@ def fork_server(preload: tuple[str, ...] = (), device_kind: str = "cpu") -> Iter
     import the ``gnnbridge`` modules this process holds by now and ``preload`` (the backend's
     :meth:`~gnnbridge.core.contracts.interfaces.Backend.rank_modules`) through
     :mod:`~gnnbridge.core.runtime.preload`; each rank is a fork of it and
-    unpickles its work as a spawned rank would. The server lives for this job only and is stopped
-    after it: a later run in this process (a notebook) gets a fresh one that sees its
-    environment and the user's edited modules, as spawned ranks would.
+    unpickles its work as a spawned rank would. The server outlives the job, as Python's own fork
+    server does, while what it was started with stays the same (:func:`_server_key`: this
+    process's environment and signal mask, ``preload``, ``sys.path``): a later run in this process
+    (a notebook's next cell, a test suite's next test) saves those imports again. One started with
+    anything else is stopped and a fresh one started, so ranks always see the environment of
+    their own job; the user's own modules are imported by the ranks, so their edits are seen too.
+    (Edits to gnnbridge's or the backend library's own files need a fresh process, as they do in
+    the caller.)
 
     CPU jobs only: with a GPU (``cuda``, or ``auto``) ranks are spawned as before, since an import
     may initialise CUDA's driver in the server (PyG's does, under pytest, with pyg_lib), and a
@@ -305,11 +310,31 @@ def fork_server(preload: tuple[str, ...] = (), device_kind: str = "cpu") -> Iter
     names = [*preload, *sorted(name for name in list(sys.modules) if name.startswith("gnnbridge."))]
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["gnnbridge.core.runtime.preload"])
+    _keep_or_stop_server(_server_key(preload))
     with _ranks_inherit({environ.PRELOAD: ",".join(names)}):
-        try:
-            yield "forkserver"
-        finally:
-            _stop_fork_server()
+        yield "forkserver"
+
+
+# What the running fork server was started with (:func:`_server_key`), or FORKED_HERE while a
+# command line's job holds the server it forked (:func:`server_forked_from_here`).
+_SERVER: list = [None]
+FORKED_HERE = "forked-here"
+
+
+def _server_key(preload: tuple[str, ...]) -> tuple:
+    """What a fork server takes from this process when it starts and gives every rank after: the
+    environment, the signal mask, what it imports. (gnnbridge's own modules it preloads are
+    those this process holds then; a module imported since is imported by each rank instead.)"""
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    return tuple(sorted(os.environ.items())), tuple(sorted(mask)), tuple(preload), tuple(sys.path)
+
+
+def _keep_or_stop_server(key: tuple) -> None:
+    if _SERVER[0] == FORKED_HERE:
+        return
+    if _SERVER[0] != key:
+        _stop_fork_server()  # multiprocessing starts the next one when a rank is wanted
+        _SERVER[0] = key
 
 
 def own_this_process() -> None:
@@ -338,11 +363,14 @@ def server_forked_from_here(
     if not wanted or threading.active_count() > 1 or not _socket_fits() or not _imported(preload):
         yield
         return
+    _stop_fork_server()  # a library call's earlier server: this job's is forked from here
     _fork_server_here()
+    _SERVER[0] = FORKED_HERE
     try:
         yield
     finally:
         _stop_fork_server()
+        _SERVER[0] = None
 
 
 def _imported(preload: tuple[str, ...]) -> bool:

@@ -60,19 +60,27 @@ def _child_sees(names):
     return queue.get()
 
 
-def test_ranks_are_forks_of_a_server_that_imported_the_backends_modules_once_and_ends_with_the_job(monkeypatch):
-    """What ranks need is imported by the job's fork server, not by each rank; the server is the
-    job's own: stopped after it, so the next job's ranks see the environment and code of then."""
+def test_ranks_are_forks_of_a_server_that_imported_the_backends_modules_once_and_sees_each_jobs_environment(
+    monkeypatch,
+):
+    """What ranks need is imported by the job's fork server, not by each rank; the server outlives
+    the job for the next one started the same way (a notebook's next cell skips the imports), and
+    is replaced when the environment changed, so each job's ranks see the environment of then."""
     wanted = ["xml.dom.minidom", "gnnbridge.core.runtime.preload"]  # a module:function too; the server is a new process
     monkeypatch.setenv("MARK", "first")
     with fork_server(("xml.dom.minidom:getDOMImplementation", "no_such_module_anywhere")) as method:
         assert method == "forkserver"
         loaded, mark, told = _child_sees([*wanted, "no_such_module_anywhere"])
+        first = forkserver._forkserver._forkserver_pid  # noqa: SLF001
     assert loaded == wanted and mark == "first" and not told  # a module that fails is skipped
-    assert forkserver._forkserver._forkserver_pid is None  # noqa: SLF001 - the server is gone
+    with fork_server(("xml.dom.minidom:getDOMImplementation", "no_such_module_anywhere")):
+        assert _child_sees(wanted)[0] == wanted
+        assert forkserver._forkserver._forkserver_pid == first  # noqa: SLF001 - the same server, kept
     monkeypatch.setenv("MARK", "second")
     with fork_server():
         assert _child_sees([])[1] == "second"
+        assert forkserver._forkserver._forkserver_pid != first  # noqa: SLF001 - a fresh one
+    assert not os.path.exists(f"/proc/{first}")  # the replaced server is gone
 
 
 def test_a_temporary_folder_too_deep_for_the_servers_socket_starts_spawned_ranks(tmp_path, monkeypatch):
