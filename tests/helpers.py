@@ -12,10 +12,17 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 # One thread per process: the ranks of a test job share two cores with the other xdist worker.
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+FRESH = os.environ.get("GNNBRIDGE_TESTS_FRESH") == "1"
 
 
-def gnnbridge(*args, cwd, env=ENV, timeout=300) -> subprocess.CompletedProcess:
-    """``python -m gnnbridge ARGS`` in ``cwd``, its output captured."""
+def gnnbridge(*args, cwd, env=ENV, timeout=300, fresh=False) -> subprocess.CompletedProcess:
+    """``python -m gnnbridge ARGS`` in ``cwd``, its output captured: in a fork of a warm
+    interpreter (:mod:`warm`, which says what a fork keeps of a fresh process) unless ``fresh``,
+    ``env`` is not the suite's own, or ``GNNBRIDGE_TESTS_FRESH=1``."""
+    if env is ENV and not fresh and not FRESH:
+        import warm
+
+        return warm.run(args, cwd=cwd, env=env, timeout=timeout)
     return subprocess.run(
         [sys.executable, "-m", "gnnbridge", *args],
         check=False,

@@ -1,18 +1,15 @@
-"""The command line, end to end, in a subprocess, as a user runs it."""
+"""The command line, end to end, in a process of its own, as a user runs it."""
 
 import json
 import os
-import subprocess
-import sys
 
+import helpers
 import numpy as np
 import pytest
 
 
 def gnnbridge(*args, cwd=None, timeout=300):
-    return subprocess.run(
-        [sys.executable, "-m", "gnnbridge", *args], capture_output=True, text=True, cwd=cwd, timeout=timeout
-    )
+    return helpers.gnnbridge(*args, cwd=cwd or os.getcwd(), timeout=timeout)
 
 
 def assert_one_line_error(proc, *needles):

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 
+import helpers
 import numpy as np
 import pytest
 import torch
@@ -22,9 +23,7 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
 def gnnbridge(*args, cwd, timeout=600, check=True):
-    proc = subprocess.run(
-        [sys.executable, "-m", "gnnbridge", *args], capture_output=True, text=True, cwd=cwd, env=ENV, timeout=timeout
-    )
+    proc = helpers.gnnbridge(*args, cwd=cwd, timeout=timeout)
     assert proc.returncode == 0 or not check, proc.stderr
     return proc
 

@@ -1,0 +1,235 @@
+"""Warm interpreters that run ``gnnbridge ARGS`` in a fork of themselves, for the suite's CLI runs.
+
+Why: a fresh ``python -m gnnbridge`` spends 4-6 s of CPU importing torch and a backend's library
+before it does anything, and the suite starts a few hundred of them on a 2-core machine: that
+import was about a third of the suite's CPU. A warm interpreter (one or two per test worker)
+imports them once and forks for every run; the fork runs :func:`gnnbridge.cli.main` exactly as
+the console script does (no ``argv``: the command line's own process, which forks its ranks' server
+from itself) and exits through Python's normal shutdown, so atexit work and exit codes are the
+command line's own. Nothing off the shelf does this (multiprocessing's forkserver runs a function
+with pickled arguments and no output of its own; a nailgun-style server is for the JVM).
+
+What a fork keeps of a fresh process: its own pid, working folder, environment, stdin (empty),
+stdout and stderr (pipes the caller reads, as ``subprocess.run(capture_output=True)`` does), exit
+status (a signal's as ``-N``), numpy's and Python's random state drawn afresh. What it cannot keep,
+so :func:`helpers.gnnbridge` uses a fresh interpreter for it: an environment other than the
+suite's own (it may change what an import does: a ``sitecustomize`` hook, a missing library), and
+``GNNBRIDGE_TESTS_FRESH=1`` runs every test's commands fresh. Two warm interpreters per worker,
+taken in turn, each with its own string-hash seed, so that two runs a test compares do not share
+one (as two fresh interpreters would not): a result that depends on the order of a set of names
+still differs between them.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import selectors
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TESTS = str(Path(__file__).resolve().parent)
+# gnnbridge.cli first: it sets an environment variable that must be set before torch is imported
+IMPORTS = ("gnnbridge.cli", "torch", "numpy", "gnnbridge.backends.pyg.backend", "gnnbridge.backends.dgl.backend")
+# what the imports add to the environment (gnnbridge.cli's, DGL's library path), for the forks
+SET_BY_IMPORTS: dict[str, str] = {}
+
+
+# --- the warm interpreter --------------------------------------------------------------------
+
+
+def serve(path: str) -> None:
+    """Import what every command imports, then run one command at a time, each in a fork. Ends
+    when the caller closes its end of stdin (the test worker exited, however it ended)."""
+    sys.path.remove(TESTS)  # the commands' own sys.path
+    _import_what_commands_import()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(8)
+    print("ready", flush=True)
+    watch = selectors.DefaultSelector()
+    watch.register(listener, selectors.EVENT_READ)
+    watch.register(sys.stdin, selectors.EVENT_READ)
+    while True:
+        for key, _ in watch.select():
+            if key.fileobj is sys.stdin:
+                return
+            conn, _ = listener.accept()
+            with conn:
+                _one_command(conn, (listener, watch))
+
+
+def _import_what_commands_import() -> None:
+    """The modules a 2-rank training run of either backend imports; importing none of them
+    starts a thread or opens a file a command would see."""
+    import importlib
+    import pkgutil
+
+    import gnnbridge
+
+    before = dict(os.environ)
+    for name in IMPORTS:
+        importlib.import_module(name)
+    from gnnbridge.backends.dgl.backend import DglBackend
+    from gnnbridge.backends.pyg.backend import PygBackend
+    from gnnbridge.core.runtime.preload import import_entry
+
+    for entry in PygBackend().rank_modules() + DglBackend().rank_modules():
+        import_entry(entry)
+    for module in pkgutil.walk_packages(gnnbridge.__path__, "gnnbridge."):
+        if not module.name.endswith("__main__"):
+            importlib.import_module(module.name)
+    import matplotlib
+
+    matplotlib.use("Agg")  # what gnnbridge's plots choose
+    importlib.import_module("matplotlib.pyplot")
+    SET_BY_IMPORTS.update({k: v for k, v in os.environ.items() if before.get(k) != v})
+
+
+def _one_command(conn: socket.socket, own: tuple) -> None:
+    message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 2)
+    request = json.loads(message)
+    pid = os.fork()
+    if pid == 0:
+        for item in (*own, conn):
+            item.close()
+        _become_command(request, fds)  # raises SystemExit: the child's interpreter ends normally
+    for fd in fds:
+        os.close(fd)
+    conn.sendall(f"{pid}\n".encode())
+    _, status = os.waitpid(pid, 0)
+    conn.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
+
+
+def _become_command(request: dict, fds: list[int]) -> None:
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    for source, target in ((devnull, 0), (fds[0], 1), (fds[1], 2)):
+        os.dup2(source, target)
+        os.close(source)
+    sys.stdin = open(0, closefd=False)  # noqa: SIM115 - fd 0 lives as long as the process
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update({**SET_BY_IMPORTS, **request["env"]})
+    sys.argv = [str(Path(__import__("gnnbridge").__file__).with_name("__main__.py")), *request["args"]]
+    _fresh_random_state()
+    from gnnbridge.cli import main
+
+    sys.exit(main())
+
+
+def _fresh_random_state() -> None:
+    """A fresh interpreter draws numpy's global seed from the OS (Python's ``random`` reseeds
+    itself in a fork already)."""
+    import numpy
+
+    numpy.random.seed()
+
+
+# --- the caller's side -----------------------------------------------------------------------
+
+
+class Warm:
+    """One warm interpreter, started on first use and again if it died."""
+
+    def __init__(self, env: dict[str, str], hash_seed: int) -> None:
+        self.env = {**env, "PYTHONHASHSEED": str(hash_seed)}
+        self.proc: subprocess.Popen | None = None
+        self.folder = self.path = ""
+
+    def run(self, args, cwd, env, timeout) -> subprocess.CompletedProcess:
+        self._ensure_running()
+        request = json.dumps({"args": [str(a) for a in args], "cwd": str(cwd), "env": dict(env)}).encode()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.connect(self.path)
+            socket.send_fds(conn, [request], [out_w, err_w])
+            os.close(out_w)
+            os.close(err_w)
+            replies = conn.makefile("r")
+            pid = int(replies.readline())
+            out, err = _read_until_closed(out_r, err_r, pid, args, timeout)
+            code = int(replies.readline())
+        return subprocess.CompletedProcess(list(args), code, out, err)
+
+    def _ensure_running(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            return
+        self.folder = tempfile.mkdtemp(prefix="gnnbridge-warm-")
+        self.path = path = os.path.join(self.folder, "socket")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", f"import sys; sys.path.insert(0, {TESTS!r}); import warm; warm.serve({path!r})"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=self.env,
+            text=True,
+        )
+        line = self.proc.stdout.readline()
+        if line.strip() != "ready":
+            raise RuntimeError(f"the warm interpreter did not start (exit {self.proc.wait()}); see stderr above")
+
+
+def _read_until_closed(out_r: int, err_r: int, pid: int, args, timeout: float) -> tuple[str, str]:
+    """Both pipes to their end, as ``subprocess.run`` reads them; past ``timeout`` the command is
+    killed and :class:`subprocess.TimeoutExpired` raised, as ``subprocess.run`` does."""
+    chunks = {out_r: [], err_r: []}
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as sel:
+        for fd in chunks:
+            sel.register(fd, selectors.EVENT_READ)
+        while sel.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                _kill(pid)
+                for fd in chunks:
+                    os.close(fd)
+                raise subprocess.TimeoutExpired(list(args), timeout)
+            for key, _ in sel.select(left):
+                data = os.read(key.fd, 1 << 16)
+                if data:
+                    chunks[key.fd].append(data)
+                else:
+                    sel.unregister(key.fd)
+                    os.close(key.fd)
+    return tuple(b"".join(chunks[fd]).decode(errors="replace") for fd in (out_r, err_r))
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+_POOL: list[Warm] = []
+_TURN = [0]
+
+
+@atexit.register
+def _stop_all() -> None:
+    """Close each warm interpreter's stdin (it then returns) and wait for it, so its forks' CPU
+    time is this process's children's, as a fresh command's would be."""
+    for warm in _POOL:
+        if warm.proc is not None and warm.proc.poll() is None:
+            warm.proc.stdin.close()
+            try:
+                warm.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                warm.proc.kill()
+        shutil.rmtree(warm.folder, ignore_errors=True)
+
+
+def run(args, cwd, env, timeout) -> subprocess.CompletedProcess:
+    """``gnnbridge ARGS`` in a fork of the next warm interpreter (started with ``env``)."""
+    if not _POOL:
+        _POOL.extend(Warm(env, seed) for seed in (int.from_bytes(os.urandom(2), "big") for _ in range(2)))
+    warm = _POOL[_TURN[0] % len(_POOL)]
+    _TURN[0] += 1
+    return warm.run(args, cwd, env, timeout)
