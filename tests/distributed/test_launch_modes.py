@@ -138,6 +138,10 @@ def alive(pids, grace=60.0):
         time.sleep(0.2)
 
 
+def parent_of(pid):
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
 def ranks_of(pid):
     """The training processes under a launcher: not multiprocessing's resource tracker, nor the
     fork server the launcher starts (a child of it that is Python's forkserver, or a fork of the
@@ -146,7 +150,7 @@ def ranks_of(pid):
 
     def helper(p):
         line = Path(f"/proc/{p}/cmdline").read_text()
-        parent = int(Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        parent = parent_of(p)
         return "resource_tracker" in line or (parent == pid and ("forkserver" in line or line == launcher))
 
     return [p for p in descendants(pid) if not helper(p)]
@@ -252,6 +256,11 @@ def test_sigkill_of_a_spawned_rank_ends_the_job(tmp_path):
     wait_for_checkpoint(tmp_path / "run")
     ranks = ranks_of(job.proc.pid)
     assert len(ranks) == 2
+    # The ranks' server is a fork of the command line's own process (its command line, its child),
+    # not a fresh interpreter importing torch and the backend again.
+    servers = {parent_of(rank) for rank in ranks}
+    assert len(servers) == 1 and parent_of(server := servers.pop()) == job.proc.pid
+    assert Path(f"/proc/{server}/cmdline").read_text() == Path(f"/proc/{job.proc.pid}/cmdline").read_text()
     os.kill(ranks[1], signal.SIGKILL)
     code = job.finish(timeout=240)  # not the collective timeout (30 min): the death is noticed
     assert code != 0
