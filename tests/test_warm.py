@@ -15,10 +15,10 @@ from helpers import gnnbridge
     [
         ("train", "--backend", "nope"),
         ("train", "--set", "train.epochs=0"),
-        ("models", "--json"),
         ("config", "show"),
+        ("backends",),
     ],
-    ids=["unknown-backend", "refused-value", "models", "config"],
+    ids=["unknown-backend", "refused-value", "config", "backends"],
 )
 def test_a_warm_fork_answers_as_a_fresh_interpreter(tmp_path, args):
     warm = gnnbridge(*args, cwd=tmp_path)
@@ -29,4 +29,17 @@ def test_a_warm_fork_answers_as_a_fresh_interpreter(tmp_path, args):
 def test_a_warm_command_past_its_deadline_is_killed_and_the_next_one_runs(tmp_path):
     with pytest.raises(subprocess.TimeoutExpired):
         gnnbridge("train", "--nproc", "1", "--out", "run", cwd=tmp_path, timeout=0.5)
-    assert gnnbridge("models", "--json", cwd=tmp_path).returncode == 0
+    assert gnnbridge("backends", cwd=tmp_path).returncode == 0
+
+
+def test_a_package_installed_since_the_start_gets_a_new_warm_interpreter(tmp_path, monkeypatch):
+    """An editable install's ``.pth`` hook is read at a start only: after a ``pip install`` (the
+    site-packages folder changed) the next command runs in a warm interpreter started since."""
+    import warm
+
+    gnnbridge("backends", cwd=tmp_path)
+    gnnbridge("backends", cwd=tmp_path)
+    before = {w.proc.pid for w in warm._POOL}
+    monkeypatch.setattr(warm, "_installed_stamp", lambda: ("installed since",))
+    assert gnnbridge("backends", cwd=tmp_path).returncode == 0
+    assert {w.proc.pid for w in warm._POOL} - before  # the one this command used is new

@@ -28,6 +28,7 @@ import os
 import selectors
 import shutil
 import signal
+import site
 import socket
 import subprocess
 import sys
@@ -142,6 +143,21 @@ class Warm:
         self.env = {**env, "PYTHONHASHSEED": str(hash_seed)}
         self.proc: subprocess.Popen | None = None
         self.folder = self.path = ""
+        self.installed: tuple = ()
+
+    def stop(self) -> None:
+        """Close its stdin (it then returns) and wait for it, so its forks' CPU time is this
+        process's children's, as a fresh command's would be."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc.stdout.close()
+        if self.folder:
+            shutil.rmtree(self.folder, ignore_errors=True)
 
     def run(self, args, cwd, env, timeout) -> subprocess.CompletedProcess:
         self._ensure_running()
@@ -160,8 +176,11 @@ class Warm:
         return subprocess.CompletedProcess(list(args), code, out, err)
 
     def _ensure_running(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
+        installed = _installed_stamp()
+        if self.proc is not None and self.proc.poll() is None and installed == self.installed:
             return
+        self.stop()
+        self.installed = installed
         self.folder = tempfile.mkdtemp(prefix="gnnbridge-warm-")
         self.path = path = os.path.join(self.folder, "socket")
         self.proc = subprocess.Popen(
@@ -214,16 +233,16 @@ _TURN = [0]
 
 @atexit.register
 def _stop_all() -> None:
-    """Close each warm interpreter's stdin (it then returns) and wait for it, so its forks' CPU
-    time is this process's children's, as a fresh command's would be."""
     for warm in _POOL:
-        if warm.proc is not None and warm.proc.poll() is None:
-            warm.proc.stdin.close()
-            try:
-                warm.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                warm.proc.kill()
-        shutil.rmtree(warm.folder, ignore_errors=True)
+        warm.stop()
+
+
+def _installed_stamp() -> tuple:
+    """When the installed packages last changed: a package installed since a warm interpreter
+    started (a test's ``pip install`` of a plugin) may need what only a start does (an editable
+    install's ``.pth`` hook), so that interpreter is replaced, as a fresh one would see it."""
+    folders = [*site.getsitepackages(), site.getusersitepackages()]
+    return tuple(os.stat(folder).st_mtime_ns for folder in folders if os.path.isdir(folder))
 
 
 def run(args, cwd, env, timeout) -> subprocess.CompletedProcess:

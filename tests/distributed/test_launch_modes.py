@@ -438,15 +438,17 @@ def test_ctrl_c_while_the_ranks_start_prints_only_the_launchers_line(tmp_path):
 def test_two_jobs_at_once_on_one_host_do_not_collide(tmp_path):
     """Two spawned jobs in the same folder (same second, default run folders), and two torchrun
     jobs of two ranks each (their own ports, shared-memory files named per job)."""
-    jobs = [Job(gnnbridge(*TRAIN, "--nproc", "2"), tmp_path) for _ in range(2)]
+    short = [*TRAIN, "--set", "train.epochs=1"]  # what collides is the start, the ports and the files
+    jobs = [Job(gnnbridge(*short, "--nproc", "2"), tmp_path) for _ in range(2)]
     jobs += [
-        Job(torchrun(1, 0, 2, free_port(), *TRAIN, "--backend", "dgl", "--out", f"tr{i}"), tmp_path) for i in range(2)
+        Job(torchrun(1, 0, 2, free_port(), *short, "--backend", "dgl", "--out", f"tr{i}"), tmp_path) for i in range(2)
     ]
     assert [j.finish() for j in jobs] == [0] * 4, [j.lines for j in jobs]
     spawned = sorted((tmp_path / "runs").iterdir())
     assert len(spawned) == 2
     for folder in [*spawned, tmp_path / "tr0", tmp_path / "tr1"]:
-        assert results(folder)[0]["test_acc"] > 0.5
+        metrics, _, shards, data = results(folder)
+        assert metrics["test_acc"] > 0.3 and len(set(shards)) == 2 and data["world_size"] == 2
 
 
 # The first job's ranks wait before their second epoch until the test has seen the second job
