@@ -1,5 +1,7 @@
 """The example third-party package (examples/plugin), installed with pip into this environment as a
-user would (offline, no build isolation), used through the command line, and uninstalled."""
+user would (offline, no build isolation), used through the command line, and uninstalled. (The
+commands run in a warm interpreter started after the install: ``tests/warm.py`` replaces one
+that started before it.)"""
 
 import json
 import shutil
@@ -7,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import REPO
+from helpers import REPO, gnnbridge
 
 EXAMPLE = REPO / "examples" / "plugin"
 DIST = "gnnbridge-example-plugin"
@@ -31,7 +33,7 @@ def installed(tmp_path_factory):
 
 @pytest.mark.slow
 def test_the_installed_example_plugin_adds_models_a_dataset_a_sampler_and_a_command(installed, tmp_path):
-    plugins = {p["name"]: p for p in json.loads(run("-m", "gnnbridge", "plugins").stdout)}
+    plugins = {p["name"]: p for p in json.loads(gnnbridge("plugins", cwd=tmp_path).stdout)}
     assert plugins["example"]["distribution"] == f"{DIST} 0.1.0"
     assert plugins["example"]["registers"] == {
         "datasets": ["example-caves"],
@@ -39,9 +41,7 @@ def test_the_installed_example_plugin_adds_models_a_dataset_a_sampler_and_a_comm
         "samplers": ["example-multilayer"],
     }
     for backend in ("pyg", "dgl"):
-        proc = run(
-            "-m",
-            "gnnbridge",
+        proc = gnnbridge(
             "train",
             "--set",
             "model.arch=example-mlp",
@@ -52,12 +52,11 @@ def test_the_installed_example_plugin_adds_models_a_dataset_a_sampler_and_a_comm
             "--out",
             str(tmp_path / backend),
             "--quiet",
+            cwd=tmp_path,
         )
         assert proc.returncode == 0, proc.stderr
         assert json.loads((tmp_path / backend / "results.json").read_text())["eval"]["final"] == "full"
-    proc = run(
-        "-m",
-        "gnnbridge",
+    proc = gnnbridge(
         "train",
         "--dataset",
         "example-caves",
@@ -72,11 +71,12 @@ def test_the_installed_example_plugin_adds_models_a_dataset_a_sampler_and_a_comm
         "--out",
         str(tmp_path / "caves"),
         "--quiet",
+        cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr
-    summary = run("-m", "gnnbridge", "example-summary", str(tmp_path / "caves")).stdout.splitlines()
+    summary = gnnbridge("example-summary", str(tmp_path / "caves"), cwd=tmp_path).stdout.splitlines()
     assert len(summary) == 3 and summary[-1].endswith("(evaluation: layerwise)")
-    proc = run("-m", "gnnbridge", "train", "--set", "model.arch=example-ressage", "--backend", "pyg", "--quiet")
+    proc = gnnbridge("train", "--set", "model.arch=example-ressage", "--backend", "pyg", "--quiet", cwd=tmp_path)
     assert proc.returncode == 1 and proc.stderr.splitlines() == [
         "Error: model.arch='example-ressage' (plugin 'example') is built only for backend dgl, not 'pyg'; "
         "use --backend dgl, or one of the models 'pyg' has: "
