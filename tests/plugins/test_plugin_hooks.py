@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 
+import helpers
 import pytest
 import torch
 import yaml
@@ -448,10 +449,8 @@ def test_commands_come_from_plugins_and_never_replace_a_taken_name(capsys, loud)
     assert CliRunner().invoke(cli, ["lab-hello", "you"]).output == "hello you\n"
 
 
-def test_models_and_samplers_commands_list_what_is_registered():
-    out = subprocess.run(
-        [sys.executable, "-m", "gnnbridge", "models", "--json"], capture_output=True, text=True, timeout=120
-    )
+def test_models_and_samplers_commands_list_what_is_registered(tmp_path):
+    out = helpers.gnnbridge("models", "--json", cwd=tmp_path)
     rows = json.loads(out.stdout)
     assert {
         "name": "sage",
