@@ -29,7 +29,8 @@ def test_a_warm_fork_answers_as_a_fresh_interpreter(tmp_path, args):
 def test_a_warm_command_past_its_deadline_is_killed_and_the_next_one_runs(tmp_path):
     with pytest.raises(subprocess.TimeoutExpired):
         gnnbridge("train", "--nproc", "1", "--out", "run", cwd=tmp_path, timeout=0.5)
-    assert gnnbridge("backends", cwd=tmp_path).returncode == 0
+    # Both warm interpreters (they take turns) serve the commands after it.
+    assert [gnnbridge("backends", cwd=tmp_path).returncode for _ in range(2)] == [0, 0]
 
 
 def test_a_package_installed_since_the_start_gets_a_new_warm_interpreter(tmp_path, monkeypatch):
@@ -41,5 +42,6 @@ def test_a_package_installed_since_the_start_gets_a_new_warm_interpreter(tmp_pat
     gnnbridge("backends", cwd=tmp_path)
     before = {w.proc.pid for w in warm._POOL}
     monkeypatch.setattr(warm, "_installed_stamp", lambda: ("installed since",))
-    assert gnnbridge("backends", cwd=tmp_path).returncode == 0
+    # Both warm interpreters (they take turns) serve the commands after it.
+    assert [gnnbridge("backends", cwd=tmp_path).returncode for _ in range(2)] == [0, 0]
     assert {w.proc.pid for w in warm._POOL} - before  # the one this command used is new

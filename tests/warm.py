@@ -24,6 +24,7 @@ still differs between them.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import selectors
@@ -105,9 +106,11 @@ def _one_command(conn: socket.socket, own: tuple) -> None:
         _become_command(request, fds)  # raises SystemExit: the child's interpreter ends normally
     for fd in fds:
         os.close(fd)
-    conn.sendall(f"{pid}\n".encode())
+    with contextlib.suppress(OSError):  # a caller past its deadline has gone: serve the next one
+        conn.sendall(f"{pid}\n".encode())
     _, status = os.waitpid(pid, 0)
-    conn.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
+    with contextlib.suppress(OSError):
+        conn.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
 
 
 def _become_command(request: dict, fds: list[int]) -> None:
@@ -208,8 +211,8 @@ def _read_until_closed(out_r: int, err_r: int, pid: int, args, timeout: float) -
             left = deadline - time.monotonic()
             if left <= 0:
                 _kill(pid)
-                for fd in chunks:
-                    os.close(fd)
+                for key in list(sel.get_map().values()):  # those not at their end (closed) yet
+                    os.close(key.fd)
                 raise subprocess.TimeoutExpired(list(args), timeout)
             for key, _ in sel.select(left):
                 data = os.read(key.fd, 1 << 16)

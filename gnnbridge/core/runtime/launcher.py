@@ -405,8 +405,6 @@ def _fork_server_here() -> None:
     from multiprocessing import connection, forkserver, resource_tracker
 
     server = forkserver._forkserver  # noqa: SLF001 - no public way to hand it a server
-    if server._forkserver_pid is not None:  # noqa: SLF001 - one runs already: fork_server uses it
-        return
     resource_tracker.ensure_running()
     sys.stdout.flush()
     sys.stderr.flush()
