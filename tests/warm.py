@@ -83,9 +83,10 @@ def _import_what_commands_import() -> None:
     from gnnbridge.backends.dgl.backend import DglBackend
     from gnnbridge.backends.pyg.backend import PygBackend
     from gnnbridge.core.runtime.preload import import_entry
+    from gnnbridge.core.training.trainer import RANK_MODULES
 
-    for entry in PygBackend().rank_modules() + DglBackend().rank_modules():
-        import_entry(entry)
+    for entry in (*PygBackend().rank_modules(), *DglBackend().rank_modules(), *RANK_MODULES):
+        import_entry(entry)  # what a command's launcher loads before it forks its ranks' server
     for module in pkgutil.walk_packages(gnnbridge.__path__, "gnnbridge."):
         if not module.name.endswith("__main__"):
             importlib.import_module(module.name)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -11,9 +14,27 @@ from gnnbridge.core.config import ExperimentConfig
 from gnnbridge.core.errors import DataError
 from gnnbridge.core.records.data import GraphData
 from gnnbridge.core.runtime.context import DistContext
-from gnnbridge.core.training.trainer import Trainer, parameters_digest
+from gnnbridge.core.training.trainer import RANK_MODULES, Trainer, parameters_digest
 
 GRAPH_FILES = ("indptr", "indices", "x", "y", "train_idx", "val_idx", "test_idx")
+
+
+def launch_ranks(worker: Callable[..., Any], nproc: int, args: tuple, timeout_s: float = 120) -> Any:
+    """:func:`~gnnbridge.core.runtime.launcher.launch` on CPU, the ranks forked from a server that
+    has loaded both backends' libraries and what a Trainer loads (as ``gnnbridge train``'s ranks
+    are forked from one that loaded its backend's), so a test's ranks do not each import them
+    (about 3 s of CPU a rank). The server is kept for the next test while the environment stays
+    the same, so pytest's own per-test variable is left out of the ranks' environment."""
+    from gnnbridge.core.plugins import backends
+    from gnnbridge.core.runtime.launcher import launch
+
+    preload = (*(entry for name in ("dgl", "pyg") for entry in backends.get(name).rank_modules()), *RANK_MODULES)
+    current = os.environ.pop("PYTEST_CURRENT_TEST", None)
+    try:
+        return launch(worker, nproc, "cpu", args, timeout_s=timeout_s, preload=preload)
+    finally:
+        if current is not None:
+            os.environ["PYTEST_CURRENT_TEST"] = current
 
 
 def train_and_dump(ctx: DistContext, config: ExperimentConfig, data: GraphData, out: str) -> None:

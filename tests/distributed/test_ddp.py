@@ -5,10 +5,9 @@ import torch
 
 from gnnbridge.core.config import from_dict
 from gnnbridge.core.records.data import GraphData
-from gnnbridge.core.runtime.launcher import launch
 from gnnbridge.core.sampling.seeds import epoch_batches
 from gnnbridge.plugins.datasets import synthetic_graph
-from gnnbridge.testing.workers import train_and_dump
+from gnnbridge.testing.workers import launch_ranks, train_and_dump
 
 pytestmark = pytest.mark.slow
 TIMING = {"epoch_time_s", "eval_time_s", "phases"}  # per rank; phases_slowest_rank is all-reduced
@@ -29,7 +28,7 @@ def config(backend, arch="sage", **train):
 
 def run_two_ranks(cfg, data, tmp_path):
     data.share_memory_()
-    launch(train_and_dump, 2, "cpu", (cfg, data, str(tmp_path)), timeout_s=120)
+    launch_ranks(train_and_dump, 2, (cfg, data, str(tmp_path)), timeout_s=120)
     return [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
 
 
@@ -98,7 +97,7 @@ def test_layerwise_inference_on_two_ranks_gives_one_ranks_logits(tmp_path):
 
     data = small_graph()
     data.share_memory_()
-    launch(gather_rows_and_dump, 2, "cpu", (data, str(tmp_path)), timeout_s=120)
+    launch_ranks(gather_rows_and_dump, 2, (data, str(tmp_path)), timeout_s=120)
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     alone = DistContext(0, 1, 0, torch.device("cpu"))
     for got in ranks:
@@ -126,7 +125,7 @@ def test_layerwise_inference_with_layers_on_disk_on_two_ranks_equals_one_rank_in
     monkeypatch.setenv("TMPDIR", str(scratch))  # the ranks' $TMPDIR
     data = small_graph()
     data.share_memory_()
-    launch(layers_on_disk_and_dump, 2, "cpu", (data, str(tmp_path)), timeout_s=120)
+    launch_ranks(layers_on_disk_and_dump, 2, (data, str(tmp_path)), timeout_s=120)
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     alone = DistContext(0, 1, 0, torch.device("cpu"))
     for name in ("pyg", "dgl"):
@@ -156,7 +155,7 @@ def test_typed_layer_wise_states_are_the_same_bits_on_one_two_and_three_ranks(tm
     runs = {}
     for ranks, store in ((1, "memory"), (2, "disk"), (3, "memory")):
         out = tmp_path / f"{ranks}.pt"
-        launch(typed_states_and_dump, ranks, "cpu", (data, store, str(out)), timeout_s=300)
+        launch_ranks(typed_states_and_dump, ranks, (data, store, str(out)), timeout_s=300)
         runs[ranks] = torch.load(out)
     for name in ("pyg", "dgl"):
         for ranks in (2, 3):
@@ -170,7 +169,7 @@ def test_sparse_table_gradients_are_the_mean_over_ranks_on_every_rank(tmp_path):
     whose batch missed a table included, and a table no rank touched has none."""
     from gnnbridge.testing.workers import sparse_grads_and_dump, sparse_tables_loss
 
-    launch(sparse_grads_and_dump, 2, "cpu", (str(tmp_path),), timeout_s=120)
+    launch_ranks(sparse_grads_and_dump, 2, (str(tmp_path),), timeout_s=120)
     expected = {}
     for rank in range(2):
         torch.manual_seed(0)
@@ -197,7 +196,7 @@ def test_tables_shared_by_a_machines_ranks_take_the_steps_of_a_copy_per_rank(tmp
     got = {}
     for copies in ("machine", "rank"):
         (tmp_path / copies).mkdir()
-        launch(table_steps_and_dump, ranks, "cpu", (copies, str(tmp_path / copies)), timeout_s=180)
+        launch_ranks(table_steps_and_dump, ranks, (copies, str(tmp_path / copies)), timeout_s=180)
         got[copies] = [torch.load(tmp_path / copies / f"rank{r}.pt") for r in range(ranks)]
     assert all(d["applies"] for d in got["machine"])
     for name in ("users", "goods"):

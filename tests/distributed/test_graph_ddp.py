@@ -9,9 +9,8 @@ import torch
 from gnnbridge.core.app.train import run
 from gnnbridge.core.config import from_dict
 from gnnbridge.core.records.collection import GraphCollection, pack
-from gnnbridge.core.runtime.launcher import launch
 from gnnbridge.plugins.datasets import family_graphs
-from gnnbridge.testing.workers import graph_batches_and_metrics, train_and_dump
+from gnnbridge.testing.workers import graph_batches_and_metrics, launch_ranks, train_and_dump
 
 pytestmark = pytest.mark.slow
 
@@ -31,7 +30,7 @@ def binary_collection():
 
 def run_ranks(nproc, backend, kind, data, out):
     out.mkdir()
-    launch(graph_batches_and_metrics, nproc, "cpu", (backend, kind, data, 8, str(out)), timeout_s=120)
+    launch_ranks(graph_batches_and_metrics, nproc, (backend, kind, data, 8, str(out)), timeout_s=120)
     return [torch.load(out / f"rank{r}.pt") for r in range(nproc)]
 
 
@@ -76,7 +75,7 @@ def test_an_empty_batch_on_one_rank_still_steps_with_the_others(backend, tmp_pat
             "eval": {"batch_size": 16},
         }
     )
-    launch(train_and_dump, 2, "cpu", (config, data.share_memory_(), str(tmp_path)), timeout_s=120)
+    launch_ranks(train_and_dump, 2, (config, data.share_memory_(), str(tmp_path)), timeout_s=120)
     r0, r1 = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     assert [h["batches"] for h in r0["history"]] == [2, 2]
     assert torch.equal(r0["params"], r1["params"]) and r0["metrics"] == r1["metrics"]

@@ -20,11 +20,10 @@ import pytest
 import torch
 
 from gnnbridge.core.errors import RankFailedError
-from gnnbridge.core.runtime.launcher import launch
 from gnnbridge.core.runtime.sharing import shm_dir
 from gnnbridge.testing.conformance import small_graph
 from gnnbridge.testing.ports import free_port
-from gnnbridge.testing.workers import fail_on_one_rank, load_shared_and_dump
+from gnnbridge.testing.workers import fail_on_one_rank, launch_ranks, load_shared_and_dump
 
 pytestmark = pytest.mark.slow
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
@@ -197,7 +196,7 @@ def test_ranks_of_one_torchrun_node_share_the_dataset_and_match(tmp_path):
 
 
 def test_a_node_loads_the_dataset_once_and_its_ranks_map_the_same_pages(tmp_path):
-    launch(load_shared_and_dump, 2, "cpu", (str(tmp_path),), timeout_s=120)
+    launch_ranks(load_shared_and_dump, 2, (str(tmp_path),), timeout_s=120)
     assert sorted(p.name for p in tmp_path.glob("loaded-by-*")) == ["loaded-by-rank0"]  # one load per node
     got = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     expected = small_graph()
@@ -302,7 +301,7 @@ def test_a_rank_that_raises_stops_its_peers_blocked_in_a_collective():
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     started = time.monotonic()
     with pytest.raises(RankFailedError, match=r"^rank 1 failed: ValueError: boom on rank 1"):
-        launch(fail_on_one_rank, 2, "cpu", (1, "raise"), timeout_s=600)
+        launch_ranks(fail_on_one_rank, 2, (1, "raise"), timeout_s=600)
     # A deadline, not a measurement: far above a busy machine's start-up, far below the timeout.
     assert time.monotonic() - started < 300, "the peer waited for the collective timeout instead of stopping"
     # The elastic agent's signal handlers are gone again: Ctrl-C in a notebook is a KeyboardInterrupt.
@@ -317,7 +316,7 @@ def test_a_rank_that_hangs_ends_the_job_after_the_timeout():
         "stuck behind the others",
     ):
         # 20 s, not less: on a busy machine a rank may reach the first barrier seconds after the other.
-        launch(fail_on_one_rank, 2, "cpu", (1, "hang"), timeout_s=20)
+        launch_ranks(fail_on_one_rank, 2, (1, "hang"), timeout_s=20)
     assert time.monotonic() - started < 300, "the job outlived its 20 s timeout by minutes"  # a deadline
 
 

@@ -17,10 +17,9 @@ import pytest
 import torch
 
 from gnnbridge.core.errors import RankFailedError
-from gnnbridge.core.runtime.launcher import launch
 from gnnbridge.testing.conformance import small_graph
 from gnnbridge.testing.ports import free_port
-from gnnbridge.testing.workers import mapping_of, open_mapped_graph, save_graph_files, where_x_lives
+from gnnbridge.testing.workers import launch_ranks, mapping_of, open_mapped_graph, save_graph_files, where_x_lives
 
 
 @pytest.fixture
@@ -48,9 +47,9 @@ def test_ranks_map_a_mapped_record_from_its_file_not_shared_memory(via, folder, 
     out = tmp_path / "out"
     out.mkdir()
     if via == "spawn":  # as train's _run_local hands the record to --nproc's ranks
-        launch(where_x_lives, 2, "cpu", (open_mapped_graph(folder).share_memory_(), str(out)), timeout_s=120)
+        launch_ranks(where_x_lives, 2, (open_mapped_graph(folder).share_memory_(), str(out)), timeout_s=120)
     else:
-        launch(where_x_lives, 2, "cpu", (None, str(out), folder), timeout_s=120)
+        launch_ranks(where_x_lives, 2, (None, str(out), folder), timeout_s=120)
     expected = float(small_graph().x.sum())
     for rank in _ranks(out):
         assert rank["x_line"].endswith(f"{folder}/x.npy"), rank  # x's pages are the file's
@@ -61,12 +60,12 @@ def test_ranks_map_a_mapped_record_from_its_file_not_shared_memory(via, folder, 
 def test_a_record_without_mapped_from_still_goes_through_shared_memory(folder, tmp_path):
     spawned, job = tmp_path / "spawned", tmp_path / "job"
     spawned.mkdir(), job.mkdir()
-    launch(
-        where_x_lives, 2, "cpu", (open_mapped_graph(folder, mapped=False).share_memory_(), str(spawned)), timeout_s=120
+    launch_ranks(
+        where_x_lives, 2, (open_mapped_graph(folder, mapped=False).share_memory_(), str(spawned)), timeout_s=120
     )
     for rank in _ranks(spawned):
         assert "x.npy" not in rank["x_line"] and not rank["mapped"], rank
-    launch(where_x_lives, 2, "cpu", (None, str(job), folder, False), timeout_s=120)
+    launch_ranks(where_x_lives, 2, (None, str(job), folder, False), timeout_s=120)
     for rank in _ranks(job):  # the node's exported copy, in shared memory
         assert "/gnnbridge-" in rank["x_line"] and "x.npy" not in rank["x_line"] and not rank["mapped"], rank
 
@@ -102,7 +101,7 @@ def test_a_mapped_record_refused_in_the_spawned_ranks_is_one_line(folder, tmp_pa
     data = open_mapped_graph(folder)
     _corrupt(folder)
     with pytest.raises(RankFailedError) as err:
-        launch(where_x_lives, 2, "cpu", (data, str(tmp_path)), timeout_s=120)
+        launch_ranks(where_x_lives, 2, (data, str(tmp_path)), timeout_s=120)
     assert re.fullmatch(
         rf"rank [01] failed: {re.escape(folder)}/x\.npy has \d+ bytes but its manifest says \d+: "
         r"this copy of the folder differs from the one prepared; copy it again\.",

@@ -154,9 +154,13 @@ def test_a_file_outside_the_format_beside_a_prepared_folder_is_left_alone(prepar
 
 
 STOPPED_DRIVER = """
-import sys, time
+import signal, sys, time
 import gnnbridge.core.app.prepare as preparing
 from gnnbridge.cli import main
+
+# As a terminal starts it: a suite run under nohup passes SIGHUP on ignored, and gnnbridge keeps
+# an ignored SIGHUP ignored (nohup's meaning), so the SIGHUP case could never stop it.
+signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 def held(*args, **kwargs):  # the topology is written by now: indptr.npy, indices.npy
     print("ready", flush=True)

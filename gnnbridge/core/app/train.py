@@ -39,7 +39,7 @@ from gnnbridge.core.runtime.launcher import (
     server_forked_from_here,
 )
 from gnnbridge.core.runtime.sharing import node_shared
-from gnnbridge.core.training.trainer import Trainer
+from gnnbridge.core.training.trainer import RANK_MODULES, Trainer
 
 
 def run(
@@ -88,7 +88,7 @@ def _run_local(plan: Plan, progress: bool) -> dict:
     """This process launches the ranks and owns the run folder."""
     plan.check_out()  # cheap, so before the data loads
     config = plan.config
-    rank_modules = backends.get(config.backend).rank_modules()
+    rank_modules = (*backends.get(config.backend).rank_modules(), *RANK_MODULES)
     with server_forked_from_here(config.nproc, config.max_restarts, config.device.value, rank_modules):
         return _check_and_launch(plan, progress, rank_modules)
 

@@ -282,6 +282,18 @@ def warm() -> None:
     relabel(torch.full((2,), -1), torch.tensor([1]), 0)
 
 
+@signals_deferred()
+def start_numba() -> None:
+    """numba's own start (its typing and target registries: about 0.5 s of CPU, paid once per
+    process at the first kernel) and the one kernel that starts no threads, for a process that
+    others are forked from (the ranks' fork server; see
+    :data:`~gnnbridge.core.training.trainer.RANK_MODULES`). The other kernels are left to
+    :func:`warm` in each rank: loading one with a parallel loop starts numba's thread pool, and a
+    fork keeps no thread of its parent."""
+    if available():
+        relabel(torch.full((2,), -1), torch.tensor([1]), 0)
+
+
 class OutputBuffers:
     """The arrays ``sample_layers`` writes a batch into, reused once nothing holds the last batch.
 

@@ -45,6 +45,15 @@ from gnnbridge.core.training.phases import NO_PHASES, PhaseTimer, slowest_rank
 from gnnbridge.core.training.placement import autocast, grad_scaler, prefetched
 from gnnbridge.core.training.state import TrainState
 
+# What a Trainer's first run in a process loads whatever the backend, named for the ranks' fork
+# server (:func:`~gnnbridge.core.runtime.launcher.fork_server`) to load once for every rank, in
+# :func:`~gnnbridge.core.runtime.preload.import_entry`'s form. Without it each rank paid for both
+# (measured, 2 ranks on CPU): torch's first optimizer imports ``torch._dynamo`` (about 2 s of CPU
+# a rank where the backend's library has not imported it already, as DGL has not), and the
+# sampler kernels' first load starts numba (about 0.5 s a rank, DGL's own sampler's runs
+# included: their dry step and evaluation sample through the kernels).
+RANK_MODULES = ("torch._dynamo", "gnnbridge.core.sampling.kernels:start_numba")
+
 
 class Trainer(RunParts):
     """One loop for both tasks: a node task's batches are seed nodes and their sampled

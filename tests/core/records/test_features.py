@@ -240,8 +240,7 @@ def _two_ranks_with_a_cache(dataset: dict, size: str, out, file_limit=None) -> l
     """A real 2-rank gloo run (one machine) of the dataset with ``placement.feature_cache=size``;
     what each rank saw of its caches (:func:`gnnbridge.testing.workers.cached_training`)."""
     from gnnbridge.core.app.preflight import load_dataset
-    from gnnbridge.core.runtime.launcher import launch
-    from gnnbridge.testing.workers import cached_training
+    from gnnbridge.testing.workers import cached_training, launch_ranks
 
     config = from_dict(
         {
@@ -256,7 +255,7 @@ def _two_ranks_with_a_cache(dataset: dict, size: str, out, file_limit=None) -> l
     )
     data = load_dataset(config).share_memory_()
     out.mkdir()
-    launch(cached_training, 2, "cpu", (config, data, str(out), file_limit), timeout_s=240)
+    launch_ranks(cached_training, 2, (config, data, str(out), file_limit), timeout_s=240)
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
 
 

@@ -11,6 +11,7 @@ from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 from gnnbridge.core import environ
 from gnnbridge.core.runtime.launcher import _root_cause, fork_server
 from gnnbridge.core.runtime.watchdog import record_for_launcher
+from gnnbridge.core.training.trainer import RANK_MODULES
 
 NO_FILE = "<N/A>"
 
@@ -81,6 +82,30 @@ def test_ranks_are_forks_of_a_server_that_imported_the_backends_modules_once_and
         assert _child_sees([])[1] == "second"
         assert forkserver._forkserver._forkserver_pid != first  # noqa: SLF001 - a fresh one
     assert not os.path.exists(f"/proc/{first}")  # the replaced server is gone
+
+
+def _numba_state(queue):
+    """Run in a rank-like child: whether numba has started (its first kernel loaded) and whether
+    its thread pool runs, before the child has run anything."""
+    from numba.np.ufunc import parallel
+
+    from gnnbridge.core.sampling import kernels
+
+    queue.put((bool(kernels._relabel.overloads), parallel._is_initialized, "torch._dynamo" in sys.modules))
+
+
+def test_a_training_jobs_ranks_are_forked_with_torchs_optimizer_imports_and_numba_started_but_no_threads():
+    """What every Trainer's rank loaded itself (torch._dynamo, by its first optimizer; numba's
+    start, by its first kernel: together about 2.5 s of CPU a rank) is loaded once by the server;
+    numba's thread pool is not, since a fork keeps no thread of its parent's."""
+    context = multiprocessing.get_context("forkserver")
+    with fork_server(RANK_MODULES):
+        queue = context.SimpleQueue()
+        child = context.Process(target=_numba_state, args=(queue,))
+        child.start()
+        child.join(timeout=120)
+        assert child.exitcode == 0, child.exitcode
+        assert queue.get() == (True, False, True)
 
 
 def test_a_temporary_folder_too_deep_for_the_servers_socket_starts_spawned_ranks(tmp_path, monkeypatch):
