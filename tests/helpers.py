@@ -15,14 +15,35 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 FRESH = os.environ.get("GNNBRIDGE_TESTS_FRESH") == "1"
 
 
+class HookedEnv(dict):
+    """The suite's environment, a ``sitecustomize`` hook that every Python process of a command
+    runs first (``hook``: its folder, first on ``PYTHONPATH``) and knobs only the hook reads."""
+
+    hook: str
+
+
+def hooked_env(tmp_path: Path, code: str, **knobs: str) -> HookedEnv:
+    """An environment whose Python processes (the launcher and every rank) all run ``code``
+    first. A warm interpreter runs such a command too (:mod:`warm`): its fork imports the hook as
+    a fresh interpreter does at its start, but after gnnbridge's modules, so a hook patches what
+    is looked up when called (a class's method, a module's attribute), as every hook here does."""
+    hook = tmp_path / "hook"
+    hook.mkdir(exist_ok=True)
+    (hook / "sitecustomize.py").write_text(code)
+    env = HookedEnv({**ENV, "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")]), **knobs})
+    env.hook = str(hook)
+    return env
+
+
 def gnnbridge(*args, cwd, env=ENV, timeout=300, fresh=False) -> subprocess.CompletedProcess:
     """``python -m gnnbridge ARGS`` in ``cwd``, its output captured: in a fork of a warm
     interpreter (:mod:`warm`, which says what a fork keeps of a fresh process) unless ``fresh``,
-    ``env`` is not the suite's own, or ``GNNBRIDGE_TESTS_FRESH=1``."""
-    if env is ENV and not fresh and not FRESH:
+    ``env`` is neither the suite's own nor a :func:`hooked_env`, or ``GNNBRIDGE_TESTS_FRESH=1``."""
+    hooked = isinstance(env, HookedEnv)
+    if (env is ENV or hooked) and not fresh and not FRESH:
         import warm
 
-        return warm.run(args, cwd=cwd, env=env, timeout=timeout)
+        return warm.run(args, cwd=cwd, env=env, timeout=timeout, hook=env.hook if hooked else None, start_env=ENV)
     return subprocess.run(
         [sys.executable, "-m", "gnnbridge", *args],
         check=False,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from helpers import gnnbridge
+from helpers import gnnbridge, hooked_env
 
 
 @pytest.mark.parametrize(
@@ -24,6 +24,24 @@ def test_a_warm_fork_answers_as_a_fresh_interpreter(tmp_path, args):
     warm = gnnbridge(*args, cwd=tmp_path)
     fresh = gnnbridge(*args, cwd=tmp_path, fresh=True)
     assert (warm.returncode, warm.stdout, warm.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
+
+
+PATCH_DGL = """
+import os
+from gnnbridge.backends.dgl.backend import DglBackend
+
+DglBackend.availability = lambda self: "patched by the hook: " + os.environ["WHY"]
+"""
+
+
+def test_a_hooked_command_runs_its_hook_first_as_a_fresh_interpreter_does(tmp_path):
+    env = hooked_env(tmp_path, PATCH_DGL, WHY="a knob only the hook reads")
+    warm = gnnbridge("backends", cwd=tmp_path, env=env)
+    fresh = gnnbridge("backends", cwd=tmp_path, env=env, fresh=True)
+    assert "dgl      unavailable  patched by the hook: a knob only the hook reads" in warm.stdout
+    assert (warm.returncode, warm.stdout, warm.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
+    # and the next commands, on both warm interpreters (they take turns), run unhooked
+    assert ["patched" in gnnbridge("backends", cwd=tmp_path).stdout for _ in range(2)] == [False, False]
 
 
 def test_a_warm_command_past_its_deadline_is_killed_and_the_next_one_runs(tmp_path):

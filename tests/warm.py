@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib
 import json
 import os
 import selectors
@@ -72,7 +73,6 @@ def serve(path: str) -> None:
 def _import_what_commands_import() -> None:
     """The modules a 2-rank training run of either backend imports; importing none of them
     starts a thread or opens a file a command would see."""
-    import importlib
     import pkgutil
 
     import gnnbridge
@@ -125,6 +125,10 @@ def _become_command(request: dict, fds: list[int]) -> None:
     os.environ.update({**SET_BY_IMPORTS, **request["env"]})
     sys.argv = [str(Path(__import__("gnnbridge").__file__).with_name("__main__.py")), *request["args"]]
     _fresh_random_state()
+    if request["hook"]:  # what a fresh interpreter imports at its start from the hook's folder
+        sys.path.insert(0, request["hook"])
+        sys.modules.pop("sitecustomize", None)
+        importlib.import_module("sitecustomize")
     from gnnbridge.cli import main
 
     sys.exit(main())
@@ -164,14 +168,14 @@ class Warm:
         if self.folder:
             shutil.rmtree(self.folder, ignore_errors=True)
 
-    def run(self, args, cwd, env, timeout) -> subprocess.CompletedProcess:
+    def run(self, args, cwd, env, timeout, hook) -> subprocess.CompletedProcess:
         self._ensure_running()
-        request = json.dumps({"args": [str(a) for a in args], "cwd": str(cwd), "env": dict(env)}).encode()
+        request = json.dumps({"args": [str(a) for a in args], "cwd": str(cwd), "env": dict(env), "hook": hook})
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             conn.connect(self.path)
-            socket.send_fds(conn, [request], [out_w, err_w])
+            socket.send_fds(conn, [request.encode()], [out_w, err_w])
             os.close(out_w)
             os.close(err_w)
             replies = conn.makefile("r")
@@ -250,10 +254,13 @@ def _installed_stamp() -> tuple:
     return tuple(os.stat(folder).st_mtime_ns for folder in folders if os.path.isdir(folder))
 
 
-def run(args, cwd, env, timeout) -> subprocess.CompletedProcess:
-    """``gnnbridge ARGS`` in a fork of the next warm interpreter (started with ``env``)."""
+def run(args, cwd, env, timeout, hook=None, start_env=None) -> subprocess.CompletedProcess:
+    """``gnnbridge ARGS`` in a fork of the next warm interpreter (started with ``start_env``, the
+    suite's environment, by default ``env``), with ``env``; ``hook``: a folder whose
+    ``sitecustomize`` the fork imports first."""
     if not _POOL:
-        _POOL.extend(Warm(env, seed) for seed in (int.from_bytes(os.urandom(2), "big") for _ in range(2)))
+        seeds = (int.from_bytes(os.urandom(2), "big") for _ in range(2))
+        _POOL.extend(Warm(start_env or env, seed) for seed in seeds)
     warm = _POOL[_TURN[0] % len(_POOL)]
     _TURN[0] += 1
-    return warm.run(args, cwd, env, timeout)
+    return warm.run(args, cwd, env, timeout, hook)

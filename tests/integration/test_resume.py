@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from helpers import ENV, gnnbridge, in_process, ok, one_line
+from helpers import gnnbridge, hooked_env, in_process, ok, one_line
 
 from gnnbridge.core.training import checkpoint
 from gnnbridge.testing.ports import free_port
@@ -60,14 +60,6 @@ RANK_DIES = textwrap.dedent("""
 
     Trainer.train_epoch = train_epoch
 """)
-
-
-def hooked_env(tmp_path, code):
-    """An environment whose Python processes (the launcher and every rank) all run ``code`` first."""
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(code)
-    return {**ENV, "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")])}
 
 
 def results(run):
@@ -534,7 +526,7 @@ def test_a_killed_rank_is_restarted_and_the_run_ends_as_if_uninterrupted(tmp_pat
 
 
 def test_without_restarts_left_the_job_fails_as_before_and_resumes_by_hand(tmp_path, uninterrupted):
-    env = {**hooked_env(tmp_path, RANK_DIES_ON_ATTEMPTS), "KILL_EVERY_ATTEMPT": "1"}
+    env = hooked_env(tmp_path, RANK_DIES_ON_ATTEMPTS, KILL_EVERY_ATTEMPT="1")
     proc = gnnbridge(
         "train",
         "--backend",
@@ -594,7 +586,7 @@ def test_torchrun_restarts_continue_the_run_folder_the_first_attempt_chose(
         "--set",
         "train.epochs=4",
     ]
-    env = {**hooked_env(tmp_path, RANK_DIES_ON_ATTEMPTS), "KILL_AT_EPOCH": str(kill_at)}
+    env = hooked_env(tmp_path, RANK_DIES_ON_ATTEMPTS, KILL_AT_EPOCH=str(kill_at))
     proc = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=tmp_path, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr
     (folder,) = (tmp_path / "runs").iterdir()
@@ -640,7 +632,7 @@ def test_a_restart_continues_inside_the_epoch_and_ends_as_if_uninterrupted(tmp_p
     run's losses, metrics and weights are the uninterrupted run's, whose checkpoints came only
     at epoch ends: the mid-epoch checkpoints change nothing either."""
     assert [h["batches"] for h in results(uninterrupted["pyg"])["history"]] == [4] * 4
-    env = {**hooked_env(tmp_path, RANK_DIES_INSIDE_AN_EPOCH), "KILL_AT_STEP": str(2 * 4 + 4)}
+    env = hooked_env(tmp_path, RANK_DIES_INSIDE_AN_EPOCH, KILL_AT_STEP=str(2 * 4 + 4))
     proc = ok(gnnbridge("train", *INSIDE, "--max-restarts", "1", "--out", "run", cwd=tmp_path, env=env))
     assert re.fullmatch(
         rf"Restart 1 of 1 after: {DIED}; continuing run from epoch 3, after its batch 2\.", proc.stderr.strip()
@@ -655,7 +647,7 @@ def test_a_run_stopped_inside_its_first_epoch_resumes_there_by_hand(tmp_path, un
     """Killed before the 3rd batch of the first epoch, with no restarts left: latest.pt is the
     checkpoint after batch 2 (no epoch finished yet), and --resume continues it from there; on
     one rank instead of two, it says the epoch starts again and does so."""
-    env = {**hooked_env(tmp_path, RANK_DIES_INSIDE_AN_EPOCH), "KILL_AT_STEP": "3", "KILL_EVERY_ATTEMPT": "1"}
+    env = hooked_env(tmp_path, RANK_DIES_INSIDE_AN_EPOCH, KILL_AT_STEP="3", KILL_EVERY_ATTEMPT="1")
     proc = gnnbridge("train", *INSIDE, "--out", "run", cwd=tmp_path, env=env)
     assert proc.returncode == 1 and not (tmp_path / "run" / "results.json").exists(), proc.stderr
     state = checkpoint.load(checkpoint.path_in(tmp_path / "run", checkpoint.LATEST))
@@ -697,10 +689,11 @@ def test_a_restart_inside_an_epoch_keeps_an_earlier_best_epochs_weights(tmp_path
     """Killed inside epoch 3, after a best epoch 1 (latest.pt is epoch 2's) or 2 (latest.pt is its
     end plus two batches): the restart reads the best weights from best.pt, and the run reports the
     same best metrics, and keeps the same best.pt, as an uninterrupted one."""
-    env = {**hooked_env(tmp_path, MONITOR_PEAKS + RANK_DIES_INSIDE_AN_EPOCH), "BEST_EPOCH": str(best_epoch)}
     for out, kill_at in (("whole", "0"), ("run", "12")):
-        args = ("--max-restarts", "1", "--out", out)
-        ok(gnnbridge("train", *INSIDE, *args, cwd=tmp_path, env={**env, "KILL_AT_STEP": kill_at}))
+        env = hooked_env(
+            tmp_path, MONITOR_PEAKS + RANK_DIES_INSIDE_AN_EPOCH, BEST_EPOCH=str(best_epoch), KILL_AT_STEP=kill_at
+        )
+        ok(gnnbridge("train", *INSIDE, "--max-restarts", "1", "--out", out, cwd=tmp_path, env=env))
     run, whole = results(tmp_path / "run"), results(tmp_path / "whole")
     assert run["restarts"][0]["inside"] == {"epoch": 2, "batches": 2} and whole["best"]["epoch"] == best_epoch
     assert run["best"]["metrics"] is not None and run["best"]["metrics"] != run["metrics"]
