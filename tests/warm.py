@@ -12,9 +12,12 @@ with pickled arguments and no output of its own; a nailgun-style server is for t
 
 What a fork keeps of a fresh process: its own pid, working folder, environment, stdin (empty),
 stdout and stderr (pipes the caller reads, as ``subprocess.run(capture_output=True)`` does), exit
-status (a signal's as ``-N``), numpy's and Python's random state drawn afresh. What it cannot keep,
-so :func:`helpers.gnnbridge` uses a fresh interpreter for it: an environment other than the
-suite's own (it may change what an import does: a ``sitecustomize`` hook, a missing library), and
+status (a signal's as ``-N``), numpy's and Python's random state drawn afresh, and a
+``sitecustomize`` hook (:func:`helpers.hooked_env`), imported before the command as a fresh
+interpreter imports it at its start, though after gnnbridge's modules (a hook that raises ends the
+command with its traceback, where a fresh interpreter prints a line and goes on). What it cannot
+keep, so :func:`helpers.gnnbridge` uses a fresh interpreter for it: any other environment than the
+suite's own (it may change what an import does: a missing library, a ``TMPDIR``), and
 ``GNNBRIDGE_TESTS_FRESH=1`` runs every test's commands fresh. Two warm interpreters per worker,
 taken in turn, each with its own string-hash seed, so that two runs a test compares do not share
 one (as two fresh interpreters would not): a result that depends on the order of a set of names
