@@ -15,14 +15,27 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 FRESH = os.environ.get("GNNBRIDGE_TESTS_FRESH") == "1"
 
 
-class HookedEnv(dict):
-    """The suite's environment, a ``sitecustomize`` hook that every Python process of a command
-    runs first (``hook``: its folder, first on ``PYTHONPATH``) and knobs only the hook reads."""
+class SuiteEnv(dict):
+    """The suite's environment plus knobs that only run-time code reads (a hook's, srun's, a
+    launcher's), and a ``sitecustomize`` hook that every Python process of a command runs first
+    (``hook``: its folder, first on ``PYTHONPATH``), or none. A warm interpreter runs a command
+    in such an environment as a fresh one would (:mod:`warm`)."""
 
-    hook: str
+    hook: str | None = None
 
 
-def hooked_env(tmp_path: Path, code: str, **knobs: str) -> HookedEnv:
+# What an import reads, so a warm interpreter (imported with the suite's own) cannot honour it.
+_READ_AT_IMPORT = ("PYTHON", "OMP_", "MKL_", "NUMBA_", "TMP", "GNNBRIDGE_LOAD_PLUGINS", "LD_")
+
+
+def suite_env(**knobs: str) -> SuiteEnv:
+    """The suite's environment with ``knobs`` that only run-time code reads (SLURM's, MASTER_*)."""
+    imported = [name for name in knobs if name.startswith(_READ_AT_IMPORT)]
+    assert not imported, f"{imported} are read at import: pass a plain dict (a fresh interpreter)"
+    return SuiteEnv({**ENV, **knobs})
+
+
+def hooked_env(tmp_path: Path, code: str, **knobs: str) -> SuiteEnv:
     """An environment whose Python processes (the launcher and every rank) all run ``code``
     first. A warm interpreter runs such a command too (:mod:`warm`): its fork imports the hook as
     a fresh interpreter does at its start, but after gnnbridge's modules, so a hook patches what
@@ -30,20 +43,24 @@ def hooked_env(tmp_path: Path, code: str, **knobs: str) -> HookedEnv:
     hook = tmp_path / "hook"
     hook.mkdir(exist_ok=True)
     (hook / "sitecustomize.py").write_text(code)
-    env = HookedEnv({**ENV, "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")]), **knobs})
+    env = suite_env(**knobs)
+    env["PYTHONPATH"] = os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")])
     env.hook = str(hook)
     return env
+
+
+def _warm(env, fresh: bool) -> bool:
+    return (env is ENV or isinstance(env, SuiteEnv)) and not fresh and not FRESH
 
 
 def gnnbridge(*args, cwd, env=ENV, timeout=300, fresh=False) -> subprocess.CompletedProcess:
     """``python -m gnnbridge ARGS`` in ``cwd``, its output captured: in a fork of a warm
     interpreter (:mod:`warm`, which says what a fork keeps of a fresh process) unless ``fresh``,
-    ``env`` is neither the suite's own nor a :func:`hooked_env`, or ``GNNBRIDGE_TESTS_FRESH=1``."""
-    hooked = isinstance(env, HookedEnv)
-    if (env is ENV or hooked) and not fresh and not FRESH:
+    ``env`` is neither the suite's own nor a :class:`SuiteEnv`, or ``GNNBRIDGE_TESTS_FRESH=1``."""
+    if _warm(env, fresh):
         import warm
 
-        return warm.run(args, cwd=cwd, env=env, timeout=timeout, hook=env.hook if hooked else None, start_env=ENV)
+        return warm.run(args, cwd=cwd, env=env, timeout=timeout, hook=getattr(env, "hook", None), start_env=ENV)
     return subprocess.run(
         [sys.executable, "-m", "gnnbridge", *args],
         check=False,
@@ -52,6 +69,26 @@ def gnnbridge(*args, cwd, env=ENV, timeout=300, fresh=False) -> subprocess.Compl
         cwd=cwd,
         env=env,
         timeout=timeout,
+    )
+
+
+def start(*args, cwd, env=ENV, new_session=False, fresh=False):
+    """``python -m gnnbridge ARGS`` started in the background, as :func:`gnnbridge` runs it
+    (warm or fresh, by the same rule), driven as a ``subprocess.Popen(stdout=PIPE,
+    stderr=PIPE, text=True, start_new_session=new_session)`` is."""
+    if _warm(env, fresh):
+        import warm
+
+        hook = getattr(env, "hook", None)
+        return warm.start(args, cwd=cwd, env=env, hook=hook, start_env=ENV, new_session=new_session)
+    return subprocess.Popen(
+        [sys.executable, "-m", "gnnbridge", *map(str, args)],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=new_session,
     )
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from helpers import gnnbridge, hooked_env
+from helpers import gnnbridge, hooked_env, start
 
 
 @pytest.mark.parametrize(
@@ -63,3 +63,28 @@ def test_a_package_installed_since_the_start_gets_a_new_warm_interpreter(tmp_pat
     # Both warm interpreters (they take turns) serve the commands after it.
     assert [gnnbridge("backends", cwd=tmp_path).returncode for _ in range(2)] == [0, 0]
     assert {w.proc.pid for w in warm._POOL} - before  # the one this command used is new
+
+
+def test_started_commands_run_side_by_side_and_are_driven_as_popen_drives_a_process(tmp_path):
+    """What the suite's background jobs rely on (tests/distributed/test_launch_modes.py): the
+    command's own pid and process group, a wait with a deadline, a signal, two at once."""
+    import os
+    import signal
+    import time
+
+    long = ("train", "--dataset", "karate", "--set", "train.epochs=100000", "--quiet")
+    first = start(*long, "--out", "first", cwd=tmp_path, new_session=True)
+    second = start(*long, "--out", "second", cwd=tmp_path)  # served while the first still runs
+    assert os.getpgid(first.pid) == first.pid and os.getpgid(second.pid) != second.pid
+    deadline = time.monotonic() + 240
+    while not all((tmp_path / run / "checkpoints" / "latest.pt").exists() for run in ("first", "second")):
+        assert time.monotonic() < deadline and first.poll() is None and second.poll() is None
+        time.sleep(0.05)
+    with pytest.raises(subprocess.TimeoutExpired):
+        first.wait(timeout=0.1)
+    os.killpg(first.pid, signal.SIGTERM)
+    second.send_signal(signal.SIGINT)
+    (_, first_err), (_, second_err) = first.communicate(timeout=120), second.communicate(timeout=120)
+    assert (first.wait(timeout=60), second.wait(timeout=60)) == (143, 130)
+    last = [err.strip().splitlines()[-1] for err in (first_err, second_err)]
+    assert last[0].startswith("Stopped by SIGTERM") and last[1].startswith("Stopped by SIGINT (Ctrl-C)"), last

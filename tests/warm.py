@@ -16,11 +16,15 @@ status (a signal's as ``-N``), numpy's and Python's random state drawn afresh, a
 ``sitecustomize`` hook (:func:`helpers.hooked_env`), imported before the command as a fresh
 interpreter imports it at its start, though after gnnbridge's modules (a hook that raises ends the
 command with its traceback, where a fresh interpreter prints a line and goes on). What it cannot
-keep, so :func:`helpers.gnnbridge` uses a fresh interpreter for it: any other environment than the
-suite's own (it may change what an import does: a missing library, a ``TMPDIR``), and
-``GNNBRIDGE_TESTS_FRESH=1`` runs every test's commands fresh. Two warm interpreters per worker,
-taken in turn, each with its own string-hash seed, so that two runs a test compares do not share
-one (as two fresh interpreters would not): a result that depends on the order of a set of names
+keep, so :func:`helpers.gnnbridge` uses a fresh interpreter for it: an environment other than the
+suite's own plus knobs read at run time only (:class:`helpers.SuiteEnv`; anything else may change
+what an import does: a missing library, a ``TMPDIR``), and ``GNNBRIDGE_TESTS_FRESH=1`` runs every
+test's commands fresh. Each command is started by a keeper (a fork that forks the command, waits
+for it and reports its pid, then its exit status), so commands run side by side, and
+:func:`start` hands one back at once, to be driven as a :class:`subprocess.Popen` is (a
+background job, a signal, a process group of its own). Two warm interpreters per worker, taken
+in turn, each with its own string-hash seed, so that two runs a test compares do not share one
+(as two fresh interpreters would not): a result that depends on the order of a set of names
 still differs between them.
 """
 
@@ -31,6 +35,7 @@ import contextlib
 import importlib
 import json
 import os
+import select
 import selectors
 import shutil
 import signal
@@ -67,10 +72,33 @@ def serve(path: str) -> None:
     while True:
         for key, _ in watch.select():
             if key.fileobj is sys.stdin:
+                _wait_for_keepers()
                 return
             conn, _ = listener.accept()
             with conn:
-                _one_command(conn, (listener, watch))
+                if os.fork() == 0:  # the command's keeper, so that commands run side by side
+                    keeper = os.getpid()
+                    try:
+                        listener.close()
+                        watch.close()
+                        _one_command(conn)
+                    finally:  # not in the command (a fork of this), whose exit goes on up
+                        if os.getpid() == keeper:
+                            os._exit(0)
+        _reap_keepers()
+
+
+def _reap_keepers() -> None:
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+
+
+def _wait_for_keepers() -> None:
+    """The commands still running end before the interpreter does (their CPU is then its own)."""
+    with contextlib.suppress(ChildProcessError):
+        while True:
+            os.wait()
 
 
 def _import_what_commands_import() -> None:
@@ -100,13 +128,13 @@ def _import_what_commands_import() -> None:
     SET_BY_IMPORTS.update({k: v for k, v in os.environ.items() if before.get(k) != v})
 
 
-def _one_command(conn: socket.socket, own: tuple) -> None:
+def _one_command(conn: socket.socket) -> None:
+    """Fork the command, tell the caller its pid, and later its exit status."""
     message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 2)
     request = json.loads(message)
     pid = os.fork()
     if pid == 0:
-        for item in (*own, conn):
-            item.close()
+        conn.close()
         _become_command(request, fds)  # raises SystemExit: the child's interpreter ends normally
     for fd in fds:
         os.close(fd)
@@ -118,6 +146,8 @@ def _one_command(conn: socket.socket, own: tuple) -> None:
 
 
 def _become_command(request: dict, fds: list[int]) -> None:
+    if request["new_session"]:  # Popen's start_new_session
+        os.setsid()
     devnull = os.open(os.devnull, os.O_RDONLY)
     for source, target in ((devnull, 0), (fds[0], 1), (fds[1], 2)):
         os.dup2(source, target)
@@ -171,21 +201,27 @@ class Warm:
         if self.folder:
             shutil.rmtree(self.folder, ignore_errors=True)
 
-    def run(self, args, cwd, env, timeout, hook) -> subprocess.CompletedProcess:
+    def start(self, args, cwd, env, hook, new_session=False) -> Started:
         self._ensure_running()
-        request = json.dumps({"args": [str(a) for a in args], "cwd": str(cwd), "env": dict(env), "hook": hook})
+        request = {"args": [str(a) for a in args], "cwd": str(cwd), "env": dict(env), "hook": hook}
+        request["new_session"] = new_session
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-            conn.connect(self.path)
-            socket.send_fds(conn, [request.encode()], [out_w, err_w])
-            os.close(out_w)
-            os.close(err_w)
-            replies = conn.makefile("r")
-            pid = int(replies.readline())
-            out, err = _read_until_closed(out_r, err_r, pid, args, timeout)
-            code = int(replies.readline())
-        return subprocess.CompletedProcess(list(args), code, out, err)
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.connect(self.path)
+        socket.send_fds(conn, [json.dumps(request).encode()], [out_w, err_w])
+        os.close(out_w)
+        os.close(err_w)
+        return Started(args, conn, out_r, err_r)
+
+    def run(self, args, cwd, env, timeout, hook) -> subprocess.CompletedProcess:
+        proc = self.start(args, cwd, env, hook)
+        try:
+            out, err = _read_until_closed(proc.stdout, proc.stderr, proc.pid, args, timeout)
+        except subprocess.TimeoutExpired:
+            proc._conn.close()  # the keeper's status is not awaited: it was killed
+            raise
+        return subprocess.CompletedProcess(list(args), proc.wait(), out, err)
 
     def _ensure_running(self) -> None:
         installed = _installed_stamp()
@@ -207,29 +243,86 @@ class Warm:
             raise RuntimeError(f"the warm interpreter did not start (exit {self.proc.wait()}); see stderr above")
 
 
-def _read_until_closed(out_r: int, err_r: int, pid: int, args, timeout: float) -> tuple[str, str]:
-    """Both pipes to their end, as ``subprocess.run`` reads them; past ``timeout`` the command is
-    killed and :class:`subprocess.TimeoutExpired` raised, as ``subprocess.run`` does."""
-    chunks = {out_r: [], err_r: []}
-    deadline = time.monotonic() + timeout
+class Started:
+    """A command running in a fork of a warm interpreter, driven as a :class:`subprocess.Popen`
+    with ``stdout=PIPE, stderr=PIPE, text=True`` is: ``pid``, ``stdout``, ``stderr``, ``poll``,
+    ``wait``, ``communicate``, ``send_signal``, ``kill``, ``returncode``. Its parent is the warm
+    interpreter's keeper, which sends its pid and then its exit status over ``conn``."""
+
+    def __init__(self, args, conn: socket.socket, out_r: int, err_r: int) -> None:
+        self.args = [str(a) for a in args]
+        self.returncode: int | None = None
+        self._conn, self._buffer = conn, b""
+        self.pid = int(self._line(None))
+        self.stdout = open(out_r, errors="replace")  # noqa: SIM115 - closed when read to its end
+        self.stderr = open(err_r, errors="replace")  # noqa: SIM115
+
+    def _line(self, timeout: float | None) -> str | None:
+        """The keeper's next line, or None if it has not come within ``timeout`` seconds."""
+        while b"\n" not in self._buffer:
+            if not select.select([self._conn], [], [], timeout)[0]:
+                return None
+            data = self._conn.recv(64)
+            if not data:
+                raise RuntimeError(f"the warm interpreter ended while {self.args} ran")
+            self._buffer += data
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return line.decode()
+
+    def poll(self) -> int | None:
+        return self._status(0)
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self._status(timeout) is None:
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        return self.returncode
+
+    def _status(self, timeout: float | None) -> int | None:
+        if self.returncode is None and (line := self._line(timeout)) is not None:
+            self.returncode = int(line)
+            self._conn.close()
+        return self.returncode
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        """Both pipes to their end, then the exit status, within ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        out, err = _read_until_closed(self.stdout, self.stderr, None, self.args, timeout)
+        self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return out, err
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:  # never a pid that has been reaped and may be another's now
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+def _read_until_closed(out, err, pid: int | None, args, timeout: float | None) -> tuple[str, str]:
+    """Both pipes to their end, as ``subprocess.run`` reads them; past ``timeout`` the command
+    (``pid``, if given) is killed and :class:`subprocess.TimeoutExpired` raised, as
+    ``subprocess.run`` does."""
+    chunks: dict = {out: [], err: []}
+    deadline = None if timeout is None else time.monotonic() + timeout
     with selectors.DefaultSelector() as sel:
-        for fd in chunks:
-            sel.register(fd, selectors.EVENT_READ)
+        for pipe in chunks:
+            sel.register(pipe, selectors.EVENT_READ)
         while sel.get_map():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                _kill(pid)
-                for key in list(sel.get_map().values()):  # those not at their end (closed) yet
-                    os.close(key.fd)
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                if pid is not None:
+                    _kill(pid)
+                    for key in list(sel.get_map().values()):  # those not at their end (closed) yet
+                        key.fileobj.close()
                 raise subprocess.TimeoutExpired(list(args), timeout)
             for key, _ in sel.select(left):
-                data = os.read(key.fd, 1 << 16)
+                data = os.read(key.fileobj.fileno(), 1 << 16)
                 if data:
-                    chunks[key.fd].append(data)
+                    chunks[key.fileobj].append(data)
                 else:
-                    sel.unregister(key.fd)
-                    os.close(key.fd)
-    return tuple(b"".join(chunks[fd]).decode(errors="replace") for fd in (out_r, err_r))
+                    sel.unregister(key.fileobj)
+                    key.fileobj.close()
+    return tuple(b"".join(chunks[pipe]).decode(errors="replace") for pipe in (out, err))
 
 
 def _kill(pid: int) -> None:
@@ -261,9 +354,21 @@ def run(args, cwd, env, timeout, hook=None, start_env=None) -> subprocess.Comple
     """``gnnbridge ARGS`` in a fork of the next warm interpreter (started with ``start_env``, the
     suite's environment, by default ``env``), with ``env``; ``hook``: a folder whose
     ``sitecustomize`` the fork imports first."""
+    return _next(start_env or env).run(args, cwd, env, timeout, hook)
+
+
+def start(args, cwd, env, hook=None, start_env=None, new_session=False) -> Started:
+    """``gnnbridge ARGS`` started as :func:`run` runs it, returned at once, to be driven as a
+    :class:`subprocess.Popen` is (a background job, a signal, commands side by side);
+    ``new_session``: Popen's ``start_new_session``. Signals are disposed as the suite's worker
+    disposes them (tests/conftest.py), as a fresh interpreter it started would find them."""
+    return _next(start_env or env).start(args, cwd, env, hook, new_session)
+
+
+def _next(start_env) -> Warm:
     if not _POOL:
         seeds = (int.from_bytes(os.urandom(2), "big") for _ in range(2))
-        _POOL.extend(Warm(start_env or env, seed) for seed in seeds)
+        _POOL.extend(Warm(start_env, seed) for seed in seeds)
     warm = _POOL[_TURN[0] % len(_POOL)]
     _TURN[0] += 1
-    return warm.run(args, cwd, env, timeout, hook)
+    return warm

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import gnnbridge, hooked_env, start, suite_env
 
 from gnnbridge.core.errors import ConfigError, OutputExistsError, TrainingDivergedError
 
@@ -751,11 +752,7 @@ def _train_then_signal(tmp_path, sig, wait_for_checkpoint):
     size = [] if wait_for_checkpoint else ["--set", "dataset.options.num_nodes=120000"]
     # The child gets SIGINT's default disposition from tests/conftest.py, also when the suite was
     # started from a background job (which ignores SIGINT, as would the child otherwise).
-    proc = subprocess.Popen(
-        [PY, "-m", "gnnbridge", "train", "--set", "train.epochs=500", *size, "--quiet", "--out", str(run)],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start("train", "--set", "train.epochs=500", *size, "--quiet", "--out", run, cwd=tmp_path)
     deadline = time.monotonic() + 240
     marker = run / "checkpoints" / "latest.pt" if wait_for_checkpoint else run / "config.yaml"
     while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
@@ -830,12 +827,6 @@ def test_sigterm_before_the_first_checkpoint_frees_the_out_folder(tmp_path):
     assert not run.exists()
 
 
-def default_signals():
-    """For a child that must take signals as a user's terminal delivers them: a shell that starts
-    a job in the background sets SIGINT to "ignored", and children inherit that."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 # Ctrl-C while torch.save writes a checkpoint, every time: the run's second torch.save gets a
 # file that sends the process SIGINT on its second write, in the middle of the checkpoint.
 SIGINT_MID_SAVE = textwrap.dedent("""
@@ -866,33 +857,11 @@ SIGINT_MID_SAVE = textwrap.dedent("""
 
 @pytest.mark.slow
 def test_ctrl_c_while_a_checkpoint_is_written_stops_the_run_as_itself(tmp_path):
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(SIGINT_MID_SAVE)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run(
-        [
-            PY,
-            "-m",
-            "gnnbridge",
-            "train",
-            "--dataset",
-            "karate",
-            *KARATE_STEPS,
-            "--set",
-            "train.epochs=4",
-            "--set",
-            "log.to=[csv]",
-            "--quiet",
-            "--out",
-            "r",
-        ],
+    proc = gnnbridge(
+        *("train", "--dataset", "karate", *KARATE_STEPS, "--set", "train.epochs=4", "--set", "log.to=[csv]"),
+        *("--quiet", "--out", "r"),
         cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        preexec_fn=default_signals,
+        env=hooked_env(tmp_path, SIGINT_MID_SAVE),
     )
     assert proc.returncode == 130, proc.stderr
     assert proc.stderr.strip().splitlines() == [
@@ -903,13 +872,7 @@ def test_ctrl_c_while_a_checkpoint_is_written_stops_the_run_as_itself(tmp_path):
     # The write the signal landed in was finished first: the second epoch's checkpoint, whole.
     assert checkpoint.load(tmp_path / "r" / "checkpoints" / "latest.pt")["epoch"] == 1
     assert not list((tmp_path / "r").rglob("*.partial"))
-    resumed = subprocess.run(
-        [PY, "-m", "gnnbridge", "train", "--resume", "r", "--quiet"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    resumed = gnnbridge("train", "--resume", "r", "--quiet", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads((tmp_path / "r" / "results.json").read_text())["epochs_trained"] == 4
     # The stop came before the logger took the second epoch: the resume gave it that epoch first.
@@ -1018,15 +981,8 @@ def test_an_unknown_plugin_in_the_load_list_is_named():
 
 
 def test_an_unresolvable_master_addr_is_one_line(tmp_path):
-    env = {**os.environ, "RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "no-such-host.invalid", "MASTER_PORT": "29555"}
-    proc = subprocess.run(
-        [PY, "-m", "gnnbridge", "train", "--dataset", "karate", "--timeout", "20"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        cwd=tmp_path,
-    )
+    env = suite_env(RANK="1", WORLD_SIZE="2", MASTER_ADDR="no-such-host.invalid", MASTER_PORT="29555")
+    proc = gnnbridge("train", "--dataset", "karate", "--timeout", "20", cwd=tmp_path, env=env, timeout=120)
     assert proc.returncode == 1
     assert proc.stderr.strip().count("\n") == 0, proc.stderr
     assert "MASTER_ADDR='no-such-host.invalid' does not resolve" in proc.stderr

@@ -16,8 +16,10 @@ import threading
 import time
 from pathlib import Path
 
+import helpers
 import pytest
 import torch
+from helpers import ENV, hooked_env, start, suite_env
 
 from gnnbridge.core.errors import RankFailedError
 from gnnbridge.core.runtime.sharing import shm_dir
@@ -28,16 +30,21 @@ from gnnbridge.testing.workers import fail_on_one_rank, launch_ranks, load_share
 pytestmark = pytest.mark.slow
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 TRAIN = ["train", "--quiet", "--set", "train.epochs=2", "--set", "train.batch_size=256"]
-# One thread per rank in every layout: the reduction order inside a matmul depends on the thread
-# count, and this test compares final metrics for equality, not closeness.
-ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+# ENV: one thread per rank in every layout (the reduction order inside a matmul depends on the
+# thread count, and this test compares final metrics for equality, not closeness).
 
 
 class Job:
-    """A command started in the background whose stderr is read as it comes."""
+    """A command started in the background whose stderr is read as it comes: ``gnnbridge``'s
+    as :func:`helpers.start` starts it (warm where it can), torchrun's fresh as a user's is."""
 
-    def __init__(self, args, cwd, env=ENV):
-        self.proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    def __init__(self, args, cwd, env=ENV, new_session=False):
+        if args[:3] == gnnbridge():
+            self.proc = start(*args[3:], cwd=cwd, env=env, new_session=new_session)
+        else:
+            self.proc = subprocess.Popen(
+                args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
         self.lines: list[str] = []
         self.out: list[str] = []
         self._readers = [
@@ -168,31 +175,36 @@ def results(folder):
 # --------------------------------------------------------------------------- same numbers everywhere
 
 
+@pytest.fixture(scope="module")
+def spawned(tmp_path_factory):
+    """``TRAIN --nproc 2`` on a backend, run once for the module: the run that each torchrun
+    layout (and a torchrun resume of it) must reproduce exactly. Read only: a test that continues
+    it continues a copy."""
+    runs = {}
+
+    def run(backend):
+        if backend not in runs:
+            cwd = tmp_path_factory.mktemp(f"spawned-{backend}")
+            job = Job(gnnbridge(*TRAIN, "--backend", backend, "--nproc", "2", "--out", "run"), cwd)
+            assert job.finish() == 0, job.lines
+            runs[backend] = cwd / "run"
+        return runs[backend]
+
+    return run
+
+
 @pytest.mark.parametrize("backend", ["pyg", "dgl"])
-def test_two_torchrun_nodes_match_one_node_with_two_ranks(backend, tmp_path):
-    args = [*TRAIN, "--backend", backend]
-    single = Job(gnnbridge(*args, "--nproc", "2", "--out", "single"), tmp_path)
-    assert single.finish() == 0, single.lines
+def test_two_torchrun_nodes_match_one_node_with_two_ranks(backend, tmp_path, spawned):
     port = free_port()
-    nodes = [Job(torchrun(2, r, 1, port, *args, "--out", "multi"), tmp_path) for r in (1, 0)]
+    nodes = [Job(torchrun(2, r, 1, port, *TRAIN, "--backend", backend, "--out", "multi"), tmp_path) for r in (1, 0)]
     assert [n.finish() for n in nodes] == [0, 0], [n.lines for n in nodes]
-    one, two = results(tmp_path / "single"), results(tmp_path / "multi")
+    one, two = results(spawned(backend)), results(tmp_path / "multi")
     assert two[3]["num_nodes"] == 2 and one[3]["num_nodes"] == 1
     assert [r["node"] for r in two[3]["ranks"]] == [0, 1]
     assert two[2] == one[2]  # the same per-rank seed shards
     assert two[1] == one[1]  # the same loss, epoch by epoch
     assert two[0] == one[0]  # the same final metrics, exactly
     assert "test_acc" in nodes[1].stdout and nodes[0].stdout == ""  # rank 0 reports, rank 1 is silent
-
-
-def test_ranks_of_one_torchrun_node_share_the_dataset_and_match(tmp_path):
-    single = Job(gnnbridge(*TRAIN, "--backend", "dgl", "--nproc", "2", "--out", "single"), tmp_path)
-    assert single.finish() == 0, single.lines
-    before = set(shm_dir().glob("gnnbridge-*"))
-    job = Job(torchrun(1, 0, 2, free_port(), *TRAIN, "--backend", "dgl", "--out", "job"), tmp_path)
-    assert job.finish() == 0, job.lines
-    assert results(tmp_path / "job")[:3] == results(tmp_path / "single")[:3]
-    assert set(shm_dir().glob("gnnbridge-*")) == before  # this job's shared files were unlinked
 
 
 def test_a_node_loads_the_dataset_once_and_its_ranks_map_the_same_pages(tmp_path):
@@ -208,11 +220,10 @@ def test_a_node_loads_the_dataset_once_and_its_ranks_map_the_same_pages(tmp_path
     assert not Path(got[0]["x_file"]).exists()  # and its name is gone
 
 
-def test_a_torchrun_job_resumes_a_spawned_run_like_the_spawned_launcher_does(tmp_path):
+def test_a_torchrun_job_resumes_a_spawned_run_like_the_spawned_launcher_does(tmp_path, spawned):
     """Resuming inside a job: every rank reads the checkpoint, rank 0 continues the folder."""
-    first = Job(gnnbridge(*TRAIN, "--nproc", "2", "--out", "spawned"), tmp_path)
-    assert first.finish() == 0, first.lines
-    shutil.copytree(tmp_path / "spawned", tmp_path / "job")
+    shutil.copytree(spawned("pyg"), tmp_path / "spawned")
+    shutil.copytree(spawned("pyg"), tmp_path / "job")
     again = Job(gnnbridge("train", "--resume", "spawned", "--set", "train.epochs=3", "--quiet"), tmp_path)
     assert again.finish() == 0, again.lines
     port = free_port()
@@ -221,10 +232,10 @@ def test_a_torchrun_job_resumes_a_spawned_run_like_the_spawned_launcher_does(tmp
         for r in (1, 0)
     ]
     assert [n.finish() for n in nodes] == [0, 0], [n.lines for n in nodes]
-    spawned, job = results(tmp_path / "spawned"), results(tmp_path / "job")
+    resumed, job = results(tmp_path / "spawned"), results(tmp_path / "job")
     assert job[3]["num_nodes"] == 2 and job[3]["resumed_from"] == {"epoch": 1, "world_size": 2}
-    assert job[1] == spawned[1] and len(job[1]) == 3  # the same loss, epoch by epoch
-    assert job[0] == spawned[0]  # the same final metrics, exactly
+    assert job[1] == resumed[1] and len(job[1]) == 3  # the same loss, epoch by epoch
+    assert job[0] == resumed[0]  # the same final metrics, exactly
 
 
 # --------------------------------------------------------------------------- failing fast
@@ -324,7 +335,6 @@ def test_a_rank_that_never_joins_is_named(tmp_path):
     """srun's environment with 3 tasks, of which only 2 start: both stop, and say which is missing."""
     port = free_port()
     env = {
-        **ENV,
         "SLURM_NTASKS": "3",
         "SLURM_STEP_ID": "0",
         "SLURM_NODEID": "0",
@@ -337,7 +347,7 @@ def test_a_rank_that_never_joins_is_named(tmp_path):
         Job(
             gnnbridge("train", "--timeout", "20", "--out", "run"),
             tmp_path,
-            env={**env, "SLURM_PROCID": str(r), "SLURM_LOCALID": str(r)},
+            env=suite_env(**env, SLURM_PROCID=str(r), SLURM_LOCALID=str(r)),
         )
         for r in (0, 1)
     ]
@@ -371,11 +381,6 @@ def test_a_signal_to_the_launcher_stops_every_rank_and_keeps_only_the_resumable_
     assert_kept_for_resume(tmp_path / "run")
 
 
-def default_signals():
-    """The child takes Ctrl-C as from a terminal (a shell's background job inherits it ignored)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 # Every rank is held in its start-up, before it unpickles its work (which imports the user's
 # modules), until the test says go; each first leaves a marker. So Ctrl-C comes while every rank
 # is starting. Ranks are forks of the launcher's fork server (a fork of the launcher, or a fresh
@@ -402,17 +407,11 @@ def test_ctrl_c_while_the_ranks_start_prints_only_the_launchers_line(tmp_path):
     also passes it on to the ranks. The ranks are still importing: the user sees one line."""
     gate = tmp_path / "gate"
     gate.mkdir()
-    (gate / "sitecustomize.py").write_text(RANKS_WAIT_WHILE_STARTING)
-    env = {**ENV, "GATE": str(gate), "PYTHONPATH": os.pathsep.join([str(gate), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen(
-        gnnbridge("train", "--nproc", "2", "--quiet", "--set", "train.epochs=500", "--out", "run"),
+    proc = start(
+        *("train", "--nproc", "2", "--quiet", "--set", "train.epochs=500", "--out", "run"),
         cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        preexec_fn=default_signals,
+        env=hooked_env(tmp_path, RANKS_WAIT_WHILE_STARTING, GATE=str(gate)),
+        new_session=True,  # a terminal's foreground job: the launcher and its ranks are one group
     )
     try:
         deadline = time.monotonic() + 240
@@ -434,20 +433,26 @@ def test_ctrl_c_while_the_ranks_start_prints_only_the_launchers_line(tmp_path):
 # --------------------------------------------------------------------------- two jobs on one host
 
 
-def test_two_jobs_at_once_on_one_host_do_not_collide(tmp_path):
+def test_two_jobs_at_once_on_one_host_do_not_collide(tmp_path, spawned):
     """Two spawned jobs in the same folder (same second, default run folders), and two torchrun
-    jobs of two ranks each (their own ports, shared-memory files named per job)."""
+    jobs of two ranks each (their own ports, shared-memory files named per job), whose ranks
+    share their node's dataset and reproduce a spawned run of two ranks exactly."""
+    reference = spawned("dgl")
+    before = set(shm_dir().glob("gnnbridge-*"))
     short = [*TRAIN, "--set", "train.epochs=1"]  # what collides is the start, the ports and the files
     jobs = [Job(gnnbridge(*short, "--nproc", "2"), tmp_path) for _ in range(2)]
     jobs += [
-        Job(torchrun(1, 0, 2, free_port(), *short, "--backend", "dgl", "--out", f"tr{i}"), tmp_path) for i in range(2)
+        Job(torchrun(1, 0, 2, free_port(), *TRAIN, "--backend", "dgl", "--out", f"tr{i}"), tmp_path) for i in range(2)
     ]
     assert [j.finish() for j in jobs] == [0] * 4, [j.lines for j in jobs]
-    spawned = sorted((tmp_path / "runs").iterdir())
-    assert len(spawned) == 2
-    for folder in [*spawned, tmp_path / "tr0", tmp_path / "tr1"]:
+    spawned_runs = sorted((tmp_path / "runs").iterdir())
+    assert len(spawned_runs) == 2
+    for folder in [*spawned_runs, tmp_path / "tr0", tmp_path / "tr1"]:
         metrics, _, shards, data = results(folder)
         assert metrics["test_acc"] > 0.3 and len(set(shards)) == 2 and data["world_size"] == 2
+    for folder in (tmp_path / "tr0", tmp_path / "tr1"):
+        assert results(folder)[:3] == results(reference)[:3]
+    assert set(shm_dir().glob("gnnbridge-*")) == before  # the jobs' shared files were unlinked
 
 
 # The first job's ranks wait before their second epoch until the test has seen the second job
@@ -473,26 +478,23 @@ def test_a_job_that_finds_its_port_taken_fails_alone(tmp_path):
     """Two srun steps told to use one MASTER_PORT: the second cannot listen there, and its
     ranks must not join (or stop) the first job, whose store holds that port."""
     port = free_port()
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(HOLD_BEFORE_EPOCH_2)
     release = tmp_path / "release"
 
     def slurm(job, rank, *args):
-        env = {
-            **ENV,
-            "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")]),
-            "RELEASE": str(release),
-            "SLURM_JOB_ID": str(job),
-            "SLURM_STEP_ID": "0",
-            "SLURM_NTASKS": "2",
-            "SLURM_NODEID": "0",
-            "SLURM_PROCID": str(rank),
-            "SLURM_LOCALID": str(rank),
-            "SLURM_STEP_NODELIST": "localhost",
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(port),
-        }
+        env = hooked_env(
+            tmp_path,
+            HOLD_BEFORE_EPOCH_2,
+            RELEASE=str(release),
+            SLURM_JOB_ID=str(job),
+            SLURM_STEP_ID="0",
+            SLURM_NTASKS="2",
+            SLURM_NODEID="0",
+            SLURM_PROCID=str(rank),
+            SLURM_LOCALID=str(rank),
+            SLURM_STEP_NODELIST="localhost",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+        )
         return Job(gnnbridge("train", "--set", "train.epochs=3", *args), tmp_path, env=env)
 
     first = [slurm(1, r, "--out", "first") for r in (0, 1)]
@@ -507,16 +509,8 @@ def test_a_job_that_finds_its_port_taken_fails_alone(tmp_path):
 
 
 def test_nproc_inside_a_job_is_refused_in_one_line(tmp_path):
-    env = {**ENV, "RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
-    proc = subprocess.run(
-        gnnbridge("train", "--nproc", "4", "--out", "run"),
-        check=False,
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    env = suite_env(RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT="1")
+    proc = helpers.gnnbridge("train", "--nproc", "4", "--out", "run", cwd=tmp_path, env=env, timeout=120)
     assert proc.returncode == 1
     assert proc.stderr.strip() == (
         "Error: --nproc 4 inside a torchrun job of 2 ranks: the launcher already started "
@@ -595,7 +589,7 @@ def test_a_forward_that_never_returns_ends_the_job_naming_the_rank_and_the_phase
             "run",
         ),
         tmp_path,
-        env={**ENV, "STUCK_RANKS": stuck, "STUCK_WHEN": when},
+        env=suite_env(STUCK_RANKS=stuck, STUCK_WHEN=when),
     )
     try:
         code = job.finish(timeout=180)

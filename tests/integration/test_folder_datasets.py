@@ -9,8 +9,8 @@ import math
 import os
 import pickle
 import subprocess
-import sys
 
+import helpers
 import numpy as np
 import pytest
 import torch
@@ -193,24 +193,8 @@ def test_a_run_from_a_folder_evaluates_predicts_resumes_ports_and_compares(tmp_p
     assert gnnbridge.evaluate(tmp_path / "moved")["metrics"]["test_acc"] == pytest.approx(
         gnnbridge.evaluate(run)["metrics"]["test_acc"], abs=1e-6
     )
-    both = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gnnbridge",
-            "compare",
-            "--dataset",
-            str(folder),
-            "--same-batches",
-            "--epochs",
-            "1",
-            *[f"--set={o}" for o in TINY[1:]],
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,
-    )
+    args = ("compare", "--dataset", folder, "--same-batches", "--epochs", "1", *[f"--set={o}" for o in TINY[1:]])
+    both = helpers.gnnbridge(*args, cwd=tmp_path, timeout=600)
     assert both.returncode == 0, both.stderr[-2000:]
     assert "dgl vs pyg: agree" in both.stdout
 
@@ -276,12 +260,7 @@ def test_a_folder_that_is_not_prepared_is_refused_with_the_command(tmp_path, ref
 def test_config_show_names_a_prepared_folder_as_the_folder_dataset(tmp_path):
     folder = save_folder(tmp_path / "g", graph_arrays())
     prepare(str(folder), progress=False)
-    shown = subprocess.run(
-        [sys.executable, "-m", "gnnbridge", "config", "show", "--dataset", str(folder)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    shown = helpers.gnnbridge("config", "show", "--dataset", folder, cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     section = shown.stdout.split("dataset:", 1)[1]
     assert "name: folder" in section and f"path: {folder}" in section
@@ -324,8 +303,7 @@ def test_a_read_only_folder_is_refused_with_the_out_fix_and_out_works(tmp_path, 
 
 def test_two_prepares_at_once_end_with_one_valid_manifest(tmp_path):
     folder = save_folder(tmp_path / "g", graph_arrays(n=2000))
-    command = [sys.executable, "-m", "gnnbridge", "prepare", str(folder), "--quiet"]
-    procs = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    procs = [helpers.start("prepare", folder, "--quiet", cwd=tmp_path) for _ in range(2)]
     outs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     assert sum("already prepared" in out for out, _ in outs) == 1, outs
@@ -704,13 +682,11 @@ def test_prepare_of_an_unknown_name_lists_the_names_and_what_else_it_takes(tmp_p
 
 def test_prepare_shows_a_progress_bar_on_stderr_and_nothing_else(tmp_path):
     folder = save_folder(tmp_path / "g", graph_arrays())
-    command = [sys.executable, "-m", "gnnbridge", "prepare", str(folder), "--dtype", "bfloat16"]
-    shown = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    command = ("prepare", folder, "--dtype", "bfloat16")
+    shown = helpers.gnnbridge(*command, cwd=tmp_path)
     assert shown.returncode == 0 and "prepared (node, 120 nodes" in shown.stdout, shown
     assert "prepare g" in shown.stderr and "Warning" not in shown.stderr, shown.stderr
-    quiet = subprocess.run(
-        [*command[:-2], "--dtype", "float16", "--quiet"], capture_output=True, text=True, timeout=300
-    )
+    quiet = helpers.gnnbridge(*command[:-2], "--dtype", "float16", "--quiet", cwd=tmp_path)
     assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from helpers import gnnbridge, hooked_env, in_process, ok, one_line
+from helpers import gnnbridge, hooked_env, in_process, ok, one_line, start
 
 from gnnbridge.core.training import checkpoint
 from gnnbridge.testing.ports import free_port
@@ -97,32 +97,10 @@ def uninterrupted(tmp_path_factory):
 
 @pytest.mark.parametrize("backend", ["pyg", "dgl"])
 def test_a_job_killed_after_its_second_checkpoint_resumes_to_identical_results(tmp_path, uninterrupted, backend):
-    env = hooked_env(tmp_path, PREEMPT)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gnnbridge",
-            "train",
-            "--backend",
-            backend,
-            *SMALL,
-            "--nproc",
-            "2",
-            "--set",
-            "train.epochs=4",
-            "--out",
-            "run",
-        ],
-        check=False,
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        start_new_session=True,
-    )
-    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    args = ("train", "--backend", backend, *SMALL, "--nproc", "2", "--set", "train.epochs=4", "--out", "run")
+    proc = start(*args, cwd=tmp_path, env=hooked_env(tmp_path, PREEMPT), new_session=True)  # PREEMPT kills the group
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == -signal.SIGKILL, err
     run = tmp_path / "run"
     assert not (run / "results.json").exists()
     assert checkpoint.load(checkpoint.path_in(run, "latest"))["epoch"] == 1  # two epochs done
@@ -172,17 +150,10 @@ def test_a_killed_run_with_a_schedule_resumes_to_identical_results_and_learning_
     optimizer's, so the resumed epochs train at the rates (and reach the losses) of the run
     that never stopped."""
     ok(gnnbridge("train", "--backend", "pyg", *SMALL, *SCHEDULED, "--out", "full", cwd=tmp_path))
-    proc = subprocess.run(
-        [sys.executable, "-m", "gnnbridge", "train", "--backend", "pyg", *SMALL, *SCHEDULED, "--out", "run"],
-        check=False,
-        cwd=tmp_path,
-        env=hooked_env(tmp_path, PREEMPT),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        start_new_session=True,
-    )
-    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    args = ("train", "--backend", "pyg", *SMALL, *SCHEDULED, "--out", "run")
+    proc = start(*args, cwd=tmp_path, env=hooked_env(tmp_path, PREEMPT), new_session=True)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == -signal.SIGKILL, err
     saved = checkpoint.load(checkpoint.path_in(tmp_path / "run", "latest"))
     assert saved["epoch"] == 1 and saved["scheduler"]["last_epoch"] == 2
     ok(gnnbridge("train", "--resume", "run", "--quiet", cwd=tmp_path))

@@ -3,12 +3,10 @@ mistake a user can make in such a file refused in one line naming the array."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 import torch
+from helpers import gnnbridge
 
 from gnnbridge.core.app.preflight import for_task
 from gnnbridge.core.config import from_dict
@@ -110,24 +108,8 @@ def with_stores(tmp_path, stores: int) -> str:
 
 def test_a_destination_type_of_one_node_is_refused_not_a_hang(tmp_path):
     """No other destination to draw a negative from: the redraw loop once ran forever here."""
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gnnbridge",
-            "train",
-            "--dataset",
-            with_stores(tmp_path, 1),
-            "--set",
-            "task=link",
-            "--set",
-            "link.edge_type=visits",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=120,
-    )
+    args = ("train", "--dataset", with_stores(tmp_path, 1), "--set", "task=link", "--set", "link.edge_type=visits")
+    proc = gnnbridge(*args, cwd=tmp_path, timeout=120)
     assert proc.returncode != 0 and proc.stderr.count("\n") == 1, proc.stderr
     assert "needs at least 2 'store' nodes to draw negatives; the graph has 1" in proc.stderr
 

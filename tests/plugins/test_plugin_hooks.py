@@ -2,9 +2,7 @@
 zoo by name, and a broken plugin always named in one line (never a hang, never a wrong run)."""
 
 import json
-import os
 import re
-import subprocess
 import sys
 
 import helpers
@@ -1046,33 +1044,8 @@ class StopsInForward(nn.Module):
 def test_a_model_that_raises_keyboardinterrupt_or_exits_in_forward_is_a_failure_not_a_ctrl_c(tmp_path, stop):
     """Not "Stopped by SIGINT" (exit 130), not a silent exit 0: one line naming the model."""
     (tmp_path / "stopping_lab.py").write_text(STOPPING_MODEL.format(stop=stop))
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
-    }
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gnnbridge",
-            "train",
-            "karate-sage",
-            "--backend",
-            "pyg",
-            "--quiet",
-            "--set",
-            "model.arch=stopping_lab:StopsInForward",
-            "--out",
-            "run",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=env,
-        timeout=300,
-        check=False,
-    )
+    args = ("train", "karate-sage", "--backend", "pyg", "--quiet", "--set", "model.arch=stopping_lab:StopsInForward")
+    proc = helpers.gnnbridge(*args, "--out", "run", cwd=tmp_path)  # the model's module: in the working folder
     assert proc.returncode == 1, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: class 'stopping_lab:StopsInForward'"), proc.stderr
