@@ -25,7 +25,7 @@ class SuiteEnv(dict):
 
 
 # What an import reads, so a warm interpreter (imported with the suite's own) cannot honour it.
-_READ_AT_IMPORT = ("PYTHON", "OMP_", "MKL_", "NUMBA_", "TMP", "GNNBRIDGE_LOAD_PLUGINS", "LD_")
+_READ_AT_IMPORT = ("PYTHON", "OMP_", "MKL_", "NUMBA_", "TMP", "LD_")
 
 
 def suite_env(**knobs: str) -> SuiteEnv:

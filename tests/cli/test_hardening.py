@@ -967,14 +967,8 @@ def test_overrides_given_as_a_string_are_refused():
         gnnbridge.resolve_config(overrides="train.epochs=3")
 
 
-def test_an_unknown_plugin_in_the_load_list_is_named():
-    proc = subprocess.run(
-        [PY, "-m", "gnnbridge", "backends"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "GNNBRIDGE_LOAD_PLUGINS": "pyg,bogus"},
-    )
+def test_an_unknown_plugin_in_the_load_list_is_named(tmp_path):
+    proc = gnnbridge("backends", cwd=tmp_path, env=suite_env(GNNBRIDGE_LOAD_PLUGINS="pyg,bogus"), timeout=60)
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
     assert "names 'bogus', which is not an installed plugin" in proc.stderr

@@ -193,31 +193,16 @@ def register_loggers(register):
 @pytest.mark.slow
 def test_a_logger_that_exits_the_process_fails_the_run_naming_it_and_keeps_it_resumable(tmp_path):
     """``sys.exit(0)`` in a logger must not end ``train`` as a success, nor lose the checkpoints."""
-    import os
-    import subprocess
-    import sys
-
+    # An installed plugin as Python finds one on its path: its module and its dist-info (entry
+    # points) in the working folder, which is first on the path of `python -m gnnbridge`.
     (tmp_path / "lab_exiting_logger.py").write_text(EXITING_LOGGER)
     dist = tmp_path / "lab_exiting_logger-0.1.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: lab-exiting-logger\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text("[gnnbridge]\nlab-exiting = lab_exiting_logger\n")
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
-    }
 
     def train(*args):
-        return subprocess.run(
-            [sys.executable, "-m", "gnnbridge", "train", *args],
-            capture_output=True,
-            text=True,
-            cwd=tmp_path,
-            env=env,
-            timeout=300,
-            check=False,
-        )
+        return cli("train", *args, cwd=tmp_path)
 
     stopped = train(
         "karate-sage",
