@@ -28,11 +28,15 @@ class SuiteEnv(dict):
 _READ_AT_IMPORT = ("PYTHON", "OMP_", "MKL_", "NUMBA_", "TMP", "LD_")
 
 
-def suite_env(**knobs: str) -> SuiteEnv:
-    """The suite's environment with ``knobs`` that only run-time code reads (SLURM's, MASTER_*)."""
+def suite_env(path: tuple = (), **knobs: str) -> SuiteEnv:
+    """The suite's environment with ``knobs`` that only run-time code reads (SLURM's, MASTER_*),
+    and ``path``: folders put first on ``PYTHONPATH`` (a package installed into one of them)."""
     imported = [name for name in knobs if name.startswith(_READ_AT_IMPORT)]
     assert not imported, f"{imported} are read at import: pass a plain dict (a fresh interpreter)"
-    return SuiteEnv({**ENV, **knobs})
+    env = SuiteEnv({**ENV, **knobs})
+    if path:
+        env["PYTHONPATH"] = os.pathsep.join([*map(str, path), os.environ.get("PYTHONPATH", "")])
+    return env
 
 
 def hooked_env(tmp_path: Path, code: str, **knobs: str) -> SuiteEnv:
@@ -43,8 +47,7 @@ def hooked_env(tmp_path: Path, code: str, **knobs: str) -> SuiteEnv:
     hook = tmp_path / "hook"
     hook.mkdir(exist_ok=True)
     (hook / "sitecustomize.py").write_text(code)
-    env = suite_env(**knobs)
-    env["PYTHONPATH"] = os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")])
+    env = suite_env(path=(hook,), **knobs)
     env.hook = str(hook)
     return env
 

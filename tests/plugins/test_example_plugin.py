@@ -1,7 +1,9 @@
-"""The example third-party package (examples/plugin), installed with pip into this environment as a
-user would (offline, no build isolation), used through the command line, and uninstalled. (The
-commands run in forks of warm interpreters started before the install, as they find a package
-installed since, like a fresh interpreter: ``tests/warm.py``.)"""
+"""The example third-party package (examples/plugin), installed with pip as a user would (offline,
+no build isolation), used through the command line. It is installed into a folder of its own on
+``PYTHONPATH`` (``pip install --target``), not into the suite's environment: the suite's other
+workers run commands all the while, and each would load a package half installed or half removed.
+(The commands run in forks of warm interpreters started before the install, as they find a
+package installed since, like a fresh interpreter: ``tests/warm.py``.)"""
 
 import json
 import shutil
@@ -9,33 +11,36 @@ import subprocess
 import sys
 
 import pytest
-from helpers import REPO, gnnbridge
+from helpers import REPO, gnnbridge, suite_env
 
 EXAMPLE = REPO / "examples" / "plugin"
 DIST = "gnnbridge-example-plugin"
 
 
-def run(*args, cwd=None):
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=600, cwd=cwd)
+def run(*args, cwd=None, env=None):
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=600, cwd=cwd, env=env)
 
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
+    """The plugin's source folder, and the environment whose Python finds it installed."""
     source = tmp_path_factory.mktemp("src") / "plugin"
+    target = tmp_path_factory.mktemp("site")
     for _ in range(2):  # both warm interpreters (they take turns) start before the install
         assert "example" not in {p["name"] for p in json.loads(gnnbridge("plugins", cwd=source.parent).stdout)}
     shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    proc = run("-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps", "--no-index", str(source))
+    args = ("install", "-q", "--no-build-isolation", "--no-deps", "--no-index", "--target", str(target), str(source))
+    proc = run("-m", "pip", *args)
     assert proc.returncode == 0, proc.stderr
-    try:
-        yield source
-    finally:
-        run("-m", "pip", "uninstall", "-q", "-y", DIST)
+    # only for those given its folder
+    assert "example" not in {p["name"] for p in json.loads(gnnbridge("plugins", cwd=source.parent).stdout)}
+    return source, suite_env(path=(target,))
 
 
 @pytest.mark.slow
 def test_the_installed_example_plugin_adds_models_a_dataset_a_sampler_and_a_command(installed, tmp_path):
-    plugins = {p["name"]: p for p in json.loads(gnnbridge("plugins", cwd=tmp_path).stdout)}
+    _, env = installed
+    plugins = {p["name"]: p for p in json.loads(gnnbridge("plugins", cwd=tmp_path, env=env).stdout)}
     assert plugins["example"]["distribution"] == f"{DIST} 0.1.0"
     assert plugins["example"]["registers"] == {
         "datasets": ["example-caves"],
@@ -55,6 +60,7 @@ def test_the_installed_example_plugin_adds_models_a_dataset_a_sampler_and_a_comm
             str(tmp_path / backend),
             "--quiet",
             cwd=tmp_path,
+            env=env,
         )
         assert proc.returncode == 0, proc.stderr
         assert json.loads((tmp_path / backend / "results.json").read_text())["eval"]["final"] == "full"
@@ -74,11 +80,14 @@ def test_the_installed_example_plugin_adds_models_a_dataset_a_sampler_and_a_comm
         str(tmp_path / "caves"),
         "--quiet",
         cwd=tmp_path,
+        env=env,
     )
     assert proc.returncode == 0, proc.stderr
-    summary = gnnbridge("example-summary", str(tmp_path / "caves"), cwd=tmp_path).stdout.splitlines()
+    summary = gnnbridge("example-summary", str(tmp_path / "caves"), cwd=tmp_path, env=env).stdout.splitlines()
     assert len(summary) == 3 and summary[-1].endswith("(evaluation: layerwise)")
-    proc = gnnbridge("train", "--set", "model.arch=example-ressage", "--backend", "pyg", "--quiet", cwd=tmp_path)
+    proc = gnnbridge(
+        "train", "--set", "model.arch=example-ressage", "--backend", "pyg", "--quiet", cwd=tmp_path, env=env
+    )
     assert proc.returncode == 1 and proc.stderr.splitlines() == [
         "Error: model.arch='example-ressage' (plugin 'example') is built only for backend dgl, not 'pyg'; "
         "use --backend dgl, or one of the models 'pyg' has: "
@@ -88,6 +97,7 @@ def test_the_installed_example_plugin_adds_models_a_dataset_a_sampler_and_a_comm
 
 @pytest.mark.slow
 def test_the_example_plugin_passes_the_conformance_suites_from_its_own_tests(installed):
-    proc = run("-m", "pytest", "-q", "-p", "no:cacheprovider", str(installed / "tests"), cwd=installed)
+    source, env = installed
+    proc = run("-m", "pytest", "-q", "-p", "no:cacheprovider", str(source / "tests"), cwd=source, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert " passed" in proc.stdout

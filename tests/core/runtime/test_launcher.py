@@ -9,7 +9,7 @@ from multiprocessing import forkserver
 from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
 from gnnbridge.core import environ
-from gnnbridge.core.runtime.launcher import _root_cause, fork_server
+from gnnbridge.core.runtime.launcher import _rendezvous_names_its_events_cheaply, _root_cause, fork_server
 from gnnbridge.core.runtime.watchdog import record_for_launcher
 from gnnbridge.core.training.trainer import RANK_MODULES
 
@@ -22,6 +22,28 @@ def failure_with_message(tmp_path, monkeypatch, rank, message, pid=100):
     monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(path))
     record_for_launcher(message)
     return ProcessFailure(local_rank=rank, pid=pid, exitcode=1, error_file=str(path))
+
+
+def test_the_rendezvous_names_its_events_as_torch_does_without_walking_the_stack(monkeypatch):
+    """The launcher's elastic rendezvous names every event by its caller's function; torch finds it
+    with ``inspect.stack()``, about a CPU-second of a small job's launcher. The name must stay."""
+    import inspect
+
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous
+
+    def next_rendezvous():  # the rendezvous method whose event is named
+        return record()
+
+    def record():  # the handler's _record, which asks for its caller's name
+        return dynamic_rendezvous.get_method_name()
+
+    original = dynamic_rendezvous.get_method_name
+    expected = next_rendezvous()
+    walks = []
+    monkeypatch.setattr(inspect, "stack", lambda *a, **k: walks.append(1) or [])
+    with _rendezvous_names_its_events_cheaply():
+        assert next_rendezvous() == expected == "next_rendezvous"
+    assert walks == [] and dynamic_rendezvous.get_method_name is original
 
 
 def test_a_rank_killed_by_a_signal_is_named_with_its_pid():
