@@ -353,3 +353,31 @@ def test_backends_plugins_experiments_commands():
 def test_help_shows_examples():
     proc = gnnbridge("train", "--help")
     assert proc.returncode == 0 and "gnnbridge train --backend dgl --nproc 2" in proc.stdout
+
+
+ENDS_LATE = """
+import atexit, os, threading, time
+
+def later(name, wait=0.0):
+    time.sleep(wait)
+    with open(os.path.join(os.environ["MARKS"], name), "w") as f:
+        f.write("done")
+
+atexit.register(later, "atexit")
+threading.Thread(target=later, args=("thread", 1.0)).start()  # not a daemon: the exit waits for it
+"""
+
+
+def test_the_program_ends_without_teardown_but_after_what_an_exit_waits_for(tmp_path):
+    """``gnnbridge`` skips Python's teardown of its modules (seconds with torch imported), not
+    what a normal exit does first: a plugin's non-daemon thread and its atexit function run to
+    their end, and the output reaches the pipe whole."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    env = helpers.hooked_env(tmp_path, ENDS_LATE, MARKS=str(marks))
+    shown = helpers.gnnbridge("config", "schema", cwd=tmp_path, env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["properties"]  # all of it, parsed
+    assert sorted(p.name for p in marks.iterdir()) == ["atexit", "thread"]
+    refused = helpers.gnnbridge("train", "--set", "train.epochs=0", cwd=tmp_path, env=env)
+    assert refused.returncode == 1 and refused.stderr.startswith("Error: ")
