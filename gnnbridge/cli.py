@@ -755,19 +755,18 @@ def main(argv: list[str] | None = None) -> None:
 def _exit_now(code: object) -> NoReturn:
     """End the program without Python's teardown of every module, which with torch and a GNN
     library imported takes about 1.5 s of CPU, and of the user's wait, after the work is done.
-    What a normal exit does that matters is done first, in its order: the other non-daemon
-    threads are waited for, the ``atexit`` functions run (logging's flush; multiprocessing's,
-    tempfile's and ``weakref.finalize``'s clean-ups; gnnbridge's own), stdout and stderr are
-    flushed, and the exit code is ``SystemExit``'s (a message: printed, and 1). What is skipped
-    is only the collection of what is left, which nothing of gnnbridge's needs: its files are
-    closed where they are written."""
+    What a normal exit does that matters is done first, in its order, by the interpreter's own
+    functions: thread pools are told to stop (their idle workers wait for work until then) and
+    the other non-daemon threads are waited for; the ``atexit`` functions run (logging's flush;
+    multiprocessing's, tempfile's and ``weakref.finalize``'s clean-ups; gnnbridge's own); stdout
+    and stderr are flushed; the exit code is ``SystemExit``'s (a message: printed, and 1). What
+    is skipped is only the collection of what is left, which nothing of gnnbridge's needs: its
+    files are closed where they are written."""
     if code is not None and not isinstance(code, int):
         print(code, file=sys.stderr)
         code = 1
-    for thread in threading.enumerate():
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
-    atexit._run_exitfuncs()  # noqa: SLF001 - what the interpreter's own exit calls
+    threading._shutdown()  # noqa: SLF001 - the interpreter's first step at exit
+    atexit._run_exitfuncs()  # noqa: SLF001 - and its second
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):  # a closed pipe: nothing more can reach the reader
             stream.flush()

@@ -61,6 +61,17 @@ def pytest_unconfigure(config):
     shutil.rmtree(SHM_DIR, ignore_errors=True)
 
 
+def pytest_configure(config):
+    """Before xdist's workers start (here in its controller, or in a serial run's one process),
+    numba compiles the sampler's kernels into its on-disk cache if they are not there: on a fresh
+    clone each worker's first runs, and every rank of them, compiled the same kernels at once
+    (about 14 CPU-s each) until one had written the cache. Loading them cached: about 1 s."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        from gnnbridge.core.sampling import kernels
+
+        kernels.warm()
+
+
 def cache_bytecode() -> None:
     """Every CLI run a test starts is a fresh interpreter that imports gnnbridge's modules; where
     ``PYTHONDONTWRITEBYTECODE`` is set (some machines and containers set it), each process

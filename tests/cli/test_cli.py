@@ -356,7 +356,7 @@ def test_help_shows_examples():
 
 
 ENDS_LATE = """
-import atexit, os, threading, time
+import atexit, concurrent.futures, os, threading, time
 
 def later(name, wait=0.0):
     time.sleep(wait)
@@ -365,19 +365,23 @@ def later(name, wait=0.0):
 
 atexit.register(later, "atexit")
 threading.Thread(target=later, args=("thread", 1.0)).start()  # not a daemon: the exit waits for it
+# A pool left open, its worker idle once its task is done: a normal exit tells it to stop first.
+POOL = concurrent.futures.ThreadPoolExecutor(1)  # held, as a module's reader pool is
+POOL.submit(later, "pool", 0.5)
 """
 
 
 def test_the_program_ends_without_teardown_but_after_what_an_exit_waits_for(tmp_path):
     """``gnnbridge`` skips Python's teardown of its modules (seconds with torch imported), not
-    what a normal exit does first: a plugin's non-daemon thread and its atexit function run to
-    their end, and the output reaches the pipe whole."""
+    what a normal exit does first: a plugin's non-daemon thread, its idle thread pool and its
+    atexit function run to their end (a pool left open once hung the exit), and the output
+    reaches the pipe whole."""
     marks = tmp_path / "marks"
     marks.mkdir()
     env = helpers.hooked_env(tmp_path, ENDS_LATE, MARKS=str(marks))
     shown = helpers.gnnbridge("config", "schema", cwd=tmp_path, env=env)
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["properties"]  # all of it, parsed
-    assert sorted(p.name for p in marks.iterdir()) == ["atexit", "thread"]
+    assert sorted(p.name for p in marks.iterdir()) == ["atexit", "pool", "thread"]
     refused = helpers.gnnbridge("train", "--set", "train.epochs=0", cwd=tmp_path, env=env)
     assert refused.returncode == 1 and refused.stderr.startswith("Error: ")
