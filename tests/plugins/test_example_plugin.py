@@ -2,8 +2,8 @@
 no build isolation), used through the command line. It is installed into a folder of its own on
 ``PYTHONPATH`` (``pip install --target``), not into the suite's environment: the suite's other
 workers run commands all the while, and each would load a package half installed or half removed.
-(The commands run in forks of warm interpreters started before the install, as they find a
-package installed since, like a fresh interpreter: ``tests/warm.py``.)"""
+(The commands run in forks of warm interpreters started before the install, given the folder on
+``PYTHONPATH`` as a fresh interpreter is: ``tests/warm.py``.)"""
 
 import json
 import shutil
