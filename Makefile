@@ -30,7 +30,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q -n 3 --dist loadgroup
 
-# The everyday loop: unit tests only, no multi-process training runs (about 2 minutes on 2 cores).
+# The everyday loop: unit tests only, no multi-process training runs (about 3 minutes on 2 cores).
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
 

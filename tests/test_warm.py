@@ -51,6 +51,7 @@ def test_a_warm_command_past_its_deadline_is_killed_and_the_next_one_runs(tmp_pa
     assert [gnnbridge("backends", cwd=tmp_path).returncode for _ in range(2)] == [0, 0]
 
 
+@pytest.mark.slow  # a new warm interpreter, or two training runs: left to make test
 def test_a_package_installed_since_the_start_gets_a_new_warm_interpreter(tmp_path, monkeypatch):
     """An editable install's ``.pth`` hook is read at a start only: after a ``pip install`` (the
     site-packages folder changed) the next command runs in a warm interpreter started since."""
@@ -65,6 +66,7 @@ def test_a_package_installed_since_the_start_gets_a_new_warm_interpreter(tmp_pat
     assert {w.proc.pid for w in warm._POOL} - before  # the one this command used is new
 
 
+@pytest.mark.slow  # a new warm interpreter, or two training runs: left to make test
 def test_started_commands_run_side_by_side_and_are_driven_as_popen_drives_a_process(tmp_path):
     """What the suite's background jobs rely on (tests/distributed/test_launch_modes.py): the
     command's own pid and process group, a wait with a deadline, a signal, two at once."""

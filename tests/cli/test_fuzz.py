@@ -189,6 +189,7 @@ def npz_cases(tmp_path: Path):
         yield f"seed {seed}: {', '.join(what) or 'valid'}", ("--dataset", path, "--set", "train.epochs=1")
 
 
+@pytest.mark.slow  # tens of runs: the fast loop (make test-fast) leaves it to make test
 def test_mutated_npz_files_end_in_success_or_one_error_line(tmp_path, train):
     run_cases(list(npz_cases(tmp_path)), train, tmp_path)
 
@@ -296,5 +297,6 @@ def yaml_cases(tmp_path: Path):
         yield f"seed {1000 + seed}: {what}", (path, "--set", "train.epochs=1")
 
 
+@pytest.mark.slow  # tens of runs: the fast loop (make test-fast) leaves it to make test
 def test_mutated_experiment_yaml_ends_in_success_or_one_error_line(tmp_path, train):
     run_cases(list(yaml_cases(tmp_path)), train, tmp_path)
