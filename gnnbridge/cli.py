@@ -565,6 +565,26 @@ def _components(registry, as_json: bool, with_tasks: bool) -> None:
     epilog="""
 \b
 Examples:
+  gnnbridge datasets
+  gnnbridge train --dataset pyg:Planetoid --set dataset.options.name=Cora
+"""
+)
+def datasets() -> None:
+    """Datasets by name (--dataset NAME), then the libraries whose own dataset classes open as
+    LIBRARY:CLASS, each with its plugin."""
+    from gnnbridge.core.plugins import dataset_libraries
+    from gnnbridge.core.plugins import datasets as registry
+
+    for entry in registry.entries():
+        click.echo(f"{entry.name:<22} {entry.description}  [plugin '{entry.plugin}']")
+    for entry in dataset_libraries.entries():
+        click.echo(f"{entry.name + ':CLASS':<22} {entry.description}  [plugin '{entry.plugin}']")
+
+
+@cli.command(
+    epilog="""
+\b
+Examples:
   gnnbridge experiments
   gnnbridge config show gin-synthetic      # one of them, every key
 """

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from gnnbridge.core.contracts.hookspecs import hookimpl
-from gnnbridge.core.errors import ConfigError, DataError
+from gnnbridge.core.errors import ConfigError
 from gnnbridge.core.interfaces import (
     DatasetConfig,
     GraphCollection,
@@ -39,8 +39,9 @@ from gnnbridge.core.records.formats import (  # noqa: F401 - the format's tables
     NPZ_REQUIRED,
     NPZ_SPLITS,
     check_header,
+    graph_from_arrays,
 )
-from gnnbridge.plugins.npz import is_hetero_npz, load_hetero_npz, read_npz
+from gnnbridge.plugins.npz import is_hetero_npz, read_hetero_npz, read_npz
 from gnnbridge.plugins.options import at_least, check_fits, options
 
 
@@ -202,36 +203,5 @@ def load_npz(config: DatasetConfig, seed: int) -> GraphData | GraphCollection | 
     if not config.path:
         raise ConfigError("Dataset 'npz' needs a file: --dataset PATH.npz (or dataset.path in the config).")
     path = Path(config.path)
-    if is_hetero_npz(path):
-        return load_hetero_npz(path)
-    arrays = read_npz(path)
-    tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}
-    splits = _npz_splits(path, tensors)
-    if NODE_PTR in tensors:
-        try:
-            return GraphCollection.from_edges(
-                tensors["x"], tensors["edge_index"], tensors[NODE_PTR], tensors["y"], splits, seed=seed, name=path.stem
-            )
-        except DataError as exc:
-            raise DataError(f"{path}: {exc}") from None
-    n = tensors["x"].shape[0]
-    if tensors["y"].shape[0] != n:
-        raise DataError(
-            f"{path}: y has {tensors['y'].shape[0]} labels but x has {n} rows; give one label per node "
-            f"(or add {NODE_PTR} for a collection of graphs with one label each)."
-        )
-    splits = splits or list(random_split(n, seed))
-    try:
-        return GraphData.from_edges(tensors["edge_index"], tensors["x"], tensors["y"], *splits, name=path.stem)
-    except DataError as exc:
-        raise DataError(f"{path}: {exc}") from None
-
-
-def _npz_splits(path: Path, tensors: dict[str, torch.Tensor]) -> list[torch.Tensor] | None:
-    present = [k for k in NPZ_SPLITS if k in tensors]
-    if present and len(present) != 3:
-        missing = sorted(set(NPZ_SPLITS) - set(present))
-        raise DataError(
-            f"{path}: has {', '.join(present)} but not {', '.join(missing)}; give all three splits or none."
-        )
-    return [tensors[k] for k in NPZ_SPLITS] if present else None
+    arrays = read_hetero_npz(path) if is_hetero_npz(path) else read_npz(path)
+    return graph_from_arrays(path, arrays, seed, path.stem)

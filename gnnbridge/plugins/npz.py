@@ -18,17 +18,16 @@ import zlib
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from gnnbridge.core.errors import DataError, DataFileNotFoundError, ResourceError
 from gnnbridge.core.interfaces import format_bytes
 from gnnbridge.core.records.formats import (
     HETERO_MARKERS,
-    NODE_PTR,
     NPZ_ARRAYS,
     NPZ_REQUIRED,
     check_header,
-    hetero_source,
+    graph_from_arrays,
+    missing_arrays,
     typed_keys,
 )
 from gnnbridge.core.records.hetero import HeteroSource
@@ -65,12 +64,7 @@ def read_npz(path: Path) -> dict[str, np.ndarray]:
     def select(members: dict) -> dict:
         missing = [k for k in NPZ_REQUIRED if k not in members]
         if missing:
-            raise DataError(
-                f"{path}: missing array(s) {', '.join(missing)}; a graph .npz needs edge_index int64 [2,E], "
-                "x float32 [N,F], y int64 [N] (and optionally train_idx, val_idx, test_idx); a collection of "
-                f"graphs also has {NODE_PTR} int64 [G+1] and y int64 [G]; a heterogeneous graph has typed keys "
-                "such as x__paper and edge_index__author__writes__paper."
-            )
+            raise missing_arrays(path, missing)
         return {key: spec for key, spec in NPZ_ARRAYS.items() if key in members}
 
     arrays = read_members(path, select)
@@ -160,11 +154,14 @@ def _read_into(f, buffer: bytearray) -> int:
 _check_header = check_header  # the format's header check, shared with folder datasets (core)
 
 
+def read_hetero_npz(path: Path) -> dict[str, np.ndarray]:
+    """The typed arrays of a heterogeneous ``.npz`` (see docs/tasks.md, "Heterogeneous graphs")."""
+    return read_members(path, lambda members: typed_keys(path, members))
+
+
 def load_hetero_npz(path: Path) -> HeteroSource:
-    """A heterogeneous graph from typed ``.npz`` keys (see docs/tasks.md, "Heterogeneous graphs")."""
-    arrays = read_members(path, lambda members: typed_keys(path, members))
-    tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}
-    return hetero_source(path, tensors, path.stem)
+    """A heterogeneous graph from typed ``.npz`` keys."""
+    return graph_from_arrays(path, read_hetero_npz(path), 0, path.stem)
 
 
 def not_an_npz(path, exc: BaseException) -> DataError:

@@ -42,12 +42,12 @@ from pathlib import Path
 
 import torch
 
+from gnnbridge.core import environ
 from gnnbridge.core.contracts.hookspecs import hookimpl
 from gnnbridge.core.errors import BackendUnavailableError, ConfigError, DataError, DataFileNotFoundError, GnnBridgeError
 from gnnbridge.core.interfaces import DatasetConfig, GraphCollection, GraphData, downloads_allowed
 from gnnbridge.plugins.options import options
 
-ENV_ROOT = "GNNBRIDGE_DATA"
 DEFAULTS = {"download": True}
 
 
@@ -63,9 +63,8 @@ def register_datasets(register):
 
 
 def data_root(config: DatasetConfig) -> Path:
-    """One shared cache for every project on the machine unless the user says otherwise."""
-    default = Path.home() / ".cache" / "gnnbridge" / "datasets"
-    return Path(config.root or os.environ.get(ENV_ROOT) or default).expanduser()
+    """``dataset.root``, else ``$GNNBRIDGE_DATA``, else the user's cache (:func:`environ.data_root`)."""
+    return environ.data_root(config.root)
 
 
 def require_files(name: str, folder: Path, missing: list[Path], download: bool, asks: bool) -> None:

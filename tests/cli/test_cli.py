@@ -340,10 +340,18 @@ def test_backends_plugins_experiments_commands():
     assert any(line.split()[:2] == ["dgl", "available"] for line in table), table
     plugins = json.loads(gnnbridge("plugins").stdout)
     pyg = next(p for p in plugins if p["name"] == "pyg")
-    assert pyg["module"] == "gnnbridge.backends.pyg.plugin" and pyg["hooks"] == ["register_backends", "register_models"]
+    assert pyg["module"] == "gnnbridge.backends.pyg.plugin"
+    assert pyg["hooks"] == [
+        "register_backends",
+        "register_dataset_libraries",
+        "register_graph_readers",
+        "register_models",
+    ]
     assert pyg["registers"] == {
         "backends": ["pyg"],
         "models": ["EdgeCNN", "GAT", "GCN", "GIN", "GraphSAGE", "PNA", "gat", "gcn", "gin", "hgt", "rgcn", "sage"],
+        "graph_readers": ["pyg"],
+        "dataset_libraries": ["pyg"],
     }
     proc = gnnbridge("experiments")
     assert "sage-synthetic" in proc.stdout and "reddit-sage" in proc.stdout

@@ -58,6 +58,30 @@ def build_gin(in_dim, out_dim, spec):
 
 
 @hookimpl
+def register_graph_readers(register):
+    register(BACKEND, read_graph, "DGL: a DGLGraph (homogeneous or heterogeneous), a dgl.data dataset")
+
+
+@hookimpl
+def register_dataset_libraries(register):
+    register(BACKEND, open_dataset, "any class of dgl.data: dgl:CoraGraphDataset, dgl:GINDataset, ...")
+
+
+def read_graph(obj):
+    from gnnbridge.backends.dgl.objects import read
+
+    return read(obj)
+
+
+def open_dataset(name, config, seed):
+    from gnnbridge.backends.dgl.compat import import_dgl
+    from gnnbridge.backends.library_datasets import open_class
+
+    import_dgl()
+    return open_class(BACKEND, "dgl.data", "dgl.data:DGLDataset", "raw_dir", name, config)
+
+
+@hookimpl
 def register_models(register):
     register_neutral(
         register,

@@ -59,6 +59,28 @@ def build_gin(in_dim, out_dim, spec):
 
 
 @hookimpl
+def register_graph_readers(register):
+    register(BACKEND, read_graph, "PyG: a Data, a HeteroData, a torch_geometric dataset")
+
+
+@hookimpl
+def register_dataset_libraries(register):
+    register(BACKEND, open_dataset, "any class of torch_geometric.datasets: pyg:Planetoid, pyg:Amazon, ...")
+
+
+def read_graph(obj):
+    from gnnbridge.backends.pyg.objects import read
+
+    return read(obj)
+
+
+def open_dataset(name, config, seed):
+    from gnnbridge.backends.library_datasets import open_class
+
+    return open_class(BACKEND, "torch_geometric.datasets", "torch_geometric.data:Dataset", "root", name, config)
+
+
+@hookimpl
 def register_models(register):
     from gnnbridge.backends.pyg.zoo import ZOO, zoo_builder
 

@@ -32,6 +32,7 @@ import torch
 
 from gnnbridge.core import config as cfgmod
 from gnnbridge.core import files
+from gnnbridge.core.app.objects import as_dataset
 from gnnbridge.core.app.plots import plot
 from gnnbridge.core.app.preflight import load_dataset, preflight
 from gnnbridge.core.app.resolve import resolve_config
@@ -90,7 +91,8 @@ def compare(
 ) -> dict:
     """Train ``experiment`` on each backend; returns (and writes as ``compare.json``) one row per
     backend: test metrics, median epoch time, peak memory, sampler, run folder, or why it failed.
-    ``dataset``: as ``train --dataset`` (a name, a ``.npz`` or a prepared folder)."""
+    ``dataset``: as ``run``'s (a name, a ``.npz``, a prepared folder or a graph held in memory)."""
+    dataset = as_dataset(dataset)
     config = resolve_config(experiment, overrides=overrides, nproc=nproc, device=device, dataset=dataset)
     names, skipped = available_backends(backends)
     _need_two(names, skipped)
@@ -222,9 +224,10 @@ def same_batches(
         raise ConfigError(f"--tolerance {tolerance!r} must be a positive number, e.g. 1e-4.")
     names, skipped = available_backends(backends)
     _need_two(names, skipped)
+    graph = as_dataset(dataset)
     extra = [*overrides, *SAME_BATCHES, *([f"train.epochs={epochs}"] if epochs is not None else [])]
     configs = [
-        preflight(resolve_config(experiment, backend=name, overrides=extra, nproc=1, device=device, dataset=dataset))
+        preflight(resolve_config(experiment, backend=name, overrides=extra, nproc=1, device=device, dataset=graph))
         for name in names
     ]
     data = load_dataset(configs[0])

@@ -18,9 +18,11 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from gnnbridge.core import files
 from gnnbridge.core.app import results
+from gnnbridge.core.app.objects import as_dataset
 from gnnbridge.core.app.plan import Plan, plan_resume
 from gnnbridge.core.app.preflight import check_before_start, load_dataset, preflight
 from gnnbridge.core.app.resolve import resolve_config
@@ -48,7 +50,7 @@ def run(
     backend: str | None = None,
     nproc: int | None = None,
     device: str | None = None,
-    dataset: str | None = None,
+    dataset: str | os.PathLike | Any | None = None,
     overrides: list[str] | tuple[str, ...] = (),
     out: str | os.PathLike | None = None,
     progress: bool = True,
@@ -59,7 +61,9 @@ def run(
     """Train an experiment and return its results (the content of ``results.json``).
 
     ``experiment`` is a YAML path, a built-in experiment name, a config dict or an
-    :class:`ExperimentConfig`; ``None`` runs the default experiment. ``resume`` is instead a run
+    :class:`ExperimentConfig`; ``None`` runs the default experiment. ``dataset`` is a dataset
+    name, a ``.npz`` path, a prepared folder, or a graph held in memory (a PyG ``Data`` /
+    ``HeteroData`` / dataset, a ``DGLGraph`` / ``DGLDataset``: see :mod:`.objects`). ``resume`` is instead a run
     folder to continue from its latest checkpoint, in place (``overrides`` may extend
     ``train.epochs`` or change other training keys, never the model or the data).
     ``max_restarts``: when a rank fails, restart every rank up to this many times; each restart
@@ -71,6 +75,7 @@ def run(
     refuse_unguarded_start()
     flags = {"backend": backend, "nproc": nproc, "device": device, "timeout": timeout, "max_restarts": max_restarts}
     _check_paths(out=out, resume=resume)
+    dataset = as_dataset(dataset)
     job = detect_job()
     if resume is not None:  # a restarted attempt of a resumed job checks nothing again (see Plan.after_restart)
         plan = plan_resume(resume, experiment, dataset, out, overrides, flags, check_epochs=not (job and job.attempt))

@@ -36,6 +36,30 @@ def register_datasets(register):
 
 
 @hookspec
+def register_graph_readers(register):
+    """Called once when plugins load. Call ``register(name, read, description)``.
+
+    ``read(obj)`` turns a graph a user holds in memory (``gnnbridge.run(dataset=obj)``: a PyG
+    ``Data``, a ``DGLGraph``, ...) into the dataset format's arrays, ``{name: numpy array}`` with
+    the ``.npz``'s names (``x``, ``edge_index``, ``y``, ``train_idx``, ...; ``node_ptr`` for a
+    collection; typed keys such as ``x__paper`` for a heterogeneous graph), or returns ``None``
+    when ``obj`` is not of a kind it reads. Core checks the arrays as it checks a file's. A
+    reader must not import its library to answer ``None``: a user holding the library's object
+    has imported it already.
+    """
+
+
+@hookspec
+def register_dataset_libraries(register):
+    """Called once when plugins load. Call ``register(prefix, open, description)``.
+
+    A dataset named ``PREFIX:CLASS`` (``pyg:Planetoid``) is opened by ``open(class_name, config:
+    DatasetConfig, seed)``, which returns a graph object that a graph reader reads (the
+    library's own dataset object); ``dataset.options`` are the class's keyword arguments.
+    """
+
+
+@hookspec
 def register_experiments(register):
     """Called once when plugins load. Call ``register(name, config_dict, description)``.
 

@@ -27,7 +27,9 @@ def plugin_info() -> list[dict]:
                 "module": getattr(plugin, "__name__", type(plugin).__name__),
                 "hooks": hooks,
                 "distribution": f"{dist.name} {dist.version}" if dist else None,
-                "registers": {r.kind + "s": r.names_from(name) for r in REGISTRIES if r.names_from(name)},
+                "registers": {
+                    r.hook.removeprefix("register_"): r.names_from(name) for r in REGISTRIES if r.names_from(name)
+                },
             }
         )
     out += [{"name": name, "error": why} for name, why in sorted(manager._failures.items())]

@@ -16,8 +16,9 @@ from typing import Any
 from gnnbridge.core.config import Task
 from gnnbridge.core.errors import ConfigError, unknown_name
 from gnnbridge.core.plugins import manager
-from gnnbridge.core.plugins.faults import PluginError, describe, is_plugin_fault, stdout_to_stderr
+from gnnbridge.core.plugins.faults import PluginError, blame, describe, is_plugin_fault, stdout_to_stderr
 from gnnbridge.core.plugins.manager import ENV_LOAD, load_plugins, plugin_failed
+from gnnbridge.core.records.formats import graph_from_arrays
 
 
 @dataclass
@@ -246,10 +247,57 @@ class ScopedRegistry(Registry):
 backends = Registry(
     "backend", "register_backends", "Install one with pip install 'gnnbridge[pyg]' or 'gnnbridge[dgl]'."
 )
-datasets = Registry(
+
+
+class DatasetRegistry(Registry):
+    """Datasets by name, and ``LIBRARY:CLASS`` (``pyg:Planetoid``): one of a library's own dataset
+    classes, opened by the plugin that registered the library and read like a graph handed over
+    in memory. A library's collection is open-ended, so its classes cannot be listed as names."""
+
+    def get(self, name: str) -> Any:
+        if isinstance(name, str) and ":" in name:
+            prefix, _, cls = name.partition(":")
+            opener = dataset_libraries.get(prefix)
+            return lambda config, seed: _library_dataset(opener, prefix, cls, config, seed)
+        return super().get(name)
+
+    def origin(self, name: str) -> str:
+        if ":" in name:
+            return f"dataset '{name}' ({dataset_libraries.origin(name.partition(':')[0])})"
+        return super().origin(name)
+
+
+class GraphReaders(Registry):
+    """Graph objects held in memory to the dataset format's arrays: the first reader that knows
+    the object's kind reads it."""
+
+    def read(self, obj: Any, where: str) -> tuple[str, dict]:
+        """``(reader name, arrays)``; an object no reader knows is one line saying what is read."""
+        for entry in self.entries():
+            with blame(self.origin(entry.name), f"read of a {type(obj).__name__}"):
+                arrays = entry.value(obj)
+            if arrays is not None:
+                return entry.name, arrays
+        kinds = "; ".join(e.description for e in self.entries()) or "none: no graph reader is installed"
+        raise ConfigError(
+            f"{where} is a {type(obj).__module__}.{type(obj).__qualname__}, which no graph reader reads; give a "
+            f"dataset name, a .npz path, a prepared folder, or a graph object ({kinds})."
+        )
+
+
+def _library_dataset(opener: Callable, prefix: str, cls: str, config, seed: int):
+    """The record of ``PREFIX:CLASS``: the library opens it, a graph reader reads it."""
+    name = f"{prefix}:{cls}"
+    with blame(dataset_libraries.origin(prefix), f"opening of {name}"):
+        obj = opener(cls, config, seed)
+    _, arrays = graph_readers.read(obj, f"dataset '{name}'")
+    return graph_from_arrays(f"dataset '{name}'", arrays, seed, name)
+
+
+datasets = DatasetRegistry(
     "dataset",
     "register_datasets",
-    "Or pass a file: --dataset PATH.npz.",
+    "Or pass a file: --dataset PATH.npz, or a library's dataset: --dataset pyg:Planetoid.",
     callable,
     "a loader: a callable (dataset_config, seed) -> GraphData",
 )
@@ -276,7 +324,21 @@ loggers = Registry(
     callable,
     "an opener: a callable (run_dir, config) -> an object with log(step, values) and close()",
 )
-REGISTRIES = (backends, datasets, experiments, models, samplers, loggers)
+graph_readers = GraphReaders(
+    "graph reader",
+    "register_graph_readers",
+    "",
+    callable,
+    "a reader: a callable (obj) -> {array name: numpy array} in the dataset format, or None for another kind",
+)
+dataset_libraries = Registry(
+    "dataset library",
+    "register_dataset_libraries",
+    "A library's dataset is named LIBRARY:CLASS, e.g. pyg:Planetoid.",
+    callable,
+    "an opener: a callable (class name, config, seed) -> a graph object a graph reader takes",
+)
+REGISTRIES = (backends, datasets, experiments, models, samplers, loggers, graph_readers, dataset_libraries)
 
 
 def reset_registries() -> None:

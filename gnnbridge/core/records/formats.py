@@ -7,8 +7,11 @@ files; both check arrays against these tables and say what is wrong in the same 
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from gnnbridge.core.errors import DataError
+from gnnbridge.core.records.collection import GraphCollection
+from gnnbridge.core.records.data import GraphData, random_split
 from gnnbridge.core.records.hetero import HeteroSource
 
 NPZ_REQUIRED = {"edge_index": (np.int64, 2), "x": (np.float32, 2), "y": (np.int64, 1)}
@@ -51,6 +54,64 @@ def check_header(path, key: str, found: np.dtype, shape: tuple, dtype, ndim: int
         )
     if len(shape) != ndim or any(d < 0 for d in shape):
         raise DataError(f"{path}: {key} has shape {list(shape)}; expected {ndim} dimension(s).")
+
+
+def missing_arrays(where, missing: list[str]) -> DataError:
+    """The one line for a homogeneous graph without one of its required arrays."""
+    return DataError(
+        f"{where}: missing array(s) {', '.join(missing)}; a graph .npz needs edge_index int64 [2,E], "
+        "x float32 [N,F], y int64 [N] (and optionally train_idx, val_idx, test_idx); a collection of "
+        f"graphs also has {NODE_PTR} int64 [G+1] and y int64 [G]; a heterogeneous graph has typed keys "
+        "such as x__paper and edge_index__author__writes__paper."
+    )
+
+
+def graph_from_arrays(where, arrays: dict, seed: int, name: str) -> GraphData | GraphCollection | HeteroSource:
+    """The record a dataset's arrays (``{member: numpy array}``, the format's names) make: a graph,
+    a collection of graphs (``node_ptr``), or a heterogeneous graph (typed keys); every array is
+    checked against the tables above. ``where`` starts each error line (a file, or what the
+    arrays came from). The ``.npz`` reader and graphs handed over in memory both end here, so the
+    same arrays make the same record whichever way they came."""
+    if is_hetero(arrays):
+        tensors = {key: _checked(where, key, arrays[key], *spec) for key, spec in typed_keys(where, arrays).items()}
+        return hetero_source(where, tensors, name)
+    missing = [k for k in NPZ_REQUIRED if k not in arrays]
+    if missing:
+        raise missing_arrays(where, missing)
+    tensors = {key: _checked(where, key, arrays[key], *spec) for key, spec in NPZ_ARRAYS.items() if key in arrays}
+    if tensors["edge_index"].shape[0] != 2:
+        raise DataError(f"{where}: edge_index has shape {list(tensors['edge_index'].shape)}; expected [2, E].")
+    splits = _splits(where, tensors)
+    try:
+        if NODE_PTR in tensors:
+            return GraphCollection.from_edges(
+                tensors["x"], tensors["edge_index"], tensors[NODE_PTR], tensors["y"], splits, seed=seed, name=name
+            )
+        n = tensors["x"].shape[0]
+        if tensors["y"].shape[0] != n:
+            raise DataError(
+                f"y has {tensors['y'].shape[0]} labels but x has {n} rows; give one label per node "
+                f"(or add {NODE_PTR} for a collection of graphs with one label each)."
+            )
+        splits = splits or list(random_split(n, seed))
+        return GraphData.from_edges(tensors["edge_index"], tensors["x"], tensors["y"], *splits, name=name)
+    except DataError as exc:
+        raise DataError(f"{where}: {exc}") from None
+
+
+def _checked(where, key: str, array: np.ndarray, dtype, ndim: int) -> torch.Tensor:
+    check_header(where, key, array.dtype, array.shape, dtype, ndim)
+    return torch.from_numpy(np.ascontiguousarray(array))
+
+
+def _splits(where, tensors: dict[str, torch.Tensor]) -> list[torch.Tensor] | None:
+    present = [k for k in NPZ_SPLITS if k in tensors]
+    if present and len(present) != 3:
+        missing = sorted(set(NPZ_SPLITS) - set(present))
+        raise DataError(
+            f"{where}: has {', '.join(present)} but not {', '.join(missing)}; give all three splits or none."
+        )
+    return [tensors[k] for k in NPZ_SPLITS] if present else None
 
 
 def is_member_name(name: str) -> bool:

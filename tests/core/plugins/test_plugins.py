@@ -24,7 +24,16 @@ def inline_plugin():
 
 def test_builtin_plugins_register_through_hooks():
     names = {p["name"]: p["hooks"] for p in plugins.plugin_info()}
-    assert names["pyg"] == names["dgl"] == ["register_backends", "register_models"]
+    assert (
+        names["pyg"]
+        == names["dgl"]
+        == [
+            "register_backends",
+            "register_dataset_libraries",
+            "register_graph_readers",
+            "register_models",
+        ]
+    )
     assert names["samplers"] == ["register_samplers"]
     assert "register_datasets" in names["datasets"]
     assert {"pyg", "dgl"} <= set(plugins.backends.names())

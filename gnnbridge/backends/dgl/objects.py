@@ -1,0 +1,178 @@
+"""DGL's graph objects read into the dataset format (``gnnbridge.run(dataset=g)``; core's
+``app/objects.py`` says what happens to the arrays): a ``DGLGraph``, homogeneous or
+heterogeneous, and a ``dgl.data`` dataset (one graph, such as ``CoraGraphDataset``'s, or many
+``(graph, label)`` pairs for graph classification).
+
+DGL's conventions, as its examples read them: node features in ``ndata["feat"]``, classes in
+``ndata["label"]``, the splits as boolean ``train_mask`` / ``val_mask`` / ``test_mask``; a
+heterogeneous graph keeps them per node type (``g.nodes["paper"].data``). Edges are taken in
+edge-id order. Edge features (``edata``) are not used by gnnbridge's models yet: a graph that
+has them trains without them, and a warning line says so.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import torch
+
+from gnnbridge.core.errors import DataError
+from gnnbridge.core.plugins import warn
+
+SPLITS = ("train", "val", "test")
+FEATURES = ("feat", "x", "features")  # the first present is the node features
+LABELS = ("label", "y", "labels")
+
+
+def read(obj) -> dict[str, np.ndarray] | None:
+    dgl = sys.modules.get("dgl")
+    if dgl is None:  # nobody holding a DGL object lacks it
+        return None
+    if isinstance(obj, dgl.DGLGraph):
+        if obj.is_homogeneous:
+            return graph_arrays(obj, "dataset (a DGLGraph)")
+        return hetero_arrays(obj, "dataset (a heterogeneous DGLGraph)")
+    data = sys.modules.get("dgl.data")
+    if data is None or not isinstance(obj, data.DGLDataset):
+        return None
+    if len(obj) == 1 and isinstance(obj[0], dgl.DGLGraph):  # one graph (CoraGraphDataset): that graph
+        return read(obj[0])
+    return collection_arrays(obj, f"dataset (a {type(obj).__name__} of {len(obj)} graphs)")
+
+
+def graph_arrays(g, where: str) -> dict[str, np.ndarray]:
+    frame = g.ndata
+    arrays = {
+        "x": features(frame, where, g.num_nodes()),
+        "edge_index": edge_index(g),
+        "y": labels(frame, where),
+    }
+    arrays.update(splits(frame, where))
+    warn_edge_features(g.edata, where)
+    return arrays
+
+
+def hetero_arrays(g, where: str) -> dict[str, np.ndarray]:
+    arrays: dict[str, np.ndarray] = {}
+    for ntype in g.ntypes:
+        frame, at = g.nodes[ntype].data, f"{where}.nodes['{type_name(ntype, where)}']"
+        if feature_key(frame) is not None:
+            arrays[f"x__{ntype}"] = features(frame, at, g.num_nodes(ntype))
+        else:
+            arrays[f"num_nodes__{ntype}"] = np.array([g.num_nodes(ntype)], dtype=np.int64)
+        if label_key(frame) is not None:
+            arrays[f"y__{ntype}"] = labels(frame, at)
+            arrays.update({f"{key}__{ntype}": ids for key, ids in splits(frame, at).items()})
+    for etype in g.canonical_etypes:
+        for part in etype:
+            type_name(part, where)
+        arrays["edge_index__" + "__".join(etype)] = edge_index(g, etype)
+        warn_edge_features(g.edges[etype].data, f"{where}.edges[{etype}]")
+    return arrays
+
+
+def collection_arrays(dataset, where: str) -> dict[str, np.ndarray]:
+    """Many ``(graph, label)`` pairs, one class each: nodes stacked, ``node_ptr`` the first node
+    of each graph."""
+    xs, edge_parts, ys, ptr = [], [], [], [0]
+    for i in range(len(dataset)):
+        item, at = dataset[i], f"{where}[{i}]"
+        if not (isinstance(item, tuple) and len(item) == 2):
+            raise DataError(f"{at} is a {type(item).__name__}; a graph classification dataset yields (graph, label).")
+        g, label = item
+        xs.append(features(g.ndata, at, g.num_nodes()))
+        edge_parts.append(edge_index(g) + ptr[-1])
+        ys.append(int(class_labels(torch.as_tensor(label).view(1), at)[0]))
+        ptr.append(ptr[-1] + g.num_nodes())
+    return {
+        "x": np.concatenate(xs),
+        "edge_index": np.concatenate(edge_parts, axis=1),
+        "y": np.array(ys, dtype=np.int64),
+        "node_ptr": np.array(ptr, dtype=np.int64),
+    }
+
+
+def feature_key(frame) -> str | None:
+    return next((key for key in FEATURES if key in frame), None)
+
+
+def label_key(frame) -> str | None:
+    return next((key for key in LABELS if key in frame), None)
+
+
+def features(frame, where: str, num_nodes: int) -> np.ndarray:
+    key = feature_key(frame)
+    if key is None:
+        raise DataError(
+            f"{where} has no node features (ndata['feat']); give some, e.g. g.ndata['feat'] = "
+            f"torch.ones({num_nodes}, 1) (ndata holds: {', '.join(frame.keys()) or 'nothing'})."
+        )
+    x = frame[key]
+    if x.dim() != 2:
+        raise DataError(f"{where}: ndata['{key}'] has shape {list(x.shape)}; expected [nodes, features].")
+    return x.detach().cpu().to(torch.float32).numpy()
+
+
+def labels(frame, where: str) -> np.ndarray:
+    key = label_key(frame)
+    if key is None:
+        raise DataError(f"{where} has no ndata['label'] (a class per node); node classification needs labels.")
+    return class_labels(frame[key], f"{where}: ndata['{key}']")
+
+
+def class_labels(y: torch.Tensor, where: str) -> np.ndarray:
+    if y.dim() == 2 and y.shape[1] == 1:
+        y = y.view(-1)
+    if y.dim() != 1:
+        raise DataError(
+            f"{where} has shape {list(y.shape)} (several targets per item, multi-label?); gnnbridge's "
+            "classification takes one class per item."
+        )
+    if y.is_floating_point() or y.dtype == torch.bool:
+        raise DataError(
+            f"{where} is {str(y.dtype).removeprefix('torch.')}; classification takes integer classes "
+            "(.long() if these are classes; regression targets are not supported yet)."
+        )
+    return y.detach().cpu().to(torch.int64).numpy()
+
+
+def edge_index(g, etype=None) -> np.ndarray:
+    src, dst = g.edges(order="eid", etype=etype)
+    return torch.stack([src, dst]).to(torch.int64).numpy()
+
+
+def splits(frame, where: str) -> dict[str, np.ndarray]:
+    found = {}
+    for split in SPLITS:
+        if f"{split}_mask" not in frame:
+            continue
+        mask = frame[f"{split}_mask"]
+        if mask.dim() != 1:
+            raise DataError(
+                f"{where}: {split}_mask has shape {list(mask.shape)}; a mask is one value per node (several "
+                f"splits: pick one, e.g. g.ndata['{split}_mask'] = g.ndata['{split}_mask'][:, 0])."
+            )
+        found[f"{split}_idx"] = mask.bool().nonzero().view(-1).cpu().numpy()
+    if 0 < len(found) < len(SPLITS):
+        given = ", ".join(f"{k[:-4]}_mask" for k in found)
+        raise DataError(
+            f"{where} has {given} but not all of train_mask, val_mask, test_mask; give all three, or none "
+            "(gnnbridge then draws a seeded 60/20/20 split)."
+        )
+    return found
+
+
+def type_name(name: str, where: str) -> str:
+    if "__" in name:
+        raise DataError(
+            f"{where}: type '{name}' contains '__', which the dataset format uses to separate a type from "
+            "its array's name; rename it."
+        )
+    return name
+
+
+def warn_edge_features(frame, where: str) -> None:
+    if len(frame):
+        keys = ", ".join(frame.keys())
+        warn(f"{where} has edge features ({keys}): gnnbridge's models do not read them yet; trained without.")

@@ -1,0 +1,68 @@
+"""A graph the user holds in memory (a PyG ``Data`` or ``HeteroData``, a ``DGLGraph``, a dataset
+of graphs) as the dataset of a run: ``gnnbridge.run(dataset=obj)``.
+
+The object is read into the dataset format's arrays by a graph reader (each backend registers
+one for its library's objects, ``register_graph_readers``), checked as a file's arrays are, and
+written once as an ``.npz`` under the data root (``$GNNBRIDGE_DATA``, else
+``~/.cache/gnnbridge/datasets``) in ``in-memory/``, named by its content. The run then names
+that file as any ``--dataset PATH.npz`` run does.
+
+Why a file and not the object itself: a run outlives the process that started it. ``evaluate``,
+``predict``, ``--resume`` and a restarted rank open the run's data from its config, in another
+process, often days later; a graph that lived only in a notebook's memory would be gone. The
+file also makes the guarantees the ``.npz`` path already has hold unchanged: the same arrays
+give the same record and the same metrics, ranks on one machine share one copy in memory, a
+torchrun job's ranks find it by path. Named by content, the same graph is written once however
+often it is run, and two processes writing it at once each rename a whole file onto the name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gnnbridge.core import environ, files
+from gnnbridge.core.errors import OutputPathError
+from gnnbridge.core.plugins import graph_readers
+from gnnbridge.core.records.formats import graph_from_arrays
+
+FOLDER = "in-memory"
+
+
+def as_dataset(dataset: Any) -> Any:
+    """``dataset`` as ``run`` takes it: a name or path as given; a graph object as the path of
+    its arrays' ``.npz`` (written if this content was never written)."""
+    if dataset is None or isinstance(dataset, (str, os.PathLike)):
+        return dataset
+    where = f"dataset (a {type(dataset).__name__})"
+    _, arrays = graph_readers.read(dataset, where)
+    arrays = {key: np.ascontiguousarray(value) for key, value in sorted(arrays.items())}
+    path = environ.data_root() / FOLDER / f"graph-{_digest(arrays)}.npz"  # the same arrays, one file
+    if not path.is_file():
+        graph_from_arrays(where, arrays, 0, path.stem)  # refused here, before anything is written
+        _write(path, arrays)
+    return str(path)
+
+
+def _digest(arrays: dict[str, np.ndarray]) -> str:
+    """A name for this content: every array's name, dtype, shape and bytes."""
+    h = hashlib.blake2b(digest_size=10)
+    for key, value in arrays.items():
+        h.update(f"{key}:{value.dtype.str}:{value.shape};".encode())
+        h.update(memoryview(value).cast("B"))
+    return h.hexdigest()
+
+
+def _write(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        files.replace(path, lambda f: np.savez(f, **arrays))
+    except OSError as exc:
+        raise OutputPathError(
+            f"Cannot write the graph's arrays to '{path}' ({exc.strerror or exc}); point "
+            f"{environ.DATA_ROOT} at a writable folder with room for them."
+        ) from None
