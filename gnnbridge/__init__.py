@@ -14,7 +14,7 @@ _plugins.set_defaults(BUILTIN_PLUGINS, DEFAULT_BACKEND)
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "compare", "evaluate", "hookimpl", "plot", "port", "predict", "resolve_config", "run"]
+__all__ = ["__version__", "compare", "evaluate", "hookimpl", "load", "plot", "port", "predict", "resolve_config", "run"]
 
 
 def run(experiment=None, **kwargs):
@@ -39,12 +39,20 @@ def evaluate(target, **kwargs):
     return _evaluate(target, **kwargs)
 
 
-def predict(target, out, **kwargs):
-    """Write class scores for every node or graph to ``out`` (.npz); see
-    :func:`gnnbridge.core.app.inference.predict`."""
+def predict(target, out=None, **kwargs):
+    """Class scores for every node or graph: written to ``out`` (.npz), or with no ``out``
+    returned as ``{name: numpy array}``; see :func:`gnnbridge.core.app.inference.predict`."""
     from gnnbridge.core.app.inference import predict as _predict
 
     return _predict(target, out, **kwargs)
+
+
+def load(target, **kwargs):
+    """The trained model of a run folder (or checkpoint file), in eval mode; see
+    :func:`gnnbridge.core.app.inference.load`."""
+    from gnnbridge.core.app.inference import load as _load
+
+    return _load(target, **kwargs)
 
 
 def port(run, to, out, **kwargs):

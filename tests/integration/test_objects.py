@@ -204,6 +204,31 @@ def test_a_graph_in_memory_trains_to_the_metrics_of_the_same_arrays_in_an_npz(tm
     report = helpers.in_process("evaluate", tmp_path / "from-data", "--checkpoint", "latest", "--json", cwd=tmp_path)
     assert report.returncode == 0, report.stderr
     assert json.loads(report.stdout)["metrics"]["test_acc"] == from_data["metrics"]["test_acc"]
+    # The model back, and its outputs in memory: what predict --out writes, what the model computes.
+    outputs = gnnbridge.predict(tmp_path / "from-data")
+    written = helpers.in_process("predict", tmp_path / "from-data", "--out", "p.npz", cwd=tmp_path)
+    assert written.returncode == 0, written.stderr
+    assert same(outputs, stored(tmp_path / "p.npz")) and outputs["logits"].shape == (N, C)
+    model = gnnbridge.load(tmp_path / "from-data")
+    assert isinstance(model, torch.nn.Module) and not model.training
+    with torch.no_grad():  # PyG's idiom: the whole graph, every node's output
+        t = {k: torch.from_numpy(v) for k, v in a.items()}
+        logits = model(Data(edge_index=t["edge_index"], batch_size=N), t["x"])
+    assert torch.allclose(logits, torch.from_numpy(outputs["logits"]), atol=1e-5)
+    # Another graph of the same kind, handed over in memory.
+    other = arrays(seed=5)
+    on_other = gnnbridge.predict(tmp_path / "from-data", dataset=pyg_data(other))
+    assert np.array_equal(on_other["y"], other["y"]) and not np.allclose(on_other["logits"], outputs["logits"])
+
+
+def test_a_dgl_run_gives_back_a_model_that_takes_blocks(tmp_path):
+    a = arrays()
+    run(tmp_path, dgl_graph(a), "dgl", "dgl")
+    model, outputs = gnnbridge.load(tmp_path / "dgl"), gnnbridge.predict(tmp_path / "dgl")
+    g = dgl.graph((torch.from_numpy(a["edge_index"][0]), torch.from_numpy(a["edge_index"][1])), num_nodes=N)
+    with torch.no_grad():  # DGL's idiom: a block per layer, here every node's whole neighbourhood
+        logits = model([dgl.to_block(g)] * 2, torch.from_numpy(a["x"]))
+    assert torch.allclose(logits, torch.from_numpy(outputs["logits"]), atol=1e-5)
 
 
 @pytest.mark.slow

@@ -14,11 +14,13 @@ import contextlib
 import os
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from gnnbridge.core import files
+from gnnbridge.core.app.objects import as_dataset
 from gnnbridge.core.app.plan import inside
 from gnnbridge.core.app.preflight import inference_preflight, load_for_inference
 from gnnbridge.core.app.resolve import check_frozen, resolve_config
@@ -32,6 +34,7 @@ from gnnbridge.core.errors import (
     TrainingDivergedError,
 )
 from gnnbridge.core.inference.scorer import Scorer
+from gnnbridge.core.models.build import build_model, model_dims
 from gnnbridge.core.plugins import no_code, no_downloads
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData, check_ids
@@ -54,10 +57,13 @@ def evaluate(
     device: str | None = None,
     overrides: list[str] | tuple[str, ...] = (),
     trust_code: bool = False,
+    dataset: Any = None,
 ) -> dict:
     """Metrics of ``target`` (a run folder's ``kind`` checkpoint, or a checkpoint file) on
     every split, computed as training's final evaluation is (``eval.mode``). ``trust_code``:
-    import the model class the checkpoint names by import path (importing runs that code)."""
+    import the model class the checkpoint names by import path (importing runs that code).
+    ``dataset``: score another labelled graph of the same kind (as :func:`predict` takes it)."""
+    overrides = [*overrides, *_dataset_overrides(dataset)]
     path, state, config, data = _prepare(target, kind, device, overrides, "evaluate", trust_code)
     try:
         with interrupt_on_sigterm():
@@ -69,9 +75,10 @@ def evaluate(
 
 def predict(
     target: str | os.PathLike,
-    out: str | os.PathLike,
+    out: str | os.PathLike | None = None,
     *,
     kind: str = checkpoint.BEST,
+    dataset: Any = None,
     device: str | None = None,
     overrides: list[str] | tuple[str, ...] = (),
     trust_code: bool = False,
@@ -90,8 +97,13 @@ def predict(
     a ``top_k`` larger than any source's candidates is refused before any work.
     ``index``: ``exact`` top-k lists, or ``hnsw`` (FAISS's approximate index; dot decoder, layer-wise
     evaluation). ``embeddings``: also every node type's final states, ``embedding__<type>`` [N, hidden] float32
-    (heterogeneous graphs and link tasks; the same pass serves the top-k lists)."""
-    out = _check_out(out)
+    (heterogeneous graphs and link tasks; the same pass serves the top-k lists).
+
+    ``out=None``: nothing is written; the arrays the file would hold are returned, ``{name: numpy
+    array}``. ``dataset``: predict on another graph than the run's (a path, a name, or a graph
+    held in memory, as ``run`` takes it) with the features and classes the model was trained on."""
+    overrides = [*overrides, *_dataset_overrides(dataset)]
+    out = _check_out(out) if out is not None else None
     path, state, config, data = _prepare(target, kind, device, overrides, "predict", trust_code)
     request = _link_request(config, data, pairs, top_k)
     if index != "exact":
@@ -99,6 +111,14 @@ def predict(
     if embeddings:
         check_embeddings(data)
         request = {**(request or {}), "embeddings": True}
+    if out is None:
+        with interrupt_on_sigterm():
+            arrays = launch(
+                _predict_worker, 1, config.device.value, (config, data, state, request), timeout_s=config.timeout
+            )
+        if not _finite(arrays):
+            raise _nonfinite(path, "the model's outputs are NaN or infinite")
+        return {key: _numpy(value) for key, value in arrays.items()}
     with files.reserved(out) as tmp, interrupt_on_sigterm():  # a folder we cannot write fails now, not after inference
         arrays = launch(
             _predict_worker, 1, config.device.value, (config, data, state, request), timeout_s=config.timeout
@@ -111,6 +131,46 @@ def predict(
         files.publish(out, tmp, lambda f: write_npz_stream(f, arrays), "predicting")
     shape = arrays["logits" if "logits" in arrays else "scores" if "scores" in arrays else "top_dst"].shape
     return {**_describe(path, state, config), "out": str(out), "arrays": sorted(arrays), "shape": list(shape)}
+
+
+def load(
+    target: str | os.PathLike,
+    *,
+    kind: str = checkpoint.BEST,
+    device: str | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
+    trust_code: bool = False,
+) -> torch.nn.Module:
+    """The trained model of ``target`` (a run folder's ``kind`` checkpoint, or a checkpoint file):
+    the ``torch.nn.Module`` training built (a built-in model on its run's backend, or the class
+    ``model.arch`` names), with the checkpoint's weights, in eval mode, on ``device`` (default:
+    the CPU). The run's dataset is opened, as ``evaluate`` opens it: a model's shapes (and a
+    heterogeneous model's node and edge types) come from it."""
+    path, state, config, data = _prepare(target, kind, device or "cpu", overrides, "load", trust_code)
+    model, _ = build_model(config.model, config.backend, config.task, *model_dims(data), data)
+    checkpoint.load_model_state(model, state, path)
+    return model.to(config.device.value).eval()
+
+
+def _dataset_overrides(dataset: Any) -> list[str]:
+    """``dataset.*`` overrides pointing a run's config at another graph (its other settings kept:
+    reverse edges, the model's view of the data)."""
+    if dataset is None:
+        return []
+    path = as_dataset(dataset)
+    if not isinstance(path, str) or not path.endswith(".npz"):
+        raise ConfigError(
+            f"dataset={path!r}: predict on another graph takes a .npz path or a graph held in memory "
+            "(a PyG Data, a DGLGraph, ...)."
+        )
+    return ["dataset.name=npz", f"dataset.path={os.path.abspath(path)}", "dataset.options={}"]
+
+
+def _numpy(value) -> np.ndarray:
+    if isinstance(value, Derived):
+        parts = [part.numpy() for part in value.chunks()]
+        return np.concatenate(parts) if value.shape[0] else torch.empty(value.shape, dtype=value.dtype).numpy()
+    return value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
 
 
 DEFAULT_TOP_K = 10  # destinations per source when --top-k is not given

@@ -85,7 +85,9 @@ def launch(
 
 
 def _run_single(worker: Callable[..., Any], device_kind: str, args: tuple, timeout_s: float) -> Any:
+    """One rank in the caller's own process (a script's or a notebook's ``gnnbridge.run``)."""
     owns_group = not dist.is_initialized()
+    hook = sys.excepthook  # init_process_group wraps it, for good, to prefix every line with "[rank0]: "
     if owns_group:
         dist.init_process_group(
             "gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=datetime.timedelta(seconds=timeout_s)
@@ -95,6 +97,7 @@ def _run_single(worker: Callable[..., Any], device_kind: str, args: tuple, timeo
     finally:
         if owns_group:
             dist.destroy_process_group()
+            sys.excepthook = hook  # the caller's later errors are its own, not rank 0's
 
 
 def _run_elastic(

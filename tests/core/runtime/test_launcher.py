@@ -222,3 +222,18 @@ def test_a_backend_whose_library_is_missing_is_refused_in_its_own_line_with_seve
         "Error: Backend 'dgl' cannot run here: dgl is not installed"
     ], proc.stderr
     assert not (tmp_path / "run").exists()
+
+
+def _rank_of(ctx):
+    return ctx.rank, ctx.world_size
+
+
+def test_one_rank_in_the_callers_process_gives_back_its_excepthook():
+    """torch's init_process_group wraps sys.excepthook for good, prefixing every line of a later
+    traceback with "[rank0]: ": a script or notebook that ran gnnbridge.run in its own process
+    showed its own errors as rank 0's (one prefix more per run)."""
+    from gnnbridge.core.runtime.launcher import launch
+
+    before = sys.excepthook
+    assert launch(_rank_of, 1, "cpu", (), timeout_s=60) == (0, 1)
+    assert sys.excepthook is before
