@@ -7,16 +7,19 @@ STAMP := $(VENV)/.installed-stamp
 .PHONY: demo test test-fast lint format docs install bench bench-gin clean
 
 # Code checked and formatted by ruff (pyproject.toml [tool.ruff]); CI runs lint.
-LINTED := gnnbridge tests benchmarks examples docs/conf.py docs/_ext
+LINTED := gnnbridge tests benchmarks examples docs/conf.py docs/_ext setup.py _gnnbridge_dgl.py
 
 install: $(STAMP)
 
 # torch is installed first through the pinned constraints so no resolver step can choose a
-# newer (multi-GB CUDA) build; everything else is pinned by the same file.
-$(STAMP): pyproject.toml constraints.txt
+# newer (multi-GB CUDA) build; everything else is pinned by the same file. An editable install
+# leaves out gnnbridge-dgl.pth, the start-up line a wheel puts in site-packages so that a plain
+# `import dgl` works (setup.py, _gnnbridge_dgl.py): it is copied there.
+$(STAMP): pyproject.toml setup.py constraints.txt gnnbridge-dgl.pth
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -c constraints.txt torch
 	$(PY) -m pip install -q -c constraints.txt -e '.[pyg,dgl,datasets,log,retrieval,test,lint,docs]'
+	cp gnnbridge-dgl.pth "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from gnnbridge.core.files import replace_link
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # import_dgl holds it while `import dgl` runs the start-up hook, which takes it too
 _state: dict[str, object] = {}
 
 
@@ -78,6 +78,13 @@ def prepare_library_path() -> str | None:
     replace_link(target / "graphbolt" / f"libgraphbolt_pytorch_{version}.so", libdgl)
     os.environ["DGL_LIBRARY_PATH"] = str(target)
     return f"graphbolt has no build for torch {version}; its ops are disabled (gnnbridge does not use them)"
+
+
+def prepare_for_import() -> None:
+    """What a plain ``import dgl`` needs first (the start-up hook ``_gnnbridge_dgl`` calls it)."""
+    with _lock:
+        os.environ.setdefault("DGLBACKEND", "pytorch")
+        _state["note"] = prepare_library_path()
 
 
 def import_dgl():
