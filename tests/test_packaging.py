@@ -22,6 +22,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 DGL_CHECK = "import dgl; g = dgl.graph(([0, 1], [1, 2])); print(dgl.__version__, g.num_edges())"
+ENTRY_POINTS_CHECK = """
+from importlib.metadata import distribution
+from gnnbridge.plugins import BUILTIN_PLUGINS
+points = {e.name: e.value for e in distribution("gnnbridge").entry_points if e.group == "gnnbridge"}
+print(points == BUILTIN_PLUGINS, sorted(points))
+"""
 
 
 def python(exe, code: str, cwd, **env) -> subprocess.CompletedProcess:
@@ -34,6 +40,11 @@ def python(exe, code: str, cwd, **env) -> subprocess.CompletedProcess:
         text=True,
         timeout=300,
     )
+
+
+def test_the_built_in_plugins_are_installed_as_entry_points_from_their_one_list(tmp_path):
+    done = python(sys.executable, ENTRY_POINTS_CHECK, tmp_path)
+    assert done.stdout.startswith("True "), (done.stdout, done.stderr[-2000:])
 
 
 def test_a_plain_import_dgl_works_in_the_environment_make_install_builds(tmp_path):
@@ -76,6 +87,8 @@ def test_the_sdist_builds_a_wheel_that_installs_into_a_fresh_environment_and_tra
     assert where.stdout.strip().startswith(str(purelib)), (where.stdout, where.stderr[-2000:])
     done = python(exe, DGL_CHECK, tmp_path)
     assert done.returncode == 0 and done.stdout.split() == ["2.1.0", "2"], done.stderr[-2000:]
+    points = python(exe, ENTRY_POINTS_CHECK, tmp_path)
+    assert points.stdout.startswith("True "), (points.stdout, points.stderr[-2000:])
     train = subprocess.run(
         [
             str(exe),

@@ -72,19 +72,28 @@ LAYER_INIT = {arch.name: dict(arch.init) for arch in NEUTRAL if arch.init}
 
 
 def register_neutral(
-    register: Callable[..., None], backend: str, builders: Mapping[str, Callable], layers: Mapping[str, str]
+    register: Callable[..., None],
+    backend: str,
+    builders: Mapping[str, Callable],
+    layers: Mapping[str, str] | None = None,
 ) -> None:
-    """Register every architecture of :data:`NEUTRAL` for ``backend`` through a
-    ``register_models`` hook's ``register``: ``builders`` maps each name to its builder,
-    ``layers`` gives the library's layer names the descriptions quote (``gcn``, ``hetero``)."""
-    missing = [arch.name for arch in NEUTRAL if arch.name not in builders]
-    if missing:
-        raise ValueError(f"backend {backend!r} has no builder for {', '.join(missing)}")
-    for arch in NEUTRAL:
+    """Register the architectures of :data:`NEUTRAL` that ``backend`` builds through a
+    ``register_models`` hook's ``register``: ``builders`` maps each name to its builder (a
+    backend may build a subset: ``model.arch`` naming one it lacks is then one line listing the
+    backends that build it), ``layers`` gives the library's layer names the descriptions quote
+    (``gcn``, ``hetero``; a generic name where none is given)."""
+    unknown = sorted(set(builders) - {arch.name for arch in NEUTRAL})
+    if unknown:
+        raise ValueError(
+            f"backend {backend!r} has builders for {', '.join(unknown)}, which the neutral catalogue does not "
+            f"declare ({', '.join(arch.name for arch in NEUTRAL)}); register its own models with register() instead"
+        )
+    quoted = {"gcn": "GCN layer", "hetero": "relation-wise wrapper", **(layers or {})}
+    for arch in (arch for arch in NEUTRAL if arch.name in builders):
         register(
             arch.name,
             {backend: builders[arch.name]},
             tasks=list(arch.tasks),
             heterogeneous=arch.heterogeneous,
-            description=arch.description.format(**layers),
+            description=arch.description.format(**quoted),
         )

@@ -1,8 +1,9 @@
 """Built-in plugins: the backends (with their models), the core sampler, and the datasets and
 experiments that ship with gnnbridge.
 
-They are declared as entry points in ``pyproject.toml`` like any third-party plugin; this list
-also loads them from a source checkout that was never pip-installed (no entry points then).
+They are installed as entry points like any third-party plugin's, and this list is the one place
+they are named: ``setup.py`` writes the entry points from it, and it also loads them from a
+source checkout that was never pip-installed (no entry points then).
 ``gnnbridge/__init__.py`` hands it, and the default backend, to core's plugin manager.
 """
 
