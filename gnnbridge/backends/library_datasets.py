@@ -45,7 +45,15 @@ def open_class(prefix: str, module: str, base: str, folder_arg: str, name: str, 
         raise ConfigError(
             f"dataset '{prefix}:{name}': {exc} (its options: {takes}; --set dataset.options.NAME=VALUE)."
         ) from None
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except OSError as exc:  # a download that failed (URLError, requests' errors), a file it could not read
+        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        raise DataFileNotFoundError(
+            f"Dataset '{prefix}:{name}' could not be read or downloaded into '{kwargs.get(folder_arg, '?')}' "
+            f"({type(exc).__name__}: {detail}); put the library's files there, or point --set dataset.root=DIR "
+            f"(or dataset.options.{folder_arg}) at a folder that holds them."
+        ) from None
 
 
 def _dataset_class(prefix: str, library, base: type, name: str) -> type:
