@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import helpers
@@ -17,6 +19,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 from torch_geometric.data import Data, HeteroData
+from torch_geometric.nn import SAGEConv as PygSAGEConv
 
 import gnnbridge
 from gnnbridge.backends.dgl.compat import import_dgl
@@ -24,6 +27,7 @@ from gnnbridge.core.app.objects import as_dataset
 from gnnbridge.core.errors import GnnBridgeError
 
 dgl = import_dgl()
+DglSAGEConv = dgl.nn.SAGEConv
 N, F, C = 300, 6, 3
 
 
@@ -183,10 +187,16 @@ def test_what_cannot_be_read_is_one_line_naming_it_and_nothing_is_written(data_r
     assert "has edge_attr: gnnbridge's models do not read edge features yet" in capsys.readouterr().err
 
 
-def run(tmp_path, dataset, backend, name, *settings, nproc=1) -> dict:
+def run(tmp_path, dataset, backend, name, *settings, nproc=1, model=None) -> dict:
     overrides = ["train.epochs=2", "train.batch_size=64", *settings]
     return gnnbridge.run(
-        dataset=dataset, backend=backend, nproc=nproc, overrides=overrides, out=tmp_path / name, progress=False
+        dataset=dataset,
+        backend=backend,
+        model=model,
+        nproc=nproc,
+        overrides=overrides,
+        out=tmp_path / name,
+        progress=False,
     )
 
 
@@ -299,3 +309,112 @@ def test_a_librarys_own_dataset_class_by_name_on_the_command_line(tmp_path):
     assert wrong.returncode != 0 and "did you mean 'pyg:Planetoid'" in wrong.stderr and not (tmp_path / "x").exists()
     missing = helpers.in_process("train", "--dataset", "pyg:Planetoid", *common, "--out", "y", cwd=tmp_path)
     assert "missing a required argument: 'name'" in missing.stderr and len(missing.stderr.strip().splitlines()) == 1
+
+
+# --------------------------------------------------------------------------- the user's own model
+
+
+class PygSAGE(torch.nn.Module):
+    """GraphSAGE as a PyG user writes it, for full-batch training."""
+
+    def __init__(self, d_in, hidden, d_out):
+        super().__init__()
+        self.conv1, self.conv2 = PygSAGEConv(d_in, hidden), PygSAGEConv(hidden, d_out)
+
+    def forward(self, x, edge_index):
+        return self.conv2(torch.relu(self.conv1(x, edge_index)), edge_index)
+
+
+class DglGraphSAGE(torch.nn.Module):
+    """GraphSAGE as a DGL user writes it for a whole graph: forward(g, x)."""
+
+    def __init__(self, d_in, hidden, d_out):
+        super().__init__()
+        self.conv1, self.conv2 = DglSAGEConv(d_in, hidden, "mean"), DglSAGEConv(hidden, d_out, "mean")
+
+    def forward(self, g, x):
+        return self.conv2(g, torch.relu(self.conv1(g, x)))
+
+
+class DglBlocksSAGE(DglGraphSAGE):
+    """The same for DGL's sampled training: forward(blocks, x), a block per layer."""
+
+    def forward(self, blocks, x):
+        return self.conv2(blocks[1], torch.relu(self.conv1(blocks[0], x)))
+
+
+@pytest.mark.slow
+def test_a_pyg_users_model_instance_trains_on_two_ranks_and_its_run_works_everywhere(tmp_path):
+    a = arrays()
+    result = run(tmp_path, pyg_data(a), None, "mine", "train.epochs=3", model=PygSAGE(F, 32, C), nproc=2)
+    assert result["backend"] == "pyg" and result["world_size"] == 2  # the library its idiom names
+    assert result["metrics"]["test_acc"] > 0.6, result["metrics"]
+    # Another process rebuilds it from the run, once trusted: the saved instance holds code.
+    refused = helpers.in_process("evaluate", "mine", "--checkpoint", "latest", cwd=tmp_path)
+    assert refused.returncode != 0 and "--trust-code" in refused.stderr and len(refused.stderr.splitlines()) == 1
+    report = helpers.in_process("evaluate", "mine", "--checkpoint", "latest", "--trust-code", "--json", cwd=tmp_path)
+    assert json.loads(report.stdout)["metrics"] == result["metrics"], report.stderr
+    model = gnnbridge.load(tmp_path / "mine", kind="latest", trust_code=True)
+    assert type(model).__name__ == "PygSAGE" and not model.training  # their class back, trained
+    outputs = gnnbridge.predict(tmp_path / "mine", kind="latest", trust_code=True)
+    with torch.no_grad():
+        logits = model(torch.from_numpy(a["x"]), torch.from_numpy(a["edge_index"]))
+    assert torch.allclose(logits, torch.from_numpy(outputs["logits"]), atol=1e-5)
+    resumed = gnnbridge.run(resume=tmp_path / "mine", overrides=["train.epochs=4"], progress=False)
+    assert len(resumed["history"]) == 4 and resumed["history"][:3] == result["history"]
+    ported = helpers.in_process("port", "mine", "--to", "dgl", "--out", "moved", "--trust-code", cwd=tmp_path)
+    assert ported.returncode != 0 and "which backend 'dgl' does not train" in ported.stderr
+    assert len(ported.stderr.splitlines()) == 1 and not (tmp_path / "moved").exists()
+
+
+@pytest.mark.parametrize("cls", [DglGraphSAGE, DglBlocksSAGE])
+def test_a_dgl_users_model_instance_trains_in_either_idiom(tmp_path, cls):
+    result = run(tmp_path, dgl_graph(arrays()), None, "mine", "train.epochs=3", model=cls(F, 32, C))
+    assert result["backend"] == "dgl" and result["metrics"]["test_acc"] > 0.6, result["metrics"]
+    assert type(gnnbridge.load(tmp_path / "mine", trust_code=True)) is cls
+
+
+class Unknown(torch.nn.Module):
+    def forward(self, features, adjacency):
+        return features
+
+
+def test_a_model_in_no_known_idiom_or_on_the_other_library_is_one_line(tmp_path):
+    a = arrays()
+    with pytest.raises(GnnBridgeError, match=r"forward\(features, adjacency\)\) is in no library's idiom"):
+        run(tmp_path, pyg_data(a), None, "x", model=Unknown())
+    with pytest.raises(GnnBridgeError, match="is written for pyg, not --backend dgl; use --backend pyg"):
+        run(tmp_path, pyg_data(a), "dgl", "y", model=PygSAGE(F, 8, C))
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
+SCRIPT = """
+import numpy as np, torch, gnnbridge
+from torch_geometric.nn import SAGEConv
+
+class InMain(torch.nn.Module):  # defined in the script itself: ranks cannot import it by name
+    def __init__(self):
+        super().__init__()
+        self.conv = SAGEConv(6, 3)
+
+    def forward(self, x, edge_index):
+        return self.conv(x, edge_index)
+
+if __name__ == "__main__":
+    results = gnnbridge.run(dataset="graph.npz", model=InMain(), nproc=2, out="run",
+                            overrides=["train.epochs=1", "train.batch_size=64"], progress=False)
+    print(results["backend"], results["world_size"])
+"""
+
+
+@pytest.mark.slow
+def test_a_class_defined_in_a_script_trains_on_two_ranks_and_is_evaluated_by_another_process(tmp_path):
+    np.savez(tmp_path / "graph.npz", **arrays())
+    (tmp_path / "script.py").write_text(SCRIPT)
+    env = {**helpers.ENV, "GNNBRIDGE_DATA": str(tmp_path / "data-root")}
+    done = subprocess.run(
+        [sys.executable, "script.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0 and done.stdout.split() == ["pyg", "2"], done.stderr[-3000:]
+    report = helpers.gnnbridge("evaluate", "run", "--trust-code", cwd=tmp_path, env=env)
+    assert report.returncode == 0 and "test_acc" in report.stdout, report.stderr

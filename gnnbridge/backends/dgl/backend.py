@@ -119,6 +119,12 @@ class DglBackend(Backend):
 
         return DglNeighborSampler(store, fanouts)
 
+    def adopt_model(self, model):
+        """A user's DGL model instance (see :mod:`gnnbridge.backends.dgl.user`)."""
+        from gnnbridge.backends.dgl.user import adopt
+
+        return adopt(model)
+
     def adopt_sampler(self, sampler: Any, store: GraphStore, fanouts: list[int]) -> Sampler | None:
         """A plugin's ``dgl.dataloading.BlockSampler``, driven like DGL's own."""
         dgl = import_dgl()

@@ -83,6 +83,12 @@ class PygBackend(Backend):
             "installed; use sampler.kind=core or auto"
         )
 
+    def adopt_model(self, model):
+        """A user's PyG model instance (see :mod:`gnnbridge.backends.pyg.user`)."""
+        from gnnbridge.backends.pyg.user import adopt
+
+        return adopt(model)
+
     def graph_store(self, data: GraphData) -> GraphStore:
         return PygGraphStore(data)
 

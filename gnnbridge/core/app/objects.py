@@ -1,5 +1,6 @@
 """A graph the user holds in memory (a PyG ``Data`` or ``HeteroData``, a ``DGLGraph``, a dataset
-of graphs) as the dataset of a run: ``gnnbridge.run(dataset=obj)``.
+of graphs) as the dataset of a run: ``gnnbridge.run(dataset=obj)``; and a model instance the user
+built (``gnnbridge.run(model=obj)``), kept the same way, for the same reason.
 
 The object is read into the dataset format's arrays by a graph reader (each backend registers
 one for its library's objects, ``register_graph_readers``), checked as a file's arrays are, and
@@ -24,10 +25,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from torch import nn
 
 from gnnbridge.core import environ, files
-from gnnbridge.core.errors import OutputPathError
-from gnnbridge.core.plugins import graph_readers
+from gnnbridge.core.errors import ConfigError, OutputPathError
+from gnnbridge.core.models import instance
+from gnnbridge.core.plugins import backends, graph_readers
 from gnnbridge.core.records.formats import graph_from_arrays
 
 FOLDER = "in-memory"
@@ -48,6 +51,35 @@ def as_dataset(dataset: Any) -> Any:
     return str(path)
 
 
+def as_model(model: Any, backend: str | None) -> tuple[str, str]:
+    """``(model.arch, backend)`` for a model instance the user built (see
+    :mod:`gnnbridge.core.models.instance`): saved once, named by content, beside the graphs; the
+    backend is the library whose idiom the model is written in (``backend`` if it is that one)."""
+    if not isinstance(model, nn.Module):
+        raise ConfigError(
+            f"model={type(model).__module__}.{type(model).__qualname__} is not a torch.nn.Module; give the "
+            "model you built (an instance), or a name or import path as model.arch."
+        )
+    takers = [name for name in backends.names() if backends.get(name).adopt_model(model) is not None]
+    name = f"model (class '{type(model).__qualname__}', forward({', '.join(instance.forward_names(model))}))"
+    if not takers:
+        raise ConfigError(f"{name} is in no library's idiom gnnbridge trains: {instance.IDIOMS}.")
+    if backend is not None and backend not in takers:
+        raise ConfigError(
+            f"{name} is written for {', '.join(takers)}, not --backend {backend}; use --backend {takers[0]}."
+        )
+    try:
+        payload = instance.dump(model)
+    except Exception as exc:  # noqa: BLE001 - whatever the model holds that cannot be pickled
+        raise ConfigError(
+            f"{name} cannot be saved for the ranks and later runs ({type(exc).__name__}: {exc})."
+        ) from None
+    path = environ.data_root() / FOLDER / f"model-{hashlib.blake2b(payload, digest_size=10).hexdigest()}.pkl"
+    if not path.is_file():
+        _write_bytes(path, payload)
+    return instance.PREFIX + str(path), backend or takers[0]
+
+
 def _digest(arrays: dict[str, np.ndarray]) -> str:
     """A name for this content: every array's name, dtype, shape and bytes."""
     h = hashlib.blake2b(digest_size=10)
@@ -58,11 +90,15 @@ def _digest(arrays: dict[str, np.ndarray]) -> str:
 
 
 def _write(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    _write_bytes(path, lambda f: np.savez(f, **arrays))
+
+
+def _write_bytes(path: Path, content) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        files.replace(path, lambda f: np.savez(f, **arrays))
+        files.replace(path, content)
     except OSError as exc:
         raise OutputPathError(
-            f"Cannot write the graph's arrays to '{path}' ({exc.strerror or exc}); point "
-            f"{environ.DATA_ROOT} at a writable folder with room for them."
+            f"Cannot write '{path}' ({exc.strerror or exc}); point {environ.DATA_ROOT} at a writable folder "
+            "with room for it."
         ) from None

@@ -22,7 +22,7 @@ from typing import Any
 
 from gnnbridge.core import files
 from gnnbridge.core.app import results
-from gnnbridge.core.app.objects import as_dataset
+from gnnbridge.core.app.objects import as_dataset, as_model
 from gnnbridge.core.app.plan import Plan, plan_resume
 from gnnbridge.core.app.preflight import check_before_start, load_dataset, preflight
 from gnnbridge.core.app.resolve import resolve_config
@@ -51,6 +51,7 @@ def run(
     nproc: int | None = None,
     device: str | None = None,
     dataset: str | os.PathLike | Any | None = None,
+    model: Any = None,
     overrides: list[str] | tuple[str, ...] = (),
     out: str | os.PathLike | None = None,
     progress: bool = True,
@@ -63,7 +64,10 @@ def run(
     ``experiment`` is a YAML path, a built-in experiment name, a config dict or an
     :class:`ExperimentConfig`; ``None`` runs the default experiment. ``dataset`` is a dataset
     name, a ``.npz`` path, a prepared folder, or a graph held in memory (a PyG ``Data`` /
-    ``HeteroData`` / dataset, a ``DGLGraph`` / ``DGLDataset``: see :mod:`.objects`). ``resume`` is instead a run
+    ``HeteroData`` / dataset, a ``DGLGraph`` / ``DGLDataset``: see :mod:`.objects`). ``model`` is
+    a ``torch.nn.Module`` you built, in PyG's idiom (``forward(x, edge_index)``) or DGL's
+    (``forward(g, x)``, ``forward(blocks, x)``); it trains on that library (see
+    :mod:`gnnbridge.core.models.instance`). ``resume`` is instead a run
     folder to continue from its latest checkpoint, in place (``overrides`` may extend
     ``train.epochs`` or change other training keys, never the model or the data).
     ``max_restarts``: when a rank fails, restart every rank up to this many times; each restart
@@ -76,6 +80,9 @@ def run(
     flags = {"backend": backend, "nproc": nproc, "device": device, "timeout": timeout, "max_restarts": max_restarts}
     _check_paths(out=out, resume=resume)
     dataset = as_dataset(dataset)
+    if model is not None:
+        arch, flags["backend"] = as_model(model, backend)
+        overrides = [*overrides, f"model.arch={arch}"]
     job = detect_job()
     if resume is not None:  # a restarted attempt of a resumed job checks nothing again (see Plan.after_restart)
         plan = plan_resume(resume, experiment, dataset, out, overrides, flags, check_epochs=not (job and job.attempt))

@@ -212,6 +212,13 @@ class Backend(ABC):
         None when ``sampler`` is not one this backend knows."""
         return None
 
+    def adopt_model(self, model: torch.nn.Module) -> torch.nn.Module | None:
+        """A user's model instance written in this library's idiom (PyG: ``forward(x,
+        edge_index)``; DGL: ``forward(g, x)`` or ``forward(blocks, x)``), wrapped to take the
+        backend's batches as gnnbridge's models do (``forward(graph, x)``, the seeds' rows out) and
+        holding it as ``user_model``; None when ``model`` is not written in this idiom."""
+        return None
+
     # -- graph collections (graph-level tasks) -----------------------------------------
 
     def collection_store(self, data: GraphCollection) -> GraphStore:

@@ -40,8 +40,17 @@ from torch import nn
 
 from gnnbridge.core.config import ModelSpec, Task
 from gnnbridge.core.errors import ConfigError
+from gnnbridge.core.models import instance
 from gnnbridge.core.models.generated import removing_generated_modules
-from gnnbridge.core.plugins import PluginError, blame, code_allowed, is_plugin_fault, models, stdout_to_stderr
+from gnnbridge.core.plugins import (
+    PluginError,
+    backends,
+    blame,
+    code_allowed,
+    is_plugin_fault,
+    models,
+    stdout_to_stderr,
+)
 
 INJECTED = ("hidden", "layers", "dropout", "aggr", "heads", "pooling")
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
@@ -59,10 +68,45 @@ class ModelChoice:
 
 def resolve(spec: ModelSpec, backend: str, task: Task) -> ModelChoice:
     """The builder ``spec.arch`` names on ``backend`` for ``task``, or one line saying why none."""
+    if spec.arch.startswith(instance.PREFIX):
+        return _saved_instance(spec.arch.removeprefix(instance.PREFIX), backend, task)
     if ":" in spec.arch:
         return _import_class(spec.arch, backend)
     comp = models.get(spec.arch, backend, task)
     return ModelChoice(spec.arch, comp.build, f"model '{comp.name}' (plugin '{comp.plugin}')", comp.heterogeneous)
+
+
+def _saved_instance(path: str, backend: str, task: Task) -> ModelChoice:
+    """A model instance the user handed over, saved by ``gnnbridge.core.app.objects``: each build
+    is a fresh copy of it, as it was handed over, in ``backend``'s wrapper."""
+    if not code_allowed():
+        raise ConfigError(
+            f"The checkpoint's model is an instance saved in '{path}'; loading it runs the code it holds, "
+            "so evaluate and predict do that only with --trust-code."
+        )
+    if not os.path.isfile(path):
+        raise ConfigError(
+            f"The run's model was saved in '{path}', which no longer exists; it cannot be rebuilt (train again)."
+        )
+    model = instance.load(path)
+    name = f"your model (class '{type(model).__qualname__}')"
+    if task is not Task.NODE:
+        raise ConfigError(
+            f"{name} trains node classification only (task=node), not task={task.value}; for graph and link "
+            "tasks use a built-in model or a class by import path (model.arch=module:Class)."
+        )
+    written = instance.idiom(model)
+    if backends.get(backend).adopt_model(model) is None:
+        raise ConfigError(
+            f"{name} is written as {written or 'neither'} (forward({', '.join(instance.forward_names(model))})), "
+            f"which backend '{backend}' does not train; gnnbridge trains {instance.IDIOMS}"
+            + (f" on the library whose idiom it is (--backend {written.split('-')[0]})." if written else ".")
+        )
+
+    def build(in_dim, out_dim):
+        return backends.get(backend).adopt_model(instance.load(path))
+
+    return ModelChoice(instance.PREFIX + path, build, name)
 
 
 def _import_class(path: str, backend: str) -> ModelChoice:

@@ -1,0 +1,62 @@
+"""A model the user built and hands over as an instance (``gnnbridge.run(model=my_model)``),
+written in its library's idiom, not against gnnbridge's ``forward(graph, x)``.
+
+The backends recognise their library's idiom from ``forward``'s parameter names (PyG's
+``forward(x, edge_index)``; DGL's ``forward(g, x)`` or ``forward(blocks, x)``) and wrap the
+instance so it takes their batches (``Backend.adopt_model``). Core keeps the instance itself in
+a file: it is pickled by cloudpickle, which writes a class defined in a script's or notebook's
+``__main__`` by value (its code travels with it) and an importable class by reference. Ranks,
+``evaluate``, ``predict`` and ``--resume`` rebuild it from that file. Unpickling runs the code
+it holds, so ``evaluate`` and ``predict`` do it only with ``--trust-code``, as for a class named
+by import path.
+"""
+
+from __future__ import annotations
+
+import inspect
+import pickle
+
+from torch import nn
+
+PREFIX = "instance:"  # model.arch of a run whose model is a saved instance: instance:PATH
+PYG_FIRST = ("x", "h", "feat", "feats", "features")
+DGL_GRAPHS = ("g", "graph", "block")
+DGL_BLOCKS = ("blocks", "mfgs")
+
+
+def forward_names(model: nn.Module) -> list[str]:
+    """The names of ``model.forward``'s positional parameters (``self`` left out)."""
+    try:
+        params = inspect.signature(model.forward).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
+def idiom(model: nn.Module) -> str | None:
+    """``pyg`` (``forward(x, edge_index)``), ``dgl-graph`` (``forward(g, x)``), ``dgl-blocks``
+    (``forward(blocks, x)``), or None."""
+    names = forward_names(model)
+    if len(names) >= 2 and names[0] in PYG_FIRST and names[1] in ("edge_index", "adj_t"):
+        return "pyg"
+    if len(names) >= 2 and names[0] in DGL_BLOCKS:
+        return "dgl-blocks"
+    if len(names) >= 2 and names[0] in DGL_GRAPHS:
+        return "dgl-graph"
+    return None
+
+
+IDIOMS = "PyG's forward(x, edge_index), DGL's forward(g, x) or forward(blocks, x)"
+
+
+def dump(model: nn.Module) -> bytes:
+    """``model`` pickled, its class by value where it lives in ``__main__`` (see the module docstring)."""
+    import cloudpickle
+
+    return cloudpickle.dumps(model)
+
+
+def load(path) -> nn.Module:
+    """The instance saved in ``path`` (a fresh copy each call)."""
+    with open(path, "rb") as f:
+        return pickle.load(f)  # noqa: S301 - the caller checked that code may run (code_allowed)
