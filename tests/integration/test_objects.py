@@ -418,3 +418,25 @@ def test_a_class_defined_in_a_script_trains_on_two_ranks_and_is_evaluated_by_ano
     assert done.returncode == 0 and done.stdout.split() == ["pyg", "2"], done.stderr[-3000:]
     report = helpers.gnnbridge("evaluate", "run", "--trust-code", cwd=tmp_path, env=env)
     assert report.returncode == 0 and "test_acc" in report.stdout, report.stderr
+
+
+def test_pygs_zoo_class_by_path_is_the_zoo_model_and_its_own_arguments_are_not_overridden(tmp_path, refused):
+    """model.arch=torch_geometric.nn.models:GraphSAGE builds what model.arch=GraphSAGE builds (its
+    own constructor arguments filled from the data and model.*), and an option gnnbridge fills is
+    one line naming the key to set instead, never a silent override."""
+    a = arrays()
+    by_name = run(tmp_path, pyg_data(a), "pyg", "name", "model.arch=GraphSAGE", "model.options.jk=cat")
+    by_path = run(
+        tmp_path, pyg_data(a), "pyg", "path", "model.arch=torch_geometric.nn.models:GraphSAGE", "model.options.jk=cat"
+    )
+    assert by_path["metrics"] == by_name["metrics"]
+    assert [h["loss"] for h in by_path["history"]] == [h["loss"] for h in by_name["history"]]
+    np.savez(tmp_path / "g.npz", **a)
+    twice = refused(
+        "train", "--dataset", "g.npz", "--set", "model.arch=GraphSAGE", "--set", "model.options.num_layers=3"
+    )
+    assert "model.options.num_layers of GraphSAGE is set by gnnbridge from model.layers" in twice.stderr
+    other = refused(
+        "train", "--dataset", "g.npz", "--backend", "dgl", "--set", "model.arch=torch_geometric.nn.models:GCN"
+    )
+    assert "is model 'GCN' of backend pyg, not 'dgl'; use --backend pyg" in other.stderr

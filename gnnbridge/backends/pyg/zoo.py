@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from gnnbridge.core.errors import ConfigError
 from gnnbridge.core.records.collection import GraphCollection
 
 ZOO = {
@@ -59,16 +60,32 @@ class ZooModel(nn.Module):
         return out[: graph.batch_size]
 
 
+# The zoo classes' own arguments that gnnbridge fills: from the data, or from a model.* key.
+SET_BY_GNNBRIDGE = {
+    "in_channels": "the data (its feature width)",
+    "out_channels": "the data (its class count)",
+    "hidden_channels": "model.hidden",
+    "num_layers": "model.layers",
+    "dropout": "model.dropout",
+}
+
+
 def zoo_builder(name: str):
     def build(in_dim, out_dim, hidden, layers, dropout, pooling, data, **options):
         import torch_geometric.nn.models as zoo
 
+        for key in options:
+            if key in SET_BY_GNNBRIDGE:
+                source = SET_BY_GNNBRIDGE[key]
+                fix = f"set {source} instead (--set {source}=...)" if source.startswith("model.") else "remove it"
+                raise ConfigError(f"model.options.{key} of {name} is set by gnnbridge from {source}; {fix}.")
         if name == "PNA":
             options = {**PNA_DEFAULTS, "deg": degree_histogram(data), **options}
         net = getattr(zoo, name)(in_dim, hidden, layers, out_channels=out_dim, dropout=dropout, **options)
         return ZooModel(net, isinstance(data, GraphCollection), pooling, trim=name not in UNTRIMMED)
 
     build.__name__ = name
+    build.builds = f"torch_geometric.nn.models.{name}"  # model.arch=torch_geometric.nn.models:NAME is this model
     return build
 
 

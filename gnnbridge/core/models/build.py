@@ -43,6 +43,7 @@ from gnnbridge.core.errors import ConfigError
 from gnnbridge.core.models import instance
 from gnnbridge.core.models.generated import removing_generated_modules
 from gnnbridge.core.plugins import (
+    ANY_BACKEND,
     PluginError,
     backends,
     blame,
@@ -141,6 +142,9 @@ def _import_class(path: str, backend: str) -> ModelChoice:
             f"model.arch='{path}': '{attr}' is not a torch.nn.Module class in '{module_name}'; "
             f"classes there: {', '.join(found) or 'none'}."
         )
+    registered = _registered_for(obj, backend)
+    if registered is not None:  # a class a plugin already builds (PyG's zoo): its builder, not the bare class
+        return ModelChoice(path, registered.build, f"model '{registered.name}' (plugin '{registered.plugin}')")
     written_for = getattr(obj, "backends", None)
     if written_for and backend not in written_for:
         raise ConfigError(
@@ -148,6 +152,23 @@ def _import_class(path: str, backend: str) -> ModelChoice:
             f"use --backend {written_for[0]}."
         )
     return ModelChoice(path, obj, f"class '{path}'", bool(getattr(obj, "heterogeneous", False)))
+
+
+def _registered_for(cls: type, backend: str):
+    """The model a plugin registered for ``backend`` whose builder says it builds ``cls`` (its
+    ``builds`` attribute: the class's import path), or None. A library's own model classes take
+    their own constructor arguments, which their plugin's builder fills from the data and the
+    ``model.*`` keys; named by path, they are built the same way."""
+    where = {f"{cls.__module__}.{cls.__qualname__}", f"{cls.__module__.rsplit('.', 1)[0]}.{cls.__qualname__}"}
+    found = [comp for comp in models.entries() if getattr(comp.build, "builds", None) in where]
+    mine = next((comp for comp in found if comp.backend in (backend, ANY_BACKEND)), None)
+    if found and mine is None:
+        others = sorted({comp.backend for comp in found})
+        raise ConfigError(
+            f"model.arch='{cls.__qualname__}' by path is model '{found[0].name}' of backend {', '.join(others)}, "
+            f"not '{backend}'; use --backend {others[0]}."
+        )
+    return mine
 
 
 def arguments(choice: ModelChoice, spec: ModelSpec, data: Any) -> dict[str, Any]:
