@@ -17,10 +17,10 @@ import sys
 import numpy as np
 import torch
 
+from gnnbridge.backends.graph_arrays import SPLITS, all_or_no_splits, class_labels, stacked, type_name
 from gnnbridge.core.errors import DataError
 from gnnbridge.core.plugins import warn
 
-SPLITS = ("train", "val", "test")
 FEATURES = ("feat", "x", "features")  # the first present is the node features
 LABELS = ("label", "y", "labels")
 
@@ -75,22 +75,14 @@ def hetero_arrays(g, where: str) -> dict[str, np.ndarray]:
 def collection_arrays(dataset, where: str) -> dict[str, np.ndarray]:
     """Many ``(graph, label)`` pairs, one class each: nodes stacked, ``node_ptr`` the first node
     of each graph."""
-    xs, edge_parts, ys, ptr = [], [], [], [0]
-    for i in range(len(dataset)):
-        item, at = dataset[i], f"{where}[{i}]"
-        if not (isinstance(item, tuple) and len(item) == 2):
-            raise DataError(f"{at} is a {type(item).__name__}; a graph classification dataset yields (graph, label).")
-        g, label = item
-        xs.append(features(g.ndata, at, g.num_nodes()))
-        edge_parts.append(edge_index(g) + ptr[-1])
-        ys.append(int(class_labels(torch.as_tensor(label).view(1), at)[0]))
-        ptr.append(ptr[-1] + g.num_nodes())
-    return {
-        "x": np.concatenate(xs),
-        "edge_index": np.concatenate(edge_parts, axis=1),
-        "y": np.array(ys, dtype=np.int64),
-        "node_ptr": np.array(ptr, dtype=np.int64),
-    }
+    return stacked(_graph_and_label(dataset[i], f"{where}[{i}]") for i in range(len(dataset)))
+
+
+def _graph_and_label(item, at: str) -> tuple:
+    if not (isinstance(item, tuple) and len(item) == 2):
+        raise DataError(f"{at} is a {type(item).__name__}; a graph classification dataset yields (graph, label).")
+    g, label = item
+    return features(g.ndata, at, g.num_nodes()), edge_index(g), int(class_labels(torch.as_tensor(label).view(1), at)[0])
 
 
 def feature_key(frame) -> str | None:
@@ -121,22 +113,6 @@ def labels(frame, where: str) -> np.ndarray:
     return class_labels(frame[key], f"{where}: ndata['{key}']")
 
 
-def class_labels(y: torch.Tensor, where: str) -> np.ndarray:
-    if y.dim() == 2 and y.shape[1] == 1:
-        y = y.view(-1)
-    if y.dim() != 1:
-        raise DataError(
-            f"{where} has shape {list(y.shape)} (several targets per item, multi-label?); gnnbridge's "
-            "classification takes one class per item."
-        )
-    if y.is_floating_point() or y.dtype == torch.bool:
-        raise DataError(
-            f"{where} is {str(y.dtype).removeprefix('torch.')}; classification takes integer classes "
-            "(.long() if these are classes; regression targets are not supported yet)."
-        )
-    return y.detach().cpu().to(torch.int64).numpy()
-
-
 def edge_index(g, etype=None) -> np.ndarray:
     src, dst = g.edges(order="eid", etype=etype)
     return torch.stack([src, dst]).to(torch.int64).numpy()
@@ -154,22 +130,7 @@ def splits(frame, where: str) -> dict[str, np.ndarray]:
                 f"splits: pick one, e.g. g.ndata['{split}_mask'] = g.ndata['{split}_mask'][:, 0])."
             )
         found[f"{split}_idx"] = mask.bool().nonzero().view(-1).cpu().numpy()
-    if 0 < len(found) < len(SPLITS):
-        given = ", ".join(f"{k[:-4]}_mask" for k in found)
-        raise DataError(
-            f"{where} has {given} but not all of train_mask, val_mask, test_mask; give all three, or none "
-            "(gnnbridge then draws a seeded 60/20/20 split)."
-        )
-    return found
-
-
-def type_name(name: str, where: str) -> str:
-    if "__" in name:
-        raise DataError(
-            f"{where}: type '{name}' contains '__', which the dataset format uses to separate a type from "
-            "its array's name; rename it."
-        )
-    return name
+    return all_or_no_splits(found, where)
 
 
 def warn_edge_features(frame, where: str) -> None:

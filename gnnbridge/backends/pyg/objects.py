@@ -17,10 +17,10 @@ import sys
 import numpy as np
 import torch
 
+from gnnbridge.backends.graph_arrays import SPLITS, all_or_no_splits, class_labels, stacked, type_name
 from gnnbridge.core.errors import DataError
 from gnnbridge.core.plugins import warn
 
-SPLITS = ("train", "val", "test")
 EDGE_FEATURES = ("edge_attr", "edge_weight")
 
 
@@ -78,20 +78,11 @@ def collection_arrays(graphs) -> dict[str, np.ndarray]:
     """Many graphs, one label each (graph classification): nodes stacked, ``node_ptr`` the
     first node of each graph."""
     where = f"dataset (a {type(graphs).__name__} of {len(graphs)} graphs)"
-    xs, edge_parts, labels, ptr = [], [], [], [0]
-    for i, g in enumerate(graphs):
-        at = f"{where}[{i}]"
-        xs.append(features(g, at))
-        edge_parts.append(edges(g.edge_index, at) + ptr[-1])
-        labels.append(graph_label(g, at))
-        ptr.append(ptr[-1] + xs[-1].shape[0])
     warn_edge_features(graphs[0], where)
-    return {
-        "x": np.concatenate(xs),
-        "edge_index": np.concatenate(edge_parts, axis=1),
-        "y": np.array(labels, dtype=np.int64),
-        "node_ptr": np.array(ptr, dtype=np.int64),
-    }
+    return stacked(
+        (features(g, f"{where}[{i}]"), edges(g.edge_index, f"{where}[{i}]"), graph_label(g, f"{where}[{i}]"))
+        for i, g in enumerate(graphs)
+    )
 
 
 def features(store, where: str) -> np.ndarray:
@@ -112,7 +103,7 @@ def node_labels(store, where: str) -> np.ndarray:
     y = store.get("y")
     if y is None:
         raise DataError(f"{where} has no y (a class per node); node classification needs labels.")
-    return class_labels(y, where)
+    return class_labels(y, f"{where}: y")
 
 
 def graph_label(g, where: str) -> int:
@@ -120,23 +111,7 @@ def graph_label(g, where: str) -> int:
     if y is None or y.numel() != 1:
         shape = "no y" if y is None else f"y of shape {list(y.shape)}"
         raise DataError(f"{where} has {shape}; graph classification takes one class per graph.")
-    return int(class_labels(y.view(1), where)[0])
-
-
-def class_labels(y: torch.Tensor, where: str) -> np.ndarray:
-    if y.dim() == 2 and y.shape[1] == 1:
-        y = y.view(-1)
-    if y.dim() != 1:
-        raise DataError(
-            f"{where}: y has shape {list(y.shape)} (several targets per item, multi-label?); gnnbridge's "
-            "classification takes one class per item."
-        )
-    if y.is_floating_point() or y.dtype == torch.bool:
-        raise DataError(
-            f"{where}: y is {str(y.dtype).removeprefix('torch.')}; classification takes integer classes "
-            "(y.long() if these are classes; regression targets are not supported yet)."
-        )
-    return y.detach().cpu().to(torch.int64).numpy()
+    return int(class_labels(y.view(1), f"{where}: y")[0])
 
 
 def edges(edge_index, where: str) -> np.ndarray:
@@ -161,13 +136,7 @@ def splits(store, where: str, num_nodes: int) -> dict[str, np.ndarray]:
             found[f"{split}_idx"] = mask_ids(mask, f"{where}: {split}_mask", num_nodes)
         elif idx is not None:
             found[f"{split}_idx"] = torch.as_tensor(idx).detach().cpu().to(torch.int64).view(-1).numpy()
-    if 0 < len(found) < len(SPLITS):
-        given = ", ".join(f"{k[:-4]}_mask" for k in found)
-        raise DataError(
-            f"{where} has {given} but not all of train_mask, val_mask, test_mask; give all three, or none "
-            "(gnnbridge then draws a seeded 60/20/20 split)."
-        )
-    return found
+    return all_or_no_splits(found, where)
 
 
 def mask_ids(mask: torch.Tensor, where: str, num_nodes: int) -> np.ndarray:
@@ -180,15 +149,6 @@ def mask_ids(mask: torch.Tensor, where: str, num_nodes: int) -> np.ndarray:
     if mask.shape[0] != num_nodes:
         raise DataError(f"{where} has {mask.shape[0]} entries for {num_nodes} nodes.")
     return mask.nonzero().view(-1).cpu().numpy()
-
-
-def type_name(name: str, where: str) -> str:
-    if "__" in name:
-        raise DataError(
-            f"{where}: type '{name}' contains '__', which the dataset format uses to separate a type from "
-            "its array's name; rename it."
-        )
-    return name
 
 
 def warn_edge_features(store, where: str) -> None:

@@ -1,0 +1,69 @@
+"""The rules both backends' graph readers (``pyg/objects.py``, ``dgl/objects.py``) apply once a
+library's object is taken apart: labels are one integer class per item, the three splits come
+together or not at all, a type's name cannot hold the format's ``__`` separator, and a
+collection's graphs are stacked with ``node_ptr``. Written once so a PyG user and a DGL user
+get the same refusals in the same words; each reader keeps only its library's conventions.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from gnnbridge.core.errors import DataError
+
+SPLITS = ("train", "val", "test")
+
+
+def class_labels(y: torch.Tensor, where: str) -> np.ndarray:
+    """``y`` (``where`` names it) as int64 classes, one per item; ``[N, 1]`` is read as ``[N]``."""
+    if y.dim() == 2 and y.shape[1] == 1:
+        y = y.view(-1)
+    if y.dim() != 1:
+        raise DataError(
+            f"{where} has shape {list(y.shape)} (several targets per item, multi-label?); gnnbridge's "
+            "classification takes one class per item."
+        )
+    if y.is_floating_point() or y.dtype == torch.bool:
+        raise DataError(
+            f"{where} is {str(y.dtype).removeprefix('torch.')}; classification takes integer classes "
+            "(.long() if these are classes; regression targets are not supported yet)."
+        )
+    return y.detach().cpu().to(torch.int64).numpy()
+
+
+def all_or_no_splits(found: dict[str, np.ndarray], where: str) -> dict[str, np.ndarray]:
+    """``found`` (``train_idx`` ... read from masks) when it holds all three splits or none."""
+    if 0 < len(found) < len(SPLITS):
+        given = ", ".join(f"{k[:-4]}_mask" for k in found)
+        raise DataError(
+            f"{where} has {given} but not all of train_mask, val_mask, test_mask; give all three, or none "
+            "(gnnbridge then draws a seeded 60/20/20 split)."
+        )
+    return found
+
+
+def type_name(name: str, where: str) -> str:
+    if "__" in name:
+        raise DataError(
+            f"{where}: type '{name}' contains '__', which the dataset format uses to separate a type from "
+            "its array's name; rename it."
+        )
+    return name
+
+
+def stacked(graphs) -> dict[str, np.ndarray]:
+    """A collection from ``(x, edge_index, label)`` per graph: nodes stacked, each graph's edges
+    shifted to its nodes, ``node_ptr`` the first node of each graph."""
+    xs, edge_parts, ys, ptr = [], [], [], [0]
+    for x, edge_index, label in graphs:
+        xs.append(x)
+        edge_parts.append(edge_index + ptr[-1])
+        ys.append(label)
+        ptr.append(ptr[-1] + x.shape[0])
+    return {
+        "x": np.concatenate(xs),
+        "edge_index": np.concatenate(edge_parts, axis=1),
+        "y": np.array(ys, dtype=np.int64),
+        "node_ptr": np.array(ptr, dtype=np.int64),
+    }
