@@ -14,7 +14,8 @@ exactly the files that match all of: a module first imported during the construc
 ``__file__`` lies directly in ``tempfile.gettempdir()``, named after the module itself plus a
 suffix (the generated-file pattern), and the bytecode Python cached for them (with bytecode
 writing on, Python's default, the import also wrote ``$TMPDIR/__pycache__/<name>.cpython-*.pyc``;
-that folder goes too if the construction made it and it is empty). Their text stays in
+that folder goes too once empty, if the construction made it or wrote into it: the ranks of a job
+build at once, and the rank that made it may still find another's bytecode there). Their text stays in
 :mod:`linecache`, so source lookups keep working in the process. Nothing process-wide changes
 (``tempfile.tempdir`` is left alone: pointing it elsewhere would move every other library's temp
 files and caches too), and a process killed while it builds a model is the only one that can
@@ -43,19 +44,24 @@ def removing_generated_modules() -> Iterator[None]:
     try:
         yield
     finally:
-        for name in set(sys.modules) - before:
-            _remove_if_generated(name, getattr(sys.modules.get(name), "__file__", None))
-        if not cache_existed:
+        removed = [
+            _remove_if_generated(n, getattr(sys.modules.get(n), "__file__", None)) for n in set(sys.modules) - before
+        ]
+        # Only if empty: another process's bytecode stays. Also when it existed before: the ranks of
+        # one job build at once, and the one that made the folder may find another's bytecode still
+        # there; whichever removes the last file takes the folder.
+        if not cache_existed or any(removed):
             with contextlib.suppress(OSError):
-                cache_folder.rmdir()  # only if empty: another process's bytecode stays
+                cache_folder.rmdir()
 
 
-def _remove_if_generated(name: str, path: str | None) -> None:
+def _remove_if_generated(name: str, path: str | None) -> bool:
+    """Whether ``name`` was a generated module (its file and bytecode then removed)."""
     if not path:
-        return
+        return False
     file = Path(path)
     if file.suffix != ".py" or file.parent != Path(tempfile.gettempdir()) or not file.name.startswith(f"{name}_"):
-        return
+        return False
     with contextlib.suppress(OSError):
         text = file.read_text()
         # A loader-style entry (no mtime): linecache.checkcache keeps it though the file is gone.
@@ -63,3 +69,4 @@ def _remove_if_generated(name: str, path: str | None) -> None:
         os.unlink(file)
     with contextlib.suppress(OSError, NotImplementedError):
         os.unlink(importlib.util.cache_from_source(path))
+    return True

@@ -40,3 +40,44 @@ def test_a_users_module_in_the_temp_folder_is_left_alone(tmp_path, monkeypatch):
         assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".py") == ["my_models.py", "my_models_notes.py"]
     finally:
         sys.modules.pop("my_models", None)
+
+
+def fresh_layer(name: str):
+    """A layer of a class new to this process: PyG generates a propagate once per class name,
+    from the class's source (so a class statement, not type())."""
+    from torch_geometric.nn import MessagePassing
+
+    if name == "SecondRank":
+
+        class SecondRank(MessagePassing):
+            def forward(self, x, edge_index):
+                return self.propagate(edge_index, x=x)
+
+        return SecondRank()
+
+    class BesideTheirs(MessagePassing):
+        def forward(self, x, edge_index):
+            return self.propagate(edge_index, x=x)
+
+    return BesideTheirs()
+
+
+def test_the_bytecode_folder_another_rank_made_goes_with_the_last_file_in_it(tmp_path, monkeypatch):
+    """Two ranks build at once: the one that made $TMPDIR/__pycache__ finishes first, while the
+    other's bytecode is still there, so it cannot remove the folder; the other, which found the
+    folder made, removes its file and then the folder, now empty. (An empty folder was left.)"""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    (tmp_path / "__pycache__").mkdir()  # made by the rank that finished first
+    with removing_generated_modules():
+        fresh_layer("SecondRank")
+    assert not (tmp_path / "__pycache__").exists() and not list(tmp_path.glob("*.py"))
+
+
+def test_another_processes_bytecode_in_the_folder_stays(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    theirs = tmp_path / "__pycache__" / "theirs.cpython-311.pyc"
+    theirs.parent.mkdir()
+    theirs.write_bytes(b"bytecode")
+    with removing_generated_modules():
+        fresh_layer("BesideTheirs")
+    assert [p.name for p in (tmp_path / "__pycache__").iterdir()] == ["theirs.cpython-311.pyc"]
