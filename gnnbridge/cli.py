@@ -422,7 +422,13 @@ Examples:
 
 @cli.command(epilog=PORT_EXAMPLES)
 @click.argument("run", metavar="RUN")
-@click.option("--to", "to", required=True, metavar="BACKEND", help="The library to move the model to (pyg or dgl).")
+@click.option(
+    "--to",
+    "to",
+    required=True,
+    metavar="BACKEND",
+    help="The backend to move the model to (pyg, dgl, or one a plugin adds: see `gnnbridge backends`).",
+)
 @click.option(
     "--out", required=True, type=click.Path(file_okay=False), help="The new run folder (must not exist, or be empty)."
 )

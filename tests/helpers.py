@@ -5,6 +5,7 @@ root ``conftest.py`` there, so any test file imports this as ``helpers``.)"""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -135,3 +136,16 @@ def in_process(*args, cwd) -> subprocess.CompletedProcess:
     finally:
         os.chdir(before)
     return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
+def pip_install_target(source: Path, copy_to: Path, target: Path) -> Path:
+    """Install the package at ``source`` with pip as a user would (offline, no build isolation)
+    into ``target``, a folder of its own for ``PYTHONPATH``, not the suite's environment: the
+    suite's other workers run commands all the while, and each would load a package half
+    installed or half removed. Built from a copy (``copy_to``), so no build output lands in the
+    checkout; returns the copy."""
+    shutil.copytree(source, copy_to, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    args = ("install", "-q", "--no-build-isolation", "--no-deps", "--no-index", "--target", str(target), str(copy_to))
+    proc = subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return copy_to

@@ -6,12 +6,11 @@ workers run commands all the while, and each would load a package half installed
 ``PYTHONPATH`` as a fresh interpreter is: ``tests/warm.py``.)"""
 
 import json
-import shutil
 import subprocess
 import sys
 
 import pytest
-from helpers import REPO, gnnbridge, suite_env
+from helpers import REPO, gnnbridge, pip_install_target, suite_env
 
 EXAMPLE = REPO / "examples" / "plugin"
 DIST = "gnnbridge-example-plugin"
@@ -28,10 +27,7 @@ def installed(tmp_path_factory):
     target = tmp_path_factory.mktemp("site")
     for _ in range(2):  # both warm interpreters (they take turns) start before the install
         assert "example" not in {p["name"] for p in json.loads(gnnbridge("plugins", cwd=source.parent).stdout)}
-    shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    args = ("install", "-q", "--no-build-isolation", "--no-deps", "--no-index", "--target", str(target), str(source))
-    proc = run("-m", "pip", *args)
-    assert proc.returncode == 0, proc.stderr
+    pip_install_target(EXAMPLE, source, target)
     # only for those given its folder
     assert "example" not in {p["name"] for p in json.loads(gnnbridge("plugins", cwd=source.parent).stdout)}
     return source, suite_env(path=(target,))
