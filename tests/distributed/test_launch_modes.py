@@ -193,12 +193,18 @@ def spawned(tmp_path_factory):
     return run
 
 
-@pytest.mark.parametrize("backend", ["pyg", "dgl"])
-def test_two_torchrun_nodes_match_one_node_with_two_ranks(backend, tmp_path, spawned):
+def test_two_torchrun_nodes_match_one_node_with_two_ranks(tmp_path, spawned):
+    """On PyG here; on DGL in the test of two jobs at once, whose second torchrun job is this one."""
     port = free_port()
-    nodes = [Job(torchrun(2, r, 1, port, *TRAIN, "--backend", backend, "--out", "multi"), tmp_path) for r in (1, 0)]
+    nodes = [Job(torchrun(2, r, 1, port, *TRAIN, "--backend", "pyg", "--out", "multi"), tmp_path) for r in (1, 0)]
     assert [n.finish() for n in nodes] == [0, 0], [n.lines for n in nodes]
-    one, two = results(spawned(backend)), results(tmp_path / "multi")
+    assert_two_nodes_reproduce(tmp_path / "multi", spawned("pyg"), nodes)
+
+
+def assert_two_nodes_reproduce(folder, spawned_run, nodes):
+    """A job of two torchrun nodes of one rank each (``nodes``: node 1's, then node 0's) is the
+    spawned run of two ranks on one node, exactly, and only node 0 reports."""
+    one, two = results(spawned_run), results(folder)
     assert two[3]["num_nodes"] == 2 and one[3]["num_nodes"] == 1
     assert [r["node"] for r in two[3]["ranks"]] == [0, 1]
     assert two[2] == one[2]  # the same per-rank seed shards
@@ -435,23 +441,25 @@ def test_ctrl_c_while_the_ranks_start_prints_only_the_launchers_line(tmp_path):
 
 def test_two_jobs_at_once_on_one_host_do_not_collide(tmp_path, spawned):
     """Two spawned jobs in the same folder (same second, default run folders), and two torchrun
-    jobs of two ranks each (their own ports, shared-memory files named per job), whose ranks
-    share their node's dataset and reproduce a spawned run of two ranks exactly."""
+    jobs of two ranks each, one on one node and one on two (their own ports, shared-memory files
+    named per job), whose ranks share their node's dataset and reproduce a spawned run of two
+    ranks exactly (the DGL case of :func:`test_two_torchrun_nodes_match_one_node_with_two_ranks`)."""
     reference = spawned("dgl")
     before = set(shm_dir().glob("gnnbridge-*"))
     short = [*TRAIN, "--set", "train.epochs=1"]  # what collides is the start, the ports and the files
+    dgl = (*TRAIN, "--backend", "dgl", "--out")
     jobs = [Job(gnnbridge(*short, "--nproc", "2"), tmp_path) for _ in range(2)]
-    jobs += [
-        Job(torchrun(1, 0, 2, free_port(), *TRAIN, "--backend", "dgl", "--out", f"tr{i}"), tmp_path) for i in range(2)
-    ]
-    assert [j.finish() for j in jobs] == [0] * 4, [j.lines for j in jobs]
+    jobs.append(Job(torchrun(1, 0, 2, free_port(), *dgl, "one-node"), tmp_path))
+    port = free_port()
+    nodes = [Job(torchrun(2, r, 1, port, *dgl, "two-nodes"), tmp_path) for r in (1, 0)]
+    assert [j.finish() for j in [*jobs, *nodes]] == [0] * 5, [j.lines for j in [*jobs, *nodes]]
     spawned_runs = sorted((tmp_path / "runs").iterdir())
     assert len(spawned_runs) == 2
-    for folder in [*spawned_runs, tmp_path / "tr0", tmp_path / "tr1"]:
+    for folder in [*spawned_runs, tmp_path / "one-node", tmp_path / "two-nodes"]:
         metrics, _, shards, data = results(folder)
         assert metrics["test_acc"] > 0.3 and len(set(shards)) == 2 and data["world_size"] == 2
-    for folder in (tmp_path / "tr0", tmp_path / "tr1"):
-        assert results(folder)[:3] == results(reference)[:3]
+    assert results(tmp_path / "one-node")[:3] == results(reference)[:3]
+    assert_two_nodes_reproduce(tmp_path / "two-nodes", reference, nodes)
     assert set(shm_dir().glob("gnnbridge-*")) == before  # the jobs' shared files were unlinked
 
 
