@@ -89,9 +89,22 @@ def compare(
     progress: bool = True,
     dataset: str | os.PathLike | None = None,
 ) -> dict:
-    """Train ``experiment`` on each backend; returns (and writes as ``compare.json``) one row per
-    backend: test metrics, median epoch time, peak memory, sampler, run folder, or why it failed.
-    ``dataset``: as ``run``'s (a name, a ``.npz``, a prepared folder or a graph held in memory)."""
+    """Train ``experiment`` on each backend, one after the other, with the same config.
+
+    :param experiment: as :func:`~gnnbridge.core.app.train.run` takes it; ``None``: the default.
+    :param backends: which backends; empty: every installed one that can run here.
+    :param nproc: ranks for each run.
+    :param device: ``cpu``, ``cuda`` or ``auto``.
+    :param overrides: ``KEY=VALUE`` strings, as ``--set`` takes them, for every run.
+    :param out: the comparison's folder (must not exist, or be empty); default
+        ``runs/compare-<experiment>-<time>``.
+    :param progress: show each run's progress.
+    :param dataset: as ``run``'s (a name, a ``.npz``, a prepared folder or a graph held in memory).
+    :returns: what ``compare.json`` holds: ``experiment``, ``task``, ``nproc``, ``folder``,
+        ``skipped`` (``{backend: why it cannot run here}``), ``plot`` (``compare.png``'s path, or
+        ``None`` when no run finished) and ``rows``, one per backend: ``backend``, ``run_dir``,
+        ``sampler``, ``metrics`` (the test split's), ``median_epoch_s``, ``peak_rss_bytes``,
+        ``world_size``; or, for a run that failed, ``backend`` and ``error`` (its last line)."""
     dataset = as_dataset(dataset)
     config = resolve_config(experiment, overrides=overrides, nproc=nproc, device=device, dataset=dataset)
     names, skipped = available_backends(backends)
@@ -219,7 +232,21 @@ def same_batches(
 ) -> dict:
     """Train the first backend and each other in lockstep on identical batches from identical
     weights; report the largest loss gap per step, the final logits' gap, and the first step and
-    layer where they part (None when they never do)."""
+    layer where they part (None when they never do). One process; nothing is written.
+
+    :param experiment: as :func:`~gnnbridge.core.app.train.run` takes it; ``None``: the default.
+    :param backends: the reference first, then the others; empty: every installed one.
+    :param epochs: how many epochs (default the experiment's ``train.epochs``).
+    :param device: ``cpu``, ``cuda`` or ``auto``.
+    :param overrides: ``KEY=VALUE`` strings, as ``--set`` takes them.
+    :param tolerance: the largest loss or logit gap that still counts as the same.
+    :param dataset: as ``run``'s.
+    :returns: ``experiment``, ``task``, ``epochs``, ``tolerance``, ``reference`` (the first
+        backend), ``skipped`` (``{backend: why}``), ``agree`` (every pair agrees) and ``pairs``, one
+        per other backend: ``backends``, ``steps``, ``max_loss_gap``, ``loss_gaps`` (one per step),
+        ``max_logit_gap``, ``agree``, ``first_divergence`` (``None``, or ``epoch``, ``step``,
+        ``loss_gap``, ``layer`` (the first layer whose outputs part, or ``None``),
+        ``both_diverged``, ``layer_gaps``)."""
     if not (isinstance(tolerance, (int, float)) and tolerance > 0):
         raise ConfigError(f"--tolerance {tolerance!r} must be a positive number, e.g. 1e-4.")
     names, skipped = available_backends(backends)

@@ -59,10 +59,21 @@ def evaluate(
     trust_code: bool = False,
     dataset: Any = None,
 ) -> dict:
-    """Metrics of ``target`` (a run folder's ``kind`` checkpoint, or a checkpoint file) on
-    every split, computed as training's final evaluation is (``eval.mode``). ``trust_code``:
-    import the model class the checkpoint names by import path (importing runs that code).
-    ``dataset``: score another labelled graph of the same kind (as :func:`predict` takes it)."""
+    """Metrics of ``target``'s model on every split, computed as training's final evaluation is
+    (``eval.mode``).
+
+    :param target: a run folder, or a checkpoint file.
+    :param kind: which of a run folder's checkpoints: ``best`` or ``latest``.
+    :param device: where to compute (``cpu``, ``cuda``, ``auto``); default the CPU.
+    :param overrides: ``KEY=VALUE`` data keys (``dataset.path=NEW.npz`` for data that moved; never
+        the model's).
+    :param trust_code: import the model class the checkpoint names by import path (importing runs
+        that module's code).
+    :param dataset: score another labelled graph of the same kind (as :func:`predict` takes it).
+    :returns: ``metrics`` (``{split}_{metric}``, as in ``results.json``), ``eval`` (how they were
+        computed), ``checkpoint`` (its path), ``epoch`` (the checkpoint's), ``inside`` (only for a
+        checkpoint written inside an epoch: ``{"epoch", "batches"}``), ``experiment``,
+        ``backend``, ``task``, ``device``."""
     overrides = [*overrides, *_dataset_overrides(dataset)]
     path, state, config, data = _prepare(target, kind, device, overrides, "evaluate", trust_code)
     try:
@@ -87,7 +98,7 @@ def predict(
     embeddings: bool = False,
     index: str = "exact",
 ) -> dict:
-    """Write ``out`` (.npz). Node and graph tasks: ``logits`` and ``probs`` [items, classes]
+    """Write ``out`` (.npz), or return its arrays. Node and graph tasks: ``logits`` and ``probs`` [items, classes]
     float32, ``pred`` and ``y`` int64 [items], and the ``train_idx`` / ``val_idx`` / ``test_idx``
     the run used. Link tasks: with ``pairs`` (a .npz holding int64 ``src`` and ``dst``), their
     ``scores`` and ``probs``; otherwise the ``top_k`` (default 10) best destinations of every
@@ -99,9 +110,20 @@ def predict(
     evaluation). ``embeddings``: also every node type's final states, ``embedding__<type>`` [N, hidden] float32
     (heterogeneous graphs and link tasks; the same pass serves the top-k lists).
 
-    ``out=None``: nothing is written; the arrays the file would hold are returned, ``{name: numpy
-    array}``. ``dataset``: predict on another graph than the run's (a path, a name, or a graph
-    held in memory, as ``run`` takes it) with the features and classes the model was trained on."""
+    :param target: a run folder, or a checkpoint file.
+    :param out: the ``.npz`` to write (must not exist); ``None``: nothing is written and the
+        arrays the file would hold are returned.
+    :param kind: which of a run folder's checkpoints: ``best`` or ``latest``.
+    :param dataset: predict on another graph than the run's (a path, a name, or a labelled graph
+        held in memory, as ``run`` takes it) with the features and classes the model was trained on.
+    :param device: where to compute (``cpu``, ``cuda``, ``auto``); default the CPU.
+    :param overrides: ``KEY=VALUE`` data keys (``dataset.path=NEW.npz``; never the model's).
+    :param trust_code: import the model class the checkpoint names by import path.
+    :param pairs: link tasks: a ``.npz`` of the pairs to score (int64 ``src``, ``dst``).
+    :param top_k: link tasks without ``pairs``: how many destinations per source (default 10).
+    :param embeddings: also return every node type's final states (``embedding__<type>``).
+    :param index: ``exact`` or ``hnsw``, for the top-k lists.
+    :returns: ``{name: numpy array}``, the arrays above (also when ``out`` is given)."""
     overrides = [*overrides, *_dataset_overrides(dataset)]
     out = _check_out(out) if out is not None else None
     path, state, config, data = _prepare(target, kind, device, overrides, "predict", trust_code)
@@ -145,7 +167,15 @@ def load(
     the ``torch.nn.Module`` training built (a built-in model on its run's backend, or the class
     ``model.arch`` names), with the checkpoint's weights, in eval mode, on ``device`` (default:
     the CPU). The run's dataset is opened, as ``evaluate`` opens it: a model's shapes (and a
-    heterogeneous model's node and edge types) come from it."""
+    heterogeneous model's node and edge types) come from it.
+
+    :param target: a run folder, or a checkpoint file.
+    :param kind: which of a run folder's checkpoints: ``best`` or ``latest``.
+    :param device: where the model's weights go (default the CPU).
+    :param overrides: ``KEY=VALUE`` data keys (``dataset.path=NEW.npz`` for data that moved).
+    :param trust_code: import the model class the checkpoint names by import path.
+    :returns: the model, a ``torch.nn.Module`` in eval mode: a model instance you trained is
+        your own class, not gnnbridge's wrapper around it."""
     path, state, config, data = _prepare(target, kind, device or "cpu", overrides, "load", trust_code)
     model, _ = build_model(config.model, config.backend, config.task, *model_dims(data), data)
     checkpoint.load_model_state(model, state, path)

@@ -19,7 +19,14 @@ from gnnbridge.core.errors import ConfigError, DataFileNotFoundError, OutputExis
 
 
 def plot(runs: list[str | os.PathLike], out: str | os.PathLike, labels: list[str] | None = None) -> Path:
-    """Draw ``runs`` (run folders) into ``out`` (.png, must not exist); returns ``out``."""
+    """Draw ``runs``' learning curves side by side: loss and the monitored metric per epoch.
+
+    :param runs: run folders.
+    :param out: the ``.png`` to write (must not exist).
+    :param labels: one legend label per run; default the folder names (with the backend where the
+        name does not say it).
+    :returns: ``out``, as a :class:`~pathlib.Path`.
+    """
     if not runs:
         raise ConfigError("Give at least one run folder to plot, e.g. gnnbridge plot runs/a runs/b --out ab.png.")
     out = Path(out)

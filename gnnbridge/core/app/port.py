@@ -43,8 +43,15 @@ def port(
     overrides: list[str] | tuple[str, ...] = (),
     trust_code: bool = False,
 ) -> dict:
-    """Write ``out``, a run folder holding ``target``'s model for backend ``to``; returns what
-    was written (``{"run_dir", "backend", "from_backend", "checkpoints": [...]}``)."""
+    """Write ``out``, a run folder holding ``target``'s model for backend ``to``.
+
+    :param target: a run folder, or a checkpoint file.
+    :param to: the backend to move the model to (``pyg``, ``dgl``, or one a plugin adds).
+    :param out: the new run folder (must not exist, or be empty).
+    :param overrides: ``KEY=VALUE`` data keys (``dataset.path=NEW.npz``; never the model's).
+    :param trust_code: import the model class the checkpoint names by import path.
+    :returns: what was written: ``run_dir`` (``out``), ``backend`` (``to``), ``from_backend``,
+        ``checkpoints`` (the checkpoint files written)."""
     run = _run_folder(target)
     states = {
         kind: {**checkpoint.load(path), "path": str(path)}

@@ -30,7 +30,19 @@ def resolve_config(
     timeout: float | None = None,
     max_restarts: int | None = None,
 ) -> ExperimentConfig:
-    """Merge defaults, an experiment, ``--dataset``, ``--set`` overrides and flags; validate."""
+    """Merge defaults, an experiment, ``--dataset``, ``--set`` overrides and flags; validate.
+
+    :param experiment: a YAML path, a built-in experiment name, a config dict or an
+        :class:`ExperimentConfig`; ``None``: the default experiment.
+    :param overrides: ``KEY=VALUE`` strings, as ``--set`` takes them.
+    :param backend: sets ``backend``.
+    :param nproc: sets ``nproc``.
+    :param device: sets ``device``.
+    :param dataset: a dataset name, ``.npz`` path or prepared folder (``--dataset``).
+    :param timeout: sets ``timeout`` (seconds).
+    :param max_restarts: sets ``max_restarts``.
+    :returns: the validated :class:`ExperimentConfig` (``.to_dict()`` is the YAML a run writes as
+        ``config.yaml``); a bad value raises :class:`~gnnbridge.core.errors.ConfigError` naming it."""
     overrides = cfgmod.check_overrides(overrides)
     if backend is not None and isinstance(backend, str) and not backend.strip():
         raise ConfigError(

@@ -61,20 +61,38 @@ def run(
 ) -> dict | None:
     """Train an experiment and return its results (the content of ``results.json``).
 
-    ``experiment`` is a YAML path, a built-in experiment name, a config dict or an
-    :class:`ExperimentConfig`; ``None`` runs the default experiment. ``dataset`` is a dataset
-    name, a ``.npz`` path, a prepared folder, or a graph held in memory (a PyG ``Data`` /
-    ``HeteroData`` / dataset, a ``DGLGraph`` / ``DGLDataset``: see :mod:`.objects`). ``model`` is
-    a ``torch.nn.Module`` you built, in PyG's idiom (``forward(x, edge_index)``) or DGL's
-    (``forward(g, x)``, ``forward(blocks, x)``); it trains on that library (see
-    :mod:`gnnbridge.core.models.instance`). ``resume`` is instead a run
-    folder to continue from its latest checkpoint, in place (``overrides`` may extend
-    ``train.epochs`` or change other training keys, never the model or the data).
-    ``max_restarts``: when a rank fails, restart every rank up to this many times; each restart
-    continues the run from its latest checkpoint.
-
     Inside a torchrun or SLURM job this process is one rank of it: rank 0 writes the run folder
     and returns the results, every other rank returns ``None``.
+
+    :param experiment: a YAML path, a built-in experiment name, a config dict or an
+        :class:`ExperimentConfig`; ``None`` runs the default experiment.
+    :param backend: the library to train with (``pyg``, ``dgl``, or one a plugin adds); default
+        the config's.
+    :param nproc: ranks on this machine (``--nproc``); default the config's.
+    :param device: ``cpu``, ``cuda`` or ``auto``; default the config's.
+    :param dataset: a dataset name, a ``.npz`` path, a prepared folder, ``pyg:CLASS`` /
+        ``dgl:CLASS``, or a graph held in memory (a PyG ``Data`` / ``HeteroData`` / dataset, a
+        ``DGLGraph`` / ``DGLDataset``: see :mod:`.objects`).
+    :param model: a ``torch.nn.Module`` you built, in PyG's idiom (``forward(x, edge_index)``) or
+        DGL's (``forward(g, x)``, ``forward(blocks, x)``); it trains on that library (see
+        :mod:`gnnbridge.core.models.instance`). A name or import path goes in ``overrides``
+        (``model.arch=...``).
+    :param overrides: ``KEY=VALUE`` strings, as ``--set`` takes them (``train.epochs=5``).
+    :param out: the run folder to create (must not exist, or be empty); default
+        ``runs/<experiment>-<backend>-<time>``.
+    :param progress: show the progress bar and per-epoch lines on rank 0.
+    :param timeout: seconds any rank may wait on its peers before the job stops (default the
+        config's ``timeout``).
+    :param resume: a run folder to continue from its latest checkpoint, in place, instead of a new
+        run (``overrides`` may extend ``train.epochs`` or change other training keys, never the
+        model or the data).
+    :param max_restarts: when a rank fails, restart every rank up to this many times; each restart
+        continues the run from its latest checkpoint.
+    :returns: ``results.json``'s content (its keys: :doc:`/outputs`): ``metrics`` (the final
+        evaluation's, every split), ``best`` (the best epoch and its metrics), ``history`` (one
+        entry per epoch: loss, metrics, times), ``run_dir`` (the run folder), and what the
+        run was (``experiment``, ``backend``, ``task``, ``world_size``, ``device``, ``dataset``,
+        ``versions``, ``ranks``, ...). ``None`` on a job's ranks other than 0.
     """
     refuse_unguarded_start()
     flags = {"backend": backend, "nproc": nproc, "device": device, "timeout": timeout, "max_restarts": max_restarts}
