@@ -27,15 +27,15 @@ demo: $(STAMP)
 	$(VENV)/bin/gnnbridge train --backend dgl --nproc 2
 
 # The full suite: what CI runs (multi-process DDP, launch, kill and restart tests included).
-# Three workers (most tests wait on subprocesses and ranks); tests that share a module fixture
-# (a trained run, a built dataset) go to one worker, so it is built once (tests/conftest.py);
-# every other test is handed out on its own.
+# Four workers on two cores (most tests wait on subprocesses, ranks and deadlines: three left a
+# fifth of the CPU idle); tests that share a module fixture (a trained run, a built dataset) go
+# to one worker, so it is built once (tests/conftest.py); every other test is handed out alone.
 test: $(STAMP)
-	$(PY) -m pytest -q -n 3 --dist loadgroup
+	$(PY) -m pytest -q -n 4 --dist loadgroup
 
-# The everyday loop: unit tests only, no multi-process training runs (about 3 minutes on 2 cores).
+# The everyday loop: unit tests only, no multi-process training runs (about 2 minutes on 2 cores).
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -n 3 --dist loadgroup -m "not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check $(LINTED)
