@@ -24,10 +24,10 @@ from gnnbridge.core.interfaces import format_bytes
 from gnnbridge.core.records.formats import (
     HETERO_MARKERS,
     NPZ_ARRAYS,
-    NPZ_REQUIRED,
     check_header,
     graph_from_arrays,
     missing_arrays,
+    missing_members,
     typed_keys,
 )
 from gnnbridge.core.records.hetero import HeteroSource
@@ -62,7 +62,7 @@ def read_npz(path: Path) -> dict[str, np.ndarray]:
     Why not ``numpy.load``: it trusts each header and allocates what it claims before reading."""
 
     def select(members: dict) -> dict:
-        missing = [k for k in NPZ_REQUIRED if k not in members]
+        missing = missing_members(path, members)
         if missing:
             raise missing_arrays(path, missing)
         return {key: spec for key, spec in NPZ_ARRAYS.items() if key in members}

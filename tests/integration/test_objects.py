@@ -239,6 +239,34 @@ def test_a_dgl_run_gives_back_a_model_that_takes_blocks(tmp_path):
     with torch.no_grad():  # DGL's idiom: a block per layer, here every node's whole neighbourhood
         logits = model([dgl.to_block(g)] * 2, torch.from_numpy(a["x"]))
     assert torch.allclose(logits, torch.from_numpy(outputs["logits"]), atol=1e-5)
+    check_predict_takes_a_graph_without_labels(tmp_path, tmp_path / "dgl")
+
+
+def check_predict_takes_a_graph_without_labels(tmp_path, trained):
+    """A new graph to score has no labels (and no splits): predict takes it from either library
+    or a file, and scores it as the same graph with labels; training and evaluation refuse it."""
+    other = arrays(seed=5)
+    labelled = gnnbridge.predict(trained, dataset=pyg_data(other))
+    bare = {"x": other["x"], "edge_index": other["edge_index"]}
+    data = Data(**{k: torch.from_numpy(v) for k, v in bare.items()})
+    g = dgl.graph(tuple(torch.from_numpy(other["edge_index"])), num_nodes=N)
+    g.ndata["feat"] = torch.from_numpy(other["x"])
+    np.savez(tmp_path / "bare.npz", **bare)
+    written = helpers.in_process("predict", trained, "--set", "dataset.path=bare.npz", "--out", "b.npz", cwd=tmp_path)
+    assert written.returncode == 0, written.stderr
+    for outputs in (gnnbridge.predict(trained, dataset=data), gnnbridge.predict(trained, dataset=g)):
+        assert set(outputs) == {"logits", "probs", "pred"}  # no labels or splits to hand back
+        assert np.array_equal(outputs["logits"], labelled["logits"])
+        assert same(outputs, stored(tmp_path / "b.npz"))
+    for refused in (lambda: gnnbridge.evaluate(trained, dataset=g), lambda: run(tmp_path, data, "pyg", "bare")):
+        with pytest.raises(GnnBridgeError, match=r"training and evaluation need labels \(predict does not\)"):
+            refused()
+    assert not (tmp_path / "bare").exists()
+    proc = helpers.in_process("evaluate", trained, "--set", "dataset.path=bare.npz", cwd=tmp_path)
+    assert proc.returncode == 1 and proc.stderr.splitlines() == [
+        f"Error: {tmp_path / 'bare.npz'}: no y (int64, a class per node, or per graph of a collection); training "
+        "and evaluation need labels (predict takes a graph without them)."
+    ]
 
 
 @pytest.mark.slow

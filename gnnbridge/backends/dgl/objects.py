@@ -20,6 +20,7 @@ import torch
 from gnnbridge.backends.graph_arrays import SPLITS, all_or_no_splits, class_labels, stacked, type_name
 from gnnbridge.core.errors import DataError
 from gnnbridge.core.plugins import warn
+from gnnbridge.core.records.formats import labels_are_optional
 
 FEATURES = ("feat", "x", "features")  # the first present is the node features
 LABELS = ("label", "y", "labels")
@@ -43,11 +44,9 @@ def read(obj) -> dict[str, np.ndarray] | None:
 
 def graph_arrays(g, where: str) -> dict[str, np.ndarray]:
     frame = g.ndata
-    arrays = {
-        "x": features(frame, where, g.num_nodes()),
-        "edge_index": edge_index(g),
-        "y": labels(frame, where),
-    }
+    arrays = {"x": features(frame, where, g.num_nodes()), "edge_index": edge_index(g)}
+    if label_key(frame) is not None or not labels_are_optional():  # predict takes a graph without labels
+        arrays["y"] = labels(frame, where)
     arrays.update(splits(frame, where))
     warn_edge_features(g.edata, where)
     return arrays
@@ -109,7 +108,9 @@ def features(frame, where: str, num_nodes: int) -> np.ndarray:
 def labels(frame, where: str) -> np.ndarray:
     key = label_key(frame)
     if key is None:
-        raise DataError(f"{where} has no ndata['label'] (a class per node); node classification needs labels.")
+        raise DataError(
+            f"{where} has no ndata['label'] (a class per node); training and evaluation need labels (predict does not)."
+        )
     return class_labels(frame[key], f"{where}: ndata['{key}']")
 
 

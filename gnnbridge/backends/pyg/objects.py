@@ -20,6 +20,7 @@ import torch
 from gnnbridge.backends.graph_arrays import SPLITS, all_or_no_splits, class_labels, stacked, type_name
 from gnnbridge.core.errors import DataError
 from gnnbridge.core.plugins import warn
+from gnnbridge.core.records.formats import labels_are_optional
 
 EDGE_FEATURES = ("edge_attr", "edge_weight")
 
@@ -45,7 +46,9 @@ def read(obj) -> dict[str, np.ndarray] | None:
 
 def graph_arrays(data, where: str) -> dict[str, np.ndarray]:
     """One homogeneous graph for node classification."""
-    arrays = {"x": features(data, where), "edge_index": edges(data.edge_index, where), "y": node_labels(data, where)}
+    arrays = {"x": features(data, where), "edge_index": edges(data.edge_index, where)}
+    if data.get("y") is not None or not labels_are_optional():  # predict takes a graph without labels
+        arrays["y"] = node_labels(data, where)
     arrays.update(splits(data, where, data.num_nodes))
     warn_edge_features(data, where)
     return arrays
@@ -102,7 +105,7 @@ def features(store, where: str) -> np.ndarray:
 def node_labels(store, where: str) -> np.ndarray:
     y = store.get("y")
     if y is None:
-        raise DataError(f"{where} has no y (a class per node); node classification needs labels.")
+        raise DataError(f"{where} has no y (a class per node); training and evaluation need labels (predict does not).")
     return class_labels(y, f"{where}: y")
 
 

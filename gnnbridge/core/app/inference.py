@@ -38,6 +38,7 @@ from gnnbridge.core.models.build import build_model, model_dims
 from gnnbridge.core.plugins import no_code, no_downloads
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData, check_ids
+from gnnbridge.core.records.formats import labels_optional
 from gnnbridge.core.records.hetero import HeteroGraphData
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.runtime.host import available_memory, format_bytes
@@ -74,8 +75,7 @@ def evaluate(
         computed), ``checkpoint`` (its path), ``epoch`` (the checkpoint's), ``inside`` (only for a
         checkpoint written inside an epoch: ``{"epoch", "batches"}``), ``experiment``,
         ``backend``, ``task``, ``device``."""
-    overrides = [*overrides, *_dataset_overrides(dataset)]
-    path, state, config, data = _prepare(target, kind, device, overrides, "evaluate", trust_code)
+    path, state, config, data = _prepare(target, kind, device, overrides, "evaluate", trust_code, dataset)
     try:
         with interrupt_on_sigterm():
             scored = launch(_evaluate_worker, 1, config.device.value, (config, data, state), timeout_s=config.timeout)
@@ -114,8 +114,9 @@ def predict(
     :param out: the ``.npz`` to write (must not exist); ``None``: nothing is written and the
         arrays the file would hold are returned.
     :param kind: which of a run folder's checkpoints: ``best`` or ``latest``.
-    :param dataset: predict on another graph than the run's (a path, a name, or a labelled graph
-        held in memory, as ``run`` takes it) with the features and classes the model was trained on.
+    :param dataset: predict on another graph than the run's (a path, a name, or a graph held in
+        memory, as ``run`` takes it) with the features the model was trained on; a homogeneous
+        graph may come without labels and splits (only ``logits``, ``probs`` and ``pred`` then).
     :param device: where to compute (``cpu``, ``cuda``, ``auto``); default the CPU.
     :param overrides: ``KEY=VALUE`` data keys (``dataset.path=NEW.npz``; never the model's).
     :param trust_code: import the model class the checkpoint names by import path.
@@ -124,9 +125,8 @@ def predict(
     :param embeddings: also return every node type's final states (``embedding__<type>``).
     :param index: ``exact`` or ``hnsw``, for the top-k lists.
     :returns: ``{name: numpy array}``, the arrays above (also when ``out`` is given)."""
-    overrides = [*overrides, *_dataset_overrides(dataset)]
     out = _check_out(out) if out is not None else None
-    path, state, config, data = _prepare(target, kind, device, overrides, "predict", trust_code)
+    path, state, config, data = _prepare(target, kind, device, overrides, "predict", trust_code, dataset)
     request = _link_request(config, data, pairs, top_k)
     if index != "exact":
         request = {**(request or {}), "index": check_index(config, request, index)}
@@ -365,19 +365,22 @@ def _nonfinite(path: Path, what: str) -> TrainingDivergedError:
     )
 
 
-def _prepare(target, kind: str, device: str | None, overrides, action: str, trust_code: bool):
+def _prepare(target, kind: str, device: str | None, overrides, action: str, trust_code: bool, dataset=None):
     if not isinstance(target, (str, os.PathLike)):
         raise ConfigError(f"target={target!r} must be a run folder or a checkpoint file (a str or a pathlib.Path).")
     path = checkpoint.find(target, kind)
     state = {**checkpoint.load(path), "path": str(path)}
-    config = resolve_config(state["config"], overrides=overrides, device=device, nproc=1)
-    check_frozen(state["config"], config.to_dict(), INFERENCE_FROZEN, action)
-    # The checkpoint names the data and the model: it never makes us fetch or create a dataset,
-    # nor import code unless the user says they trust it. Only what scoring needs is checked
-    # (preflight.inference_preflight): nothing of training's loggers, memory or disk.
-    with no_downloads(), contextlib.nullcontext() if trust_code else no_code():
-        config = inference_preflight(config)
-        data = load_for_inference(config, checkpoint.parameter_count(state))
+    # predict scores a graph without labels too (the model says how many classes there are)
+    with labels_optional(state.get("data", {}).get("num_classes") if action == "predict" else None):
+        overrides = [*overrides, *_dataset_overrides(dataset)]
+        config = resolve_config(state["config"], overrides=overrides, device=device, nproc=1)
+        check_frozen(state["config"], config.to_dict(), INFERENCE_FROZEN, action)
+        # The checkpoint names the data and the model: it never makes us fetch or create a dataset,
+        # nor import code unless the user says they trust it. Only what scoring needs is checked
+        # (preflight.inference_preflight): nothing of training's loggers, memory or disk.
+        with no_downloads(), contextlib.nullcontext() if trust_code else no_code():
+            config = inference_preflight(config)
+            data = load_for_inference(config, checkpoint.parameter_count(state))
     _check_fits(path, state, data)
     return path, state, config, data
 
@@ -487,14 +490,14 @@ def _predict_worker(ctx: DistContext, config: ExperimentConfig, data, state: dic
 
 
 def _class_arrays(scorer: Scorer, data) -> dict:
+    """The scores of every item; with the labels and splits of a graph that has them."""
     logits = scorer.predict().float()  # float32 already (maybe mapped from disk): not copied
     n, classes = logits.shape
-    return {
+    scores = {
         "logits": logits,
         "probs": Derived(logits, lambda z: torch.softmax(z, dim=1), torch.float32, (n, classes)),
         "pred": Derived(logits, lambda z: z.argmax(dim=1), torch.int64, (n,)),
-        "y": data.y,
-        "train_idx": data.train_idx,
-        "val_idx": data.val_idx,
-        "test_idx": data.test_idx,
     }
+    if not getattr(data, "labelled", True):  # a graph handed to predict without labels
+        return scores
+    return scores | {"y": data.y, "train_idx": data.train_idx, "val_idx": data.val_idx, "test_idx": data.test_idx}

@@ -166,7 +166,8 @@ def load_for_inference(config: ExperimentConfig, params: int) -> GraphData | Gra
     suit the task, every split must hold a node (or graph), and scoring must fit in memory
     (:func:`check_inference_memory`). Nothing about training (its memory, its monitor)."""
     data = _load_for_task(config)
-    _check_splits(config, data)
+    if getattr(data, "labelled", True):  # a graph handed to predict without labels has no splits
+        _check_splits(config, data)
     check_inference_memory(config, data, params)
     return data
 

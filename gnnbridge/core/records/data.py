@@ -35,6 +35,9 @@ class LabelledRecord(Mapped):
     # Set on a record opened from a prepared folder (gnnbridge.core.records.folder); how it
     # opens again in another process is ``mapped_from`` (see core/records/mapped.py).
     folder = None
+    # False: a graph handed to ``predict`` without labels (:meth:`GraphData.for_prediction`): its
+    # ``y`` is a placeholder and it has no splits; nothing may train or evaluate on it.
+    labelled = True
 
     @classmethod
     def unchecked(cls, **values):
@@ -87,7 +90,8 @@ class LabelledRecord(Mapped):
             raise DataError(f"x holds NaN or inf values (first at node {bad}); clean the features first.")
         for name in ("train", "val", "test"):
             check_tensor(f"{name}_idx", self.split(name), torch.int64, ndim=1)
-        check_disjoint_splits(self, num_items)
+        if self.labelled:
+            check_disjoint_splits(self, num_items)
 
     def _split_sizes(self) -> dict[str, int]:
         return {name: int(self.split(name).numel()) for name in ("train", "val", "test")}
@@ -162,6 +166,24 @@ class GraphData(LabelledRecord):
         if num_classes is None:
             num_classes = infer_num_classes(y)
         return cls(indptr, indices, x, y, train_idx, val_idx, test_idx, int(num_classes), name)
+
+    @classmethod
+    def for_prediction(
+        cls, edge_index: torch.Tensor, x: torch.Tensor, num_classes: int, name: str = "graph"
+    ) -> GraphData:
+        """A graph without labels, for ``predict`` only: placeholder labels (all 0) of the model's
+        ``num_classes``, no splits, ``labelled`` False; checked as any graph is but for those."""
+        empty = torch.empty(0, dtype=torch.int64)
+        check_edge_index(edge_index)
+        check_features("x", x)
+        n = int(x.shape[0])
+        check_ids("edge_index", edge_index, n)
+        indptr, indices = csc_from_coo(edge_index[0], edge_index[1], n)
+        y = torch.zeros(n, dtype=torch.int64)
+        data = cls.unchecked(indptr=indptr, indices=indices, x=x, y=y, train_idx=empty, val_idx=empty)
+        data.test_idx, data.num_classes, data.name, data.labelled = empty, int(num_classes), name, False
+        data.validate()
+        return data
 
     # ------------------------------------------------------------------ invariants
 

@@ -6,6 +6,10 @@ files; both check arrays against these tables and say what is wrong in the same 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Iterator
+
 import numpy as np
 import torch
 
@@ -56,14 +60,60 @@ def check_header(path, key: str, found: np.dtype, shape: tuple, dtype, ndim: int
         raise DataError(f"{path}: {key} has shape {list(shape)}; expected {ndim} dimension(s).")
 
 
+def missing_members(where, members) -> list[str]:
+    """The required arrays a homogeneous graph's ``members`` lack; ``y`` may be missing where
+    labels are optional (:func:`labels_optional`), never for a collection of graphs."""
+    missing = [k for k in NPZ_REQUIRED if k not in members]
+    if missing == ["y"] and NODE_PTR not in members and labels_are_optional():
+        return []
+    return missing
+
+
 def missing_arrays(where, missing: list[str]) -> DataError:
     """The one line for a homogeneous graph without one of its required arrays."""
+    if missing == ["y"]:
+        return DataError(
+            f"{where}: no y (int64, a class per node, or per graph of a collection); training and evaluation "
+            "need labels (predict takes a graph without them)."
+        )
     return DataError(
         f"{where}: missing array(s) {', '.join(missing)}; a graph .npz needs edge_index int64 [2,E], "
         "x float32 [N,F], y int64 [N] (and optionally train_idx, val_idx, test_idx); a collection of "
         f"graphs also has {NODE_PTR} int64 [G+1] and y int64 [G]; a heterogeneous graph has typed keys "
         "such as x__paper and edge_index__author__writes__paper."
     )
+
+
+# The class count of the model that will score a graph without labels, while ``predict`` opens
+# one (None: labels are required, as training and evaluation need them). A context, not a
+# parameter: the graph passes through a dataset plugin's loader, whose signature is public.
+_UNLABELLED_CLASSES: contextvars.ContextVar[int | None] = contextvars.ContextVar("unlabelled_classes", default=None)
+
+
+@contextlib.contextmanager
+def labels_optional(num_classes: int | None) -> Iterator[None]:
+    """Inside: a homogeneous graph for node classification may come without labels (``y``); it
+    opens as a record of ``num_classes`` classes, all-zero placeholder labels and empty splits,
+    marked ``labelled = False`` (what ``predict`` on a new graph needs, and nothing else may
+    read its labels). ``num_classes`` None: labels stay required."""
+    token = _UNLABELLED_CLASSES.set(num_classes)
+    try:
+        yield
+    finally:
+        _UNLABELLED_CLASSES.reset(token)
+
+
+def labels_are_optional() -> bool:
+    """Whether a graph reader may leave out a graph's node labels here (see :func:`labels_optional`)."""
+    return _UNLABELLED_CLASSES.get() is not None
+
+
+def unlabelled_graph(where, tensors: dict[str, torch.Tensor], name: str) -> GraphData:
+    """The record of a graph handed over without labels, for prediction only (see :func:`labels_optional`)."""
+    try:
+        return GraphData.for_prediction(tensors["edge_index"], tensors["x"], _UNLABELLED_CLASSES.get(), name)
+    except DataError as exc:
+        raise DataError(f"{where}: {exc}") from None
 
 
 def graph_from_arrays(where, arrays: dict, seed: int, name: str) -> GraphData | GraphCollection | HeteroSource:
@@ -75,12 +125,14 @@ def graph_from_arrays(where, arrays: dict, seed: int, name: str) -> GraphData | 
     if is_hetero(arrays):
         tensors = {key: _checked(where, key, arrays[key], *spec) for key, spec in typed_keys(where, arrays).items()}
         return hetero_source(where, tensors, name)
-    missing = [k for k in NPZ_REQUIRED if k not in arrays]
+    missing = missing_members(where, arrays)
     if missing:
         raise missing_arrays(where, missing)
     tensors = {key: _checked(where, key, arrays[key], *spec) for key, spec in NPZ_ARRAYS.items() if key in arrays}
     if tensors["edge_index"].shape[0] != 2:
         raise DataError(f"{where}: edge_index has shape {list(tensors['edge_index'].shape)}; expected [2, E].")
+    if "y" not in tensors:
+        return unlabelled_graph(where, tensors, name)
     splits = _splits(where, tensors)
     try:
         if NODE_PTR in tensors:
