@@ -185,6 +185,10 @@ def test_what_cannot_be_read_is_one_line_naming_it_and_nothing_is_written(data_r
     with_features.edge_attr = torch.ones(a["edge_index"].shape[1], 2)
     as_dataset(with_features)
     assert "has edge_attr: gnnbridge's models do not read edge features yet" in capsys.readouterr().err
+    graphs = [Data(x=torch.ones(3, 1), edge_index=torch.tensor([[0], [1]]), y=torch.tensor([i % 2])) for i in range(9)]
+    with pytest.raises(GnnBridgeError) as caught:  # named as handed over, not as the file it was kept in
+        gnnbridge.run(dataset=graphs, backend="pyg", out=data_root.parent / "graphs", progress=False)
+    assert str(caught.value).startswith("dataset (a list of 9 Data) is a collection of 9 graphs (one label per graph)")
 
 
 def run(tmp_path, dataset, backend, name, *settings, nproc=1, model=None) -> dict:

@@ -34,6 +34,9 @@ from gnnbridge.core.plugins import backends, graph_readers
 from gnnbridge.core.records.formats import graph_from_arrays
 
 FOLDER = "in-memory"
+# What each file this process wrote (or found written) for a graph object was made from, so that
+# a message about the dataset names the object the user handed over, not a cache file they never saw.
+_MADE_FROM: dict[str, str] = {}
 
 
 def as_dataset(dataset: Any) -> Any:
@@ -42,13 +45,22 @@ def as_dataset(dataset: Any) -> Any:
     if dataset is None or isinstance(dataset, (str, os.PathLike)):
         return dataset
     where = f"dataset (a {type(dataset).__name__})"
+    if isinstance(dataset, (list, tuple)) and dataset:
+        where = f"dataset (a {type(dataset).__name__} of {len(dataset)} {type(dataset[0]).__name__ if dataset else ''})"
     _, arrays = graph_readers.read(dataset, where)
     arrays = {key: np.ascontiguousarray(value) for key, value in sorted(arrays.items())}
     path = environ.data_root() / FOLDER / f"graph-{_digest(arrays)}.npz"  # the same arrays, one file
     if not path.is_file():
         graph_from_arrays(where, arrays, 0, path.stem)  # refused here, before anything is written
         _write(path, arrays)
+    _MADE_FROM[str(path)] = where
     return str(path)
+
+
+def made_from(path: str | None) -> str | None:
+    """``dataset (a Data)``, ...: what the user handed over that ``path`` holds, if this process
+    wrote it from an object (None for any other path)."""
+    return _MADE_FROM.get(str(path)) if path else None
 
 
 def as_model(model: Any, backend: str | None) -> tuple[str, str]:

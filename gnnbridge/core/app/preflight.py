@@ -23,6 +23,7 @@ import os
 import torch
 
 from gnnbridge.core.app.linkcache import folder_link_task
+from gnnbridge.core.app.objects import made_from
 from gnnbridge.core.config import DeviceChoice, EvalMode, ExperimentConfig, SamplerKind, Task
 from gnnbridge.core.errors import BackendUnavailableError, ConfigError, DataError, ResourceError
 from gnnbridge.core.models.build import build_model, check_heterogeneous, count_parameters, injected_reads, model_dims
@@ -638,17 +639,17 @@ def _node_count(data) -> int:
 
 
 def _check_data_task(config: ExperimentConfig, data: GraphData | GraphCollection) -> None:
-    label = config.dataset.path or config.dataset.name
+    label = made_from(config.dataset.path) or f"Dataset '{config.dataset.path or config.dataset.name}'"
     if isinstance(data, GraphCollection) and config.task is not Task.GRAPH:
         raise ConfigError(
-            f"Dataset '{label}' is a collection of {data.num_graphs} graphs (one label per graph) but "
+            f"{label} is a collection of {data.num_graphs} graphs (one label per graph) but "
             f"task={config.task.value}; add --set task=graph --set model.arch=gin."
         )
     if isinstance(data, HeteroGraphData):
         return
     if isinstance(data, GraphData) and config.task is not Task.NODE:
         raise ConfigError(
-            f"Dataset '{label}' is one graph with a label per node but task={config.task.value}; use "
+            f"{label} is one graph with a label per node but task={config.task.value}; use "
             "a graph collection (gin-synthetic, imdb-binary, proteins, mutag, or a .npz with node_ptr) "
             "or --set task=node."
         )
