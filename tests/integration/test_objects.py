@@ -19,6 +19,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 from torch_geometric.data import Data, HeteroData
+from torch_geometric.nn import GINConv, global_add_pool
 from torch_geometric.nn import SAGEConv as PygSAGEConv
 
 import gnnbridge
@@ -417,6 +418,62 @@ def test_a_model_in_no_known_idiom_or_on_the_other_library_is_one_line(tmp_path)
         run(tmp_path, pyg_data(a), None, "x", model=Unknown())
     with pytest.raises(GnnBridgeError, match="is written for pyg, not --backend dgl; use --backend pyg"):
         run(tmp_path, pyg_data(a), "dgl", "y", model=PygSAGE(F, 8, C))
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
+def mlp(d_in, hidden):
+    return torch.nn.Sequential(torch.nn.Linear(d_in, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, hidden))
+
+
+class PygGIN(torch.nn.Module):
+    """Graph classification as PyG's tutorials write it: pool each graph's nodes by ``batch``."""
+
+    def __init__(self, d_in, hidden, d_out):
+        super().__init__()
+        self.conv1, self.conv2 = GINConv(mlp(d_in, hidden)), GINConv(mlp(hidden, hidden))
+        self.out = torch.nn.Linear(hidden, d_out)
+
+    def forward(self, x, edge_index, batch):
+        h = self.conv2(torch.relu(self.conv1(x, edge_index)), edge_index)
+        return self.out(global_add_pool(h, batch))
+
+
+class DglGIN(torch.nn.Module):
+    """The same as DGL's tutorials write it: forward(g, x) on a batched graph, a readout per graph."""
+
+    def __init__(self, d_in, hidden, d_out):
+        super().__init__()
+        self.conv1, self.conv2 = dgl.nn.GINConv(mlp(d_in, hidden), "sum"), dgl.nn.GINConv(mlp(hidden, hidden), "sum")
+        self.out = torch.nn.Linear(hidden, d_out)
+
+    def forward(self, g, x):
+        g.ndata["h"] = self.conv2(g, torch.relu(self.conv1(g, x)))
+        return self.out(dgl.sum_nodes(g, "h"))
+
+
+GRAPHS = ["task=graph", "dataset.options.num_graphs=600", "train.batch_size=32", "train.epochs=8", "train.lr=0.01"]
+
+
+@pytest.mark.parametrize("cls, nproc", [(PygGIN, 2), (DglGIN, 1)])
+def test_a_users_graph_classification_model_trains_as_its_library_batches_graphs(tmp_path, cls, nproc):
+    torch.manual_seed(0)
+    result = run(tmp_path, "gin-synthetic", None, "mine", *GRAPHS, model=cls(1, 32, 3), nproc=nproc)
+    assert result["task"] == "graph" and result["world_size"] == nproc
+    assert result["best"]["metrics"]["test_acc"] > 0.8, result["best"]  # chance: 1/3
+    outputs = gnnbridge.predict(tmp_path / "mine", trust_code=True)
+    assert outputs["logits"].shape == (600, 3)
+    report = gnnbridge.evaluate(tmp_path / "mine", trust_code=True)
+    assert report["metrics"]["test_acc"] == result["best"]["metrics"]["test_acc"]
+    assert type(gnnbridge.load(tmp_path / "mine", trust_code=True)) is cls
+
+
+def test_a_node_model_cannot_train_graph_classification_and_says_what_can(tmp_path):
+    with pytest.raises(GnnBridgeError, match=r"forward\(x, edge_index\), which cannot pool a batch of graphs"):
+        run(tmp_path, "gin-synthetic", None, "x", *GRAPHS, model=PygSAGE(1, 8, 3))
+    with pytest.raises(
+        GnnBridgeError, match=r"forward\(blocks, x\), which cannot pool.*PyG's forward\(x, edge_index, batch\)"
+    ):
+        run(tmp_path, "gin-synthetic", None, "y", *GRAPHS, model=DglBlocksSAGE(1, 8, 3))
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
 
 

@@ -2,7 +2,9 @@
 (:mod:`gnnbridge.core.models.instance`): ``forward(blocks, x)`` gets the sampled blocks, input
 layer first, as DGL's ``DataLoader`` yields them; ``forward(g, x)``, a model written for a whole
 graph, gets the sampled subgraph as one graph (every block's edges, each once, in the input
-nodes' numbering) and the seeds' rows of its output are scored."""
+nodes' numbering) and the seeds' rows of its output are scored. For graph classification
+``forward(g, x)`` gets a batched graph, as DGL's ``GraphDataLoader`` gives one, and returns a row
+per graph (its own readout, ``dgl.mean_nodes`` say)."""
 
 from __future__ import annotations
 
@@ -30,6 +32,8 @@ class DglGraphUserModel(nn.Module):
 
     def forward(self, blocks, x):
         x = x.rows() if isinstance(x, IndexedRows) else x
+        if not isinstance(blocks, (list, tuple)):  # a batched graph (graph classification): a row per graph
+            return self.user_model(blocks, x)[: blocks.batch_size]
         return self.user_model(one_graph(blocks), x)[: blocks[-1].num_dst_nodes()]
 
 

@@ -1,6 +1,8 @@
 """A user's PyG model instance (``forward(x, edge_index)``) trained as PyG's ``NeighborLoader``
 tutorials train it: the model runs on the whole sampled subgraph (every sampled node and edge, the
-seeds first) and the seeds' rows are scored (:mod:`gnnbridge.core.models.instance`)."""
+seeds first) and the seeds' rows are scored (:mod:`gnnbridge.core.models.instance`). For graph
+classification it gets a batch of whole graphs as PyG's ``DataLoader`` gives one, with ``batch``
+(each node's graph) to pool by, and returns a row per graph."""
 
 from __future__ import annotations
 
@@ -17,6 +19,9 @@ class PygUserModel(nn.Module):
 
     def forward(self, graph, x):
         x = x.rows() if isinstance(x, IndexedRows) else x
+        batch = getattr(graph, "batch", None)
+        if batch is not None:  # whole graphs (graph classification): a row per graph
+            return self.user_model(x, graph.edge_index, batch=batch)[: graph.num_graphs]
         return self.user_model(x, graph.edge_index)[: graph.batch_size]
 
 

@@ -91,12 +91,17 @@ def _saved_instance(path: str, backend: str, task: Task) -> ModelChoice:
         )
     model = instance.load(path)
     name = f"your model (class '{type(model).__qualname__}')"
-    if task is not Task.NODE:
+    if task is Task.LINK:
         raise ConfigError(
-            f"{name} trains node classification only (task=node), not task={task.value}; for graph and link "
-            "tasks use a built-in model or a class by import path (model.arch=module:Class)."
+            f"{name} trains node and graph classification (task=node, task=graph), not task=link; for link "
+            "prediction use a built-in model or a class by import path (model.arch=module:Class)."
         )
     written = instance.idiom(model)
+    if task is Task.GRAPH and (written == "dgl-blocks" or (written == "pyg" and not instance.takes(model, "batch"))):
+        raise ConfigError(
+            f"{name} has forward({', '.join(instance.forward_names(model))}), which cannot pool a batch of "
+            f"graphs into a row each; task=graph trains {instance.GRAPH_IDIOMS}."
+        )
     if backends.get(backend).adopt_model(model) is None:
         raise ConfigError(
             f"{name} is written as {written or 'neither'} (forward({', '.join(instance.forward_names(model))})), "

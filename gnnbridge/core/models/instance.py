@@ -47,6 +47,17 @@ def idiom(model: nn.Module) -> str | None:
 
 
 IDIOMS = "PyG's forward(x, edge_index), DGL's forward(g, x) or forward(blocks, x)"
+# Graph classification, as each library's tutorials write it: PyG pools by ``batch``; DGL's
+# forward(g, x) reads out over a batched graph (dgl.mean_nodes).
+GRAPH_IDIOMS = "PyG's forward(x, edge_index, batch), DGL's forward(g, x) on a batched graph"
+
+
+def takes(model: nn.Module, name: str) -> bool:
+    """Whether ``model.forward`` has a parameter called ``name`` (keyword-only ones too)."""
+    try:
+        return name in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def dump(model: nn.Module) -> bytes:
