@@ -65,11 +65,21 @@ def pytest_configure(config):
     """Before xdist's workers start (here in its controller, or in a serial run's one process),
     numba compiles the sampler's kernels into its on-disk cache if they are not there: on a fresh
     clone each worker's first runs, and every rank of them, compiled the same kernels at once
-    (about 14 CPU-s each) until one had written the cache. Loading them cached: about 1 s."""
+    (about 14 CPU-s each) until one had written the cache. Loading them cached: about 1 s.
+    The controller also starts the warm interpreters its workers share (``tests/warm.py``)."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         from gnnbridge.core.sampling import kernels
 
         kernels.warm()
+        if config.getoption("numprocesses", None) and os.environ.get("GNNBRIDGE_TESTS_FRESH") != "1":
+            import warm  # xdist's controller: the warm interpreters its workers share
+            from helpers import ENV
+
+            warm.share(ENV)
+    elif SHARED_WARM:
+        import warm
+
+        warm.use_shared(SHARED_WARM)
 
 
 def cache_bytecode() -> None:
@@ -83,6 +93,7 @@ def cache_bytecode() -> None:
 
 default_signal_dispositions()
 cache_bytecode()
+SHARED_WARM = os.environ.pop("GNNBRIDGE_TESTS_WARM", None)  # set by the controller (pytest_configure)
 SHM_DIR = clean_environment()
 os.environ.setdefault("GNNBRIDGE_CACHE", os.path.join(os.path.dirname(__file__), "..", ".pytest_cache", "gnnbridge"))
 torch.set_num_threads(1)

@@ -23,10 +23,13 @@ what an import does: a missing library, a ``TMPDIR``), and ``GNNBRIDGE_TESTS_FRE
 test's commands fresh. Each command is started by a keeper (a fork that forks the command, waits
 for it and reports its pid, then its exit status), so commands run side by side, and
 :func:`start` hands one back at once, to be driven as a :class:`subprocess.Popen` is (a
-background job, a signal, a process group of its own). Two warm interpreters per worker, taken
-in turn, each with its own string-hash seed, so that two runs a test compares do not share one
-(as two fresh interpreters would not): a result that depends on the order of a set of names
-still differs between them.
+background job, a signal, a process group of its own). Two warm interpreters, taken in turn,
+each with its own string-hash seed, so that two runs a test compares do not share one (as two
+fresh interpreters would not): a result that depends on the order of a set of names still differs
+between them. Under xdist the controller starts the two (:func:`share`) and every worker uses
+them: each start is about 6.5 CPU-s, and four workers with two each spent about 50 of the
+suite's CPU-s on them. A worker starts two of its own only when it cannot use the shared ones
+(a ``.pth`` file installed since they started, or one of them gone).
 """
 
 from __future__ import annotations
@@ -68,8 +71,9 @@ def serve(path: str) -> None:
     # objects alone (an exit that inspected them all took about 1.5 CPU-s of every command).
     gc.freeze()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
+    listener.bind(path + ".binding")
     listener.listen(8)
+    os.rename(path + ".binding", path)  # it appears listening: a shared one's callers wait for it
     print("ready", flush=True)
     watch = selectors.DefaultSelector()
     watch.register(listener, selectors.EVENT_READ)
@@ -243,6 +247,12 @@ class Warm:
             return
         self.stop()
         self.installed = installed
+        self._spawn()
+        line = self.proc.stdout.readline()
+        if line.strip() != "ready":
+            raise RuntimeError(f"the warm interpreter did not start (exit {self.proc.wait()}); see stderr above")
+
+    def _spawn(self) -> None:
         self.folder = tempfile.mkdtemp(prefix="gnnbridge-warm-")
         self.path = path = os.path.join(self.folder, "socket")
         self.proc = subprocess.Popen(
@@ -252,9 +262,6 @@ class Warm:
             env=self.env,
             text=True,
         )
-        line = self.proc.stdout.readline()
-        if line.strip() != "ready":
-            raise RuntimeError(f"the warm interpreter did not start (exit {self.proc.wait()}); see stderr above")
 
 
 class Started:
@@ -348,6 +355,49 @@ def _kill(pid: int) -> None:
 
 _POOL: list[Warm] = []
 _TURN = [0]
+SHARED_VARIABLE = "GNNBRIDGE_TESTS_WARM"  # the controller's interpreters, for its workers (JSON)
+_SHARED: list[Warm] = []
+_SHARED_STAMP: list[tuple] = []
+
+
+class SharedWarm(Warm):
+    """A warm interpreter the xdist controller started and stops: a worker only connects to it."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__({}, 0)
+        self.path = path
+
+    def stop(self) -> None:
+        """Not this worker's to stop."""
+
+    def _ensure_running(self) -> None:
+        """The controller started it as the workers started: wait for its socket (its imports)."""
+        deadline = time.monotonic() + 300
+        while not os.path.exists(self.path):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the shared warm interpreter did not open {self.path} in 300 s")
+            time.sleep(0.05)
+
+
+def share(env: dict[str, str]) -> None:
+    """In the xdist controller: start the two warm interpreters every worker will use (not
+    waiting: they import while the workers start), and name them in the environment the workers
+    inherit (read back by :func:`use_shared`). They stop with the controller (``_stop_all``)."""
+    installed = _installed_stamp()
+    for _ in range(2):
+        warm = _next(env)
+        warm.installed = installed
+        warm._spawn()
+    stamp = [list(item) for item in installed]
+    os.environ[SHARED_VARIABLE] = json.dumps({"paths": [w.path for w in _POOL], "installed": stamp})
+
+
+def use_shared(value: str | None) -> None:
+    """In a worker: use the controller's interpreters that ``value`` names (see :func:`share`)."""
+    if value:
+        shared = json.loads(value)
+        _SHARED[:] = [SharedWarm(path) for path in shared["paths"]]
+        _SHARED_STAMP[:] = [tuple(tuple(item) for item in shared["installed"])]
 
 
 @atexit.register
@@ -390,6 +440,10 @@ def start(args, cwd, env, hook=None, start_env=None, new_session=False) -> Start
 
 
 def _next(start_env) -> Warm:
+    if _SHARED and _installed_stamp() == _SHARED_STAMP[0]:
+        warm = _SHARED[_TURN[0] % len(_SHARED)]
+        _TURN[0] += 1
+        return warm
     if not _POOL:
         seeds = (int.from_bytes(os.urandom(2), "big") for _ in range(2))
         _POOL.extend(Warm(start_env, seed) for seed in seeds)
