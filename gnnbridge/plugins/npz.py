@@ -62,7 +62,7 @@ def read_npz(path: Path) -> dict[str, np.ndarray]:
     Why not ``numpy.load``: it trusts each header and allocates what it claims before reading."""
 
     def select(members: dict) -> dict:
-        missing = missing_members(path, members)
+        missing = missing_members(members)
         if missing:
             raise missing_arrays(path, missing)
         return {key: spec for key, spec in NPZ_ARRAYS.items() if key in members}

@@ -60,7 +60,7 @@ def check_header(path, key: str, found: np.dtype, shape: tuple, dtype, ndim: int
         raise DataError(f"{path}: {key} has shape {list(shape)}; expected {ndim} dimension(s).")
 
 
-def missing_members(where, members) -> list[str]:
+def missing_members(members) -> list[str]:
     """The required arrays a homogeneous graph's ``members`` lack; ``y`` may be missing where
     labels are optional (:func:`labels_optional`), never for a collection of graphs."""
     missing = [k for k in NPZ_REQUIRED if k not in members]
@@ -125,7 +125,7 @@ def graph_from_arrays(where, arrays: dict, seed: int, name: str) -> GraphData | 
     if is_hetero(arrays):
         tensors = {key: _checked(where, key, arrays[key], *spec) for key, spec in typed_keys(where, arrays).items()}
         return hetero_source(where, tensors, name)
-    missing = missing_members(where, arrays)
+    missing = missing_members(arrays)
     if missing:
         raise missing_arrays(where, missing)
     tensors = {key: _checked(where, key, arrays[key], *spec) for key, spec in NPZ_ARRAYS.items() if key in arrays}
