@@ -12,26 +12,17 @@ import torch
 from torch import nn
 
 from gnnbridge.backends.dgl.compat import import_dgl
-from gnnbridge.core.interfaces import IndexedRows
-from gnnbridge.core.models.instance import idiom
+from gnnbridge.core.models.instance import UserModel, idiom
 
 
-class DglBlocksUserModel(nn.Module):
-    def __init__(self, user_model: nn.Module):
-        super().__init__()
-        self.user_model = user_model
-
+class DglBlocksUserModel(UserModel):
     def forward(self, blocks, x):
-        return self.user_model(blocks, x.rows() if isinstance(x, IndexedRows) else x)
+        return self.user_model(blocks, self.rows(x))
 
 
-class DglGraphUserModel(nn.Module):
-    def __init__(self, user_model: nn.Module):
-        super().__init__()
-        self.user_model = user_model
-
+class DglGraphUserModel(UserModel):
     def forward(self, blocks, x):
-        x = x.rows() if isinstance(x, IndexedRows) else x
+        x = self.rows(x)
         if not isinstance(blocks, (list, tuple)):  # a batched graph (graph classification): a row per graph
             return self.user_model(blocks, x)[: blocks.batch_size]
         return self.user_model(one_graph(blocks), x)[: blocks[-1].num_dst_nodes()]

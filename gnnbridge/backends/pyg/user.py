@@ -8,17 +8,12 @@ from __future__ import annotations
 
 from torch import nn
 
-from gnnbridge.core.interfaces import IndexedRows
-from gnnbridge.core.models.instance import idiom
+from gnnbridge.core.models.instance import UserModel, idiom
 
 
-class PygUserModel(nn.Module):
-    def __init__(self, user_model: nn.Module):
-        super().__init__()
-        self.user_model = user_model
-
+class PygUserModel(UserModel):
     def forward(self, graph, x):
-        x = x.rows() if isinstance(x, IndexedRows) else x
+        x = self.rows(x)
         batch = getattr(graph, "batch", None)
         if batch is not None:  # whole graphs (graph classification): a row per graph
             return self.user_model(x, graph.edge_index, batch=batch)[: graph.num_graphs]

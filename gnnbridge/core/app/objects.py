@@ -46,7 +46,7 @@ def as_dataset(dataset: Any) -> Any:
         return dataset
     where = f"dataset (a {type(dataset).__name__})"
     if isinstance(dataset, (list, tuple)) and dataset:
-        where = f"dataset (a {type(dataset).__name__} of {len(dataset)} {type(dataset[0]).__name__ if dataset else ''})"
+        where = f"dataset (a {type(dataset).__name__} of {len(dataset)} {type(dataset[0]).__name__})"
     _, arrays = graph_readers.read(dataset, where)
     arrays = {key: np.ascontiguousarray(value) for key, value in sorted(arrays.items())}
     path = environ.data_root() / FOLDER / f"graph-{_digest(arrays)}.npz"  # the same arrays, one file

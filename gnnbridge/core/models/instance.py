@@ -18,6 +18,8 @@ import pickle
 
 from torch import nn
 
+from gnnbridge.core.records.batches import IndexedRows
+
 PREFIX = "instance:"  # model.arch of a run whose model is a saved instance: instance:PATH
 PYG_FIRST = ("x", "h", "feat", "feats", "features")
 DGL_GRAPHS = ("g", "graph", "block")
@@ -58,6 +60,20 @@ def takes(model: nn.Module, name: str) -> bool:
         return name in inspect.signature(model.forward).parameters
     except (TypeError, ValueError):
         return False
+
+
+class UserModel(nn.Module):
+    """What a backend's ``adopt_model`` returns: the user's instance held as ``user_model`` (what
+    ``gnnbridge.load`` hands back); a subclass says how the backend's batch reaches it."""
+
+    def __init__(self, user_model: nn.Module):
+        super().__init__()
+        self.user_model = user_model
+
+    @staticmethod
+    def rows(x):
+        """The batch's input rows, gathered: a user's layers read a tensor, not :class:`IndexedRows`."""
+        return x.rows() if isinstance(x, IndexedRows) else x
 
 
 def dump(model: nn.Module) -> bytes:
