@@ -15,7 +15,7 @@ install: $(STAMP)
 # newer (multi-GB CUDA) build; everything else is pinned by the same file. An editable install
 # leaves out gnnbridge-dgl.pth, the start-up line a wheel puts in site-packages so that a plain
 # `import dgl` works (setup.py, _gnnbridge_dgl.py): it is copied there.
-$(STAMP): pyproject.toml setup.py constraints.txt gnnbridge-dgl.pth
+$(STAMP): pyproject.toml setup.py constraints.txt gnnbridge-dgl.pth gnnbridge/plugins/__init__.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -c constraints.txt torch
 	$(PY) -m pip install -q -c constraints.txt -e '.[pyg,dgl,datasets,log,retrieval,test,lint,docs]'

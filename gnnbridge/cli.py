@@ -185,6 +185,8 @@ def _metrics_line(m: dict) -> str:
         hits = [k for k in m if k.startswith("test_hits@")] or ["test_hits"]  # (runs from before Hits@K were named)
         keys = ("val_roc_auc", "test_roc_auc", *(["test_mrr"] if "test_mrr" in m else []), *hits)
         return "  ".join(f"{k} {_number(m.get(k))}" for k in keys)
+    if "test_acc" not in m:  # a target other than classes (regression, multilabel): its val and test figures
+        return "  ".join(f"{k} {_number(v)}" for k, v in m.items() if k.startswith(("val_", "test_")))
     auc = f"  test_roc_auc {m['test_roc_auc']:.4f}" if m.get("test_roc_auc") is not None else ""
     return "  ".join(f"{k} {_number(m.get(k))}" for k in ("train_acc", "val_acc", "test_acc")) + auc
 

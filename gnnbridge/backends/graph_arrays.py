@@ -1,5 +1,6 @@
 """The rules both backends' graph readers (``pyg/objects.py``, ``dgl/objects.py``) apply once a
-library's object is taken apart: labels are one integer class per item, the three splits come
+library's object is taken apart: labels are read in the run's form (one integer class per item,
+or a row of targets: :mod:`gnnbridge.core.records.labels`), the three splits come
 together or not at all, a type's name cannot hold the format's ``__`` separator, and a
 collection's graphs are stacked with ``node_ptr``. Written once so a PyG user and a DGL user
 get the same refusals in the same words; each reader keeps only its library's conventions.
@@ -11,25 +12,45 @@ import numpy as np
 import torch
 
 from gnnbridge.core.errors import DataError
+from gnnbridge.core.records.labels import check_form, current_form
 
 SPLITS = ("train", "val", "test")
 
 
-def class_labels(y: torch.Tensor, where: str) -> np.ndarray:
-    """``y`` (``where`` names it) as int64 classes, one per item; ``[N, 1]`` is read as ``[N]``."""
+def item_labels(y: torch.Tensor, where: str) -> np.ndarray:
+    """``y`` (``where`` names it) in the run's label form: int64 classes, one per item (``[N, 1]``
+    read as ``[N]``), or float32 targets ``[N]`` / ``[N, T]`` (regression, multi-label)."""
+    form = current_form()
+    if form != "class":
+        check_form(y.detach(), form, where)
+        return y.detach().cpu().to(torch.float32).numpy()
     if y.dim() == 2 and y.shape[1] == 1:
         y = y.view(-1)
     if y.dim() != 1:
         raise DataError(
-            f"{where} has shape {list(y.shape)} (several targets per item, multi-label?); gnnbridge's "
-            "classification takes one class per item."
+            f"{where} has shape {list(y.shape)} (several targets per item); classification takes one class "
+            "per item (a 0/1 column per label is target=multilabel, several values target=regression)."
         )
     if y.is_floating_point() or y.dtype == torch.bool:
         raise DataError(
             f"{where} is {str(y.dtype).removeprefix('torch.')}; classification takes integer classes "
-            "(.long() if these are classes; regression targets are not supported yet)."
+            "(.long() if these are classes; for values set target=regression, for 0/1 labels target=multilabel)."
         )
     return y.detach().cpu().to(torch.int64).numpy()
+
+
+def graph_labels(y, where: str) -> np.ndarray:
+    """One graph's label: a class (shape ``[]``) or its row of targets ``[T]`` (from ``[T]`` or
+    ``[1, T]``, as PyG's molecule datasets hold them)."""
+    y = torch.as_tensor(y)
+    if current_form() == "class":
+        if y.numel() != 1:
+            raise DataError(
+                f"{where} has y of shape {list(y.shape)}; graph classification takes one class per graph "
+                "(several targets per graph: target=regression or target=multilabel)."
+            )
+        return item_labels(y.view(1), where)[0]
+    return item_labels(y.reshape(1, -1), where)[0]
 
 
 def all_or_no_splits(found: dict[str, np.ndarray], where: str) -> dict[str, np.ndarray]:
@@ -64,6 +85,6 @@ def stacked(graphs) -> dict[str, np.ndarray]:
     return {
         "x": np.concatenate(xs),
         "edge_index": np.concatenate(edge_parts, axis=1),
-        "y": np.array(ys, dtype=np.int64),
+        "y": np.stack(ys) if ys and np.ndim(ys[0]) else np.array(ys, dtype=np.int64),
         "node_ptr": np.array(ptr, dtype=np.int64),
     }

@@ -18,6 +18,7 @@ BUILTIN_PLUGINS = {
     "hetero-real-datasets": "gnnbridge.plugins.hetero_real_datasets",
     "experiments": "gnnbridge.plugins.experiments",
     "loggers": "gnnbridge.plugins.loggers",
+    "tasks": "gnnbridge.plugins.tasks",
 }
 
 # The backend a config without ``backend`` (and a command without --backend) runs on.

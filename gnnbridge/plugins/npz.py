@@ -24,7 +24,7 @@ from gnnbridge.core.interfaces import format_bytes
 from gnnbridge.core.records.formats import (
     HETERO_MARKERS,
     NPZ_ARRAYS,
-    check_header,
+    check_member_header,
     graph_from_arrays,
     missing_arrays,
     missing_members,
@@ -151,7 +151,7 @@ def _read_into(f, buffer: bytearray) -> int:
     return pos
 
 
-_check_header = check_header  # the format's header check, shared with folder datasets (core)
+_check_header = check_member_header  # the format's header check, shared with folder datasets (core)
 
 
 def read_hetero_npz(path: Path) -> dict[str, np.ndarray]:

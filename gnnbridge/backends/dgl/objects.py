@@ -17,7 +17,7 @@ import sys
 import numpy as np
 import torch
 
-from gnnbridge.backends.graph_arrays import SPLITS, all_or_no_splits, class_labels, stacked, type_name
+from gnnbridge.backends.graph_arrays import SPLITS, all_or_no_splits, graph_labels, item_labels, stacked, type_name
 from gnnbridge.core.errors import DataError
 from gnnbridge.core.plugins import warn
 from gnnbridge.core.records.formats import labels_are_optional
@@ -81,7 +81,7 @@ def _graph_and_label(item, at: str) -> tuple:
     if not (isinstance(item, tuple) and len(item) == 2):
         raise DataError(f"{at} is a {type(item).__name__}; a graph classification dataset yields (graph, label).")
     g, label = item
-    return features(g.ndata, at, g.num_nodes()), edge_index(g), int(class_labels(torch.as_tensor(label).view(1), at)[0])
+    return features(g.ndata, at, g.num_nodes()), edge_index(g), graph_labels(label, at)
 
 
 def feature_key(frame) -> str | None:
@@ -111,7 +111,7 @@ def labels(frame, where: str) -> np.ndarray:
         raise DataError(
             f"{where} has no ndata['label'] (a class per node); training and evaluation need labels (predict does not)."
         )
-    return class_labels(frame[key], f"{where}: ndata['{key}']")
+    return item_labels(frame[key], f"{where}: ndata['{key}']")
 
 
 def edge_index(g, etype=None) -> np.ndarray:

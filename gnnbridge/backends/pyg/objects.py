@@ -17,7 +17,7 @@ import sys
 import numpy as np
 import torch
 
-from gnnbridge.backends.graph_arrays import SPLITS, all_or_no_splits, class_labels, stacked, type_name
+from gnnbridge.backends.graph_arrays import SPLITS, all_or_no_splits, graph_labels, item_labels, stacked, type_name
 from gnnbridge.core.errors import DataError
 from gnnbridge.core.plugins import warn
 from gnnbridge.core.records.formats import labels_are_optional
@@ -106,15 +106,14 @@ def node_labels(store, where: str) -> np.ndarray:
     y = store.get("y")
     if y is None:
         raise DataError(f"{where} has no y (a class per node); training and evaluation need labels (predict does not).")
-    return class_labels(y, f"{where}: y")
+    return item_labels(y, f"{where}: y")
 
 
-def graph_label(g, where: str) -> int:
+def graph_label(g, where: str) -> np.ndarray:
     y = g.get("y")
-    if y is None or y.numel() != 1:
-        shape = "no y" if y is None else f"y of shape {list(y.shape)}"
-        raise DataError(f"{where} has {shape}; graph classification takes one class per graph.")
-    return int(class_labels(y.view(1), f"{where}: y")[0])
+    if y is None:
+        raise DataError(f"{where} has no y; a graph-level task takes a label (or a row of targets) per graph.")
+    return graph_labels(y, f"{where}: y")
 
 
 def edges(edge_index, where: str) -> np.ndarray:

@@ -290,8 +290,8 @@ def _lockstep_worker(ctx: DistContext, configs: list[ExperimentConfig], data, to
             losses, layers = [], []
             for trainer, mb in zip(trainers, batches):
                 with layer_probe(trainer.model) as outputs:
-                    loss_sum, _, y = trainer.train_step(mb)
-                losses.append(float(loss_sum) / max(1, y.numel()))
+                    loss_sum, terms, _, _ = trainer.train_step(mb)
+                losses.append(float(loss_sum) / max(1, int(terms)))
                 layers.append(outputs)
             for gap, loss, outputs in zip(gaps, losses[1:], layers[1:]):
                 gap.step(epoch, step, losses[0], loss, layers[0], outputs, tolerance)

@@ -490,14 +490,13 @@ def _predict_worker(ctx: DistContext, config: ExperimentConfig, data, state: dic
 
 
 def _class_arrays(scorer: Scorer, data) -> dict:
-    """The scores of every item; with the labels and splits of a graph that has them."""
+    """The outputs of every item (``logits``: raw, whatever the target) and what the target derives
+    from them (a class's probabilities and prediction ...); with the labels and splits of a graph
+    that has them."""
     logits = scorer.predict().float()  # float32 already (maybe mapped from disk): not copied
-    n, classes = logits.shape
-    scores = {
-        "logits": logits,
-        "probs": Derived(logits, lambda z: torch.softmax(z, dim=1), torch.float32, (n, classes)),
-        "pred": Derived(logits, lambda z: z.argmax(dim=1), torch.int64, (n,)),
-    }
+    n, width = logits.shape
+    derived = scorer.parts.target.derived(n, width)
+    scores = {"logits": logits} | {name: Derived(logits, *how) for name, how in derived.items()}
     if not getattr(data, "labelled", True):  # a graph handed to predict without labels
         return scores
     return scores | {"y": data.y, "train_idx": data.train_idx, "val_idx": data.val_idx, "test_idx": data.test_idx}

@@ -25,13 +25,15 @@ import torch
 from gnnbridge.core.app.linkcache import folder_link_task
 from gnnbridge.core.app.objects import made_from
 from gnnbridge.core.config import DeviceChoice, EvalMode, ExperimentConfig, SamplerKind, Task
+from gnnbridge.core.contracts.targets import Target
 from gnnbridge.core.errors import BackendUnavailableError, ConfigError, DataError, ResourceError
 from gnnbridge.core.models.build import build_model, check_heterogeneous, count_parameters, injected_reads, model_dims
 from gnnbridge.core.models.build import resolve as resolve_model
-from gnnbridge.core.plugins import PluginError, backends, blame, datasets, warn
+from gnnbridge.core.plugins import PluginError, backends, blame, datasets, get_target, warn
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData
 from gnnbridge.core.records.hetero import HeteroGraphData, HeteroSource, edge_name, find_edge_type
+from gnnbridge.core.records.labels import label_form
 from gnnbridge.core.runtime.host import available_memory, format_bytes, free_disk
 from gnnbridge.core.sampling.build import BACKEND_KINDS, check_hetero_kind, check_kind
 from gnnbridge.core.sampling.hetero import typed_fanouts
@@ -151,13 +153,9 @@ def load_dataset(config: ExperimentConfig, ranks_here: int | None = None) -> Gra
     each rank at least one node (or graph), the monitored metric must be able to name a best epoch,
     and the model must fit the ``ranks_here`` ranks of this machine (default: all ``nproc``)."""
     data = _load_for_task(config)
-    if config.task is not Task.LINK and config.train.monitor == "val_roc_auc" and data.num_classes != 2:
-        raise ConfigError(
-            f"train.monitor=val_roc_auc needs two classes but the dataset has {data.num_classes}; "
-            "use train.monitor=val_acc or val_macro_f1."
-        )
+    if config.task is not Task.LINK:
+        target_of(config).check(data, config.train.monitor)
     _check_splits(config, data)
-    _check_monitor_can_improve(config, data)
     check_model(config, data, config.nproc if ranks_here is None else ranks_here)
     return data
 
@@ -173,9 +171,32 @@ def load_for_inference(config: ExperimentConfig, params: int) -> GraphData | Gra
     return data
 
 
+def target_of(config: ExperimentConfig) -> Target:
+    """The config's target, with its monitor and loss checked (a built-in target's monitor the
+    config checked already; a plugin's is known once the plugins are loaded): one line each."""
+    target = get_target(config.target)
+    train = config.train
+    if not train.monitor and config.task is not Task.LINK:
+        train.monitor = target.monitors[0] if target.monitors else ""
+    if config.task is not Task.LINK and train.monitor not in target.monitors:
+        raise ConfigError(
+            f"train.monitor={train.monitor or '(none)'} is not a metric of target={target.name}; choose one of: "
+            f"{', '.join(target.monitors) or 'none (the target declares no monitors)'}."
+        )
+    if train.loss and train.loss not in target.losses:
+        raise ConfigError(
+            f"train.loss={train.loss} does not apply to target={target.name}; choose one of: "
+            f"{', '.join(target.losses)} (or leave it empty for {target.losses[0]})."
+        )
+    return target
+
+
 def _load_for_task(config: ExperimentConfig) -> GraphData | GraphCollection:
-    """The dataset, loaded and turned into the task's record, checked to suit the task."""
-    data = for_task(config, _call_loader(config))
+    """The dataset, loaded and turned into the task's record, checked to suit the task; its
+    labels are read in the target's form (:mod:`gnnbridge.core.records.labels`)."""
+    target = target_of(config)
+    with label_form(target.labels):
+        data = for_task(config, _call_loader(config))
     _check_data_task(config, data)
     if isinstance(data, HeteroGraphData):
         _check_hetero(config, data)
@@ -195,19 +216,6 @@ def _check_splits(config: ExperimentConfig, data: GraphData | GraphCollection) -
                 f"The {split} split has {size} {data.item_name}(s), fewer than nproc={config.nproc}; "
                 f"use --nproc {size} or fewer, or a larger {split} split."
             )
-
-
-def _check_monitor_can_improve(config: ExperimentConfig, data: GraphData | GraphCollection) -> None:
-    """ROC-AUC is undefined on a split holding one class: such a monitor never names a best epoch."""
-    if config.train.monitor != "val_roc_auc" or config.task is Task.LINK:
-        return
-    classes = data.y[data.val_idx].unique()
-    if classes.numel() < 2:
-        raise ConfigError(
-            f"train.monitor=val_roc_auc, but every {data.item_name} of the val split has class {int(classes[0])}, "
-            "so ROC-AUC is undefined there and no epoch could ever be best; use train.monitor=val_acc, or a "
-            "val split holding both classes."
-        )
 
 
 def model_parameters(config: ExperimentConfig, data: GraphData | GraphCollection) -> int:
@@ -646,6 +654,11 @@ def _check_data_task(config: ExperimentConfig, data: GraphData | GraphCollection
             f"task={config.task.value}; add --set task=graph --set model.arch=gin."
         )
     if isinstance(data, HeteroGraphData):
+        if config.target != "class":
+            raise ConfigError(
+                f"target={config.target} trains on homogeneous graphs and collections so far; {label} is "
+                "heterogeneous (its labelled type classifies: target=class)."
+            )
         return
     if isinstance(data, GraphData) and config.task is not Task.NODE:
         raise ConfigError(

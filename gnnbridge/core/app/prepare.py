@@ -36,7 +36,7 @@ import torch
 
 from gnnbridge.core.errors import ConfigError, DataError, ResourceError
 from gnnbridge.core.files import PARTIAL, fsync_file, partial_name, remove_partial, replace, replacing, taking_turns
-from gnnbridge.core.records.data import check_ids, infer_num_classes
+from gnnbridge.core.records.data import check_ids
 from gnnbridge.core.records.folder import (
     CSC_INDPTR,
     FORMAT,
@@ -59,6 +59,7 @@ from gnnbridge.core.records.formats import (
     typed_keys,
 )
 from gnnbridge.core.records.hetero import edge_name, reverse_types
+from gnnbridge.core.records.labels import infer_num_classes
 from gnnbridge.core.runtime.host import available_memory
 
 DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}  # bfloat16 stored as uint16

@@ -67,8 +67,10 @@ KEY_HELP = {
     "train.checkpoint_every_batches": "each rank's batches between checkpoints/latest.pt inside an epoch (0: off)",
     "train.patience": "early stopping: epochs without a better monitor value (0: off)",
     "train.max_batches": "each rank's batches per epoch, at most: a timed look at a large graph (0: all)",
-    "train.monitor": "the validation metric that picks best.pt (empty: val_acc, or val_roc_auc for links; "
-    "links also val_mrr, val_hits@K)",
+    "train.monitor": "the validation metric that picks best.pt (empty: the target's first: val_acc, val_roc_auc "
+    "for multilabel and links, val_rmse for regression; links also val_mrr, val_hits@K)",
+    "train.loss": "the loss (empty: the target's own: cross_entropy, bce, mse; regression also l1, huber)",
+    "target": "what each node or graph is predicted as: class | multilabel | regression (or a plugin's target)",
     "eval": "how the final scores are computed",
     "eval.mode": "node tasks: layerwise (exact) | full (every neighbour) | sampled",
     "eval.batch_size": "seeds per inference batch",

@@ -21,7 +21,7 @@ from typing import Any
 
 from gnnbridge.core.config.bounds import Bound, bounded, check_fields, integer, list_of, number, one_of
 from gnnbridge.core.config.values import MAX_INT, SIZE_PATTERN, plain, show
-from gnnbridge.core.errors import ConfigError
+from gnnbridge.core.errors import ConfigError, did_you_mean
 
 
 class Task(str, enum.Enum):
@@ -53,9 +53,18 @@ class DeviceChoice(str, enum.Enum):
 AGGREGATIONS = ("mean",)
 NODE_MONITORS = ("val_acc", "val_macro_f1", "val_roc_auc")  # higher is better for each
 LINK_MONITORS = ("val_roc_auc", "val_mrr", "val_hits", "val_hits@K")  # val_hits: Hits@ link.hits_at's first K
-MONITORS = (*NODE_MONITORS, *LINK_MONITORS[1:])
+# The validation metrics of each built-in target (gnnbridge/plugins/tasks.py); the first is its
+# default monitor. A plugin's target names its own, which any val_NAME may be.
+TARGET_MONITORS = {
+    "class": NODE_MONITORS,
+    "multilabel": ("val_roc_auc", "val_ap", "val_label_acc"),
+    "regression": ("val_rmse", "val_mae", "val_r2"),  # lower is better for the errors
+}
+MONITORS = tuple(dict.fromkeys([*NODE_MONITORS, *LINK_MONITORS[1:], *(m for t in TARGET_MONITORS.values() for m in t)]))
+METRIC_NAME = r"^val_[a-z][a-z0-9_]*(@[1-9][0-9]{0,8})?$"  # val_hits@50, or a plugin target's val_NAME
+# The losses of the built-in targets; "" is the target's default (its first).
+LOSSES = ("cross_entropy", "bce", "mse", "l1", "huber")
 LINK_PROTOCOLS = ("per-edge", "shared")  # see LinkConfig.protocol
-HITS_MONITOR = r"^val_hits@[1-9][0-9]{0,8}$"  # val_hits@50: Hits@50, a K of link.hits_at
 DEFAULT_MONITOR = {"node": "val_acc", "graph": "val_acc", "link": "val_roc_auc"}
 DECODERS = ("dot", "mlp")
 POOLINGS = ("sum", "mean")  # graph readouts (GIN's paper and DGL's tutorial use sum)
@@ -182,13 +191,15 @@ class TrainConfig:
         one_of(
             tuple(m for m in MONITORS if m != "val_hits@K"),  # that one is the pattern, below
             "a validation metric",
-            pattern=HITS_MONITOR,
-            form="val_hits@K",
+            pattern=METRIC_NAME,
+            form="val_hits@K or a plugin target's val_NAME",
             also=("",),
             note="val_roc_auc for two classes only",
             example="val_acc",
         ),
     )
+    # the loss: "" is the target's own (cross_entropy, bce, mse); regression also takes l1, huber
+    loss: str = bounded("", one_of(LOSSES, "a loss", also=("",), note="empty: the target's default"))
 
     def __post_init__(self) -> None:
         check_fields(self, "train.")
@@ -379,6 +390,8 @@ class ExperimentConfig:
     name: str = "custom"
     description: str = ""
     task: Task = Task.NODE
+    # what each item is predicted as: class | multilabel | regression, or a plugin's target
+    target: str = "class"
     backend: str = ""  # empty: the default backend the package registered (core.plugins)
     nproc: int = bounded(1, integer(ge=1))
     device: DeviceChoice = DeviceChoice.CPU
@@ -399,6 +412,7 @@ class ExperimentConfig:
         check_fields(self, "")
         # Not in the JSON Schema: rules between keys of different sections.
         check_read(self, "")
+        self._check_target()
         self._check_monitor()
         if self.placement.precision == "fp16" and self.device is DeviceChoice.CPU:
             raise ConfigError(
@@ -412,17 +426,32 @@ class ExperimentConfig:
                 f"but model.layers={self.model.layers}; give one fanout per layer."
             )
 
+    def _check_target(self) -> None:
+        """A link task scores pairs as edges or not: its target is ``class``."""
+        if self.task is Task.LINK and self.target != "class":
+            raise ConfigError(
+                f"target={self.target} applies to task=node or task=graph; task=link predicts whether an edge "
+                "exists (target=class)."
+            )
+
     def _check_monitor(self) -> None:
+        """The monitor the task and a built-in target report (a plugin's target is checked by
+        preflight, once the plugins are loaded)."""
         train = self.train
+        if self.task is not Task.LINK and self.target not in TARGET_MONITORS:
+            return
         if not train.monitor:
-            train.monitor = DEFAULT_MONITOR[self.task.value]
-        valid = self.link.monitors() if self.task is Task.LINK else NODE_MONITORS
+            train.monitor = TARGET_MONITORS[self.target][0] if self.task is not Task.LINK else DEFAULT_MONITOR["link"]
+        valid = self.link.monitors() if self.task is Task.LINK else TARGET_MONITORS[self.target]
         if train.monitor not in valid:
             scored = f"task={self.task.value}" + (
                 f" with link.protocol={self.link.protocol}" if self.task is Task.LINK else ""
             )
+            if self.target != "class":
+                scored += f" and target={self.target}"
             raise ConfigError(
-                f"train.monitor={train.monitor} does not score {scored}; choose one of: {', '.join(valid)}."
+                f"train.monitor={train.monitor} does not score {scored}; choose one of: {', '.join(valid)}"
+                f"{did_you_mean(train.monitor, valid)}."
             )
 
     def to_dict(self) -> dict:

@@ -104,6 +104,16 @@ def register_loggers(register):
 
 
 @hookspec
+def register_tasks(register):
+    """Called once when plugins load. Call ``register(target)`` with an instance of a
+    :class:`~gnnbridge.core.contracts.targets.Target` subclass: what the items of a task are
+    predicted as (its loss, metrics, monitor direction and ``predict`` arrays), chosen by the
+    config's ``target`` key under its ``name``. The built-in ``class``, ``multilabel`` and
+    ``regression`` register here too.
+    """
+
+
+@hookspec
 def register_commands(cli):
     """Called once when the command line starts, with its ``click.Group``: add subcommands with
     ``@cli.command()``. A name gnnbridge or an earlier plugin already uses is not replaced."""

@@ -43,11 +43,13 @@ from gnnbridge.core.plugins.registries import (
     default_backend,
     experiments,
     get_backend,
+    get_target,
     graph_readers,
     loggers,
     models,
     reset_registries,
     samplers,
+    targets,
 )
 from gnnbridge.core.plugins.switches import code_allowed, downloads_allowed, no_code, no_downloads
 
@@ -73,6 +75,7 @@ __all__ = [
     "experiments",
     "extend_cli",
     "get_backend",
+    "get_target",
     "graph_readers",
     "gnnbridge_version",
     "is_builtin",
@@ -87,6 +90,7 @@ __all__ = [
     "plugin_info",
     "reset_registries",
     "samplers",
+    "targets",
     "set_defaults",
     "stdout_to_stderr",
     "warn",

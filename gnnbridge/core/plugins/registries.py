@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gnnbridge.core.config import Task
+from gnnbridge.core.contracts.targets import Target
 from gnnbridge.core.errors import ConfigError, unknown_name
 from gnnbridge.core.plugins import manager
 from gnnbridge.core.plugins.faults import PluginError, blame, describe, is_plugin_fault, stdout_to_stderr
@@ -338,7 +339,24 @@ dataset_libraries = Registry(
     callable,
     "an opener: a callable (class name, config, seed) -> a graph object a graph reader takes",
 )
-REGISTRIES = (backends, datasets, experiments, models, samplers, loggers, graph_readers, dataset_libraries)
+targets = Registry(
+    "target",
+    "register_tasks",
+    "(gnnbridge targets lists them).",
+    lambda value: isinstance(value, Target),
+    "an instance of a gnnbridge.core.interfaces.Target subclass",
+)
+REGISTRIES = (
+    backends,
+    datasets,
+    experiments,
+    models,
+    samplers,
+    loggers,
+    graph_readers,
+    dataset_libraries,
+    targets,
+)
 
 
 def reset_registries() -> None:
@@ -351,6 +369,11 @@ manager.on_plugin_removed(reset_registries)
 
 def get_backend(name: str):
     return backends.get(name)
+
+
+def get_target(name: str) -> Target:
+    """The target the config's ``target`` names (an unknown name: one line listing the others)."""
+    return targets.get(name)
 
 
 def default_backend() -> str:

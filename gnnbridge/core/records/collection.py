@@ -26,9 +26,9 @@ from gnnbridge.core.records.data import (
     check_features,
     check_ids,
     check_tensor,
-    infer_num_classes,
     random_split,
 )
+from gnnbridge.core.records.labels import check_form, current_form, width
 
 # Graph classification's customary split (the DGL GIN tutorial's 80/10/10).
 GRAPH_SPLIT = (0.8, 0.1)
@@ -43,7 +43,8 @@ class GraphCollection(LabelledRecord):
         edge_index: int64 [2, E] global node ids, sorted by destination; no edge joins two graphs.
         node_ptr: int64 [G + 1]; graph g owns nodes ``node_ptr[g]`` to ``node_ptr[g+1] - 1``.
         edge_ptr: int64 [G + 1]; graph g owns edges ``edge_ptr[g]`` to ``edge_ptr[g+1] - 1``.
-        y: int64 [G] one class label per graph.
+        y: int64 [G] one class label per graph; for other targets (``labels``, see
+            :mod:`.labels`) float32 [G] or [G, T], NaN for a missing label (the ogbg-mol* shapes).
         train_idx, val_idx, test_idx: int64 graph ids, non-empty, pairwise disjoint.
         num_classes: number of classes (>= 2).
     """
@@ -58,10 +59,12 @@ class GraphCollection(LabelledRecord):
     test_idx: torch.Tensor
     num_classes: int
     name: str = "graphs"
+    labels: str = ""  # y's form (core/records/labels.py); "": the context's, else class
 
     item_name = "graph"  # what a split counts, for messages
 
     def __post_init__(self) -> None:
+        self._take_labels()
         self.validate()
 
     @property
@@ -93,11 +96,12 @@ class GraphCollection(LabelledRecord):
         _check_node_ptr(node_ptr, int(x.shape[0]))
         edge_index = edge_index[:, torch.argsort(edge_index[1], stable=True)].contiguous()
         edge_ptr = torch.searchsorted(edge_index[1].contiguous(), node_ptr)
+        form = current_form()
         if num_classes is None:
-            num_classes = infer_num_classes(y)
+            num_classes = width(y, form)
         if splits is None:
             splits = random_split(int(node_ptr.numel() - 1), seed, GRAPH_SPLIT, unit="graph")
-        return cls(x, edge_index, node_ptr, edge_ptr, y, *splits, num_classes=int(num_classes), name=name)
+        return cls(x, edge_index, node_ptr, edge_ptr, y, *splits, num_classes=int(num_classes), name=name, labels=form)
 
     # ------------------------------------------------------------------ invariants
 
@@ -105,7 +109,7 @@ class GraphCollection(LabelledRecord):
         check_features("x", self.x)
         check_edge_index(self.edge_index)
         check_tensor("edge_ptr", self.edge_ptr, torch.int64, ndim=1)
-        check_tensor("y", self.y, torch.int64, ndim=1)
+        check_form(self.y, self.labels)
         n = self.num_nodes
         if self.num_features == 0:
             raise DataError("x has 0 feature columns; give every node at least one feature (e.g. a constant 1).")

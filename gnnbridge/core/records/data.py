@@ -23,6 +23,15 @@ import torch
 
 from gnnbridge.core.errors import DataError
 from gnnbridge.core.records.csc import csc_from_coo
+from gnnbridge.core.records.labels import (
+    check_form,
+    check_values,
+    current_form,
+    described,
+    placeholder,
+    stored,
+    width,
+)
 from gnnbridge.core.records.mapped import Mapped
 
 
@@ -46,7 +55,21 @@ class LabelledRecord(Mapped):
         record = object.__new__(cls)
         for f in fields(cls):
             setattr(record, f.name, values[f.name] if f.name in values else f.default)
+        record.labels = record.labels or current_form()
         return record
+
+    def _take_labels(self) -> None:
+        """The labels' form: as given, else the context's (:func:`~.labels.label_form`); ``y`` as
+        that form stores it (multilabel and regression targets as float32)."""
+        self.labels = self.labels or current_form()
+        if not isinstance(self.y, torch.Tensor):
+            return
+        if self.labels != "class" and self.y.dtype == torch.int64 and self.y.dim() == 1 and self.num_classes > 1:
+            raise DataError(
+                f"y holds a class per {self.item_name} ({self.num_classes} classes), but target={self.labels} "
+                f"reads {described(self.labels)}; this dataset trains with target=class."
+            )
+        self.y = stored(self.y, self.labels)
 
     @property
     def num_nodes(self) -> int:
@@ -76,15 +99,7 @@ class LabelledRecord(Mapped):
         return self
 
     def _check_labels_features_splits(self, num_items: int) -> None:
-        if self.num_classes < 2:
-            raise DataError(
-                f"num_classes={self.num_classes}; {self.item_name} classification needs at least 2 classes."
-            )
-        if int(self.y.min()) < 0 or int(self.y.max()) >= self.num_classes:
-            raise DataError(
-                f"y holds labels in [{int(self.y.min())}, {int(self.y.max())}] but num_classes={self.num_classes}; "
-                "labels must be in [0, num_classes)."
-            )
+        check_values(self.y, self.labels, self.num_classes, num_items, self.item_name)
         if not all_finite(self.x):
             bad = int((~torch.isfinite(self.x)).any(dim=1).nonzero()[0])
             raise DataError(f"x holds NaN or inf values (first at node {bad}); clean the features first.")
@@ -108,8 +123,10 @@ class GraphData(LabelledRecord):
         x: float32 [N, F] node features, finite (float16 or bfloat16 too: gathers upcast them).
         y: int64 [N] class labels in ``[0, num_classes)``.
         train_idx, val_idx, test_idx: int64 node ids, non-empty, pairwise disjoint.
-        num_classes: number of classes (>= 2).
+        num_classes: number of classes (>= 2); for other targets, the columns of ``y``.
         name: a label for logs and results.
+        labels: the form of ``y`` (:mod:`.labels`: class, multilabel, regression); multilabel
+            and regression targets are float32 [N] or [N, T] with NaN for a missing label.
 
     The record holds the CSC arrays only, not the COO edge list: at Reddit scale the
     destination row alone is 0.9 GB, and nothing on the training path reads it
@@ -125,10 +142,12 @@ class GraphData(LabelledRecord):
     test_idx: torch.Tensor
     num_classes: int
     name: str = "graph"
+    labels: str = ""  # y's form (core/records/labels.py); "": the context's, else class
 
     item_name = "node"  # what a split counts, for messages
 
     def __post_init__(self) -> None:
+        self._take_labels()
         self.validate()
 
     @property
@@ -163,9 +182,10 @@ class GraphData(LabelledRecord):
         n = int(x.shape[0])
         check_ids("edge_index", edge_index, n)
         indptr, indices = csc_from_coo(edge_index[0], edge_index[1], n)
+        form = current_form()
         if num_classes is None:
-            num_classes = infer_num_classes(y)
-        return cls(indptr, indices, x, y, train_idx, val_idx, test_idx, int(num_classes), name)
+            num_classes = width(y, form)
+        return cls(indptr, indices, x, y, train_idx, val_idx, test_idx, int(num_classes), name, form)
 
     @classmethod
     def for_prediction(
@@ -179,7 +199,7 @@ class GraphData(LabelledRecord):
         n = int(x.shape[0])
         check_ids("edge_index", edge_index, n)
         indptr, indices = csc_from_coo(edge_index[0], edge_index[1], n)
-        y = torch.zeros(n, dtype=torch.int64)
+        y = placeholder(n, int(num_classes), current_form())
         data = cls.unchecked(indptr=indptr, indices=indices, x=x, y=y, train_idx=empty, val_idx=empty)
         data.test_idx, data.num_classes, data.name, data.labelled = empty, int(num_classes), name, False
         data.validate()
@@ -191,7 +211,7 @@ class GraphData(LabelledRecord):
         check_tensor("indptr", self.indptr, torch.int64, ndim=1)
         check_tensor("indices", self.indices, torch.int64, ndim=1)
         check_features("x", self.x)
-        check_tensor("y", self.y, torch.int64, ndim=1)
+        check_form(self.y, self.labels)
         n = self.num_nodes
         if n == 0:
             raise DataError("The graph has no nodes (x has 0 rows).")
@@ -253,45 +273,6 @@ def check_edge_index(edge_index: torch.Tensor) -> None:
     check_tensor("edge_index", edge_index, torch.int64, ndim=2)
     if edge_index.shape[0] != 2:
         raise DataError(f"edge_index must have shape [2, E], got {list(edge_index.shape)}.")
-
-
-def infer_num_classes(y: torch.Tensor) -> int:
-    """The class count of labels that must be ``0 .. C-1``, every class present.
-
-    Labels are refused rather than guessed at: 1-based labels would otherwise add an empty
-    class 0 (and turn a binary task into a 3-class one without ROC-AUC), and one stray large
-    label would size every confusion matrix by it.
-    """
-    check_tensor("y", y, torch.int64, ndim=1)
-    if y.numel() == 0:
-        raise DataError("y is empty; give one label per node (or graph).")
-    if int(y.min()) < 0:
-        raise DataError(f"y holds the label {int(y.min())}; labels must be 0 .. C-1.")
-    present = torch.unique(y)
-    if present.numel() < 2:
-        raise DataError(f"y holds one class only ({int(present[0])}); classification needs at least 2 classes.")
-    num_classes = int(y.max()) + 1
-    if present.numel() != num_classes:
-        absent = first_absent(present, 5)
-        shown = ", ".join(map(str, absent)) + (" ..." if num_classes - present.numel() > len(absent) else "")
-        raise DataError(
-            f"y has labels up to {num_classes - 1} but no {shown}; labels must be 0 .. C-1 with every class "
-            "present (renumber them, e.g. numpy.unique(y, return_inverse=True)[1])."
-        )
-    return num_classes
-
-
-def first_absent(present: torch.Tensor, k: int) -> list[int]:
-    """The first ``k`` labels from 0 up missing from the sorted, unique ``present``: work bounded by
-    the labels there are, not by the largest (one label of 10**9 must not build a billion-set)."""
-    starts = torch.cat([present.new_zeros(1), present + 1])  # each gap starts after a present label
-    ends = torch.cat([present, present.new_full((1,), present[-1] + 1)])  # ... and ends before the next
-    absent: list[int] = []
-    for lo, hi in zip(starts.tolist(), ends.tolist()):
-        absent.extend(range(lo, min(hi, lo + k - len(absent))))
-        if len(absent) >= k:
-            break
-    return absent
 
 
 def check_ids(name: str, ids: torch.Tensor, n: int, unit: str = "node") -> None:

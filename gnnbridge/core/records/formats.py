@@ -17,6 +17,7 @@ from gnnbridge.core.errors import DataError
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData, random_split
 from gnnbridge.core.records.hetero import HeteroSource
+from gnnbridge.core.records.labels import accepted, check_form, current_form, described
 
 NPZ_REQUIRED = {"edge_index": (np.int64, 2), "x": (np.float32, 2), "y": (np.int64, 1)}
 NPZ_SPLITS = ("train_idx", "val_idx", "test_idx")
@@ -58,6 +59,18 @@ def check_header(path, key: str, found: np.dtype, shape: tuple, dtype, ndim: int
         )
     if len(shape) != ndim or any(d < 0 for d in shape):
         raise DataError(f"{path}: {key} has shape {list(shape)}; expected {ndim} dimension(s).")
+
+
+def check_member_header(path, key: str, found: np.dtype, shape: tuple, dtype, ndim: int) -> None:
+    """:func:`check_header`, except for a homogeneous graph's ``y`` outside target=class, whose
+    dtypes and dimensions are the label form's (:mod:`.labels`)."""
+    form = current_form()
+    if key != "y" or form == "class" or found.hasobject or not found.isnative:
+        return check_header(path, key, found, shape, dtype, ndim)
+    dtypes, dims = accepted(form)
+    if torch.from_numpy(np.empty(0, dtype=found)).dtype not in dtypes or len(shape) not in dims:
+        raise DataError(f"{path}: y is {found} {list(shape)}; target={form} reads {described(form)}.")
+    return None
 
 
 def missing_members(members) -> list[str]:
@@ -128,7 +141,10 @@ def graph_from_arrays(where, arrays: dict, seed: int, name: str) -> GraphData | 
     missing = missing_members(arrays)
     if missing:
         raise missing_arrays(where, missing)
-    tensors = {key: _checked(where, key, arrays[key], *spec) for key, spec in NPZ_ARRAYS.items() if key in arrays}
+    given = [key for key in NPZ_ARRAYS if key in arrays and key != "y"]
+    tensors = {key: _checked(where, key, arrays[key], *NPZ_ARRAYS[key]) for key in given}
+    if "y" in arrays:
+        tensors["y"] = _checked_labels(where, arrays["y"])
     if tensors["edge_index"].shape[0] != 2:
         raise DataError(f"{where}: edge_index has shape {list(tensors['edge_index'].shape)}; expected [2, E].")
     if "y" not in tensors:
@@ -154,6 +170,20 @@ def graph_from_arrays(where, arrays: dict, seed: int, name: str) -> GraphData | 
 def _checked(where, key: str, array: np.ndarray, dtype, ndim: int) -> torch.Tensor:
     check_header(where, key, array.dtype, array.shape, dtype, ndim)
     return torch.from_numpy(np.ascontiguousarray(array))
+
+
+def _checked_labels(where, array: np.ndarray) -> torch.Tensor:
+    """``y`` in the run's label form (:mod:`.labels`): int64 [items] for classes, as any other
+    array is checked; float32 (or 0/1 int) rows of targets otherwise."""
+    form = current_form()
+    if form == "class" or array.dtype.hasobject or not array.dtype.isnative:
+        return _checked(where, "y", array, *NPZ_REQUIRED["y"])
+    y = torch.from_numpy(np.ascontiguousarray(array))
+    try:
+        check_form(y, form)
+    except DataError as exc:
+        raise DataError(f"{where}: {exc}") from None
+    return y
 
 
 def _splits(where, tensors: dict[str, torch.Tensor]) -> list[torch.Tensor] | None:

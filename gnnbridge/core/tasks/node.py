@@ -7,8 +7,9 @@ from __future__ import annotations
 import torch
 
 from gnnbridge.core.errors import ConfigError, DataError
-from gnnbridge.core.records.data import infer_num_classes, random_split
+from gnnbridge.core.records.data import random_split
 from gnnbridge.core.records.hetero import HeteroGraphData, HeteroSource, with_reverse_edges
+from gnnbridge.core.records.labels import infer_num_classes
 
 
 def for_node_task(source: HeteroSource, reverse: bool, seed: int) -> HeteroGraphData:

@@ -13,10 +13,11 @@ import torch
 
 from gnnbridge.core.config import EvalMode, ExperimentConfig, SamplerKind, Task
 from gnnbridge.core.contracts.interfaces import Backend, Sampler
+from gnnbridge.core.contracts.targets import Target
 from gnnbridge.core.errors import ConfigError
 from gnnbridge.core.models.build import ModelCall, build_model, model_dims
 from gnnbridge.core.models.init import initialise
-from gnnbridge.core.plugins import get_backend
+from gnnbridge.core.plugins import get_backend, get_target
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData
 from gnnbridge.core.records.features import set_read_depth
@@ -67,6 +68,8 @@ class RunParts:
         self.call = ModelCall(choice.origin, data.num_classes, per_graph=config.task is Task.GRAPH)
         self.call.tell = ctx.doing  # calls into the model outside training steps are watched
         self.is_link = config.task is Task.LINK
+        self.target: Target = get_target(config.target)  # what the outputs predict: loss, metrics, monitor
+        self.loss_name = config.train.loss or self.target.losses[0]
         if weights is not None:
             load_model_state(self.model, weights, weights.get("path", "checkpoint"))
         else:  # a built-in model starts from the same weights on every backend (no global stream is drawn)
@@ -107,6 +110,7 @@ class RunParts:
                 self.sampler,
                 self.call,
                 self.config.eval.layer_store,
+                self.target,
             )
         return self._sampled(self.sampler)
 
@@ -132,6 +136,7 @@ class RunParts:
             self.config.train.seed,
             self.call,
             self.config.eval.layer_store,
+            self.target,
         )
 
     def _typed_layerwise(self) -> Evaluator:
@@ -212,8 +217,9 @@ class RunParts:
         if mode is EvalMode.LAYERWISE and isinstance(self.data, HeteroGraphData):
             return self._typed_layerwise()
         if mode is EvalMode.LAYERWISE:
+            cfg = self.config.eval
             return LayerwiseEvaluator(
-                self.backend, self.data, self.ctx, self.config.eval.batch_size, self.call, self.config.eval.layer_store
+                self.backend, self.data, self.ctx, cfg.batch_size, self.call, cfg.layer_store, self.target
             )
         if mode is EvalMode.FULL:
             full = self._sampler(every_neighbour=True)

@@ -36,7 +36,9 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from gnnbridge.core.contracts.interfaces import Backend, GNNModel, Sampler
+from gnnbridge.core.contracts.targets import Target
 from gnnbridge.core.models.build import ModelCall
+from gnnbridge.core.plugins import get_target
 from gnnbridge.core.records.batches import IndexedRows, MiniBatch
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData
@@ -47,7 +49,7 @@ from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS, NeighborSampler
 from gnnbridge.core.sampling.seeds import epoch_batches
 from gnnbridge.core.tasks import retrieval
 from gnnbridge.core.training.layerstore import LayerStore, every_rank_rows, output_table
-from gnnbridge.core.training.metrics import ClassificationScores, LinkScores, SharedLinkScores
+from gnnbridge.core.training.metrics import LinkScores, SharedLinkScores
 from gnnbridge.core.training.phases import NO_PHASES
 
 
@@ -60,10 +62,13 @@ class Evaluator(ABC):
         batch_size: int,
         call: ModelCall | None = None,
         layer_store: str = "auto",
+        target: Target | None = None,
     ):
         """``call``: how the model is called (names the model when it fails); a plain call by default.
         ``layer_store``: where an output row of every item lives (``eval.layer_store``: auto, memory,
-        disk): each layer-wise layer, and the logits :meth:`predict` returns."""
+        disk): each layer-wise layer, and the logits :meth:`predict` returns. ``target``: what the
+        outputs predict, which scores them (one class per item by default)."""
+        self.target = target or get_target("class")
         self.backend = backend
         self.data = data
         self.ctx = ctx
@@ -75,7 +80,8 @@ class Evaluator(ABC):
 
     @torch.no_grad()
     def evaluate(self, model: torch.nn.Module, splits: tuple[str, ...]) -> dict[str, float]:
-        """``{'<split>_acc', '<split>_macro_f1'[, '<split>_roc_auc']}`` per split, identical on all ranks."""
+        """The target's metrics per split (``{'<split>_acc', '<split>_macro_f1'[, '<split>_roc_auc']}``
+        for classes), identical on all ranks."""
         with evaluation_mode(self.ctx, model, self.call, f"its evaluation of {'/'.join(splits)}"):
             return self._evaluate(model, splits)
 
@@ -108,7 +114,7 @@ class LayerwiseEvaluator(Evaluator):
         metrics: dict[str, float] = {}
         for split in splits:
             idx = self.data.split(split)
-            scores = ClassificationScores(self.data.num_classes)
+            scores = self.target.scores(self.data.num_classes)
             scores.update(logits[idx], self.data.y[idx].to(logits.device))  # y may be on the GPU (placement)
             metrics.update(scores.as_metrics(split))
         return metrics
@@ -211,8 +217,9 @@ class SampledEvaluator(BatchedEvaluator):
         seed: int,
         call: ModelCall | None = None,
         layer_store: str = "auto",
+        target: Target | None = None,
     ):
-        super().__init__(backend, data, ctx, batch_size, call, layer_store)
+        super().__init__(backend, data, ctx, batch_size, call, layer_store, target)
         self.sampler = sampler
         self.seed = seed
 
@@ -234,8 +241,9 @@ class GraphEvaluator(BatchedEvaluator):
         loader: Sampler,
         call: ModelCall | None = None,
         layer_store: str = "auto",
+        target: Target | None = None,
     ):
-        super().__init__(backend, data, ctx, batch_size, call, layer_store)
+        super().__init__(backend, data, ctx, batch_size, call, layer_store, target)
         self.loader = loader
 
     def _loader(self, batches: list[torch.Tensor]) -> Iterable[MiniBatch]:
@@ -259,7 +267,7 @@ def evaluation_mode(ctx: DistContext, model: torch.nn.Module, call: ModelCall | 
 
 def score_batches(ev: Evaluator, model: torch.nn.Module, batches, split: str) -> dict[str, float]:
     """Run this rank's batches and combine the scores of all ranks."""
-    scores = ClassificationScores(ev.data.num_classes)
+    scores = ev.target.scores(ev.data.num_classes)
     for mb in batches:
         scores.update(forward(ev, model, mb), ev.data.y[mb.seeds])
     return scores.reduce(ev.ctx).as_metrics(split)
@@ -295,7 +303,7 @@ def step_outputs(run, model: torch.nn.Module, mb: MiniBatch, phases=NO_PHASES) -
         return torch.stack([torch.zeros_like(scores), scores], dim=1), labels
     y = run.data.y[mb.seeds].to(device, non_blocking=True)
     phases.mark("h2d")
-    logits = run.call(model, graph, x, y.numel())
+    logits = run.call(model, graph, x, y.shape[0])
     phases.mark("forward")
     return logits, y
 

@@ -24,6 +24,13 @@ class ConfusionCounts:
         self.num_classes = num_classes
         self.matrix = torch.zeros((num_classes, num_classes), dtype=torch.int64, device=device)
 
+    @classmethod
+    def of(cls, matrix: torch.Tensor) -> ConfusionCounts:
+        """Counts over an existing ``matrix`` (updated in place): a training epoch's running sums."""
+        counts = cls.__new__(cls)
+        counts.num_classes, counts.matrix = int(matrix.shape[0]), matrix
+        return counts
+
     def update(self, logits: torch.Tensor, target: torch.Tensor) -> None:
         pred = logits.argmax(dim=-1).to(self.matrix.device)
         index = target.to(self.matrix.device) * self.num_classes + pred
@@ -266,3 +273,116 @@ def _gathered(ctx: DistContext, parts: list[torch.Tensor], dtype: torch.dtype) -
 
 def _cat(parts: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
     return torch.cat(parts) if parts else torch.zeros(0, dtype=dtype)
+
+
+class GatheredRows:
+    """Every item's output row and label row, all-gathered at :meth:`reduce`: the base of the
+    metrics that are not functions of counts (regression errors per column, ROC-AUC and average
+    precision per label). Missing labels (NaN) stay in place and each metric skips them."""
+
+    def __init__(self, width: int):
+        self.width = width
+        self._out: list[torch.Tensor] = []
+        self._y: list[torch.Tensor] = []
+        self.nonfinite = torch.zeros((), dtype=torch.int64)
+
+    def update(self, outputs: torch.Tensor, y: torch.Tensor) -> None:
+        outputs = outputs.detach().double().cpu().reshape(-1, self.width)
+        self.nonfinite += (~torch.isfinite(outputs)).any(dim=1).sum()
+        self._out.append(outputs)
+        self._y.append(y.detach().double().cpu().reshape(-1, self.width))
+
+    def reduce(self, ctx: DistContext):
+        self.nonfinite = ctx.all_reduce_sum(self.nonfinite)
+        self._out = _gathered_rows(ctx, self._out, self.width)
+        self._y = _gathered_rows(ctx, self._y, self.width)
+        return self
+
+    def rows(self, prefix: str) -> tuple[torch.Tensor, torch.Tensor]:
+        out, y = _cat_rows(self._out, self.width), _cat_rows(self._y, self.width)
+        if int(self.nonfinite):
+            raise TrainingDivergedError(
+                f"the model's outputs are NaN or infinite for {int(self.nonfinite)} of {out.shape[0]} {prefix} "
+                "item(s), which are never scored"
+            )
+        return out, y
+
+
+class RegressionScores(GatheredRows):
+    """MAE, RMSE and R² as OGB's regression evaluators define them (ogbg-molesol's RMSE): each
+    column over its labelled items, then the mean over columns (scikit-learn's ``r2_score``
+    with uniform weights for R²). A column without a labelled item is left out; R² of a
+    column whose labels are all equal is undefined and left out too (None when none is left)."""
+
+    def as_metrics(self, prefix: str) -> dict[str, float | None]:
+        out, y = self.rows(prefix)
+        mae, rmse, r2 = [], [], []
+        for col in range(self.width):
+            known = ~torch.isnan(y[:, col])
+            if not bool(known.any()):
+                continue
+            err = out[known, col] - y[known, col]
+            mae.append(float(err.abs().mean()))
+            rmse.append(float(err.square().mean().sqrt()))
+            spread = float((y[known, col] - y[known, col].mean()).square().sum())
+            if spread > 0:
+                r2.append(1.0 - float(err.square().sum()) / spread)
+        return {f"{prefix}_mae": _mean(mae), f"{prefix}_rmse": _mean(rmse), f"{prefix}_r2": _mean(r2)}
+
+
+class MultilabelScores(GatheredRows):
+    """ROC-AUC and average precision as OGB defines them for multi-label tasks (ogbn-proteins,
+    ogbg-molhiv, ogbg-molpcba): per label over its labelled items, averaged over the labels that
+    have both a positive and a negative there (None when no label has). Also ``label_acc``: the
+    share of labelled entries whose output's sign (probability 0.5) matches the label."""
+
+    def as_metrics(self, prefix: str) -> dict[str, float | None]:
+        out, y = self.rows(prefix)
+        aucs, aps = [], []
+        for col in range(self.width):
+            known = ~torch.isnan(y[:, col])
+            labels, scores = y[known, col].long(), out[known, col]
+            positives = int(labels.sum())
+            if 0 < positives < labels.numel():
+                aucs.append(roc_auc(scores, labels))
+                aps.append(average_precision(scores, labels))
+        known = ~torch.isnan(y)
+        right = int(((out[known] > 0) == (y[known] > 0.5)).sum())
+        return {
+            f"{prefix}_roc_auc": _mean(aucs),
+            f"{prefix}_ap": _mean(aps),
+            f"{prefix}_label_acc": right / max(1, int(known.sum())),
+        }
+
+
+def average_precision(scores: torch.Tensor, labels: torch.Tensor) -> float:
+    """Average precision of binary ``labels`` ranked by ``scores`` (scikit-learn's and OGB's:
+    the sum over distinct score thresholds, highest first, of the recall gained there times
+    the precision there; tied scores form one threshold)."""
+    order = torch.argsort(scores, descending=True, stable=True)
+    s, hit = scores[order], labels[order].double()
+    last = torch.ones_like(s, dtype=torch.bool)
+    last[:-1] = s[1:] != s[:-1]  # the last item of each run of equal scores: one threshold
+    tp = torch.cumsum(hit, 0)[last]
+    seen = torch.arange(1, s.numel() + 1, dtype=torch.float64)[last]
+    recall = tp / tp[-1]
+    gained = torch.diff(recall, prepend=recall.new_zeros(1))
+    return float((gained * (tp / seen)).sum())
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _gathered_rows(ctx: DistContext, parts: list[torch.Tensor], width: int) -> list[torch.Tensor]:
+    """Every rank's rows, concatenated in rank order (unchanged in one process)."""
+    if not ctx.distributed:
+        return parts
+    local = _cat_rows(parts, width)
+    sizes = torch.zeros(ctx.world_size, dtype=torch.int64)
+    sizes[ctx.rank] = local.shape[0]
+    return [ctx.all_gather_rows(local, ctx.all_reduce_sum(sizes).tolist())]
+
+
+def _cat_rows(parts: list[torch.Tensor], width: int) -> torch.Tensor:
+    return torch.cat(parts) if parts else torch.zeros(0, width, dtype=torch.float64)

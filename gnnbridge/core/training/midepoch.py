@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 import torch
 
+from gnnbridge.core.contracts.targets import Target
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.training import checkpoint
-from gnnbridge.core.training.metrics import ConfusionCounts
 
 REPLAY = "its sampling of epoch {epoch}'s first {batches} batches again (resuming inside that epoch)"
 
@@ -77,31 +77,46 @@ class Inside:
 
 
 class EpochSums:
-    """A rank's running sums of one epoch: the summed loss, the confusion counts and the first
-    step whose loss was NaN or infinite (-1: none). They stay on the device (no host sync per
-    step, one reduction per epoch); the first bad step is checked once the epoch is done."""
+    """A rank's running sums of one epoch: the summed loss, its terms (items, or labels present),
+    the target's running metric sums and the first step whose loss was NaN or infinite (-1:
+    none). They stay on the device (no host sync per step, one reduction per epoch); the first
+    bad step is checked once the epoch is done."""
 
-    def __init__(self, classes: int, device: torch.device):
+    def __init__(self, target: Target, width: int, device: torch.device):
+        self.target = target
         self.loss = torch.zeros((), dtype=torch.float64, device=device)
+        self.terms = torch.zeros((), dtype=torch.float64, device=device)
         self.first_bad = torch.full((), -1, dtype=torch.int64, device=device)
-        self.counts = ConfusionCounts(classes, device)
+        self.running = target.running(width, device)
 
-    def add(self, step: int, loss_sum: torch.Tensor, logits: torch.Tensor, y: torch.Tensor) -> None:
+    def add(self, step: int, loss_sum: torch.Tensor, terms: torch.Tensor, logits: torch.Tensor, y: torch.Tensor):
         self.loss += loss_sum
+        self.terms += terms
         self.first_bad = torch.where((self.first_bad < 0) & ~torch.isfinite(loss_sum.detach()), step, self.first_bad)
-        self.counts.update(logits.detach(), y)
+        self.target.add_running(self.running, logits.detach(), y)
+
+    def reduce(self, ctx: DistContext) -> tuple[float, dict[str, float]]:
+        """Every rank's sums added: the epoch's mean loss per term and its running metrics."""
+        loss, terms = ctx.all_reduce_sum(torch.stack([self.loss, self.terms])).tolist()
+        running = ctx.all_reduce_sum(self.running).cpu()
+        return loss / max(1.0, terms), self.target.running_metrics(running, "train")
 
     def state(self) -> dict:
         return {
             "loss_sum": float(self.loss),
+            "terms": float(self.terms),
             "first_bad": int(self.first_bad),
-            "counts": self.counts.matrix.detach().cpu().clone(),
+            "running": self.running.detach().cpu().clone(),
         }
 
     def load(self, state: dict) -> None:
+        """A checkpoint's sums; one written before targets (``counts``, a confusion matrix) counted
+        one term per item."""
+        running = state["running"] if "running" in state else state["counts"]
         self.loss.fill_(state["loss_sum"])
+        self.terms.fill_(state["terms"] if "terms" in state else float(running.sum()))
         self.first_bad.fill_(state["first_bad"])
-        self.counts.matrix.copy_(state["counts"])
+        self.running.copy_(running)
 
 
 def capture(ctx: DistContext, of: int, sums: EpochSums, elapsed: float, phases: dict) -> list[dict]:

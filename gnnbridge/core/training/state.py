@@ -22,11 +22,14 @@ class TrainState:
     def next_epoch(self) -> int:
         return self.history[-1]["epoch"] + 1 if self.history else 0
 
-    def record(self, stats: dict, monitor: str) -> bool:
-        """Add an epoch; True when its monitor value beats every earlier one (ties do not)."""
+    def record(self, stats: dict, monitor: str, is_better=None) -> bool:
+        """Add an epoch; True when its monitor value beats every earlier one (ties do not).
+        ``is_better(monitor, value, best)``: the target's order (a higher value by default; a
+        regression's errors are better lower)."""
         self.history.append(stats)
         value = stats.get(monitor)  # None: ROC-AUC of a split holding one class only
-        if value is not None and (self.best_value is None or value > self.best_value):
+        better = is_better or (lambda _, v, best: best is None or v > best)
+        if value is not None and better(monitor, value, self.best_value):
             self.best_value, self.best_epoch, self.bad_epochs = value, stats["epoch"], 0
             return True
         self.bad_epochs += 1

@@ -21,7 +21,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
@@ -163,7 +162,7 @@ class Trainer(RunParts):
                 raise self._diverged(epoch, f"after its last step {exc}") from None
             stats["eval_time_s"] = time.perf_counter() - t0
             stats["phases"]["eval"] = stats["eval_time_s"]
-            improved = state.record(stats, cfg.monitor)
+            improved = state.record(stats, cfg.monitor, self.target.is_better)
             if improved:
                 self.checkpointing.remember_best(self.model)
             self._log(stats)
@@ -290,7 +289,7 @@ class Trainer(RunParts):
         if not self.shard_fingerprint:
             self.shard_fingerprint = _fingerprint(batches)
         self.ddp.train()
-        sums = midepoch.EpochSums(2 if self.is_link else self.data.num_classes, ctx.device)
+        sums = midepoch.EpochSums(self.target, 2 if self.is_link else self.data.num_classes, ctx.device)
         bar = self._epoch_bar(epoch, len(batches))
         t0 = time.perf_counter()
         progress = BarFigures(t0)
@@ -303,13 +302,13 @@ class Trainer(RunParts):
         for step, mb in self._to_train(loader, epoch, sums, bar, phases):
             phases.mark("sample")
             ctx.advance()
-            loss_sum_batch, logits, y = self.train_step(mb, phases)
-            sums.add(step, loss_sum_batch, logits, y)
-            progress.step(bar, loss_sum_batch, y.numel())
+            loss_sum_batch, terms, logits, y = self.train_step(mb, phases)
+            sums.add(step, loss_sum_batch, terms, logits, y)
+            progress.step(bar, loss_sum_batch, terms, y.shape[0])
             bar.update(1)
             self._checkpoint_inside(epoch, step + 1, len(batches), sums, phases, t0)
         ctx.doing(None)  # what follows waits in collectives, which time out on their own
-        counts, loss_sum, first_bad = sums.counts.reduce(ctx), ctx.all_reduce_sum(sums.loss), sums.first_bad
+        (loss, running), first_bad = sums.reduce(ctx), sums.first_bad
         # How many ranks had a bad step, and how many had it at the run's very first step.
         bad = ctx.all_reduce_sum(torch.stack([first_bad >= 0, (first_bad == 0) & (epoch == 0)]).long())
         self._check_loss(epoch, int(first_bad), int(bad[0]), bool(bad[1]))
@@ -319,8 +318,8 @@ class Trainer(RunParts):
         resumed, self.resumed = self.resumed, None
         return {
             "epoch": epoch,
-            "loss": float(loss_sum) / max(1, counts.total),
-            "train_acc": counts.accuracy(),
+            "loss": loss,
+            **running,
             "lr": lr,
             "epoch_time_s": epoch_time,
             "batches": len(batches),
@@ -330,15 +329,16 @@ class Trainer(RunParts):
             **({"resumed_after_batch": resumed.batches} if resumed else {}),
         }
 
-    def train_step(self, mb, phases=NO_PHASES) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One optimisation step on ``mb``: (the batch's summed loss, detached; logits; targets)."""
+    def train_step(self, mb, phases=NO_PHASES) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One optimisation step on ``mb``: (the batch's summed loss, detached; the terms it sums;
+        logits; targets). The loss is the target's (``train.loss``)."""
         cfg = self.config
         with autocast(cfg.placement.precision, self.ctx.device):
             logits, y = step_outputs(self, self.ddp, mb, phases)
             # Summed then divided: an empty batch (possible when seeds do not split evenly
             # over ranks) contributes zero, not NaN, and still joins DDP's all-reduce.
-            loss_sum_batch = F.cross_entropy(logits.float(), y, reduction="sum")
-        loss = loss_sum_batch / max(1, y.numel())
+            loss_sum_batch, terms = self.target.loss(logits, y, self.loss_name)
+        loss = loss_sum_batch / terms.clamp(min=1)
         self.optimizer.zero_grad(set_to_none=True)
         with self.call.blame("backward pass"):
             (self.scaler.scale(loss) if self.scaler else loss).backward()
@@ -352,7 +352,7 @@ class Trainer(RunParts):
             self.optimizer.step()
         self.sync_tables.settle()
         phases.mark("step")
-        return loss_sum_batch.detach(), logits, y
+        return loss_sum_batch.detach(), terms, logits, y
 
     def epoch_loader(self, epoch: int):
         """This rank's training batches of ``epoch`` (reseeded: the same batches on every call)."""
@@ -419,10 +419,15 @@ class Trainer(RunParts):
             value = stats.get(monitor)
             tqdm.write(
                 f"epoch {stats['epoch'] + 1:>3}/{self.config.train.epochs}  loss {stats['loss']:.4f}  "
-                f"train_acc {stats['train_acc']:.4f}  {monitor} {'n/a' if value is None else f'{value:.4f}'}  "
+                f"{_running(stats)}{monitor} {'n/a' if value is None else f'{value:.4f}'}  "
                 f"{stats['epoch_time_s']:.2f}s{_hit_rate(stats)}",
                 file=sys.stderr,
             )
+
+
+def _running(stats: dict) -> str:
+    """The epoch's running training metrics (``train_acc 0.9120  ``)."""
+    return "".join(f"{k} {v:.4f}  " for k, v in stats.items() if k.startswith("train_") and isinstance(v, float))
 
 
 def _hit_rate(stats: dict) -> str:
@@ -439,7 +444,8 @@ class BarFigures:
     def __init__(self, t0: float):
         self.t0, self.shown, self.seeds = t0, t0, 0
 
-    def step(self, bar, loss_sum: torch.Tensor, seeds: int) -> None:
+    def step(self, bar, loss_sum: torch.Tensor, terms: torch.Tensor, seeds: int) -> None:
+        """After a step of ``seeds`` items whose loss summed ``terms`` terms (tensors: read only when shown)."""
         self.seeds += seeds
         if bar.disable:
             return
@@ -448,7 +454,7 @@ class BarFigures:
             return
         self.shown = now
         bar.set_postfix(
-            loss=f"{float(loss_sum) / max(1, seeds):.4f}",
+            loss=f"{float(loss_sum) / max(1.0, float(terms)):.4f}",
             seeds_per_s=f"{self.seeds / max(now - self.t0, 1e-9):,.0f}",
             refresh=False,
         )

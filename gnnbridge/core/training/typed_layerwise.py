@@ -35,7 +35,7 @@ from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS
 from gnnbridge.core.tasks.retrieval import approximate_top_k, chunked_top_k
 from gnnbridge.core.training.evaluation import Evaluator, LinkEvaluator, evaluation_mode, gather_inputs
 from gnnbridge.core.training.layerstore import LayerStore, every_rank_rows, output_table
-from gnnbridge.core.training.metrics import ClassificationScores, LinkScores, SharedLinkScores
+from gnnbridge.core.training.metrics import LinkScores, SharedLinkScores
 
 
 def supports_typed_layerwise(model: torch.nn.Module) -> bool:
@@ -147,7 +147,7 @@ class TypedLayerwiseEvaluator(Evaluator):
         metrics: dict[str, float] = {}
         for split in splits:
             idx = self.data.split(split)
-            scores = ClassificationScores(self.data.num_classes)
+            scores = self.target.scores(self.data.num_classes)
             scores.update(logits[idx], self.data.y[idx])
             metrics.update(scores.as_metrics(split))
         return metrics

@@ -1,0 +1,170 @@
+"""The forms a record's labels ``y`` take, and the checks each form gets.
+
+A task predicts one of three kinds of target (the config's ``target``, a task object of
+:mod:`gnnbridge.core.contracts.targets` each), and a record's ``y`` is laid out by its form:
+
+    class       int64 [items]: one class in ``0 .. C-1``, every class present; width C
+    multilabel  [items, L] of 0 and 1 (int64 or float32; NaN marks a missing label, as
+                ogbg-molpcba has); width L; stored as float32
+    regression  float32 [items] or [items, T] (NaN marks a missing value); width T (1 for [items])
+
+The width is what the record calls ``num_classes``: the model's output columns.
+
+Which form a graph's labels take is a context, not a parameter, as
+:func:`~gnnbridge.core.records.formats.labels_optional` is: a graph passes through a dataset
+plugin's loader, whose signature is public and knows nothing of the run's target. Records built
+outside a :func:`label_form` block read their labels as classes, as they always did.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator
+
+import torch
+
+from gnnbridge.core.errors import DataError
+
+FORMS = ("class", "multilabel", "regression")
+_FORM: contextvars.ContextVar[str] = contextvars.ContextVar("label_form", default="class")
+
+
+@contextlib.contextmanager
+def label_form(form: str) -> Iterator[None]:
+    """Inside: records read ``y`` in ``form`` (one of :data:`FORMS`)."""
+    if form not in FORMS:
+        raise ValueError(f"label form {form!r}; one of {', '.join(FORMS)}")
+    token = _FORM.set(form)
+    try:
+        yield
+    finally:
+        _FORM.reset(token)
+
+
+def current_form() -> str:
+    return _FORM.get()
+
+
+def accepted(form: str) -> tuple[tuple[torch.dtype, ...], tuple[int, ...]]:
+    """The dtypes and dimension counts ``y`` may have in ``form``, as given (before :func:`stored`)."""
+    if form == "class":
+        return (torch.int64,), (1,)
+    if form == "multilabel":
+        return (torch.float32, torch.int64, torch.bool), (2,)
+    return (torch.float32, torch.float64), (1, 2)
+
+
+def described(form: str) -> str:
+    """How ``y`` looks in ``form``, for messages."""
+    return {
+        "class": "int64 [items], a class per item",
+        "multilabel": "[items, L] of 0/1 (int64 or float32, NaN for a missing label)",
+        "regression": "float32 [items] or [items, T] (NaN for a missing value)",
+    }[form]
+
+
+def stored(y: torch.Tensor, form: str) -> torch.Tensor:
+    """``y`` as a record keeps it: class labels as they are, every other form as float32."""
+    return y if form == "class" or y.dtype == torch.float32 else y.to(torch.float32)
+
+
+def check_form(y: object, form: str, name: str = "y") -> None:
+    """``y`` has a dtype and dimensions ``form`` takes; the line names what was found and, where
+    the labels look like another form's, the ``target`` that reads them."""
+    if not isinstance(y, torch.Tensor):
+        raise DataError(f"{name} must be a tensor, got {type(y).__name__}.")
+    dtypes, dims = accepted(form)
+    if y.dtype in dtypes and y.dim() in dims:
+        return
+    found = f"{str(y.dtype).replace('torch.', '')} {list(y.shape)}"
+    hint = ""
+    if form == "class" and y.is_floating_point():
+        hint = " (float labels are targets of regression or multilabel: set target=regression or target=multilabel)"
+    elif form == "class" and y.dim() == 2:
+        hint = " (a 0/1 column per label is target=multilabel)"
+    raise DataError(f"{name} is {found}; target={form} reads {described(form)}{hint}.")
+
+
+def width(y: torch.Tensor, form: str) -> int:
+    """The model's output columns for labels ``y`` of ``form`` (checked first)."""
+    check_form(y, form)
+    if form == "class":
+        return infer_num_classes(y)
+    return 1 if y.dim() == 1 else int(y.shape[1])
+
+
+def placeholder(items: int, num_classes: int, form: str) -> torch.Tensor:
+    """Labels of a graph that has none (what ``predict`` scores): zeros of ``form``'s layout."""
+    if form == "class":
+        return torch.zeros(items, dtype=torch.int64)
+    return torch.zeros(items, num_classes, dtype=torch.float32)
+
+
+def infer_num_classes(y: torch.Tensor) -> int:
+    """The class count of labels that must be ``0 .. C-1``, every class present.
+
+    Labels are refused rather than guessed at: 1-based labels would otherwise add an empty
+    class 0 (and turn a binary task into a 3-class one without ROC-AUC), and one stray large
+    label would size every confusion matrix by it.
+    """
+    check_form(y, "class")
+    if y.numel() == 0:
+        raise DataError("y is empty; give one label per node (or graph).")
+    if int(y.min()) < 0:
+        raise DataError(f"y holds the label {int(y.min())}; labels must be 0 .. C-1.")
+    present = torch.unique(y)
+    if present.numel() < 2:
+        raise DataError(f"y holds one class only ({int(present[0])}); classification needs at least 2 classes.")
+    num_classes = int(y.max()) + 1
+    if present.numel() != num_classes:
+        absent = first_absent(present, 5)
+        shown = ", ".join(map(str, absent)) + (" ..." if num_classes - present.numel() > len(absent) else "")
+        raise DataError(
+            f"y has labels up to {num_classes - 1} but no {shown}; labels must be 0 .. C-1 with every class "
+            "present (renumber them, e.g. numpy.unique(y, return_inverse=True)[1])."
+        )
+    return num_classes
+
+
+def first_absent(present: torch.Tensor, k: int) -> list[int]:
+    """The first ``k`` labels from 0 up missing from the sorted, unique ``present``: work bounded by
+    the labels there are, not by the largest (one label of 10**9 must not build a billion-set)."""
+    starts = torch.cat([present.new_zeros(1), present + 1])  # each gap starts after a present label
+    ends = torch.cat([present, present.new_full((1,), present[-1] + 1)])  # ... and ends before the next
+    absent: list[int] = []
+    for lo, hi in zip(starts.tolist(), ends.tolist()):
+        absent.extend(range(lo, min(hi, lo + k - len(absent))))
+        if len(absent) >= k:
+            break
+    return absent
+
+
+def check_values(y: torch.Tensor, form: str, num_classes: int, items: int, item: str) -> None:
+    """One row per item, and values ``form`` allows, for a record of ``num_classes`` columns."""
+    check_form(y, form)
+    if y.shape[0] != items:
+        raise DataError(f"y has {y.shape[0]} rows but there are {items} {item}s; give one label row per {item}.")
+    if form == "class":
+        return _check_classes(y, num_classes)
+    columns = 1 if y.dim() == 1 else int(y.shape[1])
+    if columns != num_classes or columns < 1:
+        raise DataError(f"y has {columns} column(s) but the record says num_classes={num_classes}.")
+    if torch.isinf(y).any():
+        row = int(torch.isinf(y).reshape(items, -1).any(dim=1).nonzero()[0])
+        raise DataError(f"y holds an infinite value (first at {item} {row}); a missing label is NaN.")
+    if form == "multilabel":
+        known = y[~torch.isnan(y)]
+        if bool(((known != 0) & (known != 1)).any()):
+            bad = float(known[(known != 0) & (known != 1)][0])
+            raise DataError(f"y holds {bad:g}; multilabel targets are 0 or 1 (NaN for a missing label).")
+
+
+def _check_classes(y: torch.Tensor, num_classes: int) -> None:
+    if num_classes < 2:
+        raise DataError(f"num_classes={num_classes}; classification needs at least 2 classes.")
+    if y.numel() and (int(y.min()) < 0 or int(y.max()) >= num_classes):
+        raise DataError(
+            f"y holds labels in [{int(y.min())}, {int(y.max())}] but num_classes={num_classes}; "
+            "labels must be in [0, num_classes)."
+        )

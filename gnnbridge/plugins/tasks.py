@@ -1,0 +1,160 @@
+"""The built-in targets (the config's ``target``), registered through ``register_tasks`` as a
+plugin's are (see :mod:`gnnbridge.core.contracts.targets` for the contract):
+
+    class       one class per item: cross-entropy; accuracy, macro-F1, ROC-AUC of two classes
+    multilabel  L labels of 0/1 per item, NaN where missing: binary cross-entropy of the labels
+                present; ROC-AUC and average precision as OGB defines them, label accuracy
+    regression  T values per item, NaN where missing: mse, l1 or huber over the values present;
+                MAE, RMSE and R² (lower is better for the errors)
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from gnnbridge.core.config.schema import TARGET_MONITORS
+from gnnbridge.core.contracts.hookspecs import hookimpl
+from gnnbridge.core.contracts.targets import Target
+from gnnbridge.core.errors import ConfigError
+from gnnbridge.core.training.metrics import (
+    ClassificationScores,
+    ConfusionCounts,
+    MultilabelScores,
+    RegressionScores,
+)
+
+
+class ClassTarget(Target):
+    name = "class"
+    description = "one class per item (cross-entropy; accuracy, macro-F1, ROC-AUC of two classes)"
+    labels = "class"
+    losses = ("cross_entropy",)
+    monitors = TARGET_MONITORS["class"]
+    headline = "acc"
+
+    def loss(self, outputs, y, name):
+        return F.cross_entropy(outputs.float(), y, reduction="sum"), y.new_tensor(y.numel())
+
+    def running(self, width, device):
+        return torch.zeros((width, width), dtype=torch.int64, device=device)
+
+    def add_running(self, sums, outputs, y):
+        ConfusionCounts.of(sums).update(outputs.detach(), y)
+
+    def running_metrics(self, sums, prefix):
+        return {f"{prefix}_acc": ConfusionCounts.of(sums).accuracy()}
+
+    def scores(self, width):
+        return ClassificationScores(width)
+
+    def derived(self, items, width):
+        return {
+            "probs": (lambda z: torch.softmax(z, dim=1), torch.float32, (items, width)),
+            "pred": (lambda z: z.argmax(dim=1), torch.int64, (items,)),
+        }
+
+    def check(self, data, monitor):
+        if monitor == "val_roc_auc" and data.num_classes != 2:
+            raise ConfigError(
+                f"train.monitor=val_roc_auc needs two classes but the dataset has {data.num_classes}; "
+                "use train.monitor=val_acc or val_macro_f1."
+            )
+        if monitor == "val_roc_auc":
+            classes = data.y[data.val_idx].unique()
+            if classes.numel() < 2:
+                raise ConfigError(
+                    f"train.monitor=val_roc_auc, but every {data.item_name} of the val split has class "
+                    f"{int(classes[0])}, so ROC-AUC is undefined there and no epoch could ever be best; use "
+                    "train.monitor=val_acc, or a val split holding both classes."
+                )
+
+
+def _known(outputs: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The outputs and labels where a label is present (not NaN), flattened."""
+    y = y.reshape(outputs.shape)
+    known = ~torch.isnan(y)
+    return outputs.float()[known], y[known]
+
+
+class MultilabelTarget(Target):
+    name = "multilabel"
+    description = "several 0/1 labels per item, NaN where missing (binary cross-entropy; ROC-AUC, AP)"
+    labels = "multilabel"
+    losses = ("bce",)
+    monitors = TARGET_MONITORS["multilabel"]
+    headline = "roc_auc"
+
+    def loss(self, outputs, y, name):
+        out, labels = _known(outputs, y)
+        return F.binary_cross_entropy_with_logits(out, labels, reduction="sum"), labels.new_tensor(labels.numel())
+
+    def running(self, width, device):
+        return torch.zeros(2, dtype=torch.float64, device=device)  # right, labelled entries
+
+    def add_running(self, sums, outputs, y):
+        out, labels = _known(outputs.detach(), y)
+        sums += torch.stack([((out > 0) == (labels > 0.5)).sum(), sums.new_tensor(labels.numel())]).double()
+
+    def running_metrics(self, sums, prefix):
+        right, total = sums.tolist()
+        return {f"{prefix}_label_acc": right / max(1.0, total)}
+
+    def scores(self, width):
+        return MultilabelScores(width)
+
+    def derived(self, items, width):
+        return {
+            "probs": (torch.sigmoid, torch.float32, (items, width)),
+            "pred": (lambda z: (z > 0).long(), torch.int64, (items, width)),
+        }
+
+    def check(self, data, monitor):
+        if monitor in ("val_roc_auc", "val_ap"):
+            val = data.y[data.val_idx]
+            both = ((val == 1).any(dim=0) & (val == 0).any(dim=0)).any()
+            if not bool(both):
+                raise ConfigError(
+                    f"train.monitor={monitor}, but no label of the val split has both a 0 and a 1, so it is "
+                    "undefined there and no epoch could ever be best; use train.monitor=val_label_acc, or "
+                    "a val split holding both."
+                )
+
+
+class RegressionTarget(Target):
+    name = "regression"
+    description = "one or more values per item, NaN where missing (mse, l1, huber; MAE, RMSE, R²)"
+    labels = "regression"
+    losses = ("mse", "l1", "huber")
+    monitors = TARGET_MONITORS["regression"]
+    lower_is_better = ("mae", "rmse")
+    headline = "rmse"
+
+    def loss(self, outputs, y, name):
+        out, values = _known(outputs, y)
+        fn = {"mse": F.mse_loss, "l1": F.l1_loss, "huber": F.huber_loss}[name]
+        return fn(out, values, reduction="sum"), values.new_tensor(values.numel())
+
+    def running(self, width, device):
+        return torch.zeros(3, dtype=torch.float64, device=device)  # |error|, error², labelled values
+
+    def add_running(self, sums, outputs, y):
+        out, values = _known(outputs.detach(), y)
+        err = (out - values).double()
+        sums += torch.stack([err.abs().sum(), err.square().sum(), sums.new_tensor(values.numel())])
+
+    def running_metrics(self, sums, prefix):
+        absolute, squared, total = sums.tolist()
+        return {f"{prefix}_mae": absolute / max(1.0, total), f"{prefix}_rmse": (squared / max(1.0, total)) ** 0.5}
+
+    def scores(self, width):
+        return RegressionScores(width)
+
+
+BUILTIN_TARGETS = (ClassTarget(), MultilabelTarget(), RegressionTarget())
+
+
+@hookimpl
+def register_tasks(register):
+    for target in BUILTIN_TARGETS:
+        register(target)
