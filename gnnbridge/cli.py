@@ -761,6 +761,23 @@ def loggers() -> None:
         click.echo(f"{entry.name:<14} {entry.description}  [plugin '{entry.plugin}']")
 
 
+@cli.command(
+    epilog="""
+\b
+Examples:
+  gnnbridge targets
+  gnnbridge train --dataset graph.npz --set target=regression   # y float32 [N] or [N, T]"""
+)
+def targets() -> None:
+    """What a node or graph can be predicted as (the config's target), with its losses and monitors."""
+    from gnnbridge.core.plugins import targets as registry
+
+    for entry in registry.entries():
+        t = entry.value
+        click.echo(f"{entry.name:<12} {entry.description}  [plugin '{entry.plugin}']")
+        click.echo(f"{'':<12} losses: {', '.join(t.losses)}; monitors: {', '.join(t.monitors)}")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Every way a command can end is one line on stderr and an exit code; an exception nobody
     anticipated included (its traceback goes to a file the line names). Without ``argv`` this is

@@ -14,6 +14,7 @@ from gnnbridge.core.contracts.interfaces import (
     GraphStore,
     Sampler,
 )
+from gnnbridge.core.contracts.targets import Scores, Target
 from gnnbridge.core.plugins import downloads_allowed
 from gnnbridge.core.records.batches import IndexedRows, MiniBatch, SampledSubgraph
 from gnnbridge.core.records.collection import GraphCollection, PackedGraphs, pack
@@ -48,6 +49,8 @@ __all__ = [
     "SampledSubgraph",
     "Sampler",
     "SamplerKind",
+    "Scores",
+    "Target",
     "Task",
     "ALL_NEIGHBORS",
     "NeighborSampler",

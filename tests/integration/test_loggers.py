@@ -117,7 +117,7 @@ def test_the_progress_bar_shows_batches_loss_and_seeds_per_second(monkeypatch):
     bar = tqdm(total=4, file=out, disable=False, mininterval=0, unit="batch")
     figures = BarFigures(time.perf_counter())
     for _ in range(2):
-        figures.step(bar, torch.tensor(128.0), 64)  # a summed loss of 128 over 64 seeds
+        figures.step(bar, torch.tensor(128.0), torch.tensor(64), 64)  # a summed loss of 128 over 64 seeds
         bar.update(1)
     bar.close()
     last = out.getvalue().split("\r")[-1]

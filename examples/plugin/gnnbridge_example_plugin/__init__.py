@@ -38,15 +38,30 @@ def register_samplers(register):
 
 @hookimpl
 def register_datasets(register):
+    from gnnbridge_example_plugin.counts import counts
+
     register("example-caves", caves, "48 caves of 12 nodes; a node's class is its cave's group (4 classes)")
+    register("example-counts", counts, "the caves with a count per node (target=count)")
+
+
+@hookimpl
+def register_tasks(register):
+    from gnnbridge_example_plugin.counts import CountTarget
+
+    register(CountTarget())
 
 
 def caves(config, seed):
     """Cliques joined in a ring; features are a noisy one-hot of the class."""
     from gnnbridge.core.interfaces import GraphData, random_split
 
+    edges, x, y = cave_arrays(seed)
+    return GraphData.from_edges(edges, x, y, *random_split(y.numel(), seed), 4, name="example-caves")
+
+
+def cave_arrays(seed, caves_=48, size=12, classes=4):
+    """The caves' edges, features and classes."""
     g = torch.Generator().manual_seed(seed)
-    caves_, size, classes = 48, 12, 4
     members = torch.arange(caves_ * size).view(caves_, size)
     src, dst = torch.meshgrid(torch.arange(size), torch.arange(size), indexing="ij")
     keep = src != dst
@@ -55,7 +70,7 @@ def caves(config, seed):
     edges = torch.cat([edges, ring, ring.flip(0)], dim=1)
     y = (torch.arange(caves_) % classes).repeat_interleave(size)
     x = torch.nn.functional.one_hot(y, classes).float() + torch.randn(y.numel(), classes, generator=g) * 1.5
-    return GraphData.from_edges(edges, x, y, *random_split(y.numel(), seed), classes, name="example-caves")
+    return edges, x, y
 
 
 @hookimpl

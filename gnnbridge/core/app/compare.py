@@ -105,7 +105,7 @@ def compare(
         ``None`` when no run finished) and ``rows``, one per backend: ``backend``, ``run_dir``,
         ``sampler``, ``metrics`` (the test split's), ``median_epoch_s``, ``peak_rss_bytes``,
         ``world_size``; or, for a run that failed, ``backend`` and ``error`` (its last line)."""
-    dataset = as_dataset(dataset)
+    dataset = as_dataset(dataset, experiment, overrides)
     config = resolve_config(experiment, overrides=overrides, nproc=nproc, device=device, dataset=dataset)
     names, skipped = available_backends(backends)
     _need_two(names, skipped)
@@ -251,7 +251,7 @@ def same_batches(
         raise ConfigError(f"--tolerance {tolerance!r} must be a positive number, e.g. 1e-4.")
     names, skipped = available_backends(backends)
     _need_two(names, skipped)
-    graph = as_dataset(dataset)
+    graph = as_dataset(dataset, experiment, overrides)
     extra = [*overrides, *SAME_BATCHES, *([f"train.epochs={epochs}"] if epochs is not None else [])]
     configs = [
         preflight(resolve_config(experiment, backend=name, overrides=extra, nproc=1, device=device, dataset=graph))

@@ -183,12 +183,12 @@ def load(
     return model.to(config.device.value).eval()
 
 
-def _dataset_overrides(dataset: Any) -> list[str]:
-    """``dataset.*`` overrides pointing a run's config at another graph (its other settings kept:
-    reverse edges, the model's view of the data)."""
+def _dataset_overrides(dataset: Any, trained: dict) -> list[str]:
+    """``dataset.*`` overrides pointing a run's config (``trained``) at another graph (its other
+    settings kept: reverse edges, the model's view of the data, the target its labels are read as)."""
     if dataset is None:
         return []
-    path = as_dataset(dataset)
+    path = as_dataset(dataset, trained)
     if not isinstance(path, str) or not path.endswith(".npz"):
         raise ConfigError(
             f"dataset={path!r}: predict on another graph takes a .npz path or a graph held in memory "
@@ -372,7 +372,7 @@ def _prepare(target, kind: str, device: str | None, overrides, action: str, trus
     state = {**checkpoint.load(path), "path": str(path)}
     # predict scores a graph without labels too (the model says how many classes there are)
     with labels_optional(state.get("data", {}).get("num_classes") if action == "predict" else None):
-        overrides = [*overrides, *_dataset_overrides(dataset)]
+        overrides = [*overrides, *_dataset_overrides(dataset, state["config"])]
         config = resolve_config(state["config"], overrides=overrides, device=device, nproc=1)
         check_frozen(state["config"], config.to_dict(), INFERENCE_FROZEN, action)
         # The checkpoint names the data and the model: it never makes us fetch or create a dataset,

@@ -28,10 +28,12 @@ import numpy as np
 from torch import nn
 
 from gnnbridge.core import environ, files
+from gnnbridge.core.app.resolve import resolve_config
 from gnnbridge.core.errors import ConfigError, OutputPathError
 from gnnbridge.core.models import instance
-from gnnbridge.core.plugins import backends, graph_readers
+from gnnbridge.core.plugins import backends, get_target, graph_readers
 from gnnbridge.core.records.formats import graph_from_arrays
+from gnnbridge.core.records.labels import label_form
 
 FOLDER = "in-memory"
 # What each file this process wrote (or found written) for a graph object was made from, so that
@@ -39,11 +41,18 @@ FOLDER = "in-memory"
 _MADE_FROM: dict[str, str] = {}
 
 
-def as_dataset(dataset: Any) -> Any:
+def as_dataset(dataset: Any, experiment: Any = None, overrides=()) -> Any:
     """``dataset`` as ``run`` takes it: a name or path as given; a graph object as the path of
-    its arrays' ``.npz`` (written if this content was never written)."""
+    its arrays' ``.npz`` (written if this content was never written), its labels read in the form
+    of the target that ``experiment`` and ``overrides`` (a run's config, ``--set`` values) train."""
     if dataset is None or isinstance(dataset, (str, os.PathLike)):
         return dataset
+    target = resolve_config(experiment, overrides=overrides).target
+    with label_form(get_target(target).labels):
+        return _graph_file(dataset)
+
+
+def _graph_file(dataset: Any) -> str:
     where = f"dataset (a {type(dataset).__name__})"
     if isinstance(dataset, (list, tuple)) and dataset:
         where = f"dataset (a {type(dataset).__name__} of {len(dataset)} {type(dataset[0]).__name__})"

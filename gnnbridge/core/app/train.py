@@ -58,6 +58,7 @@ def run(
     timeout: float | None = None,
     resume: str | os.PathLike | None = None,
     max_restarts: int | None = None,
+    target: str | None = None,
 ) -> dict | None:
     """Train an experiment and return its results (the content of ``results.json``).
 
@@ -88,6 +89,9 @@ def run(
         model or the data).
     :param max_restarts: when a rank fails, restart every rank up to this many times; each restart
         continues the run from its latest checkpoint.
+    :param target: what each node or graph is predicted as: ``class`` (one class, the default),
+        ``multilabel`` (0/1 labels, NaN where missing) or ``regression`` (values), or a plugin's
+        target; the same as ``overrides=["target=..."]``.
     :returns: ``results.json``'s content (its keys: :doc:`/outputs`): ``metrics`` (the final
         evaluation's, every split), ``best`` (the best epoch and its metrics), ``history`` (one
         entry per epoch: loss, metrics, times), ``run_dir`` (the run folder), and what the
@@ -97,7 +101,9 @@ def run(
     refuse_unguarded_start()
     flags = {"backend": backend, "nproc": nproc, "device": device, "timeout": timeout, "max_restarts": max_restarts}
     _check_paths(out=out, resume=resume)
-    dataset = as_dataset(dataset)
+    if target is not None:
+        overrides = [f"target={target}", *overrides]
+    dataset = as_dataset(dataset, experiment, overrides)  # with --resume there is none (refused)
     if model is not None:
         arch, flags["backend"] = as_model(model, backend)
         overrides = [*overrides, f"model.arch={arch}"]

@@ -199,7 +199,13 @@ class TrainConfig:
         ),
     )
     # the loss: "" is the target's own (cross_entropy, bce, mse); regression also takes l1, huber
-    loss: str = bounded("", one_of(LOSSES, "a loss", also=("",), note="empty: the target's default"))
+    loss: str = bounded(
+        "",
+        one_of(
+            LOSSES, "a loss", pattern=r"^[a-z][a-z0-9_]*$", form="a plugin target's loss", also=("",),
+            note="empty: the target's default",
+        ),
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         check_fields(self, "train.")
