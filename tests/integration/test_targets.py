@@ -1,0 +1,235 @@
+"""Targets other than one class per item (``target=regression``, ``target=multilabel``) on nodes
+and on graphs, each trained on both libraries with 2 ranks: the metrics a run reports are those
+OGB's own ``Evaluator`` computes from the run's outputs (ogbn-proteins' ROC-AUC, ogbg-molpcba's
+AP, ogbg-molesol's RMSE, on graphs of those shapes), the monitor knows lower errors are better,
+graph runs are one run on either library, and a run resumes, predicts and hands its model back.
+
+The four datasets reach gnnbridge as their users hold them: a PyG ``Data`` and a ``DGLGraph``
+with float labels, lists of PyG ``Data`` and of DGL ``(graph, label)`` pairs with a row of
+targets per graph, NaN where a label is missing."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from ogb.graphproppred import Evaluator as GraphEvaluator
+from ogb.nodeproppred import Evaluator as NodeEvaluator
+from torch_geometric.data import Data
+
+import gnnbridge
+from gnnbridge.backends.dgl.compat import import_dgl
+from gnnbridge.core.plugins import get_target
+
+pytestmark = pytest.mark.slow
+dgl = import_dgl()
+N, F, GRAPHS = 400, 8, 200
+BACKENDS = ("pyg", "dgl")
+
+
+def node_arrays(seed: int, labels: np.ndarray) -> dict[str, np.ndarray]:
+    """A random graph over N nodes whose targets ``labels(x, mean of neighbours' x)`` reads."""
+    rng = np.random.default_rng(seed)
+    src, dst = rng.integers(0, N, 6 * N), rng.integers(0, N, 6 * N)
+    edge_index = np.stack([np.r_[src, dst], np.r_[dst, src]]).astype(np.int64)
+    x = rng.normal(size=(N, F)).astype(np.float32)
+    total, degree = np.zeros((N, F)), np.zeros(N)
+    np.add.at(total, edge_index[1], x[edge_index[0]])
+    np.add.at(degree, edge_index[1], 1)
+    y = labels(rng, x, total / np.maximum(degree, 1)[:, None]).astype(np.float32)
+    return {"x": x, "edge_index": edge_index, "y": y}
+
+
+def node_regression(rng, x, around):
+    """Two values per node, a tenth of them missing."""
+    y = np.stack([x[:, 0] + 2 * around[:, 1], x[:, 2] - x[:, 3]], axis=1)
+    y[rng.random(y.shape) < 0.1] = np.nan
+    return y
+
+
+def node_multilabel(rng, x, around):
+    """ogbn-proteins' shape: 112 binary labels per node, each a linear rule of the node and its neighbours."""
+    w = rng.normal(size=(2 * F, 112))
+    return (np.concatenate([x, around], axis=1) @ w > 0).astype(np.float32)
+
+
+def graphs(seed: int, targets) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """GRAPHS small graphs ``(x, edge_index, row of targets)``, the targets ``targets(rng, x)``."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(GRAPHS):
+        n = int(rng.integers(6, 14))
+        x = rng.normal(size=(n, 4)).astype(np.float32)
+        src, dst = rng.integers(0, n, 2 * n), rng.integers(0, n, 2 * n)
+        out.append((x, np.stack([np.r_[src, dst], np.r_[dst, src]]).astype(np.int64), targets(rng, x)))
+    return out
+
+
+def graph_regression(rng, x):
+    """ogbg-molesol's shape: one value per graph."""
+    return np.array([3 * x[:, 0].mean() + 0.1 * len(x)], dtype=np.float32)
+
+
+def graph_multilabel(rng, x):
+    """ogbg-molpcba's shape: 128 labels per graph, most of them missing."""
+    w = np.random.default_rng(7).normal(size=(4, 128))
+    row = (x.mean(0) @ w > 0).astype(np.float32)
+    row[rng.random(128) < 0.6] = np.nan
+    return row
+
+
+def as_data(a: dict) -> Data:
+    return Data(**{k: torch.from_numpy(v) for k, v in a.items()})
+
+
+def as_dglgraph(a: dict):
+    g = dgl.graph((torch.from_numpy(a["edge_index"][0]), torch.from_numpy(a["edge_index"][1])), num_nodes=N)
+    g.ndata["feat"], g.ndata["label"] = torch.from_numpy(a["x"]), torch.from_numpy(a["y"])
+    return g
+
+
+def pyg_graphs(items) -> list[Data]:  # y [1, T], as PyG's molecule datasets hold it
+    return [
+        Data(x=torch.from_numpy(x), edge_index=torch.from_numpy(e), y=torch.from_numpy(y)[None]) for x, e, y in items
+    ]
+
+
+class Pairs(dgl.data.DGLDataset):
+    """A DGL user's graph dataset: ``(graph, row of targets)`` pairs."""
+
+    def __init__(self, items):
+        self.items = items
+        super().__init__(name="pairs")
+
+    def process(self):
+        pass
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+    def __len__(self):
+        return len(self.items)
+
+
+def dgl_graphs(items) -> Pairs:
+    pairs = []
+    for x, e, y in items:
+        g = dgl.graph((torch.from_numpy(e[0]), torch.from_numpy(e[1])), num_nodes=len(x))
+        g.ndata["feat"] = torch.from_numpy(x)
+        pairs.append((g, torch.from_numpy(y)))
+    return Pairs(pairs)
+
+
+# family: (task, target, the dataset's arrays)
+FAMILIES = {
+    "node-regression": ("node", "regression", lambda: node_arrays(1, node_regression)),
+    "node-multilabel": ("node", "multilabel", lambda: node_arrays(2, node_multilabel)),
+    "graph-regression": ("graph", "regression", lambda: graphs(3, graph_regression)),
+    "graph-multilabel": ("graph", "multilabel", lambda: graphs(4, graph_multilabel)),
+}
+HANDED = {"node": {"pyg": as_data, "dgl": as_dglgraph}, "graph": {"pyg": pyg_graphs, "dgl": dgl_graphs}}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """Every family trained on both libraries, 2 ranks each: ``{(family, backend): results}``."""
+    root = tmp_path_factory.mktemp("targets")
+    runs = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GNNBRIDGE_DATA", str(root / "data-root"))
+        for family, (task, target, make) in FAMILIES.items():
+            made = make()
+            for backend in BACKENDS:
+                settings = [f"task={task}", "train.epochs=4", "train.batch_size=32", "train.lr=0.01"]
+                if task == "graph":
+                    settings.append("model.arch=gin")
+                runs[family, backend] = gnnbridge.run(
+                    dataset=HANDED[task][backend](made),
+                    backend=backend,
+                    target=target,
+                    nproc=2,
+                    overrides=settings,
+                    out=root / f"{family}-{backend}",
+                    progress=False,
+                )
+        yield runs
+
+
+def ogb_figures(family: str, y: np.ndarray, outputs: np.ndarray) -> dict[str, float]:
+    """What OGB's Evaluator (or, for two values per node, OGB's RMSE per column) makes of the outputs."""
+    if family == "node-multilabel":
+        return {"roc_auc": NodeEvaluator("ogbn-proteins").eval({"y_true": y, "y_pred": outputs})["rocauc"]}
+    if family == "graph-multilabel":
+        return {"ap": GraphEvaluator("ogbg-molpcba").eval({"y_true": y, "y_pred": outputs})["ap"]}
+    if family == "graph-regression":
+        return {"rmse": GraphEvaluator("ogbg-molesol").eval({"y_true": y, "y_pred": outputs})["rmse"]}
+    rmse = [
+        GraphEvaluator("ogbg-molesol").eval({"y_true": y[:, [c]], "y_pred": outputs[:, [c]]})["rmse"] for c in (0, 1)
+    ]
+    return {"rmse": float(np.mean(rmse))}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_each_family_reports_what_ogbs_evaluator_computes_from_its_outputs(trained, family, backend):
+    results = trained[family, backend]
+    run_dir = results["run_dir"]
+    outputs = gnnbridge.predict(run_dir, kind="latest")  # the last epoch's weights: results' metrics
+    test = outputs["test_idx"]
+    y, logits = outputs["y"][test], outputs["logits"][test]
+    scores = get_target(FAMILIES[family][1]).scores(y.shape[1])
+    scores.update(torch.from_numpy(logits), torch.from_numpy(y))
+    ours = scores.as_metrics("test")  # gnnbridge's metric on the outputs predict wrote
+    for name, value in ogb_figures(family, y.astype(np.float64), logits.astype(np.float64)).items():
+        assert ours[f"test_{name}"] == pytest.approx(value, rel=1e-12, abs=1e-15), (name, value)
+        # What the run reported: its evaluation's outputs are predict's up to float32 sums in another
+        # order (DGL's full-neighbour blocks batch the nodes differently).
+        assert results["metrics"][f"test_{name}"] == pytest.approx(value, rel=1e-6)
+    assert gnnbridge.evaluate(run_dir, kind="latest")["metrics"] == pytest.approx(results["metrics"], rel=1e-6)
+    if FAMILIES[family][1] == "multilabel":  # probabilities of each label, and 0/1 predictions
+        assert np.allclose(outputs["probs"], 1 / (1 + np.exp(-outputs["logits"])), atol=1e-6)
+        assert set(np.unique(outputs["pred"])) <= {0, 1} and outputs["pred"].shape == outputs["y"].shape
+    else:  # regression writes its values alone
+        assert set(outputs) == {"logits", "y", "train_idx", "val_idx", "test_idx"}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_monitor_keeps_the_best_epoch_which_is_the_lowest_error_for_regression(trained, family):
+    results = trained[family, "pyg"]
+    monitor = results["best"]["monitor"]
+    values = [h[monitor] for h in results["history"]]
+    best = int(np.argmin(values)) if FAMILIES[family][1] == "regression" else int(np.argmax(values))
+    assert monitor == ("val_rmse" if FAMILIES[family][1] == "regression" else "val_roc_auc")
+    assert results["best"]["epoch"] == best and results["best"]["value"] == values[best]
+
+
+@pytest.mark.parametrize("family", ["graph-regression", "graph-multilabel"])
+def test_a_graph_family_is_one_run_on_either_library(trained, family):
+    pyg, dgl_ = trained[family, "pyg"], trained[family, "dgl"]
+    assert [h["loss"] for h in pyg["history"]] == pytest.approx([h["loss"] for h in dgl_["history"]], rel=1e-5)
+    assert pyg["metrics"] == pytest.approx(dgl_["metrics"], rel=1e-5)
+
+
+def test_node_regression_layer_wise_is_the_whole_graph_through_the_model_handed_back(trained):
+    run_dir = trained["node-regression", "pyg"]["run_dir"]
+    outputs = gnnbridge.predict(run_dir)
+    model = gnnbridge.load(run_dir)
+    a = node_arrays(1, node_regression)
+    with torch.no_grad():
+        whole = model(Data(edge_index=torch.from_numpy(a["edge_index"]), batch_size=N), torch.from_numpy(a["x"]))
+    assert torch.allclose(whole, torch.from_numpy(outputs["logits"]), atol=1e-5)
+    # A graph of the same kind without labels is scored as the same graph with them.
+    unlabelled = Data(x=torch.from_numpy(a["x"]), edge_index=torch.from_numpy(a["edge_index"]))
+    on_it = gnnbridge.predict(run_dir, dataset=unlabelled)
+    assert set(on_it) == {"logits"} and np.allclose(on_it["logits"], outputs["logits"], atol=1e-6)
+
+
+def test_a_multilabel_run_resumes_to_more_epochs(trained, tmp_path):
+    results = trained["node-multilabel", "dgl"]
+    shutil.copytree(results["run_dir"], tmp_path / "run")  # the other tests read the run as trained
+    more = gnnbridge.run(resume=tmp_path / "run", overrides=["train.epochs=5"], progress=False)
+    assert [h["epoch"] for h in more["history"]] == [0, 1, 2, 3, 4]
+    assert [h["loss"] for h in more["history"][:4]] == [h["loss"] for h in results["history"]]
+    assert "val_ap" in more["metrics"] and "train_label_acc" in more["history"][-1]
