@@ -122,12 +122,42 @@ def test_train_on_an_npz_file_with_fanouts_override(tmp_path):
         (["--set", "train.checkpoint_every=2.5"], ["expected int, got float"]),
         (["--timeout", "0"], ["timeout=0.0 is out of range; expected 0 < timeout <= 604800 (seconds)"]),
         (["missing.yaml"], ["Config file 'missing.yaml' does not exist"]),
+        (["--set", "target=regression"], ["y holds a class per node (8 classes), but target=regression reads float32"]),
+        (["--set", "target=regresion"], ["Unknown target 'regresion' (did you mean 'regression'?)", "multilabel"]),
+        (
+            ["--set", "target=regression", "--set", "train.loss=bce"],
+            ["train.loss=bce does not apply to target=regression; choose one of: mse, l1, huber"],
+        ),
+        (
+            ["--set", "target=regression", "--set", "train.monitor=val_acc"],
+            ["train.monitor=val_acc does not score task=node and target=regression", "val_rmse, val_mae, val_r2"],
+        ),
+        (
+            ["--set", "task=link", "--set", "target=multilabel"],
+            ["target=multilabel applies to task=node or task=graph"],
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, refused, args, needles):
     proc = refused("train", *args, "--out", str(tmp_path / "new" / "out"))
     assert_one_line_error(proc, *needles)
     assert not (tmp_path / "new").exists() and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    "y, target, needles",
+    [
+        (np.zeros((400, 2), np.float32), "class", ["y is float32 [400, 2]", "set target=regression or"]),
+        (np.full((400, 3), 2, np.int64), "multilabel", ["y holds 2; multilabel targets are 0 or 1"]),
+        (np.full(400, np.inf, np.float32), "regression", ["y holds an infinite value (first at node 0)"]),
+        (np.zeros(400, np.float32), "multilabel", ["y is float32 [400]; target=multilabel reads [items, L]"]),
+    ],
+)
+def test_labels_that_do_not_suit_the_target_are_one_line(tmp_path, refused, y, target, needles):
+    path = write_npz(tmp_path / "graph.npz", y=y)
+    proc = refused("train", "--dataset", str(path), "--set", f"target={target}", "--out", str(tmp_path / "new"))
+    assert_one_line_error(proc, *needles)
+    assert not (tmp_path / "new").exists()
 
 
 def test_native_pyg_sampler_without_its_extension_is_refused_before_anything_runs(tmp_path):

@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from helpers import REPO, gnnbridge, pip_install_target, suite_env
 
@@ -39,9 +40,10 @@ def test_the_installed_example_plugin_adds_models_a_dataset_a_sampler_and_a_comm
     plugins = {p["name"]: p for p in json.loads(gnnbridge("plugins", cwd=tmp_path, env=env).stdout)}
     assert plugins["example"]["distribution"] == f"{DIST} 0.1.0"
     assert plugins["example"]["registers"] == {
-        "datasets": ["example-caves"],
+        "datasets": ["example-caves", "example-counts"],
         "models": ["example-mlp", "example-ressage"],
         "samplers": ["example-multilayer"],
+        "tasks": ["count"],
     }
     for backend in ("pyg", "dgl"):
         proc = gnnbridge(
@@ -80,6 +82,7 @@ def test_the_installed_example_plugin_adds_models_a_dataset_a_sampler_and_a_comm
     )
     assert proc.returncode == 0, proc.stderr
     summary = gnnbridge("example-summary", str(tmp_path / "caves"), cwd=tmp_path, env=env).stdout.splitlines()
+    check_the_plugins_own_target(tmp_path, env)
     assert len(summary) == 3 and summary[-1].endswith("(evaluation: layerwise)")
     proc = gnnbridge(
         "train", "--set", "model.arch=example-ressage", "--backend", "pyg", "--quiet", cwd=tmp_path, env=env
@@ -89,6 +92,24 @@ def test_the_installed_example_plugin_adds_models_a_dataset_a_sampler_and_a_comm
         "use --backend dgl, or one of the models 'pyg' has: "
         "EdgeCNN, GAT, GCN, GIN, GraphSAGE, PNA, example-mlp, gat, gcn, hgt, rgcn, sage."
     ]
+
+
+def check_the_plugins_own_target(tmp_path, env):
+    """target=count (Poisson regression, the plugin's own): its loss trains, its metrics pick the
+    best epoch the lower way, and predict writes what it derives (the expected count)."""
+    run = tmp_path / "counts"
+    settings = ["--set", "target=count", "--set", "train.epochs=4", "--set", "train.batch_size=64"]
+    proc = gnnbridge("train", "--dataset", "example-counts", "--backend", "dgl", *settings, "--out", str(run),
+                     "--quiet", cwd=tmp_path, env=env)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads((run / "results.json").read_text())
+    deviance = [h["val_deviance"] for h in results["history"]]
+    assert results["best"]["monitor"] == "val_deviance" and results["best"]["epoch"] == deviance.index(min(deviance))
+    assert deviance[-1] < deviance[0] and {"test_deviance", "test_count_mae"} <= set(results["metrics"])
+    proc = gnnbridge("predict", str(run), "--out", str(tmp_path / "counts.npz"), cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr
+    with np.load(tmp_path / "counts.npz") as written:
+        assert np.allclose(written["rate"], np.exp(written["logits"]), rtol=1e-6)
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ from gnnbridge.core.errors import DataError
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData, random_split
 from gnnbridge.core.records.hetero import HeteroSource
-from gnnbridge.core.records.labels import accepted, check_form, current_form, described
+from gnnbridge.core.records.labels import check_form, current_form
 
 NPZ_REQUIRED = {"edge_index": (np.int64, 2), "x": (np.float32, 2), "y": (np.int64, 1)}
 NPZ_SPLITS = ("train_idx", "val_idx", "test_idx")
@@ -62,15 +62,30 @@ def check_header(path, key: str, found: np.dtype, shape: tuple, dtype, ndim: int
 
 
 def check_member_header(path, key: str, found: np.dtype, shape: tuple, dtype, ndim: int) -> None:
-    """:func:`check_header`, except for a homogeneous graph's ``y`` outside target=class, whose
-    dtypes and dimensions are the label form's (:mod:`.labels`)."""
+    """:func:`check_header`, except for a homogeneous graph's ``y`` in a form it does not take
+    (float values or a row of labels where classes are read, or any ``y`` outside target=class),
+    which is checked as the label form says (:mod:`.labels`), naming the target that reads it."""
     form = current_form()
-    if key != "y" or form == "class" or found.hasobject or not found.isnative:
+    other_form = found.kind in "fb" or len(shape) != 1
+    as_torch = _torch_dtype(found)
+    if key != "y" or (form == "class" and not other_form) or as_torch is None:
         return check_header(path, key, found, shape, dtype, ndim)
-    dtypes, dims = accepted(form)
-    if torch.from_numpy(np.empty(0, dtype=found)).dtype not in dtypes or len(shape) not in dims:
-        raise DataError(f"{path}: y is {found} {list(shape)}; target={form} reads {described(form)}.")
+    try:
+        check_form(torch.empty(shape, dtype=as_torch, device="meta"), form)  # the header alone: nothing read
+    except DataError as exc:
+        raise DataError(f"{path}: {exc}") from None
     return None
+
+
+def _torch_dtype(found: np.dtype) -> torch.dtype | None:
+    """torch's dtype of a native numeric numpy ``found`` (None: objects, another byte order, or a
+    dtype torch has not)."""
+    if found.hasobject or not found.isnative:
+        return None
+    try:
+        return torch.from_numpy(np.empty(0, dtype=found)).dtype
+    except TypeError:
+        return None
 
 
 def missing_members(members) -> list[str]:

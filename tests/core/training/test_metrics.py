@@ -1,12 +1,24 @@
 """Exact metrics: ROC-AUC against its definition; link prediction's MRR and Hits@K against OGB's
-definitions, written out here; and the same floats across ranks."""
+definitions, written out here; multi-label ROC-AUC and AP and regression RMSE against OGB's own
+``Evaluator`` on arrays of its datasets' shapes; and the same floats across ranks."""
 
 import threading
 
 import pytest
 import torch
 
-from gnnbridge.core.training.metrics import ClassificationScores, LinkScores, SharedLinkScores, roc_auc
+from gnnbridge.core.runtime.context import DistContext
+from gnnbridge.core.training.metrics import (
+    ClassificationScores,
+    LinkScores,
+    MultilabelScores,
+    RegressionScores,
+    SharedLinkScores,
+    average_precision,
+    roc_auc,
+)
+
+ALONE = DistContext(0, 1, 0, torch.device("cpu"))
 
 
 def pairwise_auc(scores, labels):
@@ -170,3 +182,66 @@ def test_link_metrics_are_the_same_floats_whatever_the_world_size():
         (alone,) = metrics_on(1, make, feed)
         for world in (2, 3):
             assert metrics_on(world, make, feed) == [alone] * world
+
+
+def ogb_shaped(seed: int, items: int, labels: int, missing: float, binary: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Outputs and labels of an OGB dataset's shape (float64), a share of labels missing (NaN)."""
+    gen = torch.Generator().manual_seed(seed)
+    outputs = torch.randn(items, labels, generator=gen, dtype=torch.float64)
+    y = (outputs + torch.randn(items, labels, generator=gen, dtype=torch.float64) > 0).double()
+    if not binary:
+        y = outputs * 0.8 + torch.randn(items, labels, generator=gen, dtype=torch.float64)
+    outputs[:, ::3] = outputs[:, ::3].round(decimals=1)  # ties in every third label
+    y[torch.rand(items, labels, generator=gen) < missing] = float("nan")
+    return outputs, y
+
+
+@pytest.mark.parametrize(
+    "dataset, items, labels, missing, metric, ours",
+    [
+        ("ogbg-molhiv", 300, 1, 0.0, "rocauc", "roc_auc"),
+        ("ogbg-molpcba", 300, 128, 0.7, "ap", "ap"),
+        ("ogbn-proteins", 300, 112, 0.0, "rocauc", "roc_auc"),
+        ("ogbg-molesol", 300, 1, 0.1, "rmse", "rmse"),
+    ],
+)
+def test_multilabel_and_regression_metrics_are_ogbs_evaluators(dataset, items, labels, missing, metric, ours):
+    from ogb.graphproppred import Evaluator as GraphEvaluator
+    from ogb.nodeproppred import Evaluator as NodeEvaluator
+
+    outputs, y = ogb_shaped(0, items, labels, missing, binary=metric != "rmse")
+    scores = (RegressionScores if metric == "rmse" else MultilabelScores)(labels)
+    for part in range(3):  # in batches, as an evaluation adds them
+        scores.update(outputs[part::3], y[part::3])
+    got = scores.reduce(ALONE).as_metrics("test")[f"test_{ours}"]
+    order = torch.cat([torch.arange(part, items, 3) for part in range(3)])
+    evaluator = (NodeEvaluator if dataset.startswith("ogbn") else GraphEvaluator)(dataset)
+    expected = evaluator.eval({"y_true": y[order].numpy(), "y_pred": outputs[order].numpy()})[metric]
+    assert got == pytest.approx(expected, rel=1e-12)
+
+
+def test_average_precision_and_r2_are_scikit_learns_with_ties():
+    from sklearn.metrics import average_precision_score, r2_score
+
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(5):
+        scores = torch.randint(0, 8, (200,), generator=gen).double()  # many ties
+        labels = torch.randint(0, 2, (200,), generator=gen)
+        assert average_precision(scores, labels) == pytest.approx(average_precision_score(labels, scores), rel=1e-12)
+    truth, guess = torch.randn(100, 3, generator=gen, dtype=torch.float64), torch.randn(100, 3, dtype=torch.float64)
+    scores = RegressionScores(3)
+    scores.update(guess, truth)
+    r2 = scores.reduce(ALONE).as_metrics("val")["val_r2"]
+    assert r2 == pytest.approx(r2_score(truth.numpy(), guess.numpy()), rel=1e-12)
+
+
+def test_a_label_with_one_class_in_the_split_is_left_out_and_none_means_undefined():
+    y = torch.tensor([[1.0, 0.0], [1.0, 1.0], [1.0, float("nan")]])
+    outputs = torch.tensor([[0.3, -1.0], [0.1, 2.0], [0.2, 5.0]])
+    scores = MultilabelScores(2)
+    scores.update(outputs, y)
+    metrics = scores.reduce(ALONE).as_metrics("val")
+    assert metrics["val_roc_auc"] == 1.0 and metrics["val_ap"] == 1.0  # label 0 (all 1) is left out
+    only_ones = MultilabelScores(1)
+    only_ones.update(outputs[:, :1], y[:, :1])
+    assert only_ones.reduce(ALONE).as_metrics("val")["val_roc_auc"] is None
