@@ -187,7 +187,10 @@ def test_native_pyg_sampler_without_its_extension_is_refused_before_anything_run
         ({"x": np.full((400, 8), np.inf, dtype=np.float32)}, "x holds NaN or inf values"),
         ({"edge_index": np.zeros((3, 5), dtype=np.int64)}, "edge_index has shape [3, 5]; expected [2, E]"),
         ({"edge_index": np.array([[-1], [0]], dtype=np.int64)}, "node id -1, outside [0, 400)"),
-        ({"y": np.zeros((400, 2), dtype=np.int64)}, "y has shape [400, 2]; expected 1 dimension(s)"),
+        (
+            {"y": np.zeros((400, 2), dtype=np.int64)},
+            "y is int64 [400, 2]; target=class reads int64 [items], a class per item (a 0/1 column per label",
+        ),
         ({"y": np.arange(400, dtype=np.int32)}, "y has dtype int32; expected int64"),
         (SPLITS | {"val_idx": np.array([], dtype=np.int64)}, "The val split is empty"),
         (SPLITS | {"test_idx": np.arange(250, 400, dtype=np.int64)}, "The test split overlaps an earlier split"),
