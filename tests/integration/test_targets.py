@@ -11,16 +11,19 @@ targets per graph, NaN where a label is missing."""
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+import yaml
 from ogb.graphproppred import Evaluator as GraphEvaluator
 from ogb.nodeproppred import Evaluator as NodeEvaluator
 from torch_geometric.data import Data
 
 import gnnbridge
 from gnnbridge.backends.dgl.compat import import_dgl
+from gnnbridge.core.app.compare import same_batches
 from gnnbridge.core.plugins import get_target
 
 pytestmark = pytest.mark.slow
@@ -233,3 +236,14 @@ def test_a_multilabel_run_resumes_to_more_epochs(trained, tmp_path):
     assert [h["epoch"] for h in more["history"]] == [0, 1, 2, 3, 4]
     assert [h["loss"] for h in more["history"][:4]] == [h["loss"] for h in results["history"]]
     assert "val_ap" in more["metrics"] and "train_label_acc" in more["history"][-1]
+
+
+def test_a_multilabel_run_moves_to_the_other_library_and_both_step_alike(trained, tmp_path):
+    """``port`` and ``compare --same-batches`` hold for a target other than classes."""
+    results = trained["node-multilabel", "pyg"]
+    gnnbridge.port(results["run_dir"], to="dgl", out=tmp_path / "ported")
+    moved = gnnbridge.evaluate(tmp_path / "ported")["metrics"]
+    assert moved == pytest.approx(gnnbridge.evaluate(results["run_dir"])["metrics"], rel=1e-5)
+    dataset = yaml.safe_load((Path(results["run_dir"]) / "config.yaml").read_text())["dataset"]["path"]
+    report = same_batches(dataset=dataset, epochs=1, overrides=["target=multilabel", "train.batch_size=64"])
+    assert report["agree"], report
