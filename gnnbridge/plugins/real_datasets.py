@@ -1,5 +1,6 @@
 """Named real datasets, fetched on first use: node classification on ``reddit``, ``ogbn-arxiv``,
-``ogbn-products``; graph classification on the TU datasets ``imdb-binary``, ``proteins``, ``mutag``.
+``ogbn-products``; graph classification on the TU datasets ``imdb-binary``, ``proteins``, ``mutag``;
+OGB's molecules ``ogbg-molhiv``, ``ogbg-molpcba`` (multi-label) and ``ogbg-molesol`` (regression).
 
 They live in their own plugin because they need a network and a third-party reader, which the
 built-in ``synthetic``, ``karate`` and ``npz`` datasets do not: Reddit is read by PyG's
@@ -13,6 +14,7 @@ Where files live: ``dataset.root``, else ``$GNNBRIDGE_DATA``, else
     <root>/ogbn_arxiv/RELEASE_v1.txt, raw/*.csv.gz, split/time/*.csv.gz           (ogb)
     <root>/ogbn_products/RELEASE_v1.txt, raw/*.csv.gz, split/sales_ranking/*.csv.gz
     <root>/TU/IMDB-BINARY/raw/IMDB-BINARY_A.txt, _graph_indicator.txt, _graph_labels.txt  (PyG)
+    <root>/ogbg_molhiv/RELEASE_v1.txt, raw/*.csv.gz, split/scaffold/*.csv.gz      (ogb; molpcba, molesol alike)
 
 Downloads: both readers fetch missing files themselves, but ogb asks with ``input()`` (for
 files over 1 GB, and when a folder lacks its release marker), which hangs or dies on EOF in a
@@ -40,12 +42,15 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from gnnbridge.core import environ
 from gnnbridge.core.contracts.hookspecs import hookimpl
 from gnnbridge.core.errors import BackendUnavailableError, ConfigError, DataError, DataFileNotFoundError, GnnBridgeError
 from gnnbridge.core.interfaces import DatasetConfig, GraphCollection, GraphData, downloads_allowed
+from gnnbridge.core.plugins import get_target
+from gnnbridge.core.records.labels import current_form
 from gnnbridge.plugins.options import options
 
 DEFAULTS = {"download": True}
@@ -60,6 +65,8 @@ def register_datasets(register):
     )
     for name, (_, about) in TU_DATASETS.items():
         register(name, _tu_loader(name), about)
+    for name, mol in OGB_MOLECULES.items():
+        register(name, _molecule_loader(name), mol.about)
 
 
 def data_root(config: DatasetConfig) -> Path:
@@ -228,6 +235,82 @@ def undirected(edge_index: torch.Tensor, n: int) -> torch.Tensor:
     src, dst = edge_index[0], edge_index[1]
     keys = torch.unique(torch.cat([dst * n + src, src * n + dst]))
     return torch.stack([keys % n, keys // n])
+
+
+# --------------------------------------------------------------------------- ogbg-mol*
+
+
+@dataclass(frozen=True)
+class Molecules:
+    """One of OGB's molecule sets: its target, the metric OGB ranks it by, its description."""
+
+    target: str  # the gnnbridge target that reads its labels as OGB scores them
+    metric: str  # OGB's eval metric, a val_/test_ metric of that target
+    about: str
+
+
+OGB_MOLECULES = {
+    "ogbg-molhiv": Molecules("multilabel", "roc_auc", "OGB HIV activity: 41,127 molecules, 1 label, ROC-AUC (ogb)"),
+    "ogbg-molpcba": Molecules("multilabel", "ap", "OGB PCBA bioassays: 437,929 molecules, 128 labels, AP (ogb)"),
+    "ogbg-molesol": Molecules("regression", "rmse", "OGB ESOL solubility: 1,128 molecules, 1 value, RMSE (ogb)"),
+}
+SPLIT_PARTS = ("train", "valid", "test")
+MOLECULE_RAW = ("edge", "num-node-list", "num-edge-list", "node-feat", "edge-feat", "graph-label")
+
+
+def _molecule_loader(name: str):
+    def load(config: DatasetConfig, seed: int) -> GraphCollection:
+        return load_molecules(name, config)
+
+    return load
+
+
+def load_molecules(name: str, config: DatasetConfig) -> GraphCollection:
+    """An ogbg-mol* set through ogb's ``GraphPropPredDataset``, with its scaffold split. Atoms'
+    nine categorical features become float columns (``x``), as gnnbridge's models read floats;
+    bonds' features are not read yet."""
+    opts = options(config, DEFAULTS)
+    try:
+        from ogb.graphproppred import GraphPropPredDataset
+    except ImportError:
+        raise BackendUnavailableError(f"Dataset '{name}' needs the ogb package: pip install ogb") from None
+    root = data_root(config)
+    folder = root / name.replace("-", "_")
+    wanted = [
+        folder / "RELEASE_v1.txt",
+        *(folder / "split" / "scaffold" / f"{p}.csv.gz" for p in ("train", "valid", "test")),
+    ]
+    if not (folder / "processed" / "data_processed").is_file():
+        wanted += [folder / "raw" / f"{stem}.csv.gz" for stem in MOLECULE_RAW]
+    missing = [path for path in wanted if not path.is_file()]
+    require_files(name, folder, missing, opts["download"], asks=True)
+    if not missing:
+        (folder / "processed").mkdir(exist_ok=True)
+    with reader(name, folder), trusted_ogb_cache():
+        dataset = GraphPropPredDataset(name=name, root=str(root))
+        split = dataset.get_idx_split()
+    return molecule_collection(name, folder, dataset, [split["train"], split["valid"], split["test"]])
+
+
+def molecule_collection(name: str, folder: Path, dataset, splits) -> GraphCollection:
+    graphs = dataset.graphs
+    sizes = torch.tensor([int(g["num_nodes"]) for g in graphs], dtype=torch.int64)
+    node_ptr = torch.cat([torch.zeros(1, dtype=torch.int64), sizes.cumsum(0)])
+    edge_index = torch.cat([torch.from_numpy(g["edge_index"]).long() + node_ptr[i] for i, g in enumerate(graphs)], 1)
+    x = torch.cat([torch.from_numpy(g["node_feat"]) for g in graphs]).float()
+    y = torch.as_tensor(np.asarray(dataset.labels, dtype=np.float32))  # [G, T], NaN where unmeasured
+    mol = OGB_MOLECULES[name]
+    if current_form() != get_target(mol.target).labels:
+        raise ConfigError(
+            f"Dataset '{name}' has {y.shape[1]} {'value' if mol.target == 'regression' else 'binary label'}(s) per "
+            f"molecule, which OGB scores by {mol.metric}; train it with target={mol.target} (the experiment "
+            f"'{name}' sets it, with OGB's monitor)."
+        )
+    try:
+        tensors = [torch.as_tensor(s, dtype=torch.int64) for s in splits]
+        return GraphCollection.from_edges(x, edge_index, node_ptr, y, tuple(tensors), name=name)
+    except DataError as exc:
+        raise DataError(f"Dataset '{name}' in '{folder}': {exc}") from None
 
 
 # --------------------------------------------------------------------------- TU graph collections

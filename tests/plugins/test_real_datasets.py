@@ -14,9 +14,11 @@ import numpy as np
 import pytest
 import torch
 
+import gnnbridge
 from gnnbridge.core.config import DatasetConfig
-from gnnbridge.core.errors import BackendUnavailableError, DataFileNotFoundError
+from gnnbridge.core.errors import BackendUnavailableError, ConfigError, DataFileNotFoundError
 from gnnbridge.core.plugins import datasets
+from gnnbridge.core.records.labels import label_form
 
 N, F, C = 40, 6, 3
 
@@ -125,6 +127,68 @@ def test_ogb_reads_ogb_layout_and_symmetrises(tmp_path, graph, name, monkeypatch
     check(load(name, tmp_path, download=False), graph, num_edges=2 * N)  # from ogb's processed cache
 
 
+# --------------------------------------------------------------------------- ogbg-mol*
+
+MOLECULES = {"ogbg-molhiv": (1, "multilabel"), "ogbg-molpcba": (128, "multilabel"), "ogbg-molesol": (1, "regression")}
+
+
+def write_molecules(folder, tasks: int, regression: bool, graphs: int = 30):
+    """A tiny copy of an ogbg-mol* set in ogb's raw layout: chains of 3-6 atoms with OGB's nine
+    integer atom features and three bond features, labels with gaps (NaN, as molpcba's), a scaffold split."""
+    rng = np.random.default_rng(5)
+    folder.mkdir(parents=True)
+    (folder / "RELEASE_v1.txt").write_text("tiny test copy\n")
+    sizes = rng.integers(3, 7, graphs)
+    edges = [np.stack([np.arange(n - 1), np.arange(1, n)]) for n in sizes]  # one direction: ogb adds the other
+    write_csv(folder / "raw" / "edge.csv.gz", np.concatenate(edges, axis=1).T)
+    write_csv(folder / "raw" / "num-node-list.csv.gz", sizes)
+    write_csv(folder / "raw" / "num-edge-list.csv.gz", sizes - 1)
+    write_csv(folder / "raw" / "node-feat.csv.gz", rng.integers(0, 5, (int(sizes.sum()), 9)))
+    write_csv(folder / "raw" / "edge-feat.csv.gz", rng.integers(0, 3, (int((sizes - 1).sum()), 3)))
+    labels = rng.normal(size=(graphs, tasks)) if regression else rng.integers(0, 2, (graphs, tasks)).astype(float)
+    labels[rng.random(labels.shape) < 0.3] = np.nan
+    labels[:2] = [[0.0] * tasks, [1.0] * tasks]  # every task has both classes (and a value) somewhere
+    write_csv(folder / "raw" / "graph-label.csv.gz", labels)
+    parts = np.split(rng.permutation(graphs), [20, 25])
+    for part, ids in zip(("train", "valid", "test"), parts):
+        write_csv(folder / "split" / "scaffold" / f"{part}.csv.gz", np.sort(ids))
+    return sizes, labels, [np.sort(p) for p in parts]
+
+
+@pytest.mark.parametrize("name", sorted(MOLECULES))
+def test_ogbs_molecules_read_with_their_scaffold_split_and_missing_labels(tmp_path, name, monkeypatch):
+    pytest.importorskip("ogb")
+    monkeypatch.setattr("builtins.input", never_asked)
+    tasks, target = MOLECULES[name]
+    sizes, labels, parts = write_molecules(tmp_path / name.replace("-", "_"), tasks, target == "regression")
+    for _ in range(2):  # from the raw files, then from ogb's processed cache
+        with label_form(target):
+            data = load(name, tmp_path, download=False)
+        assert data.num_graphs == len(sizes) and data.num_nodes == sizes.sum()
+        assert data.num_edges == 2 * (sizes - 1).sum()  # ogb adds every bond's other direction
+        assert data.x.shape == (sizes.sum(), 9) and data.x.dtype == torch.float32
+        assert data.y.shape == (len(sizes), tasks) and data.num_classes == tasks
+        np.testing.assert_array_equal(data.y.numpy(), labels.astype(np.float32))  # NaN where missing
+        for got, want in zip((data.train_idx, data.val_idx, data.test_idx), parts):
+            assert got.tolist() == want.tolist()
+    with pytest.raises(ConfigError) as err:  # the default target=class cannot score it as OGB does
+        load(name, tmp_path, download=False)
+    assert f"train it with target={target}" in str(err.value) and f"experiment '{name}'" in str(err.value)
+
+
+def test_an_ogb_molecule_experiment_trains_as_ogb_scores_it(tmp_path, monkeypatch):
+    pytest.importorskip("ogb")
+    monkeypatch.setattr("builtins.input", never_asked)
+    write_molecules(tmp_path / "ogbg_molpcba", 128, regression=False)
+    results = gnnbridge.run(
+        "ogbg-molpcba",
+        overrides=[f"dataset.root={tmp_path}", "train.epochs=2", "model.hidden=16", "model.layers=2"],
+        out=tmp_path / "run",
+        progress=False,
+    )
+    assert results["best"]["monitor"] == "val_ap" and {"test_ap", "test_roc_auc"} <= set(results["metrics"])
+
+
 # --------------------------------------------------------------------------- missing files
 
 
@@ -136,7 +200,7 @@ def skip_without_reader(name: str) -> None:
     pytest.importorskip("torch_geometric" if name == "reddit" else "ogb")
 
 
-@pytest.mark.parametrize("name", ["reddit", *sorted(OGB)])
+@pytest.mark.parametrize("name", ["reddit", *sorted(OGB), *sorted(MOLECULES)])
 def test_missing_folder_without_download_is_one_line(tmp_path, name, monkeypatch):
     skip_without_reader(name)
     monkeypatch.setattr("builtins.input", never_asked)
@@ -146,7 +210,7 @@ def test_missing_folder_without_download_is_one_line(tmp_path, name, monkeypatch
     assert "\n" not in message and str(tmp_path / "empty") in message and "download" in message
 
 
-@pytest.mark.parametrize("name", sorted(OGB))
+@pytest.mark.parametrize("name", [*sorted(OGB), *sorted(MOLECULES)])
 def test_ogb_never_prompts_without_a_terminal(tmp_path, name, monkeypatch):
     skip_without_reader(name)
     monkeypatch.setattr("builtins.input", never_asked)

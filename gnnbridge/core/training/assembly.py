@@ -77,6 +77,12 @@ class RunParts:
                 initialise(self.model, config.train.seed)
         self.model.to(ctx.device)
 
+    @property
+    def output_width(self) -> int:
+        """The columns of a training batch's outputs: a pair's two (not an edge, an edge) for link
+        prediction, else the record's (classes, labels or values)."""
+        return 2 if self.is_link else self.data.num_classes
+
     def _sampler(self, every_neighbour: bool = False) -> Sampler:
         """The training sampler, or (``every_neighbour``) one taking all neighbours at every hop."""
         cfg = self.config.sampler

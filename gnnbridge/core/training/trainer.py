@@ -55,9 +55,10 @@ RANK_MODULES = ("torch._dynamo", "gnnbridge.core.sampling.kernels:start_numba")
 
 
 class Trainer(RunParts):
-    """One loop for both tasks: a node task's batches are seed nodes and their sampled
-    neighbourhoods, a graph task's are graph ids and those whole graphs. Either way a
-    :class:`MiniBatch` names the rows of ``x`` to gather and of ``y`` to predict."""
+    """One loop for every task and target: a node task's batches are seed nodes and their sampled
+    neighbourhoods, a graph task's are graph ids and those whole graphs, a link task's are pairs.
+    What a batch's outputs are scored against, and how, is the parts' (:class:`RunParts`: the
+    sampler, ``step_outputs``, the target's loss and metrics); the loop holds no branch on either."""
 
     def __init__(
         self,
@@ -289,7 +290,7 @@ class Trainer(RunParts):
         if not self.shard_fingerprint:
             self.shard_fingerprint = _fingerprint(batches)
         self.ddp.train()
-        sums = midepoch.EpochSums(self.target, 2 if self.is_link else self.data.num_classes, ctx.device)
+        sums = midepoch.EpochSums(self.target, self.output_width, ctx.device)
         bar = self._epoch_bar(epoch, len(batches))
         t0 = time.perf_counter()
         progress = BarFigures(t0)
