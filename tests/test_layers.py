@@ -33,8 +33,8 @@ LAYERS = {
     "runtime": 4,
     "sampling": 4,
     "models": 4,
-    "training": 5,
-    "inference": 6,  # scores a trained model with training's parts and evaluators, without its loop
+    "inference": 5,  # a run's parts, evaluators, metrics, checkpoints: what scores a model
+    "training": 6,  # the loop over those parts
     "app": 7,
 }
 MODULE_LAYERS = ("errors", "compiled", "environ", "files")  # layers that are one module, not a package
@@ -320,8 +320,8 @@ BROKEN = {
     # of one core layer (each import allowed by the layers, the circle not)
     "gnnbridge/plugins/datasets.py": "from gnnbridge.plugins import hetero_datasets\n",
     "gnnbridge/plugins/hetero_datasets.py": "def f():\n    from gnnbridge.plugins.datasets import options\n",
-    "gnnbridge/core/training/state.py": "from gnnbridge.core.training.checkpoint import save\n",
-    "gnnbridge/core/training/checkpoint.py": "import gnnbridge.core.training.trainer\n",
+    "gnnbridge/core/training/state.py": "from gnnbridge.core.training.checkpointing import save\n",
+    "gnnbridge/core/training/checkpointing.py": "import gnnbridge.core.training.trainer\n",
 }
 
 
@@ -341,13 +341,13 @@ def test_the_checker_names_each_broken_rule(tmp_path):
         "facade gnnbridge.core.interfaces",
         "gnnbridge/core/app/train.py:2 imports gnnbridge.core.utils: gnnbridge.core.utils is in no layer of core "
         "(errors, compiled, environ, files, records, config, contracts, tasks, plugins, runtime, sampling, models, "
-        "training, inference, app)",
+        "inference, training, app)",
         "gnnbridge/core/contracts/config.py:1 imports torch_geometric: core never imports torch_geometric",
         "gnnbridge/core/contracts/config.py:2 imports gnnbridge.plugins.BUILTIN: core never imports gnnbridge.plugins",
         "gnnbridge/core/contracts/config.py:3 imports gnnbridge: core imports only gnnbridge.core (the package above "
         "it is higher)",
         "gnnbridge/core/helpers.py is in no layer of core: move it into one (errors, compiled, environ, files, "
-        "records, config, contracts, tasks, plugins, runtime, sampling, models, training, inference, app)",
+        "records, config, contracts, tasks, plugins, runtime, sampling, models, inference, training, app)",
         "gnnbridge/core/records/data.py:2 imports gnnbridge.core.training.trainer.Trainer: layer records imports "
         "training, which stands above it",
         "gnnbridge/core/runtime/rank.py:1 imports gnnbridge.core.sampling.seeds: layer runtime imports sampling, which "
@@ -360,8 +360,8 @@ def test_the_checker_names_each_broken_rule(tmp_path):
         "gnnbridge.backends, which stands beside it",
         "gnnbridge/testing/workers.py:1 imports gnnbridge.cli: gnnbridge.testing imports gnnbridge.cli, which stands "
         "above it",
-        "import cycle: gnnbridge.core.training.checkpoint -> gnnbridge.core.training.trainer -> "
-        "gnnbridge.core.training.state -> gnnbridge.core.training.checkpoint (gnnbridge/core/training/checkpoint.py:1, "
+        "import cycle: gnnbridge.core.training.checkpointing -> gnnbridge.core.training.trainer -> "
+        "gnnbridge.core.training.state -> gnnbridge.core.training.checkpointing (gnnbridge/core/training/checkpointing.py:1, "
         f"gnnbridge/core/training/trainer.py:2, gnnbridge/core/training/state.py:1){CYCLE}",
         "import cycle: gnnbridge.plugins.datasets -> gnnbridge.plugins.hetero_datasets -> gnnbridge.plugins.datasets "
         f"(gnnbridge/plugins/datasets.py:1, gnnbridge/plugins/hetero_datasets.py:2){CYCLE}",
@@ -378,8 +378,8 @@ def test_a_named_exception_lifts_only_its_own_circle(tmp_path, monkeypatch):
     monkeypatch.setitem(CYCLE_EXCEPTIONS, key, "a lazy import the test names")
     found = [line for line in violations(tmp_path) if line.startswith("import cycle")]
     assert [line.split(" (")[0] for line in found] == [
-        "import cycle: gnnbridge.core.training.checkpoint -> gnnbridge.core.training.trainer -> "
-        "gnnbridge.core.training.state -> gnnbridge.core.training.checkpoint"
+        "import cycle: gnnbridge.core.training.checkpointing -> gnnbridge.core.training.trainer -> "
+        "gnnbridge.core.training.state -> gnnbridge.core.training.checkpointing"
     ]
 
 

@@ -4,8 +4,9 @@ above it, and nothing in core imports ``torch_geometric``, ``dgl``, ``gnnbridge.
 enforces both)::
 
     app/        resolve -> preflight -> run folder -> launch -> results; evaluate, predict
-    inference/  a trained model scored without an optimizer, DDP or loggers (evaluate, predict)
-    training/   a run's parts, the DDP loop, evaluators, metrics, checkpoints, training state
+    training/   the DDP loop, optimizer and schedule, when to checkpoint, training state
+    inference/  a run's parts, evaluators, metrics, checkpoint files; a trained model scored
+                without an optimizer, DDP or loggers (evaluate, predict)
     runtime/    launching on torch.distributed.elastic, rank setup, watchdog, node-shared data
     sampling/   seed sharding, the core neighbour sampler, sampler adapters
     models/     model parts core owns for every backend (GIN's MLPs, GCN normalisation, one initialisation)
@@ -22,6 +23,6 @@ enforces both)::
 
 ``runtime``, ``sampling`` and ``models`` stand side by side on ``plugins``, which stands on
 ``contracts`` (``tasks`` beside it); ``files`` and ``config`` stand beside ``records``, on
-``compiled`` and ``errors``; ``inference`` stands on ``training``. ``interfaces.py`` re-exports
+``compiled`` and ``errors``; ``training`` stands on ``inference``. ``interfaces.py`` re-exports
 what plugins import and is imported by nothing in core.
 """

@@ -17,7 +17,7 @@ from gnnbridge.core.config.schema import TARGET_MONITORS
 from gnnbridge.core.contracts.hookspecs import hookimpl
 from gnnbridge.core.contracts.targets import Target
 from gnnbridge.core.errors import ConfigError
-from gnnbridge.core.training.metrics import (
+from gnnbridge.core.inference.metrics import (
     ClassificationScores,
     ConfusionCounts,
     MultilabelScores,

@@ -22,6 +22,7 @@ import torch
 
 from gnnbridge.core.config import ModelSpec, SamplerKind, Task
 from gnnbridge.core.contracts.interfaces import Backend
+from gnnbridge.core.inference.evaluation import LayerwiseEvaluator
 from gnnbridge.core.models.build import build_model
 from gnnbridge.core.models.gin import GIN
 from gnnbridge.core.plugins import backends, models
@@ -31,7 +32,6 @@ from gnnbridge.core.records.data import GraphData
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS, NeighborSampler
 from gnnbridge.core.sampling.seeds import epoch_generator
-from gnnbridge.core.training.evaluation import LayerwiseEvaluator
 
 REFERENCE_BACKEND = "pyg"
 # The node-level architectures of the neutral ModelSpec. A backend builds those of them it

@@ -26,13 +26,13 @@ import torch
 
 from gnnbridge.core.config import ModelSpec, Task
 from gnnbridge.core.errors import ConfigError
+from gnnbridge.core.inference.evaluation import LayerwiseEvaluator, supports_layerwise
 from gnnbridge.core.models.build import ModelCall, build_model, resolve
 from gnnbridge.core.plugins import ANY_BACKEND, backends, models, samplers
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.sampling.build import make_sampler
 from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS
 from gnnbridge.core.training.dry import SEEDS, check_layers
-from gnnbridge.core.training.evaluation import LayerwiseEvaluator, supports_layerwise
 from gnnbridge.testing.conformance import small_graph
 
 ALL_BACKENDS = tuple(backends.names())  # every installed backend, third-party ones included

@@ -55,10 +55,10 @@ def graph_batches_and_metrics(ctx: DistContext, backend_name: str, kind: str, da
     """Record the graph batches a rank's loader yields for two epochs, and the metrics of an
     untrained GIN evaluated over the val and test splits, to ``out/rank<r>.pt``."""
     from gnnbridge.core.config import ModelSpec, SamplerKind, Task
+    from gnnbridge.core.inference.evaluation import GraphEvaluator
     from gnnbridge.core.models.build import build_model
     from gnnbridge.core.plugins import get_backend
     from gnnbridge.core.sampling.seeds import epoch_batches
-    from gnnbridge.core.training.evaluation import GraphEvaluator
 
     backend = get_backend(backend_name)
     loader = backend.collection_sampler(backend.collection_store(data), SamplerKind(kind))
@@ -124,8 +124,8 @@ def layers_on_disk_and_dump(ctx: DistContext, data: GraphData, out: str) -> None
     """Layer-wise inference with every layer in a shared file (eval.layer_store=disk) on both
     backends; saves the logits and which layer files were mapped while they were written."""
     from gnnbridge.core.config import ModelSpec
+    from gnnbridge.core.inference.evaluation import LayerwiseEvaluator
     from gnnbridge.core.plugins import backends
-    from gnnbridge.core.training.evaluation import LayerwiseEvaluator
     from gnnbridge.testing.conformance import build
 
     result = {}
@@ -143,8 +143,8 @@ def gather_rows_and_dump(ctx: DistContext, data: GraphData, out: str) -> None:
     """All-gathers rows laid out as layer-wise inference lays them out (padding on this rank's
     buffer) and unevenly, and runs layer-wise inference on both backends; saves what came back."""
     from gnnbridge.core.config import ModelSpec
+    from gnnbridge.core.inference.evaluation import LayerwiseEvaluator
     from gnnbridge.core.plugins import backends
-    from gnnbridge.core.training.evaluation import LayerwiseEvaluator
     from gnnbridge.testing.conformance import build
 
     shards = ctx.row_shards(7)
@@ -293,9 +293,9 @@ def typed_states_and_dump(ctx: DistContext, data, store: str, out: str) -> None:
     from contextlib import ExitStack
 
     from gnnbridge.core.config import ModelSpec, Task
+    from gnnbridge.core.inference.typed_layerwise import TypedLayerwise
     from gnnbridge.core.models.build import build_model, model_dims
     from gnnbridge.core.plugins import get_backend
-    from gnnbridge.core.training.typed_layerwise import TypedLayerwise
 
     result = {}
     for name in ("pyg", "dgl"):

@@ -144,7 +144,7 @@ def test_a_run_folder_in_use_refuses_resume_and_out(tmp_path, cli):
 
 def test_temporary_names_are_unique_and_a_stale_one_is_harmless(tmp_path):
     from gnnbridge.core import files
-    from gnnbridge.core.training import checkpoint
+    from gnnbridge.core.inference import checkpoint
 
     target = tmp_path / "checkpoints" / "latest.pt"
     assert files.partial_name(target) != files.partial_name(target)
@@ -604,7 +604,7 @@ def test_a_run_diverging_before_its_first_checkpoint_leaves_nothing(tmp_path, cl
 
 
 def test_nan_outputs_are_never_scored():
-    from gnnbridge.core.training.metrics import ClassificationScores
+    from gnnbridge.core.inference.metrics import ClassificationScores
 
     scores = ClassificationScores(2)
     scores.update(torch.tensor([[0.1, float("nan")], [1.0, 0.0]]), torch.tensor([1, 0]))
@@ -867,7 +867,7 @@ def test_ctrl_c_while_a_checkpoint_is_written_stops_the_run_as_itself(tmp_path):
     assert proc.stderr.strip().splitlines() == [
         "Stopped by SIGINT (Ctrl-C): its checkpoint is kept in r; continue it with: gnnbridge train --resume r."
     ]
-    from gnnbridge.core.training import checkpoint
+    from gnnbridge.core.inference import checkpoint
 
     # The write the signal landed in was finished first: the second epoch's checkpoint, whole.
     assert checkpoint.load(tmp_path / "r" / "checkpoints" / "latest.pt")["epoch"] == 1

@@ -89,9 +89,9 @@ def test_layerwise_inference_on_two_ranks_gives_one_ranks_logits(tmp_path):
     """Each rank writes its shard of a layer into one padded buffer and the all-gather joins the
     shards without copies: the logits, and rows gathered in any layout, are what one rank gets."""
     from gnnbridge.core.config import ModelSpec
+    from gnnbridge.core.inference.evaluation import LayerwiseEvaluator
     from gnnbridge.core.plugins import backends
     from gnnbridge.core.runtime.context import DistContext
-    from gnnbridge.core.training.evaluation import LayerwiseEvaluator
     from gnnbridge.testing.conformance import build, small_graph
     from gnnbridge.testing.workers import gather_rows_and_dump
 
@@ -114,9 +114,9 @@ def test_layerwise_inference_with_layers_on_disk_on_two_ranks_equals_one_rank_in
     """eval.layer_store=disk: each rank writes its rows into one shared file per layer (no
     all-gather); every rank ends with one rank's in-memory logits, and no layer file is left."""
     from gnnbridge.core.config import ModelSpec
+    from gnnbridge.core.inference.evaluation import LayerwiseEvaluator
     from gnnbridge.core.plugins import backends
     from gnnbridge.core.runtime.context import DistContext
-    from gnnbridge.core.training.evaluation import LayerwiseEvaluator
     from gnnbridge.testing.conformance import build, small_graph
     from gnnbridge.testing.workers import layers_on_disk_and_dump
 

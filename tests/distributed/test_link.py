@@ -191,8 +191,8 @@ def test_predict_top_k_items_per_user_and_scores_of_given_pairs(tmp_path, rec_ru
     # Items a user was trained on are never recommended back to them.
     from gnnbridge.core.app.preflight import for_task
     from gnnbridge.core.config import from_dict
+    from gnnbridge.core.inference import checkpoint
     from gnnbridge.core.plugins import datasets
-    from gnnbridge.core.training import checkpoint
 
     config = from_dict(checkpoint.load(rec_run / "checkpoints" / "best.pt")["config"])
     data = for_task(config, datasets.get(config.dataset.name)(config.dataset, config.train.seed))

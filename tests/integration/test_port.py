@@ -10,7 +10,7 @@ import pytest
 from helpers import one_line
 
 import gnnbridge
-from gnnbridge.core.training import checkpoint
+from gnnbridge.core.inference import checkpoint
 
 pytestmark = pytest.mark.slow  # every test trains and evaluates real runs
 

@@ -19,7 +19,7 @@ import torch
 import yaml
 from helpers import gnnbridge, hooked_env, in_process, ok, one_line, start
 
-from gnnbridge.core.training import checkpoint
+from gnnbridge.core.inference import checkpoint
 from gnnbridge.testing.ports import free_port
 
 pytestmark = pytest.mark.slow
@@ -30,7 +30,7 @@ GIN = ["gin-synthetic", "--quiet", "--set", "dataset.options.num_graphs=120", "-
 # SIGKILLs the whole job (launcher included) right after its second latest.pt is on disk.
 PREEMPT = textwrap.dedent("""
     import os, signal
-    import gnnbridge.core.training.checkpoint as ckpt
+    import gnnbridge.core.inference.checkpoint as ckpt
 
     _save, _count = ckpt.save, [0]
 

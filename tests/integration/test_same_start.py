@@ -12,11 +12,11 @@ import gnnbridge
 from gnnbridge.core.app.compare import TOLERANCE
 from gnnbridge.core.app.preflight import load_dataset, preflight
 from gnnbridge.core.app.resolve import resolve_config
+from gnnbridge.core.inference.assembly import RunParts
+from gnnbridge.core.inference.evaluation import step_outputs
 from gnnbridge.core.models import init
 from gnnbridge.core.models.neutral import to_neutral
 from gnnbridge.core.runtime.context import DistContext
-from gnnbridge.core.training.assembly import RunParts
-from gnnbridge.core.training.evaluation import step_outputs
 
 NODES = ["dataset.options.num_nodes=300"]
 MAG = ["dataset.options.num_papers=200", "dataset.options.num_authors=100"]

@@ -307,7 +307,7 @@ def test_a_model_class_by_import_path_from_a_yaml_file_trains(lab):
     )
     results = gnnbridge.run(str(lab / "exp.yaml"), out=lab / "run", **KARATE)
     assert results["eval"]["final"] == "full" and results["epochs_trained"] == 2
-    from gnnbridge.core.training import checkpoint
+    from gnnbridge.core.inference import checkpoint
 
     state = checkpoint.load(checkpoint.path_in(lab / "run", "best"))
     assert state["config"]["model"]["options"] == {"scale": 0.5} and "net.0.weight" in state["model"]
@@ -1098,9 +1098,9 @@ def test_a_typed_layer_wise_model_whose_layer_breaks_the_contract_is_named_befor
     from gnnbridge.backends.pyg.hetero import PygHeteroSAGE
     from gnnbridge.core.app.preflight import for_task
     from gnnbridge.core.config import from_dict
+    from gnnbridge.core.inference.assembly import RunParts
     from gnnbridge.core.plugins import datasets
     from gnnbridge.core.runtime.context import DistContext
-    from gnnbridge.core.training.assembly import RunParts
     from gnnbridge.core.training.dry import check_typed_layers
 
     class WrongLayer(PygHeteroSAGE):

@@ -33,6 +33,7 @@ from gnnbridge.core.errors import (
     ResourceError,
     TrainingDivergedError,
 )
+from gnnbridge.core.inference import checkpoint
 from gnnbridge.core.inference.scorer import Scorer
 from gnnbridge.core.models.build import build_model, model_dims
 from gnnbridge.core.plugins import no_code, no_downloads
@@ -45,7 +46,6 @@ from gnnbridge.core.runtime.host import available_memory, format_bytes
 from gnnbridge.core.runtime.launcher import interrupt_on_sigterm, launch
 from gnnbridge.core.tasks import retrieval
 from gnnbridge.core.tasks.retrieval import import_faiss
-from gnnbridge.core.training import checkpoint
 
 # What a checkpoint's weights are tied to: neither can change when they are used.
 INFERENCE_FROZEN = ("task", "backend", "model")

@@ -21,7 +21,7 @@ from gnnbridge.core.app.resolve import check_frozen, resolve_config
 from gnnbridge.core.app.rundir import CONFIG, RESULTS, make_run_dir, new_run_dir, refuse_links_leaving
 from gnnbridge.core.config import ExperimentConfig
 from gnnbridge.core.errors import CheckpointError, ConfigError, DataFileNotFoundError, GnnBridgeError
-from gnnbridge.core.training import checkpoint
+from gnnbridge.core.inference import checkpoint
 from gnnbridge.core.training.state import TrainState
 
 # Keys a resumed run keeps from its checkpoint: they decide the weights' shapes, the data the

@@ -26,10 +26,10 @@ from gnnbridge.core.app.resolve import check_frozen, resolve_config
 from gnnbridge.core.app.rundir import CONFIG, RESULTS, discard, make_run_dir, new_run_dir
 from gnnbridge.core.config import ExperimentConfig
 from gnnbridge.core.errors import CheckpointError, ConfigError, DataFileNotFoundError
+from gnnbridge.core.inference import checkpoint
 from gnnbridge.core.models.build import build_model, model_dims
 from gnnbridge.core.models.neutral import from_neutral, port_optimizer, to_neutral
 from gnnbridge.core.plugins import library_versions, no_code, no_downloads
-from gnnbridge.core.training import checkpoint
 
 FROZEN_BUT_BACKEND = ("task", "model")  # what --set may not change: the weights are tied to them
 NATIVE = "native"  # the one sampler kind tied to a library: a ported run takes "auto" instead

@@ -333,7 +333,7 @@ def _sparse_table_parameters(config: ExperimentConfig, data) -> int:
 def layers_in_memory(config: ExperimentConfig, data, ranks_here: int) -> int:
     """Bytes of the final layer-wise evaluation's layers in memory: each rank all-gathers every
     node's layer input and output. Only with ``eval.layer_store=memory``: ``auto`` writes them to a
-    temp file when they would not fit, ``disk`` always does (core/training/layerstore.py), and the
+    temp file when they would not fit, ``disk`` always does (core/inference/layerstore.py), and the
     other evaluations (full, sampled, whole graphs, links, heterogeneous graphs) hold batches only."""
     if (
         config.eval.layer_store != "memory"

@@ -3,7 +3,7 @@ failed before it produced anything worth keeping. Writing into it, and its lock,
 :mod:`gnnbridge.core.files`'s.
 
 A run folder holds ``config.yaml``, ``checkpoints/`` (see
-:mod:`~gnnbridge.core.training.checkpoint`), ``results.json`` and ``curves.png``. A failed run
+:mod:`~gnnbridge.core.inference.checkpoint`), ``results.json`` and ``curves.png``. A failed run
 with a checkpoint is kept (it can be resumed, by hand or by a restart); one without is removed,
 but only the folders this run created.
 
@@ -37,7 +37,7 @@ from gnnbridge.core.errors import (
     signal_name,
 )
 from gnnbridge.core.files import LOCK, lock_run_folder, output_error, release_run_folder
-from gnnbridge.core.training import checkpoint
+from gnnbridge.core.inference import checkpoint
 
 RESULTS = "results.json"
 CONFIG = "config.yaml"

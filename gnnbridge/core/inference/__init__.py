@@ -1,6 +1,12 @@
-"""Inference: a trained model scored or run over every item without an optimizer, a DDP wrapper
-or loggers (:mod:`.scorer`), what ``gnnbridge evaluate`` and ``predict`` run. It uses the parts
-a training run is assembled from and the same final evaluator, so its numbers are training's.
+"""Inference: everything that scores a model, below the training loop that uses it. A run's parts
+assembled from its config (:mod:`.assembly`: data placed on the device, backend, sampler, model,
+target, evaluators), exact evaluation across ranks (:mod:`.evaluation`, layer-wise passes in
+:mod:`.typed_layerwise` and :mod:`.layerstore`, :mod:`.metrics`), the checkpoint files
+(:mod:`.checkpoint`), feature placement (:mod:`.placement`) and step timings (:mod:`.phases`);
+and a trained model scored without an optimizer, a DDP wrapper or loggers (:mod:`.scorer`),
+what ``gnnbridge evaluate`` and ``predict`` run. Training and inference score with the same code,
+so their numbers agree by construction.
 
-May import: every layer below it (``training`` and what it stands on).
+May import: ``errors``, ``records``, ``config``, ``contracts``, ``tasks``, ``plugins``,
+``runtime``, ``sampling``, ``models``.
 """

@@ -1,5 +1,5 @@
 """A trained model ready to score: the backend, store, sampler and model of its run (with the
-checkpoint's weights, see :class:`~gnnbridge.core.training.assembly.RunParts`) and the final
+checkpoint's weights, see :class:`~gnnbridge.core.inference.assembly.RunParts`) and the final
 evaluator ``eval.mode`` picks, as training's final evaluation uses it. Nothing that only
 training needs is built: no optimizer, no DDP wrapper (one process scores), no loggers.
 """
@@ -11,11 +11,11 @@ from contextlib import ExitStack
 import torch
 
 from gnnbridge.core.config import ExperimentConfig
+from gnnbridge.core.inference.assembly import RunParts
+from gnnbridge.core.inference.evaluation import LinkEvaluator
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData
 from gnnbridge.core.runtime.context import DistContext
-from gnnbridge.core.training.assembly import RunParts
-from gnnbridge.core.training.evaluation import LinkEvaluator
 
 SPLITS = ("train", "val", "test")
 

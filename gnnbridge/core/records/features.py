@@ -17,7 +17,7 @@ is plain indexing and a large one the compiled loop on numba's threads.
 ``placement.feature_cache`` keeps the rows of the highest in-degree nodes (the most sampled) in
 RAM (:class:`FeatureCache`); ``gather_rows`` serves those from it and counts its hits. A run
 holds it once per machine: its rows are built by the machine's first rank and mapped by all
-(:func:`~gnnbridge.core.training.placement.feature_caches`); the hits are counted per rank.
+(:func:`~gnnbridge.core.inference.placement.feature_caches`); the hits are counted per rank.
 """
 
 from __future__ import annotations

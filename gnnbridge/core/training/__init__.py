@@ -1,8 +1,9 @@
-"""Training: a run's parts assembled from its config (:mod:`.assembly`), the DDP loop
-(:mod:`.trainer`), the optimizer and learning-rate schedule (:mod:`.optim`), exact evaluation
-across ranks (:mod:`.evaluation`, :mod:`.metrics`), when checkpoints are written and the best
-weights (:mod:`.checkpointing`), the checkpoint files (:mod:`.checkpoint`) and what they carry
-besides the weights (:mod:`.state`). Knows neither library: it drives the contracts.
+"""Training: the DDP loop (:mod:`.trainer`) over the parts :mod:`gnnbridge.core.inference`
+assembles, the optimizer and learning-rate schedule (:mod:`.optim`), when checkpoints are written
+and the best weights (:mod:`.checkpointing`), what they carry besides the weights (:mod:`.state`,
+:mod:`.midepoch`), the dry step that checks a model's contract first (:mod:`.dry`), sparse tables
+(:mod:`.sparse`, :mod:`.shared_tables`) and loggers. Knows neither library, nor any task: the
+target's loss and metrics and the parts' evaluators are asked, not branched on.
 
-May import: ``errors``, ``records``, ``contracts``, ``runtime``, ``sampling``, ``models``.
+May import: every layer below it (``inference`` and what it stands on).
 """

@@ -3,7 +3,8 @@
 ``train.checkpoint_every_batches`` batches inside an epoch) and ``best.pt`` (when the monitor
 improved), what they hold (weights, optimizer and schedule state, RNG, the monitor's memory, the
 history ...), and the best epoch's weights kept in memory so the results can score them. The
-file format, its checks and its safe writing are :mod:`.checkpoint`'s.
+file format, its checks and its safe writing are
+:mod:`gnnbridge.core.inference.checkpoint`'s.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from pathlib import Path
 
 import torch
 
+from gnnbridge.core.inference import checkpoint
+from gnnbridge.core.inference.evaluation import Evaluator
 from gnnbridge.core.plugins import library_versions
-from gnnbridge.core.training import checkpoint
-from gnnbridge.core.training.evaluation import Evaluator
 
 SPLITS = ("train", "val", "test")
 

@@ -20,12 +20,12 @@ import torch
 
 from gnnbridge.core.config import EvalMode
 from gnnbridge.core.errors import GnnBridgeError
+from gnnbridge.core.inference.evaluation import layer_batch, step_outputs
+from gnnbridge.core.inference.placement import autocast
 from gnnbridge.core.plugins import PluginError
 from gnnbridge.core.records.hetero import HeteroGraphData
 from gnnbridge.core.runtime.rank import failed_on
 from gnnbridge.core.sampling.neighbors import NeighborSampler
-from gnnbridge.core.training.evaluation import layer_batch, step_outputs
-from gnnbridge.core.training.placement import autocast
 
 SEEDS = 8  # items of the dry batch: enough for real shapes, cheap on any graph
 FANOUT = 5  # neighbours per node of the one-hop graph layer_forward is tried on
@@ -87,7 +87,7 @@ def check_typed_layers(trainer, model) -> None:
     a few nodes of every type some relation reaches, as the typed pass calls it: each must give
     one finite row per node of that type. A later layer's inputs repeat the previous layer's
     outputs to the graph's node counts (the right width, dtype and device)."""
-    from gnnbridge.core.training.typed_layerwise import TypedLayerwise, unwrap
+    from gnnbridge.core.inference.typed_layerwise import TypedLayerwise, unwrap
 
     model = unwrap(model)
     typed = TypedLayerwise(trainer.backend, trainer.data, trainer.ctx, SEEDS, "memory", trainer.call)

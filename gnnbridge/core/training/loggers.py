@@ -17,8 +17,8 @@ from typing import Any
 from gnnbridge.core import files
 from gnnbridge.core.config import ExperimentConfig
 from gnnbridge.core.errors import ConfigError, OutputPathError
+from gnnbridge.core.inference.checkpoint import FOLDER
 from gnnbridge.core.plugins import PluginError, blame, loggers
-from gnnbridge.core.training.checkpoint import FOLDER
 
 SKIPPED = ("epoch", "phases_slowest_rank")  # the step itself, and a per-rank record of the phases
 PROGRESS = "loggers.json"  # in the run's checkpoints/: {logger: the last step it took}

@@ -6,7 +6,7 @@ cores, docs/performance.md). With checkpoints only at epoch ends, a job stopped 
 epoch trains all of it again.
 
 How it stays exact without asking anything new of samplers: every random stream is reseeded at
-the start of an epoch from (seed, epoch, rank) (see :mod:`.checkpoint`), so a resume reseeds
+the start of an epoch from (seed, epoch, rank) (see :mod:`gnnbridge.core.inference.checkpoint`), so a resume reseeds
 as that epoch's start did and has the sampler draw the first B batches again without training
 on them: a sampler's own generators end where they were (sampling is about a tenth of a step at
 that scale). Then each rank's global generators (dropout, and anything drawing from torch,
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import torch
 
 from gnnbridge.core.contracts.targets import Target
+from gnnbridge.core.inference import checkpoint
 from gnnbridge.core.runtime.context import DistContext
-from gnnbridge.core.training import checkpoint
 
 REPLAY = "its sampling of epoch {epoch}'s first {batches} batches again (resuming inside that epoch)"
 

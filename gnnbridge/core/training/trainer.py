@@ -1,6 +1,6 @@
 """The DDP training loop, identical for every backend: its one job is the epochs.
 
-Per rank: the run's parts are assembled by :mod:`.assembly` (torch is seeded *before* the model
+Per rank: the run's parts are assembled by :mod:`gnnbridge.core.inference.assembly` (torch is seeded *before* the model
 is built, so every rank starts from the same weights: DDP broadcasts rank 0's anyway, but
 identical seeds also make dropout masks and the core sampler reproducible per rank); the
 optimizer and schedule come from :mod:`.optim`, when to checkpoint and the best weights from
@@ -26,6 +26,12 @@ from tqdm import tqdm
 
 from gnnbridge.core.config import ExperimentConfig
 from gnnbridge.core.errors import DIVERGED, TrainingDivergedError
+from gnnbridge.core.inference.assembly import RunParts
+from gnnbridge.core.inference.evaluation import (
+    step_outputs,
+)
+from gnnbridge.core.inference.phases import NO_PHASES, PhaseTimer, slowest_rank
+from gnnbridge.core.inference.placement import autocast, grad_scaler, prefetched
 from gnnbridge.core.plugins import PluginError
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData
@@ -33,15 +39,9 @@ from gnnbridge.core.records.hetero import HeteroGraphData
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.sampling.seeds import derived_seed, epoch_batches, few_steps
 from gnnbridge.core.training import midepoch, optim, shared_tables, sparse
-from gnnbridge.core.training.assembly import RunParts
 from gnnbridge.core.training.checkpointing import Checkpointing
 from gnnbridge.core.training.dry import dry_step
-from gnnbridge.core.training.evaluation import (
-    step_outputs,
-)
 from gnnbridge.core.training.loggers import RunLoggers
-from gnnbridge.core.training.phases import NO_PHASES, PhaseTimer, slowest_rank
-from gnnbridge.core.training.placement import autocast, grad_scaler, prefetched
 from gnnbridge.core.training.state import TrainState
 
 # What a Trainer's first run in a process loads whatever the backend, named for the ranks' fork

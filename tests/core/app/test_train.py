@@ -6,8 +6,8 @@ import torch
 import gnnbridge
 from gnnbridge import hookimpl
 from gnnbridge.backends.pyg.plugin import build_gnn
+from gnnbridge.core.inference import checkpoint
 from gnnbridge.core.plugins import PluginError
-from gnnbridge.core.training import checkpoint
 from gnnbridge.testing import registered_plugin
 
 

@@ -5,7 +5,8 @@ numbers are the training run's final ones."""
 import json
 
 import gnnbridge
-from gnnbridge.core.training import assembly, optim, trainer
+from gnnbridge.core.inference import assembly
+from gnnbridge.core.training import optim, trainer
 
 
 def test_evaluate_and_predict_build_no_optimizer_ddp_or_loggers(tmp_path, monkeypatch):

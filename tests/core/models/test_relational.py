@@ -10,6 +10,7 @@ import torch
 
 from gnnbridge.core.config import ModelSpec, Task
 from gnnbridge.core.errors import ConfigError
+from gnnbridge.core.inference.evaluation import gather_inputs
 from gnnbridge.core.models.build import build_model, model_dims
 from gnnbridge.core.models.neutral import from_neutral, to_neutral
 from gnnbridge.core.plugins import get_backend
@@ -18,7 +19,6 @@ from gnnbridge.core.sampling.build import make_hetero_sampler
 from gnnbridge.core.sampling.hetero import HeteroNeighborSampler
 from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS
 from gnnbridge.core.tasks import for_link_task, for_node_task
-from gnnbridge.core.training.evaluation import gather_inputs
 from gnnbridge.plugins.hetero_datasets import mag_graph, rec_graph
 from gnnbridge.testing.conformance import small_graph
 

@@ -207,9 +207,9 @@ def test_models_read_rows_in_place_unless_gathering_does_better(small_data, tmp_
     """A 16-bit, cached or too-large-to-cache (MADV_RANDOM) table is gathered (upcast, counted,
     its faults in flight together), never read in place; a mapped one the page cache holds is."""
     from gnnbridge.core.config import ModelSpec
+    from gnnbridge.core.inference.evaluation import indexed_rows
     from gnnbridge.core.plugins import backends
     from gnnbridge.core.records.batches import IndexedRows
-    from gnnbridge.core.training.evaluation import indexed_rows
     from gnnbridge.testing.conformance import build
 
     cpu, ids = torch.device("cpu"), small_data.train_idx[:10]

@@ -11,6 +11,8 @@ import torch
 
 from gnnbridge.core.config import LinkConfig, ModelSpec, Task, from_dict
 from gnnbridge.core.errors import ConfigError, DataError
+from gnnbridge.core.inference.evaluation import gather_inputs
+from gnnbridge.core.inference.metrics import LinkScores
 from gnnbridge.core.models.build import build_model, model_dims
 from gnnbridge.core.models.neutral import from_neutral, to_neutral
 from gnnbridge.core.plugins import get_backend
@@ -19,8 +21,6 @@ from gnnbridge.core.sampling.build import make_hetero_sampler
 from gnnbridge.core.sampling.hetero import HeteroNeighborSampler, LinkBatcher, typed_fanouts
 from gnnbridge.core.sampling.seeds import epoch_batches
 from gnnbridge.core.tasks import for_link_task, for_node_task, homogeneous_source
-from gnnbridge.core.training.evaluation import gather_inputs
-from gnnbridge.core.training.metrics import LinkScores
 from gnnbridge.plugins.hetero_datasets import rec_graph
 from gnnbridge.testing.conformance import small_graph
 
@@ -372,8 +372,8 @@ def test_a_homogeneous_graph_is_oriented_at_random_and_known_pairs_cover_both_di
 @pytest.mark.parametrize("backend", ["pyg", "dgl"])
 def test_an_empty_batch_runs_through_the_sampler_and_the_model(backend):
     from gnnbridge.core.config import ModelSpec, Task
+    from gnnbridge.core.inference.evaluation import gather_inputs
     from gnnbridge.core.models.build import ModelCall, build_model, model_dims
-    from gnnbridge.core.training.evaluation import gather_inputs
 
     data = link(rec())
     sampler = make_hetero_sampler(get_backend(backend), data, [3, 2], {}, "core")

@@ -13,12 +13,12 @@ import pytest
 import torch
 
 from gnnbridge.core.config import ModelSpec, Task
+from gnnbridge.core.inference.evaluation import gather_inputs
 from gnnbridge.core.models.build import build_model, model_dims
 from gnnbridge.core.plugins import get_backend
 from gnnbridge.core.records.hetero import HeteroSource
 from gnnbridge.core.sampling.build import make_hetero_sampler
 from gnnbridge.core.tasks import for_link_task, for_node_task
-from gnnbridge.core.training.evaluation import gather_inputs
 
 BUYS = ("customer", "buys", "product")
 REV_BUYS = ("product", "rev_buys", "customer")

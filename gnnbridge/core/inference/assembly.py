@@ -1,8 +1,9 @@
 """A run's parts, assembled once from its config: the data placed on the rank's device (and its
 feature cache), the backend, the training sampler, the model (with a checkpoint's weights when
 given, on the device) and the evaluators, the final one chosen by ``eval.mode``. It holds no
-optimizer, no DDP wrapper and no loggers: the trainer adds those (:mod:`.trainer`), and
-``evaluate`` and ``predict`` use these parts alone (:mod:`gnnbridge.core.inference`).
+optimizer, no DDP wrapper and no loggers: the trainer adds those
+(:mod:`gnnbridge.core.training.trainer`), and ``evaluate`` and ``predict`` use these parts alone
+(:mod:`.scorer`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,23 @@ from gnnbridge.core.config import EvalMode, ExperimentConfig, SamplerKind, Task
 from gnnbridge.core.contracts.interfaces import Backend, Sampler
 from gnnbridge.core.contracts.targets import Target
 from gnnbridge.core.errors import ConfigError
+from gnnbridge.core.inference.checkpoint import load_model_state
+from gnnbridge.core.inference.evaluation import (
+    Evaluator,
+    GraphEvaluator,
+    LayerwiseEvaluator,
+    LinkEvaluator,
+    SampledEvaluator,
+    evaluation_mode,
+    supports_layerwise,
+)
+from gnnbridge.core.inference.placement import feature_caches, place
+from gnnbridge.core.inference.typed_layerwise import (
+    TypedLayerwise,
+    TypedLayerwiseEvaluator,
+    TypedLayerwiseLinks,
+    supports_typed_layerwise,
+)
 from gnnbridge.core.models.build import ModelCall, build_model, model_dims
 from gnnbridge.core.models.init import initialise
 from gnnbridge.core.plugins import get_backend, get_target
@@ -25,23 +43,6 @@ from gnnbridge.core.records.hetero import HeteroGraphData
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.sampling.build import make_hetero_sampler, make_sampler
 from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS
-from gnnbridge.core.training.checkpoint import load_model_state
-from gnnbridge.core.training.evaluation import (
-    Evaluator,
-    GraphEvaluator,
-    LayerwiseEvaluator,
-    LinkEvaluator,
-    SampledEvaluator,
-    evaluation_mode,
-    supports_layerwise,
-)
-from gnnbridge.core.training.placement import feature_caches, place
-from gnnbridge.core.training.typed_layerwise import (
-    TypedLayerwise,
-    TypedLayerwiseEvaluator,
-    TypedLayerwiseLinks,
-    supports_typed_layerwise,
-)
 
 
 class RunParts:

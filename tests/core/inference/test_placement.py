@@ -8,7 +8,7 @@ import torch
 import gnnbridge
 from gnnbridge.core.config import PlacementConfig, from_dict
 from gnnbridge.core.errors import ConfigError
-from gnnbridge.core.training.placement import place, prefetched
+from gnnbridge.core.inference.placement import place, prefetched
 
 
 def test_prefetch_yields_every_item_in_order_from_another_thread():
@@ -104,9 +104,9 @@ def test_sampled_rows_stay_in_the_table_for_models_that_read_them_there(small_da
     from torch.nn.parallel import DistributedDataParallel
 
     from gnnbridge.core.config import ModelSpec
+    from gnnbridge.core.inference.evaluation import indexed_rows
     from gnnbridge.core.plugins import backends
     from gnnbridge.core.records.batches import IndexedRows
-    from gnnbridge.core.training.evaluation import indexed_rows
     from gnnbridge.testing.conformance import build
 
     cpu, ids = torch.device("cpu"), small_data.train_idx[:10]

@@ -13,6 +13,8 @@ import pytest
 import torch
 
 from gnnbridge.core.config import ModelSpec, Task
+from gnnbridge.core.inference.evaluation import LinkEvaluator, SampledEvaluator
+from gnnbridge.core.inference.typed_layerwise import TypedLayerwiseEvaluator, TypedLayerwiseLinks
 from gnnbridge.core.models.build import ModelCall, build_model, model_dims
 from gnnbridge.core.plugins import get_backend
 from gnnbridge.core.records.hetero import HeteroSource
@@ -21,8 +23,6 @@ from gnnbridge.core.sampling.build import make_hetero_sampler
 from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS
 from gnnbridge.core.tasks import for_link_task, for_node_task
 from gnnbridge.core.tasks.retrieval import chunked_top_k
-from gnnbridge.core.training.evaluation import LinkEvaluator, SampledEvaluator
-from gnnbridge.core.training.typed_layerwise import TypedLayerwiseEvaluator, TypedLayerwiseLinks
 
 ALONE = DistContext(0, 1, 0, torch.device("cpu"))
 BUYS = ("customer", "buys", "product")

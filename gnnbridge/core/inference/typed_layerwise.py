@@ -1,6 +1,6 @@
 """Exact layer-wise inference on heterogeneous graphs: every node type's final states, one layer
 at a time over *all* neighbours, split across ranks as the homogeneous pass is
-(:class:`~gnnbridge.core.training.evaluation.LayerwiseEvaluator`).
+(:class:`~gnnbridge.core.inference.evaluation.LayerwiseEvaluator`).
 
 Why a pass of its own: a typed layer reads several tables (one per source type of the relations
 into a type) and writes one per destination type, so the homogeneous pass's one ``[N, width]``
@@ -10,7 +10,7 @@ every relation into the type (core's typed sampler with fanout -1), converted by
 and the model's :meth:`~gnnbridge.core.models.hetero.HeteroSAGE.layer` computes the batch's
 rows from the previous layer's tables. A type no relation points into keeps its input states.
 Each table is all-gathered, or, where it would not fit, written by every rank into one shared
-mapped file (:class:`~gnnbridge.core.training.layerstore.LayerStore`, ``eval.layer_store``).
+mapped file (:class:`~gnnbridge.core.inference.layerstore.LayerStore`, ``eval.layer_store``).
 
 A model qualifies when it says ``typed_layerwise = True`` and has ``embed_inputs``, ``layer``,
 ``classify``, ``decode`` and ``spec.layers`` (core's heterogeneous models do). The result is the same, up to
@@ -27,15 +27,15 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from gnnbridge.core.contracts.interfaces import Backend
+from gnnbridge.core.inference.evaluation import Evaluator, LinkEvaluator, evaluation_mode, gather_inputs
+from gnnbridge.core.inference.layerstore import LayerStore, every_rank_rows, output_table
+from gnnbridge.core.inference.metrics import LinkScores, SharedLinkScores
 from gnnbridge.core.models.build import ModelCall
 from gnnbridge.core.records.hetero import HeteroGraphData
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.sampling.hetero import HeteroNeighborSampler
 from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS
 from gnnbridge.core.tasks.retrieval import approximate_top_k, chunked_top_k
-from gnnbridge.core.training.evaluation import Evaluator, LinkEvaluator, evaluation_mode, gather_inputs
-from gnnbridge.core.training.layerstore import LayerStore, every_rank_rows, output_table
-from gnnbridge.core.training.metrics import LinkScores, SharedLinkScores
 
 
 def supports_typed_layerwise(model: torch.nn.Module) -> bool:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from gnnbridge.core.errors import CheckpointError, DataFileNotFoundError
-from gnnbridge.core.training import checkpoint
+from gnnbridge.core.inference import checkpoint
 from gnnbridge.core.training.trainer import TrainState
 
 

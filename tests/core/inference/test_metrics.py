@@ -7,8 +7,7 @@ import threading
 import pytest
 import torch
 
-from gnnbridge.core.runtime.context import DistContext
-from gnnbridge.core.training.metrics import (
+from gnnbridge.core.inference.metrics import (
     ClassificationScores,
     LinkScores,
     MultilabelScores,
@@ -17,6 +16,7 @@ from gnnbridge.core.training.metrics import (
     average_precision,
     roc_auc,
 )
+from gnnbridge.core.runtime.context import DistContext
 
 ALONE = DistContext(0, 1, 0, torch.device("cpu"))
 

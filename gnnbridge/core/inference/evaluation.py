@@ -7,7 +7,7 @@ Two evaluators share one interface:
   work is done once for the whole graph instead of once per seed's L-hop tree. Ranks split the
   nodes, and all-gather each layer's output before the next layer reads it, or, when the
   layers would not fit in memory, write their rows into one shared memory-mapped file per layer
-  (``eval.layer_store``, see :mod:`~gnnbridge.core.training.layerstore`).
+  (``eval.layer_store``, see :mod:`~gnnbridge.core.inference.layerstore`).
 * :class:`SampledEvaluator` runs the split's nodes through a sampler: the training sampler
   (cheap, noisy, used for per-epoch validation on graphs where a full pass is too slow), or one
   taking every neighbour at every hop (``eval.mode=full``: exact for any model whose layers read
@@ -37,6 +37,9 @@ from torch.nn.parallel import DistributedDataParallel
 
 from gnnbridge.core.contracts.interfaces import Backend, GNNModel, Sampler
 from gnnbridge.core.contracts.targets import Target
+from gnnbridge.core.inference.layerstore import LayerStore, every_rank_rows, output_table
+from gnnbridge.core.inference.metrics import LinkScores, SharedLinkScores
+from gnnbridge.core.inference.phases import NO_PHASES
 from gnnbridge.core.models.build import ModelCall
 from gnnbridge.core.plugins import get_target
 from gnnbridge.core.records.batches import IndexedRows, MiniBatch
@@ -48,9 +51,6 @@ from gnnbridge.core.sampling.hetero import LinkMiniBatch
 from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS, NeighborSampler
 from gnnbridge.core.sampling.seeds import epoch_batches
 from gnnbridge.core.tasks import retrieval
-from gnnbridge.core.training.layerstore import LayerStore, every_rank_rows, output_table
-from gnnbridge.core.training.metrics import LinkScores, SharedLinkScores
-from gnnbridge.core.training.phases import NO_PHASES
 
 
 class Evaluator(ABC):
@@ -123,7 +123,7 @@ class LayerwiseEvaluator(Evaluator):
     def full_logits(self, model: GNNModel) -> torch.Tensor:
         """``[N, num_classes]`` logits of every node, on CPU, the same on every rank (call it in
         eval mode: layer outputs include dropout otherwise). With layers on disk
-        (:mod:`~gnnbridge.core.training.layerstore`) they are mapped from a file already unlinked."""
+        (:mod:`~gnnbridge.core.inference.layerstore`) they are mapped from a file already unlinked."""
         with LayerStore(self.ctx, self.data.num_nodes, self.layer_store) as store:
             return self._layers(model, store)
 

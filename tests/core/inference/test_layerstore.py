@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from gnnbridge.core.config import ModelSpec
+from gnnbridge.core.inference.evaluation import LayerwiseEvaluator
 from gnnbridge.core.plugins import backends
 from gnnbridge.core.runtime.context import DistContext
-from gnnbridge.core.training.evaluation import LayerwiseEvaluator
 from gnnbridge.testing.conformance import build, small_graph
 
 ALONE = DistContext(0, 1, 0, torch.device("cpu"))
@@ -58,7 +58,7 @@ def test_layers_on_disk_give_the_in_memory_logits_and_leave_no_file(name, tmpdir
 
 def test_layers_in_a_ram_folder_are_written_with_one_warning(tmp_path, monkeypatch, capsys):
     """/dev/shm is tmpfs: a TMPDIR there keeps the 'disk' layers in RAM, which rank 0 says."""
-    from gnnbridge.core.training.layerstore import ram_backed
+    from gnnbridge.core.inference.layerstore import ram_backed
 
     if not ram_backed("/dev/shm"):
         pytest.skip("no tmpfs at /dev/shm on this machine")
@@ -106,8 +106,8 @@ def test_sampled_predict_with_its_logits_on_disk_gives_the_in_memory_logits(name
     """``predict`` in sampled and full mode writes every item's logits into the store's file
     when they would not fit (forced here), so the output streams from disk like layer-wise's."""
     from gnnbridge.core.config import SamplerKind
+    from gnnbridge.core.inference.evaluation import SampledEvaluator
     from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS
-    from gnnbridge.core.training.evaluation import SampledEvaluator
 
     data = small_graph()
     model, backend = model_for(name, data, layers=2), backends.get(name)
