@@ -361,7 +361,8 @@ def test_the_checker_names_each_broken_rule(tmp_path):
         "gnnbridge/testing/workers.py:1 imports gnnbridge.cli: gnnbridge.testing imports gnnbridge.cli, which stands "
         "above it",
         "import cycle: gnnbridge.core.training.checkpointing -> gnnbridge.core.training.trainer -> "
-        "gnnbridge.core.training.state -> gnnbridge.core.training.checkpointing (gnnbridge/core/training/checkpointing.py:1, "
+        "gnnbridge.core.training.state -> gnnbridge.core.training.checkpointing "
+        "(gnnbridge/core/training/checkpointing.py:1, "
         f"gnnbridge/core/training/trainer.py:2, gnnbridge/core/training/state.py:1){CYCLE}",
         "import cycle: gnnbridge.plugins.datasets -> gnnbridge.plugins.hetero_datasets -> gnnbridge.plugins.datasets "
         f"(gnnbridge/plugins/datasets.py:1, gnnbridge/plugins/hetero_datasets.py:2){CYCLE}",
