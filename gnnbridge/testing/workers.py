@@ -43,7 +43,7 @@ def train_and_dump(ctx: DistContext, config: ExperimentConfig, data: GraphData, 
     outcome = trainer.fit()
     torch.save(
         {
-            "params": parameters_digest(trainer.model),
+            "params": parameters_digest(trainer.parts.model),
             "metrics": outcome["metrics"],
             "history": outcome["history"],
         },
@@ -252,7 +252,7 @@ def cached_training(ctx: DistContext, config: ExperimentConfig, data, out: str, 
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (file_limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
     trainer = Trainer(config, data, ctx, show_progress=False)
-    tables = trainer.data.x if isinstance(trainer.data.x, dict) else {"": trainer.data.x}
+    tables = trainer.parts.data.x if isinstance(trainer.parts.data.x, dict) else {"": trainer.parts.data.x}
     caches = {}
     for name, table in tables.items():
         cache = cache_of(table)

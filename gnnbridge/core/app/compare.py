@@ -277,19 +277,19 @@ def same_batches(
 def _lockstep_worker(ctx: DistContext, configs: list[ExperimentConfig], data, tolerance: float) -> list[dict]:
     trainers = [Trainer(cfg, data, ctx, show_progress=False) for cfg in configs]
     reference = trainers[0]
-    origin = reference.call.origin
-    neutral = to_neutral(reference.model, reference.model.state_dict(), origin)
+    origin = reference.parts.call.origin
+    neutral = to_neutral(reference.parts.model, reference.parts.model.state_dict(), origin)
     for other in trainers[1:]:
-        other.model.load_state_dict(from_neutral(other.model, neutral, origin))
+        other.parts.model.load_state_dict(from_neutral(other.parts.model, neutral, origin))
     gaps = [_Gaps(reference.config.backend, t.config.backend) for t in trainers[1:]]
     for epoch in range(configs[0].train.epochs):
         loaders = [iter(t.epoch_loader(epoch)) for t in trainers]
         for t in trainers:
-            t.model.train()
+            t.parts.model.train()
         for step, batches in enumerate(zip(*loaders)):
             losses, layers = [], []
             for trainer, mb in zip(trainers, batches):
-                with layer_probe(trainer.model) as outputs:
+                with layer_probe(trainer.parts.model) as outputs:
                     loss_sum, terms, _, _ = trainer.train_step(mb)
                 losses.append(float(loss_sum) / max(1, int(terms)))
                 layers.append(outputs)
@@ -346,10 +346,10 @@ def _nan_max(values: list[float]) -> float:
 def _final_outputs(trainer: Trainer) -> torch.Tensor:
     """Every item's logits (node and graph tasks), or the scores of the test pairs (link tasks)."""
     if trainer.config.task is Task.LINK:
-        trainer.model.eval()
-        edges, _ = trainer.data.held_out("test")
-        return trainer.link_scorer().score_pairs(trainer.model, edges[0], edges[1]).float()
-    return trainer.predict().float()
+        trainer.parts.model.eval()
+        edges, _ = trainer.parts.data.held_out("test")
+        return trainer.parts.link_scorer().score_pairs(trainer.parts.model, edges[0], edges[1]).float()
+    return trainer.parts.predict().float()
 
 
 def _max_gap(a, b) -> float:

@@ -34,8 +34,8 @@ def write(run_dir: Path, plan: Plan, ctx: DistContext, trainer: Trainer, outcome
         "world_size": ctx.world_size,
         "num_nodes": ctx.num_nodes,
         "device": config.device.value,
-        "dataset": trainer.data.summary(),
-        "sampler": type(trainer.sampler).__name__,
+        "dataset": trainer.parts.data.summary(),
+        "sampler": type(trainer.parts.sampler).__name__,
         "tables": trainer.table_copies,  # model.embeddings=sparse: one copy per "machine" or per "rank"
         **outcome,
         "resumed_from": plan.resumed_from,

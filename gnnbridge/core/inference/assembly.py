@@ -105,7 +105,7 @@ class RunParts:
 
     # ------------------------------------------------------------------ evaluators
 
-    def _validation_evaluator(self) -> Evaluator:
+    def validation_evaluator(self) -> Evaluator:
         if self.is_link:
             return self._links(self.sampler)
         if self.config.task is Task.GRAPH:
@@ -159,11 +159,11 @@ class RunParts:
 
     def evaluate(self) -> dict[str, float]:
         """The final evaluation (``eval.mode``) of the current weights on every split."""
-        return self._final_evaluator().evaluate(self.model, ("train", "val", "test"))
+        return self.final_evaluator().evaluate(self.model, ("train", "val", "test"))
 
     def predict(self) -> torch.Tensor:
         """Logits of every node (or graph), by the same evaluator as :meth:`evaluate`."""
-        return self._final_evaluator().predict(self.model)
+        return self.final_evaluator().predict(self.model)
 
     def embeddings(self, stack: ExitStack) -> dict[str, torch.Tensor]:
         """Every node type's final states ``{type: [N, hidden]}`` from the exact typed layer-wise
@@ -184,7 +184,7 @@ class RunParts:
 
     def link_scorer(self) -> LinkEvaluator:
         """Scores pairs of the target edge type as the final evaluation does (``eval.mode``)."""
-        evaluator = self._final_evaluator()
+        evaluator = self.final_evaluator()
         if not isinstance(evaluator, LinkEvaluator):
             raise TypeError("link_scorer() needs a link task")
         return evaluator
@@ -219,7 +219,7 @@ class RunParts:
             out["note"] = f"{why}: evaluated on every seed's full neighbourhood"
         return out
 
-    def _final_evaluator(self) -> Evaluator:
+    def final_evaluator(self) -> Evaluator:
         mode = self.final_mode()
         if mode is EvalMode.LAYERWISE and isinstance(self.data, HeteroGraphData):
             return self._typed_layerwise()
@@ -231,4 +231,4 @@ class RunParts:
         if mode is EvalMode.FULL:
             full = self._sampler(every_neighbour=True)
             return self._links(full) if self.is_link else self._sampled(full)
-        return self._validation_evaluator()
+        return self.validation_evaluator()

@@ -70,8 +70,8 @@ class Checkpointing:
             "format": checkpoint.FORMAT,
             "version": checkpoint.VERSION,
             "epoch": epoch,
-            "model": trainer.model.state_dict(),
-            "model_revision": checkpoint.model_revision(trainer.model),
+            "model": trainer.parts.model.state_dict(),
+            "model_revision": checkpoint.model_revision(trainer.parts.model),
             "optimizer": trainer.optimizer.state_dict(),
             "scheduler": trainer.schedule.state_dict() if trainer.schedule is not None else None,
             "rng": checkpoint.rng_states(),
@@ -81,14 +81,14 @@ class Checkpointing:
             "config": trainer.config.to_dict(),
             "versions": library_versions(trainer.config.backend),
             "world_size": trainer.ctx.world_size,
-            "data": trainer.data.summary(),
+            "data": trainer.parts.data.summary(),
             "logged": dict(trainer.loggers.logged),
         }
 
     def best_metrics(self, trainer, evaluator: Evaluator, final: dict) -> dict | None:
         """Every split's metrics for the best epoch's weights (the model a user should keep);
         None in the one case they are gone (see the class)."""
-        state, model = trainer.state, trainer.model
+        state, model = trainer.state, trainer.parts.model
         if state.best_epoch is None or state.best_epoch == state.history[-1]["epoch"]:
             return final
         if self.best_weights is None:

@@ -31,15 +31,15 @@ SEEDS = 8  # items of the dry batch: enough for real shapes, cheap on any graph
 FANOUT = 5  # neighbours per node of the one-hop graph layer_forward is tried on
 
 
-def dry_step(trainer) -> None:
+def dry_step(parts) -> None:
     """Check the model on this rank, then agree with every other rank (see the module docstring)."""
     error: GnnBridgeError | None = None
     try:
-        with trainer.call.watched("its dry step before epoch 1 (one small batch)"):
-            _check(trainer)
+        with parts.call.watched("its dry step before epoch 1 (one small batch)"):
+            _check(parts)
     except GnnBridgeError as exc:  # a plugin's fault, already one line naming it
         error = exc
-    lines = trainer.ctx.gather_objects(None if error is None else str(error))
+    lines = parts.ctx.gather_objects(None if error is None else str(error))
     if error is not None:
         raise error
     failed = [(rank, line) for rank, line in enumerate(lines) if line]
@@ -47,24 +47,24 @@ def dry_step(trainer) -> None:
         raise failed_on(*failed[0])
 
 
-def _check(trainer) -> None:
-    model, ctx = trainer.model, trainer.ctx
-    seeds = trainer.data.split("train")[:SEEDS]
+def _check(parts) -> None:
+    model, ctx = parts.model, parts.ctx
+    seeds = parts.data.split("train")[:SEEDS]
     if not seeds.numel():
         return
     was_training = model.training
     model.eval()
     try:
-        with torch.no_grad(), autocast(trainer.config.placement.precision, ctx.device):
-            trainer.sampler.reseed(trainer.config.train.seed, -1, ctx.rank)  # as validation does
-            for mb in trainer.sampler.loader([seeds]):
-                logits, _ = step_outputs(trainer, model, mb)  # shape, dtype and device, by trainer.call
-                trainer.call.finite(logits, "forward")
-            if trainer.final_mode() is EvalMode.LAYERWISE:  # the layers will be called one by one: try them now
-                if isinstance(trainer.data, HeteroGraphData):
-                    check_typed_layers(trainer, model)
+        with torch.no_grad(), autocast(parts.config.placement.precision, ctx.device):
+            parts.sampler.reseed(parts.config.train.seed, -1, ctx.rank)  # as validation does
+            for mb in parts.sampler.loader([seeds]):
+                logits, _ = step_outputs(parts, model, mb)  # shape, dtype and device, by parts.call
+                parts.call.finite(logits, "forward")
+            if parts.final_mode() is EvalMode.LAYERWISE:  # the layers will be called one by one: try them now
+                if isinstance(parts.data, HeteroGraphData):
+                    check_typed_layers(parts, model)
                 else:
-                    check_layers(trainer.call, trainer.backend, model, trainer.data, seeds, ctx.device)
+                    check_layers(parts.call, parts.backend, model, parts.data, seeds, ctx.device)
     finally:
         model.train(was_training)
 
@@ -82,7 +82,7 @@ def check_layers(call, backend, model, data, seeds: torch.Tensor, device: torch.
         rows = out[torch.arange(sub.node.numel(), device=out.device) % out.shape[0]]
 
 
-def check_typed_layers(trainer, model) -> None:
+def check_typed_layers(parts, model) -> None:
     """Each ``layer(i, graph, rows, block=0)`` of a typed layer-wise model on a one-hop graph of
     a few nodes of every type some relation reaches, as the typed pass calls it: each must give
     one finite row per node of that type. A later layer's inputs repeat the previous layer's
@@ -90,21 +90,21 @@ def check_typed_layers(trainer, model) -> None:
     from gnnbridge.core.inference.typed_layerwise import TypedLayerwise, unwrap
 
     model = unwrap(model)
-    typed = TypedLayerwise(trainer.backend, trainer.data, trainer.ctx, SEEDS, "memory", trainer.call)
+    typed = TypedLayerwise(parts.backend, parts.data, parts.ctx, SEEDS, "memory", parts.call)
     for node_type in typed.reached:
-        ids = torch.arange(min(SEEDS, trainer.data.num_nodes[node_type]))
+        ids = torch.arange(min(SEEDS, parts.data.num_nodes[node_type]))
         sub = typed.one_hop.sample({node_type: ids})
-        graph = trainer.backend.graph_to(trainer.backend.from_hetero_sampled(sub), trainer.ctx.device)
+        graph = parts.backend.graph_to(parts.backend.from_hetero_sampled(sub), parts.ctx.device)
         rows = {t: typed.inputs(model, t, nodes) for t, nodes in sub.node.items()}
         for layer in range(model.spec.layers):
-            with trainer.call.blame(f"layer({layer}) of the typed layer-wise pass"):
+            with parts.call.blame(f"layer({layer}) of the typed layer-wise pass"):
                 out = model.layer(layer, graph, rows, block=0)
             got = out.get(node_type) if isinstance(out, dict) else None
             if not isinstance(got, torch.Tensor) or got.dim() != 2 or got.shape[0] != ids.numel():
                 shape = list(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
                 raise PluginError(
-                    f"{trainer.call.origin}: layer({layer}) gave {shape} for the {ids.numel()} '{node_type}' nodes "
+                    f"{parts.call.origin}: layer({layer}) gave {shape} for the {ids.numel()} '{node_type}' nodes "
                     "of a one-hop graph; the typed layer-wise pass needs a dict with one row per destination node."
                 )
-            trainer.call.finite(got, f"layer({layer})")
+            parts.call.finite(got, f"layer({layer})")
             rows = {t: got[torch.arange(n.numel()) % got.shape[0]] for t, n in sub.node.items()}

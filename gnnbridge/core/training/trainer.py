@@ -54,7 +54,7 @@ from gnnbridge.core.training.state import TrainState
 RANK_MODULES = ("torch._dynamo", "gnnbridge.core.sampling.kernels:start_numba")
 
 
-class Trainer(RunParts):
+class Trainer:
     """One loop for every task and target: a node task's batches are seed nodes and their sampled
     neighbourhoods, a graph task's are graph ids and those whole graphs, a link task's are pairs.
     What a batch's outputs are scored against, and how, is the parts' (:class:`RunParts`: the
@@ -74,11 +74,14 @@ class Trainer(RunParts):
         # tqdm's default lock is a multiprocessing semaphore: a rank killed by a signal would leave
         # it registered, and the resource tracker would warn about a "leak" under the error line.
         tqdm.set_lock(threading.RLock())
-        super().__init__(config, data, ctx, weights=resume)  # the weights before the move to the device
+        self.config, self.ctx = config, ctx
+        # The run's parts (data, backend, sampler, model, target, evaluators), which evaluate and
+        # predict assemble alike; the weights are loaded before the move to the device.
+        self.parts = RunParts(config, data, ctx, weights=resume)
         self.cache_counts = [0, 0]  # rows served from the feature cache, rows gathered: every epoch so far
         self.show_progress = show_progress and ctx.is_main
         # Built after the move: a loaded optimizer state follows its parameters' device.
-        self.optimizer = optim.for_model(self.model, config.train)
+        self.optimizer = optim.for_model(self.parts.model, config.train)
         self.schedule = optim.build_schedule(self.optimizer, config.train)  # stepped once per epoch
         self.scaler = grad_scaler(config.placement.precision, ctx.device)
         self.state = TrainState()
@@ -89,15 +92,15 @@ class Trainer(RunParts):
         device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
         # A heterogeneous batch may hold no node of a type, or no edge of a relation: the
         # parameters of those take no part in that step, which DDP must be told to expect.
-        self.sparse_use = isinstance(data, HeteroGraphData) or bool(getattr(self.model, "heterogeneous", False))
-        tables = sparse.sparse_tables(self.model)  # model.embeddings=sparse: reduced by sync_tables, not DDP
+        self.sparse_use = isinstance(data, HeteroGraphData) or bool(getattr(self.parts.model, "heterogeneous", False))
+        tables = sparse.sparse_tables(self.parts.model)  # model.embeddings=sparse: reduced by sync_tables, not DDP
         if ctx.distributed and tables:
-            sparse.exclude_from_ddp(self.model, tables)
+            sparse.exclude_from_ddp(self.parts.model, tables)
         self.sync_tables = self._table_sync(tables)
         self.ddp = (
-            DistributedDataParallel(self.model, device_ids=device_ids, find_unused_parameters=self.sparse_use)
+            DistributedDataParallel(self.parts.model, device_ids=device_ids, find_unused_parameters=self.sparse_use)
             if ctx.distributed
-            else self.model
+            else self.parts.model
         )
         folder = Path(run_dir) if run_dir and ctx.is_main else None
         self.checkpointing = Checkpointing(folder, resume)  # when checkpoints are written, the best weights
@@ -147,8 +150,8 @@ class Trainer(RunParts):
 
     def _fit(self) -> dict:
         cfg, state = self.config.train, self.state
-        validator = self._validation_evaluator()
-        dry_step(self)  # the model's contract, on one small batch, before any work is spent
+        validator = self.parts.validation_evaluator()
+        dry_step(self.parts)  # the model's contract, on one small batch, before any work is spent
         self._warn_if_few_steps()
         for epoch in range(state.next_epoch, cfg.epochs):
             if state.should_stop(cfg.patience):
@@ -158,21 +161,21 @@ class Trainer(RunParts):
                 self.schedule.step()
             t0 = time.perf_counter()
             try:
-                stats.update(validator.evaluate(self.model, ("val",)))
+                stats.update(validator.evaluate(self.parts.model, ("val",)))
             except TrainingDivergedError as exc:
                 raise self._diverged(epoch, f"after its last step {exc}") from None
             stats["eval_time_s"] = time.perf_counter() - t0
             stats["phases"]["eval"] = stats["eval_time_s"]
-            improved = state.record(stats, cfg.monitor, self.target.is_better)
+            improved = state.record(stats, cfg.monitor, self.parts.target.is_better)
             if improved:
-                self.checkpointing.remember_best(self.model)
+                self.checkpointing.remember_best(self.parts.model)
             self._log(stats)
             self.loggers.epoch(stats)
             last = epoch == cfg.epochs - 1 or state.should_stop(cfg.patience)
             self.checkpointing.after_epoch(self, epoch, improved, last)
         t0 = time.perf_counter()
-        final_evaluator = self._final_evaluator()
-        final = final_evaluator.evaluate(self.model, ("train", "val", "test"))
+        final_evaluator = self.parts.final_evaluator()
+        final = final_evaluator.evaluate(self.parts.model, ("train", "val", "test"))
         return {
             "metrics": final,
             "history": state.history,
@@ -183,20 +186,20 @@ class Trainer(RunParts):
             },
             "early_stopping": state.stopping_summary(cfg.patience),
             "epochs_trained": len(state.history),
-            "eval": self.eval_summary(),
+            "eval": self.parts.eval_summary(),
             **self.cache_summary(),
         }
 
     def cache_summary(self) -> dict:
         """What ``results.json`` says about ``placement.feature_cache`` (nothing when it is off):
         this rank's cache and the hit rate over every rank's training gathers."""
-        if not self.feature_caches:
+        if not self.parts.feature_caches:
             return {}
         hits, rows = self.cache_counts
         return {
             "feature_cache": {
-                "bytes": sum(c.nbytes for c in self.feature_caches),
-                "rows": sum(c.ids.numel() for c in self.feature_caches),
+                "bytes": sum(c.nbytes for c in self.parts.feature_caches),
+                "rows": sum(c.ids.numel() for c in self.parts.feature_caches),
                 "hit_rate": hits / rows if rows else 0.0,
             }
         }
@@ -204,10 +207,11 @@ class Trainer(RunParts):
     def _epoch_hit_rate(self) -> dict:
         """``{"feature_cache_hit_rate": rows served from the cache / rows gathered}`` over every
         rank's training gathers of the epoch just run (one small all-reduce); {} without a cache."""
-        if not self.feature_caches:
+        if not self.parts.feature_caches:
             return {}
         counts = torch.tensor(
-            [sum(c.hits for c in self.feature_caches), sum(c.total for c in self.feature_caches)], dtype=torch.int64
+            [sum(c.hits for c in self.parts.feature_caches), sum(c.total for c in self.parts.feature_caches)],
+            dtype=torch.int64,
         )
         hits, rows = self.ctx.all_reduce_sum(counts).tolist()
         self.cache_counts = [self.cache_counts[0] + hits, self.cache_counts[1] + rows]
@@ -226,9 +230,11 @@ class Trainer(RunParts):
         train = self.config.train
         if self.ctx.attempt or self.state.next_epoch >= train.epochs:
             return
-        seeds = self.data.split("train").numel()
-        norms = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in self.model.modules())
-        line = few_steps(seeds, train.batch_size, self.ctx.world_size, train.max_batches, self.data.item_name, norms)
+        seeds = self.parts.data.split("train").numel()
+        norms = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in self.parts.model.modules())
+        line = few_steps(
+            seeds, train.batch_size, self.ctx.world_size, train.max_batches, self.parts.data.item_name, norms
+        )
         if line is not None:
             self._note(f"Warning: {line}")
 
@@ -290,12 +296,12 @@ class Trainer(RunParts):
         if not self.shard_fingerprint:
             self.shard_fingerprint = _fingerprint(batches)
         self.ddp.train()
-        sums = midepoch.EpochSums(self.target, self.output_width, ctx.device)
+        sums = midepoch.EpochSums(self.parts.target, self.parts.output_width, ctx.device)
         bar = self._epoch_bar(epoch, len(batches))
         t0 = time.perf_counter()
         progress = BarFigures(t0)
         phases = PhaseTimer(ctx.device, ctx.doing, epoch)
-        for cache in self.feature_caches:
+        for cache in self.parts.feature_caches:
             cache.reset()
         self.resumed = self._resumed_inside(epoch, len(batches))
         phases.start()
@@ -335,13 +341,13 @@ class Trainer(RunParts):
         logits; targets). The loss is the target's (``train.loss``)."""
         cfg = self.config
         with autocast(cfg.placement.precision, self.ctx.device):
-            logits, y = step_outputs(self, self.ddp, mb, phases)
+            logits, y = step_outputs(self.parts, self.ddp, mb, phases)
             # Summed then divided: an empty batch (possible when seeds do not split evenly
             # over ranks) contributes zero, not NaN, and still joins DDP's all-reduce.
-            loss_sum_batch, terms = self.target.loss(logits, y, self.loss_name)
+            loss_sum_batch, terms = self.parts.target.loss(logits, y, self.parts.loss_name)
         loss = loss_sum_batch / terms.clamp(min=1)
         self.optimizer.zero_grad(set_to_none=True)
-        with self.call.blame("backward pass"):
+        with self.parts.call.blame("backward pass"):
             (self.scaler.scale(loss) if self.scaler else loss).backward()
         self.sync_tables()
         phases.mark("backward")
@@ -364,15 +370,15 @@ class Trainer(RunParts):
         cfg, ctx = self.config, self.ctx
         seed_everything(derived_seed(cfg.train.seed, epoch, ctx.rank, stream=4))
         batches = epoch_batches(
-            self.data.split("train"), cfg.train.batch_size, cfg.train.seed, epoch, ctx.rank, ctx.world_size
+            self.parts.data.split("train"), cfg.train.batch_size, cfg.train.seed, epoch, ctx.rank, ctx.world_size
         )
         # Every rank has as many batches as the others, so a cap keeps them in step.
         return batches[: cfg.train.max_batches] if cfg.train.max_batches else batches
 
     def _batches(self, batches: list[torch.Tensor], epoch: int):
         """This epoch's mini-batches; reseeds the sampler first, in the thread that samples."""
-        self.sampler.reseed(self.config.train.seed, epoch, self.ctx.rank)
-        return self.sampler.loader(batches)
+        self.parts.sampler.reseed(self.config.train.seed, epoch, self.ctx.rank)
+        return self.parts.sampler.loader(batches)
 
     def _check_every_parameter_learns(self) -> None:
         """After the first backward pass under DDP: a parameter without a gradient would make DDP
@@ -380,10 +386,10 @@ class Trainer(RunParts):
         if self._grads_checked or not self.ctx.distributed or self.sparse_use:
             return
         self._grads_checked = True
-        idle = [n for n, p in self.model.named_parameters() if p.requires_grad and p.grad is None]
+        idle = [n for n, p in self.parts.model.named_parameters() if p.requires_grad and p.grad is None]
         if idle:
             raise PluginError(
-                f"{self.call.origin} has parameters that take no part in the loss ({', '.join(idle[:4])}"
+                f"{self.parts.call.origin} has parameters that take no part in the loss ({', '.join(idle[:4])}"
                 f"{', ...' if len(idle) > 4 else ''}); DDP needs every parameter in every step: use them "
                 "in forward, or remove them (or set requires_grad=False)."
             )
@@ -394,7 +400,7 @@ class Trainer(RunParts):
         the weights as built and finite features: the model's outputs, not the learning rate."""
         if at_first_step:
             raise PluginError(
-                f"{self.call.origin}: forward returned NaN or infinite logits at the first training "
+                f"{self.parts.call.origin}: forward returned NaN or infinite logits at the first training "
                 "step, before any optimizer step (the weights are as built, the features finite), so "
                 "the learning rate is not the cause; fix the model (in training mode: a division by "
                 "zero, a log of 0, uninitialised torch.empty weights). Nothing was saved."
