@@ -647,9 +647,9 @@ MONITOR_PEAKS = textwrap.dedent("""
 
     _record = TrainState.record
 
-    def record(self, stats, monitor):
+    def record(self, stats, monitor, *order):
         stats[monitor] = 1.0 - 0.1 * abs(stats["epoch"] - int(os.environ["BEST_EPOCH"]))
-        return _record(self, stats, monitor)
+        return _record(self, stats, monitor, *order)
 
     TrainState.record = record
 """)

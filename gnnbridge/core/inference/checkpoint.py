@@ -282,11 +282,12 @@ def _mid_epoch_ok(mid: Any, epoch: Any) -> bool:
         and _is_int(mid.get("batches"))
         and mid["batches"] > 0
         and isinstance(mid.get("ranks"), list)
-        and all(isinstance(r, dict) and RANK_POSITION <= r.keys() for r in mid["ranks"])
+        and all(isinstance(r, dict) and RANK_POSITION <= r.keys() and RANK_SUMS & r.keys() for r in mid["ranks"])
     )
 
 
-RANK_POSITION = {"of", "rng", "loss_sum", "first_bad", "counts", "elapsed", "phases"}  # midepoch.capture's keys
+RANK_POSITION = {"of", "rng", "loss_sum", "first_bad", "elapsed", "phases"}  # midepoch.capture's keys, and
+RANK_SUMS = {"running", "counts"}  # the target's running sums (a checkpoint from before targets: "counts")
 
 
 def _history_entry_ok(entry: Any) -> bool:
