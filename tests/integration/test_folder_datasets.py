@@ -83,7 +83,7 @@ def test_a_folder_opens_as_the_npz_graph_mapped_from_its_files(tmp_path):
     for key in ("indptr", "indices", "x", "y", "train_idx", "val_idx", "test_idx"):
         assert torch.equal(getattr(opened, key), getattr(loaded, key)), key
     assert opened.num_classes == loaded.num_classes
-    assert opened.mapped_from == (open_prepared, (str(folder), 3))
+    assert opened.mapped_from == (open_prepared, (str(folder), 3, "class"))  # ranks reopen it in its label form
     assert isinstance(np.load(folder / "x.npy", mmap_mode="r"), np.memmap)
     maps = open(f"/proc/{os.getpid()}/maps").read()
     assert str(folder / "x.npy") in maps and str(folder / "prepared" / "indices.npy") in maps

@@ -24,7 +24,9 @@ from torch_geometric.data import Data
 import gnnbridge
 from gnnbridge.backends.dgl.compat import import_dgl
 from gnnbridge.core.app.compare import same_batches
+from gnnbridge.core.errors import GnnBridgeError
 from gnnbridge.core.plugins import get_target
+from gnnbridge.plugins.folder_datasets import prepare
 
 pytestmark = pytest.mark.slow
 dgl = import_dgl()
@@ -247,3 +249,27 @@ def test_a_multilabel_run_moves_to_the_other_library_and_both_step_alike(trained
     dataset = yaml.safe_load((Path(results["run_dir"]) / "config.yaml").read_text())["dataset"]["path"]
     report = same_batches(dataset=dataset, epochs=1, overrides=["target=multilabel", "train.batch_size=64"])
     assert report["agree"], report
+
+
+def test_a_prepared_folder_of_targets_trains_as_its_npz_and_says_which_target_reads_it(tmp_path):
+    a = node_arrays(1, node_regression)
+    np.savez(tmp_path / "values.npz", **a)
+    (tmp_path / "values").mkdir()
+    for key, value in a.items():
+        np.save(tmp_path / "values" / f"{key}.npy", value)
+    prepare(str(tmp_path / "values"), progress=False)
+    runs = {
+        name: gnnbridge.run(dataset=tmp_path / name, target="regression", nproc=2, out=tmp_path / f"run-{name}",
+                            overrides=["train.epochs=2", "train.batch_size=64"], progress=False)
+        for name in ("values.npz", "values")
+    }  # fmt: skip
+    assert [h["loss"] for h in runs["values"]["history"]] == [h["loss"] for h in runs["values.npz"]["history"]]
+    assert runs["values"]["metrics"] == runs["values.npz"]["metrics"]
+    refusals = {
+        "class": "y holds 2 target value(s) per node, not classes; set target=regression.",
+        "multilabel": "y holds values other than 0, 1 and NaN; target=multilabel reads 0/1 labels.",
+    }
+    for target, line in refusals.items():
+        with pytest.raises(GnnBridgeError) as caught:
+            gnnbridge.run(dataset=tmp_path / "values", target=target, out=tmp_path / "no", progress=False)
+        assert str(caught.value) == f"Folder 'values': {line}" and not (tmp_path / "no").exists()

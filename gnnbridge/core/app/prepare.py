@@ -53,13 +53,14 @@ from gnnbridge.core.records.formats import (
     NPZ_ARRAYS,
     NPZ_REQUIRED,
     check_header,
+    check_member_header,
     hetero_source,
     is_hetero,
     is_member_name,
     typed_keys,
 )
 from gnnbridge.core.records.hetero import edge_name, reverse_types
-from gnnbridge.core.records.labels import infer_num_classes
+from gnnbridge.core.records.labels import infer_num_classes, label_form
 from gnnbridge.core.runtime.host import available_memory
 
 DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}  # bfloat16 stored as uint16
@@ -241,7 +242,11 @@ def open_checked(root: Path, key: str, file: Path, spec: tuple) -> np.ndarray:
         raise DataError(
             f"{root}: {key} ({file.name}) is not a numpy array ({str(exc)[:100]}); save arrays with numpy.save."
         ) from None
-    check_header(root, key, found, shape, *spec)
+    if key == "y":  # classes or rows of targets: which, the run's target says (see _prepare_node)
+        with label_form(labels_of(found, shape)):
+            check_member_header(root, key, found, shape, *spec)
+    else:
+        check_header(root, key, found, shape, *spec)
     try:
         return np.load(file, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError) as exc:
@@ -316,9 +321,14 @@ def _prepare_node(root: Path, members: dict, dtype: str, progress: bool) -> dict
         checked.append("x finite" + (f", {precision_note('x', arrays['x'])}" if dtype != "float32" else ""))
         arrays.update(build_csc(root, ei, n, bar))
         checked.append("edge ids in [0, N)")
-        num_classes = _labels(root, "y", y, bar)
+        labels = labels_of(y.dtype, y.shape)
+        if labels == "class":
+            num_classes, binary = _labels(root, "y", y, bar), False
+            checked.append("labels in [0, C), every class present")
+        else:
+            num_classes, binary = _targets(root, y, bar)
+            checked.append("targets: no infinite value" + (", each 0, 1 or NaN" if binary else ""))
         arrays["y"] = _spec("y.npy", y)
-        checked.append("labels in [0, C), every class present")
         if present:
             _splits(root, {k: a[k] for k in SPLITS}, n, "node")
             arrays.update({k: _spec(f"{k}.npy", a[k]) for k in SPLITS})
@@ -328,9 +338,36 @@ def _prepare_node(root: Path, members: dict, dtype: str, progress: bool) -> dict
         "num_edges": int(ei.shape[1]),
         "num_features": int(x.shape[1]),
         "num_classes": num_classes,
+        "labels": "class" if labels == "class" else "targets",  # targets: regression, or multilabel where binary
+        "binary": binary,
         "splits": "files" if present else "drawn from the seed at load",
     }
     return {"kind": "node", "arrays": arrays, "checked": checked, "summary": summary}
+
+
+def labels_of(dtype: np.dtype, shape: tuple) -> str:
+    """The label form a ``y`` of ``dtype`` and ``shape`` is checked in when no target is known
+    (``prepare`` serves every target): int64 ``[N]`` classes; 0/1 integers or booleans ``[N, L]``
+    multi-label; floats regression (which takes multi-label's 0/1/NaN rows too)."""
+    if dtype.kind in "iub" and len(shape) == 2:
+        return "multilabel"
+    return "regression" if dtype.kind == "f" else "class"
+
+
+def _targets(root: Path, y: np.ndarray, bar) -> tuple[int, bool]:
+    """The columns of a ``y`` of targets (checked a chunk at a time: no infinite value), and
+    whether every value is 0, 1 or NaN (what target=multilabel reads)."""
+    step = max(1, chunk_bytes() // max(1, y[:1].nbytes))
+    binary = True
+    for start in range(0, y.shape[0], step):
+        block = np.asarray(y[start : start + step], dtype=np.float64)
+        if np.isinf(block).any():
+            row = start + int(np.isinf(block.reshape(block.shape[0], -1)).any(axis=1).nonzero()[0][0])
+            raise DataError(f"{root}: y holds an infinite value (first at node {row}); a missing label is NaN.")
+        known = block[~np.isnan(block)]
+        binary = binary and bool(((known == 0) | (known == 1)).all())
+        bar.update(block.nbytes // 2)
+    return (1 if y.ndim == 1 else int(y.shape[1])), binary
 
 
 def _features(root: Path, key: str, x: np.ndarray, dtype: str, bar, converted: str) -> dict:
@@ -616,7 +653,8 @@ def _prepare_collection(root: Path, members: dict) -> dict:
     t = {k: torch.from_numpy(np.array(v)) for k, v in a.items()}
     splits = [t[k] for k in SPLITS] if "train_idx" in t else None
     try:
-        data = GraphCollection.from_edges(t["x"], t["edge_index"], t[NODE_PTR], t["y"], splits)
+        with label_form(labels_of(a["y"].dtype, a["y"].shape)):  # the run's target checks them again
+            data = GraphCollection.from_edges(t["x"], t["edge_index"], t[NODE_PTR], t["y"], splits)
     except DataError as exc:
         raise DataError(f"{root}: {exc}") from None
     summary = {k: v for k, v in data.summary().items() if k != "name"}

@@ -34,6 +34,7 @@ from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData, random_split
 from gnnbridge.core.records.features import advise
 from gnnbridge.core.records.formats import hetero_source, is_member_name
+from gnnbridge.core.records.labels import current_form, described, label_form, stored
 
 FORMAT = 1
 PREPARED = "prepared"
@@ -208,11 +209,17 @@ def mapped(root: Path, spec: dict) -> torch.Tensor:
     return tensor.view(torch.bfloat16) if spec["dtype"] == "bfloat16" else tensor
 
 
-def open_prepared(path: str | os.PathLike, seed: int = 0):
+def open_prepared(path: str | os.PathLike, seed: int = 0, form: str | None = None):
     """The record of a prepared folder (:class:`GraphData`, :class:`HeteroSource` or
     :class:`GraphCollection`), its arrays memory-mapped and not validated again; splits the
-    folder lacks are drawn from ``seed`` exactly as the ``.npz`` loader draws them."""
-    root = Path(path)
+    folder lacks are drawn from ``seed`` exactly as the ``.npz`` loader draws them. Its labels are
+    read in ``form`` (default: the context's, :mod:`.labels`), which a rank reopening the record
+    is handed, as it has no context of its own."""
+    with label_form(form or current_form()):
+        return _open_prepared(Path(path), seed)
+
+
+def _open_prepared(root: Path, seed: int):
     manifest = read_manifest(root)
     changed = changed_input(root, manifest)
     if changed:
@@ -233,7 +240,7 @@ def open_prepared(path: str | os.PathLike, seed: int = 0):
     else:
         raise DataError(f"{root / MANIFEST} names kind {kind!r}; run gnnbridge prepare {root} again.")
     record.folder = root
-    record.mapped_from = (open_prepared, (str(root), seed))
+    record.mapped_from = (open_prepared, (str(root), seed, current_form()))
     return record
 
 
@@ -282,6 +289,28 @@ def _hetero(root: Path, arrays: dict, manifest: dict, name: str):
     return record
 
 
+def folder_labels(y: torch.Tensor, summary: dict, name: str) -> torch.Tensor:
+    """A prepared folder's ``y`` as the run's target reads it (:mod:`.labels`): what prepare found
+    (classes, or rows of targets and whether each is 0, 1 or NaN; a manifest from before targets
+    holds classes) must suit the target, said in one line where it does not. Targets other than
+    float32 are read into memory as float32 (mapped labels of classes stay mapped)."""
+    form, found = current_form(), summary.get("labels", "class")
+    width = int(summary["num_classes"])
+    if form == "class" and found != "class":
+        raise DataError(
+            f"Folder '{name}': y holds {width} target value(s) per node, not classes; set target=regression"
+            f"{' or target=multilabel' if summary.get('binary') else ''}."
+        )
+    if form != "class" and found == "class":
+        raise DataError(
+            f"Folder '{name}': y holds a class per node ({width} classes), but target={form} reads "
+            f"{described(form)}; this dataset trains with target=class."
+        )
+    if form == "multilabel" and not summary.get("binary"):
+        raise DataError(f"Folder '{name}': y holds values other than 0, 1 and NaN; target=multilabel reads 0/1 labels.")
+    return y if form == "class" else stored(y, form)
+
+
 def _node_graph(arrays: dict, manifest: dict, seed: int, name: str) -> GraphData:
     n = int(arrays["x"].shape[0])
     splits = [arrays[k] for k in SPLITS] if "train_idx" in arrays else list(random_split(n, seed))
@@ -289,7 +318,7 @@ def _node_graph(arrays: dict, manifest: dict, seed: int, name: str) -> GraphData
         indptr=arrays["indptr"],
         indices=arrays["indices"],
         x=arrays["x"],
-        y=arrays["y"],
+        y=folder_labels(arrays["y"], manifest["summary"], name),
         train_idx=splits[0],
         val_idx=splits[1],
         test_idx=splits[2],
