@@ -273,3 +273,37 @@ def test_a_prepared_folder_of_targets_trains_as_its_npz_and_says_which_target_re
         with pytest.raises(GnnBridgeError) as caught:
             gnnbridge.run(dataset=tmp_path / "values", target=target, out=tmp_path / "no", progress=False)
         assert str(caught.value) == f"Folder 'values': {line}" and not (tmp_path / "no").exists()
+
+
+def hetero_arrays(seed: int, multilabel: bool) -> dict[str, np.ndarray]:
+    """Papers (features, the labelled type) written by featureless authors and citing each other."""
+    rng = np.random.default_rng(seed)
+    papers, authors = 300, 200
+    x = rng.normal(size=(papers, 6)).astype(np.float32)
+    y = (x[:, :4] > 0).astype(np.int64) if multilabel else np.stack([2 * x[:, 0], x[:, 1] - x[:, 2]], 1)
+    return {
+        "x__paper": x,
+        "num_nodes__author": np.array([authors]),
+        "edge_index__author__writes__paper": np.stack([rng.integers(0, authors, 1500), rng.integers(0, papers, 1500)]),
+        "edge_index__paper__cites__paper": rng.integers(0, papers, (2, 1200)),
+        "y__paper": y.astype(np.int64 if multilabel else np.float32),
+    }
+
+
+@pytest.mark.parametrize("backend, target", [("pyg", "regression"), ("dgl", "multilabel")])
+def test_a_heterogeneous_graphs_labelled_type_takes_the_targets_too(tmp_path, backend, target):
+    np.savez(tmp_path / "typed.npz", **hetero_arrays(6, target == "multilabel"))
+    results = gnnbridge.run(dataset=tmp_path / "typed.npz", backend=backend, target=target, nproc=2,
+                            overrides=["model.arch=rgcn", "train.epochs=3", "train.batch_size=64"],
+                            out=tmp_path / "run", progress=False)  # fmt: skip
+    assert results["eval"]["final"] == "layerwise"  # the typed layer-wise pass scores it
+    outputs = gnnbridge.predict(tmp_path / "run", kind="latest")
+    test = outputs["test_idx"]
+    scores = get_target(target).scores(outputs["y"].shape[1])
+    scores.update(torch.from_numpy(outputs["logits"][test]), torch.from_numpy(outputs["y"][test]))
+    assert scores.as_metrics("test") == pytest.approx({k: v for k, v in results["metrics"].items() if "test" in k})
+    headline = "test_rmse" if target == "regression" else "test_roc_auc"
+    assert results["metrics"][headline] == pytest.approx(results["metrics"][headline])  # a number, not None
+    assert (
+        (results["metrics"]["test_r2"] > 0.3) if target == "regression" else (results["metrics"]["test_roc_auc"] > 0.8)
+    )

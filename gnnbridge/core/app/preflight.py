@@ -654,11 +654,6 @@ def _check_data_task(config: ExperimentConfig, data: GraphData | GraphCollection
             f"task={config.task.value}; add --set task=graph --set model.arch=gin."
         )
     if isinstance(data, HeteroGraphData):
-        if config.target != "class":
-            raise ConfigError(
-                f"target={config.target} trains on homogeneous graphs and collections so far; {label} is "
-                "heterogeneous (its labelled type classifies: target=class)."
-            )
         return
     if isinstance(data, GraphData) and config.task is not Task.NODE:
         raise ConfigError(

@@ -155,7 +155,9 @@ class RunParts:
                 self.backend, self.data, self.ctx, cfg.eval.batch_size, full, cfg.train.seed, self.call, cfg.link.ks,
                 layer_store=store,
             )  # fmt: skip
-        return TypedLayerwiseEvaluator(self.backend, self.data, self.ctx, self.config.eval.batch_size, self.call, store)
+        return TypedLayerwiseEvaluator(
+            self.backend, self.data, self.ctx, self.config.eval.batch_size, self.call, store, self.target
+        )
 
     def evaluate(self) -> dict[str, float]:
         """The final evaluation (``eval.mode``) of the current weights on every split."""

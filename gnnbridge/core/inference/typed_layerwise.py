@@ -124,8 +124,8 @@ class TypedLayerwiseEvaluator(Evaluator):
     """Heterogeneous node classification from one typed layer-wise pass: the labelled type's
     logits for every node, the same on every rank, each split scored locally."""
 
-    def __init__(self, backend, data: HeteroGraphData, ctx, batch_size, call, layer_store: str = "auto"):
-        super().__init__(backend, data, ctx, batch_size, call, layer_store)
+    def __init__(self, backend, data: HeteroGraphData, ctx, batch_size, call, layer_store: str = "auto", target=None):
+        super().__init__(backend, data, ctx, batch_size, call, layer_store, target)
         self.layerwise = TypedLayerwise(backend, data, ctx, batch_size, layer_store, self.call)
 
     def _predict(self, model: torch.nn.Module) -> torch.Tensor:

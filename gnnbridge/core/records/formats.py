@@ -68,7 +68,7 @@ def check_member_header(path, key: str, found: np.dtype, shape: tuple, dtype, nd
     form = current_form()
     other_form = found.kind in "fb" or len(shape) != 1
     as_torch = _torch_dtype(found)
-    if key != "y" or (form == "class" and not other_form) or as_torch is None:
+    if (key != "y" and not key.startswith("y__")) or (form == "class" and not other_form) or as_torch is None:
         return check_header(path, key, found, shape, dtype, ndim)
     try:
         check_form(torch.empty(shape, dtype=as_torch, device="meta"), form)  # the header alone: nothing read
@@ -151,7 +151,12 @@ def graph_from_arrays(where, arrays: dict, seed: int, name: str) -> GraphData | 
     arrays came from). The ``.npz`` reader and graphs handed over in memory both end here, so the
     same arrays make the same record whichever way they came."""
     if is_hetero(arrays):
-        tensors = {key: _checked(where, key, arrays[key], *spec) for key, spec in typed_keys(where, arrays).items()}
+        tensors = {
+            key: _checked_labels(where, arrays[key], key)
+            if key.startswith("y__")
+            else _checked(where, key, arrays[key], *spec)
+            for key, spec in typed_keys(where, arrays).items()
+        }
         return hetero_source(where, tensors, name)
     missing = missing_members(arrays)
     if missing:
@@ -187,15 +192,15 @@ def _checked(where, key: str, array: np.ndarray, dtype, ndim: int) -> torch.Tens
     return torch.from_numpy(np.ascontiguousarray(array))
 
 
-def _checked_labels(where, array: np.ndarray) -> torch.Tensor:
+def _checked_labels(where, array: np.ndarray, key: str = "y") -> torch.Tensor:
     """``y`` in the run's label form (:mod:`.labels`): int64 [items] for classes, as any other
     array is checked; float32 (or 0/1 int) rows of targets otherwise."""
     form = current_form()
     if form == "class" or array.dtype.hasobject or not array.dtype.isnative:
-        return _checked(where, "y", array, *NPZ_REQUIRED["y"])
+        return _checked(where, key, array, *NPZ_REQUIRED["y"])
     y = torch.from_numpy(np.ascontiguousarray(array))
     try:
-        check_form(y, form)
+        check_form(y, form, key)
     except DataError as exc:
         raise DataError(f"{where}: {exc}") from None
     return y

@@ -37,6 +37,7 @@ from gnnbridge.core.records.data import (
     check_ids,
     check_tensor,
 )
+from gnnbridge.core.records.labels import check_form, check_values, current_form, stored
 from gnnbridge.core.records.mapped import Mapped
 
 EdgeType = tuple[str, str, str]
@@ -94,9 +95,13 @@ class HeteroGraphData(Mapped):
     twin_eid: torch.Tensor | None = None
     undirected: bool = False
     name: str = "hetero"
+    labels: str = ""  # y's form (core/records/labels.py); "": the context's, else class
 
     def __post_init__(self) -> None:
         canonical_order(self, ("num_nodes", "x", "edge_index", "indptr"))
+        self.labels = self.labels or current_form()
+        if isinstance(self.y, torch.Tensor):
+            self.y = stored(self.y, self.labels)
         if self.target_edge is not None:
             self.target_edge = tuple(self.target_edge)
         self._check_node_types()
@@ -272,14 +277,17 @@ class HeteroGraphData(Mapped):
         t = self.target_node
         if t not in self.num_nodes:
             raise DataError(f"The labelled node type {t!r} is not declared; node types: {', '.join(self.num_nodes)}.")
-        check_tensor(f"y[{t}]", self.y, torch.int64, ndim=1)
+        check_form(self.y, self.labels, f"y[{t}]")
         if self.y.shape[0] != self.num_nodes[t]:
             raise DataError(f"y[{t}] has {self.y.shape[0]} labels for {self.num_nodes[t]} '{t}' nodes.")
-        if self.num_classes < 2 or int(self.y.min()) < 0 or int(self.y.max()) >= self.num_classes:
+        if self.labels == "class" and (
+            self.num_classes < 2 or int(self.y.min()) < 0 or int(self.y.max()) >= self.num_classes
+        ):
             raise DataError(
                 f"y[{t}] holds labels in [{int(self.y.min())}, {int(self.y.max())}] but num_classes="
                 f"{self.num_classes}; labels must be in [0, num_classes) with num_classes >= 2."
             )
+        check_values(self.y, self.labels, self.num_classes, self.num_nodes[t], f"'{t}' node")
         for name in ("train", "val", "test"):
             check_tensor(f"{name}_idx", self.split(name), torch.int64, ndim=1)
         check_disjoint_splits(self, self.num_nodes[t])

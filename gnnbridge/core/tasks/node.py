@@ -9,7 +9,7 @@ import torch
 from gnnbridge.core.errors import ConfigError, DataError
 from gnnbridge.core.records.data import random_split
 from gnnbridge.core.records.hetero import HeteroGraphData, HeteroSource, with_reverse_edges
-from gnnbridge.core.records.labels import infer_num_classes
+from gnnbridge.core.records.labels import current_form, infer_num_classes, width
 
 
 def for_node_task(source: HeteroSource, reverse: bool, seed: int) -> HeteroGraphData:
@@ -40,7 +40,7 @@ def node_task(
     if target not in num_nodes:
         raise DataError(f"The labelled node type {target!r} is not declared; node types: {', '.join(num_nodes)}.")
     splits = splits or random_split(num_nodes[target], seed)
-    classes = infer_num_classes(y) if num_classes is None else num_classes
+    classes = width(y, current_form()) if num_classes is None else num_classes
     return HeteroGraphData(
         dict(num_nodes),
         dict(x),
@@ -63,6 +63,11 @@ def mapped_node_task(source: HeteroSource, topology: dict, seed: int) -> HeteroG
     t = source.target_node
     if t not in source.num_nodes:
         raise DataError(f"The labelled node type {t!r} is not declared; node types: {', '.join(source.num_nodes)}.")
+    if current_form() != "class":
+        raise DataError(
+            f"Folder '{source.name}': a prepared heterogeneous folder's labels are classes; target={current_form()} "
+            "trains a heterogeneous graph from an .npz or a library's object (not from a folder yet)."
+        )
     splits = source.splits or random_split(source.num_nodes[t], seed)
     classes = source.num_classes if source.num_classes is not None else infer_num_classes(source.y)
     return HeteroGraphData.unchecked(
