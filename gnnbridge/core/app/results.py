@@ -92,9 +92,10 @@ def plot(run_dir: Path, results: dict) -> None:
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(9, 3.5))
     ax_loss.plot(epochs, [h["loss"] for h in history], marker="o")
     ax_loss.set(xlabel="epoch", ylabel="training loss", title="Loss")
-    monitor = results["best"]["monitor"]  # what picks the best epoch: val_acc, val_roc_auc, val_mrr ...
-    if monitor == "val_acc":
-        ax_acc.plot(epochs, [h["train_acc"] for h in history], marker="o", label="train")
+    monitor = results["best"]["monitor"]  # what picks the best epoch: val_acc, val_rmse, val_mrr ...
+    running = "train_" + monitor.removeprefix("val_")  # the target's running figure of it, where it has one
+    if all(running in h for h in history):
+        ax_acc.plot(epochs, [h[running] for h in history], marker="o", label="train")
     label = "val (sampled)" if results["task"] != "graph" else "val"
     ax_acc.plot(epochs, [h.get(monitor) for h in history], marker="o", label=label)
     ax_acc.set(
