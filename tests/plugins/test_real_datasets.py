@@ -127,6 +127,38 @@ def test_ogb_reads_ogb_layout_and_symmetrises(tmp_path, graph, name, monkeypatch
     check(load(name, tmp_path, download=False), graph, num_edges=2 * N)  # from ogb's processed cache
 
 
+def test_ogbn_proteins_reads_its_edge_features_into_its_nodes_and_112_labels(tmp_path, monkeypatch):
+    """ogbn-proteins' layout (edge-feat, no node-feat, node_species, a species split): ogb adds
+    every edge's other direction, and a node's features are the mean of its edges'."""
+    pytest.importorskip("ogb")
+    monkeypatch.setattr("builtins.input", never_asked)
+    folder = tmp_path / "ogbn_proteins"
+    folder.mkdir()
+    (folder / "RELEASE_v1.txt").write_text("tiny test copy\n")
+    edges = ring(N)
+    feats = np.random.default_rng(1).random((N, 8))
+    labels = np.random.default_rng(2).integers(0, 2, (N, 112))
+    write_csv(folder / "raw" / "edge.csv.gz", edges.T)
+    write_csv(folder / "raw" / "edge-feat.csv.gz", feats)
+    write_csv(folder / "raw" / "num-node-list.csv.gz", [N])
+    write_csv(folder / "raw" / "num-edge-list.csv.gz", [N])
+    write_csv(folder / "raw" / "node-label.csv.gz", labels)
+    write_csv(folder / "raw" / "node_species.csv.gz", np.zeros((N, 1), dtype=np.int64))
+    parts = np.split(np.arange(N), [20, 30])
+    for part, ids in zip(("train", "valid", "test"), parts):
+        write_csv(folder / "split" / "species" / f"{part}.csv.gz", ids)
+    with label_form("multilabel"):
+        data = load("ogbn-proteins", tmp_path, download=False)
+    assert data.num_nodes == N and data.num_edges == 2 * N and data.num_classes == 112
+    # node v's edges: v-1 -> v (ring edge v-1) and, reversed, v+1 -> v (ring edge v): both carry their features
+    expected = (feats + np.roll(feats, 1, axis=0)) / 2
+    np.testing.assert_allclose(data.x.numpy(), expected, rtol=1e-5)
+    np.testing.assert_array_equal(data.y.numpy(), labels.astype(np.float32))
+    assert [s.tolist() for s in (data.train_idx, data.val_idx, data.test_idx)] == [p.tolist() for p in parts]
+    with pytest.raises(ConfigError, match="train it with target=multilabel"):
+        load("ogbn-proteins", tmp_path, download=False)
+
+
 # --------------------------------------------------------------------------- ogbg-mol*
 
 MOLECULES = {"ogbg-molhiv": (1, "multilabel"), "ogbg-molpcba": (128, "multilabel"), "ogbg-molesol": (1, "regression")}
