@@ -149,3 +149,27 @@ def pip_install_target(source: Path, copy_to: Path, target: Path) -> Path:
     proc = subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     return copy_to
+
+
+def dgl_pairs(items: list):
+    """A DGL user's own graph dataset of ``(graph, label)`` pairs: a ``dgl.data.DGLDataset``, as
+    DGL's GIN tutorial reads one (DGL is imported here, on first use only)."""
+    from gnnbridge.backends.dgl.compat import import_dgl
+
+    dgl = import_dgl()
+
+    class Pairs(dgl.data.DGLDataset):
+        def __init__(self, items):
+            self.items = items
+            super().__init__(name="pairs")
+
+        def process(self):
+            pass
+
+        def __getitem__(self, i):
+            return self.items[i]
+
+        def __len__(self):
+            return len(self.items)
+
+    return Pairs(items)

@@ -120,23 +120,6 @@ def test_a_heterodata_and_a_heterogeneous_dglgraph_are_the_typed_format():
     assert same(stored(as_dataset(data)), dict(sorted(a.items())))
 
 
-class Graphs(dgl.data.DGLDataset):
-    """A user's own DGL graph-classification dataset: ``(graph, label)`` pairs."""
-
-    def __init__(self, items):
-        self.items = items
-        super().__init__(name="graphs")
-
-    def process(self):
-        pass
-
-    def __getitem__(self, i):
-        return self.items[i]
-
-    def __len__(self):
-        return len(self.items)
-
-
 def test_collections_of_graphs_from_either_library_are_one_collection():
     rng = np.random.default_rng(2)
     sizes = [4, 7, 5]
@@ -148,7 +131,7 @@ def test_collections_of_graphs_from_either_library_are_one_collection():
         g.ndata["feat"] = x
         pairs.append((g, torch.tensor(i % 2)))
     path = as_dataset(pyg)
-    assert path == as_dataset(Graphs(pairs))
+    assert path == as_dataset(helpers.dgl_pairs(pairs))
     assert stored(path)["node_ptr"].tolist() == [0, 4, 11, 16] and stored(path)["y"].tolist() == [0, 1, 0]
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import helpers
 import numpy as np
 import pytest
 import torch
@@ -101,30 +102,13 @@ def pyg_graphs(items) -> list[Data]:  # y [1, T], as PyG's molecule datasets hol
     ]
 
 
-class Pairs(dgl.data.DGLDataset):
-    """A DGL user's graph dataset: ``(graph, row of targets)`` pairs."""
-
-    def __init__(self, items):
-        self.items = items
-        super().__init__(name="pairs")
-
-    def process(self):
-        pass
-
-    def __getitem__(self, i):
-        return self.items[i]
-
-    def __len__(self):
-        return len(self.items)
-
-
-def dgl_graphs(items) -> Pairs:
+def dgl_graphs(items):
     pairs = []
     for x, e, y in items:
         g = dgl.graph((torch.from_numpy(e[0]), torch.from_numpy(e[1])), num_nodes=len(x))
         g.ndata["feat"] = torch.from_numpy(x)
         pairs.append((g, torch.from_numpy(y)))
-    return Pairs(pairs)
+    return helpers.dgl_pairs(pairs)
 
 
 # family: (task, target, the dataset's arrays)

@@ -17,7 +17,7 @@ from gnnbridge.core.errors import DataError
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData, random_split
 from gnnbridge.core.records.hetero import HeteroSource
-from gnnbridge.core.records.labels import check_form, current_form
+from gnnbridge.core.records.labels import check_form, current_form, scoped
 
 NPZ_REQUIRED = {"edge_index": (np.int64, 2), "x": (np.float32, 2), "y": (np.int64, 1)}
 NPZ_SPLITS = ("train_idx", "val_idx", "test_idx")
@@ -124,11 +124,8 @@ def labels_optional(num_classes: int | None) -> Iterator[None]:
     opens as a record of ``num_classes`` classes, all-zero placeholder labels and empty splits,
     marked ``labelled = False`` (what ``predict`` on a new graph needs, and nothing else may
     read its labels). ``num_classes`` None: labels stay required."""
-    token = _UNLABELLED_CLASSES.set(num_classes)
-    try:
+    with scoped(_UNLABELLED_CLASSES, num_classes):
         yield
-    finally:
-        _UNLABELLED_CLASSES.reset(token)
 
 
 def labels_are_optional() -> bool:

@@ -35,11 +35,18 @@ def label_form(form: str) -> Iterator[None]:
     """Inside: records read ``y`` in ``form`` (one of :data:`FORMS`)."""
     if form not in FORMS:
         raise ValueError(f"label form {form!r}; one of {', '.join(FORMS)}")
-    token = _FORM.set(form)
+    with scoped(_FORM, form):
+        yield
+
+
+@contextlib.contextmanager
+def scoped(var: contextvars.ContextVar, value) -> Iterator[None]:
+    """``var`` holds ``value`` inside the block (what a reader is told without a parameter)."""
+    token = var.set(value)
     try:
         yield
     finally:
-        _FORM.reset(token)
+        var.reset(token)
 
 
 def current_form() -> str:
