@@ -31,7 +31,7 @@ from gnnbridge.plugins.folder_datasets import prepare
 
 pytestmark = pytest.mark.slow
 dgl = import_dgl()
-N, F, GRAPHS = 400, 8, 200
+N, F, GRAPHS = 400, 8, 160
 BACKENDS = ("pyg", "dgl")
 
 
@@ -243,7 +243,7 @@ def test_a_prepared_folder_of_targets_trains_as_its_npz_and_says_which_target_re
         np.save(tmp_path / "values" / f"{key}.npy", value)
     prepare(str(tmp_path / "values"), progress=False)
     runs = {
-        name: gnnbridge.run(dataset=tmp_path / name, target="regression", nproc=2, out=tmp_path / f"run-{name}",
+        name: gnnbridge.run(dataset=tmp_path / name, target="regression", nproc=1, out=tmp_path / f"run-{name}",
                             overrides=["train.epochs=2", "train.batch_size=64"], progress=False)
         for name in ("values.npz", "values")
     }  # fmt: skip
@@ -277,7 +277,7 @@ def hetero_arrays(seed: int, multilabel: bool) -> dict[str, np.ndarray]:
 @pytest.mark.parametrize("backend, target", [("pyg", "regression"), ("dgl", "multilabel")])
 def test_a_heterogeneous_graphs_labelled_type_takes_the_targets_too(tmp_path, backend, target):
     np.savez(tmp_path / "typed.npz", **hetero_arrays(6, target == "multilabel"))
-    results = gnnbridge.run(dataset=tmp_path / "typed.npz", backend=backend, target=target, nproc=2,
+    results = gnnbridge.run(dataset=tmp_path / "typed.npz", backend=backend, target=target, nproc=1,
                             overrides=["model.arch=rgcn", "train.epochs=3", "train.batch_size=64"],
                             out=tmp_path / "run", progress=False)  # fmt: skip
     assert results["eval"]["final"] == "layerwise"  # the typed layer-wise pass scores it
