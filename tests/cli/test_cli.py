@@ -426,3 +426,12 @@ def test_the_program_ends_without_teardown_but_after_what_an_exit_waits_for(tmp_
     assert sorted(p.name for p in marks.iterdir()) == ["atexit", "pool", "thread"]
     refused = helpers.gnnbridge("train", "--set", "train.epochs=0", cwd=tmp_path, env=env)
     assert refused.returncode == 1 and refused.stderr.startswith("Error: ")
+
+
+def test_targets_lists_each_target_with_its_losses_and_monitors(tmp_path):
+    proc = helpers.in_process("targets", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    names = [line.split()[0] for line in lines if not line.startswith(" ")]
+    assert names == ["class", "multilabel", "regression"]
+    assert "losses: mse, l1, huber; monitors: val_rmse, val_mae, val_r2" in proc.stdout

@@ -343,8 +343,8 @@ targets = Registry(
     "target",
     "register_tasks",
     "(gnnbridge targets lists them).",
-    lambda value: isinstance(value, Target),
-    "an instance of a gnnbridge.core.interfaces.Target subclass",
+    lambda value: isinstance(value, Target) and bool(value.losses) and bool(value.monitors),
+    "an instance of a gnnbridge.core.interfaces.Target subclass that names its losses and monitors",
 )
 REGISTRIES = (
     backends,
