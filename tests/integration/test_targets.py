@@ -121,29 +121,32 @@ FAMILIES = {
 HANDED = {"node": {"pyg": as_data, "dgl": as_dglgraph}, "graph": {"pyg": pyg_graphs, "dgl": dgl_graphs}}
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """Every family trained on both libraries, 2 ranks each: ``{(family, backend): results}``."""
-    root = tmp_path_factory.mktemp("targets")
-    runs = {}
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("GNNBRIDGE_DATA", str(root / "data-root"))
-        for family, (task, target, make) in FAMILIES.items():
-            made = make()
-            for backend in BACKENDS:
-                settings = [f"task={task}", "train.epochs=4", "train.batch_size=32", "train.lr=0.01"]
-                if task == "graph":
-                    settings.append("model.arch=gin")
-                runs[family, backend] = gnnbridge.run(
-                    dataset=HANDED[task][backend](made),
-                    backend=backend,
-                    target=target,
-                    nproc=2,
-                    overrides=settings,
-                    out=root / f"{family}-{backend}",
-                    progress=False,
-                )
-        yield runs
+_RUNS: dict[str, dict[str, dict]] = {}  # family -> backend -> results, trained once per worker
+
+
+def family(*names: str) -> list:
+    """``names`` as parameters, each family's tests grouped on one xdist worker (``--dist
+    loadgroup``), which trains that family's runs once (:func:`runs`) while other workers train
+    the other families'."""
+    return [pytest.param(name, marks=pytest.mark.xdist_group(f"test_targets:{name}")) for name in names]
+
+
+def runs(name: str, tmp_path_factory) -> dict[str, dict]:
+    """One family trained on both libraries, 2 ranks each: ``{backend: results}``."""
+    if name not in _RUNS:
+        task, target, make = FAMILIES[name]
+        made, root = make(), tmp_path_factory.mktemp(name)
+        settings = [f"task={task}", "train.epochs=4", "train.batch_size=32", "train.lr=0.01"]
+        if task == "graph":
+            settings.append("model.arch=gin")
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("GNNBRIDGE_DATA", str(root / "data-root"))
+            _RUNS[name] = {
+                backend: gnnbridge.run(dataset=HANDED[task][backend](made), backend=backend, target=target,
+                                       nproc=2, overrides=settings, out=root / backend, progress=False)
+                for backend in BACKENDS
+            }  # fmt: skip
+    return _RUNS[name]
 
 
 def ogb_figures(family: str, y: np.ndarray, outputs: np.ndarray) -> dict[str, float]:
@@ -161,48 +164,49 @@ def ogb_figures(family: str, y: np.ndarray, outputs: np.ndarray) -> dict[str, fl
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("family", FAMILIES)
-def test_each_family_reports_what_ogbs_evaluator_computes_from_its_outputs(trained, family, backend):
-    results = trained[family, backend]
+@pytest.mark.parametrize("name", family(*FAMILIES))
+def test_each_family_reports_what_ogbs_evaluator_computes_from_its_outputs(tmp_path_factory, name, backend):
+    results = runs(name, tmp_path_factory)[backend]
     run_dir = results["run_dir"]
     outputs = gnnbridge.predict(run_dir, kind="latest")  # the last epoch's weights: results' metrics
     test = outputs["test_idx"]
     y, logits = outputs["y"][test], outputs["logits"][test]
-    scores = get_target(FAMILIES[family][1]).scores(y.shape[1])
+    scores = get_target(FAMILIES[name][1]).scores(y.shape[1])
     scores.update(torch.from_numpy(logits), torch.from_numpy(y))
     ours = scores.as_metrics("test")  # gnnbridge's metric on the outputs predict wrote
-    for name, value in ogb_figures(family, y.astype(np.float64), logits.astype(np.float64)).items():
-        assert ours[f"test_{name}"] == pytest.approx(value, rel=1e-12, abs=1e-15), (name, value)
+    for metric, value in ogb_figures(name, y.astype(np.float64), logits.astype(np.float64)).items():
+        assert ours[f"test_{metric}"] == pytest.approx(value, rel=1e-12, abs=1e-15), (metric, value)
         # What the run reported: its evaluation's outputs are predict's up to float32 sums in another
         # order (DGL's full-neighbour blocks batch the nodes differently).
-        assert results["metrics"][f"test_{name}"] == pytest.approx(value, rel=1e-6)
+        assert results["metrics"][f"test_{metric}"] == pytest.approx(value, rel=1e-6)
     assert gnnbridge.evaluate(run_dir, kind="latest")["metrics"] == pytest.approx(results["metrics"], rel=1e-6)
-    if FAMILIES[family][1] == "multilabel":  # probabilities of each label, and 0/1 predictions
+    if FAMILIES[name][1] == "multilabel":  # probabilities of each label, and 0/1 predictions
         assert np.allclose(outputs["probs"], 1 / (1 + np.exp(-outputs["logits"])), atol=1e-6)
         assert set(np.unique(outputs["pred"])) <= {0, 1} and outputs["pred"].shape == outputs["y"].shape
     else:  # regression writes its values alone
         assert set(outputs) == {"logits", "y", "train_idx", "val_idx", "test_idx"}
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_the_monitor_keeps_the_best_epoch_which_is_the_lowest_error_for_regression(trained, family):
-    results = trained[family, "pyg"]
+@pytest.mark.parametrize("name", family(*FAMILIES))
+def test_the_monitor_keeps_the_best_epoch_which_is_the_lowest_error_for_regression(tmp_path_factory, name):
+    results = runs(name, tmp_path_factory)["pyg"]
     monitor = results["best"]["monitor"]
     values = [h[monitor] for h in results["history"]]
-    best = int(np.argmin(values)) if FAMILIES[family][1] == "regression" else int(np.argmax(values))
-    assert monitor == ("val_rmse" if FAMILIES[family][1] == "regression" else "val_roc_auc")
+    best = int(np.argmin(values)) if FAMILIES[name][1] == "regression" else int(np.argmax(values))
+    assert monitor == ("val_rmse" if FAMILIES[name][1] == "regression" else "val_roc_auc")
     assert results["best"]["epoch"] == best and results["best"]["value"] == values[best]
 
 
-@pytest.mark.parametrize("family", ["graph-regression", "graph-multilabel"])
-def test_a_graph_family_is_one_run_on_either_library(trained, family):
-    pyg, dgl_ = trained[family, "pyg"], trained[family, "dgl"]
+@pytest.mark.parametrize("name", family("graph-regression", "graph-multilabel"))
+def test_a_graph_family_is_one_run_on_either_library(tmp_path_factory, name):
+    pyg, dgl_ = runs(name, tmp_path_factory)["pyg"], runs(name, tmp_path_factory)["dgl"]
     assert [h["loss"] for h in pyg["history"]] == pytest.approx([h["loss"] for h in dgl_["history"]], rel=1e-5)
     assert pyg["metrics"] == pytest.approx(dgl_["metrics"], rel=1e-5)
 
 
-def test_node_regression_layer_wise_is_the_whole_graph_through_the_model_handed_back(trained):
-    run_dir = trained["node-regression", "pyg"]["run_dir"]
+@pytest.mark.xdist_group("test_targets:node-regression")
+def test_node_regression_layer_wise_is_the_whole_graph_through_the_model_handed_back(tmp_path_factory):
+    run_dir = runs("node-regression", tmp_path_factory)["pyg"]["run_dir"]
     outputs = gnnbridge.predict(run_dir)
     model = gnnbridge.load(run_dir)
     a = node_arrays(1, node_regression)
@@ -215,8 +219,9 @@ def test_node_regression_layer_wise_is_the_whole_graph_through_the_model_handed_
     assert set(on_it) == {"logits"} and np.allclose(on_it["logits"], outputs["logits"], atol=1e-6)
 
 
-def test_a_multilabel_run_resumes_to_more_epochs(trained, tmp_path):
-    results = trained["node-multilabel", "dgl"]
+@pytest.mark.xdist_group("test_targets:node-multilabel")
+def test_a_multilabel_run_resumes_to_more_epochs(tmp_path_factory, tmp_path):
+    results = runs("node-multilabel", tmp_path_factory)["dgl"]
     shutil.copytree(results["run_dir"], tmp_path / "run")  # the other tests read the run as trained
     more = gnnbridge.run(resume=tmp_path / "run", overrides=["train.epochs=5"], progress=False)
     assert [h["epoch"] for h in more["history"]] == [0, 1, 2, 3, 4]
@@ -224,9 +229,10 @@ def test_a_multilabel_run_resumes_to_more_epochs(trained, tmp_path):
     assert "val_ap" in more["metrics"] and "train_label_acc" in more["history"][-1]
 
 
-def test_a_multilabel_run_moves_to_the_other_library_and_both_step_alike(trained, tmp_path):
+@pytest.mark.xdist_group("test_targets:node-multilabel")
+def test_a_multilabel_run_moves_to_the_other_library_and_both_step_alike(tmp_path_factory, tmp_path):
     """``port`` and ``compare --same-batches`` hold for a target other than classes."""
-    results = trained["node-multilabel", "pyg"]
+    results = runs("node-multilabel", tmp_path_factory)["pyg"]
     gnnbridge.port(results["run_dir"], to="dgl", out=tmp_path / "ported")
     moved = gnnbridge.evaluate(tmp_path / "ported")["metrics"]
     assert moved == pytest.approx(gnnbridge.evaluate(results["run_dir"])["metrics"], rel=1e-5)
