@@ -31,7 +31,6 @@ class ClassTarget(Target):
     labels = "class"
     losses = ("cross_entropy",)
     monitors = TARGET_MONITORS["class"]
-    headline = "acc"
 
     def loss(self, outputs, y, name):
         return F.cross_entropy(outputs.float(), y, reduction="sum"), y.new_tensor(y.numel())
@@ -83,7 +82,6 @@ class MultilabelTarget(Target):
     labels = "multilabel"
     losses = ("bce",)
     monitors = TARGET_MONITORS["multilabel"]
-    headline = "roc_auc"
 
     def loss(self, outputs, y, name):
         out, labels = _known(outputs, y)
@@ -128,7 +126,6 @@ class RegressionTarget(Target):
     losses = ("mse", "l1", "huber")
     monitors = TARGET_MONITORS["regression"]
     lower_is_better = ("mae", "rmse")
-    headline = "rmse"
 
     def loss(self, outputs, y, name):
         out, values = _known(outputs, y)

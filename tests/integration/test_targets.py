@@ -292,8 +292,7 @@ def test_a_heterogeneous_graphs_labelled_type_takes_the_targets_too(tmp_path, ba
     scores = get_target(target).scores(outputs["y"].shape[1])
     scores.update(torch.from_numpy(outputs["logits"][test]), torch.from_numpy(outputs["y"][test]))
     assert scores.as_metrics("test") == pytest.approx({k: v for k, v in results["metrics"].items() if "test" in k})
-    headline = "test_rmse" if target == "regression" else "test_roc_auc"
-    assert results["metrics"][headline] == pytest.approx(results["metrics"][headline])  # a number, not None
-    assert (
-        (results["metrics"]["test_r2"] > 0.3) if target == "regression" else (results["metrics"]["test_roc_auc"] > 0.8)
+    learned = (
+        results["metrics"]["test_r2"] > 0.3 if target == "regression" else results["metrics"]["test_roc_auc"] > 0.8
     )
+    assert learned, results["metrics"]

@@ -37,7 +37,6 @@ class CountTarget(Target):
     losses = ("poisson",)
     monitors = ("val_deviance", "val_count_mae")
     lower_is_better = ("deviance", "count_mae")
-    headline = "deviance"
 
     def loss(self, outputs, y, name):
         y = y.view(-1)

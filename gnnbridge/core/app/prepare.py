@@ -360,13 +360,14 @@ def _targets(root: Path, y: np.ndarray, bar) -> tuple[int, bool]:
     step = max(1, chunk_bytes() // max(1, y[:1].nbytes))
     binary = True
     for start in range(0, y.shape[0], step):
-        block = np.asarray(y[start : start + step], dtype=np.float64)
+        raw = np.asarray(y[start : start + step])
+        block = raw.astype(np.float64)
         if np.isinf(block).any():
             row = start + int(np.isinf(block.reshape(block.shape[0], -1)).any(axis=1).nonzero()[0][0])
             raise DataError(f"{root}: y holds an infinite value (first at node {row}); a missing label is NaN.")
         known = block[~np.isnan(block)]
         binary = binary and bool(((known == 0) | (known == 1)).all())
-        bar.update(block.nbytes // 2)
+        bar.update(raw.nbytes)
     return (1 if y.ndim == 1 else int(y.shape[1])), binary
 
 

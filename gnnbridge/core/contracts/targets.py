@@ -43,7 +43,6 @@ class Target(ABC):
     losses: tuple[str, ...] = ()  # the ``train.loss`` values it takes; the first is its default
     monitors: tuple[str, ...] = ()  # validation metrics ``train.monitor`` may name; the first is the default
     lower_is_better: tuple[str, ...] = ()  # metrics (without split) where a lower value is better: "rmse"
-    headline: str = ""  # the metric (without split) a one-line summary shows: "acc", "rmse"
 
     @abstractmethod
     def loss(self, outputs: torch.Tensor, y: torch.Tensor, name: str) -> tuple[torch.Tensor, torch.Tensor]:

@@ -261,18 +261,19 @@ def _refuse_nonfinite(nonfinite: torch.Tensor, total: int, prefix: str, what: st
         )
 
 
-def _gathered(ctx: DistContext, parts: list[torch.Tensor], dtype: torch.dtype) -> list[torch.Tensor]:
-    """Every rank's ``parts``, concatenated in rank order (unchanged in one process)."""
+def _gathered(ctx: DistContext, parts: list[torch.Tensor], dtype: torch.dtype, *row: int) -> list[torch.Tensor]:
+    """Every rank's ``parts`` (values, or rows of ``row`` columns), concatenated in rank order
+    (unchanged in one process)."""
     if not ctx.distributed:
         return parts
-    local = _cat(parts, dtype)
+    local = _cat(parts, dtype, *row)
     sizes = torch.zeros(ctx.world_size, dtype=torch.int64)
-    sizes[ctx.rank] = local.numel()
+    sizes[ctx.rank] = local.shape[0]
     return [ctx.all_gather_rows(local, ctx.all_reduce_sum(sizes).tolist())]
 
 
-def _cat(parts: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
-    return torch.cat(parts) if parts else torch.zeros(0, dtype=dtype)
+def _cat(parts: list[torch.Tensor], dtype: torch.dtype, *row: int) -> torch.Tensor:
+    return torch.cat(parts) if parts else torch.zeros(0, *row, dtype=dtype)
 
 
 class GatheredRows:
@@ -294,12 +295,12 @@ class GatheredRows:
 
     def reduce(self, ctx: DistContext):
         self.nonfinite = ctx.all_reduce_sum(self.nonfinite)
-        self._out = _gathered_rows(ctx, self._out, self.width)
-        self._y = _gathered_rows(ctx, self._y, self.width)
+        self._out = _gathered(ctx, self._out, torch.float64, self.width)
+        self._y = _gathered(ctx, self._y, torch.float64, self.width)
         return self
 
     def rows(self, prefix: str) -> tuple[torch.Tensor, torch.Tensor]:
-        out, y = _cat_rows(self._out, self.width), _cat_rows(self._y, self.width)
+        out, y = _cat(self._out, torch.float64, self.width), _cat(self._y, torch.float64, self.width)
         if int(self.nonfinite):
             raise TrainingDivergedError(
                 f"the model's outputs are NaN or infinite for {int(self.nonfinite)} of {out.shape[0]} {prefix} "
@@ -372,17 +373,3 @@ def average_precision(scores: torch.Tensor, labels: torch.Tensor) -> float:
 
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
-
-
-def _gathered_rows(ctx: DistContext, parts: list[torch.Tensor], width: int) -> list[torch.Tensor]:
-    """Every rank's rows, concatenated in rank order (unchanged in one process)."""
-    if not ctx.distributed:
-        return parts
-    local = _cat_rows(parts, width)
-    sizes = torch.zeros(ctx.world_size, dtype=torch.int64)
-    sizes[ctx.rank] = local.shape[0]
-    return [ctx.all_gather_rows(local, ctx.all_reduce_sum(sizes).tolist())]
-
-
-def _cat_rows(parts: list[torch.Tensor], width: int) -> torch.Tensor:
-    return torch.cat(parts) if parts else torch.zeros(0, width, dtype=torch.float64)

@@ -26,8 +26,8 @@ from gnnbridge.core.records.csc import csc_from_coo
 from gnnbridge.core.records.labels import (
     check_form,
     check_values,
+    classes_under,
     current_form,
-    described,
     placeholder,
     stored,
     width,
@@ -65,10 +65,7 @@ class LabelledRecord(Mapped):
         if not isinstance(self.y, torch.Tensor):
             return
         if self.labels != "class" and self.y.dtype == torch.int64 and self.y.dim() == 1 and self.num_classes > 1:
-            raise DataError(
-                f"y holds a class per {self.item_name} ({self.num_classes} classes), but target={self.labels} "
-                f"reads {described(self.labels)}; this dataset trains with target=class."
-            )
+            raise classes_under(self.labels, self.item_name, self.num_classes)
         self.y = stored(self.y, self.labels)
 
     @property

@@ -34,7 +34,7 @@ from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData, random_split
 from gnnbridge.core.records.features import advise
 from gnnbridge.core.records.formats import hetero_source, is_member_name
-from gnnbridge.core.records.labels import current_form, described, label_form, stored
+from gnnbridge.core.records.labels import classes_under, current_form, label_form, stored
 
 FORMAT = 1
 PREPARED = "prepared"
@@ -302,10 +302,7 @@ def folder_labels(y: torch.Tensor, summary: dict, name: str) -> torch.Tensor:
             f"{' or target=multilabel' if summary.get('binary') else ''}."
         )
     if form != "class" and found == "class":
-        raise DataError(
-            f"Folder '{name}': y holds a class per node ({width} classes), but target={form} reads "
-            f"{described(form)}; this dataset trains with target=class."
-        )
+        raise DataError(f"Folder '{name}': {classes_under(form, 'node', width)}")
     if form == "multilabel" and not summary.get("binary"):
         raise DataError(f"Folder '{name}': y holds values other than 0, 1 and NaN; target=multilabel reads 0/1 labels.")
     return y if form == "class" else stored(y, form)

@@ -71,7 +71,7 @@ def check_member_header(path, key: str, found: np.dtype, shape: tuple, dtype, nd
     if (key != "y" and not key.startswith("y__")) or (form == "class" and not other_form) or as_torch is None:
         return check_header(path, key, found, shape, dtype, ndim)
     try:
-        check_form(torch.empty(shape, dtype=as_torch, device="meta"), form)  # the header alone: nothing read
+        check_form(torch.empty(shape, dtype=as_torch, device="meta"), form, key)  # the header alone: nothing read
     except DataError as exc:
         raise DataError(f"{path}: {exc}") from None
     return None
@@ -148,20 +148,12 @@ def graph_from_arrays(where, arrays: dict, seed: int, name: str) -> GraphData | 
     arrays came from). The ``.npz`` reader and graphs handed over in memory both end here, so the
     same arrays make the same record whichever way they came."""
     if is_hetero(arrays):
-        tensors = {
-            key: _checked_labels(where, arrays[key], key)
-            if key.startswith("y__")
-            else _checked(where, key, arrays[key], *spec)
-            for key, spec in typed_keys(where, arrays).items()
-        }
+        tensors = {key: _checked(where, key, arrays[key], *spec) for key, spec in typed_keys(where, arrays).items()}
         return hetero_source(where, tensors, name)
     missing = missing_members(arrays)
     if missing:
         raise missing_arrays(where, missing)
-    given = [key for key in NPZ_ARRAYS if key in arrays and key != "y"]
-    tensors = {key: _checked(where, key, arrays[key], *NPZ_ARRAYS[key]) for key in given}
-    if "y" in arrays:
-        tensors["y"] = _checked_labels(where, arrays["y"])
+    tensors = {key: _checked(where, key, arrays[key], *spec) for key, spec in NPZ_ARRAYS.items() if key in arrays}
     if tensors["edge_index"].shape[0] != 2:
         raise DataError(f"{where}: edge_index has shape {list(tensors['edge_index'].shape)}; expected [2, E].")
     if "y" not in tensors:
@@ -185,22 +177,8 @@ def graph_from_arrays(where, arrays: dict, seed: int, name: str) -> GraphData | 
 
 
 def _checked(where, key: str, array: np.ndarray, dtype, ndim: int) -> torch.Tensor:
-    check_header(where, key, array.dtype, array.shape, dtype, ndim)
+    check_member_header(where, key, array.dtype, array.shape, dtype, ndim)
     return torch.from_numpy(np.ascontiguousarray(array))
-
-
-def _checked_labels(where, array: np.ndarray, key: str = "y") -> torch.Tensor:
-    """``y`` in the run's label form (:mod:`.labels`): int64 [items] for classes, as any other
-    array is checked; float32 (or 0/1 int) rows of targets otherwise."""
-    form = current_form()
-    if form == "class" or array.dtype.hasobject or not array.dtype.isnative:
-        return _checked(where, key, array, *NPZ_REQUIRED["y"])
-    y = torch.from_numpy(np.ascontiguousarray(array))
-    try:
-        check_form(y, form, key)
-    except DataError as exc:
-        raise DataError(f"{where}: {exc}") from None
-    return y
 
 
 def _splits(where, tensors: dict[str, torch.Tensor]) -> list[torch.Tensor] | None:

@@ -71,6 +71,14 @@ def described(form: str) -> str:
     }[form]
 
 
+def classes_under(form: str, item: str, classes: int) -> DataError:
+    """The line for a dataset of classes (int64, one per ``item``) trained with another target."""
+    return DataError(
+        f"y holds a class per {item} ({classes} classes), but target={form} reads {described(form)}; "
+        "this dataset trains with target=class."
+    )
+
+
 def stored(y: torch.Tensor, form: str) -> torch.Tensor:
     """``y`` as a record keeps it: class labels as they are, every other form as float32."""
     return y if form == "class" or y.dtype == torch.float32 else y.to(torch.float32)
