@@ -36,7 +36,7 @@ class Architecture:
 NEUTRAL = (
     Architecture(
         "sage",
-        ("node", "link"),
+        ("node", "link", "edge"),
         "GraphSAGE, mean aggregation (SAGEConv; {hetero} on heterogeneous graphs)",
         heterogeneous=True,
         init=HeteroSAGE.SAGE_INIT,  # one SAGEConv initialisation, homogeneous or not
@@ -57,12 +57,15 @@ NEUTRAL = (
     Architecture("gin", ("graph",), "GIN with core-held MLPs and sum/mean readout"),
     Architecture(
         "rgcn",
-        ("node", "link"),
+        ("node", "link", "edge"),
         "R-GCN, per-relation mean, options num_bases or num_blocks (core-held layers)",
         heterogeneous=True,
     ),
     Architecture(
-        "hgt", ("node", "link"), "HGT, model.heads heads, one softmax per node (core-held layers)", heterogeneous=True
+        "hgt",
+        ("node", "link", "edge"),
+        "HGT, model.heads heads, one softmax per node (core-held layers)",
+        heterogeneous=True,
     ),
 )
 

@@ -43,7 +43,7 @@ class DglGraphStore(GraphStore):
 class DglBackend(Backend):
     name = "dgl"
     description = "Deep Graph Library (dgl)"
-    TASKS = (Task.NODE, Task.GRAPH, Task.LINK)
+    TASKS = (Task.NODE, Task.GRAPH, Task.LINK, Task.EDGE)
 
     def availability(self) -> str | None:
         try:

@@ -167,7 +167,7 @@ class DglHeteroSampler(Sampler):
         self._sampler = neighbor_sampler(
             [{et: f[hop] for et, f in core.typed_fanouts.items()} for hop in reversed(range(layers))]
         )
-        if data.is_link:
+        if data.scores_pairs:  # link prediction, or an edge task (no negatives)
             self._negatives = core.negatives
             self._endpoints = data.edge_index[data.target_edge]  # column e: edge id e (CSC order)
 
@@ -178,7 +178,10 @@ class DglHeteroSampler(Sampler):
 
     def loader(self, batches: list[torch.Tensor]) -> Iterable[MiniBatch]:
         for seeds in batches:
-            yield self._link_batch(seeds) if self.data.is_link else self._node_batch(seeds)
+            yield self._link_batch(seeds) if self.data.scores_pairs else self._node_batch(seeds)
+
+    def edges_loader(self, batches: list[torch.Tensor]) -> Iterable[LinkMiniBatch]:
+        return self.core.edges_loader(batches)
 
     def held_out_loader(self, split: str, batches: list[torch.Tensor]) -> Iterable[LinkMiniBatch]:
         return self.core.held_out_loader(split, batches)

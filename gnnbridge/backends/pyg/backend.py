@@ -39,7 +39,7 @@ class PygGraphStore(GraphStore):
 class PygBackend(Backend):
     name = "pyg"
     description = "PyTorch Geometric (torch_geometric)"
-    TASKS = (Task.NODE, Task.GRAPH, Task.LINK)
+    TASKS = (Task.NODE, Task.GRAPH, Task.LINK, Task.EDGE)
 
     def availability(self) -> str | None:
         try:

@@ -499,4 +499,7 @@ def _class_arrays(scorer: Scorer, data) -> dict:
     scores = {"logits": logits} | {name: Derived(logits, *how) for name, how in derived.items()}
     if not getattr(data, "labelled", True):  # a graph handed to predict without labels
         return scores
+    if getattr(data, "is_edge", False):  # an edge task's rows in the order its edge_index gave the edges
+        splits = {f"{name}_idx": data.given_split(name) for name in ("train", "val", "test")}
+        return scores | {"y": data.given_rows(data.y)} | splits
     return scores | {"y": data.y, "train_idx": data.train_idx, "val_idx": data.val_idx, "test_idx": data.test_idx}

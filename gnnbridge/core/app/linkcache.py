@@ -44,6 +44,7 @@ from gnnbridge.core.files import PARTIAL, replace, taking_turns
 from gnnbridge.core.records.data import GraphData, held_out_split
 from gnnbridge.core.records.folder import MANIFEST, PREPARED, advise_uncacheable, mapped
 from gnnbridge.core.records.hetero import (
+    HOMOGENEOUS_EDGE,
     REVERSE_PREFIX,
     EdgeType,
     HeteroGraphData,
@@ -56,7 +57,6 @@ from gnnbridge.core.tasks import check_pairs, distinct_pairs, negative_destinati
 
 FORMAT = 1
 FAN_IN = 64  # sorted runs merged at once (a block of each in memory)
-HOMOGENEOUS_TARGET = ("node", "to", "node")  # what homogeneous_source names a homogeneous graph's edges
 
 
 class _NoBar:
@@ -83,13 +83,13 @@ def folder_link_task(
     root = Path(source.folder)
     if isinstance(source, GraphData):
         if edge_type:  # refused as homogeneous_source's one type refuses it
-            find_edge_type([HOMOGENEOUS_TARGET], edge_type)
+            find_edge_type([HOMOGENEOUS_EDGE], edge_type)
         task = _Task(
             root,
             source,
             {"node": source.num_nodes},
             {"node": source.x},
-            HOMOGENEOUS_TARGET,
+            HOMOGENEOUS_EDGE,
             None,
             True,
             True,
@@ -174,7 +174,7 @@ class _Task:
         )
         self.homogeneous = isinstance(source, GraphData)
         self.protocol = "per-edge"  # or "shared": see folder_link_task
-        self.edge_types = [HOMOGENEOUS_TARGET] if self.homogeneous else list(source.edges)
+        self.edge_types = [HOMOGENEOUS_EDGE] if self.homogeneous else list(source.edges)
 
     # ------------------------------------------------------------------ opening
 

@@ -37,7 +37,7 @@ from gnnbridge.core.records.labels import label_form
 from gnnbridge.core.runtime.host import available_memory, format_bytes, free_disk
 from gnnbridge.core.sampling.build import BACKEND_KINDS, check_hetero_kind, check_kind
 from gnnbridge.core.sampling.hetero import typed_fanouts
-from gnnbridge.core.tasks import for_link_task, for_node_task, homogeneous_source
+from gnnbridge.core.tasks import for_edge_task, for_link_task, for_node_task, homogeneous_source
 from gnnbridge.core.training.loggers import check_loggers
 
 GRAPH_KINDS = tuple(k.value for k in SamplerKind)
@@ -113,13 +113,13 @@ def _check_task(config: ExperimentConfig, backend) -> None:
             f"{', '.join(t.value for t in backend.tasks()) or 'nothing (it declares no TASKS)'}."
         )
     choice = resolve_model(config.model, backend.name, task)
-    if task is Task.LINK:
-        check_heterogeneous(choice, "task=link scores edges on a heterogeneous view of the graph")
+    if task in (Task.LINK, Task.EDGE):
+        check_heterogeneous(choice, f"task={task.value} scores edges on a heterogeneous view of the graph")
 
 
 def _check_sampler(config: ExperimentConfig, backend) -> None:
     kind = config.sampler.kind
-    if config.task is Task.LINK:
+    if config.task in (Task.LINK, Task.EDGE):
         return check_hetero_kind(kind, backend)
     if config.task is Task.GRAPH:  # whole graphs through the library's plain loader: nothing to install
         if kind not in GRAPH_KINDS:
@@ -373,8 +373,9 @@ def largest_batch(config: ExperimentConfig, data, training: bool = True) -> tupl
             pairs = size * (1 + k)
             seeds, what = min(2 * pairs, nodes), f"{key}={asked} with {option}={k} makes {pairs:,} pairs per batch"
             fix = f"use a smaller {key} or {option}"
-        else:
-            seeds, what, fix = min(size, nodes), f"{key}={asked}", f"use a smaller {key}"
+        else:  # an edge task's batch seeds both ends of each edge
+            ends = 2 if config.task is Task.EDGE else 1
+            seeds, what, fix = min(ends * size, nodes), f"{key}={asked}", f"use a smaller {key}"
             pairs = 0
         reached, frontier = seeds, seeds
         for fanout in config.sampler.fanouts:
@@ -501,6 +502,8 @@ def _for_task(config: ExperimentConfig, data):
         data, reverse = homogeneous_source(data, config.train.seed), True
     else:
         reverse = config.dataset.reverse_edges
+    if config.task is Task.EDGE:
+        _check_edge_source(config, data)
     if not isinstance(data, HeteroSource):
         return data
     if config.task is Task.GRAPH:
@@ -513,6 +516,8 @@ def _for_task(config: ExperimentConfig, data):
     try:
         if config.task is Task.NODE:
             return for_node_task(data, reverse, config.train.seed)
+        if config.task is Task.EDGE:
+            return for_edge_task(data, reverse, config.train.seed)
         return _check_negatives(
             config,
             for_link_task(
@@ -528,6 +533,22 @@ def _for_task(config: ExperimentConfig, data):
         )
     except DataError as exc:  # name the file (or dataset) the bad array came from
         raise DataError(f"{config.dataset.path or config.dataset.name}: {exc}") from None
+
+
+def _check_edge_source(config: ExperimentConfig, data) -> None:
+    """task=edge reads edge labels from an ``.npz`` (or arrays in memory): one line for a graph
+    without them, and for a prepared folder (which holds node labels only, so far)."""
+    where = config.dataset.path or config.dataset.name
+    if getattr(data, "folder", None) is not None:
+        raise ConfigError(
+            f"Dataset '{where}' is a prepared folder, whose labels are node labels; task=edge reads its edge labels "
+            "from the .npz itself (--set dataset.path=FILE.npz), not from a folder yet."
+        )
+    if not isinstance(data, HeteroSource) or data.edge_y is None:
+        raise ConfigError(
+            f"Dataset '{where}' has no edge labels; task=edge reads edge_label (one label per column of edge_index, "
+            "with optional edge_train_idx, edge_val_idx, edge_test_idx), or edge_label__SRC__RELATION__DST."
+        )
 
 
 # Bytes per node of a type while its task record is built and sampled: CSC offsets per edge type

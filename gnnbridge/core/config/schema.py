@@ -28,6 +28,7 @@ class Task(str, enum.Enum):
     NODE = "node"  # one label per node of one graph (GraphData)
     GRAPH = "graph"  # one label per graph of a collection (GraphCollection)
     LINK = "link"  # whether an edge of one type exists (HeteroGraphData; a GraphData is converted)
+    EDGE = "edge"  # a label (class, labels or values) per given edge of one type (HeteroGraphData)
 
 
 class SamplerKind(str, enum.Enum):
@@ -65,7 +66,7 @@ METRIC_NAME = r"^val_[a-z][a-z0-9_]*(@[1-9][0-9]{0,8})?$"  # val_hits@50, or a p
 # The losses of the built-in targets; "" is the target's default (its first).
 LOSSES = ("cross_entropy", "bce", "mse", "l1", "huber")
 LINK_PROTOCOLS = ("per-edge", "shared")  # see LinkConfig.protocol
-DEFAULT_MONITOR = {"node": "val_acc", "graph": "val_acc", "link": "val_roc_auc"}
+DEFAULT_MONITOR = {"node": "val_acc", "graph": "val_acc", "link": "val_roc_auc", "edge": "val_acc"}
 DECODERS = ("dot", "mlp")
 POOLINGS = ("sum", "mean")  # graph readouts (GIN's paper and DGL's tutorial use sum)
 EMBEDDINGS = ("dense", "sparse")  # featureless node types' tables (see core/training/sparse.py)
@@ -347,9 +348,9 @@ READ_ONLY_BY = {
     "train.gamma": ("train.schedule", ("step",)),
     "train.min_lr": ("train.schedule", ("cosine",)),
     "placement.tables": ("model.embeddings", ("sparse",)),  # only sparse tables have copies to place
-    "sampler.fanouts": ("task", ("node", "link")),  # graph tasks batch whole graphs
-    "sampler.edge_fanouts": ("task", ("node", "link")),
-    "eval.mode": ("task", ("node", "link")),  # whole graphs are scored whole
+    "sampler.fanouts": ("task", ("node", "link", "edge")),  # graph tasks batch whole graphs
+    "sampler.edge_fanouts": ("task", ("node", "link", "edge")),
+    "eval.mode": ("task", ("node", "link", "edge")),  # whole graphs are scored whole
     **{f"link.{f.name}": ("task", ("link",)) for f in dataclasses.fields(LinkConfig)},
 }
 
@@ -436,7 +437,7 @@ class ExperimentConfig:
         """A link task scores pairs as edges or not: its target is ``class``."""
         if self.task is Task.LINK and self.target != "class":
             raise ConfigError(
-                f"target={self.target} applies to task=node or task=graph; task=link predicts whether an edge "
+                f"target={self.target} applies to task=node, edge or graph; task=link predicts whether an edge "
                 "exists (target=class)."
             )
 

@@ -18,6 +18,7 @@ from gnnbridge.core.contracts.targets import Target
 from gnnbridge.core.errors import ConfigError
 from gnnbridge.core.inference.checkpoint import load_model_state
 from gnnbridge.core.inference.evaluation import (
+    EdgeEvaluator,
     Evaluator,
     GraphEvaluator,
     LayerwiseEvaluator,
@@ -29,6 +30,7 @@ from gnnbridge.core.inference.evaluation import (
 from gnnbridge.core.inference.placement import feature_caches, place
 from gnnbridge.core.inference.typed_layerwise import (
     TypedLayerwise,
+    TypedLayerwiseEdges,
     TypedLayerwiseEvaluator,
     TypedLayerwiseLinks,
     supports_typed_layerwise,
@@ -69,6 +71,7 @@ class RunParts:
         self.call = ModelCall(choice.origin, data.num_classes, per_graph=config.task is Task.GRAPH)
         self.call.tell = ctx.doing  # calls into the model outside training steps are watched
         self.is_link = config.task is Task.LINK
+        self.is_edge = config.task is Task.EDGE
         self.target: Target = get_target(config.target)  # what the outputs predict: loss, metrics, monitor
         self.loss_name = config.train.loss or self.target.losses[0]
         if weights is not None:
@@ -97,7 +100,7 @@ class RunParts:
                 fanouts,
                 {} if every_neighbour else cfg.edge_fanouts,
                 SamplerKind.AUTO.value if every_neighbour else cfg.kind,
-                self.config.link.negatives,
+                self.config.link.negatives if self.config.task is Task.LINK else 0,
             )
         if every_neighbour:
             return self.backend.sampler(self.sampler.store, fanouts, SamplerKind.AUTO)
@@ -108,6 +111,8 @@ class RunParts:
     def validation_evaluator(self) -> Evaluator:
         if self.is_link:
             return self._links(self.sampler)
+        if self.is_edge:
+            return self._sampled(self.sampler, EdgeEvaluator)
         if self.config.task is Task.GRAPH:
             return GraphEvaluator(
                 self.backend,
@@ -133,8 +138,9 @@ class RunParts:
             self.config.link.ks,
         )
 
-    def _sampled(self, sampler: Sampler) -> SampledEvaluator:
-        return SampledEvaluator(
+    def _sampled(self, sampler: Sampler, kind: type[SampledEvaluator] = SampledEvaluator) -> SampledEvaluator:
+        """Items through ``sampler``: nodes, or an edge task's edges (``kind`` EdgeEvaluator)."""
+        return kind(
             self.backend,
             self.data,
             self.ctx,
@@ -155,17 +161,18 @@ class RunParts:
                 self.backend, self.data, self.ctx, cfg.eval.batch_size, full, cfg.train.seed, self.call, cfg.link.ks,
                 layer_store=store,
             )  # fmt: skip
-        return TypedLayerwiseEvaluator(
-            self.backend, self.data, self.ctx, self.config.eval.batch_size, self.call, store, self.target
-        )
+        kind = TypedLayerwiseEdges if self.is_edge else TypedLayerwiseEvaluator
+        return kind(self.backend, self.data, self.ctx, self.config.eval.batch_size, self.call, store, self.target)
 
     def evaluate(self) -> dict[str, float]:
         """The final evaluation (``eval.mode``) of the current weights on every split."""
         return self.final_evaluator().evaluate(self.model, ("train", "val", "test"))
 
     def predict(self) -> torch.Tensor:
-        """Logits of every node (or graph), by the same evaluator as :meth:`evaluate`."""
-        return self.final_evaluator().predict(self.model)
+        """Logits of every node (or graph, or an edge task's edge, in the order its
+        ``edge_index`` gave them), by the same evaluator as :meth:`evaluate`."""
+        rows = self.final_evaluator().predict(self.model)
+        return self.data.given_rows(rows) if self.is_edge else rows  # (the record sorts its edges)
 
     def embeddings(self, stack: ExitStack) -> dict[str, torch.Tensor]:
         """Every node type's final states ``{type: [N, hidden]}`` from the exact typed layer-wise
@@ -232,5 +239,7 @@ class RunParts:
             )
         if mode is EvalMode.FULL:
             full = self._sampler(every_neighbour=True)
-            return self._links(full) if self.is_link else self._sampled(full)
+            if self.is_link:
+                return self._links(full)
+            return self._sampled(full, EdgeEvaluator if self.is_edge else SampledEvaluator)
         return self.validation_evaluator()

@@ -229,6 +229,15 @@ class SampledEvaluator(BatchedEvaluator):
         return self.sampler.loader(batches)
 
 
+class EdgeEvaluator(SampledEvaluator):
+    """An edge task's edges through the sampler's ``edges_loader``: each scored from its two ends'
+    sampled neighbourhoods in the whole graph (see :mod:`gnnbridge.core.tasks.edge`)."""
+
+    def _loader(self, batches: list[torch.Tensor]) -> Iterable[MiniBatch]:
+        self.sampler.reseed(self.seed, -1, self.ctx.rank)
+        return self.sampler.edges_loader(batches)
+
+
 class GraphEvaluator(BatchedEvaluator):
     """Whole graphs through the task's graph loader; one row of logits per graph."""
 
@@ -274,7 +283,12 @@ def score_batches(ev: Evaluator, model: torch.nn.Module, batches, split: str) ->
 
 
 def forward(ev: Evaluator, model: torch.nn.Module, mb: MiniBatch) -> torch.Tensor:
-    """The model's logits for one batch's seeds (its graph and features on the rank's device)."""
+    """The model's logits for one batch's seeds (its graph and features on the rank's device),
+    or, for an edge task's batch, a row per edge from its two ends."""
+    if isinstance(mb, LinkMiniBatch):
+        graph = ev.backend.graph_to(mb.graph, ev.ctx.device)
+        x = gather_inputs(ev.data, mb.input_nodes, ev.ctx.device)
+        return ev.call.edges(model, graph, x, mb.pairs.to(ev.ctx.device))
     x = indexed_rows(model, ev.data.x, mb.input_nodes, ev.ctx.device)
     if x is None:
         x = gather_inputs(ev.data, mb.input_nodes, ev.ctx.device)
@@ -282,11 +296,11 @@ def forward(ev: Evaluator, model: torch.nn.Module, mb: MiniBatch) -> torch.Tenso
 
 
 def step_outputs(run, model: torch.nn.Module, mb: MiniBatch, phases=NO_PHASES) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(logits, targets)`` of one training batch on ``run`` (the trainer or an evaluator): class
-    logits and labels of the seeds, or, for a link batch, each pair's score as the logits of
-    two classes (``[0, score]``, so cross-entropy is the binary cross-entropy of the score) and
-    whether the pair is an edge. ``phases`` is told where gathering, the move to the device and
-    the forward pass end."""
+    """``(logits, targets)`` of one training batch on ``run`` (the trainer or an evaluator): the
+    outputs and labels of the seeds (an edge task's: of its edges), or, for a link batch, each
+    pair's score as the logits of two classes (``[0, score]``, so cross-entropy is the binary
+    cross-entropy of the score) and whether the pair is an edge. ``phases`` is told where
+    gathering, the move to the device and the forward pass end."""
     device = run.ctx.device
     x = None if isinstance(mb, LinkMiniBatch) else indexed_rows(model, run.data.x, mb.input_nodes, device)
     if x is None:
@@ -295,6 +309,12 @@ def step_outputs(run, model: torch.nn.Module, mb: MiniBatch, phases=NO_PHASES) -
     graph = run.backend.graph_to(mb.graph, device)
     if not isinstance(x, IndexedRows):
         x = _to(x, device)
+    if isinstance(mb, LinkMiniBatch) and run.data.is_edge:  # a row per edge, its label from the record
+        pairs, y = mb.pairs.to(device, non_blocking=True), run.data.y[mb.seeds].to(device, non_blocking=True)
+        phases.mark("h2d")
+        outputs = run.call.edges(model, graph, x, pairs)
+        phases.mark("forward")
+        return outputs, y
     if isinstance(mb, LinkMiniBatch):
         pairs, labels = mb.pairs.to(device, non_blocking=True), mb.labels.to(device, non_blocking=True).long()
         phases.mark("h2d")

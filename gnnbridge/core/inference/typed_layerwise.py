@@ -75,11 +75,12 @@ class TypedLayerwise:
         stores = {
             t: stack.enter_context(LayerStore(self.ctx, n, self.layer_store)) for t, n in self.data.num_nodes.items()
         }
-        h = {t: self._table(stores[t], -1, t, lambda ids, t=t: self.inputs(inner, t, ids)) for t in stores}
+        n = self.data.num_nodes
+        h = {t: self._table(stores[t], -1, n[t], lambda ids, t=t: self.inputs(inner, t, ids)) for t in stores}
         for layer in range(inner.spec.layers):
             h = {
                 t: self._table(
-                    stores[t], layer, t, lambda ids, t=t, i=layer, prev=h: self._layer(inner, i, t, ids, prev)
+                    stores[t], layer, n[t], lambda ids, t=t, i=layer, prev=h: self._layer(inner, i, t, ids, prev)
                 )
                 if t in self.reached
                 else h[t]
@@ -102,11 +103,11 @@ class TypedLayerwise:
     def blame(self, what: str):
         return self.call.blame(what) if self.call is not None else nullcontext()
 
-    def _table(self, store: LayerStore, layer: int, node_type: str, compute) -> torch.Tensor:
-        """``compute(ids)`` for this rank's share of ``node_type``'s nodes, batch by batch, then
-        every rank's rows joined (all-gathered, or one shared mapped file per type, whose
-        previous layer's file goes when the next one is made)."""
-        shards = aligned_shards(self.data.num_nodes[node_type], self.batch_size, self.ctx.world_size)
+    def _table(self, store: LayerStore, layer: int, count: int, compute) -> torch.Tensor:
+        """``compute(ids)`` for this rank's share of ``count`` rows (a node type's nodes, or an edge
+        task's edges), batch by batch, then every rank's rows joined (all-gathered, or one shared
+        mapped file per type, whose previous layer's file goes when the next one is made)."""
+        shards = aligned_shards(count, self.batch_size, self.ctx.world_size)
         shard, sizes = shards[self.ctx.rank], [s.numel() for s in shards]
         # A rank with no nodes still needs the rows' width: it computes node 0 and keeps none.
         batches = shard.split(self.batch_size) if shard.numel() else [torch.zeros(1, dtype=torch.int64)]
@@ -134,9 +135,7 @@ class TypedLayerwiseEvaluator(Evaluator):
             h = self.layerwise.states(model, stack)[self.data.target_node]
             store = stack.enter_context(LayerStore(self.ctx, h.shape[0], self.layer_store))
             device = self.ctx.device
-            return self.layerwise._table(
-                store, 0, self.data.target_node, lambda ids: self._classify(inner, h[ids], device)
-            )
+            return self.layerwise._table(store, 0, h.shape[0], lambda ids: self._classify(inner, h[ids], device))
 
     def _classify(self, model, h: torch.Tensor, device: torch.device) -> torch.Tensor:
         with self.call.blame("classify"):
@@ -151,6 +150,26 @@ class TypedLayerwiseEvaluator(Evaluator):
             scores.update(logits[idx], self.data.y[idx])
             metrics.update(scores.as_metrics(split))
         return metrics
+
+
+class TypedLayerwiseEdges(TypedLayerwiseEvaluator):
+    """An edge task from one typed layer-wise pass: every edge of the target type scored by the
+    model's ``decode`` on its two ends' final states (exact: evaluation excludes nothing, see
+    :mod:`gnnbridge.core.tasks.edge`), the same on every rank, each split scored locally."""
+
+    def _predict(self, model: torch.nn.Module) -> torch.Tensor:
+        inner, device = unwrap(model), self.ctx.device
+        s, _, d = self.data.target_edge
+        edges = self.data.edge_index[self.data.target_edge]
+        with ExitStack() as stack:
+            h = self.layerwise.states(model, stack)
+            store = stack.enter_context(LayerStore(self.ctx, edges.shape[1], self.layer_store))
+
+            def decode(ids: torch.Tensor) -> torch.Tensor:
+                with self.call.blame("decode"):
+                    return inner.decode(h[s][edges[0, ids]].to(device), h[d][edges[1, ids]].to(device))
+
+            return self.layerwise._table(store, 0, edges.shape[1], decode)
 
 
 class TypedLayerwiseLinks(LinkEvaluator):

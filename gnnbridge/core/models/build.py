@@ -330,6 +330,19 @@ class ModelCall:
         self._kind(scores, "forward", "scores", pairs.device)
         return scores.reshape(-1)
 
+    def edges(self, model: Callable[..., Any], graph: Any, x: Any, pairs: torch.Tensor) -> torch.Tensor:
+        """A row of the target's columns per (src, dst) pair of an edge task's batch."""
+        with self.blame("forward pass"):
+            out = model(graph, x, pairs)
+        count = pairs.shape[1]
+        if not isinstance(out, torch.Tensor) or tuple(out.shape) != (count, self.num_classes):
+            raise PluginError(
+                f"{self.origin}: forward returned {_what(out)} for {count} edges; an edge model returns a row per "
+                f"edge with a column per class, label or value, shape [{count}, {self.num_classes}]."
+            )
+        self._kind(out, "forward", "outputs", pairs.device)
+        return out
+
     def layer(self, model: Any, index: int, graph: Any, x: Any, rows: int, last: bool = False) -> torch.Tensor:
         """Layer ``index``'s output for the ``rows`` output nodes of its one-hop ``graph`` (the
         first rows of what ``layer_forward`` returns); ``last``: it must be a column per class."""

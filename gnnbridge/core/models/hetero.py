@@ -14,14 +14,15 @@ Shared, so that one spec builds the same model on both backends:
   function of its own neighbourhood alone, as exact layer-wise inference needs;
 * the heads: a linear classifier on the labelled node type, or a link decoder on (source,
   destination) pairs: ``dot`` (the inner product of the two embeddings) or ``mlp`` (a two-layer
-  perceptron on their concatenation).
+  perceptron on their concatenation); an edge task's head is that perceptron with a column per
+  class, label or value (``model.options.decoder`` is link prediction's).
 
 HeteroSAGE's relation-wise sum is called per relation by each backend (not through ``HeteroConv`` /
 ``HeteroGraphConv``'s forward, which skip a relation without edges), in one fixed order.
 
 ``forward(graph, x)`` gives logits for the labelled type's sampled nodes, seeds first;
-``forward(graph, x, pairs)`` gives one score per pair. ``x`` maps each node type to the features
-of the batch's nodes, or, for a featureless type, their ids.
+``forward(graph, x, pairs)`` gives one score per pair (an edge task: a row per pair). ``x`` maps
+each node type to the features of the batch's nodes, or, for a featureless type, their ids.
 """
 
 from __future__ import annotations
@@ -63,7 +64,10 @@ class HeteroModel(nn.Module):
             )
         self.spec = spec
         self.is_link = data.is_link
-        self.target = data.target_edge if data.is_link else data.target_node
+        # Link and edge tasks score (source, destination) pairs; an edge task's pairs get its
+        # target's columns (classes, labels or values) from a perceptron on both ends' states.
+        self.scores_pairs = data.target_edge is not None
+        self.target = data.target_edge if self.scores_pairs else data.target_node
         hidden = spec.hidden
         self.inputs = nn.ModuleDict(
             {
@@ -76,10 +80,10 @@ class HeteroModel(nn.Module):
         self.edge_types = [tuple(et) for et in data.edge_types]
         self.convs = nn.ModuleList(self.make_conv(data.edge_types, hidden) for _ in range(spec.layers))
         self.decoder = decoder
-        if not self.is_link:
+        if not self.scores_pairs:
             self.head = nn.Linear(hidden, out_dim)
-        elif decoder == "mlp":
-            self.head = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+        elif decoder == "mlp" or not self.is_link:
+            self.head = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.ReLU(), nn.Linear(hidden, out_dim))
 
     def init_rules(self) -> dict[str, Rule] | None:
         """``{neutral name: rule}`` for the layers' parameters that ``LAYER_INIT`` names (by
@@ -157,14 +161,17 @@ class HeteroModel(nn.Module):
         return self.head(torch.relu(h))
 
     def decode(self, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
-        """One score per (source, destination) row pair of final states."""
+        """One score per (source, destination) row pair of final states (a link task's), or a
+        row of the target's columns per pair (an edge task's)."""
+        if not self.is_link:
+            return self.head(torch.cat([src, dst], dim=-1))
         if self.decoder == "dot":
             return (src * dst).sum(-1)
         return self.head(torch.cat([src, dst], dim=-1)).squeeze(-1)
 
     def forward(self, graph: Any, x: dict[str, torch.Tensor], pairs: torch.Tensor | None = None) -> torch.Tensor:
         h = self.encode(graph, x)
-        if not self.is_link:
+        if not self.scores_pairs:
             return self.classify(h[self.target])
         return self.decode(h[self.target[0]][pairs[0]], h[self.target[2]][pairs[1]])
 

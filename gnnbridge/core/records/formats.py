@@ -16,14 +16,19 @@ import torch
 from gnnbridge.core.errors import DataError
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData, random_split
-from gnnbridge.core.records.hetero import HeteroSource
+from gnnbridge.core.records.hetero import HeteroSource, edge_source
 from gnnbridge.core.records.labels import check_form, current_form, scoped
 
 NPZ_REQUIRED = {"edge_index": (np.int64, 2), "x": (np.float32, 2), "y": (np.int64, 1)}
 NPZ_SPLITS = ("train_idx", "val_idx", "test_idx")
 NODE_PTR = "node_ptr"  # present: the file is a collection of graphs (graph classification)
+# An edge task's labels (one per column of edge_index; checked by the target's form like y) and
+# its splits (columns of edge_index).
+EDGE_LABEL = "edge_label"
+EDGE_SPLITS = ("edge_train_idx", "edge_val_idx", "edge_test_idx")
+EDGE_ARRAYS = {EDGE_LABEL: (np.int64, 1), **{k: (np.int64, 1) for k in EDGE_SPLITS}}
 # What each array of the format is; nothing else in a file is read.
-NPZ_ARRAYS = {**NPZ_REQUIRED, NODE_PTR: (np.int64, 1), **{k: (np.int64, 1) for k in NPZ_SPLITS}}
+NPZ_ARRAYS = {**NPZ_REQUIRED, NODE_PTR: (np.int64, 1), **{k: (np.int64, 1) for k in NPZ_SPLITS}, **EDGE_ARRAYS}
 
 # The heterogeneous format: every key is KIND__TYPE (node arrays) or KIND__SRC__RELATION__DST
 # (edge arrays); see docs/datasets.md (the heterogeneous `.npz`).
@@ -35,7 +40,12 @@ HETERO_NODE_KEYS = {
     "val_idx": (np.int64, 1),
     "test_idx": (np.int64, 1),
 }
-HETERO_EDGE_KEYS = {"edge_index": (np.int64, 2), "val_edges": (np.int64, 2), "test_edges": (np.int64, 2)}
+HETERO_EDGE_KEYS = {
+    "edge_index": (np.int64, 2),
+    "val_edges": (np.int64, 2),
+    "test_edges": (np.int64, 2),
+    **EDGE_ARRAYS,
+}
 HETERO_MARKERS = (*HETERO_NODE_KEYS, *HETERO_EDGE_KEYS)
 
 
@@ -68,13 +78,30 @@ def check_member_header(path, key: str, found: np.dtype, shape: tuple, dtype, nd
     form = current_form()
     other_form = found.kind in "fb" or len(shape) != 1
     as_torch = _torch_dtype(found)
-    if (key != "y" and not key.startswith("y__")) or (form == "class" and not other_form) or as_torch is None:
+    if not is_label_key(key) or (form == "class" and not other_form) or as_torch is None:
         return check_header(path, key, found, shape, dtype, ndim)
     try:
         check_form(torch.empty(shape, dtype=as_torch, device="meta"), form, key)  # the header alone: nothing read
     except DataError as exc:
         raise DataError(f"{path}: {exc}") from None
     return None
+
+
+def refuse_edge_labels(where, names) -> None:
+    """One line for edge labels where a prepared folder would be made: its records hold node
+    labels only, so far (task=edge reads an ``.npz``)."""
+    found = sorted(n for n in names if n.split("__", 1)[0] in EDGE_ARRAYS)
+    if found:
+        raise DataError(
+            f"{where}: holds an edge task's arrays ({', '.join(found[:2])}{', ...' if len(found) > 2 else ''}), which "
+            "a prepared folder does not carry yet; train task=edge from the .npz itself (--dataset FILE.npz)."
+        )
+
+
+def is_label_key(key: str) -> bool:
+    """Whether a member holds labels (node or graph ``y``, an edge task's ``edge_label``, or a
+    typed one of either), whose dtype and dimensions the target's form decides."""
+    return key.split("__", 1)[0] in ("y", EDGE_LABEL)
 
 
 def _torch_dtype(found: np.dtype) -> torch.dtype | None:
@@ -92,8 +119,8 @@ def missing_members(members) -> list[str]:
     """The required arrays a homogeneous graph's ``members`` lack; ``y`` may be missing where
     labels are optional (:func:`labels_optional`), never for a collection of graphs."""
     missing = [k for k in NPZ_REQUIRED if k not in members]
-    if missing == ["y"] and NODE_PTR not in members and labels_are_optional():
-        return []
+    if missing == ["y"] and NODE_PTR not in members and (labels_are_optional() or EDGE_LABEL in members):
+        return []  # (an edge task's graph labels its edges)
     return missing
 
 
@@ -156,6 +183,8 @@ def graph_from_arrays(where, arrays: dict, seed: int, name: str) -> GraphData | 
     tensors = {key: _checked(where, key, arrays[key], *spec) for key, spec in NPZ_ARRAYS.items() if key in arrays}
     if tensors["edge_index"].shape[0] != 2:
         raise DataError(f"{where}: edge_index has shape {list(tensors['edge_index'].shape)}; expected [2, E].")
+    if EDGE_LABEL in tensors:
+        return _edge_labelled(where, tensors, name)
     if "y" not in tensors:
         return unlabelled_graph(where, tensors, name)
     splits = _splits(where, tensors)
@@ -176,19 +205,36 @@ def graph_from_arrays(where, arrays: dict, seed: int, name: str) -> GraphData | 
         raise DataError(f"{where}: {exc}") from None
 
 
+def _edge_labelled(where, tensors: dict[str, torch.Tensor], name: str) -> HeteroSource:
+    """A homogeneous graph whose edges carry labels, as the one-relation source an edge task reads
+    (node labels it also has stay those of its one node type, for task=node)."""
+    if NODE_PTR in tensors:
+        raise DataError(f"{where}: edge_label on a collection of graphs ({NODE_PTR}); edge tasks read one graph.")
+    edge_y, edges = tensors[EDGE_LABEL], tensors["edge_index"]
+    if edge_y.shape[0] != edges.shape[1]:
+        raise DataError(
+            f"{where}: edge_label has {edge_y.shape[0]} labels for {edges.shape[1]} edges (columns of edge_index)."
+        )
+    splits = _splits(where, tensors, EDGE_SPLITS)
+    source = edge_source(int(tensors["x"].shape[0]), tensors["x"], edges, edge_y, splits, name)
+    if "y" in tensors:
+        source.target_node, source.y, source.splits = "node", tensors["y"], _splits(where, tensors)
+    return source
+
+
 def _checked(where, key: str, array: np.ndarray, dtype, ndim: int) -> torch.Tensor:
     check_member_header(where, key, array.dtype, array.shape, dtype, ndim)
     return torch.from_numpy(np.ascontiguousarray(array))
 
 
-def _splits(where, tensors: dict[str, torch.Tensor]) -> list[torch.Tensor] | None:
-    present = [k for k in NPZ_SPLITS if k in tensors]
+def _splits(where, tensors: dict[str, torch.Tensor], names: tuple[str, ...] = NPZ_SPLITS) -> list[torch.Tensor] | None:
+    present = [k for k in names if k in tensors]
     if present and len(present) != 3:
-        missing = sorted(set(NPZ_SPLITS) - set(present))
+        missing = sorted(set(names) - set(present))
         raise DataError(
             f"{where}: has {', '.join(present)} but not {', '.join(missing)}; give all three splits or none."
         )
-    return [tensors[k] for k in NPZ_SPLITS] if present else None
+    return [tensors[k] for k in names] if present else None
 
 
 def is_member_name(name: str) -> bool:
@@ -291,6 +337,14 @@ def _source(num_nodes: dict, node: dict, edge: dict, name: str) -> HeteroSource:
     if target_edge is not None and target_edge not in edges:
         raise DataError(f"val_edges name ({','.join(target_edge)}), which has no edge_index array.")
     held_out = (held["val_edges"][target_edge], held["test_edges"][target_edge]) if target_edge else None
+    labelled, edge_y, edge_splits = _edge_labels(edge, edges)
+    if labelled is not None:
+        if target_edge is not None and target_edge != labelled:
+            raise DataError(
+                f"val_edges name ({','.join(target_edge)}) but edge labels are given for ({','.join(labelled)}); "
+                "a graph has one target edge type."
+            )
+        target_edge = labelled
     return HeteroSource(
         num_nodes,
         node.get("x", {}),
@@ -301,4 +355,38 @@ def _source(num_nodes: dict, node: dict, edge: dict, name: str) -> HeteroSource:
         target_edge=target_edge,
         held_out=held_out,
         name=name,
+        edge_y=edge_y,
+        edge_splits=edge_splits,
     )
+
+
+def _edge_labels(edge: dict, edges: dict) -> tuple:
+    """``(edge type, labels, splits or None)`` of the one labelled edge type (``edge_label__S__R__D``,
+    an edge task's), or ``(None, None, None)``."""
+    labels = edge.get(EDGE_LABEL, {})
+    if len(labels) > 1:
+        names = ", ".join(f"({','.join(et)})" for et in labels)
+        raise DataError(f"edge labels are given for {len(labels)} edge types ({names}); label one type.")
+    split_types = {et for kind in EDGE_SPLITS for et in edge.get(kind, {})}
+    if not labels:
+        if split_types:
+            raise DataError("edge_train_idx/edge_val_idx/edge_test_idx are given without edge_label; label the edges.")
+        return None, None, None
+    ((et, y),) = labels.items()
+    if et not in edges:
+        raise DataError(f"edge_label__{'__'.join(et)} names an edge type that has no edge_index array.")
+    if y.shape[0] != edges[et].shape[1]:
+        raise DataError(
+            f"edge_label__{'__'.join(et)} has {y.shape[0]} labels for {edges[et].shape[1]} edges of that type."
+        )
+    if split_types - {et}:
+        raise DataError(
+            f"edge splits name another edge type than edge_label__{'__'.join(et)}; split the labelled type."
+        )
+    given = [edge.get(kind, {}).get(et) for kind in EDGE_SPLITS]
+    if any(s is not None for s in given) and not all(s is not None for s in given):
+        suffix = "__".join(et)
+        raise DataError(
+            f"give all of edge_train_idx__{suffix}, edge_val_idx__{suffix}, edge_test_idx__{suffix} or none."
+        )
+    return et, y, tuple(given) if given[0] is not None else None

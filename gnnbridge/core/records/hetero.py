@@ -42,6 +42,7 @@ from gnnbridge.core.records.mapped import Mapped
 
 EdgeType = tuple[str, str, str]
 REVERSE_PREFIX = "rev_"
+HOMOGENEOUS_EDGE = ("node", "to", "node")  # a homogeneous graph's edges as one typed relation
 
 
 def edge_name(et: EdgeType) -> str:
@@ -59,8 +60,13 @@ class HeteroGraphData(Mapped):
             featureless (models learn an embedding per node).
         edge_index: {(src, relation, dst): int64 [2, E]} message-passing edges, type-local ids,
             sorted by destination; ``indptr`` the CSC offsets over each type's destinations.
-        target_node, y, train_idx, val_idx, test_idx, num_classes: node classification.
-        target_edge: the predicted edge type; its message-passing edges are the train edges.
+        target_node, y, train_idx, val_idx, test_idx, num_classes: node classification; for an
+            edge task (``target_edge`` and ``y`` both set), ``y`` holds a label per edge of
+            ``target_edge`` (in its sorted order) and the splits are edge ids there.
+        target_edge: the predicted edge type; for link prediction its message-passing edges are
+            the train edges, for an edge task all of its edges.
+        edge_column: an edge task's column in the given ``edge_index`` of each sorted target
+            edge (what ``predict`` orders its rows by).
         reverse_edge, reverse_eid: the type mirroring ``target_edge`` (if any) and, per target
             edge, its mirror's id there (excluded with it from its own neighbourhood).
         val_edges, test_edges: int64 [2, E] held-out (src, dst) pairs, absent from message passing.
@@ -94,6 +100,7 @@ class HeteroGraphData(Mapped):
     test_negative_pairs: torch.Tensor | None = None
     twin_eid: torch.Tensor | None = None
     undirected: bool = False
+    edge_column: torch.Tensor | None = None
     name: str = "hetero"
     labels: str = ""  # y's form (core/records/labels.py); "": the context's, else class
 
@@ -132,11 +139,22 @@ class HeteroGraphData(Mapped):
 
     @property
     def is_link(self) -> bool:
+        """Link prediction: pairs of ``target_edge`` scored as edges or not (no labels)."""
+        return self.target_edge is not None and self.y is None
+
+    @property
+    def is_edge(self) -> bool:
+        """An edge task: a label per edge of ``target_edge`` (``y``), split by edge ids."""
+        return self.target_edge is not None and self.y is not None
+
+    @property
+    def scores_pairs(self) -> bool:
+        """Whether a model's outputs come from (source, destination) pairs: link and edge tasks."""
         return self.target_edge is not None
 
     @property
     def item_name(self) -> str:
-        return "edge" if self.is_link else "node"
+        return "edge" if self.scores_pairs else "node"
 
     @property
     def total_nodes(self) -> int:
@@ -157,6 +175,17 @@ class HeteroGraphData(Mapped):
             "test": self.test_edges.shape[1],
         }[name]
         return torch.arange(count)
+
+    def given_rows(self, rows: torch.Tensor) -> torch.Tensor:
+        """An edge task's rows of its sorted target edges (labels, outputs) in the order its
+        ``edge_index`` gave the edges, which is how a user reads them."""
+        out = torch.empty_like(rows)
+        out[self.edge_column] = rows
+        return out
+
+    def given_split(self, name: str) -> torch.Tensor:
+        """An edge task's split as columns of the given ``edge_index``, sorted."""
+        return self.edge_column[self.split(name)].sort().values
 
     def excluded(self, eids: torch.Tensor) -> dict[EdgeType, torch.Tensor]:
         """The edges a batch of train edges ``eids`` must not see: themselves, their opposite
@@ -233,6 +262,8 @@ class HeteroGraphData(Mapped):
             self._check_edges(et, ei)
         if self.is_link:
             self._check_link()
+        elif self.is_edge:
+            self._check_edge_task()
         else:
             self._check_node_task()
 
@@ -291,6 +322,31 @@ class HeteroGraphData(Mapped):
         for name in ("train", "val", "test"):
             check_tensor(f"{name}_idx", self.split(name), torch.int64, ndim=1)
         check_disjoint_splits(self, self.num_nodes[t])
+
+    def _check_edge_task(self) -> None:
+        """Labels per edge of the target type, in form; splits of its edge ids, disjoint."""
+        et = self.target_edge
+        if et not in self.edge_index:
+            raise DataError(
+                f"The labelled edge type ({edge_name(et)}) is not among the edge types: "
+                f"{'; '.join(map(edge_name, self.edge_index))}."
+            )
+        edges = int(self.edge_index[et].shape[1])
+        where = f"edge_label[{edge_name(et)}]"
+        check_form(self.y, self.labels, where)
+        if self.y.shape[0] != edges:
+            raise DataError(f"{where} has {self.y.shape[0]} labels for {edges} ({edge_name(et)}) edges.")
+        if self.labels == "class" and (
+            self.num_classes < 2 or int(self.y.min()) < 0 or int(self.y.max()) >= self.num_classes
+        ):
+            raise DataError(
+                f"{where} holds labels in [{int(self.y.min())}, {int(self.y.max())}] but num_classes="
+                f"{self.num_classes}; labels must be in [0, num_classes) with num_classes >= 2."
+            )
+        check_values(self.y, self.labels, self.num_classes, edges, f"({edge_name(et)}) edge")
+        for name in ("train", "val", "test"):
+            check_tensor(f"edge_{name}_idx", self.split(name), torch.int64, ndim=1)
+        check_disjoint_splits(self, edges)
 
     def _check_link(self) -> None:
         et = self.target_edge
@@ -353,7 +409,9 @@ class HeteroGraphData(Mapped):
             "num_features": self.feature_dims(),
             "num_classes": self.num_classes,
         }
-        if self.is_link:
+        if self.is_edge:
+            out["target_edge"] = edge_name(self.target_edge)
+        elif self.is_link:
             out["target_edge"] = edge_name(self.target_edge)
             shared = self.val_negative_pairs
             out["protocol"] = self.protocol
@@ -445,6 +503,8 @@ class HeteroSource(Mapped):
             (train, val, test) node ids.
         target_edge, held_out: the edge type a link task predicts by default and (optionally) its
             (val, test) edges [2, E], which are then left out of message passing.
+        edge_y, edge_splits: an edge task's labels, one per edge of ``target_edge`` in the
+            order given, and (optionally) its (train, val, test) edge ids (columns of its edges).
     """
 
     num_nodes: dict[str, int]
@@ -457,6 +517,8 @@ class HeteroSource(Mapped):
     held_out: tuple | None = None
     name: str = "hetero"
     undirected: bool = False  # the target's pairs stand for undirected edges
+    edge_y: torch.Tensor | None = None
+    edge_splits: tuple | None = None
     # Set by a prepared folder (gnnbridge.core.records.folder): {edge type: (indptr, edges sorted
     # by destination [2, E])}, memory-mapped, for every edge type and its rev_ type; and the
     # class count prepare found. A node task then maps its topology instead of building it.
@@ -499,3 +561,18 @@ class HeteroSource(Mapped):
             f"Dataset '{self.name}' has {len(self.edges)} edge types; name the one to predict with "
             f"--set link.edge_type=RELATION (one of: {', '.join(et[1] for et in self.edges)})."
         )
+
+
+def edge_source(num_nodes: int, x: torch.Tensor, edge_index: torch.Tensor, edge_y, edge_splits, name: str):
+    """A homogeneous graph whose edges carry labels, as the one-relation source an edge task reads
+    (:mod:`gnnbridge.core.tasks.edge`): its edges as given, so messages flow from source to
+    destination as on the homogeneous graph (no reverse type is added)."""
+    return HeteroSource(
+        {"node": num_nodes},
+        {"node": x},
+        {HOMOGENEOUS_EDGE: edge_index},
+        target_edge=HOMOGENEOUS_EDGE,
+        edge_y=edge_y,
+        edge_splits=tuple(edge_splits) if edge_splits is not None else None,
+        name=name,
+    )

@@ -259,6 +259,12 @@ class LinkBatcher:
     def pairs_batch(self, ids, src, dst, negatives, generator):
         return self._batch(ids, src, dst, negatives, generator, None)
 
+    def edge_batch(self, eids: torch.Tensor, generator: torch.Generator | None):
+        """An edge task's evaluation batch: edges ``eids`` of the target type scored from their
+        ends' neighbourhoods in the whole graph (nothing excluded, no negatives)."""
+        src, dst = self._train[:, eids]
+        return self._batch(eids, src, dst, src.new_zeros(eids.numel(), 0), generator, None)
+
     def _batch(self, ids, src, dst, negatives, generator, exclude):
         s_type, _, d_type = self.target
         k = negatives.shape[1]
@@ -297,10 +303,10 @@ class HeteroStore(GraphStore):
 
 class CoreHeteroSampler(CoreSampler):
     """Heterogeneous batches on any backend: node batches (seeds of the labelled type) or link
-    batches (:class:`LinkBatcher`), sampled by core and converted by ``to_native``. Randomness
-    comes from generators keyed on (seed, epoch, rank), as in the homogeneous core sampler (the
-    training negatives from a stream of their own), so with the same seed every backend trains on
-    the same batches."""
+    batches (:class:`LinkBatcher`; an edge task's have no negatives), sampled by core and
+    converted by ``to_native``. Randomness comes from generators keyed on (seed, epoch, rank), as
+    in the homogeneous core sampler (the training negatives from a stream of their own), so with
+    the same seed every backend trains on the same batches."""
 
     def __init__(
         self, store: GraphStore, fanouts: dict[EdgeType, list[int]], to_native: Callable[[Any], Any], negatives: int = 1
@@ -309,7 +315,7 @@ class CoreHeteroSampler(CoreSampler):
         self.data: HeteroGraphData = store.data
         self.typed_fanouts = fanouts
         self.negatives = negatives
-        self._links = LinkBatcher(self.data, self._sampler, negatives) if self.data.is_link else None
+        self._links = LinkBatcher(self.data, self._sampler, negatives) if self.data.scores_pairs else None
         self.negatives_from = epoch_generator(0, 0, 0, stream=NEGATIVES_STREAM)
 
     def reseed(self, seed: int, epoch: int, rank: int) -> None:
@@ -329,6 +335,12 @@ class CoreHeteroSampler(CoreSampler):
             else:
                 sub = self._sampler.sample({self.data.target_node: seeds}, self._generator)
                 yield MiniBatch(seeds, sub.node, self._to_native(sub))
+
+    def edges_loader(self, batches: list[torch.Tensor]) -> Iterable[LinkMiniBatch]:
+        """An edge task's edges (ids of the target type) with nothing excluded: how evaluation
+        scores them (training's :meth:`loader` leaves each batch's own edges out)."""
+        for ids in batches:
+            yield self._native(*self._links.edge_batch(ids, self._generator))
 
     def held_out_loader(self, split: str, batches: list[torch.Tensor]) -> Iterable[LinkMiniBatch]:
         """Val or test edges (ids into the split) with their fixed negatives."""

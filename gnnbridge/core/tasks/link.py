@@ -24,6 +24,7 @@ import torch
 from gnnbridge.core.errors import DataError
 from gnnbridge.core.records.data import GraphData, check_ids, random_split
 from gnnbridge.core.records.hetero import (
+    HOMOGENEOUS_EDGE,
     REVERSE_PREFIX,
     EdgeType,
     HeteroGraphData,
@@ -129,7 +130,7 @@ def link_task(
     val, test = (distinct_pairs(e, num_nodes[target[2]]) for e in (val, test))
     held = torch.cat([val, test], dim=1)
     train = pairs[:, ~torch.isin(_pair_ids(pairs, target, num_nodes), _pair_ids(held, target, num_nodes))]
-    mp, rev = _message_passing(num_nodes, edges, target, train, reverse)
+    mp, rev = message_passing(num_nodes, edges, target, train, reverse)
     gen = torch.Generator().manual_seed(seed + 1)
     if protocol == "shared":
         known = torch.unique(_pair_ids(torch.cat([pairs, held], dim=1), target, num_nodes))
@@ -219,7 +220,7 @@ def _split_pairs(
     return pairs[:, torch.isin(which, val)], pairs[:, torch.isin(which, test)]
 
 
-def _message_passing(num_nodes: dict, edges: dict, target: EdgeType, train: torch.Tensor, reverse: bool):
+def message_passing(num_nodes: dict, edges: dict, target: EdgeType, train: torch.Tensor, reverse: bool):
     """The message-passing edges and the target's mirror type (or None). A type running the other
     way that holds every target pair flipped is a mirror the dataset brought (whatever its name):
     it is rebuilt from train edges, like a ``rev_`` type, and no ``rev_`` type is added beside it."""
@@ -257,7 +258,7 @@ def from_homogeneous(data: GraphData, seed: int = 0) -> tuple[dict, dict, dict, 
     pairs = distinct_pairs(torch.stack([lo[keep], hi[keep]]), data.num_nodes)
     flip = torch.rand(pairs.shape[1], generator=torch.Generator().manual_seed(seed)) < 0.5
     pairs = torch.where(flip, pairs.flip(0), pairs)
-    target = ("node", "to", "node")
+    target = HOMOGENEOUS_EDGE
     return {"node": data.num_nodes}, {"node": data.x}, {target: pairs}, target
 
 

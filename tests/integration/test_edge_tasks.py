@@ -1,0 +1,189 @@
+"""Edge tasks (``task: edge``): a label per given edge, on a homogeneous and a heterogeneous
+``.npz``, trained on both libraries with 2 ranks. What a user would notice: the model learns
+the rule the labels follow, ``predict`` writes a row per edge in the order the file gave the
+edges and its figures are the run's own, both libraries train the same batches, the final
+evaluation is exact (layer-wise equals every neighbour sampled) and no training batch sees its
+own edges; bad input is one line."""
+
+from __future__ import annotations
+
+import helpers
+import numpy as np
+import pytest
+import torch
+
+import gnnbridge
+from gnnbridge.core.app.compare import same_batches
+from gnnbridge.core.config import Task
+from gnnbridge.core.errors import GnnBridgeError
+from gnnbridge.core.plugins import get_target
+from gnnbridge.core.records.hetero import HeteroSource
+from gnnbridge.core.records.labels import label_form
+from gnnbridge.core.sampling.hetero import CoreHeteroSampler, HeteroStore, typed_fanouts
+from gnnbridge.core.tasks import for_edge_task
+
+pytestmark = pytest.mark.slow
+N, F, E = 300, 6, 2400
+BACKENDS = ("pyg", "dgl")
+
+
+def homogeneous(seed: int = 0) -> dict[str, np.ndarray]:
+    """A directed graph whose edges carry one of three classes, a rule of both ends' features."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(N, F)).astype(np.float32)
+    src, dst = rng.integers(0, N, E), rng.integers(0, N, E)
+    label = (x[src, 0] + x[dst, 1] > 0).astype(np.int64) + (x[src, 2] - x[dst, 3] > 1).astype(np.int64)
+    return {"x": x, "edge_index": np.stack([src, dst]).astype(np.int64), "edge_label": label}
+
+
+def ratings(seed: int = 1) -> dict[str, np.ndarray]:
+    """Users rate items (a value each, from both ends' features) beside item-item edges; the
+    file gives its own splits of the ratings."""
+    rng = np.random.default_rng(seed)
+    users, items = 200, 120
+    xu, xi = rng.normal(size=(users, F)).astype(np.float32), rng.normal(size=(items, F)).astype(np.float32)
+    src, dst = rng.integers(0, users, E), rng.integers(0, items, E)
+    value = (xu[src, :3] * xi[dst, :3]).sum(1) + 0.5 * xu[src, 3]
+    order, rel = rng.permutation(E), "user__rates__item"
+    return {
+        "x__user": xu,
+        "x__item": xi,
+        f"edge_index__{rel}": np.stack([src, dst]).astype(np.int64),
+        f"edge_label__{rel}": value.astype(np.float32),
+        f"edge_train_idx__{rel}": order[: E * 7 // 10],
+        f"edge_val_idx__{rel}": order[E * 7 // 10 : E * 17 // 20],
+        f"edge_test_idx__{rel}": order[E * 17 // 20 :],
+        "edge_index__item__similar__item": rng.integers(0, items, (2, 600)).astype(np.int64),
+    }
+
+
+_RUNS: dict[str, dict] = {}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("edges")
+    np.savez(root / "edges.npz", **homogeneous())
+    np.savez(root / "ratings.npz", **ratings())
+    return root
+
+
+def trained(files, backend: str) -> dict:
+    """Edge classification of ``edges.npz`` on ``backend`` with 2 ranks (once per module)."""
+    if backend not in _RUNS:
+        _RUNS[backend] = gnnbridge.run(
+            dataset=files / "edges.npz", backend=backend, nproc=2, out=files / f"run-{backend}", progress=False,
+            overrides=["task=edge", "train.epochs=4", "train.batch_size=128", "train.lr=0.01"],
+        )  # fmt: skip
+    return _RUNS[backend]
+
+
+@pytest.mark.xdist_group("test_edge_tasks")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_edge_classification_learns_and_predicts_each_edge_in_the_files_order(files, backend):
+    results = trained(files, backend)
+    given = np.load(files / "edges.npz")["edge_label"]
+    majority = np.bincount(given).max() / given.size
+    assert results["metrics"]["test_acc"] > majority + 0.1, results["metrics"]  # learned the rule, not the prior
+    assert results["eval"]["final"] == "layerwise"  # the typed layer-wise pass scores every edge
+    out = gnnbridge.predict(files / f"run-{backend}", kind="latest")  # the weights results.json scored
+    assert out["logits"].shape == (E, 3)
+    np.testing.assert_array_equal(out["y"], given)  # row i is column i of the file's edge_index
+    test = out["test_idx"]
+    assert (out["logits"][test].argmax(1) == given[test]).mean() == pytest.approx(results["metrics"]["test_acc"])
+
+
+@pytest.mark.xdist_group("test_edge_tasks")
+def test_layerwise_evaluation_equals_every_neighbour_sampled(files):
+    trained(files, "dgl")
+    layerwise = gnnbridge.evaluate(files / "run-dgl")["metrics"]
+    full = gnnbridge.evaluate(files / "run-dgl", overrides=["eval.mode=full"])["metrics"]
+    assert full == pytest.approx(layerwise, abs=1e-6)
+
+
+def test_both_libraries_train_the_same_batches_to_the_same_losses(files):
+    settings = ["task=edge", "target=regression", "model.arch=rgcn", "train.batch_size=256"]
+    report = same_batches(dataset=str(files / "ratings.npz"), epochs=1, overrides=settings)
+    assert report["agree"] and report["pairs"][0]["steps"] > 1, report
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_heterogeneous_rating_regression_keeps_the_files_splits(files, tmp_path, backend):
+    arrays = ratings()
+    results = gnnbridge.run(dataset=files / "ratings.npz", backend=backend, target="regression", nproc=1,
+                            overrides=["task=edge", "train.epochs=5", "train.batch_size=128", "train.lr=0.01"],
+                            out=tmp_path / "run", progress=False)  # fmt: skip
+    assert results["metrics"]["test_r2"] > 0.3, results["metrics"]
+    out = gnnbridge.predict(tmp_path / "run", kind="latest")
+    rel = "user__rates__item"
+    np.testing.assert_array_equal(out["test_idx"], np.sort(arrays[f"edge_test_idx__{rel}"]))
+    test = out["test_idx"]
+    scores = get_target("regression").scores(1)
+    scores.update(torch.from_numpy(out["logits"][test]), torch.from_numpy(arrays[f"edge_label__{rel}"][test]))
+    assert scores.as_metrics("test") == pytest.approx({k: v for k, v in results["metrics"].items() if "test" in k})
+
+
+def test_a_training_batch_never_samples_its_own_edges_or_their_mirrors():
+    arrays = ratings()
+    rel = ("user", "rates", "item")
+    source = HeteroSource(
+        {"user": 200, "item": 120},
+        {"user": torch.from_numpy(arrays["x__user"]), "item": torch.from_numpy(arrays["x__item"])},
+        {rel: torch.from_numpy(arrays["edge_index__user__rates__item"])},
+        target_edge=rel,
+        edge_y=torch.from_numpy(arrays["edge_label__user__rates__item"]),
+    )
+    with label_form("regression"):
+        data = for_edge_task(source, reverse=True, seed=0)
+    rev = data.reverse_edge
+    assert rev == ("item", "rev_rates", "user")
+    sampler = CoreHeteroSampler(HeteroStore(data), typed_fanouts(data, [-1, -1], {}), lambda sub: sub, negatives=0)
+    sampler.reseed(0, 0, 0)
+    batch = data.split("train")[:64]
+    (mb,) = sampler.loader([batch])
+    sub = mb.graph
+    assert not torch.isin(sub.edge[rel], batch).any()
+    assert not torch.isin(sub.edge[rev], data.reverse_eid[batch]).any()
+    # with every neighbour, all the rest of each end's edges are there
+    src, dst = data.edge_index[rel][:, batch]
+    around = torch.isin(data.edge_index[rel][1], dst) & ~torch.isin(torch.arange(E), batch)
+    assert torch.isin(around.nonzero().flatten(), sub.edge[rel]).all()
+    (scored,) = sampler.edges_loader([batch])  # evaluation leaves nothing out
+    assert torch.isin(batch, scored.graph.edge[rel]).all()
+
+
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        (lambda a: a.pop("edge_label"), "has no edge labels"),
+        (lambda a: a.update(edge_label=a["edge_label"][:-1]), "edge_label has 2399 labels for 2400 edges"),
+        (lambda a: a.update(edge_train_idx=np.arange(10), edge_val_idx=np.arange(10, 20),
+                            edge_test_idx=np.array([5000])), "edge_test_idx"),  # fmt: skip
+        (lambda a: a.update(edge_label=a["edge_label"].astype(np.float32)), "edge_label"),
+    ],
+)
+def test_bad_edge_input_is_one_line(tmp_path, change, needle):
+    arrays = homogeneous()
+    arrays["y"] = np.arange(N, dtype=np.int64) % 2  # node labels too: task=node would read them
+    change(arrays)
+    np.savez(tmp_path / "bad.npz", **arrays)
+    proc = helpers.gnnbridge("train", "--dataset", str(tmp_path / "bad.npz"), "--set", "task=edge",
+                             "--out", str(tmp_path / "run"), cwd=tmp_path)  # fmt: skip
+    helpers.one_line(proc, needle)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_homogeneous_model_and_a_prepared_folder_are_refused_in_one_line(tmp_path):
+    np.savez(tmp_path / "edges.npz", **homogeneous())
+    proc = helpers.gnnbridge("train", "--dataset", str(tmp_path / "edges.npz"), "--set", "task=edge",
+                             "--set", "model.arch=gcn", cwd=tmp_path)  # fmt: skip
+    helpers.one_line(proc, "model.arch='gcn'")
+    proc = helpers.gnnbridge("prepare", str(tmp_path / "edges.npz"), "--quiet", cwd=tmp_path)
+    helpers.one_line(proc, "train task=edge from the .npz itself")
+    assert not (tmp_path / "edges").exists()
+
+
+def test_edge_is_a_task_of_the_heterogeneous_models_only():
+    assert Task("edge") is Task.EDGE
+    with pytest.raises(GnnBridgeError, match="target=class"):
+        gnnbridge.resolve_config(overrides=["task=link", "target=regression"])
