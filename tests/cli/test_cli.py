@@ -134,7 +134,7 @@ def test_train_on_an_npz_file_with_fanouts_override(tmp_path):
         ),
         (
             ["--set", "task=link", "--set", "target=multilabel"],
-            ["target=multilabel applies to task=node or task=graph"],
+            ["target=multilabel applies to task=node, edge or graph"],
         ),
     ],
 )
@@ -298,7 +298,7 @@ def test_malformed_graph_collection_is_refused(tmp_path, refused, overrides, nee
     [
         (
             ["--set", "task=graph"],
-            ["model.arch='sage' is a model for task=node, link, not task=graph", "model.arch=gin"],
+            ["model.arch='sage' is a model for task=node, link, edge, not task=graph", "model.arch=gin"],
         ),
         (
             ["gin-synthetic", "--set", "task=node", "--set", "sampler.fanouts=[5,5,5]"],
@@ -322,7 +322,7 @@ def test_malformed_graph_collection_is_refused(tmp_path, refused, overrides, nee
         (["--dataset", "rec-synthetic", "--set", "task=graph", "--set", "model.arch=gin"], ["task=graph classifies"]),
         (  # the experiment's fanouts would be ignored: said before the data is read
             ["rec-synthetic", "--set", "task=graph", "--set", "model.arch=gin"],
-            ["sampler.fanouts=[10, 5] applies to task=node or link only, but it is 'graph'"],
+            ["sampler.fanouts=[10, 5] applies to task=node, link or edge only, but it is 'graph'"],
         ),
         (["rec-synthetic", "--set", "sampler.kind=native"], ["LinkNeighborLoader", "sampler.kind=core or auto"]),
         (["rec-synthetic", "--set", "sampler.kind=example-nope"], ["plugin samplers sample homogeneous graphs"]),

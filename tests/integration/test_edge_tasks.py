@@ -157,8 +157,12 @@ def test_a_training_batch_never_samples_its_own_edges_or_their_mirrors():
     [
         (lambda a: a.pop("edge_label"), "has no edge labels"),
         (lambda a: a.update(edge_label=a["edge_label"][:-1]), "edge_label has 2399 labels for 2400 edges"),
-        (lambda a: a.update(edge_train_idx=np.arange(10), edge_val_idx=np.arange(10, 20),
-                            edge_test_idx=np.array([5000])), "edge_test_idx"),  # fmt: skip
+        (
+            lambda a: a.update(
+                edge_train_idx=np.arange(10), edge_val_idx=np.arange(10, 20), edge_test_idx=np.array([5000])
+            ),
+            "edge_test_idx",
+        ),  # fmt: skip
         (lambda a: a.update(edge_label=a["edge_label"].astype(np.float32)), "edge_label"),
     ],
 )

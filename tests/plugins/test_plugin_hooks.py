@@ -173,7 +173,7 @@ def test_taken_names_are_an_error_naming_both_plugins(plugin):
     [
         (("", Linear), "invalid name ''"),
         (("x", "not callable"), "registered model 'x' with 'not callable'; give a callable"),
-        (("x", Linear, ["edge"]), "tasks=['edge']; tasks are a list of: node, graph"),
+        (("x", Linear, ["edges"]), "tasks=['edges']; tasks are a list of: node, graph"),
     ],
 )
 def test_invalid_registrations_name_the_plugin(args, needle):
@@ -455,11 +455,11 @@ def test_models_and_samplers_commands_list_what_is_registered(tmp_path):
         "name": "sage",
         "backend": "dgl",
         "plugin": "dgl",
-        "tasks": ["node", "link"],
+        "tasks": ["node", "link", "edge"],
         "heterogeneous": True,
         "description": "GraphSAGE, mean aggregation (SAGEConv; HeteroGraphConv on heterogeneous graphs)",
     } in rows
-    hetero = {(r["name"], r["backend"]) for r in rows if r["heterogeneous"] and r["tasks"] == ["node", "link"]}
+    hetero = {(r["name"], r["backend"]) for r in rows if r["heterogeneous"] and r["tasks"] == ["node", "link", "edge"]}
     assert {(m, b) for m in ("rgcn", "hgt") for b in ("pyg", "dgl")} <= hetero
     assert {
         "name": "gcn",

@@ -89,7 +89,7 @@ def run(
         model or the data).
     :param max_restarts: when a rank fails, restart every rank up to this many times; each restart
         continues the run from its latest checkpoint.
-    :param target: what each node or graph is predicted as: ``class`` (one class, the default),
+    :param target: what each node, edge or graph is predicted as: ``class`` (one class, the default),
         ``multilabel`` (0/1 labels, NaN where missing) or ``regression`` (values), or a plugin's
         target; the same as ``overrides=["target=..."]``.
     :returns: ``results.json``'s content (its keys: :doc:`/outputs`): ``metrics`` (the final

@@ -24,7 +24,7 @@ from gnnbridge.core.config.schema import ExperimentConfig
 KEY_HELP = {
     "name": "the experiment's name (run folders are named after it)",
     "description": "one line about the experiment",
-    "task": "node (a label per node) | graph (a label per graph) | link (edges of one type)",
+    "task": "node (a label per node) | graph (a label per graph) | link (edges of one type) | edge (a label per edge)",
     "backend": "pyg | dgl | any installed backend plugin (gnnbridge backends)",
     "nproc": "ranks on this machine (a torchrun / SLURM job sets it to its size)",
     "device": "cpu | cuda | auto (cuda when available and the backend can use it)",
@@ -70,7 +70,7 @@ KEY_HELP = {
     "train.monitor": "the validation metric that picks best.pt (empty: the target's first: val_acc, val_roc_auc "
     "for multilabel and links, val_rmse for regression; links also val_mrr, val_hits@K)",
     "train.loss": "the loss (empty: the target's own: cross_entropy, bce, mse; regression also l1, huber)",
-    "target": "what each node or graph is predicted as: class | multilabel | regression (or a plugin's target)",
+    "target": "what each node, edge or graph is predicted as: class | multilabel | regression (or a plugin's target)",
     "eval": "how the final scores are computed",
     "eval.mode": "node tasks: layerwise (exact) | full (every neighbour) | sampled",
     "eval.batch_size": "seeds per inference batch",

@@ -355,6 +355,11 @@ READ_ONLY_BY = {
 }
 
 
+def _either(modes: tuple[str, ...]) -> str:
+    """``node``, ``node or link``, ``node, link or edge``."""
+    return modes[0] if len(modes) == 1 else f"{', '.join(modes[:-1])} or {modes[-1]}"
+
+
 def check_read(section: Any, prefix: str) -> None:
     """Refuse a key of :data:`READ_ONLY_BY` set away from its default under a mode that does not
     read it. ``section`` at ``prefix`` (``"train."``) checks the rows within it (so a section
@@ -370,7 +375,7 @@ def check_read(section: Any, prefix: str) -> None:
             continue
         fix = f"{mode_key}={modes[0]}" if len(modes) == 1 else f"{mode_key} to one of: {', '.join(modes)}"
         raise ConfigError(
-            f"{key}={_shown(value)} applies to {mode_key}={' or '.join(modes)} only, but it is {show(mode)}; "
+            f"{key}={_shown(value)} applies to {mode_key}={_either(modes)} only, but it is {show(mode)}; "
             f"drop {key} (its default is {_shown(default)}) or set {fix}."
         )
 

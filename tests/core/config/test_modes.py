@@ -79,7 +79,8 @@ def test_a_key_set_under_a_mode_that_ignores_it_is_refused_naming_the_fix(key, m
         from_dict(nested({key: SET[key], mode_key: mode}))
     line = str(err.value)
     assert "\n" not in line
-    assert line.startswith(f"{key}=") and f"applies to {mode_key}={' or '.join(reads)} only" in line, line
+    either = reads[0] if len(reads) == 1 else f"{', '.join(reads[:-1])} or {reads[-1]}"  # "node, link or edge"
+    assert line.startswith(f"{key}=") and f"applies to {mode_key}={either} only" in line, line
     assert f"but it is '{mode}'; drop {key} (its default is " in line and f"or set {mode_key}" in line, line
 
 
@@ -123,8 +124,8 @@ def test_the_messages_a_user_reads():
         ),
         (
             ("sampler.fanouts", [5, 5], "task", "graph"),
-            "sampler.fanouts=[5, 5] applies to task=node or link only, but it is 'graph'; drop sampler.fanouts "
-            "(its default is [10, 10]) or set task to one of: node, link.",
+            "sampler.fanouts=[5, 5] applies to task=node, link or edge only, but it is 'graph'; drop sampler.fanouts "
+            "(its default is [10, 10]) or set task to one of: node, link, edge.",
         ),
     ]
     for (key, value, mode_key, mode), line in cases:
