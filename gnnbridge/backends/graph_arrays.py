@@ -53,12 +53,14 @@ def graph_labels(y, where: str) -> np.ndarray:
     return item_labels(y.reshape(1, -1), where)[0]
 
 
-def all_or_no_splits(found: dict[str, np.ndarray], where: str) -> dict[str, np.ndarray]:
-    """``found`` (``train_idx`` ... read from masks) when it holds all three splits or none."""
+def all_or_no_splits(found: dict[str, np.ndarray], where: str, prefix: str = "") -> dict[str, np.ndarray]:
+    """``found`` (``train_idx`` ... read from masks; an edge task's ``edge_train_idx`` ... with
+    ``prefix`` ``edge_``) when it holds all three splits or none."""
     if 0 < len(found) < len(SPLITS):
-        given = ", ".join(f"{k[:-4]}_mask" for k in found)
+        given = ", ".join(f"{k.split('__')[0][:-4]}_mask" for k in found)
+        masks = ", ".join(f"{prefix}{s}_mask" for s in SPLITS)
         raise DataError(
-            f"{where} has {given} but not all of train_mask, val_mask, test_mask; give all three, or none "
+            f"{where} has {given} but not all of {masks}; give all three, or none "
             "(gnnbridge then draws a seeded 60/20/20 split)."
         )
     return found

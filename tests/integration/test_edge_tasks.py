@@ -191,3 +191,54 @@ def test_edge_is_a_task_of_the_heterogeneous_models_only():
     assert Task("edge") is Task.EDGE
     with pytest.raises(GnnBridgeError, match="target=class"):
         gnnbridge.resolve_config(overrides=["task=link", "target=regression"])
+
+
+def test_graphs_held_in_memory_bring_their_edge_labels_and_masks(tmp_path):
+    """A PyG ``Data`` (``edge_label``, ``edge_*_mask``) trains on DGL, a ``DGLGraph``
+    (``edata['label']``, ``edata['*_mask']``) on PyG and a ``HeteroData`` of ratings on PyG: the
+    masks are the run's splits, the labels its ``y``. Read for a node task, the same ``DGLGraph``'s
+    float edge labels are left alone."""
+    from torch_geometric.data import Data, HeteroData
+
+    from gnnbridge.backends.dgl.compat import import_dgl
+
+    dgl, a = import_dgl(), homogeneous()
+    x, ei, label = (torch.from_numpy(a[k]) for k in ("x", "edge_index", "edge_label"))
+    part = torch.arange(E) % 4
+    masks = {"train": part < 2, "val": part == 2, "test": part == 3}
+    g = dgl.graph((ei[0], ei[1]), num_nodes=N)
+    g.ndata["feat"] = x
+    g.edata["label"] = label
+    g.edata.update({f"{s}_mask": m for s, m in masks.items()})
+    data = Data(x=x, edge_index=ei, edge_label=label, **{f"edge_{s}_mask": m for s, m in masks.items()})
+    for name, graph, backend in (("data", data, "dgl"), ("dglgraph", g, "pyg")):
+        gnnbridge.run(dataset=graph, backend=backend, nproc=1, overrides=["task=edge", "train.epochs=1"],
+                      out=tmp_path / name, progress=False)  # fmt: skip
+        out = gnnbridge.predict(tmp_path / name)
+        np.testing.assert_array_equal(out["y"], a["edge_label"])
+        for split, mask in masks.items():
+            np.testing.assert_array_equal(out[f"{split}_idx"], mask.nonzero().flatten().numpy())
+    r = ratings()
+    hetero = HeteroData()
+    hetero["user"].x, hetero["item"].x = torch.from_numpy(r["x__user"]), torch.from_numpy(r["x__item"])
+    rates = hetero["user", "rates", "item"]
+    rates.edge_index, rates.edge_label = (
+        torch.from_numpy(r[f"{k}__user__rates__item"]) for k in ("edge_index", "edge_label")
+    )
+    results = gnnbridge.run(dataset=hetero, backend="pyg", nproc=1, target="regression", progress=False,
+                            overrides=["task=edge", "train.epochs=1"], out=tmp_path / "hetero")  # fmt: skip
+    assert {"test_rmse", "test_r2"} <= set(results["metrics"])
+    g.ndata["label"] = (x[:, 0] > 0).long()
+    g.edata["label"] = label.float()  # not classes: a node task must not read it
+    node = gnnbridge.run(dataset=g, backend="pyg", nproc=1, overrides=["train.epochs=1"], out=tmp_path / "node",
+                         progress=False)  # fmt: skip
+    assert "test_acc" in node["metrics"]
+
+
+def test_a_model_instance_is_refused_for_edge_tasks_in_one_line(tmp_path):
+    from torch_geometric.nn import GraphSAGE
+
+    with pytest.raises(GnnBridgeError, match="not task=edge"):
+        gnnbridge.run(dataset=tmp_path / "none.npz", model=GraphSAGE(F, 16, 2, 3), overrides=["task=edge"],
+                      out=tmp_path / "run", progress=False)  # fmt: skip
+    assert not (tmp_path / "run").exists()

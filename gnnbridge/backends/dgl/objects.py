@@ -6,7 +6,8 @@ heterogeneous, and a ``dgl.data`` dataset (one graph, such as ``CoraGraphDataset
 DGL's conventions, as its examples read them: node features in ``ndata["feat"]``, classes in
 ``ndata["label"]``, the splits as boolean ``train_mask`` / ``val_mask`` / ``test_mask``; a
 heterogeneous graph keeps them per node type (``g.nodes["paper"].data``). Edges are taken in
-edge-id order. Edge features (``edata``) are not used by gnnbridge's models yet: a graph that
+edge-id order; an edge task (``task: edge``) reads ``edata["label"]`` and ``edata["train_mask"]``
+..., as DGL's edge-classification examples hold them. Edge features (``edata``) are not used by gnnbridge's models yet: a graph that
 has them trains without them, and a warning line says so.
 """
 
@@ -20,7 +21,7 @@ import torch
 from gnnbridge.backends.graph_arrays import SPLITS, all_or_no_splits, graph_labels, item_labels, stacked, type_name
 from gnnbridge.core.errors import DataError
 from gnnbridge.core.plugins import warn
-from gnnbridge.core.records.formats import labels_are_optional
+from gnnbridge.core.records.formats import edge_labels_wanted, labels_are_optional
 
 FEATURES = ("feat", "x", "features")  # the first present is the node features
 LABELS = ("label", "y", "labels")
@@ -45,9 +46,10 @@ def read(obj) -> dict[str, np.ndarray] | None:
 def graph_arrays(g, where: str) -> dict[str, np.ndarray]:
     frame = g.ndata
     arrays = {"x": features(frame, where, g.num_nodes()), "edge_index": edge_index(g)}
-    if label_key(frame) is not None or not labels_are_optional():  # predict takes a graph without labels
+    if label_key(frame) is not None or not (labels_are_optional() or edge_labels_wanted()):  # (predict, an edge task)
         arrays["y"] = labels(frame, where)
     arrays.update(splits(frame, where))
+    arrays.update(edge_labels(g.edata, where, "", g.num_edges()))
     warn_edge_features(g.edata, where)
     return arrays
 
@@ -67,7 +69,9 @@ def hetero_arrays(g, where: str) -> dict[str, np.ndarray]:
         for part in etype:
             type_name(part, where)
         arrays["edge_index__" + "__".join(etype)] = edge_index(g, etype)
-        warn_edge_features(g.edges[etype].data, f"{where}.edges[{etype}]")
+        frame, at = g.edges[etype].data, f"{where}.edges[{etype}]"
+        arrays.update(edge_labels(frame, at, "__" + "__".join(etype), g.num_edges(etype)))
+        warn_edge_features(frame, at)
     return arrays
 
 
@@ -119,22 +123,38 @@ def edge_index(g, etype=None) -> np.ndarray:
     return torch.stack([src, dst]).to(torch.int64).numpy()
 
 
-def splits(frame, where: str) -> dict[str, np.ndarray]:
+def splits(frame, where: str, unit: str = "node", prefix: str = "", suffix: str = "") -> dict[str, np.ndarray]:
+    """``{prefix}train_idx{suffix}`` ... from a frame's boolean ``train_mask`` ... (``ndata``, or
+    an edge task's ``edata`` with ``prefix`` ``edge_``)."""
     found = {}
+    data = "ndata" if unit == "node" else "edata"
     for split in SPLITS:
         if f"{split}_mask" not in frame:
             continue
         mask = frame[f"{split}_mask"]
         if mask.dim() != 1:
             raise DataError(
-                f"{where}: {split}_mask has shape {list(mask.shape)}; a mask is one value per node (several "
-                f"splits: pick one, e.g. g.ndata['{split}_mask'] = g.ndata['{split}_mask'][:, 0])."
+                f"{where}: {split}_mask has shape {list(mask.shape)}; a mask is one value per {unit} (several "
+                f"splits: pick one, e.g. g.{data}['{split}_mask'] = g.{data}['{split}_mask'][:, 0])."
             )
-        found[f"{split}_idx"] = mask.bool().nonzero().view(-1).cpu().numpy()
+        found[f"{prefix}{split}_idx{suffix}"] = mask.bool().nonzero().view(-1).cpu().numpy()
     return all_or_no_splits(found, where)
 
 
+def edge_labels(frame, where: str, suffix: str, count: int) -> dict[str, np.ndarray]:
+    """An edge task's labels from ``edata['label']`` (one per edge, in edge-id order, in the run's
+    label form) and its splits from ``edata['train_mask']`` ..., as DGL's edge-classification
+    examples hold them; none when the edges have no labels."""
+    key = label_key(frame)
+    if key is None or not edge_labels_wanted():  # (read for another task: the edges' labels are not its)
+        return {}
+    y = item_labels(frame[key], f"{where}: edata['{key}']")
+    return {f"edge_label{suffix}": y, **splits(frame, where, "edge", "edge_", suffix)}
+
+
 def warn_edge_features(frame, where: str) -> None:
-    if len(frame):
-        keys = ", ".join(frame.keys())
-        warn(f"{where} has edge features ({keys}): gnnbridge's models do not read them yet; trained without.")
+    keys = [k for k in frame.keys() if k not in (*LABELS, *(f"{s}_mask" for s in SPLITS))]
+    if keys:
+        warn(
+            f"{where} has edge features ({', '.join(keys)}): gnnbridge's models do not read them yet; trained without."
+        )

@@ -6,7 +6,8 @@ graph classification).
 PyG's conventions, as its own loaders read them: ``x`` and ``y`` per node, ``edge_index``
 ``[2, E]``, the splits as boolean ``train_mask`` / ``val_mask`` / ``test_mask`` (Planetoid) or as
 index tensors ``train_idx`` / ``val_idx`` / ``test_idx``; a ``HeteroData`` keeps the same names
-per node and edge type. Edge features (``edge_attr``, ``edge_weight``) are not used by
+per node and edge type. An edge task (``task: edge``) reads ``edge_label`` (one per column of
+``edge_index``) with ``edge_train_mask`` ... or ``edge_train_idx`` ...). Edge features (``edge_attr``, ``edge_weight``) are not used by
 gnnbridge's models yet: a graph that has them trains without them, and a warning line says so.
 """
 
@@ -20,7 +21,7 @@ import torch
 from gnnbridge.backends.graph_arrays import SPLITS, all_or_no_splits, graph_labels, item_labels, stacked, type_name
 from gnnbridge.core.errors import DataError
 from gnnbridge.core.plugins import warn
-from gnnbridge.core.records.formats import labels_are_optional
+from gnnbridge.core.records.formats import edge_labels_wanted, labels_are_optional
 
 EDGE_FEATURES = ("edge_attr", "edge_weight")
 
@@ -47,9 +48,10 @@ def read(obj) -> dict[str, np.ndarray] | None:
 def graph_arrays(data, where: str) -> dict[str, np.ndarray]:
     """One homogeneous graph for node classification."""
     arrays = {"x": features(data, where), "edge_index": edges(data.edge_index, where)}
-    if data.get("y") is not None or not labels_are_optional():  # predict takes a graph without labels
+    if data.get("y") is not None or not (labels_are_optional() or edge_labels_wanted()):  # (predict, an edge task)
         arrays["y"] = node_labels(data, where)
     arrays.update(splits(data, where, data.num_nodes))
+    arrays.update(edge_labels(data, where, ""))
     warn_edge_features(data, where)
     return arrays
 
@@ -73,6 +75,7 @@ def hetero_arrays(data) -> dict[str, np.ndarray]:
         if any("__" in part for part in edge_type):
             type_name("__".join(edge_type), where)
         arrays["edge_index__" + "__".join(edge_type)] = edges(data[edge_type].edge_index, at)
+        arrays.update(edge_labels(data[edge_type], at, "__" + "__".join(edge_type)))
         warn_edge_features(data[edge_type], at)
     return arrays
 
@@ -141,15 +144,36 @@ def splits(store, where: str, num_nodes: int) -> dict[str, np.ndarray]:
     return all_or_no_splits(found, where)
 
 
-def mask_ids(mask: torch.Tensor, where: str, num_nodes: int) -> np.ndarray:
+def edge_labels(store, where: str, suffix: str) -> dict[str, np.ndarray]:
+    """An edge task's ``edge_label`` (one per column of ``edge_index``, in the run's label form)
+    and its splits (``edge_train_mask`` ... or ``edge_train_idx`` ...), as ``edge_label{suffix}``
+    ...; none when the store has no such labels. An ``edge_label`` beside ``edge_label_index``
+    labels other pairs (PyG's ``RandomLinkSplit``): that is link prediction's, not read here."""
+    y = store.get("edge_label")
+    if y is None or store.get("edge_label_index") is not None or not edge_labels_wanted():
+        return {}
+    count = store.edge_index.shape[1]
+    if y.shape[0] != count:
+        raise DataError(f"{where}: edge_label has {y.shape[0]} labels for {count} edges (columns of edge_index).")
+    found = {}
+    for split in SPLITS:
+        mask, idx = store.get(f"edge_{split}_mask"), store.get(f"edge_{split}_idx")
+        if mask is not None:
+            found[f"edge_{split}_idx{suffix}"] = mask_ids(mask, f"{where}: edge_{split}_mask", count, "edge")
+        elif idx is not None:
+            found[f"edge_{split}_idx{suffix}"] = torch.as_tensor(idx).detach().cpu().to(torch.int64).view(-1).numpy()
+    return {f"edge_label{suffix}": item_labels(y, f"{where}: edge_label"), **all_or_no_splits(found, where, "edge_")}
+
+
+def mask_ids(mask: torch.Tensor, where: str, num_nodes: int, unit: str = "node") -> np.ndarray:
     if mask.dtype != torch.bool or mask.dim() != 1:
         several = " (one column per split: pick one, e.g. data.train_mask = data.train_mask[:, 0])"
         raise DataError(
             f"{where} is {str(mask.dtype).removeprefix('torch.')} of shape {list(mask.shape)}; a mask is one "
-            f"bool per node{several if mask.dim() == 2 else ''}."
+            f"bool per {unit}{several if mask.dim() == 2 else ''}."
         )
     if mask.shape[0] != num_nodes:
-        raise DataError(f"{where} has {mask.shape[0]} entries for {num_nodes} nodes.")
+        raise DataError(f"{where} has {mask.shape[0]} entries for {num_nodes} {unit}s.")
     return mask.nonzero().view(-1).cpu().numpy()
 
 

@@ -29,10 +29,11 @@ from torch import nn
 
 from gnnbridge.core import environ, files
 from gnnbridge.core.app.resolve import resolve_config
+from gnnbridge.core.config import Task
 from gnnbridge.core.errors import ConfigError, OutputPathError
 from gnnbridge.core.models import instance
 from gnnbridge.core.plugins import backends, get_target, graph_readers
-from gnnbridge.core.records.formats import graph_from_arrays
+from gnnbridge.core.records.formats import graph_from_arrays, reading_edge_labels
 from gnnbridge.core.records.labels import label_form
 
 FOLDER = "in-memory"
@@ -47,8 +48,8 @@ def as_dataset(dataset: Any, experiment: Any = None, overrides=()) -> Any:
     of the target that ``experiment`` and ``overrides`` (a run's config, ``--set`` values) train."""
     if dataset is None or isinstance(dataset, (str, os.PathLike)):
         return dataset
-    target = resolve_config(experiment, overrides=overrides).target
-    with label_form(get_target(target).labels):
+    config = resolve_config(experiment, overrides=overrides)
+    with label_form(get_target(config.target).labels), reading_edge_labels(config.task is Task.EDGE):
         return _graph_file(dataset)
 
 

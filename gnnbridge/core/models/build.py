@@ -91,10 +91,11 @@ def _saved_instance(path: str, backend: str, task: Task) -> ModelChoice:
         )
     model = instance.load(path)
     name = f"your model (class '{type(model).__qualname__}')"
-    if task is Task.LINK:
+    if task in (Task.LINK, Task.EDGE):
         raise ConfigError(
-            f"{name} trains node and graph classification (task=node, task=graph), not task=link; for link "
-            "prediction use a built-in model or a class by import path (model.arch=module:Class)."
+            f"{name} trains node and graph tasks (task=node, task=graph), not task={task.value}, whose models "
+            "score (source, destination) pairs; use a built-in model or a class by import path "
+            "(model.arch=module:Class)."
         )
     written = instance.idiom(model)
     if task is Task.GRAPH and (written == "dgl-blocks" or (written == "pyg" and not instance.takes(model, "batch"))):

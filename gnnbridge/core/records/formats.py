@@ -145,6 +145,23 @@ def missing_arrays(where, missing: list[str]) -> DataError:
 _UNLABELLED_CLASSES: contextvars.ContextVar[int | None] = contextvars.ContextVar("unlabelled_classes", default=None)
 
 
+# Whether a library's graph object is read for an edge task, whose labels (``edge_label`` ...)
+# its readers then take from the edges; read for another task, the edges' labels are left alone
+# (they might not even suit that task's label form). A context for the reason above.
+_EDGE_LABELS: contextvars.ContextVar[bool] = contextvars.ContextVar("edge_labels", default=False)
+
+
+@contextlib.contextmanager
+def reading_edge_labels(wanted: bool) -> Iterator[None]:
+    """Inside: the graph readers take an edge task's labels and splits from the edges."""
+    with scoped(_EDGE_LABELS, wanted):
+        yield
+
+
+def edge_labels_wanted() -> bool:
+    return _EDGE_LABELS.get()
+
+
 @contextlib.contextmanager
 def labels_optional(num_classes: int | None) -> Iterator[None]:
     """Inside: a homogeneous graph for node classification may come without labels (``y``); it
