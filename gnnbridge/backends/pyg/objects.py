@@ -7,8 +7,9 @@ PyG's conventions, as its own loaders read them: ``x`` and ``y`` per node, ``edg
 ``[2, E]``, the splits as boolean ``train_mask`` / ``val_mask`` / ``test_mask`` (Planetoid) or as
 index tensors ``train_idx`` / ``val_idx`` / ``test_idx``; a ``HeteroData`` keeps the same names
 per node and edge type. An edge task (``task: edge``) reads ``edge_label`` (one per column of
-``edge_index``) with ``edge_train_mask`` ... or ``edge_train_idx`` ...). Edge features (``edge_attr``, ``edge_weight``) are not used by
-gnnbridge's models yet: a graph that has them trains without them, and a warning line says so.
+``edge_index``) with ``edge_train_mask`` ... or ``edge_train_idx`` .... Edge features
+(``edge_attr``, ``edge_weight``) are not used by gnnbridge's models yet: a graph that has them
+trains without them, and a warning line says so.
 """
 
 from __future__ import annotations
