@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from gnnbridge.core.models import init
+from gnnbridge.core.models.gine import GINE_INIT
 from gnnbridge.core.models.hetero import HeteroSAGE
 from gnnbridge.core.models.init import Rule
 
@@ -55,6 +56,12 @@ NEUTRAL = (
         init={"weight": init.glorot, "att_src": init.glorot, "att_dst": init.glorot, "bias": init.zeros},
     ),
     Architecture("gin", ("graph",), "GIN with core-held MLPs and sum/mean readout"),
+    Architecture(
+        "gine",
+        ("node", "graph"),
+        "GINE: GIN with edge features (GINEConv, core-held edge maps and MLPs; graphs: GIN's readout)",
+        init=GINE_INIT,
+    ),
     Architecture(
         "rgcn",
         ("node", "link", "edge"),

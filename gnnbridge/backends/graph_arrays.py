@@ -76,17 +76,41 @@ def type_name(name: str, where: str) -> str:
 
 
 def stacked(graphs) -> dict[str, np.ndarray]:
-    """A collection from ``(x, edge_index, label)`` per graph: nodes stacked, each graph's edges
-    shifted to its nodes, ``node_ptr`` the first node of each graph."""
-    xs, edge_parts, ys, ptr = [], [], [], [0]
-    for x, edge_index, label in graphs:
+    """A collection from ``(x, edge_index, label[, edge_attr])`` per graph: nodes stacked, each
+    graph's edges shifted to its nodes, ``node_ptr`` the first node of each graph; edge features
+    stacked where every graph has them (some but not all: one line)."""
+    xs, edge_parts, ys, ptr, features = [], [], [], [0], []
+    for x, edge_index, label, *edge_attr in graphs:
         xs.append(x)
         edge_parts.append(edge_index + ptr[-1])
         ys.append(label)
         ptr.append(ptr[-1] + x.shape[0])
-    return {
+        features.append(edge_attr[0] if edge_attr else None)
+    out = {
         "x": np.concatenate(xs),
         "edge_index": np.concatenate(edge_parts, axis=1),
         "y": np.stack(ys) if ys and np.ndim(ys[0]) else np.array(ys, dtype=np.int64),
         "node_ptr": np.array(ptr, dtype=np.int64),
     }
+    given = [f is not None for f in features]
+    if any(given) and not all(given):
+        raise DataError(
+            f"graph {given.index(not given[0])} has {'no ' if given[0] else ''}edge features but graph 0 "
+            f"{'has' if given[0] else 'has none'}; give every graph edge features of one width, or none."
+        )
+    if all(given) and features:
+        widths = {f.shape[1] for f in features}
+        if len(widths) > 1:
+            raise DataError(f"the graphs' edge features have widths {sorted(widths)}; give every graph one width.")
+        out["edge_attr"] = np.concatenate(features)
+    return out
+
+
+def edge_features(value, where: str) -> np.ndarray:
+    """A library's edge features as float32 ``[E, D]`` (one value per edge read as ``[E, 1]``)."""
+    value = torch.as_tensor(value).detach()
+    if value.dim() == 1:
+        value = value.view(-1, 1)
+    if value.dim() != 2 or value.dtype == torch.bool or not (value.is_floating_point() or value.dtype.is_signed):
+        raise DataError(f"{where} has shape {list(value.shape)} and dtype {value.dtype}; expected numbers [E, D].")
+    return value.cpu().to(torch.float32).numpy()

@@ -183,7 +183,7 @@ def test_a_homogeneous_model_and_a_prepared_folder_are_refused_in_one_line(tmp_p
                              "--set", "model.arch=gcn", cwd=tmp_path)  # fmt: skip
     helpers.one_line(proc, "model.arch='gcn'")
     proc = helpers.gnnbridge("prepare", str(tmp_path / "edges.npz"), "--quiet", cwd=tmp_path)
-    helpers.one_line(proc, "train task=edge from the .npz itself")
+    helpers.one_line(proc, "train from the .npz itself")
     assert not (tmp_path / "edges").exists()
 
 

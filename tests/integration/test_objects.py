@@ -166,9 +166,9 @@ def test_what_cannot_be_read_is_one_line_naming_it_and_nothing_is_written(data_r
     assert "builtins.dict, which no graph reader reads" in refusal({"x": a["x"]}) and "PyG: a Data" in refusal({})
     assert not (data_root / "in-memory").exists() or not list((data_root / "in-memory").iterdir())
     with_features = pyg_data(a)
-    with_features.edge_attr = torch.ones(a["edge_index"].shape[1], 2)
+    with_features.edge_weight = torch.ones(a["edge_index"].shape[1])
     as_dataset(with_features)
-    assert "has edge_attr: gnnbridge's models do not read edge features yet" in capsys.readouterr().err
+    assert "has edge_weight, which gnnbridge does not read (yet)" in capsys.readouterr().err
     graphs = [Data(x=torch.ones(3, 1), edge_index=torch.tensor([[0], [1]]), y=torch.tensor([i % 2])) for i in range(9)]
     with pytest.raises(GnnBridgeError) as caught:  # named as handed over, not as the file it was kept in
         gnnbridge.run(dataset=graphs, backend="pyg", out=data_root.parent / "graphs", progress=False)

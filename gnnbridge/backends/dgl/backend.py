@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from gnnbridge.backends.dgl.blocks import csc_block
+from gnnbridge.backends.dgl.blocks import EDGE_FEATURES, csc_block
 from gnnbridge.backends.dgl.compat import compat_note, import_dgl
 from gnnbridge.core.config import SamplerKind, Task
 from gnnbridge.core.contracts.interfaces import Backend, GraphStore, Sampler
@@ -110,6 +110,8 @@ class DglBackend(Backend):
         graph.set_batch_num_nodes(packed.num_nodes)
         graph.set_batch_num_edges(packed.num_edges)
         graph.ndata[dgl.NID] = packed.node
+        if packed.edge_attr is not None:
+            graph.edata[EDGE_FEATURES] = packed.edge_attr
         return graph
 
     def sampler(self, store: GraphStore, fanouts: list[int], kind: SamplerKind) -> Sampler:
@@ -159,6 +161,8 @@ class DglBackend(Backend):
                 )
             block.srcdata[dgl.NID] = sub.node[:n_src]
             block.dstdata[dgl.NID] = sub.node[:n_dst]
+            if sub.edge_attr is not None:  # the block's edges are the sample's first n_edges, in order
+                block.edata[EDGE_FEATURES] = sub.edge_attr[:n_edges]
             blocks.append(block)
         return blocks
 

@@ -14,6 +14,9 @@ import torch
 
 from gnnbridge.backends.dgl.compat import import_dgl
 
+# Where a block or graph carries its edges' features (DGL's examples read ``edata["feat"]``).
+EDGE_FEATURES = "feat"
+
 
 def csc_block(
     indptr: torch.Tensor, indices: torch.Tensor, num_src: int, num_dst: int, eids: torch.Tensor | None = None

@@ -8,9 +8,11 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
+from gnnbridge.backends.dgl.blocks import EDGE_FEATURES
 from gnnbridge.backends.dgl.compat import import_dgl
 from gnnbridge.core.config import ModelSpec
 from gnnbridge.core.models.gin import GIN
+from gnnbridge.core.models.gine import GINE
 from gnnbridge.core.records.batches import MiniBatch
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.sampling.adapters import LibraryGraphLoader
@@ -31,6 +33,8 @@ class GraphViews(torch.utils.data.Dataset):
             src, dst = data.edge_index[:, edge_ptr[g] : edge_ptr[g + 1]] - node_ptr[g]
             graph = dgl.graph((src, dst), num_nodes=node_ptr[g + 1] - node_ptr[g])
             graph.ndata[dgl.NID] = torch.arange(node_ptr[g], node_ptr[g + 1])
+            if data.edge_attr is not None:
+                graph.edata[EDGE_FEATURES] = data.edge_attr[edge_ptr[g] : edge_ptr[g + 1]]
             self.items.append((graph, g))
 
     def __len__(self) -> int:
@@ -71,3 +75,17 @@ class DglGIN(GIN):
 
     def readout(self, graph, h: torch.Tensor) -> torch.Tensor:
         return self.pool(graph, h)
+
+
+class DglGINE(GINE, DglGIN):
+    """GINE for graph tasks (:mod:`gnnbridge.core.models.gine`): DGL's ``GINEConv`` sums, GIN's
+    readout pools."""
+
+    def __init__(self, spec: ModelSpec, in_dim: int, out_dim: int, edge_width: int):
+        super().__init__(spec, in_dim, out_dim, edge_width)
+        from dgl.nn import GINEConv
+
+        self.convs = nn.ModuleList(GINEConv(None, init_eps=0.0) for _ in range(spec.layers))
+
+    def aggregate(self, index: int, graph, h: torch.Tensor) -> torch.Tensor:
+        return self.convs[index](graph, h, self.edge_maps[index](graph.edata[EDGE_FEATURES]))

@@ -1,4 +1,4 @@
-"""GraphSAGE, GCN and GAT from a neutral :class:`ModelSpec`, with DGL layers on blocks.
+"""GraphSAGE, GCN, GAT and GINE from a neutral :class:`ModelSpec`, with DGL layers on blocks.
 
 Made to match the PyG backend layer for layer, so one spec means one model:
 
@@ -16,10 +16,11 @@ import torch
 from torch import nn
 
 from gnnbridge.backends.catalogue import LAYER_INIT
-from gnnbridge.backends.dgl.blocks import csc_block
+from gnnbridge.backends.dgl.blocks import EDGE_FEATURES, csc_block
 from gnnbridge.backends.dgl.compat import import_dgl
 from gnnbridge.core.config import ModelSpec
 from gnnbridge.core.contracts.interfaces import GNNModel
+from gnnbridge.core.models.gine import GINE_NAMES, GINEParts, summing
 from gnnbridge.core.models.graphops import attention_heads, gcn_edge_weights, layer_dims
 from gnnbridge.core.records.batches import IndexedRows
 
@@ -104,6 +105,21 @@ class SAGELayer(nn.Module):
         return self.conv.fc_self(x.rows(n_dst)) + self.conv.fc_neigh(dgl.ops.copy_u_mean(wide, x.table))
 
 
+class GINELayer(GINEParts):
+    """GINE's layer (:mod:`gnnbridge.core.models.gine`): DGL's ``GINEConv`` sums over the block's
+    edges with their features (``edata["feat"]``), the core-held parts map and transform."""
+
+    def __init__(self, d_in: int, d_out: int, edge_width: int, inner: int):
+        super().__init__(d_in, d_out, edge_width, inner)
+        from dgl.nn import GINEConv
+
+        self.conv = summing(GINEConv(None, init_eps=0.0))
+
+    def forward(self, block, x: torch.Tensor) -> torch.Tensor:
+        edges = self.edge(block.edata[EDGE_FEATURES])
+        return self.mlp(self.conv(block, (x, x[: block.num_dst_nodes()]), edges))
+
+
 class DglGNN(GNNModel):
     NEUTRAL_INIT = LAYER_INIT  # one initialisation on every backend (gnnbridge.core.models.init)
     NEUTRAL_NAMES = {
@@ -114,9 +130,11 @@ class DglGNN(GNNModel):
         },
         "gcn": {"weight": "lin.weight", "bias": "bias"},
         "gat": {"weight": "conv.fc.weight", "att_src": "conv.attn_l", "att_dst": "conv.attn_r", "bias": "conv.bias"},
+        "gine": GINE_NAMES,
     }
 
-    def __init__(self, spec: ModelSpec, in_dim: int, out_dim: int):
+    def __init__(self, spec: ModelSpec, in_dim: int, out_dim: int, edge_width: int = 0):
+        """``edge_width``: the edge features' width (GINE reads them)."""
         super().__init__()
         import_dgl()
         self.spec = spec
@@ -128,6 +146,8 @@ class DglGNN(GNNModel):
                 self.layers.append(SAGELayer(d_in, d_out, spec.aggr))
             elif spec.arch == "gcn":
                 self.layers.append(GCNLayer(d_in, d_out))
+            elif spec.arch == "gine":
+                self.layers.append(GINELayer(d_in, d_out, edge_width, spec.hidden))
             else:
                 self.layers.append(GATLayer(d_in, d_out, heads))
 

@@ -18,7 +18,15 @@ import sys
 import numpy as np
 import torch
 
-from gnnbridge.backends.graph_arrays import SPLITS, all_or_no_splits, graph_labels, item_labels, stacked, type_name
+from gnnbridge.backends.graph_arrays import (
+    SPLITS,
+    all_or_no_splits,
+    edge_features,
+    graph_labels,
+    item_labels,
+    stacked,
+    type_name,
+)
 from gnnbridge.core.errors import DataError
 from gnnbridge.core.plugins import warn
 from gnnbridge.core.records.formats import edge_labels_wanted, labels_are_optional
@@ -50,7 +58,10 @@ def graph_arrays(g, where: str) -> dict[str, np.ndarray]:
         arrays["y"] = labels(frame, where)
     arrays.update(splits(frame, where))
     arrays.update(edge_labels(g.edata, where, "", g.num_edges()))
-    warn_edge_features(g.edata, where)
+    key = feature_key(g.edata)
+    if key is not None:
+        arrays["edge_attr"] = edge_features(g.edata[key], f"{where}: edata['{key}']")
+    warn_edge_features(g.edata, where, read=(key,))
     return arrays
 
 
@@ -85,7 +96,9 @@ def _graph_and_label(item, at: str) -> tuple:
     if not (isinstance(item, tuple) and len(item) == 2):
         raise DataError(f"{at} is a {type(item).__name__}; a graph classification dataset yields (graph, label).")
     g, label = item
-    return features(g.ndata, at, g.num_nodes()), edge_index(g), graph_labels(label, at)
+    out = (features(g.ndata, at, g.num_nodes()), edge_index(g), graph_labels(label, at))
+    key = feature_key(g.edata)
+    return out if key is None else (*out, edge_features(g.edata[key], f"{at}: edata['{key}']"))
 
 
 def feature_key(frame) -> str | None:
@@ -152,9 +165,10 @@ def edge_labels(frame, where: str, suffix: str, count: int) -> dict[str, np.ndar
     return {f"edge_label{suffix}": y, **splits(frame, where, "edge", "edge_", suffix)}
 
 
-def warn_edge_features(frame, where: str) -> None:
-    keys = [k for k in frame.keys() if k not in (*LABELS, *(f"{s}_mask" for s in SPLITS))]
+def warn_edge_features(frame, where: str, read: tuple = ()) -> None:
+    """One warning line for edge data nothing will read: every ``edata`` key but labels, masks
+    and the features ``read`` (a homogeneous graph's ``edata['feat']`` is; a heterogeneous
+    graph's edge types' are not yet)."""
+    keys = [k for k in frame.keys() if k not in (*LABELS, *(f"{s}_mask" for s in SPLITS), *read)]
     if keys:
-        warn(
-            f"{where} has edge features ({', '.join(keys)}): gnnbridge's models do not read them yet; trained without."
-        )
+        warn(f"{where} has edge data ({', '.join(keys)}) that gnnbridge does not read (yet); trained without.")

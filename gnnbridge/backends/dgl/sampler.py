@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from gnnbridge.backends.dgl.blocks import EDGE_FEATURES
 from gnnbridge.backends.dgl.compat import import_dgl
 from gnnbridge.core.contracts.interfaces import GraphStore, Sampler
 from gnnbridge.core.errors import DataError
@@ -57,12 +58,15 @@ class DglNeighborSampler(Sampler):
             self._dgl.seed(derived_seed(seed, epoch, rank, stream=3))
 
     def loader(self, batches: list[torch.Tensor]) -> Iterable[MiniBatch]:
-        graph = self.store.native
+        graph, features = self.store.native, self.store.data.edge_attr
         for seeds in batches:
             if seeds.numel() and (int(seeds.min()) < 0 or int(seeds.max()) >= self._num_nodes):
                 raise DataError(f"Seed node ids must lie in [0, {self._num_nodes}); got {int(seeds.max())}.")
             with one_thread(self._dgl):  # a plugin's BlockSampler too draws from the seeded engine
                 input_nodes, output_nodes, blocks = self._sampler.sample(graph, seeds)
+            if features is not None:  # by the blocks' edge ids (the CSC positions, as in core)
+                for block in blocks:
+                    block.edata[EDGE_FEATURES] = features[block.edata[self._dgl.EID]]
             yield MiniBatch(output_nodes, input_nodes, blocks)
 
 

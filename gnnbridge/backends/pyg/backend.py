@@ -118,6 +118,7 @@ class PygBackend(Backend):
             n_id=packed.node,
             graph_id=packed.graph_ids,
             num_nodes=packed.node.numel(),
+            **({"edge_attr": packed.edge_attr} if packed.edge_attr is not None else {}),
         )
 
     def sampler(self, store: GraphStore, fanouts: list[int], kind: SamplerKind) -> Sampler:
@@ -133,8 +134,10 @@ class PygBackend(Backend):
     def from_sampled(self, sub: SampledSubgraph) -> Any:
         from torch_geometric.data import Data
 
+        extra = {"edge_attr": sub.edge_attr} if sub.edge_attr is not None else {}
         return Data(
             edge_index=torch.stack([sub.row, sub.col]),
+            **extra,
             n_id=sub.node,
             num_nodes=sub.node.numel(),
             num_sampled_nodes=sub.num_sampled_nodes,

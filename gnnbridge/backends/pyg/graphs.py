@@ -10,6 +10,7 @@ from torch import nn
 
 from gnnbridge.core.config import ModelSpec
 from gnnbridge.core.models.gin import GIN
+from gnnbridge.core.models.gine import GINE
 from gnnbridge.core.records.batches import MiniBatch
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.sampling.adapters import LibraryGraphLoader
@@ -28,12 +29,14 @@ class GraphViews(torch.utils.data.Dataset):
         from torch_geometric.data import Data
 
         node_ptr, edge_ptr = data.node_ptr.tolist(), data.edge_ptr.tolist()
+        features = data.edge_attr
         self.items = [
             Data(
                 edge_index=data.edge_index[:, edge_ptr[g] : edge_ptr[g + 1]] - node_ptr[g],
                 n_id=torch.arange(node_ptr[g], node_ptr[g + 1]),
                 graph_id=torch.tensor([g]),
                 num_nodes=node_ptr[g + 1] - node_ptr[g],
+                **({"edge_attr": features[edge_ptr[g] : edge_ptr[g + 1]]} if features is not None else {}),
             )
             for g in range(data.num_graphs)
         ]
@@ -75,3 +78,17 @@ class PygGIN(GIN):
 
         pool = global_add_pool if self.spec.pooling == "sum" else global_mean_pool
         return pool(h, graph.batch, size=graph.num_graphs)
+
+
+class PygGINE(GINE, PygGIN):
+    """GINE for graph tasks (:mod:`gnnbridge.core.models.gine`): PyG's ``GINEConv`` sums, GIN's
+    readout pools."""
+
+    def __init__(self, spec: ModelSpec, in_dim: int, out_dim: int, edge_width: int):
+        super().__init__(spec, in_dim, out_dim, edge_width)
+        from torch_geometric.nn import GINEConv
+
+        self.convs = nn.ModuleList(GINEConv(nn.Identity(), eps=0.0) for _ in range(spec.layers))
+
+    def aggregate(self, index: int, graph, h: torch.Tensor) -> torch.Tensor:
+        return self.convs[index](h, graph.edge_index, self.edge_maps[index](graph.edge_attr))

@@ -1,4 +1,4 @@
-"""GraphSAGE, GCN and GAT from a neutral :class:`ModelSpec`, with PyG layers.
+"""GraphSAGE, GCN, GAT and GINE from a neutral :class:`ModelSpec`, with PyG layers.
 
 Training batches carry per-hop node and edge counts, so each layer reads only the nodes and
 edges it needs and computes only the nodes the next layer reads (a bipartite call on a prefix
@@ -19,6 +19,7 @@ from gnnbridge.backends.catalogue import LAYER_INIT
 from gnnbridge.backends.pyg.sparse import FUSED_AGGREGATIONS, layer_adjacency
 from gnnbridge.core.config import ModelSpec
 from gnnbridge.core.contracts.interfaces import GNNModel
+from gnnbridge.core.models.gine import GINE_NAMES, GINEParts, summing
 from gnnbridge.core.models.graphops import attention_heads, gcn_edge_weights, layer_bounds, layer_dims
 from gnnbridge.core.records.batches import IndexedRows
 
@@ -29,11 +30,13 @@ class PygGNN(GNNModel):
         "sage": {"neigh.weight": "lin_l.weight", "root.weight": "lin_r.weight", "bias": "lin_l.bias"},
         "gcn": {"weight": "lin.weight", "bias": "bias"},
         "gat": {"weight": "lin.weight", "att_src": "att_src", "att_dst": "att_dst", "bias": "bias"},
+        "gine": GINE_NAMES,
     }
 
-    def __init__(self, spec: ModelSpec, in_dim: int, out_dim: int):
+    def __init__(self, spec: ModelSpec, in_dim: int, out_dim: int, edge_width: int = 0):
+        """``edge_width``: the edge features' width (GINE reads them)."""
         super().__init__()
-        from torch_geometric.nn import GATConv, GCNConv, SAGEConv
+        from torch_geometric.nn import GATConv, GCNConv, GINEConv, SAGEConv
 
         self.spec = spec
         # The fused aggregation reads a layer's input rows by global id from the feature table.
@@ -45,6 +48,9 @@ class PygGNN(GNNModel):
                 conv = SAGEConv(d_in, d_out, aggr=spec.aggr)
             elif spec.arch == "gcn":
                 conv = GCNConv(d_in, d_out, normalize=False, add_self_loops=False)
+            elif spec.arch == "gine":
+                conv = GINEParts(d_in, d_out, edge_width, spec.hidden)
+                conv.conv = summing(GINEConv(nn.Identity(), eps=0.0))  # the parts hold the parameters
             else:
                 conv = GATConv(d_in, d_out, heads=heads)
             self.convs.append(conv)
@@ -56,22 +62,25 @@ class PygGNN(GNNModel):
         n_id = getattr(graph, "n_id", None)
         nodes = getattr(graph, "num_sampled_nodes", None)
         edges = getattr(graph, "num_sampled_edges", None)
+        features = getattr(graph, "edge_attr", None)
         if nodes is None or edges is None:  # an unlayered batch: every layer on every node
             x = x.rows() if isinstance(x, IndexedRows) else x
             for i in range(self.spec.layers):
-                x = self._layer(i, x, graph.edge_index, x.shape[0], n_id)
+                x = self._layer(i, x, graph.edge_index, x.shape[0], n_id, edge_attr=features)
             return x[: graph.batch_size]
         dst_ptr = getattr(graph, "dst_ptr", None)
         for i, (n_src, n_dst, n_edges) in enumerate(layer_bounds(nodes, edges, self.spec.layers)):
             ids = n_id[:n_src] if n_id is not None else None
             x = x.head(n_src) if isinstance(x, IndexedRows) else x[:n_src]
-            x = self._layer(i, x, graph.edge_index[:, :n_edges], n_dst, ids, dst_ptr)
+            e = features[:n_edges] if features is not None else None
+            x = self._layer(i, x, graph.edge_index[:, :n_edges], n_dst, ids, dst_ptr, e)
         return x
 
     def layer_forward(self, index: int, graph, x: torch.Tensor) -> torch.Tensor:
         return self._layer(
-            index, x, graph.edge_index, graph.batch_size, getattr(graph, "n_id", None), getattr(graph, "dst_ptr", None)
-        )
+            index, x, graph.edge_index, graph.batch_size, getattr(graph, "n_id", None), getattr(graph, "dst_ptr", None),
+            getattr(graph, "edge_attr", None),
+        )  # fmt: skip
 
     def _layer(
         self,
@@ -81,6 +90,7 @@ class PygGNN(GNNModel):
         n_dst: int,
         n_id: torch.Tensor | None,
         dst_ptr: torch.Tensor | None = None,
+        edge_attr: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Layer ``index`` for the first ``n_dst`` rows of ``x`` (dst nodes lead the src nodes);
         ``n_id`` are the global ids of ``x``'s rows (GCN's degrees are looked up by them);
@@ -108,6 +118,8 @@ class PygGNN(GNNModel):
             loops = torch.arange(n_dst, device=x.device)
             full = torch.cat([edge_index, torch.stack([loops, loops])], dim=1)
             h = conv(x, full, torch.cat([edge_w, loop_w]))[:n_dst]
+        elif self.spec.arch == "gine":  # edge_attr: a row per edge of edge_index, in its order
+            h = conv.mlp(conv.conv((x, x[:n_dst]), edge_index, conv.edge(edge_attr), size=(x.shape[0], n_dst)))
         else:
             h = conv((x, x[:n_dst]), edge_index, size=(x.shape[0], n_dst))
         return self.activate(index, h)

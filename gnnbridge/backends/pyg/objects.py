@@ -19,7 +19,15 @@ import sys
 import numpy as np
 import torch
 
-from gnnbridge.backends.graph_arrays import SPLITS, all_or_no_splits, graph_labels, item_labels, stacked, type_name
+from gnnbridge.backends.graph_arrays import (
+    SPLITS,
+    all_or_no_splits,
+    edge_features,
+    graph_labels,
+    item_labels,
+    stacked,
+    type_name,
+)
 from gnnbridge.core.errors import DataError
 from gnnbridge.core.plugins import warn
 from gnnbridge.core.records.formats import edge_labels_wanted, labels_are_optional
@@ -53,7 +61,9 @@ def graph_arrays(data, where: str) -> dict[str, np.ndarray]:
         arrays["y"] = node_labels(data, where)
     arrays.update(splits(data, where, data.num_nodes))
     arrays.update(edge_labels(data, where, ""))
-    warn_edge_features(data, where)
+    if data.get("edge_attr") is not None:
+        arrays["edge_attr"] = edge_features(data.edge_attr, f"{where}: edge_attr")
+    warn_edge_features(data, where, ("edge_weight",))
     return arrays
 
 
@@ -85,11 +95,15 @@ def collection_arrays(graphs) -> dict[str, np.ndarray]:
     """Many graphs, one label each (graph classification): nodes stacked, ``node_ptr`` the
     first node of each graph."""
     where = f"dataset (a {type(graphs).__name__} of {len(graphs)} graphs)"
-    warn_edge_features(graphs[0], where)
-    return stacked(
-        (features(g, f"{where}[{i}]"), edges(g.edge_index, f"{where}[{i}]"), graph_label(g, f"{where}[{i}]"))
-        for i, g in enumerate(graphs)
-    )
+    warn_edge_features(graphs[0], where, ("edge_weight",))
+
+    def parts(i: int, g) -> tuple:
+        at = f"{where}[{i}]"
+        out = (features(g, at), edges(g.edge_index, at), graph_label(g, at))
+        attr = g.get("edge_attr")
+        return out if attr is None else (*out, edge_features(attr, f"{at}: edge_attr"))
+
+    return stacked(parts(i, g) for i, g in enumerate(graphs))
 
 
 def features(store, where: str) -> np.ndarray:
@@ -178,7 +192,9 @@ def mask_ids(mask: torch.Tensor, where: str, num_nodes: int, unit: str = "node")
     return mask.nonzero().view(-1).cpu().numpy()
 
 
-def warn_edge_features(store, where: str) -> None:
-    present = [key for key in EDGE_FEATURES if store.get(key) is not None]
+def warn_edge_features(store, where: str, keys: tuple[str, ...] = EDGE_FEATURES) -> None:
+    """One warning line for edge features ``store`` has that nothing will read: ``edge_weight``
+    always, ``edge_attr`` of a heterogeneous graph's edge types (homogeneous graphs' are read)."""
+    present = [key for key in keys if store.get(key) is not None]
     if present:
-        warn(f"{where} has {', '.join(present)}: gnnbridge's models do not read edge features yet; trained without.")
+        warn(f"{where} has {', '.join(present)}, which gnnbridge does not read (yet); trained without.")

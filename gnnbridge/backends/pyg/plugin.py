@@ -52,6 +52,18 @@ def build_gnn(in_dim, out_dim, spec):
     return PygGNN(spec, in_dim, out_dim)
 
 
+def build_gine(in_dim, out_dim, spec, data):
+    """GINE on nodes (sampled blocks) or, for a collection, on whole graphs."""
+    from gnnbridge.backends.pyg.graphs import PygGINE
+    from gnnbridge.backends.pyg.models import PygGNN
+    from gnnbridge.core.models.gine import edge_dim
+    from gnnbridge.core.records.collection import GraphCollection
+
+    if isinstance(data, GraphCollection):
+        return PygGINE(spec, in_dim, out_dim, edge_dim(data))
+    return PygGNN(spec, in_dim, out_dim, edge_dim(data))
+
+
 def build_gin(in_dim, out_dim, spec):
     from gnnbridge.backends.pyg.graphs import PygGIN
 
@@ -92,6 +104,7 @@ def register_models(register):
             "gcn": build_gnn,
             "gat": build_gnn,
             "gin": build_gin,
+            "gine": build_gine,
             "rgcn": build_rgcn,
             "hgt": build_hgt,
         },

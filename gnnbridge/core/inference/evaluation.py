@@ -42,7 +42,7 @@ from gnnbridge.core.inference.metrics import LinkScores, SharedLinkScores
 from gnnbridge.core.inference.phases import NO_PHASES
 from gnnbridge.core.models.build import ModelCall
 from gnnbridge.core.plugins import get_target
-from gnnbridge.core.records.batches import IndexedRows, MiniBatch
+from gnnbridge.core.records.batches import IndexedRows, MiniBatch, with_edge_features
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData
 from gnnbridge.core.records.features import gather_rows, reads_in_place
@@ -156,7 +156,7 @@ class LayerwiseEvaluator(Evaluator):
         # A rank with no nodes (fewer nodes than ranks) still needs the output's width: one node.
         batches = shard.split(self.batch_size) if shard.numel() else [torch.zeros(1, dtype=torch.int64)]
         for seeds in batches:
-            sub = one_hop.sample(seeds)
+            sub = with_edge_features(one_hop.sample(seeds), self.data)
             graph, rows = layer_batch(self.backend, model, h, sub, self.ctx.device)
             out = self.call.layer(model, layer, graph, rows, seeds.numel(), last=layer == model.num_layers - 1)
             if table is None:

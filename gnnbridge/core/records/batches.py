@@ -27,6 +27,8 @@ class SampledSubgraph:
         edge: global edge ids (positions in the graph's destination-sorted edge list).
         num_sampled_nodes: nodes added at hop 0 (the seeds), 1, ..., L.
         num_sampled_edges: edges sampled at hop 1, ..., L (in that order within row/col).
+        edge_attr: the sampled edges' features (a row per edge, in ``row``/``col``'s order),
+            where the graph has them (:func:`with_edge_features`).
     """
 
     node: torch.Tensor
@@ -36,6 +38,7 @@ class SampledSubgraph:
     num_sampled_nodes: list[int]
     num_sampled_edges: list[int]
     batch_size: int
+    edge_attr: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         if sum(self.num_sampled_nodes) != self.node.numel():
@@ -107,3 +110,12 @@ class MiniBatch:
         nodes = self.input_nodes.values() if isinstance(self.input_nodes, dict) else [self.input_nodes]
         if self.seeds.dim() != 1 or any(ids.dim() != 1 for ids in nodes):
             raise ValueError("seeds and input_nodes must be 1-D id tensors")
+
+
+def with_edge_features(sub: SampledSubgraph, data) -> SampledSubgraph:
+    """``sub`` with its edges' rows of ``data.edge_attr`` (by edge id), where the graph has edge
+    features: every backend then puts them on its batch (PyG ``edge_attr``, DGL ``edata["feat"]``)."""
+    table = getattr(data, "edge_attr", None)
+    if table is not None and sub.edge_attr is None:
+        sub.edge_attr = table[sub.edge]
+    return sub

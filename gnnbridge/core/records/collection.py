@@ -22,10 +22,12 @@ import torch
 from gnnbridge.core.errors import DataError
 from gnnbridge.core.records.data import (
     LabelledRecord,
+    check_edge_features,
     check_edge_index,
     check_features,
     check_ids,
     check_tensor,
+    in_edge_order,
     random_split,
 )
 from gnnbridge.core.records.labels import check_form, current_form, width
@@ -60,6 +62,7 @@ class GraphCollection(LabelledRecord):
     num_classes: int
     name: str = "graphs"
     labels: str = ""  # y's form (core/records/labels.py); "": the context's, else class
+    edge_attr: torch.Tensor | None = None  # float32 [E, D] per edge, in edge_index's (sorted) order
 
     item_name = "graph"  # what a split counts, for messages
 
@@ -88,12 +91,15 @@ class GraphCollection(LabelledRecord):
         num_classes: int | None = None,
         seed: int = 0,
         name: str = "graphs",
+        edge_attr: torch.Tensor | None = None,
     ) -> GraphCollection:
-        """Build from an unsorted edge list; without ``splits``, a seeded 80/10/10 split."""
+        """Build from an unsorted edge list (``edge_attr``: a row per column, which follows its
+        edge); without ``splits``, a seeded 80/10/10 split."""
         check_features("x", x)
         check_edge_index(edge_index)
         check_ids("edge_index", edge_index, int(x.shape[0]))
         _check_node_ptr(node_ptr, int(x.shape[0]))
+        edge_attr = in_edge_order(edge_attr, edge_index)
         edge_index = edge_index[:, torch.argsort(edge_index[1], stable=True)].contiguous()
         edge_ptr = torch.searchsorted(edge_index[1].contiguous(), node_ptr)
         form = current_form()
@@ -101,7 +107,10 @@ class GraphCollection(LabelledRecord):
             num_classes = width(y, form)
         if splits is None:
             splits = random_split(int(node_ptr.numel() - 1), seed, GRAPH_SPLIT, unit="graph")
-        return cls(x, edge_index, node_ptr, edge_ptr, y, *splits, num_classes=int(num_classes), name=name, labels=form)
+        return cls(
+            x, edge_index, node_ptr, edge_ptr, y, *splits, num_classes=int(num_classes), name=name, labels=form,
+            edge_attr=edge_attr,
+        )  # fmt: skip
 
     # ------------------------------------------------------------------ invariants
 
@@ -120,6 +129,7 @@ class GraphCollection(LabelledRecord):
                 f"y has {self.y.shape[0]} labels but node_ptr describes {g} graphs; give one label per graph."
             )
         check_ids("edge_index", self.edge_index, n)
+        check_edge_features(self.edge_attr, self.num_edges)
         self._check_edges_stay_inside()
         self._check_labels_features_splits(g)
 
@@ -190,6 +200,7 @@ class PackedGraphs:
         node: [n] collection ids of the batch's nodes, graph by graph (core gathers ``x[node]``).
         edge_index: [2, e] local (batch) node ids.
         num_nodes, num_edges: [B] per-graph counts.
+        edge_attr: [e, D] the batch's edge features, where the collection has them.
     """
 
     graph_ids: torch.Tensor
@@ -197,6 +208,7 @@ class PackedGraphs:
     edge_index: torch.Tensor
     num_nodes: torch.Tensor
     num_edges: torch.Tensor
+    edge_attr: torch.Tensor | None = None
 
 
 def ranges(starts: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
@@ -213,8 +225,10 @@ def pack(data: GraphCollection, graph_ids: torch.Tensor) -> PackedGraphs:
     edge_start = data.edge_ptr[graph_ids]
     num_edges = data.edge_ptr[graph_ids + 1] - edge_start
     node = ranges(node_start, num_nodes)
-    edges = data.edge_index[:, ranges(edge_start, num_edges)]
+    edge_ids = ranges(edge_start, num_edges)
+    edges = data.edge_index[:, edge_ids]
     # Each graph's nodes move from node_start to their offset inside the batch.
     batch_start = torch.cumsum(num_nodes, 0) - num_nodes
     shift = torch.repeat_interleave(batch_start - node_start, num_edges, output_size=edges.shape[1])
-    return PackedGraphs(graph_ids, node, edges + shift, num_nodes, num_edges)
+    edge_attr = data.edge_attr[edge_ids] if data.edge_attr is not None else None
+    return PackedGraphs(graph_ids, node, edges + shift, num_nodes, num_edges, edge_attr)

@@ -140,6 +140,7 @@ class GraphData(LabelledRecord):
     num_classes: int
     name: str = "graph"
     labels: str = ""  # y's form (core/records/labels.py); "": the context's, else class
+    edge_attr: torch.Tensor | None = None  # float32 [E, D] per edge, in the CSC order of ``indices``
 
     item_name = "node"  # what a split counts, for messages
 
@@ -172,8 +173,10 @@ class GraphData(LabelledRecord):
         test_idx: torch.Tensor,
         num_classes: int | None = None,
         name: str = "graph",
+        edge_attr: torch.Tensor | None = None,
     ) -> GraphData:
-        """Build from an unsorted edge list: checks ids, sorts by destination (stable), builds ``indptr``."""
+        """Build from an unsorted edge list: checks ids, sorts by destination (stable), builds
+        ``indptr``; ``edge_attr`` (a row per column of ``edge_index``) follows its edges."""
         check_edge_index(edge_index)
         check_features("x", x)
         n = int(x.shape[0])
@@ -182,7 +185,8 @@ class GraphData(LabelledRecord):
         form = current_form()
         if num_classes is None:
             num_classes = width(y, form)
-        return cls(indptr, indices, x, y, train_idx, val_idx, test_idx, int(num_classes), name, form)
+        edge_attr = in_edge_order(edge_attr, edge_index)
+        return cls(indptr, indices, x, y, train_idx, val_idx, test_idx, int(num_classes), name, form, edge_attr)
 
     @classmethod
     def for_prediction(
@@ -221,6 +225,7 @@ class GraphData(LabelledRecord):
         if int(self.indptr[0]) != 0 or bool((self.indptr.diff() < 0).any()):
             raise DataError("indptr must start at 0 and never decrease (CSC offsets by destination).")
         check_ids("indices", self.indices, n)
+        check_edge_features(self.edge_attr, self.num_edges)
         self._check_labels_features_splits(n)
 
     def summary(self) -> dict:
@@ -264,6 +269,32 @@ def check_features(name: str, x: object) -> None:
         check_tensor(name, x, x.dtype, ndim=2)
     else:
         check_tensor(name, x, torch.float32, ndim=2)
+
+
+def in_edge_order(edge_attr: torch.Tensor | None, edge_index: torch.Tensor) -> torch.Tensor | None:
+    """``edge_attr`` (a row per column of ``edge_index``) in the records' destination-sorted (stable)
+    edge order; its row count is checked first, naming the array."""
+    if edge_attr is None:
+        return None
+    check_features("edge_attr", edge_attr)
+    if edge_attr.shape[0] != edge_index.shape[1]:
+        raise DataError(
+            f"edge_attr has {edge_attr.shape[0]} rows for {edge_index.shape[1]} edges; give one row per column "
+            "of edge_index."
+        )
+    return edge_attr[torch.argsort(edge_index[1], stable=True)].contiguous()
+
+
+def check_edge_features(edge_attr: torch.Tensor | None, num_edges: int) -> None:
+    """Edge features, where a record has them: 2-D floats, a row per edge, finite."""
+    if edge_attr is None:
+        return
+    check_features("edge_attr", edge_attr)
+    if edge_attr.shape[0] != num_edges or edge_attr.shape[1] == 0:
+        raise DataError(f"edge_attr has shape {list(edge_attr.shape)}; expected [{num_edges}, D] with D >= 1.")
+    if not all_finite(edge_attr):
+        bad = int((~torch.isfinite(edge_attr)).any(dim=1).nonzero()[0])
+        raise DataError(f"edge_attr holds NaN or inf values (first at edge {bad}); clean the edge features first.")
 
 
 def check_edge_index(edge_index: torch.Tensor) -> None:

@@ -28,7 +28,14 @@ EDGE_LABEL = "edge_label"
 EDGE_SPLITS = ("edge_train_idx", "edge_val_idx", "edge_test_idx")
 EDGE_ARRAYS = {EDGE_LABEL: (np.int64, 1), **{k: (np.int64, 1) for k in EDGE_SPLITS}}
 # What each array of the format is; nothing else in a file is read.
-NPZ_ARRAYS = {**NPZ_REQUIRED, NODE_PTR: (np.int64, 1), **{k: (np.int64, 1) for k in NPZ_SPLITS}, **EDGE_ARRAYS}
+EDGE_ATTR = "edge_attr"  # float32 [E, D]: a row of features per column of edge_index
+NPZ_ARRAYS = {
+    **NPZ_REQUIRED,
+    NODE_PTR: (np.int64, 1),
+    **{k: (np.int64, 1) for k in NPZ_SPLITS},
+    **EDGE_ARRAYS,
+    EDGE_ATTR: (np.float32, 2),
+}
 
 # The heterogeneous format: every key is KIND__TYPE (node arrays) or KIND__SRC__RELATION__DST
 # (edge arrays); see docs/datasets.md (the heterogeneous `.npz`).
@@ -88,13 +95,13 @@ def check_member_header(path, key: str, found: np.dtype, shape: tuple, dtype, nd
 
 
 def refuse_edge_labels(where, names) -> None:
-    """One line for edge labels where a prepared folder would be made: its records hold node
-    labels only, so far (task=edge reads an ``.npz``)."""
-    found = sorted(n for n in names if n.split("__", 1)[0] in EDGE_ARRAYS)
+    """One line for edge labels or features where a prepared folder would be made: its records
+    hold neither, so far (an ``.npz`` brings them)."""
+    found = sorted(n for n in names if n.split("__", 1)[0] in (*EDGE_ARRAYS, EDGE_ATTR))
     if found:
         raise DataError(
-            f"{where}: holds an edge task's arrays ({', '.join(found[:2])}{', ...' if len(found) > 2 else ''}), which "
-            "a prepared folder does not carry yet; train task=edge from the .npz itself (--dataset FILE.npz)."
+            f"{where}: holds edge labels or features ({', '.join(found[:2])}{', ...' if len(found) > 2 else ''}), "
+            "which a prepared folder does not carry yet; train from the .npz itself (--dataset FILE.npz)."
         )
 
 
@@ -206,10 +213,12 @@ def graph_from_arrays(where, arrays: dict, seed: int, name: str) -> GraphData | 
         return unlabelled_graph(where, tensors, name)
     splits = _splits(where, tensors)
     try:
+        edge_attr = tensors.get(EDGE_ATTR)
         if NODE_PTR in tensors:
             return GraphCollection.from_edges(
-                tensors["x"], tensors["edge_index"], tensors[NODE_PTR], tensors["y"], splits, seed=seed, name=name
-            )
+                tensors["x"], tensors["edge_index"], tensors[NODE_PTR], tensors["y"], splits, seed=seed, name=name,
+                edge_attr=edge_attr,
+            )  # fmt: skip
         n = tensors["x"].shape[0]
         if tensors["y"].shape[0] != n:
             raise DataError(
@@ -217,7 +226,9 @@ def graph_from_arrays(where, arrays: dict, seed: int, name: str) -> GraphData | 
                 f"(or add {NODE_PTR} for a collection of graphs with one label each)."
             )
         splits = splits or list(random_split(n, seed))
-        return GraphData.from_edges(tensors["edge_index"], tensors["x"], tensors["y"], *splits, name=name)
+        return GraphData.from_edges(
+            tensors["edge_index"], tensors["x"], tensors["y"], *splits, name=name, edge_attr=edge_attr
+        )
     except DataError as exc:
         raise DataError(f"{where}: {exc}") from None
 

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from gnnbridge.core.contracts.interfaces import GraphStore, Sampler
-from gnnbridge.core.records.batches import MiniBatch
+from gnnbridge.core.records.batches import MiniBatch, with_edge_features
 from gnnbridge.core.records.collection import GraphCollection, pack
 from gnnbridge.core.sampling.neighbors import NeighborSampler
 from gnnbridge.core.sampling.seeds import epoch_generator
@@ -63,7 +63,7 @@ class CoreSampler(Sampler):
 
     def loader(self, batches: list[torch.Tensor]) -> Iterable[MiniBatch]:
         for seeds in batches:
-            sub = self._sampler.sample(seeds, self._generator)
+            sub = with_edge_features(self._sampler.sample(seeds, self._generator), self.store.data)
             yield MiniBatch(sub.seeds, sub.node, self._to_native(sub))
 
 

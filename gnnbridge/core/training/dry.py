@@ -23,6 +23,7 @@ from gnnbridge.core.errors import GnnBridgeError
 from gnnbridge.core.inference.evaluation import layer_batch, step_outputs
 from gnnbridge.core.inference.placement import autocast
 from gnnbridge.core.plugins import PluginError
+from gnnbridge.core.records.batches import with_edge_features
 from gnnbridge.core.records.hetero import HeteroGraphData
 from gnnbridge.core.runtime.rank import failed_on
 from gnnbridge.core.sampling.neighbors import NeighborSampler
@@ -75,6 +76,7 @@ def check_layers(call, backend, model, data, seeds: torch.Tensor, device: torch.
     layer's input is the previous layer's real output repeated to the graph's input-node count:
     the right width, dtype and device, without an L-hop neighbourhood."""
     sub = NeighborSampler(data.indptr, data.indices, [FANOUT]).sample(seeds, torch.Generator().manual_seed(0))
+    sub = with_edge_features(sub, data)
     graph, rows = layer_batch(backend, model, data.x, sub, device)
     for layer in range(model.num_layers):
         out = call.layer(model, layer, graph, rows, seeds.numel(), last=layer == model.num_layers - 1)
