@@ -207,7 +207,7 @@ def load_ogbn_proteins(config: DatasetConfig, seed: int) -> GraphData:
     splits = [torch.as_tensor(split[part], dtype=torch.int64) for part in ("train", "valid", "test")]
     try:
         return GraphData.from_edges(edge_index, x, torch.as_tensor(labels, dtype=torch.float32), *splits,
-                                    name="ogbn-proteins")  # fmt: skip
+                                    name="ogbn-proteins", edge_attr=feats)  # fmt: skip
     except DataError as exc:
         raise DataError(f"Dataset 'ogbn-proteins' in '{folder}': {exc}") from None
 
@@ -306,8 +306,8 @@ def _molecule_loader(name: str):
 
 def load_molecules(name: str, config: DatasetConfig) -> GraphCollection:
     """An ogbg-mol* set through ogb's ``GraphPropPredDataset``, with its scaffold split. Atoms'
-    nine categorical features become float columns (``x``), as gnnbridge's models read floats;
-    bonds' features are not read yet."""
+    nine categorical features become float columns (``x``), as gnnbridge's models read floats,
+    and bonds' three the edge features (``edge_attr``, read by ``model.arch=gine``)."""
     opts = options(config, DEFAULTS)
     try:
         from ogb.graphproppred import GraphPropPredDataset
@@ -337,6 +337,8 @@ def molecule_collection(name: str, folder: Path, dataset, splits) -> GraphCollec
     node_ptr = torch.cat([torch.zeros(1, dtype=torch.int64), sizes.cumsum(0)])
     edge_index = torch.cat([torch.from_numpy(g["edge_index"]).long() + node_ptr[i] for i, g in enumerate(graphs)], 1)
     x = torch.cat([torch.from_numpy(g["node_feat"]) for g in graphs]).float()
+    bonds = [g.get("edge_feat") for g in graphs]  # three categorical columns per bond, as floats
+    edge_attr = torch.cat([torch.from_numpy(b) for b in bonds]).float() if all(b is not None for b in bonds) else None
     y = torch.as_tensor(np.asarray(dataset.labels, dtype=np.float32))  # [G, T], NaN where unmeasured
     mol = OGB_MOLECULES[name]
     if current_form() != get_target(mol.target).labels:
@@ -347,7 +349,7 @@ def molecule_collection(name: str, folder: Path, dataset, splits) -> GraphCollec
         )
     try:
         tensors = [torch.as_tensor(s, dtype=torch.int64) for s in splits]
-        return GraphCollection.from_edges(x, edge_index, node_ptr, y, tuple(tensors), name=name)
+        return GraphCollection.from_edges(x, edge_index, node_ptr, y, tuple(tensors), name=name, edge_attr=edge_attr)
     except DataError as exc:
         raise DataError(f"Dataset '{name}' in '{folder}': {exc}") from None
 

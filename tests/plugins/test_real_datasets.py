@@ -13,6 +13,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+import yaml
 
 import gnnbridge
 from gnnbridge.core.config import DatasetConfig
@@ -150,6 +151,7 @@ def test_ogbn_proteins_reads_its_edge_features_into_its_nodes_and_112_labels(tmp
     with label_form("multilabel"):
         data = load("ogbn-proteins", tmp_path, download=False)
     assert data.num_nodes == N and data.num_edges == 2 * N and data.num_classes == 112
+    assert data.edge_attr.shape == (2 * N, 8)  # the edges' own features too (read by model.arch=gine)
     # node v's edges: v-1 -> v (ring edge v-1) and, reversed, v+1 -> v (ring edge v): both carry their features
     expected = (feats + np.roll(feats, 1, axis=0)) / 2
     np.testing.assert_allclose(data.x.numpy(), expected, rtol=1e-5)
@@ -192,7 +194,9 @@ def test_ogbs_molecules_read_with_their_scaffold_split_and_missing_labels(tmp_pa
     pytest.importorskip("ogb")
     monkeypatch.setattr("builtins.input", never_asked)
     tasks, target = MOLECULES[name]
-    sizes, labels, parts = write_molecules(tmp_path / name.replace("-", "_"), tasks, target == "regression")
+    folder = tmp_path / name.replace("-", "_")
+    sizes, labels, parts = write_molecules(folder, tasks, target == "regression")
+    bonds_written = np.loadtxt(folder / "raw" / "edge-feat.csv.gz", delimiter=",", ndmin=2)
     for _ in range(2):  # from the raw files, then from ogb's processed cache
         with label_form(target):
             data = load(name, tmp_path, download=False)
@@ -203,6 +207,10 @@ def test_ogbs_molecules_read_with_their_scaffold_split_and_missing_labels(tmp_pa
         np.testing.assert_array_equal(data.y.numpy(), labels.astype(np.float32))  # NaN where missing
         for got, want in zip((data.train_idx, data.val_idx, data.test_idx), parts):
             assert got.tolist() == want.tolist()
+        # each bond's three features, on both of its directions (edge_attr follows the sorted edges)
+        assert data.edge_attr.shape == (data.num_edges, 3)
+        bonds = np.concatenate([bonds_written] * 2).astype(np.float32)
+        np.testing.assert_array_equal(np.sort(data.edge_attr.numpy(), axis=0), np.sort(bonds, axis=0))
     with pytest.raises(ConfigError) as err:  # the default target=class cannot score it as OGB does
         load(name, tmp_path, download=False)
     assert f"train it with target={target}" in str(err.value) and f"experiment '{name}'" in str(err.value)
@@ -219,6 +227,7 @@ def test_an_ogb_molecule_experiment_trains_as_ogb_scores_it(tmp_path, monkeypatc
         progress=False,
     )
     assert results["best"]["monitor"] == "val_ap" and {"test_ap", "test_roc_auc"} <= set(results["metrics"])
+    assert yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["model"]["arch"] == "gine"  # bonds read
 
 
 # --------------------------------------------------------------------------- missing files

@@ -1,0 +1,205 @@
+"""Edge features (``edge_attr``) on homogeneous graphs and collections: each row follows its edge
+into the records, every batch carries its edges' rows (PyG ``edge_attr``, DGL ``edata["feat"]``,
+through core's sampler, DGL's own, layer-wise passes and graph batches), and ``gine`` learns
+labels only the edge features explain, the same model on both libraries. Bad input is one line."""
+
+from __future__ import annotations
+
+import helpers
+import numpy as np
+import pytest
+import torch
+
+import gnnbridge
+from gnnbridge.backends.dgl.compat import import_dgl
+from gnnbridge.core.app.compare import same_batches
+from gnnbridge.core.config import SamplerKind  # AUTO: DGL its own sampler, PyG core (no pyg-lib here)
+from gnnbridge.core.errors import GnnBridgeError
+from gnnbridge.core.plugins import get_backend
+from gnnbridge.core.records.collection import GraphCollection, pack
+from gnnbridge.core.records.data import GraphData, random_split
+from gnnbridge.core.sampling.adapters import CoreSampler
+
+pytestmark = pytest.mark.slow
+N, F, E, D = 400, 4, 3200, 3
+BACKENDS = ("pyg", "dgl")
+
+
+def node_graph(seed: int = 3) -> dict[str, np.ndarray]:
+    """Node classes that only the in-edges' features explain: the sign of their first column's sum."""
+    rng = np.random.default_rng(seed)
+    src, dst = rng.integers(0, N, E), rng.integers(0, N, E)
+    attr = rng.normal(size=(E, D)).astype(np.float32)
+    score = np.zeros(N)
+    np.add.at(score, dst, attr[:, 0])
+    x = rng.normal(size=(N, F)).astype(np.float32)
+    return {"x": x, "edge_index": np.stack([src, dst]), "y": (score > 0).astype(np.int64), "edge_attr": attr}
+
+
+def graph_collection(seed: int = 4, graphs: int = 160) -> dict[str, np.ndarray]:
+    """Graphs of featureless nodes whose class is the sign of their edges' second feature's sum."""
+    rng = np.random.default_rng(seed)
+    edges, attrs, ys, ptr = [], [], [], [0]
+    for _ in range(graphs):
+        n = int(rng.integers(5, 12))
+        ei, attr = rng.integers(0, n, (2, 3 * n)), rng.normal(size=(3 * n, D)).astype(np.float32)
+        edges.append(ei + ptr[-1])
+        attrs.append(attr)
+        ys.append(int(attr[:, 1].sum() > 0))
+        ptr.append(ptr[-1] + n)
+    return {
+        "x": np.ones((ptr[-1], 2), np.float32),
+        "edge_index": np.concatenate(edges, 1),
+        "edge_attr": np.concatenate(attrs),
+        "node_ptr": np.array(ptr),
+        "y": np.array(ys),
+    }
+
+
+_RUNS: dict[str, dict] = {}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("edge-features")
+    np.savez(root / "nodes.npz", **node_graph())
+    np.savez(root / "graphs.npz", **graph_collection())
+    return root
+
+
+def trained(files, kind: str, backend: str) -> dict:
+    key = f"{kind}-{backend}"
+    if key not in _RUNS:
+        task = ["task=graph", "train.batch_size=16"] if kind == "graphs" else ["train.batch_size=32"]
+        _RUNS[key] = gnnbridge.run(
+            dataset=files / f"{kind}.npz", backend=backend, nproc=2, out=files / key, progress=False,
+            overrides=["model.arch=gine", "train.epochs=8", *task],
+        )  # fmt: skip
+    return _RUNS[key]
+
+
+@pytest.mark.xdist_group("test_edge_features:nodes")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gine_learns_node_classes_only_the_edge_features_explain(files, backend):
+    metrics = trained(files, "nodes", backend)["metrics"]
+    assert metrics["test_acc"] > 0.8, metrics  # the node features alone say nothing: chance is 0.5
+    if backend == "dgl":  # exact evaluation: every neighbour sampled gives what layer-wise gave
+        full = gnnbridge.evaluate(files / "nodes-dgl", kind="latest", overrides=["eval.mode=full"])["metrics"]
+        assert full == pytest.approx(metrics, abs=1e-6)
+
+
+@pytest.mark.xdist_group("test_edge_features:graphs")
+def test_gine_on_graphs_is_one_model_on_both_libraries(files):
+    pyg, dgl = (trained(files, "graphs", b)["metrics"] for b in BACKENDS)
+    assert pyg["test_acc"] > 0.7, pyg
+    assert dgl == pytest.approx(pyg, abs=1e-5)  # the same batches and weights on either library
+
+
+@pytest.mark.xdist_group("test_edge_features:nodes")
+def test_a_gine_run_moves_to_the_other_library_with_its_numbers(files, tmp_path):
+    trained(files, "nodes", "pyg")
+    proc = helpers.gnnbridge(
+        "port", str(files / "nodes-pyg"), "--to", "dgl", "--out", str(tmp_path / "dgl"), cwd=tmp_path
+    )
+    helpers.ok(proc)
+    before = gnnbridge.evaluate(files / "nodes-pyg")["metrics"]
+    assert gnnbridge.evaluate(tmp_path / "dgl")["metrics"] == pytest.approx(before, abs=1e-5)
+
+
+def test_both_libraries_train_gine_on_the_same_batches(files):
+    report = same_batches(
+        dataset=str(files / "nodes.npz"), epochs=1, overrides=["model.arch=gine", "train.batch_size=64"]
+    )
+    assert report["agree"] and report["pairs"][0]["steps"] > 1, report
+
+
+def test_each_row_follows_its_edge_into_the_records_and_every_batch():
+    """Features that name their edge (its source and destination): after sorting, packing and
+    sampling on either library, each edge still holds its own row."""
+    rng = np.random.default_rng(0)
+    ei = torch.from_numpy(rng.integers(0, 60, (2, 500)))
+    names = ei.t().float()  # row e: [source, destination] of edge e
+    data = GraphData.from_edges(ei, torch.ones(60, 1), torch.arange(60) % 2, *random_split(60, 0), edge_attr=names)
+    assert torch.equal(data.edge_attr[:, 0].long(), data.indices)
+    assert torch.equal(data.edge_attr[:, 1].long(), data.edge_index[1])
+    for name in BACKENDS:
+        backend = get_backend(name).require()
+        store = backend.graph_store(data)
+        for sampler in (
+            CoreSampler(store, [5, 5], backend.from_sampled),
+            backend.sampler(store, [5, 5], SamplerKind.AUTO),
+        ):
+            sampler.reseed(0, 0, 0)
+            (mb,) = sampler.loader([torch.arange(8)])
+            for src, dst, rows in _edges_of(name, mb.graph):
+                assert torch.equal(rows, torch.stack([src, dst], 1).float())
+    ptr = torch.tensor([0, 20, 45, 60])
+    inside = ei[:, (torch.searchsorted(ptr, ei[0], right=True) == torch.searchsorted(ptr, ei[1], right=True))]
+    graphs = GraphCollection.from_edges(
+        torch.ones(60, 1), inside, ptr, torch.tensor([0, 1, 0]), edge_attr=inside.t().float()
+    )
+    packed = pack(graphs, torch.tensor([2, 0]))
+    global_ids = packed.node  # local id i is collection node node[i]
+    assert torch.equal(packed.edge_attr.long(), global_ids[packed.edge_index].t())
+
+
+def _edges_of(backend: str, graph):
+    """``(global source, global destination, feature rows)`` of every edge a batch holds."""
+    if backend == "pyg":
+        yield graph.n_id[graph.edge_index[0]], graph.n_id[graph.edge_index[1]], graph.edge_attr
+        return
+    dgl = import_dgl()
+    for block in graph:
+        src, dst = block.edges()
+        yield block.srcdata[dgl.NID][src], block.dstdata[dgl.NID][dst], block.edata["feat"]
+
+
+def test_graphs_held_in_memory_bring_their_edge_features(tmp_path):
+    from torch_geometric.data import Data
+
+    a = node_graph()
+    x, ei, y, attr = (torch.from_numpy(a[k]) for k in ("x", "edge_index", "y", "edge_attr"))
+    g = import_dgl().graph((ei[0], ei[1]), num_nodes=N)
+    g.ndata["feat"], g.ndata["label"], g.edata["feat"] = x, y, attr
+    for name, graph, backend in (("data", Data(x=x, edge_index=ei, y=y, edge_attr=attr), "dgl"), ("dgl", g, "pyg")):
+        results = gnnbridge.run(dataset=graph, backend=backend, nproc=1, out=tmp_path / name, progress=False,
+                                overrides=["model.arch=gine", "train.epochs=4", "train.batch_size=32"])  # fmt: skip
+        assert results["metrics"]["test_acc"] > 0.7, (name, results["metrics"])
+    c = graph_collection(graphs=12)
+    ptr = c["node_ptr"]
+    graphs = [
+        Data(x=torch.ones(ptr[i + 1] - ptr[i], 2), edge_index=torch.from_numpy(c["edge_index"][:, m] - ptr[i]),
+             edge_attr=torch.from_numpy(c["edge_attr"][m]), y=torch.tensor([c["y"][i]]))
+        for i in range(12)
+        for m in [(c["edge_index"][1] >= ptr[i]) & (c["edge_index"][1] < ptr[i + 1])]
+    ]  # fmt: skip
+    results = gnnbridge.run(dataset=graphs, backend="pyg", nproc=1, out=tmp_path / "graphs", progress=False,
+                            overrides=["task=graph", "model.arch=gine", "train.epochs=1"])  # fmt: skip
+    assert "test_acc" in results["metrics"]
+
+
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        (lambda a: a.pop("edge_attr"), "model.arch=gine reads edge features, but dataset"),
+        (lambda a: a.update(edge_attr=a["edge_attr"][:-1]), "edge_attr has 3199 rows for 3200 edges"),
+        (lambda a: a["edge_attr"].__setitem__((7, 1), np.nan), "edge_attr holds NaN or inf values"),
+        (lambda a: a.update(edge_attr=a["edge_attr"].astype(np.float64)), "edge_attr has dtype float64"),
+    ],
+)
+def test_bad_edge_features_are_one_line(tmp_path, change, needle):
+    arrays = node_graph()
+    change(arrays)
+    np.savez(tmp_path / "bad.npz", **arrays)
+    proc = helpers.gnnbridge("train", "--dataset", str(tmp_path / "bad.npz"), "--set", "model.arch=gine",
+                             "--out", str(tmp_path / "run"), cwd=tmp_path)  # fmt: skip
+    helpers.one_line(proc, needle)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_prepared_folder_does_not_take_edge_features_yet(tmp_path):
+    np.savez(tmp_path / "nodes.npz", **node_graph())
+    helpers.one_line(helpers.gnnbridge("prepare", str(tmp_path / "nodes.npz"), "--quiet", cwd=tmp_path), "edge_attr")
+    assert not (tmp_path / "nodes").exists()
+    with pytest.raises(GnnBridgeError, match="reads edge features"):
+        gnnbridge.run(dataset="synthetic", overrides=["model.arch=gine"], out=tmp_path / "run", progress=False)
