@@ -51,9 +51,16 @@ NEUTRAL = (
     Architecture(
         "gat",
         ("node",),
-        "GAT, model.heads heads (GATConv)",
+        "GAT, model.heads heads (GATConv; reads edge features where the graph has them)",
         # Veličković et al.'s and PyG's GATConv: Glorot for the map and each head's attention vectors
-        init={"weight": init.glorot, "att_src": init.glorot, "att_dst": init.glorot, "bias": init.zeros},
+        init={
+            "weight": init.glorot,
+            "att_src": init.glorot,
+            "att_dst": init.glorot,
+            "bias": init.zeros,
+            "edge.weight": init.glorot,  # with edge features: their map and attention vector (PyG's edge_dim)
+            "att_edge": init.glorot,
+        },
     ),
     Architecture("gin", ("graph",), "GIN with core-held MLPs and sum/mean readout"),
     Architecture(

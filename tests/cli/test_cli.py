@@ -94,7 +94,7 @@ def test_train_on_an_npz_file_with_fanouts_override(tmp_path):
             ["--set", "model.arch=gta"],
             [
                 "Unknown model.arch 'gta' (did you mean 'gat'?)",
-                "gat, gcn, hgt, rgcn, sage",
+                "gat, gcn, gine, hgt, rgcn, sage",
                 "--set model.arch=my_lab.models:DeepSAGE",
             ],
         ),
@@ -382,7 +382,7 @@ def test_backends_plugins_experiments_commands():
     ]
     assert pyg["registers"] == {
         "backends": ["pyg"],
-        "models": ["EdgeCNN", "GAT", "GCN", "GIN", "GraphSAGE", "PNA", "gat", "gcn", "gin", "hgt", "rgcn", "sage"],
+        "models": ["EdgeCNN", "GAT", "GCN", "GIN", "GraphSAGE", "PNA", "gat", "gcn", "gin", "gine", "hgt", "rgcn", "sage"],
         "graph_readers": ["pyg"],
         "dataset_libraries": ["pyg"],
     }

@@ -13,8 +13,9 @@ import torch
 import gnnbridge
 from gnnbridge.backends.dgl.compat import import_dgl
 from gnnbridge.core.app.compare import same_batches
-from gnnbridge.core.config import SamplerKind  # AUTO: DGL its own sampler, PyG core (no pyg-lib here)
+from gnnbridge.core.config import ModelSpec, SamplerKind, Task  # AUTO: DGL its own sampler, PyG core (no pyg-lib here)
 from gnnbridge.core.errors import GnnBridgeError
+from gnnbridge.core.models.build import build_model
 from gnnbridge.core.plugins import get_backend
 from gnnbridge.core.records.collection import GraphCollection, pack
 from gnnbridge.core.records.data import GraphData, random_split
@@ -203,3 +204,25 @@ def test_a_prepared_folder_does_not_take_edge_features_yet(tmp_path):
     assert not (tmp_path / "nodes").exists()
     with pytest.raises(GnnBridgeError, match="reads edge features"):
         gnnbridge.run(dataset="synthetic", overrides=["model.arch=gine"], out=tmp_path / "run", progress=False)
+
+
+def test_gat_reads_edge_features_in_its_attention_as_pyg_does_on_both_libraries(files):
+    """GAT on a graph with edge features adds them to its attention (PyG's ``GATConv(edge_dim)``);
+    DGL's layer computes the same from the same weights, and the features change the outputs."""
+    settings = ["model.arch=gat", "model.heads=2", "train.batch_size=64"]
+    report = same_batches(dataset=str(files / "nodes.npz"), epochs=1, overrides=settings)
+    assert report["agree"] and report["pairs"][0]["steps"] > 1, report
+    data = GraphData.from_edges(*(torch.from_numpy(node_graph()[k]) for k in ("edge_index", "x", "y")),
+                                *random_split(N, 0), edge_attr=torch.from_numpy(node_graph()["edge_attr"]))  # fmt: skip
+    spec = ModelSpec(arch="gat", hidden=16, layers=2, heads=2)
+    for name in BACKENDS:
+        backend = get_backend(name).require()
+        model, _ = build_model(spec, name, Task.NODE, F, 2, data)
+        assert {"layers.0.edge.weight", "layers.0.att_edge"} <= set(model.neutral_parameters())
+        (mb,) = CoreSampler(backend.graph_store(data), [5, 5], backend.from_sampled).loader([torch.arange(16)])
+        before = model.eval()(mb.graph, data.x[mb.input_nodes])
+        shuffled = CoreSampler(backend.graph_store(data), [5, 5], backend.from_sampled)
+        data.edge_attr = data.edge_attr.flip(0)
+        (mb,) = shuffled.loader([torch.arange(16)])
+        data.edge_attr = data.edge_attr.flip(0)
+        assert not torch.allclose(before, model(mb.graph, data.x[mb.input_nodes]))

@@ -70,14 +70,58 @@ class GCNLayer(nn.Module):
 
 
 class GATLayer(nn.Module):
-    def __init__(self, in_dim: int, out_dim: int, heads: int):
+    """DGL's ``GATConv``; with edge features (``edge_width``), its parameters in the attention
+    PyG's ``GATConv(edge_dim=...)`` computes (see :meth:`_with_edges`)."""
+
+    def __init__(self, in_dim: int, out_dim: int, heads: int, edge_width: int = 0):
         super().__init__()
         from dgl.nn import GATConv
 
         self.conv = GATConv(in_dim, out_dim, num_heads=heads, allow_zero_in_degree=True)
+        if edge_width:
+            self.lin_edge = nn.Linear(edge_width, heads * out_dim, bias=False)
+            self.att_edge = nn.Parameter(torch.empty(1, heads, out_dim))
+            nn.init.xavier_uniform_(self.att_edge)
 
     def forward(self, block, x: torch.Tensor) -> torch.Tensor:
+        if hasattr(self, "lin_edge"):
+            return self._with_edges(block, x)
         return self.conv(with_self_loops(block, replace_existing=True), x).flatten(1)  # concatenate heads, like PyG
+
+    def _with_edges(self, block, x: torch.Tensor) -> torch.Tensor:
+        """GAT whose attention logit adds ``att_edge . W_e e_uv`` to the two nodes' terms, as PyG's
+        ``GATConv`` with ``edge_dim`` does: existing self-loops dropped, one per dst node added
+        whose features are the mean of its in-edges' (PyG's ``fill_value="mean"``); messages are
+        the sources' mapped states, as without edge features. Written with DGL's ops because
+        DGL's ``GATConv`` takes no edge features (its ``EdgeGATConv`` adds them to the messages too)."""
+        dgl = import_dgl()
+        from dgl import function as fn
+        from dgl.nn.functional import edge_softmax
+
+        conv, n_dst = self.conv, block.num_dst_nodes()
+        heads, width = conv._num_heads, conv._out_feats
+        src, dst = block.edges(order="eid")
+        features = block.edata[EDGE_FEATURES]
+        keep = src != dst
+        src, dst, features = src[keep], dst[keep], features[keep]
+        counts = torch.bincount(dst, minlength=n_dst).clamp(min=1).unsqueeze(1).to(features.dtype)
+        loop_features = features.new_zeros(n_dst, features.shape[1]).index_add_(0, dst, features) / counts
+        loops = torch.arange(n_dst, device=src.device)
+        graph = dgl.create_block(
+            (torch.cat([src, loops]), torch.cat([dst, loops])),
+            num_src_nodes=block.num_src_nodes(),
+            num_dst_nodes=n_dst,
+            device=src.device,
+        )
+        mapped = conv.fc(x).view(-1, heads, width)
+        graph.srcdata.update({"ft": mapped, "el": (mapped * conv.attn_l).sum(-1, keepdim=True)})
+        graph.dstdata["er"] = (mapped[:n_dst] * conv.attn_r).sum(-1, keepdim=True)
+        graph.apply_edges(fn.u_add_v("el", "er", "e"))
+        edge_terms = self.lin_edge(torch.cat([features, loop_features])).view(-1, heads, width)
+        logits = graph.edata.pop("e") + (edge_terms * self.att_edge).sum(-1, keepdim=True)
+        graph.edata["a"] = edge_softmax(graph, torch.nn.functional.leaky_relu(logits, 0.2))
+        graph.update_all(fn.u_mul_e("ft", "a", "m"), fn.sum("m", "ft"))
+        return (graph.dstdata["ft"] + conv.bias.view(1, heads, width)).flatten(1)
 
 
 class SAGELayer(nn.Module):
@@ -129,12 +173,19 @@ class DglGNN(GNNModel):
             "bias": "conv.fc_self.bias",
         },
         "gcn": {"weight": "lin.weight", "bias": "bias"},
-        "gat": {"weight": "conv.fc.weight", "att_src": "conv.attn_l", "att_dst": "conv.attn_r", "bias": "conv.bias"},
+        "gat": {
+            "weight": "conv.fc.weight",
+            "att_src": "conv.attn_l",
+            "att_dst": "conv.attn_r",
+            "bias": "conv.bias",
+            "edge.weight": "lin_edge.weight",
+            "att_edge": "att_edge",
+        },
         "gine": GINE_NAMES,
     }
 
     def __init__(self, spec: ModelSpec, in_dim: int, out_dim: int, edge_width: int = 0):
-        """``edge_width``: the edge features' width (GINE reads them)."""
+        """``edge_width``: the edge features' width (GINE reads them, GAT where there are some)."""
         super().__init__()
         import_dgl()
         self.spec = spec
@@ -149,7 +200,7 @@ class DglGNN(GNNModel):
             elif spec.arch == "gine":
                 self.layers.append(GINELayer(d_in, d_out, edge_width, spec.hidden))
             else:
-                self.layers.append(GATLayer(d_in, d_out, heads))
+                self.layers.append(GATLayer(d_in, d_out, heads, edge_width))
 
     def _layer_module(self, index: int) -> nn.Module:
         return self.layers[index]

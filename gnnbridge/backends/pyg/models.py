@@ -29,12 +29,19 @@ class PygGNN(GNNModel):
     NEUTRAL_NAMES = {
         "sage": {"neigh.weight": "lin_l.weight", "root.weight": "lin_r.weight", "bias": "lin_l.bias"},
         "gcn": {"weight": "lin.weight", "bias": "bias"},
-        "gat": {"weight": "lin.weight", "att_src": "att_src", "att_dst": "att_dst", "bias": "bias"},
+        "gat": {
+            "weight": "lin.weight",
+            "att_src": "att_src",
+            "att_dst": "att_dst",
+            "bias": "bias",
+            "edge.weight": "lin_edge.weight",
+            "att_edge": "att_edge",
+        },
         "gine": GINE_NAMES,
     }
 
     def __init__(self, spec: ModelSpec, in_dim: int, out_dim: int, edge_width: int = 0):
-        """``edge_width``: the edge features' width (GINE reads them)."""
+        """``edge_width``: the edge features' width (GINE reads them, GAT where there are some)."""
         super().__init__()
         from torch_geometric.nn import GATConv, GCNConv, GINEConv, SAGEConv
 
@@ -51,8 +58,8 @@ class PygGNN(GNNModel):
             elif spec.arch == "gine":
                 conv = GINEParts(d_in, d_out, edge_width, spec.hidden)
                 conv.conv = summing(GINEConv(nn.Identity(), eps=0.0))  # the parts hold the parameters
-            else:
-                conv = GATConv(d_in, d_out, heads=heads)
+            else:  # edge features, where the graph has them, enter the attention (GATConv's edge_dim)
+                conv = GATConv(d_in, d_out, heads=heads, edge_dim=edge_width or None)
             self.convs.append(conv)
 
     def _layer_module(self, index: int) -> nn.Module:
@@ -120,6 +127,8 @@ class PygGNN(GNNModel):
             h = conv(x, full, torch.cat([edge_w, loop_w]))[:n_dst]
         elif self.spec.arch == "gine":  # edge_attr: a row per edge of edge_index, in its order
             h = conv.mlp(conv.conv((x, x[:n_dst]), edge_index, conv.edge(edge_attr), size=(x.shape[0], n_dst)))
+        elif self.spec.arch == "gat" and edge_attr is not None:
+            h = conv((x, x[:n_dst]), edge_index, edge_attr=edge_attr, size=(x.shape[0], n_dst))
         else:
             h = conv((x, x[:n_dst]), edge_index, size=(x.shape[0], n_dst))
         return self.activate(index, h)

@@ -25,7 +25,7 @@ def build_sage(in_dim, out_dim, spec, data, decoder="dot"):
         from gnnbridge.backends.pyg.hetero import PygHeteroSAGE
 
         return PygHeteroSAGE(spec, data, out_dim, decoder)
-    return build_gnn(in_dim, out_dim, spec)
+    return build_gnn(in_dim, out_dim, spec, data)
 
 
 def build_rgcn(in_dim, out_dim, spec, data, decoder="dot", num_bases=None, num_blocks=None):
@@ -46,10 +46,12 @@ def build_hgt(in_dim, out_dim, spec, data, decoder="dot"):
     return PygHeteroHGT(spec, data, out_dim, decoder)
 
 
-def build_gnn(in_dim, out_dim, spec):
+def build_gnn(in_dim, out_dim, spec, data=None):
+    """GCN, or GAT (which reads the graph's edge features where it has some)."""
     from gnnbridge.backends.pyg.models import PygGNN
 
-    return PygGNN(spec, in_dim, out_dim)
+    features = getattr(data, "edge_attr", None) if spec.arch == "gat" else None
+    return PygGNN(spec, in_dim, out_dim, int(features.shape[1]) if features is not None else 0)
 
 
 def build_gine(in_dim, out_dim, spec, data):

@@ -131,7 +131,8 @@ class GNNModel(nn.Module, ABC):
         for i in range(self.spec.layers):
             params = dict(self._layer_module(i).named_parameters())
             for neutral, native in names.items():
-                out[f"layers.{i}.{neutral}"] = params[native]
+                if native in params:  # (GAT's edge parameters exist where the graph has edge features)
+                    out[f"layers.{i}.{neutral}"] = params[native]
         return out
 
     def init_rules(self) -> dict[str, Callable[[torch.Tensor, torch.Generator], None]] | None:
