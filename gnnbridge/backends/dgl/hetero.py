@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from gnnbridge.backends.dgl.blocks import EDGE_FEATURES
 from gnnbridge.backends.dgl.compat import import_dgl
 from gnnbridge.backends.dgl.sampler import neighbor_sampler, one_thread
 from gnnbridge.core.contracts.interfaces import Sampler
@@ -62,6 +63,8 @@ def to_blocks(sub) -> list:
         for t, ids in sub.node.items():
             block.srcnodes[t].data[dgl.NID] = ids[: n_src[t]]
             block.dstnodes[t].data[dgl.NID] = ids[: n_dst[t]]
+        for et, rows in (sub.edge_attr or {}).items():  # the block's edges of a type: its first n_edges
+            block.edges[et].data[EDGE_FEATURES] = rows[: n_edges[et]]
         blocks.append(block)
     return blocks
 
@@ -191,7 +194,15 @@ class DglHeteroSampler(Sampler):
 
     def _node_batch(self, seeds: torch.Tensor) -> MiniBatch:
         input_nodes, _, blocks = self._sampler.sample(self.graph, {self.data.target_node: seeds})
-        return MiniBatch(seeds, self._typed(input_nodes), blocks)
+        return MiniBatch(seeds, self._typed(input_nodes), self._with_features(blocks))
+
+    def _with_features(self, blocks: list) -> list:
+        """Each block's edges' features (``edata["feat"]`` per type that has them), by the edge ids
+        DGL's blocks carry (the CSC positions, as in core)."""
+        for block in blocks:
+            for et, table in self.data.edge_attr.items():
+                block.edges[et].data[EDGE_FEATURES] = table[block.edges[et].data[self._dgl.EID]]
+        return blocks
 
     def _link_batch(self, eids: torch.Tensor) -> LinkMiniBatch:
         """DGL's edge-prediction sampling, as ``as_edge_prediction_sampler`` does it: the positive
@@ -215,7 +226,7 @@ class DglHeteroSampler(Sampler):
         return LinkMiniBatch(
             eids,
             self._typed(input_nodes),
-            blocks,
+            self._with_features(blocks),
             pairs=pairs,
             labels=labels,
             positives=int(eids.numel()),

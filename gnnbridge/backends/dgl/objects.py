@@ -82,7 +82,10 @@ def hetero_arrays(g, where: str) -> dict[str, np.ndarray]:
         arrays["edge_index__" + "__".join(etype)] = edge_index(g, etype)
         frame, at = g.edges[etype].data, f"{where}.edges[{etype}]"
         arrays.update(edge_labels(frame, at, "__" + "__".join(etype), g.num_edges(etype)))
-        warn_edge_features(frame, at)
+        key = feature_key(frame)
+        if key is not None:
+            arrays["edge_attr__" + "__".join(etype)] = edge_features(frame[key], f"{at}: data['{key}']")
+        warn_edge_features(frame, at, read=(key,))
     return arrays
 
 
@@ -167,8 +170,7 @@ def edge_labels(frame, where: str, suffix: str, count: int) -> dict[str, np.ndar
 
 def warn_edge_features(frame, where: str, read: tuple = ()) -> None:
     """One warning line for edge data nothing will read: every ``edata`` key but labels, masks
-    and the features ``read`` (a homogeneous graph's ``edata['feat']`` is; a heterogeneous
-    graph's edge types' are not yet)."""
+    and the features ``read``."""
     keys = [k for k in frame.keys() if k not in (*LABELS, *(f"{s}_mask" for s in SPLITS), *read)]
     if keys:
         warn(f"{where} has edge data ({', '.join(keys)}) that gnnbridge does not read (yet); trained without.")

@@ -48,6 +48,8 @@ def to_hetero_data(sub) -> Any:
     for et in sub.row:
         graph[et].edge_index = torch.stack([sub.row[et], sub.col[et]])
         graph[et].e_id = sub.edge[et]
+        if sub.edge_attr and et in sub.edge_attr:  # a row per edge of edge_index, in its order
+            graph[et].edge_attr = sub.edge_attr[et]
         ptr = dst_offsets(sub.col[et], graph.bounds[0][1][et[2]])  # None: not in destination order
         if ptr is not None:
             graph[et].dst_ptr = ptr

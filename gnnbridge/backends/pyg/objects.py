@@ -32,8 +32,6 @@ from gnnbridge.core.errors import DataError
 from gnnbridge.core.plugins import warn
 from gnnbridge.core.records.formats import edge_labels_wanted, labels_are_optional
 
-EDGE_FEATURES = ("edge_attr", "edge_weight")
-
 
 def read(obj) -> dict[str, np.ndarray] | None:
     if "torch_geometric.data" not in sys.modules:  # nobody holding a PyG object lacks it
@@ -63,7 +61,7 @@ def graph_arrays(data, where: str) -> dict[str, np.ndarray]:
     arrays.update(edge_labels(data, where, ""))
     if data.get("edge_attr") is not None:
         arrays["edge_attr"] = edge_features(data.edge_attr, f"{where}: edge_attr")
-    warn_edge_features(data, where, ("edge_weight",))
+    warn_edge_features(data, where)
     return arrays
 
 
@@ -87,6 +85,8 @@ def hetero_arrays(data) -> dict[str, np.ndarray]:
             type_name("__".join(edge_type), where)
         arrays["edge_index__" + "__".join(edge_type)] = edges(data[edge_type].edge_index, at)
         arrays.update(edge_labels(data[edge_type], at, "__" + "__".join(edge_type)))
+        if data[edge_type].get("edge_attr") is not None:
+            arrays["edge_attr__" + "__".join(edge_type)] = edge_features(data[edge_type].edge_attr, f"{at}: edge_attr")
         warn_edge_features(data[edge_type], at)
     return arrays
 
@@ -95,7 +95,7 @@ def collection_arrays(graphs) -> dict[str, np.ndarray]:
     """Many graphs, one label each (graph classification): nodes stacked, ``node_ptr`` the
     first node of each graph."""
     where = f"dataset (a {type(graphs).__name__} of {len(graphs)} graphs)"
-    warn_edge_features(graphs[0], where, ("edge_weight",))
+    warn_edge_features(graphs[0], where)
 
     def parts(i: int, g) -> tuple:
         at = f"{where}[{i}]"
@@ -192,9 +192,8 @@ def mask_ids(mask: torch.Tensor, where: str, num_nodes: int, unit: str = "node")
     return mask.nonzero().view(-1).cpu().numpy()
 
 
-def warn_edge_features(store, where: str, keys: tuple[str, ...] = EDGE_FEATURES) -> None:
-    """One warning line for edge features ``store`` has that nothing will read: ``edge_weight``
-    always, ``edge_attr`` of a heterogeneous graph's edge types (homogeneous graphs' are read)."""
+def warn_edge_features(store, where: str, keys: tuple[str, ...] = ("edge_weight",)) -> None:
+    """One warning line for edge data ``store`` has that nothing will read (``edge_weight``)."""
     present = [key for key in keys if store.get(key) is not None]
     if present:
         warn(f"{where} has {', '.join(present)}, which gnnbridge does not read (yet); trained without.")

@@ -288,7 +288,8 @@ def forward(ev: Evaluator, model: torch.nn.Module, mb: MiniBatch) -> torch.Tenso
     if isinstance(mb, LinkMiniBatch):
         graph = ev.backend.graph_to(mb.graph, ev.ctx.device)
         x = gather_inputs(ev.data, mb.input_nodes, ev.ctx.device)
-        return ev.call.edges(model, graph, x, mb.pairs.to(ev.ctx.device))
+        features = scored_features(ev.data, mb.seeds, ev.ctx.device)
+        return ev.call.edges(model, graph, x, mb.pairs.to(ev.ctx.device), features)
     x = indexed_rows(model, ev.data.x, mb.input_nodes, ev.ctx.device)
     if x is None:
         x = gather_inputs(ev.data, mb.input_nodes, ev.ctx.device)
@@ -311,8 +312,9 @@ def step_outputs(run, model: torch.nn.Module, mb: MiniBatch, phases=NO_PHASES) -
         x = _to(x, device)
     if isinstance(mb, LinkMiniBatch) and run.data.is_edge:  # a row per edge, its label from the record
         pairs, y = mb.pairs.to(device, non_blocking=True), run.data.y[mb.seeds].to(device, non_blocking=True)
+        features = scored_features(run.data, mb.seeds, device)
         phases.mark("h2d")
-        outputs = run.call.edges(model, graph, x, pairs)
+        outputs = run.call.edges(model, graph, x, pairs, features)
         phases.mark("forward")
         return outputs, y
     if isinstance(mb, LinkMiniBatch):
@@ -326,6 +328,13 @@ def step_outputs(run, model: torch.nn.Module, mb: MiniBatch, phases=NO_PHASES) -
     logits = run.call(model, graph, x, y.shape[0])
     phases.mark("forward")
     return logits, y
+
+
+def scored_features(data, ids: torch.Tensor, device: torch.device) -> torch.Tensor | None:
+    """An edge task's scored edges' own features (``ids`` of its target type), where the type has
+    some; None otherwise (the model is then called without them)."""
+    table = data.edge_attr.get(data.target_edge)
+    return None if table is None else table[ids].to(device, non_blocking=True)
 
 
 def indexed_rows(model: torch.nn.Module, table, ids, device: torch.device) -> IndexedRows | None:

@@ -27,7 +27,13 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from gnnbridge.core.contracts.interfaces import Backend
-from gnnbridge.core.inference.evaluation import Evaluator, LinkEvaluator, evaluation_mode, gather_inputs
+from gnnbridge.core.inference.evaluation import (
+    Evaluator,
+    LinkEvaluator,
+    evaluation_mode,
+    gather_inputs,
+    scored_features,
+)
 from gnnbridge.core.inference.layerstore import LayerStore, every_rank_rows, output_table
 from gnnbridge.core.inference.metrics import LinkScores, SharedLinkScores
 from gnnbridge.core.models.build import ModelCall
@@ -166,8 +172,10 @@ class TypedLayerwiseEdges(TypedLayerwiseEvaluator):
             store = stack.enter_context(LayerStore(self.ctx, edges.shape[1], self.layer_store))
 
             def decode(ids: torch.Tensor) -> torch.Tensor:
+                features = scored_features(self.data, ids, device)
                 with self.call.blame("decode"):
-                    return inner.decode(h[s][edges[0, ids]].to(device), h[d][edges[1, ids]].to(device))
+                    src, dst = h[s][edges[0, ids]].to(device), h[d][edges[1, ids]].to(device)
+                    return inner.decode(src, dst) if features is None else inner.decode(src, dst, features)
 
             return self.layerwise._table(store, 0, edges.shape[1], decode)
 

@@ -331,10 +331,13 @@ class ModelCall:
         self._kind(scores, "forward", "scores", pairs.device)
         return scores.reshape(-1)
 
-    def edges(self, model: Callable[..., Any], graph: Any, x: Any, pairs: torch.Tensor) -> torch.Tensor:
-        """A row of the target's columns per (src, dst) pair of an edge task's batch."""
+    def edges(
+        self, model: Callable[..., Any], graph: Any, x: Any, pairs: torch.Tensor, features: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """A row of the target's columns per (src, dst) pair of an edge task's batch; ``features``
+        (the scored edges' own, where their type has some) go to the model as a fourth argument."""
         with self.blame("forward pass"):
-            out = model(graph, x, pairs)
+            out = model(graph, x, pairs) if features is None else model(graph, x, pairs, features)
         count = pairs.shape[1]
         if not isinstance(out, torch.Tensor) or tuple(out.shape) != (count, self.num_classes):
             raise PluginError(

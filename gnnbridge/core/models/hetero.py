@@ -80,10 +80,14 @@ class HeteroModel(nn.Module):
         self.edge_types = [tuple(et) for et in data.edge_types]
         self.convs = nn.ModuleList(self.make_conv(data.edge_types, hidden) for _ in range(spec.layers))
         self.decoder = decoder
+        # An edge task's head also reads the scored edge's own features, where its type has some.
+        features = getattr(data, "edge_attr", {}) if data.is_edge else {}
+        self.pair_features = int(features[self.target].shape[1]) if self.target in features else 0
         if not self.scores_pairs:
             self.head = nn.Linear(hidden, out_dim)
         elif decoder == "mlp" or not self.is_link:
-            self.head = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.ReLU(), nn.Linear(hidden, out_dim))
+            width = 2 * hidden + self.pair_features
+            self.head = nn.Sequential(nn.Linear(width, hidden), nn.ReLU(), nn.Linear(hidden, out_dim))
 
     def init_rules(self) -> dict[str, Rule] | None:
         """``{neutral name: rule}`` for the layers' parameters that ``LAYER_INIT`` names (by
@@ -160,20 +164,28 @@ class HeteroModel(nn.Module):
         """Class logits from the labelled type's final states."""
         return self.head(torch.relu(h))
 
-    def decode(self, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+    def decode(self, src: torch.Tensor, dst: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
         """One score per (source, destination) row pair of final states (a link task's), or a
-        row of the target's columns per pair (an edge task's)."""
+        row of the target's columns per pair (an edge task's, from the edge's ``features`` too
+        where its type has them)."""
         if not self.is_link:
-            return self.head(torch.cat([src, dst], dim=-1))
+            return self.head(torch.cat([src, dst, *([features] if self.pair_features else [])], dim=-1))
         if self.decoder == "dot":
             return (src * dst).sum(-1)
         return self.head(torch.cat([src, dst], dim=-1)).squeeze(-1)
 
-    def forward(self, graph: Any, x: dict[str, torch.Tensor], pairs: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        graph: Any,
+        x: dict[str, torch.Tensor],
+        pairs: torch.Tensor | None = None,
+        pair_features: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """``pair_features``: an edge task's scored edges' features (a row per pair)."""
         h = self.encode(graph, x)
         if not self.scores_pairs:
             return self.classify(h[self.target])
-        return self.decode(h[self.target[0]][pairs[0]], h[self.target[2]][pairs[1]])
+        return self.decode(h[self.target[0]][pairs[0]], h[self.target[2]][pairs[1]], pair_features)
 
 
 class HeteroSAGE(HeteroModel):

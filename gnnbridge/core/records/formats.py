@@ -16,7 +16,7 @@ import torch
 from gnnbridge.core.errors import DataError
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData, random_split
-from gnnbridge.core.records.hetero import HeteroSource, edge_source
+from gnnbridge.core.records.hetero import HOMOGENEOUS_EDGE, HeteroSource, edge_source
 from gnnbridge.core.records.labels import check_form, current_form, scoped
 
 NPZ_REQUIRED = {"edge_index": (np.int64, 2), "x": (np.float32, 2), "y": (np.int64, 1)}
@@ -52,6 +52,7 @@ HETERO_EDGE_KEYS = {
     "val_edges": (np.int64, 2),
     "test_edges": (np.int64, 2),
     **EDGE_ARRAYS,
+    "edge_attr": (np.float32, 2),
 }
 HETERO_MARKERS = (*HETERO_NODE_KEYS, *HETERO_EDGE_KEYS)
 
@@ -245,6 +246,10 @@ def _edge_labelled(where, tensors: dict[str, torch.Tensor], name: str) -> Hetero
         )
     splits = _splits(where, tensors, EDGE_SPLITS)
     source = edge_source(int(tensors["x"].shape[0]), tensors["x"], edges, edge_y, splits, name)
+    if EDGE_ATTR in tensors:
+        if tensors[EDGE_ATTR].shape[0] != edges.shape[1]:
+            raise DataError(f"{where}: edge_attr has {tensors[EDGE_ATTR].shape[0]} rows for {edges.shape[1]} edges.")
+        source.edge_attr = {HOMOGENEOUS_EDGE: tensors[EDGE_ATTR]}
     if "y" in tensors:
         source.target_node, source.y, source.splits = "node", tensors["y"], _splits(where, tensors)
     return source
@@ -385,7 +390,19 @@ def _source(num_nodes: dict, node: dict, edge: dict, name: str) -> HeteroSource:
         name=name,
         edge_y=edge_y,
         edge_splits=edge_splits,
+        edge_attr=_edge_features(edge.get(EDGE_ATTR, {}), edges),
     )
+
+
+def _edge_features(features: dict, edges: dict) -> dict | None:
+    """``{edge type: [E, D]}`` of the types whose edges carry features, each a row per edge."""
+    for et, rows in features.items():
+        name = f"edge_attr__{'__'.join(et)}"
+        if et not in edges:
+            raise DataError(f"{name} names an edge type that has no edge_index array.")
+        if rows.shape[0] != edges[et].shape[1]:
+            raise DataError(f"{name} has {rows.shape[0]} rows for {edges[et].shape[1]} edges of that type.")
+    return dict(features) or None
 
 
 def _edge_labels(edge: dict, edges: dict) -> tuple:

@@ -67,6 +67,8 @@ class HeteroGraphData(Mapped):
             the train edges, for an edge task all of its edges.
         edge_column: an edge task's column in the given ``edge_index`` of each sorted target
             edge (what ``predict`` orders its rows by).
+        edge_attr: {edge type: float32 [E, D]} edge features of the types that have them, in the
+            type's sorted edge order (a reverse type's are its mirror's).
         reverse_edge, reverse_eid: the type mirroring ``target_edge`` (if any) and, per target
             edge, its mirror's id there (excluded with it from its own neighbourhood).
         val_edges, test_edges: int64 [2, E] held-out (src, dst) pairs, absent from message passing.
@@ -101,11 +103,12 @@ class HeteroGraphData(Mapped):
     twin_eid: torch.Tensor | None = None
     undirected: bool = False
     edge_column: torch.Tensor | None = None
+    edge_attr: dict[EdgeType, torch.Tensor] = field(default_factory=dict)
     name: str = "hetero"
     labels: str = ""  # y's form (core/records/labels.py); "": the context's, else class
 
     def __post_init__(self) -> None:
-        canonical_order(self, ("num_nodes", "x", "edge_index", "indptr"))
+        canonical_order(self, ("num_nodes", "x", "edge_index", "indptr", "edge_attr"))
         self.labels = self.labels or current_form()
         if isinstance(self.y, torch.Tensor):
             self.y = stored(self.y, self.labels)
@@ -243,9 +246,13 @@ class HeteroGraphData(Mapped):
             if et[2] not in self.num_nodes:
                 continue  # validate() names the undeclared type
             check_ids(f"edge_index[{edge_name(et)}] destination", ei[1], self.num_nodes[et[2]], unit=f"'{et[2]}' node")
-            ei = ei[:, torch.argsort(ei[1], stable=True)].contiguous()
+            order = torch.argsort(ei[1], stable=True)
+            ei = ei[:, order].contiguous()
             self.edge_index[et] = ei
             self.indptr[et] = csc_offsets(ei[1], self.num_nodes[et[2]])
+            if et in self.edge_attr:  # a row per edge, as given: it follows its edge
+                self._check_edge_features(et, ei.shape[1])
+                self.edge_attr[et] = self.edge_attr[et][order].contiguous()
 
     # ------------------------------------------------------------------ invariants
 
@@ -260,6 +267,8 @@ class HeteroGraphData(Mapped):
             raise DataError("The graph has no edge types; a GNN needs edges to pass messages along.")
         for et, ei in self.edge_index.items():
             self._check_edges(et, ei)
+        for et in self.edge_attr:
+            self._check_edge_features(et, int(self.edge_index[et].shape[1]) if et in self.edge_index else -1)
         if self.is_link:
             self._check_link()
         elif self.is_edge:
@@ -322,6 +331,16 @@ class HeteroGraphData(Mapped):
         for name in ("train", "val", "test"):
             check_tensor(f"{name}_idx", self.split(name), torch.int64, ndim=1)
         check_disjoint_splits(self, self.num_nodes[t])
+
+    def _check_edge_features(self, et: EdgeType, count: int) -> None:
+        name = f"edge_attr[{edge_name(et)}]"
+        if count < 0:
+            raise DataError(f"{name} is given for an edge type the graph does not have.")
+        check_features(name, self.edge_attr[et])
+        if self.edge_attr[et].shape[0] != count or self.edge_attr[et].shape[1] == 0:
+            raise DataError(f"{name} has shape {list(self.edge_attr[et].shape)}; expected [{count}, D] with D >= 1.")
+        if not all_finite(self.edge_attr[et]):
+            raise DataError(f"{name} holds NaN or inf values; clean the edge features first.")
 
     def _check_edge_task(self) -> None:
         """Labels per edge of the target type, in form; splits of its edge ids, disjoint."""
@@ -466,6 +485,19 @@ def with_reverse_edges(num_nodes: dict, edges: dict, skip: set = frozenset()) ->
     return {**edges, **{rev: edges[et].flip(0) for rev, et in reverse_types(edges, skip).items()}}
 
 
+def message_passing_features(features: dict | None, edges: dict, origin: dict) -> dict:
+    """Edge features of the message-passing types ``edges``: each type's own rows where
+    ``features`` has them, else those of the type it was built from (``origin``: a ``rev_`` type
+    from its original, flipped in the same order; a rebuilt mirror from the target)."""
+    features = features or {}
+    out = {}
+    for et in edges:
+        source = et if et in features else origin.get(et)
+        if source in features:
+            out[et] = features[source]
+    return out
+
+
 def reverse_types(edge_types, skip: set = frozenset()) -> dict[EdgeType, EdgeType]:
     """``{(dst, rev_<relation>, src): (src, relation, dst)}``: the reverse types that
     :func:`with_reverse_edges` adds to ``edge_types``, in the order it adds them (by name only,
@@ -505,6 +537,8 @@ class HeteroSource(Mapped):
             (val, test) edges [2, E], which are then left out of message passing.
         edge_y, edge_splits: an edge task's labels, one per edge of ``target_edge`` in the
             order given, and (optionally) its (train, val, test) edge ids (columns of its edges).
+        edge_attr: {edge type: float32 [E, D]} edge features of the types that have them, a row
+            per edge in the order given (node and edge tasks carry them; link prediction not yet).
     """
 
     num_nodes: dict[str, int]
@@ -519,6 +553,7 @@ class HeteroSource(Mapped):
     undirected: bool = False  # the target's pairs stand for undirected edges
     edge_y: torch.Tensor | None = None
     edge_splits: tuple | None = None
+    edge_attr: dict | None = None  # {edge type: float32 [E, D]} a row per edge, in the order given
     # Set by a prepared folder (gnnbridge.core.records.folder): {edge type: (indptr, edges sorted
     # by destination [2, E])}, memory-mapped, for every edge type and its rev_ type; and the
     # class count prepare found. A node task then maps its topology instead of building it.

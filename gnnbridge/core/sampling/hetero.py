@@ -63,6 +63,7 @@ class HeteroSampledSubgraph:
     edge_types: list[EdgeType]
     num_sampled_nodes: dict[str, list[int]]
     num_sampled_edges: dict[EdgeType, list[int]]
+    edge_attr: dict[EdgeType, torch.Tensor] | None = None  # the sampled edges' features, per type that has them
 
     @property
     def layers(self) -> int:
@@ -160,16 +161,18 @@ class HeteroNeighborSampler:
         for t, ids in node.items():
             self._maps[t][ids] = -1  # reset only what this batch touched
         cat = lambda parts: {et: torch.cat(p) for et, p in parts.items()}  # noqa: E731
+        edge_ids = cat(edges)
         return HeteroSampledSubgraph(
             node,
             cat(rows),
             cat(cols),
-            cat(edges),
+            edge_ids,
             {t: int(ids.numel()) for t, ids in seeds.items()},
             self.data.node_types,
             self.data.edge_types,
             per_hop_nodes,
             per_hop_edges,
+            {et: table[edge_ids[et]] for et, table in self.data.edge_attr.items() if et in edge_ids} or None,
         )
 
     def _without(self, et: EdgeType, banned: torch.Tensor, dst_ids: torch.Tensor, drawn: tuple, hop: int, generator):

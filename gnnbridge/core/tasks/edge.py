@@ -22,7 +22,15 @@ import torch
 
 from gnnbridge.core.errors import ConfigError, DataError
 from gnnbridge.core.records.data import check_ids, random_split
-from gnnbridge.core.records.hetero import HOMOGENEOUS_EDGE, EdgeType, HeteroGraphData, HeteroSource, edge_name
+from gnnbridge.core.records.hetero import (
+    HOMOGENEOUS_EDGE,
+    EdgeType,
+    HeteroGraphData,
+    HeteroSource,
+    edge_name,
+    message_passing_features,
+    reverse_types,
+)
 from gnnbridge.core.records.labels import current_form, width
 from gnnbridge.core.tasks.link import message_passing
 from gnnbridge.core.tasks.pairs import find_pairs, mirror_ids
@@ -47,6 +55,13 @@ def for_edge_task(source: HeteroSource, reverse: bool, seed: int) -> HeteroGraph
     position = torch.empty_like(order)
     position[order] = torch.arange(count)
     mp, rev = message_passing(source.num_nodes, source.edges, target, edges[:, order], reverse)
+    features = dict(source.edge_attr or {})
+    if target in features:  # in the target's sorted order, as its edges now are
+        features[target] = features[target][order]
+    built_from = reverse_types(source.edges)  # a rev_ type's rows are its original's
+    if rev is not None and rev in source.edges:  # a mirror the dataset brought, rebuilt from the target
+        built_from[rev] = target
+        features.pop(rev, None)
     train, val, test = (position[s].sort().values for s in splits)
     data = HeteroGraphData(
         dict(source.num_nodes),
@@ -60,6 +75,7 @@ def for_edge_task(source: HeteroSource, reverse: bool, seed: int) -> HeteroGraph
         num_classes=width(source.edge_y, current_form()),
         name=source.name,
         edge_column=order,
+        edge_attr=message_passing_features(features, mp, built_from),
     )
     _exclusions(data, target, rev if rev in data.edge_index else None)
     return data

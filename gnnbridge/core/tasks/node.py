@@ -8,7 +8,13 @@ import torch
 
 from gnnbridge.core.errors import ConfigError, DataError
 from gnnbridge.core.records.data import random_split
-from gnnbridge.core.records.hetero import HeteroGraphData, HeteroSource, with_reverse_edges
+from gnnbridge.core.records.hetero import (
+    HeteroGraphData,
+    HeteroSource,
+    message_passing_features,
+    reverse_types,
+    with_reverse_edges,
+)
 from gnnbridge.core.records.labels import current_form, infer_num_classes, width
 
 
@@ -22,7 +28,10 @@ def for_node_task(source: HeteroSource, reverse: bool, seed: int) -> HeteroGraph
     if mapped is not None:
         return mapped_node_task(source, mapped, seed)
     edges = with_reverse_edges(source.num_nodes, source.edges) if reverse else dict(source.edges)
-    return node_task(source.num_nodes, source.x, edges, source.target_node, source.y, source.splits, seed, source.name)
+    features = message_passing_features(source.edge_attr, edges, reverse_types(source.edges) if reverse else {})
+    data = node_task(source.num_nodes, source.x, edges, source.target_node, source.y, source.splits, seed, source.name,
+                     edge_attr=features)  # fmt: skip
+    return data
 
 
 def node_task(
@@ -35,8 +44,10 @@ def node_task(
     seed: int = 0,
     name: str = "hetero",
     num_classes: int | None = None,
+    edge_attr: dict | None = None,
 ) -> HeteroGraphData:
-    """A node-classification record; without ``splits``, a seeded 60/20/20 split of ``target``."""
+    """A node-classification record; without ``splits``, a seeded 60/20/20 split of ``target``;
+    ``edge_attr``: edge features of some of ``edges``' types, a row per edge as given."""
     if target not in num_nodes:
         raise DataError(f"The labelled node type {target!r} is not declared; node types: {', '.join(num_nodes)}.")
     splits = splits or random_split(num_nodes[target], seed)
@@ -52,6 +63,7 @@ def node_task(
         test_idx=splits[2],
         num_classes=classes,
         name=name,
+        edge_attr=dict(edge_attr or {}),
     )
 
 
