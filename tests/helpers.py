@@ -109,6 +109,19 @@ def one_line(proc: subprocess.CompletedProcess, needle: str) -> None:
     assert needle in lines[0], lines[0]
 
 
+def refused_npz(tmp_path: Path, arrays: dict, needle: str, *settings: str) -> None:
+    """Training on ``arrays`` saved as an ``.npz`` (with ``--set`` ``settings``) is refused in one
+    line holding ``needle``, and no run folder is left."""
+    import numpy as np
+
+    np.savez(tmp_path / "bad.npz", **arrays)
+    overrides = [arg for setting in settings for arg in ("--set", setting)]
+    proc = gnnbridge("train", "--dataset", str(tmp_path / "bad.npz"), *overrides, "--out", str(tmp_path / "run"),
+                     cwd=tmp_path)  # fmt: skip
+    one_line(proc, needle)
+    assert not (tmp_path / "run").exists()
+
+
 def in_process(*args, cwd) -> subprocess.CompletedProcess:
     """``gnnbridge ARGS`` run by this process (:func:`gnnbridge.cli.main`, in ``cwd``), its exit
     code and output returned as :func:`gnnbridge` returns a subprocess's.

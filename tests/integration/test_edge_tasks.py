@@ -170,11 +170,7 @@ def test_bad_edge_input_is_one_line(tmp_path, change, needle):
     arrays = homogeneous()
     arrays["y"] = np.arange(N, dtype=np.int64) % 2  # node labels too: task=node would read them
     change(arrays)
-    np.savez(tmp_path / "bad.npz", **arrays)
-    proc = helpers.gnnbridge("train", "--dataset", str(tmp_path / "bad.npz"), "--set", "task=edge",
-                             "--out", str(tmp_path / "run"), cwd=tmp_path)  # fmt: skip
-    helpers.one_line(proc, needle)
-    assert not (tmp_path / "run").exists()
+    helpers.refused_npz(tmp_path, arrays, needle, "task=edge")
 
 
 def test_a_homogeneous_model_and_a_prepared_folder_are_refused_in_one_line(tmp_path):

@@ -317,20 +317,34 @@ class HeteroGraphData(Mapped):
         t = self.target_node
         if t not in self.num_nodes:
             raise DataError(f"The labelled node type {t!r} is not declared; node types: {', '.join(self.num_nodes)}.")
-        check_form(self.y, self.labels, f"y[{t}]")
-        if self.y.shape[0] != self.num_nodes[t]:
-            raise DataError(f"y[{t}] has {self.y.shape[0]} labels for {self.num_nodes[t]} '{t}' nodes.")
+        self._check_labels(f"y[{t}]", self.num_nodes[t], f"'{t}' node")
+        for name in ("train", "val", "test"):
+            check_tensor(f"{name}_idx", self.split(name), torch.int64, ndim=1)
+        check_disjoint_splits(self, self.num_nodes[t])
+
+    def _target_type(self, role: str) -> EdgeType:
+        """``target_edge``, which must be one of the graph's edge types."""
+        if self.target_edge not in self.edge_index:
+            raise DataError(
+                f"The {role} edge type ({edge_name(self.target_edge)}) is not among the edge types: "
+                f"{'; '.join(map(edge_name, self.edge_index))}."
+            )
+        return self.target_edge
+
+    def _check_labels(self, where: str, items: int, unit: str) -> None:
+        """``y``: one label per item (a node of the labelled type, or an edge of the labelled
+        type), in its form; classes in ``[0, num_classes)``."""
+        check_form(self.y, self.labels, where)
+        if self.y.shape[0] != items:
+            raise DataError(f"{where} has {self.y.shape[0]} labels for {items} {unit}s.")
         if self.labels == "class" and (
             self.num_classes < 2 or int(self.y.min()) < 0 or int(self.y.max()) >= self.num_classes
         ):
             raise DataError(
-                f"y[{t}] holds labels in [{int(self.y.min())}, {int(self.y.max())}] but num_classes="
+                f"{where} holds labels in [{int(self.y.min())}, {int(self.y.max())}] but num_classes="
                 f"{self.num_classes}; labels must be in [0, num_classes) with num_classes >= 2."
             )
-        check_values(self.y, self.labels, self.num_classes, self.num_nodes[t], f"'{t}' node")
-        for name in ("train", "val", "test"):
-            check_tensor(f"{name}_idx", self.split(name), torch.int64, ndim=1)
-        check_disjoint_splits(self, self.num_nodes[t])
+        check_values(self.y, self.labels, self.num_classes, items, unit)
 
     def _check_edge_features(self, et: EdgeType, count: int) -> None:
         name = f"edge_attr[{edge_name(et)}]"
@@ -344,36 +358,15 @@ class HeteroGraphData(Mapped):
 
     def _check_edge_task(self) -> None:
         """Labels per edge of the target type, in form; splits of its edge ids, disjoint."""
-        et = self.target_edge
-        if et not in self.edge_index:
-            raise DataError(
-                f"The labelled edge type ({edge_name(et)}) is not among the edge types: "
-                f"{'; '.join(map(edge_name, self.edge_index))}."
-            )
+        et = self._target_type("labelled")
         edges = int(self.edge_index[et].shape[1])
-        where = f"edge_label[{edge_name(et)}]"
-        check_form(self.y, self.labels, where)
-        if self.y.shape[0] != edges:
-            raise DataError(f"{where} has {self.y.shape[0]} labels for {edges} ({edge_name(et)}) edges.")
-        if self.labels == "class" and (
-            self.num_classes < 2 or int(self.y.min()) < 0 or int(self.y.max()) >= self.num_classes
-        ):
-            raise DataError(
-                f"{where} holds labels in [{int(self.y.min())}, {int(self.y.max())}] but num_classes="
-                f"{self.num_classes}; labels must be in [0, num_classes) with num_classes >= 2."
-            )
-        check_values(self.y, self.labels, self.num_classes, edges, f"({edge_name(et)}) edge")
+        self._check_labels(f"edge_label[{edge_name(et)}]", edges, f"({edge_name(et)}) edge")
         for name in ("train", "val", "test"):
             check_tensor(f"edge_{name}_idx", self.split(name), torch.int64, ndim=1)
         check_disjoint_splits(self, edges)
 
     def _check_link(self) -> None:
-        et = self.target_edge
-        if et not in self.edge_index:
-            raise DataError(
-                f"The target edge type ({edge_name(et)}) is not among the edge types: "
-                f"{'; '.join(map(edge_name, self.edge_index))}."
-            )
+        et = self._target_type("target")
         n_src, n_dst = self.num_nodes[et[0]], self.num_nodes[et[2]]
         if n_dst < 2:
             raise DataError(f"Link prediction on ({edge_name(et)}) needs at least 2 '{et[2]}' nodes to draw negatives.")
