@@ -348,3 +348,81 @@ def test_gin_trains_on_a_tu_dataset_and_reports_roc_auc(tmp_path):
     )
     assert results["dataset"]["name"] == "mutag" and results["task"] == "graph"
     assert 0.0 <= results["metrics"]["test_roc_auc"] <= 1.0
+
+
+# --------------------------------------------------------------------------- ogbl-*
+
+LINK_NODES = 120
+
+
+def write_links(folder, per_edge: bool, negatives: int):
+    """A tiny copy of ogbl-collab (shared negatives) or ogbl-citation2 (per-edge negatives) in ogb's
+    layout: raw CSVs, and the time split's ``.pt`` files as ogb reads them. Returns the split."""
+    rng = np.random.default_rng(11)
+    folder.mkdir(parents=True)
+    (folder / "RELEASE_v1.txt").write_text("tiny test copy\n")
+    pairs = np.unique(rng.integers(0, LINK_NODES, (900, 2)), axis=0)
+    pairs = pairs[pairs[:, 0] != pairs[:, 1]]
+    pairs = pairs[rng.permutation(len(pairs))]
+    write_csv(folder / "raw" / "edge.csv.gz", pairs)
+    write_csv(folder / "raw" / "num-node-list.csv.gz", [LINK_NODES])
+    write_csv(folder / "raw" / "num-edge-list.csv.gz", [len(pairs)])
+    write_csv(folder / "raw" / "node-feat.csv.gz", rng.normal(size=(LINK_NODES, 8)))
+    for stem in ("edge_weight", "edge_year") if not per_edge else ():
+        write_csv(folder / "raw" / f"{stem}.csv.gz", np.ones((len(pairs), 1), dtype=np.int64))
+    if per_edge:
+        write_csv(folder / "raw" / "node_year.csv.gz", np.ones((LINK_NODES, 1), dtype=np.int64))
+    parts = dict(zip(("train", "valid", "test"), np.split(pairs, [len(pairs) - 80, len(pairs) - 40])))
+    split = {}
+    for part, edges in parts.items():
+        t = torch.from_numpy(edges)
+        if per_edge:
+            split[part] = {"source_node": t[:, 0], "target_node": t[:, 1]}
+            if part != "train":
+                split[part]["target_node_neg"] = torch.from_numpy(rng.integers(0, LINK_NODES, (len(edges), negatives)))
+        else:
+            split[part] = {"edge": t}
+            if part != "train":
+                split[part]["edge_neg"] = torch.from_numpy(rng.integers(0, LINK_NODES, (negatives, 2)))
+        (folder / "split" / "time").mkdir(parents=True, exist_ok=True)
+        torch.save(split[part], folder / "split" / "time" / f"{part}.pt")
+    return split
+
+
+@pytest.mark.parametrize("name", ["ogbl-collab", "ogbl-citation2"])
+def test_ogbs_link_sets_are_ranked_against_ogbs_own_negatives_as_ogb_scores_them(tmp_path, name, monkeypatch):
+    """Trained by their experiments (a small model), the run's validation figure is what OGB's
+    ``Evaluator`` computes from the scores ``predict --pairs`` gives the held-out edges and OGB's
+    negatives: Hits@50 against the shared negatives of ogbl-collab, MRR against each citation's
+    own negatives for ogbl-citation2."""
+    from ogb.linkproppred import Evaluator
+
+    monkeypatch.setattr("builtins.input", never_asked)
+    per_edge = name == "ogbl-citation2"
+    split = write_links(tmp_path / name.replace("-", "_"), per_edge, negatives=20 if per_edge else 60)
+    settings = [f"dataset.root={tmp_path}", "train.epochs=2", "model.hidden=16", "model.layers=2",
+                "sampler.fanouts=[5,5]", "train.batch_size=256"]  # fmt: skip
+    if per_edge:
+        settings.append("link.hits_at=[1,10]")
+    results = gnnbridge.run(name, overrides=settings, out=tmp_path / "run", progress=False)
+    valid = split["valid"]
+    if per_edge:
+        src, dst, neg = valid["source_node"], valid["target_node"], valid["target_node_neg"]
+        pairs = (torch.cat([src, src.repeat_interleave(neg.shape[1])]), torch.cat([dst, neg.flatten()]))
+    else:
+        pairs = (
+            torch.cat([valid["edge"][:, 0], valid["edge_neg"][:, 0]]),
+            torch.cat([valid["edge"][:, 1], valid["edge_neg"][:, 1]]),
+        )
+    np.savez(tmp_path / "pairs.npz", src=pairs[0].numpy(), dst=pairs[1].numpy())
+    scores = torch.from_numpy(
+        gnnbridge.predict(tmp_path / "run", kind="latest", pairs=tmp_path / "pairs.npz")["scores"]
+    )
+    positives = len(dst) if per_edge else len(valid["edge"])
+    pos, neg_scores = scores[:positives], scores[positives:]
+    if per_edge:
+        ogb = Evaluator(name).eval({"y_pred_pos": pos, "y_pred_neg": neg_scores.view(positives, -1)})
+        assert results["metrics"]["val_mrr"] == pytest.approx(float(ogb["mrr_list"].mean()), abs=1e-6)
+    else:
+        ogb = Evaluator(name).eval({"y_pred_pos": pos, "y_pred_neg": neg_scores})
+        assert results["metrics"]["val_hits@50"] == pytest.approx(ogb["hits@50"], abs=1e-6)

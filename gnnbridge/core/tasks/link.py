@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import torch
 
-from gnnbridge.core.errors import DataError
-from gnnbridge.core.records.data import GraphData, check_ids, random_split
+from gnnbridge.core.errors import ConfigError, DataError
+from gnnbridge.core.records.data import GraphData, check_ids, check_tensor, random_split
 from gnnbridge.core.records.hetero import (
     HOMOGENEOUS_EDGE,
     REVERSE_PREFIX,
@@ -53,6 +53,13 @@ def for_link_task(
     read-only folder whose cache no run could write yet, which lands here too."""
     target = source.link_target(edge_type)
     held_out = source.held_out if target == source.target_edge else None
+    if held_out is not None and source.held_out_negatives is not None:
+        if protocol != source.negatives_protocol:
+            raise ConfigError(
+                f"Dataset '{source.name}' brings its benchmark's {source.negatives_protocol} negatives; evaluate "
+                f"it with link.protocol={source.negatives_protocol} (its experiment sets it)."
+            )
+        held_out = (*held_out, *source.held_out_negatives)
     return link_task(
         source.num_nodes,
         source.x,
@@ -82,7 +89,7 @@ def link_task(
     eval_negatives: int,
     reverse: bool,
     protocol: str = "per-edge",
-    held_out: tuple[torch.Tensor, torch.Tensor] | None = None,
+    held_out: tuple | None = None,
     name: str = "hetero",
     undirected: bool = False,
 ) -> HeteroGraphData:
@@ -91,7 +98,10 @@ def link_task(
     one type a pair is held out in both directions (``(u, v)`` held out takes ``(v, u)`` out of
     training too). ``reverse``: add ``rev_`` edge types, built after the split so they mirror
     train edges only; a mirror the dataset brought under any name is rebuilt the same way.
-    ``undirected``: the pairs stand for undirected edges (a homogeneous graph's)."""
+    ``undirected``: the pairs stand for undirected edges (a homogeneous graph's). ``held_out``
+    may also bring the splits' fixed negatives, (val, test, val negatives, test negatives), as a
+    benchmark fixes them (per-edge [E, K] or shared [2, M] by ``protocol``); the held-out edges
+    are then kept as given, in order, so each row meets its negatives."""
     target = tuple(target)
     if target not in edges:
         raise DataError(
@@ -120,19 +130,25 @@ def link_task(
             f"Link prediction on ({edge_name(target)}) needs at least 2 '{target[2]}' nodes to draw "
             f"negatives; the graph has {n_dst}."
         )
+    given = held_out[2:] if held_out is not None and len(held_out) == 4 else None
     if held_out is not None:  # ids checked before pair_keys combines them (an id out of range would alias a pair)
-        for kind, held in zip(("val_edges", "test_edges"), held_out):  # (not `name`: the record's name)
+        for kind, held in zip(("val_edges", "test_edges"), held_out[:2]):  # (not `name`: the record's name)
             check_pairs(f"{kind}[{edge_name(target)}]", held, target, num_nodes)
     pairs = distinct_pairs(edges[target], n_dst)
     val, test = (
-        held_out if held_out is not None else _split_pairs(pairs, target, num_nodes, seed, val_fraction, test_fraction)
+        held_out[:2]
+        if held_out is not None
+        else _split_pairs(pairs, target, num_nodes, seed, val_fraction, test_fraction)
     )
-    val, test = (distinct_pairs(e, num_nodes[target[2]]) for e in (val, test))
+    if given is None:  # (a benchmark's held-out edges stay as given: each meets its own negatives)
+        val, test = (distinct_pairs(e, num_nodes[target[2]]) for e in (val, test))
     held = torch.cat([val, test], dim=1)
     train = pairs[:, ~torch.isin(_pair_ids(pairs, target, num_nodes), _pair_ids(held, target, num_nodes))]
     mp, rev = message_passing(num_nodes, edges, target, train, reverse)
     gen = torch.Generator().manual_seed(seed + 1)
-    if protocol == "shared":
+    if given is not None:
+        negatives, shared = _given_negatives(given, protocol, (val, test), target, num_nodes)
+    elif protocol == "shared":
         known = torch.unique(_pair_ids(torch.cat([pairs, held], dim=1), target, num_nodes))
         bound = pairs.shape[1] + (held.shape[1] if held_out is not None else 0)  # as the on-disk build counts
         shared = shared_negatives(target, num_nodes, eval_negatives, bound, gen, _known_test(known, target, n_dst))
@@ -162,6 +178,23 @@ def link_task(
     if target[0] == target[2]:
         data.twin_eid = find_pairs(target_edges, target_edges.flip(0), n_dst)
     return data
+
+
+def _given_negatives(given, protocol: str, held: tuple, target: EdgeType, num_nodes: dict) -> tuple[list, tuple]:
+    """A benchmark's fixed negatives as the record holds them: ``(per-edge [E, K] per split,
+    shared [2, M] per split or Nones)``, checked for shape and ids."""
+    if protocol == "shared":
+        for name, pairs in zip(("val", "test"), given):
+            check_pairs(f"{name}_negative_pairs[{edge_name(target)}]", pairs, target, num_nodes)
+        return [torch.zeros((e.shape[1], 0), dtype=torch.int64) for e in held], tuple(given)
+    out = []
+    for name, edges, negatives in zip(("val", "test"), held, given):
+        check_tensor(f"{name}_negatives", negatives, torch.int64, ndim=2)
+        if negatives.shape[0] != edges.shape[1]:
+            raise DataError(f"{name}_negatives has {negatives.shape[0]} rows for {edges.shape[1]} {name} edges.")
+        check_ids(f"{name}_negatives", negatives, num_nodes[target[2]], unit=f"'{target[2]}' node")
+        out.append(negatives.contiguous())
+    return out, (None, None)
 
 
 def shared_negatives(
