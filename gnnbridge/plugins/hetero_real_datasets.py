@@ -44,6 +44,7 @@ from gnnbridge.core.contracts.hookspecs import hookimpl
 from gnnbridge.core.errors import BackendUnavailableError, ConfigError
 from gnnbridge.core.interfaces import DatasetConfig
 from gnnbridge.core.records.hetero import HeteroSource
+from gnnbridge.plugins.ogb_links import OGB_LINKS, link_loader
 from gnnbridge.plugins.options import options
 from gnnbridge.plugins.real_datasets import data_root, reader, require_files
 
@@ -89,6 +90,8 @@ def register_datasets(register):
         "OGB MAG: 736,389 papers (349 venues), 1.1M authors, 8,740 institutions, 59,965 fields; task=node on "
         "papers (PyG reader; downloads ~400 MB)",
     )
+    for name, links in OGB_LINKS.items():  # (their loaders: gnnbridge.plugins.ogb_links)
+        register(name, link_loader(name), links.about)
 
 
 def pyg_reader(name: str, cls: str, processed: Path):

@@ -1,6 +1,7 @@
 """OGB's link-prediction sets by name, ``ogbl-collab`` and ``ogbl-citation2``, with the splits and
-the negatives OGB's leaderboards rank against, read through the ``ogb`` package (registered by
-:mod:`gnnbridge.plugins.real_datasets`, whose download rules they follow)::
+the negatives OGB's leaderboards rank against, read through the ``ogb`` package (registered with
+the other link sets by :mod:`gnnbridge.plugins.hetero_real_datasets`; they follow the download
+rules of :mod:`gnnbridge.plugins.real_datasets`)::
 
     <root>/ogbl_collab/RELEASE_v1.txt, raw/*.csv.gz, split/time/{train,valid,test}.pt
     <root>/ogbl_citation2/RELEASE_v1.txt, raw/*.csv.gz, split/time/{train,valid,test}.pt
@@ -22,6 +23,8 @@ import torch
 from gnnbridge.core.errors import BackendUnavailableError
 from gnnbridge.core.interfaces import DatasetConfig
 from gnnbridge.core.records.hetero import HOMOGENEOUS_EDGE, HeteroSource
+from gnnbridge.plugins.options import options
+from gnnbridge.plugins.real_datasets import DEFAULTS, data_root, reader, require_files, trusted_ogb_cache
 
 
 @dataclass(frozen=True)
@@ -58,9 +61,6 @@ def link_loader(name: str):
 def load_ogb_links(name: str, config: DatasetConfig) -> HeteroSource:
     """The set's train edges (the only ones that pass messages), its val and test edges, and OGB's
     negatives for each, as a one-type source a link task reads."""
-    from gnnbridge.plugins.options import options
-    from gnnbridge.plugins.real_datasets import DEFAULTS, data_root, reader, require_files, trusted_ogb_cache
-
     spec, opts = OGB_LINKS[name], options(config, DEFAULTS)
     try:
         from ogb.linkproppred import LinkPropPredDataset

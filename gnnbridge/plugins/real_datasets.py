@@ -1,8 +1,8 @@
 """Named real datasets, fetched on first use: node classification on ``reddit``, ``ogbn-arxiv``,
 ``ogbn-products``; node multi-label ``ogbn-proteins``; graph classification on the TU datasets
 ``imdb-binary``, ``proteins``, ``mutag``; OGB's molecules ``ogbg-molhiv``, ``ogbg-molpcba``
-(multi-label) and ``ogbg-molesol`` (regression); OGB's link sets ``ogbl-collab`` and
-``ogbl-citation2`` (:mod:`gnnbridge.plugins.ogb_links`).
+(multi-label) and ``ogbg-molesol`` (regression). (OGB's link sets ``ogbl-collab`` and
+``ogbl-citation2`` follow the same download rules: :mod:`gnnbridge.plugins.ogb_links`.)
 
 They live in their own plugin because they need a network and a third-party reader, which the
 built-in ``synthetic``, ``karate`` and ``npz`` datasets do not: Reddit is read by PyG's
@@ -55,7 +55,6 @@ from gnnbridge.core.errors import BackendUnavailableError, ConfigError, DataErro
 from gnnbridge.core.interfaces import DatasetConfig, GraphCollection, GraphData, downloads_allowed
 from gnnbridge.core.plugins import get_target
 from gnnbridge.core.records.labels import current_form
-from gnnbridge.plugins.ogb_links import OGB_LINKS, link_loader
 from gnnbridge.plugins.options import options
 
 DEFAULTS = {"download": True}
@@ -75,8 +74,6 @@ def register_datasets(register):
         register(name, _tu_loader(name), about)
     for name, mol in OGB_MOLECULES.items():
         register(name, _molecule_loader(name), mol.about)
-    for name, links in OGB_LINKS.items():
-        register(name, link_loader(name), links.about)
 
 
 def data_root(config: DatasetConfig) -> Path:

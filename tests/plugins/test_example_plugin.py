@@ -90,7 +90,7 @@ def test_the_installed_example_plugin_adds_models_a_dataset_a_sampler_and_a_comm
     assert proc.returncode == 1 and proc.stderr.splitlines() == [
         "Error: model.arch='example-ressage' (plugin 'example') is built only for backend dgl, not 'pyg'; "
         "use --backend dgl, or one of the models 'pyg' has: "
-        "EdgeCNN, GAT, GCN, GIN, GraphSAGE, PNA, example-mlp, gat, gcn, hgt, rgcn, sage."
+        "EdgeCNN, GAT, GCN, GIN, GraphSAGE, PNA, example-mlp, gat, gcn, gine, hgt, rgcn, sage."
     ]
 
 
