@@ -1,7 +1,8 @@
 """A run's parts, assembled once from its config: the data placed on the rank's device (and its
 feature cache), the backend, the training sampler, the model (with a checkpoint's weights when
-given, on the device) and the evaluators, the final one chosen by ``eval.mode``. It holds no
-optimizer, no DDP wrapper and no loggers: the trainer adds those
+given, on the device) and the evaluators, the final one chosen by ``eval.mode``; what differs
+between node, graph, link and edge tasks is asked of the task's family (:mod:`.families`). It
+holds no optimizer, no DDP wrapper and no loggers: the trainer adds those
 (:mod:`gnnbridge.core.training.trainer`), and ``evaluate`` and ``predict`` use these parts alone
 (:mod:`.scorer`).
 """
@@ -12,27 +13,20 @@ from contextlib import ExitStack
 
 import torch
 
-from gnnbridge.core.config import EvalMode, ExperimentConfig, SamplerKind, Task
+from gnnbridge.core.config import EvalMode, ExperimentConfig
 from gnnbridge.core.contracts.interfaces import Backend, Sampler
 from gnnbridge.core.contracts.targets import Target
 from gnnbridge.core.errors import ConfigError
 from gnnbridge.core.inference.checkpoint import load_model_state
 from gnnbridge.core.inference.evaluation import (
-    EdgeEvaluator,
     Evaluator,
-    GraphEvaluator,
-    LayerwiseEvaluator,
     LinkEvaluator,
-    SampledEvaluator,
     evaluation_mode,
-    supports_layerwise,
 )
+from gnnbridge.core.inference.families import FAMILIES
 from gnnbridge.core.inference.placement import feature_caches, place
 from gnnbridge.core.inference.typed_layerwise import (
     TypedLayerwise,
-    TypedLayerwiseEdges,
-    TypedLayerwiseEvaluator,
-    TypedLayerwiseLinks,
     supports_typed_layerwise,
 )
 from gnnbridge.core.models.build import ModelCall, build_model, model_dims
@@ -43,8 +37,6 @@ from gnnbridge.core.records.data import GraphData
 from gnnbridge.core.records.features import set_read_depth
 from gnnbridge.core.records.hetero import HeteroGraphData
 from gnnbridge.core.runtime.context import DistContext
-from gnnbridge.core.sampling.build import make_hetero_sampler, make_sampler
-from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS
 
 
 class RunParts:
@@ -66,12 +58,11 @@ class RunParts:
         self.backend: Backend = get_backend(config.backend).require()
         self.backend.check_device(ctx.device)
         torch.manual_seed(config.train.seed)
-        self.sampler: Sampler = self._sampler()
+        self.family = FAMILIES[config.task]  # what differs between node, graph, link and edge tasks
+        self.sampler: Sampler = self.family.sampler(self)
         self.model, choice = build_model(config.model, config.backend, config.task, *model_dims(data), data)
-        self.call = ModelCall(choice.origin, data.num_classes, per_graph=config.task is Task.GRAPH)
+        self.call = ModelCall(choice.origin, data.num_classes, per_graph=self.family.per_graph)
         self.call.tell = ctx.doing  # calls into the model outside training steps are watched
-        self.is_link = config.task is Task.LINK
-        self.is_edge = config.task is Task.EDGE
         self.target: Target = get_target(config.target)  # what the outputs predict: loss, metrics, monitor
         self.loss_name = config.train.loss or self.target.losses[0]
         if weights is not None:
@@ -83,86 +74,15 @@ class RunParts:
 
     @property
     def output_width(self) -> int:
-        """The columns of a training batch's outputs: a pair's two (not an edge, an edge) for link
-        prediction, else the record's (classes, labels or values)."""
-        return 2 if self.is_link else self.data.num_classes
-
-    def _sampler(self, every_neighbour: bool = False) -> Sampler:
-        """The training sampler, or (``every_neighbour``) one taking all neighbours at every hop."""
-        cfg = self.config.sampler
-        fanouts = [ALL_NEIGHBORS] * len(cfg.fanouts) if every_neighbour else cfg.fanouts
-        if self.config.task is Task.GRAPH:
-            return self.backend.collection_sampler(self.backend.collection_store(self.data), SamplerKind(cfg.kind))
-        if isinstance(self.data, HeteroGraphData):
-            return make_hetero_sampler(
-                self.backend,
-                self.data,
-                fanouts,
-                {} if every_neighbour else cfg.edge_fanouts,
-                SamplerKind.AUTO.value if every_neighbour else cfg.kind,
-                self.config.link.negatives if self.config.task is Task.LINK else 0,
-            )
-        if every_neighbour:
-            return self.backend.sampler(self.sampler.store, fanouts, SamplerKind.AUTO)
-        return make_sampler(self.backend, self.backend.graph_store(self.data), fanouts, cfg.kind)
+        """The columns of a training batch's outputs (the family's: a link pair's two, else the
+        record's classes, labels or values)."""
+        return self.family.output_width(self)
 
     # ------------------------------------------------------------------ evaluators
 
     def validation_evaluator(self) -> Evaluator:
-        if self.is_link:
-            return self._links(self.sampler)
-        if self.is_edge:
-            return self._sampled(self.sampler, EdgeEvaluator)
-        if self.config.task is Task.GRAPH:
-            return GraphEvaluator(
-                self.backend,
-                self.data,
-                self.ctx,
-                self.config.eval.batch_size,
-                self.sampler,
-                self.call,
-                self.config.eval.layer_store,
-                self.target,
-            )
-        return self._sampled(self.sampler)
-
-    def _links(self, sampler: Sampler) -> LinkEvaluator:
-        return LinkEvaluator(
-            self.backend,
-            self.data,
-            self.ctx,
-            self.config.train.batch_size,
-            sampler,
-            self.config.train.seed,
-            self.call,
-            self.config.link.ks,
-        )
-
-    def _sampled(self, sampler: Sampler, kind: type[SampledEvaluator] = SampledEvaluator) -> SampledEvaluator:
-        """Items through ``sampler``: nodes, or an edge task's edges (``kind`` EdgeEvaluator)."""
-        return kind(
-            self.backend,
-            self.data,
-            self.ctx,
-            self.config.eval.batch_size,
-            sampler,
-            self.config.train.seed,
-            self.call,
-            self.config.eval.layer_store,
-            self.target,
-        )
-
-    def _typed_layerwise(self) -> Evaluator:
-        store = self.config.eval.layer_store
-        if self.is_link:
-            full = self._sampler(every_neighbour=True)  # only reseeded: every pair is scored from states
-            cfg = self.config
-            return TypedLayerwiseLinks(
-                self.backend, self.data, self.ctx, cfg.eval.batch_size, full, cfg.train.seed, self.call, cfg.link.ks,
-                layer_store=store,
-            )  # fmt: skip
-        kind = TypedLayerwiseEdges if self.is_edge else TypedLayerwiseEvaluator
-        return kind(self.backend, self.data, self.ctx, self.config.eval.batch_size, self.call, store, self.target)
+        """What scores each epoch: the items through the training sampler (or whole graphs)."""
+        return self.family.through(self, self.sampler)
 
     def evaluate(self) -> dict[str, float]:
         """The final evaluation (``eval.mode``) of the current weights on every split."""
@@ -171,8 +91,7 @@ class RunParts:
     def predict(self) -> torch.Tensor:
         """Logits of every node (or graph, or an edge task's edge, in the order its
         ``edge_index`` gave them), by the same evaluator as :meth:`evaluate`."""
-        rows = self.final_evaluator().predict(self.model)
-        return self.data.given_rows(rows) if self.is_edge else rows  # (the record sorts its edges)
+        return self.family.in_given_order(self, self.final_evaluator().predict(self.model))
 
     def embeddings(self, stack: ExitStack) -> dict[str, torch.Tensor]:
         """Every node type's final states ``{type: [N, hidden]}`` from the exact typed layer-wise
@@ -201,14 +120,10 @@ class RunParts:
     def final_mode(self) -> EvalMode | None:
         """How the final evaluation runs: ``eval.mode``, except that a model without
         ``layer_forward`` is evaluated on full neighbourhoods. None: whole graphs."""
-        if self.config.task is Task.GRAPH:
+        if not self.family.layered:
             return None
         mode = self.config.eval.mode
-        if isinstance(self.data, HeteroGraphData):
-            layerwise = supports_typed_layerwise(self.model)
-        else:
-            layerwise = supports_layerwise(self.model)
-        return EvalMode.FULL if mode is EvalMode.LAYERWISE and not layerwise else mode
+        return EvalMode.FULL if mode is EvalMode.LAYERWISE and not self.family.can_run_layerwise(self) else mode
 
     def eval_summary(self) -> dict:
         """What ``results.json`` says about evaluation: the mode that ran, and why when it is not
@@ -229,17 +144,10 @@ class RunParts:
         return out
 
     def final_evaluator(self) -> Evaluator:
+        """What scores the final weights: ``eval.mode``'s evaluator (see :meth:`final_mode`)."""
         mode = self.final_mode()
-        if mode is EvalMode.LAYERWISE and isinstance(self.data, HeteroGraphData):
-            return self._typed_layerwise()
         if mode is EvalMode.LAYERWISE:
-            cfg = self.config.eval
-            return LayerwiseEvaluator(
-                self.backend, self.data, self.ctx, cfg.batch_size, self.call, cfg.layer_store, self.target
-            )
+            return self.family.layerwise(self)
         if mode is EvalMode.FULL:
-            full = self._sampler(every_neighbour=True)
-            if self.is_link:
-                return self._links(full)
-            return self._sampled(full, EdgeEvaluator if self.is_edge else SampledEvaluator)
+            return self.family.through(self, self.family.sampler(self, every_neighbour=True))
         return self.validation_evaluator()
