@@ -31,7 +31,7 @@ from gnnbridge.core.errors import (
 )
 from gnnbridge.core.interfaces import DatasetConfig, GraphCollection, GraphData, HeteroSource
 from gnnbridge.core.records.folder import PREPARED, open_prepared, stat_input
-from gnnbridge.core.records.formats import NPZ_ARRAYS, check_header, is_hetero, refuse_edge_labels, typed_keys
+from gnnbridge.core.records.formats import NPZ_ARRAYS, check_header, is_hetero, refuse_edge_arrays, typed_keys
 from gnnbridge.core.runtime.launcher import interrupt_on_sigterm
 from gnnbridge.plugins.npz import DEFLATE_MAX_RATIO, HEADER_READERS, READ_CHUNK, ZIP_ERRORS, check_file, not_an_npz
 from gnnbridge.plugins.options import options
@@ -143,7 +143,7 @@ def _stream_npz(path: Path, folder: Path) -> dict:
     try:
         with zipfile.ZipFile(path) as archive:
             members = {i.filename[:-4]: i for i in archive.infolist() if i.filename.endswith(".npy")}
-            refuse_edge_labels(path, members)
+            refuse_edge_arrays(path, members)
             if is_hetero(members):
                 wanted = typed_keys(path, members)
             else:

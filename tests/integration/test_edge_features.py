@@ -74,10 +74,10 @@ def files(tmp_path_factory):
 def trained(files, kind: str, backend: str) -> dict:
     key = f"{kind}-{backend}"
     if key not in _RUNS:
-        task = ["task=graph", "train.batch_size=16"] if kind == "graphs" else ["train.batch_size=32"]
+        task = ["task=graph", "train.epochs=6"] if kind == "graphs" else ["train.epochs=8"]
         _RUNS[key] = gnnbridge.run(
             dataset=files / f"{kind}.npz", backend=backend, nproc=2, out=files / key, progress=False,
-            overrides=["model.arch=gine", "train.epochs=8", *task],
+            overrides=["model.arch=gine", "train.batch_size=32", *task],
         )  # fmt: skip
     return _RUNS[key]
 
@@ -197,12 +197,22 @@ def test_bad_edge_features_are_one_line(tmp_path, change, needle):
     helpers.refused_npz(tmp_path, arrays, needle, "model.arch=gine")
 
 
-def test_a_prepared_folder_does_not_take_edge_features_yet(tmp_path):
+def test_what_does_not_take_edge_features_yet_says_so(tmp_path, capsys):
+    """A prepared folder refuses them in one line, gine without them is refused, and link
+    prediction, which does not read them yet, says it trains without them."""
     np.savez(tmp_path / "nodes.npz", **node_graph())
     helpers.one_line(helpers.gnnbridge("prepare", str(tmp_path / "nodes.npz"), "--quiet", cwd=tmp_path), "edge_attr")
     assert not (tmp_path / "nodes").exists()
     with pytest.raises(GnnBridgeError, match="reads edge features"):
         gnnbridge.run(dataset="synthetic", overrides=["model.arch=gine"], out=tmp_path / "run", progress=False)
+    a = node_graph()
+    rates = {"edge_index__user__rates__item": a["edge_index"] % 50, "edge_attr__user__rates__item": a["edge_attr"]}
+    np.savez(
+        tmp_path / "typed.npz", x__user=np.ones((50, 2), np.float32), x__item=np.ones((50, 2), np.float32), **rates
+    )
+    gnnbridge.run(dataset=tmp_path / "typed.npz", overrides=["task=link", "train.epochs=1"], out=tmp_path / "link",
+                  progress=False)  # fmt: skip
+    assert "has edge features, which link prediction does not read yet" in capsys.readouterr().err
 
 
 def test_gat_reads_edge_features_in_its_attention_as_pyg_does_on_both_libraries(files):

@@ -518,6 +518,8 @@ def _for_task(config: ExperimentConfig, data):
             return for_node_task(data, reverse, config.train.seed)
         if config.task is Task.EDGE:
             return for_edge_task(data, reverse, config.train.seed)
+        if data.edge_attr:  # (link prediction rebuilds its message-passing edges from distinct pairs)
+            warn(f"Dataset '{data.name}' has edge features, which link prediction does not read yet; trained without.")
         return _check_negatives(
             config,
             for_link_task(

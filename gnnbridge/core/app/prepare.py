@@ -57,7 +57,7 @@ from gnnbridge.core.records.formats import (
     hetero_source,
     is_hetero,
     is_member_name,
-    refuse_edge_labels,
+    refuse_edge_arrays,
     typed_keys,
 )
 from gnnbridge.core.records.hetero import edge_name, reverse_types
@@ -224,7 +224,7 @@ def _link_sources(src: Path, out: Path) -> None:
 def source_members(root: Path) -> dict[str, Path]:
     """``{key: file}`` of the format's ``.npy`` files in ``root`` (other files are ignored)."""
     found = {f.stem: f for f in sorted(root.glob("*.npy")) if f.is_file()}
-    refuse_edge_labels(root, found)
+    refuse_edge_arrays(root, found)
     if is_hetero(found):
         members = {k: f for k, f in found.items() if is_member_name(k)}  # refused when kinds mix
         return {k: members[k] for k in typed_keys(root, members)}

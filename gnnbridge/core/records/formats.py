@@ -95,7 +95,7 @@ def check_member_header(path, key: str, found: np.dtype, shape: tuple, dtype, nd
     return None
 
 
-def refuse_edge_labels(where, names) -> None:
+def refuse_edge_arrays(where, names) -> None:
     """One line for edge labels or features where a prepared folder would be made: its records
     hold neither, so far (an ``.npz`` brings them)."""
     found = sorted(n for n in names if n.split("__", 1)[0] in (*EDGE_ARRAYS, EDGE_ATTR))
