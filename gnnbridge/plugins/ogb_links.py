@@ -24,7 +24,7 @@ from gnnbridge.core.errors import BackendUnavailableError
 from gnnbridge.core.interfaces import DatasetConfig
 from gnnbridge.core.records.hetero import HOMOGENEOUS_EDGE, HeteroSource
 from gnnbridge.plugins.options import options
-from gnnbridge.plugins.real_datasets import DEFAULTS, data_root, reader, require_files, trusted_ogb_cache
+from gnnbridge.plugins.real_datasets import DEFAULTS, data_root, reader, ready_ogb_folder, trusted_ogb_cache
 
 
 @dataclass(frozen=True)
@@ -68,13 +68,8 @@ def load_ogb_links(name: str, config: DatasetConfig) -> HeteroSource:
         raise BackendUnavailableError(f"Dataset '{name}' needs the ogb package: pip install ogb") from None
     root = data_root(config)
     folder = root / spec.folder
-    wanted = [folder / "RELEASE_v1.txt", *(folder / "split" / "time" / f"{p}.pt" for p in ("train", "valid", "test"))]
-    if not (folder / "processed" / "data_processed").is_file():
-        wanted += [folder / "raw" / f"{stem}.csv.gz" for stem in spec.raw]
-    missing = [path for path in wanted if not path.is_file()]
-    require_files(name, folder, missing, opts["download"], asks=True)
-    if not missing:
-        (folder / "processed").mkdir(exist_ok=True)
+    splits = [folder / "split" / "time" / f"{p}.pt" for p in ("train", "valid", "test")]
+    ready_ogb_folder(name, folder, splits, spec.raw, opts["download"])
     with reader(name, folder), trusted_ogb_cache():
         dataset = LinkPropPredDataset(name=name, root=str(root))
         split = dataset.get_edge_split()

@@ -243,6 +243,18 @@ def load_ogb(name: str, config: DatasetConfig) -> GraphData:
     return build(name, folder, edge_index, graph["node_feat"], labels, splits, dataset.num_classes)
 
 
+def ready_ogb_folder(name: str, folder: Path, split_files: list[Path], raw: tuple[str, ...], download: bool) -> None:
+    """Return once ogb can read ``folder`` without asking (see the module docstring): its release
+    marker and split files, and its raw CSVs unless ogb's processed cache replaces them."""
+    wanted = [folder / "RELEASE_v1.txt", *split_files]
+    if not (folder / "processed" / "data_processed").is_file():
+        wanted += [folder / "raw" / f"{stem}.csv.gz" for stem in raw]
+    missing = [path for path in wanted if not path.is_file()]
+    require_files(name, folder, missing, download, asks=True)
+    if not missing:
+        (folder / "processed").mkdir(exist_ok=True)  # ogb saves its cache there without creating it
+
+
 @contextlib.contextmanager
 def trusted_ogb_cache():
     """Let ogb re-read its own cache on torch >= 2.6.
@@ -316,16 +328,8 @@ def load_molecules(name: str, config: DatasetConfig) -> GraphCollection:
         raise BackendUnavailableError(f"Dataset '{name}' needs the ogb package: pip install ogb") from None
     root = data_root(config)
     folder = root / name.replace("-", "_")
-    wanted = [
-        folder / "RELEASE_v1.txt",
-        *(folder / "split" / "scaffold" / f"{p}.csv.gz" for p in ("train", "valid", "test")),
-    ]
-    if not (folder / "processed" / "data_processed").is_file():
-        wanted += [folder / "raw" / f"{stem}.csv.gz" for stem in MOLECULE_RAW]
-    missing = [path for path in wanted if not path.is_file()]
-    require_files(name, folder, missing, opts["download"], asks=True)
-    if not missing:
-        (folder / "processed").mkdir(exist_ok=True)
+    splits = [folder / "split" / "scaffold" / f"{p}.csv.gz" for p in ("train", "valid", "test")]
+    ready_ogb_folder(name, folder, splits, MOLECULE_RAW, opts["download"])
     with reader(name, folder), trusted_ogb_cache():
         dataset = GraphPropPredDataset(name=name, root=str(root))
         split = dataset.get_idx_split()
