@@ -14,7 +14,6 @@ import torch
 
 import gnnbridge
 from gnnbridge.core.app.compare import same_batches
-from gnnbridge.core.config import Task
 from gnnbridge.core.errors import GnnBridgeError
 from gnnbridge.core.plugins import get_target
 from gnnbridge.core.records.hetero import HeteroSource
@@ -177,16 +176,10 @@ def test_a_homogeneous_model_and_a_prepared_folder_are_refused_in_one_line(tmp_p
     np.savez(tmp_path / "edges.npz", **homogeneous())
     proc = helpers.gnnbridge("train", "--dataset", str(tmp_path / "edges.npz"), "--set", "task=edge",
                              "--set", "model.arch=gcn", cwd=tmp_path)  # fmt: skip
-    helpers.one_line(proc, "model.arch='gcn'")
+    helpers.one_line(proc, "model.arch='gcn' is a model for task=node, not task=edge; use one of: hgt, rgcn, sage")
     proc = helpers.gnnbridge("prepare", str(tmp_path / "edges.npz"), "--quiet", cwd=tmp_path)
     helpers.one_line(proc, "train from the .npz itself")
     assert not (tmp_path / "edges").exists()
-
-
-def test_edge_is_a_task_of_the_heterogeneous_models_only():
-    assert Task("edge") is Task.EDGE
-    with pytest.raises(GnnBridgeError, match="target=class"):
-        gnnbridge.resolve_config(overrides=["task=link", "target=regression"])
 
 
 def test_graphs_held_in_memory_bring_their_edge_labels_and_masks(tmp_path):

@@ -37,7 +37,7 @@ from gnnbridge.core.records.labels import label_form
 from gnnbridge.core.runtime.host import available_memory, format_bytes, free_disk
 from gnnbridge.core.sampling.build import BACKEND_KINDS, check_hetero_kind, check_kind
 from gnnbridge.core.sampling.hetero import typed_fanouts
-from gnnbridge.core.tasks import for_edge_task, for_link_task, for_node_task, homogeneous_source
+from gnnbridge.core.tasks import for_edge_task, for_link_task, for_node_task, homogeneous_source, no_edge_labels
 from gnnbridge.core.training.loggers import check_loggers
 
 GRAPH_KINDS = tuple(k.value for k in SamplerKind)
@@ -546,11 +546,8 @@ def _check_edge_source(config: ExperimentConfig, data) -> None:
             f"Dataset '{where}' is a prepared folder, whose labels are node labels; task=edge reads its edge labels "
             "from the .npz itself (--set dataset.path=FILE.npz), not from a folder yet."
         )
-    if not isinstance(data, HeteroSource) or data.edge_y is None:
-        raise ConfigError(
-            f"Dataset '{where}' has no edge labels; task=edge reads edge_label (one label per column of edge_index, "
-            "with optional edge_train_idx, edge_val_idx, edge_test_idx), or edge_label__SRC__RELATION__DST."
-        )
+    if not isinstance(data, HeteroSource):  # (a source without them is refused where its record is built)
+        raise no_edge_labels(where)
 
 
 # Bytes per node of a type while its task record is built and sampled: CSC offsets per edge type

@@ -287,9 +287,7 @@ def forward(ev: Evaluator, model: torch.nn.Module, mb: MiniBatch) -> torch.Tenso
     or, for an edge task's batch, a row per edge from its two ends."""
     if isinstance(mb, LinkMiniBatch):
         graph = ev.backend.graph_to(mb.graph, ev.ctx.device)
-        x = gather_inputs(ev.data, mb.input_nodes, ev.ctx.device)
-        features = scored_features(ev.data, mb.seeds, ev.ctx.device)
-        return ev.call.edges(model, graph, x, mb.pairs.to(ev.ctx.device), features)
+        return edge_outputs(ev, model, graph, gather_inputs(ev.data, mb.input_nodes, ev.ctx.device), mb)
     x = indexed_rows(model, ev.data.x, mb.input_nodes, ev.ctx.device)
     if x is None:
         x = gather_inputs(ev.data, mb.input_nodes, ev.ctx.device)
@@ -311,10 +309,9 @@ def step_outputs(run, model: torch.nn.Module, mb: MiniBatch, phases=NO_PHASES) -
     if not isinstance(x, IndexedRows):
         x = _to(x, device)
     if isinstance(mb, LinkMiniBatch) and run.data.is_edge:  # a row per edge, its label from the record
-        pairs, y = mb.pairs.to(device, non_blocking=True), run.data.y[mb.seeds].to(device, non_blocking=True)
-        features = scored_features(run.data, mb.seeds, device)
+        y = run.data.y[mb.seeds].to(device, non_blocking=True)
         phases.mark("h2d")
-        outputs = run.call.edges(model, graph, x, pairs, features)
+        outputs = edge_outputs(run, model, graph, x, mb)
         phases.mark("forward")
         return outputs, y
     if isinstance(mb, LinkMiniBatch):
@@ -328,6 +325,14 @@ def step_outputs(run, model: torch.nn.Module, mb: MiniBatch, phases=NO_PHASES) -
     logits = run.call(model, graph, x, y.shape[0])
     phases.mark("forward")
     return logits, y
+
+
+def edge_outputs(run, model: torch.nn.Module, graph, x, mb: LinkMiniBatch) -> torch.Tensor:
+    """An edge task's batch through the model: a row per scored edge, from its two ends' states
+    and (where its type has them) its own features."""
+    device = run.ctx.device
+    features = scored_features(run.data, mb.seeds, device)
+    return run.call.edges(model, graph, x, mb.pairs.to(device, non_blocking=True), features)
 
 
 def scored_features(data, ids: torch.Tensor, device: torch.device) -> torch.Tensor | None:

@@ -250,9 +250,9 @@ class HeteroGraphData(Mapped):
             ei = ei[:, order].contiguous()
             self.edge_index[et] = ei
             self.indptr[et] = csc_offsets(ei[1], self.num_nodes[et[2]])
-            if et in self.edge_attr:  # a row per edge, as given: it follows its edge
-                self._check_edge_features(et, ei.shape[1])
-                self.edge_attr[et] = self.edge_attr[et][order].contiguous()
+            if et in self.edge_attr:  # a row per edge, as given: it follows its edge (validate checks the rows)
+                if self.edge_attr[et].shape[0] == ei.shape[1]:
+                    self.edge_attr[et] = self.edge_attr[et][order].contiguous()
 
     # ------------------------------------------------------------------ invariants
 

@@ -11,7 +11,7 @@ turned into the record one task trains on, apart from the records themselves:
 May import: ``errors`` and ``records``.
 """
 
-from gnnbridge.core.tasks.edge import for_edge_task
+from gnnbridge.core.tasks.edge import for_edge_task, no_edge_labels
 from gnnbridge.core.tasks.link import for_link_task, from_homogeneous, homogeneous_source, link_task, shared_negatives
 from gnnbridge.core.tasks.negatives import negative_destinations
 from gnnbridge.core.tasks.node import for_node_task, mapped_node_task, node_task
@@ -19,6 +19,7 @@ from gnnbridge.core.tasks.pairs import check_pairs, distinct_pairs, find_pairs, 
 
 __all__ = [
     "for_edge_task",
+    "no_edge_labels",
     "check_pairs",
     "distinct_pairs",
     "find_pairs",

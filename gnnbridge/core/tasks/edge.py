@@ -40,10 +40,7 @@ def for_edge_task(source: HeteroSource, reverse: bool, seed: int) -> HeteroGraph
     """The edge-task record of ``source`` (its ``edge_y`` on ``target_edge``); ``reverse`` adds
     ``rev_`` types (a type the dataset brought that mirrors the target is rebuilt instead)."""
     if source.edge_y is None or source.target_edge is None:
-        raise ConfigError(
-            f"Dataset '{source.name}' has no edge labels; task=edge reads edge_label (a homogeneous .npz) or "
-            "edge_label__SRC__RELATION__DST (a heterogeneous one), one label per edge of that type."
-        )
+        raise no_edge_labels(source.name)
     target = tuple(source.target_edge)
     edges = source.edges[target]
     count = int(edges.shape[1])
@@ -79,6 +76,15 @@ def for_edge_task(source: HeteroSource, reverse: bool, seed: int) -> HeteroGraph
     )
     _exclusions(data, target, rev if rev in data.edge_index else None)
     return data
+
+
+def no_edge_labels(name: str) -> ConfigError:
+    """The one line for task=edge on a graph whose edges carry no labels."""
+    return ConfigError(
+        f"Dataset '{name}' has no edge labels; task=edge reads edge_label (one label per column of edge_index, "
+        "with optional edge_train_idx, edge_val_idx, edge_test_idx), edge_label__SRC__RELATION__DST, PyG's "
+        "edge_label or DGL's edata['label']."
+    )
 
 
 def _splits(given: tuple | None, count: int, seed: int, target: EdgeType) -> tuple[torch.Tensor, ...]:
