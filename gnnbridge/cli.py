@@ -181,14 +181,9 @@ def _trained(report: dict) -> str:
 
 
 def _metrics_line(m: dict) -> str:
-    if "test_hits" in m:  # a link task: ranking metrics of the held-out edges (no MRR under link.protocol=shared)
-        hits = [k for k in m if k.startswith("test_hits@")] or ["test_hits"]  # (runs from before Hits@K were named)
-        keys = ("val_roc_auc", "test_roc_auc", *(["test_mrr"] if "test_mrr" in m else []), *hits)
-        return "  ".join(f"{k} {_number(m.get(k))}" for k in keys)
-    if "test_acc" not in m:  # a target other than classes (regression, multilabel): its val and test figures
-        return "  ".join(f"{k} {_number(v)}" for k, v in m.items() if k.startswith(("val_", "test_")))
-    auc = f"  test_roc_auc {m['test_roc_auc']:.4f}" if m.get("test_roc_auc") is not None else ""
-    return "  ".join(f"{k} {_number(m.get(k))}" for k in ("train_acc", "val_acc", "test_acc")) + auc
+    """Every validation and test figure of a run, named and ordered as its target and family
+    reported them: the command line knows no task."""
+    return "  ".join(f"{k} {_number(v)}" for k, v in m.items() if k.startswith(("val_", "test_")))
 
 
 def _number(value) -> str:
@@ -769,13 +764,21 @@ Examples:
   gnnbridge train --dataset graph.npz --set target=regression   # y float32 [N] or [N, T]"""
 )
 def targets() -> None:
-    """What a node or graph can be predicted as (the config's target), with its losses and monitors."""
+    """What an item can be predicted as (the config's target), with its losses and monitors, and
+    the task families (the config's task) each with the kind it runs as."""
+    from gnnbridge.core.plugins import families
     from gnnbridge.core.plugins import targets as registry
 
     for entry in registry.entries():
         t = entry.value
         click.echo(f"{entry.name:<12} {entry.description}  [plugin '{entry.plugin}']")
         click.echo(f"{'':<12} losses: {', '.join(t.losses)}; monitors: {', '.join(t.monitors)}")
+    click.echo("\ntask families (task=NAME):")
+    for entry in families.entries():
+        f = entry.value
+        takes = f"; targets: {', '.join(f.targets)}" if f.targets else ""
+        click.echo(f"{entry.name:<12} {entry.description}  [plugin '{entry.plugin}']")
+        click.echo(f"{'':<12} runs as: {f.kind.value}{takes}")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -7,6 +7,7 @@ core keeps each piece. Nothing inside core imports it.
 """
 
 from gnnbridge.core.config import DatasetConfig, ModelSpec, SamplerKind, Task
+from gnnbridge.core.contracts.families import TaskFamily
 from gnnbridge.core.contracts.interfaces import (
     Backend,
     GNNModel,
@@ -15,6 +16,7 @@ from gnnbridge.core.contracts.interfaces import (
     Sampler,
 )
 from gnnbridge.core.contracts.targets import Scores, Target
+from gnnbridge.core.inference.families import EdgeFamily, GraphFamily, LinkFamily, NodeFamily
 from gnnbridge.core.plugins import downloads_allowed
 from gnnbridge.core.records.batches import IndexedRows, MiniBatch, SampledSubgraph
 from gnnbridge.core.records.collection import GraphCollection, PackedGraphs, pack
@@ -52,6 +54,11 @@ __all__ = [
     "Scores",
     "Target",
     "Task",
+    "TaskFamily",
+    "NodeFamily",
+    "GraphFamily",
+    "LinkFamily",
+    "EdgeFamily",
     "ALL_NEIGHBORS",
     "NeighborSampler",
     "derived_seed",

@@ -1,5 +1,7 @@
-"""The built-in targets (the config's ``target``), registered through ``register_tasks`` as a
-plugin's are (see :mod:`gnnbridge.core.contracts.targets` for the contract):
+"""The built-in task families (the config's ``task``: node, graph, link, edge; see
+:mod:`gnnbridge.core.inference.families`) and targets (the config's ``target``), registered
+through ``register_tasks`` as a plugin's are (see :mod:`gnnbridge.core.contracts.targets` for the
+targets' contract):
 
     class       one class per item: cross-entropy; accuracy, macro-F1, ROC-AUC of two classes
     multilabel  L labels of 0/1 per item, NaN where missing: binary cross-entropy of the labels
@@ -17,6 +19,7 @@ from gnnbridge.core.config.schema import TARGET_MONITORS
 from gnnbridge.core.contracts.hookspecs import hookimpl
 from gnnbridge.core.contracts.targets import Target
 from gnnbridge.core.errors import ConfigError
+from gnnbridge.core.inference.families import BUILTIN_FAMILIES
 from gnnbridge.core.inference.metrics import (
     ClassificationScores,
     ConfusionCounts,
@@ -153,5 +156,5 @@ BUILTIN_TARGETS = (ClassTarget(), MultilabelTarget(), RegressionTarget())
 
 @hookimpl
 def register_tasks(register):
-    for target in BUILTIN_TARGETS:
-        register(target)
+    for each in (*BUILTIN_FAMILIES, *BUILTIN_TARGETS):
+        register(each)

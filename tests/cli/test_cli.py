@@ -431,10 +431,13 @@ def test_the_program_ends_without_teardown_but_after_what_an_exit_waits_for(tmp_
     assert refused.returncode == 1 and refused.stderr.startswith("Error: ")
 
 
-def test_targets_lists_each_target_with_its_losses_and_monitors(tmp_path):
+def test_targets_lists_each_target_with_its_losses_and_monitors_and_each_family_with_its_kind(tmp_path):
     proc = helpers.in_process("targets", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
-    names = [line.split()[0] for line in lines if not line.startswith(" ")]
+    targets, families = proc.stdout.split("\ntask families (task=NAME):\n")
+    names = [line.split()[0] for line in targets.splitlines() if not line.startswith(" ")]
     assert names == ["class", "multilabel", "regression"]
-    assert "losses: mse, l1, huber; monitors: val_rmse, val_mae, val_r2" in proc.stdout
+    assert "losses: mse, l1, huber; monitors: val_rmse, val_mae, val_r2" in targets
+    names = [line.split()[0] for line in families.splitlines() if not line.startswith(" ")]
+    assert names == ["edge", "graph", "link", "node"]
+    assert "runs as: link; targets: class" in families

@@ -16,6 +16,7 @@ from gnnbridge import hookimpl
 from gnnbridge.core import errors, plugins
 from gnnbridge.core.config import ModelSpec, Task
 from gnnbridge.core.errors import ConfigError, GnnBridgeError
+from gnnbridge.core.interfaces import NodeFamily
 from gnnbridge.core.plugins import manager
 from gnnbridge.core.records.batches import SampledSubgraph
 from gnnbridge.core.sampling.neighbors import NeighborSampler
@@ -1125,3 +1126,75 @@ def test_a_typed_layer_wise_model_whose_layer_breaks_the_contract_is_named_befor
     wrong.cut = {"columns": 3}  # rows the next layer cannot read: its failure, blamed in one line
     with pytest.raises(plugins.PluginError, match=r"in its layer\(1\) of the typed layer-wise pass: RuntimeError"):
         check_typed_layers(parts, wrong)
+
+
+# ---------------------------------------------------------------- a task family of a plugin's own (in-process)
+
+
+class SmallGraphsOnly(NodeFamily):
+    """A node family that refuses graphs of more than ``most`` nodes in its own line, and (``broken``)
+    makes a record of the wrong type."""
+
+    name = "small-nodes"
+    description = "node classification of small graphs"
+    most, broken = 10, False
+
+    def check(self, data, config):
+        if data.num_nodes > self.most:
+            raise ConfigError(f"task=small-nodes takes at most {self.most} nodes; '{data.name}' has {data.num_nodes}.")
+
+    def record(self, data, config):
+        return {"not": "a record"} if self.broken else data
+
+
+class Families:
+    def __init__(self, *families):
+        self.families = families
+
+    @hookimpl
+    def register_tasks(self, register):
+        for family in self.families:
+            register(family)
+
+
+def test_a_plugins_task_family_is_asked_before_training_and_its_faults_name_it(tmp_path):
+    """A family registered in register_tasks is chosen by task=NAME and runs as its kind; its own
+    check refuses a dataset in its own line, a record of the wrong type names the plugin, and an
+    unknown task lists the families there are. Nothing is written for any of them."""
+    family = SmallGraphsOnly()
+    run = dict(backend="pyg", nproc=1, progress=False, out=tmp_path / "r")
+    with registered_plugin(Families(family), "small"):
+        assert plugins.families.names() == ["edge", "graph", "link", "node", "small-nodes"]
+        with pytest.raises(ConfigError, match=r"^task=small-nodes takes at most 10 nodes; '[^']+' has \d+\.$"):
+            gnnbridge.run("sage-synthetic", **run, overrides=["task=small-nodes", "train.epochs=1"])
+        family.broken = True
+        with pytest.raises(
+            plugins.PluginError,
+            match=r"^task family 'small-nodes' \(plugin 'small'\) returned a dict from record\(data, config\); "
+            r"expected the GraphData it was given or a new one\.$",
+        ):
+            gnnbridge.run("sage-synthetic", **run, overrides=["task=small-nodes", "train.epochs=1"])
+    with pytest.raises(
+        errors.UnknownNameError,
+        match=r"^Unknown task family 'small-nodes'\. Available: edge, graph, link, node\. \(gnnbridge targets",
+    ):
+        gnnbridge.run("sage-synthetic", **run, overrides=["task=small-nodes"])
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize(
+    "registered, needle",
+    [
+        (
+            type("Kindless", (NodeFamily,), {"name": "kindless", "kind": "node"})(),
+            "task family 'kindless' as a Kindless",
+        ),
+        (type("Loose", (), {"name": "loose", "kind": Task.NODE})(), "'loose' as a Loose"),
+    ],
+)
+def test_a_family_of_no_kind_or_of_no_contract_is_refused_naming_the_plugin(registered, needle):
+    with (
+        registered_plugin(Families(registered), "odd"),
+        pytest.raises(plugins.PluginError, match=f"^Plugin 'odd' registered .*{re.escape(needle)}"),
+    ):
+        plugins.families.names() + plugins.targets.names()

@@ -47,8 +47,10 @@ def register_datasets(register):
 @hookimpl
 def register_tasks(register):
     from gnnbridge_example_plugin.counts import CountTarget
+    from gnnbridge_example_plugin.degree import DegreeFamily
 
     register(CountTarget())
+    register(DegreeFamily())
 
 
 def caves(config, seed):

@@ -132,7 +132,7 @@ def compare(
     finished = [r for r in rows if r.get("run_dir")]
     report = {
         "experiment": config.name,
-        "task": config.task.value,
+        "task": config.task,
         "nproc": nproc,
         "folder": str(folder),
         "rows": rows,
@@ -264,7 +264,7 @@ def same_batches(
         )
     return {
         "experiment": configs[0].name,
-        "task": configs[0].task.value,
+        "task": configs[0].task,
         "epochs": configs[0].train.epochs,
         "tolerance": tolerance,
         "reference": names[0],
@@ -345,7 +345,7 @@ def _nan_max(values: list[float]) -> float:
 
 def _final_outputs(trainer: Trainer) -> torch.Tensor:
     """Every item's logits (node and graph tasks), or the scores of the test pairs (link tasks)."""
-    if trainer.config.task is Task.LINK:
+    if trainer.config.kind is Task.LINK:
         trainer.parts.model.eval()
         edges, _ = trainer.parts.data.held_out("test")
         return trainer.parts.link_scorer().score_pairs(trainer.parts.model, edges[0], edges[1]).float()

@@ -73,8 +73,7 @@ def _experiment(config: ExperimentConfig) -> Finding:
     return Finding(
         "ok",
         "experiment",
-        f"{config.name}: {config.task.value} task, model {config.model.arch} on "
-        f"{config.backend}, {config.nproc} rank(s)",
+        f"{config.name}: {config.task} task, model {config.model.arch} on {config.backend}, {config.nproc} rank(s)",
     )
 
 

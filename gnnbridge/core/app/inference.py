@@ -177,7 +177,7 @@ def load(
     :returns: the model, a ``torch.nn.Module`` in eval mode: a model instance you trained is
         your own class, not gnnbridge's wrapper around it."""
     path, state, config, data = _prepare(target, kind, device or "cpu", overrides, "load", trust_code)
-    model, _ = build_model(config.model, config.backend, config.task, *model_dims(data), data)
+    model, _ = build_model(config.model, config.backend, config.kind, *model_dims(data), data)
     checkpoint.load_model_state(model, state, path)
     model = getattr(model, "user_model", model)  # a model the user handed over comes back as their class
     return model.to(config.device.value).eval()
@@ -237,9 +237,9 @@ def _finite(arrays: dict) -> bool:
 
 def _link_request(config: ExperimentConfig, data, pairs, top_k) -> dict | None:
     """What a link prediction should score (checked before any work), or None for other tasks."""
-    if config.task is not Task.LINK:
+    if config.kind is not Task.LINK:
         if pairs is not None or top_k is not None:
-            raise ConfigError(f"--pairs and --top-k score edges, but this run's task is {config.task.value}.")
+            raise ConfigError(f"--pairs and --top-k score edges, but this run's task is {config.task}.")
         return None
     if pairs is not None and top_k is not None:
         raise ConfigError("Give --pairs (score these pairs) or --top-k (best destinations per source), not both.")
@@ -446,7 +446,7 @@ def _describe(path: Path, state: dict, config: ExperimentConfig) -> dict:
         **inside(state),  # a checkpoint written inside an epoch: {"inside": {"epoch", "batches"}}
         "experiment": config.name,
         "backend": config.backend,
-        "task": config.task.value,
+        "task": config.task,
         "device": config.device.value,
     }
 
@@ -462,7 +462,7 @@ def _predict_worker(ctx: DistContext, config: ExperimentConfig, data, state: dic
     with contextlib.ExitStack() as stack:  # mapped states outlive it: their files are unlinked, not unmapped
         states = scorer.embeddings(stack) if request.get("embeddings") else None
         arrays = {f"embedding__{t}": h for t, h in (states or {}).items()}
-        if config.task is not Task.LINK:
+        if config.kind is not Task.LINK:
             return arrays | _class_arrays(scorer, data)
         links = scorer.link_scorer()
         if "pairs" in request:

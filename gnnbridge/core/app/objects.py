@@ -49,7 +49,7 @@ def as_dataset(dataset: Any, experiment: Any = None, overrides=()) -> Any:
     if dataset is None or isinstance(dataset, (str, os.PathLike)):
         return dataset
     config = resolve_config(experiment, overrides=overrides)
-    with label_form(get_target(config.target).labels), reading_edge_labels(config.task is Task.EDGE):
+    with label_form(get_target(config.target).labels), reading_edge_labels(config.kind is Task.EDGE):
         return _graph_file(dataset)
 
 

@@ -74,7 +74,7 @@ def port(
         source, dest = preflight(source, count_gpus=False), preflight(dest, count_gpus=False)
         data = load_dataset(source)
     models = {
-        cfg.backend: build_model(cfg.model, cfg.backend, cfg.task, *model_dims(data), data) for cfg in (source, dest)
+        cfg.backend: build_model(cfg.model, cfg.backend, cfg.kind, *model_dims(data), data) for cfg in (source, dest)
     }
     converted = {
         kind: _convert(state, models[source.backend], models[dest.backend], written, run)

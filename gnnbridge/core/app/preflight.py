@@ -29,7 +29,7 @@ from gnnbridge.core.contracts.targets import Target
 from gnnbridge.core.errors import BackendUnavailableError, ConfigError, DataError, ResourceError
 from gnnbridge.core.models.build import build_model, check_heterogeneous, count_parameters, injected_reads, model_dims
 from gnnbridge.core.models.build import resolve as resolve_model
-from gnnbridge.core.plugins import PluginError, backends, blame, datasets, get_target, warn
+from gnnbridge.core.plugins import PluginError, backends, blame, datasets, families, get_target, warn
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData
 from gnnbridge.core.records.hetero import HeteroGraphData, HeteroSource, edge_name, find_edge_type
@@ -106,22 +106,30 @@ def _check_device(config: ExperimentConfig, backend, count_gpus: bool) -> Experi
 
 
 def _check_task(config: ExperimentConfig, backend) -> None:
-    task = config.task
-    if task not in backend.tasks():
+    """The task family is registered (a plugin's is checked against the rest of the config here,
+    a built-in one was when the config was made), takes the target, and its kind the backend runs."""
+    family = families.get(config.task)
+    config.check_task()
+    if family.targets and config.target not in family.targets:
         raise ConfigError(
-            f"Backend '{backend.name}' cannot train task={task.value}; it trains "
+            f"target={config.target} does not apply to task={config.task}; it takes: {', '.join(family.targets)}."
+        )
+    kind = config.kind
+    if kind not in backend.tasks():
+        raise ConfigError(
+            f"Backend '{backend.name}' cannot train task={config.task}; it trains "
             f"{', '.join(t.value for t in backend.tasks()) or 'nothing (it declares no TASKS)'}."
         )
-    choice = resolve_model(config.model, backend.name, task)
-    if task in (Task.LINK, Task.EDGE):
-        check_heterogeneous(choice, f"task={task.value} scores edges on a heterogeneous view of the graph")
+    choice = resolve_model(config.model, backend.name, kind)
+    if kind in (Task.LINK, Task.EDGE):
+        check_heterogeneous(choice, f"task={config.task} scores edges on a heterogeneous view of the graph")
 
 
 def _check_sampler(config: ExperimentConfig, backend) -> None:
     kind = config.sampler.kind
-    if config.task in (Task.LINK, Task.EDGE):
+    if config.kind in (Task.LINK, Task.EDGE):
         return check_hetero_kind(kind, backend)
-    if config.task is Task.GRAPH:  # whole graphs through the library's plain loader: nothing to install
+    if config.kind is Task.GRAPH:  # whole graphs through the library's plain loader: nothing to install
         if kind not in GRAPH_KINDS:
             raise ConfigError(
                 f"sampler.kind={kind!r} samples neighbourhoods, but task=graph batches whole graphs; "
@@ -153,7 +161,7 @@ def load_dataset(config: ExperimentConfig, ranks_here: int | None = None) -> Gra
     each rank at least one node (or graph), the monitored metric must be able to name a best epoch,
     and the model must fit the ``ranks_here`` ranks of this machine (default: all ``nproc``)."""
     data = _load_for_task(config)
-    if config.task is not Task.LINK:
+    if config.kind is not Task.LINK:
         target_of(config).check(data, config.train.monitor)
     _check_splits(config, data)
     check_model(config, data, config.nproc if ranks_here is None else ranks_here)
@@ -176,9 +184,9 @@ def target_of(config: ExperimentConfig) -> Target:
     config checked already; a plugin's is known once the plugins are loaded): one line each."""
     target = get_target(config.target)
     train = config.train
-    if not train.monitor and config.task is not Task.LINK:
+    if not train.monitor and config.kind is not Task.LINK:
         train.monitor = target.monitors[0] if target.monitors else ""
-    if config.task is not Task.LINK and train.monitor not in target.monitors:
+    if config.kind is not Task.LINK and train.monitor not in target.monitors:
         raise ConfigError(
             f"train.monitor={train.monitor or '(none)'} is not a metric of target={target.name}; choose one of: "
             f"{', '.join(target.monitors) or 'none (the target declares no monitors)'}."
@@ -195,9 +203,11 @@ def _load_for_task(config: ExperimentConfig) -> GraphData | GraphCollection:
     """The dataset, loaded and turned into the task's record, checked to suit the task; its
     labels are read in the target's form (:mod:`gnnbridge.core.records.labels`)."""
     target = target_of(config)
-    with label_form(target.labels):
+    with label_form(families.get(config.task).labels or target.labels):
         data = for_task(config, _call_loader(config))
     _check_data_task(config, data)
+    with blame(families.origin(config.task), "check(data, config)"):
+        families.get(config.task).check(data, config)
     if isinstance(data, HeteroGraphData):
         _check_hetero(config, data)
     elif config.sampler.edge_fanouts:
@@ -221,7 +231,7 @@ def _check_splits(config: ExperimentConfig, data: GraphData | GraphCollection) -
 def model_parameters(config: ExperimentConfig, data: GraphData | GraphCollection) -> int:
     """The model's parameter count: exact (built on the meta device), or estimated from its width
     and depth when the builder cannot run there."""
-    exact = count_parameters(config.model, config.backend, config.task, *model_dims(data), data)
+    exact = count_parameters(config.model, config.backend, config.kind, *model_dims(data), data)
     return exact if exact is not None else _estimate(config, data)
 
 
@@ -238,10 +248,10 @@ def check_model(config: ExperimentConfig, data: GraphData | GraphCollection, ran
     """The model fits this machine and its builder accepts the config: on the meta device when it
     can be built there, else (once it is known to fit) for real, on CPU, and thrown away. A
     builder's error is one line naming the model, before any rank starts or anything is written."""
-    exact = count_parameters(config.model, config.backend, config.task, *model_dims(data), data)
+    exact = count_parameters(config.model, config.backend, config.kind, *model_dims(data), data)
     check_memory(config, data, ranks_here, exact if exact is not None else _estimate(config, data))
     if exact is None:
-        build_model(config.model, config.backend, config.task, *model_dims(data), data)
+        build_model(config.model, config.backend, config.kind, *model_dims(data), data)
 
 
 def check_memory(
@@ -338,7 +348,7 @@ def layers_in_memory(config: ExperimentConfig, data, ranks_here: int) -> int:
     if (
         config.eval.layer_store != "memory"
         or config.eval.mode is not EvalMode.LAYERWISE
-        or config.task is not Task.NODE
+        or config.kind is not Task.NODE
         or not isinstance(data, GraphData)
     ):
         return 0
@@ -356,25 +366,25 @@ def largest_batch(config: ExperimentConfig, data, training: bool = True) -> tupl
     like the model's: it refuses what cannot fit, never what might. Node tasks evaluate layer by
     layer (:func:`layers_in_memory`); link tasks sample held-out batches too. ``training=False``:
     the evaluation batches alone (scoring a checkpoint)."""
-    if config.task is Task.GRAPH:
+    if config.kind is Task.GRAPH:
         return 0, "", ""
     nodes = _node_count(data)
     batches = [(config.train.batch_size, "train.batch_size", "train")] if training else []
-    if config.task is Task.LINK:
+    if config.kind is Task.LINK:
         batches.append((config.eval.batch_size, "eval.batch_size", "val"))
     if not batches:
         return 0, "", ""
     out = []
     for asked, key, split in batches:
         size = min(asked, data.split(split).numel())  # a batch never holds more than its split
-        if config.task is Task.LINK:
+        if config.kind is Task.LINK:
             k = config.link.negatives if key.startswith("train") else int(data.val_negatives.shape[1])
             option = "link.negatives" if key.startswith("train") else "link.eval_negatives"
             pairs = size * (1 + k)
             seeds, what = min(2 * pairs, nodes), f"{key}={asked} with {option}={k} makes {pairs:,} pairs per batch"
             fix = f"use a smaller {key} or {option}"
         else:  # an edge task's batch seeds both ends of each edge
-            ends = 2 if config.task is Task.EDGE else 1
+            ends = 2 if config.kind is Task.EDGE else 1
             seeds, what, fix = min(ends * size, nodes), f"{key}={asked}", f"use a smaller {key}"
             pairs = 0
         reached, frontier = seeds, seeds
@@ -392,7 +402,7 @@ def largest_batch(config: ExperimentConfig, data, training: bool = True) -> tupl
 
 def _model_text(config: ExperimentConfig, data) -> str:
     """The model, what sizes it that it reads, and the data it is built for."""
-    choice = resolve_model(config.model, config.backend, config.task)
+    choice = resolve_model(config.model, config.backend, config.kind)
     read = [f"model.{n}={getattr(config.model, n)}" for n in ("hidden", "layers") if n in injected_reads(choice)]
     if isinstance(data, HeteroGraphData):
         dims = data.feature_dims()
@@ -408,7 +418,7 @@ def _model_text(config: ExperimentConfig, data) -> str:
 def _smaller_model(config: ExperimentConfig, data, params: int) -> str:
     """The fix: the size settings the model reads; the node count where featureless types' learned
     rows (one per node, of ``model.hidden`` values) are most of the model."""
-    choice = resolve_model(config.model, config.backend, config.task)
+    choice = resolve_model(config.model, config.backend, config.kind)
     read = [f"model.{n}" for n in ("hidden", "layers") if n in injected_reads(choice)]
     if isinstance(data, HeteroGraphData) and "model.hidden" in read:
         rows = {t: data.num_nodes[t] for t, w in data.feature_dims().items() if not w}
@@ -466,10 +476,24 @@ def for_task(config: ExperimentConfig, data):
     "reopen the source, derive again with this config" (deterministic given the seed), so
     nothing mapped is copied. Topology built in memory (a source that is not a prepared folder,
     or a link task of a read-only folder that lacks its cache) is each rank's own copy."""
-    derived = _for_task(config, data)
+    derived = _family_record(config, _for_task(config, data))
     if derived is not data and data.is_mapped:
         derived.mapped_from = (rederive, (copy.deepcopy(config), data.mapped_from))
     return derived
+
+
+def _family_record(config: ExperimentConfig, data):
+    """The family's own record made from its kind's (a plugin's code: what it raises or returns
+    wrongly names it)."""
+    family = families.get(config.task)
+    with blame(families.origin(config.task), "record(data, config)"):
+        record = family.record(data, config)
+    if not isinstance(record, type(data)):
+        raise PluginError(
+            f"{families.origin(config.task)} returned a {type(record).__name__} from record(data, config); "
+            f"expected the {type(data).__name__} it was given or a new one."
+        )
+    return record
 
 
 def rederive(config: ExperimentConfig, mapped_from: tuple):
@@ -479,7 +503,7 @@ def rederive(config: ExperimentConfig, mapped_from: tuple):
 
 
 def _for_task(config: ExperimentConfig, data):
-    if config.task is Task.LINK and getattr(data, "folder", None) is not None:
+    if config.kind is Task.LINK and getattr(data, "folder", None) is not None:
         link = config.link
         if isinstance(data, HeteroSource):
             check_source_fits(config, data, config.dataset.reverse_edges)
@@ -498,15 +522,15 @@ def _for_task(config: ExperimentConfig, data):
             raise DataError(f"{config.dataset.path or config.dataset.name}: {exc}") from None
         if cached is not None:  # mapped from the folder (None: a read-only folder, built below in memory)
             return _check_negatives(config, cached)
-    if config.task is Task.LINK and isinstance(data, GraphData):
+    if config.kind is Task.LINK and isinstance(data, GraphData):
         data, reverse = homogeneous_source(data, config.train.seed), True
     else:
         reverse = config.dataset.reverse_edges
-    if config.task is Task.EDGE:
+    if config.kind is Task.EDGE:
         _check_edge_source(config, data)
     if not isinstance(data, HeteroSource):
         return data
-    if config.task is Task.GRAPH:
+    if config.kind is Task.GRAPH:
         raise ConfigError(
             f"Dataset '{data.name}' is one heterogeneous graph, but task=graph classifies whole graphs; "
             "use task=node or task=link."
@@ -514,9 +538,9 @@ def _for_task(config: ExperimentConfig, data):
     check_source_fits(config, data, reverse)
     link = config.link
     try:
-        if config.task is Task.NODE:
+        if config.kind is Task.NODE:
             return for_node_task(data, reverse, config.train.seed)
-        if config.task is Task.EDGE:
+        if config.kind is Task.EDGE:
             return for_edge_task(data, reverse, config.train.seed)
         if data.edge_attr:  # (link prediction rebuilds its message-passing edges from distinct pairs)
             warn(f"Dataset '{data.name}' has edge features, which link prediction does not read yet; trained without.")
@@ -561,7 +585,7 @@ def check_source_fits(config: ExperimentConfig, source: HeteroSource, reverse: b
     number in a file, and ``link.eval_negatives`` fixes that many ids per held-out edge."""
     # A task on a prepared folder maps its topology (CSC offsets and edges) instead of building it
     # (a link task's is built through the disk, see linkcache; in memory only from a read-only folder).
-    mapped = source.mapped_topology(reverse) is not None and (config.task is Task.NODE or source.folder is not None)
+    mapped = source.mapped_topology(reverse) is not None and (config.kind is Task.NODE or source.folder is not None)
     into = {
         t: 0 if mapped else sum((et[2] == t) + (reverse and et[0] == t) for et in source.edges)
         for t in source.num_nodes
@@ -576,7 +600,7 @@ def check_source_fits(config: ExperimentConfig, source: HeteroSource, reverse: b
     edges = sum(int(e.shape[1]) for e in source.edges.values())
     if not mapped:
         parts[f"{edges:,} edges"] = (edges * BYTES_PER_EDGE, "use a smaller graph")
-    if config.task is Task.LINK:
+    if config.kind is Task.LINK:
         held = _held_out_rows(config, source)
         if held and config.link.protocol == "shared":  # two splits' pairs, and the draw's rounds
             parts[f"link.eval_negatives={config.link.eval_negatives} shared negative pairs per split"] = (
@@ -656,7 +680,7 @@ def _check_hetero(config: ExperimentConfig, data: HeteroGraphData) -> None:
             f"Backend '{backend.name}' does not support heterogeneous graphs; dataset '{data.name}' is one."
         )
     check_heterogeneous(
-        resolve_model(config.model, backend.name, config.task), f"dataset '{data.name}' is heterogeneous"
+        resolve_model(config.model, backend.name, config.kind), f"dataset '{data.name}' is heterogeneous"
     )
     check_hetero_kind(config.sampler.kind, backend)
     typed_fanouts(data, config.sampler.fanouts, config.sampler.edge_fanouts)  # names every edge type it gives
@@ -668,16 +692,16 @@ def _node_count(data) -> int:
 
 def _check_data_task(config: ExperimentConfig, data: GraphData | GraphCollection) -> None:
     label = made_from(config.dataset.path) or f"Dataset '{config.dataset.path or config.dataset.name}'"
-    if isinstance(data, GraphCollection) and config.task is not Task.GRAPH:
+    if isinstance(data, GraphCollection) and config.kind is not Task.GRAPH:
         raise ConfigError(
             f"{label} is a collection of {data.num_graphs} graphs (one label per graph) but "
-            f"task={config.task.value}; add --set task=graph --set model.arch=gin."
+            f"task={config.task}; add --set task=graph --set model.arch=gin."
         )
     if isinstance(data, HeteroGraphData):
         return
-    if isinstance(data, GraphData) and config.task is not Task.NODE:
+    if isinstance(data, GraphData) and config.kind is not Task.NODE:
         raise ConfigError(
-            f"{label} is one graph with a label per node but task={config.task.value}; use "
+            f"{label} is one graph with a label per node but task={config.task}; use "
             "a graph collection (gin-synthetic, imdb-binary, proteins, mutag, or a .npz with node_ptr) "
             "or --set task=node."
         )

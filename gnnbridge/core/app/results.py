@@ -30,7 +30,7 @@ def write(run_dir: Path, plan: Plan, ctx: DistContext, trainer: Trainer, outcome
     results = {
         "experiment": config.name,
         "backend": config.backend,
-        "task": config.task.value,
+        "task": config.task,
         "world_size": ctx.world_size,
         "num_nodes": ctx.num_nodes,
         "device": config.device.value,

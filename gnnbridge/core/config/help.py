@@ -24,7 +24,8 @@ from gnnbridge.core.config.schema import ExperimentConfig
 KEY_HELP = {
     "name": "the experiment's name (run folders are named after it)",
     "description": "one line about the experiment",
-    "task": "node (a label per node) | graph (a label per graph) | link (edges of one type) | edge (a label per edge)",
+    "task": "node (a label per node) | graph (a label per graph) | link (edges of one type) | edge (a label per edge)"
+    " | a plugin's family (gnnbridge targets lists them)",
     "backend": "pyg | dgl | any installed backend plugin (gnnbridge backends)",
     "nproc": "ranks on this machine (a torchrun / SLURM job sets it to its size)",
     "device": "cpu | cuda | auto (cuda when available and the backend can use it)",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,10 +26,20 @@ from gnnbridge.core.errors import ConfigError, did_you_mean
 
 
 class Task(str, enum.Enum):
+    """The built-in task families, which are also the *kinds* every family runs as: the shape of
+    its records, models and batches (a plugin's family names one, see ``ExperimentConfig.kind``)."""
+
     NODE = "node"  # one label per node of one graph (GraphData)
     GRAPH = "graph"  # one label per graph of a collection (GraphCollection)
     LINK = "link"  # whether an edge of one type exists (HeteroGraphData; a GraphData is converted)
     EDGE = "edge"  # a label (class, labels or values) per given edge of one type (HeteroGraphData)
+
+
+# How a plugin's task family name becomes its kind. The config layer sits below the plugins, so
+# the family registry (core/plugins/registries.py) appends its lookup here when it is imported;
+# each returns the kind, or None for a name it does not hold.
+TASK_KINDS: list[Callable[[str], Task | None]] = []
+TASK_NAME = r"^[a-z][a-z0-9_-]*$"  # a family's name, as the config's ``task`` gives it
 
 
 class SamplerKind(str, enum.Enum):
@@ -370,7 +381,7 @@ def check_read(section: Any, prefix: str) -> None:
             continue
         owner, name = _owner(section, key.removeprefix(prefix))
         value, default = getattr(owner, name), _default(type(owner), name)
-        mode = plain(getattr(*_owner(section, mode_key.removeprefix(prefix))))
+        mode = _mode(section, mode_key.removeprefix(prefix))
         if mode in modes or value == default:
             continue
         fix = f"{mode_key}={modes[0]}" if len(modes) == 1 else f"{mode_key} to one of: {', '.join(modes)}"
@@ -378,6 +389,13 @@ def check_read(section: Any, prefix: str) -> None:
             f"{key}={_shown(value)} applies to {mode_key}={_either(modes)} only, but it is {show(mode)}; "
             f"drop {key} (its default is {_shown(default)}) or set {fix}."
         )
+
+
+def _mode(section: Any, key: str) -> Any:
+    """The mode ``key`` picks; for ``task``, the kind a plugin's family runs as."""
+    if key == "task":
+        return section.kind.value
+    return plain(getattr(*_owner(section, key)))
 
 
 def _owner(section: Any, dotted: str) -> tuple[Any, str]:
@@ -401,7 +419,13 @@ def _shown(value: Any) -> str:
 class ExperimentConfig:
     name: str = "custom"
     description: str = ""
-    task: Task = Task.NODE
+    # node | graph | link | edge, or a plugin's task family (see kind)
+    task: str = bounded(
+        "node",
+        one_of(
+            tuple(t.value for t in Task), "a task family", pattern=TASK_NAME, form="a plugin's family", example="node"
+        ),
+    )
     # what each item is predicted as: class | multilabel | regression, or a plugin's target
     target: str = "class"
     backend: str = ""  # empty: the default backend the package registered (core.plugins)
@@ -423,16 +447,38 @@ class ExperimentConfig:
     def __post_init__(self) -> None:
         check_fields(self, "")
         # Not in the JSON Schema: rules between keys of different sections.
-        check_read(self, "")
-        self._check_target()
-        self._check_monitor()
         if self.placement.precision == "fp16" and self.device is DeviceChoice.CPU:
             raise ConfigError(
                 "placement.precision=fp16 needs --device cuda (DGL's CPU kernels and most CPUs have no "
                 "fp16 arithmetic); use placement.precision=bf16 on the CPU."
             )
+        if self.known_kind() is not None:  # a plugin's family is checked once the plugins are loaded
+            self.check_task()
+
+    @property
+    def kind(self) -> Task:
+        """The built-in shape the task runs as (its records, models, batches, which backends run
+        it): a built-in task is its own kind, a plugin's family names the one it runs as."""
+        kind = self.known_kind()
+        if kind is None:
+            raise ConfigError(
+                f"task={self.task} is not a task family; choose one of: {', '.join(t.value for t in Task)} "
+                "or a plugin's (gnnbridge targets lists them)."
+            )
+        return kind
+
+    def known_kind(self) -> Task | None:
+        if self.task in Task._value2member_map_:
+            return Task(self.task)
+        return next((k for k in (find(self.task) for find in TASK_KINDS) if k is not None), None)
+
+    def check_task(self) -> None:
+        """The rules that depend on the task's kind (run again by preflight for a plugin's family)."""
+        check_read(self, "")
+        self._check_target()
+        self._check_monitor()
         # Graph tasks read whole graphs: fanouts do not apply to them.
-        if self.task is not Task.GRAPH and len(self.sampler.fanouts) != self.model.layers:
+        if self.kind is not Task.GRAPH and len(self.sampler.fanouts) != self.model.layers:
             raise ConfigError(
                 f"sampler.fanouts={self.sampler.fanouts} has {len(self.sampler.fanouts)} entries "
                 f"but model.layers={self.model.layers}; give one fanout per layer."
@@ -440,25 +486,23 @@ class ExperimentConfig:
 
     def _check_target(self) -> None:
         """A link task scores pairs as edges or not: its target is ``class``."""
-        if self.task is Task.LINK and self.target != "class":
+        if self.kind is Task.LINK and self.target != "class":
             raise ConfigError(
-                f"target={self.target} applies to task=node, edge or graph; task=link predicts whether an edge "
+                f"target={self.target} applies to task=node, edge or graph; task={self.task} predicts whether an edge "
                 "exists (target=class)."
             )
 
     def _check_monitor(self) -> None:
         """The monitor the task and a built-in target report (a plugin's target is checked by
         preflight, once the plugins are loaded)."""
-        train = self.train
-        if self.task is not Task.LINK and self.target not in TARGET_MONITORS:
+        train, link = self.train, self.kind is Task.LINK
+        if not link and self.target not in TARGET_MONITORS:
             return
         if not train.monitor:
-            train.monitor = TARGET_MONITORS[self.target][0] if self.task is not Task.LINK else DEFAULT_MONITOR["link"]
-        valid = self.link.monitors() if self.task is Task.LINK else TARGET_MONITORS[self.target]
+            train.monitor = TARGET_MONITORS[self.target][0] if not link else DEFAULT_MONITOR["link"]
+        valid = self.link.monitors() if link else TARGET_MONITORS[self.target]
         if train.monitor not in valid:
-            scored = f"task={self.task.value}" + (
-                f" with link.protocol={self.link.protocol}" if self.task is Task.LINK else ""
-            )
+            scored = f"task={self.task}" + (f" with link.protocol={self.link.protocol}" if link else "")
             if self.target != "class":
                 scored += f" and target={self.target}"
             raise ConfigError(

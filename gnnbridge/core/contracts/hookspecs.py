@@ -105,11 +105,17 @@ def register_loggers(register):
 
 @hookspec
 def register_tasks(register):
-    """Called once when plugins load. Call ``register(target)`` with an instance of a
-    :class:`~gnnbridge.core.contracts.targets.Target` subclass: what the items of a task are
-    predicted as (its loss, metrics, monitor direction and ``predict`` arrays), chosen by the
-    config's ``target`` key under its ``name``. The built-in ``class``, ``multilabel`` and
-    ``regression`` register here too.
+    """Called once when plugins load. Call ``register(obj)`` with a task family or a target.
+
+    A task family (the config's ``task``) is an instance of a subclass of one of the built-in
+    families, ``gnnbridge.core.interfaces.NodeFamily``, ``GraphFamily``, ``LinkFamily`` or
+    ``EdgeFamily`` (:class:`~gnnbridge.core.contracts.families.TaskFamily` is the contract): it
+    runs as that family's kind and overrides what differs (the record its items and targets come
+    from, its checks, sampler, evaluators, ``predict``'s rows). A target (the config's ``target``)
+    is an instance of a :class:`~gnnbridge.core.contracts.targets.Target` subclass: what the items
+    are predicted as (loss, metrics, monitor direction, ``predict`` arrays). Each is chosen under
+    its ``name``. The built-in families (``node``, ``graph``, ``link``, ``edge``) and targets
+    (``class``, ``multilabel``, ``regression``) register here too.
     """
 
 

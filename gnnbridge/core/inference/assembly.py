@@ -23,7 +23,6 @@ from gnnbridge.core.inference.evaluation import (
     LinkEvaluator,
     evaluation_mode,
 )
-from gnnbridge.core.inference.families import FAMILIES
 from gnnbridge.core.inference.placement import feature_caches, place
 from gnnbridge.core.inference.typed_layerwise import (
     TypedLayerwise,
@@ -31,7 +30,7 @@ from gnnbridge.core.inference.typed_layerwise import (
 )
 from gnnbridge.core.models.build import ModelCall, build_model, model_dims
 from gnnbridge.core.models.init import initialise
-from gnnbridge.core.plugins import get_backend, get_target
+from gnnbridge.core.plugins import get_backend, get_family, get_target
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData
 from gnnbridge.core.records.features import set_read_depth
@@ -58,9 +57,9 @@ class RunParts:
         self.backend: Backend = get_backend(config.backend).require()
         self.backend.check_device(ctx.device)
         torch.manual_seed(config.train.seed)
-        self.family = FAMILIES[config.task]  # what differs between node, graph, link and edge tasks
+        self.family = get_family(config.task)  # what differs between node, graph, link and edge tasks
         self.sampler: Sampler = self.family.sampler(self)
-        self.model, choice = build_model(config.model, config.backend, config.task, *model_dims(data), data)
+        self.model, choice = build_model(config.model, config.backend, config.kind, *model_dims(data), data)
         self.call = ModelCall(choice.origin, data.num_classes, per_graph=self.family.per_graph)
         self.call.tell = ctx.doing  # calls into the model outside training steps are watched
         self.target: Target = get_target(config.target)  # what the outputs predict: loss, metrics, monitor

@@ -1,5 +1,6 @@
-"""Task families: what differs between node, graph, link and edge tasks when a run's parts are
-assembled, one object per family (:data:`FAMILIES`), so that
+"""The built-in task families (:mod:`gnnbridge.core.contracts.families`): what differs between
+node, graph, link and edge tasks when a run's parts are assembled, one object per family
+(:data:`BUILTIN_FAMILIES`, registered through ``register_tasks`` as a plugin's are), so that
 :class:`~gnnbridge.core.inference.assembly.RunParts` and the trainer above it hold no branch on
 the task.
 
@@ -18,6 +19,7 @@ from typing import Any, Protocol
 import torch
 
 from gnnbridge.core.config import SamplerKind, Task
+from gnnbridge.core.contracts.families import TaskFamily
 from gnnbridge.core.contracts.interfaces import Sampler
 from gnnbridge.core.inference.evaluation import (
     EdgeEvaluator,
@@ -53,12 +55,13 @@ class RunParts(Protocol):
     sampler: Sampler
 
 
-class Family:
+class NodeFamily(TaskFamily):
     """Items that are nodes of one graph (homogeneous, or of one type of a heterogeneous one),
     sampled around each seed; the other families change what differs."""
 
-    per_graph = False  # the model returns a row per graph (ModelCall checks it)
-    layered = True  # evaluation may run layer-wise or on every neighbour (not whole graphs)
+    name = "node"
+    kind = Task.NODE
+    description = "a label (class, labels or values) per node of one graph"
     evaluator: type[SampledEvaluator] = SampledEvaluator  # items through a sampler
     typed: type[Evaluator] = TypedLayerwiseEvaluator  # items from one typed layer-wise pass
 
@@ -111,8 +114,12 @@ class Family:
         return supports_layerwise(parts.model)
 
 
-class GraphFamily(Family):
+class GraphFamily(NodeFamily):
     """Whole graphs of a collection, batched by the library's graph loader; scored whole."""
+
+    name = "graph"
+    kind = Task.GRAPH
+    description = "a label (class, labels or values) per graph of a collection"
 
     per_graph = True
     layered = False
@@ -128,9 +135,14 @@ class GraphFamily(Family):
         )
 
 
-class LinkFamily(Family):
+class LinkFamily(NodeFamily):
     """Pairs of one edge type scored as edges or not: each pair's score the logits of two classes
     (``[0, score]``), held-out edges ranked against their negatives."""
+
+    name = "link"
+    kind = Task.LINK
+    description = "whether an edge of one type exists (ranked against negatives)"
+    targets = ("class",)
 
     typed = TypedLayerwiseLinks
 
@@ -156,9 +168,13 @@ class LinkFamily(Family):
         )  # fmt: skip
 
 
-class EdgeFamily(Family):
+class EdgeFamily(NodeFamily):
     """A label per given edge of one type (:mod:`gnnbridge.core.tasks.edge`), scored from both
     ends' states; ``predict`` writes its rows in the order the dataset gave the edges."""
+
+    name = "edge"
+    kind = Task.EDGE
+    description = "a label (class, labels or values) per given edge of one type"
 
     evaluator = EdgeEvaluator
     typed = TypedLayerwiseEdges
@@ -167,9 +183,4 @@ class EdgeFamily(Family):
         return parts.data.given_rows(rows)  # the record holds its edges sorted by destination
 
 
-FAMILIES: dict[Task, Family] = {
-    Task.NODE: Family(),
-    Task.GRAPH: GraphFamily(),
-    Task.LINK: LinkFamily(),
-    Task.EDGE: EdgeFamily(),
-}
+BUILTIN_FAMILIES = (NodeFamily(), GraphFamily(), LinkFamily(), EdgeFamily())

@@ -27,13 +27,19 @@ def plugin_info() -> list[dict]:
                 "module": getattr(plugin, "__name__", type(plugin).__name__),
                 "hooks": hooks,
                 "distribution": f"{dist.name} {dist.version}" if dist else None,
-                "registers": {
-                    r.hook.removeprefix("register_"): r.names_from(name) for r in REGISTRIES if r.names_from(name)
-                },
+                "registers": _registers(name),
             }
         )
     out += [{"name": name, "error": why} for name, why in sorted(manager._failures.items())]
     return out
+
+
+def _registers(plugin: str) -> dict[str, list[str]]:
+    """What ``plugin`` registered, by hook (``tasks``: its families and targets together)."""
+    found: dict[str, list[str]] = {}
+    for registry in REGISTRIES:
+        found.setdefault(registry.hook.removeprefix("register_"), []).extend(registry.names_from(plugin))
+    return {hook: sorted(names) for hook, names in found.items() if names}
 
 
 def gnnbridge_version() -> str:

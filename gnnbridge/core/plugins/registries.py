@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gnnbridge.core.config import Task
+from gnnbridge.core.config.schema import TASK_KINDS
+from gnnbridge.core.contracts.families import TaskFamily
 from gnnbridge.core.contracts.targets import Target
 from gnnbridge.core.errors import ConfigError, unknown_name
 from gnnbridge.core.plugins import manager
@@ -34,13 +36,21 @@ class Registry:
     """Names to objects for one kind of thing; errors list what is available."""
 
     def __init__(
-        self, kind: str, hook: str, fix: str = "", expect: Callable[[Any], bool] | None = None, expected: str = ""
+        self,
+        kind: str,
+        hook: str,
+        fix: str = "",
+        expect: Callable[[Any], bool] | None = None,
+        expected: str = "",
+        other: type | None = None,
     ):
-        """``expect``: whether a registered value is of the right kind (``expected`` says which)."""
+        """``expect``: whether a registered value is of the right kind (``expected`` says which).
+        ``other``: the type another registry of the same hook takes, left to it here."""
         self.kind = kind
         self.hook = hook
         self.fix = fix
         self.expect, self.expected = expect, expected
+        self.other = other
         self._entries: dict[str, Any] | None = None
 
     def _collect(self) -> dict[str, Any]:
@@ -69,6 +79,8 @@ class Registry:
         def register(name: Any, value: Any = None, description: str = "") -> None:
             if value is None and hasattr(name, "name"):  # register(obj) with obj.name / obj.description
                 name, value, description = name.name, name, getattr(name, "description", "")
+            if self.other is not None and isinstance(value, self.other):
+                return  # the other registry of this hook holds it
             self._check_name(name, plugin)
             if name in entries:
                 self._taken(name, entries[name].plugin, plugin)
@@ -344,7 +356,18 @@ targets = Registry(
     "register_tasks",
     "(gnnbridge targets lists them).",
     lambda value: isinstance(value, Target) and bool(value.losses) and bool(value.monitors),
-    "an instance of a gnnbridge.core.interfaces.Target subclass that names its losses and monitors",
+    "an instance of a gnnbridge.core.interfaces.Target subclass that names its losses and monitors, "
+    "or of a task family (a subclass of gnnbridge.core.interfaces.NodeFamily, GraphFamily, LinkFamily or EdgeFamily)",
+    other=TaskFamily,
+)
+families = Registry(
+    "task family",
+    "register_tasks",
+    "(gnnbridge targets lists them).",
+    lambda value: isinstance(value, TaskFamily) and isinstance(value.kind, Task),
+    "an instance of a task family whose kind is a gnnbridge.core.config.Task (a subclass of "
+    "gnnbridge.core.interfaces.NodeFamily, GraphFamily, LinkFamily or EdgeFamily), or of a Target subclass",
+    other=Target,
 )
 REGISTRIES = (
     backends,
@@ -356,6 +379,7 @@ REGISTRIES = (
     graph_readers,
     dataset_libraries,
     targets,
+    families,
 )
 
 
@@ -374,6 +398,20 @@ def get_backend(name: str):
 def get_target(name: str) -> Target:
     """The target the config's ``target`` names (an unknown name: one line listing the others)."""
     return targets.get(name)
+
+
+def get_family(name: str) -> TaskFamily:
+    """The task family the config's ``task`` names (an unknown name: one line listing the others)."""
+    return families.get(name)
+
+
+def _family_kind(name: str) -> Task | None:
+    """A registered family's kind, for ``ExperimentConfig.kind`` (see ``config.schema.TASK_KINDS``)."""
+    entry = families._collect().get(name)
+    return entry.value.kind if entry is not None else None
+
+
+TASK_KINDS.append(_family_kind)
 
 
 def default_backend() -> str:

@@ -57,7 +57,7 @@ def outside(bound: Bound) -> list:
             if bound.le is None:
                 found.append(MAX_INT + 1)
     if bound.choices or bound.pattern is not None:
-        found.append("no-such-choice")
+        found.append("No such choice!")  # (a plugin family's name, no-such-choice, is valid text for task)
     if bound.max_length is not None:
         found.append("1" * (bound.max_length + 1))
     if bound.nonblank:
@@ -186,10 +186,10 @@ def test_a_bound_refuses_in_one_line_naming_the_key_the_value_the_range_and_a_fi
 
 
 def test_enum_fields_need_no_bound():
-    """Task, device and eval.mode are Enums: coerce refuses another value and pydantic's schema
-    lists the members, one declaration for both."""
+    """Device and eval.mode are Enums: coerce refuses another value and pydantic's schema lists
+    the members, one declaration for both. (``task`` is text: a plugin may add a family.)"""
     enums = [key for key, hint, _ in sections() if isinstance(hint, type) and issubclass(hint, enum.Enum)]
-    assert enums == ["task", "device", "eval.mode"]
+    assert enums == ["device", "eval.mode"]
 
 
 def test_a_pattern_matches_the_whole_value():

@@ -4,7 +4,7 @@ import pytest
 from helpers import REPO
 
 from gnnbridge.core.app.resolve import resolve_config
-from gnnbridge.core.config import ExperimentConfig, SamplerKind, apply_overrides, from_dict, parse_override
+from gnnbridge.core.config import ExperimentConfig, SamplerKind, Task, apply_overrides, from_dict, parse_override
 from gnnbridge.core.errors import ConfigError
 
 
@@ -94,7 +94,7 @@ def test_bad_yaml_file_is_one_line(tmp_path):
 
 def test_graph_task_needs_no_fanouts_and_checks_pooling():
     config = from_dict({"task": "graph", "model": {"arch": "gin", "layers": 3, "pooling": "mean"}})
-    assert config.task.value == "graph" and config.sampler.fanouts == [10, 10]  # unused by graph tasks
+    assert config.task == "graph" and config.kind is Task.GRAPH and config.sampler.fanouts == [10, 10]
     with pytest.raises(ConfigError, match="model.pooling='max' is not supported"):
         from_dict({"task": "graph", "model": {"pooling": "max"}})
 
