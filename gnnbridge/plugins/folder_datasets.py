@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from gnnbridge.core import files
-from gnnbridge.core.app.prepare import prepare_folder, write_array
+from gnnbridge.core.app.prepare import labels_of, prepare_folder, write_array
 from gnnbridge.core.contracts.hookspecs import hookimpl
 from gnnbridge.core.errors import (
     ConfigError,
@@ -31,7 +31,8 @@ from gnnbridge.core.errors import (
 )
 from gnnbridge.core.interfaces import DatasetConfig, GraphCollection, GraphData, HeteroSource
 from gnnbridge.core.records.folder import PREPARED, open_prepared, stat_input
-from gnnbridge.core.records.formats import NPZ_ARRAYS, check_header, is_hetero, refuse_edge_arrays, typed_keys
+from gnnbridge.core.records.formats import NPZ_ARRAYS, check_member_header, is_hetero, is_label_key, typed_keys
+from gnnbridge.core.records.labels import label_form
 from gnnbridge.core.runtime.launcher import interrupt_on_sigterm
 from gnnbridge.plugins.npz import DEFLATE_MAX_RATIO, HEADER_READERS, READ_CHUNK, ZIP_ERRORS, check_file, not_an_npz
 from gnnbridge.plugins.options import options
@@ -143,7 +144,6 @@ def _stream_npz(path: Path, folder: Path) -> dict:
     try:
         with zipfile.ZipFile(path) as archive:
             members = {i.filename[:-4]: i for i in archive.infolist() if i.filename.endswith(".npy")}
-            refuse_edge_arrays(path, members)
             if is_hetero(members):
                 wanted = typed_keys(path, members)
             else:
@@ -194,7 +194,11 @@ def _header(path: Path, f, info: zipfile.ZipInfo, key: str, spec: tuple) -> tupl
         raise DataError(
             f"{path}: {key} is not a numpy array ({str(exc)[:100]}); save arrays with numpy.savez."
         ) from None
-    check_header(path, key, found, shape, *spec)
+    if is_label_key(key):  # classes or rows of targets, as prepare checks a folder's (labels_of)
+        with label_form(labels_of(found, shape)):
+            check_member_header(path, key, found, shape, *spec)
+    else:
+        check_member_header(path, key, found, shape, *spec)
     nbytes = int(np.prod(shape)) * found.itemsize
     if nbytes > info.file_size - f.tell() or nbytes > info.compress_size * DEFLATE_MAX_RATIO + 4096:
         raise DataError(

@@ -19,6 +19,8 @@ from gnnbridge.core.models.build import build_model
 from gnnbridge.core.plugins import get_backend
 from gnnbridge.core.records.collection import GraphCollection, pack
 from gnnbridge.core.records.data import GraphData, random_split
+from gnnbridge.core.records.folder import open_prepared
+from gnnbridge.core.records.formats import graph_from_arrays
 from gnnbridge.core.records.hetero import HeteroSource
 from gnnbridge.core.sampling.adapters import CoreSampler
 from gnnbridge.core.sampling.build import make_hetero_sampler
@@ -198,11 +200,8 @@ def test_bad_edge_features_are_one_line(tmp_path, change, needle):
 
 
 def test_what_does_not_take_edge_features_yet_says_so(tmp_path, capsys):
-    """A prepared folder refuses them in one line, gine without them is refused, and link
-    prediction, which does not read them yet, says it trains without them."""
-    np.savez(tmp_path / "nodes.npz", **node_graph())
-    helpers.one_line(helpers.gnnbridge("prepare", str(tmp_path / "nodes.npz"), "--quiet", cwd=tmp_path), "edge_attr")
-    assert not (tmp_path / "nodes").exists()
+    """gine without them is refused, and link prediction, which does not read them yet, says it
+    trains without them."""
     with pytest.raises(GnnBridgeError, match="reads edge features"):
         gnnbridge.run(dataset="synthetic", overrides=["model.arch=gine"], out=tmp_path / "run", progress=False)
     a = node_graph()
@@ -213,6 +212,77 @@ def test_what_does_not_take_edge_features_yet_says_so(tmp_path, capsys):
     gnnbridge.run(dataset=tmp_path / "typed.npz", overrides=["task=link", "train.epochs=1"], out=tmp_path / "link",
                   progress=False)  # fmt: skip
     assert "has edge features, which link prediction does not read yet" in capsys.readouterr().err
+
+
+def named_edges(rng, edges: dict) -> dict[str, np.ndarray]:
+    """Typed arrays of ``edges`` whose features name their edge ([source, destination])."""
+    return {
+        **{f"edge_index__{'__'.join(et)}": ei for et, ei in edges.items()},
+        **{f"edge_attr__{'__'.join(et)}": ei.T.astype(np.float32) for et, ei in edges.items()},
+    }
+
+
+def prepared(tmp_path, name: str, arrays: dict):
+    """``arrays`` saved as ``name.npz``, prepared by the command, and opened as a run opens it."""
+    np.savez(tmp_path / f"{name}.npz", **arrays)
+    helpers.ok(helpers.gnnbridge("prepare", str(tmp_path / f"{name}.npz"), "--quiet", cwd=tmp_path))
+    return open_prepared(tmp_path / name)
+
+
+def test_prepared_folders_carry_each_edges_features_into_its_records(tmp_path):
+    """``gnnbridge prepare`` sorts edge features with their edges (out of core, as it sorts the
+    topology): a homogeneous folder's record holds each edge's own row in CSC order, a typed
+    folder's node task (its mapped topology) each type's and each ``rev_`` type's as the ``.npz``'s
+    record does, and a collection's as its ``.npz`` gives them."""
+    rng = np.random.default_rng(2)
+    ei = rng.integers(0, 60, (2, 500))
+    data = prepared(tmp_path, "plain", {"x": np.ones((60, 2), np.float32), "edge_index": ei,
+                                        "y": np.arange(60) % 2, "edge_attr": ei.T.astype(np.float32)})  # fmt: skip
+    dst = torch.repeat_interleave(torch.arange(60), data.indptr.diff())
+    assert data.folder is not None and torch.equal(data.edge_attr, torch.stack([data.indices, dst], 1).float())
+    edges = {
+        ("user", "rates", "item"): rng.integers(0, 30, (2, 300)),
+        ("item", "like", "item"): rng.integers(0, 30, (2, 200)),
+    }
+    typed = {"x__user": np.ones((30, 2), np.float32), "x__item": np.ones((30, 2), np.float32),
+             "y__item": np.arange(30) % 2, **named_edges(rng, edges)}  # fmt: skip
+    source = prepared(tmp_path, "typed", typed)
+    assert source.mapped_topology(True) is not None  # the node task maps the folder's topology
+    folder, memory = (for_node_task(s, reverse=True, seed=0) for s in (source, graph_from_arrays("t", typed, 0, "t")))
+    assert set(folder.edge_attr) == set(memory.edge_attr) == set(folder.edge_index)  # rev_ types too
+    for et, rows in memory.edge_attr.items():
+        assert torch.equal(folder.edge_index[et], memory.edge_index[et]) and torch.equal(folder.edge_attr[et], rows)
+    graphs = graph_collection(graphs=20)
+    collection = prepared(tmp_path, "graphs", graphs)
+    assert torch.equal(collection.edge_attr, graph_from_arrays("g", graphs, 0, "g").edge_attr)
+
+
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        (lambda a: a["edge_attr"].__setitem__((7, 1), np.nan), "edge_attr holds NaN or inf values (first at edge 7)"),
+        (lambda a: a.update(edge_attr=a["edge_attr"][:-1]), "edge_attr has shape [3199, 3]; expected [3200, D]"),
+    ],
+)
+def test_prepare_refuses_bad_edge_features_in_one_line_and_leaves_no_folder(tmp_path, change, needle):
+    arrays = node_graph()
+    change(arrays)
+    np.savez(tmp_path / "bad.npz", **arrays)
+    helpers.one_line(helpers.gnnbridge("prepare", str(tmp_path / "bad.npz"), "--quiet", cwd=tmp_path), needle)
+    assert not (tmp_path / "bad").exists()
+
+
+@pytest.mark.xdist_group("test_edge_features:nodes")
+def test_gine_trains_the_same_from_a_prepared_folder_as_from_its_npz(files, tmp_path):
+    """The folder's mapped, CSC-sorted edge features reach every rank's batches as the ``.npz``'s
+    do: two ranks train to the same numbers."""
+    helpers.ok(helpers.gnnbridge("prepare", str(files / "nodes.npz"), "--out", str(tmp_path / "nodes"), "--quiet",
+                                 cwd=tmp_path))  # fmt: skip
+    results = gnnbridge.run(
+        dataset=tmp_path / "nodes", backend="pyg", nproc=2, out=tmp_path / "run", progress=False,
+        overrides=["model.arch=gine", "train.batch_size=32", "train.epochs=8"],
+    )  # fmt: skip
+    assert results["metrics"] == trained(files, "nodes", "pyg")["metrics"]
 
 
 def test_gat_reads_edge_features_in_its_attention_as_pyg_does_on_both_libraries(files):

@@ -16,6 +16,8 @@ import gnnbridge
 from gnnbridge.core.app.compare import same_batches
 from gnnbridge.core.errors import GnnBridgeError
 from gnnbridge.core.plugins import get_target
+from gnnbridge.core.records.folder import open_prepared
+from gnnbridge.core.records.formats import graph_from_arrays, reading_edge_labels
 from gnnbridge.core.records.hetero import HeteroSource
 from gnnbridge.core.records.labels import label_form
 from gnnbridge.core.sampling.hetero import CoreHeteroSampler, HeteroStore, typed_fanouts
@@ -108,8 +110,15 @@ def test_both_libraries_train_the_same_batches_to_the_same_losses(files):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_heterogeneous_rating_regression_keeps_the_files_splits(files, tmp_path, backend):
+    """On PyG from the folder ``gnnbridge prepare`` made of the file (its edge labels and splits
+    carried), on DGL from the ``.npz`` itself."""
     arrays = ratings()
-    results = gnnbridge.run(dataset=files / "ratings.npz", backend=backend, target="regression", nproc=1,
+    dataset = files / "ratings.npz"
+    if backend == "pyg":
+        dataset = tmp_path / "ratings"
+        helpers.ok(helpers.gnnbridge("prepare", str(files / "ratings.npz"), "--out", str(dataset), "--quiet",
+                                     cwd=tmp_path))  # fmt: skip
+    results = gnnbridge.run(dataset=dataset, backend=backend, target="regression", nproc=1,
                             overrides=["task=edge", "train.epochs=5", "train.batch_size=128", "train.lr=0.01"],
                             out=tmp_path / "run", progress=False)  # fmt: skip
     assert results["metrics"]["test_r2"] > 0.3, results["metrics"]
@@ -172,14 +181,63 @@ def test_bad_edge_input_is_one_line(tmp_path, change, needle):
     helpers.refused_npz(tmp_path, arrays, needle, "task=edge")
 
 
-def test_a_homogeneous_model_and_a_prepared_folder_are_refused_in_one_line(tmp_path):
+def test_a_homogeneous_model_is_refused_in_one_line(tmp_path):
     np.savez(tmp_path / "edges.npz", **homogeneous())
     proc = helpers.gnnbridge("train", "--dataset", str(tmp_path / "edges.npz"), "--set", "task=edge",
                              "--set", "model.arch=gcn", cwd=tmp_path)  # fmt: skip
     helpers.one_line(proc, "model.arch='gcn' is a model for task=node, not task=edge; use one of: hgt, rgcn, sage")
-    proc = helpers.gnnbridge("prepare", str(tmp_path / "edges.npz"), "--quiet", cwd=tmp_path)
-    helpers.one_line(proc, "train from the .npz itself")
-    assert not (tmp_path / "edges").exists()
+
+
+@pytest.mark.xdist_group("test_edge_tasks")
+def test_an_edge_task_trains_the_same_from_a_prepared_folder_as_from_its_npz(files, tmp_path):
+    """``gnnbridge prepare`` carries edge labels (a graph without node labels too); two ranks
+    train the folder to the ``.npz``'s numbers, and a node task on it says what it lacks."""
+    folder = tmp_path / "edges"
+    helpers.ok(helpers.gnnbridge("prepare", str(files / "edges.npz"), "--out", str(folder), "--quiet", cwd=tmp_path))
+    results = gnnbridge.run(
+        dataset=folder, backend="pyg", nproc=2, out=tmp_path / "run", progress=False,
+        overrides=["task=edge", "train.epochs=4", "train.batch_size=128", "train.lr=0.01"],
+    )  # fmt: skip
+    assert results["metrics"] == trained(files, "pyg")["metrics"]
+    proc = helpers.gnnbridge("train", "--dataset", str(folder), "--out", str(tmp_path / "node"), cwd=tmp_path)
+    helpers.one_line(proc, "labels its edges (edge_label) and not its nodes (no y); train it with task=edge")
+
+
+def test_a_typed_folders_edge_task_is_the_npzs(tmp_path):
+    """The record an edge task builds from a prepared typed folder (labels, splits, features of
+    the labelled type, read as the target's form) is the one it builds from the ``.npz``."""
+    arrays = {
+        **ratings(),
+        "edge_attr__user__rates__item": np.random.default_rng(3).normal(size=(E, 2)).astype(np.float32),
+    }
+    np.savez(tmp_path / "r.npz", **arrays)
+    helpers.ok(helpers.gnnbridge("prepare", str(tmp_path / "r.npz"), "--quiet", cwd=tmp_path))
+    with label_form("regression"), reading_edge_labels(True):
+        folder, memory = (
+            for_edge_task(s, False, 0) for s in (open_prepared(tmp_path / "r"), graph_from_arrays("r", arrays, 0, "r"))
+        )
+    for key in ("y", "train_idx", "val_idx", "test_idx"):
+        assert torch.equal(getattr(folder, key), getattr(memory, key)), key
+    assert folder.edge_attr.keys() == memory.edge_attr.keys() and folder.edge_attr
+    for et, rows in memory.edge_attr.items():
+        assert torch.equal(folder.edge_index[et], memory.edge_index[et]) and torch.equal(folder.edge_attr[et], rows)
+
+
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        (lambda a: a["edge_label"].__setitem__(3, 7), "edge_label has labels up to 7 but no 3"),
+        (lambda a: a.update(edge_train_idx=np.arange(10), edge_val_idx=np.arange(5, 20), edge_test_idx=np.array([30])),
+         "edge_label: The val split overlaps an earlier split"),
+        (lambda a: a.update(edge_train_idx=np.arange(10)), "has edge_train_idx but not edge_test_idx, edge_val_idx"),
+    ],
+)  # fmt: skip
+def test_prepare_refuses_bad_edge_labels_in_one_line(tmp_path, change, needle):
+    arrays = homogeneous()
+    change(arrays)
+    np.savez(tmp_path / "bad.npz", **arrays)
+    helpers.one_line(helpers.gnnbridge("prepare", str(tmp_path / "bad.npz"), "--quiet", cwd=tmp_path), needle)
+    assert not (tmp_path / "bad").exists()
 
 
 def test_graphs_held_in_memory_bring_their_edge_labels_and_masks(tmp_path):

@@ -83,7 +83,8 @@ def test_a_folder_opens_as_the_npz_graph_mapped_from_its_files(tmp_path):
     for key in ("indptr", "indices", "x", "y", "train_idx", "val_idx", "test_idx"):
         assert torch.equal(getattr(opened, key), getattr(loaded, key)), key
     assert opened.num_classes == loaded.num_classes
-    assert opened.mapped_from == (open_prepared, (str(folder), 3, "class"))  # ranks reopen it in its label form
+    # ranks reopen it in its label form, taking edge labels where the run is an edge task
+    assert opened.mapped_from == (open_prepared, (str(folder), 3, "class", False))
     assert isinstance(np.load(folder / "x.npy", mmap_mode="r"), np.memmap)
     maps = open(f"/proc/{os.getpid()}/maps").read()
     assert str(folder / "x.npy") in maps and str(folder / "prepared" / "indices.npy") in maps
@@ -127,6 +128,16 @@ def test_an_npz_is_streamed_into_a_folder_beside_it(tmp_path):
     for key, value in arrays.items():
         assert np.array_equal(np.load(tmp_path / "g" / f"{key}.npy"), value)
     assert prepare(str(tmp_path / "g.npz"), progress=False)["already"]
+
+
+def test_an_npz_of_targets_is_streamed_as_a_folder_of_them_is(tmp_path):
+    """Float ``y`` (regression, or 0/1 rows for multi-label) and float edge labels are checked as
+    the labels they are, not refused as classes of the wrong dtype."""
+    arrays = {**graph_arrays(), "y": np.linspace(0, 1, 120, dtype=np.float32)}
+    arrays["edge_label"] = np.linspace(0, 1, arrays["edge_index"].shape[1], dtype=np.float32)
+    np.savez(tmp_path / "g.npz", **arrays)
+    summary = prepare(str(tmp_path / "g.npz"), progress=False)["summary"]
+    assert (summary["labels"], summary["edge_labels"], summary["edge_classes"]) == ("targets", "targets", 1)
 
 
 def test_an_npz_changed_after_prepare_is_streamed_again_not_reported_prepared(tmp_path):

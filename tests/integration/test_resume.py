@@ -242,7 +242,7 @@ def test_evaluate_and_predict_from_a_run_folder_or_a_checkpoint_file(tmp_path, u
         assert report["metrics"] == pytest.approx(best["metrics"])
 
     latest = ok(in_process("evaluate", str(run / "checkpoints" / "latest.pt"), cwd=tmp_path)).stdout
-    assert "(epoch 4, sage-synthetic on pyg): train_acc" in latest
+    assert "(epoch 4, sage-synthetic on pyg): val_acc " in latest
 
     ok(in_process("predict", str(run), "--out", "preds.npz", cwd=tmp_path))
     with np.load(tmp_path / "preds.npz") as preds:

@@ -17,8 +17,10 @@ the monitored metric.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
+from collections.abc import Iterator
 
 import torch
 
@@ -32,6 +34,7 @@ from gnnbridge.core.models.build import resolve as resolve_model
 from gnnbridge.core.plugins import PluginError, backends, blame, datasets, families, get_target, warn
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData
+from gnnbridge.core.records.formats import reading_edge_labels
 from gnnbridge.core.records.hetero import HeteroGraphData, HeteroSource, edge_name, find_edge_type
 from gnnbridge.core.records.labels import label_form
 from gnnbridge.core.runtime.host import available_memory, format_bytes, free_disk
@@ -202,8 +205,8 @@ def target_of(config: ExperimentConfig) -> Target:
 def _load_for_task(config: ExperimentConfig) -> GraphData | GraphCollection:
     """The dataset, loaded and turned into the task's record, checked to suit the task; its
     labels are read in the target's form (:mod:`gnnbridge.core.records.labels`)."""
-    target = target_of(config)
-    with label_form(families.get(config.task).labels or target.labels):
+    target_of(config)
+    with reading_as(config):
         data = for_task(config, _call_loader(config))
     _check_data_task(config, data)
     with blame(families.origin(config.task), "check(data, config)"):
@@ -499,7 +502,17 @@ def _family_record(config: ExperimentConfig, data):
 def rederive(config: ExperimentConfig, mapped_from: tuple):
     """A rank's copy of a task record derived from a memory-mapped source (see :func:`for_task`)."""
     opener, args = mapped_from
-    return for_task(config, opener(*args))
+    with reading_as(config):  # a rank has no context of its own: the derivation reads labels too
+        return for_task(config, opener(*args))
+
+
+@contextlib.contextmanager
+def reading_as(config: ExperimentConfig) -> Iterator[None]:
+    """Inside: records read labels in the form the run's family and target read them, and edge
+    labels for an edge task (:mod:`gnnbridge.core.records.labels`, ``reading_edge_labels``)."""
+    form = families.get(config.task).labels or get_target(config.target).labels
+    with label_form(form), reading_edge_labels(config.kind is Task.EDGE):
+        yield
 
 
 def _for_task(config: ExperimentConfig, data):
@@ -562,16 +575,10 @@ def _for_task(config: ExperimentConfig, data):
 
 
 def _check_edge_source(config: ExperimentConfig, data) -> None:
-    """task=edge reads edge labels from an ``.npz`` (or arrays in memory): one line for a graph
-    without them, and for a prepared folder (which holds node labels only, so far)."""
-    where = config.dataset.path or config.dataset.name
-    if getattr(data, "folder", None) is not None:
-        raise ConfigError(
-            f"Dataset '{where}' is a prepared folder, whose labels are node labels; task=edge reads its edge labels "
-            "from the .npz itself (--set dataset.path=FILE.npz), not from a folder yet."
-        )
+    """task=edge reads edge labels (from an ``.npz``, a prepared folder or arrays in memory): one
+    line for a graph without them."""
     if not isinstance(data, HeteroSource):  # (a source without them is refused where its record is built)
-        raise no_edge_labels(where)
+        raise no_edge_labels(config.dataset.path or config.dataset.name)
 
 
 # Bytes per node of a type while its task record is built and sampled: CSC offsets per edge type

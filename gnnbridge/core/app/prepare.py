@@ -38,6 +38,7 @@ from gnnbridge.core.errors import ConfigError, DataError, ResourceError
 from gnnbridge.core.files import PARTIAL, fsync_file, partial_name, remove_partial, replace, replacing, taking_turns
 from gnnbridge.core.records.data import check_ids
 from gnnbridge.core.records.folder import (
+    CSC_EDGE_ATTR,
     CSC_INDPTR,
     FORMAT,
     MANIFEST,
@@ -49,15 +50,18 @@ from gnnbridge.core.records.folder import (
     stat_input,
 )
 from gnnbridge.core.records.formats import (
+    EDGE_ATTR,
+    EDGE_LABEL,
+    EDGE_SPLITS,
     NODE_PTR,
     NPZ_ARRAYS,
-    NPZ_REQUIRED,
     check_header,
     check_member_header,
     hetero_source,
     is_hetero,
+    is_label_key,
     is_member_name,
-    refuse_edge_arrays,
+    missing_members,
     typed_keys,
 )
 from gnnbridge.core.records.hetero import edge_name, reverse_types
@@ -224,7 +228,6 @@ def _link_sources(src: Path, out: Path) -> None:
 def source_members(root: Path) -> dict[str, Path]:
     """``{key: file}`` of the format's ``.npy`` files in ``root`` (other files are ignored)."""
     found = {f.stem: f for f in sorted(root.glob("*.npy")) if f.is_file()}
-    refuse_edge_arrays(root, found)
     if is_hetero(found):
         members = {k: f for k, f in found.items() if is_member_name(k)}  # refused when kinds mix
         return {k: members[k] for k in typed_keys(root, members)}
@@ -244,7 +247,7 @@ def open_checked(root: Path, key: str, file: Path, spec: tuple) -> np.ndarray:
         raise DataError(
             f"{root}: {key} ({file.name}) is not a numpy array ({str(exc)[:100]}); save arrays with numpy.save."
         ) from None
-    if key == "y":  # classes or rows of targets: which, the run's target says (see _prepare_node)
+    if is_label_key(key):  # classes or rows of targets: which, the run's target says (see _prepare_node)
         with label_form(labels_of(found, shape)):
             check_member_header(root, key, found, shape, *spec)
     else:
@@ -292,7 +295,7 @@ def _spec(file: str, array: np.ndarray, dtype: str | None = None) -> dict:
 
 
 def _prepare_node(root: Path, members: dict, dtype: str, progress: bool) -> dict:
-    missing = [k for k in NPZ_REQUIRED if k not in members]
+    missing = missing_members(members)
     if missing:
         raise DataError(
             f"{root}: missing {', '.join(f'{k}.npy' for k in missing)}; a graph folder needs "
@@ -301,12 +304,14 @@ def _prepare_node(root: Path, members: dict, dtype: str, progress: bool) -> dict
             "heterogeneous graph has typed files such as x__paper.npy."
         )
     a = {k: open_checked(root, k, f, NPZ_ARRAYS[k]) for k, f in members.items()}
-    x, ei, y = a["x"], a["edge_index"], a["y"]
+    x, ei, y = a["x"], a["edge_index"], a.get("y")
     if ei.shape[0] != 2:
         raise DataError(f"{root}: edge_index has shape {list(ei.shape)}; expected [2, E].")
     n = int(x.shape[0])
     if n == 0 or x.shape[1] == 0:
         raise DataError(f"{root}: x has shape {list(x.shape)}; every graph needs nodes and every node a feature.")
+    if y is None:  # a graph whose edges carry the labels (an edge task's)
+        return _prepare_edge_labelled(root, a, dtype, progress)
     if y.shape[0] != n:
         raise DataError(
             f"{root}: y has {y.shape[0]} labels but x has {n} rows; give one label per node (or add "
@@ -323,6 +328,7 @@ def _prepare_node(root: Path, members: dict, dtype: str, progress: bool) -> dict
         checked.append("x finite" + (f", {precision_note('x', arrays['x'])}" if dtype != "float32" else ""))
         arrays.update(build_csc(root, ei, n, bar))
         checked.append("edge ids in [0, N)")
+        edge_summary = _edge_members(root, a, arrays, checked, bar)
         labels = labels_of(y.dtype, y.shape)
         if labels == "class":
             num_classes, binary = _labels(root, "y", y, bar), False
@@ -343,8 +349,77 @@ def _prepare_node(root: Path, members: dict, dtype: str, progress: bool) -> dict
         "labels": "class" if labels == "class" else "targets",  # targets: regression, or multilabel where binary
         "binary": binary,
         "splits": "files" if present else "drawn from the seed at load",
+        **edge_summary,
     }
     return {"kind": "node", "arrays": arrays, "checked": checked, "summary": summary}
+
+
+def _prepare_edge_labelled(root: Path, a: dict, dtype: str, progress: bool) -> dict:
+    """A graph with labels on its edges and none on its nodes: an edge task's, whose record is
+    built at load from the edges as given (``edge_index``, mapped), as from an ``.npz``."""
+    x, ei = a["x"], a["edge_index"]
+    bar = _bar(progress, x.nbytes + ei.nbytes * 2, root)
+    with bar:
+        checked = ["headers (dtype, shape)"]
+        arrays = {"x": _features(root, "x", x, dtype, bar, f"{PREPARED}/x.{dtype}.npy")}
+        checked.append("x finite")
+        arrays.update(build_csc(root, ei, int(x.shape[0]), bar))
+        checked.append("edge ids in [0, N)")
+        edge_summary = _edge_members(root, a, arrays, checked, bar)
+    summary = {
+        "num_nodes": int(x.shape[0]),
+        "num_edges": int(ei.shape[1]),
+        "num_features": int(x.shape[1]),
+        "num_classes": 0,
+        **edge_summary,
+    }
+    return {"kind": "node", "arrays": arrays, "checked": checked, "summary": summary}
+
+
+def _edge_members(root: Path, a: dict, arrays: dict, checked: list, bar) -> dict:
+    """A homogeneous graph's edge features and edge labels, checked; their manifest entries join
+    ``arrays`` and what was checked ``checked``. Edge features are also written in the CSC order
+    of the topology (``prepared/edge_attr.npy``, what node and graph batches gather); edge labels,
+    their splits and ``edge_index`` as given are what an edge task's record is built from."""
+    ei, e, summary = a["edge_index"], int(a["edge_index"].shape[1]), {}
+    if EDGE_ATTR in a:
+        rows = a[EDGE_ATTR]
+        if rows.shape[0] != e or rows.shape[1] == 0:
+            raise DataError(f"{root}: edge_attr has shape {list(rows.shape)}; expected [{e}, D] with D >= 1.")
+        csc = f"{PREPARED}/edge_attr.npy"
+        sorted_rows(root, EDGE_ATTR, rows, ei, root / arrays["indptr"]["file"], root / csc, bar)
+        arrays[EDGE_ATTR] = _spec(f"{EDGE_ATTR}.npy", rows)
+        arrays[CSC_EDGE_ATTR] = _spec(csc, rows)
+        checked.append("edge features finite")
+        summary["edge_features"] = int(rows.shape[1])
+    if EDGE_LABEL in a:
+        summary.update(_edge_labels(root, a, EDGE_LABEL, EDGE_SPLITS, e, bar, "edge"))
+        arrays.update({k: _spec(f"{k}.npy", a[k]) for k in (EDGE_LABEL, *EDGE_SPLITS) if k in a})
+        arrays["edge_index"] = _spec("edge_index.npy", ei)
+        checked.append("edge labels" + (", edge splits in range, disjoint" if EDGE_SPLITS[0] in a else ""))
+    elif any(k in a for k in EDGE_SPLITS):
+        raise DataError(f"{root}: has edge splits ({', '.join(k for k in EDGE_SPLITS if k in a)}) but no edge_label.")
+    return summary
+
+
+def _edge_labels(root: Path, a: dict, key: str, split_keys: tuple, e: int, bar, unit: str) -> dict:
+    """An edge task's labels (``key``, one per edge) and splits (``split_keys``, columns of the
+    edge type), checked as a node's are; the summary a run reads of them."""
+    y = a[key]
+    if y.shape[0] != e:
+        raise DataError(f"{root}: {key} has {y.shape[0]} labels for {e} edges (columns of edge_index).")
+    labels = labels_of(y.dtype, y.shape)
+    if labels == "class":
+        width, binary = _labels(root, key, y, bar), False
+    else:
+        width, binary = _targets(root, y, bar)
+    present = [k for k in split_keys if k in a]
+    if present and len(present) != 3:
+        absent = sorted(set(split_keys) - set(present))
+        raise DataError(f"{root}: has {', '.join(present)} but not {', '.join(absent)}; give all three splits or none.")
+    if present:
+        _splits(root, dict(zip(SPLITS, (a[k] for k in split_keys))), e, unit, prefix=f"{key}: ")
+    return {"edge_labels": "class" if labels == "class" else "targets", "edge_classes": width, "edge_binary": binary}
 
 
 def labels_of(dtype: np.dtype, shape: tuple) -> str:
@@ -575,27 +650,58 @@ def counting_sort(
 
     def place(out: np.ndarray) -> None:
         indices = out[0] if with_destinations else out
-        fill_file = partial_name(indices_file.with_name("fill.npy"))  # the next free slot of each destination
-        try:
-            fill = np.lib.format.open_memmap(fill_file, mode="w+", dtype=np.int64, shape=(max(n, 1),))
-            for start in range(0, n, step):
-                fill[start : start + step] = indptr[start : min(start + step, n)]
-            for start in range(0, e, step):
-                src, dst = (np.array(ei[i, start : start + step]) for i in (0, 1))
-                order = np.argsort(dst, kind="stable")
-                dst, src = dst[order], src[order]
-                ids, first, counts = np.unique(dst, return_index=True, return_counts=True)
-                at = fill[dst] + np.arange(dst.shape[0]) - np.repeat(first, counts)  # rank within its destination
-                indices[at] = src
-                if with_destinations:
-                    out[1, at] = dst
-                fill[ids] += counts
-                bar.update(src.nbytes + dst.nbytes)
-            del fill
-        finally:
-            fill_file.unlink(missing_ok=True)
+        for start, order, at, dst in sorted_positions(ei, indptr, step, indices_file):
+            indices[at] = np.array(ei[0, start : start + step])[order]
+            if with_destinations:
+                out[1, at] = dst
+            bar.update(dst.nbytes * 2)
 
     write_array(indices_file, np.int64, (2, e) if with_destinations else (e,), place)
+
+
+def sorted_positions(ei: np.ndarray, indptr: np.ndarray, step: int, beside: Path):
+    """Per chunk of ``step`` edges of ``ei``: ``(start, order, at, dst)``, the chunk's edges in
+    destination order (``order``, stable), their positions in the CSC order that ``indptr`` (the
+    offsets of the destinations) lays out, and their destinations. Each destination's next free
+    slot is a scratch file beside ``beside``: memory stays bounded by the chunk."""
+    n = int(indptr.shape[0]) - 1
+    fill_file = partial_name(beside.with_name("fill.npy"))
+    try:
+        fill = np.lib.format.open_memmap(fill_file, mode="w+", dtype=np.int64, shape=(max(n, 1),))
+        for start in range(0, n, step):
+            fill[start : start + step] = indptr[start : min(start + step, n)]
+        for start in range(0, int(ei.shape[1]), step):
+            dst = np.array(ei[1, start : start + step])
+            order = np.argsort(dst, kind="stable")
+            dst = dst[order]
+            ids, first, counts = np.unique(dst, return_index=True, return_counts=True)
+            at = fill[dst] + np.arange(dst.shape[0]) - np.repeat(first, counts)  # rank within its destination
+            fill[ids] += counts
+            yield start, order, at, dst
+        del fill
+    finally:
+        fill_file.unlink(missing_ok=True)
+
+
+def sorted_rows(root: Path, key: str, rows: np.ndarray, ei: np.ndarray, indptr_file: Path, target: Path, bar) -> None:
+    """``target``: the rows of ``rows`` (one per edge of ``ei``, as given; edge features) in the
+    CSC order :func:`counting_sort` wrote ``indptr_file`` for, each checked finite as it is copied."""
+    indptr = np.load(indptr_file, mmap_mode="r")
+    step = max(1, chunk_bytes() // max(48, rows[:1].nbytes * 2))
+
+    def fill(out: np.ndarray) -> None:
+        for start, order, at, _ in sorted_positions(ei, indptr, step, target):
+            block = np.asarray(rows[start : start + step])
+            bad = ~np.isfinite(block).all(axis=1)
+            if bad.any():
+                raise DataError(
+                    f"{root}: {key} holds NaN or inf values (first at edge {start + int(bad.argmax())}); "
+                    "clean the edge features first."
+                )
+            out[at] = block[order]
+            bar.update(block.nbytes)
+
+    write_array(target, rows.dtype, rows.shape, fill)
 
 
 def _labels(root: Path, key: str, y: np.ndarray, bar) -> int:
@@ -657,7 +763,9 @@ def _prepare_collection(root: Path, members: dict) -> dict:
     splits = [t[k] for k in SPLITS] if "train_idx" in t else None
     try:
         with label_form(labels_of(a["y"].dtype, a["y"].shape)):  # the run's target checks them again
-            data = GraphCollection.from_edges(t["x"], t["edge_index"], t[NODE_PTR], t["y"], splits)
+            data = GraphCollection.from_edges(
+                t["x"], t["edge_index"], t[NODE_PTR], t["y"], splits, edge_attr=t.get(EDGE_ATTR)
+            )
     except DataError as exc:
         raise DataError(f"{root}: {exc}") from None
     summary = {k: v for k, v in data.summary().items() if k != "name"}
@@ -695,7 +803,17 @@ def _prepare_hetero(root: Path, members: dict, dtype: str, progress: bool) -> di
         for et, forward in {**{et: et for et in source.edges}, **reverse}.items():  # a rev_ type: the flipped edges
             edges = a["edge_index__" + "__".join(forward)]
             arrays.update(build_typed_csc(root, edges if et == forward else edges[::-1], et, counts[et[2]], bar))
+            if forward in (source.edge_attr or {}):
+                arrays.update(_typed_edge_features(root, a, forward, et, edges if et == forward else edges[::-1], bar))
         checked.append("CSC topology per edge type and per rev_ type")
+        if source.edge_attr:
+            checked.append("edge features finite")
+        if source.edge_y is not None:
+            et = "__".join(source.target_edge)
+            splits = tuple(f"{k}__{et}" for k in EDGE_SPLITS)
+            e = int(source.edges[source.target_edge].shape[1])
+            summary_edges = _edge_labels(root, a, f"{EDGE_LABEL}__{et}", splits, e, bar, "edge")
+            checked.append("edge labels" + (", edge splits in range, disjoint" if splits[0] in a else ""))
         if source.target_edge is not None and source.held_out is not None:
             _held_out_disjoint(root, a, source.target_edge, counts[source.target_edge[2]])
             checked.append("val and test edges disjoint")
@@ -716,8 +834,19 @@ def _prepare_hetero(root: Path, members: dict, dtype: str, progress: bool) -> di
         "node_types": dict(counts),
         "num_classes": num_classes,
         "edge_types": {edge_name(et): int(e.shape[1]) for et, e in source.edges.items()},
+        **(summary_edges if source.edge_y is not None else {}),
     }
     return {"kind": "hetero", "arrays": arrays, "checked": checked, "summary": summary}
+
+
+def _typed_edge_features(root: Path, a: dict, forward: tuple, et: tuple, edges: np.ndarray, bar) -> dict:
+    """The features of ``forward``'s edges in the CSC order of message-passing type ``et`` (itself,
+    or its ``rev_`` type, whose ``edges`` are the flipped ones): what a node task's batches gather."""
+    key, suffix = f"{EDGE_ATTR}__{'__'.join(forward)}", "__".join(et)
+    rows, target = a[key], f"{PREPARED}/edge_attr__{suffix}.npy"
+    indptr = root / PREPARED / f"indptr__{suffix}.npy"
+    sorted_rows(root, key, rows, edges, indptr, root / target, bar)
+    return {f"{CSC_EDGE_ATTR}__{suffix}": _spec(target, rows)}
 
 
 def _held_out_disjoint(root: Path, a: dict, et: tuple, n_dst: int) -> None:

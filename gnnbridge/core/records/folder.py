@@ -33,7 +33,16 @@ from gnnbridge.core.errors import DataError, DataFileNotFoundError
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData, random_split
 from gnnbridge.core.records.features import advise
-from gnnbridge.core.records.formats import hetero_source, is_member_name
+from gnnbridge.core.records.formats import (
+    EDGE_ATTR,
+    EDGE_LABEL,
+    NPZ_ARRAYS,
+    edge_labelled,
+    edge_labels_wanted,
+    hetero_source,
+    is_member_name,
+    reading_edge_labels,
+)
 from gnnbridge.core.records.labels import classes_under, current_form, label_form, stored
 
 FORMAT = 1
@@ -41,6 +50,7 @@ PREPARED = "prepared"
 MANIFEST = f"{PREPARED}/manifest.json"
 SPLITS = ("train_idx", "val_idx", "test_idx")
 CSC_INDPTR, CSC_EDGES = "csc_indptr", "csc_edges"  # a heterogeneous folder's prepared topology (csc_keys)
+CSC_EDGE_ATTR = "csc_edge_attr"  # edge features in the CSC order of the prepared topology (per type: csc_keys)
 RANDOM_MIN_BYTES = 64 << 20  # an array read at random (no read-around) when the folder is too large to cache
 
 
@@ -209,13 +219,15 @@ def mapped(root: Path, spec: dict) -> torch.Tensor:
     return tensor.view(torch.bfloat16) if spec["dtype"] == "bfloat16" else tensor
 
 
-def open_prepared(path: str | os.PathLike, seed: int = 0, form: str | None = None):
+def open_prepared(path: str | os.PathLike, seed: int = 0, form: str | None = None, edge_labels: bool | None = None):
     """The record of a prepared folder (:class:`GraphData`, :class:`HeteroSource` or
     :class:`GraphCollection`), its arrays memory-mapped and not validated again; splits the
     folder lacks are drawn from ``seed`` exactly as the ``.npz`` loader draws them. Its labels are
-    read in ``form`` (default: the context's, :mod:`.labels`), which a rank reopening the record
-    is handed, as it has no context of its own."""
-    with label_form(form or current_form()):
+    read in ``form`` (default: the context's, :mod:`.labels`), and its edge labels taken when an
+    edge task reads it (``edge_labels``, default: the context's), which a rank reopening the
+    record is handed, as it has no context of its own."""
+    wanted = edge_labels_wanted() if edge_labels is None else edge_labels
+    with label_form(form or current_form()), reading_edge_labels(wanted):
         return _open_prepared(Path(path), seed)
 
 
@@ -227,20 +239,23 @@ def _open_prepared(root: Path, seed: int):
     arrays = {key: mapped(root, spec) for key, spec in manifest["arrays"].items()}
     advise_uncacheable(arrays.values(), sum(a.nbytes for a in arrays.values()))
     kind, name = manifest["kind"], root.name
-    if kind == "node":
-        record = _node_graph(arrays, manifest, seed, name)
+    if kind == "node" and EDGE_LABEL in arrays and edge_labels_wanted():  # built at load, as from an .npz
+        record = edge_labelled(root, {k: v for k, v in arrays.items() if k in NPZ_ARRAYS}, name)
+    elif kind == "node":
+        record = _node_graph(root, arrays, manifest, seed, name)
     elif kind == "hetero":
         record = _hetero(root, arrays, manifest, name)
     elif kind == "collection":  # loaded whole and validated: collections are many small graphs
         arrays = {k: v.clone() for k, v in arrays.items()}
         splits = [arrays[k] for k in SPLITS] if "train_idx" in arrays else None
         record = GraphCollection.from_edges(
-            arrays["x"], arrays["edge_index"], arrays["node_ptr"], arrays["y"], splits, seed=seed, name=name
-        )
+            arrays["x"], arrays["edge_index"], arrays["node_ptr"], arrays["y"], splits, seed=seed, name=name,
+            edge_attr=arrays.get(EDGE_ATTR),
+        )  # fmt: skip
     else:
         raise DataError(f"{root / MANIFEST} names kind {kind!r}; run gnnbridge prepare {root} again.")
     record.folder = root
-    record.mapped_from = (open_prepared, (str(root), seed, current_form()))
+    record.mapped_from = (open_prepared, (str(root), seed, current_form(), edge_labels_wanted()))
     return record
 
 
@@ -279,12 +294,16 @@ def _hetero(root: Path, arrays: dict, manifest: dict, name: str):
         indptr_key, edges_key = csc_keys(edge_type)
         if edges_key in arrays:
             topology[edge_type] = (arrays[indptr_key], arrays[edges_key])
-    typed = {k: v for k, v in arrays.items() if not k.startswith((CSC_INDPTR + "__", CSC_EDGES + "__"))}
+    derived = (CSC_INDPTR + "__", CSC_EDGES + "__", CSC_EDGE_ATTR + "__")
+    typed = {k: v for k, v in arrays.items() if not k.startswith(derived)}
     record = hetero_source(root, typed, name)
     if record.target_edge is None and manifest.get("target_edge"):  # a named dataset's default link target
         record.target_edge = tuple(manifest["target_edge"])
     if topology:
         record.topology = topology
+        record.topology_edge_attr = {
+            tuple(k.split("__")[1:]): v for k, v in arrays.items() if k.startswith(CSC_EDGE_ATTR + "__")
+        }
         record.num_classes = int(manifest["summary"]["num_classes"])
     return record
 
@@ -308,7 +327,12 @@ def folder_labels(y: torch.Tensor, summary: dict, name: str) -> torch.Tensor:
     return y if form == "class" else stored(y, form)
 
 
-def _node_graph(arrays: dict, manifest: dict, seed: int, name: str) -> GraphData:
+def _node_graph(root: Path, arrays: dict, manifest: dict, seed: int, name: str) -> GraphData:
+    if "y" not in arrays:
+        raise DataError(
+            f"{root}: labels its edges (edge_label) and not its nodes (no y); train it with task=edge, or add y.npy "
+            "and prepare it again."
+        )
     n = int(arrays["x"].shape[0])
     splits = [arrays[k] for k in SPLITS] if "train_idx" in arrays else list(random_split(n, seed))
     return GraphData.unchecked(
@@ -321,4 +345,5 @@ def _node_graph(arrays: dict, manifest: dict, seed: int, name: str) -> GraphData
         test_idx=splits[2],
         num_classes=int(manifest["summary"]["num_classes"]),
         name=name,
+        edge_attr=arrays.get(CSC_EDGE_ATTR),  # in the topology's CSC order (prepare sorted it)
     )

@@ -95,17 +95,6 @@ def check_member_header(path, key: str, found: np.dtype, shape: tuple, dtype, nd
     return None
 
 
-def refuse_edge_arrays(where, names) -> None:
-    """One line for edge labels or features where a prepared folder would be made: its records
-    hold neither, so far (an ``.npz`` brings them)."""
-    found = sorted(n for n in names if n.split("__", 1)[0] in (*EDGE_ARRAYS, EDGE_ATTR))
-    if found:
-        raise DataError(
-            f"{where}: holds edge labels or features ({', '.join(found[:2])}{', ...' if len(found) > 2 else ''}), "
-            "which a prepared folder does not carry yet; train from the .npz itself (--dataset FILE.npz)."
-        )
-
-
 def is_label_key(key: str) -> bool:
     """Whether a member holds labels (node or graph ``y``, an edge task's ``edge_label``, or a
     typed one of either), whose dtype and dimensions the target's form decides."""
@@ -209,7 +198,7 @@ def graph_from_arrays(where, arrays: dict, seed: int, name: str) -> GraphData | 
     if tensors["edge_index"].shape[0] != 2:
         raise DataError(f"{where}: edge_index has shape {list(tensors['edge_index'].shape)}; expected [2, E].")
     if EDGE_LABEL in tensors:
-        return _edge_labelled(where, tensors, name)
+        return edge_labelled(where, tensors, name)
     if "y" not in tensors:
         return unlabelled_graph(where, tensors, name)
     splits = _splits(where, tensors)
@@ -234,7 +223,7 @@ def graph_from_arrays(where, arrays: dict, seed: int, name: str) -> GraphData | 
         raise DataError(f"{where}: {exc}") from None
 
 
-def _edge_labelled(where, tensors: dict[str, torch.Tensor], name: str) -> HeteroSource:
+def edge_labelled(where, tensors: dict[str, torch.Tensor], name: str) -> HeteroSource:
     """A homogeneous graph whose edges carry labels, as the one-relation source an edge task reads
     (node labels it also has stay those of its one node type, for task=node)."""
     if NODE_PTR in tensors:

@@ -557,6 +557,8 @@ class HeteroSource(Mapped):
     # by destination [2, E])}, memory-mapped, for every edge type and its rev_ type; and the
     # class count prepare found. A node task then maps its topology instead of building it.
     topology: dict[EdgeType, tuple[torch.Tensor, torch.Tensor]] | None = None
+    # the edge features of the message-passing types that have them, in ``topology``'s CSC order
+    topology_edge_attr: dict[EdgeType, torch.Tensor] = field(default_factory=dict)
     num_classes: int | None = None
     # Set when opened from a prepared folder (see LabelledRecord.folder; Mapped.mapped_from).
     folder = None

@@ -94,4 +94,5 @@ def mapped_node_task(source: HeteroSource, topology: dict, seed: int) -> HeteroG
         test_idx=splits[2],
         num_classes=classes,
         name=source.name,
+        edge_attr={et: f for et, f in source.topology_edge_attr.items() if et in topology},
     )
