@@ -109,6 +109,16 @@ def one_line(proc: subprocess.CompletedProcess, needle: str) -> None:
     assert needle in lines[0], lines[0]
 
 
+def refused_prepare(tmp_path: Path, arrays: dict, needle: str) -> None:
+    """``gnnbridge prepare`` of ``arrays`` saved as an ``.npz`` is refused in one line holding
+    ``needle``, and no folder is left."""
+    import numpy as np
+
+    np.savez(tmp_path / "bad.npz", **arrays)
+    one_line(gnnbridge("prepare", str(tmp_path / "bad.npz"), "--quiet", cwd=tmp_path), needle)
+    assert not (tmp_path / "bad").exists()
+
+
 def refused_npz(tmp_path: Path, arrays: dict, needle: str, *settings: str) -> None:
     """Training on ``arrays`` saved as an ``.npz`` (with ``--set`` ``settings``) is refused in one
     line holding ``needle``, and no run folder is left."""
