@@ -129,6 +129,16 @@ def test_a_heterogeneous_rating_regression_keeps_the_files_splits(files, tmp_pat
     scores = get_target("regression").scores(1)
     scores.update(torch.from_numpy(out["logits"][test]), torch.from_numpy(arrays[f"edge_label__{rel}"][test]))
     assert scores.as_metrics("test") == pytest.approx({k: v for k, v in results["metrics"].items() if "test" in k})
+    # the same ratings, their labels and splits left out: predict scores them as they are given
+    unlabelled = {
+        k: v for k, v in arrays.items() if not k.startswith(("edge_label", "edge_train", "edge_val", "edge_test"))
+    }
+    np.savez(tmp_path / "new.npz", **unlabelled)
+    new = gnnbridge.predict(tmp_path / "run", kind="latest", dataset=tmp_path / "new.npz")
+    assert set(new) == {"logits"} and np.allclose(new["logits"], out["logits"], atol=1e-5)
+    np.savez(tmp_path / "other.npz", **{k: v for k, v in unlabelled.items() if "rates" not in k})
+    with pytest.raises(GnnBridgeError, match=r"no \(user,rates,item\) edges, the edge type this run's model scores"):
+        gnnbridge.predict(tmp_path / "run", kind="latest", dataset=tmp_path / "other.npz")
 
 
 def test_a_training_batch_never_samples_its_own_edges_or_their_mirrors():
@@ -179,6 +189,25 @@ def test_bad_edge_input_is_one_line(tmp_path, change, needle):
     arrays["y"] = np.arange(N, dtype=np.int64) % 2  # node labels too: task=node would read them
     change(arrays)
     helpers.refused_npz(tmp_path, arrays, needle, "task=edge")
+
+
+@pytest.mark.xdist_group("test_edge_tasks")
+def test_predict_scores_the_edges_of_a_new_graph_that_carries_no_labels(files, tmp_path):
+    """A graph without edge labels (an ``.npz``, a PyG ``Data``) is scored edge by edge in the
+    order it gives its edges: here the training graph's edges shuffled, whose rows are the run's
+    own rows shuffled alike."""
+    trained(files, "pyg")
+    arrays, run = homogeneous(), files / "run-pyg"
+    before = gnnbridge.predict(run)
+    perm = np.random.default_rng(0).permutation(E)
+    np.savez(tmp_path / "new.npz", x=arrays["x"], edge_index=arrays["edge_index"][:, perm])
+    new = gnnbridge.predict(run, dataset=tmp_path / "new.npz")
+    assert set(new) == {"logits", "probs", "pred"}
+    np.testing.assert_allclose(new["logits"], before["logits"][perm], atol=1e-5)
+    from torch_geometric.data import Data
+
+    graph = Data(x=torch.from_numpy(arrays["x"]), edge_index=torch.from_numpy(arrays["edge_index"]))
+    np.testing.assert_allclose(gnnbridge.predict(run, dataset=graph)["logits"], before["logits"], atol=1e-5)
 
 
 def test_a_homogeneous_model_is_refused_in_one_line(tmp_path):

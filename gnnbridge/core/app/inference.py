@@ -189,6 +189,7 @@ def _dataset_overrides(dataset: Any, trained: dict) -> list[str]:
     if dataset is None:
         return []
     path = as_dataset(dataset, trained)
+    path = os.fspath(path) if isinstance(path, os.PathLike) else path  # a pathlib.Path as its text
     if not isinstance(path, str) or not path.endswith(".npz"):
         raise ConfigError(
             f"dataset={path!r}: predict on another graph takes a .npz path or a graph held in memory "
@@ -371,7 +372,8 @@ def _prepare(target, kind: str, device: str | None, overrides, action: str, trus
     path = checkpoint.find(target, kind)
     state = {**checkpoint.load(path), "path": str(path)}
     # predict scores a graph without labels too (the model says how many classes there are)
-    with labels_optional(state.get("data", {}).get("num_classes") if action == "predict" else None):
+    trained = state.get("data", {})
+    with labels_optional(trained.get("num_classes") if action == "predict" else None, trained.get("target_edge")):
         overrides = [*overrides, *_dataset_overrides(dataset, state["config"])]
         config = resolve_config(state["config"], overrides=overrides, device=device, nproc=1)
         check_frozen(state["config"], config.to_dict(), INFERENCE_FROZEN, action)

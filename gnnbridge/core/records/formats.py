@@ -17,7 +17,7 @@ from gnnbridge.core.errors import DataError
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData, random_split
 from gnnbridge.core.records.hetero import HOMOGENEOUS_EDGE, HeteroSource, edge_source
-from gnnbridge.core.records.labels import check_form, current_form, scoped
+from gnnbridge.core.records.labels import check_form, current_form, placeholder, scoped
 
 NPZ_REQUIRED = {"edge_index": (np.int64, 2), "x": (np.float32, 2), "y": (np.int64, 1)}
 NPZ_SPLITS = ("train_idx", "val_idx", "test_idx")
@@ -159,13 +159,20 @@ def edge_labels_wanted() -> bool:
     return _EDGE_LABELS.get()
 
 
+# The edge type whose edges an edge task's model scores ("src,rel,dst"), while predict opens a
+# graph that may not label them (see labels_optional).
+_UNLABELLED_EDGES: contextvars.ContextVar[str | None] = contextvars.ContextVar("unlabelled_edges", default=None)
+
+
 @contextlib.contextmanager
-def labels_optional(num_classes: int | None) -> Iterator[None]:
+def labels_optional(num_classes: int | None, target_edge: str | None = None) -> Iterator[None]:
     """Inside: a homogeneous graph for node classification may come without labels (``y``); it
     opens as a record of ``num_classes`` classes, all-zero placeholder labels and empty splits,
     marked ``labelled = False`` (what ``predict`` on a new graph needs, and nothing else may
-    read its labels). ``num_classes`` None: labels stay required."""
-    with scoped(_UNLABELLED_CLASSES, num_classes):
+    read its labels). ``num_classes`` None: labels stay required. Read for an edge task
+    (:func:`reading_edge_labels`), a graph may come without edge labels the same way: those of
+    ``target_edge`` (a typed graph's, ``src,rel,dst``) are then placeholders (:func:`unlabelled_edges`)."""
+    with scoped(_UNLABELLED_CLASSES, num_classes), scoped(_UNLABELLED_EDGES, target_edge):
         yield
 
 
@@ -174,12 +181,37 @@ def labels_are_optional() -> bool:
     return _UNLABELLED_CLASSES.get() is not None
 
 
+def unlabelled_width() -> int | None:
+    """The model's output width while labels are optional (see :func:`labels_optional`)."""
+    return _UNLABELLED_CLASSES.get()
+
+
 def unlabelled_graph(where, tensors: dict[str, torch.Tensor], name: str) -> GraphData:
     """The record of a graph handed over without labels, for prediction only (see :func:`labels_optional`)."""
     try:
         return GraphData.for_prediction(tensors["edge_index"], tensors["x"], _UNLABELLED_CLASSES.get(), name)
     except DataError as exc:
         raise DataError(f"{where}: {exc}") from None
+
+
+def unlabelled_edges(source: HeteroSource) -> HeteroSource:
+    """``source`` (read for an edge task while labels are optional) as predict scores it when its
+    edges carry no labels: placeholder labels of the model's width on the type the model scores,
+    no splits, ``labelled`` False. A source that labels its edges is returned as it is."""
+    if source.edge_y is not None or not (edge_labels_wanted() and labels_are_optional()):
+        return source
+    wanted = _UNLABELLED_EDGES.get()
+    target = HOMOGENEOUS_EDGE if list(source.edges) == [HOMOGENEOUS_EDGE] else None
+    if target is None and wanted is not None:
+        target = next((et for et in source.edges if ",".join(et) == wanted), None)
+    if target is None:
+        raise DataError(
+            f"no ({wanted or 'labelled'}) edges, the edge type this run's model scores; give a graph that has them."
+        )
+    count = int(source.edges[target].shape[1])
+    source.edge_y, source.target_edge = placeholder(count, _UNLABELLED_CLASSES.get(), current_form()), target
+    source.labelled = False
+    return source
 
 
 def graph_from_arrays(where, arrays: dict, seed: int, name: str) -> GraphData | GraphCollection | HeteroSource:
@@ -197,7 +229,7 @@ def graph_from_arrays(where, arrays: dict, seed: int, name: str) -> GraphData | 
     tensors = {key: _checked(where, key, arrays[key], *spec) for key, spec in NPZ_ARRAYS.items() if key in arrays}
     if tensors["edge_index"].shape[0] != 2:
         raise DataError(f"{where}: edge_index has shape {list(tensors['edge_index'].shape)}; expected [2, E].")
-    if EDGE_LABEL in tensors:
+    if EDGE_LABEL in tensors or (edge_labels_wanted() and labels_are_optional() and NODE_PTR not in tensors):
         return edge_labelled(where, tensors, name)
     if "y" not in tensors:
         return unlabelled_graph(where, tensors, name)
@@ -228,19 +260,29 @@ def edge_labelled(where, tensors: dict[str, torch.Tensor], name: str) -> HeteroS
     (node labels it also has stay those of its one node type, for task=node)."""
     if NODE_PTR in tensors:
         raise DataError(f"{where}: edge_label on a collection of graphs ({NODE_PTR}); edge tasks read one graph.")
-    edge_y, edges = tensors[EDGE_LABEL], tensors["edge_index"]
+    edges = tensors["edge_index"]
+    if EDGE_LABEL not in tensors:  # predict on a graph whose edges carry no labels
+        source = unlabelled_edges(edge_source(int(tensors["x"].shape[0]), tensors["x"], edges, None, None, name))
+        return _with_edge_features(where, source, tensors)
+    edge_y = tensors[EDGE_LABEL]
     if edge_y.shape[0] != edges.shape[1]:
         raise DataError(
             f"{where}: edge_label has {edge_y.shape[0]} labels for {edges.shape[1]} edges (columns of edge_index)."
         )
     splits = _splits(where, tensors, EDGE_SPLITS)
     source = edge_source(int(tensors["x"].shape[0]), tensors["x"], edges, edge_y, splits, name)
+    source = _with_edge_features(where, source, tensors)
+    if "y" in tensors:
+        source.target_node, source.y, source.splits = "node", tensors["y"], _splits(where, tensors)
+    return source
+
+
+def _with_edge_features(where, source: HeteroSource, tensors: dict) -> HeteroSource:
     if EDGE_ATTR in tensors:
+        edges = tensors["edge_index"]
         if tensors[EDGE_ATTR].shape[0] != edges.shape[1]:
             raise DataError(f"{where}: edge_attr has {tensors[EDGE_ATTR].shape[0]} rows for {edges.shape[1]} edges.")
         source.edge_attr = {HOMOGENEOUS_EDGE: tensors[EDGE_ATTR]}
-    if "y" in tensors:
-        source.target_node, source.y, source.splits = "node", tensors["y"], _splits(where, tensors)
     return source
 
 
@@ -322,7 +364,7 @@ def hetero_source(path, tensors: dict, name: str) -> HeteroSource:
                         f"{', '.join(sorted(num_nodes))} (declare it with x__{t} or num_nodes__{t})."
                     )
     try:
-        return _source(num_nodes, node, edge, name)
+        return unlabelled_edges(_source(num_nodes, node, edge, name))
     except DataError as exc:
         raise DataError(f"{path}: {exc}") from None
 

@@ -81,6 +81,9 @@ class HeteroGraphData(Mapped):
         undirected: the target's pairs stand for undirected edges (a homogeneous graph's).
     """
 
+    # False: an edge task's record of edges without labels, for predict only (formats.unlabelled_edges)
+    labelled = True
+
     num_nodes: dict[str, int]
     x: dict[str, torch.Tensor]
     edge_index: dict[EdgeType, torch.Tensor]
@@ -562,6 +565,8 @@ class HeteroSource(Mapped):
     num_classes: int | None = None
     # Set when opened from a prepared folder (see LabelledRecord.folder; Mapped.mapped_from).
     folder = None
+    # False: a graph handed to ``predict`` whose edges carry no labels (formats.unlabelled_edges)
+    labelled = True
 
     def __post_init__(self) -> None:
         canonical_order(self, ("num_nodes", "x", "edges", "topology"))

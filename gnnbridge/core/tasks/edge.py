@@ -22,6 +22,7 @@ import torch
 
 from gnnbridge.core.errors import ConfigError, DataError
 from gnnbridge.core.records.data import check_ids, random_split
+from gnnbridge.core.records.formats import unlabelled_width
 from gnnbridge.core.records.hetero import (
     HOMOGENEOUS_EDGE,
     EdgeType,
@@ -69,11 +70,12 @@ def for_edge_task(source: HeteroSource, reverse: bool, seed: int) -> HeteroGraph
         train_idx=train,
         val_idx=val,
         test_idx=test,
-        num_classes=width(source.edge_y, current_form()),
+        num_classes=width(source.edge_y, current_form()) if source.labelled else unlabelled_width(),
         name=source.name,
         edge_column=order,
         edge_attr=message_passing_features(features, mp, built_from),
     )
+    data.labelled = source.labelled  # (predict on edges without labels: placeholders, nothing to score)
     _exclusions(data, target, rev if rev in data.edge_index else None)
     return data
 
