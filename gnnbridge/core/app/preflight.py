@@ -203,8 +203,9 @@ def target_of(config: ExperimentConfig) -> Target:
 
 
 def _load_for_task(config: ExperimentConfig) -> GraphData | GraphCollection:
-    """The dataset, loaded and turned into the task's record, checked to suit the task; its
-    labels are read in the target's form (:mod:`gnnbridge.core.records.labels`)."""
+    """The dataset, loaded and turned into the task's record, checked to suit the task (and by
+    the task family's own check); its labels are read in the family's or the target's form
+    (:func:`reading_as`)."""
     target_of(config)
     with reading_as(config):
         data = for_task(config, _call_loader(config))
