@@ -231,10 +231,15 @@ def _arrays(name: str, data) -> dict:
         if isinstance(data, (GraphData, GraphCollection))
         else {}
     )
+    # (a graph's and a collection's edge features are in their edge_index's order, as written)
+    features = {"edge_attr": data.edge_attr} if getattr(data, "edge_attr", None) is not None else {}
     if isinstance(data, GraphData):
-        return {"x": data.x.float(), "edge_index": data.edge_index, "y": data.y, **splits}
+        return {"x": data.x.float(), "edge_index": data.edge_index, "y": data.y, **splits, **features}
     if isinstance(data, GraphCollection):
-        return {"x": data.x.float(), "edge_index": data.edge_index, "node_ptr": data.node_ptr, "y": data.y, **splits}
+        return {
+            "x": data.x.float(), "edge_index": data.edge_index, "node_ptr": data.node_ptr, "y": data.y, **splits,
+            **features,
+        }  # fmt: skip
     if isinstance(data, HeteroSource):
         out = {f"num_nodes__{t}": np.array([n], dtype=np.int64) for t, n in data.num_nodes.items()}
         out.update({f"x__{t}": x.float() for t, x in data.x.items()})
@@ -246,5 +251,11 @@ def _arrays(name: str, data) -> dict:
         if data.held_out is not None:
             for s, e in zip(("val_edges", "test_edges"), data.held_out):
                 out[f"{s}__" + "__".join(data.target_edge)] = e
+        out.update({"edge_attr__" + "__".join(et): rows for et, rows in (data.edge_attr or {}).items()})
+        if data.edge_y is not None:  # an edge task's labels and splits, of its edges as given
+            suffix = "__".join(data.target_edge)
+            out[f"edge_label__{suffix}"] = data.edge_y
+            for s, idx in zip(("train", "val", "test"), data.edge_splits or ()):
+                out[f"edge_{s}_idx__{suffix}"] = idx
         return out
     raise DataError(f"Dataset '{name}' loads as a {type(data).__name__}, which prepare cannot write as a folder.")

@@ -208,6 +208,8 @@ def test_predict_scores_the_edges_of_a_new_graph_that_carries_no_labels(files, t
 
     graph = Data(x=torch.from_numpy(arrays["x"]), edge_index=torch.from_numpy(arrays["edge_index"]))
     np.testing.assert_allclose(gnnbridge.predict(run, dataset=graph)["logits"], before["logits"], atol=1e-5)
+    np.savez(tmp_path / "one.npz", x=arrays["x"], edge_index=arrays["edge_index"][:, 5:6])  # too few to split
+    np.testing.assert_allclose(gnnbridge.predict(run, dataset=tmp_path / "one.npz")["logits"].shape, (1, 3))
 
 
 def test_a_homogeneous_model_is_refused_in_one_line(tmp_path):
@@ -229,7 +231,9 @@ def test_an_edge_task_trains_the_same_from_a_prepared_folder_as_from_its_npz(fil
     )  # fmt: skip
     assert results["metrics"] == trained(files, "pyg")["metrics"]
     proc = helpers.gnnbridge("train", "--dataset", str(folder), "--out", str(tmp_path / "node"), cwd=tmp_path)
-    helpers.one_line(proc, "labels its edges (edge_label) and not its nodes (no y); train it with task=edge")
+    helpers.one_line(
+        proc, "has no node labels (no labelled node type); use task=edge (its edges are labelled) or task=link"
+    )
 
 
 def test_a_typed_folders_edge_task_is_the_npzs(tmp_path):

@@ -140,6 +140,37 @@ def test_an_npz_of_targets_is_streamed_as_a_folder_of_them_is(tmp_path):
     assert (summary["labels"], summary["edge_labels"], summary["edge_classes"]) == ("targets", "targets", 1)
 
 
+def test_a_named_datasets_edge_features_and_edge_labels_are_written_into_its_folder(tmp_path):
+    """``prepare NAME`` writes what the loader gives: a graph's edge features (in its edge order),
+    a typed graph's edge labels, splits and features; each opens as the loader's record."""
+    from gnnbridge import hookimpl
+    from gnnbridge.core.records.data import GraphData, random_split
+    from gnnbridge.core.records.hetero import HeteroSource
+    from gnnbridge.testing import registered_plugin
+
+    rng = np.random.default_rng(0)
+    ei = torch.from_numpy(rng.integers(0, 30, (2, 200)))
+    rows = torch.from_numpy(rng.normal(size=(200, 2)).astype(np.float32))
+    plain = GraphData.from_edges(ei, torch.ones(30, 2), torch.arange(30) % 2, *random_split(30, 0), edge_attr=rows)
+    rates = ("user", "rates", "item")
+    x = {"user": torch.ones(30, 2), "item": torch.ones(30, 2)}
+    typed = HeteroSource({"user": 30, "item": 30}, x, {rates: ei}, target_edge=rates, edge_y=torch.arange(200) % 3,
+                         edge_attr={rates: rows})  # fmt: skip
+
+    class Named:
+        @hookimpl
+        def register_datasets(self, register):
+            register("edged-plain", lambda config, seed: plain, "a graph with edge features")
+            register("edged-typed", lambda config, seed: typed, "a typed graph with edge labels")
+
+    with registered_plugin(Named(), "edged"):
+        prepare("edged-plain", out=tmp_path / "plain", progress=False)
+        prepare("edged-typed", out=tmp_path / "typed", progress=False)
+    assert torch.equal(open_prepared(tmp_path / "plain").edge_attr, plain.edge_attr)
+    source = open_prepared(tmp_path / "typed")
+    assert torch.equal(source.edge_y, typed.edge_y) and torch.equal(source.edge_attr[rates], rows)
+
+
 def test_an_npz_changed_after_prepare_is_streamed_again_not_reported_prepared(tmp_path):
     arrays = graph_arrays()
     np.savez(tmp_path / "g.npz", **arrays)

@@ -18,7 +18,7 @@ from gnnbridge.core.interfaces import GraphData, NodeFamily
 
 class DegreeFamily(NodeFamily):
     name = "degree"
-    description = "each node's log in-degree, from its features and neighbours (a pretext task: no labels needed)"
+    description = "each node's log in-degree, from its features and neighbours (a pretext task: its classes unused)"
     targets = ("regression",)
     labels = "class"  # the datasets it reads are node-classification graphs; record() replaces their classes
 

@@ -265,6 +265,7 @@ def same_batches(
     return {
         "experiment": configs[0].name,
         "task": configs[0].task,
+        "kind": configs[0].kind.value,
         "epochs": configs[0].train.epochs,
         "tolerance": tolerance,
         "reference": names[0],
@@ -445,7 +446,7 @@ def verdicts(report: dict) -> list[str]:
         a, b = pair["backends"]
         gaps = (
             f"largest loss gap {pair['max_loss_gap']:.1e} over {pair['steps']} steps, final "
-            f"{'scores' if report['task'] == 'link' else 'logits'} {pair['max_logit_gap']:.1e}"
+            f"{'scores' if report.get('kind', report['task']) == 'link' else 'logits'} {pair['max_logit_gap']:.1e}"
         )
         first = pair["first_divergence"]
         if pair["agree"]:

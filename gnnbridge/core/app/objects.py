@@ -19,8 +19,10 @@ often it is run, and two processes writing it at once each rename a whole file o
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +34,7 @@ from gnnbridge.core.app.resolve import resolve_config
 from gnnbridge.core.config import Task
 from gnnbridge.core.errors import ConfigError, OutputPathError
 from gnnbridge.core.models import instance
-from gnnbridge.core.plugins import backends, get_target, graph_readers
+from gnnbridge.core.plugins import backends, families, get_target, graph_readers
 from gnnbridge.core.records.formats import graph_from_arrays, reading_edge_labels
 from gnnbridge.core.records.labels import label_form
 
@@ -49,8 +51,17 @@ def as_dataset(dataset: Any, experiment: Any = None, overrides=()) -> Any:
     if dataset is None or isinstance(dataset, (str, os.PathLike)):
         return dataset
     config = resolve_config(experiment, overrides=overrides)
-    with label_form(get_target(config.target).labels), reading_edge_labels(config.kind is Task.EDGE):
+    with reading_as(config):
         return _graph_file(dataset)
+
+
+@contextlib.contextmanager
+def reading_as(config) -> Iterator[None]:
+    """Inside: records read labels in the form the run's task family and target read them, and
+    edge labels for an edge task (:mod:`gnnbridge.core.records.labels`, ``reading_edge_labels``)."""
+    form = families.get(config.task).labels or get_target(config.target).labels
+    with label_form(form), reading_edge_labels(config.kind is Task.EDGE):
+        yield
 
 
 def _graph_file(dataset: Any) -> str:

@@ -17,15 +17,13 @@ the monitored metric.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import os
-from collections.abc import Iterator
 
 import torch
 
 from gnnbridge.core.app.linkcache import folder_link_task
-from gnnbridge.core.app.objects import made_from
+from gnnbridge.core.app.objects import made_from, reading_as
 from gnnbridge.core.config import DeviceChoice, EvalMode, ExperimentConfig, SamplerKind, Task
 from gnnbridge.core.contracts.targets import Target
 from gnnbridge.core.errors import BackendUnavailableError, ConfigError, DataError, ResourceError
@@ -34,9 +32,7 @@ from gnnbridge.core.models.build import resolve as resolve_model
 from gnnbridge.core.plugins import PluginError, backends, blame, datasets, families, get_target, warn
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData
-from gnnbridge.core.records.formats import reading_edge_labels
 from gnnbridge.core.records.hetero import HeteroGraphData, HeteroSource, edge_name, find_edge_type
-from gnnbridge.core.records.labels import label_form
 from gnnbridge.core.runtime.host import available_memory, format_bytes, free_disk
 from gnnbridge.core.sampling.build import BACKEND_KINDS, check_hetero_kind, check_kind
 from gnnbridge.core.sampling.hetero import typed_fanouts
@@ -505,15 +501,6 @@ def rederive(config: ExperimentConfig, mapped_from: tuple):
     opener, args = mapped_from
     with reading_as(config):  # a rank has no context of its own: the derivation reads labels too
         return for_task(config, opener(*args))
-
-
-@contextlib.contextmanager
-def reading_as(config: ExperimentConfig) -> Iterator[None]:
-    """Inside: records read labels in the form the run's family and target read them, and edge
-    labels for an edge task (:mod:`gnnbridge.core.records.labels`, ``reading_edge_labels``)."""
-    form = families.get(config.task).labels or get_target(config.target).labels
-    with label_form(form), reading_edge_labels(config.kind is Task.EDGE):
-        yield
 
 
 def _for_task(config: ExperimentConfig, data):

@@ -31,6 +31,7 @@ def write(run_dir: Path, plan: Plan, ctx: DistContext, trainer: Trainer, outcome
         "experiment": config.name,
         "backend": config.backend,
         "task": config.task,
+        "kind": config.kind.value,  # what the task runs as (a plugin's family: node, graph, link or edge)
         "world_size": ctx.world_size,
         "num_nodes": ctx.num_nodes,
         "device": config.device.value,
@@ -96,7 +97,7 @@ def plot(run_dir: Path, results: dict) -> None:
     running = "train_" + monitor.removeprefix("val_")  # the target's running figure of it, where it has one
     if all(running in h for h in history):
         ax_acc.plot(epochs, [h[running] for h in history], marker="o", label="train")
-    label = "val (sampled)" if results["task"] != "graph" else "val"
+    label = "val (sampled)" if results.get("kind", results["task"]) != "graph" else "val"
     ax_acc.plot(epochs, [h.get(monitor) for h in history], marker="o", label=label)
     ax_acc.set(
         xlabel="epoch", ylabel=monitor.removeprefix("val_"), title=f"{results['experiment']} on {results['backend']}"

@@ -96,6 +96,8 @@ def _coerce(key: str, value: Any, hint: Any) -> Any:
         value = _float(key, value)
     if hint is float and isinstance(value, str) and _EXPONENT.fullmatch(value.strip()):
         value = _float(key, value)  # YAML 1.1 reads 1e-3 (no dot) as a string; every user means the number
+    if hint is str and isinstance(value, enum.Enum) and isinstance(value.value, str):
+        value = value.value  # a text key given as a str Enum from Python (task=Task.EDGE): its name
     if hint in (int, float, str, bool) and (type(value) is not hint):
         raise ConfigError(
             f"{key}={show(value)} has the wrong type: expected {hint.__name__}, got {type(value).__name__}."

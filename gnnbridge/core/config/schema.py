@@ -445,6 +445,8 @@ class ExperimentConfig:
     log: LogConfig = field(default_factory=LogConfig)
 
     def __post_init__(self) -> None:
+        if isinstance(self.task, Task):  # ExperimentConfig(task=Task.LINK) from Python: its name
+            self.task = self.task.value
         check_fields(self, "")
         # Not in the JSON Schema: rules between keys of different sections.
         if self.placement.precision == "fp16" and self.device is DeviceChoice.CPU:

@@ -9,12 +9,13 @@ the plugin(s): which of two models a config means cannot be guessed.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from gnnbridge.core.config import Task
-from gnnbridge.core.config.schema import TASK_KINDS
+from gnnbridge.core.config.schema import TASK_KINDS, TASK_NAME
 from gnnbridge.core.contracts.families import TaskFamily
 from gnnbridge.core.contracts.targets import Target
 from gnnbridge.core.errors import ConfigError, unknown_name
@@ -364,8 +365,9 @@ families = Registry(
     "task family",
     "register_tasks",
     "(gnnbridge targets lists them).",
-    lambda value: isinstance(value, TaskFamily) and isinstance(value.kind, Task),
-    "an instance of a task family whose kind is a gnnbridge.core.config.Task (a subclass of "
+    lambda value: isinstance(value, TaskFamily) and isinstance(value.kind, Task) and _family_name(value.name),
+    "an instance of a task family named in lower case (letters, digits, - and _) whose kind is a "
+    "gnnbridge.core.config.Task (a subclass of "
     "gnnbridge.core.interfaces.NodeFamily, GraphFamily, LinkFamily or EdgeFamily), or of a Target subclass",
     other=Target,
 )
@@ -398,6 +400,11 @@ def get_backend(name: str):
 def get_target(name: str) -> Target:
     """The target the config's ``target`` names (an unknown name: one line listing the others)."""
     return targets.get(name)
+
+
+def _family_name(name: Any) -> bool:
+    """Whether ``name`` is one the config's ``task`` can give (its pattern)."""
+    return isinstance(name, str) and re.fullmatch(TASK_NAME, name) is not None
 
 
 def get_family(name: str) -> TaskFamily:

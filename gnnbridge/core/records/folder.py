@@ -239,10 +239,10 @@ def _open_prepared(root: Path, seed: int):
     arrays = {key: mapped(root, spec) for key, spec in manifest["arrays"].items()}
     advise_uncacheable(arrays.values(), sum(a.nbytes for a in arrays.values()))
     kind, name = manifest["kind"], root.name
-    if kind == "node" and EDGE_LABEL in arrays and edge_labels_wanted():  # built at load, as from an .npz
+    if kind == "node" and EDGE_LABEL in arrays and (edge_labels_wanted() or "y" not in arrays):  # as an .npz
         record = edge_labelled(root, {k: v for k, v in arrays.items() if k in NPZ_ARRAYS}, name)
     elif kind == "node":
-        record = _node_graph(root, arrays, manifest, seed, name)
+        record = _node_graph(arrays, manifest, seed, name)
     elif kind == "hetero":
         record = _hetero(root, arrays, manifest, name)
     elif kind == "collection":  # loaded whole and validated: collections are many small graphs
@@ -327,12 +327,7 @@ def folder_labels(y: torch.Tensor, summary: dict, name: str) -> torch.Tensor:
     return y if form == "class" else stored(y, form)
 
 
-def _node_graph(root: Path, arrays: dict, manifest: dict, seed: int, name: str) -> GraphData:
-    if "y" not in arrays:
-        raise DataError(
-            f"{root}: labels its edges (edge_label) and not its nodes (no y); train it with task=edge, or add y.npy "
-            "and prepare it again."
-        )
+def _node_graph(arrays: dict, manifest: dict, seed: int, name: str) -> GraphData:
     n = int(arrays["x"].shape[0])
     splits = [arrays[k] for k in SPLITS] if "train_idx" in arrays else list(random_split(n, seed))
     return GraphData.unchecked(

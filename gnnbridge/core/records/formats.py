@@ -229,7 +229,10 @@ def graph_from_arrays(where, arrays: dict, seed: int, name: str) -> GraphData | 
     tensors = {key: _checked(where, key, arrays[key], *spec) for key, spec in NPZ_ARRAYS.items() if key in arrays}
     if tensors["edge_index"].shape[0] != 2:
         raise DataError(f"{where}: edge_index has shape {list(tensors['edge_index'].shape)}; expected [2, E].")
-    if EDGE_LABEL in tensors or (edge_labels_wanted() and labels_are_optional() and NODE_PTR not in tensors):
+    # Edge labels make the edge task's source when read for one, or when the nodes have no labels
+    # (link prediction may train on it); a node task reads the graph as a graph (as a folder does).
+    labelled_edges = EDGE_LABEL in tensors and (edge_labels_wanted() or "y" not in tensors)
+    if labelled_edges or (edge_labels_wanted() and labels_are_optional() and NODE_PTR not in tensors):
         return edge_labelled(where, tensors, name)
     if "y" not in tensors:
         return unlabelled_graph(where, tensors, name)

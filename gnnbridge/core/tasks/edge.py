@@ -48,7 +48,10 @@ def for_edge_task(source: HeteroSource, reverse: bool, seed: int) -> HeteroGraph
     where = f"edge_label[{edge_name(target)}]" if target != HOMOGENEOUS_EDGE else "edge_label"
     if source.edge_y.shape[0] != count:
         raise DataError(f"{where} has {source.edge_y.shape[0]} labels for {count} edges of edge_index.")
-    splits = _splits(source.edge_splits, count, seed, target)
+    if source.labelled:
+        splits = _splits(source.edge_splits, count, seed, target)
+    else:  # predict on edges without labels: nothing to split (any count of edges is scored)
+        splits = (torch.empty(0, dtype=torch.int64),) * 3
     order = torch.argsort(edges[1], stable=True)  # the record's order (by destination, as it sorts)
     position = torch.empty_like(order)
     position[order] = torch.arange(count)

@@ -23,7 +23,8 @@ def for_node_task(source: HeteroSource, reverse: bool, seed: int) -> HeteroGraph
     mapped CSC files (read-only, not validated again: prepare checked them), the same arrays
     as the build in memory, which every other source gets."""
     if source.target_node is None or source.y is None:
-        raise ConfigError(f"Dataset '{source.name}' has no node labels (no labelled node type); use task=link.")
+        other = "task=edge (its edges are labelled) or task=link" if source.edge_y is not None else "task=link"
+        raise ConfigError(f"Dataset '{source.name}' has no node labels (no labelled node type); use {other}.")
     mapped = source.mapped_topology(reverse)
     if mapped is not None:
         return mapped_node_task(source, mapped, seed)
