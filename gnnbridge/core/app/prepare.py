@@ -310,9 +310,7 @@ def _prepare_node(root: Path, members: dict, dtype: str, progress: bool) -> dict
     n = int(x.shape[0])
     if n == 0 or x.shape[1] == 0:
         raise DataError(f"{root}: x has shape {list(x.shape)}; every graph needs nodes and every node a feature.")
-    if y is None:  # a graph whose edges carry the labels (an edge task's)
-        return _prepare_edge_labelled(root, a, dtype, progress)
-    if y.shape[0] != n:
+    if y is not None and y.shape[0] != n:
         raise DataError(
             f"{root}: y has {y.shape[0]} labels but x has {n} rows; give one label per node (or add "
             f"{NODE_PTR} for a collection of graphs with one label each)."
@@ -321,59 +319,51 @@ def _prepare_node(root: Path, members: dict, dtype: str, progress: bool) -> dict
     if present and len(present) != 3:
         absent = sorted(set(SPLITS) - set(present))
         raise DataError(f"{root}: has {', '.join(present)} but not {', '.join(absent)}; give all three splits or none.")
-    bar = _bar(progress, x.nbytes * (2 if dtype != "float32" else 1) + ei.nbytes * 2 + y.nbytes, root)
+    bar = _bar(
+        progress, x.nbytes * (2 if dtype != "float32" else 1) + ei.nbytes * 2 + (y.nbytes if y is not None else 0), root
+    )
     with bar:
         checked = ["headers (dtype, shape)"]
         arrays = {"x": _features(root, "x", x, dtype, bar, f"{PREPARED}/x.{dtype}.npy")}
         checked.append("x finite" + (f", {precision_note('x', arrays['x'])}" if dtype != "float32" else ""))
         arrays.update(build_csc(root, ei, n, bar))
         checked.append("edge ids in [0, N)")
-        edge_summary = _edge_members(root, a, arrays, checked, bar)
-        labels = labels_of(y.dtype, y.shape)
-        if labels == "class":
-            num_classes, binary = _labels(root, "y", y, bar), False
-            checked.append("labels in [0, C), every class present")
-        else:
-            num_classes, binary = _targets(root, y, bar)
-            checked.append("targets: no infinite value" + (", each 0, 1 or NaN" if binary else ""))
-        arrays["y"] = _spec("y.npy", y)
-        if present:
-            _splits(root, {k: a[k] for k in SPLITS}, n, "node")
-            arrays.update({k: _spec(f"{k}.npy", a[k]) for k in SPLITS})
-            checked.append("splits non-empty, in range, disjoint")
+        summary = _edge_members(root, a, arrays, checked, bar)
+        if y is not None:  # (none: a graph whose edges carry the labels, an edge task's)
+            summary.update(_node_labels(root, a, arrays, checked, bar))
     summary = {
         "num_nodes": n,
         "num_edges": int(ei.shape[1]),
         "num_features": int(x.shape[1]),
+        "num_classes": 0,
+        **summary,
+    }
+    return {"kind": "node", "arrays": arrays, "checked": checked, "summary": summary}
+
+
+def _node_labels(root: Path, a: dict, arrays: dict, checked: list, bar) -> dict:
+    """A homogeneous graph's node labels and splits, checked; their manifest entries join
+    ``arrays`` and what was checked ``checked``; the summary a run reads of them."""
+    y, n = a["y"], int(a["x"].shape[0])
+    labels = labels_of(y.dtype, y.shape)
+    if labels == "class":
+        num_classes, binary = _labels(root, "y", y, bar), False
+        checked.append("labels in [0, C), every class present")
+    else:
+        num_classes, binary = _targets(root, y, bar)
+        checked.append("targets: no infinite value" + (", each 0, 1 or NaN" if binary else ""))
+    arrays["y"] = _spec("y.npy", y)
+    present = SPLITS[0] in a
+    if present:
+        _splits(root, {k: a[k] for k in SPLITS}, n, "node")
+        arrays.update({k: _spec(f"{k}.npy", a[k]) for k in SPLITS})
+        checked.append("splits non-empty, in range, disjoint")
+    return {
         "num_classes": num_classes,
         "labels": "class" if labels == "class" else "targets",  # targets: regression, or multilabel where binary
         "binary": binary,
         "splits": "files" if present else "drawn from the seed at load",
-        **edge_summary,
     }
-    return {"kind": "node", "arrays": arrays, "checked": checked, "summary": summary}
-
-
-def _prepare_edge_labelled(root: Path, a: dict, dtype: str, progress: bool) -> dict:
-    """A graph with labels on its edges and none on its nodes: an edge task's, whose record is
-    built at load from the edges as given (``edge_index``, mapped), as from an ``.npz``."""
-    x, ei = a["x"], a["edge_index"]
-    bar = _bar(progress, x.nbytes + ei.nbytes * 2, root)
-    with bar:
-        checked = ["headers (dtype, shape)"]
-        arrays = {"x": _features(root, "x", x, dtype, bar, f"{PREPARED}/x.{dtype}.npy")}
-        checked.append("x finite")
-        arrays.update(build_csc(root, ei, int(x.shape[0]), bar))
-        checked.append("edge ids in [0, N)")
-        edge_summary = _edge_members(root, a, arrays, checked, bar)
-    summary = {
-        "num_nodes": int(x.shape[0]),
-        "num_edges": int(ei.shape[1]),
-        "num_features": int(x.shape[1]),
-        "num_classes": 0,
-        **edge_summary,
-    }
-    return {"kind": "node", "arrays": arrays, "checked": checked, "summary": summary}
 
 
 def _edge_members(root: Path, a: dict, arrays: dict, checked: list, bar) -> dict:

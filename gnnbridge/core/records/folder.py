@@ -35,8 +35,8 @@ from gnnbridge.core.records.data import GraphData, random_split
 from gnnbridge.core.records.features import advise
 from gnnbridge.core.records.formats import (
     EDGE_ATTR,
-    EDGE_LABEL,
     NPZ_ARRAYS,
+    as_edge_source,
     edge_labelled,
     edge_labels_wanted,
     hetero_source,
@@ -239,7 +239,7 @@ def _open_prepared(root: Path, seed: int):
     arrays = {key: mapped(root, spec) for key, spec in manifest["arrays"].items()}
     advise_uncacheable(arrays.values(), sum(a.nbytes for a in arrays.values()))
     kind, name = manifest["kind"], root.name
-    if kind == "node" and EDGE_LABEL in arrays and (edge_labels_wanted() or "y" not in arrays):  # as an .npz
+    if kind == "node" and as_edge_source(arrays):  # as from an .npz, built at load
         record = edge_labelled(root, {k: v for k, v in arrays.items() if k in NPZ_ARRAYS}, name)
     elif kind == "node":
         record = _node_graph(arrays, manifest, seed, name)

@@ -229,10 +229,7 @@ def graph_from_arrays(where, arrays: dict, seed: int, name: str) -> GraphData | 
     tensors = {key: _checked(where, key, arrays[key], *spec) for key, spec in NPZ_ARRAYS.items() if key in arrays}
     if tensors["edge_index"].shape[0] != 2:
         raise DataError(f"{where}: edge_index has shape {list(tensors['edge_index'].shape)}; expected [2, E].")
-    # Edge labels make the edge task's source when read for one, or when the nodes have no labels
-    # (link prediction may train on it); a node task reads the graph as a graph (as a folder does).
-    labelled_edges = EDGE_LABEL in tensors and (edge_labels_wanted() or "y" not in tensors)
-    if labelled_edges or (edge_labels_wanted() and labels_are_optional() and NODE_PTR not in tensors):
+    if as_edge_source(tensors) or (edge_labels_wanted() and labels_are_optional() and NODE_PTR not in tensors):
         return edge_labelled(where, tensors, name)
     if "y" not in tensors:
         return unlabelled_graph(where, tensors, name)
@@ -258,34 +255,31 @@ def graph_from_arrays(where, arrays: dict, seed: int, name: str) -> GraphData | 
         raise DataError(f"{where}: {exc}") from None
 
 
+def as_edge_source(members) -> bool:
+    """Whether a homogeneous graph with these members (an ``.npz``'s, a folder's) opens as the
+    one-relation source of its edge labels: when an edge task reads it, or when its nodes have
+    no labels (link prediction may train on it); a node task reads it as a graph."""
+    return EDGE_LABEL in members and (edge_labels_wanted() or "y" not in members)
+
+
 def edge_labelled(where, tensors: dict[str, torch.Tensor], name: str) -> HeteroSource:
     """A homogeneous graph whose edges carry labels, as the one-relation source an edge task reads
     (node labels it also has stay those of its one node type, for task=node)."""
     if NODE_PTR in tensors:
         raise DataError(f"{where}: edge_label on a collection of graphs ({NODE_PTR}); edge tasks read one graph.")
-    edges = tensors["edge_index"]
-    if EDGE_LABEL not in tensors:  # predict on a graph whose edges carry no labels
-        source = unlabelled_edges(edge_source(int(tensors["x"].shape[0]), tensors["x"], edges, None, None, name))
-        return _with_edge_features(where, source, tensors)
-    edge_y = tensors[EDGE_LABEL]
-    if edge_y.shape[0] != edges.shape[1]:
+    edge_y, edges = tensors.get(EDGE_LABEL), tensors["edge_index"]  # (none: predict's placeholders)
+    if edge_y is not None and edge_y.shape[0] != edges.shape[1]:
         raise DataError(
             f"{where}: edge_label has {edge_y.shape[0]} labels for {edges.shape[1]} edges (columns of edge_index)."
         )
     splits = _splits(where, tensors, EDGE_SPLITS)
-    source = edge_source(int(tensors["x"].shape[0]), tensors["x"], edges, edge_y, splits, name)
-    source = _with_edge_features(where, source, tensors)
-    if "y" in tensors:
-        source.target_node, source.y, source.splits = "node", tensors["y"], _splits(where, tensors)
-    return source
-
-
-def _with_edge_features(where, source: HeteroSource, tensors: dict) -> HeteroSource:
+    source = unlabelled_edges(edge_source(int(tensors["x"].shape[0]), tensors["x"], edges, edge_y, splits, name))
     if EDGE_ATTR in tensors:
-        edges = tensors["edge_index"]
         if tensors[EDGE_ATTR].shape[0] != edges.shape[1]:
             raise DataError(f"{where}: edge_attr has {tensors[EDGE_ATTR].shape[0]} rows for {edges.shape[1]} edges.")
         source.edge_attr = {HOMOGENEOUS_EDGE: tensors[EDGE_ATTR]}
+    if "y" in tensors:
+        source.target_node, source.y, source.splits = "node", tensors["y"], _splits(where, tensors)
     return source
 
 
