@@ -740,6 +740,42 @@ def prepare(source, out, dtype, quiet) -> None:
     click.echo(describe(prepare_dataset(source, out=out, dtype=dtype, progress=not quiet)))
 
 
+PARTITION_EXAMPLES = """
+\b
+Writes DIR/partitions/K/: partition.json (every machine needs it) and part-0 ... part-(K-1)
+(machine M of the job needs part-M only). Then, on K machines:
+  torchrun --nnodes K ... -m gnnbridge train --dataset DIR --set dataset.partitions=K
+
+\b
+Examples:
+  gnnbridge partition data/papers --parts 4                  # METIS if it fits in memory
+  gnnbridge partition data/papers --parts 8 --method stream  # one pass, memory bounded
+"""
+
+
+@cli.command(epilog=PARTITION_EXAMPLES)
+@click.argument("folder", metavar="DIR")
+@click.option("--parts", type=click.IntRange(min=2), required=True, help="How many parts: the machines of the job.")
+@click.option(
+    "--method",
+    type=click.Choice(["auto", "metis", "stream"]),
+    default="auto",
+    show_default=True,
+    help="metis: METIS (pymetis), the graph in memory; stream: one greedy pass, memory bounded; "
+    "auto: metis where it fits.",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="METIS' seed, and the splits' if DIR has none.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+@interruptible
+def partition(folder, parts, method, seed, quiet) -> None:
+    """Cut a prepared folder into one part per machine: nodes relabelled so that each part owns a
+    range of ids, each part holding its nodes' rows, labels, splits and in-edges. Reports the
+    balance of the parts and the share of edges that cross them."""
+    from gnnbridge.core.app.partition import describe, partition_command
+
+    click.echo(describe(partition_command(folder, parts, method, seed, progress=not quiet)))
+
+
 @cli.command(
     epilog="""
 \b

@@ -33,6 +33,7 @@ from gnnbridge.core.interfaces import DatasetConfig, GraphCollection, GraphData,
 from gnnbridge.core.records.folder import PREPARED, open_prepared, stat_input
 from gnnbridge.core.records.formats import NPZ_ARRAYS, check_member_header, is_hetero, is_label_key, typed_keys
 from gnnbridge.core.records.labels import label_form
+from gnnbridge.core.records.partition import open_machine_part
 from gnnbridge.core.runtime.launcher import interrupt_on_sigterm
 from gnnbridge.plugins.npz import DEFLATE_MAX_RATIO, HEADER_READERS, READ_CHUNK, ZIP_ERRORS, check_file, not_an_npz
 from gnnbridge.plugins.options import options
@@ -52,6 +53,8 @@ def load_folder(config: DatasetConfig, seed: int):
     options(config, {})
     if not config.path:
         raise ConfigError("Dataset 'folder' needs a folder: --dataset DIR (or dataset.path in the config).")
+    if config.partitions:
+        return open_machine_part(config.path, config.partitions)
     return open_prepared(config.path, seed)
 
 

@@ -219,8 +219,9 @@ def _load_for_task(config: ExperimentConfig) -> GraphData | GraphCollection:
 
 
 def _check_splits(config: ExperimentConfig, data: GraphData | GraphCollection) -> None:
+    part = getattr(data, "partition", None)
     for split in ("train", "val", "test"):
-        size = data.split(split).numel()
+        size = sum(part.split_counts[split]) if part is not None else data.split(split).numel()
         if size < config.nproc:
             raise ConfigError(
                 f"The {split} split has {size} {data.item_name}(s), fewer than nproc={config.nproc}; "

@@ -31,6 +31,7 @@ from gnnbridge.core.config import ExperimentConfig
 from gnnbridge.core.errors import ConfigError, GnnBridgeError
 from gnnbridge.core.plugins import backends
 from gnnbridge.core.records.data import LabelledRecord
+from gnnbridge.core.records.partition import on_machine
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.runtime.jobs import JobEnv, detect_job
 from gnnbridge.core.runtime.launcher import (
@@ -207,7 +208,8 @@ def _job_worker(ctx: DistContext, plan: Plan, progress: bool) -> dict | None:
     plan = _after_restart(ctx, plan, *_published_run_dir(ctx))
     if ctx.is_main:
         plan.check_out()  # refuse a used --out before any work
-    data = node_shared(ctx, lambda: load_dataset(plan.config, ranks_here=ctx.local_world_size))
+    with on_machine(ctx.node_rank, ctx.num_nodes):
+        data = node_shared(ctx, lambda: load_dataset(plan.config, ranks_here=ctx.local_world_size))
     plan.check_same_data(data)
     if not ctx.is_main:
         _guard_run_dir(ctx)

@@ -37,6 +37,7 @@ KEY_HELP = {
     "dataset.root": "downloaded datasets: where they live",
     "dataset.options": "dataset-specific options, e.g. {num_nodes: 20000} for synthetic",
     "dataset.reverse_edges": "heterogeneous graphs: add (dst, rev_<relation>, src) for every edge type",
+    "dataset.partitions": "K: a folder cut by gnnbridge partition --parts K; machine M of the job opens part M only",
     "model": "the network, the same on every backend for the built-in architectures",
     "model.arch": "sage | gcn | gat (node), gin (graph), a zoo or plugin model (gnnbridge models), or module:Class",
     "model.hidden": "width of every hidden layer",

@@ -103,6 +103,11 @@ class DatasetConfig:
     root: str | None = None  # download / cache folder for named real datasets
     options: dict = field(default_factory=dict)  # checked by the dataset plugin
     reverse_edges: bool = False  # heterogeneous graphs: add (dst, rev_<relation>, src) for every edge type
+    # a folder partitioned by gnnbridge partition: the job's K machines each open their own part
+    partitions: int = bounded(0, integer(ge=0, note="0: the whole folder on every machine"))
+
+    def __post_init__(self) -> None:
+        check_fields(self, "dataset.")
 
 
 @dataclass

@@ -49,7 +49,7 @@ from gnnbridge.core.records.features import gather_rows, reads_in_place
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.sampling.hetero import LinkMiniBatch
 from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS, NeighborSampler
-from gnnbridge.core.sampling.seeds import epoch_batches
+from gnnbridge.core.sampling.seeds import split_batches
 from gnnbridge.core.tasks import retrieval
 
 
@@ -98,10 +98,11 @@ class Evaluator(ABC):
     def _predict(self, model: torch.nn.Module) -> torch.Tensor: ...
 
     def _shard_batches(self, split: str) -> list[torch.Tensor]:
-        """This rank's disjoint, unpadded share of a split, in batches (empty ones dropped)."""
-        batches = epoch_batches(
-            self.data.split(split), self.batch_size, 0, 0, self.ctx.rank, self.ctx.world_size, shuffle=False
-        )
+        """This rank's disjoint, unpadded share of a split, in batches (empty ones dropped, but on a
+        partitioned graph, where every rank must join every batch's exchanges)."""
+        batches = split_batches(self.data, split, self.batch_size, 0, 0, self.ctx, shuffle=False)
+        if getattr(self.data, "partition", None) is not None:
+            return batches
         return [b for b in batches if b.numel()]
 
 
@@ -288,7 +289,8 @@ def forward(ev: Evaluator, model: torch.nn.Module, mb: MiniBatch) -> torch.Tenso
     if isinstance(mb, LinkMiniBatch):
         graph = ev.backend.graph_to(mb.graph, ev.ctx.device)
         return edge_outputs(ev, model, graph, gather_inputs(ev.data, mb.input_nodes, ev.ctx.device), mb)
-    x = indexed_rows(model, ev.data.x, mb.input_nodes, ev.ctx.device)
+    x = mb.features.to(ev.ctx.device) if mb.features is not None else None
+    x = x if x is not None else indexed_rows(model, ev.data.x, mb.input_nodes, ev.ctx.device)
     if x is None:
         x = gather_inputs(ev.data, mb.input_nodes, ev.ctx.device)
     return ev.call(model, ev.backend.graph_to(mb.graph, ev.ctx.device), x, mb.seeds.numel())
@@ -301,7 +303,9 @@ def step_outputs(run, model: torch.nn.Module, mb: MiniBatch, phases=NO_PHASES) -
     cross-entropy of the score) and whether the pair is an edge. ``phases`` is told where
     gathering, the move to the device and the forward pass end."""
     device = run.ctx.device
-    x = None if isinstance(mb, LinkMiniBatch) else indexed_rows(model, run.data.x, mb.input_nodes, device)
+    x = mb.features
+    if x is None and not isinstance(mb, LinkMiniBatch):
+        x = indexed_rows(model, run.data.x, mb.input_nodes, device)
     if x is None:
         x = gather_inputs(run.data, mb.input_nodes, None, pinned=device.type == "cuda")
     phases.mark("gather")

@@ -37,7 +37,7 @@ from gnnbridge.core.inference.typed_layerwise import (
     supports_typed_layerwise,
 )
 from gnnbridge.core.records.hetero import HeteroGraphData
-from gnnbridge.core.sampling.build import make_hetero_sampler, make_sampler
+from gnnbridge.core.sampling.build import make_hetero_sampler, make_sampler, partitioned_sampler
 from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS
 
 
@@ -86,6 +86,8 @@ class NodeFamily(TaskFamily):
                 SamplerKind.AUTO.value if every_neighbour else cfg.kind,
                 self.negatives(parts),
             )
+        if getattr(parts.data, "partition", None) is not None:
+            return partitioned_sampler(parts, fanouts)
         if every_neighbour:
             return parts.backend.sampler(parts.sampler.store, fanouts, SamplerKind.AUTO)
         return make_sampler(parts.backend, parts.backend.graph_store(parts.data), fanouts, cfg.kind)
@@ -109,6 +111,8 @@ class NodeFamily(TaskFamily):
         return rows
 
     def can_run_layerwise(self, parts: RunParts) -> bool:
+        if getattr(parts.data, "partition", None) is not None:  # not across machines yet: every neighbour
+            return False
         if isinstance(parts.data, HeteroGraphData):
             return supports_typed_layerwise(parts.model)
         return supports_layerwise(parts.model)

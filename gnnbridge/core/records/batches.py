@@ -100,11 +100,14 @@ class MiniBatch:
             native graph expects them (core gathers ``x[input_nodes]``); for a heterogeneous
             graph, {node type: ids}.
         graph: the backend's native structure (PyG edge_index data, a list of DGL blocks ...).
+        features: ``x[input_nodes]`` as float32, where the sampler fetched them itself (a
+            partitioned graph's rows come from the machines that own them); None: core gathers.
     """
 
     seeds: torch.Tensor
     input_nodes: torch.Tensor
     graph: Any
+    features: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         nodes = self.input_nodes.values() if isinstance(self.input_nodes, dict) else [self.input_nodes]

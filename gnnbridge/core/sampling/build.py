@@ -28,6 +28,7 @@ from gnnbridge.core.plugins import PluginError, blame, is_builtin, samplers
 from gnnbridge.core.records.batches import MiniBatch, SampledSubgraph
 from gnnbridge.core.records.hetero import HeteroGraphData
 from gnnbridge.core.sampling.adapters import CoreSampler
+from gnnbridge.core.sampling.distributed import PartitionedSampler, PartStore, exchange_for
 from gnnbridge.core.sampling.hetero import CoreHeteroSampler, HeteroStore, typed_fanouts
 
 BACKEND_KINDS = (SamplerKind.AUTO.value, SamplerKind.NATIVE.value)
@@ -60,6 +61,19 @@ def make_sampler(backend: Backend, store: GraphStore, fanouts: list[int], kind: 
             f"'{backend.name}' adopts, and without sample(seeds, generator)."
         )
     return sampler if trusted else CheckedSampler(sampler, origin, store.data.num_nodes)
+
+
+def partitioned_sampler(parts, fanouts: list[int]) -> Sampler:
+    """The sampler of a machine's part of a partitioned graph (core's, across machines; see
+    :mod:`gnnbridge.core.sampling.distributed`): library and plugin samplers read one machine's
+    graph only."""
+    kind = parts.config.sampler.kind
+    if kind not in (SamplerKind.AUTO.value, SamplerKind.CORE.value):
+        raise ConfigError(
+            f"sampler.kind={kind}: a partitioned graph (dataset.partitions) is sampled across machines by core's "
+            "sampler; use sampler.kind=auto or core."
+        )
+    return PartitionedSampler(PartStore(parts.data), fanouts, parts.backend.from_sampled, exchange_for(parts.ctx))
 
 
 def make_hetero_sampler(

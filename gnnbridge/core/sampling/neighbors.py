@@ -108,7 +108,10 @@ class NeighborSampler:
 
         Returns (neighbour global ids, global edge ids, index of the owning frontier node).
         """
-        seed = kernels.draw_seed(generator)
+        return self._hop(frontier, fanout, kernels.draw_seed(generator))
+
+    def _hop(self, frontier: torch.Tensor, fanout: int, seed: int):
+        """:meth:`_sample_hop` with the hop's key given (a partitioned graph's owner draws it)."""
         if frontier.device.type == "cpu" and self.indptr.device.type == "cpu" and kernels.available():
             return kernels.sample_hop(self.indptr, self.indices, frontier.contiguous(), fanout, seed, self.num_src)
         device = frontier.device

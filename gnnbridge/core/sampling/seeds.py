@@ -93,4 +93,41 @@ def epoch_batches(
     return list(torch.tensor_split(shard, count))
 
 
+def split_batches(
+    data, split: str, batch_size: int, seed: int, epoch: int, ctx, shuffle: bool = True
+) -> list[torch.Tensor]:
+    """This rank's batches of ``data``'s ``split`` for ``epoch``, the same count on every rank:
+    a share of the whole split, or, on a machine's part of a partitioned graph, a share of the
+    machine's own members (:func:`machine_batches`)."""
+    part = getattr(data, "partition", None)
+    if part is None:
+        return epoch_batches(data.split(split), batch_size, seed, epoch, ctx.rank, ctx.world_size, shuffle)
+    return machine_batches(
+        data.split(split), part.split_counts[split], batch_size, seed, epoch, ctx.local_rank, ctx.local_world_size,
+        shuffle,
+    )  # fmt: skip
+
+
+def machine_batches(
+    seeds: torch.Tensor,
+    counts: list[int],
+    batch_size: int,
+    seed: int,
+    epoch: int,
+    local_rank: int,
+    local_world: int,
+    shuffle: bool = True,
+) -> list[torch.Tensor]:
+    """This rank's batches of its machine's ``seeds`` (every machine ``m`` holds ``counts[m]``):
+    the ranks of a machine share its seeds, and every rank of the job runs as many batches, the
+    most any machine needs, none larger than ``batch_size``; a machine with fewer seeds runs
+    smaller batches, some possibly empty (each still joins the exchanges and DDP's all-reduce)."""
+    total = max(num_batches(c, batch_size, local_world) for c in counts)
+    if shuffle:
+        generator = epoch_generator(seed, epoch)
+        seeds = seeds[torch.randperm(seeds.numel(), generator=generator).to(seeds.device)]
+    shard = torch.tensor_split(seeds, local_world)[local_rank]
+    return list(torch.tensor_split(shard, total))
+
+
 # --------------------------------------------------------------------------- neighbour sampling

@@ -37,7 +37,7 @@ from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData
 from gnnbridge.core.records.hetero import HeteroGraphData
 from gnnbridge.core.runtime.context import DistContext
-from gnnbridge.core.sampling.seeds import derived_seed, epoch_batches, few_steps
+from gnnbridge.core.sampling.seeds import derived_seed, few_steps, split_batches
 from gnnbridge.core.training import midepoch, optim, shared_tables, sparse
 from gnnbridge.core.training.checkpointing import Checkpointing
 from gnnbridge.core.training.dry import dry_step
@@ -217,6 +217,17 @@ class Trainer:
         self.cache_counts = [self.cache_counts[0] + hits, self.cache_counts[1] + rows]
         return {"feature_cache_hit_rate": hits / rows if rows else 0.0}
 
+    def _epoch_exchange(self) -> dict:
+        """What the epoch's training batches took from other machines, over every rank (a
+        partitioned graph's; one small all-reduce): feature rows, frontier nodes sampled by their
+        owners, and bytes sent and received. {} for a graph on one machine."""
+        exchange = getattr(self.parts.sampler, "exchange", None)
+        if exchange is None:
+            return {}
+        seen = exchange.reset()
+        total = self.ctx.all_reduce_sum(torch.tensor(list(seen.values()), dtype=torch.int64)).tolist()
+        return dict(zip(seen, total))
+
     def _note(self, line: str) -> None:
         """One line on stderr from rank 0: what a resume does that the user did not ask for, or a warning."""
         if self.ctx.is_main:
@@ -303,6 +314,8 @@ class Trainer:
         phases = PhaseTimer(ctx.device, ctx.doing, epoch)
         for cache in self.parts.feature_caches:
             cache.reset()
+        if getattr(self.parts.sampler, "exchange", None) is not None:
+            self.parts.sampler.exchange.reset()  # what validation exchanged is not the epoch's
         self.resumed = self._resumed_inside(epoch, len(batches))
         phases.start()
         loader = prefetched(lambda: self._batches(batches, epoch), cfg.placement.prefetch)
@@ -333,6 +346,7 @@ class Trainer:
             "phases": seconds,
             "phases_slowest_rank": slowest_rank(ctx, seconds, epoch_time),
             **self._epoch_hit_rate(),
+            **self._epoch_exchange(),
             **({"resumed_after_batch": resumed.batches} if resumed else {}),
         }
 
@@ -369,9 +383,7 @@ class Trainer:
         """Reseed every stream for ``epoch`` and return this rank's seed batches."""
         cfg, ctx = self.config, self.ctx
         seed_everything(derived_seed(cfg.train.seed, epoch, ctx.rank, stream=4))
-        batches = epoch_batches(
-            self.parts.data.split("train"), cfg.train.batch_size, cfg.train.seed, epoch, ctx.rank, ctx.world_size
-        )
+        batches = split_batches(self.parts.data, "train", cfg.train.batch_size, cfg.train.seed, epoch, ctx)
         # Every rank has as many batches as the others, so a cap keeps them in step.
         return batches[: cfg.train.max_batches] if cfg.train.max_batches else batches
 

@@ -1,0 +1,196 @@
+"""One machine's part of a partitioned graph (``gnnbridge partition``), memory-mapped.
+
+A part is a :class:`GraphData` of the machine's own nodes: ``x``, ``y`` and the splits hold
+its nodes only (splits as *local* ids, ``0 .. n_M - 1``, so ``y[seeds]`` reads a batch's labels
+as for any graph), while ``indptr`` / ``indices`` are the CSC of its nodes' in-edges whose
+sources are *global* ids (any machine's nodes). Its ``partition`` (:class:`Partition`) says
+which ids each machine owns; the partitioned sampler
+(:mod:`gnnbridge.core.sampling.distributed`) turns local seeds into global ones, samples the
+hops of other machines' nodes on their owners and fetches their rows from there.
+
+The machine opens ``DIR/partitions/K/partition.json`` (a few hundred bytes) and
+``DIR/partitions/K/part-M/``, nothing else: its copy of the dataset may hold only those.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from gnnbridge.core.errors import ConfigError, DataError
+from gnnbridge.core.records.data import GraphData
+from gnnbridge.core.records.folder import SPLITS, advise_uncacheable, folder_labels, mapped, stat_input
+from gnnbridge.core.records.labels import current_form, label_form
+
+PARTITIONS = "partitions"
+PARTITION_FILE = "partition.json"
+PART_FILE = "part.json"
+
+
+# (this machine's node rank, the job's machines): set around a job's dataset load (on_machine)
+_MACHINE: ContextVar[tuple[int, int]] = ContextVar("gnnbridge_machine", default=(0, 1))
+
+
+class PartError(DataError):
+    """A part that is not this machine's, or not of this partitioning."""
+
+
+@contextlib.contextmanager
+def on_machine(machine: int, machines: int) -> Iterator[None]:
+    """Loads inside the block are this machine's (``machine`` of ``machines``): a partitioned
+    folder opens part ``machine``."""
+    token = _MACHINE.set((machine, machines))
+    try:
+        yield
+    finally:
+        _MACHINE.reset(token)
+
+
+def open_machine_part(root: str | Path, parts: int) -> GraphData:
+    """This machine's part of ``root`` partitioned into ``parts``: refused in one line unless the
+    job has ``parts`` machines."""
+    machine, machines = _MACHINE.get()
+    if machines != parts:
+        raise ConfigError(
+            f"dataset.partitions={parts}: each of a job's {parts} machines trains its own part, but this job runs "
+            f"on {machines} machine{'s' if machines > 1 else ''}; start {parts} (torchrun --nnodes {parts}, or srun "
+            f"over {parts} nodes), or train the whole folder (dataset.partitions=0)."
+        )
+    return open_partition(root, parts, machine)
+
+
+def partition_folder_of(root: str | Path, parts: int) -> Path:
+    return Path(root) / PARTITIONS / str(parts)
+
+
+def part_folder(partition: Path, part: int) -> Path:
+    return partition / f"part-{part}"
+
+
+@dataclass
+class Partition:
+    """Who owns which node: machine ``m`` owns global ids ``[bounds[m], bounds[m + 1])`` and
+    edges ``[edge_bounds[m], edge_bounds[m + 1])``; this machine is ``part``.
+
+    ``split_counts[split][m]``: machine ``m``'s members of a split, from which every machine
+    computes the same number of batches without asking the others. ``node_ids``: the original
+    id of each of this machine's nodes (what ``predict`` writes)."""
+
+    id: str
+    parts: int
+    part: int
+    bounds: list[int]
+    edge_bounds: list[int]
+    split_counts: dict[str, list[int]]
+    node_ids: torch.Tensor
+
+    @property
+    def start(self) -> int:
+        return self.bounds[self.part]
+
+    @property
+    def num_nodes(self) -> int:
+        """Nodes of the whole graph."""
+        return self.bounds[-1]
+
+    def owners(self, ids: torch.Tensor) -> torch.Tensor:
+        """The machine owning each global id."""
+        edges = torch.tensor(self.bounds[1:-1], dtype=ids.dtype, device=ids.device)
+        return torch.bucketize(ids, edges, right=True)
+
+
+def read_partition(root: str | Path, parts: int) -> dict:
+    """``partition.json`` of ``root``'s partitioning into ``parts``, refused in one line if absent."""
+    folder = partition_folder_of(root, parts)
+    try:
+        return json.loads((folder / PARTITION_FILE).read_text())
+    except FileNotFoundError:
+        raise DataError(
+            f"{folder / PARTITION_FILE} not found; run gnnbridge partition {root} --parts {parts} (each machine's "
+            f"copy needs {PARTITIONS}/{parts}/{PARTITION_FILE} and its own part-M/)."
+        ) from None
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{folder / PARTITION_FILE} cannot be read ({str(exc)[:100]}); copy it again.") from None
+
+
+def open_partition(root: str | Path, parts: int, machine: int, form: str | None = None) -> GraphData:
+    """Machine ``machine``'s part of ``root`` partitioned into ``parts``, its arrays mapped."""
+    with label_form(form or current_form()):
+        return _open(Path(root), parts, machine)
+
+
+def _open(root: Path, parts: int, machine: int) -> GraphData:
+    description = read_partition(root, parts)
+    folder = part_folder(partition_folder_of(root, parts), machine)
+    part = _read_part(folder, description, machine)
+    arrays = {key: mapped(folder, spec) for key, spec in part["arrays"].items()}
+    advise_uncacheable(arrays.values(), sum(a.nbytes for a in arrays.values()))
+    start = int(part["start"])
+    counts = {
+        key.replace("_idx", ""): [int(p[key.replace("_idx", "")]) for p in description["per_part"]] for key in SPLITS
+    }
+    record = GraphData.unchecked(
+        indptr=arrays["indptr"],
+        indices=arrays["indices"],
+        x=arrays["x"],
+        y=folder_labels(arrays["y"], description["summary"], root.name),
+        train_idx=arrays["train_idx"] - start,
+        val_idx=arrays["val_idx"] - start,
+        test_idx=arrays["test_idx"] - start,
+        num_classes=int(description["summary"]["num_classes"]),
+        name=root.name,
+    )
+    record.partition = Partition(
+        id=description["id"],
+        parts=parts,
+        part=machine,
+        bounds=[int(b) for b in description["boundaries"]],
+        edge_bounds=[int(b) for b in description["edge_boundaries"]],
+        split_counts=counts,
+        node_ids=arrays["node_ids"],
+    )
+    record.folder = root
+    record.mapped_from = (open_partition, (str(root), parts, machine, current_form()))
+    return record
+
+
+def _read_part(folder: Path, description: dict, machine: int) -> dict:
+    """``part.json`` of ``folder``, refused in one line unless it is part ``machine`` of this
+    partitioning and its files are as written."""
+    try:
+        part = json.loads((folder / PART_FILE).read_text())
+    except FileNotFoundError:
+        raise PartError(
+            f"{folder} is missing: machine {machine} opens part-{machine} of the partitioning (copy "
+            f"{folder.parent.name}/{folder.name} to this machine)."
+        ) from None
+    except (OSError, ValueError) as exc:
+        raise PartError(f"{folder / PART_FILE} cannot be read ({str(exc)[:100]}); copy the part again.") from None
+    if part.get("id") != description["id"]:
+        raise PartError(
+            f"{folder} is a part of another partitioning (id {str(part.get('id'))[:8]}, not "
+            f"{description['id'][:8]} as {PARTITION_FILE} says); copy this partitioning's part-{machine} again."
+        )
+    if part.get("part") != machine:
+        raise PartError(
+            f"{folder} holds part {part.get('part')}, but this machine (node rank {machine}) trains part {machine}; "
+            f"give each machine its own part (node rank M opens part-M)."
+        )
+    for spec in part["arrays"].values():
+        file = folder / spec["file"]
+        try:
+            now = stat_input(file)
+        except OSError:
+            raise PartError(f"{file} is missing; copy part-{machine} again.") from None
+        if now["size"] != spec["size"]:
+            raise PartError(
+                f"{file} has {now['size']} bytes but its part says {spec['size']}: this copy differs from the "
+                "one written; copy it again."
+            )
+    return part

@@ -1,0 +1,167 @@
+"""Sampling a graph partitioned across machines: each hop's other-machine nodes sampled by their
+owners, and a batch's rows fetched from theirs, over ``all_to_all`` collectives.
+
+Why collectives and not a feature server: every rank of a DDP job already steps in lockstep
+(equal batch counts, one all-reduce per step), so one exchange per hop and one per batch fit
+that rhythm with nothing else running: no RPC framework (PyTorch RPC's TensorPipe is not
+maintained), no server threads, the same gloo or nccl groups the job has, and a dead machine
+ends the job as any collective does (the watchdog names it). The price is that every rank of a
+machine group must sample the same number of batches, empty ones included, which the seed
+schedule (:func:`machine_batches`) guarantees.
+
+Layout: machine ``m`` owns global ids ``[bounds[m], bounds[m + 1])``
+(:class:`~gnnbridge.core.records.partition.Partition`). The ranks with the same local rank on
+every machine form one exchange group of ``K`` ranks; a rank asks its peer on the owning
+machine, which answers from the part its machine maps (the machine's ranks share those pages).
+A round sends each peer the ids it owns (its own included: a copy, not a transfer), then the
+answers come back in the order asked.
+
+A hop: the owner samples the asked nodes with the core kernel and its own hop key (drawn from
+its generator, so a run is a function of (seed, epoch, rank) as on one machine), and returns
+how many neighbours it took for each node, then the neighbours with their global edge ids.
+The requester puts the edges back in frontier order, which the backends' CSC conversion reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+import torch.distributed as dist
+
+from gnnbridge.core.contracts.interfaces import GraphStore, Sampler
+from gnnbridge.core.records.batches import MiniBatch, SampledSubgraph
+from gnnbridge.core.records.features import gather_rows
+from gnnbridge.core.sampling import kernels
+from gnnbridge.core.sampling.neighbors import NeighborSampler
+from gnnbridge.core.sampling.seeds import epoch_generator
+
+_GROUPS: dict[tuple, object] = {}
+
+
+class Exchange:
+    """All-to-all rounds within one group of ``size`` ranks, one per machine (``me`` is this
+    machine); counts what crossed machines for ``results.json``."""
+
+    def __init__(self, group, size: int, me: int):
+        self.group, self.size, self.me = group, size, me
+        self.remote_rows = 0  # feature rows this rank took from other machines
+        self.remote_nodes = 0  # frontier nodes this rank had sampled by other machines
+        self.bytes = 0  # bytes this rank sent to and received from other machines
+
+    def reset(self) -> dict:
+        """The counts so far (then zero): what an epoch exchanged."""
+        seen = {"remote_rows": self.remote_rows, "remote_nodes": self.remote_nodes, "exchanged_bytes": self.bytes}
+        self.remote_rows = self.remote_nodes = self.bytes = 0
+        return seen
+
+    def counts(self, send: list[int]) -> list[int]:
+        """How many items each peer sends this rank, given how many it sends each."""
+        got = torch.empty(self.size, dtype=torch.int64)
+        dist.all_to_all_single(got, torch.tensor(send, dtype=torch.int64), group=self.group)
+        return got.tolist()
+
+    def swap(self, items: torch.Tensor, send: list[int], receive: list[int]) -> torch.Tensor:
+        """``items`` (grouped by peer, ``send[p]`` rows for peer ``p``) out, theirs in."""
+        out = items.new_empty((sum(receive), *items.shape[1:]))
+        dist.all_to_all_single(out, items.contiguous(), receive, send, group=self.group)
+        row = items[0].numel() * items.element_size() if items.numel() else 0
+        self.bytes += row * (sum(send) - send[self.me] + sum(receive) - receive[self.me])
+        return out
+
+    def ask(self, ids: torch.Tensor, owners: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list, list]:
+        """Send each id to its owner: (the ids this machine was asked for, grouped by asker; the
+        order that grouped ``ids`` by owner; sent and received counts per peer)."""
+        order = torch.argsort(owners, stable=True)
+        send = torch.bincount(owners, minlength=self.size).tolist()
+        receive = self.counts(send)
+        return self.swap(ids[order], send, receive), order, send, receive
+
+
+def exchange_for(ctx) -> Exchange:
+    """This rank's exchange group: the ranks of its local rank on every machine. Every rank of the
+    job creates every group, in the same order (``new_group``'s rule), on first use."""
+    layout = tuple(ctx.gather_objects((ctx.node_rank, ctx.local_rank)))
+    key = (ctx.run_id, ctx.attempt, layout)
+    if key not in _GROUPS:
+        groups = {}
+        for local in sorted({lr for _, lr in layout}):
+            ranks = sorted((node, r) for r, (node, lr) in enumerate(layout) if lr == local)
+            groups[local] = dist.new_group([r for _, r in ranks])
+        _GROUPS[key] = groups
+    return Exchange(_GROUPS[key][ctx.local_rank], ctx.num_nodes, ctx.node_rank)
+
+
+class PartitionSampler(NeighborSampler):
+    """The core neighbour sampler over a part: the part's own CSC (global source ids) for its
+    nodes, the owners for the others' (see the module)."""
+
+    def __init__(self, data, fanouts: list[int], exchange: Exchange):
+        part = data.partition
+        super().__init__(data.indptr, data.indices, fanouts, num_src=part.num_nodes)
+        self.num_nodes = part.num_nodes  # the relabel's map spans every machine's ids
+        self.part, self.exchange, self.x = part, exchange, data.x
+        self.start = part.bounds[part.part]
+        self.edge_start = part.edge_bounds[part.part]
+
+    def sample(self, seeds: torch.Tensor, generator: torch.Generator | None = None) -> SampledSubgraph:
+        seeds = seeds.to(torch.int64)
+        return self._sample_torch(seeds, generator, self._local_map(seeds.device))
+
+    def _sample_hop(self, frontier: torch.Tensor, fanout: int, generator: torch.Generator | None):
+        key = kernels.draw_seed(generator)
+        ex = self.exchange
+        owners = self.part.owners(frontier)
+        asked, order, send, receive = ex.ask(frontier, owners)
+        ex.remote_nodes += sum(send) - send[ex.me]
+        nbr, eid, within = self._hop(asked - self.start, fanout, key)
+        taken = torch.bincount(within, minlength=asked.numel())
+        got_taken = ex.swap(taken, receive, send)  # per node asked, in the order asked
+        edges_out = [int(t.sum()) for t in taken.split(receive)]
+        edges_in = [int(t.sum()) for t in got_taken.split(send)]
+        got = ex.swap(torch.stack([nbr, eid + self.edge_start], dim=1), edges_out, edges_in)
+        owner = order.repeat_interleave(got_taken)
+        back = torch.argsort(owner, stable=True)  # frontier order, as the backends' CSC reads it
+        return got[back, 0], got[back, 1], owner[back]
+
+    def fetch(self, nodes: torch.Tensor) -> torch.Tensor:
+        """``x[nodes]`` (global ids) as float32: each row from the machine that owns it."""
+        ex = self.exchange
+        asked, order, send, receive = ex.ask(nodes, self.part.owners(nodes))
+        rows = gather_rows(self.x, asked - self.start)
+        got = ex.swap(rows, receive, send)
+        ex.remote_rows += sum(send) - send[ex.me]
+        out = torch.empty_like(got)
+        out[order] = got
+        return out
+
+
+class PartStore(GraphStore):
+    """A machine's part as the sampler's store: no library graph is built of it (its sources
+    name other machines' nodes, which a library graph of the part would refuse)."""
+
+    @property
+    def native(self):
+        raise TypeError("a machine's part of a partitioned graph has no library graph; it is sampled by core")
+
+
+class PartitionedSampler(Sampler):
+    """Batches of a machine's own seeds (local ids) sampled across machines; each batch comes
+    with its rows (``MiniBatch.features``) and its seeds as given, so ``y[seeds]`` reads the part."""
+
+    def __init__(self, store: GraphStore, fanouts: list[int], to_native, exchange: Exchange):
+        super().__init__(store, fanouts)
+        self._sampler = PartitionSampler(store.data, list(fanouts), exchange)
+        self._to_native = to_native
+        self._generator = epoch_generator(0, 0, 0, stream=1)
+        self.exchange = exchange
+
+    def reseed(self, seed: int, epoch: int, rank: int) -> None:
+        self._generator = epoch_generator(seed, epoch, rank, stream=1)
+
+    def loader(self, batches: list[torch.Tensor]) -> Iterable[MiniBatch]:
+        start = self._sampler.start
+        for seeds in batches:
+            sub = self._sampler.sample(seeds + start, self._generator)
+            features = self._sampler.fetch(sub.node)
+            yield MiniBatch(seeds, sub.node, self._to_native(sub), features=features)
