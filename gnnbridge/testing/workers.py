@@ -369,3 +369,38 @@ def sparse_grads_and_dump(ctx: DistContext, out: str) -> None:
     SparseGradSync(ctx, {name: t.weight for name, t in tables.items()})()
     grads = {name: None if t.weight.grad is None else t.weight.grad.to_dense() for name, t in tables.items()}
     torch.save(grads, Path(out) / f"rank{ctx.rank}.pt")
+
+
+def sample_parts_and_dump(ctx: DistContext, root: str, parts: int, fanouts: list[int], out: str) -> None:
+    """Rank ``r`` plays machine ``r`` of a graph partitioned into ``parts``: it samples batches of
+    its own training nodes across machines (every hop's other-machine nodes on their owners, the
+    rows from theirs) and saves what came back, in *original* ids, to ``out/rank<r>.pt``: each
+    batch's seeds, every sampled edge (source, destination, edge id) and the fetched rows."""
+    import torch.distributed as dist
+
+    from gnnbridge.core.records.partition import open_partition
+    from gnnbridge.core.sampling.distributed import Exchange, PartitionSampler
+    from gnnbridge.core.sampling.seeds import epoch_generator
+
+    data = open_partition(root, parts, ctx.rank)
+    sampler = PartitionSampler(data, fanouts, Exchange(dist.group.WORLD, parts, ctx.rank))
+    original = torch.cat([open_partition(root, parts, m).partition.node_ids for m in range(parts)])
+    generator = epoch_generator(0, 0, ctx.rank, stream=1)
+    batches = []
+    seeds_all = data.train_idx
+    for seeds in (seeds_all[:7], seeds_all[7:7], seeds_all[7:30]):  # an empty batch joins every exchange too
+        sub = sampler.sample(seeds + sampler.start, generator)
+        rows = sampler.fetch(sub.node)
+        batches.append(
+            {
+                "seeds": original[sub.seeds],
+                "src": original[sub.node[sub.row]],
+                "dst": original[sub.node[sub.col]],
+                "cols_sorted": bool((sub.col[1:] >= sub.col[:-1]).all()) if sub.col.numel() else True,
+                "nodes": original[sub.node],
+                "rows": rows,
+                "edges": sub.edge,
+                "hop_edges": sub.num_sampled_edges,
+            }
+        )
+    torch.save({"batches": batches, "traffic": sampler.exchange.reset()}, Path(out) / f"rank{ctx.rank}.pt")

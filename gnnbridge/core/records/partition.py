@@ -145,6 +145,7 @@ def _open(root: Path, parts: int, machine: int) -> GraphData:
         test_idx=arrays["test_idx"] - start,
         num_classes=int(description["summary"]["num_classes"]),
         name=root.name,
+        edge_attr=arrays.get("edge_attr"),  # in the part's CSC order: its owner sends a sampled edge's row
     )
     record.partition = Partition(
         id=description["id"],

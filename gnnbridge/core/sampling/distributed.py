@@ -101,12 +101,19 @@ class PartitionSampler(NeighborSampler):
         super().__init__(data.indptr, data.indices, fanouts, num_src=part.num_nodes)
         self.num_nodes = part.num_nodes  # the relabel's map spans every machine's ids
         self.part, self.exchange, self.x = part, exchange, data.x
+        self.edge_attr = getattr(data, "edge_attr", None)
         self.start = part.bounds[part.part]
         self.edge_start = part.edge_bounds[part.part]
+        self._edge_rows: list[torch.Tensor] = []
 
     def sample(self, seeds: torch.Tensor, generator: torch.Generator | None = None) -> SampledSubgraph:
-        seeds = seeds.to(torch.int64)
-        return self._sample_torch(seeds, generator, self._local_map(seeds.device))
+        """The hops of ``seeds`` (global ids) across machines; with edge features, each sampled
+        edge's row, sent by the machine that sampled it (its destination's owner holds it)."""
+        self._edge_rows = []
+        sub = self._sample_torch(seeds.to(torch.int64), generator, self._local_map(seeds.device))
+        if self.edge_attr is not None:
+            sub.edge_attr = torch.cat(self._edge_rows) if self._edge_rows else self.edge_attr[:0].float()
+        return sub
 
     def _sample_hop(self, frontier: torch.Tensor, fanout: int, generator: torch.Generator | None):
         key = kernels.draw_seed(generator)
@@ -122,6 +129,8 @@ class PartitionSampler(NeighborSampler):
         got = ex.swap(torch.stack([nbr, eid + self.edge_start], dim=1), edges_out, edges_in)
         owner = order.repeat_interleave(got_taken)
         back = torch.argsort(owner, stable=True)  # frontier order, as the backends' CSC reads it
+        if self.edge_attr is not None:
+            self._edge_rows.append(ex.swap(gather_rows(self.edge_attr, eid), edges_out, edges_in)[back])
         return got[back, 0], got[back, 1], owner[back]
 
     def fetch(self, nodes: torch.Tensor) -> torch.Tensor:

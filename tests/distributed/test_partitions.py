@@ -1,0 +1,297 @@
+"""Graphs partitioned across machines: ``gnnbridge partition`` writes parts that together are the
+graph, and a job of K machines, each holding only its own part, trains as the whole graph does.
+
+The parts are checked against the prepared folder they came from (every edge, row, label and
+split member, by the original ids each part keeps); the sampler across machines is checked on
+real gloo ranks against the graph itself (every sampled edge is an edge, every fetched row is
+that node's); whole jobs run as torchrun "machines", each in a folder holding only its part.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from gnnbridge.core.app.partition import partition
+from gnnbridge.core.app.prepare import prepare_folder
+from gnnbridge.core.errors import ConfigError, DataError
+from gnnbridge.core.records.folder import open_prepared
+from gnnbridge.core.records.partition import PartError, on_machine, open_machine_part, open_partition
+from gnnbridge.testing.conformance import small_graph
+from gnnbridge.testing.ports import free_port
+from gnnbridge.testing.workers import launch_ranks, sample_parts_and_dump
+
+METHODS = ("metis", "stream")
+
+
+def write_graph(folder: Path, n: int = 300, edge_features: bool = False) -> Path:
+    g = small_graph(n=n)
+    folder.mkdir(parents=True)
+    arrays = {"x": g.x, "edge_index": g.edge_index, "y": g.y, "train_idx": g.train_idx}
+    arrays.update(val_idx=g.val_idx, test_idx=g.test_idx)
+    for key, value in arrays.items():
+        np.save(folder / f"{key}.npy", value.numpy())
+    if edge_features:  # each edge's row names it: (source, destination, position in edge_index)
+        ei = g.edge_index.numpy()
+        np.save(folder / "edge_attr.npy", np.stack([ei[0], ei[1], np.arange(ei.shape[1])], 1).astype(np.float32))
+    prepare_folder(folder, progress=False)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def graph(tmp_path_factory):
+    return write_graph(tmp_path_factory.mktemp("partitions") / "g", edge_features=True)
+
+
+def _parts(root: Path, k: int) -> list:
+    return [open_partition(root, k, m) for m in range(k)]
+
+
+def _edges(indptr: torch.Tensor, indices: torch.Tensor, dst_ids: torch.Tensor) -> set:
+    dst = torch.repeat_interleave(dst_ids, indptr[1:] - indptr[:-1])
+    return set(zip(indices.tolist(), dst.tolist()))
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_the_parts_together_are_the_graph(graph, tmp_path, method):
+    """Each node in exactly one part, its row, label and split membership as in the folder; the
+    parts' in-edges (global ids mapped back to the original ones) are the graph's edges, their
+    edge features each edge's own; ids are contiguous per part; the report adds up."""
+    root = tmp_path / "g"
+    shutil.copytree(graph, root, ignore=shutil.ignore_patterns("partitions"))
+    k = 3
+    result = partition(root, k, method=method, progress=False)
+    full, parts = open_prepared(root), _parts(root, k)
+    original = torch.cat([p.partition.node_ids for p in parts])
+    assert sorted(original.tolist()) == list(range(full.num_nodes))
+    assert result["boundaries"] == [0, *np.cumsum([p.num_nodes for p in parts]).tolist()]
+    seen, positions = set(), []
+    for p in parts:
+        ids, start = p.partition.node_ids, p.partition.start
+        assert torch.equal(p.x, full.x[ids]) and torch.equal(p.y, full.y[ids])
+        seen |= _edges(p.indptr, original[p.indices], ids)
+        dst = torch.repeat_interleave(ids, p.indptr[1:] - p.indptr[:-1])
+        assert torch.equal(p.edge_attr[:, 0].long(), original[p.indices]) and torch.equal(p.edge_attr[:, 1].long(), dst)
+        positions.append(p.edge_attr[:, 2].long())
+        for split in ("train", "val", "test"):
+            assert set(ids[p.split(split)].tolist()) == set(full.split(split).tolist()) & set(ids.tolist())
+            assert (p.split(split) >= 0).all() and (p.split(split) < p.num_nodes).all()
+        assert p.partition.owners(torch.arange(start, start + p.num_nodes)).eq(p.partition.part).all()
+    assert seen == _edges(full.indptr, full.indices, torch.arange(full.num_nodes))
+    assert sorted(torch.cat(positions).tolist()) == list(range(full.indices.numel()))  # every edge once
+    cut = sum(p["remote_edges"] for p in result["per_part"]) / sum(p["edges"] for p in result["per_part"])
+    assert result["edge_cut"] == round(cut, 4) and 0 < cut < 2 / 3  # better than a random cut of 3 parts
+    assert result["balance"]["nodes"] <= 1.1 and sum(p["train"] for p in result["per_part"]) == full.train_idx.numel()
+
+
+def _copy(graph: Path, tmp_path: Path) -> Path:
+    root = tmp_path / "g"
+    shutil.copytree(graph, root, ignore=shutil.ignore_patterns("partitions"))
+    return root
+
+
+def test_partitioning_again_is_nothing_to_do_and_another_method_is_refused_not_overwritten(graph, tmp_path):
+    root = _copy(graph, tmp_path)
+    first = partition(root, 2, method="stream", progress=False)
+    again = partition(root, 2, method="stream", progress=False)
+    assert again["already"] and again["id"] == first["id"]
+    with pytest.raises(ConfigError, match=r"holds a partitioning by stream \(seed 0\); machines may hold its parts: "):
+        partition(root, 2, method="metis", progress=False)
+    assert json.loads((root / "partitions/2/partition.json").read_text())["id"] == first["id"]
+    assert sorted(p.name for p in (root / "partitions").iterdir()) == [".lock", "2"]
+
+
+def test_a_source_prepared_again_is_partitioned_again_and_a_changed_one_refused(graph, tmp_path):
+    root = _copy(graph, tmp_path)
+    first = partition(root, 2, method="stream", progress=False)
+    np.save(root / "y.npy", np.load(root / "y.npy")[::-1].copy())
+    with pytest.raises(DataError, match="y.npy changed since `gnnbridge prepare`"):
+        partition(root, 2, method="stream", progress=False)
+    prepare_folder(root, progress=False)
+    second = partition(root, 2, method="stream", progress=False)
+    assert not second["already"] and second["id"] != first["id"]
+    assert sorted(p.name for p in (root / "partitions" / "2").iterdir()) == ["part-0", "part-1", "partition.json"]
+
+
+def test_a_failed_partitioning_leaves_nothing(graph, tmp_path, monkeypatch):
+    """A part that fails midway (a full disk, a stop signal) takes every file of this run with it."""
+    import gnnbridge.core.app.partition as module
+
+    root = _copy(graph, tmp_path)
+    calls = []
+
+    def failing(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return real(*args, **kwargs)
+
+    real = module._write_part
+    monkeypatch.setattr(module, "_write_part", failing)
+    with pytest.raises(module.ResourceError, match=r"the disk is full .*nothing half-written is left"):
+        partition(root, 2, method="stream", progress=False)
+    assert not (root / "partitions").exists()  # not even the lock
+
+
+def test_what_cannot_be_partitioned_is_one_line(graph, tmp_path):
+    root = _copy(graph, tmp_path)
+    with pytest.raises(ConfigError, match=r"--parts 400: give 2 to 300 parts"):
+        partition(root, 400, progress=False)
+    with pytest.raises(
+        ConfigError, match=r"--method 'kl' is not a partitioning method; use one of: auto, metis, stream"
+    ):
+        partition(root, 2, method="kl", progress=False)
+    (tmp_path / "raw").mkdir()
+    with pytest.raises(DataError, match=r"raw is not prepared; run: gnnbridge prepare"):
+        partition(tmp_path / "raw", 2, progress=False)
+    if os.geteuid() != 0:  # root writes anywhere
+        root.chmod(stat.S_IRUSR | stat.S_IXUSR)
+        try:
+            with pytest.raises(ConfigError, match="is not writable"):
+                partition(root, 2, progress=False)
+        finally:
+            root.chmod(stat.S_IRWXU)
+
+
+def test_a_machine_opens_only_its_own_part_of_this_partitioning(graph, tmp_path):
+    """The wrong part, a part of another partitioning, a missing part and a job of another size
+    are each refused in one line; the machine's copy holds nothing but its part."""
+    root = _copy(graph, tmp_path)
+    partition(root, 2, method="stream", progress=False)
+    machine = tmp_path / "machine1" / "data"
+    (machine / "partitions" / "2").mkdir(parents=True)
+    shutil.copy(root / "partitions/2/partition.json", machine / "partitions/2")
+    shutil.copytree(root / "partitions/2/part-1", machine / "partitions/2/part-1")
+    with on_machine(1, 2):
+        assert open_machine_part(machine, 2).partition.part == 1
+    with on_machine(0, 2), pytest.raises(PartError, match=r"part-0 is missing: machine 0 opens part-0"):
+        open_machine_part(machine, 2)
+    shutil.copytree(root / "partitions/2/part-1", machine / "partitions/2/part-0")
+    with (
+        on_machine(0, 2),
+        pytest.raises(PartError, match=r"holds part 1, but this machine \(node rank 0\) trains part 0"),
+    ):
+        open_machine_part(machine, 2)
+    with on_machine(0, 3), pytest.raises(ConfigError, match=r"but this job runs on 3 machines; start 2"):
+        open_machine_part(machine, 2)
+    shutil.rmtree(root / "partitions/2")
+    partition(root, 2, method="metis", progress=False)
+    shutil.copy(root / "partitions/2/partition.json", machine / "partitions/2")
+    with on_machine(1, 2), pytest.raises(PartError, match=r"part-1 is a part of another partitioning"):
+        open_machine_part(machine, 2)
+
+
+@pytest.mark.slow
+def test_sampling_across_machines_returns_the_graphs_own_edges_and_rows(graph, tmp_path):
+    """Three gloo ranks, each machine M of a 3-part graph: every sampled edge is an edge of the
+    graph (in original ids) with its global edge id, each hop's edges in destination order,
+    every fetched row the node's own, at most ``fanout`` in-edges per node per hop; an empty
+    batch on every machine at the same step joins the exchanges."""
+    root = _copy(graph, tmp_path)
+    partition(root, 3, method="metis", progress=False)
+    launch_ranks(sample_parts_and_dump, 3, (str(root), 3, [4, 3], str(tmp_path)), timeout_s=120)
+    full, parts = open_prepared(root), _parts(root, 3)
+    edges = _edges(full.indptr, full.indices, torch.arange(full.num_nodes))
+    original = torch.cat([p.partition.node_ids for p in parts])
+    global_sources = original[torch.cat([p.indices for p in parts])]
+    traffic = []
+    for rank in range(3):
+        saved = torch.load(tmp_path / f"rank{rank}.pt")
+        traffic.append(saved["traffic"])
+        first, empty, third = saved["batches"]
+        assert empty["seeds"].numel() == 0 and empty["nodes"].numel() == 0
+        for batch in (first, third):
+            pairs = set(zip(batch["src"].tolist(), batch["dst"].tolist()))
+            assert pairs and pairs <= edges
+            assert torch.equal(global_sources[batch["edges"]], batch["src"])  # edge ids name the edge
+            assert batch["cols_sorted"]
+            assert torch.equal(batch["rows"], full.x[batch["nodes"]])
+            assert set(batch["seeds"].tolist()) <= set(parts[rank].partition.node_ids.tolist())
+            per_node = torch.bincount(batch["dst"][: batch["hop_edges"][0]], minlength=full.num_nodes)
+            assert per_node.max() <= 4
+    assert all(t["remote_rows"] > 0 and t["exchanged_bytes"] > 0 for t in traffic), traffic
+
+
+# --------------------------------------------------------------------------- whole jobs
+
+JOB = ["--set", "train.epochs=4", "--set", "model.hidden=32", "--set", "train.batch_size=128", "--timeout", "120"]
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory):
+    """The default experiment's graph as a prepared folder, and its test accuracy trained whole
+    on one machine (two ranks), as the partitioned jobs train it."""
+    import gnnbridge
+    from gnnbridge.plugins.folder_datasets import prepare
+
+    root = tmp_path_factory.mktemp("synthetic") / "syn"
+    prepare("synthetic", out=root, progress=False)
+    overrides = [JOB[i + 1] for i in range(0, 6, 2)]
+    whole = gnnbridge.run(
+        dataset=str(root), backend="pyg", nproc=2, overrides=overrides, out=str(root.parent / "whole"), progress=False
+    )
+    return root, whole["metrics"]["test_acc"]
+
+
+def machines(root: Path, k: int, tmp_path: Path, backend: str, *extra: str) -> tuple[list[int], list[list[str]]]:
+    """A job of ``k`` torchrun "machines" of one rank, machine M in ``tmp_path/machineM`` whose
+    ``data`` holds partition.json and part-M alone; their exit codes and stderr lines."""
+    port = free_port()
+    for m in range(k):
+        folder = tmp_path / f"machine{m}" / "data" / "partitions" / str(k)
+        folder.mkdir(parents=True)
+        shutil.copy(root / "partitions" / str(k) / "partition.json", folder)
+        shutil.copytree(root / "partitions" / str(k) / f"part-{m}", folder / f"part-{m}")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(k), "--nproc-per-node", "1"]
+    command += ["--master-addr", "127.0.0.1", "--master-port", str(port)]
+    train = ["-m", "gnnbridge", "train", "--dataset", "data", "--backend", backend, "--out", "out"]
+    train += ["--set", f"dataset.partitions={k}", *JOB, *extra]
+    procs = [
+        subprocess.Popen(
+            [*command, "--node-rank", str(m), *train],
+            cwd=tmp_path / f"machine{m}",
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for m in reversed(range(k))
+    ]
+    try:
+        outs = [p.communicate(timeout=300) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    return [p.returncode for p in reversed(procs)], [e.splitlines() for _, e in reversed(outs)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("backend", "k", "method"), [("pyg", 2, "metis"), ("dgl", 3, "stream")])
+def test_machines_holding_one_part_each_train_as_the_whole_graph_does(synthetic, tmp_path, backend, k, method):
+    """Each machine's copy holds only its part; the job trains to the whole graph's accuracy
+    (within run-to-run noise), and results.json says what each epoch took from other machines."""
+    root, whole_acc = synthetic
+    partition(root, k, method=method, progress=False)
+    codes, errors = machines(root, k, tmp_path, backend)
+    assert codes == [0] * k, errors
+    for m in range(k):
+        held = sorted(
+            str(p.relative_to(tmp_path / f"machine{m}" / "data"))
+            for p in (tmp_path / f"machine{m}" / "data").rglob("*.npy")
+        )
+        assert all(p.startswith(f"partitions/{k}/part-{m}/") for p in held), held
+    results = json.loads((tmp_path / "machine0" / "out" / "results.json").read_text())
+    assert abs(results["metrics"]["test_acc"] - whole_acc) <= 0.04, (results["metrics"], whole_acc)
+    assert results["world_size"] == k and results["eval"]["final"] == "full"
+    for epoch in results["history"]:
+        assert epoch["remote_rows"] > 0 and epoch["remote_nodes"] > 0 and epoch["exchanged_bytes"] > 0, epoch
