@@ -404,3 +404,22 @@ def sample_parts_and_dump(ctx: DistContext, root: str, parts: int, fanouts: list
             }
         )
     torch.save({"batches": batches, "traffic": sampler.exchange.reset()}, Path(out) / f"rank{ctx.rank}.pt")
+
+
+def part_layers_and_dump(ctx: DistContext, root: str, parts: int, backend: str, arch: str, out: str) -> None:
+    """Rank ``r`` plays machine ``r`` (of one rank) of a graph partitioned into ``parts``: the
+    exact layer-wise logits of its own nodes for a ``arch`` model drawn from seed 0, saved with
+    the nodes' original ids to ``out/rank<r>.pt``."""
+    from gnnbridge.core.config import ModelSpec, Task
+    from gnnbridge.core.inference.partitioned import PartitionedLayerwise
+    from gnnbridge.core.models.build import build_model, model_dims
+    from gnnbridge.core.models.init import initialise
+    from gnnbridge.core.plugins import get_backend
+    from gnnbridge.core.records.partition import open_partition
+
+    ctx.node_rank, ctx.num_nodes, ctx.local_rank, ctx.local_world_size = ctx.rank, ctx.world_size, 0, 1
+    data = open_partition(root, parts, ctx.rank)
+    model, _ = build_model(ModelSpec(arch=arch, hidden=16), backend, Task.NODE, *model_dims(data), data)
+    initialise(model, 0)
+    logits = PartitionedLayerwise(get_backend(backend).require(), data, ctx, 37).full_logits(model.eval())
+    torch.save({"logits": logits, "ids": data.partition.node_ids.clone()}, Path(out) / f"rank{ctx.rank}.pt")

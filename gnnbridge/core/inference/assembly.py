@@ -135,9 +135,7 @@ class RunParts:
         }
         if mode is not None and mode.value != out["requested"]:
             why = (
-                "layer-wise inference does not run across the machines of a partitioned graph yet"
-                if getattr(self.data, "partition", None) is not None
-                else f"{self.call.origin} has no typed layer-wise inference (typed_layerwise)"
+                f"{self.call.origin} has no typed layer-wise inference (typed_layerwise)"
                 if isinstance(self.data, HeteroGraphData)
                 else f"{self.call.origin} has no layer_forward"
             )

@@ -171,10 +171,17 @@ class LayerwiseEvaluator(Evaluator):
 def layer_batch(backend: Backend, model: GNNModel, h: torch.Tensor, sub, device: torch.device):
     """A one-hop ``sub``'s graph and its input nodes' rows of ``h``, on ``device``, as
     ``layer_forward`` gets them (in layer-wise evaluation and in the dry step alike)."""
-    graph = backend.graph_to(backend.from_sampled(sub), device)
     rows = indexed_rows(model, h, sub.node, device)
     if rows is None:  # h on the host or the device, sub where the graph is
-        rows = gather_rows(h, sub.node, pinned=device.type == "cuda").to(device, non_blocking=True)
+        rows = gather_rows(h, sub.node, pinned=device.type == "cuda")
+    return layer_batch_of(backend, sub, rows, device)
+
+
+def layer_batch_of(backend: Backend, sub, rows, device: torch.device):
+    """A one-hop ``sub``'s graph and its input nodes' ``rows`` (gathered already), on ``device``."""
+    graph = backend.graph_to(backend.from_sampled(sub), device)
+    if not isinstance(rows, IndexedRows):
+        rows = rows.to(device, non_blocking=True)
     return graph, rows
 
 

@@ -30,6 +30,7 @@ from gnnbridge.core.inference.evaluation import (
     SampledEvaluator,
     supports_layerwise,
 )
+from gnnbridge.core.inference.partitioned import PartitionedLayerwise
 from gnnbridge.core.inference.typed_layerwise import (
     TypedLayerwiseEdges,
     TypedLayerwiseEvaluator,
@@ -104,6 +105,8 @@ class NodeFamily(TaskFamily):
         """The exact layer-wise evaluator (typed on a heterogeneous graph)."""
         cfg = parts.config.eval
         kind = self.typed if isinstance(parts.data, HeteroGraphData) else LayerwiseEvaluator
+        if getattr(parts.data, "partition", None) is not None:
+            kind = PartitionedLayerwise
         return kind(parts.backend, parts.data, parts.ctx, cfg.batch_size, parts.call, cfg.layer_store, parts.target)
 
     def in_given_order(self, parts: RunParts, rows: torch.Tensor) -> torch.Tensor:
@@ -111,8 +114,6 @@ class NodeFamily(TaskFamily):
         return rows
 
     def can_run_layerwise(self, parts: RunParts) -> bool:
-        if getattr(parts.data, "partition", None) is not None:  # not across machines yet: every neighbour
-            return False
         if isinstance(parts.data, HeteroGraphData):
             return supports_typed_layerwise(parts.model)
         return supports_layerwise(parts.model)

@@ -133,11 +133,12 @@ class PartitionSampler(NeighborSampler):
             self._edge_rows.append(ex.swap(gather_rows(self.edge_attr, eid), edges_out, edges_in)[back])
         return got[back, 0], got[back, 1], owner[back]
 
-    def fetch(self, nodes: torch.Tensor) -> torch.Tensor:
-        """``x[nodes]`` (global ids) as float32: each row from the machine that owns it."""
+    def fetch(self, nodes: torch.Tensor, table: torch.Tensor | None = None) -> torch.Tensor:
+        """``table[nodes]`` (global ids; ``table``: a row per node of this machine, by default its
+        features) as float32: each row from the machine that owns it."""
         ex = self.exchange
         asked, order, send, receive = ex.ask(nodes, self.part.owners(nodes))
-        rows = gather_rows(self.x, asked - self.start)
+        rows = gather_rows(self.x if table is None else table, asked - self.start)
         got = ex.swap(rows, receive, send)
         ex.remote_rows += sum(send) - send[ex.me]
         out = torch.empty_like(got)

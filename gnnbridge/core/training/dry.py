@@ -20,12 +20,13 @@ import torch
 
 from gnnbridge.core.config import EvalMode
 from gnnbridge.core.errors import GnnBridgeError
-from gnnbridge.core.inference.evaluation import layer_batch, step_outputs
+from gnnbridge.core.inference.evaluation import layer_batch, layer_batch_of, step_outputs
 from gnnbridge.core.inference.placement import autocast
 from gnnbridge.core.plugins import PluginError
 from gnnbridge.core.records.batches import with_edge_features
 from gnnbridge.core.records.hetero import HeteroGraphData
 from gnnbridge.core.runtime.rank import failed_on
+from gnnbridge.core.sampling.distributed import PartitionSampler, exchange_for
 from gnnbridge.core.sampling.neighbors import NeighborSampler
 
 SEEDS = 8  # items of the dry batch: enough for real shapes, cheap on any graph
@@ -65,19 +66,25 @@ def _check(parts) -> None:
                 if isinstance(parts.data, HeteroGraphData):
                     check_typed_layers(parts, model)
                 else:
-                    check_layers(parts.call, parts.backend, model, parts.data, seeds, ctx.device)
+                    check_layers(parts.call, parts.backend, model, parts.data, seeds, ctx.device, ctx)
     finally:
         model.train(was_training)
 
 
-def check_layers(call, backend, model, data, seeds: torch.Tensor, device: torch.device) -> None:
+def check_layers(call, backend, model, data, seeds: torch.Tensor, device: torch.device, ctx=None) -> None:
     """One ``layer_forward`` per layer on a one-hop graph of ``seeds``, as layer-wise evaluation
     calls it, each output checked by ``call`` (also the conformance suite's check). A later
     layer's input is the previous layer's real output repeated to the graph's input-node count:
-    the right width, dtype and device, without an L-hop neighbourhood."""
-    sub = NeighborSampler(data.indptr, data.indices, [FANOUT]).sample(seeds, torch.Generator().manual_seed(0))
-    sub = with_edge_features(sub, data)
-    graph, rows = layer_batch(backend, model, data.x, sub, device)
+    the right width, dtype and device, without an L-hop neighbourhood. On a machine's part of a
+    partitioned graph (every rank of the job at once: ``ctx``'s), across machines."""
+    generator = torch.Generator().manual_seed(0)
+    if getattr(data, "partition", None) is not None:
+        one_hop = PartitionSampler(data, [FANOUT], exchange_for(ctx))
+        sub = one_hop.sample(seeds + one_hop.start, generator)
+        graph, rows = layer_batch_of(backend, sub, one_hop.fetch(sub.node), device)
+    else:
+        sub = with_edge_features(NeighborSampler(data.indptr, data.indices, [FANOUT]).sample(seeds, generator), data)
+        graph, rows = layer_batch(backend, model, data.x, sub, device)
     for layer in range(model.num_layers):
         out = call.layer(model, layer, graph, rows, seeds.numel(), last=layer == model.num_layers - 1)
         call.finite(out, f"layer_forward({layer})")
