@@ -242,18 +242,21 @@ def synthetic(tmp_path_factory):
     return root, whole["metrics"]["test_acc"]
 
 
-def machines(root: Path, k: int, tmp_path: Path, backend: str, *extra: str) -> tuple[list[int], list[list[str]]]:
+def machines(
+    root: Path, k: int, tmp_path: Path, backend: str, *extra: str, env=None, launcher=()
+) -> tuple[list[int], list[list[str]]]:
     """A job of ``k`` torchrun "machines" of one rank, machine M in ``tmp_path/machineM`` whose
-    ``data`` holds partition.json and part-M alone; their exit codes and stderr lines."""
+    ``data`` holds partition.json and part-M alone; their exit codes and stderr lines.
+    ``launcher``: more torchrun flags."""
     port = free_port()
     for m in range(k):
         folder = tmp_path / f"machine{m}" / "data" / "partitions" / str(k)
         folder.mkdir(parents=True)
         shutil.copy(root / "partitions" / str(k) / "partition.json", folder)
         shutil.copytree(root / "partitions" / str(k) / f"part-{m}", folder / f"part-{m}")
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**(env or os.environ), "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(k), "--nproc-per-node", "1"]
-    command += ["--master-addr", "127.0.0.1", "--master-port", str(port)]
+    command += ["--master-addr", "127.0.0.1", "--master-port", str(port), *launcher]
     train = ["-m", "gnnbridge", "train", "--dataset", "data", "--backend", backend, "--out", "out"]
     train += ["--set", f"dataset.partitions={k}", *JOB, *extra]
     procs = [
@@ -275,26 +278,84 @@ def machines(root: Path, k: int, tmp_path: Path, backend: str, *extra: str) -> t
     return [p.returncode for p in reversed(procs)], [e.splitlines() for _, e in reversed(outs)]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(("backend", "k", "method"), [("pyg", 2, "metis"), ("dgl", 3, "stream")])
-def test_machines_holding_one_part_each_train_as_the_whole_graph_does(synthetic, tmp_path, backend, k, method):
-    """Each machine's copy holds only its part; the job trains to the whole graph's accuracy
-    (within run-to-run noise), and results.json says what each epoch took from other machines."""
-    root, whole_acc = synthetic
-    partition(root, k, method=method, progress=False)
-    codes, errors = machines(root, k, tmp_path, backend)
-    assert codes == [0] * k, errors
+def _results(tmp_path: Path) -> dict:
+    return json.loads((tmp_path / "machine0" / "out" / "results.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def two_machines(synthetic, tmp_path_factory):
+    """The synthetic graph METIS-partitioned in two, trained by two machines on PyG."""
+    root, _ = synthetic
+    partition(root, 2, method="metis", progress=False)
+    where = tmp_path_factory.mktemp("two_machines")
+    codes, errors = machines(root, 2, where, "pyg")
+    assert codes == [0, 0], errors
+    return where
+
+
+def _check_job(tmp_path: Path, k: int, whole_acc: float) -> None:
+    """Each machine's copy held only its part; the job trained to the whole graph's accuracy
+    (within run-to-run noise), evaluated layer-wise across machines, and results.json says
+    what each epoch took from other machines."""
     for m in range(k):
-        held = sorted(
-            str(p.relative_to(tmp_path / f"machine{m}" / "data"))
-            for p in (tmp_path / f"machine{m}" / "data").rglob("*.npy")
-        )
+        data = tmp_path / f"machine{m}" / "data"
+        held = sorted(str(p.relative_to(data)) for p in data.rglob("*.npy"))
         assert all(p.startswith(f"partitions/{k}/part-{m}/") for p in held), held
-    results = json.loads((tmp_path / "machine0" / "out" / "results.json").read_text())
+    results = _results(tmp_path)
     assert abs(results["metrics"]["test_acc"] - whole_acc) <= 0.04, (results["metrics"], whole_acc)
     assert results["world_size"] == k and results["eval"]["final"] == "layerwise"
     for epoch in results["history"]:
         assert epoch["remote_rows"] > 0 and epoch["remote_nodes"] > 0 and epoch["exchanged_bytes"] > 0, epoch
+
+
+@pytest.mark.slow
+def test_two_machines_holding_one_part_each_train_as_the_whole_graph_does(synthetic, two_machines):
+    _check_job(two_machines, 2, synthetic[1])
+
+
+@pytest.mark.slow
+def test_three_machines_of_a_streamed_partitioning_train_on_dgl_as_the_whole_graph_does(synthetic, tmp_path):
+    root, whole_acc = synthetic
+    partition(root, 3, method="stream", progress=False)
+    codes, errors = machines(root, 3, tmp_path, "dgl")
+    assert codes == [0, 0, 0], errors
+    _check_job(tmp_path, 3, whole_acc)
+
+
+# Rank 1 (machine 1) SIGKILLs itself as epoch 3 starts, on the job's first attempt only.
+MACHINE_DIES = """
+import os, signal
+from gnnbridge.core.training.trainer import Trainer
+
+_train_epoch = Trainer.train_epoch
+
+def train_epoch(self, epoch):
+    if epoch == 2 and self.ctx.rank == 1 and self.ctx.attempt == 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return _train_epoch(self, epoch)
+
+Trainer.train_epoch = train_epoch
+"""
+
+
+@pytest.mark.slow
+def test_a_machine_that_dies_is_restarted_and_the_job_ends_as_if_uninterrupted(synthetic, two_machines, tmp_path):
+    """torchrun --max-restarts 1, the run folder on storage both machines see (here a link): the
+    restarted job reopens each machine's part, continues from the last checkpoint and ends with
+    the uninterrupted job's numbers."""
+    root, _ = synthetic
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(MACHINE_DIES)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")])}
+    (tmp_path / "machine1").mkdir()
+    (tmp_path / "machine1" / "out").symlink_to(tmp_path / "machine0" / "out")
+    codes, errors = machines(root, 2, tmp_path, "pyg", env=env, launcher=("--max-restarts", "1"))
+    assert codes == [0, 0], errors
+    restarted, uninterrupted = _results(tmp_path), _results(two_machines)
+    assert [r["resumed_from_epoch"] for r in restarted["restarts"]] == [1], restarted["restarts"]
+    assert restarted["metrics"] == uninterrupted["metrics"]
+    assert [e["loss"] for e in restarted["history"]] == [e["loss"] for e in uninterrupted["history"]]
 
 
 @pytest.mark.slow

@@ -105,6 +105,25 @@ class Partition:
         return torch.bucketize(ids, edges, right=True)
 
 
+class PartGraph(GraphData):
+    """A machine's part (see the module), which describes itself as the whole graph: a run
+    resumed on another partitioning of the same graph (or on the graph whole) trains on the
+    same data."""
+
+    partition: Partition
+
+    def summary(self) -> dict:
+        part = self.partition
+        return {
+            "name": self.name,
+            "num_nodes": part.num_nodes,
+            "num_edges": part.edge_bounds[-1],
+            "num_features": self.num_features,
+            "num_classes": self.num_classes,
+            **{split: sum(counts) for split, counts in part.split_counts.items()},
+        }
+
+
 def read_partition(root: str | Path, parts: int) -> dict:
     """``partition.json`` of ``root``'s partitioning into ``parts``, refused in one line if absent."""
     folder = partition_folder_of(root, parts)
@@ -135,7 +154,7 @@ def _open(root: Path, parts: int, machine: int) -> GraphData:
     counts = {
         key.replace("_idx", ""): [int(p[key.replace("_idx", "")]) for p in description["per_part"]] for key in SPLITS
     }
-    record = GraphData.unchecked(
+    record = PartGraph.unchecked(
         indptr=arrays["indptr"],
         indices=arrays["indices"],
         x=arrays["x"],

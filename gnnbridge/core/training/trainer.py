@@ -241,11 +241,12 @@ class Trainer:
         train = self.config.train
         if self.ctx.attempt or self.state.next_epoch >= train.epochs:
             return
-        seeds = self.parts.data.split("train").numel()
+        seeds, ranks = self.parts.data.split("train").numel(), self.ctx.world_size
+        part = getattr(self.parts.data, "partition", None)
+        if part is not None:  # each machine's ranks share its seeds; the fullest machine sets the steps
+            seeds, ranks = max(part.split_counts["train"]), self.ctx.local_world_size
         norms = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in self.parts.model.modules())
-        line = few_steps(
-            seeds, train.batch_size, self.ctx.world_size, train.max_batches, self.parts.data.item_name, norms
-        )
+        line = few_steps(seeds, train.batch_size, ranks, train.max_batches, self.parts.data.item_name, norms)
         if line is not None:
             self._note(f"Warning: {line}")
 
