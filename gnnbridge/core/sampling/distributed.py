@@ -24,6 +24,7 @@ The requester puts the edges back in frontier order, which the backends' CSC con
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 
 import torch
@@ -48,11 +49,14 @@ class Exchange:
         self.remote_rows = 0  # feature rows this rank took from other machines
         self.remote_nodes = 0  # frontier nodes this rank had sampled by other machines
         self.bytes = 0  # bytes this rank sent to and received from other machines
+        self.hop_s = self.fetch_s = 0.0  # seconds in the hops' exchanges and in fetching rows
 
     def reset(self) -> dict:
-        """The counts so far (then zero): what an epoch exchanged."""
+        """The counts so far (then zero): what an epoch exchanged, and the seconds it took."""
         seen = {"remote_rows": self.remote_rows, "remote_nodes": self.remote_nodes, "exchanged_bytes": self.bytes}
+        seen.update(hop_exchange_s=self.hop_s, fetch_s=self.fetch_s)
         self.remote_rows = self.remote_nodes = self.bytes = 0
+        self.hop_s = self.fetch_s = 0.0
         return seen
 
     def counts(self, send: list[int]) -> list[int]:
@@ -116,7 +120,13 @@ class PartitionSampler(NeighborSampler):
         return sub
 
     def _sample_hop(self, frontier: torch.Tensor, fanout: int, generator: torch.Generator | None):
-        key = kernels.draw_seed(generator)
+        began = time.perf_counter()
+        try:
+            return self._exchanged_hop(frontier, fanout, kernels.draw_seed(generator))
+        finally:
+            self.exchange.hop_s += time.perf_counter() - began
+
+    def _exchanged_hop(self, frontier: torch.Tensor, fanout: int, key: int):
         ex = self.exchange
         owners = self.part.owners(frontier)
         asked, order, send, receive = ex.ask(frontier, owners)
@@ -136,9 +146,16 @@ class PartitionSampler(NeighborSampler):
     def fetch(self, nodes: torch.Tensor, table: torch.Tensor | None = None) -> torch.Tensor:
         """``table[nodes]`` (global ids; ``table``: a row per node of this machine, by default its
         features) as float32: each row from the machine that owns it."""
+        began = time.perf_counter()
+        try:
+            return self._fetch(nodes, self.x if table is None else table)
+        finally:
+            self.exchange.fetch_s += time.perf_counter() - began
+
+    def _fetch(self, nodes: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
         ex = self.exchange
         asked, order, send, receive = ex.ask(nodes, self.part.owners(nodes))
-        rows = gather_rows(self.x if table is None else table, asked - self.start)
+        rows = gather_rows(table, asked - self.start)
         got = ex.swap(rows, receive, send)
         ex.remote_rows += sum(send) - send[ex.me]
         out = torch.empty_like(got)

@@ -220,13 +220,15 @@ class Trainer:
     def _epoch_exchange(self) -> dict:
         """What the epoch's training batches took from other machines, over every rank (a
         partitioned graph's; one small all-reduce): feature rows, frontier nodes sampled by their
-        owners, and bytes sent and received. {} for a graph on one machine."""
+        owners, bytes sent and received, and a rank's mean seconds in the hops' exchanges and in
+        fetching rows (both inside the ``sample`` phase). {} for a graph on one machine."""
         exchange = getattr(self.parts.sampler, "exchange", None)
         if exchange is None:
             return {}
         seen = exchange.reset()
-        total = self.ctx.all_reduce_sum(torch.tensor(list(seen.values()), dtype=torch.int64)).tolist()
-        return dict(zip(seen, total))
+        total = self.ctx.all_reduce_sum(torch.tensor(list(seen.values()), dtype=torch.float64)).tolist()
+        # counts summed over the ranks; seconds as a rank's mean (they pass beside each other)
+        return {k: v / self.ctx.world_size if k.endswith("_s") else int(v) for k, v in zip(seen, total)}
 
     def _note(self, line: str) -> None:
         """One line on stderr from rank 0: what a resume does that the user did not ask for, or a warning."""
