@@ -46,6 +46,7 @@ class Exchange:
 
     def __init__(self, group, size: int, me: int):
         self.group, self.size, self.me = group, size, me
+        self.rows = 0  # feature rows this rank fetched, its own machine's included
         self.remote_rows = 0  # feature rows this rank took from other machines
         self.remote_nodes = 0  # frontier nodes this rank had sampled by other machines
         self.bytes = 0  # bytes this rank sent to and received from other machines
@@ -53,9 +54,9 @@ class Exchange:
 
     def reset(self) -> dict:
         """The counts so far (then zero): what an epoch exchanged, and the seconds it took."""
-        seen = {"remote_rows": self.remote_rows, "remote_nodes": self.remote_nodes, "exchanged_bytes": self.bytes}
-        seen.update(hop_exchange_s=self.hop_s, fetch_s=self.fetch_s)
-        self.remote_rows = self.remote_nodes = self.bytes = 0
+        seen = {"fetched_rows": self.rows, "remote_rows": self.remote_rows, "remote_nodes": self.remote_nodes}
+        seen.update(exchanged_bytes=self.bytes, hop_exchange_s=self.hop_s, fetch_s=self.fetch_s)
+        self.rows = self.remote_rows = self.remote_nodes = self.bytes = 0
         self.hop_s = self.fetch_s = 0.0
         return seen
 
@@ -158,6 +159,7 @@ class PartitionSampler(NeighborSampler):
         rows = gather_rows(table, asked - self.start)
         got = ex.swap(rows, receive, send)
         ex.remote_rows += sum(send) - send[ex.me]
+        ex.rows += nodes.numel()
         out = torch.empty_like(got)
         out[order] = got
         return out

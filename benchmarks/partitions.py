@@ -1,0 +1,248 @@
+"""A graph partitioned across K "machines": accuracy against the graph trained whole, what each
+machine holds and claims, what crosses machines each epoch, and how that grows with K.
+
+On one host, each machine is a torchrun agent (``--nnodes K``, one rank, ``OMP_NUM_THREADS=1``)
+in a folder of its own holding a copy of its part alone (``partition.json`` and ``part-M/``), as
+a cluster's machines would. Measured, per K (default 2 and 4):
+
+* ``gnnbridge partition`` (METIS by default): wall time, balance, edge cut;
+* per machine: bytes of graph held (its folder) and the peak RssAnon of its process tree
+  (agent and rank, sampled every 0.2 s: anonymous memory, not the mapped part's pages);
+* per epoch (the job's totals from ``results.json``): rows fetched and of those from other
+  machines, frontier nodes sampled by their owners, bytes exchanged, a rank's seconds in the
+  hops' exchanges and in fetching rows, sample / forward / backward time, the epoch's time;
+* test accuracy (exact layer-wise evaluation across machines) against the same graph trained
+  whole on one machine with K ranks (the same global batch and steps per epoch), and whole on
+  one rank (what one machine's memory costs).
+
+Then, on paper, 8-64 machines: each epoch fetches about the same rows in all (the seeds and
+fanouts set them), of which a share crosses machines. That share is measured at each K; beyond
+it is bounded by a random split's (K - 1) / K and estimated for METIS by extending the measured
+shares' growth per doubling of K. Bytes per machine per epoch = all rows x share x (row bytes +
+8 bytes of id, there and back) / K. A bound, not a measurement: METIS' cut on a real graph of
+that size is what to measure on a cluster.
+
+    python benchmarks/partitions.py [--preset default|100k] [--parts 2,4] [--method metis|stream]
+        [--epochs 3] [--backend pyg|dgl] [--out benchmarks/out]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import compare  # noqa: E402
+import peakmem  # noqa: E402
+
+
+def gnnbridge(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "gnnbridge", *args], cwd=cwd, env=compare.child_env(), capture_output=True, text=True
+    )
+
+
+def overrides(epochs: int) -> list[str]:
+    sets = [s for s in compare.gnnbridge_overrides(epochs) if not s.startswith("eval.mode=")]
+    return [*sets, "eval.mode=layerwise"]
+
+
+def folder_of(npz: Path, out: Path) -> Path:
+    """The graph as a prepared folder (made once)."""
+    folder = out / "partitioned" / npz.stem
+    if not (folder / "prepared" / "manifest.json").is_file():
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        done = gnnbridge("prepare", str(npz), "--out", str(folder), "--quiet")
+        if done.returncode:
+            raise RuntimeError(done.stderr)
+    return folder
+
+
+def whole(folder: Path, args, ranks: int) -> dict:
+    """The graph trained whole on one machine of ``ranks`` ranks: the same steps per epoch and
+    the same global batch as ``ranks`` machines of one rank each."""
+    run_dir = args.out / "partitioned" / "runs" / f"whole-{ranks}-{time.strftime('%Y%m%d-%H%M%S')}"
+    cmd = [sys.executable, "-m", "gnnbridge", "train", "--dataset", str(folder), "--backend", args.backend]
+    cmd += ["--nproc", str(ranks), "--out", str(run_dir), "--quiet"]
+    for setting in overrides(args.epochs):
+        cmd += ["--set", setting]
+    print(f"--- whole graph, one machine of {ranks} rank(s)", flush=True)
+    done = peakmem.run_status(cmd, env={**compare.child_env(), "OMP_NUM_THREADS": "1"})
+    results = json.loads((run_dir / "results.json").read_text())
+    return {
+        "test_acc": results["metrics"]["test_acc"],
+        "epoch_time_s": [h["epoch_time_s"] for h in results["history"]],
+        "peak_rssanon_bytes": done["peak_rssanon_bytes"],
+        "held_bytes": sum(f.stat().st_size for f in folder.rglob("*.npy") if "partitions" not in f.parts),
+    }
+
+
+def cut(folder: Path, k: int, method: str) -> dict:
+    shutil.rmtree(folder / "partitions" / str(k), ignore_errors=True)
+    start = time.perf_counter()
+    done = gnnbridge("partition", str(folder), "--parts", str(k), "--method", method, "--quiet")
+    if done.returncode:
+        raise RuntimeError(done.stderr)
+    description = json.loads((folder / "partitions" / str(k) / "partition.json").read_text())
+    return {
+        "seconds": time.perf_counter() - start,
+        "balance": description["balance"],
+        "edge_cut": description["edge_cut"],
+        "nodes": [p["nodes"] for p in description["per_part"]],
+    }
+
+
+def machines(folder: Path, k: int, args) -> dict:
+    """The K-machine job, each machine's tree sampled for its peak RssAnon."""
+    where = args.out / "partitioned" / f"machines-{k}"
+    shutil.rmtree(where, ignore_errors=True)
+    held = []
+    for m in range(k):
+        data = where / f"machine{m}" / "data" / "partitions" / str(k)
+        data.mkdir(parents=True)
+        shutil.copy(folder / "partitions" / str(k) / "partition.json", data)
+        shutil.copytree(folder / "partitions" / str(k) / f"part-{m}", data / f"part-{m}")
+        held.append(sum(f.stat().st_size for f in data.rglob("*") if f.is_file()))
+    port = 29000 + os.getpid() % 1000
+    env = {**compare.child_env(), "OMP_NUM_THREADS": "1"}
+    procs, samplers = [], []
+    for m in reversed(range(k)):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(k), "--nproc-per-node", "1"]
+        cmd += ["--node-rank", str(m), "--master-addr", "127.0.0.1", "--master-port", str(port)]
+        cmd += ["-m", "gnnbridge", "train", "--dataset", "data", "--backend", args.backend, "--out", "out", "--quiet"]
+        cmd += ["--set", f"dataset.partitions={k}", "--timeout", "600"]
+        for setting in overrides(args.epochs):
+            cmd += ["--set", setting]
+        proc = subprocess.Popen(cmd, cwd=where / f"machine{m}", env=env, stderr=subprocess.PIPE, text=True)
+        sampler = peakmem.StatusSampler(proc.pid)
+        sampler.__enter__()
+        procs.append(proc)
+        samplers.append(sampler)
+    print(f"--- {k} machines", flush=True)
+    errors = [p.communicate()[1] for p in procs]
+    for sampler in samplers:
+        sampler.__exit__(None, None, None)
+    if any(p.returncode for p in procs):
+        raise RuntimeError("\n".join(e[-800:] for e in errors))
+    results = json.loads((where / "machine0" / "out" / "results.json").read_text())
+    epochs = results["history"][1:] or results["history"]  # the first epoch also compiles kernels
+    keys = ("fetched_rows", "remote_rows", "remote_nodes", "exchanged_bytes", "hop_exchange_s", "fetch_s")
+    return {
+        "test_acc": results["metrics"]["test_acc"],
+        "held_bytes": held,
+        "peak_rssanon_bytes": [s.peak_kib["RssAnon"] * 1024 for s in reversed(samplers)],
+        "per_epoch": {key: sum(e[key] for e in epochs) / len(epochs) for key in keys},
+        "phases": {p: sum(e["phases"][p] for e in epochs) / len(epochs) for p in ("sample", "forward", "backward")},
+        "epoch_time_s": sum(e["epoch_time_s"] for e in epochs) / len(epochs),
+    }
+
+
+def projection(runs: dict, row_bytes: int) -> list[dict]:
+    """Bytes per machine per epoch at 8-64 machines (see the module): METIS' remote share grown
+    by its measured growth per doubling, capped by a random split's (K - 1) / K."""
+    ks = sorted(runs)
+    shares = {k: runs[k]["per_epoch"]["remote_rows"] / runs[k]["per_epoch"]["fetched_rows"] for k in ks}
+    rows = runs[ks[-1]]["per_epoch"]["fetched_rows"]
+    growth = (shares[ks[-1]] - shares[ks[0]]) / max(1.0, math.log2(ks[-1] / ks[0])) if len(ks) > 1 else 0.0
+    out = []
+    for k in (8, 16, 32, 64):
+        random_share = (k - 1) / k
+        metis_share = min(random_share, shares[ks[-1]] + growth * math.log2(k / ks[-1]))
+        per_machine = rows * (row_bytes + 8) * 2 / k
+        out.append(
+            {
+                "machines": k,
+                "remote_share_metis": metis_share,
+                "remote_share_random": random_share,
+                "bytes_per_machine_metis": per_machine * metis_share,
+                "bytes_per_machine_random": per_machine * random_share,
+            }
+        )
+    return out
+
+
+def mib(n: float) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+def report(result: dict) -> str:
+    whole_run, runs = result["whole"], result["machines"]
+    lines = [
+        f"graph: {result['graph']['nodes']:,} nodes, {result['graph']['edges']:,} edges, "
+        f"{result['graph']['features']} features; {result['backend']}, {result['epochs']} epochs",
+        f"whole, 1 machine: test_acc {whole_run['test_acc']:.4f}, holds {mib(whole_run['held_bytes'])}, "
+        f"peak RssAnon {mib(whole_run['peak_rssanon_bytes'])}",
+        "",
+        "| K | partition | edge cut | test_acc (whole, K ranks) | held per machine | peak RssAnon per machine "
+        "| rows fetched / epoch | of which remote | bytes exchanged / epoch | hop exchanges s | fetch s | sample s | forward s | backward s |",
+        "|" + " --- |" * 14,
+    ]
+    for k, run in sorted(runs.items()):
+        e, p, c = run["per_epoch"], run["phases"], result["partitions"][k]
+        lines.append(
+            f"| {k} | {c['seconds']:.1f} s | {100 * c['edge_cut']:.1f}% | {run['test_acc']:.4f} "
+            f"({result['whole_k'][k]['test_acc']:.4f}) | "
+            f"{' / '.join(mib(b) for b in run['held_bytes'])} | "
+            f"{' / '.join(mib(b) for b in run['peak_rssanon_bytes'])} | {e['fetched_rows']:,.0f} | "
+            f"{100 * e['remote_rows'] / e['fetched_rows']:.1f}% | {mib(e['exchanged_bytes'])} | "
+            f"{e['hop_exchange_s']:.2f} | {e['fetch_s']:.2f} | {p['sample']:.2f} | {p['forward']:.2f} | "
+            f"{p['backward']:.2f} |"
+        )
+    lines += [
+        "",
+        "| machines | remote share (METIS, extended) | (random split) | bytes / machine / epoch (METIS) | (random) |",
+    ]
+    lines.append("|" + " --- |" * 5)
+    for row in result["projection"]:
+        lines.append(
+            f"| {row['machines']} | {100 * row['remote_share_metis']:.0f}% | {100 * row['remote_share_random']:.0f}% | "
+            f"{mib(row['bytes_per_machine_metis'])} | {mib(row['bytes_per_machine_random'])} |"
+        )
+    return "\n".join(lines)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--preset", choices=sorted(compare.PRESETS), default="default")
+    for key in ("nodes", "features", "avg_degree", "classes"):
+        parser.add_argument(f"--{key.replace('_', '-')}", dest=key, default=None)
+    parser.add_argument("--graph-seed", type=int, default=0)
+    parser.add_argument("--npz", type=Path, default=None)
+    parser.add_argument("--parts", default="2,4")
+    parser.add_argument("--method", choices=("metis", "stream"), default="metis")
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--backend", choices=("pyg", "dgl"), default="pyg")
+    parser.add_argument("--out", type=Path, default=HERE / "out")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    args.out = args.out.resolve()
+    args.out.mkdir(parents=True, exist_ok=True)
+    npz, graph = compare.prepare_graph(args)
+    folder = folder_of(npz, args.out)
+    result = {"graph": graph, "backend": args.backend, "epochs": args.epochs, "method": args.method}
+    result["whole"] = whole(folder, args, 1)
+    result["partitions"], result["machines"], result["whole_k"] = {}, {}, {}
+    for k in (int(v) for v in args.parts.split(",")):
+        result["partitions"][k] = cut(folder, k, args.method)
+        result["machines"][k] = machines(folder, k, args)
+        result["whole_k"][k] = whole(folder, args, k)
+    result["projection"] = projection(result["machines"], 4 * graph["features"])
+    (args.out / "partitions.json").write_text(json.dumps(result, indent=1))
+    print(report(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
