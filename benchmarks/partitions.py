@@ -183,7 +183,8 @@ def report(result: dict) -> str:
         f"peak RssAnon {mib(whole_run['peak_rssanon_bytes'])}",
         "",
         "| K | partition | edge cut | test_acc (whole, K ranks) | held per machine | peak RssAnon per machine "
-        "| rows fetched / epoch | of which remote | bytes exchanged / epoch | hop exchanges s | fetch s | sample s | forward s | backward s |",
+        "| rows fetched / epoch | of which remote | bytes exchanged / epoch | hop exchanges s | fetch s "
+        "| sample s | forward s | backward s |",
         "|" + " --- |" * 14,
     ]
     for k, run in sorted(runs.items()):
