@@ -71,8 +71,10 @@ def whole(folder: Path, args, ranks: int) -> dict:
     """The graph trained whole on one machine of ``ranks`` ranks: the same steps per epoch and
     the same global batch as ``ranks`` machines of one rank each."""
     run_dir = args.out / "partitioned" / "runs" / f"whole-{ranks}-{time.strftime('%Y%m%d-%H%M%S')}"
-    cmd = [sys.executable, "-m", "gnnbridge", "train", "--dataset", str(folder), "--backend", args.backend]
-    cmd += ["--nproc", str(ranks), "--out", str(run_dir), "--quiet"]
+    # a torchrun job, as the machines are (--nproc refuses more ranks than this host has cores)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks)]
+    cmd += ["-m", "gnnbridge", "train", "--dataset", str(folder), "--backend", args.backend]
+    cmd += ["--out", str(run_dir), "--quiet"]
     for setting in overrides(args.epochs):
         cmd += ["--set", setting]
     print(f"--- whole graph, one machine of {ranks} rank(s)", flush=True)

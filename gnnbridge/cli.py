@@ -240,6 +240,8 @@ def evaluate(target, kind, device, overrides, trust_code, as_json) -> None:
     from gnnbridge.core.app.inference import evaluate as evaluate_run
 
     report = evaluate_run(target, kind=kind, device=device, overrides=overrides, trust_code=trust_code)
+    if report is None:  # a rank of a job other than rank 0, which prints
+        return
     if as_json:
         click.echo(json.dumps(report, indent=2))
         return
@@ -292,9 +294,13 @@ def predict(target, out, kind, device, overrides, trust_code, pairs, top_k, embe
         embeddings=embeddings,
         index=index,
     )
+    if report is None:  # a rank of a job other than rank 0, which prints
+        return
     shape = "x".join(map(str, report["shape"]))
+    where = ", ".join(report.get("files", [report["out"]]))
+    rows = " (each machine's own nodes; node_ids: their ids)" if len(report.get("files", ())) > 1 else ""
     click.echo(
-        f"{report['out']}: {', '.join(report['arrays'])} [{shape}] (from {report['checkpoint']}, {_trained(report)})"
+        f"{where}: {', '.join(report['arrays'])} [{shape}]{rows} (from {report['checkpoint']}, {_trained(report)})"
     )
 
 

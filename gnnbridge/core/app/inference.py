@@ -41,9 +41,12 @@ from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData, check_ids
 from gnnbridge.core.records.formats import labels_optional
 from gnnbridge.core.records.hetero import HeteroGraphData
+from gnnbridge.core.records.partition import on_machine
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.runtime.host import available_memory, format_bytes
+from gnnbridge.core.runtime.jobs import detect_job
 from gnnbridge.core.runtime.launcher import interrupt_on_sigterm, launch
+from gnnbridge.core.runtime.sharing import node_shared
 from gnnbridge.core.tasks import retrieval
 from gnnbridge.core.tasks.retrieval import import_faiss
 
@@ -75,6 +78,18 @@ def evaluate(
         computed), ``checkpoint`` (its path), ``epoch`` (the checkpoint's), ``inside`` (only for a
         checkpoint written inside an epoch: ``{"epoch", "batches"}``), ``experiment``,
         ``backend``, ``task``, ``device``."""
+    job = detect_job()
+    if job is not None and dataset is None:  # the job's ranks score together (a partitioned graph's machines)
+        path, state, config = prepared_config(target, kind, device, overrides, "evaluate", trust_code)
+        scored = launch(
+            _job_worker,
+            job.world_size,
+            config.device.value,
+            (path, state, config, trust_code, None),
+            config.timeout,
+            job=job,
+        )
+        return None if scored is None else {**_describe(path, state, config), **scored}
     path, state, config, data = _prepare(target, kind, device, overrides, "evaluate", trust_code, dataset)
     try:
         with interrupt_on_sigterm():
@@ -126,6 +141,9 @@ def predict(
     :param index: ``exact`` or ``hnsw``, for the top-k lists.
     :returns: ``{name: numpy array}``, the arrays above (also when ``out`` is given)."""
     out = _check_out(out) if out is not None else None
+    job = detect_job()
+    if job is not None and dataset is None and out is not None and not (pairs or top_k or embeddings):
+        return _predict_job(job, target, out, kind, device, overrides, trust_code)
     path, state, config, data = _prepare(target, kind, device, overrides, "predict", trust_code, dataset)
     request = _link_request(config, data, pairs, top_k)
     if index != "exact":
@@ -367,24 +385,48 @@ def _nonfinite(path: Path, what: str) -> TrainingDivergedError:
 
 
 def _prepare(target, kind: str, device: str | None, overrides, action: str, trust_code: bool, dataset=None):
+    path, state, config = prepared_config(target, kind, device, overrides, action, trust_code, dataset)
+    data = inference_data(path, state, config, action, trust_code)
+    return path, state, config, data
+
+
+def prepared_config(target, kind: str, device: str | None, overrides, action: str, trust_code: bool, dataset=None):
+    """The checkpoint's path, its state and the config it is scored with (checked, the data not
+    yet loaded)."""
     if not isinstance(target, (str, os.PathLike)):
         raise ConfigError(f"target={target!r} must be a run folder or a checkpoint file (a str or a pathlib.Path).")
     path = checkpoint.find(target, kind)
     state = {**checkpoint.load(path), "path": str(path)}
-    # predict scores a graph without labels too (the model says how many classes there are)
-    trained = state.get("data", {})
-    with labels_optional(trained.get("num_classes") if action == "predict" else None, trained.get("target_edge")):
+    with _reading(state, action, trust_code):
         overrides = [*overrides, *_dataset_overrides(dataset, state["config"])]
         config = resolve_config(state["config"], overrides=overrides, device=device, nproc=1)
         check_frozen(state["config"], config.to_dict(), INFERENCE_FROZEN, action)
-        # The checkpoint names the data and the model: it never makes us fetch or create a dataset,
-        # nor import code unless the user says they trust it. Only what scoring needs is checked
-        # (preflight.inference_preflight): nothing of training's loggers, memory or disk.
-        with no_downloads(), contextlib.nullcontext() if trust_code else no_code():
-            config = inference_preflight(config)
-            data = load_for_inference(config, checkpoint.parameter_count(state))
+        config = inference_preflight(config)
+    return path, state, config
+
+
+def inference_data(path: Path, state: dict, config: ExperimentConfig, action: str, trust_code: bool):
+    """The dataset ``config`` names, loaded for scoring the checkpoint ``state`` (at ``path``)."""
+    with _reading(state, action, trust_code):
+        data = load_for_inference(config, checkpoint.parameter_count(state))
     _check_fits(path, state, data)
-    return path, state, config, data
+    return data
+
+
+@contextlib.contextmanager
+def _reading(state: dict, action: str, trust_code: bool):
+    """How a checkpoint's data is read: predict scores a graph without labels too (the model says
+    how many classes there are); the checkpoint names the data and the model, and never makes us
+    fetch or create a dataset, nor import code unless the user says they trust it. Only what
+    scoring needs is checked (preflight.inference_preflight): nothing of training's loggers,
+    memory or disk."""
+    trained = state.get("data", {})
+    with (
+        labels_optional(trained.get("num_classes") if action == "predict" else None, trained.get("target_edge")),
+        no_downloads(),
+        contextlib.nullcontext() if trust_code else no_code(),
+    ):
+        yield
 
 
 def _check_fits(path: Path, state: dict, data: GraphData | GraphCollection) -> None:
@@ -451,6 +493,56 @@ def _describe(path: Path, state: dict, config: ExperimentConfig) -> dict:
         "task": config.task,
         "device": config.device.value,
     }
+
+
+def _predict_job(job, target, out: Path, kind: str, device, overrides, trust_code: bool) -> dict | None:
+    """``predict`` as a rank of a torchrun or SLURM job: on a partitioned graph each machine
+    writes its own nodes' rows (``OUT`` named ``STEM.part-M.npz``, with ``node_ids``: the
+    dataset's ids of its rows), else rank 0 writes ``OUT`` from every rank's rows."""
+    path, state, config = prepared_config(target, kind, device, overrides, "predict", trust_code)
+    args = (path, state, config, trust_code, out)
+    written = launch(_job_worker, job.world_size, config.device.value, args, config.timeout, job=job)
+    if written is None:
+        return None
+    return {**_describe(path, state, config), **written}
+
+
+def machine_file(out: Path, machine: int) -> Path:
+    """Where machine ``machine`` of a partitioned graph writes its rows of ``--out``."""
+    return out.with_name(f"{out.stem}.part-{machine}{out.suffix}")
+
+
+def _job_worker(ctx: DistContext, path: Path, state: dict, config: ExperimentConfig, trust_code: bool, out):
+    """One rank of an evaluate (``out`` None) or predict job: every rank loads its machine's data
+    (a partitioned graph's part) and scores with the others; rank 0 returns the result."""
+    part_of = config.dataset.partitions
+    mine = machine_file(out, ctx.node_rank) if out is not None and part_of else out
+    if mine is not None and (ctx.local_rank == 0 if part_of else ctx.is_main):
+        _check_out(mine)  # before any work, on the rank that writes it
+    with on_machine(ctx.node_rank, ctx.num_nodes):
+        data = node_shared(
+            ctx, lambda: inference_data(path, state, config, "predict" if out else "evaluate", trust_code)
+        )
+    scorer = Scorer(config, data, ctx, state)
+    if out is None:
+        scored = scorer.evaluate()
+        return scored if ctx.is_main else None
+    arrays = _class_arrays(scorer, data)
+    part = getattr(data, "partition", None)
+    if part is not None:  # this machine's rows, named by their ids in the dataset
+        ids = part.node_ids
+        arrays.update(node_ids=ids, **{f"{s}_idx": ids[data.split(s)] for s in ("train", "val", "test")})
+    if not _finite(arrays):
+        raise _nonfinite(path, "the model's outputs are NaN or infinite")
+    if ctx.local_rank == 0 if part_of else ctx.is_main:
+        with files.reserved(mine) as tmp:
+            files.publish(mine, tmp, lambda f: write_npz_stream(f, arrays), "predicting")
+    ctx.barrier()  # every machine's file is whole before rank 0 says where they are
+    if not ctx.is_main:
+        return None
+    files_out = [str(machine_file(out, m)) for m in range(ctx.num_nodes)] if part_of else [str(out)]
+    rows = part.num_nodes if part is not None else arrays["logits"].shape[0]
+    return {"out": str(out), "files": files_out, "arrays": sorted(arrays), "shape": [rows, arrays["logits"].shape[1]]}
 
 
 def _evaluate_worker(ctx: DistContext, config: ExperimentConfig, data, state: dict) -> dict:

@@ -202,6 +202,8 @@ class BatchedEvaluator(Evaluator, ABC):
         table (the store's mapped file when ``[items, classes]`` would not fit in memory, so
         ``predict`` streams it from disk; else a buffer the ranks all-gather)."""
         items = self.data.y.shape[0]
+        if getattr(self.data, "partition", None) is not None:
+            return self._predict_part(model, items)
         shards = self.ctx.row_shards(items)
         shard, sizes = shards[self.ctx.rank], [s.numel() for s in shards]
         batches = [b for b in shard.split(self.batch_size) if b.numel()]
@@ -212,6 +214,15 @@ class BatchedEvaluator(Evaluator, ABC):
                 start = int(mb.seeds[0]) - offset  # a batch is a run of consecutive ids
                 table[start : start + out.shape[0]] = out
             return every_rank_rows(self.ctx, store, table, shared, sizes)
+
+    def _predict_part(self, model: torch.nn.Module, items: int) -> torch.Tensor:
+        """A machine's part of a partitioned graph: its ranks split its nodes, every rank of the
+        job runs as many batches (the loader's exchanges pair up), the machine joins its rows."""
+        ctx = self.ctx
+        shard = torch.tensor_split(torch.arange(items), ctx.local_world_size)[ctx.local_rank]
+        batches = list(torch.tensor_split(shard, self.data.partition.steps(self.batch_size, ctx.local_world_size)))
+        outs = [forward(self, model, mb).float().cpu() for mb in self._loader(batches)]
+        return ctx.machine_rows(torch.cat(outs), items)
 
 
 class SampledEvaluator(BatchedEvaluator):

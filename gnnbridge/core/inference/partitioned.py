@@ -16,13 +16,11 @@ machine's split members, and the counts are summed over the job.
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 
 from gnnbridge.core.contracts.interfaces import GNNModel
 from gnnbridge.core.inference.evaluation import LayerwiseEvaluator, layer_batch_of
 from gnnbridge.core.sampling.distributed import PartitionSampler, exchange_for
 from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS
-from gnnbridge.core.sampling.seeds import num_batches
 
 
 class PartitionedLayerwise(LayerwiseEvaluator):
@@ -47,8 +45,7 @@ class PartitionedLayerwise(LayerwiseEvaluator):
         one_hop = PartitionSampler(self.data, [ALL_NEIGHBORS], exchange_for(ctx))
         count = self.data.num_nodes
         shard = torch.tensor_split(torch.arange(count), ctx.local_world_size)[ctx.local_rank]
-        sizes = [b - a for a, b in zip(part.bounds, part.bounds[1:])]
-        steps = max(num_batches(max(n, 1), self.batch_size, ctx.local_world_size) for n in sizes)
+        steps = part.steps(self.batch_size, ctx.local_world_size)
         h = self.data.x
         for layer in range(model.num_layers):
             outs = []
@@ -58,19 +55,5 @@ class PartitionedLayerwise(LayerwiseEvaluator):
                 graph, rows = layer_batch_of(self.backend, sub, rows, ctx.device)
                 last = layer == model.num_layers - 1
                 outs.append(self.call.layer(model, layer, graph, rows, seeds.numel(), last=last).float().cpu())
-            h = _machine_rows(ctx, torch.cat(outs), count)
+            h = ctx.machine_rows(torch.cat(outs), count)
         return h
-
-
-def _machine_rows(ctx, mine: torch.Tensor, count: int) -> torch.Tensor:
-    """Every rank of this machine's rows (its ``tensor_split`` share of ``count``), joined in
-    rank order, on each of them (the machine's group)."""
-    if ctx.local_world_size == 1:
-        return mine
-    shares = [s.numel() for s in torch.tensor_split(torch.arange(count), ctx.local_world_size)]
-    width = max(shares)
-    padded = mine.new_zeros((width, *mine.shape[1:]))
-    padded[: mine.shape[0]] = mine
-    out = [torch.empty_like(padded) for _ in shares]
-    dist.all_gather(out, padded, group=ctx.local_group)
-    return torch.cat([o[:n] for o, n in zip(out, shares)])

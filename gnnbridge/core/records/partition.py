@@ -99,6 +99,12 @@ class Partition:
         """Nodes of the whole graph."""
         return self.bounds[-1]
 
+    def steps(self, batch_size: int, ranks: int) -> int:
+        """Batches every rank runs to cover its share of its machine's nodes (``ranks`` per
+        machine), the most any machine needs: the same count everywhere keeps exchanges paired."""
+        per_rank = [-(-(b - a) // ranks) for a, b in zip(self.bounds, self.bounds[1:])]
+        return max(max(1, -(-n // batch_size)) for n in per_rank)
+
     def owners(self, ids: torch.Tensor) -> torch.Tensor:
         """The machine owning each global id."""
         edges = torch.tensor(self.bounds[1:-1], dtype=ids.dtype, device=ids.device)

@@ -155,6 +155,18 @@ class DistContext:
             return out[: sum(sizes)].to(rows.device)
         return torch.cat([p[:n] for p, n in zip(out.split(width), sizes)]).to(rows.device)
 
+    def machine_rows(self, rows: torch.Tensor, count: int) -> torch.Tensor:
+        """``count`` rows split among this machine's ranks (``tensor_split``, rank ``local_rank``
+        holding ``rows``), joined in local-rank order on each of them (the machine's group)."""
+        if self.local_world_size == 1:
+            return rows
+        shares = [len(s) for s in torch.tensor_split(torch.arange(count), self.local_world_size)]
+        padded = rows.new_zeros((max(shares), *rows.shape[1:]))
+        padded[: rows.shape[0]] = rows
+        out = [torch.empty_like(padded) for _ in shares]
+        dist.all_gather(out, padded, group=self.local_group)
+        return torch.cat([o[:n] for o, n in zip(out, shares)])
+
     def broadcast_buffers(self, module: torch.nn.Module) -> None:
         """Give every rank rank 0's buffers (BatchNorm running statistics), as DDP does before
         each forward; used before evaluation so all ranks score with one model."""

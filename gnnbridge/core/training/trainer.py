@@ -219,9 +219,10 @@ class Trainer:
 
     def _epoch_exchange(self) -> dict:
         """What the epoch's training batches took from other machines, over every rank (a
-        partitioned graph's; one small all-reduce): feature rows fetched (``fetched_rows``) and of those
-        taken from other machines, frontier nodes sampled by their owners, bytes sent and received, and a rank's mean seconds in the hops' exchanges and in
-        fetching rows (both inside the ``sample`` phase). {} for a graph on one machine."""
+        partitioned graph's; one small all-reduce): feature rows fetched (``fetched_rows``) and of
+        those taken from other machines, frontier nodes sampled by their owners, bytes sent and
+        received, and a rank's mean seconds in the hops' exchanges and in fetching rows (both
+        inside the ``sample`` phase). {} for a graph on one machine."""
         exchange = getattr(self.parts.sampler, "exchange", None)
         if exchange is None:
             return {}
