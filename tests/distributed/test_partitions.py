@@ -248,20 +248,26 @@ def machines(
     """A job of ``k`` torchrun "machines" of one rank, machine M in ``tmp_path/machineM`` whose
     ``data`` holds partition.json and part-M alone; their exit codes and stderr lines.
     ``launcher``: more torchrun flags."""
-    port = free_port()
     for m in range(k):
         folder = tmp_path / f"machine{m}" / "data" / "partitions" / str(k)
         folder.mkdir(parents=True)
         shutil.copy(root / "partitions" / str(k) / "partition.json", folder)
         shutil.copytree(root / "partitions" / str(k) / f"part-{m}", folder / f"part-{m}")
+    train = ["train", "--dataset", "data", "--backend", backend, "--out", "out"]
+    codes, outs = job(k, tmp_path, [*train, "--set", f"dataset.partitions={k}", *JOB, *extra], env, launcher)
+    return codes, [err.splitlines() for _, err in outs]
+
+
+def job(k: int, tmp_path: Path, command: list[str], env=None, launcher=()) -> tuple[list[int], list[tuple]]:
+    """``gnnbridge COMMAND`` as a job of ``k`` torchrun machines of one rank, machine M in
+    ``tmp_path/machineM``; their exit codes and (stdout, stderr)."""
+    port = free_port()
     env = {**(env or os.environ), "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(k), "--nproc-per-node", "1"]
-    command += ["--master-addr", "127.0.0.1", "--master-port", str(port), *launcher]
-    train = ["-m", "gnnbridge", "train", "--dataset", "data", "--backend", backend, "--out", "out"]
-    train += ["--set", f"dataset.partitions={k}", *JOB, *extra]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(k), "--nproc-per-node", "1"]
+    torchrun += ["--master-addr", "127.0.0.1", "--master-port", str(port), *launcher]
     procs = [
         subprocess.Popen(
-            [*command, "--node-rank", str(m), *train],
+            [*torchrun, "--node-rank", str(m), "-m", "gnnbridge", *command],
             cwd=tmp_path / f"machine{m}",
             env=env,
             stdout=subprocess.PIPE,
@@ -275,7 +281,7 @@ def machines(
     finally:
         for p in procs:
             p.kill()
-    return [p.returncode for p in reversed(procs)], [e.splitlines() for _, e in reversed(outs)]
+    return [p.returncode for p in reversed(procs)], list(reversed(outs))
 
 
 def _results(tmp_path: Path) -> dict:
@@ -381,3 +387,34 @@ def test_layerwise_inference_across_machines_equals_the_whole_graphs(graph, tmp_
     for rank in range(2):
         saved = torch.load(tmp_path / f"rank{rank}.pt")
         torch.testing.assert_close(saved["logits"], whole[saved["ids"]], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_evaluate_and_predict_run_on_the_machines_each_scoring_its_own_nodes(synthetic, two_machines):
+    """``gnnbridge evaluate`` as a job of the two machines gives the run's final metrics;
+    ``predict`` writes each machine's rows to its own file (OUT.part-M.npz, named by node_ids),
+    which together are the whole graph's predictions of the same checkpoint."""
+    import gnnbridge
+
+    root, _ = synthetic
+    shared = two_machines / "machine1" / "out"
+    if not shared.exists():
+        shared.symlink_to(two_machines / "machine0" / "out")  # the run folder, on storage both see
+    codes, outs = job(2, two_machines, ["evaluate", "out", "--set", "dataset.path=data", "--json"])
+    assert codes == [0, 0], outs
+    assert outs[1][0] == ""  # rank 0 alone prints
+    assert json.loads(outs[0][0])["metrics"] == _results(two_machines)["metrics"]
+    codes, outs = job(2, two_machines, ["predict", "out", "--out", "preds.npz", "--set", "dataset.path=data"])
+    assert codes == [0, 0], outs
+    assert outs[0][0].startswith("preds.part-0.npz, preds.part-1.npz: logits, node_ids, pred, probs")
+    whole = gnnbridge.predict(
+        two_machines / "machine0" / "out", overrides=[f"dataset.path={root}", "dataset.partitions=0"]
+    )
+    seen = []
+    for m in range(2):
+        part = np.load(two_machines / f"machine{m}" / f"preds.part-{m}.npz")
+        ids = part["node_ids"]
+        seen.extend(ids.tolist())
+        np.testing.assert_allclose(part["logits"], whole["logits"][ids], rtol=1e-5, atol=1e-5)
+        assert (part["y"] == whole["y"][ids]).all() and set(part["test_idx"]) <= set(whole["test_idx"].tolist())
+    assert sorted(seen) == list(range(whole["logits"].shape[0]))
