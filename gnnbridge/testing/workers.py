@@ -371,11 +371,14 @@ def sparse_grads_and_dump(ctx: DistContext, out: str) -> None:
     torch.save(grads, Path(out) / f"rank{ctx.rank}.pt")
 
 
-def sample_parts_and_dump(ctx: DistContext, root: str, parts: int, fanouts: list[int], out: str) -> None:
+def sample_parts_and_dump(
+    ctx: DistContext, root: str, parts: int, fanouts: list[int], out: str, cache: int = 0
+) -> None:
     """Rank ``r`` plays machine ``r`` of a graph partitioned into ``parts``: it samples batches of
     its own training nodes across machines (every hop's other-machine nodes on their owners, the
-    rows from theirs) and saves what came back, in *original* ids, to ``out/rank<r>.pt``: each
-    batch's seeds, every sampled edge (source, destination, edge id) and the fetched rows."""
+    rows from theirs, or from a remote cache of ``cache`` bytes) and saves what came back, in
+    *original* ids, to ``out/rank<r>.pt``: each batch's seeds, every sampled edge (source,
+    destination, edge id) and the fetched rows."""
     import torch.distributed as dist
 
     from gnnbridge.core.records.partition import open_partition
@@ -384,6 +387,10 @@ def sample_parts_and_dump(ctx: DistContext, root: str, parts: int, fanouts: list
 
     data = open_partition(root, parts, ctx.rank)
     sampler = PartitionSampler(data, fanouts, Exchange(dist.group.WORLD, parts, ctx.rank))
+    if cache:
+        found = sampler.cache_rows(cache)
+        sampler.remote = (found["ids"], found["rows"])
+        sampler.exchange.reset()
     original = torch.cat([open_partition(root, parts, m).partition.node_ids for m in range(parts)])
     generator = epoch_generator(0, 0, ctx.rank, stream=1)
     batches = []

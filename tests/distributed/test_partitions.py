@@ -191,14 +191,16 @@ def test_a_machine_opens_only_its_own_part_of_this_partitioning(graph, tmp_path)
 
 
 @pytest.mark.slow
-def test_sampling_across_machines_returns_the_graphs_own_edges_and_rows(graph, tmp_path):
+@pytest.mark.parametrize("cache", [0, 2000])
+def test_sampling_across_machines_returns_the_graphs_own_edges_and_rows(graph, tmp_path, cache):
     """Three gloo ranks, each machine M of a 3-part graph: every sampled edge is an edge of the
     graph (in original ids) with its global edge id, each hop's edges in destination order,
-    every fetched row the node's own, at most ``fanout`` in-edges per node per hop; an empty
-    batch on every machine at the same step joins the exchanges."""
+    every fetched row the node's own (also those a remote cache served), at most ``fanout``
+    in-edges per node per hop; an empty batch on every machine at the same step joins the
+    exchanges."""
     root = _copy(graph, tmp_path)
     partition(root, 3, method="metis", progress=False)
-    launch_ranks(sample_parts_and_dump, 3, (str(root), 3, [4, 3], str(tmp_path)), timeout_s=120)
+    launch_ranks(sample_parts_and_dump, 3, (str(root), 3, [4, 3], str(tmp_path), cache), timeout_s=120)
     full, parts = open_prepared(root), _parts(root, 3)
     edges = _edges(full.indptr, full.indices, torch.arange(full.num_nodes))
     original = torch.cat([p.partition.node_ids for p in parts])
@@ -219,6 +221,7 @@ def test_sampling_across_machines_returns_the_graphs_own_edges_and_rows(graph, t
             per_node = torch.bincount(batch["dst"][: batch["hop_edges"][0]], minlength=full.num_nodes)
             assert per_node.max() <= 4
     assert all(t["remote_rows"] > 0 and t["exchanged_bytes"] > 0 for t in traffic), traffic
+    assert all((t["remote_cache_hits"] > 0) == bool(cache) for t in traffic), traffic
 
 
 # --------------------------------------------------------------------------- whole jobs
@@ -321,11 +324,24 @@ def test_two_machines_holding_one_part_each_train_as_the_whole_graph_does(synthe
 
 @pytest.mark.slow
 def test_three_machines_of_a_streamed_partitioning_train_on_dgl_as_the_whole_graph_does(synthetic, tmp_path):
+    """With a remote cache: the rows of other machines' most-named nodes come from it."""
     root, whole_acc = synthetic
     partition(root, 3, method="stream", progress=False)
-    codes, errors = machines(root, 3, tmp_path, "dgl")
+    codes, errors = machines(root, 3, tmp_path, "dgl", "--set", "placement.remote_cache=64KB")
     assert codes == [0, 0, 0], errors
     _check_job(tmp_path, 3, whole_acc)
+    assert all(0 < e["remote_cache_hits"] < e["remote_rows"] for e in _results(tmp_path)["history"])
+
+
+def test_a_remote_cache_of_a_graph_that_is_not_partitioned_is_refused(tmp_path):
+    import gnnbridge
+    from gnnbridge.core.errors import ConfigError as Refused
+
+    with pytest.raises(Refused, match=r"placement.remote_cache=1MB caches other machines' rows of a partitioned graph"):
+        gnnbridge.run(
+            overrides=["placement.remote_cache=1MB", "train.epochs=1"], out=str(tmp_path / "r"), progress=False
+        )
+    assert not (tmp_path / "r").exists()
 
 
 # Rank 1 (machine 1) SIGKILLs itself as epoch 3 starts, on the job's first attempt only.

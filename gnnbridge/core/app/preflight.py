@@ -25,6 +25,7 @@ import torch
 from gnnbridge.core.app.linkcache import folder_link_task
 from gnnbridge.core.app.objects import made_from, reading_as
 from gnnbridge.core.config import DeviceChoice, EvalMode, ExperimentConfig, SamplerKind, Task
+from gnnbridge.core.config.values import parse_size
 from gnnbridge.core.contracts.targets import Target
 from gnnbridge.core.errors import BackendUnavailableError, ConfigError, DataError, ResourceError
 from gnnbridge.core.models.build import build_model, check_heterogeneous, count_parameters, injected_reads, model_dims
@@ -164,6 +165,11 @@ def load_dataset(config: ExperimentConfig, ranks_here: int | None = None) -> Gra
         target_of(config).check(data, config.train.monitor)
     _check_splits(config, data)
     check_model(config, data, config.nproc if ranks_here is None else ranks_here)
+    if parse_size(config.placement.remote_cache) and getattr(data, "partition", None) is None:
+        raise ConfigError(
+            f"placement.remote_cache={config.placement.remote_cache} caches other machines' rows of a partitioned "
+            "graph (dataset.partitions); this one is whole on each machine: use placement.feature_cache."
+        )
     return data
 
 

@@ -96,6 +96,8 @@ KEY_HELP = {
     "placement.tables": "model.embeddings=sparse: machine (one copy per machine, its ranks share it) | rank",
     "placement.feature_cache": "RAM per machine (its ranks share it, in /dev/shm) for the most-sampled rows: "
     "512MB, 2GB (0: off)",
+    "placement.remote_cache": "a partitioned graph: RAM per machine for the other machines' rows its edges name "
+    "most, fetched once: 512MB (0: off)",
     "log": "where each epoch's numbers go besides results.json",
     "log.to": "logger plugins, e.g. [tensorboard, csv] (gnnbridge loggers)",
 }

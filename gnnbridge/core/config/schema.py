@@ -293,6 +293,20 @@ class PlacementConfig:
             example="512MB",
         ),
     )
+    # a partitioned graph (dataset.partitions): bytes of RAM per machine for the rows of the other
+    # machines' nodes its part's edges name most often, fetched once at the start; 0: off
+    remote_cache: Any = bounded(
+        0,
+        integer(
+            ge=0,
+            pattern=SIZE_PATTERN,
+            max_length=40,
+            form="a number with a unit: 512MB, 2GB",
+            what="a size",
+            note="bytes; 0: off",
+            example="512MB",
+        ),
+    )
     # threads gathering rows of a feature table mapped from a folder: page faults in flight (the
     # disk's queue depth on a cold page cache; a blocked thread costs no CPU)
     read_depth: int = bounded(32, integer(ge=1, le=256, note="reads in flight per rank on a folder's feature file"))

@@ -31,6 +31,7 @@ from gnnbridge.core.inference.evaluation import (
     supports_layerwise,
 )
 from gnnbridge.core.inference.partitioned import PartitionedLayerwise
+from gnnbridge.core.inference.placement import attach_remote_cache
 from gnnbridge.core.inference.typed_layerwise import (
     TypedLayerwiseEdges,
     TypedLayerwiseEvaluator,
@@ -88,7 +89,9 @@ class NodeFamily(TaskFamily):
                 self.negatives(parts),
             )
         if getattr(parts.data, "partition", None) is not None:
-            return partitioned_sampler(parts, fanouts)
+            sampler = partitioned_sampler(parts, fanouts)
+            attach_remote_cache(sampler, parts.config.placement, parts.ctx)
+            return sampler
         if every_neighbour:
             return parts.backend.sampler(parts.sampler.store, fanouts, SamplerKind.AUTO)
         return make_sampler(parts.backend, parts.backend.graph_store(parts.data), fanouts, cfg.kind)

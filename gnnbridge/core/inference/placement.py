@@ -88,13 +88,25 @@ def feature_caches(data, cfg: PlacementConfig, ctx: DistContext | None = None) -
     return caches
 
 
-def _once_per_machine(ctx: DistContext | None, make: Callable[[], dict]) -> dict:
+def _once_per_machine(
+    ctx: DistContext | None, make: Callable[[], dict], what: str = "the feature cache", key: str = "feature_cache"
+) -> dict:
     """``make()``'s tensors: built here alone for a rank without local peers (one process,
     ``evaluate``, ``predict``), else built by the machine's first rank and mapped by all of its
-    ranks from shared memory (a full ``/dev/shm`` is one line)."""
+    ranks from shared memory (a full ``/dev/shm`` is one line, naming ``placement.KEY``)."""
     if ctx is None or ctx.local_world_size == 1:
         return make()
-    return node_tensors(ctx, f"cache{next(_CACHE_BUILDS)}", make, "the feature cache", lower="placement.feature_cache")
+    return node_tensors(ctx, f"cache{next(_CACHE_BUILDS)}", make, what, lower=f"placement.{key}")
+
+
+def attach_remote_cache(sampler, cfg: PlacementConfig, ctx: DistContext) -> None:
+    """``placement.remote_cache`` on a partitioned graph's sampler: the rows of other machines'
+    nodes its part's edges name most often, fetched once per machine (by its first rank, whose
+    exchange group is every machine's first rank) and shared by the machine's ranks."""
+    budget = parse_size(cfg.remote_cache) or 0
+    if budget > 0:
+        found = _once_per_machine(ctx, lambda: sampler.cache_rows(budget), "the remote cache", "remote_cache")
+        sampler.use_remote_cache(found["ids"], found["rows"])
 
 
 def _cache_tensors(data, tables: dict, budget: int) -> dict[str, torch.Tensor]:

@@ -47,6 +47,7 @@ class Exchange:
     def __init__(self, group, size: int, me: int):
         self.group, self.size, self.me = group, size, me
         self.rows = 0  # feature rows this rank fetched, its own machine's included
+        self.cache_hits = 0  # of the other machines' rows, those the remote cache served
         self.remote_rows = 0  # feature rows this rank took from other machines
         self.remote_nodes = 0  # frontier nodes this rank had sampled by other machines
         self.bytes = 0  # bytes this rank sent to and received from other machines
@@ -55,8 +56,9 @@ class Exchange:
     def reset(self) -> dict:
         """The counts so far (then zero): what an epoch exchanged, and the seconds it took."""
         seen = {"fetched_rows": self.rows, "remote_rows": self.remote_rows, "remote_nodes": self.remote_nodes}
-        seen.update(exchanged_bytes=self.bytes, hop_exchange_s=self.hop_s, fetch_s=self.fetch_s)
-        self.rows = self.remote_rows = self.remote_nodes = self.bytes = 0
+        seen.update(remote_cache_hits=self.cache_hits, exchanged_bytes=self.bytes)
+        seen.update(hop_exchange_s=self.hop_s, fetch_s=self.fetch_s)
+        self.rows = self.remote_rows = self.remote_nodes = self.bytes = self.cache_hits = 0
         self.hop_s = self.fetch_s = 0.0
         return seen
 
@@ -110,6 +112,7 @@ class PartitionSampler(NeighborSampler):
         self.start = part.bounds[part.part]
         self.edge_start = part.edge_bounds[part.part]
         self._edge_rows: list[torch.Tensor] = []
+        self.remote: tuple[torch.Tensor, torch.Tensor] | None = None  # (sorted ids, their rows): remote_cache
 
     def sample(self, seeds: torch.Tensor, generator: torch.Generator | None = None) -> SampledSubgraph:
         """The hops of ``seeds`` (global ids) across machines; with edge features, each sampled
@@ -154,6 +157,12 @@ class PartitionSampler(NeighborSampler):
             self.exchange.fetch_s += time.perf_counter() - began
 
     def _fetch(self, nodes: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+        if self.remote is not None and table is self.x:
+            return self._fetch_cached(nodes)
+        return self._ask(nodes, table)
+
+    def _ask(self, nodes: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+        """``table[nodes]``, every row from its owner (this machine's through the same exchange)."""
         ex = self.exchange
         asked, order, send, receive = ex.ask(nodes, self.part.owners(nodes))
         rows = gather_rows(table, asked - self.start)
@@ -163,6 +172,32 @@ class PartitionSampler(NeighborSampler):
         out = torch.empty_like(got)
         out[order] = got
         return out
+
+    def _fetch_cached(self, nodes: torch.Tensor) -> torch.Tensor:
+        """:meth:`_fetch` of ``x``, the other machines' rows the remote cache holds served from it."""
+        ids, rows = self.remote
+        at = torch.searchsorted(ids, nodes).clamp(max=max(ids.numel() - 1, 0))
+        hit = ids[at].eq(nodes) if ids.numel() else torch.zeros_like(nodes, dtype=torch.bool)
+        out = rows.new_empty((nodes.numel(), rows.shape[1]))
+        out[hit] = rows[at[hit]]
+        out[~hit] = self._ask(nodes[~hit], self.x)
+        hits = int(hit.sum())  # other machines' rows read, though not asked for
+        self.exchange.cache_hits += hits
+        self.exchange.remote_rows += hits
+        self.exchange.rows += hits
+        return out
+
+    def cache_rows(self, budget: int) -> dict[str, torch.Tensor]:
+        """``{"ids", "rows"}``: the rows of the other machines' nodes this part's edges name most
+        often, as many as ``budget`` bytes of float32 rows hold, fetched from their owners (one
+        exchange: every machine's rank of this group builds its cache at once)."""
+        sources = self.indices
+        remote = sources[self.part.owners(sources) != self.part.part]
+        ids, counts = torch.unique(remote, return_counts=True)
+        keep = max(0, budget // (4 * self.x.shape[1]))
+        ids = ids[torch.argsort(counts, descending=True, stable=True)[:keep]].sort().values
+        rows = self.fetch(ids)
+        return {"ids": ids, "rows": rows}
 
 
 class PartStore(GraphStore):
@@ -187,6 +222,13 @@ class PartitionedSampler(Sampler):
 
     def reseed(self, seed: int, epoch: int, rank: int) -> None:
         self._generator = epoch_generator(seed, epoch, rank, stream=1)
+
+    def cache_rows(self, budget: int) -> dict[str, torch.Tensor]:
+        return self._sampler.cache_rows(budget)
+
+    def use_remote_cache(self, ids: torch.Tensor, rows: torch.Tensor) -> None:
+        """Serve the rows of ``ids`` (sorted; other machines' nodes) from ``rows``."""
+        self._sampler.remote = (ids, rows)
 
     def loader(self, batches: list[torch.Tensor]) -> Iterable[MiniBatch]:
         start = self._sampler.start
