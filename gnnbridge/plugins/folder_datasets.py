@@ -54,7 +54,7 @@ def load_folder(config: DatasetConfig, seed: int):
     if not config.path:
         raise ConfigError("Dataset 'folder' needs a folder: --dataset DIR (or dataset.path in the config).")
     if config.partitions:
-        return open_machine_part(config.path, config.partitions)
+        return open_machine_part(config.path, config.partitions, seed)
     return open_prepared(config.path, seed)
 
 

@@ -61,11 +61,16 @@ def _edges(indptr: torch.Tensor, indices: torch.Tensor, dst_ids: torch.Tensor) -
     return set(zip(indices.tolist(), dst.tolist()))
 
 
-@pytest.mark.parametrize("method", METHODS)
-def test_the_parts_together_are_the_graph(graph, tmp_path, method):
+@pytest.mark.parametrize(("method", "chunk"), [("metis", None), ("stream", None), ("stream", 200)])
+def test_the_parts_together_are_the_graph(graph, tmp_path, monkeypatch, method, chunk):
     """Each node in exactly one part, its row, label and split membership as in the folder; the
     parts' in-edges (global ids mapped back to the original ones) are the graph's edges, their
-    edge features each edge's own; ids are contiguous per part; the report adds up."""
+    edge features each edge's own; ids are contiguous per part; the report adds up. ``chunk``:
+    bytes a step reads, small enough that chunks start and stop inside a node's edges."""
+    if chunk is not None:
+        import gnnbridge.core.app.partition as module
+
+        monkeypatch.setattr(module, "chunk_bytes", lambda: chunk)
     root = tmp_path / "g"
     shutil.copytree(graph, root, ignore=shutil.ignore_patterns("partitions"))
     k = 3
@@ -246,11 +251,11 @@ def synthetic(tmp_path_factory):
 
 
 def machines(
-    root: Path, k: int, tmp_path: Path, backend: str, *extra: str, env=None, launcher=()
+    root: Path, k: int, tmp_path: Path, backend: str, *extra: str, env=None, launcher=("--nproc-per-node", "1")
 ) -> tuple[list[int], list[list[str]]]:
-    """A job of ``k`` torchrun "machines" of one rank, machine M in ``tmp_path/machineM`` whose
-    ``data`` holds partition.json and part-M alone; their exit codes and stderr lines.
-    ``launcher``: more torchrun flags."""
+    """A job of ``k`` torchrun "machines" (of one rank unless ``launcher`` says otherwise),
+    machine M in ``tmp_path/machineM`` whose ``data`` holds partition.json and part-M alone;
+    their exit codes and stderr lines. ``launcher``: more torchrun flags."""
     for m in range(k):
         folder = tmp_path / f"machine{m}" / "data" / "partitions" / str(k)
         folder.mkdir(parents=True)
@@ -261,12 +266,14 @@ def machines(
     return codes, [err.splitlines() for _, err in outs]
 
 
-def job(k: int, tmp_path: Path, command: list[str], env=None, launcher=()) -> tuple[list[int], list[tuple]]:
-    """``gnnbridge COMMAND`` as a job of ``k`` torchrun machines of one rank, machine M in
-    ``tmp_path/machineM``; their exit codes and (stdout, stderr)."""
+def job(
+    k: int, tmp_path: Path, command: list[str], env=None, launcher=("--nproc-per-node", "1")
+) -> tuple[list[int], list[tuple]]:
+    """``gnnbridge COMMAND`` as a job of ``k`` torchrun machines (of one rank unless ``launcher``
+    says otherwise), machine M in ``tmp_path/machineM``; their exit codes and (stdout, stderr)."""
     port = free_port()
     env = {**(env or os.environ), "OMP_NUM_THREADS": "1"}
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(k), "--nproc-per-node", "1"]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(k)]
     torchrun += ["--master-addr", "127.0.0.1", "--master-port", str(port), *launcher]
     procs = [
         subprocess.Popen(
@@ -372,7 +379,9 @@ def test_a_machine_that_dies_is_restarted_and_the_job_ends_as_if_uninterrupted(s
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")])}
     (tmp_path / "machine1").mkdir()
     (tmp_path / "machine1" / "out").symlink_to(tmp_path / "machine0" / "out")
-    codes, errors = machines(root, 2, tmp_path, "pyg", env=env, launcher=("--max-restarts", "1"))
+    codes, errors = machines(
+        root, 2, tmp_path, "pyg", env=env, launcher=("--nproc-per-node", "1", "--max-restarts", "1")
+    )
     assert codes == [0, 0], errors
     restarted, uninterrupted = _results(tmp_path), _results(two_machines)
     assert [r["resumed_from_epoch"] for r in restarted["restarts"]] == [1], restarted["restarts"]
@@ -434,3 +443,63 @@ def test_evaluate_and_predict_run_on_the_machines_each_scoring_its_own_nodes(syn
         np.testing.assert_allclose(part["logits"], whole["logits"][ids], rtol=1e-5, atol=1e-5)
         assert (part["y"] == whole["y"][ids]).all() and set(part["test_idx"]) <= set(whole["test_idx"].tolist())
     assert sorted(seen) == list(range(whole["logits"].shape[0]))
+
+
+def _without_training_seeds(root: Path, k: int, m: int) -> None:
+    """Part ``m`` of ``root``'s partitioning into ``k`` made to hold no training seed (its
+    ``train_idx.npy`` emptied, its records and the counts updated as partition writes them)."""
+    from gnnbridge.core.records.folder import stat_input
+
+    folder = root / "partitions" / str(k)
+    part = json.loads((folder / f"part-{m}" / "part.json").read_text())
+    np.save(folder / f"part-{m}" / "train_idx.npy", np.zeros(0, dtype=np.int64))
+    part["arrays"]["train_idx"].update(shape=[0], **stat_input(folder / f"part-{m}" / "train_idx.npy"))
+    (folder / f"part-{m}" / "part.json").write_text(json.dumps(part))
+    description = json.loads((folder / "partition.json").read_text())
+    description["per_part"][m]["train"] = 0
+    (folder / "partition.json").write_text(json.dumps(description))
+
+
+@pytest.mark.slow
+def test_two_ranks_a_machine_and_a_machine_without_training_seeds(graph, tmp_path):
+    """Two machines of two ranks each (exchange groups of one rank per machine, each machine's
+    layers joined among its ranks), one machine holding no training seed: its ranks run as many
+    (empty) batches as the other's, so the job trains, evaluates and ends."""
+    root = _copy(graph, tmp_path)
+    partition(root, 2, method="metis", progress=False)
+    _without_training_seeds(root, 2, 1)
+    where = tmp_path / "job"
+    codes, errors = machines(
+        root, 2, where, "dgl", "--set", "placement.remote_cache=16KB", launcher=("--nproc-per-node", "2")
+    )
+    assert codes == [0, 0], errors
+    results = _results(where)
+    assert results["world_size"] == 4 and results["eval"]["final"] == "layerwise"
+    # every training seed sits on machine 0 (METIS cut along the classes): those it learned
+    assert results["metrics"]["train_acc"] > 0.8, results["metrics"]
+    assert all(e["remote_rows"] > 0 and e["remote_cache_hits"] > 0 for e in results["history"])
+
+
+def test_splits_a_partitioning_drew_are_those_of_its_seed_only(tmp_path):
+    """A folder without split files: the partitioning draws them as a run of its --seed would;
+    a run of another train.seed would train other nodes than the folder whole, so it is refused."""
+    g = small_graph(n=200)
+    folder = tmp_path / "g"
+    folder.mkdir()
+    for key, value in {"x": g.x, "edge_index": g.edge_index, "y": g.y}.items():
+        np.save(folder / f"{key}.npy", value.numpy())
+    prepare_folder(folder, progress=False)
+    partition(folder, 2, method="stream", seed=3, progress=False)
+    whole = open_prepared(folder, seed=3)
+    with on_machine(0, 2):
+        part = open_machine_part(folder, 2, seed=3)
+        with pytest.raises(ConfigError, match=r"drew its splits with seed 3 .* this run's train.seed is 0"):
+            open_machine_part(folder, 2, seed=0)
+    assert set(part.partition.node_ids[part.train_idx].tolist()) <= set(whole.train_idx.tolist())
+
+
+def test_more_parts_than_the_graph_can_fill_are_refused(tmp_path):
+    folder = write_graph(tmp_path / "tiny", n=40)
+    with pytest.raises(ConfigError, match=r"--parts 30: metis left part \d+ without nodes"):
+        partition(folder, 30, method="metis", progress=False)
+    assert not (folder / "partitions").exists()

@@ -78,19 +78,11 @@ def evaluate(
         computed), ``checkpoint`` (its path), ``epoch`` (the checkpoint's), ``inside`` (only for a
         checkpoint written inside an epoch: ``{"epoch", "batches"}``), ``experiment``,
         ``backend``, ``task``, ``device``."""
-    job = detect_job()
-    if job is not None and dataset is None:  # the job's ranks score together (a partitioned graph's machines)
-        path, state, config = prepared_config(target, kind, device, overrides, "evaluate", trust_code)
-        scored = launch(
-            _job_worker,
-            job.world_size,
-            config.device.value,
-            (path, state, config, trust_code, None),
-            config.timeout,
-            job=job,
-        )
+    path, state, config = prepared_config(target, kind, device, overrides, "evaluate", trust_code, dataset)
+    if config.dataset.partitions:  # a job of the partitioned graph's machines scores it together
+        scored = _on_machines(path, state, config, trust_code, None)
         return None if scored is None else {**_describe(path, state, config), **scored}
-    path, state, config, data = _prepare(target, kind, device, overrides, "evaluate", trust_code, dataset)
+    data = inference_data(path, state, config, "evaluate", trust_code)
     try:
         with interrupt_on_sigterm():
             scored = launch(_evaluate_worker, 1, config.device.value, (config, data, state), timeout_s=config.timeout)
@@ -141,10 +133,16 @@ def predict(
     :param index: ``exact`` or ``hnsw``, for the top-k lists.
     :returns: ``{name: numpy array}``, the arrays above (also when ``out`` is given)."""
     out = _check_out(out) if out is not None else None
-    job = detect_job()
-    if job is not None and dataset is None and out is not None and not (pairs or top_k or embeddings):
-        return _predict_job(job, target, out, kind, device, overrides, trust_code)
-    path, state, config, data = _prepare(target, kind, device, overrides, "predict", trust_code, dataset)
+    path, state, config = prepared_config(target, kind, device, overrides, "predict", trust_code, dataset)
+    if config.dataset.partitions:  # each machine of the partitioned graph writes its own rows
+        if out is None:
+            raise ConfigError(
+                "predict of a partitioned graph has each machine write its own nodes' rows: give out= "
+                "(each machine writes OUT.part-M.npz)."
+            )
+        written = _on_machines(path, state, config, trust_code, out)
+        return None if written is None else {**_describe(path, state, config), **written}
+    data = inference_data(path, state, config, "predict", trust_code)
     request = _link_request(config, data, pairs, top_k)
     if index != "exact":
         request = {**(request or {}), "index": check_index(config, request, index)}
@@ -495,16 +493,19 @@ def _describe(path: Path, state: dict, config: ExperimentConfig) -> dict:
     }
 
 
-def _predict_job(job, target, out: Path, kind: str, device, overrides, trust_code: bool) -> dict | None:
-    """``predict`` as a rank of a torchrun or SLURM job: on a partitioned graph each machine
-    writes its own nodes' rows (``OUT`` named ``STEM.part-M.npz``, with ``node_ids``: the
-    dataset's ids of its rows), else rank 0 writes ``OUT`` from every rank's rows."""
-    path, state, config = prepared_config(target, kind, device, overrides, "predict", trust_code)
-    args = (path, state, config, trust_code, out)
-    written = launch(_job_worker, job.world_size, config.device.value, args, config.timeout, job=job)
-    if written is None:
-        return None
-    return {**_describe(path, state, config), **written}
+def _on_machines(path: Path, state: dict, config: ExperimentConfig, trust_code: bool, out: Path | None):
+    """Score a partitioned graph's checkpoint as a rank of the job of its machines (torchrun or
+    SLURM; one machine alone is refused when its part loads): ``evaluate`` (``out`` None) or
+    ``predict`` (each machine writes ``OUT.part-M.npz``, with ``node_ids``: the dataset's ids of
+    its rows). Rank 0's result; None on the other ranks."""
+    job = detect_job()
+    world = job.world_size if job is not None else 1
+    try:
+        with interrupt_on_sigterm() if job is None else contextlib.nullcontext():
+            args = (path, state, config, trust_code, out)
+            return launch(_job_worker, world, config.device.value, args, config.timeout, job=job)
+    except TrainingDivergedError as exc:
+        raise _nonfinite(path, str(exc)) from None
 
 
 def machine_file(out: Path, machine: int) -> Path:
@@ -515,9 +516,8 @@ def machine_file(out: Path, machine: int) -> Path:
 def _job_worker(ctx: DistContext, path: Path, state: dict, config: ExperimentConfig, trust_code: bool, out):
     """One rank of an evaluate (``out`` None) or predict job: every rank loads its machine's data
     (a partitioned graph's part) and scores with the others; rank 0 returns the result."""
-    part_of = config.dataset.partitions
-    mine = machine_file(out, ctx.node_rank) if out is not None and part_of else out
-    if mine is not None and (ctx.local_rank == 0 if part_of else ctx.is_main):
+    mine = machine_file(out, ctx.node_rank) if out is not None else None
+    if mine is not None and ctx.local_rank == 0:
         _check_out(mine)  # before any work, on the rank that writes it
     with on_machine(ctx.node_rank, ctx.num_nodes):
         data = node_shared(
@@ -528,21 +528,25 @@ def _job_worker(ctx: DistContext, path: Path, state: dict, config: ExperimentCon
         scored = scorer.evaluate()
         return scored if ctx.is_main else None
     arrays = _class_arrays(scorer, data)
-    part = getattr(data, "partition", None)
-    if part is not None:  # this machine's rows, named by their ids in the dataset
-        ids = part.node_ids
-        arrays.update(node_ids=ids, **{f"{s}_idx": ids[data.split(s)] for s in ("train", "val", "test")})
+    part = data.partition  # this machine's rows, named by their ids in the dataset
+    arrays.update(
+        node_ids=part.node_ids, **{f"{s}_idx": part.node_ids[data.split(s)] for s in ("train", "val", "test")}
+    )
     if not _finite(arrays):
         raise _nonfinite(path, "the model's outputs are NaN or infinite")
-    if ctx.local_rank == 0 if part_of else ctx.is_main:
+    if ctx.local_rank == 0:
         with files.reserved(mine) as tmp:
             files.publish(mine, tmp, lambda f: write_npz_stream(f, arrays), "predicting")
     ctx.barrier()  # every machine's file is whole before rank 0 says where they are
     if not ctx.is_main:
         return None
-    files_out = [str(machine_file(out, m)) for m in range(ctx.num_nodes)] if part_of else [str(out)]
-    rows = part.num_nodes if part is not None else arrays["logits"].shape[0]
-    return {"out": str(out), "files": files_out, "arrays": sorted(arrays), "shape": [rows, arrays["logits"].shape[1]]}
+    files_out = [str(machine_file(out, m)) for m in range(ctx.num_nodes)]
+    return {
+        "out": str(out),
+        "files": files_out,
+        "arrays": sorted(arrays),
+        "shape": [part.num_nodes, arrays["logits"].shape[1]],
+    }
 
 
 def _evaluate_worker(ctx: DistContext, config: ExperimentConfig, data, state: dict) -> dict:

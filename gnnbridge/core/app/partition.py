@@ -17,9 +17,10 @@ Two ways to assign nodes to parts (``--method``):
   seeds (two constraints), where the graph fits in memory (its adjacency is built there);
 * ``stream``: linear deterministic greedy (Stanton and Kliot, KDD 2012) in one pass over the
   CSC in id order, each node to the part that holds most of its in-neighbours, discounted by
-  how full that part is (of nodes, and of training seeds); memory is an N-sized assignment
-  file and a chunk, as ``prepare``'s. Why written here: METIS needs the whole adjacency in
-  memory, and the streaming partitioners on PyPI are research code tied to their own formats.
+  how full that part is (of nodes, and of training seeds); memory is a byte a node (the
+  training mark; the assignment is a file) and a chunk, as ``prepare``'s. Why written here:
+  METIS needs the whole adjacency in memory, and the streaming partitioners on PyPI are
+  research code tied to their own formats.
 
 ``auto`` takes METIS when it is installed and its adjacency fits in a quarter of free memory.
 
@@ -93,14 +94,14 @@ def partition(path: str | os.PathLike, parts: int, method: str = "auto", seed: i
     out = partition_folder_of(root, parts)
     _writable(root)
     with taking_turns(root / PARTITIONS):
-        done = _already(root, out, manifest, chosen, seed)
+        done = _already(root, out, manifest, method, seed)
         if done is not None:
             return {**done, "already": True, "out": str(out)}
         tmp = root / PARTITIONS / f".{parts}{PARTIAL}"
         shutil.rmtree(tmp, ignore_errors=True)
         try:
             tmp.mkdir(parents=True)
-            description = _write(root, tmp, manifest, parts, chosen, seed, progress)
+            description = {**_write(root, tmp, manifest, parts, chosen, seed, progress), "requested": method}
             replace(tmp / PARTITION_FILE, json.dumps(description, indent=1) + "\n")
             _publish(tmp, out)
         except BaseException as exc:
@@ -174,24 +175,35 @@ def _writable(root: Path) -> None:
 
 
 def _already(root: Path, out: Path, manifest: dict, method: str, seed: int) -> dict | None:
-    """The partitioning in ``out`` when it was made of this source by this method and seed; a
-    stale one (the source was prepared again) is None, to be replaced; one by another method or
-    seed is refused (machines may hold its parts)."""
-    file = out / PARTITION_FILE
-    if not file.is_file():
-        return None
+    """The partitioning in ``out`` when it was made of this source as asked (``method`` as given:
+    ``auto`` matches what ``auto`` chose then) and every part of it is there; None when there is
+    none or it is stale (the source was prepared again, a part is missing or of another
+    partitioning), to be made again under a new id (machines holding the old parts are then
+    refused, never mixed); one asked another way is refused (machines may hold its parts)."""
     try:
-        found = json.loads(file.read_text())
+        found = json.loads((out / PARTITION_FILE).read_text())
     except (OSError, ValueError):
         return None
-    if found.get("source") != _stamp(root, manifest):
+    if found.get("source") != _stamp(root, manifest) or not _parts_whole(out, found):
         return None
-    if (found.get("method"), found.get("seed")) != (method, seed):
+    if method not in (found.get("method"), found.get("requested")) or found.get("seed") != seed:
         raise ConfigError(
             f"{out} holds a partitioning by {found.get('method')} (seed {found.get('seed')}); machines may "
             f"hold its parts: remove {out} first to partition by {method} (seed {seed})."
         )
     return found
+
+
+def _parts_whole(out: Path, found: dict) -> bool:
+    """Whether every part of the partitioning ``found`` describes is in ``out``, of it."""
+    for m in range(int(found.get("parts", 0))):
+        try:
+            part = json.loads((part_folder(out, m) / PART_FILE).read_text())
+        except (OSError, ValueError):
+            return False
+        if part.get("id") != found.get("id"):
+            return False
+    return True
 
 
 def _stamp(root: Path, manifest: dict) -> dict:
@@ -239,9 +251,18 @@ def _write(root: Path, tmp: Path, manifest: dict, parts: int, method: str, seed:
     with bar:
         train = _members(src.splits["train_idx"], src.n)
         bar.set_postfix_str(f"assigning nodes ({method})")
-        assignment = _assign_metis(src, parts, train, seed) if method == "metis" else _assign_stream(src, parts, train)
+        if method == "metis":
+            assignment = _assign_metis(src, parts, train, seed)
+        else:
+            assignment = _assign_stream(src, parts, train, tmp)
         bounds, order, new_of = _relabel(assignment, parts, tmp)
         del assignment
+        empty = [m for m in range(parts) if bounds[m] == bounds[m + 1]]
+        if empty:
+            raise ConfigError(
+                f"--parts {parts}: {method} left part {empty[0]} without nodes ({len(empty)} empty); the graph is "
+                "too small for that many machines: give fewer parts."
+            )
         bar.update(1)
         pid = uuid.uuid4().hex
         edge_bounds, written = [0], []
@@ -251,14 +272,14 @@ def _write(root: Path, tmp: Path, manifest: dict, parts: int, method: str, seed:
             edge_bounds.append(edge_bounds[-1] + stats["edges"])
             written.append(stats)
             bar.update(1)
-        for scratch in ("order", "new_of"):
-            (tmp / f"{scratch}.npy").unlink()
+        for scratch in ("order", "new_of", "assignment"):
+            (tmp / f"{scratch}.npy").unlink(missing_ok=True)
     return _description(root, manifest, src, pid, parts, method, seed, bounds, edge_bounds, written)
 
 
 def _members(ids: np.ndarray, n: int) -> np.ndarray:
-    """A 0/1 int64 vector of length ``n`` marking ``ids``."""
-    mark = np.zeros(n, dtype=np.int64)
+    """A 0/1 int8 vector of length ``n`` marking ``ids``."""
+    mark = np.zeros(n, dtype=np.int8)
     mark[np.asarray(ids)] = 1
     return mark
 
@@ -277,16 +298,18 @@ def _assign_metis(src: Source, parts: int, train: np.ndarray, seed: int) -> np.n
     del keys
     xadj = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(rows, minlength=n), out=xadj[1:])
-    weights = np.stack([np.ones(n, dtype=np.int64), train], axis=1).ravel() if train.any() else None
+    weights = np.stack([np.ones(n, dtype=np.int64), train.astype(np.int64)], axis=1).ravel() if train.any() else None
     options = pymetis.Options(seed=seed)
     result = pymetis.part_graph(parts, pymetis.CSRAdjacency(xadj, cols), vweights=weights, options=options)
     return np.asarray(result.vertex_part, dtype=np.int64)
 
 
-def _assign_stream(src: Source, parts: int, train: np.ndarray) -> np.ndarray:
-    """Linear deterministic greedy over the CSC, a chunk of nodes at a time (see the module)."""
+def _assign_stream(src: Source, parts: int, train: np.ndarray, tmp: Path) -> np.ndarray:
+    """Linear deterministic greedy over the CSC, a chunk of nodes at a time (see the module); the
+    assignment is a file in ``tmp`` (the training mark, one byte a node, is the pass's memory)."""
     n = src.n
-    assignment = np.full(n, -1, dtype=np.int64)
+    assignment = np.lib.format.open_memmap(tmp / "assignment.npy", mode="w+", dtype=np.int32, shape=(n,))
+    assignment[:] = -1
     node_cap = (1 + STREAM_SLACK) * n / parts
     train_cap = max(1.0, (1 + STREAM_SLACK) * float(train.sum()) / parts)
     sizes = np.zeros(parts, dtype=np.float64)
@@ -435,15 +458,15 @@ def _write_edges(src: Source, folder: Path, owned, part_indptr, new_of, lo: int,
     step = max(1, chunk_bytes() // (48 + 2 * width))
 
     def positions(start: int, stop: int) -> np.ndarray:
-        """Source CSC positions of the part's edges ``[start, stop)``."""
-        first = np.searchsorted(part_indptr, start, side="right") - 1
-        last = np.searchsorted(part_indptr, stop, side="left")
-        nodes = owned[first:last]
-        begin, end = indptr[nodes], indptr[nodes + 1]
-        lengths = end - begin
-        flat = np.repeat(begin - np.cumsum(lengths) + lengths, lengths) + np.arange(lengths.sum())
-        offset = start - int(part_indptr[first])
-        return flat[offset : offset + (stop - start)]
+        """Source CSC positions of the part's edges ``[start, stop)``: each node's in-edges that
+        fall in the window, never a whole hub's list per chunk."""
+        first = int(np.searchsorted(part_indptr, start, side="right")) - 1
+        last = int(np.searchsorted(part_indptr, stop, side="left"))
+        lo = np.maximum(part_indptr[first:last], start)
+        hi = np.minimum(part_indptr[first + 1 : last + 1], stop)
+        lengths = hi - lo
+        begin = indptr[owned[first:last]] + (lo - part_indptr[first:last])
+        return np.repeat(begin - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()))
 
     def sources(out: np.ndarray) -> None:
         for start in range(0, e, step):
@@ -490,6 +513,7 @@ def _description(root, manifest, src: Source, pid, parts, method, seed, bounds, 
         "method": method,
         "seed": seed,
         "splits": "files" if SPLITS[0] in manifest["arrays"] else f"drawn with seed {seed}",
+        "splits_seed": None if SPLITS[0] in manifest["arrays"] else seed,
         "boundaries": bounds,
         "edge_boundaries": edge_bounds,
         "dtype": x_spec["dtype"],

@@ -161,7 +161,8 @@ def load_dataset(config: ExperimentConfig, ranks_here: int | None = None) -> Gra
     each rank at least one node (or graph), the monitored metric must be able to name a best epoch,
     and the model must fit the ``ranks_here`` ranks of this machine (default: all ``nproc``)."""
     data = _load_for_task(config)
-    if config.kind is not Task.LINK:
+    # a machine's part holds a share of each split, whose labels say nothing of the whole split's
+    if config.kind is not Task.LINK and getattr(data, "partition", None) is None:
         target_of(config).check(data, config.train.monitor)
     _check_splits(config, data)
     check_model(config, data, config.nproc if ranks_here is None else ranks_here)

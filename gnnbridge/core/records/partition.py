@@ -52,9 +52,18 @@ def on_machine(machine: int, machines: int) -> Iterator[None]:
         _MACHINE.reset(token)
 
 
-def open_machine_part(root: str | Path, parts: int) -> GraphData:
+def open_machine_part(root: str | Path, parts: int, seed: int | None = None) -> GraphData:
     """This machine's part of ``root`` partitioned into ``parts``: refused in one line unless the
-    job has ``parts`` machines."""
+    job has ``parts`` machines, and, where the partitioning drew the splits (the folder has no
+    split files), unless the run's ``seed`` is the one it drew them with: a run of the folder
+    whole draws them from its seed, and the two would not train and score the same nodes."""
+    drawn = read_partition(root, parts).get("splits_seed")
+    if drawn is not None and seed is not None and seed != drawn:
+        raise ConfigError(
+            f"{partition_folder_of(root, parts)} drew its splits with seed {drawn} (the folder has no split "
+            f"files), but this run's train.seed is {seed}: train with --set train.seed={drawn}, or save "
+            "train_idx.npy, val_idx.npy and test_idx.npy in the folder and prepare and partition it again."
+        )
     machine, machines = _MACHINE.get()
     if machines != parts:
         raise ConfigError(

@@ -161,11 +161,11 @@ class DistContext:
         if self.local_world_size == 1:
             return rows
         shares = [len(s) for s in torch.tensor_split(torch.arange(count), self.local_world_size)]
-        padded = rows.new_zeros((max(shares), *rows.shape[1:]))
+        padded = rows.new_zeros((max(shares), *rows.shape[1:]), device=self._comm_device())
         padded[: rows.shape[0]] = rows
         out = [torch.empty_like(padded) for _ in shares]
         dist.all_gather(out, padded, group=self.local_group)
-        return torch.cat([o[:n] for o, n in zip(out, shares)])
+        return torch.cat([o[:n] for o, n in zip(out, shares)]).to(rows.device)
 
     def broadcast_buffers(self, module: torch.nn.Module) -> None:
         """Give every rank rank 0's buffers (BatchNorm running statistics), as DDP does before

@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 
 from gnnbridge.core.contracts.interfaces import GraphStore, Sampler
+from gnnbridge.core.errors import ConfigError
 from gnnbridge.core.records.batches import MiniBatch, SampledSubgraph
 from gnnbridge.core.records.features import gather_rows
 from gnnbridge.core.sampling import kernels
@@ -50,7 +51,7 @@ class Exchange:
         self.cache_hits = 0  # of the other machines' rows, those the remote cache served
         self.remote_rows = 0  # feature rows this rank took from other machines
         self.remote_nodes = 0  # frontier nodes this rank had sampled by other machines
-        self.bytes = 0  # bytes this rank sent to and received from other machines
+        self.bytes = 0  # bytes this rank received from other machines
         self.hop_s = self.fetch_s = 0.0  # seconds in the hops' exchanges and in fetching rows
 
     def reset(self) -> dict:
@@ -69,12 +70,14 @@ class Exchange:
         return got.tolist()
 
     def swap(self, items: torch.Tensor, send: list[int], receive: list[int]) -> torch.Tensor:
-        """``items`` (grouped by peer, ``send[p]`` rows for peer ``p``) out, theirs in."""
-        out = items.new_empty((sum(receive), *items.shape[1:]))
-        dist.all_to_all_single(out, items.contiguous(), receive, send, group=self.group)
-        row = items[0].numel() * items.element_size() if items.numel() else 0
-        self.bytes += row * (sum(send) - send[self.me] + sum(receive) - receive[self.me])
-        return out
+        """``items`` (grouped by peer, ``send[p]`` rows for peer ``p``) out, theirs in (on
+        ``items``' device; the exchange itself runs on the CPU, in gloo)."""
+        host = items.cpu().contiguous()
+        out = host.new_empty((sum(receive), *items.shape[1:]))
+        dist.all_to_all_single(out, host, receive, send, group=self.group)
+        row = out[0].numel() * out.element_size() if out.numel() else 0
+        self.bytes += row * (sum(receive) - receive[self.me])  # received: summed over ranks, each byte once
+        return out.to(items.device)
 
     def ask(self, ids: torch.Tensor, owners: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list, list]:
         """Send each id to its owner: (the ids this machine was asked for, grouped by asker; the
@@ -89,12 +92,20 @@ def exchange_for(ctx) -> Exchange:
     """This rank's exchange group: the ranks of its local rank on every machine. Every rank of the
     job creates every group, in the same order (``new_group``'s rule), on first use."""
     layout = tuple(ctx.gather_objects((ctx.node_rank, ctx.local_rank)))
+    per_machine = sorted({sum(1 for node, _ in layout if node == m) for m in range(ctx.num_nodes)})
+    if len(per_machine) > 1:
+        raise ConfigError(
+            f"A partitioned graph needs as many ranks on every machine; this job has {per_machine[0]} to "
+            f"{per_machine[-1]} (start the same number of tasks per node)."
+        )
     key = (ctx.run_id, ctx.attempt, layout)
     if key not in _GROUPS:
         groups = {}
         for local in sorted({lr for _, lr in layout}):
             ranks = sorted((node, r) for r, (node, lr) in enumerate(layout) if lr == local)
-            groups[local] = dist.new_group([r for _, r in ranks])
+            # gloo whatever the job's backend: the exchanges move ids and rows that sampling left
+            # on the host (nccl takes device tensors only)
+            groups[local] = dist.new_group([r for _, r in ranks], backend="gloo")
         _GROUPS[key] = groups
     return Exchange(_GROUPS[key][ctx.local_rank], ctx.num_nodes, ctx.node_rank)
 
