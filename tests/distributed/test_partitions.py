@@ -503,3 +503,19 @@ def test_more_parts_than_the_graph_can_fill_are_refused(tmp_path):
     with pytest.raises(ConfigError, match=r"--parts 30: metis left part \d+ without nodes"):
         partition(folder, 30, method="metis", progress=False)
     assert not (folder / "partitions").exists()
+
+
+@pytest.mark.parametrize(
+    ("experiment", "dataset", "line"),
+    [
+        ("sage-synthetic", [], r"dataset 'synthetic' is not one: give --dataset DIR"),
+        ("rec-synthetic", ["dataset.name=folder", "dataset.path=g"], r"trains node tasks so far, not task=link"),
+    ],
+)
+def test_partitions_of_what_was_not_partitioned_are_refused(tmp_path, experiment, dataset, line):
+    import gnnbridge
+
+    with pytest.raises(ConfigError, match=line):
+        overrides = [*dataset, "dataset.partitions=2"]
+        gnnbridge.run(experiment, overrides=overrides, out=str(tmp_path / "r"), progress=False)
+    assert not (tmp_path / "r").exists()

@@ -210,6 +210,16 @@ def _load_for_task(config: ExperimentConfig) -> GraphData | GraphCollection:
     the task family's own check); its labels are read in the family's or the target's form
     (:func:`reading_as`)."""
     target_of(config)
+    if config.dataset.partitions and config.dataset.name != "folder":
+        raise ConfigError(
+            f"dataset.partitions={config.dataset.partitions} opens a machine's part of a folder that gnnbridge "
+            f"partition cut; dataset '{config.dataset.name}' is not one: give --dataset DIR (a partitioned folder)."
+        )
+    if config.dataset.partitions and config.kind is not Task.NODE:
+        raise ConfigError(
+            f"dataset.partitions={config.dataset.partitions}: a graph partitioned across machines trains node "
+            f"tasks so far, not task={config.task}; train the folder whole (dataset.partitions=0)."
+        )
     with reading_as(config):
         data = for_task(config, _call_loader(config))
     _check_data_task(config, data)
