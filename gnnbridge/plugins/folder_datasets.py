@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import zipfile
 from pathlib import Path
 
@@ -26,15 +25,13 @@ from gnnbridge.core.errors import (
     DataError,
     DataFileNotFoundError,
     ResourceError,
-    RunInterrupted,
-    signal_name,
 )
 from gnnbridge.core.interfaces import DatasetConfig, GraphCollection, GraphData, HeteroSource
 from gnnbridge.core.records.folder import PREPARED, open_prepared, stat_input
 from gnnbridge.core.records.formats import NPZ_ARRAYS, check_member_header, is_hetero, is_label_key, typed_keys
 from gnnbridge.core.records.labels import label_form
 from gnnbridge.core.records.partition import open_machine_part
-from gnnbridge.core.runtime.launcher import interrupt_on_sigterm
+from gnnbridge.core.runtime.launcher import undone_on_stop
 from gnnbridge.plugins.npz import DEFLATE_MAX_RATIO, HEADER_READERS, READ_CHUNK, ZIP_ERRORS, check_file, not_an_npz
 from gnnbridge.plugins.options import options
 
@@ -62,16 +59,8 @@ def prepare(source: str, out: str | os.PathLike | None = None, dtype: str = "flo
     """Prepare a folder, an ``.npz`` file (into the folder beside it, its name without ``.npz``)
     or a named dataset (into ``./NAME``); see :func:`~gnnbridge.core.app.prepare.prepare_folder`.
     A stop signal (Ctrl-C, SIGTERM, SIGHUP) undoes what this prepare wrote, and says so."""
-    try:
-        with interrupt_on_sigterm():
-            return _prepare(source, out, dtype, progress)
-    except KeyboardInterrupt as exc:
-        signum = getattr(exc, "signum", signal.SIGINT)
-        raise RunInterrupted(
-            signum,
-            f"Stopped by {signal_name(signum)}: nothing half-written is left (the derived files of this "
-            f"prepare were removed); run gnnbridge prepare {source} again to finish.",
-        ) from None
+    with undone_on_stop("the derived files of this prepare were removed", f"gnnbridge prepare {source}"):
+        return _prepare(source, out, dtype, progress)
 
 
 def _prepare(source: str, out, dtype: str, progress: bool) -> dict:

@@ -23,7 +23,7 @@ import torch
 
 from gnnbridge.core.app.partition import partition
 from gnnbridge.core.app.prepare import prepare_folder
-from gnnbridge.core.errors import ConfigError, DataError
+from gnnbridge.core.errors import ConfigError, DataError, ResourceError
 from gnnbridge.core.records.folder import open_prepared
 from gnnbridge.core.records.partition import PartError, on_machine, open_machine_part, open_partition
 from gnnbridge.testing.conformance import small_graph
@@ -142,7 +142,7 @@ def test_a_failed_partitioning_leaves_nothing(graph, tmp_path, monkeypatch):
 
     real = module._write_part
     monkeypatch.setattr(module, "_write_part", failing)
-    with pytest.raises(module.ResourceError, match=r"the disk is full .*nothing half-written is left"):
+    with pytest.raises(ResourceError, match=r"the disk is full .*nothing half-written is left"):
         partition(root, 2, method="stream", progress=False)
     assert not (root / "partitions").exists()  # not even the lock
 

@@ -32,20 +32,18 @@ disk).
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import shutil
-import signal
 import sys
 import uuid
 from pathlib import Path
 
 import numpy as np
 
-from gnnbridge.core.app.prepare import chunk_bytes, write_array
+from gnnbridge.core.app.prepare import chunk_bytes, full_disk, write_array
 from gnnbridge.core.compiled import signals_deferred
-from gnnbridge.core.errors import ConfigError, DataError, ResourceError, RunInterrupted, signal_name
+from gnnbridge.core.errors import ConfigError, DataError
 from gnnbridge.core.files import PARTIAL, partial_name, replace, taking_turns
 from gnnbridge.core.records.data import random_split
 from gnnbridge.core.records.folder import CSC_EDGE_ATTR, SPLITS, changed_input, read_manifest, stat_input
@@ -58,7 +56,7 @@ from gnnbridge.core.records.partition import (
     partition_folder_of,
 )
 from gnnbridge.core.runtime.host import available_memory
-from gnnbridge.core.runtime.launcher import interrupt_on_sigterm
+from gnnbridge.core.runtime.launcher import undone_on_stop
 
 FORMAT = 1
 METHODS = ("auto", "metis", "stream")
@@ -68,16 +66,8 @@ STREAM_SLACK = 0.05  # the streaming method fills a part to at most 5% above the
 def partition_command(path: str, parts: int, method: str = "auto", seed: int = 0, progress: bool = True) -> dict:
     """:func:`partition` as the command runs it: a stop signal (Ctrl-C, SIGTERM, SIGHUP) undoes
     what it wrote, and says so."""
-    try:
-        with interrupt_on_sigterm():
-            return partition(path, parts, method, seed, progress)
-    except KeyboardInterrupt as exc:
-        signum = getattr(exc, "signum", signal.SIGINT)
-        raise RunInterrupted(
-            signum,
-            f"Stopped by {signal_name(signum)}: nothing half-written is left (the parts this partition wrote were "
-            f"removed); run gnnbridge partition {path} --parts {parts} again to finish.",
-        ) from None
+    with undone_on_stop("the parts this partition wrote were removed", f"gnnbridge partition {path} --parts {parts}"):
+        return partition(path, parts, method, seed, progress)
 
 
 def partition(path: str | os.PathLike, parts: int, method: str = "auto", seed: int = 0, progress: bool = True) -> dict:
@@ -106,12 +96,7 @@ def partition(path: str | os.PathLike, parts: int, method: str = "auto", seed: i
             _publish(tmp, out)
         except BaseException as exc:
             shutil.rmtree(tmp, ignore_errors=True)
-            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise ResourceError(
-                    f"{root / PARTITIONS}: the disk is full ({exc.filename or 'writing a part'}); nothing "
-                    "half-written is left; free space (each part holds its nodes' rows and in-edges)."
-                ) from None
-            raise
+            raise full_disk(exc, root / PARTITIONS, "writing a part", "free space") from None
     return {**description, "already": False, "out": str(out)}
 
 

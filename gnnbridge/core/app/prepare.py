@@ -121,12 +121,9 @@ def prepare_folder(
             replace(out / MANIFEST, json.dumps(manifest, indent=1) + "\n")
         except BaseException as exc:
             _discard(out)
-            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise ResourceError(
-                    f"{out}: the disk is full ({exc.filename or 'writing a derived file'}); nothing "
-                    "half-written is left; free space, or give --out DIR on another disk."
-                ) from None
-            raise
+            raise full_disk(
+                exc, out, "writing a derived file", "free space, or give --out DIR on another disk"
+            ) from None
     return {
         "out": str(out),
         "kind": manifest["kind"],
@@ -134,6 +131,16 @@ def prepare_folder(
         "summary": manifest["summary"],
         "checked": manifest["checked"],
     }
+
+
+def full_disk(exc: BaseException, where: Path, writing: str, hint: str) -> BaseException:
+    """What a failed write of derived files (removed already) raises: a full disk or quota as
+    one line naming ``where`` and the file, anything else as it was."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return ResourceError(
+            f"{where}: the disk is full ({exc.filename or writing}); nothing half-written is left; {hint}."
+        )
+    return exc
 
 
 def _stamp(root: Path, manifest: dict) -> None:

@@ -88,6 +88,16 @@ SCHEDULES = ("none", "cosine", "step")
 PRECISIONS = ("fp32", "bf16", "fp16")
 TABLE_COPIES = ("machine", "rank")
 FANOUT = integer(ge=1, also=(-1,), note="-1 for all neighbours")  # one hop's neighbours per node
+# bytes of RAM, or "512MB", "2GB" (values.parse_size reads it); 0: off
+RAM_SIZE = integer(
+    ge=0,
+    pattern=SIZE_PATTERN,
+    max_length=40,
+    form="a number with a unit: 512MB, 2GB",
+    what="a size",
+    note="bytes; 0: off",
+    example="512MB",
+)
 
 # Seconds a rank may wait on its peers (rendezvous, a collective, a silent heartbeat) before the
 # whole job is stopped: long enough for a slow step on a big graph, short enough that a dead
@@ -281,32 +291,10 @@ class PlacementConfig:
     precision: str = bounded("fp32", one_of(PRECISIONS))
     # bytes (or "512MB", "2GB") of RAM per machine (shared by its ranks, in /dev/shm) for the rows
     # of the highest in-degree nodes; 0: off (values.parse_size reads it)
-    feature_cache: Any = bounded(
-        0,
-        integer(
-            ge=0,
-            pattern=SIZE_PATTERN,
-            max_length=40,
-            form="a number with a unit: 512MB, 2GB",
-            what="a size",
-            note="bytes; 0: off",
-            example="512MB",
-        ),
-    )
+    feature_cache: Any = bounded(0, RAM_SIZE)
     # a partitioned graph (dataset.partitions): bytes of RAM per machine for the rows of the other
     # machines' nodes its part's edges name most often, fetched once at the start; 0: off
-    remote_cache: Any = bounded(
-        0,
-        integer(
-            ge=0,
-            pattern=SIZE_PATTERN,
-            max_length=40,
-            form="a number with a unit: 512MB, 2GB",
-            what="a size",
-            note="bytes; 0: off",
-            example="512MB",
-        ),
-    )
+    remote_cache: Any = bounded(0, RAM_SIZE)
     # threads gathering rows of a feature table mapped from a folder: page faults in flight (the
     # disk's queue depth on a cold page cache; a blocked thread costs no CPU)
     read_depth: int = bounded(32, integer(ge=1, le=256, note="reads in flight per rank on a folder's feature file"))

@@ -141,16 +141,23 @@ class PartGraph(GraphData):
 
 def read_partition(root: str | Path, parts: int) -> dict:
     """``partition.json`` of ``root``'s partitioning into ``parts``, refused in one line if absent."""
-    folder = partition_folder_of(root, parts)
+    file = partition_folder_of(root, parts) / PARTITION_FILE
+    missing = (
+        f"{file} not found; run gnnbridge partition {root} --parts {parts} (each machine's copy needs "
+        f"{PARTITIONS}/{parts}/{PARTITION_FILE} and its own part-M/)."
+    )
+    return _read_json(file, DataError, missing, "copy it again")
+
+
+def _read_json(file: Path, error: type[DataError], missing: str, again: str) -> dict:
+    """``file``'s JSON; ``error(missing)`` where it is absent, one line saying to copy it ``again``
+    where it cannot be read."""
     try:
-        return json.loads((folder / PARTITION_FILE).read_text())
+        return json.loads(file.read_text())
     except FileNotFoundError:
-        raise DataError(
-            f"{folder / PARTITION_FILE} not found; run gnnbridge partition {root} --parts {parts} (each machine's "
-            f"copy needs {PARTITIONS}/{parts}/{PARTITION_FILE} and its own part-M/)."
-        ) from None
+        raise error(missing) from None
     except (OSError, ValueError) as exc:
-        raise DataError(f"{folder / PARTITION_FILE} cannot be read ({str(exc)[:100]}); copy it again.") from None
+        raise error(f"{file} cannot be read ({str(exc)[:100]}); {again}.") from None
 
 
 def open_partition(root: str | Path, parts: int, machine: int, form: str | None = None) -> GraphData:
@@ -198,15 +205,11 @@ def _open(root: Path, parts: int, machine: int) -> GraphData:
 def _read_part(folder: Path, description: dict, machine: int) -> dict:
     """``part.json`` of ``folder``, refused in one line unless it is part ``machine`` of this
     partitioning and its files are as written."""
-    try:
-        part = json.loads((folder / PART_FILE).read_text())
-    except FileNotFoundError:
-        raise PartError(
-            f"{folder} is missing: machine {machine} opens part-{machine} of the partitioning (copy "
-            f"{folder.parent.name}/{folder.name} to this machine)."
-        ) from None
-    except (OSError, ValueError) as exc:
-        raise PartError(f"{folder / PART_FILE} cannot be read ({str(exc)[:100]}); copy the part again.") from None
+    missing = (
+        f"{folder} is missing: machine {machine} opens part-{machine} of the partitioning (copy "
+        f"{folder.parent.name}/{folder.name} to this machine)."
+    )
+    part = _read_json(folder / PART_FILE, PartError, missing, "copy the part again")
     if part.get("id") != description["id"]:
         raise PartError(
             f"{folder} is a part of another partitioning (id {str(part.get('id'))[:8]}, not "

@@ -40,7 +40,7 @@ from typing import Any
 import torch.distributed as dist
 
 from gnnbridge.core import environ
-from gnnbridge.core.errors import ConfigError, RankFailedError, RunInterrupted, note_signal
+from gnnbridge.core.errors import ConfigError, RankFailedError, RunInterrupted, note_signal, signal_name
 from gnnbridge.core.runtime.context import DistContext, resolve_device
 from gnnbridge.core.runtime.jobs import JobEnv, detect_job
 from gnnbridge.core.runtime.rank import RankSpec, rank_main
@@ -148,6 +148,22 @@ def _run_elastic(
 
 
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+@contextlib.contextmanager
+def undone_on_stop(removed: str, again: str) -> Iterator[None]:
+    """A command that writes derived files and removes them when it fails (``prepare``,
+    ``partition``): a stop signal (Ctrl-C, SIGTERM, SIGHUP) ends it in one line saying that
+    nothing half-written is left (``removed``: what went) and how to finish (``again``)."""
+    try:
+        with interrupt_on_sigterm():
+            yield
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", signal.SIGINT)
+        raise RunInterrupted(
+            signum,
+            f"Stopped by {signal_name(signum)}: nothing half-written is left ({removed}); run {again} again to finish.",
+        ) from None
 
 
 @contextlib.contextmanager
