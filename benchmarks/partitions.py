@@ -19,7 +19,7 @@ Then, on paper, 8-64 machines: each epoch fetches about the same rows in all (th
 fanouts set them), of which a share crosses machines. That share is measured at each K; beyond
 it is bounded by a random split's (K - 1) / K and estimated for METIS by extending the measured
 shares' growth per doubling of K. Bytes per machine per epoch = all rows x share x (row bytes +
-8 bytes of id, there and back) / K. A bound, not a measurement: METIS' cut on a real graph of
+8 bytes of its id, asked) / K. A bound, not a measurement: METIS' cut on a real graph of
 that size is what to measure on a cluster.
 
     python benchmarks/partitions.py [--preset default|100k] [--parts 2,4] [--method metis|stream]
@@ -161,7 +161,7 @@ def projection(runs: dict, row_bytes: int) -> list[dict]:
     for k in (8, 16, 32, 64):
         random_share = (k - 1) / k
         metis_share = min(random_share, shares[ks[-1]] + growth * math.log2(k / ks[-1]))
-        per_machine = rows * (row_bytes + 8) * 2 / k
+        per_machine = rows * (row_bytes + 8) / k  # a remote row: its id asked (8 bytes), its row back
         out.append(
             {
                 "machines": k,
