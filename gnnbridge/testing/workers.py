@@ -372,13 +372,13 @@ def sparse_grads_and_dump(ctx: DistContext, out: str) -> None:
 
 
 def sample_parts_and_dump(
-    ctx: DistContext, root: str, parts: int, fanouts: list[int], out: str, cache: int = 0
+    ctx: DistContext, root: str, parts: int, fanouts: list[int], out: str, caches: tuple[int, ...] = (0,)
 ) -> None:
-    """Rank ``r`` plays machine ``r`` of a graph partitioned into ``parts``: it samples batches of
-    its own training nodes across machines (every hop's other-machine nodes on their owners, the
-    rows from theirs, or from a remote cache of ``cache`` bytes) and saves what came back, in
-    *original* ids, to ``out/rank<r>.pt``: each batch's seeds, every sampled edge (source,
-    destination, edge id) and the fetched rows."""
+    """Rank ``r`` plays machine ``r`` of a graph partitioned into ``parts``: for each size of
+    remote cache in ``caches`` (bytes; 0: none) it samples batches of its own training nodes
+    across machines (every hop's other-machine nodes on their owners, the rows from theirs or
+    from the cache) and saves what came back, in *original* ids, to ``out/rank<r>-<cache>.pt``:
+    each batch's seeds, every sampled edge (source, destination, edge id) and the fetched rows."""
     import torch.distributed as dist
 
     from gnnbridge.core.records.partition import open_partition
@@ -386,37 +386,39 @@ def sample_parts_and_dump(
     from gnnbridge.core.sampling.seeds import epoch_generator
 
     data = open_partition(root, parts, ctx.rank)
-    sampler = PartitionSampler(data, fanouts, Exchange(dist.group.WORLD, parts, ctx.rank))
-    if cache:
-        found = sampler.cache_rows(cache)
-        sampler.remote = (found["ids"], found["rows"])
-        sampler.exchange.reset()
     original = torch.cat([open_partition(root, parts, m).partition.node_ids for m in range(parts)])
-    generator = epoch_generator(0, 0, ctx.rank, stream=1)
-    batches = []
-    seeds_all = data.train_idx
-    for seeds in (seeds_all[:7], seeds_all[7:7], seeds_all[7:30]):  # an empty batch joins every exchange too
-        sub = sampler.sample(seeds + sampler.start, generator)
-        rows = sampler.fetch(sub.node)
-        batches.append(
-            {
-                "seeds": original[sub.seeds],
-                "src": original[sub.node[sub.row]],
-                "dst": original[sub.node[sub.col]],
-                "cols_sorted": bool((sub.col[1:] >= sub.col[:-1]).all()) if sub.col.numel() else True,
-                "nodes": original[sub.node],
-                "rows": rows,
-                "edges": sub.edge,
-                "hop_edges": sub.num_sampled_edges,
-            }
-        )
-    torch.save({"batches": batches, "traffic": sampler.exchange.reset()}, Path(out) / f"rank{ctx.rank}.pt")
+    for cache in caches:
+        sampler = PartitionSampler(data, fanouts, Exchange(dist.group.WORLD, parts, ctx.rank))
+        if cache:
+            found = sampler.cache_rows(cache)
+            sampler.remote = (found["ids"], found["rows"])
+            sampler.exchange.reset()
+        generator = epoch_generator(0, 0, ctx.rank, stream=1)
+        batches = []
+        seeds_all = data.train_idx
+        for seeds in (seeds_all[:7], seeds_all[7:7], seeds_all[7:30]):  # an empty batch joins every exchange too
+            sub = sampler.sample(seeds + sampler.start, generator)
+            rows = sampler.fetch(sub.node)
+            batches.append(
+                {
+                    "seeds": original[sub.seeds],
+                    "src": original[sub.node[sub.row]],
+                    "dst": original[sub.node[sub.col]],
+                    "cols_sorted": bool((sub.col[1:] >= sub.col[:-1]).all()) if sub.col.numel() else True,
+                    "nodes": original[sub.node],
+                    "rows": rows,
+                    "edges": sub.edge,
+                    "hop_edges": sub.num_sampled_edges,
+                }
+            )
+        saved = {"batches": batches, "traffic": sampler.exchange.reset()}
+        torch.save(saved, Path(out) / f"rank{ctx.rank}-{cache}.pt")
 
 
-def part_layers_and_dump(ctx: DistContext, root: str, parts: int, backend: str, arch: str, out: str) -> None:
-    """Rank ``r`` plays machine ``r`` (of one rank) of a graph partitioned into ``parts``: the
-    exact layer-wise logits of its own nodes for a ``arch`` model drawn from seed 0, saved with
-    the nodes' original ids to ``out/rank<r>.pt``."""
+def part_layers_and_dump(ctx: DistContext, root: str, parts: int, backends: tuple, arch: str, out: str) -> None:
+    """Rank ``r`` plays machine ``r`` (of one rank) of a graph partitioned into ``parts``: for
+    each of ``backends``, the exact layer-wise logits of its own nodes for a ``arch`` model drawn
+    from seed 0, saved with the nodes' original ids to ``out/rank<r>-<backend>.pt``."""
     from gnnbridge.core.config import ModelSpec, Task
     from gnnbridge.core.inference.partitioned import PartitionedLayerwise
     from gnnbridge.core.models.build import build_model, model_dims
@@ -426,7 +428,9 @@ def part_layers_and_dump(ctx: DistContext, root: str, parts: int, backend: str, 
 
     ctx.node_rank, ctx.num_nodes, ctx.local_rank, ctx.local_world_size = ctx.rank, ctx.world_size, 0, 1
     data = open_partition(root, parts, ctx.rank)
-    model, _ = build_model(ModelSpec(arch=arch, hidden=16), backend, Task.NODE, *model_dims(data), data)
-    initialise(model, 0)
-    logits = PartitionedLayerwise(get_backend(backend).require(), data, ctx, 37).full_logits(model.eval())
-    torch.save({"logits": logits, "ids": data.partition.node_ids.clone()}, Path(out) / f"rank{ctx.rank}.pt")
+    for backend in backends:
+        model, _ = build_model(ModelSpec(arch=arch, hidden=16), backend, Task.NODE, *model_dims(data), data)
+        initialise(model, 0)
+        logits = PartitionedLayerwise(get_backend(backend).require(), data, ctx, 37).full_logits(model.eval())
+        saved = {"logits": logits, "ids": data.partition.node_ids.clone()}
+        torch.save(saved, Path(out) / f"rank{ctx.rank}-{backend}.pt")

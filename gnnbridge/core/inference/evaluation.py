@@ -49,7 +49,7 @@ from gnnbridge.core.records.features import gather_rows, reads_in_place
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.sampling.hetero import LinkMiniBatch
 from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS, NeighborSampler
-from gnnbridge.core.sampling.seeds import split_batches
+from gnnbridge.core.sampling.seeds import machine_steps, split_batches
 from gnnbridge.core.tasks import retrieval
 
 
@@ -220,7 +220,8 @@ class BatchedEvaluator(Evaluator, ABC):
         job runs as many batches (the loader's exchanges pair up), the machine joins its rows."""
         ctx = self.ctx
         shard = torch.tensor_split(torch.arange(items), ctx.local_world_size)[ctx.local_rank]
-        batches = list(torch.tensor_split(shard, self.data.partition.steps(self.batch_size, ctx.local_world_size)))
+        steps = machine_steps(self.data.partition.sizes, self.batch_size, ctx.local_world_size)
+        batches = list(torch.tensor_split(shard, steps))
         outs = [forward(self, model, mb).float().cpu() for mb in self._loader(batches)]
         return ctx.machine_rows(torch.cat(outs), items)
 

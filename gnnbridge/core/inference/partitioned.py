@@ -21,6 +21,7 @@ from gnnbridge.core.contracts.interfaces import GNNModel
 from gnnbridge.core.inference.evaluation import LayerwiseEvaluator, layer_batch_of
 from gnnbridge.core.sampling.distributed import PartitionSampler, exchange_for
 from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS
+from gnnbridge.core.sampling.seeds import machine_steps
 
 
 class PartitionedLayerwise(LayerwiseEvaluator):
@@ -45,7 +46,7 @@ class PartitionedLayerwise(LayerwiseEvaluator):
         one_hop = PartitionSampler(self.data, [ALL_NEIGHBORS], exchange_for(ctx))
         count = self.data.num_nodes
         shard = torch.tensor_split(torch.arange(count), ctx.local_world_size)[ctx.local_rank]
-        steps = part.steps(self.batch_size, ctx.local_world_size)
+        steps = machine_steps(part.sizes, self.batch_size, ctx.local_world_size)
         h = self.data.x
         for layer in range(model.num_layers):
             outs = []

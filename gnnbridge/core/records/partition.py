@@ -98,6 +98,7 @@ class Partition:
     edge_bounds: list[int]
     split_counts: dict[str, list[int]]
     node_ids: torch.Tensor
+    _edges: torch.Tensor | None = None  # the boundaries between machines, as owners reads them
 
     @property
     def start(self) -> int:
@@ -108,16 +109,16 @@ class Partition:
         """Nodes of the whole graph."""
         return self.bounds[-1]
 
-    def steps(self, batch_size: int, ranks: int) -> int:
-        """Batches every rank runs to cover its share of its machine's nodes (``ranks`` per
-        machine), the most any machine needs: the same count everywhere keeps exchanges paired."""
-        per_rank = [-(-(b - a) // ranks) for a, b in zip(self.bounds, self.bounds[1:])]
-        return max(max(1, -(-n // batch_size)) for n in per_rank)
+    @property
+    def sizes(self) -> list[int]:
+        """Nodes of each machine."""
+        return [b - a for a, b in zip(self.bounds, self.bounds[1:])]
 
     def owners(self, ids: torch.Tensor) -> torch.Tensor:
         """The machine owning each global id."""
-        edges = torch.tensor(self.bounds[1:-1], dtype=ids.dtype, device=ids.device)
-        return torch.bucketize(ids, edges, right=True)
+        if self._edges is None or self._edges.device != ids.device:  # made once: owners runs every hop
+            self._edges = torch.tensor(self.bounds[1:-1], dtype=torch.int64, device=ids.device)
+        return torch.bucketize(ids, self._edges, right=True)
 
 
 class PartGraph(GraphData):

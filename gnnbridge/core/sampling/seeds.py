@@ -122,12 +122,19 @@ def machine_batches(
     the ranks of a machine share its seeds, and every rank of the job runs as many batches, the
     most any machine needs, none larger than ``batch_size``; a machine with fewer seeds runs
     smaller batches, some possibly empty (each still joins the exchanges and DDP's all-reduce)."""
-    total = max(num_batches(c, batch_size, local_world) for c in counts)
+    total = machine_steps(counts, batch_size, local_world)
     if shuffle:
         generator = epoch_generator(seed, epoch)
         seeds = seeds[torch.randperm(seeds.numel(), generator=generator).to(seeds.device)]
     shard = torch.tensor_split(seeds, local_world)[local_rank]
     return list(torch.tensor_split(shard, total))
+
+
+def machine_steps(counts: list[int], batch_size: int, local_world: int) -> int:
+    """Batches every rank of a partitioned graph's job runs to cover its share of its machine's
+    items (machine ``m`` holding ``counts[m]``, shared by ``local_world`` ranks): the most any
+    machine needs, so every rank joins every batch's exchanges."""
+    return max(num_batches(c, batch_size, local_world) for c in counts)
 
 
 # --------------------------------------------------------------------------- neighbour sampling
