@@ -37,6 +37,7 @@ import os
 import shutil
 import sys
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -46,7 +47,15 @@ from gnnbridge.core.compiled import signals_deferred
 from gnnbridge.core.errors import ConfigError, DataError
 from gnnbridge.core.files import PARTIAL, partial_name, replace, taking_turns
 from gnnbridge.core.records.data import random_split
-from gnnbridge.core.records.folder import CSC_EDGE_ATTR, SPLITS, changed_input, read_manifest, stat_input
+from gnnbridge.core.records.folder import (
+    CSC_EDGE_ATTR,
+    CSC_EDGES,
+    CSC_INDPTR,
+    SPLITS,
+    changed_input,
+    read_manifest,
+    stat_input,
+)
 from gnnbridge.core.records.formats import EDGE_LABEL
 from gnnbridge.core.records.partition import (
     PART_FILE,
@@ -106,15 +115,17 @@ def _source(root: Path) -> dict:
     changed = changed_input(root, manifest)
     if changed:
         raise DataError(changed)
-    if manifest["kind"] != "node":
-        kind = {"hetero": "heterogeneous graph", "collection": "collection of graphs"}.get(manifest["kind"])
+    kind, arrays = manifest["kind"], manifest["arrays"]
+    if kind not in ("node", "hetero"):
         raise DataError(
-            f"{root} holds a {kind or manifest['kind']}; partition cuts one homogeneous graph "
-            "(heterogeneous graphs are not partitioned yet; a collection trains on one machine's copy)."
+            f"{root} holds a {'collection of graphs' if kind == 'collection' else kind}; partition cuts one graph "
+            "(a collection trains on one machine's copy)."
         )
-    arrays = manifest["arrays"]
-    if "y" not in arrays or EDGE_LABEL in arrays:
+    labelled = [k for k in arrays if k == "y" or k.startswith("y__")]
+    if not labelled or EDGE_LABEL in arrays or any(k.startswith(EDGE_LABEL + "__") for k in arrays):
         raise DataError(f"{root} has no node labels (its labels are its edges'); partition serves node tasks so far.")
+    if kind == "hetero" and not any(k.startswith(CSC_INDPTR + "__") for k in arrays):
+        raise DataError(f"{root} was prepared before prepare wrote typed topology; run gnnbridge prepare {root} again.")
     return manifest
 
 
@@ -142,8 +153,9 @@ def _pymetis():
 def _metis_bytes(manifest: dict) -> int:
     """What METIS' input takes: both directions of every edge (deduplicated by a sort of 8-byte
     keys) and the offsets, three copies at the peak."""
-    e, n = int(manifest["summary"]["num_edges"]), int(manifest["summary"]["num_nodes"])
-    return 3 * 2 * e * 8 + 2 * n * 8
+    arrays = manifest["arrays"]
+    e = sum(int(spec["shape"][-1]) for key, spec in arrays.items() if key == "indices" or key.startswith(CSC_EDGES))
+    return 3 * 2 * e * 8 + 2 * int(manifest["summary"]["num_nodes"]) * 8
 
 
 def _writable(root: Path) -> None:
@@ -208,105 +220,244 @@ def _publish(tmp: Path, out: Path) -> None:
 # --------------------------------------------------------------------------- writing the parts
 
 
+@dataclass
+class NodeSet:
+    """One node type's stored arrays (numpy, as stored: bfloat16 as uint16); a homogeneous graph
+    is one set named ``""``. ``offset``: its first id in the flat numbering the assignment uses
+    (types one after another, in name order)."""
+
+    name: str
+    n: int
+    offset: int
+    x: np.ndarray | None = None
+    y: np.ndarray | None = None
+    splits: dict | None = None  # the labelled type's members (original ids)
+
+    @property
+    def suffix(self) -> str:
+        return f"__{self.name}" if self.name else ""
+
+
+@dataclass
+class Relation:
+    """One edge type's prepared CSC (its ``rev_`` types are relations too): ``indices`` the
+    sources (type-local ids of ``src``), grouped by destination (``dst``)."""
+
+    key: str  # "" (homogeneous) or "src__relation__dst"
+    src: NodeSet
+    dst: NodeSet
+    indptr: np.ndarray
+    indices: np.ndarray
+    edge_attr: np.ndarray | None
+
+    @property
+    def suffix(self) -> str:
+        return f"__{self.key}" if self.key else ""
+
+
 class Source:
-    """The prepared folder's arrays, mapped (numpy, as stored: bfloat16 as uint16)."""
+    """The prepared folder's node sets and relations, mapped."""
 
     def __init__(self, root: Path, manifest: dict, seed: int):
-        self.root, self.manifest = root, manifest
-        arrays = manifest["arrays"]
-        self.specs = arrays
-        self.x = self._load("x")
-        self.y = self._load("y")
-        self.indptr = self._load("indptr")
-        self.indices = self._load("indices")
-        self.edge_attr = self._load(CSC_EDGE_ATTR) if CSC_EDGE_ATTR in arrays else None
-        self.n = int(self.indptr.shape[0]) - 1
-        if SPLITS[0] in arrays:
-            self.splits = {k: self._load(k) for k in SPLITS}
-        else:  # the splits a run of this seed draws, fixed now: machines hold only their members
-            self.splits = {k: s.numpy() for k, s in zip(SPLITS, random_split(self.n, seed))}
+        self.root, self.specs = root, manifest["arrays"]
+        self.hetero = manifest["kind"] == "hetero"
+        if self.hetero:
+            self.types = self._typed(manifest["summary"]["node_types"], seed)
+            self.relations = self._typed_relations()
+        else:
+            indptr = self._load("indptr")
+            n = int(indptr.shape[0]) - 1
+            one = NodeSet("", n, 0, self._load("x"), self._load("y"), self._splits("", n, seed))
+            self.types = {"": one}
+            attr = self._load(CSC_EDGE_ATTR) if CSC_EDGE_ATTR in self.specs else None
+            self.relations = {"": Relation("", one, one, indptr, self._load("indices"), attr)}
+        self.n = sum(t.n for t in self.types.values())
+        self.labelled = next(t for t in self.types.values() if t.y is not None)
+
+    def _typed(self, counts: dict, seed: int) -> dict[str, NodeSet]:
+        types, offset = {}, 0
+        for name in sorted(counts):
+            n, sfx = int(counts[name]), f"__{name}"
+            labelled = f"y{sfx}" in self.specs
+            types[name] = NodeSet(
+                name,
+                n,
+                offset,
+                self._load(f"x{sfx}") if f"x{sfx}" in self.specs else None,
+                self._load(f"y{sfx}") if labelled else None,
+                self._splits(sfx, n, seed) if labelled else None,
+            )
+            offset += n
+        return types
+
+    def _typed_relations(self) -> dict[str, Relation]:
+        relations = {}
+        for key in sorted(k for k in self.specs if k.startswith(CSC_INDPTR + "__")):
+            name = key[len(CSC_INDPTR) + 2 :]
+            s, _, d = name.split("__")
+            attr = f"{CSC_EDGE_ATTR}__{name}"
+            relations[name] = Relation(
+                name,
+                self.types[s],
+                self.types[d],
+                self._load(key),
+                self._load(f"{CSC_EDGES}__{name}")[0],  # row 0: the sources, in CSC order
+                self._load(attr) if attr in self.specs else None,
+            )
+        return relations
+
+    def _splits(self, sfx: str, n: int, seed: int) -> dict:
+        if f"{SPLITS[0]}{sfx}" in self.specs:
+            return {k: self._load(f"{k}{sfx}") for k in SPLITS}
+        # the splits a run of this seed draws, fixed now: machines hold only their members
+        return {k: s.numpy() for k, s in zip(SPLITS, random_split(n, seed))}
 
     def _load(self, key: str) -> np.ndarray:
         return np.load(self.root / self.specs[key]["file"], mmap_mode="r", allow_pickle=False)
+
+    def into(self, t: NodeSet) -> list[Relation]:
+        """The relations whose destinations are ``t``'s nodes."""
+        return [r for r in self.relations.values() if r.dst is t]
+
+
+@dataclass
+class Layout:
+    """Where every node went: per node set, the K + 1 boundaries of its new ids and the maps new
+    -> old (``order``) and old -> new (``new_of``), files in the scratch folder."""
+
+    bounds: dict[str, list[int]]
+    order: dict[str, np.ndarray]
+    new_of: dict[str, np.ndarray]
+
+    def owned(self, t: NodeSet, m: int) -> tuple[int, int, np.ndarray]:
+        lo, hi = self.bounds[t.name][m], self.bounds[t.name][m + 1]
+        return lo, hi, np.asarray(self.order[t.name][lo:hi])
 
 
 def _write(root: Path, tmp: Path, manifest: dict, parts: int, method: str, seed: int, progress: bool) -> dict:
     src = Source(root, manifest, seed)
     bar = _bar(progress, root, parts)
     with bar:
-        train = _members(src.splits["train_idx"], src.n)
+        train = _train_mark(src)
         bar.set_postfix_str(f"assigning nodes ({method})")
         if method == "metis":
             assignment = _assign_metis(src, parts, train, seed)
         else:
             assignment = _assign_stream(src, parts, train, tmp)
-        bounds, order, new_of = _relabel(assignment, parts, tmp)
+        layout = _relabel_all(src, assignment, parts, tmp)
         del assignment
-        empty = [m for m in range(parts) if bounds[m] == bounds[m + 1]]
-        if empty:
-            raise ConfigError(
-                f"--parts {parts}: {method} left part {empty[0]} without nodes ({len(empty)} empty); the graph is "
-                "too small for that many machines: give fewer parts."
-            )
+        _refuse_empty(src, layout, parts, method)
         bar.update(1)
         pid = uuid.uuid4().hex
-        edge_bounds, written = [0], []
+        edge_bounds, written = {key: [0] for key in src.relations}, []
         for m in range(parts):
             bar.set_postfix_str(f"writing part {m}")
-            stats = _write_part(src, tmp, m, parts, pid, bounds, edge_bounds[-1], order, new_of)
-            edge_bounds.append(edge_bounds[-1] + stats["edges"])
+            stats = _write_part(src, tmp, m, parts, pid, layout, {k: b[-1] for k, b in edge_bounds.items()})
+            for key, count in stats.pop("relations").items():
+                edge_bounds[key].append(edge_bounds[key][-1] + count)
             written.append(stats)
             bar.update(1)
-        for scratch in ("order", "new_of", "assignment"):
-            (tmp / f"{scratch}.npy").unlink(missing_ok=True)
-    return _description(root, manifest, src, pid, parts, method, seed, bounds, edge_bounds, written)
+        for scratch in tmp.glob("*.npy"):
+            scratch.unlink()
+    return _description(root, manifest, src, pid, parts, method, seed, layout, edge_bounds, written)
 
 
-def _members(ids: np.ndarray, n: int) -> np.ndarray:
-    """A 0/1 int8 vector of length ``n`` marking ``ids``."""
-    mark = np.zeros(n, dtype=np.int8)
-    mark[np.asarray(ids)] = 1
+def _train_mark(src: Source) -> np.ndarray:
+    """A 0/1 int8 vector over the flat ids marking the labelled type's training seeds."""
+    mark = np.zeros(src.n, dtype=np.int8)
+    t = src.labelled
+    mark[t.offset + np.asarray(t.splits["train_idx"])] = 1
     return mark
 
 
+def _refuse_empty(src: Source, layout: Layout, parts: int, method: str) -> None:
+    sizes = [sum(layout.bounds[t][m + 1] - layout.bounds[t][m] for t in src.types) for m in range(parts)]
+    empty = [m for m in range(parts) if not sizes[m]]
+    if empty:
+        raise ConfigError(
+            f"--parts {parts}: {method} left part {empty[0]} without nodes ({len(empty)} empty); the graph is "
+            "too small for that many machines: give fewer parts."
+        )
+
+
 def _assign_metis(src: Source, parts: int, train: np.ndarray, seed: int) -> np.ndarray:
-    """METIS on both directions of every edge (no self loops, no repeats), balancing nodes and,
-    where there are any, training seeds."""
+    """METIS on both directions of every edge of every relation (no self loops, no repeats), over
+    the flat ids, balancing nodes of each type and, where there are any, training seeds."""
     pymetis = _pymetis()
     n = src.n
-    dst = np.repeat(np.arange(n, dtype=np.int64), np.diff(np.asarray(src.indptr)))
-    sources = np.asarray(src.indices)
-    keys = np.concatenate([sources * n + dst, dst * n + sources])
-    del dst
-    keys = np.unique(keys[keys // n != keys % n])
+    keys = []
+    for rel in src.relations.values():
+        dst = rel.dst.offset + np.repeat(np.arange(rel.dst.n, dtype=np.int64), np.diff(np.asarray(rel.indptr)))
+        sources = rel.src.offset + np.asarray(rel.indices)
+        keys += [sources * n + dst, dst * n + sources]
+        del dst, sources
+    keys = np.unique(np.concatenate(keys)) if keys else np.zeros(0, dtype=np.int64)
+    keys = keys[keys // n != keys % n]
     rows, cols = keys // n, keys % n
     del keys
     xadj = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(rows, minlength=n), out=xadj[1:])
-    weights = np.stack([np.ones(n, dtype=np.int64), train.astype(np.int64)], axis=1).ravel() if train.any() else None
     options = pymetis.Options(seed=seed)
+    weights = _vertex_weights(src, train)
     result = pymetis.part_graph(parts, pymetis.CSRAdjacency(xadj, cols), vweights=weights, options=options)
     return np.asarray(result.vertex_part, dtype=np.int64)
 
 
+def _vertex_weights(src: Source, train: np.ndarray) -> np.ndarray | None:
+    """METIS' constraints, a column each: one per node type (so each part gets its share of every
+    type), and the training seeds; None where that is one plain count."""
+    columns = []
+    if len(src.types) > 1:
+        for t in src.types.values():
+            column = np.zeros(src.n, dtype=np.int64)
+            column[t.offset : t.offset + t.n] = 1
+            columns.append(column)
+    else:
+        columns.append(np.ones(src.n, dtype=np.int64))
+    if train.any():
+        columns.append(train.astype(np.int64))
+    return np.stack(columns, axis=1).ravel() if len(columns) > 1 else None
+
+
 def _assign_stream(src: Source, parts: int, train: np.ndarray, tmp: Path) -> np.ndarray:
-    """Linear deterministic greedy over the CSC, a chunk of nodes at a time (see the module); the
-    assignment is a file in ``tmp`` (the training mark, one byte a node, is the pass's memory)."""
-    n = src.n
-    assignment = np.lib.format.open_memmap(tmp / "assignment.npy", mode="w+", dtype=np.int32, shape=(n,))
+    """Linear deterministic greedy over the CSC, a chunk of one type's nodes at a time, with
+    their in-edges along every relation into the type (see the module); each type fills its
+    parts to its own cap. The assignment is a file in ``tmp`` (the training mark, one byte a
+    node, is the pass's memory)."""
+    assignment = np.lib.format.open_memmap(tmp / "assignment.npy", mode="w+", dtype=np.int32, shape=(src.n,))
     assignment[:] = -1
-    node_cap = (1 + STREAM_SLACK) * n / parts
     train_cap = max(1.0, (1 + STREAM_SLACK) * float(train.sum()) / parts)
-    sizes = np.zeros(parts, dtype=np.float64)
     train_sizes = np.zeros(parts, dtype=np.float64)
     step = max(1, chunk_bytes() // 64)
-    for start in range(0, n, step):
-        stop = min(n, start + step)
-        indptr = np.asarray(src.indptr[start : stop + 1])
-        indices = np.asarray(src.indices[indptr[0] : indptr[-1]])
-        with signals_deferred():
-            _greedy()(indptr - indptr[0], indices, start, train, assignment, sizes, train_sizes, node_cap, train_cap)
+    for t in src.types.values():
+        node_cap = (1 + STREAM_SLACK) * t.n / parts
+        sizes = np.zeros(parts, dtype=np.float64)
+        into = src.into(t)
+        for start in range(0, t.n, step):
+            indptr, indices = _chunk_in_edges(into, start, min(t.n, start + step))
+            with signals_deferred():
+                _greedy()(indptr, indices, t.offset + start, train, assignment, sizes, train_sizes, node_cap, train_cap)
     return assignment
+
+
+def _chunk_in_edges(into: list[Relation], start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes ``[start, stop)``'s in-neighbours along ``into`` as one CSC (offsets from 0, sources
+    as flat ids), each node's relations one after another."""
+    blocks, degrees = [], []
+    for rel in into:
+        indptr = np.asarray(rel.indptr[start : stop + 1])
+        blocks.append(rel.src.offset + np.asarray(rel.indices[indptr[0] : indptr[-1]]))
+        degrees.append(np.diff(indptr))
+    if len(into) == 1:
+        return np.concatenate([[0], np.cumsum(degrees[0])]), blocks[0]
+    count = np.zeros(stop - start, dtype=np.int64)
+    for d in degrees:
+        count += d
+    indptr = np.concatenate([[0], np.cumsum(count)])
+    if not blocks:
+        return indptr, np.zeros(0, dtype=np.int64)
+    node = np.concatenate([np.repeat(np.arange(stop - start), d) for d in degrees])
+    return indptr, np.concatenate(blocks)[np.argsort(node, kind="stable")]
 
 
 _GREEDY = []
@@ -352,14 +503,24 @@ def _greedy_chunk(indptr, indices, first, train, assignment, sizes, train_sizes,
         train_sizes[best] += train[v]
 
 
-def _relabel(assignment: np.ndarray, parts: int, tmp: Path) -> tuple[list[int], np.ndarray, np.ndarray]:
+def _relabel_all(src: Source, assignment: np.ndarray, parts: int, tmp: Path) -> Layout:
+    layout = Layout({}, {}, {})
+    for t in src.types.values():
+        own = assignment[t.offset : t.offset + t.n]
+        layout.bounds[t.name], layout.order[t.name], layout.new_of[t.name] = _relabel(own, parts, tmp, t.suffix)
+    return layout
+
+
+def _relabel(
+    assignment: np.ndarray, parts: int, tmp: Path, suffix: str = ""
+) -> tuple[list[int], np.ndarray, np.ndarray]:
     """Part boundaries, and the maps new -> old id (``order``) and old -> new (``new_of``), as
     files in ``tmp`` (N each); within a part, nodes keep their order."""
     n = assignment.shape[0]
     counts = np.bincount(assignment, minlength=parts)
     bounds = [0, *np.cumsum(counts).tolist()]
-    order = np.lib.format.open_memmap(tmp / "order.npy", mode="w+", dtype=np.int64, shape=(n,))
-    new_of = np.lib.format.open_memmap(tmp / "new_of.npy", mode="w+", dtype=np.int64, shape=(n,))
+    order = np.lib.format.open_memmap(tmp / f"order{suffix}.npy", mode="w+", dtype=np.int64, shape=(n,))
+    new_of = np.lib.format.open_memmap(tmp / f"new_of{suffix}.npy", mode="w+", dtype=np.int64, shape=(n,))
     fill = np.array(bounds[:-1], dtype=np.int64)
     step = max(1, chunk_bytes() // 32)
     for start in range(0, n, step):
@@ -375,50 +536,68 @@ def _relabel(assignment: np.ndarray, parts: int, tmp: Path) -> tuple[list[int], 
     return bounds, order, new_of
 
 
-def _write_part(
-    src: Source, tmp: Path, m: int, parts: int, pid: str, bounds: list, edge_start: int, order, new_of
-) -> dict:
-    """``part-m/``: rows, labels, ids, split members and the in-edges of the nodes in
-    ``[bounds[m], bounds[m + 1])``; returns its counts."""
-    lo, hi = bounds[m], bounds[m + 1]
+def _write_part(src: Source, tmp: Path, m: int, parts: int, pid: str, layout: Layout, edge_starts: dict) -> dict:
+    """``part-m/``: each node set's rows, labels, ids and split members, and each relation's
+    in-edges of the part's nodes; returns its counts (``relations``: edges per relation)."""
     folder = part_folder(tmp, m)
     folder.mkdir()
-    owned = np.asarray(order[lo:hi])  # original ids, ascending
-    step = max(1, chunk_bytes() // max(64, src.x[:1].nbytes * 2))
-    arrays = {
-        "node_ids": _write_rows(folder / "node_ids.npy", owned, step, lambda ids: ids),
-        "x": _write_rows(folder / "x.npy", owned, step, lambda ids: src.x[ids], src.x)
-        | {"dtype": src.specs["x"]["dtype"]},
-        "y": _write_rows(folder / "y.npy", owned, step, lambda ids: src.y[ids], src.y),
-    }
-    indptr = np.asarray(src.indptr)
-    degrees = indptr[owned + 1] - indptr[owned]
-    part_indptr = np.zeros(owned.shape[0] + 1, dtype=np.int64)
-    np.cumsum(degrees, out=part_indptr[1:])
-    write_array(
-        folder / "indptr.npy", np.int64, part_indptr.shape, lambda out: out.__setitem__(slice(None), part_indptr)
-    )
-    arrays["indptr"] = _spec("indptr.npy", part_indptr)
-    remote = _write_edges(src, folder, owned, part_indptr, new_of, lo, hi, arrays)
-    for key in SPLITS:
-        members = new_of[np.asarray(src.splits[key])]
-        members = np.sort(members[(members >= lo) & (members < hi)])
-        write_array(
-            folder / f"{key}.npy", np.int64, members.shape, lambda out, v=members: out.__setitem__(slice(None), v)
-        )
-        arrays[key] = _spec(f"{key}.npy", members)
+    arrays: dict[str, dict] = {}
+    for t in src.types.values():
+        _write_nodes(t, folder, layout, m, arrays)
+    edges, remote = {}, 0
+    for key, rel in src.relations.items():
+        lo, hi, owned = layout.owned(rel.dst, m)
+        src_lo, src_hi = layout.bounds[rel.src.name][m], layout.bounds[rel.src.name][m + 1]
+        edges[key], cut = _write_relation(rel, folder, owned, layout.new_of[rel.src.name], src_lo, src_hi, arrays)
+        remote += cut
     for spec in arrays.values():
         spec.update(stat_input(folder / spec["file"]))
-    part = {"format": FORMAT, "id": pid, "part": m, "parts": parts, "start": lo, "stop": hi}
-    part.update(edge_start=edge_start, edge_stop=edge_start + int(part_indptr[-1]), arrays=arrays)
+    part = {"format": FORMAT, "id": pid, "part": m, "parts": parts}
+    sfx = src.labelled.suffix
+    if src.hetero:
+        part["starts"] = {t: layout.bounds[t][m] for t in src.types}
+        part["stops"] = {t: layout.bounds[t][m + 1] for t in src.types}
+        part["edge_starts"] = dict(edge_starts)
+        part["edge_stops"] = {k: edge_starts[k] + edges[k] for k in edges}
+    else:
+        part.update(start=layout.bounds[""][m], stop=layout.bounds[""][m + 1])
+        part.update(edge_start=edge_starts[""], edge_stop=edge_starts[""] + edges[""])
+    part["arrays"] = arrays
     replace(folder / PART_FILE, json.dumps(part, indent=1) + "\n")
-    return {
-        "nodes": hi - lo,
-        "edges": int(part_indptr[-1]),
+    nodes = {t: layout.bounds[t][m + 1] - layout.bounds[t][m] for t in src.types}
+    stats = {
+        "nodes": sum(nodes.values()),
+        "edges": sum(edges.values()),
         "remote_edges": remote,
-        **{key.replace("_idx", ""): int(arrays[key]["shape"][0]) for key in SPLITS},
+        **{key.replace("_idx", ""): int(arrays[f"{key}{sfx}"]["shape"][0]) for key in SPLITS},
         "bytes": sum(int(spec["size"]) for spec in arrays.values()),
+        "relations": edges,
     }
+    return {**stats, "types": nodes} if src.hetero else stats
+
+
+def _write_nodes(t: NodeSet, folder: Path, layout: Layout, m: int, arrays: dict) -> None:
+    """Node set ``t``'s owned rows of part ``m``: original ids, features, labels, split members
+    (new, global ids)."""
+    lo, hi, owned = layout.owned(t, m)
+    sfx = t.suffix
+    width = t.x[:1].nbytes if t.x is not None else 8
+    step = max(1, chunk_bytes() // max(64, width * 2))
+    arrays[f"node_ids{sfx}"] = _write_rows(folder / f"node_ids{sfx}.npy", owned, step, lambda ids: ids)
+    if t.x is not None:
+        arrays[f"x{sfx}"] = _write_rows(folder / f"x{sfx}.npy", owned, step, lambda ids: t.x[ids], t.x)
+    if t.y is None:
+        return
+    arrays[f"y{sfx}"] = _write_rows(folder / f"y{sfx}.npy", owned, step, lambda ids: t.y[ids], t.y)
+    new_of = layout.new_of[t.name]
+    for key in SPLITS:
+        members = new_of[np.asarray(t.splits[key])]
+        members = np.sort(members[(members >= lo) & (members < hi)])
+        name = f"{key}{sfx}"
+        write_array(
+            folder / f"{name}.npy", np.int64, members.shape, lambda out, v=members: out.__setitem__(slice(None), v)
+        )
+        arrays[name] = _spec(f"{name}.npy", members)
 
 
 def _write_rows(target: Path, owned: np.ndarray, step: int, rows, like: np.ndarray | None = None) -> dict:
@@ -433,13 +612,21 @@ def _write_rows(target: Path, owned: np.ndarray, step: int, rows, like: np.ndarr
     return {"file": target.name, "dtype": sample.dtype.name, "shape": list(shape)}
 
 
-def _write_edges(src: Source, folder: Path, owned, part_indptr, new_of, lo: int, hi: int, arrays: dict) -> int:
-    """The part's CSC sources in global (new) ids, and its edges' features in that order; returns
-    how many of its edges come from another part (the edge cut it sees)."""
+def _write_relation(rel: Relation, folder: Path, owned, new_of, lo: int, hi: int, arrays: dict) -> tuple[int, int]:
+    """The in-edges of ``owned`` (the part's nodes of ``rel``'s destination type) along ``rel``:
+    CSC offsets, sources in global (new) ids, edge features in that order. Returns the edge count
+    and how many come from another part (``[lo, hi)``: the part's range of the source type)."""
+    indptr = np.asarray(rel.indptr)
+    part_indptr = np.zeros(owned.shape[0] + 1, dtype=np.int64)
+    np.cumsum(indptr[owned + 1] - indptr[owned], out=part_indptr[1:])
+    sfx = rel.suffix
+    write_array(
+        folder / f"indptr{sfx}.npy", np.int64, part_indptr.shape, lambda out: out.__setitem__(slice(None), part_indptr)
+    )
+    arrays[f"indptr{sfx}"] = _spec(f"indptr{sfx}.npy", part_indptr)
     e = int(part_indptr[-1])
-    indptr = np.asarray(src.indptr)
     remote = [0]
-    width = src.edge_attr[:1].nbytes if src.edge_attr is not None else 0
+    width = rel.edge_attr[:1].nbytes if rel.edge_attr is not None else 0
     step = max(1, chunk_bytes() // (48 + 2 * width))
 
     def positions(start: int, stop: int) -> np.ndarray:
@@ -447,41 +634,46 @@ def _write_edges(src: Source, folder: Path, owned, part_indptr, new_of, lo: int,
         fall in the window, never a whole hub's list per chunk."""
         first = int(np.searchsorted(part_indptr, start, side="right")) - 1
         last = int(np.searchsorted(part_indptr, stop, side="left"))
-        lo = np.maximum(part_indptr[first:last], start)
-        hi = np.minimum(part_indptr[first + 1 : last + 1], stop)
-        lengths = hi - lo
-        begin = indptr[owned[first:last]] + (lo - part_indptr[first:last])
+        begin_at = np.maximum(part_indptr[first:last], start)
+        end_at = np.minimum(part_indptr[first + 1 : last + 1], stop)
+        lengths = end_at - begin_at
+        begin = indptr[owned[first:last]] + (begin_at - part_indptr[first:last])
         return np.repeat(begin - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()))
 
     def sources(out: np.ndarray) -> None:
         for start in range(0, e, step):
             stop = min(e, start + step)
-            ids = new_of[np.asarray(src.indices[positions(start, stop)])]
+            ids = new_of[np.asarray(rel.indices[positions(start, stop)])]
             remote[0] += int(((ids < lo) | (ids >= hi)).sum())
             out[start:stop] = ids
 
-    write_array(folder / "indices.npy", np.int64, (e,), sources)
-    arrays["indices"] = {"file": "indices.npy", "dtype": "int64", "shape": [e]}
-    if src.edge_attr is not None:
+    write_array(folder / f"indices{sfx}.npy", np.int64, (e,), sources)
+    arrays[f"indices{sfx}"] = {"file": f"indices{sfx}.npy", "dtype": "int64", "shape": [e]}
+    if rel.edge_attr is not None:
 
         def features(out: np.ndarray) -> None:
             for start in range(0, e, step):
                 stop = min(e, start + step)
-                out[start:stop] = src.edge_attr[positions(start, stop)]
+                out[start:stop] = rel.edge_attr[positions(start, stop)]
 
-        shape = (e, *src.edge_attr.shape[1:])
-        write_array(folder / "edge_attr.npy", src.edge_attr.dtype, shape, features)
-        arrays["edge_attr"] = {"file": "edge_attr.npy", "dtype": src.edge_attr.dtype.name, "shape": list(shape)}
-    return remote[0]
+        shape = (e, *rel.edge_attr.shape[1:])
+        write_array(folder / f"edge_attr{sfx}.npy", rel.edge_attr.dtype, shape, features)
+        arrays[f"edge_attr{sfx}"] = {
+            "file": f"edge_attr{sfx}.npy",
+            "dtype": rel.edge_attr.dtype.name,
+            "shape": list(shape),
+        }
+    return e, remote[0]
 
 
 def _spec(file: str, array: np.ndarray) -> dict:
     return {"file": file, "dtype": array.dtype.name, "shape": list(array.shape)}
 
 
-def _description(root, manifest, src: Source, pid, parts, method, seed, bounds, edge_bounds, written) -> dict:
+def _description(root, manifest, src: Source, pid, parts, method, seed, layout: Layout, edge_bounds, written) -> dict:
     """``partition.json``: what every machine reads (boundaries, counts), and what a person
-    reads (balance as the largest part over the mean, the edge cut)."""
+    reads (balance as the largest part over the mean, the edge cut). A heterogeneous graph's
+    boundaries are per node type and its edge boundaries per relation."""
     edges = sum(p["edges"] for p in written)
     cut = sum(p["remote_edges"] for p in written)
 
@@ -490,18 +682,24 @@ def _description(root, manifest, src: Source, pid, parts, method, seed, bounds, 
         mean = sum(values) / parts
         return round(max(values) / mean, 3) if mean else 1.0
 
-    x_spec = manifest["arrays"]["x"]
-    return {
+    given = f"{SPLITS[0]}{src.labelled.suffix}" in manifest["arrays"]
+    described = {
         "format": FORMAT,
         "id": pid,
+        "kind": manifest["kind"],
         "parts": parts,
         "method": method,
         "seed": seed,
-        "splits": "files" if SPLITS[0] in manifest["arrays"] else f"drawn with seed {seed}",
-        "splits_seed": None if SPLITS[0] in manifest["arrays"] else seed,
-        "boundaries": bounds,
-        "edge_boundaries": edge_bounds,
-        "dtype": x_spec["dtype"],
+        "splits": "files" if given else f"drawn with seed {seed}",
+        "splits_seed": None if given else seed,
+    }
+    if src.hetero:
+        described.update(boundaries=layout.bounds, edge_boundaries=edge_bounds, target=src.labelled.name)
+    else:
+        described.update(boundaries=layout.bounds[""], edge_boundaries=edge_bounds[""])
+    return {
+        **described,
+        "dtype": manifest["arrays"]["x"]["dtype"] if "x" in manifest["arrays"] else manifest.get("dtype"),
         "summary": manifest["summary"],
         "per_part": written,
         "balance": {key: balance(key) for key in ("nodes", "edges", "train")},

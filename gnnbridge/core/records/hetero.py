@@ -582,6 +582,11 @@ class HeteroSource(Mapped):
             "edge_types": {edge_name(et): int(e.shape[1]) for et, e in self.edges.items()},
         }
 
+    def task_record(self, **values) -> HeteroGraphData:
+        """The task record over this source's mapped topology, unchecked (see
+        :meth:`HeteroGraphData.unchecked`); a machine's part of a partitioned folder returns its own kind."""
+        return HeteroGraphData.unchecked(**values)
+
     def mapped_topology(self, reverse: bool) -> dict[EdgeType, tuple[torch.Tensor, torch.Tensor]] | None:
         """``{edge type: (indptr, sorted edges)}`` of a node task's message-passing types, in the
         order the build in memory gives them, when a prepared folder holds all of them; else None."""

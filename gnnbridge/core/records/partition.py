@@ -26,6 +26,13 @@ import torch
 from gnnbridge.core.errors import ConfigError, DataError
 from gnnbridge.core.records.data import GraphData
 from gnnbridge.core.records.folder import SPLITS, advise_uncacheable, folder_labels, mapped, stat_input
+from gnnbridge.core.records.hetero import (
+    REVERSE_PREFIX,
+    EdgeType,
+    HeteroGraphData,
+    HeteroSource,
+    edge_name,
+)
 from gnnbridge.core.records.labels import current_form, label_form
 
 PARTITIONS = "partitions"
@@ -52,7 +59,7 @@ def on_machine(machine: int, machines: int) -> Iterator[None]:
         _MACHINE.reset(token)
 
 
-def open_machine_part(root: str | Path, parts: int, seed: int | None = None) -> GraphData:
+def open_machine_part(root: str | Path, parts: int, seed: int | None = None) -> GraphData | HeteroSource:
     """This machine's part of ``root`` partitioned into ``parts``: refused in one line unless the
     job has ``parts`` machines, and, where the partitioning drew the splits (the folder has no
     split files), unless the run's ``seed`` is the one it drew them with: a run of the folder
@@ -140,6 +147,85 @@ class PartGraph(GraphData):
         }
 
 
+@dataclass
+class TypedPartition:
+    """Who owns which node of a heterogeneous graph: each node type is cut as a homogeneous
+    graph is (``types``: a :class:`Partition` of the type's ids), and each relation's edges are
+    numbered part after part (``relations``: its destination type's ranges with the relation's
+    edge ranges, what a hop along it asks and fetches by). The node task's questions (split
+    counts, sizes, the original ids ``predict`` writes) are the labelled type's (``target``)."""
+
+    id: str
+    parts: int
+    part: int
+    types: dict[str, Partition]
+    relations: dict[EdgeType, Partition]
+    target: str
+
+    @property
+    def split_counts(self) -> dict[str, list[int]]:
+        return self.types[self.target].split_counts
+
+    @property
+    def sizes(self) -> list[int]:
+        return self.types[self.target].sizes
+
+    @property
+    def node_ids(self) -> torch.Tensor:
+        return self.types[self.target].node_ids
+
+    @property
+    def start(self) -> int:
+        return self.types[self.target].start
+
+
+class PartHeteroGraph(HeteroGraphData):
+    """A machine's part of a heterogeneous graph: per node type its own nodes' rows (``x``,
+    ``y`` and splits local, as :class:`PartGraph`'s), per relation the CSC of its own nodes'
+    in-edges; ``num_nodes`` counts every machine's nodes (ids are global), and
+    ``edge_index[et]`` holds the sources only (``[1, E]``, global ids): no library graph is
+    built of a part, its sampler reads the sources alone. It describes itself as the whole
+    graph, as :class:`PartGraph` does."""
+
+    partition: TypedPartition
+
+    def summary(self) -> dict:
+        part = self.partition
+        edges = {et: part.relations[et].edge_bounds[-1] for et in self.edge_index}
+        return {
+            "name": self.name,
+            "heterogeneous": True,
+            "num_nodes": self.total_nodes,
+            "num_edges": sum(edges.values()),
+            "node_types": dict(self.num_nodes),
+            "edge_types": {edge_name(et): count for et, count in edges.items()},
+            "num_features": self.feature_dims(),
+            "num_classes": self.num_classes,
+            "target_node": self.target_node,
+            **{split: sum(counts) for split, counts in part.split_counts.items()},
+        }
+
+
+class PartHeteroSource(HeteroSource):
+    """A machine's part of a heterogeneous folder before the node task is chosen (which relations
+    pass messages: ``dataset.reverse_edges``); its task record is a :class:`PartHeteroGraph`."""
+
+    partition: TypedPartition
+
+    def task_record(self, **values) -> HeteroGraphData:
+        record = PartHeteroGraph.unchecked(**values)
+        record.partition = self.partition
+        return record
+
+    def summary(self) -> dict:
+        return {
+            "name": self.name,
+            "heterogeneous": True,
+            "node_types": dict(self.num_nodes),
+            "edge_types": {edge_name(et): self.partition.relations[et].edge_bounds[-1] for et in self.edges},
+        }
+
+
 def read_partition(root: str | Path, parts: int) -> dict:
     """``partition.json`` of ``root``'s partitioning into ``parts``, refused in one line if absent."""
     file = partition_folder_of(root, parts) / PARTITION_FILE
@@ -161,22 +247,36 @@ def _read_json(file: Path, error: type[DataError], missing: str, again: str) -> 
         raise error(f"{file} cannot be read ({str(exc)[:100]}); {again}.") from None
 
 
-def open_partition(root: str | Path, parts: int, machine: int, form: str | None = None) -> GraphData:
+def open_partition(root: str | Path, parts: int, machine: int, form: str | None = None) -> GraphData | HeteroSource:
     """Machine ``machine``'s part of ``root`` partitioned into ``parts``, its arrays mapped."""
     with label_form(form or current_form()):
         return _open(Path(root), parts, machine)
 
 
-def _open(root: Path, parts: int, machine: int) -> GraphData:
+def _open(root: Path, parts: int, machine: int) -> GraphData | HeteroSource:
     description = read_partition(root, parts)
     folder = part_folder(partition_folder_of(root, parts), machine)
     part = _read_part(folder, description, machine)
     arrays = {key: mapped(folder, spec) for key, spec in part["arrays"].items()}
     advise_uncacheable(arrays.values(), sum(a.nbytes for a in arrays.values()))
-    start = int(part["start"])
-    counts = {
+    if description.get("kind") == "hetero":
+        record = _hetero_part(root, description, part, arrays, machine)
+    else:
+        record = _node_part(root, description, part, arrays, machine)
+    record.folder = root
+    record.mapped_from = (open_partition, (str(root), parts, machine, current_form()))
+    return record
+
+
+def _split_counts(description: dict) -> dict[str, list[int]]:
+    """Every machine's members of each split (of the labelled type)."""
+    return {
         key.replace("_idx", ""): [int(p[key.replace("_idx", "")]) for p in description["per_part"]] for key in SPLITS
     }
+
+
+def _node_part(root: Path, description: dict, part: dict, arrays: dict, machine: int) -> PartGraph:
+    start = int(part["start"])
     record = PartGraph.unchecked(
         indptr=arrays["indptr"],
         indices=arrays["indices"],
@@ -191,16 +291,52 @@ def _open(root: Path, parts: int, machine: int) -> GraphData:
     )
     record.partition = Partition(
         id=description["id"],
-        parts=parts,
+        parts=int(description["parts"]),
         part=machine,
         bounds=[int(b) for b in description["boundaries"]],
         edge_bounds=[int(b) for b in description["edge_boundaries"]],
-        split_counts=counts,
+        split_counts=_split_counts(description),
         node_ids=arrays["node_ids"],
     )
-    record.folder = root
-    record.mapped_from = (open_partition, (str(root), parts, machine, current_form()))
     return record
+
+
+def _hetero_part(root: Path, description: dict, part: dict, arrays: dict, machine: int) -> PartHeteroSource:
+    """The part as a :class:`PartHeteroSource` whose topology is every relation the folder
+    holds (``rev_`` types included): the node task picks its relations from it."""
+    target = description["target"]
+    bounds = {t: [int(b) for b in b_] for t, b_ in description["boundaries"].items()}
+    types = {
+        t: Partition(description["id"], int(description["parts"]), machine, b, [], {}, arrays[f"node_ids__{t}"])
+        for t, b in bounds.items()
+    }
+    types[target].split_counts = _split_counts(description)
+    relations, topology, edge_attr = {}, {}, {}
+    for key, edge_bounds in description["edge_boundaries"].items():
+        et = tuple(key.split("__"))
+        relations[et] = Partition(
+            description["id"], int(description["parts"]), machine, bounds[et[2]], [int(b) for b in edge_bounds], {},
+            arrays[f"node_ids__{et[2]}"],
+        )  # fmt: skip
+        topology[et] = (arrays[f"indptr__{key}"], arrays[f"indices__{key}"].view(1, -1))
+        if f"edge_attr__{key}" in arrays:
+            edge_attr[et] = arrays[f"edge_attr__{key}"]
+    start = bounds[target][machine]
+    plain = [et for et in topology if not et[1].startswith(REVERSE_PREFIX)]
+    source = PartHeteroSource(
+        {t: b[-1] for t, b in bounds.items()},
+        {t: arrays[f"x__{t}"] for t in bounds if f"x__{t}" in arrays},
+        {et: topology[et][1] for et in plain},
+        target_node=target,
+        y=folder_labels(arrays[f"y__{target}"], description["summary"], root.name),
+        splits=tuple(arrays[f"{key}__{target}"] - start for key in SPLITS),
+        name=root.name,
+        topology=topology,
+        topology_edge_attr=edge_attr,
+        num_classes=int(description["summary"]["num_classes"]),
+    )
+    source.partition = TypedPartition(description["id"], int(description["parts"]), machine, types, relations, target)
+    return source
 
 
 def _read_part(folder: Path, description: dict, machine: int) -> dict:

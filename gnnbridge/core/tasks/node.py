@@ -83,7 +83,7 @@ def mapped_node_task(source: HeteroSource, topology: dict, seed: int) -> HeteroG
         )
     splits = source.splits or random_split(source.num_nodes[t], seed)
     classes = source.num_classes if source.num_classes is not None else infer_num_classes(source.y)
-    return HeteroGraphData.unchecked(
+    return source.task_record(
         num_nodes=dict(source.num_nodes),
         x=dict(source.x),
         edge_index={et: e for et, (_, e) in topology.items()},
