@@ -388,7 +388,7 @@ def sample_parts_and_dump(
     data = open_partition(root, parts, ctx.rank)
     original = torch.cat([open_partition(root, parts, m).partition.node_ids for m in range(parts)])
     for cache in caches:
-        sampler = PartitionSampler(data, fanouts, Exchange(dist.group.WORLD, parts, ctx.rank))
+        sampler = PartitionSampler.of(data, fanouts, Exchange(dist.group.WORLD, parts, ctx.rank))
         if cache:
             found = sampler.cache_rows(cache)
             sampler.remote = (found["ids"], found["rows"])
@@ -432,5 +432,62 @@ def part_layers_and_dump(ctx: DistContext, root: str, parts: int, backends: tupl
         model, _ = build_model(ModelSpec(arch=arch, hidden=16), backend, Task.NODE, *model_dims(data), data)
         initialise(model, 0)
         logits = PartitionedLayerwise(get_backend(backend).require(), data, ctx, 37).full_logits(model.eval())
+        saved = {"logits": logits, "ids": data.partition.node_ids.clone()}
+        torch.save(saved, Path(out) / f"rank{ctx.rank}-{backend}.pt")
+
+
+def sample_typed_parts_and_dump(ctx: DistContext, root: str, parts: int, fanouts: list[int], out: str) -> None:
+    """Rank ``r`` plays machine ``r`` of a heterogeneous graph partitioned into ``parts``: it
+    samples two batches of its own labelled nodes (the second empty: it still joins every
+    exchange) across machines and saves, in the dataset's own ids, every sampled edge per
+    relation (with its feature row where the relation has them) and every fetched row, to
+    ``out/rank<r>.pt``."""
+    import torch.distributed as dist
+
+    from gnnbridge.core.records.partition import open_partition
+    from gnnbridge.core.sampling.distributed import Exchange, PartitionHeteroSampler
+    from gnnbridge.core.sampling.seeds import epoch_generator
+    from gnnbridge.core.tasks.node import for_node_task
+
+    data = for_node_task(open_partition(root, parts, ctx.rank), True, 0)
+    opened = [open_partition(root, parts, m).partition for m in range(parts)]
+    original = {t: torch.cat([p.types[t].node_ids for p in opened]) for t in data.num_nodes}
+    typed = {et: list(fanouts) for et in data.edge_types}
+    sampler = PartitionHeteroSampler(data, typed, Exchange(dist.group.WORLD, parts, ctx.rank))
+    generator = epoch_generator(0, 0, ctx.rank, stream=1)
+    start, target = data.partition.start, data.target_node
+    batches = []
+    for seeds in (data.train_idx[:9], data.train_idx[:0]):
+        sub = sampler.sample({target: seeds + start}, generator)
+        rows = sampler.fetch(sub.node)
+        edges = {}
+        for et in sub.row:
+            s, _, d = et
+            src, dst = original[s][sub.node[s][sub.row[et]]], original[d][sub.node[d][sub.col[et]]]
+            attr = (sub.edge_attr or {}).get(et)
+            edges[et] = {"src": src, "dst": dst, "attr": attr, "hops": sub.num_sampled_edges[et]}
+        nodes = {t: original[t][ids] for t, ids in sub.node.items()}
+        batches.append({"seeds": original[target][seeds + start], "edges": edges, "nodes": nodes, "rows": rows})
+    torch.save({"batches": batches, "traffic": sampler.exchange.reset()}, Path(out) / f"rank{ctx.rank}.pt")
+
+
+def typed_part_layers_and_dump(ctx: DistContext, root: str, parts: int, backends: tuple, out: str) -> None:
+    """Rank ``r`` plays machine ``r`` (of one rank) of a heterogeneous graph partitioned into
+    ``parts``: for each of ``backends``, the typed layer-wise logits of its own labelled nodes
+    for a model drawn from seed 0, saved with their ids in the dataset to ``out/rank<r>-<backend>.pt``."""
+    from gnnbridge.core.config import ModelSpec, Task
+    from gnnbridge.core.inference.partitioned import PartitionedTypedLayerwise
+    from gnnbridge.core.models.build import build_model, model_dims
+    from gnnbridge.core.models.init import initialise
+    from gnnbridge.core.plugins import get_backend
+    from gnnbridge.core.records.partition import open_partition
+    from gnnbridge.core.tasks.node import for_node_task
+
+    ctx.node_rank, ctx.num_nodes, ctx.local_rank, ctx.local_world_size = ctx.rank, ctx.world_size, 0, 1
+    data = for_node_task(open_partition(root, parts, ctx.rank), True, 0)
+    for backend in backends:
+        model, _ = build_model(ModelSpec(hidden=16), backend, Task.NODE, *model_dims(data), data)
+        initialise(model, 0)
+        logits = PartitionedTypedLayerwise(get_backend(backend).require(), data, ctx, 7, None).predict(model.eval())
         saved = {"logits": logits, "ids": data.partition.node_ids.clone()}
         torch.save(saved, Path(out) / f"rank{ctx.rank}-{backend}.pt")

@@ -520,3 +520,174 @@ def test_partitions_of_what_was_not_partitioned_are_refused(tmp_path, experiment
         overrides = [*dataset, "dataset.partitions=2"]
         gnnbridge.run(experiment, overrides=overrides, out=str(tmp_path / "r"), progress=False)
     assert not (tmp_path / "r").exists()
+
+
+# --------------------------------------------------------------------------- heterogeneous graphs
+
+
+def write_typed_graph(folder: Path) -> Path:
+    """Users (featureless), items (features whose first column is the item's id, labelled, no
+    split files: partition draws them), categories; (user, buys, item) edges carry a feature
+    row naming each edge (source, destination, position)."""
+    rng = np.random.default_rng(3)
+    users, items, cats = 90, 60, 6
+    buys = np.stack([rng.integers(0, users, 400), rng.integers(0, items, 400)]).astype(np.int64)
+    x_item = np.concatenate([np.arange(items)[:, None], rng.normal(size=(items, 3))], 1).astype(np.float32)
+    arrays = {
+        "num_nodes__user": np.array([users], dtype=np.int64),
+        "x__item": x_item,
+        "x__cat": rng.normal(size=(cats, 2)).astype(np.float32),
+        "y__item": (np.arange(items) % 3).astype(np.int64),
+        "edge_index__user__buys__item": buys,
+        "edge_attr__user__buys__item": np.stack([buys[0], buys[1], np.arange(400)], 1).astype(np.float32),
+        "edge_index__item__in__cat": np.stack([np.arange(items), np.arange(items) % cats]).astype(np.int64),
+    }
+    folder.mkdir(parents=True)
+    for key, value in arrays.items():
+        np.save(folder / f"{key}.npy", value)
+    prepare_folder(folder, progress=False)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def typed_graph(tmp_path_factory):
+    return write_typed_graph(tmp_path_factory.mktemp("typed") / "g")
+
+
+def _originals(root: Path, k: int) -> dict[str, torch.Tensor]:
+    """Each node type's ids in the dataset, indexed by global (partitioned) id."""
+    opened = [open_partition(root, k, m).partition for m in range(k)]
+    return {t: torch.cat([p.types[t].node_ids for p in opened]) for t in opened[0].types}
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_heterogeneous_graphs_parts_together_are_the_graph(typed_graph, tmp_path, method):
+    """Ranges per node type: each type's nodes in exactly one part, contiguous there; every
+    relation's (and every ``rev_`` relation's) in-edges together the folder's, each with its own
+    feature row; rows, labels and drawn splits as the folder whole gives them."""
+    root = _copy(typed_graph, tmp_path)
+    result = partition(root, 2, method=method, progress=False)
+    source, parts = open_prepared(root), _parts(root, 2)
+    original = _originals(root, 2)
+    assert result["kind"] == "hetero" and result["target"] == "item" and result["splits_seed"] == 0
+    for t, n in source.num_nodes.items():
+        assert sorted(original[t].tolist()) == list(range(n))
+        sizes = [p.partition.types[t].sizes[m] for m, p in enumerate(parts)]
+        assert result["boundaries"][t] == [0, *np.cumsum(sizes).tolist()] and min(sizes) > 0
+    whole = for_node_task_of(source)
+    for p in parts:
+        ids = p.partition.types["item"].node_ids
+        assert torch.equal(p.x["item"], source.x["item"][ids]) and torch.equal(p.y, source.y[ids])
+        for split, members in zip(("train", "val", "test"), p.splits):
+            assert set(ids[members].tolist()) == set(whole.split(split).tolist()) & set(ids.tolist())
+    assert set(source.topology) == {et for p in parts for et in p.topology}
+    for et, (_, edges) in source.topology.items():
+        seen = set()
+        for p in parts:
+            indptr, sources = p.topology[et]
+            src, dst_ids = original[et[0]][sources[0]], p.partition.types[et[2]].node_ids
+            seen |= _edges(indptr, src, dst_ids)
+            if et in source.topology_edge_attr:
+                dst = torch.repeat_interleave(dst_ids, indptr[1:] - indptr[:-1])
+                ends = (dst, src) if et[1].startswith("rev_") else (src, dst)  # a mirror's row is its edge's
+                rows = p.topology_edge_attr[et]
+                assert torch.equal(rows[:, 0].long(), ends[0]) and torch.equal(rows[:, 1].long(), ends[1])
+        assert seen == set(zip(edges[0].tolist(), edges[1].tolist())), et
+    assert sum(p["train"] for p in result["per_part"]) == whole.train_idx.numel()
+
+
+def for_node_task_of(source):
+    from gnnbridge.core.tasks.node import for_node_task
+
+    return for_node_task(source, True, 0)
+
+
+def test_a_heterogeneous_part_is_sampled_across_three_machines(typed_graph, tmp_path):
+    """Three gloo ranks, each holding one part: every sampled edge is an edge of its relation in
+    the folder (its feature row its own), no node draws more than its fanout per relation and
+    hop, every fetched row is that node's (a featureless type's: the node's id in the dataset),
+    and an empty batch on one rank still pairs every exchange."""
+    from gnnbridge.testing.workers import sample_typed_parts_and_dump
+
+    root = _copy(typed_graph, tmp_path)
+    partition(root, 3, method="metis", progress=False)
+    launch_ranks(sample_typed_parts_and_dump, 3, (str(root), 3, [3, 2], str(tmp_path)), timeout_s=120)
+    source = open_prepared(root)
+    edges = {et: set(zip(e[0].tolist(), e[1].tolist())) for et, (_, e) in source.topology.items()}
+    for rank in range(3):
+        saved = torch.load(tmp_path / f"rank{rank}.pt")
+        first, empty = saved["batches"]
+        assert empty["seeds"].numel() == 0 and all(not e["src"].numel() for e in empty["edges"].values())
+        assert first["seeds"].numel() and set(first["edges"]) == set(edges)
+        for et, got in first["edges"].items():
+            assert set(zip(got["src"].tolist(), got["dst"].tolist())) <= edges[et], et
+            for hop, dst in zip([3, 2], got["dst"].split(got["hops"])):
+                assert not dst.numel() or torch.bincount(dst).max() <= hop
+            if got["attr"] is not None:
+                ends = (got["dst"], got["src"]) if et[1].startswith("rev_") else (got["src"], got["dst"])
+                assert torch.equal(got["attr"][:, 0].long(), ends[0]) and torch.equal(got["attr"][:, 1].long(), ends[1])
+        assert torch.equal(first["rows"]["item"], source.x["item"][first["nodes"]["item"]])
+        assert torch.equal(first["rows"]["user"], first["nodes"]["user"])  # featureless: its own id
+        assert saved["traffic"]["remote_nodes"] > 0 and saved["traffic"]["remote_rows"] > 0
+
+
+@pytest.mark.slow
+def test_a_heterogeneous_parts_typed_layerwise_logits_are_the_whole_graphs(typed_graph, tmp_path):
+    """Each machine's labelled nodes' logits from the typed layer-wise pass across machines are
+    the folder whole's, for the same weights, on both backends (a featureless type's embedding
+    rows read by the nodes' own ids, as the whole graph reads them)."""
+    from gnnbridge.core.config import ModelSpec, Task
+    from gnnbridge.core.inference.typed_layerwise import TypedLayerwiseEvaluator
+    from gnnbridge.core.models.build import build_model, model_dims
+    from gnnbridge.core.models.init import initialise
+    from gnnbridge.core.plugins import get_backend
+    from gnnbridge.core.runtime.context import DistContext
+    from gnnbridge.testing.workers import typed_part_layers_and_dump
+
+    root = _copy(typed_graph, tmp_path)
+    partition(root, 2, method="stream", progress=False)
+    launch_ranks(typed_part_layers_and_dump, 2, (str(root), 2, ("pyg", "dgl"), str(tmp_path)), timeout_s=120)
+    full = for_node_task_of(open_prepared(root))
+    ctx = DistContext(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
+    for backend in ("pyg", "dgl"):
+        model, _ = build_model(ModelSpec(hidden=16), backend, Task.NODE, *model_dims(full), full)
+        initialise(model, 0)
+        whole = TypedLayerwiseEvaluator(get_backend(backend).require(), full, ctx, 64, None).predict(model.eval())
+        for rank in range(2):
+            saved = torch.load(tmp_path / f"rank{rank}-{backend}.pt")
+            torch.testing.assert_close(saved["logits"], whole[saved["ids"]], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_two_machines_train_a_heterogeneous_graph_and_predict_their_own_nodes(tmp_path_factory):
+    """mag-synthetic partitioned in two, trained by two DGL machines holding one part each: the
+    whole graph's accuracy (within noise), layer-wise evaluation across machines, what crossed
+    machines in results.json; ``predict`` as a job writes each machine's rows, which are the
+    whole folder's predictions of the same checkpoint (a featureless type's embeddings keyed by
+    the dataset's ids, so a checkpoint reads the same rows partitioned or whole)."""
+    import gnnbridge
+    from gnnbridge.plugins.folder_datasets import prepare
+
+    root = tmp_path_factory.mktemp("mag") / "mag"
+    prepare("mag-synthetic", out=root, progress=False)
+    overrides = [JOB[i + 1] for i in range(0, 6, 2)]
+    whole = gnnbridge.run(
+        dataset=str(root), backend="dgl", nproc=2, overrides=overrides, out=str(root.parent / "whole")
+    )
+    partition(root, 2, method="metis", progress=False)
+    where = tmp_path_factory.mktemp("mag_machines")
+    codes, errors = machines(root, 2, where, "dgl")
+    assert codes == [0, 0], errors
+    _check_job(where, 2, whole["metrics"]["test_acc"])
+    (where / "machine1" / "out").symlink_to(where / "machine0" / "out")  # the run folder, on storage both see
+    codes, outs = job(2, where, ["predict", "out", "--out", "preds.npz", "--set", "dataset.path=data"])
+    assert codes == [0, 0], outs
+    predicted = gnnbridge.predict(
+        where / "machine0" / "out", overrides=[f"dataset.path={root}", "dataset.partitions=0"]
+    )
+    seen = []
+    for m in range(2):
+        part = np.load(where / f"machine{m}" / f"preds.part-{m}.npz")
+        seen.extend(part["node_ids"].tolist())
+        np.testing.assert_allclose(part["logits"], predicted["logits"][part["node_ids"]], rtol=1e-5, atol=1e-5)
+    assert sorted(seen) == list(range(predicted["logits"].shape[0]))

@@ -166,6 +166,11 @@ def load_dataset(config: ExperimentConfig, ranks_here: int | None = None) -> Gra
         target_of(config).check(data, config.train.monitor)
     _check_splits(config, data)
     check_model(config, data, config.nproc if ranks_here is None else ranks_here)
+    if parse_size(config.placement.remote_cache) and isinstance(data, HeteroGraphData) and hasattr(data, "partition"):
+        raise ConfigError(
+            f"placement.remote_cache={config.placement.remote_cache} caches a homogeneous graph's remote rows; a "
+            "heterogeneous graph's part fetches every remote row from its owner (leave placement.remote_cache unset)."
+        )
     if parse_size(config.placement.remote_cache) and getattr(data, "partition", None) is None:
         raise ConfigError(
             f"placement.remote_cache={config.placement.remote_cache} caches other machines' rows of a partitioned "

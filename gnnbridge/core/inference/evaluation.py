@@ -308,7 +308,7 @@ def forward(ev: Evaluator, model: torch.nn.Module, mb: MiniBatch) -> torch.Tenso
     if isinstance(mb, LinkMiniBatch):
         graph = ev.backend.graph_to(mb.graph, ev.ctx.device)
         return edge_outputs(ev, model, graph, gather_inputs(ev.data, mb.input_nodes, ev.ctx.device), mb)
-    x = mb.features.to(ev.ctx.device) if mb.features is not None else None
+    x = _to(mb.features, ev.ctx.device) if mb.features is not None else None
     x = x if x is not None else indexed_rows(model, ev.data.x, mb.input_nodes, ev.ctx.device)
     if x is None:
         x = gather_inputs(ev.data, mb.input_nodes, ev.ctx.device)

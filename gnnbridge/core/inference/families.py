@@ -30,7 +30,7 @@ from gnnbridge.core.inference.evaluation import (
     SampledEvaluator,
     supports_layerwise,
 )
-from gnnbridge.core.inference.partitioned import PartitionedLayerwise
+from gnnbridge.core.inference.partitioned import PartitionedLayerwise, PartitionedTypedLayerwise
 from gnnbridge.core.inference.placement import attach_remote_cache
 from gnnbridge.core.inference.typed_layerwise import (
     TypedLayerwiseEdges,
@@ -79,6 +79,10 @@ class NodeFamily(TaskFamily):
         """The training sampler, or (``every_neighbour``) one taking all neighbours at every hop."""
         cfg = parts.config.sampler
         fanouts = [ALL_NEIGHBORS] * len(cfg.fanouts) if every_neighbour else cfg.fanouts
+        if getattr(parts.data, "partition", None) is not None:
+            sampler = partitioned_sampler(parts, fanouts, {} if every_neighbour else cfg.edge_fanouts)
+            attach_remote_cache(sampler, parts.config.placement, parts.ctx)
+            return sampler
         if isinstance(parts.data, HeteroGraphData):
             return make_hetero_sampler(
                 parts.backend,
@@ -88,10 +92,6 @@ class NodeFamily(TaskFamily):
                 SamplerKind.AUTO.value if every_neighbour else cfg.kind,
                 self.negatives(parts),
             )
-        if getattr(parts.data, "partition", None) is not None:
-            sampler = partitioned_sampler(parts, fanouts)
-            attach_remote_cache(sampler, parts.config.placement, parts.ctx)
-            return sampler
         if every_neighbour:
             return parts.backend.sampler(parts.sampler.store, fanouts, SamplerKind.AUTO)
         return make_sampler(parts.backend, parts.backend.graph_store(parts.data), fanouts, cfg.kind)
@@ -109,7 +109,7 @@ class NodeFamily(TaskFamily):
         cfg = parts.config.eval
         kind = self.typed if isinstance(parts.data, HeteroGraphData) else LayerwiseEvaluator
         if getattr(parts.data, "partition", None) is not None:
-            kind = PartitionedLayerwise
+            kind = PartitionedTypedLayerwise if isinstance(parts.data, HeteroGraphData) else PartitionedLayerwise
         return kind(parts.backend, parts.data, parts.ctx, cfg.batch_size, parts.call, cfg.layer_store, parts.target)
 
     def in_given_order(self, parts: RunParts, rows: torch.Tensor) -> torch.Tensor:

@@ -18,8 +18,10 @@ from __future__ import annotations
 import torch
 
 from gnnbridge.core.contracts.interfaces import GNNModel
-from gnnbridge.core.inference.evaluation import LayerwiseEvaluator, layer_batch_of
-from gnnbridge.core.sampling.distributed import PartitionSampler, exchange_for
+from gnnbridge.core.inference.evaluation import Evaluator, LayerwiseEvaluator, layer_batch_of
+from gnnbridge.core.inference.typed_layerwise import TypedLayerwiseEvaluator, unwrap
+from gnnbridge.core.records.features import gather_rows
+from gnnbridge.core.sampling.distributed import PartitionHeteroSampler, PartitionSampler, exchange_for
 from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS
 from gnnbridge.core.sampling.seeds import machine_steps
 
@@ -43,7 +45,7 @@ class PartitionedLayerwise(LayerwiseEvaluator):
         """``[n, num_classes]`` logits of this machine's ``n`` nodes (in the part's order), on CPU,
         on every rank of the machine."""
         ctx, part = self.ctx, self.data.partition
-        one_hop = PartitionSampler(self.data, [ALL_NEIGHBORS], exchange_for(ctx))
+        one_hop = PartitionSampler.of(self.data, [ALL_NEIGHBORS], exchange_for(ctx))
         count = self.data.num_nodes
         shard = torch.tensor_split(torch.arange(count), ctx.local_world_size)[ctx.local_rank]
         steps = machine_steps(part.sizes, self.batch_size, ctx.local_world_size)
@@ -58,3 +60,93 @@ class PartitionedLayerwise(LayerwiseEvaluator):
                 outs.append(self.call.layer(model, layer, graph, rows, seeds.numel(), last=last).float().cpu())
             h = ctx.machine_rows(torch.cat(outs), count)
         return h
+
+
+class PartitionedTypedLayerwise(TypedLayerwiseEvaluator):
+    """:class:`TypedLayerwiseEvaluator` over a machine's part of a heterogeneous graph: each
+    machine computes every layer of its own nodes of each type, reading the previous layer's
+    rows of other machines' nodes from their owners (see the module)."""
+
+    def __init__(self, backend, data, ctx, batch_size, call, layer_store: str = "auto", target=None):
+        Evaluator.__init__(self, backend, data, ctx, batch_size, call, layer_store, target)
+        self.layerwise = PartitionedTypedPass(backend, data, ctx, batch_size, self.call)
+
+    def _predict(self, model: torch.nn.Module) -> torch.Tensor:
+        """``[n, outputs]`` of this machine's ``n`` nodes of the labelled type, on every rank of it."""
+        inner = unwrap(model)
+        h = self.layerwise.states(model)[self.data.target_node]
+        with self.call.blame("classify"):
+            return inner.classify(h.to(self.ctx.device)).float().cpu()
+
+    def _evaluate(self, model: torch.nn.Module, splits: tuple[str, ...]) -> dict[str, float]:
+        logits = self._predict(model)
+        metrics: dict[str, float] = {}
+        ctx = self.ctx
+        for split in splits:  # each rank scores a share of its machine's members: every node once
+            idx = torch.tensor_split(self.data.split(split), ctx.local_world_size)[ctx.local_rank]
+            scores = self.target.scores(self.data.num_classes)
+            scores.update(logits[idx], self.data.y[idx])
+            metrics.update(scores.reduce(ctx).as_metrics(split))
+        return metrics
+
+
+class PartitionedTypedPass:
+    """Every node type's final states for this machine's nodes, layer by layer (the partitioned
+    form of :class:`~gnnbridge.core.inference.typed_layerwise.TypedLayerwise`): a machine's ranks
+    split its nodes of a type, each batch a one-hop sample across machines with every
+    in-neighbour along every relation into the type, the previous layer's rows fetched from their
+    owners; the machine's ranks then join the type's table. Every rank runs every type's batch
+    count (the most any machine's rank needs), so the exchanges stay paired."""
+
+    def __init__(self, backend, data, ctx, batch_size: int, call):
+        self.backend, self.data, self.ctx, self.call = backend, data, ctx, call
+        self.one_hop = PartitionHeteroSampler(data, {et: [ALL_NEIGHBORS] for et in data.edge_types}, exchange_for(ctx))
+        self.reached = {et[2] for et in data.edge_types}
+        types = data.partition.types
+        self.counts = {t: types[t].sizes[types[t].part] for t in sorted(data.num_nodes)}
+        self.steps = {t: machine_steps(types[t].sizes, batch_size, ctx.local_world_size) for t in self.counts}
+
+    @torch.no_grad()
+    def states(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        """``{type: [n_type, hidden]}`` of this machine's nodes, on CPU (call it in eval mode)."""
+        inner = unwrap(model)
+        h = {t: self._table(t, lambda ids, t=t: self._inputs(inner, t, ids)) for t in self.counts}
+        for layer in range(inner.spec.layers):
+            h = {
+                t: self._table(t, lambda ids, t=t, i=layer, prev=h: self._layer(inner, i, t, ids, prev))
+                if t in self.reached
+                else h[t]
+                for t in self.counts
+            }
+        return h
+
+    def _inputs(self, model, node_type: str, ids: torch.Tensor) -> torch.Tensor | None:
+        if not ids.numel():
+            return None
+        x = self.data.x.get(node_type)
+        rows = self.data.partition.types[node_type].node_ids[ids] if x is None else gather_rows(x, ids)
+        with self.call.blame("embed_inputs of the typed layer-wise pass"):
+            return model.embed_inputs({node_type: rows.to(self.ctx.device)})[node_type]
+
+    def _layer(self, model, layer: int, node_type: str, ids: torch.Tensor, h: dict) -> torch.Tensor | None:
+        start = self.one_hop.rows[node_type].start
+        sub = self.one_hop.sample({node_type: ids + start})  # every rank, empty or not: the hops are collectives
+        rows = self.one_hop.fetch(sub.node, h)
+        if not ids.numel():
+            return None
+        graph = self.backend.graph_to(self.backend.from_hetero_sampled(sub), self.ctx.device)
+        rows = {t: r.to(self.ctx.device) for t, r in rows.items()}
+        with self.call.blame(f"layer({layer}) of the typed layer-wise pass"):
+            return model.layer(layer, graph, rows, block=0)[node_type]
+
+    def _table(self, node_type: str, compute) -> torch.Tensor:
+        """``compute(ids)`` for this rank's share of the machine's nodes of ``node_type``, batch by
+        batch (None for an empty batch), joined among the machine's ranks. A table's width is
+        agreed over the job, for a rank that computed no row."""
+        ctx, count = self.ctx, self.counts[node_type]
+        shard = torch.tensor_split(torch.arange(count), ctx.local_world_size)[ctx.local_rank]
+        outs = [compute(ids) for ids in torch.tensor_split(shard, self.steps[node_type])]
+        outs = [o.float().cpu() for o in outs if o is not None]
+        width = max(ctx.gather_objects(int(outs[0].shape[1]) if outs else 0))
+        rows = torch.cat(outs) if outs else torch.zeros((0, width))
+        return ctx.machine_rows(rows, count)

@@ -178,6 +178,11 @@ class TypedPartition:
     def start(self) -> int:
         return self.types[self.target].start
 
+    @property
+    def num_nodes(self) -> int:
+        """Nodes of the labelled type in the whole graph."""
+        return self.types[self.target].num_nodes
+
 
 class PartHeteroGraph(HeteroGraphData):
     """A machine's part of a heterogeneous graph: per node type its own nodes' rows (``x``,

@@ -28,7 +28,7 @@ from gnnbridge.core.plugins import PluginError, blame, is_builtin, samplers
 from gnnbridge.core.records.batches import MiniBatch, SampledSubgraph
 from gnnbridge.core.records.hetero import HeteroGraphData
 from gnnbridge.core.sampling.adapters import CoreSampler
-from gnnbridge.core.sampling.distributed import PartitionedSampler, PartStore, exchange_for
+from gnnbridge.core.sampling.distributed import PartitionedHeteroSampler, PartitionedSampler, PartStore, exchange_for
 from gnnbridge.core.sampling.hetero import CoreHeteroSampler, HeteroStore, typed_fanouts
 
 BACKEND_KINDS = (SamplerKind.AUTO.value, SamplerKind.NATIVE.value)
@@ -63,7 +63,7 @@ def make_sampler(backend: Backend, store: GraphStore, fanouts: list[int], kind: 
     return sampler if trusted else CheckedSampler(sampler, origin, store.data.num_nodes)
 
 
-def partitioned_sampler(parts, fanouts: list[int]) -> Sampler:
+def partitioned_sampler(parts, fanouts: list[int], edge_fanouts: dict | None = None) -> Sampler:
     """The sampler of a machine's part of a partitioned graph (core's, across machines; see
     :mod:`gnnbridge.core.sampling.distributed`): library and plugin samplers read one machine's
     graph only."""
@@ -73,7 +73,11 @@ def partitioned_sampler(parts, fanouts: list[int]) -> Sampler:
             f"sampler.kind={kind}: a partitioned graph (dataset.partitions) is sampled across machines by core's "
             "sampler; use sampler.kind=auto or core."
         )
-    return PartitionedSampler(PartStore(parts.data), fanouts, parts.backend.from_sampled, exchange_for(parts.ctx))
+    data, exchange = parts.data, exchange_for(parts.ctx)
+    if isinstance(data, HeteroGraphData):
+        typed = typed_fanouts(data, fanouts, edge_fanouts)
+        return PartitionedHeteroSampler(PartStore(data), typed, parts.backend.from_hetero_sampled, exchange)
+    return PartitionedSampler(PartStore(data), fanouts, parts.backend.from_sampled, exchange)
 
 
 def make_hetero_sampler(

@@ -35,6 +35,7 @@ from gnnbridge.core.errors import ConfigError
 from gnnbridge.core.records.batches import MiniBatch, SampledSubgraph
 from gnnbridge.core.records.features import gather_rows
 from gnnbridge.core.sampling import kernels
+from gnnbridge.core.sampling.hetero import HeteroNeighborSampler
 from gnnbridge.core.sampling.neighbors import NeighborSampler
 from gnnbridge.core.sampling.seeds import epoch_generator
 
@@ -110,20 +111,99 @@ def exchange_for(ctx) -> Exchange:
     return Exchange(_GROUPS[key][ctx.local_rank], ctx.num_nodes, ctx.node_rank)
 
 
-class PartitionSampler(NeighborSampler):
-    """The core neighbour sampler over a part: the part's own CSC (global source ids) for its
-    nodes, the owners for the others' (see the module)."""
+class Rows:
+    """A table with a row per node of this machine (of one node type), read by global ids: each
+    row from the machine that owns it, over ``exchange`` (this machine's through the same
+    round, a copy). ``remote``: an optional cache of other machines' rows of ``x``
+    (``placement.remote_cache``)."""
 
-    def __init__(self, data, fanouts: list[int], exchange: Exchange):
-        part = data.partition
-        super().__init__(data.indptr, data.indices, fanouts, num_src=part.num_nodes)
+    def __init__(self, part, exchange: Exchange, x: torch.Tensor | None):
+        self.part, self.exchange, self.x = part, exchange, x
+        self.start = part.bounds[part.part]
+        self.remote: tuple[torch.Tensor, torch.Tensor] | None = None  # (sorted ids, their rows)
+
+    def fetch(self, nodes: torch.Tensor, table: torch.Tensor | None = None) -> torch.Tensor:
+        """``table[nodes]`` (global ids; ``table``: a row per node of this machine, by default its
+        features) as float32: each row from the machine that owns it."""
+        began = time.perf_counter()
+        try:
+            table = self.x if table is None else table
+            if self.remote is not None and table is self.x:
+                return self._fetch_cached(nodes)
+            return self._ask(nodes, table)
+        finally:
+            self.exchange.fetch_s += time.perf_counter() - began
+
+    def _ask(self, nodes: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+        """``table[nodes]``, every row from its owner (this machine's through the same exchange)."""
+        ex = self.exchange
+        ex.rows += nodes.numel()
+        return self._answered(nodes, lambda local: gather_rows(table, local), count=True)
+
+    def original_ids(self, nodes: torch.Tensor) -> torch.Tensor:
+        """The dataset's own ids of ``nodes`` (global ids), from their owners: what a featureless
+        type's embedding rows are keyed by, so a model reads the same rows whether its graph is
+        partitioned (any way) or whole."""
+        return self._answered(nodes, lambda local: self.part.node_ids[local], count=False)
+
+    def _answered(self, nodes: torch.Tensor, read, count: bool) -> torch.Tensor:
+        """``read(local ids)`` of ``nodes``, each answered by its owner, in ``nodes``' order."""
+        ex = self.exchange
+        asked, order, send, receive = ex.ask(nodes, self.part.owners(nodes))
+        got = ex.swap(read(asked - self.start), receive, send)
+        if count:
+            ex.remote_rows += sum(send) - send[ex.me]
+        out = torch.empty_like(got)
+        out[order] = got
+        return out
+
+    def _fetch_cached(self, nodes: torch.Tensor) -> torch.Tensor:
+        """:meth:`fetch` of ``x``, the other machines' rows the remote cache holds served from it."""
+        ids, rows = self.remote
+        at = torch.searchsorted(ids, nodes).clamp(max=max(ids.numel() - 1, 0))
+        hit = ids[at].eq(nodes) if ids.numel() else torch.zeros_like(nodes, dtype=torch.bool)
+        out = rows.new_empty((nodes.numel(), rows.shape[1]))
+        out[hit] = rows[at[hit]]
+        out[~hit] = self._ask(nodes[~hit], self.x)
+        hits = int(hit.sum())  # other machines' rows read, though not asked for
+        self.exchange.cache_hits += hits
+        self.exchange.remote_rows += hits
+        self.exchange.rows += hits
+        return out
+
+
+class PartitionSampler(NeighborSampler):
+    """The core neighbour sampler over one relation of a part: the part's own CSC (global source
+    ids) for its nodes, the owners for the others' (see the module). ``part``: the destination
+    nodes' :class:`~gnnbridge.core.records.partition.Partition` (its edge ranges the relation's);
+    ``num_src``: the source nodes of every machine."""
+
+    def __init__(
+        self, indptr, indices, part, fanouts: list[int], exchange: Exchange, num_src: int, x=None, edge_attr=None
+    ):
+        super().__init__(indptr, indices, fanouts, num_src=num_src)
         self.num_nodes = part.num_nodes  # the relabel's map spans every machine's ids
-        self.part, self.exchange, self.x = part, exchange, data.x
-        self.edge_attr = getattr(data, "edge_attr", None)
+        self.part, self.exchange = part, exchange
+        self.rows = Rows(part, exchange, x)
+        self.edge_attr = edge_attr
         self.start = part.bounds[part.part]
         self.edge_start = part.edge_bounds[part.part]
         self._edge_rows: list[torch.Tensor] = []
-        self.remote: tuple[torch.Tensor, torch.Tensor] | None = None  # (sorted ids, their rows): remote_cache
+
+    @classmethod
+    def of(cls, data, fanouts: list[int], exchange: Exchange) -> PartitionSampler:
+        """The sampler of a homogeneous graph's part (:class:`~gnnbridge.core.records.partition.PartGraph`)."""
+        part = data.partition
+        edge_attr = getattr(data, "edge_attr", None)
+        return cls(data.indptr, data.indices, part, fanouts, exchange, part.num_nodes, data.x, edge_attr)
+
+    @property
+    def remote(self):
+        return self.rows.remote
+
+    @remote.setter
+    def remote(self, cached) -> None:
+        self.rows.remote = cached
 
     def sample(self, seeds: torch.Tensor, generator: torch.Generator | None = None) -> SampledSubgraph:
         """The hops of ``seeds`` (global ids) across machines; with edge features, each sampled
@@ -131,8 +211,12 @@ class PartitionSampler(NeighborSampler):
         self._edge_rows = []
         sub = self._sample_torch(seeds.to(torch.int64), generator, self._local_map(seeds.device))
         if self.edge_attr is not None:
-            sub.edge_attr = torch.cat(self._edge_rows) if self._edge_rows else self.edge_attr[:0].float()
+            sub.edge_attr = self.sampled_edge_rows()
         return sub
+
+    def sampled_edge_rows(self) -> torch.Tensor:
+        """The edge feature rows of every edge sampled since the batch began, in sampled order."""
+        return torch.cat(self._edge_rows) if self._edge_rows else self.edge_attr[:0].float()
 
     def _sample_hop(self, frontier: torch.Tensor, fanout: int, generator: torch.Generator | None):
         began = time.perf_counter()
@@ -159,44 +243,8 @@ class PartitionSampler(NeighborSampler):
         return got[back, 0], got[back, 1], owner[back]
 
     def fetch(self, nodes: torch.Tensor, table: torch.Tensor | None = None) -> torch.Tensor:
-        """``table[nodes]`` (global ids; ``table``: a row per node of this machine, by default its
-        features) as float32: each row from the machine that owns it."""
-        began = time.perf_counter()
-        try:
-            return self._fetch(nodes, self.x if table is None else table)
-        finally:
-            self.exchange.fetch_s += time.perf_counter() - began
-
-    def _fetch(self, nodes: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
-        if self.remote is not None and table is self.x:
-            return self._fetch_cached(nodes)
-        return self._ask(nodes, table)
-
-    def _ask(self, nodes: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
-        """``table[nodes]``, every row from its owner (this machine's through the same exchange)."""
-        ex = self.exchange
-        asked, order, send, receive = ex.ask(nodes, self.part.owners(nodes))
-        rows = gather_rows(table, asked - self.start)
-        got = ex.swap(rows, receive, send)
-        ex.remote_rows += sum(send) - send[ex.me]
-        ex.rows += nodes.numel()
-        out = torch.empty_like(got)
-        out[order] = got
-        return out
-
-    def _fetch_cached(self, nodes: torch.Tensor) -> torch.Tensor:
-        """:meth:`_fetch` of ``x``, the other machines' rows the remote cache holds served from it."""
-        ids, rows = self.remote
-        at = torch.searchsorted(ids, nodes).clamp(max=max(ids.numel() - 1, 0))
-        hit = ids[at].eq(nodes) if ids.numel() else torch.zeros_like(nodes, dtype=torch.bool)
-        out = rows.new_empty((nodes.numel(), rows.shape[1]))
-        out[hit] = rows[at[hit]]
-        out[~hit] = self._ask(nodes[~hit], self.x)
-        hits = int(hit.sum())  # other machines' rows read, though not asked for
-        self.exchange.cache_hits += hits
-        self.exchange.remote_rows += hits
-        self.exchange.rows += hits
-        return out
+        """``table[nodes]`` (global ids), each row from its owner (see :meth:`Rows.fetch`)."""
+        return self.rows.fetch(nodes, table)
 
     def cache_rows(self, budget: int) -> dict[str, torch.Tensor]:
         """``{"ids", "rows"}``: the rows of the other machines' nodes this part's edges name most
@@ -205,10 +253,56 @@ class PartitionSampler(NeighborSampler):
         sources = self.indices
         remote = sources[self.part.owners(sources) != self.part.part]
         ids, counts = torch.unique(remote, return_counts=True)
-        keep = max(0, budget // (4 * self.x.shape[1]))
+        keep = max(0, budget // (4 * self.rows.x.shape[1]))
         ids = ids[torch.argsort(counts, descending=True, stable=True)[:keep]].sort().values
         rows = self.fetch(ids)
         return {"ids": ids, "rows": rows}
+
+
+class PartitionHeteroSampler(HeteroNeighborSampler):
+    """The typed sampler over a machine's part of a heterogeneous graph: every relation hops
+    across machines (a :class:`PartitionSampler` each, owned by its destination type), and every
+    relation's exchange runs at every hop on every rank, empty or not, so the job's ranks stay
+    paired whatever types their own batches reach."""
+
+    lockstep = True
+
+    def __init__(self, data, fanouts: dict, exchange: Exchange):
+        self.exchange = exchange
+        super().__init__(data, fanouts)
+        part = data.partition
+        self.rows = {t: Rows(part.types[t], exchange, data.x.get(t)) for t in sorted(data.num_nodes)}
+
+    def _hopper(self, et) -> PartitionSampler:
+        data = self.data
+        return PartitionSampler(
+            data.indptr[et], data.edge_index[et][0], data.partition.relations[et], self.fanouts[et], self.exchange,
+            data.num_nodes[et[0]], edge_attr=data.edge_attr.get(et),
+        )  # fmt: skip
+
+    def sample(self, seeds, generator=None, exclude=None):
+        if exclude is not None:
+            raise ConfigError("a partitioned graph samples node tasks so far; edges cannot be left out of its hops")
+        for hopper in self._hops.values():
+            hopper._edge_rows = []
+        return super().sample(seeds, generator)
+
+    def _edge_features(self, edge_ids: dict) -> dict | None:
+        return {et: h.sampled_edge_rows() for et, h in self._hops.items() if h.edge_attr is not None} or None
+
+    def fetch(self, nodes: dict[str, torch.Tensor], tables: dict | None = None) -> dict[str, torch.Tensor]:
+        """Each type's rows of ``nodes`` (global ids) from its owners, from ``tables`` (a row per
+        node of this machine, per type) or the features; a featureless type's ids in the
+        dataset's own numbering (the model embeds them, see :meth:`Rows.original_ids`). Every
+        type in the same order on every rank, empty or not."""
+        out = {}
+        for t, rows in self.rows.items():
+            ids = nodes.get(t, torch.zeros(0, dtype=torch.int64))
+            table = tables[t] if tables is not None else rows.x
+            got = rows.original_ids(ids) if table is None else rows.fetch(ids, table)
+            if t in nodes:
+                out[t] = got
+        return out
 
 
 class PartStore(GraphStore):
@@ -226,7 +320,7 @@ class PartitionedSampler(Sampler):
 
     def __init__(self, store: GraphStore, fanouts: list[int], to_native, exchange: Exchange):
         super().__init__(store, fanouts)
-        self._sampler = PartitionSampler(store.data, list(fanouts), exchange)
+        self._sampler = PartitionSampler.of(store.data, list(fanouts), exchange)
         self._to_native = to_native
         self._generator = epoch_generator(0, 0, 0, stream=1)
         self.exchange = exchange
@@ -245,5 +339,29 @@ class PartitionedSampler(Sampler):
         start = self._sampler.start
         for seeds in batches:
             sub = self._sampler.sample(seeds + start, self._generator)
+            features = self._sampler.fetch(sub.node)
+            yield MiniBatch(seeds, sub.node, self._to_native(sub), features=features)
+
+
+class PartitionedHeteroSampler(Sampler):
+    """Batches of a machine's own seeds of the labelled type (local ids), sampled across
+    machines by :class:`PartitionHeteroSampler`, each with its rows (``MiniBatch.features``:
+    ``{type: rows}``, a featureless type's ids)."""
+
+    def __init__(self, store: GraphStore, fanouts: dict, to_native, exchange: Exchange):
+        super().__init__(store, next(iter(fanouts.values())))
+        self._sampler = PartitionHeteroSampler(store.data, fanouts, exchange)
+        self._to_native = to_native
+        self._generator = epoch_generator(0, 0, 0, stream=1)
+        self.exchange = exchange
+        self.target = store.data.target_node
+
+    def reseed(self, seed: int, epoch: int, rank: int) -> None:
+        self._generator = epoch_generator(seed, epoch, rank, stream=1)
+
+    def loader(self, batches: list[torch.Tensor]) -> Iterable[MiniBatch]:
+        start = self._sampler.rows[self.target].start
+        for seeds in batches:
+            sub = self._sampler.sample({self.target: seeds + start}, self._generator)
             features = self._sampler.fetch(sub.node)
             yield MiniBatch(seeds, sub.node, self._to_native(sub), features=features)

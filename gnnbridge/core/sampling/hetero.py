@@ -33,6 +33,8 @@ from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS, NeighborSampler, _f
 from gnnbridge.core.sampling.seeds import NEGATIVES_STREAM, epoch_generator
 from gnnbridge.core.tasks import negative_destinations
 
+_NO_IDS = torch.zeros(0, dtype=torch.int64)
+
 
 @dataclass
 class HeteroSampledSubgraph:
@@ -103,17 +105,23 @@ class HeteroNeighborSampler:
     Hop ``i`` draws, for every node reached at hop ``i - 1`` (the seeds at hop 1), up to
     ``fanouts[et][i]`` in-neighbours along every edge type ``et`` that ends at its type. Edge
     types are visited in a fixed order, so the sample is a function of the seeds and the
-    generator alone, the same for every backend."""
+    generator alone, the same for every backend. ``lockstep``: visit every relation at every hop,
+    even where no node of its destination type was reached (a sampler whose hops are collectives
+    across machines must, see :mod:`gnnbridge.core.sampling.distributed`)."""
+
+    lockstep = False
 
     def __init__(self, data: HeteroGraphData, fanouts: dict[EdgeType, list[int]]):
         self.data = data
         self.fanouts = fanouts
         self.layers = len(next(iter(fanouts.values())))
-        self._hops = {
-            et: NeighborSampler(data.indptr[et], data.edge_index[et][0], fanouts[et], data.num_nodes[et[0]])
-            for et in sorted(data.edge_types)
-        }
+        self._hops = {et: self._hopper(et) for et in sorted(data.edge_types)}
         self._maps = {t: torch.full((n,), -1, dtype=torch.int64) for t, n in data.num_nodes.items()}
+
+    def _hopper(self, et: EdgeType) -> NeighborSampler:
+        """The sampler of one relation's hops."""
+        data = self.data
+        return NeighborSampler(data.indptr[et], data.edge_index[et][0], self.fanouts[et], data.num_nodes[et[0]])
 
     @signals_deferred()  # once for the batch: its many kernel calls then skip their own
     def sample(
@@ -124,6 +132,8 @@ class HeteroNeighborSampler:
     ) -> HeteroSampledSubgraph:
         """``seeds``: {type: unique ids}; ``exclude``: {edge type: edge ids never to sample}."""
         nodes = {t: [ids] for t, ids in seeds.items()}  # a type with no seeds stays (an empty batch has them)
+        if self.lockstep:  # every type, reached or not: every relation's edges are listed too
+            nodes = {t: nodes.get(t, [_NO_IDS]) for t in self.data.node_types}
         count = {t: int(ids.numel()) for t, ids in seeds.items()}
         for t, ids in seeds.items():
             self._maps[t][ids] = torch.arange(ids.numel())
@@ -137,10 +147,10 @@ class HeteroNeighborSampler:
             reached = {t: torch.cat(nodes[t])[start:end] for t, (start, end) in frontier.items()}
             for et, hopper in self._hops.items():
                 s, _, d = et
-                if d not in frontier:
+                if d not in frontier and not self.lockstep:
                     per_hop_edges[et].append(0)
                     continue
-                start, dst_ids = frontier[d][0], reached[d]
+                start, dst_ids = (frontier[d][0], reached[d]) if d in frontier else (count.get(d, 0), _NO_IDS)
                 nbr, eid, owner = hopper._sample_hop(dst_ids, self.fanouts[et][hop], generator)
                 if exclude is not None and et in exclude and nbr.numel():
                     nbr, eid, owner = self._without(et, exclude[et], dst_ids, (nbr, eid, owner), hop, generator)
@@ -172,8 +182,12 @@ class HeteroNeighborSampler:
             self.data.edge_types,
             per_hop_nodes,
             per_hop_edges,
-            {et: table[edge_ids[et]] for et, table in self.data.edge_attr.items() if et in edge_ids} or None,
+            self._edge_features(edge_ids),
         )
+
+    def _edge_features(self, edge_ids: dict[EdgeType, torch.Tensor]) -> dict[EdgeType, torch.Tensor] | None:
+        """The sampled edges' feature rows, per type that has them."""
+        return {et: table[edge_ids[et]] for et, table in self.data.edge_attr.items() if et in edge_ids} or None
 
     def _without(self, et: EdgeType, banned: torch.Tensor, dst_ids: torch.Tensor, drawn: tuple, hop: int, generator):
         """The hop's draw with the ``banned`` edges left out *before* drawing (what DGL's

@@ -52,11 +52,13 @@ def dry_step(parts) -> None:
 def _check(parts) -> None:
     model, ctx = parts.model, parts.ctx
     seeds = parts.data.split("train")[:SEEDS]
-    if getattr(parts.data, "partition", None) is not None and not seeds.numel():
+    part = getattr(parts.data, "partition", None)
+    if part is not None and not seeds.numel():
         # every rank of a partitioned graph joins the batch's exchanges, one without training
-        # seeds too: it tries its machine's first nodes (a part is never empty)
-        seeds = torch.arange(min(SEEDS, parts.data.num_nodes))
-    if not seeds.numel():
+        # seeds too: it tries its machine's first nodes (of a heterogeneous graph's labelled
+        # type there may be none: the batch is then empty, its exchanges still run)
+        seeds = torch.arange(min(SEEDS, part.sizes[part.part]))
+    if not seeds.numel() and part is None:
         return
     was_training = model.training
     model.eval()
@@ -68,7 +70,8 @@ def _check(parts) -> None:
                 parts.call.finite(logits, "forward")
             if parts.final_mode() is EvalMode.LAYERWISE:  # the layers will be called one by one: try them now
                 if isinstance(parts.data, HeteroGraphData):
-                    check_typed_layers(parts, model)
+                    if part is None:  # (a part's typed pass is tried by its evaluation: it needs every node's inputs)
+                        check_typed_layers(parts, model)
                 else:
                     check_layers(parts.call, parts.backend, model, parts.data, seeds, ctx.device, ctx)
     finally:
@@ -83,7 +86,7 @@ def check_layers(call, backend, model, data, seeds: torch.Tensor, device: torch.
     partitioned graph (every rank of the job at once: ``ctx``'s), across machines."""
     generator = torch.Generator().manual_seed(0)
     if getattr(data, "partition", None) is not None:
-        one_hop = PartitionSampler(data, [FANOUT], exchange_for(ctx))
+        one_hop = PartitionSampler.of(data, [FANOUT], exchange_for(ctx))
         sub = one_hop.sample(seeds + one_hop.start, generator)
         graph, rows = layer_batch_of(backend, sub, one_hop.fetch(sub.node), device)
     else:
