@@ -23,7 +23,10 @@ shares' growth per doubling of K. Bytes per machine per epoch = all rows x share
 that size is what to measure on a cluster.
 
     python benchmarks/partitions.py [--preset default|100k] [--parts 2,4] [--method metis|stream]
-        [--epochs 3] [--backend pyg|dgl] [--out benchmarks/out]
+        [--epochs 3] [--backend pyg|dgl] [--typed PAPERS] [--out benchmarks/out]
+
+``--typed PAPERS``: a heterogeneous graph instead (``mag-synthetic`` of that many papers, half
+as many featureless authors, venues), its node task on the papers.
 """
 
 from __future__ import annotations
@@ -65,6 +68,37 @@ def folder_of(npz: Path, out: Path) -> Path:
         if done.returncode:
             raise RuntimeError(done.stderr)
     return folder
+
+
+def typed_folder(papers: int, out: Path) -> tuple[Path, dict]:
+    """A heterogeneous graph (``mag-synthetic`` of ``papers`` papers: papers with features and
+    topics, featureless authors, venues) as a prepared folder (made once), and its description."""
+    import numpy as np
+
+    from gnnbridge.plugins.hetero_datasets import MAG_DEFAULTS, mag_graph
+
+    opts = {**MAG_DEFAULTS, "num_papers": papers, "num_authors": papers // 2, "num_venues": max(30, papers // 100)}
+    source = mag_graph(**opts, seed=0)
+    folder = out / "partitioned" / f"mag-{papers}"
+    graph = {
+        "name": f"mag-synthetic ({papers:,} papers)",
+        "nodes": sum(source.num_nodes.values()),
+        "edges": sum(int(e.shape[1]) for e in source.edges.values()),
+        "features": opts["num_features"],
+    }
+    if (folder / "prepared" / "manifest.json").is_file():
+        return folder, graph
+    folder.mkdir(parents=True, exist_ok=True)
+    arrays = {f"num_nodes__{t}": np.array([n]) for t, n in source.num_nodes.items() if t not in source.x}
+    arrays.update({f"x__{t}": x.numpy() for t, x in source.x.items()})
+    arrays[f"y__{source.target_node}"] = source.y.numpy()
+    arrays.update({f"edge_index__{'__'.join(et)}": e.numpy() for et, e in source.edges.items()})
+    for key, value in arrays.items():
+        np.save(folder / f"{key}.npy", value)
+    done = gnnbridge("prepare", str(folder), "--quiet")
+    if done.returncode:
+        raise RuntimeError(done.stderr)
+    return folder, graph
 
 
 def whole(folder: Path, args, ranks: int) -> dict:
@@ -181,7 +215,8 @@ def mib(n: float) -> str:
 def report(result: dict) -> str:
     whole_run, runs = result["whole"], result["machines"]
     lines = [
-        f"graph: {result['graph']['nodes']:,} nodes, {result['graph']['edges']:,} edges, "
+        f"graph: {result['graph'].get('name', 'synthetic')}, {result['graph']['nodes']:,} nodes, "
+        f"{result['graph']['edges']:,} edges, "
         f"{result['graph']['features']} features; {result['backend']}, {result['epochs']} epochs, "
         f"remote_cache={result['remote_cache']}",
     ]
@@ -230,6 +265,9 @@ def parse_args(argv=None):
         parser.add_argument(f"--{key.replace('_', '-')}", dest=key, default=None)
     parser.add_argument("--graph-seed", type=int, default=0)
     parser.add_argument("--npz", type=Path, default=None)
+    parser.add_argument(
+        "--typed", type=int, default=0, help="a heterogeneous graph instead: mag-synthetic of this many papers"
+    )
     parser.add_argument("--parts", default="2,4")
     parser.add_argument("--method", choices=("metis", "stream"), default="metis")
     parser.add_argument("--epochs", type=int, default=3)
@@ -244,8 +282,11 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
-    npz, graph = compare.prepare_graph(args)
-    folder = folder_of(npz, args.out)
+    if args.typed:
+        folder, graph = typed_folder(args.typed, args.out)
+    else:
+        npz, graph = compare.prepare_graph(args)
+        folder = folder_of(npz, args.out)
     result = {"graph": graph, "backend": args.backend, "epochs": args.epochs, "method": args.method}
     result["remote_cache"] = args.remote_cache
     result["whole"] = None if args.no_whole else whole(folder, args, 1)

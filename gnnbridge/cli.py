@@ -775,8 +775,9 @@ Examples:
 @interruptible
 def partition(folder, parts, method, seed, quiet) -> None:
     """Cut a prepared folder into one part per machine: nodes relabelled so that each part owns a
-    range of ids, each part holding its nodes' rows, labels, splits and in-edges. Reports the
-    balance of the parts and the share of edges that cross them."""
+    range of ids (of every node type, for a heterogeneous graph), each part holding its nodes'
+    rows, labels, splits and in-edges. Reports the balance of the parts and the share of edges
+    that cross them."""
     from gnnbridge.core.app.partition import describe, partition_command
 
     click.echo(describe(partition_command(folder, parts, method, seed, progress=not quiet)))

@@ -2,7 +2,11 @@
 
 Nodes are relabelled so that each part owns a contiguous range of ids (the owner of any id is
 a binary search in ``K + 1`` boundaries, which every machine holds, instead of an N-sized
-owner map). Within a part, nodes keep their original order. Part ``M`` is written as
+owner map). Within a part, nodes keep their original order. A heterogeneous graph is cut the
+same way per node type (each type its own ranges and boundaries), and each relation (its
+``rev_`` relations included, whose CSC prepare wrote) is written per part as a homogeneous
+graph's edges are; the assignment runs over one flat numbering of all types, so METIS and the
+streaming pass see every relation at once. Part ``M`` is written as
 ``DIR/partitions/K/part-M/``: its owned nodes' feature rows, labels, original ids and split
 members, and the in-edges of its owned nodes as a CSC over them whose sources are *global*
 (relabelled) ids, so a machine samples any hop of its own nodes locally and asks the owners
