@@ -98,7 +98,7 @@ def attach_run_cache(folder: Path, record, budget: int):
     """The cache ``placement.feature_cache=budget`` would build, its rows read through a mapping
     of its own that is closed afterwards (pages mapped by this process could not be dropped)."""
     from gnnbridge.core.records.features import attach_cache, build_cache
-    from gnnbridge.core.records.folder import open_prepared
+    from gnnbridge.core.storage.folder import open_prepared
 
     other = open_prepared(folder)
     cache = build_cache(other.x, other.indptr.diff(), budget)
@@ -124,7 +124,7 @@ def measure(
     import torch
 
     from gnnbridge.core.records.features import advise, gather_rows, set_read_depth, warm
-    from gnnbridge.core.records.folder import open_prepared, read_manifest
+    from gnnbridge.core.storage.folder import open_prepared, read_manifest
 
     torch.set_num_threads(threads)
     set_read_depth(depth)

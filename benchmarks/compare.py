@@ -117,13 +117,13 @@ def generate_graph(params: dict, path: Path) -> dict:
 def npz_shapes(path: Path) -> dict[str, list[int]]:
     """Each array's shape from the ``.npy`` headers inside the ``.npz``, without reading the data
     (at Reddit scale the edges alone are 1.8 GB)."""
+    from gnnbridge.core.storage.npy import read_header
+
     shapes = {}
     with zipfile.ZipFile(path) as archive:
         for name in archive.namelist():
             with archive.open(name) as f:
-                version = np.lib.format.read_magic(f)
-                read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-                shapes[name.removesuffix(".npy")] = list(read(f)[0])
+                shapes[name.removesuffix(".npy")] = list(read_header(f)[0])
     return shapes
 
 

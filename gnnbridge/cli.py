@@ -740,7 +740,7 @@ def prepare(source, out, dtype, quiet) -> None:
     """Check a dataset once and derive what training needs (CSC topology, counts, converted
     features), recorded in OUT/prepared/manifest.json, so that a run maps its files and starts in
     seconds. A folder changed afterwards is refused until it is prepared again."""
-    from gnnbridge.core.app.prepare import describe
+    from gnnbridge.core.storage.prepare import describe
     from gnnbridge.plugins.folder_datasets import prepare as prepare_dataset
 
     click.echo(describe(prepare_dataset(source, out=out, dtype=dtype, progress=not quiet)))
@@ -778,7 +778,8 @@ def partition(folder, parts, method, seed, quiet) -> None:
     range of ids (of every node type, for a heterogeneous graph), each part holding its nodes'
     rows, labels, splits and in-edges. Reports the balance of the parts and the share of edges
     that cross them."""
-    from gnnbridge.core.app.partition import describe, partition_command
+    from gnnbridge.core.storage.partition import describe
+    from gnnbridge.plugins.folder_datasets import partition_command
 
     click.echo(describe(partition_command(folder, parts, method, seed, progress=not quiet)))
 

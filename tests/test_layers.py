@@ -24,20 +24,22 @@ LAYERS = {
     "errors": 0,
     "compiled": 0,
     "environ": 0,
+    "host": 0,
     "files": 1,
     "records": 1,
     "config": 1,
     "contracts": 2,
     "tasks": 2,
-    "plugins": 3,
-    "runtime": 4,
-    "sampling": 4,
-    "models": 4,
-    "inference": 5,  # a run's parts, evaluators, metrics, checkpoints: what scores a model
-    "training": 6,  # the loop over those parts
-    "app": 7,
+    "storage": 3,  # datasets on disk: formats, prepare, folders, link caches, partitions
+    "plugins": 4,
+    "runtime": 5,
+    "sampling": 5,
+    "models": 5,
+    "inference": 6,  # a run's parts, evaluators, metrics, checkpoints: what scores a model
+    "training": 7,  # the loop over those parts
+    "app": 8,
 }
-MODULE_LAYERS = ("errors", "compiled", "environ", "files")  # layers that are one module, not a package
+MODULE_LAYERS = ("errors", "compiled", "environ", "host", "files")  # layers that are one module, not a package
 FACADE = "gnnbridge.core.interfaces"  # re-exports for plugins: may import any layer, imported by none
 NEVER_IN_CORE = (
     "torch_geometric",
@@ -340,14 +342,14 @@ def test_the_checker_names_each_broken_rule(tmp_path):
         "gnnbridge/core/app/train.py:1 imports gnnbridge.core.interfaces.Backend: nothing in core imports the plugin "
         "facade gnnbridge.core.interfaces",
         "gnnbridge/core/app/train.py:2 imports gnnbridge.core.utils: gnnbridge.core.utils is in no layer of core "
-        "(errors, compiled, environ, files, records, config, contracts, tasks, plugins, runtime, sampling, models, "
-        "inference, training, app)",
+        "(errors, compiled, environ, host, files, records, config, contracts, tasks, storage, plugins, runtime, "
+        "sampling, models, inference, training, app)",
         "gnnbridge/core/contracts/config.py:1 imports torch_geometric: core never imports torch_geometric",
         "gnnbridge/core/contracts/config.py:2 imports gnnbridge.plugins.BUILTIN: core never imports gnnbridge.plugins",
         "gnnbridge/core/contracts/config.py:3 imports gnnbridge: core imports only gnnbridge.core (the package above "
         "it is higher)",
-        "gnnbridge/core/helpers.py is in no layer of core: move it into one (errors, compiled, environ, files, "
-        "records, config, contracts, tasks, plugins, runtime, sampling, models, inference, training, app)",
+        "gnnbridge/core/helpers.py is in no layer of core: move it into one (errors, compiled, environ, host, files, "
+        "records, config, contracts, tasks, storage, plugins, runtime, sampling, models, inference, training, app)",
         "gnnbridge/core/records/data.py:2 imports gnnbridge.core.training.trainer.Trainer: layer records imports "
         "training, which stands above it",
         "gnnbridge/core/runtime/rank.py:1 imports gnnbridge.core.sampling.seeds: layer runtime imports sampling, which "

@@ -11,6 +11,7 @@ enforces both)::
     sampling/   seed sharding, the core neighbour sampler, sampler adapters
     models/     model parts core owns for every backend (GIN's MLPs, GCN normalisation, one initialisation)
     plugins/    the plugin manager, its registries and switches (core's machinery, not the built-ins)
+    storage/    datasets on disk: file formats, prepare, prepared folders, link caches, partitions
     contracts/  ABCs and hook specs
     tasks/      a heterogeneous source made into a task's record: splits, held-out edges, negatives
     config/     the experiment schema, loading (YAML, --set, guards), help text and JSON Schema
@@ -18,11 +19,13 @@ enforces both)::
     errors.py   the error types every layer raises
     compiled.py calling numba kernels so that signals still stop a run
     environ.py  the environment variables gnnbridge's processes pass to each other, named once
+    host.py     what this machine can still give: free memory and disk
     files.py    writing files safely: replaced whole (never through a link), published without
                 overwriting, the run-folder lock
 
 ``runtime``, ``sampling`` and ``models`` stand side by side on ``plugins``, which stands on
-``contracts`` (``tasks`` beside it); ``files`` and ``config`` stand beside ``records``, on
-``compiled`` and ``errors``; ``training`` stands on ``inference``. ``interfaces.py`` re-exports
-what plugins import and is imported by nothing in core.
+``storage``, which stands on ``contracts`` and ``tasks`` (side by side); ``files`` and
+``config`` stand beside ``records``, on ``compiled``, ``host`` and ``errors``; ``training``
+stands on ``inference``. ``interfaces.py`` re-exports what plugins import and is imported by
+nothing in core.
 """

@@ -16,13 +16,13 @@ from gnnbridge.core.contracts.interfaces import (
     Sampler,
 )
 from gnnbridge.core.contracts.targets import Scores, Target
+from gnnbridge.core.host import available_memory, format_bytes
 from gnnbridge.core.inference.families import EdgeFamily, GraphFamily, LinkFamily, NodeFamily
 from gnnbridge.core.plugins import downloads_allowed
 from gnnbridge.core.records.batches import IndexedRows, MiniBatch, SampledSubgraph
 from gnnbridge.core.records.collection import GraphCollection, PackedGraphs, pack
 from gnnbridge.core.records.data import GraphData, random_split
 from gnnbridge.core.records.hetero import HeteroGraphData, HeteroSource
-from gnnbridge.core.runtime.host import available_memory, format_bytes
 from gnnbridge.core.sampling.adapters import CollectionStore, CorePacker, CoreSampler, LibraryGraphLoader
 from gnnbridge.core.sampling.hetero import HeteroSampledSubgraph, LinkMiniBatch
 from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS, NeighborSampler

@@ -30,7 +30,7 @@ from gnnbridge.core.interfaces import (
     HeteroSource,
     random_split,
 )
-from gnnbridge.core.records.formats import (  # noqa: F401 - the format's tables, used here and by plugins
+from gnnbridge.core.storage.formats import (  # noqa: F401 - the format's tables, used here and by plugins
     HETERO_EDGE_KEYS,
     HETERO_MARKERS,
     HETERO_NODE_KEYS,

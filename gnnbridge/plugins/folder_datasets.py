@@ -2,8 +2,8 @@
 
 A folder of ``.npy`` files in the ``.npz`` format's names (``x.npy``, ``edge_index.npy``, ...)
 is a dataset once ``gnnbridge prepare DIR`` has checked it and derived what training needs
-(:mod:`gnnbridge.core.app.prepare`); a run then maps its files instead of reading them
-(:func:`gnnbridge.core.records.folder.open_prepared`). ``prepare`` also takes an ``.npz`` file
+(:mod:`gnnbridge.core.storage.prepare`); a run then maps its files instead of reading them
+(:func:`gnnbridge.core.storage.folder.open_prepared`). ``prepare`` also takes an ``.npz`` file
 (streamed member by member into a folder, each header checked before its data is read) or a
 dataset name (loaded, then written as a folder).
 """
@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 
 from gnnbridge.core import files
-from gnnbridge.core.app.prepare import labels_of, prepare_folder, write_array
 from gnnbridge.core.contracts.hookspecs import hookimpl
 from gnnbridge.core.errors import (
     ConfigError,
@@ -27,12 +26,14 @@ from gnnbridge.core.errors import (
     ResourceError,
 )
 from gnnbridge.core.interfaces import DatasetConfig, GraphCollection, GraphData, HeteroSource
-from gnnbridge.core.records.folder import PREPARED, open_prepared, stat_input
-from gnnbridge.core.records.formats import NPZ_ARRAYS, check_member_header, is_hetero, is_label_key, typed_keys
 from gnnbridge.core.records.labels import label_form
-from gnnbridge.core.records.partition import open_machine_part
 from gnnbridge.core.runtime.launcher import undone_on_stop
-from gnnbridge.plugins.npz import DEFLATE_MAX_RATIO, HEADER_READERS, READ_CHUNK, ZIP_ERRORS, check_file, not_an_npz
+from gnnbridge.core.storage.folder import PREPARED, open_prepared, stat_input
+from gnnbridge.core.storage.formats import NPZ_ARRAYS, check_member_header, is_hetero, is_label_key, typed_keys
+from gnnbridge.core.storage.npy import read_header
+from gnnbridge.core.storage.parts import open_machine_part
+from gnnbridge.core.storage.prepare import labels_of, prepare_folder, write_array
+from gnnbridge.plugins.npz import DEFLATE_MAX_RATIO, READ_CHUNK, ZIP_ERRORS, check_file, not_an_npz
 from gnnbridge.plugins.options import options
 
 
@@ -57,10 +58,19 @@ def load_folder(config: DatasetConfig, seed: int):
 
 def prepare(source: str, out: str | os.PathLike | None = None, dtype: str = "float32", progress: bool = True) -> dict:
     """Prepare a folder, an ``.npz`` file (into the folder beside it, its name without ``.npz``)
-    or a named dataset (into ``./NAME``); see :func:`~gnnbridge.core.app.prepare.prepare_folder`.
+    or a named dataset (into ``./NAME``); see :func:`~gnnbridge.core.storage.prepare.prepare_folder`.
     A stop signal (Ctrl-C, SIGTERM, SIGHUP) undoes what this prepare wrote, and says so."""
     with undone_on_stop("the derived files of this prepare were removed", f"gnnbridge prepare {source}"):
         return _prepare(source, out, dtype, progress)
+
+
+def partition_command(path: str, parts: int, method: str = "auto", seed: int = 0, progress: bool = True) -> dict:
+    """:func:`~gnnbridge.core.storage.partition.partition` as the command runs it: a stop signal
+    (Ctrl-C, SIGTERM, SIGHUP) undoes what it wrote, and says so."""
+    from gnnbridge.core.storage.partition import partition
+
+    with undone_on_stop("the parts this partition wrote were removed", f"gnnbridge partition {path} --parts {parts}"):
+        return partition(path, parts, method, seed, progress)
 
 
 def _prepare(source: str, out, dtype: str, progress: bool) -> dict:
@@ -178,10 +188,7 @@ def _copy_member(
 def _header(path: Path, f, info: zipfile.ZipInfo, key: str, spec: tuple) -> tuple:
     """(shape, fortran order, dtype) of a member, checked as the .npz loader checks it."""
     try:
-        version = np.lib.format.read_magic(f)
-        if version not in HEADER_READERS:
-            raise ValueError(f"npy format version {version}")
-        shape, fortran, found = HEADER_READERS[version](f)
+        shape, fortran, found = read_header(f)
     except ValueError as exc:
         raise DataError(
             f"{path}: {key} is not a numpy array ({str(exc)[:100]}); save arrays with numpy.savez."

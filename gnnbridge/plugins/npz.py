@@ -4,7 +4,7 @@ the format (``datasets``' homogeneous graphs and collections, ``hetero_datasets`
 
 Why not ``numpy.load``: it trusts each member's header and allocates what it claims before
 reading. Here every header (dtype, dimensions, size) is checked against the format's tables
-(:mod:`gnnbridge.core.records.formats`) and against what the member and this machine can hold
+(:mod:`gnnbridge.core.storage.formats`) and against what the member and this machine can hold
 before a byte of data is read; object arrays (pickles) are refused; a member is read in chunks,
 never whole into a temporary copy.
 """
@@ -21,7 +21,8 @@ import numpy as np
 
 from gnnbridge.core.errors import DataError, DataFileNotFoundError, ResourceError
 from gnnbridge.core.interfaces import format_bytes
-from gnnbridge.core.records.formats import (
+from gnnbridge.core.records.hetero import HeteroSource
+from gnnbridge.core.storage.formats import (
     HETERO_MARKERS,
     NPZ_ARRAYS,
     check_member_header,
@@ -30,12 +31,11 @@ from gnnbridge.core.records.formats import (
     missing_members,
     typed_keys,
 )
-from gnnbridge.core.records.hetero import HeteroSource
+from gnnbridge.core.storage.npy import read_header
 from gnnbridge.plugins.options import check_fits
 
-# NPZ_ARRAYS (core.records.formats): what each array of the format is; nothing else in a file is
+# NPZ_ARRAYS (core.storage.formats): what each array of the format is; nothing else in a file is
 # read (an unused member is never decompressed, whatever its header claims).
-HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
 DEFLATE_MAX_RATIO = 1100  # deflate cannot expand data more than ~1032x: a header claiming more lies
 ZIP_ERRORS = (
     OSError,
@@ -111,10 +111,7 @@ def check_file(path: Path) -> None:
 def _read_member(path: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo, key: str, dtype, ndim: int) -> np.ndarray:
     with archive.open(info) as f:
         try:
-            version = np.lib.format.read_magic(f)
-            if version not in HEADER_READERS:  # 3.0 exists only for structured dtypes: never one of ours
-                raise ValueError(f"npy format version {version}")
-            shape, fortran, found = HEADER_READERS[version](f)
+            shape, fortran, found = read_header(f)
         except ValueError as exc:
             raise DataError(
                 f"{path}: {key} is not a numpy array ({str(exc)[:100]}); save arrays with numpy.savez."

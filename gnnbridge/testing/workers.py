@@ -381,9 +381,9 @@ def sample_parts_and_dump(
     each batch's seeds, every sampled edge (source, destination, edge id) and the fetched rows."""
     import torch.distributed as dist
 
-    from gnnbridge.core.records.partition import open_partition
     from gnnbridge.core.sampling.distributed import Exchange, PartitionSampler
     from gnnbridge.core.sampling.seeds import epoch_generator
+    from gnnbridge.core.storage.parts import open_partition
 
     data = open_partition(root, parts, ctx.rank)
     original = torch.cat([open_partition(root, parts, m).partition.node_ids for m in range(parts)])
@@ -424,7 +424,7 @@ def part_layers_and_dump(ctx: DistContext, root: str, parts: int, backends: tupl
     from gnnbridge.core.models.build import build_model, model_dims
     from gnnbridge.core.models.init import initialise
     from gnnbridge.core.plugins import get_backend
-    from gnnbridge.core.records.partition import open_partition
+    from gnnbridge.core.storage.parts import open_partition
 
     ctx.node_rank, ctx.num_nodes, ctx.local_rank, ctx.local_world_size = ctx.rank, ctx.world_size, 0, 1
     data = open_partition(root, parts, ctx.rank)
@@ -444,9 +444,9 @@ def sample_typed_parts_and_dump(ctx: DistContext, root: str, parts: int, fanouts
     ``out/rank<r>.pt``."""
     import torch.distributed as dist
 
-    from gnnbridge.core.records.partition import open_partition
     from gnnbridge.core.sampling.distributed import Exchange, PartitionHeteroSampler
     from gnnbridge.core.sampling.seeds import epoch_generator
+    from gnnbridge.core.storage.parts import open_partition
     from gnnbridge.core.tasks.node import for_node_task
 
     data = for_node_task(open_partition(root, parts, ctx.rank), True, 0)
@@ -480,7 +480,7 @@ def typed_part_layers_and_dump(ctx: DistContext, root: str, parts: int, backends
     from gnnbridge.core.models.build import build_model, model_dims
     from gnnbridge.core.models.init import initialise
     from gnnbridge.core.plugins import get_backend
-    from gnnbridge.core.records.partition import open_partition
+    from gnnbridge.core.storage.parts import open_partition
     from gnnbridge.core.tasks.node import for_node_task
 
     ctx.node_rank, ctx.num_nodes, ctx.local_rank, ctx.local_world_size = ctx.rank, ctx.world_size, 0, 1

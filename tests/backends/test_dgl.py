@@ -154,8 +154,8 @@ def shop_sampler(tmp_path, task: str):
 
     from gnnbridge.core.app.preflight import for_task
     from gnnbridge.core.config import from_dict
-    from gnnbridge.core.records.folder import open_prepared
     from gnnbridge.core.sampling.build import make_hetero_sampler
+    from gnnbridge.core.storage.folder import open_prepared
     from gnnbridge.plugins.folder_datasets import prepare
 
     rng = np.random.default_rng(0)

@@ -21,11 +21,11 @@ import numpy as np
 import pytest
 import torch
 
-from gnnbridge.core.app.partition import partition
-from gnnbridge.core.app.prepare import prepare_folder
 from gnnbridge.core.errors import ConfigError, DataError, ResourceError
-from gnnbridge.core.records.folder import open_prepared
-from gnnbridge.core.records.partition import PartError, on_machine, open_machine_part, open_partition
+from gnnbridge.core.storage.folder import open_prepared
+from gnnbridge.core.storage.partition import partition
+from gnnbridge.core.storage.parts import PartError, on_machine, open_machine_part, open_partition
+from gnnbridge.core.storage.prepare import prepare_folder
 from gnnbridge.testing.conformance import small_graph
 from gnnbridge.testing.ports import free_port
 from gnnbridge.testing.workers import launch_ranks, part_layers_and_dump, sample_parts_and_dump
@@ -68,7 +68,7 @@ def test_the_parts_together_are_the_graph(graph, tmp_path, monkeypatch, method, 
     edge features each edge's own; ids are contiguous per part; the report adds up. ``chunk``:
     bytes a step reads, small enough that chunks start and stop inside a node's edges."""
     if chunk is not None:
-        import gnnbridge.core.app.partition as module
+        import gnnbridge.core.storage.partition as module
 
         monkeypatch.setattr(module, "chunk_bytes", lambda: chunk)
     root = tmp_path / "g"
@@ -129,7 +129,7 @@ def test_a_source_prepared_again_is_partitioned_again_and_a_changed_one_refused(
 
 def test_a_failed_partitioning_leaves_nothing(graph, tmp_path, monkeypatch):
     """A part that fails midway (a full disk, a stop signal) takes every file of this run with it."""
-    import gnnbridge.core.app.partition as module
+    import gnnbridge.core.storage.partition as module
 
     root = _copy(graph, tmp_path)
     calls = []
@@ -449,7 +449,7 @@ def test_evaluate_and_predict_run_on_the_machines_each_scoring_its_own_nodes(syn
 def _without_training_seeds(root: Path, k: int, m: int) -> None:
     """Part ``m`` of ``root``'s partitioning into ``k`` made to hold no training seed (its
     ``train_idx.npy`` emptied, its records and the counts updated as partition writes them)."""
-    from gnnbridge.core.records.folder import stat_input
+    from gnnbridge.core.storage.folder import stat_input
 
     folder = root / "partitions" / str(k)
     part = json.loads((folder / f"part-{m}" / "part.json").read_text())

@@ -19,11 +19,11 @@ from gnnbridge.core.models.build import build_model
 from gnnbridge.core.plugins import get_backend
 from gnnbridge.core.records.collection import GraphCollection, pack
 from gnnbridge.core.records.data import GraphData, random_split
-from gnnbridge.core.records.folder import open_prepared
-from gnnbridge.core.records.formats import graph_from_arrays
 from gnnbridge.core.records.hetero import HeteroSource
 from gnnbridge.core.sampling.adapters import CoreSampler
 from gnnbridge.core.sampling.build import make_hetero_sampler
+from gnnbridge.core.storage.folder import open_prepared
+from gnnbridge.core.storage.formats import graph_from_arrays
 from gnnbridge.core.tasks import for_node_task
 
 pytestmark = pytest.mark.slow

@@ -16,11 +16,11 @@ import gnnbridge
 from gnnbridge.core.app.compare import same_batches
 from gnnbridge.core.errors import GnnBridgeError
 from gnnbridge.core.plugins import get_target
-from gnnbridge.core.records.folder import open_prepared
-from gnnbridge.core.records.formats import graph_from_arrays, reading_edge_labels
 from gnnbridge.core.records.hetero import HeteroSource
-from gnnbridge.core.records.labels import label_form
+from gnnbridge.core.records.labels import label_form, reading_edge_labels
 from gnnbridge.core.sampling.hetero import CoreHeteroSampler, HeteroStore, typed_fanouts
+from gnnbridge.core.storage.folder import open_prepared
+from gnnbridge.core.storage.formats import graph_from_arrays
 from gnnbridge.core.tasks import for_edge_task
 
 pytestmark = pytest.mark.slow

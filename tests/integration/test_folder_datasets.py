@@ -16,10 +16,10 @@ import pytest
 import torch
 
 import gnnbridge
-from gnnbridge.core.app.prepare import build_csc, prepare_folder
 from gnnbridge.core.errors import DataError
 from gnnbridge.core.records.csc import csc_from_coo
-from gnnbridge.core.records.folder import MANIFEST, open_prepared
+from gnnbridge.core.storage.folder import MANIFEST, open_prepared
+from gnnbridge.core.storage.prepare import build_csc, prepare_folder
 from gnnbridge.core.tasks import for_node_task
 from gnnbridge.plugins.folder_datasets import prepare
 from gnnbridge.plugins.npz import load_hetero_npz
@@ -106,7 +106,7 @@ def test_a_folder_too_large_for_the_page_cache_is_read_without_read_around(tmp_p
     """Past half of RAM, the large arrays are advised MADV_RANDOM: a fault reads its page, not
     megabytes around a row (measured: 1.5 MB read per 3 KB row on a 31 GB file). A folder that
     fits keeps the kernel's read-around."""
-    from gnnbridge.core.records import folder as folders
+    from gnnbridge.core.storage import folder as folders
 
     folder = save_folder(tmp_path / "g", graph_arrays())
     prepare(str(folder), progress=False)
@@ -466,7 +466,7 @@ def test_a_heterogeneous_folder_prepares_the_node_task_topology_the_npz_builds(t
     """prepare sorts every relation (and every rev_ relation, which dataset.reverse_edges adds)
     by destination through the disk, in chunks of two edges here: the node task's topology is
     the one the same arrays in an .npz give, edge type for edge type, in the same order."""
-    import gnnbridge.core.app.prepare as preparing
+    import gnnbridge.core.storage.prepare as preparing
 
     arrays = two_relation_arrays()
     np.savez(tmp_path / "shop.npz", **arrays)
@@ -598,7 +598,7 @@ def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(tmp_path, small
 def test_doctor_checks_a_prepared_folder_and_sizes_it_from_the_manifest(tmp_path):
     from gnnbridge.core.app.doctor import diagnose
     from gnnbridge.core.app.resolve import resolve_config
-    from gnnbridge.core.runtime.host import format_bytes
+    from gnnbridge.core.host import format_bytes
 
     folder = save_folder(tmp_path / "g", graph_arrays())
     prepare(str(folder), progress=False)
@@ -627,7 +627,7 @@ def test_a_named_dataset_is_written_as_a_folder_and_opens_as_itself(tmp_path):
 def test_tiny_chunks_derive_the_same_files(tmp_path, monkeypatch):
     """Every pass reads its array a chunk at a time: with chunks of a few rows (many chunks per
     array) prepare writes the same files as with one chunk per array."""
-    import gnnbridge.core.app.prepare as preparing
+    import gnnbridge.core.storage.prepare as preparing
 
     arrays = {
         **graph_arrays(),
@@ -733,7 +733,7 @@ def test_prepare_shows_a_progress_bar_on_stderr_and_nothing_else(tmp_path):
 
 
 def test_bfloat16_rounds_as_torch_does_ties_included():
-    from gnnbridge.core.app.prepare import to_bfloat16
+    from gnnbridge.core.storage.prepare import to_bfloat16
 
     ties = np.array([1 + 2**-8, 1 + 3 * 2**-8, -(1 + 2**-8), 3.0e38, -1e-40, 0.0, 65504.0], dtype=np.float32)
     values = np.concatenate([ties, np.random.default_rng(0).normal(scale=1e3, size=1000).astype(np.float32)])
@@ -757,7 +757,7 @@ SPLIT_CASES = {
 
 @pytest.mark.parametrize("case", SPLIT_CASES)
 def test_bad_splits_are_refused_chunk_by_chunk_as_the_npz_refuses_them(tmp_path, monkeypatch, case):
-    import gnnbridge.core.app.prepare as preparing
+    import gnnbridge.core.storage.prepare as preparing
     from gnnbridge.core.interfaces import DatasetConfig
     from gnnbridge.plugins.datasets import load_npz
 
@@ -857,8 +857,8 @@ def test_a_link_task_maps_from_its_folder_the_topology_the_npz_builds(tmp_path, 
     mapped: tensor for tensor the record the same arrays in an .npz give in memory. Under the
     shared protocol that includes each split's negative pairs, drawn against the sorted keys on
     disk (and no per-edge negatives: [E, 0], held in memory)."""
-    import gnnbridge.core.app.linkcache as linkcache
-    import gnnbridge.core.app.prepare as preparing
+    import gnnbridge.core.storage.linkcache as linkcache
+    import gnnbridge.core.storage.prepare as preparing
     from gnnbridge.core.app.preflight import for_task
     from gnnbridge.core.records.features import file_backed
 

@@ -146,7 +146,7 @@ def test_a_member_file_added_after_prepare_is_refused_not_ignored(prepared, tmp_
 
 def test_a_file_outside_the_format_beside_a_prepared_folder_is_left_alone(prepared, tmp_path):
     """Only the format's names are members: a user's notes.npy beside them is not refused."""
-    from gnnbridge.core.records.folder import open_prepared
+    from gnnbridge.core.storage.folder import open_prepared
 
     folder = copy_of(prepared, tmp_path / "g")
     np.save(folder / "notes.npy", np.zeros(3))
@@ -155,7 +155,7 @@ def test_a_file_outside_the_format_beside_a_prepared_folder_is_left_alone(prepar
 
 STOPPED_DRIVER = """
 import signal, sys, time
-import gnnbridge.core.app.prepare as preparing
+import gnnbridge.core.storage.prepare as preparing
 from gnnbridge.cli import main
 
 # As a terminal starts it: a suite run under nohup passes SIGHUP on ignored, and gnnbridge keeps

@@ -18,8 +18,8 @@ from gnnbridge.core.records.batches import SampledSubgraph
 from gnnbridge.core.records.collection import GraphCollection, PackedGraphs
 from gnnbridge.core.records.csc import dst_offsets
 from gnnbridge.core.records.data import GraphData
-from gnnbridge.core.records.folder import check_mapped_csc
 from gnnbridge.core.sampling.adapters import CollectionStore, CorePacker, CoreSampler
+from gnnbridge.core.storage.folder import check_mapped_csc
 
 
 class DglGraphStore(GraphStore):

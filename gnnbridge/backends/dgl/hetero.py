@@ -38,9 +38,9 @@ from gnnbridge.core.models.hgt import HeteroHGT
 from gnnbridge.core.models.relational import RelationalModel
 from gnnbridge.core.models.rgcn import HeteroRGCN
 from gnnbridge.core.records.batches import MiniBatch
-from gnnbridge.core.records.folder import check_mapped_csc
 from gnnbridge.core.sampling.hetero import CoreHeteroSampler, LinkMiniBatch
 from gnnbridge.core.sampling.seeds import derived_seed
+from gnnbridge.core.storage.folder import check_mapped_csc
 
 
 def to_blocks(sub) -> list:

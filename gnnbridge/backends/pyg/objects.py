@@ -30,7 +30,7 @@ from gnnbridge.backends.graph_arrays import (
 )
 from gnnbridge.core.errors import DataError
 from gnnbridge.core.plugins import warn
-from gnnbridge.core.records.formats import edge_labels_wanted, labels_are_optional
+from gnnbridge.core.records.labels import edge_labels_wanted, labels_are_optional
 
 
 def read(obj) -> dict[str, np.ndarray] | None:

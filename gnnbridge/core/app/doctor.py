@@ -22,11 +22,11 @@ import torch
 from gnnbridge.core.app.preflight import check_before_start
 from gnnbridge.core.config import ExperimentConfig
 from gnnbridge.core.errors import DataError, GnnBridgeError
+from gnnbridge.core.host import available_memory, format_bytes, free_disk
 from gnnbridge.core.plugins import backends as backend_registry
-from gnnbridge.core.records.folder import prepared_bytes
-from gnnbridge.core.runtime.host import available_memory, format_bytes, free_disk
 from gnnbridge.core.runtime.sharing import shm_dir
 from gnnbridge.core.sampling import kernels
+from gnnbridge.core.storage.folder import prepared_bytes
 
 
 @dataclass

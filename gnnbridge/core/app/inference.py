@@ -33,20 +33,20 @@ from gnnbridge.core.errors import (
     ResourceError,
     TrainingDivergedError,
 )
+from gnnbridge.core.host import available_memory, format_bytes
 from gnnbridge.core.inference import checkpoint
 from gnnbridge.core.inference.scorer import Scorer
 from gnnbridge.core.models.build import build_model, model_dims
 from gnnbridge.core.plugins import no_code, no_downloads
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData, check_ids
-from gnnbridge.core.records.formats import labels_optional
 from gnnbridge.core.records.hetero import HeteroGraphData
-from gnnbridge.core.records.partition import on_machine
+from gnnbridge.core.records.labels import labels_optional
 from gnnbridge.core.runtime.context import DistContext
-from gnnbridge.core.runtime.host import available_memory, format_bytes
 from gnnbridge.core.runtime.jobs import detect_job
 from gnnbridge.core.runtime.launcher import interrupt_on_sigterm, launch
 from gnnbridge.core.runtime.sharing import node_shared
+from gnnbridge.core.storage.parts import on_machine
 from gnnbridge.core.tasks import retrieval
 from gnnbridge.core.tasks.retrieval import import_faiss
 

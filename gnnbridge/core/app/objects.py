@@ -35,8 +35,8 @@ from gnnbridge.core.config import Task
 from gnnbridge.core.errors import ConfigError, OutputPathError
 from gnnbridge.core.models import instance
 from gnnbridge.core.plugins import backends, families, get_target, graph_readers
-from gnnbridge.core.records.formats import graph_from_arrays, reading_edge_labels
-from gnnbridge.core.records.labels import label_form
+from gnnbridge.core.records.labels import label_form, reading_edge_labels
+from gnnbridge.core.storage.formats import graph_from_arrays
 
 FOLDER = "in-memory"
 # What each file this process wrote (or found written) for a graph object was made from, so that

@@ -22,21 +22,21 @@ import os
 
 import torch
 
-from gnnbridge.core.app.linkcache import folder_link_task
 from gnnbridge.core.app.objects import made_from, reading_as
 from gnnbridge.core.config import DeviceChoice, EvalMode, ExperimentConfig, SamplerKind, Task
 from gnnbridge.core.config.values import parse_size
 from gnnbridge.core.contracts.targets import Target
 from gnnbridge.core.errors import BackendUnavailableError, ConfigError, DataError, ResourceError
+from gnnbridge.core.host import available_memory, format_bytes, free_disk
 from gnnbridge.core.models.build import build_model, check_heterogeneous, count_parameters, injected_reads, model_dims
 from gnnbridge.core.models.build import resolve as resolve_model
 from gnnbridge.core.plugins import PluginError, backends, blame, datasets, families, get_target, warn
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData
 from gnnbridge.core.records.hetero import HeteroGraphData, HeteroSource, edge_name, find_edge_type
-from gnnbridge.core.runtime.host import available_memory, format_bytes, free_disk
 from gnnbridge.core.sampling.build import BACKEND_KINDS, check_hetero_kind, check_kind
 from gnnbridge.core.sampling.hetero import typed_fanouts
+from gnnbridge.core.storage.linkcache import folder_link_task
 from gnnbridge.core.tasks import for_edge_task, for_link_task, for_node_task, homogeneous_source, no_edge_labels
 from gnnbridge.core.training.loggers import check_loggers
 
@@ -495,7 +495,7 @@ def for_task(config: ExperimentConfig, data):
     A task record derived from a memory-mapped one holds the source's mapped features and mapped
     topology: a node task's is the CSC files prepare wrote; a link task's (which holds edges out
     by seed) is built through the disk into the folder by the first process that needs it and
-    mapped by every other (:mod:`gnnbridge.core.app.linkcache`). It travels to the ranks as
+    mapped by every other (:mod:`gnnbridge.core.storage.linkcache`). It travels to the ranks as
     "reopen the source, derive again with this config" (deterministic given the seed), so
     nothing mapped is copied. Topology built in memory (a source that is not a prepared folder,
     or a link task of a read-only folder that lacks its cache) is each rank's own copy."""

@@ -31,7 +31,6 @@ from gnnbridge.core.config import ExperimentConfig
 from gnnbridge.core.errors import ConfigError, GnnBridgeError
 from gnnbridge.core.plugins import backends
 from gnnbridge.core.records.data import LabelledRecord
-from gnnbridge.core.records.partition import on_machine
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.runtime.jobs import JobEnv, detect_job
 from gnnbridge.core.runtime.launcher import (
@@ -42,6 +41,7 @@ from gnnbridge.core.runtime.launcher import (
     server_forked_from_here,
 )
 from gnnbridge.core.runtime.sharing import node_shared
+from gnnbridge.core.storage.parts import on_machine
 from gnnbridge.core.training.trainer import RANK_MODULES, Trainer
 
 

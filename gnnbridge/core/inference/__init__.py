@@ -7,6 +7,6 @@ and step timings (:mod:`.phases`); and a trained model scored without an optimiz
 or loggers (:mod:`.scorer`), what ``gnnbridge evaluate`` and ``predict`` run. Training and
 inference score with the same code, so their numbers agree by construction.
 
-May import: ``errors``, ``records``, ``config``, ``contracts``, ``tasks``, ``plugins``,
-``runtime``, ``sampling``, ``models``.
+May import: ``errors``, ``host``, ``records``, ``config``, ``contracts``, ``tasks``, ``storage``,
+``plugins``, ``runtime``, ``sampling``, ``models``.
 """

@@ -24,9 +24,9 @@ import numpy as np
 import torch
 
 from gnnbridge.core.errors import ResourceError
+from gnnbridge.core.host import available_memory, format_bytes
 from gnnbridge.core.records.features import advise
 from gnnbridge.core.runtime.context import DistContext
-from gnnbridge.core.runtime.host import available_memory, format_bytes
 
 # auto: on disk when the in-memory layers of a machine's ranks would take more than this share
 # of the memory still free (the rest is for the batches, the model and the page cache).

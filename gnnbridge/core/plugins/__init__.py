@@ -14,7 +14,8 @@ The names callers need are re-exported here; a test reaching into the manager's 
 :mod:`.manager` itself.
 
 May import: ``errors``, ``config`` and ``contracts`` (the hook specs): plugins are described by
-the contracts, and every layer above asks the registries for them.
+the contracts, and every layer above asks the registries for them; ``records`` and ``storage``
+(a dataset plugin's arrays become a record by the file format's rules).
 """
 
 from gnnbridge.core.plugins.commands import extend_cli

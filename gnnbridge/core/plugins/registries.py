@@ -22,7 +22,7 @@ from gnnbridge.core.errors import ConfigError, unknown_name
 from gnnbridge.core.plugins import manager
 from gnnbridge.core.plugins.faults import PluginError, blame, describe, is_plugin_fault, stdout_to_stderr
 from gnnbridge.core.plugins.manager import ENV_LOAD, load_plugins, plugin_failed
-from gnnbridge.core.records.formats import graph_from_arrays
+from gnnbridge.core.storage.formats import graph_from_arrays
 
 
 @dataclass

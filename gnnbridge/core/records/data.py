@@ -41,7 +41,7 @@ class LabelledRecord(Mapped):
     those items, ``num_classes``; and moving all of it to shared memory."""
 
     item_name = "item"
-    # Set on a record opened from a prepared folder (gnnbridge.core.records.folder); how it
+    # Set on a record opened from a prepared folder (gnnbridge.core.storage.folder); how it
     # opens again in another process is ``mapped_from`` (see core/records/mapped.py).
     folder = None
     # False: a graph handed to ``predict`` without labels (:meth:`GraphData.for_prediction`): its

@@ -14,13 +14,13 @@ A :class:`HeteroSource` is the graph before a task is chosen.
 
 Like the homogeneous records, this one is built once per machine, validated in
 ``__post_init__``, moved to shared memory and attached by every rank. From a prepared folder
-(:mod:`gnnbridge.core.records.folder`) a node task is not built: ``gnnbridge prepare`` wrote
+(:mod:`gnnbridge.core.storage.folder`) a node task is not built: ``gnnbridge prepare`` wrote
 each edge type's CSC (and each ``rev_`` type's, for ``dataset.reverse_edges``), and the record
 maps those files read-only, so a machine's ranks share them through the page cache. A link
 task's topology depends on the seed and the ``link`` settings (which edges it holds out, and so
 which pass messages), so prepare cannot write it ahead: the first run that needs it builds it
 through the disk into the folder, and every later run and rank maps it
-(:mod:`gnnbridge.core.app.linkcache`); from a read-only folder it is built in each rank's memory.
+(:mod:`gnnbridge.core.storage.linkcache`); from a read-only folder it is built in each rank's memory.
 """
 
 from __future__ import annotations
@@ -557,7 +557,7 @@ class HeteroSource(Mapped):
     edge_attr: dict | None = None  # {edge type: float32 [E, D]} a row per edge, in the order given
     held_out_negatives: tuple | None = None  # (val, test) negatives the dataset brings (OGB's)
     negatives_protocol: str = "per-edge"  # how they rank: per-edge [E, K] or shared [2, M] pairs
-    # Set by a prepared folder (gnnbridge.core.records.folder): {edge type: (indptr, edges sorted
+    # Set by a prepared folder (gnnbridge.core.storage.folder): {edge type: (indptr, edges sorted
     # by destination [2, E])}, memory-mapped, for every edge type and its rev_ type; and the
     # class count prepare found. A node task then maps its topology instead of building it.
     topology: dict[EdgeType, tuple[torch.Tensor, torch.Tensor]] | None = None

@@ -11,7 +11,7 @@ A task predicts one of three kinds of target (the config's ``target``, a task ob
 The width is what the record calls ``num_classes``: the model's output columns.
 
 Which form a graph's labels take is a context, not a parameter, as
-:func:`~gnnbridge.core.records.formats.labels_optional` is: a graph passes through a dataset
+:func:`labels_optional` is: a graph passes through a dataset
 plugin's loader, whose signature is public and knows nothing of the run's target. Records built
 outside a :func:`label_form` block read their labels as classes, as they always did.
 """
@@ -28,6 +28,61 @@ from gnnbridge.core.errors import DataError
 
 FORMS = ("class", "multilabel", "regression")
 _FORM: contextvars.ContextVar[str] = contextvars.ContextVar("label_form", default="class")
+
+
+# The class count of the model that will score a graph without labels, while ``predict`` opens
+# one (None: labels are required, as training and evaluation need them). A context, not a
+# parameter: the graph passes through a dataset plugin's loader, whose signature is public.
+_UNLABELLED_CLASSES: contextvars.ContextVar[int | None] = contextvars.ContextVar("unlabelled_classes", default=None)
+
+
+# Whether a library's graph object is read for an edge task, whose labels (``edge_label`` ...)
+# its readers then take from the edges; read for another task, the edges' labels are left alone
+# (they might not even suit that task's label form). A context for the reason above.
+_EDGE_LABELS: contextvars.ContextVar[bool] = contextvars.ContextVar("edge_labels", default=False)
+
+
+@contextlib.contextmanager
+def reading_edge_labels(wanted: bool) -> Iterator[None]:
+    """Inside: the graph readers take an edge task's labels and splits from the edges."""
+    with scoped(_EDGE_LABELS, wanted):
+        yield
+
+
+def edge_labels_wanted() -> bool:
+    return _EDGE_LABELS.get()
+
+
+# The edge type whose edges an edge task's model scores ("src,rel,dst"), while predict opens a
+# graph that may not label them (see labels_optional).
+_UNLABELLED_EDGES: contextvars.ContextVar[str | None] = contextvars.ContextVar("unlabelled_edges", default=None)
+
+
+@contextlib.contextmanager
+def labels_optional(num_classes: int | None, target_edge: str | None = None) -> Iterator[None]:
+    """Inside: a homogeneous graph for node classification may come without labels (``y``); it
+    opens as a record of ``num_classes`` classes, all-zero placeholder labels and empty splits,
+    marked ``labelled = False`` (what ``predict`` on a new graph needs, and nothing else may
+    read its labels). ``num_classes`` None: labels stay required. Read for an edge task
+    (:func:`reading_edge_labels`), a graph may come without edge labels the same way: those of
+    ``target_edge`` (a typed graph's, ``src,rel,dst``) are then placeholders (:func:`unlabelled_edges`)."""
+    with scoped(_UNLABELLED_CLASSES, num_classes), scoped(_UNLABELLED_EDGES, target_edge):
+        yield
+
+
+def labels_are_optional() -> bool:
+    """Whether a graph reader may leave out a graph's node labels here (see :func:`labels_optional`)."""
+    return _UNLABELLED_CLASSES.get() is not None
+
+
+def unlabelled_width() -> int | None:
+    """The model's output width while labels are optional (see :func:`labels_optional`)."""
+    return _UNLABELLED_CLASSES.get()
+
+
+def unlabelled_target() -> str | None:
+    """The edge type ("src,rel,dst") an edge task's model scores while labels are optional."""
+    return _UNLABELLED_EDGES.get()
 
 
 @contextlib.contextmanager

@@ -36,10 +36,10 @@ from pathlib import Path
 import torch
 
 from gnnbridge.core.errors import DataError
+from gnnbridge.core.host import format_bytes
 from gnnbridge.core.records.data import LabelledRecord
 from gnnbridge.core.records.hetero import HeteroGraphData
 from gnnbridge.core.runtime.context import DistContext
-from gnnbridge.core.runtime.host import format_bytes
 
 
 def node_shared(ctx: DistContext, load: Callable[[], LabelledRecord]) -> LabelledRecord:

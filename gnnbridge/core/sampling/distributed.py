@@ -10,7 +10,7 @@ machine group must sample the same number of batches, empty ones included, which
 schedule (:func:`machine_batches`) guarantees.
 
 Layout: machine ``m`` owns global ids ``[bounds[m], bounds[m + 1])``
-(:class:`~gnnbridge.core.records.partition.Partition`). The ranks with the same local rank on
+(:class:`~gnnbridge.core.storage.parts.Partition`). The ranks with the same local rank on
 every machine form one exchange group of ``K`` ranks; a rank asks its peer on the owning
 machine, which answers from the part its machine maps (the machine's ranks share those pages).
 A round sends each peer the ids it owns (its own included: a copy, not a transfer), then the
@@ -175,7 +175,7 @@ class Rows:
 class PartitionSampler(NeighborSampler):
     """The core neighbour sampler over one relation of a part: the part's own CSC (global source
     ids) for its nodes, the owners for the others' (see the module). ``part``: the destination
-    nodes' :class:`~gnnbridge.core.records.partition.Partition` (its edge ranges the relation's);
+    nodes' :class:`~gnnbridge.core.storage.parts.Partition` (its edge ranges the relation's);
     ``num_src``: the source nodes of every machine."""
 
     def __init__(
@@ -192,7 +192,7 @@ class PartitionSampler(NeighborSampler):
 
     @classmethod
     def of(cls, data, fanouts: list[int], exchange: Exchange) -> PartitionSampler:
-        """The sampler of a homogeneous graph's part (:class:`~gnnbridge.core.records.partition.PartGraph`)."""
+        """The sampler of a homogeneous graph's part (:class:`~gnnbridge.core.storage.parts.PartGraph`)."""
         part = data.partition
         edge_attr = getattr(data, "edge_attr", None)
         return cls(data.indptr, data.indices, part, fanouts, exchange, part.num_nodes, data.x, edge_attr)

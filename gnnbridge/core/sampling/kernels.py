@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from gnnbridge.core.compiled import numba, parallel_launch, signals_deferred, threads
-from gnnbridge.core.records.folder import TopologyError
+from gnnbridge.core.storage.folder import TopologyError
 
 GOLDEN = -7046029254386353131  # 0x9E3779B97F4A7C15 as int64
 MIX1 = -4658895280553007687  # 0xBF58476D1CE4E5B9

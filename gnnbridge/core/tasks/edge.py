@@ -22,7 +22,6 @@ import torch
 
 from gnnbridge.core.errors import ConfigError, DataError
 from gnnbridge.core.records.data import check_ids, random_split
-from gnnbridge.core.records.formats import unlabelled_width
 from gnnbridge.core.records.hetero import (
     HOMOGENEOUS_EDGE,
     EdgeType,
@@ -32,7 +31,7 @@ from gnnbridge.core.records.hetero import (
     message_passing_features,
     reverse_types,
 )
-from gnnbridge.core.records.labels import current_form, width
+from gnnbridge.core.records.labels import current_form, unlabelled_width, width
 from gnnbridge.core.tasks.link import message_passing
 from gnnbridge.core.tasks.pairs import find_pairs, mirror_ids
 

@@ -14,7 +14,7 @@ the same seed, and every positive of the split is scored against all of them. Tr
 are kept out of their own neighbourhood by the sampler (it excludes a batch's seed edges and their
 reverses, see :mod:`gnnbridge.core.sampling.hetero`), which is why the record maps each target
 edge to its reverse edge. A run on a prepared folder builds the same arrays through the disk
-instead (:mod:`gnnbridge.core.app.linkcache`, tested equal).
+instead (:mod:`gnnbridge.core.storage.linkcache`, tested equal).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def for_link_task(
     protocol: str = "per-edge",
 ) -> HeteroGraphData:
     """The link-prediction record, built in memory (:func:`link_task`). A run on a prepared
-    folder maps a cache of it instead (:mod:`gnnbridge.core.app.linkcache`), except from a
+    folder maps a cache of it instead (:mod:`gnnbridge.core.storage.linkcache`), except from a
     read-only folder whose cache no run could write yet, which lands here too."""
     target = source.link_target(edge_type)
     held_out = source.held_out if target == source.target_edge else None
@@ -204,7 +204,7 @@ def shared_negatives(
     order from ``gen``. ``edges`` bounds the distinct pairs ``is_edge`` knows as edges (the distinct
     target pairs, plus the held-out pairs a dataset brought: both builds count them alike, so both
     refuse alike; the draw needs ``count`` within the pairs that are not edges to end). The
-    on-disk build (:mod:`gnnbridge.core.app.linkcache`) calls it with its own ``is_edge``."""
+    on-disk build (:mod:`gnnbridge.core.storage.linkcache`) calls it with its own ``is_edge``."""
     n_src, n_dst, same = num_nodes[target[0]], num_nodes[target[2]], target[0] == target[2]
     room = shared_capacity(n_src, n_dst, same, edges)
     if count > room:

@@ -46,12 +46,12 @@ from pathlib import Path
 
 import numpy as np
 
-from gnnbridge.core.app.prepare import chunk_bytes, full_disk, write_array
 from gnnbridge.core.compiled import signals_deferred
 from gnnbridge.core.errors import ConfigError, DataError
 from gnnbridge.core.files import PARTIAL, partial_name, replace, taking_turns
+from gnnbridge.core.host import available_memory
 from gnnbridge.core.records.data import random_split
-from gnnbridge.core.records.folder import (
+from gnnbridge.core.storage.folder import (
     CSC_EDGE_ATTR,
     CSC_EDGES,
     CSC_INDPTR,
@@ -60,27 +60,19 @@ from gnnbridge.core.records.folder import (
     read_manifest,
     stat_input,
 )
-from gnnbridge.core.records.formats import EDGE_LABEL
-from gnnbridge.core.records.partition import (
+from gnnbridge.core.storage.formats import EDGE_LABEL
+from gnnbridge.core.storage.parts import (
     PART_FILE,
     PARTITION_FILE,
     PARTITIONS,
     part_folder,
     partition_folder_of,
 )
-from gnnbridge.core.runtime.host import available_memory
-from gnnbridge.core.runtime.launcher import undone_on_stop
+from gnnbridge.core.storage.prepare import chunk_bytes, full_disk, write_array
 
 FORMAT = 1
 METHODS = ("auto", "metis", "stream")
 STREAM_SLACK = 0.05  # the streaming method fills a part to at most 5% above the mean
-
-
-def partition_command(path: str, parts: int, method: str = "auto", seed: int = 0, progress: bool = True) -> dict:
-    """:func:`partition` as the command runs it: a stop signal (Ctrl-C, SIGTERM, SIGHUP) undoes
-    what it wrote, and says so."""
-    with undone_on_stop("the parts this partition wrote were removed", f"gnnbridge partition {path} --parts {parts}"):
-        return partition(path, parts, method, seed, progress)
 
 
 def partition(path: str | os.PathLike, parts: int, method: str = "auto", seed: int = 0, progress: bool = True) -> dict:

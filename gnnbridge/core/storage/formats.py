@@ -1,14 +1,10 @@
 """The dataset file format, in one place: which arrays a graph is made of, with their dtypes and
 dimensions, for a ``.npz`` file and for a folder of ``.npy`` files alike (one file per member,
-same names). Core reads folders (:mod:`.folder`, :mod:`gnnbridge.core.app.prepare`) and the ``npz`` plugin reads
+same names). Core reads folders (:mod:`.folder`, :mod:`gnnbridge.core.storage.prepare`) and the ``npz`` plugin reads
 files; both check arrays against these tables and say what is wrong in the same words.
 """
 
 from __future__ import annotations
-
-import contextlib
-import contextvars
-from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -17,7 +13,15 @@ from gnnbridge.core.errors import DataError
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData, random_split
 from gnnbridge.core.records.hetero import HOMOGENEOUS_EDGE, HeteroSource, edge_source
-from gnnbridge.core.records.labels import check_form, current_form, placeholder, scoped
+from gnnbridge.core.records.labels import (
+    check_form,
+    current_form,
+    edge_labels_wanted,
+    labels_are_optional,
+    placeholder,
+    unlabelled_target,
+    unlabelled_width,
+)
 
 NPZ_REQUIRED = {"edge_index": (np.int64, 2), "x": (np.float32, 2), "y": (np.int64, 1)}
 NPZ_SPLITS = ("train_idx", "val_idx", "test_idx")
@@ -136,60 +140,10 @@ def missing_arrays(where, missing: list[str]) -> DataError:
     )
 
 
-# The class count of the model that will score a graph without labels, while ``predict`` opens
-# one (None: labels are required, as training and evaluation need them). A context, not a
-# parameter: the graph passes through a dataset plugin's loader, whose signature is public.
-_UNLABELLED_CLASSES: contextvars.ContextVar[int | None] = contextvars.ContextVar("unlabelled_classes", default=None)
-
-
-# Whether a library's graph object is read for an edge task, whose labels (``edge_label`` ...)
-# its readers then take from the edges; read for another task, the edges' labels are left alone
-# (they might not even suit that task's label form). A context for the reason above.
-_EDGE_LABELS: contextvars.ContextVar[bool] = contextvars.ContextVar("edge_labels", default=False)
-
-
-@contextlib.contextmanager
-def reading_edge_labels(wanted: bool) -> Iterator[None]:
-    """Inside: the graph readers take an edge task's labels and splits from the edges."""
-    with scoped(_EDGE_LABELS, wanted):
-        yield
-
-
-def edge_labels_wanted() -> bool:
-    return _EDGE_LABELS.get()
-
-
-# The edge type whose edges an edge task's model scores ("src,rel,dst"), while predict opens a
-# graph that may not label them (see labels_optional).
-_UNLABELLED_EDGES: contextvars.ContextVar[str | None] = contextvars.ContextVar("unlabelled_edges", default=None)
-
-
-@contextlib.contextmanager
-def labels_optional(num_classes: int | None, target_edge: str | None = None) -> Iterator[None]:
-    """Inside: a homogeneous graph for node classification may come without labels (``y``); it
-    opens as a record of ``num_classes`` classes, all-zero placeholder labels and empty splits,
-    marked ``labelled = False`` (what ``predict`` on a new graph needs, and nothing else may
-    read its labels). ``num_classes`` None: labels stay required. Read for an edge task
-    (:func:`reading_edge_labels`), a graph may come without edge labels the same way: those of
-    ``target_edge`` (a typed graph's, ``src,rel,dst``) are then placeholders (:func:`unlabelled_edges`)."""
-    with scoped(_UNLABELLED_CLASSES, num_classes), scoped(_UNLABELLED_EDGES, target_edge):
-        yield
-
-
-def labels_are_optional() -> bool:
-    """Whether a graph reader may leave out a graph's node labels here (see :func:`labels_optional`)."""
-    return _UNLABELLED_CLASSES.get() is not None
-
-
-def unlabelled_width() -> int | None:
-    """The model's output width while labels are optional (see :func:`labels_optional`)."""
-    return _UNLABELLED_CLASSES.get()
-
-
 def unlabelled_graph(where, tensors: dict[str, torch.Tensor], name: str) -> GraphData:
     """The record of a graph handed over without labels, for prediction only (see :func:`labels_optional`)."""
     try:
-        return GraphData.for_prediction(tensors["edge_index"], tensors["x"], _UNLABELLED_CLASSES.get(), name)
+        return GraphData.for_prediction(tensors["edge_index"], tensors["x"], unlabelled_width(), name)
     except DataError as exc:
         raise DataError(f"{where}: {exc}") from None
 
@@ -200,7 +154,7 @@ def unlabelled_edges(source: HeteroSource) -> HeteroSource:
     no splits, ``labelled`` False. A source that labels its edges is returned as it is."""
     if source.edge_y is not None or not (edge_labels_wanted() and labels_are_optional()):
         return source
-    wanted = _UNLABELLED_EDGES.get()
+    wanted = unlabelled_target()
     target = HOMOGENEOUS_EDGE if list(source.edges) == [HOMOGENEOUS_EDGE] else None
     if target is None and wanted is not None:
         target = next((et for et in source.edges if ",".join(et) == wanted), None)
@@ -209,7 +163,7 @@ def unlabelled_edges(source: HeteroSource) -> HeteroSource:
             f"no ({wanted or 'labelled'}) edges, the edge type this run's model scores; give a graph that has them."
         )
     count = int(source.edges[target].shape[1])
-    source.edge_y, source.target_edge = placeholder(count, _UNLABELLED_CLASSES.get(), current_form()), target
+    source.edge_y, source.target_edge = placeholder(count, unlabelled_width(), current_form()), target
     source.labelled = False
     return source
 

@@ -11,7 +11,7 @@ their record, see :func:`~gnnbridge.core.app.preflight.rederive`), finds it buil
 read-only, so a machine's ranks share it through the page cache and a topology larger than
 memory trains.
 
-The build reads the edges a chunk at a time (:func:`~gnnbridge.core.app.prepare.chunk_bytes`)
+The build reads the edges a chunk at a time (:func:`~gnnbridge.core.storage.prepare.chunk_bytes`)
 and gives exactly the arrays of :func:`~gnnbridge.core.tasks.link.link_task` (tested tensor
 for tensor): the distinct pairs by an external sort (sorted runs on disk, merged), the
 val and test pairs drawn from ``random_split``'s permutation, the train pairs by a chunked scan
@@ -38,11 +38,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import gnnbridge.core.app.prepare as preparing
+import gnnbridge.core.storage.prepare as preparing
 from gnnbridge.core.errors import DataError, ResourceError
 from gnnbridge.core.files import PARTIAL, replace, taking_turns
 from gnnbridge.core.records.data import GraphData, held_out_split
-from gnnbridge.core.records.folder import MANIFEST, PREPARED, advise_uncacheable, mapped
 from gnnbridge.core.records.hetero import (
     HOMOGENEOUS_EDGE,
     REVERSE_PREFIX,
@@ -53,6 +52,7 @@ from gnnbridge.core.records.hetero import (
     find_edge_type,
     reverse_types,
 )
+from gnnbridge.core.storage.folder import MANIFEST, PREPARED, advise_uncacheable, mapped
 from gnnbridge.core.tasks import check_pairs, distinct_pairs, negative_destinations, shared_negatives
 
 FORMAT = 1
@@ -439,7 +439,7 @@ class _Task:
 
 class _Files:
     """The cache's arrays, each written under a temporary name and renamed (prepare's
-    :func:`~gnnbridge.core.app.prepare.write_array`), recorded in ``arrays`` as the folder's
+    :func:`~gnnbridge.core.storage.prepare.write_array`), recorded in ``arrays`` as the folder's
     manifest records its arrays (paths relative to the folder)."""
 
     def __init__(self, root: Path, cache: Path, arrays: dict):

@@ -10,7 +10,7 @@ is built by a stable counting sort over chunks of ``edge_index`` into memory-map
 ``.npz``'s), and so is a heterogeneous graph's, per edge type and per ``rev_`` type (what
 ``dataset.reverse_edges`` adds), for its node tasks (link tasks hold edges out by seed, and
 build their topology at load); features are converted to float16 or bfloat16 when asked. The
-manifest (:mod:`gnnbridge.core.records.folder`) is written last, so a folder without one is
+manifest (:mod:`gnnbridge.core.storage.folder`) is written last, so a folder without one is
 never used half-prepared.
 
 Every derived file is written under a temporary name, its space reserved up front
@@ -36,8 +36,11 @@ import torch
 
 from gnnbridge.core.errors import ConfigError, DataError, ResourceError
 from gnnbridge.core.files import PARTIAL, fsync_file, partial_name, remove_partial, replace, replacing, taking_turns
+from gnnbridge.core.host import available_memory
 from gnnbridge.core.records.data import check_ids
-from gnnbridge.core.records.folder import (
+from gnnbridge.core.records.hetero import edge_name, reverse_types
+from gnnbridge.core.records.labels import infer_num_classes, label_form
+from gnnbridge.core.storage.folder import (
     CSC_EDGE_ATTR,
     CSC_INDPTR,
     FORMAT,
@@ -49,7 +52,7 @@ from gnnbridge.core.records.folder import (
     read_manifest,
     stat_input,
 )
-from gnnbridge.core.records.formats import (
+from gnnbridge.core.storage.formats import (
     EDGE_ATTR,
     EDGE_LABEL,
     EDGE_SPLITS,
@@ -64,9 +67,7 @@ from gnnbridge.core.records.formats import (
     missing_members,
     typed_keys,
 )
-from gnnbridge.core.records.hetero import edge_name, reverse_types
-from gnnbridge.core.records.labels import infer_num_classes, label_form
-from gnnbridge.core.runtime.host import available_memory
+from gnnbridge.core.storage.npy import read_header
 
 DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}  # bfloat16 stored as uint16
 FLOAT16_MAX = float(np.finfo(np.float16).max)
@@ -245,11 +246,7 @@ def open_checked(root: Path, key: str, file: Path, spec: tuple) -> np.ndarray:
     """``file`` memory-mapped read-only, its header checked (dtype, dimensions) before any data."""
     try:
         with open(file, "rb") as f:
-            version = np.lib.format.read_magic(f)
-            read = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
-            if version not in read:
-                raise ValueError(f"npy format version {version}")
-            shape, _, found = read[version](f)
+            shape, _, found = read_header(f)
     except (OSError, ValueError, EOFError) as exc:
         raise DataError(
             f"{root}: {key} ({file.name}) is not a numpy array ({str(exc)[:100]}); save arrays with numpy.save."

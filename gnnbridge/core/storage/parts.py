@@ -25,7 +25,6 @@ import torch
 
 from gnnbridge.core.errors import ConfigError, DataError
 from gnnbridge.core.records.data import GraphData
-from gnnbridge.core.records.folder import SPLITS, advise_uncacheable, folder_labels, mapped, stat_input
 from gnnbridge.core.records.hetero import (
     REVERSE_PREFIX,
     EdgeType,
@@ -34,6 +33,7 @@ from gnnbridge.core.records.hetero import (
     edge_name,
 )
 from gnnbridge.core.records.labels import current_form, label_form
+from gnnbridge.core.storage.folder import SPLITS, advise_uncacheable, folder_labels, mapped, stat_input
 
 PARTITIONS = "partitions"
 PARTITION_FILE = "partition.json"

@@ -33,17 +33,22 @@ from gnnbridge.core.errors import DataError, DataFileNotFoundError
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData, random_split
 from gnnbridge.core.records.features import advise
-from gnnbridge.core.records.formats import (
+from gnnbridge.core.records.labels import (
+    classes_under,
+    current_form,
+    edge_labels_wanted,
+    label_form,
+    reading_edge_labels,
+    stored,
+)
+from gnnbridge.core.storage.formats import (
     EDGE_ATTR,
     NPZ_ARRAYS,
     as_edge_source,
     edge_labelled,
-    edge_labels_wanted,
     hetero_source,
     is_member_name,
-    reading_edge_labels,
 )
-from gnnbridge.core.records.labels import classes_under, current_form, label_form, stored
 
 FORMAT = 1
 PREPARED = "prepared"
