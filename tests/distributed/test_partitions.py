@@ -691,3 +691,16 @@ def test_two_machines_train_a_heterogeneous_graph_and_predict_their_own_nodes(tm
         seen.extend(part["node_ids"].tolist())
         np.testing.assert_allclose(part["logits"], predicted["logits"][part["node_ids"]], rtol=1e-5, atol=1e-5)
     assert sorted(seen) == list(range(predicted["logits"].shape[0]))
+
+
+def test_a_remote_cache_on_a_heterogeneous_part_is_refused_in_one_line(typed_graph, tmp_path):
+    """``placement.remote_cache`` serves a homogeneous part's rows; on a heterogeneous part it is
+    refused before any machine starts, naming the setting."""
+    from gnnbridge.core.app.preflight import load_dataset
+    from gnnbridge.core.app.resolve import resolve_config
+
+    root = _copy(typed_graph, tmp_path)
+    partition(root, 2, method="metis", progress=False)
+    config = resolve_config(dataset=str(root), overrides=["dataset.partitions=2", "placement.remote_cache=1MB"])
+    with on_machine(0, 2), pytest.raises(ConfigError, match=r"^placement.remote_cache=1MB caches a homogeneous"):
+        load_dataset(config)
