@@ -439,13 +439,12 @@ def part_layers_and_dump(ctx: DistContext, root: str, parts: int, backends: tupl
 def sample_typed_parts_and_dump(ctx: DistContext, root: str, parts: int, fanouts: list[int], out: str) -> None:
     """Rank ``r`` plays machine ``r`` of a heterogeneous graph partitioned into ``parts``: it
     samples two batches of its own labelled nodes (the second empty: it still joins every
-    exchange) across machines and saves, in the dataset's own ids, every sampled edge per
-    relation (with its feature row where the relation has them) and every fetched row, to
-    ``out/rank<r>.pt``."""
+    exchange) across machines, each hop's relations in one exchange (``True``) and one by one
+    (``False``), and saves, in the dataset's own ids, every sampled edge per relation (with its
+    feature row where the relation has them) and every fetched row, to ``out/rank<r>.pt``."""
     import torch.distributed as dist
 
     from gnnbridge.core.sampling.distributed import Exchange, PartitionHeteroSampler
-    from gnnbridge.core.sampling.seeds import epoch_generator
     from gnnbridge.core.storage.parts import open_partition
     from gnnbridge.core.tasks.node import for_node_task
 
@@ -454,8 +453,19 @@ def sample_typed_parts_and_dump(ctx: DistContext, root: str, parts: int, fanouts
     original = {t: torch.cat([p.types[t].node_ids for p in opened]) for t in data.num_nodes}
     typed = {et: list(fanouts) for et in data.edge_types}
     sampler = PartitionHeteroSampler(data, typed, Exchange(dist.group.WORLD, parts, ctx.rank))
-    generator = epoch_generator(0, 0, ctx.rank, stream=1)
     start, target = data.partition.start, data.target_node
+    saved = {}
+    for batched in (True, False):  # every relation in one exchange, and one exchange per relation
+        sampler.batched = batched
+        saved[batched] = _typed_batches(sampler, data, original, start, target)
+    saved["traffic"] = sampler.exchange.reset()
+    torch.save(saved, Path(out) / f"rank{ctx.rank}.pt")
+
+
+def _typed_batches(sampler, data, original: dict, start: int, target: str) -> list[dict]:
+    from gnnbridge.core.sampling.seeds import epoch_generator
+
+    generator = epoch_generator(0, 0, 0, stream=1)
     batches = []
     for seeds in (data.train_idx[:9], data.train_idx[:0]):
         sub = sampler.sample({target: seeds + start}, generator)
@@ -468,7 +478,7 @@ def sample_typed_parts_and_dump(ctx: DistContext, root: str, parts: int, fanouts
             edges[et] = {"src": src, "dst": dst, "attr": attr, "hops": sub.num_sampled_edges[et]}
         nodes = {t: original[t][ids] for t, ids in sub.node.items()}
         batches.append({"seeds": original[target][seeds + start], "edges": edges, "nodes": nodes, "rows": rows})
-    torch.save({"batches": batches, "traffic": sampler.exchange.reset()}, Path(out) / f"rank{ctx.rank}.pt")
+    return batches
 
 
 def typed_part_layers_and_dump(ctx: DistContext, root: str, parts: int, backends: tuple, out: str) -> None:

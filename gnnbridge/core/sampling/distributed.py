@@ -40,6 +40,7 @@ from gnnbridge.core.sampling.neighbors import NeighborSampler
 from gnnbridge.core.sampling.seeds import epoch_generator
 
 _GROUPS: dict[tuple, object] = {}
+_NO_IDS = torch.zeros(0, dtype=torch.int64)
 
 
 class Exchange:
@@ -266,6 +267,7 @@ class PartitionHeteroSampler(HeteroNeighborSampler):
     paired whatever types their own batches reach."""
 
     lockstep = True
+    batched = True
 
     def __init__(self, data, fanouts: dict, exchange: Exchange):
         self.exchange = exchange
@@ -286,6 +288,18 @@ class PartitionHeteroSampler(HeteroNeighborSampler):
         for hopper in self._hops.values():
             hopper._edge_rows = []
         return super().sample(seeds, generator)
+
+    def _draw(self, reached: dict, hop: int, generator, exclude) -> dict:
+        """Every relation's hop in one exchange (see :class:`_TypedHop`); ``batched`` False: one
+        exchange per relation, the reference the batched one is tested equal to."""
+        if not self.batched:
+            return super()._draw(reached, hop, generator, exclude)
+        keys = [kernels.draw_seed(generator) for _ in self._hops]  # in relation order, as one by one
+        began = time.perf_counter()
+        try:
+            return _TypedHop(self, reached, hop, keys).run()
+        finally:
+            self.exchange.hop_s += time.perf_counter() - began
 
     def _edge_features(self, edge_ids: dict) -> dict | None:
         return {et: h.sampled_edge_rows() for et, h in self._hops.items() if h.edge_attr is not None} or None
@@ -341,6 +355,84 @@ class PartitionedSampler(Sampler):
             sub = self._sampler.sample(seeds + start, self._generator)
             features = self._sampler.fetch(sub.node)
             yield MiniBatch(seeds, sub.node, self._to_native(sub), features=features)
+
+
+class _TypedHop:
+    """One hop of every relation of a heterogeneous part in four ``all_to_all`` rounds instead of
+    four per relation: each machine is asked once for all the frontier nodes it owns, of every
+    type (tagged by type); it samples every relation into each node's type, with each
+    relation's own key, and answers how many neighbours each node took per relation, then the
+    neighbours and edge ids, grouped by asker, then relation, then node. The asker cuts each
+    relation's edges back out and puts them in frontier order, as the one-relation hop does: the
+    sample is the same (tested), the rounds per hop do not grow with the relations. Edge
+    features, whose widths differ per relation, follow in a round per relation that has them."""
+
+    def __init__(self, sampler: PartitionHeteroSampler, reached: dict, hop: int, keys: list[int]):
+        self.sampler, self.hop, self.keys = sampler, hop, keys
+        self.types = list(sampler.rows)
+        self.frontier = [reached.get(t, _NO_IDS) for t in self.types]
+        self.offsets = [0, *torch.tensor([f.numel() for f in self.frontier]).cumsum(0).tolist()]
+        self.rels = list(sampler._hops.items())
+
+    def run(self) -> dict:
+        ex = self.sampler.exchange
+        kinds = torch.cat([torch.full((f.numel(),), i, dtype=torch.int64) for i, f in enumerate(self.frontier)])
+        owners = torch.cat([self.sampler.rows[t].part.owners(f) for t, f in zip(self.types, self.frontier)])
+        ids = torch.stack([torch.cat(self.frontier), kinds], dim=1)
+        asked, order, send, receive = ex.ask(ids, owners)
+        ex.remote_nodes += sum(send) - send[ex.me]
+        taken, answers = self._answer(asked)
+        got_taken = ex.swap(taken, receive, send)  # per node sent, per relation, in the order sent
+        asker = torch.repeat_interleave(torch.arange(ex.size), torch.tensor(receive, dtype=torch.int64))
+        at = torch.cat([a[0] for a in answers])
+        rel = torch.cat([torch.full((a[0].numel(),), r, dtype=torch.int64) for r, a in enumerate(answers)])
+        grouped = torch.argsort(asker[at] * len(self.rels) + rel, stable=True)  # by asker, relation, node
+        out_edges = torch.stack([torch.cat([a[1] for a in answers]), torch.cat([a[2] for a in answers])], 1)
+        edges_out = torch.bincount(asker[at], minlength=ex.size).tolist()
+        edges_in = [int(t.sum()) for t in got_taken.split(send)]
+        got = ex.swap(out_edges[grouped], edges_out, edges_in)
+        return self._unpack(got, got_taken, order, send, answers, asker)
+
+    def _answer(self, asked: torch.Tensor) -> tuple[torch.Tensor, list]:
+        """What this machine answers: ``taken[node asked, relation]`` and, per relation, (each
+        edge's row in ``asked``, its neighbour, its global edge id)."""
+        taken = torch.zeros((asked.shape[0], len(self.rels)), dtype=torch.int64)
+        answers = []
+        for r, (et, hopper) in enumerate(self.rels):
+            rows = (asked[:, 1] == self.types.index(et[2])).nonzero().flatten()
+            fanout = self.sampler.fanouts[et][self.hop]
+            nbr, eid, within = hopper._hop(asked[rows, 0] - hopper.start, fanout, self.keys[r])
+            taken[rows, r] = torch.bincount(within, minlength=rows.numel())
+            answers.append((rows[within], nbr, eid + hopper.edge_start, eid))
+        return taken, answers
+
+    def _unpack(self, got, got_taken, order, send, answers, asker) -> dict:
+        """Each relation's (neighbours, edge ids, index into its destinations' frontier), in
+        frontier order, cut out of ``got`` (grouped by answering machine, then relation)."""
+        ex, drawn = self.sampler.exchange, {}
+        per_peer = [t.sum(0) for t in got_taken.split(send)]  # [relations] edges from each machine
+        starts = torch.tensor([0, *[int(c.sum()) for c in per_peer]]).cumsum(0).tolist()
+        for r, (et, hopper) in enumerate(self.rels):
+            pieces = [
+                torch.arange(starts[p] + int(per_peer[p][:r].sum()), starts[p] + int(per_peer[p][: r + 1].sum()))
+                for p in range(ex.size)
+            ]
+            mine = torch.cat(pieces)
+            sent_row = torch.repeat_interleave(torch.arange(got_taken.shape[0]), got_taken[:, r])
+            position = order[sent_row] - self.offsets[self.types.index(et[2])]
+            back = torch.argsort(position, stable=True)  # frontier order, as the backends' CSC reads it
+            if hopper.edge_attr is not None:
+                coming = [int(c[r]) for c in per_peer]
+                hopper._edge_rows.append(self._edge_rows(hopper, answers[r], asker, coming)[back])
+            drawn[et] = (got[mine, 0][back], got[mine, 1][back], position[back])
+        return drawn
+
+    def _edge_rows(self, hopper, answer, asker, coming: list[int]) -> torch.Tensor:
+        """The relation's edge feature rows, sent by the machines that sampled them (``coming``
+        from each), in the order the asker cut the relation's edges (by machine, then node)."""
+        peers = asker[answer[0]]  # already grouped by asker: the answer's rows are in asked order
+        out = torch.bincount(peers, minlength=self.sampler.exchange.size).tolist()
+        return self.sampler.exchange.swap(gather_rows(hopper.edge_attr, answer[3]), out, coming)
 
 
 class PartitionedHeteroSampler(Sampler):

@@ -145,15 +145,14 @@ class HeteroNeighborSampler:
             added: dict[str, int] = {}
             # The last hop's nodes of each type, cut once per hop (every relation into a type reads them).
             reached = {t: torch.cat(nodes[t])[start:end] for t, (start, end) in frontier.items()}
-            for et, hopper in self._hops.items():
+            drawn = self._draw(reached, hop, generator, exclude)
+            for et in self._hops:
                 s, _, d = et
-                if d not in frontier and not self.lockstep:
+                if et not in drawn:
                     per_hop_edges[et].append(0)
                     continue
-                start, dst_ids = (frontier[d][0], reached[d]) if d in frontier else (count.get(d, 0), _NO_IDS)
-                nbr, eid, owner = hopper._sample_hop(dst_ids, self.fanouts[et][hop], generator)
-                if exclude is not None and et in exclude and nbr.numel():
-                    nbr, eid, owner = self._without(et, exclude[et], dst_ids, (nbr, eid, owner), hop, generator)
+                nbr, eid, owner = drawn[et]
+                start = frontier[d][0] if d in frontier else count.get(d, 0)
                 known = count.get(s, 0)
                 new, src_local = NeighborSampler._relabel(torch.empty(known, dtype=torch.int64), nbr, self._maps[s])
                 if new.numel():
@@ -184,6 +183,22 @@ class HeteroNeighborSampler:
             per_hop_edges,
             self._edge_features(edge_ids),
         )
+
+    def _draw(self, reached: dict[str, torch.Tensor], hop: int, generator, exclude) -> dict[EdgeType, tuple]:
+        """``{edge type: (neighbours, edge ids, index into its destinations' reached nodes)}`` of one
+        hop, every relation whose destination type was reached (every relation, ``lockstep``),
+        in relation order: each draws from ``generator`` in turn, its left-out edges redrawn
+        before the next relation draws."""
+        drawn = {}
+        for et, hopper in self._hops.items():
+            if et[2] not in reached and not self.lockstep:
+                continue
+            dst_ids = reached.get(et[2], _NO_IDS)
+            nbr, eid, owner = hopper._sample_hop(dst_ids, self.fanouts[et][hop], generator)
+            if exclude is not None and et in exclude and nbr.numel():
+                nbr, eid, owner = self._without(et, exclude[et], dst_ids, (nbr, eid, owner), hop, generator)
+            drawn[et] = (nbr, eid, owner)
+        return drawn
 
     def _edge_features(self, edge_ids: dict[EdgeType, torch.Tensor]) -> dict[EdgeType, torch.Tensor] | None:
         """The sampled edges' feature rows, per type that has them."""
