@@ -721,3 +721,20 @@ def test_a_remote_cache_on_a_heterogeneous_part_is_refused_in_one_line(typed_gra
     config = resolve_config(dataset=str(root), overrides=["dataset.partitions=2", "placement.remote_cache=1MB"])
     with on_machine(0, 2), pytest.raises(ConfigError, match=r"^placement.remote_cache=1MB caches a homogeneous"):
         load_dataset(config)
+
+
+@pytest.mark.parametrize("step", [7, 64, 1 << 24])
+def test_the_remote_cache_counts_a_parts_edges_a_step_at_a_time(graph, tmp_path, step):
+    """The other machines' nodes a part's edges name, and how often, are the same counted a few
+    edges at a time (steps that cut a node's in-edges) as all at once."""
+    from gnnbridge.core.sampling.distributed import PartitionSampler
+
+    root = _copy(graph, tmp_path)
+    partition(root, 3, method="metis", progress=False)
+    for m in range(3):
+        part = open_partition(root, 3, m)
+        sampler = PartitionSampler.of(part, [2], exchange=None)
+        sources = part.indices
+        whole = torch.unique(sources[part.partition.owners(sources) != m], return_counts=True)
+        ids, counts = sampler.remote_counts(step)
+        assert ids.numel() > 0 and torch.equal(ids, whole[0]) and torch.equal(counts, whole[1])

@@ -40,6 +40,7 @@ from gnnbridge.core.sampling.neighbors import NeighborSampler
 from gnnbridge.core.sampling.seeds import epoch_generator
 
 _GROUPS: dict[tuple, object] = {}
+COUNT_STEP = 1 << 24  # edges counted at a time for the remote cache (128 MiB of int64 ids)
 _NO_IDS = torch.zeros(0, dtype=torch.int64)
 
 
@@ -251,13 +252,23 @@ class PartitionSampler(NeighborSampler):
         """``{"ids", "rows"}``: the rows of the other machines' nodes this part's edges name most
         often, as many as ``budget`` bytes of float32 rows hold, fetched from their owners (one
         exchange: every machine's rank of this group builds its cache at once)."""
-        sources = self.indices
-        remote = sources[self.part.owners(sources) != self.part.part]
-        ids, counts = torch.unique(remote, return_counts=True)
+        ids, counts = self.remote_counts()
         keep = max(0, budget // (4 * self.rows.x.shape[1]))
         ids = ids[torch.argsort(counts, descending=True, stable=True)[:keep]].sort().values
         rows = self.fetch(ids)
         return {"ids": ids, "rows": rows}
+
+    def remote_counts(self, step: int = COUNT_STEP) -> tuple[torch.Tensor, torch.Tensor]:
+        """The other machines' nodes this part's edges name (sorted) and how often each, counted
+        ``step`` edges at a time: the memory is the distinct remote nodes and one step of the
+        (mapped) edge list, never the part's edges at once."""
+        ids, counts = torch.zeros(0, dtype=torch.int64), torch.zeros(0, dtype=torch.int64)
+        for start in range(0, self.indices.numel(), step):
+            chunk = torch.as_tensor(self.indices[start : start + step])
+            found, found_counts = torch.unique(chunk[self.part.owners(chunk) != self.part.part], return_counts=True)
+            ids, where = torch.unique(torch.cat([ids, found]), return_inverse=True)
+            counts = torch.zeros(ids.numel(), dtype=torch.int64).index_add_(0, where, torch.cat([counts, found_counts]))
+        return ids, counts
 
 
 class PartitionHeteroSampler(HeteroNeighborSampler):
