@@ -30,15 +30,7 @@ class PartitionedLayerwise(LayerwiseEvaluator):
     """:class:`LayerwiseEvaluator` over a machine's part (see the module)."""
 
     def _evaluate(self, model: GNNModel, splits: tuple[str, ...]) -> dict[str, float]:
-        logits = self.full_logits(model)  # this machine's nodes, on every rank of the machine
-        metrics: dict[str, float] = {}
-        ctx = self.ctx
-        for split in splits:
-            idx = torch.tensor_split(self.data.split(split), ctx.local_world_size)[ctx.local_rank]
-            scores = self.target.scores(self.data.num_classes)
-            scores.update(logits[idx], self.data.y[idx].to(logits.device))
-            metrics.update(scores.reduce(ctx).as_metrics(split))
-        return metrics
+        return machine_scores(self, self.full_logits(model), splits)  # this machine's nodes, every rank of it
 
     @torch.no_grad()
     def full_logits(self, model: GNNModel) -> torch.Tensor:
@@ -79,15 +71,21 @@ class PartitionedTypedLayerwise(TypedLayerwiseEvaluator):
             return inner.classify(h.to(self.ctx.device)).float().cpu()
 
     def _evaluate(self, model: torch.nn.Module, splits: tuple[str, ...]) -> dict[str, float]:
-        logits = self._predict(model)
-        metrics: dict[str, float] = {}
-        ctx = self.ctx
-        for split in splits:  # each rank scores a share of its machine's members: every node once
-            idx = torch.tensor_split(self.data.split(split), ctx.local_world_size)[ctx.local_rank]
-            scores = self.target.scores(self.data.num_classes)
-            scores.update(logits[idx], self.data.y[idx])
-            metrics.update(scores.reduce(ctx).as_metrics(split))
-        return metrics
+        return machine_scores(self, self._predict(model), splits)
+
+
+def machine_scores(ev: Evaluator, logits: torch.Tensor, splits: tuple[str, ...]) -> dict[str, float]:
+    """The splits' metrics from ``logits`` of this machine's nodes (on every rank of it): each
+    rank scores a share of its machine's members, and the counts are summed over the job, so
+    every node counts once."""
+    metrics: dict[str, float] = {}
+    ctx = ev.ctx
+    for split in splits:
+        idx = torch.tensor_split(ev.data.split(split), ctx.local_world_size)[ctx.local_rank]
+        scores = ev.target.scores(ev.data.num_classes)
+        scores.update(logits[idx], ev.data.y[idx].to(logits.device))
+        metrics.update(scores.reduce(ctx).as_metrics(split))
+    return metrics
 
 
 class PartitionedTypedPass:
