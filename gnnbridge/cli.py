@@ -756,6 +756,8 @@ Writes DIR/partitions/K/: partition.json (every machine needs it) and part-0 ...
 Examples:
   gnnbridge partition data/papers --parts 4                  # METIS if it fits in memory
   gnnbridge partition data/papers --parts 8 --method stream  # one pass, memory bounded
+  gnnbridge partition data/papers --parts 4 --task link --set train.seed=1
+                      # also cut the link task a run of these settings trains (its split, negatives)
 """
 
 
@@ -771,17 +773,35 @@ Examples:
     "auto: metis where it fits.",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="METIS' seed, and the splits' if DIR has none.")
+@click.option(
+    "--task",
+    type=click.Choice(["node", "link"]),
+    default="node",
+    show_default=True,
+    help="link: also cut the link task of --experiment/--set (its split and negatives) into the parts.",
+)
+@click.option("--experiment", help="With --task link: the experiment whose link settings to cut (YAML or name).")
+@click.option(
+    "--set", "overrides", multiple=True, metavar="KEY=VALUE", help="With --task link: a setting, e.g. train.seed=1."
+)
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @interruptible
-def partition(folder, parts, method, seed, quiet) -> None:
+def partition(folder, parts, method, seed, task, experiment, overrides, quiet) -> None:
     """Cut a prepared folder into one part per machine: nodes relabelled so that each part owns a
     range of ids (of every node type, for a heterogeneous graph), each part holding its nodes'
     rows, labels, splits and in-edges. Reports the balance of the parts and the share of edges
-    that cross them."""
+    that cross them. With --task link, also the link task a run of the given settings trains."""
+    from gnnbridge.core.storage.linkparts import describe_cut
     from gnnbridge.core.storage.partition import describe
     from gnnbridge.plugins.folder_datasets import partition_command
 
+    if task == "node" and (experiment or overrides):
+        raise click.UsageError("--experiment and --set choose a link task's settings: give them with --task link.")
     click.echo(describe(partition_command(folder, parts, method, seed, progress=not quiet)))
+    if task == "link":
+        from gnnbridge.core.app.partitioning import cut_link
+
+        click.echo(describe_cut(cut_link(folder, parts, experiment, overrides)))
 
 
 @cli.command(

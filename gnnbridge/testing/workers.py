@@ -501,3 +501,30 @@ def typed_part_layers_and_dump(ctx: DistContext, root: str, parts: int, backends
         logits = PartitionedTypedLayerwise(get_backend(backend).require(), data, ctx, 7, None).predict(model.eval())
         saved = {"logits": logits, "ids": data.partition.node_ids.clone()}
         torch.save(saved, Path(out) / f"rank{ctx.rank}-{backend}.pt")
+
+
+def sample_link_parts_and_dump(ctx: DistContext, root: str, parts: int, settings: dict, out: str) -> None:
+    """Rank ``r`` plays machine ``r`` of a link task cut into ``parts``: it samples one hop of a
+    batch of its train edges' ends with the batch's own edges, twins and mirrors left out (some
+    owned by other machines), every neighbour (fanout -1) and then at most 2, and saves per
+    relation the sampled global edge ids with their destinations, the seeds and what was left
+    out, to ``out/rank<r>.pt``."""
+    import torch.distributed as dist
+
+    from gnnbridge.core.sampling.distributed import Exchange, PartitionHeteroSampler
+    from gnnbridge.core.storage.linkparts import open_link_part
+    from gnnbridge.core.storage.parts import open_partition
+
+    data = open_link_part(open_partition(root, parts, ctx.rank), settings)
+    exchange = Exchange(dist.group.WORLD, parts, ctx.rank)
+    eids = torch.arange(min(40, data.split("train").numel()))
+    src, dst = data.train_pairs(eids)
+    s, _, d = data.target_edge
+    seeds = {s: torch.unique(torch.cat([src, dst]))} if s == d else {s: torch.unique(src), d: torch.unique(dst)}
+    excluded = data.excluded(eids)
+    saved = {"seeds": seeds, "excluded": excluded}
+    for fanout in (-1, 2):
+        sampler = PartitionHeteroSampler(data, {et: [fanout] for et in data.edge_types}, exchange)
+        sub = sampler.sample(seeds, torch.Generator().manual_seed(ctx.rank), excluded)
+        saved[fanout] = {et: (sub.edge[et], sub.node[et[2]][sub.col[et]]) for et in sub.edge}
+    torch.save(saved, Path(out) / f"rank{ctx.rank}.pt")

@@ -261,6 +261,10 @@ def machines(
         folder.mkdir(parents=True)
         shutil.copy(root / "partitions" / str(k) / "partition.json", folder)
         shutil.copytree(root / "partitions" / str(k) / f"part-{m}", folder / f"part-{m}")
+        for link in (root / "partitions" / str(k)).glob("link-*"):  # a cut link task: its part M too
+            (folder / link.name).mkdir()
+            shutil.copy(link / "link.json", folder / link.name)
+            shutil.copytree(link / f"part-{m}", folder / link.name / f"part-{m}")
     train = ["train", "--dataset", "data", "--backend", backend, "--out", "out"]
     codes, outs = job(k, tmp_path, [*train, "--set", f"dataset.partitions={k}", *JOB, *extra], env, launcher)
     return codes, [err.splitlines() for _, err in outs]
@@ -510,7 +514,7 @@ def test_more_parts_than_the_graph_can_fill_are_refused(tmp_path):
     ("experiment", "dataset", "line"),
     [
         ("sage-synthetic", [], r"dataset 'synthetic' is not one: give --dataset DIR"),
-        ("rec-synthetic", ["dataset.name=folder", "dataset.path=g"], r"trains node tasks so far, not task=link"),
+        ("sage-synthetic", ["task=edge", "dataset.name=folder", "dataset.path=g"], r"link tasks so far, not task=edge"),
     ],
 )
 def test_partitions_of_what_was_not_partitioned_are_refused(tmp_path, experiment, dataset, line):
@@ -738,3 +742,182 @@ def test_the_remote_cache_counts_a_parts_edges_a_step_at_a_time(graph, tmp_path,
         whole = torch.unique(sources[part.partition.owners(sources) != m], return_counts=True)
         ids, counts = sampler.remote_counts(step)
         assert ids.numel() > 0 and torch.equal(ids, whole[0]) and torch.equal(counts, whole[1])
+
+
+# --------------------------------------------------------------------------- link tasks
+
+
+def _link_config(root: Path, *overrides: str):
+    from gnnbridge.core.app.resolve import resolve_config
+
+    return resolve_config(None, dataset=str(root), overrides=("task=link", *overrides))
+
+
+def _link_parts(root: Path, k: int, config) -> list:
+    from gnnbridge.core.storage.linkparts import link_settings, open_link_part
+
+    return [open_link_part(open_partition(root, k, m), link_settings(config)) for m in range(k)]
+
+
+def _global_edges(parts: list, et) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sources, destinations) of relation ``et`` by global edge id, from every machine's part."""
+    src, dst = [], []
+    for p in parts:
+        indptr = torch.as_tensor(p.indptr[et])
+        src.append(torch.as_tensor(p.edge_index[et][0]))
+        start = p.partition.types[et[2]].start
+        dst.append(start + torch.repeat_interleave(torch.arange(indptr.numel() - 1), indptr[1:] - indptr[:-1]))
+    return torch.cat(src), torch.cat(dst)
+
+
+@pytest.mark.parametrize("typed", [False, True], ids=["homogeneous", "heterogeneous"])
+def test_a_link_tasks_parts_together_are_the_whole_runs_split_and_negatives(graph, typed_graph, tmp_path, typed):
+    """gnnbridge partition --task link cuts the record a run of the folder whole trains on: the
+    machines' train edges are its train edges, their held-out edges (each on its destination's
+    machine) with their fixed negatives are its own, every train edge's mirror and twin (global
+    ids, possibly on another machine) are that edge reversed, and the counts every machine
+    batches by add up. Cutting it again is nothing to do."""
+    from gnnbridge.core.app.partitioning import cut_link
+    from gnnbridge.core.app.preflight import task_record
+
+    root = _copy(typed_graph if typed else graph, tmp_path)
+    k = 3
+    partition(root, k, method="metis", progress=False)
+    overrides = ["dataset.reverse_edges=true", "link.edge_type=buys"] if typed else []
+    result = cut_link(root, k, None, overrides)
+    config = _link_config(root, *overrides)
+    whole, parts = task_record(config), _link_parts(root, k, config)
+    s, _, d = target = whole.target_edge
+    original = {t: torch.cat([torch.as_tensor(p.partition.types[t].node_ids) for p in parts]) for t in whole.num_nodes}
+    pairs = set()
+    for p in parts:
+        got_src, got_dst = p.train_pairs(torch.arange(p.split("train").numel()))
+        pairs |= set(zip(original[s][got_src].tolist(), original[d][got_dst].tolist()))
+    train = whole.edge_index[target]
+    assert pairs == set(zip(train[0].tolist(), train[1].tolist())) and len(pairs) == train.shape[1]
+    for split in ("val", "test"):
+        edges, negatives = whole.held_out(split)
+        want = sorted(zip(edges[0].tolist(), edges[1].tolist(), map(tuple, negatives.tolist())))
+        have = []
+        for m, p in enumerate(parts):
+            e, n = p.held_out(split)
+            assert bool((p.partition.types[d].owners(e[1]) == m).all())  # on its destination's machine
+            have += zip(original[s][e[0]].tolist(), original[d][e[1]].tolist(), map(tuple, original[d][n].tolist()))
+        assert sorted(have) == want, split
+        assert result["counts"][split] == [p.split(split).numel() for p in parts]
+    rev = whole.reverse_edge
+    rev_src, rev_dst = _global_edges(parts, rev)
+    twins = 0
+    for p in parts:
+        eids = torch.arange(p.split("train").numel())
+        src, dst = p.train_pairs(eids)
+        left_out = p.excluded(eids)
+        assert torch.equal(rev_src[left_out[rev]], dst) and torch.equal(rev_dst[left_out[rev]], src)
+        if p.twin_eid is not None:
+            has = p.twin_eid[eids] >= 0
+            t_src, t_dst = _global_edges(parts, target)
+            twin = p.twin_eid[eids][has]
+            assert torch.equal(t_src[twin], dst[has]) and torch.equal(t_dst[twin], src[has])
+            twins += int(has.sum())
+    assert cut_link(root, k, None, overrides)["already"]
+
+
+def test_a_link_batch_leaves_its_edges_out_on_whichever_machine_owns_them(graph, tmp_path):
+    """Three gloo ranks, each holding one part of a link task: a batch of train edges sampled with
+    its own edges, twins and mirrors left out (on the machines that own them) samples every other
+    in-edge of its nodes (fanout -1) and none of those; with fanout 2, none of those either, and
+    each node as many of the rest as it has, up to 2."""
+    from gnnbridge.core.app.partitioning import cut_link
+    from gnnbridge.core.storage.linkparts import link_settings
+    from gnnbridge.testing.workers import sample_link_parts_and_dump
+
+    root = _copy(graph, tmp_path)
+    partition(root, 3, method="metis", progress=False)
+    cut_link(root, 3, None, [])
+    config = _link_config(root)
+    parts = _link_parts(root, 3, config)
+    launch_ranks(sample_link_parts_and_dump, 3, (str(root), 3, link_settings(config), str(tmp_path)), timeout_s=120)
+    crossing = 0
+    for rank in range(3):
+        saved = torch.load(tmp_path / f"rank{rank}.pt")
+        for et in parts[0].edge_types:
+            _, dst = _global_edges(parts, et)
+            banned = set(saved["excluded"].get(et, torch.zeros(0, dtype=torch.int64)).tolist())
+            crossing += sum(parts[0].partition.relations[et].owners(dst[list(banned)]) != rank) if banned else 0
+            ends = saved["seeds"][et[2]]
+            into = set(torch.isin(dst, ends).nonzero().flatten().tolist())
+            every, _ = saved[-1][et]
+            assert set(every.tolist()) == into - banned and every.numel() == len(into - banned), et
+            two, two_dst = saved[2][et]
+            assert not set(two.tolist()) & banned and set(two.tolist()) <= into
+            allowed = torch.tensor(sorted(into - banned), dtype=torch.int64)
+            want = torch.bincount(dst[allowed], minlength=dst.max() + 1).clamp(max=2) if allowed.numel() else None
+            got = torch.bincount(two_dst, minlength=dst.max() + 1)
+            assert want is None or torch.equal(got, want), et
+    assert crossing > 0  # some left-out edges lived on another machine
+
+
+@pytest.fixture(scope="module")
+def rec_link(tmp_path_factory):
+    """The recommendation graph (users, items, categories) prepared, partitioned in two with its
+    link task cut, and that task's test MRR trained whole on one machine (two ranks)."""
+    import gnnbridge
+    from gnnbridge.core.app.partitioning import cut_link
+    from gnnbridge.plugins.folder_datasets import prepare
+
+    root = tmp_path_factory.mktemp("rec") / "rec"
+    prepare("rec-synthetic", out=root, progress=False)
+    partition(root, 2, method="metis", progress=False)
+    cut_link(root, 2, None, ["dataset.reverse_edges=true"])
+    overrides = [*LINK_JOB[1::2], *JOB[1:6:2]]
+    whole = gnnbridge.run(
+        dataset=str(root), backend="pyg", nproc=2, overrides=overrides, out=str(root.parent / "whole"), progress=False
+    )
+    return root, whole["metrics"]
+
+
+LINK_JOB = ["--set", "task=link", "--set", "dataset.reverse_edges=true"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["pyg", "dgl"])
+def test_two_machines_train_a_link_task_as_the_whole_graph_does(rec_link, tmp_path, backend):
+    """Two machines, each holding its part of the graph and of the link task, train it on either
+    library to the whole graph's ranking quality (within run-to-run noise), scoring the held-out
+    edges layer-wise, each on its destination's machine; predict of a link task there is refused
+    in one line."""
+    root, whole = rec_link
+    codes, errors = machines(root, 2, tmp_path, backend, *LINK_JOB)
+    assert codes == [0, 0], errors
+    for m in range(2):
+        data = tmp_path / f"machine{m}" / "data" / "partitions" / "2"
+        held = {p.parent.name for p in data.rglob("*.npy")}
+        assert held == {f"part-{m}"}, held
+    results = _results(tmp_path)
+    metrics = results["metrics"]
+    assert metrics["test_roc_auc"] > 0.6, metrics
+    assert abs(metrics["test_mrr"] - whole["test_mrr"]) <= 0.05, (metrics, whole)
+    assert results["eval"]["final"] == "layerwise" and results["history"][-1]["remote_rows"] > 0
+    if backend == "pyg":
+        command = [sys.executable, "-m", "gnnbridge", "predict", "out", "--out", "p.npz"]
+        done = subprocess.run(command, cwd=tmp_path / "machine0", capture_output=True, text=True, timeout=120)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode != 0 and len(lines) == 1 and "dataset.partitions=0" in lines[0], lines
+        assert not (tmp_path / "machine0" / "p.npz").exists()
+
+
+def test_a_link_task_not_cut_or_cut_otherwise_is_refused_in_one_line(graph, tmp_path):
+    """A machine asked for a link task nobody cut (another seed) is told the command that cuts it;
+    the shared protocol is refused where the task is cut."""
+    from gnnbridge.core.app.partitioning import cut_link
+    from gnnbridge.core.storage.linkparts import link_settings, open_link_part
+
+    root = _copy(graph, tmp_path)
+    partition(root, 2, method="metis", progress=False)
+    cut_link(root, 2, None, [])
+    config = _link_config(root, "train.seed=5")
+    with pytest.raises(PartError, match=r"gnnbridge partition .* --parts 2 --task link .*--set train.seed=5"):
+        open_link_part(open_partition(root, 2, 0), link_settings(config))
+    with pytest.raises(ConfigError, match="link.protocol=shared"):
+        cut_link(root, 2, None, ["link.protocol=shared", "link.eval_negatives=20"])
+    assert not list((root / "partitions" / "2").glob(".link-*"))

@@ -135,6 +135,12 @@ def predict(
     out = _check_out(out) if out is not None else None
     path, state, config = prepared_config(target, kind, device, overrides, "predict", trust_code, dataset)
     if config.dataset.partitions:  # each machine of the partitioned graph writes its own rows
+        if config.kind is Task.LINK:
+            raise ConfigError(
+                "predict of a link task scores given pairs or top-k lists, which a partitioned graph does not "
+                "yet (gnnbridge evaluate scores its held-out edges on the machines); predict with the folder "
+                "whole: --set dataset.partitions=0."
+            )
         if out is None:
             raise ConfigError(
                 "predict of a partitioned graph has each machine write its own nodes' rows: give out= "

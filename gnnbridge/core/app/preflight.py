@@ -37,6 +37,7 @@ from gnnbridge.core.records.hetero import HeteroGraphData, HeteroSource, edge_na
 from gnnbridge.core.sampling.build import BACKEND_KINDS, check_hetero_kind, check_kind
 from gnnbridge.core.sampling.hetero import typed_fanouts
 from gnnbridge.core.storage.linkcache import folder_link_task
+from gnnbridge.core.storage.linkparts import link_settings, open_link_part
 from gnnbridge.core.tasks import for_edge_task, for_link_task, for_node_task, homogeneous_source, no_edge_labels
 from gnnbridge.core.training.loggers import check_loggers
 
@@ -210,6 +211,11 @@ def target_of(config: ExperimentConfig) -> Target:
     return target
 
 
+def task_record(config: ExperimentConfig):
+    """The dataset as the config's task trains on it (its record), checked to suit the task."""
+    return _load_for_task(config)
+
+
 def _load_for_task(config: ExperimentConfig) -> GraphData | GraphCollection:
     """The dataset, loaded and turned into the task's record, checked to suit the task (and by
     the task family's own check); its labels are read in the family's or the target's form
@@ -220,10 +226,10 @@ def _load_for_task(config: ExperimentConfig) -> GraphData | GraphCollection:
             f"dataset.partitions={config.dataset.partitions} opens a machine's part of a folder that gnnbridge "
             f"partition cut; dataset '{config.dataset.name}' is not one: give --dataset DIR (a partitioned folder)."
         )
-    if config.dataset.partitions and config.kind is not Task.NODE:
+    if config.dataset.partitions and config.kind not in (Task.NODE, Task.LINK):
         raise ConfigError(
             f"dataset.partitions={config.dataset.partitions}: a graph partitioned across machines trains node "
-            f"tasks so far, not task={config.task}; train the folder whole (dataset.partitions=0)."
+            f"and link tasks so far, not task={config.task}; train the folder whole (dataset.partitions=0)."
         )
     with reading_as(config):
         data = for_task(config, _call_loader(config))
@@ -527,6 +533,8 @@ def rederive(config: ExperimentConfig, mapped_from: tuple):
 
 
 def _for_task(config: ExperimentConfig, data):
+    if config.kind is Task.LINK and getattr(data, "partition", None) is not None:  # cut by gnnbridge partition
+        return _check_negatives(config, open_link_part(data, link_settings(config)))
     if config.kind is Task.LINK and getattr(data, "folder", None) is not None:
         link = config.link
         if isinstance(data, HeteroSource):

@@ -486,10 +486,11 @@ class LinkEvaluator(Evaluator):
         return retrieval.unfilled_slots(*lists, retrieval.fillable(exclude, n_src, n_dst, k))
 
     def _scores(self, model: torch.nn.Module, mb) -> torch.Tensor:
+        device = self.ctx.device  # a partitioned graph's batch brings its rows, fetched from their owners
         return self.call.pairs(
             model,
-            self.backend.graph_to(mb.graph, self.ctx.device),
-            gather_inputs(self.data, mb.input_nodes, self.ctx.device),
+            self.backend.graph_to(mb.graph, device),
+            _to(mb.features, device) if mb.features is not None else gather_inputs(self.data, mb.input_nodes, device),
             mb.pairs.to(self.ctx.device),
         )
 

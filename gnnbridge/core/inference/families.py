@@ -30,7 +30,7 @@ from gnnbridge.core.inference.evaluation import (
     SampledEvaluator,
     supports_layerwise,
 )
-from gnnbridge.core.inference.partitioned import PartitionedLayerwise, PartitionedTypedLayerwise
+from gnnbridge.core.inference.partitioned import PartitionedLayerwise, PartitionedTypedLayerwise, PartitionedTypedLinks
 from gnnbridge.core.inference.placement import attach_remote_cache
 from gnnbridge.core.inference.typed_layerwise import (
     TypedLayerwiseEdges,
@@ -80,7 +80,9 @@ class NodeFamily(TaskFamily):
         cfg = parts.config.sampler
         fanouts = [ALL_NEIGHBORS] * len(cfg.fanouts) if every_neighbour else cfg.fanouts
         if getattr(parts.data, "partition", None) is not None:
-            sampler = partitioned_sampler(parts, fanouts, {} if every_neighbour else cfg.edge_fanouts)
+            sampler = partitioned_sampler(
+                parts, fanouts, {} if every_neighbour else cfg.edge_fanouts, self.negatives(parts)
+            )
             attach_remote_cache(sampler, parts.config.placement, parts.ctx)
             return sampler
         if isinstance(parts.data, HeteroGraphData):
@@ -170,7 +172,8 @@ class LinkFamily(NodeFamily):
     def layerwise(self, parts: RunParts) -> Evaluator:
         full = self.sampler(parts, every_neighbour=True)  # only reseeded: every pair is scored from states
         cfg = parts.config
-        return TypedLayerwiseLinks(
+        kind = PartitionedTypedLinks if getattr(parts.data, "partition", None) is not None else TypedLayerwiseLinks
+        return kind(
             parts.backend, parts.data, parts.ctx, cfg.eval.batch_size, full, cfg.train.seed, parts.call, cfg.link.ks,
             layer_store=cfg.eval.layer_store,
         )  # fmt: skip

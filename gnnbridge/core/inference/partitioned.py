@@ -18,8 +18,10 @@ from __future__ import annotations
 import torch
 
 from gnnbridge.core.contracts.interfaces import GNNModel
-from gnnbridge.core.inference.evaluation import Evaluator, LayerwiseEvaluator, layer_batch_of
-from gnnbridge.core.inference.typed_layerwise import TypedLayerwiseEvaluator, unwrap
+from gnnbridge.core.errors import ConfigError
+from gnnbridge.core.inference.evaluation import Evaluator, LayerwiseEvaluator, LinkEvaluator, layer_batch_of
+from gnnbridge.core.inference.metrics import LinkScores
+from gnnbridge.core.inference.typed_layerwise import TypedLayerwiseEvaluator, TypedLayerwiseLinks, unwrap
 from gnnbridge.core.records.features import gather_rows
 from gnnbridge.core.sampling.distributed import PartitionHeteroSampler, PartitionSampler, exchange_for
 from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS
@@ -74,6 +76,48 @@ class PartitionedTypedLayerwise(TypedLayerwiseEvaluator):
         return machine_scores(self, self._predict(model), splits)
 
 
+class PartitionedTypedLinks(TypedLayerwiseLinks):
+    """:class:`TypedLayerwiseLinks` over a machine's part of a link task: the machine's nodes'
+    final states from the partitioned typed pass, then each of its held-out edges (those whose
+    destination it owns) scored from its two ends' and its negatives' states, the rows of other
+    machines' nodes fetched from their owners. The scores are counted once per edge and reduced
+    over the job, as the sampled evaluator's are."""
+
+    def __init__(self, backend, data, ctx, batch_size, sampler, seed, call, hits_at, layer_store: str = "auto"):
+        LinkEvaluator.__init__(self, backend, data, ctx, batch_size, sampler, seed, call, hits_at)
+        self.layerwise = PartitionedTypedPass(backend, data, ctx, batch_size, self.call)
+        self._h: dict[str, torch.Tensor] | None = None
+
+    def _per_edge(self, model: torch.nn.Module, split: str) -> LinkScores:
+        scores = LinkScores(self.hits_at)
+        edges, negatives = self.data.held_out(split)
+        s, _, d = self.data.target_edge
+        rows, k, device = self.layerwise.one_hop.rows, negatives.shape[1], self.ctx.device
+        for ids in self._shard_batches(split):  # as many on every rank: each fetch is a collective
+            src = rows[s].fetch(edges[0, ids], self._h[s])
+            dst = rows[d].fetch(torch.cat([edges[1, ids], negatives[ids].flatten()]), self._h[d])
+            n = ids.numel()
+            if not n:
+                continue
+            with self.call.blame("decode"):
+                positive = unwrap(model).decode(src.to(device), dst[:n].to(device)).float().cpu()
+                negative = unwrap(model).decode(src.repeat_interleave(k, 0).to(device), dst[n:].to(device))
+            scores.update(positive, negative.float().cpu().view(n, k))
+        return scores
+
+    def score_pairs(self, model, src, dst):
+        raise ConfigError(_WHOLE)
+
+    def top_k(self, model, k, exclude, states=None, index="exact"):
+        raise ConfigError(_WHOLE)
+
+
+_WHOLE = (
+    "a partitioned graph scores a link task's held-out edges on the machines that own them; scoring given pairs "
+    "or top-k lists needs the graph whole (dataset.partitions=0)."
+)
+
+
 def machine_scores(ev: Evaluator, logits: torch.Tensor, splits: tuple[str, ...]) -> dict[str, float]:
     """The splits' metrics from ``logits`` of this machine's nodes (on every rank of it): each
     rank scores a share of its machine's members, and the counts are summed over the job, so
@@ -105,8 +149,10 @@ class PartitionedTypedPass:
         self.steps = {t: machine_steps(types[t].sizes, batch_size, ctx.local_world_size) for t in self.counts}
 
     @torch.no_grad()
-    def states(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
-        """``{type: [n_type, hidden]}`` of this machine's nodes, on CPU (call it in eval mode)."""
+    def states(self, model: torch.nn.Module, stack=None) -> dict[str, torch.Tensor]:
+        """``{type: [n_type, hidden]}`` of this machine's nodes, on CPU (call it in eval mode;
+        ``stack`` as :class:`~gnnbridge.core.inference.typed_layerwise.TypedLayerwise` takes it:
+        a machine's tables are in memory)."""
         inner = unwrap(model)
         h = {t: self._table(t, lambda ids, t=t: self._inputs(inner, t, ids)) for t in self.counts}
         for layer in range(inner.spec.layers):

@@ -204,6 +204,11 @@ class HeteroGraphData(Mapped):
             out[self.reverse_edge] = self.reverse_eid[eids]
         return out
 
+    def train_pairs(self, eids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(sources, destinations) of the train edges ``eids`` of the target type."""
+        src, dst = self.edge_index[self.target_edge][:, eids]
+        return src, dst
+
     def known_pairs(self) -> torch.Tensor:
         """[2, K] pairs a recommendation should not repeat: the train edges (both directions when
         undirected) and, between nodes of one type, each node itself."""

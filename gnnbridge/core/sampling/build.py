@@ -28,7 +28,13 @@ from gnnbridge.core.plugins import PluginError, blame, is_builtin, samplers
 from gnnbridge.core.records.batches import MiniBatch, SampledSubgraph
 from gnnbridge.core.records.hetero import HeteroGraphData
 from gnnbridge.core.sampling.adapters import CoreSampler
-from gnnbridge.core.sampling.distributed import PartitionedHeteroSampler, PartitionedSampler, PartStore, exchange_for
+from gnnbridge.core.sampling.distributed import (
+    PartitionedHeteroSampler,
+    PartitionedLinkSampler,
+    PartitionedSampler,
+    PartStore,
+    exchange_for,
+)
 from gnnbridge.core.sampling.hetero import CoreHeteroSampler, HeteroStore, typed_fanouts
 
 BACKEND_KINDS = (SamplerKind.AUTO.value, SamplerKind.NATIVE.value)
@@ -63,7 +69,7 @@ def make_sampler(backend: Backend, store: GraphStore, fanouts: list[int], kind: 
     return sampler if trusted else CheckedSampler(sampler, origin, store.data.num_nodes)
 
 
-def partitioned_sampler(parts, fanouts: list[int], edge_fanouts: dict | None = None) -> Sampler:
+def partitioned_sampler(parts, fanouts: list[int], edge_fanouts: dict | None = None, negatives: int = 1) -> Sampler:
     """The sampler of a machine's part of a partitioned graph (core's, across machines; see
     :mod:`gnnbridge.core.sampling.distributed`): library and plugin samplers read one machine's
     graph only."""
@@ -76,6 +82,9 @@ def partitioned_sampler(parts, fanouts: list[int], edge_fanouts: dict | None = N
     data, exchange = parts.data, exchange_for(parts.ctx)
     if isinstance(data, HeteroGraphData):
         typed = typed_fanouts(data, fanouts, edge_fanouts)
+        if data.scores_pairs:
+            to_native = parts.backend.from_hetero_sampled
+            return PartitionedLinkSampler(PartStore(data), typed, to_native, exchange, negatives)
         return PartitionedHeteroSampler(PartStore(data), typed, parts.backend.from_hetero_sampled, exchange)
     return PartitionedSampler(PartStore(data), fanouts, parts.backend.from_sampled, exchange)
 

@@ -35,9 +35,9 @@ from gnnbridge.core.errors import ConfigError
 from gnnbridge.core.records.batches import MiniBatch, SampledSubgraph
 from gnnbridge.core.records.features import gather_rows
 from gnnbridge.core.sampling import kernels
-from gnnbridge.core.sampling.hetero import HeteroNeighborSampler
+from gnnbridge.core.sampling.hetero import HeteroNeighborSampler, LinkBatcher, LinkMiniBatch, leave_out
 from gnnbridge.core.sampling.neighbors import NeighborSampler
-from gnnbridge.core.sampling.seeds import epoch_generator
+from gnnbridge.core.sampling.seeds import NEGATIVES_STREAM, epoch_generator
 
 _GROUPS: dict[tuple, object] = {}
 COUNT_STEP = 1 << 24  # edges counted at a time for the remote cache (128 MiB of int64 ids)
@@ -285,6 +285,7 @@ class PartitionHeteroSampler(HeteroNeighborSampler):
         super().__init__(data, fanouts)
         part = data.partition
         self.rows = {t: Rows(part.types[t], exchange, data.x.get(t)) for t in sorted(data.num_nodes)}
+        self.banned: list | None = None  # per relation, the batch's left-out edges this machine owns
 
     def _hopper(self, et) -> PartitionSampler:
         data = self.data
@@ -294,11 +295,33 @@ class PartitionHeteroSampler(HeteroNeighborSampler):
         )  # fmt: skip
 
     def sample(self, seeds, generator=None, exclude=None):
-        if exclude is not None:
-            raise ConfigError("a partitioned graph samples node tasks so far; edges cannot be left out of its hops")
+        """``exclude``: {edge type: global edge ids} a link batch leaves out, sent to the machines
+        owning them (one round), which redraw their nodes' hops without them (every rank of the
+        job sends, empty or not: a training batch always excludes)."""
+        if exclude is not None and not self.batched:
+            raise ConfigError("the per-relation exchange (batched=False) leaves no edges out; use the batched one")
         for hopper in self._hops.values():
             hopper._edge_rows = []
-        return super().sample(seeds, generator)
+        self.banned = None if exclude is None else self._send_banned(exclude)
+        try:
+            return super().sample(seeds, generator, exclude)
+        finally:
+            self.banned = None
+
+    def _send_banned(self, exclude: dict) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Each relation's left-out edges this machine owns: (the asking machine, local edge id)."""
+        ex, rels = self.exchange, list(self._hops.items())
+        ids = [exclude.get(et, _NO_IDS).to(torch.int64) for et, _ in rels]
+        owners = [
+            torch.bucketize(i, torch.tensor(h.part.edge_bounds[1:-1]), right=True) for (_, h), i in zip(rels, ids)
+        ]
+        tagged = torch.stack([torch.cat(ids), torch.cat([torch.full_like(i, r) for r, i in enumerate(ids)])], 1)
+        asked, _, _, receive = ex.ask(tagged, torch.cat(owners))
+        asker = torch.repeat_interleave(torch.arange(ex.size), torch.tensor(receive, dtype=torch.int64))
+        return [
+            (asker[asked[:, 1] == r], asked[asked[:, 1] == r, 0] - hopper.edge_start)
+            for r, (_, hopper) in enumerate(rels)
+        ]
 
     def _draw(self, reached: dict, hop: int, generator, exclude) -> dict:
         """Every relation's hop in one exchange (see :class:`_TypedHop`); ``batched`` False: one
@@ -392,9 +415,9 @@ class _TypedHop:
         ids = torch.stack([torch.cat(self.frontier), kinds], dim=1)
         asked, order, send, receive = ex.ask(ids, owners)
         ex.remote_nodes += sum(send) - send[ex.me]
-        taken, answers = self._answer(asked)
-        got_taken = ex.swap(taken, receive, send)  # per node sent, per relation, in the order sent
         asker = torch.repeat_interleave(torch.arange(ex.size), torch.tensor(receive, dtype=torch.int64))
+        taken, answers = self._answer(asked, asker)
+        got_taken = ex.swap(taken, receive, send)  # per node sent, per relation, in the order sent
         at = torch.cat([a[0] for a in answers])
         rel = torch.cat([torch.full((a[0].numel(),), r, dtype=torch.int64) for r, a in enumerate(answers)])
         grouped = torch.argsort(asker[at] * len(self.rels) + rel, stable=True)  # by asker, relation, node
@@ -404,15 +427,26 @@ class _TypedHop:
         got = ex.swap(out_edges[grouped], edges_out, edges_in)
         return self._unpack(got, got_taken, order, send, answers, asker)
 
-    def _answer(self, asked: torch.Tensor) -> tuple[torch.Tensor, list]:
+    def _answer(self, asked: torch.Tensor, asker: torch.Tensor) -> tuple[torch.Tensor, list]:
         """What this machine answers: ``taken[node asked, relation]`` and, per relation, (each
-        edge's row in ``asked``, its neighbour, its global edge id)."""
+        edge's row in ``asked``, its neighbour, its global edge id). A link batch's left-out
+        edges are redrawn per asker (each asker's own, :func:`leave_out`)."""
         taken = torch.zeros((asked.shape[0], len(self.rels)), dtype=torch.int64)
         answers = []
+        banned = self.sampler.banned
         for r, (et, hopper) in enumerate(self.rels):
             rows = (asked[:, 1] == self.types.index(et[2])).nonzero().flatten()
             fanout = self.sampler.fanouts[et][self.hop]
-            nbr, eid, within = hopper._hop(asked[rows, 0] - hopper.start, fanout, self.keys[r])
+            local = asked[rows, 0] - hopper.start
+            nbr, eid, within = hopper._hop(local, fanout, self.keys[r])
+            if banned is not None and banned[r][1].numel() and rows.numel():
+                again = torch.Generator().manual_seed(self.keys[r] ^ 0x5DEECE66D)  # the redraw's own stream
+                nbr, eid, within = leave_out(
+                    hopper.indptr, hopper.indices, local, (nbr, eid, within), banned[r][1], fanout, again,
+                    groups=asker[rows], banned_groups=banned[r][0],
+                )  # fmt: skip
+                by_node = torch.argsort(within, stable=True)  # the answer lists a node's edges together
+                nbr, eid, within = nbr[by_node], eid[by_node], within[by_node]
             taken[rows, r] = torch.bincount(within, minlength=rows.numel())
             answers.append((rows[within], nbr, eid + hopper.edge_start, eid))
         return taken, answers
@@ -468,3 +502,40 @@ class PartitionedHeteroSampler(Sampler):
             sub = self._sampler.sample({self.target: seeds + start}, self._generator)
             features = self._sampler.fetch(sub.node)
             yield MiniBatch(seeds, sub.node, self._to_native(sub), features=features)
+
+
+class PartitionedLinkSampler(PartitionedHeteroSampler):
+    """Link batches of a machine's part of a link task
+    (:class:`~gnnbridge.core.storage.linkparts.PartLinkGraph`): training batches of its own train
+    edges (local ids), each with its negatives drawn over every machine's destinations and its
+    own edges, twins and mirrors left out of the hops on whichever machine owns them; held-out
+    batches of the val or test edges whose destination it owns, with their fixed negatives. Each
+    batch comes with its rows (``MiniBatch.features``)."""
+
+    def __init__(self, store: GraphStore, fanouts: dict, to_native, exchange: Exchange, negatives: int):
+        super().__init__(store, fanouts, to_native, exchange)
+        self._links = LinkBatcher(store.data, self._sampler, negatives)
+        self.negatives_from = epoch_generator(0, 0, 0, stream=NEGATIVES_STREAM)
+
+    def reseed(self, seed: int, epoch: int, rank: int) -> None:
+        super().reseed(seed, epoch, rank)
+        self.negatives_from = epoch_generator(seed, epoch, rank, stream=NEGATIVES_STREAM)
+
+    def loader(self, batches: list[torch.Tensor]) -> Iterable[LinkMiniBatch]:
+        for eids in batches:
+            yield self._native(*self._links.train_batch(eids, self._generator, self.negatives_from))
+
+    def held_out_loader(self, split: str, batches: list[torch.Tensor]) -> Iterable[LinkMiniBatch]:
+        for ids in batches:
+            yield self._native(*self._links.held_out_batch(split, ids, self._generator))
+
+    def pairs_loader(self, src, dst, batch: int):
+        raise ConfigError(
+            "a partitioned graph scores its held-out edges on the machines that own them; scoring given pairs "
+            "(predict of a link task, link.protocol=shared) needs the graph whole (dataset.partitions=0)."
+        )
+
+    def _native(self, sub, mb: LinkMiniBatch) -> LinkMiniBatch:
+        mb.features = self._sampler.fetch(sub.node)
+        mb.graph = self._to_native(sub)
+        return mb

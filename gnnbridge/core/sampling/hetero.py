@@ -205,40 +205,51 @@ class HeteroNeighborSampler:
         return {et: table[edge_ids[et]] for et, table in self.data.edge_attr.items() if et in edge_ids} or None
 
     def _without(self, et: EdgeType, banned: torch.Tensor, dst_ids: torch.Tensor, drawn: tuple, hop: int, generator):
-        """The hop's draw with the ``banned`` edges left out *before* drawing (what DGL's
-        ``exclude`` documents; its sampler on this stack can draw one and then drop it): a node
-        with ``b`` banned in-edges draws again, ``fanout + b`` distinct positions uniformly
-        (Floyd's algorithm, never its whole neighbour list: a hub of millions costs its fanout),
-        drops the banned ones and keeps ``fanout`` of the rest in a random order. That is uniform
-        over the allowed edges (the draw treats them all alike) and loses no neighbour the node
-        could have had. Only those nodes (a batch's own endpoints, a few) are drawn again."""
-        nbr, eid, owner = drawn
-        indptr = self.data.indptr[et]
-        banned_dst = torch.sort(torch.searchsorted(indptr, banned, right=True) - 1).values
-        hit = torch.isin(dst_ids, banned_dst)
-        if not bool(hit.any()):
-            return nbr, eid, owner
-        keep = ~hit[owner]
-        again = hit.nonzero().flatten()
-        nodes = dst_ids[again]
-        extra = torch.searchsorted(banned_dst, nodes, right=True) - torch.searchsorted(banned_dst, nodes)
-        cand, who = _redraw(indptr, nodes, extra, self.fanouts[et][hop], generator)
-        allowed = ~torch.isin(cand, banned)
-        cand, who = cand[allowed], who[allowed]
-        fanout = self.fanouts[et][hop]
-        if fanout != ALL_NEIGHBORS:
-            order = torch.argsort(torch.rand(cand.numel(), generator=generator))  # a random order per node...
-            order = order[torch.argsort(who[order], stable=True)]  # ...grouped by node
-            cand, who = cand[order], who[order]
-            counts = torch.bincount(who, minlength=again.numel())
-            take = torch.arange(cand.numel()) - (torch.cumsum(counts, 0) - counts)[who] < fanout
-            cand, who = cand[take], who[take]
-        src = self.data.edge_index[et][0]
-        return (
-            torch.cat([nbr[keep], src[cand]]),
-            torch.cat([eid[keep], cand]),
-            torch.cat([owner[keep], again[who]]),
+        """The hop's draw with the ``banned`` edges left out (see :func:`leave_out`)."""
+        return leave_out(
+            self.data.indptr[et], self.data.edge_index[et][0], dst_ids, drawn, banned, self.fanouts[et][hop], generator
         )
+
+
+def leave_out(indptr, sources, dst_ids, drawn: tuple, banned, fanout: int, generator, groups=None, banned_groups=None):
+    """A hop's draw ``(neighbours, edge ids, index into dst_ids)`` with the ``banned`` edges left
+    out *before* drawing (what DGL's ``exclude`` documents; its sampler on this stack can draw one
+    and then drop it): a node with ``b`` banned in-edges draws again, ``fanout + b`` distinct
+    positions uniformly (Floyd's algorithm, never its whole neighbour list: a hub of millions
+    costs its fanout), drops the banned ones and keeps ``fanout`` of the rest in a random order.
+    That is uniform over the allowed edges (the draw treats them all alike) and loses no
+    neighbour the node could have had. Only those nodes (a batch's own endpoints, a few) are
+    drawn again. ``groups`` / ``banned_groups``: a banned edge applies only to the rows of its
+    group (a machine answering several askers at once bans each asker's edges for that asker's
+    rows alone); by default one group."""
+    nbr, eid, owner = drawn
+    rows_group = torch.zeros_like(dst_ids) if groups is None else groups
+    ban_group = torch.zeros_like(banned) if banned_groups is None else banned_groups
+    n, e = indptr.numel(), sources.numel() + 1
+    ban_keys = torch.sort(ban_group * n + torch.searchsorted(indptr, banned, right=True) - 1).values
+    row_keys = rows_group * n + dst_ids
+    hit = torch.isin(row_keys, ban_keys)
+    if not bool(hit.any()):
+        return nbr, eid, owner
+    keep = ~hit[owner]
+    again = hit.nonzero().flatten()
+    keys = row_keys[again]
+    extra = torch.searchsorted(ban_keys, keys, right=True) - torch.searchsorted(ban_keys, keys)
+    cand, who = _redraw(indptr, dst_ids[again], extra, fanout, generator)
+    allowed = ~torch.isin(rows_group[again][who] * e + cand, ban_group * e + banned)
+    cand, who = cand[allowed], who[allowed]
+    if fanout != ALL_NEIGHBORS:
+        order = torch.argsort(torch.rand(cand.numel(), generator=generator))  # a random order per node...
+        order = order[torch.argsort(who[order], stable=True)]  # ...grouped by node
+        cand, who = cand[order], who[order]
+        counts = torch.bincount(who, minlength=again.numel())
+        take = torch.arange(cand.numel()) - (torch.cumsum(counts, 0) - counts)[who] < fanout
+        cand, who = cand[take], who[take]
+    return (
+        torch.cat([nbr[keep], sources[cand]]),
+        torch.cat([eid[keep], cand]),
+        torch.cat([owner[keep], again[who]]),
+    )
 
 
 def _redraw(indptr: torch.Tensor, nodes: torch.Tensor, extra: torch.Tensor, fanout: int, generator):
@@ -275,7 +286,7 @@ class LinkBatcher:
         self, eids: torch.Tensor, generator: torch.Generator, negatives_from: torch.Generator
     ) -> tuple[HeteroSampledSubgraph, LinkMiniBatch]:
         """``negatives_from``: the negatives' own stream (:data:`~gnnbridge.core.sampling.seeds.NEGATIVES_STREAM`)."""
-        src, dst = self._train[:, eids]
+        src, dst = self.data.train_pairs(eids)
         return self._batch(
             eids, src, dst, self.train_negatives(dst, negatives_from), generator, self.data.excluded(eids)
         )

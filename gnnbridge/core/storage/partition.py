@@ -117,9 +117,8 @@ def _source(root: Path) -> dict:
             f"{root} holds a {'collection of graphs' if kind == 'collection' else kind}; partition cuts one graph "
             "(a collection trains on one machine's copy)."
         )
-    labelled = [k for k in arrays if k == "y" or k.startswith("y__")]
-    if not labelled or EDGE_LABEL in arrays or any(k.startswith(EDGE_LABEL + "__") for k in arrays):
-        raise DataError(f"{root} has no node labels (its labels are its edges'); partition serves node tasks so far.")
+    if EDGE_LABEL in arrays or any(k.startswith(EDGE_LABEL + "__") for k in arrays):
+        raise DataError(f"{root} has edge labels (an edge task's); partition serves node and link tasks so far.")
     if kind == "hetero" and not any(k.startswith(CSC_INDPTR + "__") for k in arrays):
         raise DataError(f"{root} was prepared before prepare wrote typed topology; run gnnbridge prepare {root} again.")
     return manifest
@@ -263,12 +262,15 @@ class Source:
         else:
             indptr = self._load("indptr")
             n = int(indptr.shape[0]) - 1
-            one = NodeSet("", n, 0, self._load("x"), self._load("y"), self._splits("", n, seed))
+            labelled = "y" in self.specs
+            y, splits = (self._load("y"), self._splits("", n, seed)) if labelled else (None, None)
+            one = NodeSet("", n, 0, self._load("x"), y, splits)
             self.types = {"": one}
             attr = self._load(CSC_EDGE_ATTR) if CSC_EDGE_ATTR in self.specs else None
             self.relations = {"": Relation("", one, one, indptr, self._load("indices"), attr)}
         self.n = sum(t.n for t in self.types.values())
-        self.labelled = next(t for t in self.types.values() if t.y is not None)
+        # the labelled node type (None: a graph without node labels, partitioned for link tasks)
+        self.labelled = next((t for t in self.types.values() if t.y is not None), None)
 
     def _typed(self, counts: dict, seed: int) -> dict[str, NodeSet]:
         types, offset = {}, 0
@@ -362,7 +364,8 @@ def _train_mark(src: Source) -> np.ndarray:
     """A 0/1 int8 vector over the flat ids marking the labelled type's training seeds."""
     mark = np.zeros(src.n, dtype=np.int8)
     t = src.labelled
-    mark[t.offset + np.asarray(t.splits["train_idx"])] = 1
+    if t is not None:
+        mark[t.offset + np.asarray(t.splits["train_idx"])] = 1
     return mark
 
 
@@ -549,7 +552,7 @@ def _write_part(src: Source, tmp: Path, m: int, parts: int, pid: str, layout: La
     for spec in arrays.values():
         spec.update(stat_input(folder / spec["file"]))
     part = {"format": FORMAT, "id": pid, "part": m, "parts": parts}
-    sfx = src.labelled.suffix
+    sfx = src.labelled.suffix if src.labelled is not None else None
     if src.hetero:
         part["starts"] = {t: layout.bounds[t][m] for t in src.types}
         part["stops"] = {t: layout.bounds[t][m + 1] for t in src.types}
@@ -565,7 +568,7 @@ def _write_part(src: Source, tmp: Path, m: int, parts: int, pid: str, layout: La
         "nodes": sum(nodes.values()),
         "edges": sum(edges.values()),
         "remote_edges": remote,
-        **{key.replace("_idx", ""): int(arrays[f"{key}{sfx}"]["shape"][0]) for key in SPLITS},
+        **{key.replace("_idx", ""): int(arrays[f"{key}{sfx}"]["shape"][0]) if sfx is not None else 0 for key in SPLITS},
         "bytes": sum(int(spec["size"]) for spec in arrays.values()),
         "relations": edges,
     }
@@ -678,7 +681,7 @@ def _description(root, manifest, src: Source, pid, parts, method, seed, layout: 
         mean = sum(values) / parts
         return round(max(values) / mean, 3) if mean else 1.0
 
-    given = f"{SPLITS[0]}{src.labelled.suffix}" in manifest["arrays"]
+    given = src.labelled is None or f"{SPLITS[0]}{src.labelled.suffix}" in manifest["arrays"]
     described = {
         "format": FORMAT,
         "id": pid,
@@ -686,11 +689,12 @@ def _description(root, manifest, src: Source, pid, parts, method, seed, layout: 
         "parts": parts,
         "method": method,
         "seed": seed,
-        "splits": "files" if given else f"drawn with seed {seed}",
+        "splits": "none" if src.labelled is None else "files" if given else f"drawn with seed {seed}",
         "splits_seed": None if given else seed,
     }
     if src.hetero:
-        described.update(boundaries=layout.bounds, edge_boundaries=edge_bounds, target=src.labelled.name)
+        target = src.labelled.name if src.labelled is not None else None
+        described.update(boundaries=layout.bounds, edge_boundaries=edge_bounds, target=target)
     else:
         described.update(boundaries=layout.bounds[""], edge_boundaries=edge_bounds[""])
     return {

@@ -153,7 +153,8 @@ class TypedPartition:
     graph is (``types``: a :class:`Partition` of the type's ids), and each relation's edges are
     numbered part after part (``relations``: its destination type's ranges with the relation's
     edge ranges, what a hop along it asks and fetches by). The node task's questions (split
-    counts, sizes, the original ids ``predict`` writes) are the labelled type's (``target``)."""
+    counts, sizes, the original ids ``predict`` writes) are the labelled type's (``target``); a
+    link task's split counts are its edges' (``counts``)."""
 
     id: str
     parts: int
@@ -161,10 +162,11 @@ class TypedPartition:
     types: dict[str, Partition]
     relations: dict[EdgeType, Partition]
     target: str
+    counts: dict[str, list[int]] | None = None  # a link task's edges per split and machine
 
     @property
     def split_counts(self) -> dict[str, list[int]]:
-        return self.types[self.target].split_counts
+        return self.counts if self.counts is not None else self.types[self.target].split_counts
 
     @property
     def sizes(self) -> list[int]:
@@ -282,14 +284,13 @@ def _split_counts(description: dict) -> dict[str, list[int]]:
 
 def _node_part(root: Path, description: dict, part: dict, arrays: dict, machine: int) -> PartGraph:
     start = int(part["start"])
+    labelled = "y" in arrays  # (a graph without labels is partitioned for link tasks)
     record = PartGraph.unchecked(
         indptr=arrays["indptr"],
         indices=arrays["indices"],
         x=arrays["x"],
-        y=folder_labels(arrays["y"], description["summary"], root.name),
-        train_idx=arrays["train_idx"] - start,
-        val_idx=arrays["val_idx"] - start,
-        test_idx=arrays["test_idx"] - start,
+        y=folder_labels(arrays["y"], description["summary"], root.name) if labelled else None,
+        **{key: arrays[key] - start for key in SPLITS if labelled},
         num_classes=int(description["summary"]["num_classes"]),
         name=root.name,
         edge_attr=arrays.get("edge_attr"),  # in the part's CSC order: its owner sends a sampled edge's row
@@ -315,7 +316,8 @@ def _hetero_part(root: Path, description: dict, part: dict, arrays: dict, machin
         t: Partition(description["id"], int(description["parts"]), machine, b, [], {}, arrays[f"node_ids__{t}"])
         for t, b in bounds.items()
     }
-    types[target].split_counts = _split_counts(description)
+    if target is not None:  # (a graph without node labels is partitioned for link tasks)
+        types[target].split_counts = _split_counts(description)
     relations, topology, edge_attr = {}, {}, {}
     for key, edge_bounds in description["edge_boundaries"].items():
         et = tuple(key.split("__"))
@@ -326,15 +328,15 @@ def _hetero_part(root: Path, description: dict, part: dict, arrays: dict, machin
         topology[et] = (arrays[f"indptr__{key}"], arrays[f"indices__{key}"].view(1, -1))
         if f"edge_attr__{key}" in arrays:
             edge_attr[et] = arrays[f"edge_attr__{key}"]
-    start = bounds[target][machine]
+    start = bounds[target][machine] if target is not None else 0
     plain = [et for et in topology if not et[1].startswith(REVERSE_PREFIX)]
     source = PartHeteroSource(
         {t: b[-1] for t, b in bounds.items()},
         {t: arrays[f"x__{t}"] for t in bounds if f"x__{t}" in arrays},
         {et: topology[et][1] for et in plain},
         target_node=target,
-        y=folder_labels(arrays[f"y__{target}"], description["summary"], root.name),
-        splits=tuple(arrays[f"{key}__{target}"] - start for key in SPLITS),
+        y=folder_labels(arrays[f"y__{target}"], description["summary"], root.name) if target is not None else None,
+        splits=tuple(arrays[f"{key}__{target}"] - start for key in SPLITS) if target is not None else None,
         name=root.name,
         topology=topology,
         topology_edge_attr=edge_attr,

@@ -53,10 +53,11 @@ def _check(parts) -> None:
     model, ctx = parts.model, parts.ctx
     seeds = parts.data.split("train")[:SEEDS]
     part = getattr(parts.data, "partition", None)
-    if part is not None and not seeds.numel():
+    if part is not None and not seeds.numel() and not getattr(parts.data, "scores_pairs", False):
         # every rank of a partitioned graph joins the batch's exchanges, one without training
         # seeds too: it tries its machine's first nodes (of a heterogeneous graph's labelled
-        # type there may be none: the batch is then empty, its exchanges still run)
+        # type there may be none, as there may be no train edge of a link task: the batch is then
+        # empty, its exchanges still run)
         seeds = torch.arange(min(SEEDS, part.sizes[part.part]))
     if not seeds.numel() and part is None:
         return
