@@ -8,7 +8,8 @@
 * :mod:`.folder`: a prepared folder opened, every array memory-mapped;
 * :mod:`.linkcache`: a link task's topology built through the disk and mapped;
 * :mod:`.partition` and :mod:`.parts`: ``gnnbridge partition`` writing one part per machine,
-  and a machine opening its own.
+  and a machine opening its own; :mod:`.linkparts`: a link task's split and negatives cut into
+  those parts, and a machine's share of it opened.
 
 Why one room: these modules share the on-disk layout (the manifest, the derived files, the
 ``.partial`` names and locks of :mod:`gnnbridge.core.files`), the refusals of a changed,
