@@ -314,3 +314,21 @@ def test_a_shared_memory_folder_too_small_for_the_feature_cache_is_one_line(tmp_
     ), str(err.value)
     assert set(shm_dir().glob("gnnbridge-*")) == before
     assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_feature_store_of_its_own_keeps_its_caches_and_readers_to_itself(tmp_path):
+    """What gathering knows of a table (its cache, its read depth) belongs to the store that was
+    told it: a second store's cache serves and counts its own gathers, the process's store (behind
+    gather_rows) neither sees it nor counts; both give the table's rows."""
+    from gnnbridge.core.records.features import STORE, FeatureCache, FeatureStore
+
+    table = _mapped(torch.randn(500, 6, generator=torch.Generator().manual_seed(0)), tmp_path)
+    mine = FeatureStore(read_depth=2)
+    cache = FeatureCache(torch.tensor([3, 7]), table[[3, 7]].clone())
+    mine.attach_cache(table, cache)
+    ids = torch.tensor([7, 1, 3, 3, 499] * 40)
+    assert torch.equal(mine.gather(table, ids), table[ids]) and cache.hits == 120 and cache.total == 200
+    assert cache_of(table) is None and torch.equal(gather_rows(table, ids), table[ids]) and cache.total == 200
+    assert mine.depth == 2 and mine._pool is not None and mine._pool is not STORE._pool and mine.file_backed(table)
+    mine.detach_cache(table)
+    assert mine.cache_of(table) is None
