@@ -18,6 +18,7 @@ the monitored metric.
 from __future__ import annotations
 
 import copy
+import functools
 import os
 
 import torch
@@ -36,9 +37,9 @@ from gnnbridge.core.records.data import GraphData
 from gnnbridge.core.records.hetero import HeteroGraphData, HeteroSource, edge_name, find_edge_type
 from gnnbridge.core.sampling.build import BACKEND_KINDS, check_hetero_kind, check_kind
 from gnnbridge.core.sampling.hetero import typed_fanouts
-from gnnbridge.core.storage.linkcache import folder_link_task
+from gnnbridge.core.storage.linkcache import link_record
 from gnnbridge.core.storage.linkparts import link_settings, open_link_part
-from gnnbridge.core.tasks import for_edge_task, for_link_task, for_node_task, homogeneous_source, no_edge_labels
+from gnnbridge.core.tasks import LinkSettings, for_edge_task, for_node_task, no_edge_labels
 from gnnbridge.core.training.loggers import check_loggers
 
 GRAPH_KINDS = tuple(k.value for k in SamplerKind)
@@ -533,31 +534,9 @@ def rederive(config: ExperimentConfig, mapped_from: tuple):
 
 
 def _for_task(config: ExperimentConfig, data):
-    if config.kind is Task.LINK and getattr(data, "partition", None) is not None:  # cut by gnnbridge partition
-        return _check_negatives(config, open_link_part(data, link_settings(config)))
-    if config.kind is Task.LINK and getattr(data, "folder", None) is not None:
-        link = config.link
-        if isinstance(data, HeteroSource):
-            check_source_fits(config, data, config.dataset.reverse_edges)
-        try:
-            cached = folder_link_task(
-                data,
-                link.edge_type,
-                config.dataset.reverse_edges,
-                config.train.seed,
-                link.val_fraction,
-                link.test_fraction,
-                link.eval_negatives,
-                link.protocol,
-            )
-        except DataError as exc:
-            raise DataError(f"{config.dataset.path or config.dataset.name}: {exc}") from None
-        if cached is not None:  # mapped from the folder (None: a read-only folder, built below in memory)
-            return _check_negatives(config, cached)
-    if config.kind is Task.LINK and isinstance(data, GraphData):
-        data, reverse = homogeneous_source(data, config.train.seed), True
-    else:
-        reverse = config.dataset.reverse_edges
+    if config.kind is Task.LINK and isinstance(data, (GraphData, HeteroSource)):
+        return _link_record(config, data)
+    reverse = config.dataset.reverse_edges
     if config.kind is Task.EDGE:
         _check_edge_source(config, data)
     if not isinstance(data, HeteroSource):
@@ -568,29 +547,27 @@ def _for_task(config: ExperimentConfig, data):
             "use task=node or task=link."
         )
     check_source_fits(config, data, reverse)
-    link = config.link
     try:
         if config.kind is Task.NODE:
             return for_node_task(data, reverse, config.train.seed)
-        if config.kind is Task.EDGE:
-            return for_edge_task(data, reverse, config.train.seed)
-        if data.edge_attr:  # (link prediction rebuilds its message-passing edges from distinct pairs)
-            warn(f"Dataset '{data.name}' has edge features, which link prediction does not read yet; trained without.")
-        return _check_negatives(
-            config,
-            for_link_task(
-                data,
-                link.edge_type,
-                reverse,
-                config.train.seed,
-                link.val_fraction,
-                link.test_fraction,
-                link.eval_negatives,
-                link.protocol,
-            ),
-        )
+        return for_edge_task(data, reverse, config.train.seed)
     except DataError as exc:  # name the file (or dataset) the bad array came from
         raise DataError(f"{config.dataset.path or config.dataset.name}: {exc}") from None
+
+
+def _link_record(config: ExperimentConfig, data) -> HeteroGraphData:
+    """A link task's record: a machine's share of the task cut into a partitioned folder, or the
+    one builder's (:func:`~gnnbridge.core.storage.linkcache.link_record`: through the disk for a
+    prepared folder, in memory otherwise)."""
+    if getattr(data, "partition", None) is not None:  # cut by gnnbridge partition --task link
+        return _check_negatives(config, open_link_part(data, link_settings(config)))
+    if isinstance(data, HeteroSource) and data.edge_attr:  # (link prediction rebuilds its edges from pairs)
+        warn(f"Dataset '{data.name}' has edge features, which link prediction does not read yet; trained without.")
+    try:
+        record = link_record(data, LinkSettings.of(config), functools.partial(check_source_fits, config))
+    except DataError as exc:  # name the file (or dataset) the bad array came from
+        raise DataError(f"{config.dataset.path or config.dataset.name}: {exc}") from None
+    return _check_negatives(config, record)
 
 
 def _check_edge_source(config: ExperimentConfig, data) -> None:

@@ -27,6 +27,7 @@ split is the ``.npz``'s).
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import functools
 import hashlib
@@ -53,7 +54,15 @@ from gnnbridge.core.records.hetero import (
     reverse_types,
 )
 from gnnbridge.core.storage.folder import MANIFEST, PREPARED, advise_uncacheable, mapped
-from gnnbridge.core.tasks import check_pairs, distinct_pairs, negative_destinations, shared_negatives
+from gnnbridge.core.tasks import (
+    LinkSettings,
+    check_pairs,
+    distinct_pairs,
+    for_link_task,
+    homogeneous_source,
+    negative_destinations,
+    shared_negatives,
+)
 
 FORMAT = 1
 FAN_IN = 64  # sorted runs merged at once (a block of each in memory)
@@ -62,6 +71,28 @@ FAN_IN = 64  # sorted runs merged at once (a block of each in memory)
 class _NoBar:
     def update(self, _n) -> None:
         pass
+
+
+def link_record(source, settings: LinkSettings, fits=None) -> HeteroGraphData:
+    """The one way a link task's record is built, for every caller: mapped from the folder's link
+    cache where ``source`` is a prepared folder (built now if this is the first process to need
+    it), else built in memory (an ``.npz``, arrays, a read-only folder that lacks its cache). The
+    two builds give the same tensors (tested); the disk's exists because the memory one holds the
+    whole graph's pairs at once. ``source``: a homogeneous :class:`GraphData` (one node type, its
+    reverse edges always added) or a :class:`HeteroSource`. ``fits(source, reverse)``: refuses a
+    heterogeneous source this machine cannot hold, before either build."""
+    if fits is not None and isinstance(source, HeteroSource):
+        fits(source, settings.reverse)
+    if getattr(source, "folder", None) is not None:
+        cached = folder_link_task(source, *settings.arguments)
+        if cached is not None:
+            return cached
+    if isinstance(source, GraphData):
+        source = homogeneous_source(source, settings.seed)
+        settings = dataclasses.replace(settings, reverse=True)
+        if fits is not None:
+            fits(source, True)
+    return for_link_task(source, *settings.arguments)
 
 
 def folder_link_task(

@@ -50,8 +50,10 @@ from gnnbridge.core.storage.parts import (
     part_folder,
     partition_folder_of,
     read_partition,
+    typed_part_summary,
 )
 from gnnbridge.core.storage.prepare import full_disk, write_array
+from gnnbridge.core.tasks import LinkSettings
 
 FORMAT = 1
 LINK_FILE = "link.json"
@@ -60,16 +62,7 @@ LINK_FILE = "link.json"
 def link_settings(config) -> dict:
     """What fixes a link task's split and negatives, as ``--set`` names them (the folder name's
     key; the partition command and every machine compute it from their configs)."""
-    link = config.link
-    return {
-        "link.edge_type": link.edge_type,
-        "train.seed": config.train.seed,
-        "link.val_fraction": link.val_fraction,
-        "link.test_fraction": link.test_fraction,
-        "link.eval_negatives": link.eval_negatives,
-        "link.protocol": link.protocol,
-        "dataset.reverse_edges": config.dataset.reverse_edges,
-    }
+    return LinkSettings.of(config).as_set()
 
 
 def link_key(settings: dict) -> str:
@@ -287,22 +280,12 @@ class PartLinkGraph(HeteroGraphData):
         return self.edge_index[self.target_edge][0][eids], dst + start
 
     def summary(self) -> dict:
-        part = self.partition
-        edges = {et: part.relations[et].edge_bounds[-1] for et in self.edge_index}
-        return {
-            "name": self.name,
-            "heterogeneous": True,
-            "num_nodes": self.total_nodes,
-            "num_edges": sum(edges.values()),
-            "node_types": dict(self.num_nodes),
-            "edge_types": {edge_name(et): count for et, count in edges.items()},
-            "num_features": self.feature_dims(),
-            "num_classes": self.num_classes,
-            "target_edge": edge_name(self.target_edge),
-            "protocol": "per-edge",
-            "eval_negatives": int(self.val_negatives.shape[1]),
-            **{split: sum(counts) for split, counts in part.split_counts.items()},
-        }
+        return typed_part_summary(
+            self,
+            target_edge=edge_name(self.target_edge),
+            protocol="per-edge",
+            eval_negatives=int(self.val_negatives.shape[1]),
+        )
 
 
 def open_link_part(base, settings: dict) -> PartLinkGraph:

@@ -197,20 +197,26 @@ class PartHeteroGraph(HeteroGraphData):
     partition: TypedPartition
 
     def summary(self) -> dict:
-        part = self.partition
-        edges = {et: part.relations[et].edge_bounds[-1] for et in self.edge_index}
-        return {
-            "name": self.name,
-            "heterogeneous": True,
-            "num_nodes": self.total_nodes,
-            "num_edges": sum(edges.values()),
-            "node_types": dict(self.num_nodes),
-            "edge_types": {edge_name(et): count for et, count in edges.items()},
-            "num_features": self.feature_dims(),
-            "num_classes": self.num_classes,
-            "target_node": self.target_node,
-            **{split: sum(counts) for split, counts in part.split_counts.items()},
-        }
+        return typed_part_summary(self, target_node=self.target_node)
+
+
+def typed_part_summary(record: HeteroGraphData, **task) -> dict:
+    """A heterogeneous part's summary as the whole graph's (every machine's edges and split
+    members), with its task's own entries (``task``)."""
+    part = record.partition
+    edges = {et: part.relations[et].edge_bounds[-1] for et in record.edge_index}
+    return {
+        "name": record.name,
+        "heterogeneous": True,
+        "num_nodes": record.total_nodes,
+        "num_edges": sum(edges.values()),
+        "node_types": dict(record.num_nodes),
+        "edge_types": {edge_name(et): count for et, count in edges.items()},
+        "num_features": record.feature_dims(),
+        "num_classes": record.num_classes,
+        **task,
+        **{split: sum(counts) for split, counts in part.split_counts.items()},
+    }
 
 
 class PartHeteroSource(HeteroSource):

@@ -12,12 +12,20 @@ May import: ``errors`` and ``records``.
 """
 
 from gnnbridge.core.tasks.edge import for_edge_task, no_edge_labels
-from gnnbridge.core.tasks.link import for_link_task, from_homogeneous, homogeneous_source, link_task, shared_negatives
+from gnnbridge.core.tasks.link import (
+    LinkSettings,
+    for_link_task,
+    from_homogeneous,
+    homogeneous_source,
+    link_task,
+    shared_negatives,
+)
 from gnnbridge.core.tasks.negatives import negative_destinations
 from gnnbridge.core.tasks.node import for_node_task, mapped_node_task, node_task
 from gnnbridge.core.tasks.pairs import check_pairs, distinct_pairs, find_pairs, mirror_ids
 
 __all__ = [
+    "LinkSettings",
     "for_edge_task",
     "no_edge_labels",
     "check_pairs",

@@ -19,6 +19,8 @@ instead (:mod:`gnnbridge.core.storage.linkcache`, tested equal).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from gnnbridge.core.errors import ConfigError, DataError
@@ -36,6 +38,52 @@ from gnnbridge.core.records.hetero import (
 )
 from gnnbridge.core.tasks.negatives import negative_destinations, shared_capacity, shared_negative_pairs
 from gnnbridge.core.tasks.pairs import check_pairs, distinct_pairs, find_pairs, mirror_ids
+
+
+@dataclass(frozen=True)
+class LinkSettings:
+    """What fixes a link task's record (its split, its negatives, its message-passing edges):
+    the target edge type (``""``: the dataset's own), reverse edges, the seed, the held-out
+    fractions, the fixed negatives per held-out edge and how they are drawn. Every builder of
+    the record takes these (in memory, through the disk, cut into a partitioned folder's parts),
+    and the caches on disk are keyed by them."""
+
+    edge_type: str
+    reverse: bool
+    seed: int
+    val_fraction: float
+    test_fraction: float
+    eval_negatives: int
+    protocol: str = "per-edge"
+
+    @classmethod
+    def of(cls, config) -> LinkSettings:
+        """An experiment config's (``link.*``, ``dataset.reverse_edges``, ``train.seed``)."""
+        link = config.link
+        return cls(
+            link.edge_type, config.dataset.reverse_edges, config.train.seed, link.val_fraction, link.test_fraction,
+            link.eval_negatives, link.protocol,
+        )  # fmt: skip
+
+    @property
+    def arguments(self) -> tuple:
+        """In the order :func:`for_link_task` takes them after the source."""
+        return (
+            self.edge_type, self.reverse, self.seed, self.val_fraction, self.test_fraction, self.eval_negatives,
+            self.protocol,
+        )  # fmt: skip
+
+    def as_set(self) -> dict:
+        """The settings as ``--set`` names them (what a user gives a command to match them)."""
+        return {
+            "link.edge_type": self.edge_type,
+            "train.seed": self.seed,
+            "link.val_fraction": self.val_fraction,
+            "link.test_fraction": self.test_fraction,
+            "link.eval_negatives": self.eval_negatives,
+            "link.protocol": self.protocol,
+            "dataset.reverse_edges": self.reverse,
+        }
 
 
 def for_link_task(
