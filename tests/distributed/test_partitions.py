@@ -884,8 +884,8 @@ LINK_JOB = ["--set", "task=link", "--set", "dataset.reverse_edges=true"]
 def test_two_machines_train_a_link_task_as_the_whole_graph_does(rec_link, tmp_path, backend):
     """Two machines, each holding its part of the graph and of the link task, train it on either
     library to the whole graph's ranking quality (within run-to-run noise), scoring the held-out
-    edges layer-wise, each on its destination's machine; predict of a link task there is refused
-    in one line."""
+    edges layer-wise, each on its destination's machine; on PyG, predict as a job of the machines
+    too."""
     root, whole = rec_link
     codes, errors = machines(root, 2, tmp_path, backend, *LINK_JOB)
     assert codes == [0, 0], errors
@@ -899,11 +899,40 @@ def test_two_machines_train_a_link_task_as_the_whole_graph_does(rec_link, tmp_pa
     assert abs(metrics["test_mrr"] - whole["test_mrr"]) <= 0.05, (metrics, whole)
     assert results["eval"]["final"] == "layerwise" and results["history"][-1]["remote_rows"] > 0
     if backend == "pyg":
-        command = [sys.executable, "-m", "gnnbridge", "predict", "out", "--out", "p.npz"]
-        done = subprocess.run(command, cwd=tmp_path / "machine0", capture_output=True, text=True, timeout=120)
-        lines = done.stderr.strip().splitlines()
-        assert done.returncode != 0 and len(lines) == 1 and "dataset.partitions=0" in lines[0], lines
-        assert not (tmp_path / "machine0" / "p.npz").exists()
+        _check_machine_lists(root, tmp_path)
+
+
+def _check_machine_lists(root: Path, where: Path) -> None:
+    """``predict`` as a job of the machines writes each machine's sources' top-k lists and its
+    nodes' final states, which are the folder whole's for the same checkpoint; given pairs are
+    refused in one line, before any machine loads."""
+    import gnnbridge
+
+    (where / "machine1" / "out").symlink_to(where / "machine0" / "out")  # the run folder, on storage both see
+    command = ["predict", "out", "--out", "p.npz", "--top-k", "5", "--embeddings", "--set", "dataset.path=data"]
+    codes, outs = job(2, where, command)
+    assert codes == [0, 0], outs
+    whole = gnnbridge.predict(
+        where / "machine0" / "out", overrides=[f"dataset.path={root}", "dataset.partitions=0"], top_k=5, embeddings=True
+    )
+    sources = []
+    for m in range(2):
+        part = np.load(where / f"machine{m}" / f"p.part-{m}.npz")
+        src = part["src"]
+        sources += src.tolist()
+        assert (part["counts"] == whole["counts"][src]).all() and (part["top_dst"] == whole["top_dst"][src]).all()
+        np.testing.assert_allclose(part["top_scores"], whole["top_scores"][src], rtol=1e-5, atol=1e-5)
+        for t in ("user", "item", "category"):
+            ids = part[f"node_ids__{t}"]
+            np.testing.assert_allclose(part[f"embedding__{t}"], whole[f"embedding__{t}"][ids], rtol=1e-4, atol=1e-4)
+    assert sorted(sources) == list(range(whole["src"].shape[0]))
+    pairs = where / "pairs.npy"
+    np.save(pairs, np.zeros((2, 3), dtype=np.int64))
+    command = [sys.executable, "-m", "gnnbridge", "predict", "out", "--out", "q.npz", "--pairs", str(pairs)]
+    done = subprocess.run(command, cwd=where / "machine0", capture_output=True, text=True, timeout=120)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode != 0 and len(lines) == 1 and "--pairs needs the folder whole" in lines[0], lines
+    assert not list((where / "machine0").glob("q*"))
 
 
 def test_a_link_task_not_cut_or_cut_otherwise_is_refused_in_one_line(graph, tmp_path):

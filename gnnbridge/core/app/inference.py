@@ -135,18 +135,13 @@ def predict(
     out = _check_out(out) if out is not None else None
     path, state, config = prepared_config(target, kind, device, overrides, "predict", trust_code, dataset)
     if config.dataset.partitions:  # each machine of the partitioned graph writes its own rows
-        if config.kind is Task.LINK:
-            raise ConfigError(
-                "predict of a link task scores given pairs or top-k lists, which a partitioned graph does not "
-                "yet (gnnbridge evaluate scores its held-out edges on the machines); predict with the folder "
-                "whole: --set dataset.partitions=0."
-            )
         if out is None:
             raise ConfigError(
                 "predict of a partitioned graph has each machine write its own nodes' rows: give out= "
                 "(each machine writes OUT.part-M.npz)."
             )
-        written = _on_machines(path, state, config, trust_code, out)
+        request = _machines_request(config, pairs, top_k, index, embeddings)
+        written = _on_machines(path, state, config, trust_code, out, request)
         return None if written is None else {**_describe(path, state, config), **written}
     data = inference_data(path, state, config, "predict", trust_code)
     request = _link_request(config, data, pairs, top_k)
@@ -499,7 +494,33 @@ def _describe(path: Path, state: dict, config: ExperimentConfig) -> dict:
     }
 
 
-def _on_machines(path: Path, state: dict, config: ExperimentConfig, trust_code: bool, out: Path | None):
+def _machines_request(config: ExperimentConfig, pairs, top_k, index: str, embeddings: bool) -> dict | None:
+    """What each machine of a partitioned graph's ``predict`` writes: a link task's top-k lists of
+    its own sources (and its nodes' final states with ``embeddings``), checked before any machine
+    loads; given pairs and approximate search are refused in one line."""
+    if config.kind is not Task.LINK:
+        if top_k is not None or pairs is not None:
+            raise ConfigError("--top-k and --pairs score a link task's pairs; this run classifies nodes.")
+        if embeddings:
+            raise ConfigError(
+                "--embeddings of a partitioned graph's node task is not written yet (each machine writes its "
+                "nodes' outputs); predict with the folder whole: --set dataset.partitions=0."
+            )
+        return None
+    if pairs is not None or index != "exact":
+        raise ConfigError(
+            f"predict of a partitioned link task writes each machine's top-k lists (exact); "
+            f"{'--pairs' if pairs is not None else f'--index {index}'} needs the folder whole: "
+            "--set dataset.partitions=0."
+        )
+    if top_k is not None and not (isinstance(top_k, int) and top_k > 0):
+        raise ConfigError(f"--top-k {top_k!r} must be a positive number of destinations per source, e.g. 10.")
+    return {"top_k": top_k or DEFAULT_TOP_K, "embeddings": bool(embeddings)}
+
+
+def _on_machines(
+    path: Path, state: dict, config: ExperimentConfig, trust_code: bool, out: Path | None, request: dict | None = None
+):
     """Score a partitioned graph's checkpoint as a rank of the job of its machines (torchrun or
     SLURM; one machine alone is refused when its part loads): ``evaluate`` (``out`` None) or
     ``predict`` (each machine writes ``OUT.part-M.npz``, with ``node_ids``: the dataset's ids of
@@ -508,7 +529,7 @@ def _on_machines(path: Path, state: dict, config: ExperimentConfig, trust_code: 
     world = job.world_size if job is not None else 1
     try:
         with interrupt_on_sigterm() if job is None else contextlib.nullcontext():
-            args = (path, state, config, trust_code, out)
+            args = (path, state, config, trust_code, out, request)
             return launch(_job_worker, world, config.device.value, args, config.timeout, job=job)
     except TrainingDivergedError as exc:
         raise _nonfinite(path, str(exc)) from None
@@ -519,7 +540,9 @@ def machine_file(out: Path, machine: int) -> Path:
     return out.with_name(f"{out.stem}.part-{machine}{out.suffix}")
 
 
-def _job_worker(ctx: DistContext, path: Path, state: dict, config: ExperimentConfig, trust_code: bool, out):
+def _job_worker(
+    ctx: DistContext, path: Path, state: dict, config: ExperimentConfig, trust_code: bool, out, request=None
+):
     """One rank of an evaluate (``out`` None) or predict job: every rank loads its machine's data
     (a partitioned graph's part) and scores with the others; rank 0 returns the result."""
     mine = machine_file(out, ctx.node_rank) if out is not None else None
@@ -533,11 +556,10 @@ def _job_worker(ctx: DistContext, path: Path, state: dict, config: ExperimentCon
     if out is None:
         scored = scorer.evaluate()
         return scored if ctx.is_main else None
-    arrays = _class_arrays(scorer, data)
-    part = data.partition  # this machine's rows, named by their ids in the dataset
-    arrays.update(
-        node_ids=part.node_ids, **{f"{s}_idx": part.node_ids[data.split(s)] for s in ("train", "val", "test")}
-    )
+    if request is not None:  # a link task: this machine's sources' lists
+        arrays, rows = _machine_lists(scorer, request), data.partition.types[data.target_edge[0]].num_nodes
+    else:
+        arrays, rows = _machine_outputs(scorer, data), data.partition.num_nodes
     if not _finite(arrays):
         raise _nonfinite(path, "the model's outputs are NaN or infinite")
     if ctx.local_rank == 0:
@@ -551,8 +573,29 @@ def _job_worker(ctx: DistContext, path: Path, state: dict, config: ExperimentCon
         "out": str(out),
         "files": files_out,
         "arrays": sorted(arrays),
-        "shape": [part.num_nodes, arrays["logits"].shape[1]],
+        "shape": [rows, arrays["logits" if "logits" in arrays else "top_dst"].shape[1]],
     }
+
+
+def _machine_outputs(scorer: Scorer, data) -> dict:
+    """A node task's outputs of this machine's nodes, named by their ids in the dataset."""
+    arrays = _class_arrays(scorer, data)
+    part = data.partition
+    arrays.update(
+        node_ids=part.node_ids, **{f"{s}_idx": part.node_ids[data.split(s)] for s in ("train", "val", "test")}
+    )
+    return arrays
+
+
+def _machine_lists(scorer: Scorer, request: dict) -> dict:
+    """A link task's top-k lists of this machine's sources (see ``machine_predictions``)."""
+    links = scorer.link_scorer()
+    if not hasattr(links, "machine_predictions"):
+        raise ConfigError(
+            f"predict of a partitioned link task ranks from layer-wise states, but {scorer.parts.call.origin} has no "
+            "typed layer-wise inference; predict with the folder whole: --set dataset.partitions=0."
+        )
+    return links.machine_predictions(scorer.model, request["top_k"], request["embeddings"])
 
 
 def _evaluate_worker(ctx: DistContext, config: ExperimentConfig, data, state: dict) -> dict:

@@ -170,8 +170,9 @@ def load_dataset(config: ExperimentConfig, ranks_here: int | None = None) -> Gra
     check_model(config, data, config.nproc if ranks_here is None else ranks_here)
     if parse_size(config.placement.remote_cache) and isinstance(data, HeteroGraphData) and hasattr(data, "partition"):
         raise ConfigError(
-            f"placement.remote_cache={config.placement.remote_cache} caches a homogeneous graph's remote rows; a "
-            "heterogeneous graph's part fetches every remote row from its owner (leave placement.remote_cache unset)."
+            f"placement.remote_cache={config.placement.remote_cache} caches a homogeneous graph's remote rows for a "
+            "node task; a heterogeneous graph's part, or a link task's, fetches every remote row from its owner (leave "
+            "placement.remote_cache unset)."
         )
     if parse_size(config.placement.remote_cache) and getattr(data, "partition", None) is None:
         raise ConfigError(

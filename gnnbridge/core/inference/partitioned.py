@@ -19,13 +19,20 @@ import torch
 
 from gnnbridge.core.contracts.interfaces import GNNModel
 from gnnbridge.core.errors import ConfigError
-from gnnbridge.core.inference.evaluation import Evaluator, LayerwiseEvaluator, LinkEvaluator, layer_batch_of
+from gnnbridge.core.inference.evaluation import (
+    Evaluator,
+    LayerwiseEvaluator,
+    LinkEvaluator,
+    evaluation_mode,
+    layer_batch_of,
+)
 from gnnbridge.core.inference.metrics import LinkScores
 from gnnbridge.core.inference.typed_layerwise import TypedLayerwiseEvaluator, TypedLayerwiseLinks, unwrap
 from gnnbridge.core.records.features import gather_rows
 from gnnbridge.core.sampling.distributed import PartitionHeteroSampler, PartitionSampler, exchange_for
 from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS
 from gnnbridge.core.sampling.seeds import machine_steps
+from gnnbridge.core.tasks.retrieval import NO_SLOT, chunked_top_k, fillable
 
 
 class PartitionedLayerwise(LayerwiseEvaluator):
@@ -105,6 +112,57 @@ class PartitionedTypedLinks(TypedLayerwiseLinks):
             scores.update(positive, negative.float().cpu().view(n, k))
         return scores
 
+    @torch.no_grad()
+    def machine_predictions(self, model: torch.nn.Module, k: int, embeddings: bool) -> dict[str, torch.Tensor]:
+        """``predict``'s arrays for this machine's sources, in the dataset's ids: each source's
+        ``k`` best destinations of every machine (``src``, ``top_dst``, ``top_scores``,
+        ``counts``, as the whole graph's lists are), leaving out its known pairs (its train
+        edges, both ways when undirected, itself); with ``embeddings``, this machine's final
+        states of every type (``embedding__T``) and their ids (``node_ids__T``). Every
+        destination's states are fetched from its owner: a machine holds them all while it ranks
+        (as the whole graph's lists need every destination scored)."""
+        s, _, d = self.data.target_edge
+        rows, n_dst = self.layerwise.one_hop.rows, self.data.num_nodes[d]
+        with evaluation_mode(self.ctx, model, self.call, "its top-k pass"):
+            h = self.layerwise.states(model)
+            every = torch.arange(n_dst)
+            h_dst, dst_ids = rows[d].fetch(every, h[d]), rows[d].original_ids(every)
+            known = self._known_here()
+            with self.call.blame("decode (top-k)"):
+                top, scores = chunked_top_k(unwrap(model), h[s], h_dst, k, known, device=self.ctx.device)
+        types = self.data.partition.types
+        arrays = {
+            "src": types[s].node_ids,
+            "top_dst": torch.where(top == NO_SLOT, top, dst_ids[top.clamp(min=0)]),
+            "top_scores": scores.float(),
+            "counts": fillable(known, h[s].shape[0], n_dst, k),
+        }
+        if embeddings:
+            for t, states in h.items():
+                arrays.update({f"embedding__{t}": states, f"node_ids__{t}": types[t].node_ids})
+        return arrays
+
+    def _known_here(self) -> torch.Tensor:
+        """[2, E] (this machine's source, as a local id; destination, global) pairs a list leaves
+        out: the train edges of this machine's sources (held by their destinations' machines:
+        sent here), their reverses when the pairs are undirected, and each source itself between
+        nodes of one type."""
+        s, _, d = self.data.target_edge
+        rows = self.layerwise.one_hop.rows
+        eids = torch.arange(self.data.split("train").numel())
+        src, dst = self.data.train_pairs(eids)
+        pairs = torch.stack([src, dst], 1)
+        got, _, _, _ = rows[s].exchange.ask(pairs, rows[s].part.owners(src))  # every rank: a collective
+        known = [got.t()]
+        if self.data.undirected:  # (v, u) of a train edge (u, v) whose v is here: its source is here
+            known.append(torch.stack([dst, src]))
+        start = rows[s].start
+        if s == d:
+            mine = torch.arange(self.data.partition.types[s].sizes[self.data.partition.part]) + start
+            known.append(torch.stack([mine, mine]))
+        pairs = torch.cat(known, dim=1)
+        return torch.stack([pairs[0] - start, pairs[1]])
+
     def score_pairs(self, model, src, dst):
         raise ConfigError(_WHOLE)
 
@@ -113,8 +171,8 @@ class PartitionedTypedLinks(TypedLayerwiseLinks):
 
 
 _WHOLE = (
-    "a partitioned graph scores a link task's held-out edges on the machines that own them; scoring given pairs "
-    "or top-k lists needs the graph whole (dataset.partitions=0)."
+    "a partitioned graph scores a link task's held-out edges and its top-k lists on the machines that own "
+    "them; scoring given pairs needs the graph whole (dataset.partitions=0)."
 )
 
 
