@@ -23,10 +23,12 @@ shares' growth per doubling of K. Bytes per machine per epoch = all rows x share
 that size is what to measure on a cluster.
 
     python benchmarks/partitions.py [--preset default|100k] [--parts 2,4] [--method metis|stream]
-        [--epochs 3] [--backend pyg|dgl] [--typed PAPERS] [--out benchmarks/out]
+        [--epochs 3] [--backend pyg|dgl] [--typed PAPERS] [--link USERS] [--out benchmarks/out]
 
 ``--typed PAPERS``: a heterogeneous graph instead (``mag-synthetic`` of that many papers, half
-as many featureless authors, venues), its node task on the papers.
+as many featureless authors, venues), its node task on the papers. ``--link USERS``: link
+prediction instead, on ``rec-synthetic`` of that many featureless users and half as many items
+(the task cut into the parts by ``gnnbridge partition --task link``); its metric is the test MRR.
 """
 
 from __future__ import annotations
@@ -54,9 +56,21 @@ def gnnbridge(*args: str, cwd: Path | None = None) -> subprocess.CompletedProces
     )
 
 
-def overrides(epochs: int) -> list[str]:
+LINK = [  # rec-synthetic's own experiment: what learns its links
+    "task=link", "link.edge_type=buys", "dataset.reverse_edges=true", "sampler.fanouts=[10,5]", "train.batch_size=512",
+    "model.hidden=64", "model.layers=2", "model.dropout=0.0", "train.lr=0.01", "train.seed=0", "link.negatives=1",
+]  # fmt: skip
+
+
+def overrides(epochs: int, link: bool = False) -> list[str]:
+    if link:
+        return [*LINK, f"train.epochs={epochs}", "eval.mode=layerwise"]
     sets = [s for s in compare.gnnbridge_overrides(epochs) if not s.startswith("eval.mode=")]
     return [*sets, "eval.mode=layerwise"]
+
+
+def metric(args) -> str:
+    return "test_mrr" if args.link else "test_acc"
 
 
 def folder_of(npz: Path, out: Path) -> Path:
@@ -101,6 +115,36 @@ def typed_folder(papers: int, out: Path) -> tuple[Path, dict]:
     return folder, graph
 
 
+def rec_folder(users: int, out: Path) -> tuple[Path, dict]:
+    """A recommendation graph (``rec-synthetic`` of ``users`` users, half as many items) as a
+    prepared folder without node labels (made once), and its description."""
+    import numpy as np
+
+    from gnnbridge.plugins.hetero_datasets import REC_DEFAULTS, rec_graph
+
+    opts = {**REC_DEFAULTS, "num_users": users, "num_items": users // 2}
+    source = rec_graph(**opts, seed=0)
+    folder = out / "partitioned" / f"rec-{users}"
+    graph = {
+        "name": f"rec-synthetic ({users:,} users)",
+        "nodes": sum(source.num_nodes.values()),
+        "edges": sum(int(e.shape[1]) for e in source.edges.values()),
+        "features": opts["num_features"],
+    }
+    if (folder / "prepared" / "manifest.json").is_file():
+        return folder, graph
+    folder.mkdir(parents=True, exist_ok=True)
+    arrays = {f"num_nodes__{t}": np.array([n]) for t, n in source.num_nodes.items() if t not in source.x}
+    arrays.update({f"x__{t}": x.numpy() for t, x in source.x.items()})
+    arrays.update({f"edge_index__{'__'.join(et)}": e.numpy() for et, e in source.edges.items()})
+    for key, value in arrays.items():
+        np.save(folder / f"{key}.npy", value)
+    done = gnnbridge("prepare", str(folder), "--quiet")
+    if done.returncode:
+        raise RuntimeError(done.stderr)
+    return folder, graph
+
+
 def whole(folder: Path, args, ranks: int) -> dict:
     """The graph trained whole on one machine of ``ranks`` ranks: the same steps per epoch and
     the same global batch as ``ranks`` machines of one rank each."""
@@ -109,23 +153,24 @@ def whole(folder: Path, args, ranks: int) -> dict:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks)]
     cmd += ["-m", "gnnbridge", "train", "--dataset", str(folder), "--backend", args.backend]
     cmd += ["--out", str(run_dir), "--quiet"]
-    for setting in overrides(args.epochs):
+    for setting in overrides(args.epochs, args.link):
         cmd += ["--set", setting]
     print(f"--- whole graph, one machine of {ranks} rank(s)", flush=True)
     done = peakmem.run_status(cmd, env={**compare.child_env(), "OMP_NUM_THREADS": "1"})
     results = json.loads((run_dir / "results.json").read_text())
     return {
-        "test_acc": results["metrics"]["test_acc"],
+        "test": results["metrics"][metric(args)],
         "epoch_time_s": [h["epoch_time_s"] for h in results["history"]],
         "peak_rssanon_bytes": done["peak_rssanon_bytes"],
         "held_bytes": sum(f.stat().st_size for f in folder.rglob("*.npy") if "partitions" not in f.parts),
     }
 
 
-def cut(folder: Path, k: int, method: str) -> dict:
+def cut(folder: Path, k: int, method: str, args) -> dict:
     shutil.rmtree(folder / "partitions" / str(k), ignore_errors=True)
     start = time.perf_counter()
-    done = gnnbridge("partition", str(folder), "--parts", str(k), "--method", method, "--quiet")
+    task = ["--task", "link", *(f"--set={s}" for s in overrides(args.epochs, True))] if args.link else []
+    done = gnnbridge("partition", str(folder), "--parts", str(k), "--method", method, "--quiet", *task)
     if done.returncode:
         raise RuntimeError(done.stderr)
     description = json.loads((folder / "partitions" / str(k) / "partition.json").read_text())
@@ -147,6 +192,10 @@ def machines(folder: Path, k: int, args) -> dict:
         data.mkdir(parents=True)
         shutil.copy(folder / "partitions" / str(k) / "partition.json", data)
         shutil.copytree(folder / "partitions" / str(k) / f"part-{m}", data / f"part-{m}")
+        for link in (folder / "partitions" / str(k)).glob("link-*"):  # a link task's share of machine m
+            (data / link.name).mkdir()
+            shutil.copy(link / "link.json", data / link.name)
+            shutil.copytree(link / f"part-{m}", data / link.name / f"part-{m}")
         held.append(sum(f.stat().st_size for f in data.rglob("*") if f.is_file()))
     port = 29000 + os.getpid() % 1000
     env = {**compare.child_env(), "OMP_NUM_THREADS": "1"}
@@ -157,7 +206,7 @@ def machines(folder: Path, k: int, args) -> dict:
         cmd += ["-m", "gnnbridge", "train", "--dataset", "data", "--backend", args.backend, "--out", "out", "--quiet"]
         cmd += ["--set", f"dataset.partitions={k}", "--set", f"placement.remote_cache={args.remote_cache}"]
         cmd += ["--timeout", "600"]
-        for setting in overrides(args.epochs):
+        for setting in overrides(args.epochs, args.link):
             cmd += ["--set", setting]
         proc = subprocess.Popen(cmd, cwd=where / f"machine{m}", env=env, stderr=subprocess.PIPE, text=True)
         sampler = peakmem.StatusSampler(proc.pid)
@@ -175,7 +224,7 @@ def machines(folder: Path, k: int, args) -> dict:
     keys = ("fetched_rows", "remote_rows", "remote_cache_hits", "remote_nodes", "exchanged_bytes")
     keys += ("hop_exchange_s", "fetch_s")
     return {
-        "test_acc": results["metrics"]["test_acc"],
+        "test": results["metrics"][metric(args)],
         "held_bytes": held,
         "peak_rssanon_bytes": [s.peak_kib["RssAnon"] * 1024 for s in reversed(samplers)],
         "per_epoch": {key: sum(e[key] for e in epochs) / len(epochs) for key in keys},
@@ -222,21 +271,21 @@ def report(result: dict) -> str:
     ]
     if whole_run is not None:
         lines.append(
-            f"whole, 1 machine: test_acc {whole_run['test_acc']:.4f}, holds {mib(whole_run['held_bytes'])}, "
+            f"whole, 1 machine: {result['metric']} {whole_run['test']:.4f}, holds {mib(whole_run['held_bytes'])}, "
             f"peak RssAnon {mib(whole_run['peak_rssanon_bytes'])}"
         )
     lines += [
         "",
-        "| K | partition | edge cut | test_acc (whole, K ranks) | held per machine | peak RssAnon per machine "
-        "| rows fetched / epoch | of which remote (cache hits) | bytes exchanged / epoch | hop exchanges s | fetch s "
-        "| sample s | forward s | backward s |",
+        f"| K | partition | edge cut | {result['metric']} (whole, K ranks) | held per machine "
+        "| peak RssAnon per machine | rows fetched / epoch | of which remote (cache hits) | bytes exchanged / epoch "
+        "| hop exchanges s | fetch s | sample s | forward s | backward s |",
         "|" + " --- |" * 14,
     ]
     for k, run in sorted(runs.items()):
         e, p, c = run["per_epoch"], run["phases"], result["partitions"][k]
         lines.append(
-            f"| {k} | {c['seconds']:.1f} s | {100 * c['edge_cut']:.1f}% | {run['test_acc']:.4f} "
-            f"({result['whole_k'][k]['test_acc'] if result['whole_k'][k] else float('nan'):.4f}) | "
+            f"| {k} | {c['seconds']:.1f} s | {100 * c['edge_cut']:.1f}% | {run['test']:.4f} "
+            f"({result['whole_k'][k]['test'] if result['whole_k'][k] else float('nan'):.4f}) | "
             f"{' / '.join(mib(b) for b in run['held_bytes'])} | "
             f"{' / '.join(mib(b) for b in run['peak_rssanon_bytes'])} | {e['fetched_rows']:,.0f} | "
             f"{100 * e['remote_rows'] / e['fetched_rows']:.1f}% "
@@ -268,6 +317,7 @@ def parse_args(argv=None):
     parser.add_argument(
         "--typed", type=int, default=0, help="a heterogeneous graph instead: mag-synthetic of this many papers"
     )
+    parser.add_argument("--link", type=int, default=0, help="link prediction instead: rec-synthetic of this many users")
     parser.add_argument("--parts", default="2,4")
     parser.add_argument("--method", choices=("metis", "stream"), default="metis")
     parser.add_argument("--epochs", type=int, default=3)
@@ -282,17 +332,20 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
-    if args.typed:
+    if args.link:
+        folder, graph = rec_folder(args.link, args.out)
+    elif args.typed:
         folder, graph = typed_folder(args.typed, args.out)
     else:
         npz, graph = compare.prepare_graph(args)
         folder = folder_of(npz, args.out)
     result = {"graph": graph, "backend": args.backend, "epochs": args.epochs, "method": args.method}
+    result["metric"] = metric(args)
     result["remote_cache"] = args.remote_cache
     result["whole"] = None if args.no_whole else whole(folder, args, 1)
     result["partitions"], result["machines"], result["whole_k"] = {}, {}, {}
     for k in (int(v) for v in args.parts.split(",")):
-        result["partitions"][k] = cut(folder, k, args.method)
+        result["partitions"][k] = cut(folder, k, args.method, args)
         result["machines"][k] = machines(folder, k, args)
         result["whole_k"][k] = None if args.no_whole else whole(folder, args, k)
     result["projection"] = projection(result["machines"], 4 * graph["features"])

@@ -950,3 +950,45 @@ def test_a_link_task_not_cut_or_cut_otherwise_is_refused_in_one_line(graph, tmp_
     with pytest.raises(ConfigError, match="link.protocol=shared"):
         cut_link(root, 2, None, ["link.protocol=shared", "link.eval_negatives=20"])
     assert not list((root / "partitions" / "2").glob(".link-*"))
+
+
+@pytest.mark.slow
+def test_a_machine_holding_no_node_of_the_labelled_type_still_joins_every_exchange(tmp_path):
+    """Four machines of a graph whose labelled type has three nodes (one per split), streamed so
+    that one machine holds none of them: its dry step, training batches, layer-wise tables and
+    predict rows are empty, and it still joins every exchange, so the job trains, evaluates and
+    predicts."""
+    rng = np.random.default_rng(5)
+    users, items = 40, 24
+    buys = np.stack([rng.integers(0, users, 160), rng.integers(0, items, 160)]).astype(np.int64)
+    arrays = {
+        "num_nodes__user": np.array([users], dtype=np.int64),
+        "x__item": rng.normal(size=(items, 4)).astype(np.float32),
+        "x__cat": rng.normal(size=(3, 2)).astype(np.float32),
+        "y__cat": np.array([0, 1, 0], dtype=np.int64),
+        **{f"{s}_idx__cat": np.array([i], dtype=np.int64) for i, s in enumerate(("train", "val", "test"))},
+        "edge_index__user__buys__item": buys,
+        "edge_index__item__in__cat": np.stack([np.arange(items), np.arange(items) % 3]).astype(np.int64),
+    }
+    root = tmp_path / "g"
+    root.mkdir()
+    for key, value in arrays.items():
+        np.save(root / f"{key}.npy", value)
+    prepare_folder(root, progress=False)
+    result = partition(root, 4, method="stream", progress=False)
+    empty = [m for m, p in enumerate(result["per_part"]) if p["types"]["cat"] == 0]
+    assert empty, result["per_part"]  # the case this test is about
+    where = tmp_path / "job"
+    codes, errors = machines(root, 4, where, "pyg", "--set", "dataset.reverse_edges=true", "--set", "train.epochs=2")
+    assert codes == [0, 0, 0, 0], errors
+    results = _results(where)
+    assert results["world_size"] == 4 and results["eval"]["final"] == "layerwise"
+    assert set(results["metrics"]) >= {"val_acc", "test_acc"}
+    for m in range(1, 4):  # the run folder, on storage every machine sees
+        out = where / f"machine{m}" / "out"
+        shutil.rmtree(out, ignore_errors=True)
+        out.symlink_to(where / "machine0" / "out")
+    codes, outs = job(4, where, ["predict", "out", "--out", "p.npz", "--set", "dataset.path=data"])
+    assert codes == [0, 0, 0, 0], outs
+    rows = [np.load(where / f"machine{m}" / f"p.part-{m}.npz")["node_ids"] for m in range(4)]
+    assert sorted(np.concatenate(rows).tolist()) == [0, 1, 2] and all(not rows[m].size for m in empty)
