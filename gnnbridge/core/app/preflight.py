@@ -250,9 +250,13 @@ def _load_for_task(config: ExperimentConfig) -> GraphData | GraphCollection:
 
 def _check_splits(config: ExperimentConfig, data: GraphData | GraphCollection) -> None:
     part = getattr(data, "partition", None)
+    # a partitioned graph's ranks run as many batches, some empty: a split needs one item somewhere
+    need = 1 if part is not None else config.nproc
     for split in ("train", "val", "test"):
         size = sum(part.split_counts[split]) if part is not None else data.split(split).numel()
-        if size < config.nproc:
+        if size < need and part is not None:
+            raise ConfigError(f"The {split} split has no {data.item_name} on any machine; give it one or more.")
+        if size < need:
             raise ConfigError(
                 f"The {split} split has {size} {data.item_name}(s), fewer than nproc={config.nproc}; "
                 f"use --nproc {size} or fewer, or a larger {split} split."
