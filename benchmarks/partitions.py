@@ -87,55 +87,41 @@ def folder_of(npz: Path, out: Path) -> Path:
 def typed_folder(papers: int, out: Path) -> tuple[Path, dict]:
     """A heterogeneous graph (``mag-synthetic`` of ``papers`` papers: papers with features and
     topics, featureless authors, venues) as a prepared folder (made once), and its description."""
-    import numpy as np
-
     from gnnbridge.plugins.hetero_datasets import MAG_DEFAULTS, mag_graph
 
     opts = {**MAG_DEFAULTS, "num_papers": papers, "num_authors": papers // 2, "num_venues": max(30, papers // 100)}
-    source = mag_graph(**opts, seed=0)
-    folder = out / "partitioned" / f"mag-{papers}"
-    graph = {
-        "name": f"mag-synthetic ({papers:,} papers)",
-        "nodes": sum(source.num_nodes.values()),
-        "edges": sum(int(e.shape[1]) for e in source.edges.values()),
-        "features": opts["num_features"],
-    }
-    if (folder / "prepared" / "manifest.json").is_file():
-        return folder, graph
-    folder.mkdir(parents=True, exist_ok=True)
-    arrays = {f"num_nodes__{t}": np.array([n]) for t, n in source.num_nodes.items() if t not in source.x}
-    arrays.update({f"x__{t}": x.numpy() for t, x in source.x.items()})
-    arrays[f"y__{source.target_node}"] = source.y.numpy()
-    arrays.update({f"edge_index__{'__'.join(et)}": e.numpy() for et, e in source.edges.items()})
-    for key, value in arrays.items():
-        np.save(folder / f"{key}.npy", value)
-    done = gnnbridge("prepare", str(folder), "--quiet")
-    if done.returncode:
-        raise RuntimeError(done.stderr)
-    return folder, graph
+    name = f"mag-synthetic ({papers:,} papers)"
+    return source_folder(mag_graph(**opts, seed=0), out / "partitioned" / f"mag-{papers}", name, opts["num_features"])
 
 
 def rec_folder(users: int, out: Path) -> tuple[Path, dict]:
     """A recommendation graph (``rec-synthetic`` of ``users`` users, half as many items) as a
     prepared folder without node labels (made once), and its description."""
-    import numpy as np
-
     from gnnbridge.plugins.hetero_datasets import REC_DEFAULTS, rec_graph
 
     opts = {**REC_DEFAULTS, "num_users": users, "num_items": users // 2}
-    source = rec_graph(**opts, seed=0)
-    folder = out / "partitioned" / f"rec-{users}"
+    name = f"rec-synthetic ({users:,} users)"
+    return source_folder(rec_graph(**opts, seed=0), out / "partitioned" / f"rec-{users}", name, opts["num_features"])
+
+
+def source_folder(source, folder: Path, name: str, features: int) -> tuple[Path, dict]:
+    """A heterogeneous source as a prepared folder (made once; its labels where it has them), and
+    its description."""
+    import numpy as np
+
     graph = {
-        "name": f"rec-synthetic ({users:,} users)",
+        "name": name,
         "nodes": sum(source.num_nodes.values()),
         "edges": sum(int(e.shape[1]) for e in source.edges.values()),
-        "features": opts["num_features"],
+        "features": features,
     }
     if (folder / "prepared" / "manifest.json").is_file():
         return folder, graph
     folder.mkdir(parents=True, exist_ok=True)
     arrays = {f"num_nodes__{t}": np.array([n]) for t, n in source.num_nodes.items() if t not in source.x}
     arrays.update({f"x__{t}": x.numpy() for t, x in source.x.items()})
+    if source.y is not None:
+        arrays[f"y__{source.target_node}"] = source.y.numpy()
     arrays.update({f"edge_index__{'__'.join(et)}": e.numpy() for et, e in source.edges.items()})
     for key, value in arrays.items():
         np.save(folder / f"{key}.npy", value)
