@@ -767,12 +767,17 @@ Examples:
 @click.option(
     "--method",
     type=click.Choice(["auto", "metis", "stream"]),
-    default="auto",
-    show_default=True,
+    default=None,
     help="metis: METIS (pymetis), the graph in memory; stream: one greedy pass, memory bounded; "
-    "auto: metis where it fits.",
+    "auto (the default): metis where it fits. With --task link and no --method, an existing partitioning is used.",
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="METIS' seed, and the splits' if DIR has none.")
+@click.option(
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="METIS' seed, and the node splits' if DIR has none (a link task's split: --set train.seed).",
+)
 @click.option(
     "--task",
     type=click.Choice(["node", "link"]),
@@ -797,11 +802,16 @@ def partition(folder, parts, method, seed, task, experiment, overrides, quiet) -
 
     if task == "node" and (experiment or overrides):
         raise click.UsageError("--experiment and --set choose a link task's settings: give them with --task link.")
-    click.echo(describe(partition_command(folder, parts, method, seed, progress=not quiet)))
-    if task == "link":
-        from gnnbridge.core.app.partitioning import cut_link
+    link = None
+    if task == "link":  # its settings checked before a partitioning that may take hours
+        from gnnbridge.core.app.partitioning import cut_link, link_config
 
-        click.echo(describe_cut(cut_link(folder, parts, experiment, overrides)))
+        link = link_config(folder, experiment, overrides)
+    # --task link on a folder partitioned already: that partitioning, however it was made
+    reuse = link is not None and method is None
+    click.echo(describe(partition_command(folder, parts, method or "auto", seed, progress=not quiet, reuse=reuse)))
+    if link is not None:
+        click.echo(describe_cut(cut_link(folder, parts, link)))
 
 
 @cli.command(

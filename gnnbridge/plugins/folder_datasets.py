@@ -64,13 +64,15 @@ def prepare(source: str, out: str | os.PathLike | None = None, dtype: str = "flo
         return _prepare(source, out, dtype, progress)
 
 
-def partition_command(path: str, parts: int, method: str = "auto", seed: int = 0, progress: bool = True) -> dict:
+def partition_command(
+    path: str, parts: int, method: str = "auto", seed: int = 0, progress: bool = True, reuse: bool = False
+) -> dict:
     """:func:`~gnnbridge.core.storage.partition.partition` as the command runs it: a stop signal
     (Ctrl-C, SIGTERM, SIGHUP) undoes what it wrote, and says so."""
     from gnnbridge.core.storage.partition import partition
 
     with undone_on_stop("the parts this partition wrote were removed", f"gnnbridge partition {path} --parts {parts}"):
-        return partition(path, parts, method, seed, progress)
+        return partition(path, parts, method, seed, progress, reuse=reuse)
 
 
 def _prepare(source: str, out, dtype: str, progress: bool) -> dict:

@@ -770,24 +770,58 @@ def _global_edges(parts: list, et) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.cat(src), torch.cat(dst)
 
 
-@pytest.mark.parametrize("typed", [False, True], ids=["homogeneous", "heterogeneous"])
+def write_follows_graph(folder: Path) -> Path:
+    """Users following users, a third of the follows returned (so train edges have twins), and
+    users buying items: a heterogeneous link target whose two ends are one type."""
+    rng = np.random.default_rng(11)
+    users, items = 80, 30
+    follows = np.stack([rng.integers(0, users, 300), rng.integers(0, users, 300)])
+    follows = follows[:, follows[0] != follows[1]]
+    follows = np.concatenate([follows, follows[::-1, ::3]], axis=1).astype(np.int64)
+    arrays = {
+        "x__user": rng.normal(size=(users, 3)).astype(np.float32),
+        "x__item": rng.normal(size=(items, 3)).astype(np.float32),
+        "edge_index__user__follows__user": follows,
+        "edge_index__user__buys__item": np.stack([rng.integers(0, users, 200), rng.integers(0, items, 200)]),
+    }
+    folder.mkdir(parents=True)
+    for key, value in arrays.items():
+        np.save(folder / f"{key}.npy", value)
+    prepare_folder(folder, progress=False)
+    return folder
+
+
+def _named(original: dict | None, et, src: torch.Tensor, dst: torch.Tensor) -> set:
+    """Edges as (source, destination) pairs of the dataset's ids (``original``: by global id)."""
+    if original is not None:
+        src, dst = original[et[0]][src], original[et[2]][dst]
+    return set(zip(src.tolist(), dst.tolist()))
+
+
+@pytest.mark.parametrize("typed", [False, True, "same-type"], ids=["homogeneous", "heterogeneous", "same-type"])
 def test_a_link_tasks_parts_together_are_the_whole_runs_split_and_negatives(graph, typed_graph, tmp_path, typed):
     """gnnbridge partition --task link cuts the record a run of the folder whole trains on: the
     machines' train edges are its train edges, their held-out edges (each on its destination's
-    machine) with their fixed negatives are its own, every train edge's mirror and twin (global
-    ids, possibly on another machine) are that edge reversed, and the counts every machine
+    machine) with their fixed negatives are its own, each train edge leaves out exactly what the
+    whole record leaves out (itself, its twin, both mirrors: global ids, possibly on another
+    machine; a same-type target with returned edges has twins), and the counts every machine
     batches by add up. Cutting it again is nothing to do."""
     from gnnbridge.core.app.partitioning import cut_link
     from gnnbridge.core.app.preflight import task_record
 
-    root = _copy(typed_graph if typed else graph, tmp_path)
+    if typed == "same-type":
+        root = write_follows_graph(tmp_path / "follows")
+    else:
+        root = _copy(typed_graph if typed else graph, tmp_path)
     k = 3
     partition(root, k, method="metis", progress=False)
-    overrides = ["dataset.reverse_edges=true", "link.edge_type=buys"] if typed else []
-    result = cut_link(root, k, None, overrides)
+    target = "follows" if typed == "same-type" else "buys"
+    overrides = ["dataset.reverse_edges=true", f"link.edge_type={target}"] if typed else []
+    result = cut_link(root, k, overrides=overrides)
     config = _link_config(root, *overrides)
     whole, parts = task_record(config), _link_parts(root, k, config)
-    s, _, d = target = whole.target_edge
+    s, _, d = whole.target_edge
+    target = whole.target_edge
     original = {t: torch.cat([torch.as_tensor(p.partition.types[t].node_ids) for p in parts]) for t in whole.num_nodes}
     pairs = set()
     for p in parts:
@@ -805,36 +839,40 @@ def test_a_link_tasks_parts_together_are_the_whole_runs_split_and_negatives(grap
             have += zip(original[s][e[0]].tolist(), original[d][e[1]].tolist(), map(tuple, original[d][n].tolist()))
         assert sorted(have) == want, split
         assert result["counts"][split] == [p.split(split).numel() for p in parts]
-    rev = whole.reverse_edge
-    rev_src, rev_dst = _global_edges(parts, rev)
+    # each train edge leaves out what the whole record's rule leaves out (itself, its twin, both
+    # mirrors), compared as pairs of the dataset's ids
+    whole_at = {pair: i for i, pair in enumerate(zip(train[0].tolist(), train[1].tolist()))}
+    ends = {et: _global_edges(parts, et) for et in whole.excluded(torch.arange(1))}
     twins = 0
     for p in parts:
-        eids = torch.arange(p.split("train").numel())
-        src, dst = p.train_pairs(eids)
-        left_out = p.excluded(eids)
-        assert torch.equal(rev_src[left_out[rev]], dst) and torch.equal(rev_dst[left_out[rev]], src)
-        if p.twin_eid is not None:
-            has = p.twin_eid[eids] >= 0
-            t_src, t_dst = _global_edges(parts, target)
-            twin = p.twin_eid[eids][has]
-            assert torch.equal(t_src[twin], dst[has]) and torch.equal(t_dst[twin], src[has])
-            twins += int(has.sum())
-    assert cut_link(root, k, None, overrides)["already"]
+        for e in range(p.split("train").numel()):
+            one = torch.tensor([e])
+            u, v = (int(original[t][i]) for t, i in zip((s, d), p.train_pairs(one)))
+            mine = {et: _named(original, et, ends[et][0][ids], ends[et][1][ids]) for et, ids in p.excluded(one).items()}
+            theirs = whole.excluded(torch.tensor([whole_at[u, v]]))
+            full = {et: _named(None, et, *whole.edge_index[et][:, ids]) for et, ids in theirs.items()}
+            assert mine == full, (u, v, mine, full)
+            twins += len(full[target]) - 1
+    assert (twins > 0) == (typed == "same-type")  # the twins' path ran where there are twins
+    assert cut_link(root, k, overrides=overrides)["already"]
 
 
-def test_a_link_batch_leaves_its_edges_out_on_whichever_machine_owns_them(graph, tmp_path):
+@pytest.mark.parametrize("same_type", [False, True], ids=["homogeneous", "same-type"])
+def test_a_link_batch_leaves_its_edges_out_on_whichever_machine_owns_them(graph, tmp_path, same_type):
     """Three gloo ranks, each holding one part of a link task: a batch of train edges sampled with
     its own edges, twins and mirrors left out (on the machines that own them) samples every other
     in-edge of its nodes (fanout -1) and none of those; with fanout 2, none of those either, and
-    each node as many of the rest as it has, up to 2."""
+    each node as many of the rest as it has, up to 2. On a homogeneous graph, and on a
+    heterogeneous one whose target joins one type (twins, several relations hopped at once)."""
     from gnnbridge.core.app.partitioning import cut_link
     from gnnbridge.core.storage.linkparts import link_settings
     from gnnbridge.testing.workers import sample_link_parts_and_dump
 
-    root = _copy(graph, tmp_path)
+    root = write_follows_graph(tmp_path / "follows") if same_type else _copy(graph, tmp_path)
     partition(root, 3, method="metis", progress=False)
-    cut_link(root, 3, None, [])
-    config = _link_config(root)
+    overrides = ["dataset.reverse_edges=true", "link.edge_type=follows"] if same_type else []
+    cut_link(root, 3, overrides=overrides)
+    config = _link_config(root, *overrides)
     parts = _link_parts(root, 3, config)
     launch_ranks(sample_link_parts_and_dump, 3, (str(root), 3, link_settings(config), str(tmp_path)), timeout_s=120)
     crossing = 0
@@ -844,7 +882,7 @@ def test_a_link_batch_leaves_its_edges_out_on_whichever_machine_owns_them(graph,
             _, dst = _global_edges(parts, et)
             banned = set(saved["excluded"].get(et, torch.zeros(0, dtype=torch.int64)).tolist())
             crossing += sum(parts[0].partition.relations[et].owners(dst[list(banned)]) != rank) if banned else 0
-            ends = saved["seeds"][et[2]]
+            ends = saved["seeds"].get(et[2], torch.zeros(0, dtype=torch.int64))
             into = set(torch.isin(dst, ends).nonzero().flatten().tolist())
             every, _ = saved[-1][et]
             assert set(every.tolist()) == into - banned and every.numel() == len(into - banned), et
@@ -868,7 +906,7 @@ def rec_link(tmp_path_factory):
     root = tmp_path_factory.mktemp("rec") / "rec"
     prepare("rec-synthetic", out=root, progress=False)
     partition(root, 2, method="metis", progress=False)
-    cut_link(root, 2, None, ["dataset.reverse_edges=true"])
+    cut_link(root, 2, overrides=["dataset.reverse_edges=true"])
     overrides = [*JOB[1:6:2], *LINK_JOB[1::2]]  # (the link job's own settings last: they win)
     whole = gnnbridge.run(
         dataset=str(root), backend="pyg", nproc=2, overrides=overrides, out=str(root.parent / "whole"), progress=False
@@ -937,19 +975,34 @@ def _check_machine_lists(root: Path, where: Path) -> None:
 
 def test_a_link_task_not_cut_or_cut_otherwise_is_refused_in_one_line(graph, tmp_path):
     """A machine asked for a link task nobody cut (another seed) is told the command that cuts it;
-    the shared protocol is refused where the task is cut."""
-    from gnnbridge.core.app.partitioning import cut_link
+    one cut from another partitioning is refused; settings that build the same record are one
+    task (a homogeneous graph's reverse edges, which its link task always adds); the shared
+    protocol is refused before anything is written. The command cuts a link task into a folder
+    partitioned already, however that was made (its parts may be on the machines)."""
     from gnnbridge.core.storage.linkparts import link_settings, open_link_part
 
     root = _copy(graph, tmp_path)
-    partition(root, 2, method="metis", progress=False)
-    cut_link(root, 2, None, [])
+    partition(root, 2, method="stream", progress=False)
+    command = [sys.executable, "-m", "gnnbridge", "partition", str(root), "--parts", "2", "--task", "link"]
+    done = subprocess.run([*command, "--set", "task=node"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "already partitioned" in done.stdout and "link task on (node,to,node) cut into 2 parts" in done.stdout
+    both = _link_config(root, "dataset.reverse_edges=true")
+    assert open_link_part(open_partition(root, 2, 0), link_settings(both)).split("train").numel()
     config = _link_config(root, "train.seed=5")
     with pytest.raises(PartError, match=r"gnnbridge partition .* --parts 2 --task link .*--set train.seed=5"):
         open_link_part(open_partition(root, 2, 0), link_settings(config))
-    with pytest.raises(ConfigError, match="link.protocol=shared"):
-        cut_link(root, 2, None, ["link.protocol=shared", "link.eval_negatives=20"])
-    assert not list((root / "partitions" / "2").glob(".link-*"))
+    done = subprocess.run([*command, "--set", "link.protocol=shared"], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "link.protocol=shared" in done.stderr.strip().splitlines()[-1]
+    cuts, partial = (list((root / "partitions" / "2").glob(pattern)) for pattern in ("link-*", ".link-*"))
+    assert len(cuts) == 1 and not partial  # the first cut, nothing of the refused one
+    cut = cuts[0]
+    shutil.move(cut, tmp_path / cut.name)
+    shutil.rmtree(root / "partitions" / "2")
+    partition(root, 2, method="metis", progress=False)  # another partitioning, then the old cut back
+    shutil.move(tmp_path / cut.name, cut)
+    with pytest.raises(PartError, match="cut from another partitioning"):
+        open_link_part(open_partition(root, 2, 0), link_settings(_link_config(root)))
 
 
 @pytest.mark.slow

@@ -13,12 +13,27 @@ import os
 
 from gnnbridge.core.app.preflight import task_record
 from gnnbridge.core.app.resolve import resolve_config
+from gnnbridge.core.config import ExperimentConfig
+from gnnbridge.core.errors import ConfigError
 from gnnbridge.core.storage.linkparts import cut_link_task, link_settings
 
 
-def cut_link(folder: str | os.PathLike, parts: int, experiment=None, overrides=()) -> dict:
-    """Cut the link task that ``experiment`` and ``overrides`` describe (on ``folder`` whole) into
-    ``folder``'s partitioning into ``parts``; see :func:`~gnnbridge.core.storage.linkparts.cut_link_task`."""
-    config = resolve_config(experiment, dataset=os.fspath(folder), overrides=("task=link", *overrides))
+def link_config(folder: str | os.PathLike, experiment=None, overrides=()) -> ExperimentConfig:
+    """The config of the link task that ``experiment`` and ``overrides`` describe on ``folder``
+    whole, checked (a bad key, a protocol partitions do not score) before anything is written."""
+    config = resolve_config(experiment, dataset=os.fspath(folder), overrides=(*overrides, "task=link"))
     config.dataset.partitions = 0
+    if config.link.protocol == "shared":
+        raise ConfigError(
+            "link.protocol=shared ranks every held-out edge against one list of pairs, which a partitioned "
+            "graph does not score yet; cut and train it with link.protocol=per-edge."
+        )
+    return config
+
+
+def cut_link(folder: str | os.PathLike, parts: int, config: ExperimentConfig | None = None, **given) -> dict:
+    """Cut the link task of ``config`` (:func:`link_config`; or made here from ``given``: its
+    ``experiment`` and ``overrides``) into ``folder``'s partitioning into ``parts``; see
+    :func:`~gnnbridge.core.storage.linkparts.cut_link_task`."""
+    config = config if config is not None else link_config(folder, **given)
     return cut_link_task(folder, parts, task_record(config), link_settings(config))

@@ -102,7 +102,8 @@ class PartitionedTypedLinks(TypedLayerwiseLinks):
         rows, k, device = self.layerwise.one_hop.rows, negatives.shape[1], self.ctx.device
         for ids in self._shard_batches(split):  # as many on every rank: each fetch is a collective
             src = rows[s].fetch(edges[0, ids], self._h[s])
-            dst = rows[d].fetch(torch.cat([edges[1, ids], negatives[ids].flatten()]), self._h[d])
+            ends, again = torch.unique(torch.cat([edges[1, ids], negatives[ids].flatten()]), return_inverse=True)
+            dst = rows[d].fetch(ends, self._h[d])[again]  # each row once: negatives repeat across edges
             n = ids.numel()
             if not n:
                 continue

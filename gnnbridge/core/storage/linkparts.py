@@ -39,7 +39,7 @@ import torch
 
 from gnnbridge.core.errors import ConfigError, DataError
 from gnnbridge.core.files import PARTIAL, replace, taking_turns
-from gnnbridge.core.records.hetero import EdgeType, HeteroGraphData, edge_name
+from gnnbridge.core.records.hetero import HOMOGENEOUS_EDGE, EdgeType, HeteroGraphData, edge_name, find_edge_type
 from gnnbridge.core.storage.folder import advise_uncacheable, mapped, stat_input
 from gnnbridge.core.storage.parts import (
     PART_FILE,
@@ -65,6 +65,18 @@ def link_settings(config) -> dict:
     return LinkSettings.of(config).as_set()
 
 
+def _as_keyed(settings: dict, homogeneous: bool, target) -> dict:
+    """``settings`` as the key reads them, so that settings giving the same record give the same
+    key: a named target as its full ``src,relation,dst`` (``target(text)`` resolves it), and a
+    homogeneous graph's reverse edges on (its link task always adds them)."""
+    keyed = dict(settings)
+    if keyed["link.edge_type"]:
+        keyed["link.edge_type"] = edge_name(tuple(target(keyed["link.edge_type"])))
+    if homogeneous:
+        keyed["dataset.reverse_edges"] = True
+    return keyed
+
+
 def link_key(settings: dict) -> str:
     """The folder name's key of a link task's settings (a machine computes it from its config)."""
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
@@ -87,6 +99,7 @@ def cut_link_task(root: str | Path, parts: int, record: HeteroGraphData, setting
             "graph does not score yet; cut and train it with link.protocol=per-edge."
         )
     description = read_partition(root, parts)
+    settings = _as_keyed(settings, description.get("kind") != "hetero", lambda _: record.target_edge)
     out = link_folder(root, parts, settings)
     with taking_turns(out.parent):
         try:
@@ -126,6 +139,7 @@ class _Cut:
         changed = record.edge_types if self.homogeneous else [et for et in (target, rev) if et is not None]
         self.relations = sorted(changed)
         self.eids = {et: self._new_edge_ids(et) for et in {target, rev} - {None}}
+        self.owners: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # per held-out split: (dst, its machine)
 
     def _relabelling(self, t: str, bounds: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """Node type ``t``'s maps old -> new id and new -> old, from the parts' original ids."""
@@ -210,7 +224,11 @@ class _Cut:
             _save(folder, "reverse_eid", self.eids[record.reverse_edge][mirror], arrays)
         if record.twin_eid is not None:
             twin = np.asarray(record.twin_eid)[old]
-            _save(folder, "twin_eid", np.where(twin >= 0, self.eids[target][np.maximum(twin, 0)], -1), arrays)
+            has, at = twin >= 0, np.maximum(twin, 0)
+            _save(folder, "twin_eid", np.where(has, self.eids[target][at], -1), arrays)
+            if record.reverse_edge is not None:  # a twin's mirror is the batch edge's own pair, reversed
+                mirror = np.asarray(record.reverse_eid)[at]
+                _save(folder, "twin_reverse_eid", np.where(has, self.eids[record.reverse_edge][mirror], -1), arrays)
         return int(old.shape[0])
 
     def _held_out(self, split: str, m: int, folder: Path, arrays: dict) -> int:
@@ -218,8 +236,11 @@ class _Cut:
         ids (in the split's order)."""
         s, _, d = self.record.target_edge
         edges, negatives = (np.asarray(a) for a in self.record.held_out(split))
-        dst = self.new_of[d][edges[1]]
-        mine = np.searchsorted(np.asarray(self.bounds[d]), dst, side="right") - 1 == m
+        if split not in self.owners:  # (once per split, not per part)
+            dst = self.new_of[d][edges[1]]
+            self.owners[split] = (dst, np.searchsorted(np.asarray(self.bounds[d]), dst, side="right") - 1)
+        dst, owner = self.owners[split]
+        mine = owner == m
         _save(folder, f"{split}_edges", np.stack([self.new_of[s][edges[0][mine]], dst[mine]]), arrays)
         _save(folder, f"{split}_negatives", self.new_of[d][negatives[mine]], arrays)
         return int(mine.sum())
@@ -258,10 +279,12 @@ class PartLinkGraph(HeteroGraphData):
     whose destination it owns. ``partition.split_counts`` are every machine's edges per split."""
 
     partition: TypedPartition
+    twin_reverse_eid: torch.Tensor | None = None  # per train edge, its twin's mirror (global), or -1
 
     def excluded(self, eids: torch.Tensor) -> dict[EdgeType, torch.Tensor]:
-        """The global edge ids a batch of this machine's train edges ``eids`` (local) leaves out:
-        themselves, their twins, their mirrors (some owned by other machines)."""
+        """The global edge ids a batch of this machine's train edges ``eids`` (local) leaves out, as
+        the whole graph's record leaves them out: themselves, their twins, and the mirrors of both
+        (some owned by other machines; a twin's mirror is the batch edge's own pair)."""
         first = self.partition.relations[self.target_edge].edge_bounds[self.partition.part]
         own = eids + first
         if self.twin_eid is not None:
@@ -269,7 +292,11 @@ class PartLinkGraph(HeteroGraphData):
             own = torch.cat([own, twins[twins >= 0]])
         out = {self.target_edge: own}
         if self.reverse_edge is not None:
-            out[self.reverse_edge] = self.reverse_eid[eids]
+            mirrors = [self.reverse_eid[eids]]
+            if self.twin_reverse_eid is not None:
+                twin_mirrors = self.twin_reverse_eid[eids]
+                mirrors.append(twin_mirrors[twin_mirrors >= 0])
+            out[self.reverse_edge] = torch.cat(mirrors)
         return out
 
     def train_pairs(self, eids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -294,6 +321,14 @@ def open_link_part(base, settings: dict) -> PartLinkGraph:
     refused in one line where that task was not cut (naming the command that cuts it)."""
     part = base.partition
     root, parts, machine = Path(base.folder), part.parts, part.part
+    if settings["link.protocol"] == "shared":
+        raise ConfigError(
+            "link.protocol=shared ranks every held-out edge against one list of pairs, which a partitioned "
+            "graph does not score yet; train it with link.protocol=per-edge (cut with the same)."
+        )
+    typed = isinstance(part, TypedPartition)
+    relations = list(part.relations) if typed else [HOMOGENEOUS_EDGE]
+    settings = _as_keyed(settings, not typed, lambda text: find_edge_type(relations, text))
     out = link_folder(root, parts, settings)
     how = " ".join(f"--set {k}={v}" for k, v in settings.items() if v != "")
     missing = (
@@ -301,6 +336,11 @@ def open_link_part(base, settings: dict) -> PartLinkGraph:
         f"gnnbridge partition {root} --parts {parts} --task link {how}, and copy {out.name}/part-M to machine M."
     )
     found = _read_json(out / LINK_FILE, PartError, missing, "cut it again")
+    if found.get("format") != FORMAT:
+        raise PartError(
+            f"{out} was cut by another version of gnnbridge (format {found.get('format')}, not {FORMAT}); cut the "
+            f"link task again: gnnbridge partition {root} --parts {parts} --task link {how}."
+        )
     if found.get("partition") != part.id:
         raise PartError(
             f"{out} was cut from another partitioning (id {str(found.get('partition'))[:8]}, not {part.id[:8]}); "
@@ -366,6 +406,7 @@ def _record(base, found: dict, arrays: dict) -> PartLinkGraph:
         undirected=bool(found["undirected"]),
         name=base.name,
     )
+    record.twin_reverse_eid = arrays.get("twin_reverse_eid")
     record.partition = TypedPartition(
         part.id, part.parts, part.part, types, {et: relations[et] for et in edge_types}, target[2],
         counts=found["counts"],

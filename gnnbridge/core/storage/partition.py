@@ -75,9 +75,13 @@ METHODS = ("auto", "metis", "stream")
 STREAM_SLACK = 0.05  # the streaming method fills a part to at most 5% above the mean
 
 
-def partition(path: str | os.PathLike, parts: int, method: str = "auto", seed: int = 0, progress: bool = True) -> dict:
+def partition(
+    path: str | os.PathLike, parts: int, method: str = "auto", seed: int = 0, progress: bool = True, reuse: bool = False
+) -> dict:
     """Partition the prepared folder ``path`` into ``parts``; returns the partitioning's
-    description (``partition.json``) with ``already`` (nothing was to do) and ``out``."""
+    description (``partition.json``) with ``already`` (nothing was to do) and ``out``.
+    ``reuse``: a partitioning of this source already there is taken however it was made (what
+    cutting a link task into it wants: machines may hold its parts)."""
     root = Path(path)
     if method not in METHODS:
         raise ConfigError(f"--method {method!r} is not a partitioning method; use one of: {', '.join(METHODS)}.")
@@ -89,7 +93,7 @@ def partition(path: str | os.PathLike, parts: int, method: str = "auto", seed: i
     out = partition_folder_of(root, parts)
     _writable(root)
     with taking_turns(root / PARTITIONS):
-        done = _already(root, out, manifest, method, seed)
+        done = _already(root, out, manifest, method, seed, reuse)
         if done is not None:
             return {**done, "already": True, "out": str(out)}
         tmp = root / PARTITIONS / f".{parts}{PARTIAL}"
@@ -166,7 +170,7 @@ def _writable(root: Path) -> None:
         ) from None
 
 
-def _already(root: Path, out: Path, manifest: dict, method: str, seed: int) -> dict | None:
+def _already(root: Path, out: Path, manifest: dict, method: str, seed: int, reuse: bool = False) -> dict | None:
     """The partitioning in ``out`` when it was made of this source as asked (``method`` as given:
     ``auto`` matches what ``auto`` chose then) and every part of it is there; None when there is
     none or it is stale (the source was prepared again, a part is missing or of another
@@ -178,7 +182,7 @@ def _already(root: Path, out: Path, manifest: dict, method: str, seed: int) -> d
         return None
     if found.get("source") != _stamp(root, manifest) or not _parts_whole(out, found):
         return None
-    if method not in (found.get("method"), found.get("requested")) or found.get("seed") != seed:
+    if not reuse and (method not in (found.get("method"), found.get("requested")) or found.get("seed") != seed):
         raise ConfigError(
             f"{out} holds a partitioning by {found.get('method')} (seed {found.get('seed')}); machines may "
             f"hold its parts: remove {out} first to partition by {method} (seed {seed})."
