@@ -15,9 +15,10 @@ Part ``M`` of the task holds, for the relations the task changes (the target, ho
 edges only, and its mirror; every relation of a homogeneous graph, which the task turns into
 ``to`` and ``rev_to``), the in-edges of machine ``M``'s nodes with global sources, numbered
 part after part as the node partitioning numbers its relations (the other relations are read
-from ``part-M/``, unchanged); per train edge its mirror's and its twin's *global* edge ids (the
-edges a training batch leaves out, which may live on other machines: their owners redraw
-without them, :mod:`gnnbridge.core.sampling.distributed`); and the held-out edges whose
+from ``part-M/``, unchanged); per train edge the *global* edge ids of its mirror, its twin and
+its twin's mirror (the edges a training batch leaves out, as the whole record does, which may
+live on other machines: their owners redraw without them,
+:mod:`gnnbridge.core.sampling.distributed`); and the held-out edges whose
 destination machine ``M`` owns, with their negatives, in global ids. ``link.json`` holds the
 boundaries and every machine's split counts (what equal batch counts are computed from).
 
@@ -104,7 +105,7 @@ def cut_link_task(root: str | Path, parts: int, record: HeteroGraphData, setting
     with taking_turns(out.parent):
         try:
             found = json.loads((out / LINK_FILE).read_text())
-            if found.get("partition") == description["id"]:
+            if found.get("partition") == description["id"] and found.get("format") == FORMAT:
                 return {**found, "already": True, "out": str(out)}
         except (OSError, ValueError):
             pass
