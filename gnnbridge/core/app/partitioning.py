@@ -15,7 +15,7 @@ from gnnbridge.core.app.preflight import task_record
 from gnnbridge.core.app.resolve import resolve_config
 from gnnbridge.core.config import ExperimentConfig
 from gnnbridge.core.errors import ConfigError
-from gnnbridge.core.storage.linkparts import cut_link_task, link_settings
+from gnnbridge.core.storage.linkparts import SHARED_REFUSED, cut_link_task, link_settings
 
 
 def link_config(folder: str | os.PathLike, experiment=None, overrides=()) -> ExperimentConfig:
@@ -24,10 +24,7 @@ def link_config(folder: str | os.PathLike, experiment=None, overrides=()) -> Exp
     config = resolve_config(experiment, dataset=os.fspath(folder), overrides=(*overrides, "task=link"))
     config.dataset.partitions = 0
     if config.link.protocol == "shared":
-        raise ConfigError(
-            "link.protocol=shared ranks every held-out edge against one list of pairs, which a partitioned "
-            "graph does not score yet; cut and train it with link.protocol=per-edge."
-        )
+        raise ConfigError(SHARED_REFUSED)
     return config
 
 

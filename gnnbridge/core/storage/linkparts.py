@@ -48,6 +48,7 @@ from gnnbridge.core.storage.parts import (
     Partition,
     TypedPartition,
     _read_json,
+    _read_part,
     part_folder,
     partition_folder_of,
     read_partition,
@@ -58,6 +59,10 @@ from gnnbridge.core.tasks import LinkSettings
 
 FORMAT = 1
 LINK_FILE = "link.json"
+SHARED_REFUSED = (
+    "link.protocol=shared ranks every held-out edge against one list of pairs, which a partitioned graph does "
+    "not score yet; cut and train it with link.protocol=per-edge."
+)
 
 
 def link_settings(config) -> dict:
@@ -95,10 +100,7 @@ def cut_link_task(root: str | Path, parts: int, record: HeteroGraphData, setting
     ``root``'s partitioning into ``parts``; returns ``link.json`` with ``already`` and ``out``.
     Written under a temporary name and renamed when whole: an interrupted cut leaves nothing."""
     if record.val_negative_pairs is not None:
-        raise ConfigError(
-            "link.protocol=shared ranks every held-out edge against one list of pairs, which a partitioned "
-            "graph does not score yet; cut and train it with link.protocol=per-edge."
-        )
+        raise ConfigError(SHARED_REFUSED)
     description = read_partition(root, parts)
     settings = _as_keyed(settings, description.get("kind") != "hetero", lambda _: record.target_edge)
     out = link_folder(root, parts, settings)
@@ -323,10 +325,7 @@ def open_link_part(base, settings: dict) -> PartLinkGraph:
     part = base.partition
     root, parts, machine = Path(base.folder), part.parts, part.part
     if settings["link.protocol"] == "shared":
-        raise ConfigError(
-            "link.protocol=shared ranks every held-out edge against one list of pairs, which a partitioned "
-            "graph does not score yet; train it with link.protocol=per-edge (cut with the same)."
-        )
+        raise ConfigError(SHARED_REFUSED)
     typed = isinstance(part, TypedPartition)
     relations = list(part.relations) if typed else [HOMOGENEOUS_EDGE]
     settings = _as_keyed(settings, not typed, lambda text: find_edge_type(relations, text))
@@ -348,27 +347,10 @@ def open_link_part(base, settings: dict) -> PartLinkGraph:
             f"cut the link task again: gnnbridge partition {root} --parts {parts} --task link {how}."
         )
     folder = part_folder(out, machine)
-    arrays = _link_arrays(folder, found, machine)
+    part_file = _read_part(folder, found, machine)  # a part of this cut, its files as written
+    arrays = {key: mapped(folder, spec) for key, spec in part_file["arrays"].items()}
     advise_uncacheable(arrays.values(), sum(a.nbytes for a in arrays.values()))
     return _record(base, found, arrays)
-
-
-def _link_arrays(folder: Path, found: dict, machine: int) -> dict:
-    missing = f"{folder} is missing: machine {machine} opens part-{machine} of the link task (copy it to this machine)."
-    part = _read_json(folder / PART_FILE, PartError, missing, "copy the part again")
-    if part.get("id") != found["id"] or part.get("part") != machine:
-        raise PartError(
-            f"{folder} is not part {machine} of this link task (it says part {part.get('part')} of "
-            f"{str(part.get('id'))[:8]}); copy the link task's part-{machine} again."
-        )
-    for spec in part["arrays"].values():
-        try:
-            size = stat_input(folder / spec["file"])["size"]
-        except OSError:
-            raise PartError(f"{folder / spec['file']} is missing; copy the link task's part-{machine} again.") from None
-        if size != spec["size"]:
-            raise PartError(f"{folder / spec['file']} differs from the one written; copy it again.")
-    return {key: mapped(folder, spec) for key, spec in part["arrays"].items()}
 
 
 def _record(base, found: dict, arrays: dict) -> PartLinkGraph:
