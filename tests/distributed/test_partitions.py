@@ -917,27 +917,68 @@ def rec_link(tmp_path_factory):
 LINK_JOB = ["--set", "task=link", "--set", "dataset.reverse_edges=true", "--set", "train.batch_size=512"]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("backend", ["pyg", "dgl"])
-def test_two_machines_train_a_link_task_as_the_whole_graph_does(rec_link, tmp_path, backend):
-    """Two machines, each holding its part of the graph and of the link task, train it on either
-    library to the whole graph's ranking quality (within run-to-run noise), scoring the held-out
-    edges layer-wise, each on its destination's machine; on PyG, predict as a job of the machines
-    too."""
-    root, whole = rec_link
-    codes, errors = machines(root, 2, tmp_path, backend, *LINK_JOB)
+def _link_job(root: Path, tmp_path: Path, backend: str, env=None, launcher=("--nproc-per-node", "1")) -> list:
+    """The rec graph's link task trained by two machines each holding its part; stderr lines."""
+    codes, errors = machines(root, 2, tmp_path, backend, *LINK_JOB, env=env, launcher=launcher)
     assert codes == [0, 0], errors
+    return errors
+
+
+@pytest.fixture(scope="module")
+def link_machines(rec_link, tmp_path_factory):
+    """The link task trained by two machines on PyG, uninterrupted."""
+    where = tmp_path_factory.mktemp("link_machines")
+    _link_job(rec_link[0], where, "pyg")
+    return where
+
+
+def _check_link_job(where: Path, whole: dict) -> None:
+    """Each machine held its part only; the job ranks as the whole graph does (within run-to-run
+    noise), scoring the held-out edges layer-wise, each on its destination's machine."""
     for m in range(2):
-        data = tmp_path / f"machine{m}" / "data" / "partitions" / "2"
+        data = where / f"machine{m}" / "data" / "partitions" / "2"
         held = {p.parent.name for p in data.rglob("*.npy")}
         assert held == {f"part-{m}"}, held
-    results = _results(tmp_path)
+    results = _results(where)
     metrics = results["metrics"]
     assert metrics["test_roc_auc"] > 0.6, metrics
     assert abs(metrics["test_mrr"] - whole["test_mrr"]) <= 0.05, (metrics, whole)
     assert results["eval"]["final"] == "layerwise" and results["history"][-1]["remote_rows"] > 0
-    if backend == "pyg":
-        _check_machine_lists(root, tmp_path)
+
+
+@pytest.mark.slow
+def test_two_machines_train_a_link_task_as_the_whole_graph_does_and_predict(rec_link, link_machines):
+    """On PyG: the job trains to the whole graph's ranking, and predict as a job of the machines
+    writes the whole graph's lists and states."""
+    root, whole = rec_link
+    _check_link_job(link_machines, whole)
+    _check_machine_lists(root, link_machines)
+
+
+@pytest.mark.slow
+def test_two_machines_train_a_link_task_on_dgl_as_the_whole_graph_does(rec_link, tmp_path):
+    root, whole = rec_link
+    _link_job(root, tmp_path, "dgl")
+    _check_link_job(tmp_path, whole)
+
+
+@pytest.mark.slow
+def test_a_link_job_whose_machine_dies_is_restarted_and_ends_as_if_uninterrupted(rec_link, link_machines, tmp_path):
+    """A link task's batches (its edges, negatives and left-out neighbours, some on the other
+    machine) are a function of the seed and the epoch: the job restarted from its last checkpoint
+    by torchrun --max-restarts 1 ends with the uninterrupted job's losses and metrics."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(MACHINE_DIES)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")])}
+    (tmp_path / "machine1").mkdir()
+    (tmp_path / "machine1" / "out").symlink_to(tmp_path / "machine0" / "out")
+    launcher = ("--nproc-per-node", "1", "--max-restarts", "1")
+    _link_job(rec_link[0], tmp_path, "pyg", env=env, launcher=launcher)
+    restarted, uninterrupted = _results(tmp_path), _results(link_machines)
+    assert [r["resumed_from_epoch"] for r in restarted["restarts"]] == [1], restarted["restarts"]
+    assert restarted["metrics"] == uninterrupted["metrics"]
+    assert [e["loss"] for e in restarted["history"]] == [e["loss"] for e in uninterrupted["history"]]
 
 
 def _check_machine_lists(root: Path, where: Path) -> None:
