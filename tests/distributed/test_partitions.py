@@ -799,15 +799,21 @@ def _named(original: dict | None, et, src: torch.Tensor, dst: torch.Tensor) -> s
 
 
 @pytest.mark.parametrize("typed", [False, True, "same-type"], ids=["homogeneous", "heterogeneous", "same-type"])
-def test_a_link_tasks_parts_together_are_the_whole_runs_split_and_negatives(graph, typed_graph, tmp_path, typed):
+def test_a_link_tasks_parts_together_are_the_whole_runs_split_and_negatives(
+    graph, typed_graph, tmp_path, monkeypatch, typed
+):
     """gnnbridge partition --task link cuts the record a run of the folder whole trains on: the
     machines' train edges are its train edges, their held-out edges (each on its destination's
     machine) with their fixed negatives are its own, each train edge leaves out exactly what the
     whole record leaves out (itself, its twin, both mirrors: global ids, possibly on another
     machine; a same-type target with returned edges has twins), and the counts every machine
-    batches by add up. Cutting it again is nothing to do."""
+    batches by add up. Cutting it again is nothing to do. The cut reads 7 edges (or one held-out
+    edge's negatives) a step, so windows start and stop inside a node's edges."""
+    import gnnbridge.core.storage.linkparts as module
     from gnnbridge.core.app.partitioning import cut_link
     from gnnbridge.core.app.preflight import task_record
+
+    monkeypatch.setattr(module, "chunk_bytes", lambda: 7 * 64)
 
     if typed == "same-type":
         root = write_follows_graph(tmp_path / "follows")
@@ -981,13 +987,65 @@ def test_a_link_job_whose_machine_dies_is_restarted_and_ends_as_if_uninterrupted
     assert [e["loss"] for e in restarted["history"]] == [e["loss"] for e in uninterrupted["history"]]
 
 
+def _shared_run_folder(where: Path, k: int) -> None:
+    """Machine 0's run folder seen by every machine (as on storage they all see)."""
+    for m in range(1, k):
+        out = where / f"machine{m}" / "out"
+        if not out.is_symlink():
+            shutil.rmtree(out, ignore_errors=True)
+            out.symlink_to(where / "machine0" / "out")
+
+
+@pytest.mark.slow
+def test_the_shared_protocol_scored_on_the_machines_is_the_whole_graphs(rec_link, link_machines):
+    """link.protocol=shared (ogbl-collab's: every held-out edge ranked against one list of
+    negative pairs), cut into the parts with each pair on its destination's machine: the parts'
+    pairs are the whole record's, and ``evaluate`` as a job of the machines gives the folder
+    whole's metrics for the same checkpoint, layer-wise and sampled (all neighbours: the batches
+    of pairs sampled and fetched across machines)."""
+    import gnnbridge
+    from gnnbridge.core.app.partitioning import cut_link
+    from gnnbridge.core.app.preflight import task_record
+
+    root, _ = rec_link
+    shared = ["dataset.reverse_edges=true", "link.protocol=shared", "link.eval_negatives=400"]
+    cut = Path(cut_link(root, 2, overrides=shared)["out"])
+    config = _link_config(root, *shared)
+    whole, parts = task_record(config), _link_parts(root, 2, config)
+    s, _, d = whole.target_edge
+    original = {t: torch.cat([torch.as_tensor(p.partition.types[t].node_ids) for p in parts]) for t in (s, d)}
+    for split in ("val", "test"):
+        have = []
+        for m, p in enumerate(parts):
+            pairs = p.negative_pairs(split)
+            assert bool((p.partition.types[d].owners(pairs[1]) == m).all())  # on its destination's machine
+            have += zip(original[s][pairs[0]].tolist(), original[d][pairs[1]].tolist())
+        assert sorted(have) == sorted(zip(*whole.negative_pairs(split).tolist())), split
+    for m in range(2):  # each machine is given its part of the cut
+        held = link_machines / f"machine{m}" / "data" / "partitions" / "2" / cut.name
+        held.mkdir()
+        shutil.copy(cut / "link.json", held)
+        shutil.copytree(cut / f"part-{m}", held / f"part-{m}")
+    _shared_run_folder(link_machines, 2)
+    run = link_machines / "machine0" / "out"
+    expected = gnnbridge.evaluate(run, overrides=[f"dataset.path={root}", "dataset.partitions=0", *shared])["metrics"]
+    assert "test_roc_auc" in expected and not any("mrr" in key for key in expected)  # the shared protocol's
+    sampled = ["eval.mode=sampled", "sampler.fanouts=[-1,-1]"]
+    for mode in ([], sampled):
+        command = ["evaluate", "out", "--set", "dataset.path=data", *(f"--set={o}" for o in (*shared, *mode)), "--json"]
+        codes, outs = job(2, link_machines, command)
+        assert codes == [0, 0], outs
+        metrics = json.loads(outs[0][0])["metrics"]
+        assert metrics == pytest.approx(expected, abs=2e-3), (mode, metrics, expected)
+
+
 def _check_machine_lists(root: Path, where: Path) -> None:
     """``predict`` as a job of the machines writes each machine's sources' top-k lists and its
     nodes' final states, which are the folder whole's for the same checkpoint; given pairs are
     refused in one line, before any machine loads."""
     import gnnbridge
 
-    (where / "machine1" / "out").symlink_to(where / "machine0" / "out")  # the run folder, on storage both see
+    _shared_run_folder(where, 2)
     command = ["predict", "out", "--out", "p.npz", "--top-k", "5", "--embeddings", "--set", "dataset.path=data"]
     codes, outs = job(2, where, command)
     assert codes == [0, 0], outs
@@ -1017,9 +1075,8 @@ def _check_machine_lists(root: Path, where: Path) -> None:
 def test_a_link_task_not_cut_or_cut_otherwise_is_refused_in_one_line(graph, tmp_path):
     """A machine asked for a link task nobody cut (another seed) is told the command that cuts it;
     one cut from another partitioning is refused; settings that build the same record are one
-    task (a homogeneous graph's reverse edges, which its link task always adds); the shared
-    protocol is refused before anything is written. The command cuts a link task into a folder
-    partitioned already, however that was made (its parts may be on the machines)."""
+    task (a homogeneous graph's reverse edges, which its link task always adds). The command cuts a link task into a folder partitioned already, however that was made (its
+    parts may be on the machines)."""
     from gnnbridge.core.storage.linkparts import link_settings, open_link_part
 
     root = _copy(graph, tmp_path)
@@ -1033,10 +1090,8 @@ def test_a_link_task_not_cut_or_cut_otherwise_is_refused_in_one_line(graph, tmp_
     config = _link_config(root, "train.seed=5")
     with pytest.raises(PartError, match=r"gnnbridge partition .* --parts 2 --task link .*--set train.seed=5"):
         open_link_part(open_partition(root, 2, 0), link_settings(config))
-    done = subprocess.run([*command, "--set", "link.protocol=shared"], capture_output=True, text=True, timeout=120)
-    assert done.returncode != 0 and "link.protocol=shared" in done.stderr.strip().splitlines()[-1]
     cuts, partial = (list((root / "partitions" / "2").glob(pattern)) for pattern in ("link-*", ".link-*"))
-    assert len(cuts) == 1 and not partial  # the first cut, nothing of the refused one
+    assert len(cuts) == 1 and not partial  # one cut, none of its working files
     cut = cuts[0]
     shutil.move(cut, tmp_path / cut.name)
     shutil.rmtree(root / "partitions" / "2")

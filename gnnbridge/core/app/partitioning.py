@@ -14,17 +14,14 @@ import os
 from gnnbridge.core.app.preflight import task_record
 from gnnbridge.core.app.resolve import resolve_config
 from gnnbridge.core.config import ExperimentConfig
-from gnnbridge.core.errors import ConfigError
-from gnnbridge.core.storage.linkparts import SHARED_REFUSED, cut_link_task, link_settings
+from gnnbridge.core.storage.linkparts import cut_link_task, link_settings
 
 
 def link_config(folder: str | os.PathLike, experiment=None, overrides=()) -> ExperimentConfig:
     """The config of the link task that ``experiment`` and ``overrides`` describe on ``folder``
-    whole, checked (a bad key, a protocol partitions do not score) before anything is written."""
+    whole, checked (a bad key, a bad value) before anything is written."""
     config = resolve_config(experiment, dataset=os.fspath(folder), overrides=(*overrides, "task=link"))
     config.dataset.partitions = 0
-    if config.link.protocol == "shared":
-        raise ConfigError(SHARED_REFUSED)
     return config
 
 

@@ -49,7 +49,7 @@ from gnnbridge.core.records.features import gather_rows, reads_in_place
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.sampling.hetero import LinkMiniBatch
 from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS, NeighborSampler
-from gnnbridge.core.sampling.seeds import machine_steps, split_batches
+from gnnbridge.core.sampling.seeds import machine_batches, machine_steps, split_batches
 from gnnbridge.core.tasks import retrieval
 
 
@@ -444,10 +444,23 @@ class LinkEvaluator(Evaluator):
         scores = SharedLinkScores(self.hits_at)
         for mb in self.sampler.held_out_loader(split, self._shard_batches(split)):
             scores.add_positives(self._scores(model, mb))
-        mine = self.ctx.row_shards(negatives.shape[1])[self.ctx.rank]
-        for mb in self.sampler.pairs_loader(negatives[0, mine], negatives[1, mine], self.batch_size):
-            scores.add_negatives(self._scores(model, mb))
+        for ids in self._pair_batches(split, negatives.shape[1]):
+            for mb in self.sampler.pairs_loader(negatives[0, ids], negatives[1, ids], self.batch_size):
+                scores.add_negatives(self._scores(model, mb))
         return scores
+
+    def _pair_batches(self, split: str, count: int) -> list[torch.Tensor]:
+        """This rank's batches of the split's ``count`` shared negative pairs: a contiguous share;
+        on a machine's part of a partitioned graph, a share of the pairs it holds (those whose
+        destination it owns), as many batches on every rank of the job (each is a collective)."""
+        part = getattr(self.data, "partition", None)
+        if part is None:
+            return list(self.ctx.row_shards(count)[self.ctx.rank].split(self.batch_size))
+        counts = part.split_counts[f"{split}_negative_pairs"]
+        ctx = self.ctx
+        return machine_batches(
+            torch.arange(count), counts, self.batch_size, 0, 0, ctx.local_rank, ctx.local_world_size, False
+        )
 
     def _predict(self, model: torch.nn.Module) -> torch.Tensor:
         raise NotImplementedError("a link model scores pairs: use score_pairs or top_k")

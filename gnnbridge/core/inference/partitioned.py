@@ -26,7 +26,7 @@ from gnnbridge.core.inference.evaluation import (
     evaluation_mode,
     layer_batch_of,
 )
-from gnnbridge.core.inference.metrics import LinkScores
+from gnnbridge.core.inference.metrics import LinkScores, SharedLinkScores
 from gnnbridge.core.inference.typed_layerwise import TypedLayerwiseEvaluator, TypedLayerwiseLinks, unwrap
 from gnnbridge.core.records.features import gather_rows
 from gnnbridge.core.sampling.distributed import PartitionHeteroSampler, PartitionSampler, exchange_for
@@ -112,6 +112,28 @@ class PartitionedTypedLinks(TypedLayerwiseLinks):
                 negative = unwrap(model).decode(src.repeat_interleave(k, 0).to(device), dst[n:].to(device))
             scores.update(positive, negative.float().cpu().view(n, k))
         return scores
+
+    def _shared(self, model: torch.nn.Module, split: str, negatives: torch.Tensor) -> SharedLinkScores:
+        """The machine's held-out edges and the shared negative pairs it holds (both by their
+        destination's machine), each scored from its ends' states."""
+        scores = SharedLinkScores(self.hits_at)
+        edges, _ = self.data.held_out(split)
+        for ids in self._shard_batches(split):  # as many on every rank: each fetch is a collective
+            scores.add_positives(self._fetched_scores(model, edges[0, ids], edges[1, ids]))
+        for ids in self._pair_batches(split, negatives.shape[1]):
+            scores.add_negatives(self._fetched_scores(model, negatives[0, ids], negatives[1, ids]))
+        return scores
+
+    def _fetched_scores(self, model: torch.nn.Module, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+        """Scores of pairs (global ids) from their ends' final states, other machines' rows
+        fetched from their owners (a collective: every rank calls it as often)."""
+        s, _, d = self.data.target_edge
+        rows, device = self.layerwise.one_hop.rows, self.ctx.device
+        a, b = rows[s].fetch(src, self._h[s]), rows[d].fetch(dst, self._h[d])
+        if not src.numel():
+            return torch.zeros(0)
+        with self.call.blame("decode"):
+            return unwrap(model).decode(a.to(device), b.to(device)).float().cpu()
 
     @torch.no_grad()
     def machine_predictions(self, model: torch.nn.Module, k: int, embeddings: bool) -> dict[str, torch.Tensor]:

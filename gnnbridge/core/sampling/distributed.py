@@ -509,8 +509,9 @@ class PartitionedLinkSampler(PartitionedHeteroSampler):
     (:class:`~gnnbridge.core.storage.linkparts.PartLinkGraph`): training batches of its own train
     edges (local ids), each with its negatives drawn over every machine's destinations and its
     own edges, twins and mirrors left out of the hops on whichever machine owns them; held-out
-    batches of the val or test edges whose destination it owns, with their fixed negatives. Each
-    batch comes with its rows (``MiniBatch.features``)."""
+    batches of the val or test edges whose destination it owns, with their fixed negatives, and
+    of the shared negative pairs it holds. Each batch comes with its rows
+    (``MiniBatch.features``)."""
 
     def __init__(self, store: GraphStore, fanouts: dict, to_native, exchange: Exchange, negatives: int):
         super().__init__(store, fanouts, to_native, exchange)
@@ -529,11 +530,15 @@ class PartitionedLinkSampler(PartitionedHeteroSampler):
         for ids in batches:
             yield self._native(*self._links.held_out_batch(split, ids, self._generator))
 
-    def pairs_loader(self, src, dst, batch: int):
-        raise ConfigError(
-            "a partitioned graph scores its held-out edges on the machines that own them; scoring given pairs "
-            "(predict of a link task, link.protocol=shared) needs the graph whole (dataset.partitions=0)."
-        )
+    def pairs_loader(self, src: torch.Tensor, dst: torch.Tensor, batch: int) -> Iterable[LinkMiniBatch]:
+        """(src, dst) pairs of the target type (global ids; the shared protocol's negative pairs
+        whose destination this machine owns), ``batch`` at a time and at least one batch: each is
+        a collective, so a rank with no pairs joins with an empty one."""
+        none = torch.zeros(0, dtype=torch.int64)
+        for ids in torch.tensor_split(torch.arange(src.numel()), max(1, -(-src.numel() // batch))):
+            yield self._native(
+                *self._links.pairs_batch(ids, src[ids], dst[ids], none.view(ids.numel(), 0), self._generator)
+            )
 
     def _native(self, sub, mb: LinkMiniBatch) -> LinkMiniBatch:
         mb.features = self._sampler.fetch(sub.node)

@@ -19,12 +19,15 @@ from ``part-M/``, unchanged); per train edge the *global* edge ids of its mirror
 its twin's mirror (the edges a training batch leaves out, as the whole record does, which may
 live on other machines: their owners redraw without them,
 :mod:`gnnbridge.core.sampling.distributed`); and the held-out edges whose
-destination machine ``M`` owns, with their negatives, in global ids. ``link.json`` holds the
-boundaries and every machine's split counts (what equal batch counts are computed from).
+destination machine ``M`` owns, with their negatives (under ``link.protocol=shared``, the
+split's shared negative pairs whose destination it owns: each pair is scored once, on that
+machine, and the counts the metrics are made of are gathered over the job), in global ids.
+``link.json`` holds the boundaries and every machine's split counts (what equal batch counts
+are computed from), and under the shared protocol its negative pairs' counts.
 
-The cut holds the target relation's and its mirror's edge-id maps in memory (8 bytes per edge
-each) and one part's edges at a time: the node partitioning's streaming bound does not extend
-to it yet.
+The cut reads and writes edge-sized arrays a window of edges at a time and keeps the target
+relation's and its mirror's edge-id maps in files: its memory is the link cache's (node-sized
+arrays, the held-out edges), so a task whose edges outgrow memory is cut as it was built.
 """
 
 from __future__ import annotations
@@ -38,10 +41,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gnnbridge.core.errors import ConfigError, DataError
+from gnnbridge.core.errors import DataError
 from gnnbridge.core.files import PARTIAL, replace, taking_turns
 from gnnbridge.core.records.hetero import HOMOGENEOUS_EDGE, EdgeType, HeteroGraphData, edge_name, find_edge_type
 from gnnbridge.core.storage.folder import advise_uncacheable, mapped, stat_input
+from gnnbridge.core.storage.partition import part_offsets, window_positions
 from gnnbridge.core.storage.parts import (
     PART_FILE,
     PartError,
@@ -54,15 +58,12 @@ from gnnbridge.core.storage.parts import (
     read_partition,
     typed_part_summary,
 )
-from gnnbridge.core.storage.prepare import full_disk, write_array
+from gnnbridge.core.storage.prepare import chunk_bytes, full_disk, write_array
 from gnnbridge.core.tasks import LinkSettings
 
 FORMAT = 1
 LINK_FILE = "link.json"
-SHARED_REFUSED = (
-    "link.protocol=shared ranks every held-out edge against one list of pairs, which a partitioned graph does "
-    "not score yet; cut and train it with link.protocol=per-edge."
-)
+WORK = ".work"  # the cut's edge-id maps, removed before the cut is published
 
 
 def link_settings(config) -> dict:
@@ -99,8 +100,6 @@ def cut_link_task(root: str | Path, parts: int, record: HeteroGraphData, setting
     """Write ``record`` (the whole folder's link record for ``settings``) into the parts of
     ``root``'s partitioning into ``parts``; returns ``link.json`` with ``already`` and ``out``.
     Written under a temporary name and renamed when whole: an interrupted cut leaves nothing."""
-    if record.val_negative_pairs is not None:
-        raise ConfigError(SHARED_REFUSED)
     description = read_partition(root, parts)
     settings = _as_keyed(settings, description.get("kind") != "hetero", lambda _: record.target_edge)
     out = link_folder(root, parts, settings)
@@ -115,7 +114,9 @@ def cut_link_task(root: str | Path, parts: int, record: HeteroGraphData, setting
         shutil.rmtree(tmp, ignore_errors=True)
         try:
             tmp.mkdir()
-            written = _Cut(root, parts, description, record).write(tmp)
+            (tmp / WORK).mkdir()
+            written = _Cut(root, parts, description, record, tmp / WORK).write(tmp)
+            shutil.rmtree(tmp / WORK)
             written.update(settings=settings, partition=description["id"])
             replace(tmp / LINK_FILE, json.dumps(written, indent=1) + "\n")
             shutil.rmtree(out, ignore_errors=True)
@@ -127,10 +128,13 @@ def cut_link_task(root: str | Path, parts: int, record: HeteroGraphData, setting
 
 
 class _Cut:
-    """One link record cut along one node partitioning (see the module)."""
+    """One link record cut along one node partitioning (see the module), an edge-sized array a
+    window of edges at a time (:func:`~gnnbridge.core.storage.prepare.chunk_bytes`): what stays
+    in memory is node-sized (the relabelling, each part's offsets) and held-out-sized, as in
+    the link cache that built the record; the edge-id maps are files in ``work``."""
 
-    def __init__(self, root, parts: int, description: dict, record: HeteroGraphData):
-        self.parts, self.record = parts, record
+    def __init__(self, root, parts: int, description: dict, record: HeteroGraphData, work: Path):
+        self.parts, self.record, self.work = parts, record, work
         self.partition = partition_folder_of(root, parts)
         self.homogeneous = description.get("kind") != "hetero"
         bounds = description["boundaries"]
@@ -138,6 +142,8 @@ class _Cut:
         self.new_of, self.order = {}, {}
         for t, b in self.bounds.items():
             self.new_of[t], self.order[t] = self._relabelling(t, b)
+        self.step = max(1, chunk_bytes() // 64)
+        self.offsets: dict[tuple, np.ndarray] = {}
         target, rev = record.target_edge, record.reverse_edge
         changed = record.edge_types if self.homogeneous else [et for et in (target, rev) if et is not None]
         self.relations = sorted(changed)
@@ -154,26 +160,49 @@ class _Cut:
         new_of[order] = np.arange(order.shape[0])
         return new_of, order
 
-    def _positions(self, et: EdgeType, m: int) -> tuple[np.ndarray, np.ndarray]:
-        """Part ``m``'s CSC offsets of relation ``et`` and the old edge ids of its edges, in order."""
-        indptr = np.asarray(self.record.indptr[et])
+    def _owned(self, et: EdgeType, m: int) -> np.ndarray:
         b = self.bounds[et[2]]
-        owned = self.order[et[2]][b[m] : b[m + 1]]
-        degree = indptr[owned + 1] - indptr[owned]
-        part_indptr = np.zeros(owned.shape[0] + 1, dtype=np.int64)
-        np.cumsum(degree, out=part_indptr[1:])
-        first = np.repeat(indptr[owned] - part_indptr[:-1], degree)
-        return part_indptr, first + np.arange(int(part_indptr[-1]), dtype=np.int64)
+        return self.order[et[2]][b[m] : b[m + 1]]
+
+    def _offsets(self, et: EdgeType, m: int) -> np.ndarray:
+        """Part ``m``'s CSC offsets of relation ``et``."""
+        if (et, m) not in self.offsets:
+            self.offsets[et, m] = part_offsets(np.asarray(self.record.indptr[et]), self._owned(et, m))
+        return self.offsets[et, m]
+
+    def _windows(self, et: EdgeType, m: int):
+        """Part ``m``'s edges of ``et`` a window at a time: ``(start, stop, their old edge ids)``."""
+        indptr, offsets, owned = np.asarray(self.record.indptr[et]), self._offsets(et, m), self._owned(et, m)
+        edges = int(offsets[-1])
+        for start in range(0, edges, self.step):
+            stop = min(edges, start + self.step)
+            yield start, stop, window_positions(indptr, offsets, owned, start, stop)
 
     def _new_edge_ids(self, et: EdgeType) -> np.ndarray:
-        """Old edge id -> global (partitioned) edge id of relation ``et``."""
-        new = np.empty(int(np.asarray(self.record.indptr[et])[-1]), dtype=np.int64)
-        start = 0
+        """Old edge id -> global (partitioned) edge id of relation ``et`` (a file in ``work``)."""
+        edges = int(np.asarray(self.record.indptr[et])[-1])
+        if not edges:
+            return np.zeros(0, dtype=np.int64)
+        new = np.lib.format.open_memmap(self.work / f"eids__{edge_name_key(et)}.npy", "w+", np.int64, (edges,))
+        first = 0
         for m in range(self.parts):
-            _, old = self._positions(et, m)
-            new[old] = start + np.arange(old.shape[0])
-            start += old.shape[0]
+            for start, stop, old in self._windows(et, m):
+                new[old] = first + np.arange(start, stop)
+            first += int(self._offsets(et, m)[-1])
         return new
+
+    def _save_edges(self, folder: Path, name: str, et: EdgeType, m: int, arrays: dict, values) -> int:
+        """Part ``m``'s array ``name`` of one value per edge of ``et``, ``values(old edge ids)`` a
+        window at a time; returns the part's edge count."""
+        edges = int(self._offsets(et, m)[-1])
+
+        def fill(out: np.ndarray) -> None:
+            for start, stop, old in self._windows(et, m):
+                out[start:stop] = values(old)
+
+        write_array(folder / f"{name}.npy", np.int64, (edges,), fill)
+        arrays[name] = {"file": f"{name}.npy", "dtype": "int64", "shape": [edges]}
+        return edges
 
     def write(self, tmp: Path) -> dict:
         link_id = uuid.uuid4().hex
@@ -190,6 +219,10 @@ class _Cut:
             counts["train"].append(self._train_edges(m, folder, arrays))
             for split in ("val", "test"):
                 counts[split].append(self._held_out(split, m, folder, arrays))
+                if self.record.protocol == "shared":
+                    counts.setdefault(f"{split}_negative_pairs", []).append(
+                        self._negative_pairs(split, m, folder, arrays)
+                    )
             for spec in arrays.values():
                 spec.update(stat_input(folder / spec["file"]))
             part = {"format": FORMAT, "id": link_id, "part": m, "arrays": arrays}
@@ -211,41 +244,64 @@ class _Cut:
         }
 
     def _relation(self, et: EdgeType, m: int, folder: Path, arrays: dict) -> int:
-        part_indptr, old = self._positions(et, m)
-        sources = self.new_of[et[0]][np.asarray(self.record.edge_index[et][0])[old]]
         key = edge_name_key(et)
-        _save(folder, f"indptr__{key}", part_indptr, arrays)
-        _save(folder, f"indices__{key}", sources, arrays)
-        return int(old.shape[0])
+        _save(folder, f"indptr__{key}", self._offsets(et, m), arrays)
+        sources, new_of = np.asarray(self.record.edge_index[et][0]), self.new_of[et[0]]
+        return self._save_edges(folder, f"indices__{key}", et, m, arrays, lambda old: new_of[sources[old]])
 
     def _train_edges(self, m: int, folder: Path, arrays: dict) -> int:
-        """Part ``m``'s train edges' mirrors and twins, as global edge ids (-1: none)."""
-        record, target = self.record, self.record.target_edge
-        _, old = self._positions(target, m)
-        if record.reverse_edge is not None:
-            mirror = np.asarray(record.reverse_eid)[old]
-            _save(folder, "reverse_eid", self.eids[record.reverse_edge][mirror], arrays)
-        if record.twin_eid is not None:
-            twin = np.asarray(record.twin_eid)[old]
-            has, at = twin >= 0, np.maximum(twin, 0)
-            _save(folder, "twin_eid", np.where(has, self.eids[target][at], -1), arrays)
-            if record.reverse_edge is not None:  # a twin's mirror is the batch edge's own pair, reversed
-                mirror = np.asarray(record.reverse_eid)[at]
-                _save(folder, "twin_reverse_eid", np.where(has, self.eids[record.reverse_edge][mirror], -1), arrays)
-        return int(old.shape[0])
+        """Part ``m``'s train edges' mirrors and twins, as global edge ids (-1: none); their count."""
+        record, target, rev = self.record, self.record.target_edge, self.record.reverse_edge
+        mirror = np.asarray(record.reverse_eid) if rev is not None else None
+        twin = np.asarray(record.twin_eid) if record.twin_eid is not None else None
+
+        def twins_of(old: np.ndarray, then) -> np.ndarray:
+            found = twin[old]
+            return np.where(found >= 0, then(np.maximum(found, 0)), -1)
+
+        if rev is not None:
+            self._save_edges(folder, "reverse_eid", target, m, arrays, lambda old: self.eids[rev][mirror[old]])
+        if twin is not None:
+            self._save_edges(
+                folder, "twin_eid", target, m, arrays, lambda old: twins_of(old, lambda at: self.eids[target][at])
+            )
+            if rev is not None:  # a twin's mirror is the batch edge's own pair, reversed
+                self._save_edges(
+                    folder, "twin_reverse_eid", target, m, arrays,
+                    lambda old: twins_of(old, lambda at: self.eids[rev][mirror[at]]),
+                )  # fmt: skip
+        return int(self._offsets(target, m)[-1])
 
     def _held_out(self, split: str, m: int, folder: Path, arrays: dict) -> int:
-        """The split's edges whose destination machine ``m`` owns, with their negatives, in global
-        ids (in the split's order)."""
+        """The split's edges whose destination machine ``m`` owns, with their negatives (a block
+        of rows at a time), in global ids (in the split's order)."""
         s, _, d = self.record.target_edge
         edges, negatives = (np.asarray(a) for a in self.record.held_out(split))
         if split not in self.owners:  # (once per split, not per part)
             dst = self.new_of[d][edges[1]]
             self.owners[split] = (dst, np.searchsorted(np.asarray(self.bounds[d]), dst, side="right") - 1)
         dst, owner = self.owners[split]
-        mine = owner == m
+        mine = np.flatnonzero(owner == m)
         _save(folder, f"{split}_edges", np.stack([self.new_of[s][edges[0][mine]], dst[mine]]), arrays)
-        _save(folder, f"{split}_negatives", self.new_of[d][negatives[mine]], arrays)
+        rows, new_of = max(1, self.step // max(1, negatives.shape[1])), self.new_of[d]
+
+        def fill(out: np.ndarray) -> None:
+            for start in range(0, mine.shape[0], rows):
+                out[start : start + rows] = new_of[negatives[mine[start : start + rows]]]
+
+        shape = (mine.shape[0], negatives.shape[1])
+        write_array(folder / f"{split}_negatives.npy", np.int64, shape, fill)
+        arrays[f"{split}_negatives"] = {"file": f"{split}_negatives.npy", "dtype": "int64", "shape": list(shape)}
+        return int(mine.shape[0])
+
+    def _negative_pairs(self, split: str, m: int, folder: Path, arrays: dict) -> int:
+        """Under the shared protocol, the split's negative pairs whose destination machine ``m``
+        owns, in global ids (in the split's order): that machine scores them."""
+        s, _, d = self.record.target_edge
+        pairs = np.asarray(self.record.negative_pairs(split))
+        dst = self.new_of[d][pairs[1]]
+        mine = np.searchsorted(np.asarray(self.bounds[d]), dst, side="right") - 1 == m
+        _save(folder, f"{split}_negative_pairs", np.stack([self.new_of[s][pairs[0][mine]], dst[mine]]), arrays)
         return int(mine.sum())
 
 
@@ -313,7 +369,7 @@ class PartLinkGraph(HeteroGraphData):
         return typed_part_summary(
             self,
             target_edge=edge_name(self.target_edge),
-            protocol="per-edge",
+            protocol=self.protocol,
             eval_negatives=int(self.val_negatives.shape[1]),
         )
 
@@ -324,8 +380,6 @@ def open_link_part(base, settings: dict) -> PartLinkGraph:
     refused in one line where that task was not cut (naming the command that cuts it)."""
     part = base.partition
     root, parts, machine = Path(base.folder), part.parts, part.part
-    if settings["link.protocol"] == "shared":
-        raise ConfigError(SHARED_REFUSED)
     typed = isinstance(part, TypedPartition)
     relations = list(part.relations) if typed else [HOMOGENEOUS_EDGE]
     settings = _as_keyed(settings, not typed, lambda text: find_edge_type(relations, text))
@@ -386,6 +440,8 @@ def _record(base, found: dict, arrays: dict) -> PartLinkGraph:
         test_edges=arrays["test_edges"],
         val_negatives=arrays["val_negatives"],
         test_negatives=arrays["test_negatives"],
+        val_negative_pairs=arrays.get("val_negative_pairs"),
+        test_negative_pairs=arrays.get("test_negative_pairs"),
         undirected=bool(found["undirected"]),
         name=base.name,
     )

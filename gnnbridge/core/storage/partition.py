@@ -620,8 +620,7 @@ def _write_relation(rel: Relation, folder: Path, owned, new_of, lo: int, hi: int
     CSC offsets, sources in global (new) ids, edge features in that order. Returns the edge count
     and how many come from another part (``[lo, hi)``: the part's range of the source type)."""
     indptr = np.asarray(rel.indptr)
-    part_indptr = np.zeros(owned.shape[0] + 1, dtype=np.int64)
-    np.cumsum(indptr[owned + 1] - indptr[owned], out=part_indptr[1:])
+    part_indptr = part_offsets(indptr, owned)
     sfx = rel.suffix
     write_array(
         folder / f"indptr{sfx}.npy", np.int64, part_indptr.shape, lambda out: out.__setitem__(slice(None), part_indptr)
@@ -633,15 +632,7 @@ def _write_relation(rel: Relation, folder: Path, owned, new_of, lo: int, hi: int
     step = max(1, chunk_bytes() // (48 + 2 * width))
 
     def positions(start: int, stop: int) -> np.ndarray:
-        """Source CSC positions of the part's edges ``[start, stop)``: each node's in-edges that
-        fall in the window, never a whole hub's list per chunk."""
-        first = int(np.searchsorted(part_indptr, start, side="right")) - 1
-        last = int(np.searchsorted(part_indptr, stop, side="left"))
-        begin_at = np.maximum(part_indptr[first:last], start)
-        end_at = np.minimum(part_indptr[first + 1 : last + 1], stop)
-        lengths = end_at - begin_at
-        begin = indptr[owned[first:last]] + (begin_at - part_indptr[first:last])
-        return np.repeat(begin - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()))
+        return window_positions(indptr, part_indptr, owned, start, stop)
 
     def sources(out: np.ndarray) -> None:
         for start in range(0, e, step):
@@ -667,6 +658,28 @@ def _write_relation(rel: Relation, folder: Path, owned, new_of, lo: int, hi: int
             "shape": list(shape),
         }
     return e, remote[0]
+
+
+def part_offsets(indptr: np.ndarray, owned: np.ndarray) -> np.ndarray:
+    """The CSC offsets of ``owned``'s in-edges, in that order, cut from the whole CSC ``indptr``."""
+    part_indptr = np.zeros(owned.shape[0] + 1, dtype=np.int64)
+    np.cumsum(indptr[owned + 1] - indptr[owned], out=part_indptr[1:])
+    return part_indptr
+
+
+def window_positions(
+    indptr: np.ndarray, part_indptr: np.ndarray, owned: np.ndarray, start: int, stop: int
+) -> np.ndarray:
+    """Whole-CSC positions of a part's edges ``[start, stop)`` (the part's CSC ``part_indptr``
+    over ``owned``): each node's in-edges that fall in the window, never a whole hub's list per
+    chunk."""
+    first = int(np.searchsorted(part_indptr, start, side="right")) - 1
+    last = int(np.searchsorted(part_indptr, stop, side="left"))
+    begin_at = np.maximum(part_indptr[first:last], start)
+    end_at = np.minimum(part_indptr[first + 1 : last + 1], stop)
+    lengths = end_at - begin_at
+    begin = indptr[owned[first:last]] + (begin_at - part_indptr[first:last])
+    return np.repeat(begin - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()))
 
 
 def _spec(file: str, array: np.ndarray) -> dict:
