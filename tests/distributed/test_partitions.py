@@ -1041,8 +1041,8 @@ def test_the_shared_protocol_scored_on_the_machines_is_the_whole_graphs(rec_link
 
 def _check_machine_lists(root: Path, where: Path) -> None:
     """``predict`` as a job of the machines writes each machine's sources' top-k lists and its
-    nodes' final states, which are the folder whole's for the same checkpoint; given pairs are
-    refused in one line, before any machine loads."""
+    nodes' final states, which are the folder whole's for the same checkpoint; and scores given
+    pairs as the folder whole does."""
     import gnnbridge
 
     _shared_run_folder(where, 2)
@@ -1063,12 +1063,37 @@ def _check_machine_lists(root: Path, where: Path) -> None:
             ids = part[f"node_ids__{t}"]
             np.testing.assert_allclose(part[f"embedding__{t}"], whole[f"embedding__{t}"][ids], rtol=1e-4, atol=1e-4)
     assert sorted(sources) == list(range(whole["src"].shape[0]))
-    pairs = where / "pairs.npy"
-    np.save(pairs, np.zeros((2, 3), dtype=np.int64))
-    command = [sys.executable, "-m", "gnnbridge", "predict", "out", "--out", "q.npz", "--pairs", str(pairs)]
+    _check_machine_pairs(root, where, whole["src"].shape[0], whole["embedding__item"].shape[0])
+
+
+def _check_machine_pairs(root: Path, where: Path, n_src: int, n_dst: int) -> None:
+    """``predict --pairs`` as a job of the machines: each machine scores the given pairs (the
+    dataset's ids) whose destination it owns and writes them with their places in the file;
+    together they are the folder whole's scores. An approximate index is refused in one line,
+    before any machine loads."""
+    import gnnbridge
+
+    rng = np.random.default_rng(3)
+    pairs = where / "pairs.npz"
+    src, dst = rng.integers(0, n_src, 300), rng.integers(0, n_dst, 300)
+    np.savez(pairs, src=src, dst=dst)
+    expected = gnnbridge.predict(
+        where / "machine0" / "out", overrides=[f"dataset.path={root}", "dataset.partitions=0"], pairs=pairs
+    )
+    codes, outs = job(2, where, ["predict", "out", "--out", "s.npz", "--pairs", str(pairs), "--set", "dataset.path=data"])
+    assert codes == [0, 0], outs
+    scores, places = np.full(300, np.nan, dtype=np.float32), []
+    for m in range(2):
+        part = np.load(where / f"machine{m}" / f"s.part-{m}.npz")
+        index = part["index"]
+        assert (part["src"] == src[index]).all() and (part["dst"] == dst[index]).all()
+        scores[index], places = part["scores"], places + index.tolist()
+    assert sorted(places) == list(range(300))  # every pair once, on one machine
+    np.testing.assert_allclose(scores, expected["scores"], rtol=1e-4, atol=1e-4)
+    command = [sys.executable, "-m", "gnnbridge", "predict", "out", "--out", "q.npz", "--index", "hnsw"]
     done = subprocess.run(command, cwd=where / "machine0", capture_output=True, text=True, timeout=120)
     lines = done.stderr.strip().splitlines()
-    assert done.returncode != 0 and len(lines) == 1 and "--pairs needs the folder whole" in lines[0], lines
+    assert done.returncode != 0 and len(lines) == 1 and "--index hnsw needs the folder whole" in lines[0], lines
     assert not list((where / "machine0").glob("q*"))
 
 

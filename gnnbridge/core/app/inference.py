@@ -260,7 +260,7 @@ def _link_request(config: ExperimentConfig, data, pairs, top_k) -> dict | None:
             raise ConfigError(f"--pairs and --top-k score edges, but this run's task is {config.task}.")
         return None
     if pairs is not None and top_k is not None:
-        raise ConfigError("Give --pairs (score these pairs) or --top-k (best destinations per source), not both.")
+        raise ConfigError(PAIRS_OR_LISTS)
     if top_k is not None and not (isinstance(top_k, int) and top_k > 0):
         raise ConfigError(f"--top-k {top_k!r} must be a positive number of destinations per source, e.g. 10.")
     if pairs is None:
@@ -494,10 +494,14 @@ def _describe(path: Path, state: dict, config: ExperimentConfig) -> dict:
     }
 
 
+PAIRS_OR_LISTS = "Give --pairs (score these pairs) or --top-k (best destinations per source), not both."
+
+
 def _machines_request(config: ExperimentConfig, pairs, top_k, index: str, embeddings: bool) -> dict | None:
     """What each machine of a partitioned graph's ``predict`` writes: a link task's top-k lists of
-    its own sources (and its nodes' final states with ``embeddings``), checked before any machine
-    loads; given pairs and approximate search are refused in one line."""
+    its own sources, or the given pairs whose destination it owns (and its nodes' final states
+    with ``embeddings``), checked before any machine loads; approximate search is refused in one
+    line."""
     if config.kind is not Task.LINK:
         if top_k is not None or pairs is not None:
             raise ConfigError("--top-k and --pairs score a link task's pairs; this run classifies nodes.")
@@ -507,12 +511,15 @@ def _machines_request(config: ExperimentConfig, pairs, top_k, index: str, embedd
                 "nodes' outputs); predict with the folder whole: --set dataset.partitions=0."
             )
         return None
-    if pairs is not None or index != "exact":
+    if index != "exact":
         raise ConfigError(
-            f"predict of a partitioned link task writes each machine's top-k lists (exact); "
-            f"{'--pairs' if pairs is not None else f'--index {index}'} needs the folder whole: "
-            "--set dataset.partitions=0."
+            f"predict of a partitioned link task writes each machine's exact top-k lists; --index {index} needs "
+            "the folder whole: --set dataset.partitions=0."
         )
+    if pairs is not None:
+        if top_k is not None:
+            raise ConfigError(PAIRS_OR_LISTS)
+        return {"pairs": Path(pairs), "embeddings": bool(embeddings)}
     if top_k is not None and not (isinstance(top_k, int) and top_k > 0):
         raise ConfigError(f"--top-k {top_k!r} must be a positive number of destinations per source, e.g. 10.")
     return {"top_k": top_k or DEFAULT_TOP_K, "embeddings": bool(embeddings)}
@@ -556,10 +563,11 @@ def _job_worker(
     if out is None:
         scored = scorer.evaluate()
         return scored if ctx.is_main else None
-    if request is not None:  # a link task: this machine's sources' lists
-        arrays, rows = _machine_lists(scorer, request), data.partition.types[data.target_edge[0]].num_nodes
+    if request is not None:  # a link task: this machine's sources' lists, or its share of the pairs
+        arrays, shape = _machine_lists(scorer, data, request)
     else:
-        arrays, rows = _machine_outputs(scorer, data), data.partition.num_nodes
+        arrays = _machine_outputs(scorer, data)
+        shape = [data.partition.num_nodes, arrays["logits"].shape[1]]
     if not _finite(arrays):
         raise _nonfinite(path, "the model's outputs are NaN or infinite")
     if ctx.local_rank == 0:
@@ -573,7 +581,7 @@ def _job_worker(
         "out": str(out),
         "files": files_out,
         "arrays": sorted(arrays),
-        "shape": [rows, arrays["logits" if "logits" in arrays else "top_dst"].shape[1]],
+        "shape": shape,
     }
 
 
@@ -587,15 +595,20 @@ def _machine_outputs(scorer: Scorer, data) -> dict:
     return arrays
 
 
-def _machine_lists(scorer: Scorer, request: dict) -> dict:
-    """A link task's top-k lists of this machine's sources (see ``machine_predictions``)."""
+def _machine_lists(scorer: Scorer, data, request: dict) -> tuple[dict, list[int]]:
+    """A link task's top-k lists of this machine's sources (see ``machine_predictions``), or its
+    share of the given pairs (``machine_pairs``); and the shape of all machines' together."""
     links = scorer.link_scorer()
     if not hasattr(links, "machine_predictions"):
         raise ConfigError(
-            f"predict of a partitioned link task ranks from layer-wise states, but {scorer.parts.call.origin} has no "
-            "typed layer-wise inference; predict with the folder whole: --set dataset.partitions=0."
+            f"predict of a partitioned link task scores from layer-wise states, but {scorer.parts.call.origin} has "
+            "no typed layer-wise inference; predict with the folder whole: --set dataset.partitions=0."
         )
-    return links.machine_predictions(scorer.model, request["top_k"], request["embeddings"])
+    if "pairs" in request:
+        src, dst = read_pairs(request["pairs"], data)
+        return links.machine_pairs(scorer.model, src, dst, request["embeddings"]), [src.numel()]
+    arrays = links.machine_predictions(scorer.model, request["top_k"], request["embeddings"])
+    return arrays, [data.partition.types[data.target_edge[0]].num_nodes, request["top_k"]]
 
 
 def _evaluate_worker(ctx: DistContext, config: ExperimentConfig, data, state: dict) -> dict:

@@ -153,17 +153,73 @@ class PartitionedTypedLinks(TypedLayerwiseLinks):
             known = self._known_here()
             with self.call.blame("decode (top-k)"):
                 top, scores = chunked_top_k(unwrap(model), h[s], h_dst, k, known, device=self.ctx.device)
-        types = self.data.partition.types
         arrays = {
-            "src": types[s].node_ids,
+            "src": self.data.partition.types[s].node_ids,
             "top_dst": torch.where(top == NO_SLOT, top, dst_ids[top.clamp(min=0)]),
             "top_scores": scores.float(),
             "counts": fillable(known, h[s].shape[0], n_dst, k),
         }
-        if embeddings:
-            for t, states in h.items():
-                arrays.update({f"embedding__{t}": states, f"node_ids__{t}": types[t].node_ids})
-        return arrays
+        return arrays | (self._states(h) if embeddings else {})
+
+    def _states(self, h: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """This machine's final states of every type and their ids in the dataset."""
+        types = self.data.partition.types
+        return {key: v for t, states in h.items() for key, v in (
+            (f"embedding__{t}", states), (f"node_ids__{t}", types[t].node_ids))}  # fmt: skip
+
+    @torch.no_grad()
+    def machine_pairs(
+        self, model: torch.nn.Module, src: torch.Tensor, dst: torch.Tensor, embeddings: bool
+    ) -> dict[str, torch.Tensor]:
+        """``predict --pairs``' arrays for the given pairs (the dataset's ids) whose destination
+        this machine owns: ``index`` (each pair's place in the given file), ``src``, ``dst``,
+        ``scores``, ``probs``, each scored from its ends' final states (the source's fetched from
+        its owner); with ``embeddings``, this machine's states as :meth:`machine_predictions`
+        writes them. Every machine reads the whole file: only the machine holding an id can say
+        which global id it is, so the ids are mapped by one sum over the job."""
+        s, _, d = self.data.target_edge
+        with evaluation_mode(self.ctx, model, self.call, "its scoring of the given pairs"):
+            self._h = h = self.layerwise.states(model)
+            try:
+                at_src, at_dst = self._global(src, s), self._global(dst, d)
+                part = self.data.partition
+                index = torch.nonzero(part.types[d].owners(at_dst) == part.part).flatten()
+                shard = torch.tensor_split(index, self.ctx.local_world_size)[self.ctx.local_rank]
+                steps = machine_steps(self._machine_counts(index.numel()), self.batch_size, self.ctx.local_world_size)
+                scores = [
+                    self._fetched_scores(model, at_src[ids], at_dst[ids]) for ids in torch.tensor_split(shard, steps)
+                ]
+                scores = self.ctx.machine_rows(torch.cat(scores), index.numel())
+            finally:
+                self._h = None
+        arrays = {
+            "index": index,
+            "src": src[index],
+            "dst": dst[index],
+            "scores": scores,
+            "probs": torch.sigmoid(scores),
+        }
+        return arrays | (self._states(h) if embeddings else {})
+
+    def _global(self, ids: torch.Tensor, t: str) -> torch.Tensor:
+        """The global ids of nodes of type ``t`` given by their ids in the dataset: each machine
+        names those it holds (its part's ``node_ids``), and the names are summed over the job."""
+        part = self.data.partition.types[t]
+        held, order = torch.sort(torch.as_tensor(part.node_ids))
+        named = torch.zeros_like(ids)
+        if held.numel() and self.ctx.local_rank == 0:  # (one rank a machine names its nodes)
+            at = torch.searchsorted(held, ids).clamp(max=held.numel() - 1)
+            here = held[at] == ids
+            named[here] = part.start + order[at[here]] + 1
+        return self.ctx.all_reduce_sum(named) - 1
+
+    def _machine_counts(self, mine: int) -> list[int]:
+        """Every machine's count of something, this one's ``mine`` (what equal batch counts need)."""
+        part = self.data.partition
+        counts = torch.zeros(part.parts, dtype=torch.int64)
+        if self.ctx.local_rank == 0:
+            counts[part.part] = mine
+        return self.ctx.all_reduce_sum(counts).tolist()
 
     def _known_here(self) -> torch.Tensor:
         """[2, E] (this machine's source, as a local id; destination, global) pairs a list leaves
@@ -194,8 +250,8 @@ class PartitionedTypedLinks(TypedLayerwiseLinks):
 
 
 _WHOLE = (
-    "a partitioned graph scores a link task's held-out edges and its top-k lists on the machines that own "
-    "them; scoring given pairs needs the graph whole (dataset.partitions=0)."
+    "a partitioned graph scores a link task's pairs and top-k lists on the machines that own them "
+    "(machine_pairs, machine_predictions): a job of the machines, each writing its own."
 )
 
 
