@@ -1002,7 +1002,7 @@ def test_the_shared_protocol_scored_on_the_machines_is_the_whole_graphs(rec_link
     negative pairs), cut into the parts with each pair on its destination's machine: the parts'
     pairs are the whole record's, and ``evaluate`` as a job of the machines gives the folder
     whole's metrics for the same checkpoint, layer-wise and sampled (all neighbours: the batches
-    of pairs sampled and fetched across machines)."""
+    of pairs sampled and fetched across machines, two ranks a machine)."""
     import gnnbridge
     from gnnbridge.core.app.partitioning import cut_link
     from gnnbridge.core.app.preflight import task_record
@@ -1021,6 +1021,10 @@ def test_the_shared_protocol_scored_on_the_machines_is_the_whole_graphs(rec_link
             assert bool((p.partition.types[d].owners(pairs[1]) == m).all())  # on its destination's machine
             have += zip(original[s][pairs[0]].tolist(), original[d][pairs[1]].tolist())
         assert sorted(have) == sorted(zip(*whole.negative_pairs(split).tolist())), split
+    summary, described = parts[0].summary(), whole.summary()  # what a run's plan compares on resuming
+    assert {k: summary[k] for k in ("protocol", "eval_negatives", "val", "test")} == {
+        k: described[k] for k in ("protocol", "eval_negatives", "val", "test")
+    }
     for m in range(2):  # each machine is given its part of the cut
         held = link_machines / f"machine{m}" / "data" / "partitions" / "2" / cut.name
         held.mkdir()
@@ -1031,9 +1035,9 @@ def test_the_shared_protocol_scored_on_the_machines_is_the_whole_graphs(rec_link
     expected = gnnbridge.evaluate(run, overrides=[f"dataset.path={root}", "dataset.partitions=0", *shared])["metrics"]
     assert "test_roc_auc" in expected and not any("mrr" in key for key in expected)  # the shared protocol's
     sampled = ["eval.mode=sampled", "sampler.fanouts=[-1,-1]"]
-    for mode in ([], sampled):
+    for mode, ranks in (([], "1"), (sampled, "2")):  # sampled: two ranks a machine share its pairs
         command = ["evaluate", "out", "--set", "dataset.path=data", *(f"--set={o}" for o in (*shared, *mode)), "--json"]
-        codes, outs = job(2, link_machines, command)
+        codes, outs = job(2, link_machines, command, launcher=("--nproc-per-node", ranks))
         assert codes == [0, 0], outs
         metrics = json.loads(outs[0][0])["metrics"]
         assert metrics == pytest.approx(expected, abs=2e-3), (mode, metrics, expected)
@@ -1041,8 +1045,8 @@ def test_the_shared_protocol_scored_on_the_machines_is_the_whole_graphs(rec_link
 
 def _check_machine_lists(root: Path, where: Path) -> None:
     """``predict`` as a job of the machines writes each machine's sources' top-k lists and its
-    nodes' final states, which are the folder whole's for the same checkpoint; and scores given
-    pairs as the folder whole does."""
+    nodes' final states, which are the folder whole's for the same checkpoint; scores given
+    pairs as the folder whole does; and searches an approximate index."""
     import gnnbridge
 
     _shared_run_folder(where, 2)
@@ -1064,24 +1068,35 @@ def _check_machine_lists(root: Path, where: Path) -> None:
             np.testing.assert_allclose(part[f"embedding__{t}"], whole[f"embedding__{t}"][ids], rtol=1e-4, atol=1e-4)
     assert sorted(sources) == list(range(whole["src"].shape[0]))
     _check_machine_pairs(root, where, whole["src"].shape[0], whole["embedding__item"].shape[0])
+    _check_machine_index(root, where, whole["top_dst"])
 
 
 def _check_machine_pairs(root: Path, where: Path, n_src: int, n_dst: int) -> None:
-    """``predict --pairs`` as a job of the machines: each machine scores the given pairs (the
-    dataset's ids) whose destination it owns and writes them with their places in the file;
-    together they are the folder whole's scores. An approximate index is refused in one line,
-    before any machine loads."""
+    """``predict --pairs`` as a job of the machines, two ranks each: every machine reads its own
+    copy of the file (the dataset's ids), scores the pairs whose destination it owns and writes
+    them with their places in the file; together they are the folder whole's scores. A machine
+    whose copy holds other pairs is named in one line on every machine, and nothing is
+    written."""
     import gnnbridge
 
     rng = np.random.default_rng(3)
-    pairs = where / "pairs.npz"
     src, dst = rng.integers(0, n_src, 300), rng.integers(0, n_dst, 300)
-    np.savez(pairs, src=src, dst=dst)
-    expected = gnnbridge.predict(
-        where / "machine0" / "out", overrides=[f"dataset.path={root}", "dataset.partitions=0"], pairs=pairs
-    )
-    codes, outs = job(2, where, ["predict", "out", "--out", "s.npz", "--pairs", str(pairs), "--set", "dataset.path=data"])
+    for m in range(2):
+        np.savez(where / f"machine{m}" / "pairs.npz", src=src, dst=dst if m == 0 else dst[::-1])
+    command = ["predict", "out", "--out", "s.npz", "--pairs", "pairs.npz", "--set", "dataset.path=data"]
+    codes, outs = job(2, where, command)
+    for (_, err), code in zip(outs, codes):  # (torchrun's own report of the failed agent follows)
+        first = err.strip().splitlines()[0]
+        assert code != 0 and first.startswith("Error:") and "machine 1 read other pairs than machine 0" in first, err
+    assert not list(where.glob("machine*/s.part-*"))
+    np.savez(where / "machine1" / "pairs.npz", src=src, dst=dst)
+    codes, outs = job(2, where, command, launcher=("--nproc-per-node", "2"))
     assert codes == [0, 0], outs
+    expected = gnnbridge.predict(
+        where / "machine0" / "out",
+        overrides=[f"dataset.path={root}", "dataset.partitions=0"],
+        pairs=where / "machine0" / "pairs.npz",
+    )
     scores, places = np.full(300, np.nan, dtype=np.float32), []
     for m in range(2):
         part = np.load(where / f"machine{m}" / f"s.part-{m}.npz")
@@ -1090,18 +1105,34 @@ def _check_machine_pairs(root: Path, where: Path, n_src: int, n_dst: int) -> Non
         scores[index], places = part["scores"], places + index.tolist()
     assert sorted(places) == list(range(300))  # every pair once, on one machine
     np.testing.assert_allclose(scores, expected["scores"], rtol=1e-4, atol=1e-4)
+
+
+def _check_machine_index(root: Path, where: Path, exact: np.ndarray) -> None:
+    """``predict --index hnsw`` as a job of the machines: each machine searches FAISS's index of
+    every destination's states for its sources, near the exact lists; with ``--pairs`` it is
+    refused in one line, before any machine loads."""
+    command = ["predict", "out", "--out", "h.npz", "--top-k", "5", "--index", "hnsw", "--set", "dataset.path=data"]
+    codes, outs = job(2, where, command)
+    assert codes == [0, 0], outs
+    for m in range(2):
+        part = np.load(where / f"machine{m}" / f"h.part-{m}.npz")
+        found = [len(set(a) & set(b)) / 5 for a, b in zip(part["top_dst"], exact[part["src"]])]
+        assert np.mean(found) > 0.9, np.mean(found)  # a few hundred items: near exact
     command = [sys.executable, "-m", "gnnbridge", "predict", "out", "--out", "q.npz", "--index", "hnsw"]
-    done = subprocess.run(command, cwd=where / "machine0", capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [*command, "--pairs", "pairs.npz"], cwd=where / "machine0", capture_output=True, text=True, timeout=120
+    )
     lines = done.stderr.strip().splitlines()
-    assert done.returncode != 0 and len(lines) == 1 and "--index hnsw needs the folder whole" in lines[0], lines
+    assert done.returncode != 0 and len(lines) == 1 and "this prediction has no top-k lists" in lines[0], lines
     assert not list((where / "machine0").glob("q*"))
 
 
 def test_a_link_task_not_cut_or_cut_otherwise_is_refused_in_one_line(graph, tmp_path):
     """A machine asked for a link task nobody cut (another seed) is told the command that cuts it;
     one cut from another partitioning is refused; settings that build the same record are one
-    task (a homogeneous graph's reverse edges, which its link task always adds). The command cuts a link task into a folder partitioned already, however that was made (its
-    parts may be on the machines)."""
+    task (a homogeneous graph's reverse edges, which its link task always adds). The command
+    cuts a link task into a folder partitioned already, however that was made (its parts may be
+    on the machines)."""
     from gnnbridge.core.storage.linkparts import link_settings, open_link_part
 
     root = _copy(graph, tmp_path)

@@ -11,6 +11,7 @@ stay on disk when they would not fit in memory). One process: inference is a fra
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import zipfile
 from pathlib import Path
@@ -24,11 +25,12 @@ from gnnbridge.core.app.objects import as_dataset
 from gnnbridge.core.app.plan import inside
 from gnnbridge.core.app.preflight import inference_preflight, load_for_inference
 from gnnbridge.core.app.resolve import check_frozen, resolve_config
-from gnnbridge.core.config import ExperimentConfig, Task
+from gnnbridge.core.config import EvalMode, ExperimentConfig, Task
 from gnnbridge.core.errors import (
     CheckpointError,
     ConfigError,
     DataError,
+    GnnBridgeError,
     OutputExistsError,
     ResourceError,
     TrainingDivergedError,
@@ -375,6 +377,30 @@ def read_pairs(path: Path, data) -> tuple[torch.Tensor, torch.Tensor]:
     return src, dst
 
 
+def _pairs_every_machine_read(ctx: DistContext, path: Path, data) -> tuple[torch.Tensor, torch.Tensor]:
+    """The pairs file of a partitioned ``predict --pairs``, which every machine reads from its
+    own copy: refused on every rank at once where a machine could not read it, or read other
+    pairs than machine 0 (one machine failing alone would leave the others waiting in the job's
+    first exchange, and machines scoring different files would write nonsense)."""
+    try:
+        src, dst = read_pairs(path, data)
+        seen = (None, hashlib.sha256(src.numpy().tobytes() + dst.numpy().tobytes()).hexdigest())
+    except GnnBridgeError as exc:
+        src = dst = None
+        seen = (str(exc), None)
+    everyone = ctx.gather_objects((ctx.node_rank, *seen))
+    for machine, error, _ in everyone:
+        if error is not None:
+            raise DataError(f"machine {machine}: {error}" if ctx.num_nodes > 1 else error)
+    differ = sorted({machine for machine, _, digest in everyone if digest != everyone[0][2]})
+    if differ:
+        raise DataError(
+            f"--pairs {path}: machine {differ[0]} read other pairs than machine 0 (each machine reads its own copy of "
+            "the file); give every machine the same file."
+        )
+    return src, dst
+
+
 def _nonfinite(path: Path, what: str) -> TrainingDivergedError:
     return TrainingDivergedError(
         f"{what[0].upper()}{what[1:]} with the weights in '{path}' (they diverged); nothing "
@@ -499,9 +525,9 @@ PAIRS_OR_LISTS = "Give --pairs (score these pairs) or --top-k (best destinations
 
 def _machines_request(config: ExperimentConfig, pairs, top_k, index: str, embeddings: bool) -> dict | None:
     """What each machine of a partitioned graph's ``predict`` writes: a link task's top-k lists of
-    its own sources, or the given pairs whose destination it owns (and its nodes' final states
-    with ``embeddings``), checked before any machine loads; approximate search is refused in one
-    line."""
+    its own sources (exact, or through ``index``), or the given pairs whose destination it owns
+    (and its nodes' final states with ``embeddings``); the options are checked here, before any
+    machine loads, the pairs file by every machine once loaded (:func:`_pairs_every_machine_read`)."""
     if config.kind is not Task.LINK:
         if top_k is not None or pairs is not None:
             raise ConfigError("--top-k and --pairs score a link task's pairs; this run classifies nodes.")
@@ -511,18 +537,15 @@ def _machines_request(config: ExperimentConfig, pairs, top_k, index: str, embedd
                 "nodes' outputs); predict with the folder whole: --set dataset.partitions=0."
             )
         return None
-    if index != "exact":
-        raise ConfigError(
-            f"predict of a partitioned link task writes each machine's exact top-k lists; --index {index} needs "
-            "the folder whole: --set dataset.partitions=0."
-        )
     if pairs is not None:
         if top_k is not None:
             raise ConfigError(PAIRS_OR_LISTS)
-        return {"pairs": Path(pairs), "embeddings": bool(embeddings)}
-    if top_k is not None and not (isinstance(top_k, int) and top_k > 0):
-        raise ConfigError(f"--top-k {top_k!r} must be a positive number of destinations per source, e.g. 10.")
-    return {"top_k": top_k or DEFAULT_TOP_K, "embeddings": bool(embeddings)}
+        request = {"pairs": Path(pairs), "embeddings": bool(embeddings)}
+    else:
+        if top_k is not None and not (isinstance(top_k, int) and top_k > 0):
+            raise ConfigError(f"--top-k {top_k!r} must be a positive number of destinations per source, e.g. 10.")
+        request = {"top_k": top_k or DEFAULT_TOP_K, "embeddings": bool(embeddings)}
+    return request if index == "exact" else {**request, "index": check_index(config, request, index)}
 
 
 def _on_machines(
@@ -564,7 +587,7 @@ def _job_worker(
         scored = scorer.evaluate()
         return scored if ctx.is_main else None
     if request is not None:  # a link task: this machine's sources' lists, or its share of the pairs
-        arrays, shape = _machine_lists(scorer, data, request)
+        arrays, shape = _machine_lists(ctx, scorer, data, request)
     else:
         arrays = _machine_outputs(scorer, data)
         shape = [data.partition.num_nodes, arrays["logits"].shape[1]]
@@ -595,19 +618,26 @@ def _machine_outputs(scorer: Scorer, data) -> dict:
     return arrays
 
 
-def _machine_lists(scorer: Scorer, data, request: dict) -> tuple[dict, list[int]]:
+def _machine_lists(ctx: DistContext, scorer: Scorer, data, request: dict) -> tuple[dict, list[int]]:
     """A link task's top-k lists of this machine's sources (see ``machine_predictions``), or its
     share of the given pairs (``machine_pairs``); and the shape of all machines' together."""
     links = scorer.link_scorer()
     if not hasattr(links, "machine_predictions"):
+        why = (
+            f"this run evaluates with eval.mode={scorer.parts.config.eval.mode.value} (use --set eval.mode=layerwise)"
+            if scorer.parts.config.eval.mode is not EvalMode.LAYERWISE
+            else f"{scorer.parts.call.origin} has no typed layer-wise inference"
+        )
         raise ConfigError(
-            f"predict of a partitioned link task scores from layer-wise states, but {scorer.parts.call.origin} has "
-            "no typed layer-wise inference; predict with the folder whole: --set dataset.partitions=0."
+            f"predict of a partitioned link task scores from layer-wise states, but {why}; or predict with the "
+            "folder whole: --set dataset.partitions=0."
         )
     if "pairs" in request:
-        src, dst = read_pairs(request["pairs"], data)
+        src, dst = _pairs_every_machine_read(ctx, request["pairs"], data)
         return links.machine_pairs(scorer.model, src, dst, request["embeddings"]), [src.numel()]
-    arrays = links.machine_predictions(scorer.model, request["top_k"], request["embeddings"])
+    arrays = links.machine_predictions(
+        scorer.model, request["top_k"], request["embeddings"], request.get("index", "exact")
+    )
     return arrays, [data.partition.types[data.target_edge[0]].num_nodes, request["top_k"]]
 
 

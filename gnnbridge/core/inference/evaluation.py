@@ -37,6 +37,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from gnnbridge.core.contracts.interfaces import Backend, GNNModel, Sampler
 from gnnbridge.core.contracts.targets import Target
+from gnnbridge.core.errors import ConfigError
 from gnnbridge.core.inference.layerstore import LayerStore, every_rank_rows, output_table
 from gnnbridge.core.inference.metrics import LinkScores, SharedLinkScores
 from gnnbridge.core.inference.phases import NO_PHASES
@@ -440,7 +441,7 @@ class LinkEvaluator(Evaluator):
 
     def _shared(self, model: torch.nn.Module, split: str, negatives: torch.Tensor) -> SharedLinkScores:
         """This rank's share of the split's edges (their batches carry no negatives), then its
-        contiguous share of the negative pairs."""
+        share of the negative pairs (:meth:`_pair_batches`)."""
         scores = SharedLinkScores(self.hits_at)
         for mb in self.sampler.held_out_loader(split, self._shard_batches(split)):
             scores.add_positives(self._scores(model, mb))
@@ -456,7 +457,7 @@ class LinkEvaluator(Evaluator):
         part = getattr(self.data, "partition", None)
         if part is None:
             return list(self.ctx.row_shards(count)[self.ctx.rank].split(self.batch_size))
-        counts = part.split_counts[f"{split}_negative_pairs"]
+        counts = self.data.negative_pairs_per_machine[split]
         ctx = self.ctx
         return machine_batches(
             torch.arange(count), counts, self.batch_size, 0, 0, ctx.local_rank, ctx.local_world_size, False
@@ -468,6 +469,7 @@ class LinkEvaluator(Evaluator):
     @torch.no_grad()
     def score_pairs(self, model: torch.nn.Module, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
         """The score of every (src, dst) pair of the target edge type, on CPU (one process)."""
+        _whole_graph_only(self.data)
         with evaluation_mode(self.ctx, model, self.call, "its scoring of the given pairs"):
             return torch.cat(
                 [self._scores(model, mb).cpu() for mb in self.sampler.pairs_loader(src, dst, self.batch_size)]
@@ -480,6 +482,7 @@ class LinkEvaluator(Evaluator):
         the pairs in ``exclude`` [2, E] (what the source already has, e.g. its train edges). Every
         destination is scored: a cost of sources x destinations pairs. Exactly ``k`` slots per
         source; those no destination can fill hold ``NO_SLOT`` (:mod:`gnnbridge.core.tasks.retrieval`)."""
+        _whole_graph_only(self.data)
         n_src, n_dst = (self.data.num_nodes[t] for t in (self.data.target_edge[0], self.data.target_edge[2]))
         best, scores = [], []
         per_batch = max(1, (64 * self.batch_size) // n_dst)  # sources per batch: about 64 x batch_size pairs
@@ -505,6 +508,16 @@ class LinkEvaluator(Evaluator):
             self.backend.graph_to(mb.graph, device),
             _to(mb.features, device) if mb.features is not None else gather_inputs(self.data, mb.input_nodes, device),
             mb.pairs.to(self.ctx.device),
+        )
+
+
+def _whole_graph_only(data) -> None:
+    """Given pairs and top-k lists in one process need the graph whole: a machine's part scores
+    them as a job of the machines, from layer-wise states (``PartitionedTypedLinks``)."""
+    if getattr(data, "partition", None) is not None:
+        raise ConfigError(
+            "a partitioned graph's pairs and top-k lists are scored by a job of its machines from layer-wise "
+            "states (eval.mode=layerwise), or with the folder whole (--set dataset.partitions=0)."
         )
 
 

@@ -32,7 +32,7 @@ from gnnbridge.core.records.features import gather_rows
 from gnnbridge.core.sampling.distributed import PartitionHeteroSampler, PartitionSampler, exchange_for
 from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS
 from gnnbridge.core.sampling.seeds import machine_steps
-from gnnbridge.core.tasks.retrieval import NO_SLOT, chunked_top_k, fillable
+from gnnbridge.core.tasks.retrieval import NO_SLOT, approximate_top_k, chunked_top_k, fillable, filled
 
 
 class PartitionedLayerwise(LayerwiseEvaluator):
@@ -136,14 +136,17 @@ class PartitionedTypedLinks(TypedLayerwiseLinks):
             return unwrap(model).decode(a.to(device), b.to(device)).float().cpu()
 
     @torch.no_grad()
-    def machine_predictions(self, model: torch.nn.Module, k: int, embeddings: bool) -> dict[str, torch.Tensor]:
+    def machine_predictions(
+        self, model: torch.nn.Module, k: int, embeddings: bool, index: str = "exact"
+    ) -> dict[str, torch.Tensor]:
         """``predict``'s arrays for this machine's sources, in the dataset's ids: each source's
         ``k`` best destinations of every machine (``src``, ``top_dst``, ``top_scores``,
         ``counts``, as the whole graph's lists are), leaving out its known pairs (its train
-        edges, both ways when undirected, itself); with ``embeddings``, this machine's final
-        states of every type (``embedding__T``) and their ids (``node_ids__T``). Every
-        destination's states are fetched from its owner: a machine holds them all while it ranks
-        (as the whole graph's lists need every destination scored)."""
+        edges, both ways when undirected, itself), every destination scored (``exact``) or
+        searched in FAISS's HNSW index of them (``hnsw``, each machine its own index); with
+        ``embeddings``, this machine's final states of every type (``embedding__T``) and their
+        ids (``node_ids__T``). Every destination's states are fetched from its owner: a machine
+        holds them all while it ranks (as the whole graph's lists need every destination)."""
         s, _, d = self.data.target_edge
         rows, n_dst = self.layerwise.one_hop.rows, self.data.num_nodes[d]
         with evaluation_mode(self.ctx, model, self.call, "its top-k pass"):
@@ -151,13 +154,16 @@ class PartitionedTypedLinks(TypedLayerwiseLinks):
             every = torch.arange(n_dst)
             h_dst, dst_ids = rows[d].fetch(every, h[d]), rows[d].original_ids(every)
             known = self._known_here()
-            with self.call.blame("decode (top-k)"):
-                top, scores = chunked_top_k(unwrap(model), h[s], h_dst, k, known, device=self.ctx.device)
+            if index == "hnsw":
+                top, scores = approximate_top_k(h[s], h_dst, k, known)
+            else:
+                with self.call.blame("decode (top-k)"):
+                    top, scores = chunked_top_k(unwrap(model), h[s], h_dst, k, known, device=self.ctx.device)
         arrays = {
             "src": self.data.partition.types[s].node_ids,
             "top_dst": torch.where(top == NO_SLOT, top, dst_ids[top.clamp(min=0)]),
             "top_scores": scores.float(),
-            "counts": fillable(known, h[s].shape[0], n_dst, k),
+            "counts": fillable(known, h[s].shape[0], n_dst, k) if index == "exact" else filled(top),
         }
         return arrays | (self._states(h) if embeddings else {})
 
@@ -176,7 +182,7 @@ class PartitionedTypedLinks(TypedLayerwiseLinks):
         ``scores``, ``probs``, each scored from its ends' final states (the source's fetched from
         its owner); with ``embeddings``, this machine's states as :meth:`machine_predictions`
         writes them. Every machine reads the whole file: only the machine holding an id can say
-        which global id it is, so the ids are mapped by one sum over the job."""
+        which global id it is, so the ids are mapped by sums over the job."""
         s, _, d = self.data.target_edge
         with evaluation_mode(self.ctx, model, self.call, "its scoring of the given pairs"):
             self._h = h = self.layerwise.states(model)
@@ -250,8 +256,8 @@ class PartitionedTypedLinks(TypedLayerwiseLinks):
 
 
 _WHOLE = (
-    "a partitioned graph scores a link task's pairs and top-k lists on the machines that own them "
-    "(machine_pairs, machine_predictions): a job of the machines, each writing its own."
+    "a partitioned graph's pairs and top-k lists are scored by gnnbridge predict as a job of its machines "
+    "(each writes its own), or with the folder whole (--set dataset.partitions=0)."
 )
 
 

@@ -183,13 +183,17 @@ class _Cut:
         edges = int(np.asarray(self.record.indptr[et])[-1])
         if not edges:
             return np.zeros(0, dtype=np.int64)
-        new = np.lib.format.open_memmap(self.work / f"eids__{edge_name_key(et)}.npy", "w+", np.int64, (edges,))
-        first = 0
-        for m in range(self.parts):
-            for start, stop, old in self._windows(et, m):
-                new[old] = first + np.arange(start, stop)
-            first += int(self._offsets(et, m)[-1])
-        return new
+        target = self.work / f"eids__{edge_name_key(et)}.npy"
+
+        def fill(new: np.ndarray) -> None:
+            first = 0
+            for m in range(self.parts):
+                for start, stop, old in self._windows(et, m):
+                    new[old] = first + np.arange(start, stop)
+                first += int(self._offsets(et, m)[-1])
+
+        write_array(target, np.int64, (edges,), fill)  # its space reserved: a full disk is ENOSPC, not SIGBUS
+        return np.load(target, mmap_mode="r")
 
     def _save_edges(self, folder: Path, name: str, et: EdgeType, m: int, arrays: dict, values) -> int:
         """Part ``m``'s array ``name`` of one value per edge of ``et``, ``values(old edge ids)`` a
@@ -208,6 +212,7 @@ class _Cut:
         link_id = uuid.uuid4().hex
         edge_bounds = {edge_name_key(et): [0] for et in self.relations}
         counts = {"train": [], "val": [], "test": []}
+        pairs: dict[str, list[int]] = {}  # the shared protocol's negative pairs per split and machine
         for m in range(self.parts):
             folder = part_folder(tmp, m)
             folder.mkdir()
@@ -220,9 +225,7 @@ class _Cut:
             for split in ("val", "test"):
                 counts[split].append(self._held_out(split, m, folder, arrays))
                 if self.record.protocol == "shared":
-                    counts.setdefault(f"{split}_negative_pairs", []).append(
-                        self._negative_pairs(split, m, folder, arrays)
-                    )
+                    pairs.setdefault(split, []).append(self._negative_pairs(split, m, folder, arrays))
             for spec in arrays.values():
                 spec.update(stat_input(folder / spec["file"]))
             part = {"format": FORMAT, "id": link_id, "part": m, "arrays": arrays}
@@ -238,9 +241,14 @@ class _Cut:
             "relations": [edge_name_key(et) for et in self.relations],
             "edge_boundaries": edge_bounds,
             "counts": counts,
+            "negative_pairs": pairs or None,
             "num_nodes": {t: int(n) for t, n in record.num_nodes.items()},
             "undirected": bool(record.undirected),
-            "eval_negatives": int(record.val_negatives.shape[1]),
+            "eval_negatives": int(
+                record.val_negatives.shape[1]
+                if record.protocol == "per-edge"
+                else record.negative_pairs("val").shape[1]
+            ),
         }
 
     def _relation(self, et: EdgeType, m: int, folder: Path, arrays: dict) -> int:
@@ -365,12 +373,15 @@ class PartLinkGraph(HeteroGraphData):
         start = self.partition.types[self.target_edge[2]].start
         return self.edge_index[self.target_edge][0][eids], dst + start
 
+    negative_pairs_per_machine: dict[str, list[int]] | None = None  # shared protocol: per split
+
     def summary(self) -> dict:
+        shared = self.negative_pairs_per_machine
         return typed_part_summary(
             self,
             target_edge=edge_name(self.target_edge),
             protocol=self.protocol,
-            eval_negatives=int(self.val_negatives.shape[1]),
+            eval_negatives=int(self.val_negatives.shape[1]) if shared is None else sum(shared["val"]),
         )
 
 
@@ -446,6 +457,7 @@ def _record(base, found: dict, arrays: dict) -> PartLinkGraph:
         name=base.name,
     )
     record.twin_reverse_eid = arrays.get("twin_reverse_eid")
+    record.negative_pairs_per_machine = found.get("negative_pairs")
     record.partition = TypedPartition(
         part.id, part.parts, part.part, types, {et: relations[et] for et in edge_types}, target[2],
         counts=found["counts"],
