@@ -423,7 +423,8 @@ def test_layerwise_inference_across_machines_equals_the_whole_graphs(graph, tmp_
 def test_evaluate_and_predict_run_on_the_machines_each_scoring_its_own_nodes(synthetic, two_machines):
     """``gnnbridge evaluate`` as a job of the two machines gives the run's final metrics;
     ``predict`` writes each machine's rows to its own file (OUT.part-M.npz, named by node_ids),
-    which together are the whole graph's predictions of the same checkpoint."""
+    which together are the whole graph's predictions of the same checkpoint; ``--embeddings`` of
+    a homogeneous graph (whose final layer is its logits) is refused in one line."""
     import gnnbridge
 
     root, _ = synthetic
@@ -448,6 +449,17 @@ def test_evaluate_and_predict_run_on_the_machines_each_scoring_its_own_nodes(syn
         np.testing.assert_allclose(part["logits"], whole["logits"][ids], rtol=1e-5, atol=1e-5)
         assert (part["y"] == whole["y"][ids]).all() and set(part["test_idx"]) <= set(whole["test_idx"].tolist())
     assert sorted(seen) == list(range(whole["logits"].shape[0]))
+    command = [sys.executable, "-m", "gnnbridge", "predict", "out", "--out", "e.npz", "--embeddings"]
+    done = subprocess.run(
+        [*command, "--set", "dataset.path=data"],
+        cwd=two_machines / "machine0",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode != 0 and len(lines) == 1 and "homogeneous graph" in lines[0], lines  # before any load
+    assert not list((two_machines / "machine0").glob("e*"))
 
 
 def _without_training_seeds(root: Path, k: int, m: int) -> None:
@@ -683,9 +695,10 @@ def test_a_heterogeneous_parts_typed_layerwise_logits_are_the_whole_graphs(typed
 def test_two_machines_train_a_heterogeneous_graph_and_predict_their_own_nodes(tmp_path_factory):
     """mag-synthetic partitioned in two, trained by two DGL machines holding one part each: the
     whole graph's accuracy (within noise), layer-wise evaluation across machines, what crossed
-    machines in results.json; ``predict`` as a job writes each machine's rows, which are the
-    whole folder's predictions of the same checkpoint (a featureless type's embeddings keyed by
-    the dataset's ids, so a checkpoint reads the same rows partitioned or whole)."""
+    machines in results.json; ``predict --embeddings`` as a job writes each machine's rows and its
+    nodes' final states of every type, which are the whole folder's of the same checkpoint (a
+    featureless type's embeddings keyed by the dataset's ids, so a checkpoint reads the same rows
+    partitioned or whole)."""
     import gnnbridge
     from gnnbridge.plugins.folder_datasets import prepare
 
@@ -701,16 +714,21 @@ def test_two_machines_train_a_heterogeneous_graph_and_predict_their_own_nodes(tm
     assert codes == [0, 0], errors
     _check_job(where, 2, whole["metrics"]["test_acc"])
     (where / "machine1" / "out").symlink_to(where / "machine0" / "out")  # the run folder, on storage both see
-    codes, outs = job(2, where, ["predict", "out", "--out", "preds.npz", "--set", "dataset.path=data"])
+    command = ["predict", "out", "--out", "preds.npz", "--embeddings", "--set", "dataset.path=data"]
+    codes, outs = job(2, where, command)
     assert codes == [0, 0], outs
     predicted = gnnbridge.predict(
-        where / "machine0" / "out", overrides=[f"dataset.path={root}", "dataset.partitions=0"]
+        where / "machine0" / "out", overrides=[f"dataset.path={root}", "dataset.partitions=0"], embeddings=True
     )
-    seen = []
+    seen, types = [], [key.split("__")[1] for key in predicted if key.startswith("embedding__")]
+    assert len(types) > 1, types
     for m in range(2):
         part = np.load(where / f"machine{m}" / f"preds.part-{m}.npz")
         seen.extend(part["node_ids"].tolist())
         np.testing.assert_allclose(part["logits"], predicted["logits"][part["node_ids"]], rtol=1e-5, atol=1e-5)
+        for t in types:  # every type's final states of this machine's nodes
+            ids = part[f"node_ids__{t}"]
+            np.testing.assert_allclose(part[f"embedding__{t}"], predicted[f"embedding__{t}"][ids], rtol=1e-4, atol=1e-4)
     assert sorted(seen) == list(range(predicted["logits"].shape[0]))
 
 

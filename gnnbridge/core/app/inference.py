@@ -37,6 +37,7 @@ from gnnbridge.core.errors import (
 )
 from gnnbridge.core.host import available_memory, format_bytes
 from gnnbridge.core.inference import checkpoint
+from gnnbridge.core.inference.assembly import HOMOGENEOUS_EMBEDDINGS
 from gnnbridge.core.inference.scorer import Scorer
 from gnnbridge.core.models.build import build_model, model_dims
 from gnnbridge.core.plugins import no_code, no_downloads
@@ -48,7 +49,7 @@ from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.runtime.jobs import detect_job
 from gnnbridge.core.runtime.launcher import interrupt_on_sigterm, launch
 from gnnbridge.core.runtime.sharing import node_shared
-from gnnbridge.core.storage.parts import on_machine
+from gnnbridge.core.storage.parts import on_machine, read_partition
 from gnnbridge.core.tasks import retrieval
 from gnnbridge.core.tasks.retrieval import import_faiss
 
@@ -295,10 +296,7 @@ def check_embeddings(data) -> None:
     """``--embeddings`` asks for each node type's final states: a heterogeneous graph's (or a link
     task's, which runs on a heterogeneous view); refused before any work otherwise."""
     if not isinstance(data, HeteroGraphData):
-        raise ConfigError(
-            "--embeddings writes each node type's final states of a heterogeneous graph or a link task; "
-            "this run classifies the nodes of a homogeneous graph, whose final layer is its logits."
-        )
+        raise ConfigError(HOMOGENEOUS_EMBEDDINGS)
 
 
 def check_top_k(config: ExperimentConfig, data, k: int, given: bool = True) -> None:
@@ -531,12 +529,9 @@ def _machines_request(config: ExperimentConfig, pairs, top_k, index: str, embedd
     if config.kind is not Task.LINK:
         if top_k is not None or pairs is not None:
             raise ConfigError("--top-k and --pairs score a link task's pairs; this run classifies nodes.")
-        if embeddings:
-            raise ConfigError(
-                "--embeddings of a partitioned graph's node task is not written yet (each machine writes its "
-                "nodes' outputs); predict with the folder whole: --set dataset.partitions=0."
-            )
-        return None
+        if embeddings and read_partition(config.dataset.path, config.dataset.partitions).get("kind") != "hetero":
+            raise ConfigError(HOMOGENEOUS_EMBEDDINGS)
+        return {"embeddings": True} if embeddings else None
     if pairs is not None:
         if top_k is not None:
             raise ConfigError(PAIRS_OR_LISTS)
@@ -586,10 +581,10 @@ def _job_worker(
     if out is None:
         scored = scorer.evaluate()
         return scored if ctx.is_main else None
-    if request is not None:  # a link task: this machine's sources' lists, or its share of the pairs
+    if config.kind is Task.LINK:  # this machine's sources' lists, or its share of the pairs
         arrays, shape = _machine_lists(ctx, scorer, data, request)
     else:
-        arrays = _machine_outputs(scorer, data)
+        arrays = _machine_outputs(scorer, data, bool(request and request["embeddings"]))
         shape = [data.partition.num_nodes, arrays["logits"].shape[1]]
     if not _finite(arrays):
         raise _nonfinite(path, "the model's outputs are NaN or infinite")
@@ -608,13 +603,19 @@ def _job_worker(
     }
 
 
-def _machine_outputs(scorer: Scorer, data) -> dict:
-    """A node task's outputs of this machine's nodes, named by their ids in the dataset."""
+def _machine_outputs(scorer: Scorer, data, embeddings: bool) -> dict:
+    """A node task's outputs of this machine's nodes, named by their ids in the dataset; with
+    ``embeddings``, its final states of every type (``embedding__T``, ids ``node_ids__T``)."""
     arrays = _class_arrays(scorer, data)
     part = data.partition
     arrays.update(
         node_ids=part.node_ids, **{f"{s}_idx": part.node_ids[data.split(s)] for s in ("train", "val", "test")}
     )
+    if embeddings:
+        with contextlib.ExitStack() as stack:  # (a machine's states are in memory: nothing to unmap)
+            states = scorer.embeddings(stack)
+        for t, h in states.items():
+            arrays.update({f"embedding__{t}": h, f"node_ids__{t}": part.types[t].node_ids})
     return arrays
 
 

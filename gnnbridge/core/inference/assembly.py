@@ -23,6 +23,7 @@ from gnnbridge.core.inference.evaluation import (
     LinkEvaluator,
     evaluation_mode,
 )
+from gnnbridge.core.inference.partitioned import PartitionedTypedPass
 from gnnbridge.core.inference.placement import feature_caches, place
 from gnnbridge.core.inference.typed_layerwise import (
     TypedLayerwise,
@@ -36,6 +37,11 @@ from gnnbridge.core.records.data import GraphData
 from gnnbridge.core.records.features import set_read_depth
 from gnnbridge.core.records.hetero import HeteroGraphData
 from gnnbridge.core.runtime.context import DistContext
+
+HOMOGENEOUS_EMBEDDINGS = (
+    "--embeddings writes each node type's final states of a heterogeneous graph or a link task; this run "
+    "classifies the nodes of a homogeneous graph, whose final layer is its logits."
+)
 
 
 class RunParts:
@@ -94,18 +100,20 @@ class RunParts:
 
     def embeddings(self, stack: ExitStack) -> dict[str, torch.Tensor]:
         """Every node type's final states ``{type: [N, hidden]}`` from the exact typed layer-wise
-        pass (mapped from files removed when ``stack`` closes, where they would not fit)."""
+        pass (mapped from files removed when ``stack`` closes, where they would not fit); on a
+        machine's part of a partitioned graph, its own nodes' (the machines compute each layer
+        together)."""
         if not isinstance(self.data, HeteroGraphData):
-            raise ConfigError(
-                "--embeddings writes each node type's final states of a heterogeneous graph or a link task; "
-                "this run classifies the nodes of a homogeneous graph, whose final layer is its logits."
-            )
+            raise ConfigError(HOMOGENEOUS_EMBEDDINGS)
         if not supports_typed_layerwise(self.model):
             raise ConfigError(
                 f"--embeddings needs typed layer-wise inference, which {self.call.origin} does not offer."
             )
         cfg = self.config.eval
         with evaluation_mode(self.ctx, self.model, self.call, "its embeddings pass"):
+            if getattr(self.data, "partition", None) is not None:
+                machine = PartitionedTypedPass(self.backend, self.data, self.ctx, cfg.batch_size, self.call)
+                return machine.states(self.model)
             typed = TypedLayerwise(self.backend, self.data, self.ctx, cfg.batch_size, cfg.layer_store, self.call)
             return typed.states(self.model, stack)
 
