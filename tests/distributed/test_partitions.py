@@ -377,17 +377,27 @@ def test_a_machine_that_dies_is_restarted_and_the_job_ends_as_if_uninterrupted(s
     restarted job reopens each machine's part, continues from the last checkpoint and ends with
     the uninterrupted job's numbers."""
     root, _ = synthetic
+    codes, errors = machines(root, 2, tmp_path, "pyg", **_machine_dies(tmp_path))
+    assert codes == [0, 0], errors
+    _check_as_uninterrupted(_results(tmp_path), _results(two_machines))
+
+
+def _machine_dies(tmp_path: Path) -> dict:
+    """``env`` and ``launcher`` of a job of two machines (under ``tmp_path``) whose machine 1
+    dies as epoch 3 starts (:data:`MACHINE_DIES`), restarted once by torchrun; the run folder is
+    on storage both machines see (here a link)."""
     hook = tmp_path / "hook"
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(MACHINE_DIES)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")])}
     (tmp_path / "machine1").mkdir()
     (tmp_path / "machine1" / "out").symlink_to(tmp_path / "machine0" / "out")
-    codes, errors = machines(
-        root, 2, tmp_path, "pyg", env=env, launcher=("--nproc-per-node", "1", "--max-restarts", "1")
-    )
-    assert codes == [0, 0], errors
-    restarted, uninterrupted = _results(tmp_path), _results(two_machines)
+    return {"env": env, "launcher": ("--nproc-per-node", "1", "--max-restarts", "1")}
+
+
+def _check_as_uninterrupted(restarted: dict, uninterrupted: dict) -> None:
+    """The restarted job resumed from epoch 1's checkpoint and ended with the uninterrupted job's
+    losses and metrics."""
     assert [r["resumed_from_epoch"] for r in restarted["restarts"]] == [1], restarted["restarts"]
     assert restarted["metrics"] == uninterrupted["metrics"]
     assert [e["loss"] for e in restarted["history"]] == [e["loss"] for e in uninterrupted["history"]]
@@ -991,18 +1001,8 @@ def test_a_link_job_whose_machine_dies_is_restarted_and_ends_as_if_uninterrupted
     """A link task's batches (its edges, negatives and left-out neighbours, some on the other
     machine) are a function of the seed and the epoch: the job restarted from its last checkpoint
     by torchrun --max-restarts 1 ends with the uninterrupted job's losses and metrics."""
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(MACHINE_DIES)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")])}
-    (tmp_path / "machine1").mkdir()
-    (tmp_path / "machine1" / "out").symlink_to(tmp_path / "machine0" / "out")
-    launcher = ("--nproc-per-node", "1", "--max-restarts", "1")
-    _link_job(rec_link[0], tmp_path, "pyg", env=env, launcher=launcher)
-    restarted, uninterrupted = _results(tmp_path), _results(link_machines)
-    assert [r["resumed_from_epoch"] for r in restarted["restarts"]] == [1], restarted["restarts"]
-    assert restarted["metrics"] == uninterrupted["metrics"]
-    assert [e["loss"] for e in restarted["history"]] == [e["loss"] for e in uninterrupted["history"]]
+    _link_job(rec_link[0], tmp_path, "pyg", **_machine_dies(tmp_path))
+    _check_as_uninterrupted(_results(tmp_path), _results(link_machines))
 
 
 def _shared_run_folder(where: Path, k: int) -> None:
