@@ -38,7 +38,9 @@ def resolve_config(
     :param backend: sets ``backend``.
     :param nproc: sets ``nproc``.
     :param device: sets ``device``.
-    :param dataset: a dataset name, ``.npz`` path or prepared folder (``--dataset``).
+    :param dataset: a dataset name, ``.npz`` path or prepared folder (``--dataset``): the
+        experiment's graph is replaced, how it uses a graph (``dataset.reverse_edges``,
+        ``dataset.partitions``) is kept.
     :param timeout: sets ``timeout`` (seconds).
     :param max_restarts: sets ``max_restarts``.
     :returns: the validated :class:`ExperimentConfig` (``.to_dict()`` is the YAML a run writes as
@@ -64,7 +66,9 @@ def resolve_config(
         raise ConfigError(f"dataset={cfgmod.show(dataset)} must be a dataset name, a .npz path or a prepared folder.")
     dataset = os.fspath(dataset) if dataset is not None else None
     if dataset is not None:
-        data = {**data, "dataset": _dataset_section(dataset)}
+        section = data.get("dataset") if isinstance(data.get("dataset"), dict) else {}
+        kept = {key: value for key, value in section.items() if key in KEPT_WITH_ANOTHER_DATASET}
+        data = {**data, "dataset": {**kept, **_dataset_section(dataset)}}
         if experiment is None:  # the default experiment's name would mislabel this run
             data = {k: v for k, v in data.items() if k != "description"}
             data["name"] = Path(dataset).stem
@@ -79,6 +83,11 @@ def resolve_config(
     if not config.backend:
         config.backend = default_backend()
     return config
+
+
+# What an experiment's dataset section says about how to use any graph, not which graph: kept
+# when ``--dataset`` names another (its name, path, root and options, the graph's own, are not).
+KEPT_WITH_ANOTHER_DATASET = ("reverse_edges", "partitions")
 
 
 def _experiment_dict(experiment: str | os.PathLike | None) -> dict:

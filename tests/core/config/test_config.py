@@ -80,6 +80,21 @@ def test_resolve_config_layers_experiment_dataset_overrides_and_flags(tmp_path):
     assert (cfg.dataset.name, cfg.dataset.path) == ("npz", os.path.abspath("graph.npz"))  # absolute: resumable anywhere
 
 
+def test_another_dataset_keeps_how_the_experiment_uses_a_graph_but_not_which_graph_it_names(tmp_path):
+    """``--dataset`` replaces the experiment's graph (its name, path and options) but keeps its
+    reverse edges and partitions: a link experiment on a folder of one's own still adds the
+    reverse relations its users need to receive messages."""
+    path = tmp_path / "rec.yaml"
+    path.write_text("task: link\ndataset:\n  name: rec-synthetic\n  options: {num_users: 100}\n  reverse_edges: true\n")
+    cfg = resolve_config(str(path), dataset="my-rec.npz", overrides=["dataset.partitions=2"])
+    assert (cfg.dataset.name, cfg.dataset.options, cfg.dataset.reverse_edges, cfg.dataset.partitions) == (
+        "npz", {}, True, 2
+    )  # fmt: skip
+    cfg = resolve_config(str(path), dataset="my-rec.npz", overrides=["dataset.reverse_edges=false"])
+    assert cfg.dataset.reverse_edges is False  # --set still has the last word
+    assert resolve_config("rec-synthetic", dataset="my-rec.npz").dataset.reverse_edges is True  # a built-in one
+
+
 def test_named_and_default_experiments_resolve():
     assert resolve_config(None).name == "sage-synthetic"
     assert resolve_config("gat-synthetic").model.arch == "gat"
