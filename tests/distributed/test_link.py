@@ -223,9 +223,11 @@ def test_predict_writes_every_node_types_final_states_which_score_the_top_k_list
 
 def test_embeddings_and_the_approximate_index_refuse_what_they_cannot_serve_in_one_line(tmp_path, rec_run):
     np.savez(tmp_path / "pairs.npz", src=np.array([0]), dst=np.array([0]))
+    (tmp_path / "cut.npz").write_bytes((tmp_path / "pairs.npz").read_bytes()[:-30])  # a copy cut short
     for args, needle in [
         (["--embeddings", "--set", "eval.mode=full", "--index", "hnsw", "--top-k", "3"], "eval.mode=layerwise"),
         (["--index", "hnsw", "--pairs", "pairs.npz"], "this prediction has no top-k lists"),
+        (["--pairs", "cut.npz"], "cannot be read as a .npz"),
     ]:
         proc = in_process("predict", str(rec_run), "--out", "x.npz", *args, cwd=tmp_path, check=False)
         assert proc.returncode != 0 and needle in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

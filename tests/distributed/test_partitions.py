@@ -434,7 +434,8 @@ def test_evaluate_and_predict_run_on_the_machines_each_scoring_its_own_nodes(syn
     """``gnnbridge evaluate`` as a job of the two machines gives the run's final metrics;
     ``predict`` writes each machine's rows to its own file (OUT.part-M.npz, named by node_ids),
     which together are the whole graph's predictions of the same checkpoint; ``--embeddings`` of
-    a homogeneous graph (whose final layer is its logits) is refused in one line."""
+    a homogeneous graph (whose final layer is its logits) and ``--index`` of a node task are
+    refused in one line."""
     import gnnbridge
 
     root, _ = synthetic
@@ -459,17 +460,22 @@ def test_evaluate_and_predict_run_on_the_machines_each_scoring_its_own_nodes(syn
         np.testing.assert_allclose(part["logits"], whole["logits"][ids], rtol=1e-5, atol=1e-5)
         assert (part["y"] == whole["y"][ids]).all() and set(part["test_idx"]) <= set(whole["test_idx"].tolist())
     assert sorted(seen) == list(range(whole["logits"].shape[0]))
-    command = [sys.executable, "-m", "gnnbridge", "predict", "out", "--out", "e.npz", "--embeddings"]
-    done = subprocess.run(
-        [*command, "--set", "dataset.path=data"],
-        cwd=two_machines / "machine0",
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    lines = done.stderr.strip().splitlines()
-    assert done.returncode != 0 and len(lines) == 1 and "homogeneous graph" in lines[0], lines  # before any load
-    assert not list((two_machines / "machine0").glob("e*"))
+    for option, needle in (("--embeddings", "homogeneous graph"), ("--index=hnsw", "no top-k lists")):
+        command = [
+            sys.executable,
+            "-m",
+            "gnnbridge",
+            "predict",
+            "out",
+            "--out",
+            "e.npz",
+            option,
+            "--set=dataset.path=data",
+        ]
+        done = subprocess.run(command, cwd=two_machines / "machine0", capture_output=True, text=True, timeout=120)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode != 0 and len(lines) == 1 and needle in lines[0], lines  # before any machine loads
+        assert not list((two_machines / "machine0").glob("e*"))
 
 
 def _without_training_seeds(root: Path, k: int, m: int) -> None:

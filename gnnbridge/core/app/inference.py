@@ -360,7 +360,15 @@ def read_pairs(path: Path, data) -> tuple[torch.Tensor, torch.Tensor]:
     try:
         with np.load(path, allow_pickle=False) as f:
             src, dst = (torch.from_numpy(np.asarray(f[k])) for k in ("src", "dst"))
-    except (OSError, ValueError, KeyError, EOFError, TypeError, AttributeError) as exc:  # TypeError: a .npy
+    except (
+        OSError,
+        ValueError,
+        KeyError,
+        EOFError,
+        TypeError,
+        AttributeError,
+        zipfile.BadZipFile,
+    ) as exc:  # TypeError: a .npy
         raise DataError(
             f"--pairs {path}: cannot be read as a .npz with int64 arrays src and dst "
             f"({type(exc).__name__}: {str(exc).splitlines()[0][:100] if str(exc) else ''}); write it with "
@@ -382,10 +390,12 @@ def _pairs_every_machine_read(ctx: DistContext, path: Path, data) -> tuple[torch
     first exchange, and machines scoring different files would write nonsense)."""
     try:
         src, dst = read_pairs(path, data)
-        seen = (None, hashlib.sha256(src.numpy().tobytes() + dst.numpy().tobytes()).hexdigest())
-    except GnnBridgeError as exc:
+        digest = hashlib.sha256(src.numpy())
+        digest.update(dst.numpy())
+        seen = (None, digest.hexdigest())
+    except Exception as exc:  # whatever it is, every rank must reach the gather below
         src = dst = None
-        seen = (str(exc), None)
+        seen = (str(exc) if isinstance(exc, GnnBridgeError) else f"--pairs {path}: {type(exc).__name__}: {exc}", None)
     everyone = ctx.gather_objects((ctx.node_rank, *seen))
     for machine, error, _ in everyone:
         if error is not None:
@@ -529,7 +539,10 @@ def _machines_request(config: ExperimentConfig, pairs, top_k, index: str, embedd
     if config.kind is not Task.LINK:
         if top_k is not None or pairs is not None:
             raise ConfigError("--top-k and --pairs score a link task's pairs; this run classifies nodes.")
-        if embeddings and read_partition(config.dataset.path, config.dataset.partitions).get("kind") != "hetero":
+        if index != "exact":
+            check_index(config, None, index)  # (refused: a node task has no top-k lists)
+        folder = config.dataset.path if config.dataset.name == "folder" else None  # (others are refused on loading)
+        if embeddings and folder and read_partition(folder, config.dataset.partitions).get("kind") != "hetero":
             raise ConfigError(HOMOGENEOUS_EMBEDDINGS)
         return {"embeddings": True} if embeddings else None
     if pairs is not None:

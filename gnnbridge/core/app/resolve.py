@@ -39,8 +39,8 @@ def resolve_config(
     :param nproc: sets ``nproc``.
     :param device: sets ``device``.
     :param dataset: a dataset name, ``.npz`` path or prepared folder (``--dataset``): the
-        experiment's graph is replaced, how it uses a graph (``dataset.reverse_edges``,
-        ``dataset.partitions``) is kept.
+        experiment's graph is replaced, how it uses a graph (``dataset.reverse_edges``, and
+        ``dataset.partitions`` for a folder) is kept.
     :param timeout: sets ``timeout`` (seconds).
     :param max_restarts: sets ``max_restarts``.
     :returns: the validated :class:`ExperimentConfig` (``.to_dict()`` is the YAML a run writes as
@@ -66,9 +66,11 @@ def resolve_config(
         raise ConfigError(f"dataset={cfgmod.show(dataset)} must be a dataset name, a .npz path or a prepared folder.")
     dataset = os.fspath(dataset) if dataset is not None else None
     if dataset is not None:
-        section = data.get("dataset") if isinstance(data.get("dataset"), dict) else {}
+        section, given = data.get("dataset") if isinstance(data.get("dataset"), dict) else {}, _dataset_section(dataset)
         kept = {key: value for key, value in section.items() if key in KEPT_WITH_ANOTHER_DATASET}
-        data = {**data, "dataset": {**kept, **_dataset_section(dataset)}}
+        if given["name"] != "folder":  # only a folder is partitioned: a file or a name is read whole
+            kept.pop("partitions", None)
+        data = {**data, "dataset": {**kept, **given}}
         if experiment is None:  # the default experiment's name would mislabel this run
             data = {k: v for k, v in data.items() if k != "description"}
             data["name"] = Path(dataset).stem
@@ -86,7 +88,8 @@ def resolve_config(
 
 
 # What an experiment's dataset section says about how to use any graph, not which graph: kept
-# when ``--dataset`` names another (its name, path, root and options, the graph's own, are not).
+# when ``--dataset`` names another (its name, path, root and options, the graph's own, are not;
+# ``partitions`` only where the other is a folder, the one thing partitioned).
 KEPT_WITH_ANOTHER_DATASET = ("reverse_edges", "partitions")
 
 

@@ -93,6 +93,11 @@ def test_another_dataset_keeps_how_the_experiment_uses_a_graph_but_not_which_gra
     cfg = resolve_config(str(path), dataset="my-rec.npz", overrides=["dataset.reverse_edges=false"])
     assert cfg.dataset.reverse_edges is False  # --set still has the last word
     assert resolve_config("rec-synthetic", dataset="my-rec.npz").dataset.reverse_edges is True  # a built-in one
+    path.write_text("dataset:\n  name: folder\n  path: big\n  partitions: 2\n")
+    folder = tmp_path / "other"
+    folder.mkdir()
+    assert resolve_config(str(path), dataset=str(folder)).dataset.partitions == 2
+    assert resolve_config(str(path), dataset="small.npz").dataset.partitions == 0  # a file is read whole
 
 
 def test_named_and_default_experiments_resolve():
