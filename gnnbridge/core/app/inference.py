@@ -354,21 +354,17 @@ def check_candidates(data, k: int, given: bool = True) -> None:
     )
 
 
+# What reading a file that is not a .npz of arrays raises (TypeError: a .npy; BadZipFile: one cut short).
+UNREADABLE = (OSError, ValueError, KeyError, EOFError, TypeError, AttributeError, zipfile.BadZipFile)
+
+
 def read_pairs(path: Path, data) -> tuple[torch.Tensor, torch.Tensor]:
     """``src`` and ``dst`` of a pairs file, checked against the run's target edge type."""
     s_type, _, d_type = data.target_edge
     try:
         with np.load(path, allow_pickle=False) as f:
             src, dst = (torch.from_numpy(np.asarray(f[k])) for k in ("src", "dst"))
-    except (
-        OSError,
-        ValueError,
-        KeyError,
-        EOFError,
-        TypeError,
-        AttributeError,
-        zipfile.BadZipFile,
-    ) as exc:  # TypeError: a .npy
+    except UNREADABLE as exc:
         raise DataError(
             f"--pairs {path}: cannot be read as a .npz with int64 arrays src and dst "
             f"({type(exc).__name__}: {str(exc).splitlines()[0][:100] if str(exc) else ''}); write it with "
