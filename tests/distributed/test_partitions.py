@@ -1131,13 +1131,33 @@ def _check_machine_pairs(root: Path, where: Path, n_src: int, n_dst: int) -> Non
     np.testing.assert_allclose(scores, expected["scores"], rtol=1e-4, atol=1e-4)
 
 
+# Each process notes (a file in its working folder) that FAISS's index was searched.
+SEARCH_NOTED = """
+import pathlib
+import gnnbridge.core.tasks.retrieval as retrieval
+
+_search = retrieval.approximate_top_k
+
+def approximate_top_k(*args, **kwargs):
+    pathlib.Path("searched-hnsw").touch()
+    return _search(*args, **kwargs)
+
+retrieval.approximate_top_k = approximate_top_k
+"""
+
+
 def _check_machine_index(root: Path, where: Path, exact: np.ndarray) -> None:
     """``predict --index hnsw`` as a job of the machines: each machine searches FAISS's index of
     every destination's states for its sources, near the exact lists; with ``--pairs`` it is
     refused in one line, before any machine loads."""
+    hook = where / "hnsw-hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(SEARCH_NOTED)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")])}
     command = ["predict", "out", "--out", "h.npz", "--top-k", "5", "--index", "hnsw", "--set", "dataset.path=data"]
-    codes, outs = job(2, where, command)
+    codes, outs = job(2, where, command, env=env)
     assert codes == [0, 0], outs
+    assert all((where / f"machine{m}" / "searched-hnsw").exists() for m in range(2))  # the index, not exact lists
     for m in range(2):
         part = np.load(where / f"machine{m}" / f"h.part-{m}.npz")
         found = [len(set(a) & set(b)) / 5 for a, b in zip(part["top_dst"], exact[part["src"]])]

@@ -31,7 +31,7 @@ from gnnbridge.core.inference.typed_layerwise import TypedLayerwiseEvaluator, Ty
 from gnnbridge.core.records.features import gather_rows
 from gnnbridge.core.sampling.distributed import PartitionHeteroSampler, PartitionSampler, exchange_for
 from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS
-from gnnbridge.core.sampling.seeds import machine_steps
+from gnnbridge.core.sampling.seeds import machine_batches, machine_steps
 from gnnbridge.core.tasks.retrieval import NO_SLOT, approximate_top_k, chunked_top_k, fillable, filled
 
 
@@ -190,11 +190,11 @@ class PartitionedTypedLinks(TypedLayerwiseLinks):
                 at_src, at_dst = self._global(src, s), self._global(dst, d)
                 part = self.data.partition
                 index = torch.nonzero(part.types[d].owners(at_dst) == part.part).flatten()
-                shard = torch.tensor_split(index, self.ctx.local_world_size)[self.ctx.local_rank]
-                steps = machine_steps(self._machine_counts(index.numel()), self.batch_size, self.ctx.local_world_size)
-                scores = [
-                    self._fetched_scores(model, at_src[ids], at_dst[ids]) for ids in torch.tensor_split(shard, steps)
-                ]
+                ctx, counts = self.ctx, self._machine_counts(index.numel())
+                batches = machine_batches(
+                    index, counts, self.batch_size, 0, 0, ctx.local_rank, ctx.local_world_size, shuffle=False
+                )
+                scores = [self._fetched_scores(model, at_src[ids], at_dst[ids]) for ids in batches]
                 scores = self.ctx.machine_rows(torch.cat(scores), index.numel())
             finally:
                 self._h = None

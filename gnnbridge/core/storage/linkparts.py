@@ -160,6 +160,10 @@ class _Cut:
         new_of[order] = np.arange(order.shape[0])
         return new_of, order
 
+    def _machine_of(self, t: str, ids: np.ndarray) -> np.ndarray:
+        """The machine owning each node of type ``t`` (new ids)."""
+        return np.searchsorted(np.asarray(self.bounds[t]), ids, side="right") - 1
+
     def _owned(self, et: EdgeType, m: int) -> np.ndarray:
         b = self.bounds[et[2]]
         return self.order[et[2]][b[m] : b[m + 1]]
@@ -287,7 +291,7 @@ class _Cut:
         edges, negatives = (np.asarray(a) for a in self.record.held_out(split))
         if split not in self.owners:  # (once per split, not per part)
             dst = self.new_of[d][edges[1]]
-            self.owners[split] = (dst, np.searchsorted(np.asarray(self.bounds[d]), dst, side="right") - 1)
+            self.owners[split] = (dst, self._machine_of(d, dst))
         dst, owner = self.owners[split]
         mine = np.flatnonzero(owner == m)
         _save(folder, f"{split}_edges", np.stack([self.new_of[s][edges[0][mine]], dst[mine]]), arrays)
@@ -308,7 +312,7 @@ class _Cut:
         s, _, d = self.record.target_edge
         pairs = np.asarray(self.record.negative_pairs(split))
         dst = self.new_of[d][pairs[1]]
-        mine = np.searchsorted(np.asarray(self.bounds[d]), dst, side="right") - 1 == m
+        mine = self._machine_of(d, dst) == m
         _save(folder, f"{split}_negative_pairs", np.stack([self.new_of[s][pairs[0][mine]], dst[mine]]), arrays)
         return int(mine.sum())
 
