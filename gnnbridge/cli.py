@@ -160,15 +160,16 @@ def train(experiment, backend, nproc, device, dataset, overrides, out, timeout, 
     )
     if results is None:  # a rank other than 0 of a torchrun / SLURM job: rank 0 reports
         return
+    chosen, last, best = results["metrics_from"], results["last"], results["best"]
     click.echo(
-        f"{results['experiment']} on {results['backend']} ({results['world_size']} x {results['device']}): "
-        f"{_metrics_line(results['metrics'])}"
+        f"{results['experiment']} on {results['backend']} ({results['world_size']} x {results['device']}), "
+        f"{chosen['checkpoint']}.pt (epoch {chosen['epoch'] + 1}"
+        + (f", {best['monitor']} {best['value']:.4f}" if chosen["checkpoint"] == "best" else "")
+        + f"): {_metrics_line(results['metrics'])}"
     )
-    best, stop = results["best"], results["early_stopping"]
-    if best["metrics"] is not None and best["value"] is not None and best["epoch"] != results["history"][-1]["epoch"]:
-        click.echo(
-            f"best epoch {best['epoch'] + 1} ({best['monitor']} {best['value']:.4f}): {_metrics_line(best['metrics'])}"
-        )
+    if last["epoch"] != chosen["epoch"]:
+        click.echo(f"last epoch {last['epoch'] + 1}: {_metrics_line(last['metrics'])}")
+    stop = results["early_stopping"]
     if stop["stopped"]:
         click.echo(f"stopped early after epoch {stop['stopped_after_epoch'] + 1} (train.patience={stop['patience']})")
     click.echo(f"results: {results['run_dir']}/results.json")

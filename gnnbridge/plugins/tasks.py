@@ -79,6 +79,11 @@ def _known(outputs: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.
     return outputs.float()[known], y[known]
 
 
+def _present(y: torch.Tensor) -> int:
+    """The entries of ``y`` that hold a label (not NaN)."""
+    return int((~torch.isnan(y)).sum())
+
+
 class MultilabelTarget(Target):
     name = "multilabel"
     description = "several 0/1 labels per item, NaN where missing (binary cross-entropy; ROC-AUC, AP)"
@@ -98,8 +103,11 @@ class MultilabelTarget(Target):
         sums += torch.stack([((out > 0) == (labels > 0.5)).sum(), sums.new_tensor(labels.numel())]).double()
 
     def running_metrics(self, sums, prefix):
-        right, total = sums.tolist()
-        return {f"{prefix}_label_acc": right / max(1.0, total)}
+        right, total = sums.tolist()  # over no labelled entry the figure is absent, never 0
+        return {f"{prefix}_label_acc": right / total if total else None}
+
+    def labelled(self, y):
+        return _present(y)
 
     def scores(self, width):
         return MultilabelScores(width)
@@ -144,8 +152,13 @@ class RegressionTarget(Target):
         sums += torch.stack([err.abs().sum(), err.square().sum(), sums.new_tensor(values.numel())])
 
     def running_metrics(self, sums, prefix):
-        absolute, squared, total = sums.tolist()
-        return {f"{prefix}_mae": absolute / max(1.0, total), f"{prefix}_rmse": (squared / max(1.0, total)) ** 0.5}
+        absolute, squared, total = sums.tolist()  # over no labelled value the figures are absent, never 0
+        if not total:
+            return {f"{prefix}_mae": None, f"{prefix}_rmse": None}
+        return {f"{prefix}_mae": absolute / total, f"{prefix}_rmse": (squared / total) ** 0.5}
+
+    def labelled(self, y):
+        return _present(y)
 
     def scores(self, width):
         return RegressionScores(width)

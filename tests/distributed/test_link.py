@@ -149,7 +149,7 @@ def test_a_link_run_resumes_exactly_and_evaluates_to_its_own_numbers(tmp_path, r
     assert [h["loss"] for h in full["history"]] == [h["loss"] for h in part["history"]]
     assert json.dumps(full["metrics"]) == json.dumps(part["metrics"])
     assert full["metrics"]["test_roc_auc"] > 0.6 and full["sampler"] == "DglHeteroSampler"
-    report = json.loads(gnnbridge("evaluate", str(rec_run), "--checkpoint", "latest", "--json", cwd=tmp_path).stdout)
+    report = json.loads(gnnbridge("evaluate", str(rec_run), "--json", cwd=tmp_path).stdout)
     assert report["metrics"] == full["metrics"]  # one process scores exactly what two did
 
 
@@ -166,7 +166,7 @@ def test_sparse_embedding_tables_resume_exactly_and_score_alike_on_one_process(t
     gnnbridge("train", *run, "--set", "train.epochs=3", "--out", "full", cwd=tmp_path)
     full = results(tmp_path / "full")
     assert full["metrics"]["test_roc_auc"] > 0.6 and full["backend"] == backend and full["tables"] == "machine"
-    report = json.loads(gnnbridge("evaluate", "full", "--checkpoint", "latest", "--json", cwd=tmp_path).stdout)
+    report = json.loads(gnnbridge("evaluate", "full", "--json", cwd=tmp_path).stdout)
     assert report["metrics"] == full["metrics"]
     # The tables, their placement and resume are core's, the same for both backends: one each.
     if backend == "dgl":
@@ -403,7 +403,7 @@ def test_a_shared_protocol_run_reports_ogbs_hits_at_k_the_same_on_two_ranks_as_o
     assert set(run["metrics"]) == SHARED_METRICS and run["best"]["monitor"] == "val_hits@50"
     assert run["dataset"]["protocol"] == "shared" and run["dataset"]["eval_negatives"] == 3000
     assert run["metrics"]["test_hits"] == run["metrics"]["test_hits@10"]
-    report = json.loads(gnnbridge("evaluate", "run", "--checkpoint", "latest", "--json", cwd=tmp_path).stdout)
+    report = json.loads(gnnbridge("evaluate", "run", "--json", cwd=tmp_path).stdout)
     assert report["metrics"] == run["metrics"]
 
 

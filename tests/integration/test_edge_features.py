@@ -90,7 +90,7 @@ def test_gine_learns_node_classes_only_the_edge_features_explain(files, backend)
     metrics = trained(files, "nodes", backend)["metrics"]
     assert metrics["test_acc"] > 0.8, metrics  # the node features alone say nothing: chance is 0.5
     if backend == "dgl":  # exact evaluation: every neighbour sampled gives what layer-wise gave
-        full = gnnbridge.evaluate(files / "nodes-dgl", kind="latest", overrides=["eval.mode=full"])["metrics"]
+        full = gnnbridge.evaluate(files / "nodes-dgl", overrides=["eval.mode=full"])["metrics"]
         assert full == pytest.approx(metrics, abs=1e-6)
 
 
@@ -363,7 +363,7 @@ def test_an_edge_task_reads_each_scored_edges_own_features(tmp_path, backend):
     results = gnnbridge.run(dataset=tmp_path / "fraud.npz", backend=backend, nproc=1, out=tmp_path / "run",
                             overrides=settings, progress=False)  # fmt: skip
     assert results["metrics"]["test_acc"] > 0.9, results["metrics"]  # endpoints alone reach about 0.7
-    full = gnnbridge.evaluate(tmp_path / "run", kind="latest", overrides=["eval.mode=full"])["metrics"]
+    full = gnnbridge.evaluate(tmp_path / "run", overrides=["eval.mode=full"])["metrics"]
     assert full == pytest.approx(results["metrics"], abs=1e-6)
 
 

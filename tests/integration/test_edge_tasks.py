@@ -87,7 +87,7 @@ def test_edge_classification_learns_and_predicts_each_edge_in_the_files_order(fi
     majority = np.bincount(given).max() / given.size
     assert results["metrics"]["test_acc"] > majority + 0.1, results["metrics"]  # learned the rule, not the prior
     assert results["eval"]["final"] == "layerwise"  # the typed layer-wise pass scores every edge
-    out = gnnbridge.predict(files / f"run-{backend}", kind="latest")  # the weights results.json scored
+    out = gnnbridge.predict(files / f"run-{backend}")  # best.pt: the weights results.json scored
     assert out["logits"].shape == (E, 3)
     np.testing.assert_array_equal(out["y"], given)  # row i is column i of the file's edge_index
     test = out["test_idx"]
@@ -122,7 +122,7 @@ def test_a_heterogeneous_rating_regression_keeps_the_files_splits(files, tmp_pat
                             overrides=["task=edge", "train.epochs=5", "train.batch_size=128", "train.lr=0.01"],
                             out=tmp_path / "run", progress=False)  # fmt: skip
     assert results["metrics"]["test_r2"] > 0.3, results["metrics"]
-    out = gnnbridge.predict(tmp_path / "run", kind="latest")
+    out = gnnbridge.predict(tmp_path / "run")
     rel = "user__rates__item"
     np.testing.assert_array_equal(out["test_idx"], np.sort(arrays[f"edge_test_idx__{rel}"]))
     test = out["test_idx"]
@@ -134,7 +134,7 @@ def test_a_heterogeneous_rating_regression_keeps_the_files_splits(files, tmp_pat
         k: v for k, v in arrays.items() if not k.startswith(("edge_label", "edge_train", "edge_val", "edge_test"))
     }
     np.savez(tmp_path / "new.npz", **unlabelled)
-    new = gnnbridge.predict(tmp_path / "run", kind="latest", dataset=tmp_path / "new.npz")
+    new = gnnbridge.predict(tmp_path / "run", dataset=tmp_path / "new.npz")
     assert set(new) == {"logits"} and np.allclose(new["logits"], out["logits"], atol=1e-5)
     np.savez(tmp_path / "other.npz", **{k: v for k, v in unlabelled.items() if "rates" not in k})
     with pytest.raises(GnnBridgeError, match=r"no \(user,rates,item\) edges, the edge type this run's model scores"):

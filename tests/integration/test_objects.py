@@ -199,7 +199,7 @@ def test_a_graph_in_memory_trains_to_the_metrics_of_the_same_arrays_in_an_npz(tm
     )
     assert from_data["metrics"]["test_acc"] > 0.6  # chance: 1/3
     # A later process (the CLI) evaluates the run from its recorded data.
-    report = helpers.in_process("evaluate", tmp_path / "from-data", "--checkpoint", "latest", "--json", cwd=tmp_path)
+    report = helpers.in_process("evaluate", tmp_path / "from-data", "--json", cwd=tmp_path)
     assert report.returncode == 0, report.stderr
     assert json.loads(report.stdout)["metrics"]["test_acc"] == from_data["metrics"]["test_acc"]
     # The model back, and its outputs in memory: what predict --out writes, what the model computes.
@@ -366,9 +366,9 @@ def test_a_pyg_users_model_instance_trains_on_two_ranks_and_its_run_works_everyw
     assert result["backend"] == "pyg" and result["world_size"] == 2  # the library its idiom names
     assert result["metrics"]["test_acc"] > 0.6, result["metrics"]
     # Another process rebuilds it from the run, once trusted: the saved instance holds code.
-    refused = helpers.in_process("evaluate", "mine", "--checkpoint", "latest", cwd=tmp_path)
+    refused = helpers.in_process("evaluate", "mine", cwd=tmp_path)
     assert refused.returncode != 0 and "--trust-code" in refused.stderr and len(refused.stderr.splitlines()) == 1
-    report = helpers.in_process("evaluate", "mine", "--checkpoint", "latest", "--trust-code", "--json", cwd=tmp_path)
+    report = helpers.in_process("evaluate", "mine", "--trust-code", "--json", cwd=tmp_path)
     assert json.loads(report.stdout)["metrics"] == result["metrics"], report.stderr
     model = gnnbridge.load(tmp_path / "mine", kind="latest", trust_code=True)
     assert type(model).__name__ == "PygSAGE" and not model.training  # their class back, trained

@@ -75,6 +75,7 @@ def assert_same_run(a, b):
     ra, rb = results(a), results(b)
     assert json.dumps(ra["metrics"]) == json.dumps(rb["metrics"])
     assert json.dumps(ra["best"]) == json.dumps(rb["best"])
+    assert json.dumps(ra["last"]) == json.dumps(rb["last"])
     assert [h["loss"] for h in ra["history"]] == [h["loss"] for h in rb["history"]]
     wa, wb = weights(a), weights(b)
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
@@ -240,6 +241,10 @@ def test_evaluate_and_predict_from_a_run_folder_or_a_checkpoint_file(tmp_path, u
         assert report["backend"] == backend and report["epoch"] == best["epoch"]
         assert report["checkpoint"].endswith("best.pt")
         assert report["metrics"] == pytest.approx(best["metrics"])
+        # one result: what results.json reports is what the checkpoint every later command uses gives
+        assert report["metrics"] == pytest.approx(results(run)["metrics"])
+        last = json.loads(ok(in_process("evaluate", str(run), "--checkpoint", "latest", "--json", cwd=tmp_path)).stdout)
+        assert last["metrics"] == pytest.approx(results(run)["last"]["metrics"])
 
     latest = ok(in_process("evaluate", str(run / "checkpoints" / "latest.pt"), cwd=tmp_path)).stdout
     assert "(epoch 4, sage-synthetic on pyg): val_acc " in latest
@@ -667,7 +672,11 @@ def test_a_restart_inside_an_epoch_keeps_an_earlier_best_epochs_weights(tmp_path
         ok(gnnbridge("train", *INSIDE, "--max-restarts", "1", "--out", out, cwd=tmp_path, env=env))
     run, whole = results(tmp_path / "run"), results(tmp_path / "whole")
     assert run["restarts"][0]["inside"] == {"epoch": 2, "batches": 2} and whole["best"]["epoch"] == best_epoch
-    assert run["best"]["metrics"] is not None and run["best"]["metrics"] != run["metrics"]
+    assert run["best"]["metrics"] is not None and run["best"]["metrics"] != run["last"]["metrics"]
+    assert run["metrics"] == run["best"]["metrics"] and run["metrics_from"] == {
+        "checkpoint": "best",
+        "epoch": best_epoch,
+    }
     assert_same_run(tmp_path / "run", tmp_path / "whole")
     best, again = weights(tmp_path / "whole", "best"), weights(tmp_path / "run", "best")
     assert all(torch.equal(best[k], again[k]) for k in best)

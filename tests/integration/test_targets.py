@@ -168,7 +168,7 @@ def ogb_figures(family: str, y: np.ndarray, outputs: np.ndarray) -> dict[str, fl
 def test_each_family_reports_what_ogbs_evaluator_computes_from_its_outputs(tmp_path_factory, name, backend):
     results = runs(name, tmp_path_factory)[backend]
     run_dir = results["run_dir"]
-    outputs = gnnbridge.predict(run_dir, kind="latest")  # the last epoch's weights: results' metrics
+    outputs = gnnbridge.predict(run_dir)  # best.pt, the weights results' metrics are of
     test = outputs["test_idx"]
     y, logits = outputs["y"][test], outputs["logits"][test]
     scores = get_target(FAMILIES[name][1]).scores(y.shape[1])
@@ -179,7 +179,7 @@ def test_each_family_reports_what_ogbs_evaluator_computes_from_its_outputs(tmp_p
         # What the run reported: its evaluation's outputs are predict's up to float32 sums in another
         # order (DGL's full-neighbour blocks batch the nodes differently).
         assert results["metrics"][f"test_{metric}"] == pytest.approx(value, rel=1e-6)
-    assert gnnbridge.evaluate(run_dir, kind="latest")["metrics"] == pytest.approx(results["metrics"], rel=1e-6)
+    assert gnnbridge.evaluate(run_dir)["metrics"] == pytest.approx(results["metrics"], rel=1e-6)
     if FAMILIES[name][1] == "multilabel":  # probabilities of each label, and 0/1 predictions
         assert np.allclose(outputs["probs"], 1 / (1 + np.exp(-outputs["logits"])), atol=1e-6)
         assert set(np.unique(outputs["pred"])) <= {0, 1} and outputs["pred"].shape == outputs["y"].shape
@@ -287,7 +287,7 @@ def test_a_heterogeneous_graphs_labelled_type_takes_the_targets_too(tmp_path, ba
                             overrides=["model.arch=rgcn", "train.epochs=3", "train.batch_size=64"],
                             out=tmp_path / "run", progress=False)  # fmt: skip
     assert results["eval"]["final"] == "layerwise"  # the typed layer-wise pass scores it
-    outputs = gnnbridge.predict(tmp_path / "run", kind="latest")
+    outputs = gnnbridge.predict(tmp_path / "run")
     test = outputs["test_idx"]
     scores = get_target(target).scores(outputs["y"].shape[1])
     scores.update(torch.from_numpy(outputs["logits"][test]), torch.from_numpy(outputs["y"][test]))

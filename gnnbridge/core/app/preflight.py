@@ -165,6 +165,7 @@ def load_dataset(config: ExperimentConfig, ranks_here: int | None = None) -> Gra
     data = _load_for_task(config)
     # a machine's part holds a share of each split, whose labels say nothing of the whole split's
     if config.kind is not Task.LINK and getattr(data, "partition", None) is None:
+        _check_labelled(config, data)
         target_of(config).check(data, config.train.monitor)
     _check_splits(config, data)
     check_model(config, data, config.nproc if ranks_here is None else ranks_here)
@@ -261,6 +262,28 @@ def _check_splits(config: ExperimentConfig, data: GraphData | GraphCollection) -
                 f"The {split} split has {size} {data.item_name}(s), fewer than nproc={config.nproc}; "
                 f"use --nproc {size} or fewer, or a larger {split} split."
             )
+
+
+def _check_labelled(config: ExperimentConfig, data) -> None:
+    """Every split needs a labelled entry: a train split of missing labels (NaN) trains nothing
+    (a loss of 0 every step, a checkpoint of the untrained weights), and a val or test split of
+    them has no figure to report or to pick a best epoch by. Refused with every split's counts."""
+    target = get_target(config.target)
+    counts, sizes = {}, {}
+    for split in ("train", "val", "test"):
+        items = data.split(split)
+        y = data.y[items]
+        sizes[split], counts[split] = int(items.numel()), (target.labelled(y) if items.numel() else 0, y.numel())
+    empty = [split for split, (labelled, _) in counts.items() if sizes[split] and not labelled]
+    if empty:
+        size = sizes[empty[0]]
+        each = ", ".join(f"{split} {labelled} of {entries}" for split, (labelled, entries) in counts.items())
+        why = "nothing would be learned" if empty[0] == "train" else "it would have no figure to report"
+        raise DataError(
+            f"target={target.name}: the {empty[0]} split's {size} {data.item_name}(s) have no label (every value NaN; "
+            f"labelled entries per split: {each}), so {why}; label some {data.item_name}s of every split, or give "
+            f"splits over labelled {data.item_name}s."
+        )
 
 
 def model_parameters(config: ExperimentConfig, data: GraphData | GraphCollection) -> int:

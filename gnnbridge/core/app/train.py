@@ -93,8 +93,9 @@ def run(
     :param target: what each node, edge or graph is predicted as: ``class`` (one class, the default),
         ``multilabel`` (0/1 labels, NaN where missing) or ``regression`` (values), or a plugin's
         target; the same as ``overrides=["target=..."]``.
-    :returns: ``results.json``'s content (its keys: :doc:`/outputs`): ``metrics`` (the final
-        evaluation's, every split), ``best`` (the best epoch and its metrics), ``history`` (one
+    :returns: ``results.json``'s content (its keys: :doc:`/outputs`): ``metrics`` (every split's,
+        of the checkpoint later commands use by default: ``best.pt``; ``metrics_from`` names it),
+        ``last`` (the last epoch's metrics), ``best`` (the best epoch and its metrics), ``history`` (one
         entry per epoch: loss, metrics, times), ``run_dir`` (the run folder), and what the
         run was (``experiment``, ``backend``, ``task``, ``world_size``, ``device``, ``dataset``,
         ``versions``, ``ranks``, ...). ``None`` on a job's ranks other than 0.

@@ -71,6 +71,13 @@ class Target(ABC):
         ``{name: (function of a block of logits, dtype, shape)}``."""
         return {}
 
+    def labelled(self, y: torch.Tensor) -> int:
+        """How many of ``y``'s entries (the labels of a split's items) carry a label: a run is
+        refused before training when a split has none (the loss would be zero every step and
+        every figure of that split undefined). Every row by default; the built-in multilabel and
+        regression targets count the entries that are not NaN."""
+        return int(y.shape[0])
+
     def is_better(self, monitor: str, value: float, best: float | None) -> bool:
         """Whether ``value`` of ``monitor`` beats ``best`` (ties do not)."""
         if best is None:

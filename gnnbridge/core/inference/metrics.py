@@ -352,7 +352,7 @@ class MultilabelScores(GatheredRows):
         return {
             f"{prefix}_roc_auc": _mean(aucs),
             f"{prefix}_ap": _mean(aps),
-            f"{prefix}_label_acc": right / max(1, int(known.sum())),
+            f"{prefix}_label_acc": right / int(known.sum()) if bool(known.any()) else None,
         }
 
 

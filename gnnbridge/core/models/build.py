@@ -222,6 +222,14 @@ def construct(choice: ModelChoice, spec: ModelSpec, in_dim: int, out_dim: int, d
         model = choice.build(in_dim, out_dim, **arguments(choice, spec, data))
     if not isinstance(model, nn.Module):
         raise PluginError(f"{choice.origin} built a {type(model).__name__}, not a torch.nn.Module.")
+    if not any(p.requires_grad for p in model.parameters()):  # torch's optimizer: "an empty parameter list"
+        frozen = sum(1 for _ in model.parameters())
+        which = f"all {frozen} have requires_grad=False" if frozen else "none"
+        built = "" if choice.arch.startswith(instance.PREFIX) else f", built with {_spec_text(spec)}"
+        raise PluginError(
+            f"{choice.origin} has no parameter to train ({which}{built}); give it a layer with weights (nn.Linear, "
+            "a graph convolution), or leave requires_grad on."
+        )
     return model
 
 

@@ -102,5 +102,20 @@ class Checkpointing:
             model.load_state_dict(current)
 
 
+def the_result(state, best: dict | None, final: dict) -> dict:
+    """What a run reports as its result: ``metrics`` are the figures of the checkpoint that
+    ``evaluate``, ``predict``, ``load``, ``port`` and ``serve`` use by default (``best.pt``), so the
+    number a user reads in ``results.json`` is the number they get from the model they keep;
+    ``metrics_from`` names that checkpoint and its epoch, and ``last`` holds the last epoch's
+    figures under their own name. Where no epoch was ever best (the monitor undefined every epoch)
+    or the best weights are gone, the result is the last epoch's, and ``metrics_from`` says so."""
+    last = state.history[-1]["epoch"] if state.history else None
+    if best is not None and state.best_epoch is not None:
+        chosen, metrics = {"checkpoint": checkpoint.BEST, "epoch": state.best_epoch}, best
+    else:
+        chosen, metrics = {"checkpoint": checkpoint.LATEST, "epoch": last}, final
+    return {"metrics": metrics, "metrics_from": chosen, "last": {"epoch": last, "metrics": final}}
+
+
 def cpu_copy(state: dict) -> dict:
     return {k: v.detach().to("cpu", copy=True) for k, v in state.items()}

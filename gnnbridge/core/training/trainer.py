@@ -39,7 +39,7 @@ from gnnbridge.core.records.hetero import HeteroGraphData
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.sampling.seeds import derived_seed, few_steps, split_batches
 from gnnbridge.core.training import midepoch, optim, shared_tables, sparse
-from gnnbridge.core.training.checkpointing import Checkpointing
+from gnnbridge.core.training.checkpointing import Checkpointing, the_result
 from gnnbridge.core.training.dry import dry_step
 from gnnbridge.core.training.loggers import RunLoggers
 from gnnbridge.core.training.state import TrainState
@@ -176,14 +176,12 @@ class Trainer:
         t0 = time.perf_counter()
         final_evaluator = self.parts.final_evaluator()
         final = final_evaluator.evaluate(self.parts.model, ("train", "val", "test"))
+        best = self.checkpointing.best_metrics(self, final_evaluator, final)
         return {
-            "metrics": final,
+            **the_result(state, best, final),
             "history": state.history,
             "final_eval_time_s": time.perf_counter() - t0,
-            "best": {
-                **state.best_summary(cfg.monitor),
-                "metrics": self.checkpointing.best_metrics(self, final_evaluator, final),
-            },
+            "best": {**state.best_summary(cfg.monitor), "metrics": best},
             "early_stopping": state.stopping_summary(cfg.patience),
             "epochs_trained": len(state.history),
             "eval": self.parts.eval_summary(),

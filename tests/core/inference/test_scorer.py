@@ -13,7 +13,7 @@ def test_evaluate_and_predict_build_no_optimizer_ddp_or_loggers(tmp_path, monkey
     gnnbridge.run(
         "karate-sage", backend="pyg", nproc=1, out=tmp_path / "run", progress=False, overrides=["train.epochs=3"]
     )
-    final = json.loads((tmp_path / "run" / "results.json").read_text())["metrics"]
+    final = json.loads((tmp_path / "run" / "results.json").read_text())["last"]["metrics"]
 
     def refuse(*args, **kwargs):
         raise AssertionError("inference built a part only training needs")
@@ -24,7 +24,7 @@ def test_evaluate_and_predict_build_no_optimizer_ddp_or_loggers(tmp_path, monkey
     built = []
     monkeypatch.setattr(assembly.RunParts, "__init__", _counting(assembly.RunParts.__init__, built))
     scored = gnnbridge.evaluate(tmp_path / "run", kind="latest")
-    assert scored["metrics"] == final and built == [1]  # exactly the run's final scores
+    assert scored["metrics"] == final and built == [1]  # exactly the run's last epoch's scores
     gnnbridge.predict(tmp_path / "run", tmp_path / "preds.npz", kind="latest")
     assert built == [1, 1]
 
