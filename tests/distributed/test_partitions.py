@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -195,6 +196,180 @@ def test_a_machine_opens_only_its_own_part_of_this_partitioning(graph, tmp_path)
         open_machine_part(machine, 2)
 
 
+def _machine_copy(root: Path, tmp_path: Path, m: int, k: int = 2) -> Path:
+    """Machine ``m``'s copy of ``root``'s partitioning into ``k``: partition.json (its time not
+    kept) and part-M (times kept, as rsync -a keeps them), nothing else."""
+    machine = tmp_path / f"machine{m}" / "data"
+    (machine / "partitions" / str(k)).mkdir(parents=True)
+    shutil.copy(root / f"partitions/{k}/partition.json", machine / f"partitions/{k}")
+    shutil.copytree(root / f"partitions/{k}/part-{m}", machine / f"partitions/{k}/part-{m}")
+    return machine
+
+
+def _edit(file: Path, change, keep_time: bool = True) -> None:
+    """``change(array)`` written into the .npy ``file`` in place (same size); its modification
+    time put back unless ``keep_time`` is False (an edit that no stat can see)."""
+    before = file.stat()
+    array = np.load(file)
+    change(array)
+    np.save(file, array)
+    assert file.stat().st_size == before.st_size
+    if keep_time:
+        os.utime(file, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+@pytest.mark.parametrize(
+    ("name", "change", "keep_time", "line"),
+    [
+        ("indptr", lambda a: a.__setitem__(5, 10**9), True, r"indptr\.npy: the offsets of node 5 run backwards"),
+        ("indptr", lambda a: a.__setitem__(-1, 10**9), True, r"indptr\.npy: the offsets run from 0 to 1000000000"),
+        ("node_ids", lambda a: a.__setitem__(3, 10**12), True, r"node_ids\.npy: original id 1000000000000 at row 3"),
+        ("node_ids", lambda a: a.__setitem__(slice(0, 2), a[1::-1].copy()), True, r"original ids stop rising at row 1"),
+        ("train_idx", lambda a: a.__setitem__(0, -1), True, r"train_idx\.npy: train member -1 at row 0 lies outside"),
+        ("indptr", lambda a: a.__setitem__(5, 10**9), False, r"indptr\.npy changed since gnnbridge partition wrote it"),
+        ("node_ids", lambda a: a.__setitem__(3, 10**12), False, r"node_ids\.npy changed since gnnbridge partition"),
+    ],
+    ids=["offset-1e9", "last-offset", "id-1e12", "ids-unordered", "split-member", "offset-stat", "id-stat"],
+)
+def test_an_edited_part_file_is_refused_at_open_naming_the_machine_and_the_file(
+    graph, tmp_path, name, change, keep_time, line
+):
+    """Any edit of a part's files is one line at open on its machine, naming the machine, the
+    file and the fix (copy the part again), never a run that trains on it or a hang: by its
+    recorded size and time, and, where the time was put back, by the bounds of the node-sized
+    arrays (offsets, original ids, split members)."""
+    root = _copy(graph, tmp_path)
+    partition(root, 2, method="stream", progress=False)
+    machine = _machine_copy(root, tmp_path, 1)
+    _edit(machine / f"partitions/2/part-1/{name}.npy", change, keep_time)
+    with on_machine(1, 2), pytest.raises(DataError) as err:
+        open_machine_part(machine, 2)
+    message = str(err.value)
+    assert re.search(line, message) and "\n" not in message, message
+    assert str(machine / "partitions/2/part-1") in message
+    assert message.rstrip(".").endswith(
+        "copy part-1 to machine 1 again from where the folder was partitioned (rsync -a keeps its times)"
+    )
+    assert "prepare" not in message
+
+
+def test_an_edge_of_a_part_is_checked_where_it_is_read_with_the_parts_fix(graph, tmp_path):
+    """The edges are not read at open (they are a part's large file): a source id edited in place
+    is found where the sampler's kernels read it, and the line names the part's file and fix."""
+    from gnnbridge.core.storage.folder import check_mapped_csc
+
+    root = _copy(graph, tmp_path)
+    partition(root, 2, method="stream", progress=False)
+    machine = _machine_copy(root, tmp_path, 1)
+    _edit(machine / "partitions/2/part-1/indices.npy", lambda a: a.__setitem__(7, 10**9))
+    with on_machine(1, 2):
+        part = open_machine_part(machine, 2)
+    with pytest.raises(DataError) as err:
+        check_mapped_csc(part.indptr, part.indices, part.partition.num_nodes)
+    assert str(err.value) == (
+        f"{machine}/partitions/2/part-1/indices.npy: edge 7 names source node 1000000000, outside [0, 300): the file "
+        "is corrupt or was changed after gnnbridge partition wrote it; copy part-1 to machine 1 again from where "
+        "the folder was partitioned (rsync -a keeps its times)"
+    )
+
+
+def test_an_edited_partition_json_or_part_json_is_refused(graph, tmp_path):
+    """partition.json is every machine's map of who owns what: one whose boundaries were edited (or
+    that came from another cut of the same partitioning) is refused by the digest each part
+    recorded of it, however it was copied; a part.json whose own range was edited is refused
+    against partition.json's boundaries."""
+    root = _copy(graph, tmp_path)
+    partition(root, 2, method="stream", progress=False)
+    machine = _machine_copy(root, tmp_path, 1)
+    file = machine / "partitions/2/partition.json"
+    description = json.loads(file.read_text())
+    edited = {**description, "boundaries": [0, description["boundaries"][1] - 1, description["boundaries"][2]]}
+    file.write_text(json.dumps(edited))
+    with on_machine(1, 2), pytest.raises(PartError) as err:
+        open_machine_part(machine, 2)
+    assert str(err.value) == (
+        f"machine 1: {file} is not the one part-1 was cut with (it was edited, or copied from another cut); copy "
+        "partition.json and part-1 to machine 1 again from where the folder was partitioned."
+    )
+    file.write_text(json.dumps(description))  # the right one again, under a new time: accepted
+    with on_machine(1, 2):
+        assert open_machine_part(machine, 2).partition.part == 1
+    part_file = machine / "partitions/2/part-1/part.json"
+    part = json.loads(part_file.read_text())
+    part_file.write_text(json.dumps({**part, "start": part["start"] - 1}))
+    with on_machine(1, 2), pytest.raises(PartError, match=r"part\.json says its nodes are \[\d+, 300\) but partition"):
+        open_machine_part(machine, 2)
+
+
+def test_parts_of_a_folder_changed_or_prepared_again_since_are_refused(graph, tmp_path):
+    """Where the machine holds the folder too, its parts must be cut from it as it is: labels
+    changed (not prepared again, then prepared again) leave parts that no longer describe it."""
+    root = _copy(graph, tmp_path)
+    partition(root, 2, method="stream", progress=False)
+    np.save(root / "y.npy", np.load(root / "y.npy")[::-1].copy())
+    with on_machine(0, 2), pytest.raises(PartError) as err:
+        open_machine_part(root, 2)
+    assert str(err.value) == (
+        f"machine 0: {root}/y.npy changed since `gnnbridge prepare` (size/modified time); run gnnbridge prepare "
+        f"{root} again, then gnnbridge partition {root} --parts 2 again, and give each machine its new part."
+    )
+    prepare_folder(root, progress=False)
+    with on_machine(0, 2), pytest.raises(PartError) as err:
+        open_machine_part(root, 2)
+    assert str(err.value) == (
+        f"machine 0: {root}/partitions/2 was cut from an earlier prepare of {root} ({root}/prepared/manifest.json "
+        f"changed since); run gnnbridge partition {root} --parts 2 again, and give each machine its new part."
+    )
+    partition(root, 2, method="stream", progress=False)  # cut again: accepted
+    with on_machine(0, 2):
+        assert torch.equal(
+            open_machine_part(root, 2).y, open_prepared(root).y[open_partition(root, 2, 0).partition.node_ids]
+        )
+
+
+def test_a_partitioning_of_an_earlier_format_is_refused_and_partitioned_again(graph, tmp_path):
+    """Parts written before parts recorded what they are checked by cannot be checked: refused in
+    one line saying to partition again, which makes them again (not "already partitioned")."""
+    root = _copy(graph, tmp_path)
+    first = partition(root, 2, method="stream", progress=False)
+    file = root / "partitions/2/partition.json"
+    file.write_text(json.dumps({**json.loads(file.read_text()), "format": 1}))
+    with (
+        on_machine(0, 2),
+        pytest.raises(PartError, match=r"written by another version of gnnbridge \(format 1, not 2\)"),
+    ):
+        open_machine_part(root, 2)
+    again = partition(root, 2, method="stream", progress=False)
+    assert not again["already"] and again["id"] != first["id"]
+
+
+def test_machines_given_two_partitionings_of_one_folder_are_told_which_differs(graph, tmp_path):
+    """Each machine's part is whole with its own partition.json, but machine 1's is of another
+    partitioning than machine 0's: what the job compares names machine 1 and its file."""
+    from gnnbridge.core.storage.parts import disagreement, identity
+
+    root = _copy(graph, tmp_path)
+    partition(root, 2, method="stream", progress=False)
+    first = _machine_copy(root, tmp_path / "a", 0)
+    shutil.rmtree(root / "partitions/2")
+    partition(root, 2, method="stream", seed=1, progress=False)
+    second = _machine_copy(root, tmp_path / "b", 1)
+    with on_machine(0, 2):
+        zero = open_machine_part(first, 2)
+    with on_machine(1, 2):
+        one = open_machine_part(second, 2)
+    with on_machine(1, 2):
+        same = open_machine_part(root, 2)
+    assert disagreement([(0, identity(same)), (1, identity(one))]) is None
+    line = disagreement([(0, identity(zero)), (0, identity(zero)), (1, identity(one))])
+    assert line == (
+        f"machine 1: {second}/partitions/2/partition.json is of another cut (id {one.partition.id[:8]}) than "
+        f"machine 0's {first}/partitions/2/partition.json (id {zero.partition.id[:8]}); give every machine "
+        "partition.json and its own part-M of one cut, copied from where the folder was partitioned."
+    )
+    assert "opened its dataset whole" in disagreement([(0, None), (1, identity(one))])
+
+
 @pytest.mark.slow
 def test_sampling_across_machines_returns_the_graphs_own_edges_and_rows(graph, tmp_path):
     """Three gloo ranks, each machine M of a 3-part graph, without and with a remote cache: every
@@ -344,6 +519,31 @@ def test_three_machines_of_a_streamed_partitioning_train_on_dgl_as_the_whole_gra
     assert all(0 < e["remote_cache_hits"] < e["remote_rows"] for e in _results(tmp_path)["history"])
 
 
+@pytest.mark.slow
+def test_a_job_of_machines_given_two_partitionings_is_refused_on_every_machine(graph, tmp_path):
+    """Machine 0 holds its part of a METIS partitioning, machine 1 its part of a streamed one of
+    the same folder (each whole with its own partition.json): both machines end at once, before
+    any training, with the one line naming machine 1's file (no crash in a batch, no hang)."""
+    root = _copy(graph, tmp_path)
+    partition(root, 2, method="metis", progress=False)
+    first = _machine_copy(root, tmp_path, 0)
+    shutil.rmtree(root / "partitions/2")
+    partition(root, 2, method="stream", progress=False)
+    second = _machine_copy(root, tmp_path, 1)
+    train = ["train", "--dataset", "data", "--backend", "pyg", "--out", "out", "--set", "dataset.partitions=2", *JOB]
+    codes, outs = job(2, tmp_path, train)
+    line = (
+        f"machine 1: {second}/partitions/2/partition.json is of another cut (id "
+        f"{json.loads((second / 'partitions/2/partition.json').read_text())['id'][:8]}) than machine 0's "
+        f"{first}/partitions/2/partition.json"
+    )
+    assert codes[0] != 0 and codes[1] != 0, outs
+    for _, err in outs:
+        errors = [e for e in err.splitlines() if e.startswith("Error: ")]
+        assert len(errors) == 1 and line in errors[0], err
+    assert not (tmp_path / "machine0" / "out").exists()
+
+
 def test_a_remote_cache_of_a_graph_that_is_not_partitioned_is_refused(tmp_path):
     import gnnbridge
     from gnnbridge.core.errors import ConfigError as Refused
@@ -491,6 +691,17 @@ def _without_training_seeds(root: Path, k: int, m: int) -> None:
     description = json.loads((folder / "partition.json").read_text())
     description["per_part"][m]["train"] = 0
     (folder / "partition.json").write_text(json.dumps(description))
+    _recorded(folder, description)
+
+
+def _recorded(folder: Path, description: dict) -> None:
+    """Every part.json of ``folder`` records ``description`` (partition.json) as partition writes it."""
+    from gnnbridge.core.storage.parts import description_digest
+
+    for file in folder.glob("part-*/part.json"):
+        part = json.loads(file.read_text())
+        part["description"] = description_digest(description)
+        file.write_text(json.dumps(part))
 
 
 @pytest.mark.slow
