@@ -1412,6 +1412,38 @@ def test_a_link_task_not_cut_or_cut_otherwise_is_refused_in_one_line(graph, tmp_
         open_link_part(open_partition(root, 2, 0), link_settings(_link_config(root)))
 
 
+def test_an_edited_link_part_is_refused_naming_the_machine_and_the_file(graph, tmp_path):
+    """A link task's parts are checked as node parts are: a file changed since the cut (by its
+    recorded time), an offset edited with its time put back (by its bounds), and an edited
+    link.json (by the digest each link part recorded of it) are each one line naming the machine,
+    the file and the fix."""
+    from gnnbridge.core.app.partitioning import cut_link
+    from gnnbridge.core.storage.linkparts import link_settings, open_link_part
+
+    root = _copy(graph, tmp_path)
+    partition(root, 2, method="stream", progress=False)
+    config = _link_config(root)
+    cut = Path(cut_link(root, 2, config)["out"])
+    settings = link_settings(config)
+    assert open_link_part(open_partition(root, 2, 0), settings).partition.cut.file == str(cut / "link.json")
+    indptr = cut / "part-0" / "indptr__node__to__node.npy"
+    _edit(indptr, lambda a: a.__setitem__(3, 10**9))
+    with pytest.raises(DataError) as err:
+        open_link_part(open_partition(root, 2, 0), settings)
+    assert str(err.value) == (
+        f"{indptr}: the offsets of node 3 run backwards: the file is corrupt or was changed after gnnbridge "
+        f"partition wrote it; copy {cut.name}/part-0 to machine 0 again from where the folder was partitioned "
+        "(rsync -a keeps its times)"
+    )
+    _edit(indptr, lambda a: None, keep_time=False)
+    with pytest.raises(PartError, match=rf"^machine 0: {re.escape(str(indptr))} changed since gnnbridge partition"):
+        open_link_part(open_partition(root, 2, 0), settings)
+    described = json.loads((cut / "link.json").read_text())
+    (cut / "link.json").write_text(json.dumps({**described, "counts": {**described["counts"], "train": [1, 1]}}))
+    with pytest.raises(PartError, match=r"^machine 0: .*link\.json is not the one part-0 was cut with"):
+        open_link_part(open_partition(root, 2, 0), settings)
+
+
 @pytest.mark.slow
 def test_a_machine_holding_no_node_of_the_labelled_type_still_joins_every_exchange(tmp_path):
     """Four machines of a graph whose labelled type has three nodes (one per split), streamed so
