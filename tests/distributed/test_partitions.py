@@ -196,14 +196,115 @@ def test_a_machine_opens_only_its_own_part_of_this_partitioning(graph, tmp_path)
         open_machine_part(machine, 2)
 
 
-def _machine_copy(root: Path, tmp_path: Path, m: int, k: int = 2) -> Path:
+def _machine_copy(root: Path, tmp_path: Path, m: int, k: int = 2, keep_times: bool = True) -> Path:
     """Machine ``m``'s copy of ``root``'s partitioning into ``k``: partition.json (its time not
-    kept) and part-M (times kept, as rsync -a keeps them), nothing else."""
+    kept) and part-M (times kept, as rsync -a keeps them; or not, as scp -r and cp -r copy),
+    nothing else."""
     machine = tmp_path / f"machine{m}" / "data"
     (machine / "partitions" / str(k)).mkdir(parents=True)
     shutil.copy(root / f"partitions/{k}/partition.json", machine / f"partitions/{k}")
-    shutil.copytree(root / f"partitions/{k}/part-{m}", machine / f"partitions/{k}/part-{m}")
+    copy = shutil.copy2 if keep_times else shutil.copyfile
+    shutil.copytree(root / f"partitions/{k}/part-{m}", machine / f"partitions/{k}/part-{m}", copy_function=copy)
     return machine
+
+
+PART_ARRAYS = ("x", "y", "indptr", "indices", "edge_attr", "train_idx", "val_idx", "test_idx")
+
+
+def test_a_part_copied_without_its_times_opens_as_written_checked_by_its_content(graph, tmp_path, capsys):
+    """A part is meant to be copied, and scp -r, cp -r or a tar without times give every file a new
+    modification time: the copy opens as the part written (each file read and taken by the digest
+    partition recorded of it), and the machine is told once that every open reads it, and that
+    rsync -a keeps times."""
+    from gnnbridge.core.storage.parts import identity
+
+    root = _copy(graph, tmp_path)
+    partition(root, 2, method="stream", progress=False)
+    machine = _machine_copy(root, tmp_path, 1, keep_times=False)
+    folder = machine / "partitions/2/part-1"
+    recorded = json.loads((folder / "part.json").read_text())["arrays"].values()
+    assert all((folder / spec["file"]).stat().st_mtime_ns != spec["mtime_ns"] for spec in recorded)
+    capsys.readouterr()
+    with on_machine(1, 2):
+        copied, again = open_machine_part(machine, 2), open_machine_part(machine, 2)
+    written = open_partition(root, 2, 1)
+    for key in PART_ARRAYS:
+        assert torch.equal(getattr(copied, key), getattr(written, key)) and torch.equal(
+            getattr(again, key), getattr(written, key)
+        ), key
+    assert torch.equal(copied.partition.node_ids, written.partition.node_ids)
+    assert (identity(copied).id, identity(copied).digest) == (identity(written).id, identity(written).digest)
+    notes = capsys.readouterr().err.splitlines()
+    assert len(notes) == 1 and notes[0].startswith(
+        f"Note: machine 1: {len(recorded)} files of {folder} do not have the modification times gnnbridge partition "
+        "gave them (copied without them), so their content was read and checked ("
+    ), notes
+    assert notes[0].endswith(
+        "every open of this copy reads them again: copy the part with rsync -a (it keeps times) to skip this."
+    )
+
+
+def _flip_last_byte(file: Path) -> None:
+    """One byte of ``file`` changed, its size kept (nothing a bounds check sees in a feature row)."""
+    data = bytearray(file.read_bytes())
+    data[-1] ^= 0x01
+    file.write_bytes(bytes(data))
+
+
+def test_a_part_copied_without_its_times_and_edited_is_refused_naming_the_file(graph, tmp_path):
+    """A copy whose times are new is read: a feature row with one byte changed (its size kept, its
+    values inside every bound) is refused in one line naming the machine, the file and the fix."""
+    root = _copy(graph, tmp_path)
+    partition(root, 2, method="stream", progress=False)
+    machine = _machine_copy(root, tmp_path, 1, keep_times=False)
+    file = machine / "partitions/2/part-1/x.npy"
+    _flip_last_byte(file)
+    with on_machine(1, 2), pytest.raises(PartError) as err:
+        open_machine_part(machine, 2)
+    assert str(err.value) == (
+        f"machine 1: {file} changed since gnnbridge partition wrote it (its content is not the one it recorded); "
+        "copy part-1 to machine 1 again from where the folder was partitioned (rsync -a keeps its times)."
+    )
+
+
+def test_a_part_whose_times_are_kept_is_opened_without_reading_its_files(graph, tmp_path, monkeypatch):
+    """The stat is the fast path: a part in place, or copied with its times (rsync -a), opens without
+    a byte of its files digested; so does a rank reopening a copy without times after its machine's
+    first rank read it, while that first open digests every file; a file of another size is refused
+    at once, nothing read."""
+    import gnnbridge.core.storage.parts as parts
+
+    read, digest = [], parts.file_digest
+    monkeypatch.setattr(parts, "file_digest", lambda file: read.append(file.name) or digest(file))
+    root = _copy(graph, tmp_path)
+    partition(root, 2, method="stream", progress=False)
+    kept = _machine_copy(root, tmp_path / "kept", 1)
+    bare = _machine_copy(root, tmp_path / "bare", 1, keep_times=False)
+    files = sorted(
+        spec["file"] for spec in json.loads((bare / "partitions/2/part-1/part.json").read_text())["arrays"].values()
+    )
+    read.clear()
+    with on_machine(1, 2):
+        open_machine_part(root, 2)
+        open_machine_part(kept, 2)
+    open_partition(bare, 2, 1, values=False)
+    assert read == []
+    with on_machine(1, 2):
+        open_machine_part(bare, 2)
+    assert sorted(read) == files
+    read.clear()
+    file = bare / "partitions/2/part-1/indices.npy"
+    size = file.stat().st_size
+    with open(file, "ab") as f:
+        f.write(b"\0")
+    with on_machine(1, 2), pytest.raises(PartError) as err:
+        open_machine_part(bare, 2)
+    assert str(err.value) == (
+        f"machine 1: {file} holds {size + 1} bytes where gnnbridge partition wrote {size} (a copy cut short, or "
+        "another file); copy part-1 to machine 1 again from where the folder was partitioned (rsync -a keeps its "
+        "times)."
+    )
+    assert read == []
 
 
 def _edit(file: Path, change, keep_time: bool = True) -> None:
@@ -429,17 +530,18 @@ def machines(
     root: Path, k: int, tmp_path: Path, backend: str, *extra: str, env=None, launcher=("--nproc-per-node", "1")
 ) -> tuple[list[int], list[list[str]]]:
     """A job of ``k`` torchrun "machines" (of one rank unless ``launcher`` says otherwise),
-    machine M in ``tmp_path/machineM`` whose ``data`` holds partition.json and part-M alone;
-    their exit codes and stderr lines. ``launcher``: more torchrun flags."""
+    machine M in ``tmp_path/machineM`` whose ``data`` holds partition.json and part-M alone,
+    copied as ``scp -r`` copies (new modification times: every job trains on parts checked by
+    their content); their exit codes and stderr lines. ``launcher``: more torchrun flags."""
     for m in range(k):
         folder = tmp_path / f"machine{m}" / "data" / "partitions" / str(k)
         folder.mkdir(parents=True)
         shutil.copy(root / "partitions" / str(k) / "partition.json", folder)
-        shutil.copytree(root / "partitions" / str(k) / f"part-{m}", folder / f"part-{m}")
+        shutil.copytree(root / "partitions" / str(k) / f"part-{m}", folder / f"part-{m}", copy_function=shutil.copyfile)
         for link in (root / "partitions" / str(k)).glob("link-*"):  # a cut link task: its part M too
             (folder / link.name).mkdir()
             shutil.copy(link / "link.json", folder / link.name)
-            shutil.copytree(link / f"part-{m}", folder / link.name / f"part-{m}")
+            shutil.copytree(link / f"part-{m}", folder / link.name / f"part-{m}", copy_function=shutil.copyfile)
     train = ["train", "--dataset", "data", "--backend", backend, "--out", "out"]
     codes, outs = job(k, tmp_path, [*train, "--set", f"dataset.partitions={k}", *JOB, *extra], env, launcher)
     return codes, [err.splitlines() for _, err in outs]
@@ -485,6 +587,9 @@ def two_machines(synthetic, tmp_path_factory):
     where = tmp_path_factory.mktemp("two_machines")
     codes, errors = machines(root, 2, where, "pyg")
     assert codes == [0, 0], errors
+    for machine in range(2):  # its copy without times was read once, and said so once
+        notes = [line for line in errors[machine] if line.startswith("Note: ")]
+        assert len(notes) == 1 and f"partitions/2/part-{machine} do not have the modification times" in notes[0], notes
     return where
 
 
@@ -681,12 +786,12 @@ def test_evaluate_and_predict_run_on_the_machines_each_scoring_its_own_nodes(syn
 def _without_training_seeds(root: Path, k: int, m: int) -> None:
     """Part ``m`` of ``root``'s partitioning into ``k`` made to hold no training seed (its
     ``train_idx.npy`` emptied, its records and the counts updated as partition writes them)."""
-    from gnnbridge.core.storage.folder import stat_input
+    from gnnbridge.core.storage.parts import written_file
 
     folder = root / "partitions" / str(k)
     part = json.loads((folder / f"part-{m}" / "part.json").read_text())
     np.save(folder / f"part-{m}" / "train_idx.npy", np.zeros(0, dtype=np.int64))
-    part["arrays"]["train_idx"].update(shape=[0], **stat_input(folder / f"part-{m}" / "train_idx.npy"))
+    part["arrays"]["train_idx"].update(shape=[0], **written_file(folder / f"part-{m}" / "train_idx.npy"))
     (folder / f"part-{m}" / "part.json").write_text(json.dumps(part))
     description = json.loads((folder / "partition.json").read_text())
     description["per_part"][m]["train"] = 0
@@ -717,6 +822,8 @@ def test_two_ranks_a_machine_and_a_machine_without_training_seeds(graph, tmp_pat
         root, 2, where, "dgl", "--set", "placement.remote_cache=16KB", launcher=("--nproc-per-node", "2")
     )
     assert codes == [0, 0], errors
+    for lines in errors:  # the first rank of each machine read its copy (without times), the other reopened it
+        assert len([line for line in lines if line.startswith("Note: ")]) == 1, lines
     results = _results(where)
     assert results["world_size"] == 4 and results["eval"]["final"] == "layerwise"
     # every training seed sits on machine 0 (METIS cut along the classes): those it learned
@@ -1260,11 +1367,11 @@ def test_the_shared_protocol_scored_on_the_machines_is_the_whole_graphs(rec_link
     assert {k: summary[k] for k in ("protocol", "eval_negatives", "val", "test")} == {
         k: described[k] for k in ("protocol", "eval_negatives", "val", "test")
     }
-    for m in range(2):  # each machine is given its part of the cut
+    for m in range(2):  # each machine is given its part of the cut (copied without times, as scp -r copies)
         held = link_machines / f"machine{m}" / "data" / "partitions" / "2" / cut.name
         held.mkdir()
         shutil.copy(cut / "link.json", held)
-        shutil.copytree(cut / f"part-{m}", held / f"part-{m}")
+        shutil.copytree(cut / f"part-{m}", held / f"part-{m}", copy_function=shutil.copyfile)
     _shared_run_folder(link_machines, 2)
     run = link_machines / "machine0" / "out"
     expected = gnnbridge.evaluate(run, overrides=[f"dataset.path={root}", "dataset.partitions=0", *shared])["metrics"]
@@ -1274,6 +1381,8 @@ def test_the_shared_protocol_scored_on_the_machines_is_the_whole_graphs(rec_link
         command = ["evaluate", "out", "--set", "dataset.path=data", *(f"--set={o}" for o in (*shared, *mode)), "--json"]
         codes, outs = job(2, link_machines, command, launcher=("--nproc-per-node", ranks))
         assert codes == [0, 0], outs
+        for _, err in outs:  # the node part and the link part read by content once a machine (by its first rank)
+            assert len([line for line in err.splitlines() if line.startswith("Note: ")]) == 2, err
         metrics = json.loads(outs[0][0])["metrics"]
         assert metrics == pytest.approx(expected, abs=2e-3), (mode, metrics, expected)
 
@@ -1442,6 +1551,45 @@ def test_an_edited_link_part_is_refused_naming_the_machine_and_the_file(graph, t
     (cut / "link.json").write_text(json.dumps({**described, "counts": {**described["counts"], "train": [1, 1]}}))
     with pytest.raises(PartError, match=r"^machine 0: .*link\.json is not the one part-0 was cut with"):
         open_link_part(open_partition(root, 2, 0), settings)
+
+
+def test_a_link_part_copied_without_its_times_opens_checked_by_its_content(graph, tmp_path, monkeypatch):
+    """A link task's part is copied as a node part is: with new times on every file it opens as
+    cut (read, by the digests the cut recorded), a rank reopening it after its machine's first rank
+    reads nothing, and one byte changed in its negatives (inside every bound) is refused naming
+    the file."""
+    import gnnbridge.core.storage.parts as parts
+    from gnnbridge.core.app.partitioning import cut_link
+    from gnnbridge.core.storage.linkparts import link_settings, open_link_part
+
+    read, digest = [], parts.file_digest
+    monkeypatch.setattr(parts, "file_digest", lambda file: read.append(file.name) or digest(file))
+    root = _copy(graph, tmp_path)
+    partition(root, 2, method="stream", progress=False)
+    config = _link_config(root)
+    cut, settings = Path(cut_link(root, 2, config)["out"]), link_settings(config)
+    written = open_link_part(open_partition(root, 2, 0), settings)
+    for file in (cut / "part-0").glob("*.npy"):
+        os.utime(file, ns=(10**18, 10**18))
+    read.clear()
+    copied = open_link_part(open_partition(root, 2, 0, values=False), settings)
+    assert read == []  # the reopening rank's: the machine's first rank read the part
+    copied = open_link_part(open_partition(root, 2, 0), settings)
+    assert sorted(read) == sorted(f.name for f in (cut / "part-0").glob("*.npy"))
+    for key in ("val_edges", "test_edges", "val_negatives", "test_negatives", "reverse_eid", "twin_eid"):
+        assert torch.equal(getattr(copied, key), getattr(written, key)), key
+    et = written.target_edge
+    assert torch.equal(copied.indptr[et], written.indptr[et]) and torch.equal(
+        copied.edge_index[et], written.edge_index[et]
+    )
+    file = cut / "part-0" / "val_negatives.npy"
+    _flip_last_byte(file)
+    with pytest.raises(PartError) as err:
+        open_link_part(open_partition(root, 2, 0), settings)
+    assert str(err.value) == (
+        f"machine 0: {file} changed since gnnbridge partition wrote it (its content is not the one it recorded); "
+        f"copy {cut.name}/part-0 to machine 0 again from where the folder was partitioned (rsync -a keeps its times)."
+    )
 
 
 @pytest.mark.slow

@@ -130,8 +130,9 @@ def changed_input(root: Path, manifest: dict) -> str | None:
 def changed_file(root: Path, recorded: dict[str, dict]) -> tuple[Path, bool] | None:
     """The first of the files ``recorded`` (name under ``root`` -> the size and modification
     time :func:`stat_input` gave when it was written) that is gone or differs now, with whether
-    it is gone; None when every one is as written. What a prepared folder and a machine's part
-    are both checked by at open: a stat a file, nothing read."""
+    it is gone; None when every one is as written. What a prepared folder is checked by at open
+    (it is used where it was prepared): a stat a file, nothing read. A machine's part, which is
+    copied, is checked by content where its times differ (:mod:`.parts`)."""
     for name, seen in recorded.items():
         try:
             now = stat_input(root / name)

@@ -44,7 +44,7 @@ import torch
 from gnnbridge.core.errors import DataError
 from gnnbridge.core.files import PARTIAL, replace, taking_turns
 from gnnbridge.core.records.hetero import HOMOGENEOUS_EDGE, EdgeType, HeteroGraphData, edge_name, find_edge_type
-from gnnbridge.core.storage.folder import advise_uncacheable, check_offsets, mapped, stat_input
+from gnnbridge.core.storage.folder import advise_uncacheable, check_offsets, mapped
 from gnnbridge.core.storage.partition import part_offsets, window_positions
 from gnnbridge.core.storage.parts import (
     PART_FILE,
@@ -61,6 +61,7 @@ from gnnbridge.core.storage.parts import (
     partition_folder_of,
     read_partition,
     typed_part_summary,
+    written_file,
 )
 from gnnbridge.core.storage.prepare import chunk_bytes, full_disk, write_array
 from gnnbridge.core.tasks import LinkSettings
@@ -239,8 +240,8 @@ class _Cut:
                 counts[split].append(self._held_out(split, m, folder, arrays))
                 if self.record.protocol == "shared":
                     pairs.setdefault(split, []).append(self._negative_pairs(split, m, folder, arrays))
-            for spec in arrays.values():
-                spec.update(stat_input(folder / spec["file"]))
+            for spec in arrays.values():  # size, time and digest, as a node part's (parts.written_file)
+                spec.update(written_file(folder / spec["file"]))
             records.append({"format": FORMAT, "id": link_id, "part": m, "arrays": arrays})
         record = self.record
         described = {
@@ -425,7 +426,8 @@ def open_link_part(base, settings: dict) -> PartLinkGraph:
             f"cut the link task again: gnnbridge partition {root} --parts {parts} --task link {how}."
         )
     folder = part_folder(out, machine)
-    part_file = _read_part(folder, found, machine, out / LINK_FILE)  # a part of this cut, its files as written
+    # a part of this cut, its files as written (read where their times differ, unless the machine's first rank did)
+    part_file = _read_part(folder, found, machine, out / LINK_FILE, not part.reopened)
     written = part_written(folder, machine)
     arrays = {key: mapped(folder, spec, written) for key, spec in part_file["arrays"].items()}
     _check_offsets(found, arrays, part, f"machine {machine}: {folder / PART_FILE}")

@@ -58,7 +58,6 @@ from gnnbridge.core.storage.folder import (
     SPLITS,
     changed_input,
     read_manifest,
-    stat_input,
 )
 from gnnbridge.core.storage.formats import EDGE_LABEL
 from gnnbridge.core.storage.parts import (
@@ -70,6 +69,7 @@ from gnnbridge.core.storage.parts import (
     part_folder,
     partition_folder_of,
     source_stamp,
+    written_file,
 )
 from gnnbridge.core.storage.prepare import chunk_bytes, full_disk, write_array
 
@@ -178,8 +178,9 @@ def _already(root: Path, out: Path, manifest: dict, method: str, seed: int, reus
     """The partitioning in ``out`` when it was made of this source as asked (``method`` as given:
     ``auto`` matches what ``auto`` chose then) and every part of it is there; None when there is
     none or it is stale (the source was prepared again, it was written by another version of
-    gnnbridge, a part is missing or of another partitioning), to be made again under a new id (machines holding the old parts are then
-    refused, never mixed); one asked another way is refused (machines may hold its parts)."""
+    gnnbridge, a part is missing or of another partitioning), to be made again under a new id
+    (machines holding the old parts are then refused, never mixed); one asked another way is
+    refused (machines may hold its parts)."""
     try:
         found = json.loads((out / PARTITION_FILE).read_text())
     except (OSError, ValueError):
@@ -572,8 +573,8 @@ def _write_part(
         src_lo, src_hi = layout.bounds[rel.src.name][m], layout.bounds[rel.src.name][m + 1]
         edges[key], cut = _write_relation(rel, folder, owned, layout.new_of[rel.src.name], src_lo, src_hi, arrays)
         remote += cut
-    for spec in arrays.values():
-        spec.update(stat_input(folder / spec["file"]))
+    for spec in arrays.values():  # its size, time and digest (read back at once: see parts.file_digest)
+        spec.update(written_file(folder / spec["file"]))
     part = {"format": FORMAT, "id": pid, "part": m, "parts": parts}
     sfx = src.labelled.suffix if src.labelled is not None else None
     if src.hetero:

@@ -18,9 +18,17 @@ enough. A part is a copy made for one machine, so it is untrusted as a prepared 
   ``partition.json`` it was cut with and the stamp of the prepared folder it was cut from; a
   part of another partitioning, another machine's part, and an edited or swapped
   ``partition.json`` (its boundaries, counts or seed) are refused by those;
-* every file of the part is refused if its size or modification time is not what ``partition``
-  recorded (a stat a file, as a prepared folder's inputs are: :func:`~.folder.changed_file`),
-  and its dtype and shape by its ``.npy`` header;
+* every file of the part is refused if its size is not what ``partition`` recorded, and its
+  dtype and shape by its ``.npy`` header. Its modification time is the fast path: where it is
+  the recorded one, nothing is read (a stat a file). A part is *meant* to be copied, and a copy
+  that does not keep times (``scp -r``, ``cp -r``, ``scp -p``'s whole seconds, a tar without
+  them, a file system of coarser times) gives every file a new one: such a file is read and
+  accepted when its content digest is the one ``partition`` recorded as it wrote it
+  (:func:`file_digest`), refused naming it when not. That read is the whole part, by the
+  machine's first rank (its other ranks reopen the part by its sizes), at every open of such a
+  copy (nothing is written into the user's part to remember it): said once per process on
+  stderr, with the copy that keeps times (``rsync -a``). ``partition`` reads each file back once
+  to digest it, right after writing it;
 * the part's own ranges in ``part.json`` must be ``partition.json``'s boundaries for it, and
   every array as long as those ranges say;
 * the values a part is indexed by are read once, node-sized: each CSC's offsets run from 0 to
@@ -44,6 +52,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import sys
+import time
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -52,6 +62,7 @@ from pathlib import Path
 import torch
 
 from gnnbridge.core.errors import ConfigError, DataError
+from gnnbridge.core.host import format_bytes
 from gnnbridge.core.records.data import GraphData
 from gnnbridge.core.records.hetero import (
     REVERSE_PREFIX,
@@ -68,7 +79,6 @@ from gnnbridge.core.storage.folder import (
     TopologyError,
     Written,
     advise_uncacheable,
-    changed_file,
     changed_input,
     check_offsets,
     folder_labels,
@@ -77,10 +87,12 @@ from gnnbridge.core.storage.folder import (
     stat_input,
 )
 
-FORMAT = 2  # of partition.json and part.json (2: parts record partition.json's digest and their source)
+FORMAT = 2  # of partition.json and part.json (2: parts record partition.json's digest, their source, file digests)
 PARTITIONS = "partitions"
 PARTITION_FILE = "partition.json"
 PART_FILE = "part.json"
+DIGEST = "sha256"  # the key of a part file's content digest in part.json (and the hashlib algorithm)
+DIGEST_STEP = 1 << 20  # bytes a digest reads at a time
 
 
 # (this machine's node rank, the job's machines): set around a job's dataset load (on_machine)
@@ -162,6 +174,7 @@ class Partition:
     node_ids: torch.Tensor
     _edges: torch.Tensor | None = None  # the boundaries between machines, as owners reads them
     cut: Cut | None = None  # what this machine's part was checked against (every machine's must agree)
+    reopened: bool = False  # opened by a rank after its machine's first rank read and checked the part
 
     @property
     def start(self) -> int:
@@ -220,6 +233,7 @@ class TypedPartition:
     target: str
     counts: dict[str, list[int]] | None = None  # a link task's edges per split and machine
     cut: Cut | None = None  # what this machine's part was checked against (every machine's must agree)
+    reopened: bool = False  # opened by a rank after its machine's first rank read and checked the part
 
     @property
     def split_counts(self) -> dict[str, list[int]]:
@@ -321,8 +335,9 @@ def open_partition(
     root: str | Path, parts: int, machine: int, form: str | None = None, values: bool = True
 ) -> GraphData | HeteroSource:
     """Machine ``machine``'s part of ``root`` partitioned into ``parts``, its arrays mapped and
-    checked (see the module). ``values``: read the node-sized arrays' bounds too; a rank reopening
-    a part its machine's first rank has just checked skips that pass (the stat checks stay)."""
+    checked (see the module). ``values``: read the node-sized arrays' bounds, and the content of
+    files whose times are not the recorded ones, too; a rank reopening a part its machine's first
+    rank has just checked skips those reads (the stat checks stay)."""
     with label_form(form or current_form()):
         return _open(Path(root), parts, machine, values)
 
@@ -338,7 +353,7 @@ def _open(root: Path, parts: int, machine: int, values: bool = True) -> GraphDat
         )
     _check_source(root, parts, description, machine)
     folder = part_folder(out, machine)
-    part = _read_part(folder, description, machine, out / PARTITION_FILE)
+    part = _read_part(folder, description, machine, out / PARTITION_FILE, values)
     written = part_written(folder, machine)
     arrays = {key: mapped(folder, spec, written) for key, spec in part["arrays"].items()}
     _check_layout(folder, part, description, arrays, machine, values)
@@ -348,6 +363,7 @@ def _open(root: Path, parts: int, machine: int, values: bool = True) -> GraphDat
     else:
         record = _node_part(root, description, part, arrays, machine)
     record.partition.cut = Cut(description["id"], part["description"], str(out / PARTITION_FILE))
+    record.partition.reopened = not values
     record.folder = root
     record.mapped_from = (open_partition, (str(root), parts, machine, current_form(), False))
     return record
@@ -464,10 +480,11 @@ def _hetero_part(root: Path, description: dict, part: dict, arrays: dict, machin
     return source
 
 
-def _read_part(folder: Path, description: dict, machine: int, described: Path) -> dict:
+def _read_part(folder: Path, description: dict, machine: int, described: Path, content: bool = True) -> dict:
     """``part.json`` of ``folder``, refused in one line unless it is part ``machine`` of the cut
     that ``description`` (the file ``described``) describes, cut with that very description (its
-    digest), and its files are as written (sizes and modification times)."""
+    digest), and its files are as written (:func:`_check_files`; ``content``: read those whose
+    times differ)."""
     again = part_written(folder, machine).fix
     missing = f"{folder} is missing: machine {machine} opens part-{machine}; {again}."
     part = _read_json(folder / PART_FILE, PartError, missing, again)
@@ -488,12 +505,89 @@ def _read_part(folder: Path, description: dict, machine: int, described: Path) -
             f"from another cut); copy {described.name} and {folder.name} to machine {machine} again from where "
             "the folder was partitioned."
         )
-    changed = changed_file(folder, {spec["file"]: spec for spec in part["arrays"].values()})
-    if changed is not None:
-        file, gone = changed
-        what = "is missing" if gone else "changed since gnnbridge partition wrote it (size/modified time)"
-        raise PartError(f"machine {machine}: {file} {what}; {again}.")
+    _check_files(folder, part["arrays"].values(), machine, content)
     return part
+
+
+def file_digest(file: Path) -> str:
+    """The sha256 of ``file``'s bytes, read a MiB at a time (memory: that buffer, whatever the
+    file's size). What ``partition`` records of each part file as it writes it (:func:`written_file`)
+    and what a copy of a part with other modification times is checked by at open.
+
+    Its cost is the file's size over the slower of the disk and the hash: hashlib's sha256
+    (OpenSSL, SHA-NI where the CPU has it) ran at 530-650 MB/s on one core of the two-core
+    development machine, shared with other work (sha1 was no faster, blake2b half as fast). A
+    100 GB part is read in about 3 minutes there: once by ``partition`` right after writing it
+    (mostly from the page cache), and at every open of a copy that did not keep its times."""
+    digest, buffer = hashlib.new(DIGEST), bytearray(DIGEST_STEP)
+    view = memoryview(buffer)
+    with open(file, "rb", buffering=0) as f:
+        while n := f.readinto(buffer):
+            digest.update(view[:n])
+    return digest.hexdigest()
+
+
+def written_file(file: Path) -> dict:
+    """What a part records of each of its files as ``partition`` writes it: its size and
+    modification time (the stat an open checks first) and its content digest (what a copy with
+    other times is checked by)."""
+    return stat_input(file) | {DIGEST: file_digest(file)}
+
+
+def _check_files(folder: Path, specs, machine: int, content: bool) -> None:
+    """Each file of a part (``specs``: part.json's arrays) as ``partition`` wrote it, or one line
+    naming the machine, the file and the fix: a file gone or of another size is refused at once;
+    one whose modification time is the recorded one is taken as written (nothing read); one whose
+    time differs (a copy that did not keep times) is read and taken when its digest is the
+    recorded one (``content``: False on a rank reopening a part its machine's first rank has just
+    read, which takes it by its size). Nothing is written into the part."""
+    again, moved = part_written(folder, machine).fix, []
+    for spec in specs:
+        file = folder / spec["file"]
+        try:
+            now = stat_input(file)
+        except OSError:
+            raise PartError(f"machine {machine}: {file} is missing; {again}.") from None
+        if now["size"] != spec.get("size"):
+            raise PartError(
+                f"machine {machine}: {file} holds {now['size']} bytes where gnnbridge partition wrote "
+                f"{spec.get('size')} (a copy cut short, or another file); {again}."
+            )
+        if now["mtime_ns"] != spec.get("mtime_ns"):
+            moved.append((file, spec))
+    if not content or not moved:
+        return
+    began = time.perf_counter()
+    for file, spec in moved:
+        try:
+            same = file_digest(file) == spec.get(DIGEST)
+        except OSError as exc:
+            raise PartError(f"machine {machine}: {file} cannot be read ({exc.strerror}); {again}.") from None
+        if not same:
+            raise PartError(
+                f"machine {machine}: {file} changed since gnnbridge partition wrote it (its content is not the "
+                f"one it recorded); {again}."
+            )
+    _note_read(folder, machine, [int(spec["size"]) for _, spec in moved], time.perf_counter() - began)
+
+
+_NOTED: set[str] = set()  # the parts whose read of a copy without times this process has said
+
+
+def _note_read(folder: Path, machine: int, sizes: list[int], seconds: float) -> None:
+    """Say once per process and part that its files were read because the copy lost their times,
+    that every open of the copy repeats it, and which copy keeps times."""
+    if str(folder) in _NOTED:
+        return
+    _NOTED.add(str(folder))
+    print(
+        f"Note: machine {machine}: {len(sizes)} files of {folder} do not have the modification times gnnbridge "
+        f"partition gave them (copied without them), so their content was read and checked ({format_bytes(sum(sizes))} "
+        f"in {seconds:.1f} s); every open of this copy reads them again: copy the part with rsync -a (it keeps times) "
+        "to skip this.",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _check_layout(folder: Path, part: dict, description: dict, arrays: dict, machine: int, values: bool) -> None:
