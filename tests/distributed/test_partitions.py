@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -195,6 +196,281 @@ def test_a_machine_opens_only_its_own_part_of_this_partitioning(graph, tmp_path)
         open_machine_part(machine, 2)
 
 
+def _machine_copy(root: Path, tmp_path: Path, m: int, k: int = 2, keep_times: bool = True) -> Path:
+    """Machine ``m``'s copy of ``root``'s partitioning into ``k``: partition.json (its time not
+    kept) and part-M (times kept, as rsync -a keeps them; or not, as scp -r and cp -r copy),
+    nothing else."""
+    machine = tmp_path / f"machine{m}" / "data"
+    (machine / "partitions" / str(k)).mkdir(parents=True)
+    shutil.copy(root / f"partitions/{k}/partition.json", machine / f"partitions/{k}")
+    copy = shutil.copy2 if keep_times else shutil.copyfile
+    shutil.copytree(root / f"partitions/{k}/part-{m}", machine / f"partitions/{k}/part-{m}", copy_function=copy)
+    return machine
+
+
+PART_ARRAYS = ("x", "y", "indptr", "indices", "edge_attr", "train_idx", "val_idx", "test_idx")
+
+
+def test_a_part_copied_without_its_times_opens_as_written_checked_by_its_content(graph, tmp_path, capsys):
+    """A part is meant to be copied, and scp -r, cp -r or a tar without times give every file a new
+    modification time: the copy opens as the part written (each file read and taken by the digest
+    partition recorded of it), and the machine is told once that every open reads it, and that
+    rsync -a keeps times."""
+    from gnnbridge.core.storage.parts import identity
+
+    root = _copy(graph, tmp_path)
+    partition(root, 2, method="stream", progress=False)
+    machine = _machine_copy(root, tmp_path, 1, keep_times=False)
+    folder = machine / "partitions/2/part-1"
+    recorded = json.loads((folder / "part.json").read_text())["arrays"].values()
+    assert all((folder / spec["file"]).stat().st_mtime_ns != spec["mtime_ns"] for spec in recorded)
+    capsys.readouterr()
+    with on_machine(1, 2):
+        copied, again = open_machine_part(machine, 2), open_machine_part(machine, 2)
+    written = open_partition(root, 2, 1)
+    for key in PART_ARRAYS:
+        assert torch.equal(getattr(copied, key), getattr(written, key)) and torch.equal(
+            getattr(again, key), getattr(written, key)
+        ), key
+    assert torch.equal(copied.partition.node_ids, written.partition.node_ids)
+    assert (identity(copied).id, identity(copied).digest) == (identity(written).id, identity(written).digest)
+    notes = capsys.readouterr().err.splitlines()
+    assert len(notes) == 1 and notes[0].startswith(
+        f"Note: machine 1: {len(recorded)} files of {folder} do not have the modification times gnnbridge partition "
+        "gave them (copied without them), so their content was read and checked ("
+    ), notes
+    assert notes[0].endswith(
+        "every open of this copy reads them again: copy the part with rsync -a (it keeps times) to skip this."
+    )
+
+
+def _flip_last_byte(file: Path) -> None:
+    """One byte of ``file`` changed, its size kept (nothing a bounds check sees in a feature row)."""
+    data = bytearray(file.read_bytes())
+    data[-1] ^= 0x01
+    file.write_bytes(bytes(data))
+
+
+def test_a_part_copied_without_its_times_and_edited_is_refused_naming_the_file(graph, tmp_path):
+    """A copy whose times are new is read: a feature row with one byte changed (its size kept, its
+    values inside every bound) is refused in one line naming the machine, the file and the fix."""
+    root = _copy(graph, tmp_path)
+    partition(root, 2, method="stream", progress=False)
+    machine = _machine_copy(root, tmp_path, 1, keep_times=False)
+    file = machine / "partitions/2/part-1/x.npy"
+    _flip_last_byte(file)
+    with on_machine(1, 2), pytest.raises(PartError) as err:
+        open_machine_part(machine, 2)
+    assert str(err.value) == (
+        f"machine 1: {file} changed since gnnbridge partition wrote it (its content is not the one it recorded); "
+        "copy part-1 to machine 1 again from where the folder was partitioned (rsync -a keeps its times)."
+    )
+
+
+def test_a_part_whose_times_are_kept_is_opened_without_reading_its_files(graph, tmp_path, monkeypatch):
+    """The stat is the fast path: a part in place, or copied with its times (rsync -a), opens without
+    a byte of its files digested; so does a rank reopening a copy without times after its machine's
+    first rank read it, while that first open digests every file; a file of another size is refused
+    at once, nothing read."""
+    import gnnbridge.core.storage.parts as parts
+
+    read, digest = [], parts.file_digest
+    monkeypatch.setattr(parts, "file_digest", lambda file: read.append(file.name) or digest(file))
+    root = _copy(graph, tmp_path)
+    partition(root, 2, method="stream", progress=False)
+    kept = _machine_copy(root, tmp_path / "kept", 1)
+    bare = _machine_copy(root, tmp_path / "bare", 1, keep_times=False)
+    files = sorted(
+        spec["file"] for spec in json.loads((bare / "partitions/2/part-1/part.json").read_text())["arrays"].values()
+    )
+    read.clear()
+    with on_machine(1, 2):
+        open_machine_part(root, 2)
+        open_machine_part(kept, 2)
+    open_partition(bare, 2, 1, values=False)
+    assert read == []
+    with on_machine(1, 2):
+        open_machine_part(bare, 2)
+    assert sorted(read) == files
+    read.clear()
+    file = bare / "partitions/2/part-1/indices.npy"
+    size = file.stat().st_size
+    with open(file, "ab") as f:
+        f.write(b"\0")
+    with on_machine(1, 2), pytest.raises(PartError) as err:
+        open_machine_part(bare, 2)
+    assert str(err.value) == (
+        f"machine 1: {file} holds {size + 1} bytes where gnnbridge partition wrote {size} (a copy cut short, or "
+        "another file); copy part-1 to machine 1 again from where the folder was partitioned (rsync -a keeps its "
+        "times)."
+    )
+    assert read == []
+
+
+def _edit(file: Path, change, keep_time: bool = True) -> None:
+    """``change(array)`` written into the .npy ``file`` in place (same size); its modification
+    time put back unless ``keep_time`` is False (an edit that no stat can see)."""
+    before = file.stat()
+    array = np.load(file)
+    change(array)
+    np.save(file, array)
+    assert file.stat().st_size == before.st_size
+    if keep_time:
+        os.utime(file, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+@pytest.mark.parametrize(
+    ("name", "change", "keep_time", "line"),
+    [
+        ("indptr", lambda a: a.__setitem__(5, 10**9), True, r"indptr\.npy: the offsets of node 5 run backwards"),
+        ("indptr", lambda a: a.__setitem__(-1, 10**9), True, r"indptr\.npy: the offsets run from 0 to 1000000000"),
+        ("node_ids", lambda a: a.__setitem__(3, 10**12), True, r"node_ids\.npy: original id 1000000000000 at row 3"),
+        ("node_ids", lambda a: a.__setitem__(slice(0, 2), a[1::-1].copy()), True, r"original ids stop rising at row 1"),
+        ("train_idx", lambda a: a.__setitem__(0, -1), True, r"train_idx\.npy: train member -1 at row 0 lies outside"),
+        ("indptr", lambda a: a.__setitem__(5, 10**9), False, r"indptr\.npy changed since gnnbridge partition wrote it"),
+        ("node_ids", lambda a: a.__setitem__(3, 10**12), False, r"node_ids\.npy changed since gnnbridge partition"),
+    ],
+    ids=["offset-1e9", "last-offset", "id-1e12", "ids-unordered", "split-member", "offset-stat", "id-stat"],
+)
+def test_an_edited_part_file_is_refused_at_open_naming_the_machine_and_the_file(
+    graph, tmp_path, name, change, keep_time, line
+):
+    """Any edit of a part's files is one line at open on its machine, naming the machine, the
+    file and the fix (copy the part again), never a run that trains on it or a hang: by its
+    recorded size and time, and, where the time was put back, by the bounds of the node-sized
+    arrays (offsets, original ids, split members)."""
+    root = _copy(graph, tmp_path)
+    partition(root, 2, method="stream", progress=False)
+    machine = _machine_copy(root, tmp_path, 1)
+    _edit(machine / f"partitions/2/part-1/{name}.npy", change, keep_time)
+    with on_machine(1, 2), pytest.raises(DataError) as err:
+        open_machine_part(machine, 2)
+    message = str(err.value)
+    assert re.search(line, message) and "\n" not in message, message
+    assert str(machine / "partitions/2/part-1") in message
+    assert message.rstrip(".").endswith(
+        "copy part-1 to machine 1 again from where the folder was partitioned (rsync -a keeps its times)"
+    )
+    assert "prepare" not in message
+
+
+def test_an_edge_of_a_part_is_checked_where_it_is_read_with_the_parts_fix(graph, tmp_path):
+    """The edges are not read at open (they are a part's large file): a source id edited in place
+    is found where the sampler's kernels read it, and the line names the part's file and fix."""
+    from gnnbridge.core.storage.folder import check_mapped_csc
+
+    root = _copy(graph, tmp_path)
+    partition(root, 2, method="stream", progress=False)
+    machine = _machine_copy(root, tmp_path, 1)
+    _edit(machine / "partitions/2/part-1/indices.npy", lambda a: a.__setitem__(7, 10**9))
+    with on_machine(1, 2):
+        part = open_machine_part(machine, 2)
+    with pytest.raises(DataError) as err:
+        check_mapped_csc(part.indptr, part.indices, part.partition.num_nodes)
+    assert str(err.value) == (
+        f"{machine}/partitions/2/part-1/indices.npy: edge 7 names source node 1000000000, outside [0, 300): the file "
+        "is corrupt or was changed after gnnbridge partition wrote it; copy part-1 to machine 1 again from where "
+        "the folder was partitioned (rsync -a keeps its times)"
+    )
+
+
+def test_an_edited_partition_json_or_part_json_is_refused(graph, tmp_path):
+    """partition.json is every machine's map of who owns what: one whose boundaries were edited (or
+    that came from another cut of the same partitioning) is refused by the digest each part
+    recorded of it, however it was copied; a part.json whose own range was edited is refused
+    against partition.json's boundaries."""
+    root = _copy(graph, tmp_path)
+    partition(root, 2, method="stream", progress=False)
+    machine = _machine_copy(root, tmp_path, 1)
+    file = machine / "partitions/2/partition.json"
+    description = json.loads(file.read_text())
+    edited = {**description, "boundaries": [0, description["boundaries"][1] - 1, description["boundaries"][2]]}
+    file.write_text(json.dumps(edited))
+    with on_machine(1, 2), pytest.raises(PartError) as err:
+        open_machine_part(machine, 2)
+    assert str(err.value) == (
+        f"machine 1: {file} is not the one part-1 was cut with (it was edited, or copied from another cut); copy "
+        "partition.json and part-1 to machine 1 again from where the folder was partitioned."
+    )
+    file.write_text(json.dumps(description))  # the right one again, under a new time: accepted
+    with on_machine(1, 2):
+        assert open_machine_part(machine, 2).partition.part == 1
+    part_file = machine / "partitions/2/part-1/part.json"
+    part = json.loads(part_file.read_text())
+    part_file.write_text(json.dumps({**part, "start": part["start"] - 1}))
+    with on_machine(1, 2), pytest.raises(PartError, match=r"part\.json says its nodes are \[\d+, 300\) but partition"):
+        open_machine_part(machine, 2)
+
+
+def test_parts_of_a_folder_changed_or_prepared_again_since_are_refused(graph, tmp_path):
+    """Where the machine holds the folder too, its parts must be cut from it as it is: labels
+    changed (not prepared again, then prepared again) leave parts that no longer describe it."""
+    root = _copy(graph, tmp_path)
+    partition(root, 2, method="stream", progress=False)
+    np.save(root / "y.npy", np.load(root / "y.npy")[::-1].copy())
+    with on_machine(0, 2), pytest.raises(PartError) as err:
+        open_machine_part(root, 2)
+    assert str(err.value) == (
+        f"machine 0: {root}/y.npy changed since `gnnbridge prepare` (size/modified time); run gnnbridge prepare "
+        f"{root} again, then gnnbridge partition {root} --parts 2 again, and give each machine its new part."
+    )
+    prepare_folder(root, progress=False)
+    with on_machine(0, 2), pytest.raises(PartError) as err:
+        open_machine_part(root, 2)
+    assert str(err.value) == (
+        f"machine 0: {root}/partitions/2 was cut from an earlier prepare of {root} ({root}/prepared/manifest.json "
+        f"changed since); run gnnbridge partition {root} --parts 2 again, and give each machine its new part."
+    )
+    partition(root, 2, method="stream", progress=False)  # cut again: accepted
+    with on_machine(0, 2):
+        assert torch.equal(
+            open_machine_part(root, 2).y, open_prepared(root).y[open_partition(root, 2, 0).partition.node_ids]
+        )
+
+
+def test_a_partitioning_of_an_earlier_format_is_refused_and_partitioned_again(graph, tmp_path):
+    """Parts written before parts recorded what they are checked by cannot be checked: refused in
+    one line saying to partition again, which makes them again (not "already partitioned")."""
+    root = _copy(graph, tmp_path)
+    first = partition(root, 2, method="stream", progress=False)
+    file = root / "partitions/2/partition.json"
+    file.write_text(json.dumps({**json.loads(file.read_text()), "format": 1}))
+    with (
+        on_machine(0, 2),
+        pytest.raises(PartError, match=r"written by another version of gnnbridge \(format 1, not 2\)"),
+    ):
+        open_machine_part(root, 2)
+    again = partition(root, 2, method="stream", progress=False)
+    assert not again["already"] and again["id"] != first["id"]
+
+
+def test_machines_given_two_partitionings_of_one_folder_are_told_which_differs(graph, tmp_path):
+    """Each machine's part is whole with its own partition.json, but machine 1's is of another
+    partitioning than machine 0's: what the job compares names machine 1 and its file."""
+    from gnnbridge.core.storage.parts import disagreement, identity
+
+    root = _copy(graph, tmp_path)
+    partition(root, 2, method="stream", progress=False)
+    first = _machine_copy(root, tmp_path / "a", 0)
+    shutil.rmtree(root / "partitions/2")
+    partition(root, 2, method="stream", seed=1, progress=False)
+    second = _machine_copy(root, tmp_path / "b", 1)
+    with on_machine(0, 2):
+        zero = open_machine_part(first, 2)
+    with on_machine(1, 2):
+        one = open_machine_part(second, 2)
+    with on_machine(1, 2):
+        same = open_machine_part(root, 2)
+    assert disagreement([(0, identity(same)), (1, identity(one))]) is None
+    line = disagreement([(0, identity(zero)), (0, identity(zero)), (1, identity(one))])
+    assert line == (
+        f"machine 1: {second}/partitions/2/partition.json is of another cut (id {one.partition.id[:8]}) than "
+        f"machine 0's {first}/partitions/2/partition.json (id {zero.partition.id[:8]}); give every machine "
+        "partition.json and its own part-M of one cut, copied from where the folder was partitioned."
+    )
+    assert "opened its dataset whole" in disagreement([(0, None), (1, identity(one))])
+
+
 @pytest.mark.slow
 def test_sampling_across_machines_returns_the_graphs_own_edges_and_rows(graph, tmp_path):
     """Three gloo ranks, each machine M of a 3-part graph, without and with a remote cache: every
@@ -254,17 +530,18 @@ def machines(
     root: Path, k: int, tmp_path: Path, backend: str, *extra: str, env=None, launcher=("--nproc-per-node", "1")
 ) -> tuple[list[int], list[list[str]]]:
     """A job of ``k`` torchrun "machines" (of one rank unless ``launcher`` says otherwise),
-    machine M in ``tmp_path/machineM`` whose ``data`` holds partition.json and part-M alone;
-    their exit codes and stderr lines. ``launcher``: more torchrun flags."""
+    machine M in ``tmp_path/machineM`` whose ``data`` holds partition.json and part-M alone,
+    copied as ``scp -r`` copies (new modification times: every job trains on parts checked by
+    their content); their exit codes and stderr lines. ``launcher``: more torchrun flags."""
     for m in range(k):
         folder = tmp_path / f"machine{m}" / "data" / "partitions" / str(k)
         folder.mkdir(parents=True)
         shutil.copy(root / "partitions" / str(k) / "partition.json", folder)
-        shutil.copytree(root / "partitions" / str(k) / f"part-{m}", folder / f"part-{m}")
+        shutil.copytree(root / "partitions" / str(k) / f"part-{m}", folder / f"part-{m}", copy_function=shutil.copyfile)
         for link in (root / "partitions" / str(k)).glob("link-*"):  # a cut link task: its part M too
             (folder / link.name).mkdir()
             shutil.copy(link / "link.json", folder / link.name)
-            shutil.copytree(link / f"part-{m}", folder / link.name / f"part-{m}")
+            shutil.copytree(link / f"part-{m}", folder / link.name / f"part-{m}", copy_function=shutil.copyfile)
     train = ["train", "--dataset", "data", "--backend", backend, "--out", "out"]
     codes, outs = job(k, tmp_path, [*train, "--set", f"dataset.partitions={k}", *JOB, *extra], env, launcher)
     return codes, [err.splitlines() for _, err in outs]
@@ -310,6 +587,9 @@ def two_machines(synthetic, tmp_path_factory):
     where = tmp_path_factory.mktemp("two_machines")
     codes, errors = machines(root, 2, where, "pyg")
     assert codes == [0, 0], errors
+    for machine in range(2):  # its copy without times was read once, and said so once
+        notes = [line for line in errors[machine] if line.startswith("Note: ")]
+        assert len(notes) == 1 and f"partitions/2/part-{machine} do not have the modification times" in notes[0], notes
     return where
 
 
@@ -342,6 +622,31 @@ def test_three_machines_of_a_streamed_partitioning_train_on_dgl_as_the_whole_gra
     assert codes == [0, 0, 0], errors
     _check_job(tmp_path, 3, whole_acc)
     assert all(0 < e["remote_cache_hits"] < e["remote_rows"] for e in _results(tmp_path)["history"])
+
+
+@pytest.mark.slow
+def test_a_job_of_machines_given_two_partitionings_is_refused_on_every_machine(graph, tmp_path):
+    """Machine 0 holds its part of a METIS partitioning, machine 1 its part of a streamed one of
+    the same folder (each whole with its own partition.json): both machines end at once, before
+    any training, with the one line naming machine 1's file (no crash in a batch, no hang)."""
+    root = _copy(graph, tmp_path)
+    partition(root, 2, method="metis", progress=False)
+    first = _machine_copy(root, tmp_path, 0)
+    shutil.rmtree(root / "partitions/2")
+    partition(root, 2, method="stream", progress=False)
+    second = _machine_copy(root, tmp_path, 1)
+    train = ["train", "--dataset", "data", "--backend", "pyg", "--out", "out", "--set", "dataset.partitions=2", *JOB]
+    codes, outs = job(2, tmp_path, train)
+    line = (
+        f"machine 1: {second}/partitions/2/partition.json is of another cut (id "
+        f"{json.loads((second / 'partitions/2/partition.json').read_text())['id'][:8]}) than machine 0's "
+        f"{first}/partitions/2/partition.json"
+    )
+    assert codes[0] != 0 and codes[1] != 0, outs
+    for _, err in outs:
+        errors = [e for e in err.splitlines() if e.startswith("Error: ")]
+        assert len(errors) == 1 and line in errors[0], err
+    assert not (tmp_path / "machine0" / "out").exists()
 
 
 def test_a_remote_cache_of_a_graph_that_is_not_partitioned_is_refused(tmp_path):
@@ -481,16 +786,27 @@ def test_evaluate_and_predict_run_on_the_machines_each_scoring_its_own_nodes(syn
 def _without_training_seeds(root: Path, k: int, m: int) -> None:
     """Part ``m`` of ``root``'s partitioning into ``k`` made to hold no training seed (its
     ``train_idx.npy`` emptied, its records and the counts updated as partition writes them)."""
-    from gnnbridge.core.storage.folder import stat_input
+    from gnnbridge.core.storage.parts import written_file
 
     folder = root / "partitions" / str(k)
     part = json.loads((folder / f"part-{m}" / "part.json").read_text())
     np.save(folder / f"part-{m}" / "train_idx.npy", np.zeros(0, dtype=np.int64))
-    part["arrays"]["train_idx"].update(shape=[0], **stat_input(folder / f"part-{m}" / "train_idx.npy"))
+    part["arrays"]["train_idx"].update(shape=[0], **written_file(folder / f"part-{m}" / "train_idx.npy"))
     (folder / f"part-{m}" / "part.json").write_text(json.dumps(part))
     description = json.loads((folder / "partition.json").read_text())
     description["per_part"][m]["train"] = 0
     (folder / "partition.json").write_text(json.dumps(description))
+    _recorded(folder, description)
+
+
+def _recorded(folder: Path, description: dict) -> None:
+    """Every part.json of ``folder`` records ``description`` (partition.json) as partition writes it."""
+    from gnnbridge.core.storage.parts import description_digest
+
+    for file in folder.glob("part-*/part.json"):
+        part = json.loads(file.read_text())
+        part["description"] = description_digest(description)
+        file.write_text(json.dumps(part))
 
 
 @pytest.mark.slow
@@ -506,6 +822,8 @@ def test_two_ranks_a_machine_and_a_machine_without_training_seeds(graph, tmp_pat
         root, 2, where, "dgl", "--set", "placement.remote_cache=16KB", launcher=("--nproc-per-node", "2")
     )
     assert codes == [0, 0], errors
+    for lines in errors:  # the first rank of each machine read its copy (without times), the other reopened it
+        assert len([line for line in lines if line.startswith("Note: ")]) == 1, lines
     results = _results(where)
     assert results["world_size"] == 4 and results["eval"]["final"] == "layerwise"
     # every training seed sits on machine 0 (METIS cut along the classes): those it learned
@@ -1049,11 +1367,11 @@ def test_the_shared_protocol_scored_on_the_machines_is_the_whole_graphs(rec_link
     assert {k: summary[k] for k in ("protocol", "eval_negatives", "val", "test")} == {
         k: described[k] for k in ("protocol", "eval_negatives", "val", "test")
     }
-    for m in range(2):  # each machine is given its part of the cut
+    for m in range(2):  # each machine is given its part of the cut (copied without times, as scp -r copies)
         held = link_machines / f"machine{m}" / "data" / "partitions" / "2" / cut.name
         held.mkdir()
         shutil.copy(cut / "link.json", held)
-        shutil.copytree(cut / f"part-{m}", held / f"part-{m}")
+        shutil.copytree(cut / f"part-{m}", held / f"part-{m}", copy_function=shutil.copyfile)
     _shared_run_folder(link_machines, 2)
     run = link_machines / "machine0" / "out"
     expected = gnnbridge.evaluate(run, overrides=[f"dataset.path={root}", "dataset.partitions=0", *shared])["metrics"]
@@ -1063,6 +1381,8 @@ def test_the_shared_protocol_scored_on_the_machines_is_the_whole_graphs(rec_link
         command = ["evaluate", "out", "--set", "dataset.path=data", *(f"--set={o}" for o in (*shared, *mode)), "--json"]
         codes, outs = job(2, link_machines, command, launcher=("--nproc-per-node", ranks))
         assert codes == [0, 0], outs
+        for _, err in outs:  # the node part and the link part read by content once a machine (by its first rank)
+            assert len([line for line in err.splitlines() if line.startswith("Note: ")]) == 2, err
         metrics = json.loads(outs[0][0])["metrics"]
         assert metrics == pytest.approx(expected, abs=2e-3), (mode, metrics, expected)
 
@@ -1199,6 +1519,77 @@ def test_a_link_task_not_cut_or_cut_otherwise_is_refused_in_one_line(graph, tmp_
     shutil.move(tmp_path / cut.name, cut)
     with pytest.raises(PartError, match="cut from another partitioning"):
         open_link_part(open_partition(root, 2, 0), link_settings(_link_config(root)))
+
+
+def test_an_edited_link_part_is_refused_naming_the_machine_and_the_file(graph, tmp_path):
+    """A link task's parts are checked as node parts are: a file changed since the cut (by its
+    recorded time), an offset edited with its time put back (by its bounds), and an edited
+    link.json (by the digest each link part recorded of it) are each one line naming the machine,
+    the file and the fix."""
+    from gnnbridge.core.app.partitioning import cut_link
+    from gnnbridge.core.storage.linkparts import link_settings, open_link_part
+
+    root = _copy(graph, tmp_path)
+    partition(root, 2, method="stream", progress=False)
+    config = _link_config(root)
+    cut = Path(cut_link(root, 2, config)["out"])
+    settings = link_settings(config)
+    assert open_link_part(open_partition(root, 2, 0), settings).partition.cut.file == str(cut / "link.json")
+    indptr = cut / "part-0" / "indptr__node__to__node.npy"
+    _edit(indptr, lambda a: a.__setitem__(3, 10**9))
+    with pytest.raises(DataError) as err:
+        open_link_part(open_partition(root, 2, 0), settings)
+    assert str(err.value) == (
+        f"{indptr}: the offsets of node 3 run backwards: the file is corrupt or was changed after gnnbridge "
+        f"partition wrote it; copy {cut.name}/part-0 to machine 0 again from where the folder was partitioned "
+        "(rsync -a keeps its times)"
+    )
+    _edit(indptr, lambda a: None, keep_time=False)
+    with pytest.raises(PartError, match=rf"^machine 0: {re.escape(str(indptr))} changed since gnnbridge partition"):
+        open_link_part(open_partition(root, 2, 0), settings)
+    described = json.loads((cut / "link.json").read_text())
+    (cut / "link.json").write_text(json.dumps({**described, "counts": {**described["counts"], "train": [1, 1]}}))
+    with pytest.raises(PartError, match=r"^machine 0: .*link\.json is not the one part-0 was cut with"):
+        open_link_part(open_partition(root, 2, 0), settings)
+
+
+def test_a_link_part_copied_without_its_times_opens_checked_by_its_content(graph, tmp_path, monkeypatch):
+    """A link task's part is copied as a node part is: with new times on every file it opens as
+    cut (read, by the digests the cut recorded), a rank reopening it after its machine's first rank
+    reads nothing, and one byte changed in its negatives (inside every bound) is refused naming
+    the file."""
+    import gnnbridge.core.storage.parts as parts
+    from gnnbridge.core.app.partitioning import cut_link
+    from gnnbridge.core.storage.linkparts import link_settings, open_link_part
+
+    read, digest = [], parts.file_digest
+    monkeypatch.setattr(parts, "file_digest", lambda file: read.append(file.name) or digest(file))
+    root = _copy(graph, tmp_path)
+    partition(root, 2, method="stream", progress=False)
+    config = _link_config(root)
+    cut, settings = Path(cut_link(root, 2, config)["out"]), link_settings(config)
+    written = open_link_part(open_partition(root, 2, 0), settings)
+    for file in (cut / "part-0").glob("*.npy"):
+        os.utime(file, ns=(10**18, 10**18))
+    read.clear()
+    copied = open_link_part(open_partition(root, 2, 0, values=False), settings)
+    assert read == []  # the reopening rank's: the machine's first rank read the part
+    copied = open_link_part(open_partition(root, 2, 0), settings)
+    assert sorted(read) == sorted(f.name for f in (cut / "part-0").glob("*.npy"))
+    for key in ("val_edges", "test_edges", "val_negatives", "test_negatives", "reverse_eid", "twin_eid"):
+        assert torch.equal(getattr(copied, key), getattr(written, key)), key
+    et = written.target_edge
+    assert torch.equal(copied.indptr[et], written.indptr[et]) and torch.equal(
+        copied.edge_index[et], written.edge_index[et]
+    )
+    file = cut / "part-0" / "val_negatives.npy"
+    _flip_last_byte(file)
+    with pytest.raises(PartError) as err:
+        open_link_part(open_partition(root, 2, 0), settings)
+    assert str(err.value) == (
+        f"machine 0: {file} changed since gnnbridge partition wrote it (its content is not the one it recorded); "
+        f"copy {cut.name}/part-0 to machine 0 again from where the folder was partitioned (rsync -a keeps its times)."
+    )
 
 
 @pytest.mark.slow

@@ -48,8 +48,8 @@ from gnnbridge.core.records.labels import labels_optional
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.runtime.jobs import detect_job
 from gnnbridge.core.runtime.launcher import interrupt_on_sigterm, launch
-from gnnbridge.core.runtime.sharing import node_shared
-from gnnbridge.core.storage.parts import on_machine, read_partition
+from gnnbridge.core.runtime.sharing import machine_shared
+from gnnbridge.core.storage.parts import read_partition
 from gnnbridge.core.tasks import retrieval
 from gnnbridge.core.tasks.retrieval import import_faiss
 
@@ -582,10 +582,9 @@ def _job_worker(
     mine = machine_file(out, ctx.node_rank) if out is not None else None
     if mine is not None and ctx.local_rank == 0:
         _check_out(mine)  # before any work, on the rank that writes it
-    with on_machine(ctx.node_rank, ctx.num_nodes):
-        data = node_shared(
-            ctx, lambda: inference_data(path, state, config, "predict" if out else "evaluate", trust_code)
-        )
+    data = machine_shared(
+        ctx, lambda: inference_data(path, state, config, "predict" if out else "evaluate", trust_code)
+    )
     scorer = Scorer(config, data, ctx, state)
     if out is None:
         scored = scorer.evaluate()

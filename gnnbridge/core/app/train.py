@@ -40,8 +40,7 @@ from gnnbridge.core.runtime.launcher import (
     refuse_unguarded_start,
     server_forked_from_here,
 )
-from gnnbridge.core.runtime.sharing import node_shared
-from gnnbridge.core.storage.parts import on_machine
+from gnnbridge.core.runtime.sharing import machine_shared
 from gnnbridge.core.training.trainer import RANK_MODULES, Trainer
 
 
@@ -209,8 +208,7 @@ def _job_worker(ctx: DistContext, plan: Plan, progress: bool) -> dict | None:
     plan = _after_restart(ctx, plan, *_published_run_dir(ctx))
     if ctx.is_main:
         plan.check_out()  # refuse a used --out before any work
-    with on_machine(ctx.node_rank, ctx.num_nodes):
-        data = node_shared(ctx, lambda: load_dataset(plan.config, ranks_here=ctx.local_world_size))
+    data = machine_shared(ctx, lambda: load_dataset(plan.config, ranks_here=ctx.local_world_size))
     plan.check_same_data(data)
     if not ctx.is_main:
         _guard_run_dir(ctx)

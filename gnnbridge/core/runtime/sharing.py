@@ -9,8 +9,10 @@ every rank of the node, the first included, maps those files
 (``torch.from_file(shared=True)``), and once all have mapped them the files are unlinked. The
 pages live as long as a rank maps them, nobody can open them by name afterwards, and a second
 job on the same host cannot collide with them: names carry the job's run id (drawn by rank 0 at
-the rendezvous) and the node rank. :func:`node_tensors` shares other tensors a node's ranks all
-read the same way (``placement.feature_cache``'s rows: one copy per machine).
+the rendezvous) and the node rank. :func:`machine_shared` is that load as the machine's (a
+partitioned folder's part), compared across the machines. :func:`node_tensors` shares other
+tensors a node's ranks all read the same way (``placement.feature_cache``'s rows: one copy per
+machine).
 
 A memory-mapped record (one opened from a folder, ``mapped_from`` set) is not exported: the
 manifest says how to open it, and every rank maps the folder's files itself, so the ranks of a
@@ -40,6 +42,7 @@ from gnnbridge.core.host import format_bytes
 from gnnbridge.core.records.data import LabelledRecord
 from gnnbridge.core.records.hetero import HeteroGraphData
 from gnnbridge.core.runtime.context import DistContext
+from gnnbridge.core.storage.parts import PartError, disagreement, identity, on_machine
 
 
 def node_shared(ctx: DistContext, load: Callable[[], LabelledRecord]) -> LabelledRecord:
@@ -64,6 +67,21 @@ def node_shared(ctx: DistContext, load: Callable[[], LabelledRecord]) -> Labelle
             record = mapped_by_all(ctx, manifest, attach)
     ctx.store_barrier("data")
     return record
+
+
+def machine_shared(ctx: DistContext, load: Callable[[], LabelledRecord]) -> LabelledRecord:
+    """:func:`node_shared` of ``load()`` as this machine's (a partitioned folder opens this
+    machine's part), then refused on every rank at once unless every machine opened a part of
+    the same cut, or none did (:func:`~gnnbridge.core.storage.parts.disagreement`): each machine
+    checks its own part against its own ``partition.json``, and only the job sees two machines
+    given two partitionings, each whole. One gather of a few bytes per rank."""
+    with on_machine(ctx.node_rank, ctx.num_nodes):
+        data = node_shared(ctx, load)
+    if ctx.distributed:
+        refused = disagreement(ctx.gather_objects((ctx.node_rank, identity(data))))
+        if refused is not None:
+            raise PartError(refused)
+    return data
 
 
 def node_tensors(

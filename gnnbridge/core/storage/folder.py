@@ -24,6 +24,7 @@ import json
 import os
 import warnings
 import weakref
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +57,7 @@ MANIFEST = f"{PREPARED}/manifest.json"
 SPLITS = ("train_idx", "val_idx", "test_idx")
 CSC_INDPTR, CSC_EDGES = "csc_indptr", "csc_edges"  # a heterogeneous folder's prepared topology (csc_keys)
 CSC_EDGE_ATTR = "csc_edge_attr"  # edge features in the CSC order of the prepared topology (per type: csc_keys)
+CHECK_STEP = 1 << 22  # elements a bounds check reads at a time
 RANDOM_MIN_BYTES = 64 << 20  # an array read at random (no read-around) when the folder is too large to cache
 
 
@@ -116,19 +118,29 @@ def changed_input(root: Path, manifest: dict) -> str | None:
                     f"{root / MANIFEST} names {spec['file']} twice with different sizes; run gnnbridge prepare "
                     f"{root} again"
                 )
+    changed = changed_file(root, recorded)
+    if changed is not None:
+        file, missing = changed
+        if missing:
+            return f"{file} is missing since `gnnbridge prepare`; restore it, or run gnnbridge prepare {root} again"
+        return f"{file} changed since `gnnbridge prepare` (size/modified time); run gnnbridge prepare {root} again"
+    return unknown_member(root, manifest)
+
+
+def changed_file(root: Path, recorded: dict[str, dict]) -> tuple[Path, bool] | None:
+    """The first of the files ``recorded`` (name under ``root`` -> the size and modification
+    time :func:`stat_input` gave when it was written) that is gone or differs now, with whether
+    it is gone; None when every one is as written. What a prepared folder is checked by at open
+    (it is used where it was prepared): a stat a file, nothing read. A machine's part, which is
+    copied, is checked by content where its times differ (:mod:`.parts`)."""
     for name, seen in recorded.items():
         try:
             now = stat_input(root / name)
         except OSError:
-            return (
-                f"{root / name} is missing since `gnnbridge prepare`; restore it, or run gnnbridge prepare {root} again"
-            )
-        if now != seen:
-            return (
-                f"{root / name} changed since `gnnbridge prepare` (size/modified time); run gnnbridge prepare "
-                f"{root} again"
-            )
-    return unknown_member(root, manifest)
+            return root / name, True
+        if now != {"size": seen.get("size"), "mtime_ns": seen.get("mtime_ns")}:
+            return root / name, False
+    return None
 
 
 def unknown_member(root: Path, manifest: dict) -> str | None:
@@ -144,21 +156,35 @@ def unknown_member(root: Path, manifest: dict) -> str | None:
     return None
 
 
-# Where each mapped array came from: (first byte, end byte, the array while alive, file, folder).
-# A kernel that finds an array corrupt names the file through :func:`origin`; the weak
-# reference keeps a later allocation at the same address from being taken for it.
-_ORIGINS: list[tuple[int, int, weakref.ref, Path, Path]] = []
+@dataclass(frozen=True)
+class Written:
+    """Who wrote a mapped file (``by``: the command) and what makes it whole again (``fix``):
+    the end of the line that refuses it, or a corrupt array found in it."""
+
+    by: str
+    fix: str
+
+    @classmethod
+    def prepared(cls, root: Path) -> Written:
+        return cls("gnnbridge prepare", f"remove {root / PREPARED} and run gnnbridge prepare {root}")
 
 
-def origin(tensor: torch.Tensor | None) -> tuple[Path, Path] | None:
-    """``(file, folder)`` of the mapped folder array that ``tensor`` views, or None."""
+# Where each mapped array came from: (first byte, end byte, the array while alive, file, what
+# wrote it and the fix). A kernel that finds an array corrupt names the file and the fix through
+# :func:`origin`; the weak reference keeps a later allocation at the same address from being
+# taken for it.
+_ORIGINS: list[tuple[int, int, weakref.ref, Path, Written]] = []
+
+
+def origin(tensor: torch.Tensor | None) -> tuple[Path, Written] | None:
+    """``(file, who wrote it)`` of the mapped array that ``tensor`` views, or None."""
     if tensor is None or tensor.numel() == 0:
         return None
     address = tensor.data_ptr()
     _ORIGINS[:] = [entry for entry in _ORIGINS if entry[2]() is not None]
-    for first, end, _, file, root in _ORIGINS:
+    for first, end, _, file, written in _ORIGINS:
         if first <= address < end:
-            return file, root
+            return file, written
     return None
 
 
@@ -170,8 +196,7 @@ class TopologyError(DataError):
     def __init__(self, what: str, array: torch.Tensor | None):
         found = origin(array)
         super().__init__(
-            f"{found[0]}: {what}: the file is corrupt or was changed after gnnbridge prepare wrote it; "
-            f"remove {found[1] / PREPARED} and run gnnbridge prepare {found[1]}"
+            f"{found[0]}: {what}: the file is corrupt or was changed after {found[1].by} wrote it; {found[1].fix}"
             if found
             else f"The graph's topology is corrupt: {what} (a corrupt dataset file?)."
         )
@@ -184,16 +209,10 @@ def check_mapped_csc(indptr: torch.Tensor, indices: torch.Tensor, num_src: int) 
     array, a block at a time (the core sampler's kernels check as they read instead)."""
     if origin(indptr) is None and origin(indices) is None:
         return
-    edges, step = int(indices.shape[0]), 1 << 22
-    if int(indptr[0]) != 0 or int(indptr[-1]) != edges:
-        raise TopologyError(f"the offsets run from {int(indptr[0])} to {int(indptr[-1])}, not 0 to {edges}", indptr)
-    for start in range(0, indptr.shape[0] - 1, step):
-        block = indptr[start : start + step + 1]
-        if block.numel() > 1 and bool((block.diff() < 0).any()):
-            node = start + int((block.diff() < 0).nonzero()[0])
-            raise TopologyError(f"the offsets of node {node} run backwards", indptr)
-    for start in range(0, edges, step):
-        block = indices[start : start + step]
+    edges = int(indices.shape[0])
+    check_offsets(indptr, edges)
+    for start in range(0, edges, CHECK_STEP):
+        block = indices[start : start + CHECK_STEP]
         low, high = int(block.min()), int(block.max())
         if low < 0 or high >= num_src:
             bad = low if low < 0 else high
@@ -201,26 +220,43 @@ def check_mapped_csc(indptr: torch.Tensor, indices: torch.Tensor, num_src: int) 
             raise TopologyError(f"edge {edge} names source node {bad}, outside [0, {num_src})", indices)
 
 
-def mapped(root: Path, spec: dict) -> torch.Tensor:
-    """One array of the manifest, memory-mapped read-only as a tensor of the recorded dtype."""
+def check_offsets(indptr: torch.Tensor, edges: int) -> None:
+    """Refuse CSC offsets that do not run from 0 to ``edges`` without going backwards, naming
+    the file they were mapped from (:class:`TopologyError`). One pass over ``indptr`` (8 bytes
+    a node), a block at a time; the edges themselves are not read."""
+    if int(indptr[0]) != 0 or int(indptr[-1]) != edges:
+        raise TopologyError(f"the offsets run from {int(indptr[0])} to {int(indptr[-1])}, not 0 to {edges}", indptr)
+    for start in range(0, indptr.shape[0] - 1, CHECK_STEP):
+        block = indptr[start : start + CHECK_STEP + 1]
+        if block.numel() > 1 and bool((block.diff() < 0).any()):
+            node = start + int((block.diff() < 0).nonzero()[0])
+            raise TopologyError(f"the offsets of node {node} run backwards", indptr)
+
+
+def mapped(root: Path, spec: dict, written: Written | None = None) -> torch.Tensor:
+    """One array of the manifest, memory-mapped read-only as a tensor of the recorded dtype.
+    ``written``: who wrote the file and its fix, for the lines that refuse it (default: a
+    prepared folder's)."""
     file = root / spec["file"]
+    fix, recorded = (written.fix, f"{written.by} wrote") if written else (f"run gnnbridge prepare {root} again", "")
     try:
         array = np.load(file, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError) as exc:
-        raise DataError(f"{file} cannot be read ({str(exc)[:100]}); run gnnbridge prepare {root} again.") from None
+        raise DataError(f"{file} cannot be read ({str(exc)[:100]}); {fix}.") from None
     stored = "uint16" if spec["dtype"] == "bfloat16" else spec["dtype"]
     if array.dtype != np.dtype(stored) or list(array.shape) != list(spec["shape"]):
         raise DataError(
-            f"{file} holds {array.dtype} {list(array.shape)} but the manifest says {stored} "
-            f"{spec['shape']}; run gnnbridge prepare {root} again."
+            f"{file} holds {array.dtype} {list(array.shape)} but {recorded or 'the manifest says'} {stored} "
+            f"{spec['shape']}; {fix}."
         )
+    written = written or Written.prepared(root)
     with warnings.catch_warnings():
         # torch warns that the array is not writable: the mapping is read-only on purpose (the
         # files are the dataset), and nothing writes into a record's tensors.
         warnings.simplefilter("ignore", UserWarning)
         tensor = torch.from_numpy(array)
     if array.nbytes:
-        _ORIGINS.append((tensor.data_ptr(), tensor.data_ptr() + array.nbytes, weakref.ref(array), file, root))
+        _ORIGINS.append((tensor.data_ptr(), tensor.data_ptr() + array.nbytes, weakref.ref(array), file, written))
     return tensor.view(torch.bfloat16) if spec["dtype"] == "bfloat16" else tensor
 
 

@@ -44,24 +44,29 @@ import torch
 from gnnbridge.core.errors import DataError
 from gnnbridge.core.files import PARTIAL, replace, taking_turns
 from gnnbridge.core.records.hetero import HOMOGENEOUS_EDGE, EdgeType, HeteroGraphData, edge_name, find_edge_type
-from gnnbridge.core.storage.folder import advise_uncacheable, mapped, stat_input
+from gnnbridge.core.storage.folder import advise_uncacheable, check_offsets, mapped
 from gnnbridge.core.storage.partition import part_offsets, window_positions
 from gnnbridge.core.storage.parts import (
     PART_FILE,
+    Cut,
     PartError,
     Partition,
     TypedPartition,
     _read_json,
     _read_part,
+    _rows,
+    description_digest,
     part_folder,
+    part_written,
     partition_folder_of,
     read_partition,
     typed_part_summary,
+    written_file,
 )
 from gnnbridge.core.storage.prepare import chunk_bytes, full_disk, write_array
 from gnnbridge.core.tasks import LinkSettings
 
-FORMAT = 1
+FORMAT = 2  # 2: each part records link.json's digest
 LINK_FILE = "link.json"
 WORK = ".work"  # the cut's edge-id maps, removed before the cut is published
 
@@ -115,9 +120,12 @@ def cut_link_task(root: str | Path, parts: int, record: HeteroGraphData, setting
         try:
             tmp.mkdir()
             (tmp / WORK).mkdir()
-            written = _Cut(root, parts, description, record, tmp / WORK).write(tmp)
+            written, records = _Cut(root, parts, description, record, tmp / WORK).write(tmp)
             shutil.rmtree(tmp / WORK)
             written.update(settings=settings, partition=description["id"])
+            digest = description_digest(written)
+            for m, part in enumerate(records):  # with link.json's digest, which a machine checks its part by
+                replace(part_folder(tmp, m) / PART_FILE, json.dumps({**part, "description": digest}, indent=1) + "\n")
             replace(tmp / LINK_FILE, json.dumps(written, indent=1) + "\n")
             shutil.rmtree(out, ignore_errors=True)
             tmp.rename(out)
@@ -212,8 +220,10 @@ class _Cut:
         arrays[name] = {"file": f"{name}.npy", "dtype": "int64", "shape": [edges]}
         return edges
 
-    def write(self, tmp: Path) -> dict:
-        link_id = uuid.uuid4().hex
+    def write(self, tmp: Path) -> tuple[dict, list[dict]]:
+        """Every part's arrays; returns ``link.json``'s content and each part's ``part.json``
+        (written once ``link.json``'s content is whole, with its digest)."""
+        link_id, records = uuid.uuid4().hex, []
         edge_bounds = {edge_name_key(et): [0] for et in self.relations}
         counts = {"train": [], "val": [], "test": []}
         pairs: dict[str, list[int]] = {}  # the shared protocol's negative pairs per split and machine
@@ -230,12 +240,11 @@ class _Cut:
                 counts[split].append(self._held_out(split, m, folder, arrays))
                 if self.record.protocol == "shared":
                     pairs.setdefault(split, []).append(self._negative_pairs(split, m, folder, arrays))
-            for spec in arrays.values():
-                spec.update(stat_input(folder / spec["file"]))
-            part = {"format": FORMAT, "id": link_id, "part": m, "arrays": arrays}
-            replace(folder / PART_FILE, json.dumps(part, indent=1) + "\n")
+            for spec in arrays.values():  # size, time and digest, as a node part's (parts.written_file)
+                spec.update(written_file(folder / spec["file"]))
+            records.append({"format": FORMAT, "id": link_id, "part": m, "arrays": arrays})
         record = self.record
-        return {
+        described = {
             "format": FORMAT,
             "id": link_id,
             "parts": self.parts,
@@ -254,6 +263,7 @@ class _Cut:
                 else record.negative_pairs("val").shape[1]
             ),
         }
+        return described, records
 
     def _relation(self, et: EdgeType, m: int, folder: Path, arrays: dict) -> int:
         key = edge_name_key(et)
@@ -416,10 +426,31 @@ def open_link_part(base, settings: dict) -> PartLinkGraph:
             f"cut the link task again: gnnbridge partition {root} --parts {parts} --task link {how}."
         )
     folder = part_folder(out, machine)
-    part_file = _read_part(folder, found, machine)  # a part of this cut, its files as written
-    arrays = {key: mapped(folder, spec) for key, spec in part_file["arrays"].items()}
+    # a part of this cut, its files as written (read where their times differ, unless the machine's first rank did)
+    part_file = _read_part(folder, found, machine, out / LINK_FILE, not part.reopened)
+    written = part_written(folder, machine)
+    arrays = {key: mapped(folder, spec, written) for key, spec in part_file["arrays"].items()}
+    _check_offsets(found, arrays, part, f"machine {machine}: {folder / PART_FILE}")
     advise_uncacheable(arrays.values(), sum(a.nbytes for a in arrays.values()))
-    return _record(base, found, arrays)
+    record = _record(base, found, arrays)
+    digest = f"{part.cut.digest if part.cut else ''}:{part_file['description']}"
+    record.partition.cut = Cut(found["id"], digest, str(out / LINK_FILE))
+    return record
+
+
+def _check_offsets(found: dict, arrays: dict, part, where: str) -> None:
+    """Each relation's CSC of the part: as many offsets as the machine has destinations (and one),
+    running from 0 to its edge count (``link.json``'s boundaries); one pass over the offsets, the
+    edges are checked where the sampler reads them (as a node part's, :mod:`.parts`)."""
+    machine = part.part
+    for key in found["relations"]:
+        dst = key.split("__")[2]
+        bounds = part.types[dst].bounds if isinstance(part, TypedPartition) else part.bounds
+        edge_bounds = found["edge_boundaries"][key]
+        edges = int(edge_bounds[machine + 1]) - int(edge_bounds[machine])
+        _rows(arrays, [f"indptr__{key}"], int(bounds[machine + 1]) - int(bounds[machine]) + 1, where)
+        _rows(arrays, [f"indices__{key}"], edges, where)
+        check_offsets(arrays[f"indptr__{key}"], edges)
 
 
 def _record(base, found: dict, arrays: dict) -> PartLinkGraph:

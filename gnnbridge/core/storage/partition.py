@@ -58,19 +58,21 @@ from gnnbridge.core.storage.folder import (
     SPLITS,
     changed_input,
     read_manifest,
-    stat_input,
 )
 from gnnbridge.core.storage.formats import EDGE_LABEL
 from gnnbridge.core.storage.parts import (
+    FORMAT,
     PART_FILE,
     PARTITION_FILE,
     PARTITIONS,
+    description_digest,
     part_folder,
     partition_folder_of,
+    source_stamp,
+    written_file,
 )
 from gnnbridge.core.storage.prepare import chunk_bytes, full_disk, write_array
 
-FORMAT = 1
 METHODS = ("auto", "metis", "stream")
 STREAM_SLACK = 0.05  # the streaming method fills a part to at most 5% above the mean
 
@@ -100,7 +102,9 @@ def partition(
         shutil.rmtree(tmp, ignore_errors=True)
         try:
             tmp.mkdir(parents=True)
-            description = {**_write(root, tmp, manifest, parts, chosen, seed, progress), "requested": method}
+            description, written = _write(root, tmp, manifest, parts, chosen, seed, progress)
+            description["requested"] = method
+            _record_parts(tmp, description, written)
             replace(tmp / PARTITION_FILE, json.dumps(description, indent=1) + "\n")
             _publish(tmp, out)
         except BaseException as exc:
@@ -173,14 +177,16 @@ def _writable(root: Path) -> None:
 def _already(root: Path, out: Path, manifest: dict, method: str, seed: int, reuse: bool = False) -> dict | None:
     """The partitioning in ``out`` when it was made of this source as asked (``method`` as given:
     ``auto`` matches what ``auto`` chose then) and every part of it is there; None when there is
-    none or it is stale (the source was prepared again, a part is missing or of another
-    partitioning), to be made again under a new id (machines holding the old parts are then
-    refused, never mixed); one asked another way is refused (machines may hold its parts)."""
+    none or it is stale (the source was prepared again, it was written by another version of
+    gnnbridge, a part is missing or of another partitioning), to be made again under a new id
+    (machines holding the old parts are then refused, never mixed); one asked another way is
+    refused (machines may hold its parts)."""
     try:
         found = json.loads((out / PARTITION_FILE).read_text())
     except (OSError, ValueError):
         return None
-    if found.get("source") != _stamp(root, manifest) or not _parts_whole(out, found):
+    stale = found.get("format") != FORMAT or found.get("source") != _stamp(root, manifest)
+    if stale or not _parts_whole(out, found):
         return None
     if not reuse and (method not in (found.get("method"), found.get("requested")) or found.get("seed") != seed):
         raise ConfigError(
@@ -203,8 +209,18 @@ def _parts_whole(out: Path, found: dict) -> bool:
 
 
 def _stamp(root: Path, manifest: dict) -> dict:
-    """What identifies the source: its manifest's size and time (prepare rewrites it last)."""
-    return stat_input(root / "prepared" / "manifest.json") | {"kind": manifest["kind"]}
+    """What identifies the source (:func:`~.parts.source_stamp`)."""
+    return source_stamp(root, manifest["kind"])
+
+
+def _record_parts(tmp: Path, description: dict, parts: list[dict]) -> None:
+    """Each part's ``part.json``, written once ``partition.json``'s content is known: with its
+    digest and the source's stamp, what a machine's opener checks the part against (see
+    :mod:`.parts`)."""
+    digest = description_digest(description)
+    for m, part in enumerate(parts):
+        part.update(description=digest, source=description["source"])
+        replace(part_folder(tmp, m) / PART_FILE, json.dumps(part, indent=1) + "\n")
 
 
 def _publish(tmp: Path, out: Path) -> None:
@@ -351,17 +367,18 @@ def _write(root: Path, tmp: Path, manifest: dict, parts: int, method: str, seed:
         _refuse_empty(src, layout, parts, method)
         bar.update(1)
         pid = uuid.uuid4().hex
-        edge_bounds, written = {key: [0] for key in src.relations}, []
+        edge_bounds, written, records = {key: [0] for key in src.relations}, [], []
         for m in range(parts):
             bar.set_postfix_str(f"writing part {m}")
-            stats = _write_part(src, tmp, m, parts, pid, layout, {k: b[-1] for k, b in edge_bounds.items()})
+            stats, part = _write_part(src, tmp, m, parts, pid, layout, {k: b[-1] for k, b in edge_bounds.items()})
             for key, count in stats.pop("relations").items():
                 edge_bounds[key].append(edge_bounds[key][-1] + count)
             written.append(stats)
+            records.append(part)
             bar.update(1)
         for scratch in tmp.glob("*.npy"):
             scratch.unlink()
-    return _description(root, manifest, src, pid, parts, method, seed, layout, edge_bounds, written)
+    return _description(root, manifest, src, pid, parts, method, seed, layout, edge_bounds, written), records
 
 
 def _train_mark(src: Source) -> np.ndarray:
@@ -539,9 +556,12 @@ def _relabel(
     return bounds, order, new_of
 
 
-def _write_part(src: Source, tmp: Path, m: int, parts: int, pid: str, layout: Layout, edge_starts: dict) -> dict:
+def _write_part(
+    src: Source, tmp: Path, m: int, parts: int, pid: str, layout: Layout, edge_starts: dict
+) -> tuple[dict, dict]:
     """``part-m/``: each node set's rows, labels, ids and split members, and each relation's
-    in-edges of the part's nodes; returns its counts (``relations``: edges per relation)."""
+    in-edges of the part's nodes; returns its counts (``relations``: edges per relation) and
+    its ``part.json`` (written by :func:`_record_parts`)."""
     folder = part_folder(tmp, m)
     folder.mkdir()
     arrays: dict[str, dict] = {}
@@ -553,8 +573,8 @@ def _write_part(src: Source, tmp: Path, m: int, parts: int, pid: str, layout: La
         src_lo, src_hi = layout.bounds[rel.src.name][m], layout.bounds[rel.src.name][m + 1]
         edges[key], cut = _write_relation(rel, folder, owned, layout.new_of[rel.src.name], src_lo, src_hi, arrays)
         remote += cut
-    for spec in arrays.values():
-        spec.update(stat_input(folder / spec["file"]))
+    for spec in arrays.values():  # its size, time and digest (read back at once: see parts.file_digest)
+        spec.update(written_file(folder / spec["file"]))
     part = {"format": FORMAT, "id": pid, "part": m, "parts": parts}
     sfx = src.labelled.suffix if src.labelled is not None else None
     if src.hetero:
@@ -566,7 +586,6 @@ def _write_part(src: Source, tmp: Path, m: int, parts: int, pid: str, layout: La
         part.update(start=layout.bounds[""][m], stop=layout.bounds[""][m + 1])
         part.update(edge_start=edge_starts[""], edge_stop=edge_starts[""] + edges[""])
     part["arrays"] = arrays
-    replace(folder / PART_FILE, json.dumps(part, indent=1) + "\n")
     nodes = {t: layout.bounds[t][m + 1] - layout.bounds[t][m] for t in src.types}
     stats = {
         "nodes": sum(nodes.values()),
@@ -576,7 +595,7 @@ def _write_part(src: Source, tmp: Path, m: int, parts: int, pid: str, layout: La
         "bytes": sum(int(spec["size"]) for spec in arrays.values()),
         "relations": edges,
     }
-    return {**stats, "types": nodes} if src.hetero else stats
+    return ({**stats, "types": nodes} if src.hetero else stats), part
 
 
 def _write_nodes(t: NodeSet, folder: Path, layout: Layout, m: int, arrays: dict) -> None:

@@ -10,12 +10,50 @@ hops of other machines' nodes on their owners and fetches their rows from there.
 
 The machine opens ``DIR/partitions/K/partition.json`` (a few hundred bytes) and
 ``DIR/partitions/K/part-M/``, nothing else: its copy of the dataset may hold only those.
+
+What is checked when a part opens (:func:`open_partition`, on every machine), and why it is
+enough. A part is a copy made for one machine, so it is untrusted as a prepared folder is:
+
+* ``part.json`` names its partitioning (``id``), its place in it (``part``), the digest of the
+  ``partition.json`` it was cut with and the stamp of the prepared folder it was cut from; a
+  part of another partitioning, another machine's part, and an edited or swapped
+  ``partition.json`` (its boundaries, counts or seed) are refused by those;
+* every file of the part is refused if its size is not what ``partition`` recorded, and its
+  dtype and shape by its ``.npy`` header. Its modification time is the fast path: where it is
+  the recorded one, nothing is read (a stat a file). A part is *meant* to be copied, and a copy
+  that does not keep times (``scp -r``, ``cp -r``, ``scp -p``'s whole seconds, a tar without
+  them, a file system of coarser times) gives every file a new one: such a file is read and
+  accepted when its content digest is the one ``partition`` recorded as it wrote it
+  (:func:`file_digest`), refused naming it when not. That read is the whole part, by the
+  machine's first rank (its other ranks reopen the part by its sizes), at every open of such a
+  copy (nothing is written into the user's part to remember it): said once per process on
+  stderr, with the copy that keeps times (``rsync -a``). ``partition`` reads each file back once
+  to digest it, right after writing it;
+* the part's own ranges in ``part.json`` must be ``partition.json``'s boundaries for it, and
+  every array as long as those ranges say;
+* the values a part is indexed by are read once, node-sized: each CSC's offsets run from 0 to
+  its edge count without going backwards, the original ids rise and stay inside the graph, the
+  split members rise inside the part's range. The edges (``indices``, the large files) are not
+  read at open: the core sampler's kernels check every source id as they read it, naming the
+  file. A file edited in place with its time put back is caught there or by these bounds;
+* where the machine also holds the prepared folder (``prepared/manifest.json``), the folder
+  must be the one the parts were cut from, unchanged since: labels changed and the folder
+  prepared again leave parts that no longer describe it.
+
+What one machine cannot see (another machine's copy of another partitioning, each whole on
+its own) the job compares once its parts are open: every machine's partitioning's ``id`` and
+digest (:func:`identity`, gathered by :func:`~gnnbridge.core.runtime.sharing.machine_shared`).
+A refusal is one line naming the machine and the file; a machine that refuses while loading
+ends the job on every machine (the watchdog posts its failure).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
+import sys
+import time
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -24,6 +62,7 @@ from pathlib import Path
 import torch
 
 from gnnbridge.core.errors import ConfigError, DataError
+from gnnbridge.core.host import format_bytes
 from gnnbridge.core.records.data import GraphData
 from gnnbridge.core.records.hetero import (
     REVERSE_PREFIX,
@@ -33,11 +72,27 @@ from gnnbridge.core.records.hetero import (
     edge_name,
 )
 from gnnbridge.core.records.labels import current_form, label_form
-from gnnbridge.core.storage.folder import SPLITS, advise_uncacheable, folder_labels, mapped, stat_input
+from gnnbridge.core.storage.folder import (
+    CHECK_STEP,
+    MANIFEST,
+    SPLITS,
+    TopologyError,
+    Written,
+    advise_uncacheable,
+    changed_input,
+    check_offsets,
+    folder_labels,
+    mapped,
+    read_manifest,
+    stat_input,
+)
 
+FORMAT = 2  # of partition.json and part.json (2: parts record partition.json's digest, their source, file digests)
 PARTITIONS = "partitions"
 PARTITION_FILE = "partition.json"
 PART_FILE = "part.json"
+DIGEST = "sha256"  # the key of a part file's content digest in part.json (and the hashlib algorithm)
+DIGEST_STEP = 1 << 20  # bytes a digest reads at a time
 
 
 # (this machine's node rank, the job's machines): set around a job's dataset load (on_machine)
@@ -89,6 +144,18 @@ def part_folder(partition: Path, part: int) -> Path:
     return partition / f"part-{part}"
 
 
+@dataclass(frozen=True)
+class Cut:
+    """The cut a machine's part belongs to, as its opener checked it: the cut's ``id``, the
+    ``digest`` of its description (``partition.json``; with ``link.json`` for a link task's part)
+    and that description's ``file`` on this machine. Every machine of a job must hold the same
+    ``id`` and ``digest`` (:func:`disagreement`)."""
+
+    id: str
+    digest: str
+    file: str
+
+
 @dataclass
 class Partition:
     """Who owns which node: machine ``m`` owns global ids ``[bounds[m], bounds[m + 1])`` and
@@ -106,6 +173,8 @@ class Partition:
     split_counts: dict[str, list[int]]
     node_ids: torch.Tensor
     _edges: torch.Tensor | None = None  # the boundaries between machines, as owners reads them
+    cut: Cut | None = None  # what this machine's part was checked against (every machine's must agree)
+    reopened: bool = False  # opened by a rank after its machine's first rank read and checked the part
 
     @property
     def start(self) -> int:
@@ -163,6 +232,8 @@ class TypedPartition:
     relations: dict[EdgeType, Partition]
     target: str
     counts: dict[str, list[int]] | None = None  # a link task's edges per split and machine
+    cut: Cut | None = None  # what this machine's part was checked against (every machine's must agree)
+    reopened: bool = False  # opened by a rank after its machine's first rank read and checked the part
 
     @property
     def split_counts(self) -> dict[str, list[int]]:
@@ -260,25 +331,82 @@ def _read_json(file: Path, error: type[DataError], missing: str, again: str) -> 
         raise error(f"{file} cannot be read ({str(exc)[:100]}); {again}.") from None
 
 
-def open_partition(root: str | Path, parts: int, machine: int, form: str | None = None) -> GraphData | HeteroSource:
-    """Machine ``machine``'s part of ``root`` partitioned into ``parts``, its arrays mapped."""
+def open_partition(
+    root: str | Path, parts: int, machine: int, form: str | None = None, values: bool = True
+) -> GraphData | HeteroSource:
+    """Machine ``machine``'s part of ``root`` partitioned into ``parts``, its arrays mapped and
+    checked (see the module). ``values``: read the node-sized arrays' bounds, and the content of
+    files whose times are not the recorded ones, too; a rank reopening a part its machine's first
+    rank has just checked skips those reads (the stat checks stay)."""
     with label_form(form or current_form()):
-        return _open(Path(root), parts, machine)
+        return _open(Path(root), parts, machine, values)
 
 
-def _open(root: Path, parts: int, machine: int) -> GraphData | HeteroSource:
+def _open(root: Path, parts: int, machine: int, values: bool = True) -> GraphData | HeteroSource:
     description = read_partition(root, parts)
-    folder = part_folder(partition_folder_of(root, parts), machine)
-    part = _read_part(folder, description, machine)
-    arrays = {key: mapped(folder, spec) for key, spec in part["arrays"].items()}
+    out = partition_folder_of(root, parts)
+    if description.get("format") != FORMAT:
+        raise PartError(
+            f"machine {machine}: {out / PARTITION_FILE} was written by another version of gnnbridge (format "
+            f"{description.get('format')}, not {FORMAT}), whose parts cannot be checked; run gnnbridge partition "
+            f"{root} --parts {parts} again where the folder was partitioned, and give each machine its new part."
+        )
+    _check_source(root, parts, description, machine)
+    folder = part_folder(out, machine)
+    part = _read_part(folder, description, machine, out / PARTITION_FILE, values)
+    written = part_written(folder, machine)
+    arrays = {key: mapped(folder, spec, written) for key, spec in part["arrays"].items()}
+    _check_layout(folder, part, description, arrays, machine, values)
     advise_uncacheable(arrays.values(), sum(a.nbytes for a in arrays.values()))
     if description.get("kind") == "hetero":
         record = _hetero_part(root, description, part, arrays, machine)
     else:
         record = _node_part(root, description, part, arrays, machine)
+    record.partition.cut = Cut(description["id"], part["description"], str(out / PARTITION_FILE))
+    record.partition.reopened = not values
     record.folder = root
-    record.mapped_from = (open_partition, (str(root), parts, machine, current_form()))
+    record.mapped_from = (open_partition, (str(root), parts, machine, current_form(), False))
     return record
+
+
+def description_digest(description: dict) -> str:
+    """What a part records of the ``partition.json`` (or ``link.json``) it was cut with: the
+    digest of its content in a canonical form, so an edited or swapped copy is refused however
+    it was copied (its time need not be kept)."""
+    return hashlib.sha256(json.dumps(description, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def source_stamp(root: Path, kind: str) -> dict:
+    """What identifies the prepared folder a partitioning was cut from: its manifest's size and
+    time (``prepare`` rewrites it last), and its kind."""
+    return stat_input(root / MANIFEST) | {"kind": kind}
+
+
+def part_written(folder: Path, machine: int) -> Written:
+    """Who wrote a part's files and what gives the machine them again (the lines refusing them)."""
+    name = folder.name if folder.parent.name.isdigit() else f"{folder.parent.name}/{folder.name}"  # a link cut's
+    return Written(
+        "gnnbridge partition",
+        f"copy {name} to machine {machine} again from where the folder was partitioned (rsync -a keeps its times)",
+    )
+
+
+def _check_source(root: Path, parts: int, description: dict, machine: int) -> None:
+    """Where this machine also holds the prepared folder, the partitioning must have been cut from
+    it as it is now: prepared again since (its manifest's stamp moved), or its inputs changed since
+    prepare, the parts describe another graph. A machine holding only its part has nothing to
+    compare (the machines holding the folder do)."""
+    if not (root / MANIFEST).is_file():
+        return
+    again = f"gnnbridge partition {root} --parts {parts} again, and give each machine its new part"
+    if source_stamp(root, description.get("kind")) != description.get("source"):
+        raise PartError(
+            f"machine {machine}: {partition_folder_of(root, parts)} was cut from an earlier prepare of {root} "
+            f"({root / MANIFEST} changed since); run {again}."
+        )
+    changed = changed_input(root, read_manifest(root))
+    if changed:
+        raise PartError(f"machine {machine}: {changed}, then {again}.")
 
 
 def _split_counts(description: dict) -> dict[str, list[int]]:
@@ -352,33 +480,210 @@ def _hetero_part(root: Path, description: dict, part: dict, arrays: dict, machin
     return source
 
 
-def _read_part(folder: Path, description: dict, machine: int) -> dict:
-    """``part.json`` of ``folder``, refused in one line unless it is part ``machine`` of this
-    partitioning and its files are as written."""
-    missing = (
-        f"{folder} is missing: machine {machine} opens part-{machine} of the partitioning (copy "
-        f"{folder.parent.name}/{folder.name} to this machine)."
-    )
-    part = _read_json(folder / PART_FILE, PartError, missing, "copy the part again")
+def _read_part(folder: Path, description: dict, machine: int, described: Path, content: bool = True) -> dict:
+    """``part.json`` of ``folder``, refused in one line unless it is part ``machine`` of the cut
+    that ``description`` (the file ``described``) describes, cut with that very description (its
+    digest), and its files are as written (:func:`_check_files`; ``content``: read those whose
+    times differ)."""
+    again = part_written(folder, machine).fix
+    missing = f"{folder} is missing: machine {machine} opens part-{machine}; {again}."
+    part = _read_json(folder / PART_FILE, PartError, missing, again)
     if part.get("id") != description["id"]:
         raise PartError(
-            f"{folder} is a part of another partitioning (id {str(part.get('id'))[:8]}, not "
-            f"{description['id'][:8]} as {PARTITION_FILE} says); copy this partitioning's part-{machine} again."
+            f"machine {machine}: {folder} is a part of another partitioning (id {str(part.get('id'))[:8]}, not "
+            f"{description['id'][:8]} as {described} says); give the machine {described.name} and its "
+            f"part-{machine} of one partitioning: {again}."
         )
     if part.get("part") != machine:
         raise PartError(
-            f"{folder} holds part {part.get('part')}, but this machine (node rank {machine}) trains part {machine}; "
-            f"give each machine its own part (node rank M opens part-M)."
+            f"machine {machine}: {folder} holds part {part.get('part')}, but this machine (node rank {machine}) "
+            f"trains part {machine}; give each machine its own part (node rank M opens part-M): {again}."
         )
-    for spec in part["arrays"].values():
+    if part.get("description") != description_digest(description):
+        raise PartError(
+            f"machine {machine}: {described} is not the one {folder.name} was cut with (it was edited, or copied "
+            f"from another cut); copy {described.name} and {folder.name} to machine {machine} again from where "
+            "the folder was partitioned."
+        )
+    _check_files(folder, part["arrays"].values(), machine, content)
+    return part
+
+
+def file_digest(file: Path) -> str:
+    """The sha256 of ``file``'s bytes, read a MiB at a time (memory: that buffer, whatever the
+    file's size). What ``partition`` records of each part file as it writes it (:func:`written_file`)
+    and what a copy of a part with other modification times is checked by at open.
+
+    Its cost is the file's size over the slower of the disk and the hash: hashlib's sha256
+    (OpenSSL, SHA-NI where the CPU has it) ran at 530-650 MB/s on one core of the two-core
+    development machine, shared with other work (sha1 was no faster, blake2b half as fast). A
+    100 GB part is read in about 3 minutes there: once by ``partition`` right after writing it
+    (mostly from the page cache), and at every open of a copy that did not keep its times."""
+    digest, buffer = hashlib.new(DIGEST), bytearray(DIGEST_STEP)
+    view = memoryview(buffer)
+    with open(file, "rb", buffering=0) as f:
+        while n := f.readinto(buffer):
+            digest.update(view[:n])
+    return digest.hexdigest()
+
+
+def written_file(file: Path) -> dict:
+    """What a part records of each of its files as ``partition`` writes it: its size and
+    modification time (the stat an open checks first) and its content digest (what a copy with
+    other times is checked by)."""
+    return stat_input(file) | {DIGEST: file_digest(file)}
+
+
+def _check_files(folder: Path, specs, machine: int, content: bool) -> None:
+    """Each file of a part (``specs``: part.json's arrays) as ``partition`` wrote it, or one line
+    naming the machine, the file and the fix: a file gone or of another size is refused at once;
+    one whose modification time is the recorded one is taken as written (nothing read); one whose
+    time differs (a copy that did not keep times) is read and taken when its digest is the
+    recorded one (``content``: False on a rank reopening a part its machine's first rank has just
+    read, which takes it by its size). Nothing is written into the part."""
+    again, moved = part_written(folder, machine).fix, []
+    for spec in specs:
         file = folder / spec["file"]
         try:
             now = stat_input(file)
         except OSError:
-            raise PartError(f"{file} is missing; copy part-{machine} again.") from None
-        if now["size"] != spec["size"]:
+            raise PartError(f"machine {machine}: {file} is missing; {again}.") from None
+        if now["size"] != spec.get("size"):
             raise PartError(
-                f"{file} has {now['size']} bytes but its part says {spec['size']}: this copy differs from the "
-                "one written; copy it again."
+                f"machine {machine}: {file} holds {now['size']} bytes where gnnbridge partition wrote "
+                f"{spec.get('size')} (a copy cut short, or another file); {again}."
             )
-    return part
+        if now["mtime_ns"] != spec.get("mtime_ns"):
+            moved.append((file, spec))
+    if not content or not moved:
+        return
+    began = time.perf_counter()
+    for file, spec in moved:
+        try:
+            same = file_digest(file) == spec.get(DIGEST)
+        except OSError as exc:
+            raise PartError(f"machine {machine}: {file} cannot be read ({exc.strerror}); {again}.") from None
+        if not same:
+            raise PartError(
+                f"machine {machine}: {file} changed since gnnbridge partition wrote it (its content is not the "
+                f"one it recorded); {again}."
+            )
+    _note_read(folder, machine, [int(spec["size"]) for _, spec in moved], time.perf_counter() - began)
+
+
+_NOTED: set[str] = set()  # the parts whose read of a copy without times this process has said
+
+
+def _note_read(folder: Path, machine: int, sizes: list[int], seconds: float) -> None:
+    """Say once per process and part that its files were read because the copy lost their times,
+    that every open of the copy repeats it, and which copy keeps times."""
+    if str(folder) in _NOTED:
+        return
+    _NOTED.add(str(folder))
+    print(
+        f"Note: machine {machine}: {len(sizes)} files of {folder} do not have the modification times gnnbridge "
+        f"partition gave them (copied without them), so their content was read and checked ({format_bytes(sum(sizes))} "
+        f"in {seconds:.1f} s); every open of this copy reads them again: copy the part with rsync -a (it keeps times) "
+        "to skip this.",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def _check_layout(folder: Path, part: dict, description: dict, arrays: dict, machine: int, values: bool) -> None:
+    """The part's ranges in ``part.json`` are ``partition.json``'s boundaries for it, every array is
+    as long as they say, and (``values``) the node-sized arrays hold what a part holds: offsets
+    from 0 to the edge count, original ids rising inside the graph, split members rising inside
+    the part's range (see the module: the edges are checked where they are read)."""
+    where, again = f"machine {machine}: {folder / PART_FILE}", part_written(folder, machine).fix
+    typed = description.get("kind") == "hetero"
+    bounds = description["boundaries"] if typed else {"": description["boundaries"]}
+    edge_bounds = description["edge_boundaries"] if typed else {"": description["edge_boundaries"]}
+    for what, given, first in (("nodes", bounds, "start"), ("edges", edge_bounds, "edge_start")):
+        last = first.replace("start", "stop")
+        for name, b in given.items():
+            says = [_own(part, first, name, typed), _own(part, last, name, typed)]
+            if says != [int(b[machine]), int(b[machine + 1])]:
+                raise PartError(
+                    f"{where} says its {what}{f' of {name}' if name else ''} are [{says[0]}, {says[1]}) but "
+                    f"{PARTITION_FILE} gives them [{b[machine]}, {b[machine + 1]}); {again}."
+                )
+    for t, b in bounds.items():
+        sfx = f"__{t}" if t else ""
+        lo, hi = int(b[machine]), int(b[machine + 1])
+        _rows(arrays, [f"node_ids{sfx}", f"x{sfx}", f"y{sfx}"], hi - lo, where)
+        if values:
+            _rising(arrays[f"node_ids{sfx}"], 0, int(b[-1]), "original id")
+        for key, count in _split_counts(description).items() if f"y{sfx}" in arrays else ():
+            members = arrays[f"{key}_idx{sfx}"]
+            _rows(arrays, [f"{key}_idx{sfx}"], count[machine], where)
+            if values:
+                _rising(members, lo, hi, f"{key} member")
+    for key, b in edge_bounds.items():
+        sfx = f"__{key}" if key else ""
+        dst = key.split("__")[2] if key else ""
+        edges = int(b[machine + 1]) - int(b[machine])
+        _rows(arrays, [f"indptr{sfx}"], int(bounds[dst][machine + 1]) - int(bounds[dst][machine]) + 1, where)
+        _rows(arrays, [f"indices{sfx}", f"edge_attr{sfx}"], edges, where)
+        if values:
+            check_offsets(arrays[f"indptr{sfx}"], edges)
+
+
+def _own(part: dict, key: str, name: str, typed: bool) -> int | None:
+    """``part.json``'s own ``key`` (``start``, ``stop``, ``edge_start``, ``edge_stop``) of node type
+    or relation ``name`` (per name in a heterogeneous part's ``starts`` ...)."""
+    return (part.get(f"{key}s") or {}).get(name) if typed else part.get(key)
+
+
+def _rows(arrays: dict, keys: list[str], count: int, where: str) -> None:
+    """Each of ``keys`` the part holds has ``count`` rows, refused in one line naming it."""
+    for key in keys:
+        if key in arrays and int(arrays[key].shape[0]) != count:
+            raise PartError(f"{where} lists {key} of {int(arrays[key].shape[0])} rows where its range holds {count}.")
+
+
+def _rising(ids: torch.Tensor, low: int, high: int, what: str) -> None:
+    """``ids`` strictly rising inside ``[low, high)``, a block at a time (one pass), or the one
+    line naming their file (:class:`~.folder.TopologyError`)."""
+    for start in range(0, ids.shape[0], CHECK_STEP):
+        block = ids[start : start + CHECK_STEP + 1]
+        first, last = int(block.min()), int(block.max())
+        if first < low or last >= high:
+            bad = first if first < low else last
+            at = start + int((block == bad).nonzero()[0])
+            raise TopologyError(f"{what} {bad} at row {at} lies outside [{low}, {high})", ids)
+        if block.numel() > 1 and bool((block.diff() <= 0).any()):
+            at = start + int((block.diff() <= 0).nonzero()[0]) + 1
+            raise TopologyError(f"the {what}s stop rising at row {at} (a part keeps them in order)", ids)
+
+
+def identity(record) -> Cut | None:
+    """What every machine of a job must share of its record: for a machine's part, the cut it
+    belongs to (:class:`Cut`); None for a record that is not a part."""
+    part = getattr(record, "partition", None)
+    return None if part is None else part.cut
+
+
+def disagreement(everyone: list[tuple[int, Cut | None]]) -> str | None:
+    """The line refusing a job whose machines (``(node rank, identity)`` of every rank) do not all
+    hold parts of one partitioning, naming the first machine that differs from machine 0 and
+    its file; None when they agree. Each machine checked its own part against its own
+    ``partition.json``: two machines given two partitionings of one folder (each whole) would
+    otherwise train on nodes held twice and nodes held nowhere."""
+    first = everyone[0][1]
+    for machine, mine in everyone:
+        if mine is None and first is None:
+            continue
+        if mine is None or first is None:
+            whole, part = (everyone[0][0], machine) if first is None else (machine, everyone[0][0])
+            return (
+                f"machine {part} opened its part of a partitioned folder but machine {whole} opened its dataset "
+                "whole; give every machine the same dataset.partitions."
+            )
+        if (mine.id, mine.digest) != (first.id, first.digest):
+            return (
+                f"machine {machine}: {mine.file} is of another cut (id {mine.id[:8]}) than machine "
+                f"{everyone[0][0]}'s {first.file} (id {first.id[:8]}); give every machine {Path(first.file).name} and "
+                "its own part-M of one cut, copied from where the folder was partitioned."
+            )
+    return None
