@@ -327,6 +327,100 @@ def test_a_librarys_own_dataset_class_by_name_on_the_command_line(tmp_path):
     assert "missing a required argument: 'name'" in missing.stderr and len(missing.stderr.strip().splitlines()) == 1
 
 
+def empty_cases() -> list[tuple]:
+    """Graphs whose arrays are empty, each as a user builds it, the arrays its .npz holds, the
+    backend and the settings it trains with."""
+    rng = np.random.default_rng(4)
+    n, y = 24, np.tile(np.arange(2), 12)
+    x = (rng.normal(size=(n, 3)) + y[:, None]).astype(np.float32)
+    none = torch.empty(2, 0, dtype=torch.long)
+    data = Data(x=torch.from_numpy(x), edge_index=none, y=torch.from_numpy(y))
+    g = dgl.graph((torch.tensor([], dtype=torch.long), torch.tensor([], dtype=torch.long)), num_nodes=n)
+    g.ndata["feat"], g.ndata["label"] = torch.from_numpy(x), torch.from_numpy(y)
+    homogeneous = {"x": x, "edge_index": np.zeros((2, 0), np.int64), "y": y}
+    cites = rng.integers(0, n, (2, 60))
+    hetero = HeteroData()
+    hetero["paper"].x, hetero["paper"].y = torch.from_numpy(x), torch.from_numpy(y)
+    hetero["author"].num_nodes = 5
+    hetero["paper", "cites", "paper"].edge_index = torch.from_numpy(cites)
+    hetero["author", "writes", "paper"].edge_index = none  # a relation with no edges yet
+    typed = {
+        "x__paper": x, "y__paper": y, "num_nodes__author": np.array([5]),
+        "edge_index__paper__cites__paper": cites, "edge_index__author__writes__paper": np.zeros((2, 0), np.int64),
+    }  # fmt: skip
+    graphs = [Data(x=torch.from_numpy(x[i : i + 3]), edge_index=none, y=torch.tensor([i % 2])) for i in range(0, 24, 3)]
+    collection = {
+        "x": x, "edge_index": np.zeros((2, 0), np.int64), "y": np.arange(8) % 2, "node_ptr": np.arange(0, 25, 3),
+    }  # fmt: skip
+    return [
+        ("data", data, homogeneous, "pyg", []),
+        ("dglgraph", g, homogeneous, "dgl", []),
+        ("hetero", hetero, typed, "pyg", []),
+        ("graphs", graphs, collection, "pyg", ["task=graph", "model.arch=gin", "train.batch_size=4"]),
+    ]
+
+
+def test_graphs_with_empty_arrays_train_and_predict_as_their_npz_does(tmp_path):
+    """No edges, a relation with no edges, graphs without edges: what the .npz of the same arrays
+    trains to, the object trains to, and predict on the object scores it as on the file."""
+    for name, obj, arrays_of, backend, settings in empty_cases():
+        np.savez(tmp_path / f"{name}.npz", **arrays_of)
+        from_file = run(tmp_path, tmp_path / f"{name}.npz", backend, f"{name}-file", *settings)
+        from_obj = run(tmp_path, obj, backend, name, *settings)
+        assert from_obj["metrics"] == from_file["metrics"], name
+        on_obj = gnnbridge.predict(tmp_path / name, dataset=obj)
+        assert same(on_obj, gnnbridge.predict(tmp_path / f"{name}-file", dataset=tmp_path / f"{name}.npz")), name
+
+
+def test_features_with_no_columns_are_refused_in_the_words_of_the_npz(tmp_path):
+    a = arrays()
+    np.savez(tmp_path / "none.npz", **{**a, "x": np.zeros((N, 0), np.float32)})
+    with pytest.raises(GnnBridgeError) as from_file:
+        run(tmp_path, tmp_path / "none.npz", "pyg", "file")
+    data = pyg_data(a)
+    data.x = torch.empty(N, 0)
+    assert refusal(data) == f"dataset (a Data): {str(from_file.value).split(': ', 1)[1]}"
+    assert "x has 0 feature columns; give every node at least one feature" in refusal(data)
+    run(tmp_path, pyg_data(a), "pyg", "trained")
+    with pytest.raises(GnnBridgeError, match="x has 0 feature columns"):
+        gnnbridge.predict(tmp_path / "trained", dataset=data)
+    assert not (tmp_path / "file").exists()
+
+
+def test_a_users_tensors_are_named_with_their_field_and_the_fix(data_root):
+    """What is wrong with a user's own tensor is said of their object and its field, not as
+    numpy's or torch's error inside a graph reader; a numpy array is read as its tensor."""
+    a = arrays()
+    on_meta = pyg_data(a)
+    on_meta.x = torch.empty(N, F, device="meta")
+    assert refusal(on_meta) == (
+        "dataset (a torch_geometric Data): x is on the meta device (a shape without values); give a tensor that "
+        "holds its values (built on the CPU or a GPU, not under torch.device('meta'))."
+    )
+    more_nodes = pyg_data(a)
+    more_nodes.num_nodes = N + 10
+    assert refusal(more_nodes) == (
+        f"dataset (a torch_geometric Data) has num_nodes={N + 10} but x has {N} rows; give x one row per node "
+        f"(or set num_nodes = {N})."
+    )
+    graphs = [
+        Data(x=torch.ones(3, 4 + (i > 0)), edge_index=torch.tensor([[0], [1]]), y=torch.tensor([i % 2]))
+        for i in range(3)
+    ]
+    assert refusal(graphs) == (
+        "dataset (a list of 3 graphs)[1] has x of 5 feature columns but graph 0 has 4; give every graph features "
+        "of one width."
+    )
+    pairs = [(dgl.graph(([0], [1]), num_nodes=3), torch.tensor(i % 2)) for i in range(3)]
+    for i, (g, _) in enumerate(pairs):
+        g.ndata["feat"] = torch.ones(3, 2 + (i == 2))
+    assert "Pairs of 3 graphs)[2] has x of 3 feature columns but graph 0 has 2" in refusal(helpers.dgl_pairs(pairs))
+    assert not (data_root / "in-memory").exists() or not list((data_root / "in-memory").iterdir())
+    as_numpy = pyg_data(a)
+    as_numpy.x, as_numpy.edge_index = a["x"], a["edge_index"]
+    assert as_dataset(as_numpy) == as_dataset(pyg_data(a))
+
+
 # --------------------------------------------------------------------------- the user's own model
 
 

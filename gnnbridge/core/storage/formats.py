@@ -6,6 +6,8 @@ files; both check arrays against these tables and say what is wrong in the same 
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import torch
 
@@ -59,6 +61,17 @@ HETERO_EDGE_KEYS = {
     "edge_attr": (np.float32, 2),
 }
 HETERO_MARKERS = (*HETERO_NODE_KEYS, *HETERO_EDGE_KEYS)
+
+
+def digest(arrays: dict[str, np.ndarray]) -> str:
+    """A name for a dataset's content: every array's name, dtype, shape and bytes, in key order
+    (an empty array, ``edge_index`` of a graph without edges, is its header alone)."""
+    h = hashlib.blake2b(digest_size=10)
+    for key in sorted(arrays):
+        value = np.ascontiguousarray(arrays[key])
+        h.update(f"{key}:{value.dtype.str}:{value.shape};".encode())
+        h.update(value)
+    return h.hexdigest()
 
 
 def check_header(path, key: str, found: np.dtype, shape: tuple, dtype, ndim: int) -> None:
