@@ -372,19 +372,30 @@ def test_graphs_with_empty_arrays_train_and_predict_as_their_npz_does(tmp_path):
         assert same(on_obj, gnnbridge.predict(tmp_path / f"{name}-file", dataset=tmp_path / f"{name}.npz")), name
 
 
-def test_features_with_no_columns_are_refused_in_the_words_of_the_npz(tmp_path):
+def test_what_empty_arrays_cannot_train_is_refused_in_the_words_of_the_npz(tmp_path):
+    """x with no columns, a link task on a graph without edges: one line, the .npz's, said of the
+    object (not of the file it was kept in); predict on such a graph is refused alike."""
     a = arrays()
-    np.savez(tmp_path / "none.npz", **{**a, "x": np.zeros((N, 0), np.float32)})
-    with pytest.raises(GnnBridgeError) as from_file:
-        run(tmp_path, tmp_path / "none.npz", "pyg", "file")
-    data = pyg_data(a)
-    data.x = torch.empty(N, 0)
-    assert refusal(data) == f"dataset (a Data): {str(from_file.value).split(': ', 1)[1]}"
-    assert "x has 0 feature columns; give every node at least one feature" in refusal(data)
+    no_columns = pyg_data(a)
+    no_columns.x = torch.empty(N, 0)
+    no_edges = Data(x=torch.from_numpy(a["x"]), edge_index=torch.empty(2, 0, dtype=torch.long), y=no_columns.y)
+    cases = (
+        ("columns", no_columns, {**a, "x": np.zeros((N, 0), np.float32)}, []),
+        ("edges", no_edges, {**a, "edge_index": np.zeros((2, 0), np.int64)}, ["task=link"]),
+    )
+    for name, obj, arrays_of, settings in cases:
+        np.savez(tmp_path / f"{name}.npz", **arrays_of)
+        with pytest.raises(GnnBridgeError) as from_file:
+            run(tmp_path, tmp_path / f"{name}.npz", "pyg", f"{name}-file", *settings)
+        with pytest.raises(GnnBridgeError) as from_obj:
+            run(tmp_path, obj, "pyg", name, *settings)
+        assert str(from_obj.value) == f"dataset (a Data): {str(from_file.value).split(': ', 1)[1]}", name
+        assert not (tmp_path / name).exists() and not (tmp_path / f"{name}-file").exists()
+    assert "x has 0 feature columns; give every node at least one feature" in refusal(no_columns)
+    assert "has 0 distinct edges; link prediction needs at least 3" in str(from_obj.value)
     run(tmp_path, pyg_data(a), "pyg", "trained")
     with pytest.raises(GnnBridgeError, match="x has 0 feature columns"):
-        gnnbridge.predict(tmp_path / "trained", dataset=data)
-    assert not (tmp_path / "file").exists()
+        gnnbridge.predict(tmp_path / "trained", dataset=no_columns)
 
 
 def test_a_users_tensors_are_named_with_their_field_and_the_fix(data_root):

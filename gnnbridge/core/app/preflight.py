@@ -557,7 +557,7 @@ def _for_task(config: ExperimentConfig, data):
             return for_node_task(data, reverse, config.train.seed)
         return for_edge_task(data, reverse, config.train.seed)
     except DataError as exc:  # name the file (or dataset) the bad array came from
-        raise DataError(f"{config.dataset.path or config.dataset.name}: {exc}") from None
+        raise DataError(f"{_source(config)}: {exc}") from None
 
 
 def _link_record(config: ExperimentConfig, data) -> HeteroGraphData:
@@ -571,7 +571,7 @@ def _link_record(config: ExperimentConfig, data) -> HeteroGraphData:
     try:
         record = link_record(data, LinkSettings.of(config), functools.partial(check_source_fits, config))
     except DataError as exc:  # name the file (or dataset) the bad array came from
-        raise DataError(f"{config.dataset.path or config.dataset.name}: {exc}") from None
+        raise DataError(f"{_source(config)}: {exc}") from None
     return _check_negatives(config, record)
 
 
@@ -625,8 +625,9 @@ def check_source_fits(config: ExperimentConfig, source: HeteroSource, reverse: b
     need, free = sum(b for b, _ in parts.values()), available_memory()
     if need > free:
         what, (_, fix) = max(parts.items(), key=lambda kv: kv[1][0])
+        label = made_from(config.dataset.path) or f"Dataset '{config.dataset.path or source.name}'"
         raise ResourceError(
-            f"Dataset '{config.dataset.path or source.name}': {what} makes its records need about "
+            f"{label}: {what} makes its records need about "
             f"{format_bytes(need)} of memory but {format_bytes(free)} is free; {fix}."
         )
 
@@ -692,6 +693,12 @@ def _check_hetero(config: ExperimentConfig, data: HeteroGraphData) -> None:
     )
     check_hetero_kind(config.sampler.kind, backend)
     typed_fanouts(data, config.sampler.fanouts, config.sampler.edge_fanouts)  # names every edge type it gives
+
+
+def _source(config: ExperimentConfig) -> str:
+    """Where a dataset's bad array came from: the object the user handed over (not the file it
+    was kept in), the file, or the dataset's name."""
+    return made_from(config.dataset.path) or config.dataset.path or config.dataset.name
 
 
 def _node_count(data) -> int:
