@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from gnnbridge.core.errors import DataError
-from gnnbridge.core.records.labels import check_form, current_form
+from gnnbridge.core.records.labels import check_form, current_form, splits_wanted
 
 SPLITS = ("train", "val", "test")
 
@@ -78,13 +78,16 @@ def graph_labels(y, where: str) -> np.ndarray:
 
 def all_or_no_splits(found: dict[str, np.ndarray], where: str, prefix: str = "") -> dict[str, np.ndarray]:
     """``found`` (``train_idx`` ... read from masks; an edge task's ``edge_train_idx`` ... with
-    ``prefix`` ``edge_``) when it holds all three splits or none."""
+    ``prefix`` ``edge_``) when it holds all three splits or none; none read with
+    ``dataset.splits: drawn`` (a library's class whose masks cannot be completed)."""
+    if not splits_wanted():
+        return {}
     if 0 < len(found) < len(SPLITS):
         given = ", ".join(f"{k.split('__')[0][:-4]}_mask" for k in found)
         masks = ", ".join(f"{prefix}{s}_mask" for s in SPLITS)
         raise DataError(
-            f"{where} has {given} but not all of {masks}; give all three, or none "
-            "(gnnbridge then draws a seeded 60/20/20 split)."
+            f"{where} has {given} but not all of {masks}; give all three, or none (gnnbridge then draws a "
+            "seeded 60/20/20 split; --set dataset.splits=drawn draws it, leaving these out)."
         )
     return found
 

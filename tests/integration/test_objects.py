@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
+import yaml
 from torch_geometric.data import Data, HeteroData
 from torch_geometric.nn import GINConv, global_add_pool
 from torch_geometric.nn import SAGEConv as PygSAGEConv
@@ -321,6 +322,8 @@ def test_a_librarys_own_dataset_class_by_name_on_the_command_line(tmp_path):
         result = json.loads((tmp_path / out / "results.json").read_text())
         assert result["dataset"]["name"] == dataset and result["dataset"]["train"] == 30  # the library's split
         assert result["dataset"]["val"] == 500 and result["dataset"]["test"] == 100
+        scored = helpers.ok(helpers.in_process("evaluate", out, "--json", cwd=tmp_path))  # a deterministic class
+        assert json.loads(scored.stdout)["metrics"] == result["best"]["metrics"]  # ... gives its pinned data again
     wrong = helpers.in_process("train", "--dataset", "pyg:Planetoidd", "--out", "x", cwd=tmp_path)
     assert wrong.returncode != 0 and "did you mean 'pyg:Planetoid'" in wrong.stderr and not (tmp_path / "x").exists()
     missing = helpers.in_process("train", "--dataset", "pyg:Planetoid", *common, "--out", "y", cwd=tmp_path)
@@ -430,6 +433,81 @@ def test_a_users_tensors_are_named_with_their_field_and_the_fix(data_root):
     as_numpy = pyg_data(a)
     as_numpy.x, as_numpy.edge_index = a["x"], a["edge_index"]
     assert as_dataset(as_numpy) == as_dataset(pyg_data(a))
+
+
+FAKE = ["--dataset", "pyg:FakeDataset", "--set", "dataset.options.avg_num_nodes=60"]
+FAKE += ["--set", "dataset.options.num_channels=4", "--set", "dataset.options.num_classes=3"]
+
+
+def test_a_library_class_that_draws_at_random_is_pinned_to_what_its_run_trained_on(tmp_path):
+    """PyG's FakeDataset draws new graphs on every build: it is built under the run's seed, so
+    evaluate scores the run's own graph, and what it gave is pinned (dataset.digest): other data
+    (other options, another seed) is refused in one line by evaluate, predict and --resume."""
+    quick = ["--set", "train.epochs=2", "--quiet"]
+    helpers.ok(helpers.in_process("train", *FAKE, *quick, "--out", "fake", cwd=tmp_path))
+    results = json.loads((tmp_path / "fake" / "results.json").read_text())
+    scored = json.loads(helpers.ok(helpers.in_process("evaluate", "fake", "--json", cwd=tmp_path)).stdout)
+    assert scored["metrics"] == results["best"]["metrics"]  # the graph it trained on, drawn again
+    digest = yaml.safe_load((tmp_path / "fake" / "config.yaml").read_text())["dataset"]["digest"]
+    assert len(digest) == 20 and int(digest, 16) >= 0
+    other = ["--set", "dataset.options.avg_num_nodes=70"]
+    for command in (("evaluate", "fake", *other), ("predict", "fake", "--out", "p.npz", *other)):
+        helpers.one_line(helpers.in_process(*command, cwd=tmp_path), "gave other data than the run was trained on")
+    assert not (tmp_path / "p.npz").exists()
+    more = ["--set", "train.epochs=3", "--quiet"]
+    refused = helpers.in_process("train", "--resume", "fake", "--set", "train.seed=5", *more, cwd=tmp_path)
+    helpers.one_line(refused, f"the run's dataset.digest {digest}): its options, train.seed=5, its files")
+    anyway = helpers.in_process("evaluate", "fake", *other, "--set", "dataset.digest=", "--json", cwd=tmp_path)
+    assert json.loads(helpers.ok(anyway).stdout)["metrics"] != scored["metrics"]
+    helpers.ok(helpers.in_process("train", "--resume", "fake", *more, cwd=tmp_path))
+
+
+def test_a_library_classs_options_are_checked_by_name_before_it_runs(tmp_path):
+    def refused(needle: str, *settings: str) -> None:
+        options = [arg for setting in settings for arg in ("--set", f"dataset.options.{setting}")]
+        helpers.one_line(helpers.in_process("train", *FAKE, *options, "--out", "x", cwd=tmp_path), needle)
+        assert not (tmp_path / "x").exists()
+
+    refused(
+        "dataset.options.avg_num_nodes='1e9' has the wrong type for dataset 'pyg:FakeDataset': expected int; its "
+        "default is 1000.",
+        "avg_num_nodes=1e9",
+    )
+    refused("dataset.options.is_undirected='maybe' has the wrong type", "is_undirected=maybe")
+    refused("Dataset 'pyg:FakeDataset' refused dataset.options avg_num_nodes=60, num_channels=4, num_classes=3, "
+            "task='edges' (AssertionError); see torch_geometric.datasets.FakeDataset", "task=edges")  # fmt: skip
+    refused(
+        "Dataset 'pyg:FakeDataset' does not fit in this machine's memory with dataset.options",
+        "avg_num_nodes=" + "9" * 15,
+    )
+
+
+def test_a_library_classs_incomplete_masks_can_be_left_for_a_drawn_split(tmp_path):
+    """PyG's KarateClub marks only train_mask: its masks cannot be completed from the command
+    line, so the refusal offers dataset.splits=drawn, which draws the seeded split instead (for
+    a graph object or a .npz alike); set for a dataset that keeps its own splits, it is refused."""
+    karate = ["--dataset", "pyg:KarateClub", "--set", "train.epochs=1", "--quiet"]
+    helpers.one_line(
+        helpers.in_process("train", *karate, "--out", "k", cwd=tmp_path),
+        "dataset 'pyg:KarateClub' (a torch_geometric Data) has train_mask but not all of train_mask, val_mask, "
+        "test_mask; give all three, or none (gnnbridge then draws a seeded 60/20/20 split; --set "
+        "dataset.splits=drawn draws it, leaving these out).",
+    )
+    helpers.ok(helpers.in_process("train", *karate, "--set", "dataset.splits=drawn", "--out", "k", cwd=tmp_path))
+    summary = json.loads((tmp_path / "k" / "results.json").read_text())["dataset"]
+    assert summary["train"] == 20 and summary["val"] + summary["test"] == 14  # all 34 nodes, split 60/20/20
+    helpers.ok(helpers.in_process("evaluate", "k", cwd=tmp_path))
+    a = arrays()
+    partial = pyg_data(a)
+    del partial.test_mask
+    np.savez(tmp_path / "partial.npz", **{k: v for k, v in a.items() if k != "test_idx"})
+    for dataset in (partial, tmp_path / "partial.npz"):
+        result = run(tmp_path, dataset, "pyg", f"drawn-{type(dataset).__name__}", "dataset.splits=drawn")
+        assert result["dataset"]["train"] == 180  # 60% of 300: gnnbridge's split, not the data's 150
+    helpers.one_line(
+        helpers.in_process("train", "--set", "dataset.splits=drawn", "--out", "s", cwd=tmp_path),
+        "dataset 'synthetic' keeps its own: leave dataset.splits=given.",
+    )
 
 
 # --------------------------------------------------------------------------- the user's own model

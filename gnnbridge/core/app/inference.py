@@ -215,7 +215,7 @@ def _dataset_overrides(dataset: Any, trained: dict) -> list[str]:
             f"dataset={path!r}: predict on another graph takes a .npz path or a graph held in memory "
             "(a PyG Data, a DGLGraph, ...)."
         )
-    return ["dataset.name=npz", f"dataset.path={os.path.abspath(path)}", "dataset.options={}"]
+    return ["dataset.name=npz", f"dataset.path={os.path.abspath(path)}", "dataset.options={}", "dataset.digest="]
 
 
 def _numpy(value) -> np.ndarray:

@@ -35,7 +35,7 @@ from gnnbridge.core.config import Task
 from gnnbridge.core.errors import ConfigError, OutputPathError
 from gnnbridge.core.models import instance
 from gnnbridge.core.plugins import backends, families, get_target, graph_readers
-from gnnbridge.core.records.labels import label_form, reading_edge_labels
+from gnnbridge.core.records.labels import label_form, reading_edge_labels, reading_splits
 from gnnbridge.core.storage.formats import digest, graph_from_arrays
 
 FOLDER = "in-memory"
@@ -58,9 +58,11 @@ def as_dataset(dataset: Any, experiment: Any = None, overrides=()) -> Any:
 @contextlib.contextmanager
 def reading_as(config) -> Iterator[None]:
     """Inside: records read labels in the form the run's task family and target read them, and
-    edge labels for an edge task (:mod:`gnnbridge.core.records.labels`, ``reading_edge_labels``)."""
+    edge labels for an edge task (:mod:`gnnbridge.core.records.labels`, ``reading_edge_labels``);
+    the data's own splits unless ``dataset.splits`` is ``drawn``."""
     form = families.get(config.task).labels or get_target(config.target).labels
-    with label_form(form), reading_edge_labels(config.kind is Task.EDGE):
+    given = config.dataset.splits != "drawn"
+    with label_form(form), reading_edge_labels(config.kind is Task.EDGE), reading_splits(given):
         yield
 
 

@@ -86,7 +86,24 @@ def _check_components(config: ExperimentConfig):
     _check_task(config, backend)
     _check_sampler(config, backend)
     datasets.get(config.dataset.name)
+    _check_dataset_keys(config)
     return backend
+
+
+def _check_dataset_keys(config: ExperimentConfig) -> None:
+    """``dataset.splits`` and ``dataset.digest`` concern a graph read from arrays (a ``.npz``, a
+    graph object, a library's class): set for another dataset, they are refused, not ignored."""
+    name, arrays = config.dataset.name, config.dataset.name == "npz" or ":" in config.dataset.name
+    if config.dataset.splits == "drawn" and not arrays:
+        raise ConfigError(
+            f"dataset.splits=drawn leaves out the splits a graph's arrays hold (a .npz, a graph object, a "
+            f"library's class such as pyg:KarateClub); dataset '{name}' keeps its own: leave dataset.splits=given."
+        )
+    if config.dataset.digest is not None and ":" not in name:
+        raise ConfigError(
+            f"dataset.digest={config.dataset.digest} pins what a library's class (LIBRARY:CLASS) gave a run; dataset "
+            f"'{name}' is not one: clear it (--set dataset.digest=)."
+        )
 
 
 def _check_device(config: ExperimentConfig, backend, count_gpus: bool) -> ExperimentConfig:

@@ -21,6 +21,7 @@ from gnnbridge.core.records.labels import (
     edge_labels_wanted,
     labels_are_optional,
     placeholder,
+    splits_wanted,
     unlabelled_target,
     unlabelled_width,
 )
@@ -112,6 +113,12 @@ def check_member_header(path, key: str, found: np.dtype, shape: tuple, dtype, nd
     return None
 
 
+def is_split_key(key: str) -> bool:
+    """Whether a member is a split (``train_idx``, an edge task's ``edge_train_idx`` ..., or a
+    typed one of either), which ``dataset.splits: drawn`` leaves out."""
+    return key.split("__", 1)[0] in (*NPZ_SPLITS, *EDGE_SPLITS)
+
+
 def is_label_key(key: str) -> bool:
     """Whether a member holds labels (node or graph ``y``, an edge task's ``edge_label``, or a
     typed one of either), whose dtype and dimensions the target's form decides."""
@@ -186,7 +193,10 @@ def graph_from_arrays(where, arrays: dict, seed: int, name: str) -> GraphData | 
     a collection of graphs (``node_ptr``), or a heterogeneous graph (typed keys); every array is
     checked against the tables above. ``where`` starts each error line (a file, or what the
     arrays came from). The ``.npz`` reader and graphs handed over in memory both end here, so the
-    same arrays make the same record whichever way they came."""
+    same arrays make the same record whichever way they came. Read with ``dataset.splits: drawn``
+    (:func:`~gnnbridge.core.records.labels.reading_splits`), the arrays' own splits are left out."""
+    if not splits_wanted():
+        arrays = {key: value for key, value in arrays.items() if not is_split_key(key)}
     if is_hetero(arrays):
         tensors = {key: _checked(where, key, arrays[key], *spec) for key, spec in typed_keys(where, arrays).items()}
         return hetero_source(where, tensors, name)
