@@ -64,8 +64,8 @@ def item_labels(y: torch.Tensor, where: str) -> np.ndarray:
 
 def graph_labels(y, where: str) -> np.ndarray:
     """One graph's label: a class (shape ``[]``) or its row of targets ``[T]`` (from ``[T]`` or
-    ``[1, T]``, as PyG's molecule datasets hold them; a number or a numpy value as a tensor)."""
-    y = field(np.asarray(y) if isinstance(y, (int, float, np.generic)) else y, where)
+    ``[1, T]``, as PyG's molecule datasets hold them; a number or a list of them as a tensor)."""
+    y = field(y if isinstance(y, (torch.Tensor, np.ndarray)) else np.asarray(y), where)
     if current_form() == "class":
         if y.numel() != 1:
             raise DataError(

@@ -26,7 +26,10 @@ from torch_geometric.nn import SAGEConv as PygSAGEConv
 import gnnbridge
 from gnnbridge.backends.dgl.compat import import_dgl
 from gnnbridge.core.app.objects import as_dataset
-from gnnbridge.core.errors import GnnBridgeError
+from gnnbridge.core.app.plan import Plan
+from gnnbridge.core.app.preflight import load_dataset
+from gnnbridge.core.app.resolve import resolve_config
+from gnnbridge.core.errors import CheckpointError, GnnBridgeError
 
 dgl = import_dgl()
 DglSAGEConv = dgl.nn.SAGEConv
@@ -399,6 +402,11 @@ def test_what_empty_arrays_cannot_train_is_refused_in_the_words_of_the_npz(tmp_p
     run(tmp_path, pyg_data(a), "pyg", "trained")
     with pytest.raises(GnnBridgeError, match="x has 0 feature columns"):
         gnnbridge.predict(tmp_path / "trained", dataset=no_columns)
+    wider = Data(x=torch.ones(N, F + 1), edge_index=no_edges.edge_index)
+    with pytest.raises(
+        GnnBridgeError, match=rf"^dataset \(a Data\) has num_features={F + 1} but the model in .* with {F}; give"
+    ):
+        gnnbridge.predict(tmp_path / "trained", dataset=wider)  # said of the object, not of a file to point at
 
 
 def test_a_users_tensors_are_named_with_their_field_and_the_fix(data_root):
@@ -460,6 +468,12 @@ def test_a_library_class_that_draws_at_random_is_pinned_to_what_its_run_trained_
     anyway = helpers.in_process("evaluate", "fake", *other, "--set", "dataset.digest=", "--json", cwd=tmp_path)
     assert json.loads(helpers.ok(anyway).stdout)["metrics"] != scored["metrics"]
     helpers.ok(helpers.in_process("train", "--resume", "fake", *more, cwd=tmp_path))
+    # A restarted job's ranks open the data from the command's config, which pins nothing yet.
+    command = resolve_config(None, dataset="pyg:FakeDataset", overrides=FAKE[3::2])
+    restarted = Plan(command).after_restart(tmp_path / "fake", 1, "a rank died")
+    restarted.config.dataset.options["avg_num_nodes"] = 70  # its class gave other data this time
+    with pytest.raises(CheckpointError, match=f"than run '{tmp_path / 'fake'}' was trained on \\({digest}\\)"):
+        restarted.check_same_data(load_dataset(restarted.config))
 
 
 def test_a_library_classs_options_are_checked_by_name_before_it_runs(tmp_path):

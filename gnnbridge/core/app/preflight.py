@@ -93,8 +93,8 @@ def _check_components(config: ExperimentConfig):
 def _check_dataset_keys(config: ExperimentConfig) -> None:
     """``dataset.splits`` and ``dataset.digest`` concern a graph read from arrays (a ``.npz``, a
     graph object, a library's class): set for another dataset, they are refused, not ignored."""
-    name, arrays = config.dataset.name, config.dataset.name == "npz" or ":" in config.dataset.name
-    if config.dataset.splits == "drawn" and not arrays:
+    name = config.dataset.name
+    if config.dataset.splits == "drawn" and not (name == "npz" or ":" in name):
         raise ConfigError(
             f"dataset.splits=drawn leaves out the splits a graph's arrays hold (a .npz, a graph object, a "
             f"library's class such as pyg:KarateClub); dataset '{name}' keeps its own: leave dataset.splits=given."
