@@ -2,8 +2,12 @@
 library's object is taken apart: labels are read in the run's form (one integer class per item,
 or a row of targets: :mod:`gnnbridge.core.records.labels`), the three splits come
 together or not at all, a type's name cannot hold the format's ``__`` separator, and a
-collection's graphs are stacked with ``node_ptr``. Written once so a PyG user and a DGL user
-get the same refusals in the same words; each reader keeps only its library's conventions.
+collection's graphs are stacked with ``node_ptr`` (one feature width and one label shape for
+all). Every array the user's object holds is read through :func:`field`: a numpy array is taken
+as the tensor it would be, and a tensor without values (the meta device) or a value that is no
+array is one line naming the object's field, never an error from deep inside numpy or torch.
+Written once so a PyG user and a DGL user get the same refusals in the same words; each reader
+keeps only its library's conventions.
 """
 
 from __future__ import annotations
@@ -12,18 +16,37 @@ import numpy as np
 import torch
 
 from gnnbridge.core.errors import DataError
-from gnnbridge.core.records.labels import check_form, current_form
+from gnnbridge.core.records.labels import check_form, current_form, splits_wanted
 
 SPLITS = ("train", "val", "test")
+
+
+def field(value, where: str) -> torch.Tensor:
+    """``value``, an array the user's object holds (``where`` names the object and its field), as
+    a tensor whose values can be read: a tensor (detached; on any device but meta), or a numpy
+    array (of numbers or bools) as a tensor."""
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind not in "biuf":
+            raise DataError(f"{where} is a numpy array of dtype {value.dtype}; give numbers (or bools for a mask).")
+        return torch.from_numpy(np.require(value, requirements=("C", "W")))
+    if not isinstance(value, torch.Tensor):
+        raise DataError(f"{where} is a {type(value).__name__}; give a tensor (torch.as_tensor(...)).")
+    if value.is_meta:
+        raise DataError(
+            f"{where} is on the meta device (a shape without values); give a tensor that holds its values "
+            "(built on the CPU or a GPU, not under torch.device('meta'))."
+        )
+    return value.detach()
 
 
 def item_labels(y: torch.Tensor, where: str) -> np.ndarray:
     """``y`` (``where`` names it) in the run's label form: int64 classes, one per item (``[N, 1]``
     read as ``[N]``), or float32 targets ``[N]`` / ``[N, T]`` (regression, multi-label)."""
+    y = field(y, where)
     form = current_form()
     if form != "class":
-        check_form(y.detach(), form, where)
-        return y.detach().cpu().to(torch.float32).numpy()
+        check_form(y, form, where)
+        return y.cpu().to(torch.float32).numpy()
     if y.dim() == 2 and y.shape[1] == 1:
         y = y.view(-1)
     if y.dim() != 1:
@@ -36,13 +59,13 @@ def item_labels(y: torch.Tensor, where: str) -> np.ndarray:
             f"{where} is {str(y.dtype).removeprefix('torch.')}; classification takes integer classes "
             "(.long() if these are classes; for values set target=regression, for 0/1 labels target=multilabel)."
         )
-    return y.detach().cpu().to(torch.int64).numpy()
+    return y.cpu().to(torch.int64).numpy()
 
 
 def graph_labels(y, where: str) -> np.ndarray:
     """One graph's label: a class (shape ``[]``) or its row of targets ``[T]`` (from ``[T]`` or
-    ``[1, T]``, as PyG's molecule datasets hold them)."""
-    y = torch.as_tensor(y)
+    ``[1, T]``, as PyG's molecule datasets hold them; a number or a list of them as a tensor)."""
+    y = field(y if isinstance(y, (torch.Tensor, np.ndarray)) else np.asarray(y), where)
     if current_form() == "class":
         if y.numel() != 1:
             raise DataError(
@@ -55,13 +78,16 @@ def graph_labels(y, where: str) -> np.ndarray:
 
 def all_or_no_splits(found: dict[str, np.ndarray], where: str, prefix: str = "") -> dict[str, np.ndarray]:
     """``found`` (``train_idx`` ... read from masks; an edge task's ``edge_train_idx`` ... with
-    ``prefix`` ``edge_``) when it holds all three splits or none."""
+    ``prefix`` ``edge_``) when it holds all three splits or none; none read with
+    ``dataset.splits: drawn`` (a library's class whose masks cannot be completed)."""
+    if not splits_wanted():
+        return {}
     if 0 < len(found) < len(SPLITS):
         given = ", ".join(f"{k.split('__')[0][:-4]}_mask" for k in found)
         masks = ", ".join(f"{prefix}{s}_mask" for s in SPLITS)
         raise DataError(
-            f"{where} has {given} but not all of {masks}; give all three, or none "
-            "(gnnbridge then draws a seeded 60/20/20 split)."
+            f"{where} has {given} but not all of {masks}; give all three, or none (gnnbridge then draws a "
+            "seeded 60/20/20 split; --set dataset.splits=drawn draws it, leaving these out)."
         )
     return found
 
@@ -75,12 +101,23 @@ def type_name(name: str, where: str) -> str:
     return name
 
 
-def stacked(graphs) -> dict[str, np.ndarray]:
+def stacked(graphs, where: str) -> dict[str, np.ndarray]:
     """A collection from ``(x, edge_index, label[, edge_attr])`` per graph: nodes stacked, each
     graph's edges shifted to its nodes, ``node_ptr`` the first node of each graph; edge features
-    stacked where every graph has them (some but not all: one line)."""
+    stacked where every graph has them (some but not all: one line). Every graph's features have
+    graph 0's width and its label graph 0's shape (``where[i]`` names one that differs)."""
     xs, edge_parts, ys, ptr, features = [], [], [], [0], []
-    for x, edge_index, label, *edge_attr in graphs:
+    for i, (x, edge_index, label, *edge_attr) in enumerate(graphs):
+        if xs and x.shape[1] != xs[0].shape[1]:
+            raise DataError(
+                f"{where}[{i}] has x of {x.shape[1]} feature columns but graph 0 has {xs[0].shape[1]}; give every "
+                "graph features of one width."
+            )
+        if ys and np.shape(label) != np.shape(ys[0]):
+            raise DataError(
+                f"{where}[{i}] has a label of shape {list(np.shape(label))} but graph 0 has {list(np.shape(ys[0]))}; "
+                "give every graph a label of one shape."
+            )
         xs.append(x)
         edge_parts.append(edge_index + ptr[-1])
         ys.append(label)
@@ -95,20 +132,22 @@ def stacked(graphs) -> dict[str, np.ndarray]:
     given = [f is not None for f in features]
     if any(given) and not all(given):
         raise DataError(
-            f"graph {given.index(not given[0])} has {'no ' if given[0] else ''}edge features but graph 0 "
+            f"{where}[{given.index(not given[0])}] has {'no ' if given[0] else ''}edge features but graph 0 "
             f"{'has' if given[0] else 'has none'}; give every graph edge features of one width, or none."
         )
     if all(given) and features:
         widths = {f.shape[1] for f in features}
         if len(widths) > 1:
-            raise DataError(f"the graphs' edge features have widths {sorted(widths)}; give every graph one width.")
+            raise DataError(
+                f"{where}: the graphs' edge features have widths {sorted(widths)}; give every graph one width."
+            )
         out["edge_attr"] = np.concatenate(features)
     return out
 
 
 def edge_features(value, where: str) -> np.ndarray:
     """A library's edge features as float32 ``[E, D]`` (one value per edge read as ``[E, 1]``)."""
-    value = torch.as_tensor(value).detach()
+    value = field(value, where)
     if value.dim() == 1:
         value = value.view(-1, 1)
     if value.dim() != 2 or value.dtype == torch.bool or not (value.is_floating_point() or value.dtype.is_signed):

@@ -24,7 +24,7 @@ from gnnbridge.core.errors import BackendUnavailableError
 from gnnbridge.core.interfaces import DatasetConfig
 from gnnbridge.core.records.hetero import HOMOGENEOUS_EDGE, HeteroSource
 from gnnbridge.plugins.options import options
-from gnnbridge.plugins.real_datasets import DEFAULTS, data_root, reader, ready_ogb_folder, trusted_ogb_cache
+from gnnbridge.plugins.real_datasets import OGB_DEFAULTS, data_root, read_ogb, ready_ogb_folder
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ def link_loader(name: str):
 def load_ogb_links(name: str, config: DatasetConfig) -> HeteroSource:
     """The set's train edges (the only ones that pass messages), its val and test edges, and OGB's
     negatives for each, as a one-type source a link task reads."""
-    spec, opts = OGB_LINKS[name], options(config, DEFAULTS)
+    spec, opts = OGB_LINKS[name], options(config, OGB_DEFAULTS)
     try:
         from ogb.linkproppred import LinkPropPredDataset
     except ImportError:
@@ -70,9 +70,7 @@ def load_ogb_links(name: str, config: DatasetConfig) -> HeteroSource:
     folder = root / spec.folder
     splits = [folder / "split" / "time" / f"{p}.pt" for p in ("train", "valid", "test")]
     ready_ogb_folder(name, folder, splits, spec.raw, opts["download"])
-    with reader(name, folder), trusted_ogb_cache():
-        dataset = LinkPropPredDataset(name=name, root=str(root))
-        split = dataset.get_edge_split()
+    dataset, split = read_ogb(LinkPropPredDataset, "get_edge_split", name, folder, opts)
     graph = dataset[0]
     edges, negatives = (_shared if spec.protocol == "shared" else _per_edge)(split)
     return HeteroSource(

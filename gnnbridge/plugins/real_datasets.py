@@ -19,12 +19,16 @@ Where files live: ``dataset.root``, else ``$GNNBRIDGE_DATA``, else
     <root>/TU/IMDB-BINARY/raw/IMDB-BINARY_A.txt, _graph_indicator.txt, _graph_labels.txt  (PyG)
     <root>/ogbg_molhiv/RELEASE_v1.txt, raw/*.csv.gz, split/scaffold/*.csv.gz      (ogb; molpcba, molesol alike)
 
-Downloads: both readers fetch missing files themselves, but ogb asks with ``input()`` (for
-files over 1 GB, and when a folder lacks its release marker), which hangs or dies on EOF in a
-batch job. So the expected files are checked here first. When they are present the reader only
-reads them and never asks. When they are absent, the reader may download only if
-``dataset.options.download`` is true (the default) and, for ogb, only with a terminal on stdin;
-otherwise a one-line :class:`DataFileNotFoundError` names the folder and the fix.
+Downloads: both readers fetch missing files themselves, but ogb asks with ``input()`` (before
+a download over 1 GB, and whether to delete a folder that lacks its release marker), which hangs
+or dies on EOF in a batch job. So the expected files are checked here first. When they are
+present the reader only reads them and never asks. When they are absent, the reader may download
+only if ``dataset.options.download`` is true (the default). With a terminal on stdin, ogb's
+questions are the user's to answer. Without one (a batch job on a cluster), a folder without its
+marker is refused up front (answering yes would delete it), and ogb's question about a large
+download is answered: yes with ``dataset.options.assume_yes: true``, else one line saying so
+(:func:`ogb_reader`); a download ogb does not ask about (under 1 GB: the molecules, ogbl-collab)
+just runs. Every refusal is a one-line :class:`DataFileNotFoundError` naming the folder and the fix.
 
 The OGB graphs are made undirected (both directions of every edge, each kept once), the usual
 practice for GraphSAGE on the citation graph ogbn-arxiv; ogbn-products is already undirected,
@@ -39,6 +43,7 @@ split is drawn from ``train.seed``.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import sys
 import warnings
@@ -58,6 +63,10 @@ from gnnbridge.core.records.labels import current_form
 from gnnbridge.plugins.options import options
 
 DEFAULTS = {"download": True}
+# ogb's sets: also whether ogb's question before a download over 1 GB is answered yes when there
+# is no terminal to ask (a batch job); with a terminal, the user answers it
+OGB_DEFAULTS = {**DEFAULTS, "assume_yes": False}
+OGB_RELEASE = "RELEASE_v1.txt"  # the marker ogb writes into a folder it downloaded
 
 
 @hookimpl
@@ -92,11 +101,72 @@ def require_files(name: str, folder: Path, missing: list[Path], download: bool, 
         raise DataFileNotFoundError(f"{where}, and evaluate/predict never download or create a dataset; {elsewhere}.")
     if not download:
         raise DataFileNotFoundError(f"{where}; set dataset.options.download: true to fetch it, or {elsewhere}.")
-    if asks and not (sys.stdin is not None and sys.stdin.isatty()):
+    if asks and not has_terminal() and folder.is_dir() and not (folder / OGB_RELEASE).is_file():
         raise DataFileNotFoundError(
-            f"{where} and ogb asks before downloading, which needs a terminal; run once interactively "
-            f"to fetch it, or {elsewhere}."
+            f"{where}, and ogb would ask whether to delete that folder (it lacks {OGB_RELEASE}) to download it "
+            f"again, with no terminal to answer; move the folder away to fetch a fresh copy, or {elsewhere}."
         )
+
+
+def has_terminal() -> bool:
+    return sys.stdin is not None and sys.stdin.isatty()
+
+
+class OgbAsked(Exception):
+    """ogb asked a question where no terminal can answer it and the user said nothing."""
+
+
+class Answers(io.TextIOBase):
+    """stdin for ogb's ``input()`` without a terminal: yes (``assume_yes``), or :class:`OgbAsked`."""
+
+    def __init__(self, yes: bool):
+        super().__init__()
+        self.yes = yes
+
+    def readable(self) -> bool:
+        return True
+
+    def readline(self, size: int = -1) -> str:
+        if not self.yes:
+            raise OgbAsked
+        return "y\n"
+
+
+def read_ogb(cls: type, splits: str, name: str, folder: Path, opts: dict) -> tuple[Any, dict]:
+    """``(dataset, split)``: ogb's ``cls`` for ``name`` in ``folder`` and its ``splits`` method's
+    answer, read in :func:`ogb_reader`. ogb saves its processed cache into ``processed/`` without
+    creating it, so the first read of a folder it has just downloaded fails there: the folder is
+    made then, and the files just fetched are read again (no second download)."""
+    with ogb_reader(name, folder, opts):
+        try:
+            dataset = cls(name=name, root=str(folder.parent))
+        except (RuntimeError, OSError):
+            if (folder / "processed").is_dir() or not (folder / OGB_RELEASE).is_file():
+                raise
+            (folder / "processed").mkdir()
+            dataset = cls(name=name, root=str(folder.parent))
+        return dataset, getattr(dataset, splits)()
+
+
+@contextlib.contextmanager
+def ogb_reader(name: str, folder: Path, opts: dict):
+    """Run ogb's reader as :func:`reader` runs one, its cache trusted (:func:`trusted_ogb_cache`),
+    and, without a terminal, its question before a large download answered (module docstring)."""
+    with reader(name, folder), trusted_ogb_cache():
+        if has_terminal():
+            yield
+            return
+        stdin, sys.stdin = sys.stdin, Answers(opts["assume_yes"])
+        try:
+            yield
+        except OgbAsked:
+            raise DataFileNotFoundError(
+                f"Dataset '{name}' is not in '{folder}' and ogb asks before downloading it (over 1 GB), with no "
+                "terminal to answer; --set dataset.options.assume_yes=true downloads it without asking (or run once "
+                "in a terminal, or point --set dataset.root=DIR at a folder that holds it)."
+            ) from None
+        finally:
+            sys.stdin = stdin
 
 
 @contextlib.contextmanager
@@ -216,7 +286,7 @@ def load_ogbn_proteins(config: DatasetConfig, seed: int) -> GraphData:
 def read_ogb_node(name: str, config: DatasetConfig) -> tuple[Any, dict, Path]:
     """``(dataset, split, folder)`` of an ogbn-* set through ogb's ``NodePropPredDataset``, never
     prompting (see the module docstring)."""
-    opts = options(config, DEFAULTS)
+    opts = options(config, OGB_DEFAULTS)
     try:
         from ogb.nodeproppred import NodePropPredDataset
     except ImportError:
@@ -227,10 +297,7 @@ def read_ogb_node(name: str, config: DatasetConfig) -> tuple[Any, dict, Path]:
     require_files(name, folder, missing, opts["download"], asks=True)
     if not missing:
         (folder / "processed").mkdir(exist_ok=True)  # ogb saves its cache there without creating it
-    with reader(name, folder), trusted_ogb_cache():
-        dataset = NodePropPredDataset(name=name, root=str(root))
-        split = dataset.get_idx_split()
-    return dataset, split, folder
+    return (*read_ogb(NodePropPredDataset, "get_idx_split", name, folder, opts), folder)
 
 
 def load_ogb(name: str, config: DatasetConfig) -> GraphData:
@@ -246,7 +313,7 @@ def load_ogb(name: str, config: DatasetConfig) -> GraphData:
 def ready_ogb_folder(name: str, folder: Path, split_files: list[Path], raw: tuple[str, ...], download: bool) -> None:
     """Return once ogb can read ``folder`` without asking (see the module docstring): its release
     marker and split files, and its raw CSVs unless ogb's processed cache replaces them."""
-    wanted = [folder / "RELEASE_v1.txt", *split_files]
+    wanted = [folder / OGB_RELEASE, *split_files]
     if not (folder / "processed" / "data_processed").is_file():
         wanted += [folder / "raw" / f"{stem}.csv.gz" for stem in raw]
     missing = [path for path in wanted if not path.is_file()]
@@ -321,7 +388,7 @@ def load_molecules(name: str, config: DatasetConfig) -> GraphCollection:
     """An ogbg-mol* set through ogb's ``GraphPropPredDataset``, with its scaffold split. Atoms'
     nine categorical features become float columns (``x``), as gnnbridge's models read floats,
     and bonds' three the edge features (``edge_attr``, read by ``model.arch=gine``)."""
-    opts = options(config, DEFAULTS)
+    opts = options(config, OGB_DEFAULTS)
     try:
         from ogb.graphproppred import GraphPropPredDataset
     except ImportError:
@@ -330,9 +397,7 @@ def load_molecules(name: str, config: DatasetConfig) -> GraphCollection:
     folder = root / name.replace("-", "_")
     splits = [folder / "split" / "scaffold" / f"{p}.csv.gz" for p in ("train", "valid", "test")]
     ready_ogb_folder(name, folder, splits, MOLECULE_RAW, opts["download"])
-    with reader(name, folder), trusted_ogb_cache():
-        dataset = GraphPropPredDataset(name=name, root=str(root))
-        split = dataset.get_idx_split()
+    dataset, split = read_ogb(GraphPropPredDataset, "get_idx_split", name, folder, opts)
     return molecule_collection(name, folder, dataset, [split["train"], split["valid"], split["test"]])
 
 

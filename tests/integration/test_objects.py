@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
+import yaml
 from torch_geometric.data import Data, HeteroData
 from torch_geometric.nn import GINConv, global_add_pool
 from torch_geometric.nn import SAGEConv as PygSAGEConv
@@ -25,7 +26,10 @@ from torch_geometric.nn import SAGEConv as PygSAGEConv
 import gnnbridge
 from gnnbridge.backends.dgl.compat import import_dgl
 from gnnbridge.core.app.objects import as_dataset
-from gnnbridge.core.errors import GnnBridgeError
+from gnnbridge.core.app.plan import Plan
+from gnnbridge.core.app.preflight import load_dataset
+from gnnbridge.core.app.resolve import resolve_config
+from gnnbridge.core.errors import CheckpointError, GnnBridgeError
 
 dgl = import_dgl()
 DglSAGEConv = dgl.nn.SAGEConv
@@ -321,10 +325,203 @@ def test_a_librarys_own_dataset_class_by_name_on_the_command_line(tmp_path):
         result = json.loads((tmp_path / out / "results.json").read_text())
         assert result["dataset"]["name"] == dataset and result["dataset"]["train"] == 30  # the library's split
         assert result["dataset"]["val"] == 500 and result["dataset"]["test"] == 100
+        scored = helpers.ok(helpers.in_process("evaluate", out, "--json", cwd=tmp_path))  # a deterministic class
+        assert json.loads(scored.stdout)["metrics"] == result["best"]["metrics"]  # ... gives its pinned data again
     wrong = helpers.in_process("train", "--dataset", "pyg:Planetoidd", "--out", "x", cwd=tmp_path)
     assert wrong.returncode != 0 and "did you mean 'pyg:Planetoid'" in wrong.stderr and not (tmp_path / "x").exists()
     missing = helpers.in_process("train", "--dataset", "pyg:Planetoid", *common, "--out", "y", cwd=tmp_path)
     assert "missing a required argument: 'name'" in missing.stderr and len(missing.stderr.strip().splitlines()) == 1
+
+
+def empty_cases() -> list[tuple]:
+    """Graphs whose arrays are empty, each as a user builds it, the arrays its .npz holds, the
+    backend and the settings it trains with."""
+    rng = np.random.default_rng(4)
+    n, y = 24, np.tile(np.arange(2), 12)
+    x = (rng.normal(size=(n, 3)) + y[:, None]).astype(np.float32)
+    none = torch.empty(2, 0, dtype=torch.long)
+    data = Data(x=torch.from_numpy(x), edge_index=none, y=torch.from_numpy(y))
+    g = dgl.graph((torch.tensor([], dtype=torch.long), torch.tensor([], dtype=torch.long)), num_nodes=n)
+    g.ndata["feat"], g.ndata["label"] = torch.from_numpy(x), torch.from_numpy(y)
+    homogeneous = {"x": x, "edge_index": np.zeros((2, 0), np.int64), "y": y}
+    cites = rng.integers(0, n, (2, 60))
+    hetero = HeteroData()
+    hetero["paper"].x, hetero["paper"].y = torch.from_numpy(x), torch.from_numpy(y)
+    hetero["author"].num_nodes = 5
+    hetero["paper", "cites", "paper"].edge_index = torch.from_numpy(cites)
+    hetero["author", "writes", "paper"].edge_index = none  # a relation with no edges yet
+    typed = {
+        "x__paper": x, "y__paper": y, "num_nodes__author": np.array([5]),
+        "edge_index__paper__cites__paper": cites, "edge_index__author__writes__paper": np.zeros((2, 0), np.int64),
+    }  # fmt: skip
+    graphs = [Data(x=torch.from_numpy(x[i : i + 3]), edge_index=none, y=torch.tensor([i % 2])) for i in range(0, 24, 3)]
+    collection = {
+        "x": x, "edge_index": np.zeros((2, 0), np.int64), "y": np.arange(8) % 2, "node_ptr": np.arange(0, 25, 3),
+    }  # fmt: skip
+    return [
+        ("data", data, homogeneous, "pyg", []),
+        ("dglgraph", g, homogeneous, "dgl", []),
+        ("hetero", hetero, typed, "pyg", []),
+        ("graphs", graphs, collection, "pyg", ["task=graph", "model.arch=gin", "train.batch_size=4"]),
+    ]
+
+
+def test_graphs_with_empty_arrays_train_and_predict_as_their_npz_does(tmp_path):
+    """No edges, a relation with no edges, graphs without edges: what the .npz of the same arrays
+    trains to, the object trains to, and predict on the object scores it as on the file."""
+    for name, obj, arrays_of, backend, settings in empty_cases():
+        np.savez(tmp_path / f"{name}.npz", **arrays_of)
+        from_file = run(tmp_path, tmp_path / f"{name}.npz", backend, f"{name}-file", *settings)
+        from_obj = run(tmp_path, obj, backend, name, *settings)
+        assert from_obj["metrics"] == from_file["metrics"], name
+        on_obj = gnnbridge.predict(tmp_path / name, dataset=obj)
+        assert same(on_obj, gnnbridge.predict(tmp_path / f"{name}-file", dataset=tmp_path / f"{name}.npz")), name
+
+
+def test_what_empty_arrays_cannot_train_is_refused_in_the_words_of_the_npz(tmp_path):
+    """x with no columns, a link task on a graph without edges: one line, the .npz's, said of the
+    object (not of the file it was kept in); predict on such a graph is refused alike."""
+    a = arrays()
+    no_columns = pyg_data(a)
+    no_columns.x = torch.empty(N, 0)
+    no_edges = Data(x=torch.from_numpy(a["x"]), edge_index=torch.empty(2, 0, dtype=torch.long), y=no_columns.y)
+    cases = (
+        ("columns", no_columns, {**a, "x": np.zeros((N, 0), np.float32)}, []),
+        ("edges", no_edges, {**a, "edge_index": np.zeros((2, 0), np.int64)}, ["task=link"]),
+    )
+    for name, obj, arrays_of, settings in cases:
+        np.savez(tmp_path / f"{name}.npz", **arrays_of)
+        with pytest.raises(GnnBridgeError) as from_file:
+            run(tmp_path, tmp_path / f"{name}.npz", "pyg", f"{name}-file", *settings)
+        with pytest.raises(GnnBridgeError) as from_obj:
+            run(tmp_path, obj, "pyg", name, *settings)
+        assert str(from_obj.value) == f"dataset (a Data): {str(from_file.value).split(': ', 1)[1]}", name
+        assert not (tmp_path / name).exists() and not (tmp_path / f"{name}-file").exists()
+    assert "x has 0 feature columns; give every node at least one feature" in refusal(no_columns)
+    assert "has 0 distinct edges; link prediction needs at least 3" in str(from_obj.value)
+    run(tmp_path, pyg_data(a), "pyg", "trained")
+    with pytest.raises(GnnBridgeError, match="x has 0 feature columns"):
+        gnnbridge.predict(tmp_path / "trained", dataset=no_columns)
+    wider = Data(x=torch.ones(N, F + 1), edge_index=no_edges.edge_index)
+    with pytest.raises(
+        GnnBridgeError, match=rf"^dataset \(a Data\) has num_features={F + 1} but the model in .* with {F}; give"
+    ):
+        gnnbridge.predict(tmp_path / "trained", dataset=wider)  # said of the object, not of a file to point at
+
+
+def test_a_users_tensors_are_named_with_their_field_and_the_fix(data_root):
+    """What is wrong with a user's own tensor is said of their object and its field, not as
+    numpy's or torch's error inside a graph reader; a numpy array is read as its tensor."""
+    a = arrays()
+    on_meta = pyg_data(a)
+    on_meta.x = torch.empty(N, F, device="meta")
+    assert refusal(on_meta) == (
+        "dataset (a torch_geometric Data): x is on the meta device (a shape without values); give a tensor that "
+        "holds its values (built on the CPU or a GPU, not under torch.device('meta'))."
+    )
+    more_nodes = pyg_data(a)
+    more_nodes.num_nodes = N + 10
+    assert refusal(more_nodes) == (
+        f"dataset (a torch_geometric Data) has num_nodes={N + 10} but x has {N} rows; give x one row per node "
+        f"(or set num_nodes = {N})."
+    )
+    graphs = [
+        Data(x=torch.ones(3, 4 + (i > 0)), edge_index=torch.tensor([[0], [1]]), y=torch.tensor([i % 2]))
+        for i in range(3)
+    ]
+    assert refusal(graphs) == (
+        "dataset (a list of 3 graphs)[1] has x of 5 feature columns but graph 0 has 4; give every graph features "
+        "of one width."
+    )
+    pairs = [(dgl.graph(([0], [1]), num_nodes=3), torch.tensor(i % 2)) for i in range(3)]
+    for i, (g, _) in enumerate(pairs):
+        g.ndata["feat"] = torch.ones(3, 2 + (i == 2))
+    assert "Pairs of 3 graphs)[2] has x of 3 feature columns but graph 0 has 2" in refusal(helpers.dgl_pairs(pairs))
+    assert not (data_root / "in-memory").exists() or not list((data_root / "in-memory").iterdir())
+    as_numpy = pyg_data(a)
+    as_numpy.x, as_numpy.edge_index = a["x"], a["edge_index"]
+    assert as_dataset(as_numpy) == as_dataset(pyg_data(a))
+
+
+FAKE = ["--dataset", "pyg:FakeDataset", "--set", "dataset.options.avg_num_nodes=60"]
+FAKE += ["--set", "dataset.options.num_channels=4", "--set", "dataset.options.num_classes=3"]
+
+
+def test_a_library_class_that_draws_at_random_is_pinned_to_what_its_run_trained_on(tmp_path):
+    """PyG's FakeDataset draws new graphs on every build: it is built under the run's seed, so
+    evaluate scores the run's own graph, and what it gave is pinned (dataset.digest): other data
+    (other options, another seed) is refused in one line by evaluate, predict and --resume."""
+    quick = ["--set", "train.epochs=2", "--quiet"]
+    helpers.ok(helpers.in_process("train", *FAKE, *quick, "--out", "fake", cwd=tmp_path))
+    results = json.loads((tmp_path / "fake" / "results.json").read_text())
+    scored = json.loads(helpers.ok(helpers.in_process("evaluate", "fake", "--json", cwd=tmp_path)).stdout)
+    assert scored["metrics"] == results["best"]["metrics"]  # the graph it trained on, drawn again
+    digest = yaml.safe_load((tmp_path / "fake" / "config.yaml").read_text())["dataset"]["digest"]
+    assert len(digest) == 20 and int(digest, 16) >= 0
+    other = ["--set", "dataset.options.avg_num_nodes=70"]
+    for command in (("evaluate", "fake", *other), ("predict", "fake", "--out", "p.npz", *other)):
+        helpers.one_line(helpers.in_process(*command, cwd=tmp_path), "gave other data than the run was trained on")
+    assert not (tmp_path / "p.npz").exists()
+    more = ["--set", "train.epochs=3", "--quiet"]
+    refused = helpers.in_process("train", "--resume", "fake", "--set", "train.seed=5", *more, cwd=tmp_path)
+    helpers.one_line(refused, f"the run's dataset.digest {digest}): its options, train.seed=5, its files")
+    anyway = helpers.in_process("evaluate", "fake", *other, "--set", "dataset.digest=", "--json", cwd=tmp_path)
+    assert json.loads(helpers.ok(anyway).stdout)["metrics"] != scored["metrics"]
+    helpers.ok(helpers.in_process("train", "--resume", "fake", *more, cwd=tmp_path))
+    # A restarted job's ranks open the data from the command's config, which pins nothing yet.
+    command = resolve_config(None, dataset="pyg:FakeDataset", overrides=FAKE[3::2])
+    restarted = Plan(command).after_restart(tmp_path / "fake", 1, "a rank died")
+    restarted.config.dataset.options["avg_num_nodes"] = 70  # its class gave other data this time
+    with pytest.raises(CheckpointError, match=f"than run '{tmp_path / 'fake'}' was trained on \\({digest}\\)"):
+        restarted.check_same_data(load_dataset(restarted.config))
+
+
+def test_a_library_classs_options_are_checked_by_name_before_it_runs(tmp_path):
+    def refused(needle: str, *settings: str) -> None:
+        options = [arg for setting in settings for arg in ("--set", f"dataset.options.{setting}")]
+        helpers.one_line(helpers.in_process("train", *FAKE, *options, "--out", "x", cwd=tmp_path), needle)
+        assert not (tmp_path / "x").exists()
+
+    refused(
+        "dataset.options.avg_num_nodes='1e9' has the wrong type for dataset 'pyg:FakeDataset': expected int; its "
+        "default is 1000.",
+        "avg_num_nodes=1e9",
+    )
+    refused("dataset.options.is_undirected='maybe' has the wrong type", "is_undirected=maybe")
+    refused("Dataset 'pyg:FakeDataset' refused dataset.options avg_num_nodes=60, num_channels=4, num_classes=3, "
+            "task='edges' (AssertionError); see torch_geometric.datasets.FakeDataset", "task=edges")  # fmt: skip
+    refused(
+        "Dataset 'pyg:FakeDataset' does not fit in this machine's memory with dataset.options",
+        "avg_num_nodes=" + "9" * 15,
+    )
+
+
+def test_a_library_classs_incomplete_masks_can_be_left_for_a_drawn_split(tmp_path):
+    """PyG's KarateClub marks only train_mask: its masks cannot be completed from the command
+    line, so the refusal offers dataset.splits=drawn, which draws the seeded split instead (for
+    a graph object or a .npz alike); set for a dataset that keeps its own splits, it is refused."""
+    karate = ["--dataset", "pyg:KarateClub", "--set", "train.epochs=1", "--quiet"]
+    helpers.one_line(
+        helpers.in_process("train", *karate, "--out", "k", cwd=tmp_path),
+        "dataset 'pyg:KarateClub' (a torch_geometric Data) has train_mask but not all of train_mask, val_mask, "
+        "test_mask; give all three, or none (gnnbridge then draws a seeded 60/20/20 split; --set "
+        "dataset.splits=drawn draws it, leaving these out).",
+    )
+    helpers.ok(helpers.in_process("train", *karate, "--set", "dataset.splits=drawn", "--out", "k", cwd=tmp_path))
+    summary = json.loads((tmp_path / "k" / "results.json").read_text())["dataset"]
+    assert summary["train"] == 20 and summary["val"] + summary["test"] == 14  # all 34 nodes, split 60/20/20
+    helpers.ok(helpers.in_process("evaluate", "k", cwd=tmp_path))
+    a = arrays()
+    partial = pyg_data(a)
+    del partial.test_mask
+    np.savez(tmp_path / "partial.npz", **{k: v for k, v in a.items() if k != "test_idx"})
+    for dataset in (partial, tmp_path / "partial.npz"):
+        result = run(tmp_path, dataset, "pyg", f"drawn-{type(dataset).__name__}", "dataset.splits=drawn")
+        assert result["dataset"]["train"] == 180  # 60% of 300: gnnbridge's split, not the data's 150
+    helpers.one_line(
+        helpers.in_process("train", "--set", "dataset.splits=drawn", "--out", "s", cwd=tmp_path),
+        "dataset 'synthetic' keeps its own: leave dataset.splits=given.",
+    )
 
 
 # --------------------------------------------------------------------------- the user's own model

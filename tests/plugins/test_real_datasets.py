@@ -7,8 +7,12 @@ dtypes), plus the guarantee that a run without the files fails with one line ins
 
 from __future__ import annotations
 
+import http.server
 import io
 import sys
+import threading
+import urllib.request
+import zipfile
 
 import numpy as np
 import pytest
@@ -252,13 +256,87 @@ def test_missing_folder_without_download_is_one_line(tmp_path, name, monkeypatch
 
 
 @pytest.mark.parametrize("name", [*sorted(OGB), *sorted(MOLECULES)])
-def test_ogb_never_prompts_without_a_terminal(tmp_path, name, monkeypatch):
+def test_ogb_never_asks_to_delete_a_folder_without_a_terminal(tmp_path, name, monkeypatch):
+    """A folder without ogb's release marker would make ogb ask whether to delete it: without a
+    terminal to answer, that is one line up front, and the folder is left as it was."""
     skip_without_reader(name)
     monkeypatch.setattr("builtins.input", never_asked)
     monkeypatch.setattr(sys, "stdin", io.StringIO(""))
-    with pytest.raises(DataFileNotFoundError, match="terminal") as err:
+    folder = tmp_path / name.replace("-", "_")
+    (folder / "raw").mkdir(parents=True)
+    (folder / "raw" / "notes.txt").write_text("mine")
+    with pytest.raises(DataFileNotFoundError, match="no terminal to answer; move the folder away") as err:
         load(name, tmp_path)  # download defaults to true
-    assert "\n" not in str(err.value)
+    assert "\n" not in str(err.value) and "RELEASE_v1.txt" in str(err.value)
+    assert (folder / "raw" / "notes.txt").read_text() == "mine"
+
+
+class Mirror(http.server.BaseHTTPRequestHandler):
+    """OGB's download server, reached as an HTTP proxy on 127.0.0.1: every address serves the zip
+    ``files[0]``, its first request announced as ``claimed`` bytes (ogb asks before a download of
+    more than 1 GB on that figure, reading no data) unless that is the zip's own size."""
+
+    files: list = []
+    claimed: int = 0
+    seen: list = []
+
+    def do_GET(self):
+        data, first = self.files[0], self.path not in self.seen
+        self.seen.append(self.path)
+        size = self.claimed if first and self.claimed else len(data)
+        self.send_response(200)
+        self.send_header("Content-Length", str(size))
+        self.end_headers()
+        if size == len(data):
+            self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def mirror(tmp_path, monkeypatch):
+    """A tiny ogbg-molesol as OGB publishes it (``esol.zip``), served through a local proxy that
+    urllib (ogb's downloader) is pointed at; yields the handler class (``claimed``, ``seen``)."""
+    pytest.importorskip("ogb")
+    write_molecules(tmp_path / "published" / "esol", 1, regression=True)
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for path in sorted((tmp_path / "published").rglob("*")):
+            archive.write(path, path.relative_to(tmp_path / "published"))
+    handler = type("Served", (Mirror,), {"files": [buffer.getvalue()], "claimed": 0, "seen": []})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    proxy = urllib.request.ProxyHandler({"http": f"http://127.0.0.1:{server.server_address[1]}"})
+    monkeypatch.setattr(urllib.request, "_opener", urllib.request.build_opener(proxy))
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))  # a batch job: no terminal
+    yield handler
+    server.shutdown()
+    server.server_close()
+
+
+def test_ogb_downloads_without_a_terminal_what_it_does_not_ask_about(tmp_path, mirror, monkeypatch):
+    monkeypatch.setattr("builtins.input", never_asked)
+    with label_form("regression"):
+        data = load("ogbg-molesol", tmp_path / "root")
+    assert data.num_graphs == 30 and len(mirror.seen) == 2  # ogb's size check, then the download
+    assert (tmp_path / "root" / "ogbg_molesol" / "RELEASE_v1.txt").is_file()
+
+
+def test_ogbs_question_before_a_large_download_is_answered_by_assume_yes(tmp_path, mirror, capsys):
+    mirror.claimed = 3 * 2**30  # ogb asks: "This will download 3.00GB. Will you proceed? (y/N)"
+    with label_form("regression"), pytest.raises(DataFileNotFoundError) as err:
+        load("ogbg-molesol", tmp_path / "root")
+    assert str(err.value) == (
+        f"Dataset 'ogbg-molesol' is not in '{tmp_path / 'root' / 'ogbg_molesol'}' and ogb asks before downloading "
+        "it (over 1 GB), with no terminal to answer; --set dataset.options.assume_yes=true downloads it without "
+        "asking (or run once in a terminal, or point --set dataset.root=DIR at a folder that holds it)."
+    )
+    assert not (tmp_path / "root").exists() or not list((tmp_path / "root").iterdir())  # nothing half-fetched
+    mirror.seen.clear()
+    with label_form("regression"):
+        data = load("ogbg-molesol", tmp_path / "root", assume_yes=True)
+    assert data.num_graphs == 30 and "This will download 3.00GB" in capsys.readouterr().err
 
 
 def test_default_root_comes_from_environment(tmp_path, monkeypatch):

@@ -22,6 +22,7 @@ from gnnbridge.backends.graph_arrays import (
     SPLITS,
     all_or_no_splits,
     edge_features,
+    field,
     graph_labels,
     item_labels,
     stacked,
@@ -92,7 +93,7 @@ def hetero_arrays(g, where: str) -> dict[str, np.ndarray]:
 def collection_arrays(dataset, where: str) -> dict[str, np.ndarray]:
     """Many ``(graph, label)`` pairs, one class each: nodes stacked, ``node_ptr`` the first node
     of each graph."""
-    return stacked(_graph_and_label(dataset[i], f"{where}[{i}]") for i in range(len(dataset)))
+    return stacked((_graph_and_label(dataset[i], f"{where}[{i}]") for i in range(len(dataset))), where)
 
 
 def _graph_and_label(item, at: str) -> tuple:
@@ -119,10 +120,10 @@ def features(frame, where: str, num_nodes: int) -> np.ndarray:
             f"{where} has no node features (ndata['feat']); give some, e.g. g.ndata['feat'] = "
             f"torch.ones({num_nodes}, 1) (ndata holds: {', '.join(frame.keys()) or 'nothing'})."
         )
-    x = frame[key]
+    x = field(frame[key], f"{where}: ndata['{key}']")
     if x.dim() != 2:
         raise DataError(f"{where}: ndata['{key}'] has shape {list(x.shape)}; expected [nodes, features].")
-    return x.detach().cpu().to(torch.float32).numpy()
+    return x.cpu().to(torch.float32).numpy()
 
 
 def labels(frame, where: str) -> np.ndarray:
@@ -136,7 +137,7 @@ def labels(frame, where: str) -> np.ndarray:
 
 def edge_index(g, etype=None) -> np.ndarray:
     src, dst = g.edges(order="eid", etype=etype)
-    return torch.stack([src, dst]).to(torch.int64).numpy()
+    return torch.stack([src, dst]).cpu().to(torch.int64).numpy()
 
 
 def splits(frame, where: str, unit: str = "node", prefix: str = "", suffix: str = "") -> dict[str, np.ndarray]:
@@ -147,7 +148,7 @@ def splits(frame, where: str, unit: str = "node", prefix: str = "", suffix: str 
     for split in SPLITS:
         if f"{split}_mask" not in frame:
             continue
-        mask = frame[f"{split}_mask"]
+        mask = field(frame[f"{split}_mask"], f"{where}: {data}['{split}_mask']")
         if mask.dim() != 1:
             raise DataError(
                 f"{where}: {split}_mask has shape {list(mask.shape)}; a mask is one value per {unit} (several "

@@ -23,6 +23,7 @@ from gnnbridge.backends.graph_arrays import (
     SPLITS,
     all_or_no_splits,
     edge_features,
+    field,
     graph_labels,
     item_labels,
     stacked,
@@ -55,6 +56,7 @@ def read(obj) -> dict[str, np.ndarray] | None:
 def graph_arrays(data, where: str) -> dict[str, np.ndarray]:
     """One homogeneous graph for node classification."""
     arrays = {"x": features(data, where), "edge_index": edges(data.edge_index, where)}
+    node_count(data, arrays["x"], where)
     if data.get("y") is not None or not (labels_are_optional() or edge_labels_wanted()):  # (predict, an edge task)
         arrays["y"] = node_labels(data, where)
     arrays.update(splits(data, where, data.num_nodes))
@@ -72,6 +74,7 @@ def hetero_arrays(data) -> dict[str, np.ndarray]:
         store, at = data[node_type], f"{where}['{type_name(node_type, where)}']"
         if store.get("x") is not None:
             arrays[f"x__{node_type}"] = features(store, at)
+            node_count(store, arrays[f"x__{node_type}"], at)
         elif store.num_nodes is None:
             raise DataError(f"{at} has neither x nor num_nodes; give one (data['{node_type}'].num_nodes = N).")
         else:
@@ -103,7 +106,7 @@ def collection_arrays(graphs) -> dict[str, np.ndarray]:
         attr = g.get("edge_attr")
         return out if attr is None else (*out, edge_features(attr, f"{at}: edge_attr"))
 
-    return stacked(parts(i, g) for i, g in enumerate(graphs))
+    return stacked((parts(i, g) for i, g in enumerate(graphs)), where)
 
 
 def features(store, where: str) -> np.ndarray:
@@ -113,11 +116,23 @@ def features(store, where: str) -> np.ndarray:
             f"{where} has no x (node features); give some, e.g. data.x = torch.ones(data.num_nodes, 1) "
             "(or a transform such as torch_geometric.transforms.OneHotDegree)."
         )
+    x = field(x, f"{where}: x")
     if x.dim() != 2:
         raise DataError(f"{where}: x has shape {list(x.shape)}; expected [nodes, features] (x.view(-1, 1) for one).")
     if x.is_sparse:
         x = x.to_dense()
-    return x.detach().cpu().to(torch.float32).numpy()
+    return x.cpu().to(torch.float32).numpy()
+
+
+def node_count(store, x: np.ndarray, where: str) -> None:
+    """A ``num_nodes`` set beside ``x`` counts x's rows (more nodes than feature rows would leave
+    some without features, which nothing here could make up)."""
+    stated = store.num_nodes
+    if stated != x.shape[0]:
+        raise DataError(
+            f"{where} has num_nodes={stated} but x has {x.shape[0]} rows; give x one row per node (or set "
+            f"num_nodes = {x.shape[0]})."
+        )
 
 
 def node_labels(store, where: str) -> np.ndarray:
@@ -137,13 +152,14 @@ def graph_label(g, where: str) -> np.ndarray:
 def edges(edge_index, where: str) -> np.ndarray:
     if edge_index is None:
         raise DataError(f"{where} has no edge_index; give the edges as a [2, E] tensor.")
-    if not isinstance(edge_index, torch.Tensor):  # a SparseTensor (torch_sparse) as adj_t
+    if not isinstance(edge_index, (torch.Tensor, np.ndarray)):  # a SparseTensor (torch_sparse) as adj_t
         raise DataError(f"{where}: edge_index is a {type(edge_index).__name__}; give a [2, E] tensor.")
+    edge_index = field(edge_index, f"{where}: edge_index")
     if edge_index.dim() != 2 or edge_index.shape[0] != 2:
         raise DataError(f"{where}: edge_index has shape {list(edge_index.shape)}; expected [2, E].")
     if edge_index.is_floating_point():
         raise DataError(f"{where}: edge_index is {edge_index.dtype}; node ids are integers (edge_index.long()).")
-    return edge_index.detach().cpu().to(torch.int64).numpy()
+    return edge_index.cpu().to(torch.int64).numpy()
 
 
 def splits(store, where: str, num_nodes: int) -> dict[str, np.ndarray]:
@@ -155,7 +171,7 @@ def splits(store, where: str, num_nodes: int) -> dict[str, np.ndarray]:
         if mask is not None:
             found[f"{split}_idx"] = mask_ids(mask, f"{where}: {split}_mask", num_nodes)
         elif idx is not None:
-            found[f"{split}_idx"] = torch.as_tensor(idx).detach().cpu().to(torch.int64).view(-1).numpy()
+            found[f"{split}_idx"] = index(idx, f"{where}: {split}_idx")
     return all_or_no_splits(found, where)
 
 
@@ -176,11 +192,20 @@ def edge_labels(store, where: str, suffix: str) -> dict[str, np.ndarray]:
         if mask is not None:
             found[f"edge_{split}_idx{suffix}"] = mask_ids(mask, f"{where}: edge_{split}_mask", count, "edge")
         elif idx is not None:
-            found[f"edge_{split}_idx{suffix}"] = torch.as_tensor(idx).detach().cpu().to(torch.int64).view(-1).numpy()
+            found[f"edge_{split}_idx{suffix}"] = index(idx, f"{where}: edge_{split}_idx")
     return {f"edge_label{suffix}": item_labels(y, f"{where}: edge_label"), **all_or_no_splits(found, where, "edge_")}
 
 
-def mask_ids(mask: torch.Tensor, where: str, num_nodes: int, unit: str = "node") -> np.ndarray:
+def index(idx, where: str) -> np.ndarray:
+    """A split given as ids (``train_idx`` ...: a tensor, an array or a list of ints)."""
+    ids = field(np.asarray(idx) if isinstance(idx, (list, tuple, range)) else idx, where)
+    if ids.is_floating_point() or ids.dtype == torch.bool:
+        raise DataError(f"{where} is {str(ids.dtype).removeprefix('torch.')}; give integer ids (a mask: *_mask).")
+    return ids.cpu().to(torch.int64).view(-1).numpy()
+
+
+def mask_ids(mask, where: str, num_nodes: int, unit: str = "node") -> np.ndarray:
+    mask = field(mask, where)
     if mask.dtype != torch.bool or mask.dim() != 1:
         several = " (one column per split: pick one, e.g. data.train_mask = data.train_mask[:, 0])"
         raise DataError(

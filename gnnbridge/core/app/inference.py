@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from gnnbridge.core import files
-from gnnbridge.core.app.objects import as_dataset
+from gnnbridge.core.app.objects import as_dataset, made_from
 from gnnbridge.core.app.plan import inside
 from gnnbridge.core.app.preflight import inference_preflight, load_for_inference
 from gnnbridge.core.app.resolve import check_frozen, resolve_config
@@ -215,7 +215,7 @@ def _dataset_overrides(dataset: Any, trained: dict) -> list[str]:
             f"dataset={path!r}: predict on another graph takes a .npz path or a graph held in memory "
             "(a PyG Data, a DGLGraph, ...)."
         )
-    return ["dataset.name=npz", f"dataset.path={os.path.abspath(path)}", "dataset.options={}"]
+    return ["dataset.name=npz", f"dataset.path={os.path.abspath(path)}", "dataset.options={}", "dataset.digest="]
 
 
 def _numpy(value) -> np.ndarray:
@@ -438,7 +438,7 @@ def inference_data(path: Path, state: dict, config: ExperimentConfig, action: st
     """The dataset ``config`` names, loaded for scoring the checkpoint ``state`` (at ``path``)."""
     with _reading(state, action, trust_code):
         data = load_for_inference(config, checkpoint.parameter_count(state))
-    _check_fits(path, state, data)
+    _check_fits(path, state, data, made_from(config.dataset.path))
     return data
 
 
@@ -458,14 +458,18 @@ def _reading(state: dict, action: str, trust_code: bool):
         yield
 
 
-def _check_fits(path: Path, state: dict, data: GraphData | GraphCollection) -> None:
+def _check_fits(path: Path, state: dict, data: GraphData | GraphCollection, handed: str | None) -> None:
+    """The data has the feature and class counts the model was trained with (``handed``: the
+    graph object the user gave, which the line then names)."""
     trained = state.get("data", {})
     now = data.summary()
+    fix = "point dataset.path at data of the same kind (--set dataset.path=...)"
+    fix = "give a graph of the same kind" if handed else fix
     for key in ("num_features", "num_classes"):
         if key in trained and trained[key] != now[key]:
             raise CheckpointError(
-                f"The dataset has {key}={now[key]} but the model in '{path}' was trained with {trained[key]}; "
-                "point dataset.path at data of the same kind (--set dataset.path=...)."
+                f"{handed or 'The dataset'} has {key}={now[key]} but the model in '{path}' was trained with "
+                f"{trained[key]}; {fix}."
             )
 
 

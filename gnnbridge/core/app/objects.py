@@ -35,8 +35,8 @@ from gnnbridge.core.config import Task
 from gnnbridge.core.errors import ConfigError, OutputPathError
 from gnnbridge.core.models import instance
 from gnnbridge.core.plugins import backends, families, get_target, graph_readers
-from gnnbridge.core.records.labels import label_form, reading_edge_labels
-from gnnbridge.core.storage.formats import graph_from_arrays
+from gnnbridge.core.records.labels import label_form, reading_edge_labels, reading_splits
+from gnnbridge.core.storage.formats import digest, graph_from_arrays
 
 FOLDER = "in-memory"
 # What each file this process wrote (or found written) for a graph object was made from, so that
@@ -58,9 +58,11 @@ def as_dataset(dataset: Any, experiment: Any = None, overrides=()) -> Any:
 @contextlib.contextmanager
 def reading_as(config) -> Iterator[None]:
     """Inside: records read labels in the form the run's task family and target read them, and
-    edge labels for an edge task (:mod:`gnnbridge.core.records.labels`, ``reading_edge_labels``)."""
+    edge labels for an edge task (:mod:`gnnbridge.core.records.labels`, ``reading_edge_labels``);
+    the data's own splits unless ``dataset.splits`` is ``drawn``."""
     form = families.get(config.task).labels or get_target(config.target).labels
-    with label_form(form), reading_edge_labels(config.kind is Task.EDGE):
+    given = config.dataset.splits != "drawn"
+    with label_form(form), reading_edge_labels(config.kind is Task.EDGE), reading_splits(given):
         yield
 
 
@@ -70,7 +72,7 @@ def _graph_file(dataset: Any) -> str:
         where = f"dataset (a {type(dataset).__name__} of {len(dataset)} {type(dataset[0]).__name__})"
     _, arrays = graph_readers.read(dataset, where)
     arrays = {key: np.ascontiguousarray(value) for key, value in sorted(arrays.items())}
-    path = environ.data_root() / FOLDER / f"graph-{_digest(arrays)}.npz"  # the same arrays, one file
+    path = environ.data_root() / FOLDER / f"graph-{digest(arrays)}.npz"  # the same arrays, one file
     if not path.is_file():
         graph_from_arrays(where, arrays, 0, path.stem)  # refused here, before anything is written
         _write(path, arrays)
@@ -111,15 +113,6 @@ def as_model(model: Any, backend: str | None) -> tuple[str, str]:
     if not path.is_file():
         _write_bytes(path, payload)
     return instance.PREFIX + str(path), backend or takers[0]
-
-
-def _digest(arrays: dict[str, np.ndarray]) -> str:
-    """A name for this content: every array's name, dtype, shape and bytes."""
-    h = hashlib.blake2b(digest_size=10)
-    for key, value in arrays.items():
-        h.update(f"{key}:{value.dtype.str}:{value.shape};".encode())
-        h.update(memoryview(value).cast("B"))
-    return h.hexdigest()
 
 
 def _write(path: Path, arrays: dict[str, np.ndarray]) -> None:

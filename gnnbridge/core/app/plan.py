@@ -77,8 +77,19 @@ class Plan:
     def check_same_data(self, data) -> None:
         """A continued run trains on the data its checkpoint was trained on: the loaded dataset's
         counts and shapes (its summary, the name aside: a moved file may be renamed) must be the
-        checkpoint's. Nothing to check for a fresh run, or a checkpoint that predates summaries."""
+        checkpoint's, and a library's class must have given what the checkpoint's config pinned
+        (``dataset.digest``: a restarted job's ranks open the data from the command's config, not
+        the checkpoint's). Nothing to check for a fresh run, or a checkpoint that predates summaries."""
         trained = (self.latest or {}).get("data") or {}
+        pinned = (((self.latest or {}).get("config") or {}).get("dataset") or {}).get("digest")
+        found = self.config.dataset.digest  # None on a rank that attached to its machine's copy
+        if pinned and found and found != pinned:
+            raise CheckpointError(
+                f"Dataset '{self.config.dataset.name}' gave other data (content {found}) than run "
+                f"'{self.resume_dir}' was trained on ({pinned}): it is not the data the run continues on. Open it "
+                "as the run did (its dataset.options, train.seed, files and library version), or start a new run "
+                "(gnnbridge train ... --out NEW)."
+            )
         now = data.summary()
         for key, value in trained.items():
             if key != "name" and key in now and now[key] != value:

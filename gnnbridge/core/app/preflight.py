@@ -86,7 +86,24 @@ def _check_components(config: ExperimentConfig):
     _check_task(config, backend)
     _check_sampler(config, backend)
     datasets.get(config.dataset.name)
+    _check_dataset_keys(config)
     return backend
+
+
+def _check_dataset_keys(config: ExperimentConfig) -> None:
+    """``dataset.splits`` and ``dataset.digest`` concern a graph read from arrays (a ``.npz``, a
+    graph object, a library's class): set for another dataset, they are refused, not ignored."""
+    name = config.dataset.name
+    if config.dataset.splits == "drawn" and not (name == "npz" or ":" in name):
+        raise ConfigError(
+            f"dataset.splits=drawn leaves out the splits a graph's arrays hold (a .npz, a graph object, a "
+            f"library's class such as pyg:KarateClub); dataset '{name}' keeps its own: leave dataset.splits=given."
+        )
+    if config.dataset.digest is not None and ":" not in name:
+        raise ConfigError(
+            f"dataset.digest={config.dataset.digest} pins what a library's class (LIBRARY:CLASS) gave a run; dataset "
+            f"'{name}' is not one: clear it (--set dataset.digest=)."
+        )
 
 
 def _check_device(config: ExperimentConfig, backend, count_gpus: bool) -> ExperimentConfig:
@@ -580,7 +597,7 @@ def _for_task(config: ExperimentConfig, data):
             return for_node_task(data, reverse, config.train.seed)
         return for_edge_task(data, reverse, config.train.seed)
     except DataError as exc:  # name the file (or dataset) the bad array came from
-        raise DataError(f"{config.dataset.path or config.dataset.name}: {exc}") from None
+        raise DataError(f"{_source(config)}: {exc}") from None
 
 
 def _link_record(config: ExperimentConfig, data) -> HeteroGraphData:
@@ -594,7 +611,7 @@ def _link_record(config: ExperimentConfig, data) -> HeteroGraphData:
     try:
         record = link_record(data, LinkSettings.of(config), functools.partial(check_source_fits, config))
     except DataError as exc:  # name the file (or dataset) the bad array came from
-        raise DataError(f"{config.dataset.path or config.dataset.name}: {exc}") from None
+        raise DataError(f"{_source(config)}: {exc}") from None
     return _check_negatives(config, record)
 
 
@@ -648,8 +665,9 @@ def check_source_fits(config: ExperimentConfig, source: HeteroSource, reverse: b
     need, free = sum(b for b, _ in parts.values()), available_memory()
     if need > free:
         what, (_, fix) = max(parts.items(), key=lambda kv: kv[1][0])
+        label = made_from(config.dataset.path) or f"Dataset '{config.dataset.path or source.name}'"
         raise ResourceError(
-            f"Dataset '{config.dataset.path or source.name}': {what} makes its records need about "
+            f"{label}: {what} makes its records need about "
             f"{format_bytes(need)} of memory but {format_bytes(free)} is free; {fix}."
         )
 
@@ -715,6 +733,12 @@ def _check_hetero(config: ExperimentConfig, data: HeteroGraphData) -> None:
     )
     check_hetero_kind(config.sampler.kind, backend)
     typed_fanouts(data, config.sampler.fanouts, config.sampler.edge_fanouts)  # names every edge type it gives
+
+
+def _source(config: ExperimentConfig) -> str:
+    """Where a dataset's bad array came from: the object the user handed over (not the file it
+    was kept in), the file, or the dataset's name."""
+    return made_from(config.dataset.path) or config.dataset.path or config.dataset.name
 
 
 def _node_count(data) -> int:

@@ -38,6 +38,10 @@ KEY_HELP = {
     "dataset.options": "dataset-specific options, e.g. {num_nodes: 20000} for synthetic",
     "dataset.reverse_edges": "heterogeneous graphs: add (dst, rev_<relation>, src) for every edge type",
     "dataset.partitions": "K: a folder cut by gnnbridge partition --parts K; machine M of the job opens part M only",
+    "dataset.splits": "given (the splits a .npz, graph object or LIBRARY:CLASS holds) | drawn (ignore them: a seeded "
+    "60/20/20 split from train.seed)",
+    "dataset.digest": "LIBRARY:CLASS: the content hash of what the class gave the run (training sets it; evaluate, "
+    "predict and --resume refuse other data; empty: not checked)",
     "model": "the network, the same on every backend for the built-in architectures",
     "model.arch": "sage | gcn | gat (node), gin (graph), a zoo or plugin model (gnnbridge models), or module:Class",
     "model.hidden": "width of every hidden layer",

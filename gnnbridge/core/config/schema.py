@@ -87,6 +87,7 @@ OPTIMIZERS = ("adam", "adamw", "sgd")  # see core/training/optim.py
 SCHEDULES = ("none", "cosine", "step")
 PRECISIONS = ("fp32", "bf16", "fp16")
 TABLE_COPIES = ("machine", "rank")
+DATA_SPLITS = ("given", "drawn")  # dataset.splits: the data's own, or gnnbridge's seeded split
 FANOUT = integer(ge=1, also=(-1,), note="-1 for all neighbours")  # one hop's neighbours per node
 # bytes of RAM, or "512MB", "2GB" (values.parse_size reads it); 0: off
 RAM_SIZE = integer(
@@ -115,6 +116,21 @@ class DatasetConfig:
     reverse_edges: bool = False  # heterogeneous graphs: add (dst, rev_<relation>, src) for every edge type
     # a folder partitioned by gnnbridge partition: the job's K machines each open their own part
     partitions: int = bounded(0, integer(ge=0, note="0: the whole folder on every machine"))
+    # the splits a graph's arrays hold (a .npz, a graph object, a library's class): given, or
+    # drawn (ignored: gnnbridge's seeded 60/20/20 split instead, e.g. for pyg:KarateClub's lone train_mask)
+    splits: str = bounded("given", one_of(DATA_SPLITS, "a splits choice", note="drawn: ignore the data's own"))
+    # a library's class (LIBRARY:CLASS): the content hash of what it gave the run (set by training,
+    # checked by evaluate, predict, --resume and a restarted rank); none: not pinned
+    digest: str | None = bounded(
+        None,
+        Bound(
+            pattern=r"^[0-9a-f]{20}$",
+            form="the 20 hex digits a run recorded",
+            also=(None,),
+            what="a digest",
+            example="5f0c8e2b9a41d3e7c6b2",
+        ),
+    )
 
     def __post_init__(self) -> None:
         check_fields(self, "dataset.")

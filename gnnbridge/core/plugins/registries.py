@@ -18,11 +18,12 @@ from gnnbridge.core.config import Task
 from gnnbridge.core.config.schema import TASK_KINDS, TASK_NAME
 from gnnbridge.core.contracts.families import TaskFamily
 from gnnbridge.core.contracts.targets import Target
-from gnnbridge.core.errors import ConfigError, unknown_name
+from gnnbridge.core.errors import ConfigError, DataError, unknown_name
 from gnnbridge.core.plugins import manager
 from gnnbridge.core.plugins.faults import PluginError, blame, describe, is_plugin_fault, stdout_to_stderr
+from gnnbridge.core.plugins.library import drawn_from, named, pin
 from gnnbridge.core.plugins.manager import ENV_LOAD, load_plugins, plugin_failed
-from gnnbridge.core.storage.formats import graph_from_arrays
+from gnnbridge.core.storage.formats import digest, graph_from_arrays
 
 
 @dataclass
@@ -300,11 +301,17 @@ class GraphReaders(Registry):
 
 
 def _library_dataset(opener: Callable, prefix: str, cls: str, config, seed: int):
-    """The record of ``PREFIX:CLASS``: the library opens it, a graph reader reads it."""
+    """The record of ``PREFIX:CLASS``: the library opens it and a graph reader reads it, under the
+    run's seed; its content is pinned in ``config.digest`` (:mod:`gnnbridge.core.plugins.library`)."""
     name = f"{prefix}:{cls}"
-    with blame(dataset_libraries.origin(prefix), f"opening of {name}"):
-        obj = opener(cls, config, seed)
-    _, arrays = graph_readers.read(obj, f"dataset '{name}'")
+    with drawn_from(seed):
+        with blame(dataset_libraries.origin(prefix), f"opening of {name}"):
+            obj = opener(cls, config, seed)
+        try:
+            _, arrays = graph_readers.read(obj, f"dataset '{name}'")
+        except DataError as exc:
+            raise named(exc, name) from None
+    pin(config, name, digest(arrays), seed)
     return graph_from_arrays(f"dataset '{name}'", arrays, seed, name)
 
 

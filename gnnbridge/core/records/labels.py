@@ -53,6 +53,23 @@ def edge_labels_wanted() -> bool:
     return _EDGE_LABELS.get()
 
 
+# Whether the splits a graph's arrays hold are read (``dataset.splits: given``) or left out so that
+# gnnbridge draws its seeded split (``drawn``: a library's class whose masks cannot be completed,
+# such as KarateClub's lone train_mask). A context for the reason above.
+_SPLITS: contextvars.ContextVar[bool] = contextvars.ContextVar("splits", default=True)
+
+
+@contextlib.contextmanager
+def reading_splits(given: bool) -> Iterator[None]:
+    """Inside: the graph readers and the format take a graph's own splits (``given``) or none."""
+    with scoped(_SPLITS, given):
+        yield
+
+
+def splits_wanted() -> bool:
+    return _SPLITS.get()
+
+
 # The edge type whose edges an edge task's model scores ("src,rel,dst"), while predict opens a
 # graph that may not label them (see labels_optional).
 _UNLABELLED_EDGES: contextvars.ContextVar[str | None] = contextvars.ContextVar("unlabelled_edges", default=None)

@@ -6,6 +6,8 @@ files; both check arrays against these tables and say what is wrong in the same 
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import torch
 
@@ -19,6 +21,7 @@ from gnnbridge.core.records.labels import (
     edge_labels_wanted,
     labels_are_optional,
     placeholder,
+    splits_wanted,
     unlabelled_target,
     unlabelled_width,
 )
@@ -61,6 +64,17 @@ HETERO_EDGE_KEYS = {
 HETERO_MARKERS = (*HETERO_NODE_KEYS, *HETERO_EDGE_KEYS)
 
 
+def digest(arrays: dict[str, np.ndarray]) -> str:
+    """A name for a dataset's content: every array's name, dtype, shape and bytes, in key order
+    (an empty array, ``edge_index`` of a graph without edges, is its header alone)."""
+    h = hashlib.blake2b(digest_size=10)
+    for key in sorted(arrays):
+        value = np.ascontiguousarray(arrays[key])
+        h.update(f"{key}:{value.dtype.str}:{value.shape};".encode())
+        h.update(value)
+    return h.hexdigest()
+
+
 def check_header(path, key: str, found: np.dtype, shape: tuple, dtype, ndim: int) -> None:
     """Refuse an array whose header (read before any data) has the wrong dtype or dimensions."""
     expected = np.dtype(dtype)
@@ -97,6 +111,12 @@ def check_member_header(path, key: str, found: np.dtype, shape: tuple, dtype, nd
     except DataError as exc:
         raise DataError(f"{path}: {exc}") from None
     return None
+
+
+def is_split_key(key: str) -> bool:
+    """Whether a member is a split (``train_idx``, an edge task's ``edge_train_idx`` ..., or a
+    typed one of either), which ``dataset.splits: drawn`` leaves out."""
+    return key.split("__", 1)[0] in (*NPZ_SPLITS, *EDGE_SPLITS)
 
 
 def is_label_key(key: str) -> bool:
@@ -173,7 +193,10 @@ def graph_from_arrays(where, arrays: dict, seed: int, name: str) -> GraphData | 
     a collection of graphs (``node_ptr``), or a heterogeneous graph (typed keys); every array is
     checked against the tables above. ``where`` starts each error line (a file, or what the
     arrays came from). The ``.npz`` reader and graphs handed over in memory both end here, so the
-    same arrays make the same record whichever way they came."""
+    same arrays make the same record whichever way they came. Read with ``dataset.splits: drawn``
+    (:func:`~gnnbridge.core.records.labels.reading_splits`), the arrays' own splits are left out."""
+    if not splits_wanted():
+        arrays = {key: value for key, value in arrays.items() if not is_split_key(key)}
     if is_hetero(arrays):
         tensors = {key: _checked(where, key, arrays[key], *spec) for key, spec in typed_keys(where, arrays).items()}
         return hetero_source(where, tensors, name)
