@@ -1430,7 +1430,9 @@ def _check_machine_pairs(root: Path, where: Path, n_src: int, n_dst: int) -> Non
     command = ["predict", "out", "--out", "s.npz", "--pairs", "pairs.npz", "--set", "dataset.path=data"]
     codes, outs = job(2, where, command)
     for (_, err), code in zip(outs, codes):  # (torchrun's own report of the failed agent follows)
-        first = err.strip().splitlines()[0]
+        first = [line for line in err.strip().splitlines() if not line.startswith("Note:")][
+            0
+        ]  # (parts copied as scp -r does)
         assert code != 0 and first.startswith("Error:") and "machine 1 read other pairs than machine 0" in first, err
     assert not list(where.glob("machine*/s.part-*"))
     np.savez(where / "machine1" / "pairs.npz", src=src, dst=dst)
