@@ -195,8 +195,10 @@ def test_a_graph_without_node_or_edge_labels_is_told_of_the_edge_labels_an_edge_
     """An edge task reads no node labels (its family says so): an .npz of features and edges
     alone is refused for the edge labels it lacks, not for a y it may leave out."""
     arrays = homogeneous()
-    del arrays["edge_label"]
-    helpers.refused_npz(tmp_path, arrays, "has no edge labels; task=edge reads edge_label", "task=edge")
+    np.savez(tmp_path / "g.npz", x=arrays["x"], edge_index=arrays["edge_index"])
+    proc = helpers.in_process("train", "--dataset", "g.npz", "--set", "task=edge", "--out", "run", cwd=tmp_path)
+    helpers.one_line(proc, f"Dataset '{tmp_path / 'g.npz'}' has no edge labels; task=edge reads edge_label")
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.xdist_group("test_edge_tasks")
