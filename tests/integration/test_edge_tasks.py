@@ -191,6 +191,16 @@ def test_bad_edge_input_is_one_line(tmp_path, change, needle):
     helpers.refused_npz(tmp_path, arrays, needle, "task=edge")
 
 
+def test_a_graph_without_node_or_edge_labels_is_told_of_the_edge_labels_an_edge_task_reads(tmp_path):
+    """An edge task reads no node labels (its family says so): an .npz of features and edges
+    alone is refused for the edge labels it lacks, not for a y it may leave out."""
+    arrays = homogeneous()
+    np.savez(tmp_path / "g.npz", x=arrays["x"], edge_index=arrays["edge_index"])
+    proc = helpers.in_process("train", "--dataset", "g.npz", "--set", "task=edge", "--out", "run", cwd=tmp_path)
+    helpers.one_line(proc, f"Dataset '{tmp_path / 'g.npz'}' has no edge labels; task=edge reads edge_label")
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.xdist_group("test_edge_tasks")
 def test_predict_scores_the_edges_of_a_new_graph_that_carries_no_labels(files, tmp_path):
     """A graph without edge labels (an ``.npz``, a PyG ``Data``) is scored edge by edge in the

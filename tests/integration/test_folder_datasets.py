@@ -83,8 +83,9 @@ def test_a_folder_opens_as_the_npz_graph_mapped_from_its_files(tmp_path):
     for key in ("indptr", "indices", "x", "y", "train_idx", "val_idx", "test_idx"):
         assert torch.equal(getattr(opened, key), getattr(loaded, key)), key
     assert opened.num_classes == loaded.num_classes
-    # ranks reopen it in its label form, taking edge labels where the run is an edge task
-    assert opened.mapped_from == (open_prepared, (str(folder), 3, "class", False))
+    # ranks reopen it in its label form, taking edge labels where the run is an edge task and node
+    # labels where its family reads them
+    assert opened.mapped_from == (open_prepared, (str(folder), 3, "class", False, True))
     assert isinstance(np.load(folder / "x.npy", mmap_mode="r"), np.memmap)
     maps = open(f"/proc/{os.getpid()}/maps").read()
     assert str(folder / "x.npy") in maps and str(folder / "prepared" / "indices.npy") in maps
@@ -208,6 +209,31 @@ def test_training_from_a_folder_gives_the_npz_metrics(tmp_path, backend, task):
     assert saved["metrics"] == runs["npz"]["metrics"]
     caches = list((folder / "prepared").glob("link-*"))
     assert len(caches) == (task == "link") and all((c / "manifest.json").is_file() for c in caches)
+
+
+def test_an_npz_and_its_folder_without_labels_train_evaluate_and_predict_a_link_task(tmp_path):
+    """A link task reads no node labels: prepare takes a graph of features and edges alone, and
+    the .npz and its folder each train task=link to the same numbers, evaluate to them and
+    write top-k lists; node classification on either is refused in the line it always was."""
+    a = graph_arrays()
+    np.savez(tmp_path / "g.npz", x=a["x"], edge_index=a["edge_index"])
+    helpers.ok(helpers.in_process("prepare", "g.npz", "--quiet", cwd=tmp_path))
+    metrics = {}
+    for name, dataset in (("npz", "g.npz"), ("folder", "g")):
+        link = ("--set", "task=link", "--set", "train.epochs=1", "--out", name)
+        helpers.ok(helpers.in_process("train", "--dataset", dataset, *link, cwd=tmp_path))
+        metrics[name] = json.loads((tmp_path / name / "results.json").read_text())["metrics"]
+        assert gnnbridge.evaluate(tmp_path / name)["metrics"] == metrics[name]
+        helpers.ok(helpers.in_process("predict", name, "--top-k", "5", "--out", f"{name}.npz", cwd=tmp_path))
+        with np.load(tmp_path / f"{name}.npz") as lists:
+            assert lists["top_dst"].shape == (120, 5)
+        proc = helpers.in_process("train", "--dataset", dataset, "--out", f"{name}-node", cwd=tmp_path)
+        assert proc.returncode == 1 and proc.stderr.splitlines() == [
+            f"Error: {tmp_path / dataset}: no y (int64, a class per node, or per graph of a collection); training "
+            "and evaluation need labels (predict takes a graph without them)."
+        ]
+        assert not (tmp_path / f"{name}-node").exists()
+    assert metrics["npz"] == metrics["folder"] and "test_mrr" in metrics["npz"]
 
 
 @pytest.mark.slow

@@ -287,6 +287,38 @@ def test_a_heterodata_link_task_trains(tmp_path):
     assert result["dataset"]["target_edge"] == "user,buys,item" and result["metrics"]["test_roc_auc"] > 0.6
 
 
+def test_a_data_and_a_dglgraph_without_labels_train_a_link_task_to_the_numbers_with_them(tmp_path):
+    """Link prediction reads no node labels (most link data has none: ogbl-collab, citation and
+    social graphs): a Data or a DGLGraph of features and edges alone is one dataset and trains a
+    link task to the numbers of the same graph with labels; its run evaluates to them and
+    predicts top-k lists, of its graph and of another without labels. Node classification on it
+    is refused as it always was."""
+    a = arrays()
+    bare = Data(x=torch.from_numpy(a["x"]), edge_index=torch.from_numpy(a["edge_index"]))
+    g = dgl.graph(tuple(torch.from_numpy(a["edge_index"])), num_nodes=N)
+    g.ndata["feat"] = torch.from_numpy(a["x"])
+    link = ("task=link", "train.epochs=1")
+    assert as_dataset(g, overrides=link) == as_dataset(bare, overrides=link)
+    labelled = run(tmp_path, pyg_data(a), "dgl", "labelled", *link)["metrics"]
+    metrics = run(tmp_path, g, "dgl", "bare", *link)["metrics"]
+    assert metrics == labelled and set(metrics) >= {"test_roc_auc", "test_mrr"}
+    assert gnnbridge.evaluate(tmp_path / "bare")["metrics"] == metrics
+    lists = gnnbridge.predict(tmp_path / "bare", top_k=5)
+    assert lists["top_dst"].shape == (N, 5) and (lists["counts"] == 5).all()
+    other = arrays(seed=5)
+    new = Data(x=torch.from_numpy(other["x"]), edge_index=torch.from_numpy(other["edge_index"]))
+    assert gnnbridge.predict(tmp_path / "bare", dataset=new, top_k=5)["top_dst"].shape == (N, 5)
+    for obj, backend, where in (
+        (bare, "pyg", "dataset (a torch_geometric Data) has no y"),
+        (g, "dgl", "dataset (a DGLGraph) has no ndata['label']"),
+    ):
+        with pytest.raises(GnnBridgeError) as refused:
+            run(tmp_path, obj, backend, "node")
+        needed = "training and evaluation need labels (predict does not)"
+        assert str(refused.value) == f"{where} (a class per node); {needed}."
+    assert not (tmp_path / "node").exists()
+
+
 def write_planetoid(folder: Path, prefix: str, a: dict) -> None:
     """``a``'s graph in Planetoid's raw files (``ind.PREFIX.x`` ...; pickles, as published): the
     first 30 nodes labelled for training, then 500 validation nodes, the last 100 the test."""

@@ -30,7 +30,7 @@ from gnnbridge.backends.graph_arrays import (
 )
 from gnnbridge.core.errors import DataError
 from gnnbridge.core.plugins import warn
-from gnnbridge.core.records.labels import edge_labels_wanted, labels_are_optional
+from gnnbridge.core.records.labels import edge_labels_wanted, node_labels_needed
 
 FEATURES = ("feat", "x", "features")  # the first present is the node features
 LABELS = ("label", "y", "labels")
@@ -55,7 +55,7 @@ def read(obj) -> dict[str, np.ndarray] | None:
 def graph_arrays(g, where: str) -> dict[str, np.ndarray]:
     frame = g.ndata
     arrays = {"x": features(frame, where, g.num_nodes()), "edge_index": edge_index(g)}
-    if label_key(frame) is not None or not (labels_are_optional() or edge_labels_wanted()):  # (predict, an edge task)
+    if label_key(frame) is not None or node_labels_needed():  # (none: predict, a link or an edge task)
         arrays["y"] = labels(frame, where)
     arrays.update(splits(frame, where))
     arrays.update(edge_labels(g.edata, where, "", g.num_edges()))

@@ -31,7 +31,7 @@ from gnnbridge.backends.graph_arrays import (
 )
 from gnnbridge.core.errors import DataError
 from gnnbridge.core.plugins import warn
-from gnnbridge.core.records.labels import edge_labels_wanted, labels_are_optional
+from gnnbridge.core.records.labels import edge_labels_wanted, node_labels_needed
 
 
 def read(obj) -> dict[str, np.ndarray] | None:
@@ -54,10 +54,11 @@ def read(obj) -> dict[str, np.ndarray] | None:
 
 
 def graph_arrays(data, where: str) -> dict[str, np.ndarray]:
-    """One homogeneous graph for node classification."""
+    """One homogeneous graph: its features, edges and splits, its labels where it has them or the
+    task reads them (a node task's ``y``; an edge task's edge labels)."""
     arrays = {"x": features(data, where), "edge_index": edges(data.edge_index, where)}
     node_count(data, arrays["x"], where)
-    if data.get("y") is not None or not (labels_are_optional() or edge_labels_wanted()):  # (predict, an edge task)
+    if data.get("y") is not None or node_labels_needed():  # (none: predict, a link or an edge task)
         arrays["y"] = node_labels(data, where)
     arrays.update(splits(data, where, data.num_nodes))
     arrays.update(edge_labels(data, where, ""))

@@ -35,7 +35,7 @@ from gnnbridge.core.config import Task
 from gnnbridge.core.errors import ConfigError, OutputPathError
 from gnnbridge.core.models import instance
 from gnnbridge.core.plugins import backends, families, get_target, graph_readers
-from gnnbridge.core.records.labels import label_form, reading_edge_labels, reading_splits
+from gnnbridge.core.records.labels import label_form, reading_edge_labels, reading_node_labels, reading_splits
 from gnnbridge.core.storage.formats import digest, graph_from_arrays
 
 FOLDER = "in-memory"
@@ -59,10 +59,17 @@ def as_dataset(dataset: Any, experiment: Any = None, overrides=()) -> Any:
 def reading_as(config) -> Iterator[None]:
     """Inside: records read labels in the form the run's task family and target read them, and
     edge labels for an edge task (:mod:`gnnbridge.core.records.labels`, ``reading_edge_labels``);
-    the data's own splits unless ``dataset.splits`` is ``drawn``."""
-    form = families.get(config.task).labels or get_target(config.target).labels
+    node labels only where the family reads them (``node_labels``: not link prediction's); the
+    data's own splits unless ``dataset.splits`` is ``drawn``."""
+    family = families.get(config.task)
+    form = family.labels or get_target(config.target).labels
     given = config.dataset.splits != "drawn"
-    with label_form(form), reading_edge_labels(config.kind is Task.EDGE), reading_splits(given):
+    with (
+        label_form(form),
+        reading_edge_labels(config.kind is Task.EDGE),
+        reading_node_labels(family.node_labels),
+        reading_splits(given),
+    ):
         yield
 
 

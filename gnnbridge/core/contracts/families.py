@@ -33,6 +33,9 @@ class TaskFamily(ABC):
     # the form the dataset's own labels are read in (core/records/labels.py); "": the target's. A
     # family whose record() makes the targets itself names the form of the datasets it reads.
     labels: str = ""
+    # whether it reads the dataset's node labels (``y``); False: a homogeneous graph without them
+    # trains it (link prediction reads features and edges alone, an edge task its edges' labels)
+    node_labels: bool = True
     per_graph: bool = False  # the model returns a row per graph (ModelCall checks it)
     layered: bool = True  # evaluation may run layer-wise or on every neighbour (not whole graphs)
 

@@ -153,6 +153,7 @@ class LinkFamily(NodeFamily):
     kind = Task.LINK
     description = "whether an edge of one type exists (ranked against negatives)"
     targets = ("class",)
+    node_labels = False  # a pair's score reads the two nodes' features and the edges, no label
 
     typed = TypedLayerwiseLinks
 
@@ -186,6 +187,7 @@ class EdgeFamily(NodeFamily):
     name = "edge"
     kind = Task.EDGE
     description = "a label (class, labels or values) per given edge of one type"
+    node_labels = False  # its labels are the edges'
 
     evaluator = EdgeEvaluator
     typed = TypedLayerwiseEdges

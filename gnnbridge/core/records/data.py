@@ -44,8 +44,9 @@ class LabelledRecord(Mapped):
     # Set on a record opened from a prepared folder (gnnbridge.core.storage.folder); how it
     # opens again in another process is ``mapped_from`` (see core/records/mapped.py).
     folder = None
-    # False: a graph handed to ``predict`` without labels (:meth:`GraphData.for_prediction`): its
-    # ``y`` is a placeholder and it has no splits; nothing may train or evaluate on it.
+    # False: a graph without labels (:meth:`GraphData.unlabelled`): handed to ``predict``, or read
+    # by a task that reads no node labels (link prediction); its ``y`` is a placeholder and it has
+    # no splits; nothing may train or evaluate on its labels.
     labelled = True
 
     @classmethod
@@ -96,7 +97,8 @@ class LabelledRecord(Mapped):
         return self
 
     def _check_labels_features_splits(self, num_items: int) -> None:
-        check_values(self.y, self.labels, self.num_classes, num_items, self.item_name)
+        if self.labelled:  # (placeholders: nothing to check, and no classes where no task reads them)
+            check_values(self.y, self.labels, self.num_classes, num_items, self.item_name)
         if not all_finite(self.x):
             bad = int((~torch.isfinite(self.x)).any(dim=1).nonzero()[0])
             raise DataError(f"x holds NaN or inf values (first at node {bad}); clean the features first.")
@@ -189,11 +191,10 @@ class GraphData(LabelledRecord):
         return cls(indptr, indices, x, y, train_idx, val_idx, test_idx, int(num_classes), name, form, edge_attr)
 
     @classmethod
-    def for_prediction(
-        cls, edge_index: torch.Tensor, x: torch.Tensor, num_classes: int, name: str = "graph"
-    ) -> GraphData:
-        """A graph without labels, for ``predict`` only: placeholder labels (all 0) of the model's
-        ``num_classes``, no splits, ``labelled`` False; checked as any graph is but for those."""
+    def unlabelled(cls, edge_index: torch.Tensor, x: torch.Tensor, num_classes: int, name: str = "graph") -> GraphData:
+        """A graph without labels: placeholder labels (all 0) of ``num_classes`` (the model's, for
+        ``predict``; 0 for a task that reads no node labels, such as link prediction), no splits,
+        ``labelled`` False; checked as any graph is but for those."""
         empty = torch.empty(0, dtype=torch.int64)
         check_edge_index(edge_index)
         check_features("x", x)

@@ -53,6 +53,30 @@ def edge_labels_wanted() -> bool:
     return _EDGE_LABELS.get()
 
 
+# Whether the run's task family reads a graph's node labels (its declared ``node_labels``): link
+# prediction reads features and edges alone and an edge task its edges' labels, so a homogeneous
+# graph without ``y`` trains them; node classification needs them. A context for the reason above.
+_NODE_LABELS: contextvars.ContextVar[bool] = contextvars.ContextVar("node_labels", default=True)
+
+
+@contextlib.contextmanager
+def reading_node_labels(wanted: bool) -> Iterator[None]:
+    """Inside: a homogeneous graph must bring node labels (``y``) only if ``wanted`` (its task
+    family reads them); without, it opens as a record of placeholder labels (``labelled`` False)."""
+    with scoped(_NODE_LABELS, wanted):
+        yield
+
+
+def node_labels_wanted() -> bool:
+    return _NODE_LABELS.get()
+
+
+def node_labels_needed() -> bool:
+    """Whether a homogeneous graph must bring node labels here: its task family reads them
+    (:func:`reading_node_labels`) and they are not optional (:func:`labels_optional`, predict's)."""
+    return node_labels_wanted() and not labels_are_optional()
+
+
 # Whether the splits a graph's arrays hold are read (``dataset.splits: given``) or left out so that
 # gnnbridge draws its seeded split (``drawn``: a library's class whose masks cannot be completed,
 # such as KarateClub's lone train_mask). A context for the reason above.
@@ -182,7 +206,8 @@ def width(y: torch.Tensor, form: str) -> int:
 
 
 def placeholder(items: int, num_classes: int, form: str) -> torch.Tensor:
-    """Labels of a graph that has none (what ``predict`` scores): zeros of ``form``'s layout."""
+    """Labels of a graph that has none (what ``predict`` scores, or a task that reads none
+    trains on): zeros of ``form``'s layout."""
     if form == "class":
         return torch.zeros(items, dtype=torch.int64)
     return torch.zeros(items, num_classes, dtype=torch.float32)

@@ -39,8 +39,13 @@ from gnnbridge.core.records.labels import (
     current_form,
     edge_labels_wanted,
     label_form,
+    node_labels_needed,
+    node_labels_wanted,
+    placeholder,
     reading_edge_labels,
+    reading_node_labels,
     stored,
+    unlabelled_width,
 )
 from gnnbridge.core.storage.formats import (
     EDGE_ATTR,
@@ -49,6 +54,7 @@ from gnnbridge.core.storage.formats import (
     edge_labelled,
     hetero_source,
     is_member_name,
+    missing_arrays,
 )
 
 FORMAT = 1
@@ -260,15 +266,23 @@ def mapped(root: Path, spec: dict, written: Written | None = None) -> torch.Tens
     return tensor.view(torch.bfloat16) if spec["dtype"] == "bfloat16" else tensor
 
 
-def open_prepared(path: str | os.PathLike, seed: int = 0, form: str | None = None, edge_labels: bool | None = None):
+def open_prepared(
+    path: str | os.PathLike,
+    seed: int = 0,
+    form: str | None = None,
+    edge_labels: bool | None = None,
+    node_labels: bool | None = None,
+):
     """The record of a prepared folder (:class:`GraphData`, :class:`HeteroSource` or
     :class:`GraphCollection`), its arrays memory-mapped and not validated again; splits the
     folder lacks are drawn from ``seed`` exactly as the ``.npz`` loader draws them. Its labels are
-    read in ``form`` (default: the context's, :mod:`.labels`), and its edge labels taken when an
-    edge task reads it (``edge_labels``, default: the context's), which a rank reopening the
+    read in ``form`` (default: the context's, :mod:`.labels`), its edge labels taken when an
+    edge task reads it (``edge_labels``), and a graph without node labels opened where the task
+    reads none (``node_labels`` False; both default to the context's), which a rank reopening the
     record is handed, as it has no context of its own."""
     wanted = edge_labels_wanted() if edge_labels is None else edge_labels
-    with label_form(form or current_form()), reading_edge_labels(wanted):
+    nodes = node_labels_wanted() if node_labels is None else node_labels
+    with label_form(form or current_form()), reading_edge_labels(wanted), reading_node_labels(nodes):
         return _open_prepared(Path(path), seed)
 
 
@@ -282,6 +296,8 @@ def _open_prepared(root: Path, seed: int):
     kind, name = manifest["kind"], root.name
     if kind == "node" and as_edge_source(arrays):  # as from an .npz, built at load
         record = edge_labelled(root, {k: v for k, v in arrays.items() if k in NPZ_ARRAYS}, name)
+    elif kind == "node" and "y" not in arrays:
+        record = _unlabelled_graph(root, arrays, name)
     elif kind == "node":
         record = _node_graph(arrays, manifest, seed, name)
     elif kind == "hetero":
@@ -296,7 +312,7 @@ def _open_prepared(root: Path, seed: int):
     else:
         raise DataError(f"{root / MANIFEST} names kind {kind!r}; run gnnbridge prepare {root} again.")
     record.folder = root
-    record.mapped_from = (open_prepared, (str(root), seed, current_form(), edge_labels_wanted()))
+    record.mapped_from = (open_prepared, (str(root), seed, current_form(), edge_labels_wanted(), node_labels_wanted()))
     return record
 
 
@@ -366,6 +382,29 @@ def folder_labels(y: torch.Tensor, summary: dict, name: str) -> torch.Tensor:
     if form == "multilabel" and not summary.get("binary"):
         raise DataError(f"Folder '{name}': y holds values other than 0, 1 and NaN; target=multilabel reads 0/1 labels.")
     return y if form == "class" else stored(y, form)
+
+
+def _unlabelled_graph(root: Path, arrays: dict, name: str) -> GraphData:
+    """A folder of a graph without node labels, as :func:`~.formats.unlabelled_graph` opens its
+    ``.npz``: where the task reads none (link prediction) or for predict; else refused in the
+    ``.npz``'s line."""
+    if node_labels_needed():
+        raise missing_arrays(root, ["y"])
+    width, empty = unlabelled_width() or 0, torch.empty(0, dtype=torch.int64)
+    record = GraphData.unchecked(
+        indptr=arrays["indptr"],
+        indices=arrays["indices"],
+        x=arrays["x"],
+        y=placeholder(int(arrays["x"].shape[0]), width, current_form()),
+        train_idx=empty,
+        val_idx=empty,
+        test_idx=empty,
+        num_classes=width,
+        name=name,
+        edge_attr=arrays.get(CSC_EDGE_ATTR),
+    )
+    record.labelled = False
+    return record
 
 
 def _node_graph(arrays: dict, manifest: dict, seed: int, name: str) -> GraphData:

@@ -20,6 +20,7 @@ from gnnbridge.core.records.labels import (
     current_form,
     edge_labels_wanted,
     labels_are_optional,
+    node_labels_needed,
     placeholder,
     splits_wanted,
     unlabelled_target,
@@ -137,11 +138,12 @@ def _torch_dtype(found: np.dtype) -> torch.dtype | None:
 
 
 def missing_members(members) -> list[str]:
-    """The required arrays a homogeneous graph's ``members`` lack; ``y`` may be missing where
-    labels are optional (:func:`labels_optional`), never for a collection of graphs."""
+    """The required arrays a homogeneous graph's ``members`` lack; ``y`` may be missing where no
+    node labels are needed (:func:`node_labels_needed`: a link or edge task's graph, predict's)
+    or the edges carry the labels, never for a collection of graphs."""
     missing = [k for k in NPZ_REQUIRED if k not in members]
-    if missing == ["y"] and NODE_PTR not in members and (labels_are_optional() or EDGE_LABEL in members):
-        return []  # (an edge task's graph labels its edges)
+    if missing == ["y"] and NODE_PTR not in members and (not node_labels_needed() or EDGE_LABEL in members):
+        return []
     return missing
 
 
@@ -161,9 +163,10 @@ def missing_arrays(where, missing: list[str]) -> DataError:
 
 
 def unlabelled_graph(where, tensors: dict[str, torch.Tensor], name: str) -> GraphData:
-    """The record of a graph handed over without labels, for prediction only (see :func:`labels_optional`)."""
+    """The record of a graph without node labels: for predict (placeholders of the model's width,
+    see :func:`labels_optional`), or for a task that reads none (link prediction's: width 0)."""
     try:
-        return GraphData.for_prediction(tensors["edge_index"], tensors["x"], unlabelled_width(), name)
+        return GraphData.unlabelled(tensors["edge_index"], tensors["x"], unlabelled_width() or 0, name)
     except DataError as exc:
         raise DataError(f"{where}: {exc}") from None
 

@@ -71,7 +71,7 @@ from gnnbridge.core.records.hetero import (
     HeteroSource,
     edge_name,
 )
-from gnnbridge.core.records.labels import current_form, label_form
+from gnnbridge.core.records.labels import current_form, label_form, node_labels_needed
 from gnnbridge.core.storage.folder import (
     CHECK_STEP,
     MANIFEST,
@@ -86,6 +86,7 @@ from gnnbridge.core.storage.folder import (
     read_manifest,
     stat_input,
 )
+from gnnbridge.core.storage.formats import missing_arrays
 
 FORMAT = 2  # of partition.json and part.json (2: parts record partition.json's digest, their source, file digests)
 PARTITIONS = "partitions"
@@ -419,6 +420,8 @@ def _split_counts(description: dict) -> dict[str, list[int]]:
 def _node_part(root: Path, description: dict, part: dict, arrays: dict, machine: int) -> PartGraph:
     start = int(part["start"])
     labelled = "y" in arrays  # (a graph without labels is partitioned for link tasks)
+    if not labelled and node_labels_needed():  # refused as the whole folder refuses it
+        raise missing_arrays(root, ["y"])
     record = PartGraph.unchecked(
         indptr=arrays["indptr"],
         indices=arrays["indices"],

@@ -39,7 +39,7 @@ from gnnbridge.core.files import PARTIAL, fsync_file, partial_name, remove_parti
 from gnnbridge.core.host import available_memory
 from gnnbridge.core.records.data import check_ids
 from gnnbridge.core.records.hetero import edge_name, reverse_types
-from gnnbridge.core.records.labels import infer_num_classes, label_form
+from gnnbridge.core.records.labels import infer_num_classes, label_form, reading_node_labels
 from gnnbridge.core.storage.folder import (
     CSC_EDGE_ATTR,
     CSC_INDPTR,
@@ -299,13 +299,14 @@ def _spec(file: str, array: np.ndarray, dtype: str | None = None) -> dict:
 
 
 def _prepare_node(root: Path, members: dict, dtype: str, progress: bool) -> dict:
-    missing = missing_members(members)
+    with reading_node_labels(False):  # a folder serves every task: one without y trains link tasks
+        missing = missing_members(members)
     if missing:
         raise DataError(
             f"{root}: missing {', '.join(f'{k}.npy' for k in missing)}; a graph folder needs "
-            "edge_index.npy int64 [2,E], x.npy float32 [N,F], y.npy int64 [N] (and optionally "
-            f"train_idx.npy, val_idx.npy, test_idx.npy); a collection of graphs also has {NODE_PTR}.npy; a "
-            "heterogeneous graph has typed files such as x__paper.npy."
+            "edge_index.npy int64 [2,E] and x.npy float32 [N,F] (y.npy int64 [N] for node classification, and "
+            f"optionally train_idx.npy, val_idx.npy, test_idx.npy); a collection of graphs also has {NODE_PTR}.npy; "
+            "a heterogeneous graph has typed files such as x__paper.npy."
         )
     a = {k: open_checked(root, k, f, NPZ_ARRAYS[k]) for k, f in members.items()}
     x, ei, y = a["x"], a["edge_index"], a.get("y")
@@ -333,7 +334,7 @@ def _prepare_node(root: Path, members: dict, dtype: str, progress: bool) -> dict
         arrays.update(build_csc(root, ei, n, bar))
         checked.append("edge ids in [0, N)")
         summary = _edge_members(root, a, arrays, checked, bar)
-        if y is not None:  # (none: a graph whose edges carry the labels, an edge task's)
+        if y is not None:  # (none: a link task's graph, or one whose edges carry the labels)
             summary.update(_node_labels(root, a, arrays, checked, bar))
     summary = {
         "num_nodes": n,
