@@ -7,8 +7,9 @@ DGL's conventions, as its examples read them: node features in ``ndata["feat"]``
 ``ndata["label"]``, the splits as boolean ``train_mask`` / ``val_mask`` / ``test_mask``; a
 heterogeneous graph keeps them per node type (``g.nodes["paper"].data``). Edges are taken in
 edge-id order; an edge task (``task: edge``) reads ``edata["label"]`` and ``edata["train_mask"]``
-..., as DGL's edge-classification examples hold them. Edge features (``edata``) are not used
-by gnnbridge's models yet: a graph that has them trains without them, and a warning line says so.
+..., as DGL's edge-classification examples hold them. Edge features (``edata["feat"]``, or
+``"x"``, ``"features"``) become the format's ``edge_attr``; other ``edata`` keys, which nothing
+reads, are left out with a warning line.
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ PyG's conventions, as its own loaders read them: ``x`` and ``y`` per node, ``edg
 index tensors ``train_idx`` / ``val_idx`` / ``test_idx``; a ``HeteroData`` keeps the same names
 per node and edge type. An edge task (``task: edge``) reads ``edge_label`` (one per column of
 ``edge_index``) with ``edge_train_mask`` ... or ``edge_train_idx`` .... Edge features
-(``edge_attr``, ``edge_weight``) are not used by gnnbridge's models yet: a graph that has them
-trains without them, and a warning line says so.
+(``edge_attr``) become the format's ``edge_attr``; an ``edge_weight``, which nothing reads, is
+left out with a warning line.
 """
 
 from __future__ import annotations
