@@ -201,7 +201,7 @@ def test_bad_edge_features_are_one_line(tmp_path, change, needle):
 
 def test_what_does_not_take_edge_features_yet_says_so(tmp_path, capsys):
     """gine without them is refused, and link prediction, which does not read them yet, says it
-    trains without them."""
+    trains without them: of a typed graph, and of a homogeneous one (a PyG ``Data``, named so)."""
     with pytest.raises(GnnBridgeError, match="reads edge features"):
         gnnbridge.run(dataset="synthetic", overrides=["model.arch=gine"], out=tmp_path / "run", progress=False)
     a = node_graph()
@@ -212,6 +212,12 @@ def test_what_does_not_take_edge_features_yet_says_so(tmp_path, capsys):
     gnnbridge.run(dataset=tmp_path / "typed.npz", overrides=["task=link", "train.epochs=1"], out=tmp_path / "link",
                   progress=False)  # fmt: skip
     assert "has edge features, which link prediction does not read yet" in capsys.readouterr().err
+    from torch_geometric.data import Data
+
+    data = Data(**{key: torch.from_numpy(a[key]) for key in ("x", "edge_index", "edge_attr", "y")})
+    gnnbridge.run(dataset=data, overrides=["task=link", "train.epochs=1"], out=tmp_path / "homogeneous", progress=False)
+    err = capsys.readouterr().err
+    assert "dataset (a Data) has edge features, which link prediction does not read yet" in err, err
 
 
 def named_edges(rng, edges: dict) -> dict[str, np.ndarray]:

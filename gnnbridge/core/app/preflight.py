@@ -557,7 +557,13 @@ def _for_task(config: ExperimentConfig, data):
             return for_node_task(data, reverse, config.train.seed)
         return for_edge_task(data, reverse, config.train.seed)
     except DataError as exc:  # name the file (or dataset) the bad array came from
-        raise DataError(f"{config.dataset.path or config.dataset.name}: {exc}") from None
+        raise DataError(f"{_source_name(config)}: {exc}") from None
+
+
+def _source_name(config: ExperimentConfig) -> str:
+    """What the user gave as the dataset, as a message names it: the graph object a file was
+    written from (``dataset (a torch_geometric Data)``), else the file, folder or name."""
+    return made_from(config.dataset.path) or config.dataset.path or config.dataset.name
 
 
 def _link_record(config: ExperimentConfig, data) -> HeteroGraphData:
@@ -566,13 +572,22 @@ def _link_record(config: ExperimentConfig, data) -> HeteroGraphData:
     prepared folder, in memory otherwise)."""
     if getattr(data, "partition", None) is not None:  # cut by gnnbridge partition --task link
         return _check_negatives(config, open_link_part(data, link_settings(config)))
-    if isinstance(data, HeteroSource) and data.edge_attr:  # (link prediction rebuilds its edges from pairs)
-        warn(f"Dataset '{data.name}' has edge features, which link prediction does not read yet; trained without.")
+    if _has_edge_features(data):  # (link prediction rebuilds its edges from pairs)
+        label = made_from(config.dataset.path) or f"Dataset '{data.name}'"
+        warn(f"{label} has edge features, which link prediction does not read yet; trained without.")
     try:
         record = link_record(data, LinkSettings.of(config), functools.partial(check_source_fits, config))
     except DataError as exc:  # name the file (or dataset) the bad array came from
-        raise DataError(f"{config.dataset.path or config.dataset.name}: {exc}") from None
+        raise DataError(f"{_source_name(config)}: {exc}") from None
     return _check_negatives(config, record)
+
+
+def _has_edge_features(data: GraphData | HeteroSource) -> bool:
+    """Whether the graph brings edge features: a homogeneous one's ``edge_attr``, a typed one's
+    per edge type (from an ``.npz``, an object, or a prepared folder's topology)."""
+    if isinstance(data, HeteroSource):
+        return bool(data.edge_attr) or bool(data.topology_edge_attr)
+    return data.edge_attr is not None
 
 
 def _check_edge_source(config: ExperimentConfig, data) -> None:
