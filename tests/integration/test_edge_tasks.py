@@ -182,6 +182,7 @@ def test_a_training_batch_never_samples_its_own_edges_or_their_mirrors():
             "edge_test_idx",
         ),  # fmt: skip
         (lambda a: a.update(edge_label=a["edge_label"].astype(np.float32)), "edge_label"),
+        (lambda a: a.update(edge_label=a["edge_label"] + 1), "bad.npz: edge_label has labels up to 3 but no 0"),
     ],
 )
 def test_bad_edge_input_is_one_line(tmp_path, change, needle):
@@ -189,6 +190,45 @@ def test_bad_edge_input_is_one_line(tmp_path, change, needle):
     arrays["y"] = np.arange(N, dtype=np.int64) % 2  # node labels too: task=node would read them
     change(arrays)
     helpers.refused_npz(tmp_path, arrays, needle, "task=edge")
+
+
+def test_a_typed_files_bad_edge_label_is_named_as_the_file_names_it_at_the_users_column(tmp_path):
+    """The member's name, and the column of edge_index (not the record's sorted order)."""
+    arrays = ratings()
+    column = int(np.argmax(arrays["edge_index__user__rates__item"][1]))  # the last once sorted by destination
+    arrays["edge_label__user__rates__item"][column] = np.inf
+    helpers.refused_npz(
+        tmp_path, arrays, f"edge_label__user__rates__item holds an infinite value (first at (user,rates,item) edge "
+        f"{column})", "task=edge", "target=regression",
+    )  # fmt: skip
+
+
+def test_a_graph_objects_bad_edge_labels_are_named_as_its_library_names_them(tmp_path, monkeypatch):
+    """What the user handed over and its own array (a ``Data``'s ``edge_label``, a ``DGLGraph``'s
+    ``edata['label']``), never the file gnnbridge writes for it or ``y``; nothing is written."""
+    from torch_geometric.data import Data
+
+    from gnnbridge.backends.dgl.compat import import_dgl
+
+    monkeypatch.setenv("GNNBRIDGE_DATA", str(tmp_path / "data"))
+    a = homogeneous()
+    x, ei, label = (torch.from_numpy(a[k]) for k in ("x", "edge_index", "edge_label"))
+    g = import_dgl().graph((ei[0], ei[1]), num_nodes=N)
+    g.ndata["feat"], g.edata["label"] = x, label + 1
+    given = {
+        "dataset (a torch_geometric Data): edge_label has labels up to 3 but no 0": Data(
+            x=x, edge_index=ei, edge_label=label + 1
+        ),
+        "dataset (a DGLGraph): edata['label'] has labels up to 3 but no 0": g,
+        "dataset (a torch_geometric Data): edge_label holds one class only (0)": Data(
+            x=x, edge_index=ei, edge_label=torch.zeros_like(label)
+        ),
+    }
+    for needle, graph in given.items():
+        with pytest.raises(GnnBridgeError) as refused:
+            gnnbridge.run(dataset=graph, overrides=["task=edge"], out=tmp_path / "run", progress=False)
+        assert str(refused.value).startswith(needle), refused.value
+    assert not (tmp_path / "run").exists() and not (tmp_path / "data").exists()
 
 
 @pytest.mark.xdist_group("test_edge_tasks")

@@ -23,6 +23,7 @@ from gnnbridge.backends.graph_arrays import (
     SPLITS,
     all_or_no_splits,
     edge_features,
+    edge_item_labels,
     graph_labels,
     item_labels,
     stacked,
@@ -165,7 +166,7 @@ def edge_labels(frame, where: str, suffix: str, count: int) -> dict[str, np.ndar
     key = label_key(frame)
     if key is None or not edge_labels_wanted():  # (read for another task: the edges' labels are not its)
         return {}
-    y = item_labels(frame[key], f"{where}: edata['{key}']")
+    y = edge_item_labels(frame[key], f"{where}: edata['{key}']")
     return {f"edge_label{suffix}": y, **splits(frame, where, "edge", "edge_", suffix)}
 
 

@@ -23,6 +23,7 @@ from gnnbridge.backends.graph_arrays import (
     SPLITS,
     all_or_no_splits,
     edge_features,
+    edge_item_labels,
     graph_labels,
     item_labels,
     stacked,
@@ -177,7 +178,8 @@ def edge_labels(store, where: str, suffix: str) -> dict[str, np.ndarray]:
             found[f"edge_{split}_idx{suffix}"] = mask_ids(mask, f"{where}: edge_{split}_mask", count, "edge")
         elif idx is not None:
             found[f"edge_{split}_idx{suffix}"] = torch.as_tensor(idx).detach().cpu().to(torch.int64).view(-1).numpy()
-    return {f"edge_label{suffix}": item_labels(y, f"{where}: edge_label"), **all_or_no_splits(found, where, "edge_")}
+    labels = edge_item_labels(y, f"{where}: edge_label")
+    return {f"edge_label{suffix}": labels, **all_or_no_splits(found, where, "edge_")}
 
 
 def mask_ids(mask: torch.Tensor, where: str, num_nodes: int, unit: str = "node") -> np.ndarray:

@@ -352,7 +352,7 @@ class HeteroGraphData(Mapped):
                 f"{where} holds labels in [{int(self.y.min())}, {int(self.y.max())}] but num_classes="
                 f"{self.num_classes}; labels must be in [0, num_classes) with num_classes >= 2."
             )
-        check_values(self.y, self.labels, self.num_classes, items, unit)
+        check_values(self.y, self.labels, self.num_classes, items, unit, where)
 
     def _check_edge_features(self, et: EdgeType, count: int) -> None:
         name = f"edge_attr[{edge_name(et)}]"

@@ -31,7 +31,7 @@ from gnnbridge.core.records.hetero import (
     message_passing_features,
     reverse_types,
 )
-from gnnbridge.core.records.labels import current_form, unlabelled_width, width
+from gnnbridge.core.records.labels import checked_width, current_form, unlabelled_width
 from gnnbridge.core.tasks.link import message_passing
 from gnnbridge.core.tasks.pairs import find_pairs, mirror_ids
 
@@ -44,10 +44,12 @@ def for_edge_task(source: HeteroSource, reverse: bool, seed: int) -> HeteroGraph
     target = tuple(source.target_edge)
     edges = source.edges[target]
     count = int(edges.shape[1])
-    where = f"edge_label[{edge_name(target)}]" if target != HOMOGENEOUS_EDGE else "edge_label"
+    where, unit = labels_name(target), "edge" if target == HOMOGENEOUS_EDGE else f"({edge_name(target)}) edge"
     if source.edge_y.shape[0] != count:
         raise DataError(f"{where} has {source.edge_y.shape[0]} labels for {count} edges of edge_index.")
-    if source.labelled:
+    num_classes = unlabelled_width()
+    if source.labelled:  # checked in the given order, so that a message names the user's column
+        num_classes = checked_width(source.edge_y, current_form(), where, unit)
         splits = _splits(source.edge_splits, count, seed, target)
     else:  # predict on edges without labels: nothing to split (any count of edges is scored)
         splits = (torch.empty(0, dtype=torch.int64),) * 3
@@ -72,7 +74,7 @@ def for_edge_task(source: HeteroSource, reverse: bool, seed: int) -> HeteroGraph
         train_idx=train,
         val_idx=val,
         test_idx=test,
-        num_classes=width(source.edge_y, current_form()) if source.labelled else unlabelled_width(),
+        num_classes=num_classes,
         name=source.name,
         edge_column=order,
         edge_attr=message_passing_features(features, mp, built_from),
@@ -80,6 +82,12 @@ def for_edge_task(source: HeteroSource, reverse: bool, seed: int) -> HeteroGraph
     data.labelled = source.labelled  # (predict on edges without labels: placeholders, nothing to score)
     _exclusions(data, target, rev if rev in data.edge_index else None)
     return data
+
+
+def labels_name(target: EdgeType) -> str:
+    """The labels of ``target`` as the dataset format names them: ``edge_label`` of a homogeneous
+    graph, ``edge_label__SRC__REL__DST`` of a typed one (a graph object's reader names its own)."""
+    return "edge_label" if target == HOMOGENEOUS_EDGE else f"edge_label__{'__'.join(target)}"
 
 
 def no_edge_labels(name: str) -> ConfigError:
