@@ -205,8 +205,9 @@ def test_a_typed_files_bad_edge_label_is_named_as_the_file_names_it_at_the_users
 
 def test_a_graph_objects_bad_edge_labels_are_named_as_its_library_names_them(tmp_path, monkeypatch):
     """What the user handed over and its own array (a ``Data``'s ``edge_label``, a ``DGLGraph``'s
-    ``edata['label']``), never the file gnnbridge writes for it or ``y``; nothing is written."""
-    from torch_geometric.data import Data
+    ``edata['label']``), never the file gnnbridge writes for it or ``y``; nothing is written. A
+    graph without edge labels is named so too (not as lacking ``y``)."""
+    from torch_geometric.data import Data, HeteroData
 
     from gnnbridge.backends.dgl.compat import import_dgl
 
@@ -229,6 +230,20 @@ def test_a_graph_objects_bad_edge_labels_are_named_as_its_library_names_them(tmp
             gnnbridge.run(dataset=graph, overrides=["task=edge"], out=tmp_path / "run", progress=False)
         assert str(refused.value).startswith(needle), refused.value
     assert not (tmp_path / "run").exists() and not (tmp_path / "data").exists()
+    hetero = HeteroData()
+    hetero["user"].x, hetero["item"].x = x, x
+    hetero["user", "rates", "item"].edge_index = ei
+    unlabelled = {  # with node labels or without: what the edge task lacks
+        "dataset (a Data) has no edge labels; task=edge reads edge_label": Data(
+            x=x, edge_index=ei, y=torch.arange(N) % 2
+        ),
+        "dataset (a Data) has no edge labels": Data(x=x, edge_index=ei),
+        "dataset (a HeteroData) has no edge labels": hetero,
+    }
+    for needle, graph in unlabelled.items():
+        with pytest.raises(GnnBridgeError) as refused:
+            gnnbridge.run(dataset=graph, overrides=["task=edge"], out=tmp_path / "run", progress=False)
+        assert str(refused.value).startswith(needle), refused.value
 
 
 @pytest.mark.xdist_group("test_edge_tasks")

@@ -593,8 +593,9 @@ def _has_edge_features(data: GraphData | HeteroSource) -> bool:
 def _check_edge_source(config: ExperimentConfig, data) -> None:
     """task=edge reads edge labels (from an ``.npz``, a prepared folder or arrays in memory): one
     line for a graph without them."""
-    if not isinstance(data, HeteroSource):  # (a source without them is refused where its record is built)
-        raise no_edge_labels(config.dataset.path or config.dataset.name)
+    if not isinstance(data, HeteroSource) or data.edge_y is None or data.target_edge is None:
+        given = made_from(config.dataset.path) or f"Dataset '{config.dataset.path or config.dataset.name}'"
+        raise no_edge_labels(given)
 
 
 # Bytes per node of a type while its task record is built and sampled: CSC offsets per edge type

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from gnnbridge.core.errors import ConfigError, DataError
+from gnnbridge.core.errors import DataError
 from gnnbridge.core.records.data import check_ids, random_split
 from gnnbridge.core.records.hetero import (
     HOMOGENEOUS_EDGE,
@@ -40,7 +40,7 @@ def for_edge_task(source: HeteroSource, reverse: bool, seed: int) -> HeteroGraph
     """The edge-task record of ``source`` (its ``edge_y`` on ``target_edge``); ``reverse`` adds
     ``rev_`` types (a type the dataset brought that mirrors the target is rebuilt instead)."""
     if source.edge_y is None or source.target_edge is None:
-        raise no_edge_labels(source.name)
+        raise no_edge_labels(f"Dataset '{source.name}'")
     target = tuple(source.target_edge)
     edges = source.edges[target]
     count = int(edges.shape[1])
@@ -90,10 +90,11 @@ def labels_name(target: EdgeType) -> str:
     return "edge_label" if target == HOMOGENEOUS_EDGE else f"edge_label__{'__'.join(target)}"
 
 
-def no_edge_labels(name: str) -> ConfigError:
-    """The one line for task=edge on a graph whose edges carry no labels."""
-    return ConfigError(
-        f"Dataset '{name}' has no edge labels; task=edge reads edge_label (one label per column of edge_index, "
+def no_edge_labels(given: str) -> DataError:
+    """The one line for task=edge on a graph whose edges carry no labels (``given``: the graph, as
+    the line names it: ``Dataset 'name'``, a file, the object the user handed over)."""
+    return DataError(
+        f"{given} has no edge labels; task=edge reads edge_label (one label per column of edge_index, "
         "with optional edge_train_idx, edge_val_idx, edge_test_idx), edge_label__SRC__RELATION__DST, PyG's "
         "edge_label or DGL's edata['label']."
     )
