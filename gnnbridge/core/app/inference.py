@@ -198,7 +198,7 @@ def load(
         your own class, not gnnbridge's wrapper around it."""
     path, state, config, data = _prepare(target, kind, device or "cpu", overrides, "load", trust_code)
     model, _ = build_model(config.model, config.backend, config.kind, *model_dims(data), data)
-    checkpoint.load_model_state(model, state, path)
+    checkpoint.load_model_state(model, state, path, data)
     model = getattr(model, "user_model", model)  # a model the user handed over comes back as their class
     return model.to(config.device.value).eval()
 

@@ -430,6 +430,7 @@ class HeteroGraphData(Mapped):
             "edge_types": {edge_name(et): int(e.shape[1]) for et, e in self.edge_index.items()},
             "num_features": self.feature_dims(),
             "num_classes": self.num_classes,
+            "edge_features": {edge_name(et): int(rows.shape[1]) for et, rows in self.edge_attr.items()},
         }
         if self.is_edge:
             out["target_edge"] = edge_name(self.target_edge)
