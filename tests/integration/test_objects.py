@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import pickle
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -370,6 +371,8 @@ def test_a_pyg_users_model_instance_trains_on_two_ranks_and_its_run_works_everyw
     assert refused.returncode != 0 and "--trust-code" in refused.stderr and len(refused.stderr.splitlines()) == 1
     report = helpers.in_process("evaluate", "mine", "--checkpoint", "latest", "--trust-code", "--json", cwd=tmp_path)
     assert json.loads(report.stdout)["metrics"] == result["metrics"], report.stderr
+    with pytest.raises(GnnBridgeError, match=re.escape("load and port do that only with trust_code=True.")):
+        gnnbridge.load(tmp_path / "mine", kind="latest")  # from Python: the keyword, not the flag
     model = gnnbridge.load(tmp_path / "mine", kind="latest", trust_code=True)
     assert type(model).__name__ == "PygSAGE" and not model.training  # their class back, trained
     outputs = gnnbridge.predict(tmp_path / "mine", kind="latest", trust_code=True)
