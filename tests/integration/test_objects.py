@@ -31,6 +31,7 @@ from gnnbridge.core.errors import GnnBridgeError
 dgl = import_dgl()
 DglSAGEConv = dgl.nn.SAGEConv
 N, F, C = 300, 6, 3
+DOCS = helpers.REPO / "docs" / "evaluate-and-predict.md"  # its recipe for DGL's blocks of a whole graph
 
 
 @pytest.fixture(autouse=True)
@@ -221,13 +222,22 @@ def test_a_graph_in_memory_trains_to_the_metrics_of_the_same_arrays_in_an_npz(tm
 
 
 def test_a_dgl_run_gives_back_a_model_that_takes_blocks(tmp_path):
+    """The model takes the blocks docs/evaluate-and-predict.md builds for a whole graph, also one
+    whose last nodes have no in-edges (and no edges at all), and scores it as predict does."""
     a = arrays()
     run(tmp_path, dgl_graph(a), "dgl", "dgl")
     model, outputs = gnnbridge.load(tmp_path / "dgl"), gnnbridge.predict(tmp_path / "dgl")
-    g = dgl.graph((torch.from_numpy(a["edge_index"][0]), torch.from_numpy(a["edge_index"][1])), num_nodes=N)
-    with torch.no_grad():  # DGL's idiom: a block per layer, here every node's whole neighbourhood
-        logits = model([dgl.to_block(g)] * 2, torch.from_numpy(a["x"]))
-    assert torch.allclose(logits, torch.from_numpy(outputs["logits"]), atol=1e-5)
+    recipe = re.search(r"\(`(\[dgl\.to_block\(.*?\] \* layers)` for the whole graph", DOCS.read_text(), re.S)
+    keep = a["edge_index"][1] < N - 20  # the last 20 nodes: no in-edges, no out-edges
+    edges = a["edge_index"][:, keep & (a["edge_index"][0] < N - 20)]
+    np.savez(tmp_path / "lonely.npz", x=a["x"], edge_index=edges)
+    lonely = gnnbridge.predict(tmp_path / "dgl", dataset=tmp_path / "lonely.npz")
+    for graph_edges, scored in ((a["edge_index"], outputs), (edges, lonely)):
+        g = dgl.graph((torch.from_numpy(graph_edges[0]), torch.from_numpy(graph_edges[1])), num_nodes=N)
+        blocks = eval(recipe.group(1), {"dgl": dgl, "torch": torch, "g": g, "layers": 2})  # noqa: S307 - the page's own code
+        with torch.no_grad():  # DGL's idiom: a block per layer, here every node's whole neighbourhood
+            logits = model(blocks, torch.from_numpy(a["x"]))
+        assert torch.allclose(logits, torch.from_numpy(scored["logits"]), atol=1e-5)
     check_predict_takes_a_graph_without_labels(tmp_path, tmp_path / "dgl")
 
 
