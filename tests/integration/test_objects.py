@@ -20,7 +20,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 from torch_geometric.data import Data, HeteroData
-from torch_geometric.nn import GINConv, global_add_pool
+from torch_geometric.nn import GINConv, GINEConv, global_add_pool
 from torch_geometric.nn import SAGEConv as PygSAGEConv
 
 import gnnbridge
@@ -350,6 +350,40 @@ class PygSAGE(torch.nn.Module):
 
     def forward(self, x, edge_index):
         return self.conv2(torch.relu(self.conv1(x, edge_index)), edge_index)
+
+
+class PygGINE(torch.nn.Module):
+    """GINE as a PyG user writes it: forward(x, edge_index, edge_attr), GINEConv reading each edge's features."""
+
+    def __init__(self, d_in, d_edge, hidden, d_out):
+        super().__init__()
+        nn = torch.nn
+        mlp = lambda d: nn.Sequential(nn.Linear(d, hidden), nn.ReLU(), nn.Linear(hidden, hidden))  # noqa: E731
+        self.conv1, self.conv2 = GINEConv(mlp(d_in), edge_dim=d_edge), GINEConv(mlp(hidden), edge_dim=d_edge)
+        self.out = torch.nn.Linear(hidden, d_out)
+
+    def forward(self, x, edge_index, edge_attr):
+        h = torch.relu(self.conv1(x, edge_index, edge_attr))
+        return self.out(self.conv2(h, edge_index, edge_attr))
+
+
+def test_a_pyg_model_that_takes_edge_attr_is_given_each_batchs_edge_features(tmp_path):
+    """Classes only the in-edges' features explain (the sign of their first column's sum): a
+    GINEConv model handed over learns them, so it got each sampled edge's own row; on a graph
+    without edge features it is refused in one line, before anything is written."""
+    rng = np.random.default_rng(3)
+    src, dst = rng.integers(0, N, 8 * N), rng.integers(0, N, 8 * N)
+    attr = rng.normal(size=(8 * N, 3)).astype(np.float32)
+    score = np.zeros(N)
+    np.add.at(score, dst, attr[:, 0])
+    x, ei = torch.from_numpy(rng.normal(size=(N, F)).astype(np.float32)), torch.from_numpy(np.stack([src, dst]))
+    y = torch.from_numpy((score > 0).astype(np.int64))
+    graph = Data(x=x, edge_index=ei, edge_attr=torch.from_numpy(attr), y=y)
+    result = run(tmp_path, graph, None, "gine", "train.epochs=8", "train.batch_size=32", model=PygGINE(F, 3, 32, 2))
+    assert result["metrics"]["test_acc"] > 0.8, result["metrics"]  # the node features alone: chance, 0.5
+    with pytest.raises(GnnBridgeError, match=re.escape("has forward(x, edge_index, edge_attr), which takes each")):
+        run(tmp_path, Data(x=x, edge_index=ei, y=y), None, "none", model=PygGINE(F, 3, 32, 2))
+    assert not (tmp_path / "none").exists()
 
 
 class DglGraphSAGE(torch.nn.Module):

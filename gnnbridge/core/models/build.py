@@ -111,8 +111,10 @@ def _saved_instance(path: str, backend: str, task: Task) -> ModelChoice:
             + (f" on the library whose idiom it is (--backend {written.split('-')[0]})." if written else ".")
         )
 
-    def build(in_dim, out_dim):
-        return backends.get(backend).adopt_model(instance.load(path))
+    def build(in_dim, out_dim, data):
+        model = instance.load(path)
+        instance.check_edge_features(model, name, data)
+        return backends.get(backend).adopt_model(model)
 
     return ModelChoice(instance.PREFIX + path, build, name)
 
