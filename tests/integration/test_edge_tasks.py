@@ -265,6 +265,9 @@ def test_predict_scores_the_edges_of_a_new_graph_that_carries_no_labels(files, t
     np.testing.assert_allclose(gnnbridge.predict(run, dataset=graph)["logits"], before["logits"], atol=1e-5)
     np.savez(tmp_path / "one.npz", x=arrays["x"], edge_index=arrays["edge_index"][:, 5:6])  # too few to split
     np.testing.assert_allclose(gnnbridge.predict(run, dataset=tmp_path / "one.npz")["logits"].shape, (1, 3))
+    narrow = Data(x=graph.x[:, :2], edge_index=graph.edge_index)  # counted as the graph's, not its one node type's
+    with pytest.raises(GnnBridgeError, match=f"has num_features=2 but the model in .* was trained with {F};"):
+        gnnbridge.predict(run, dataset=narrow)
 
 
 def test_a_homogeneous_model_is_refused_in_one_line(tmp_path):

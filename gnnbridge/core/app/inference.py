@@ -43,7 +43,7 @@ from gnnbridge.core.models.build import build_model, model_dims
 from gnnbridge.core.plugins import no_code, no_downloads
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData, check_ids
-from gnnbridge.core.records.hetero import HeteroGraphData
+from gnnbridge.core.records.hetero import HOMOGENEOUS_EDGE, HeteroGraphData
 from gnnbridge.core.records.labels import labels_optional
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.runtime.jobs import detect_job
@@ -464,9 +464,17 @@ def _check_fits(path: Path, state: dict, data: GraphData | GraphCollection) -> N
     for key in ("num_features", "num_classes"):
         if key in trained and trained[key] != now[key]:
             raise CheckpointError(
-                f"The dataset has {key}={now[key]} but the model in '{path}' was trained with {trained[key]}; "
-                "point dataset.path at data of the same kind (--set dataset.path=...)."
+                f"The dataset has {key}={_shown(now[key])} but the model in '{path}' was trained with "
+                f"{_shown(trained[key])}; point dataset.path at data of the same kind (--set dataset.path=...)."
             )
+
+
+def _shown(value):
+    """A count as a user of a homogeneous graph knows it: the one node type of its link or edge
+    task's record (``{'node': 6}``) is just the graph's (6)."""
+    if isinstance(value, dict) and list(value) == [HOMOGENEOUS_EDGE[0]]:
+        return value[HOMOGENEOUS_EDGE[0]]
+    return value
 
 
 def _check_out(out) -> Path:
