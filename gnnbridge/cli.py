@@ -897,9 +897,12 @@ def _exit_now(code: object) -> NoReturn:
 
 
 def _command(argv: list[str] | None) -> None:
+    from gnnbridge.core.plugins.switches import command_line
+
     record_interrupts()  # a plugin's own KeyboardInterrupt is then its failure, not a Ctrl-C
     try:
-        cli.main(args=argv, prog_name="gnnbridge", standalone_mode=False)
+        with command_line():  # (refusals name the flags: --trust-code, not trust_code=True)
+            cli.main(args=argv, prog_name="gnnbridge", standalone_mode=False)
     except _Stopped as stopped:
         exc = stopped.args[0]
         click.echo(str(exc) if str(exc) else "Interrupted (Ctrl-C); nothing was written.", err=True)

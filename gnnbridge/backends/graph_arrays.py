@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from gnnbridge.core.errors import DataError
-from gnnbridge.core.records.labels import check_form, current_form, splits_wanted
+from gnnbridge.core.records.labels import check_form, checked_width, current_form, splits_wanted
 
 SPLITS = ("train", "val", "test")
 
@@ -60,6 +60,15 @@ def item_labels(y: torch.Tensor, where: str) -> np.ndarray:
             "(.long() if these are classes; for values set target=regression, for 0/1 labels target=multilabel)."
         )
     return y.cpu().to(torch.int64).numpy()
+
+
+def edge_item_labels(y: torch.Tensor, where: str) -> np.ndarray:
+    """An edge task's labels (``where`` names them as the user gave them), as :func:`item_labels`
+    reads them, their values checked here too (classes ``0 .. C-1``, each present; finite
+    targets): the reader's words name the library's own array, which core's would not."""
+    labels = item_labels(y, where)
+    checked_width(torch.from_numpy(labels), current_form(), where, "edge")
+    return labels
 
 
 def graph_labels(y, where: str) -> np.ndarray:

@@ -5,6 +5,8 @@ labels only the edge features explain, the same model on both libraries. Bad inp
 
 from __future__ import annotations
 
+import re
+
 import helpers
 import numpy as np
 import pytest
@@ -99,6 +101,20 @@ def test_gine_on_graphs_is_one_model_on_both_libraries(files):
     pyg, dgl = (trained(files, "graphs", b)["metrics"] for b in BACKENDS)
     assert pyg["test_acc"] > 0.7, pyg
     assert dgl == pytest.approx(pyg, abs=1e-5)  # the same batches and weights on either library
+
+
+@pytest.mark.xdist_group("test_edge_features:nodes")
+def test_a_gine_run_on_edges_of_another_width_says_so(files, tmp_path):
+    trained(files, "nodes", "pyg")
+    a = node_graph()
+    np.savez(tmp_path / "wider.npz", **{**a, "edge_attr": np.ones((E, D + 2), np.float32)})
+    needle = f"was trained on edges with {D} features each (edge_attr), but the dataset's edges have {D + 2} each"
+    with pytest.raises(GnnBridgeError, match=re.escape(needle)):
+        gnnbridge.evaluate(files / "nodes-pyg", overrides=[f"dataset.path={tmp_path / 'wider.npz'}"])
+    proc = helpers.gnnbridge("predict", str(files / "nodes-pyg"), "--set", f"dataset.path={tmp_path / 'wider.npz'}",
+                             "--out", str(tmp_path / "out.npz"), cwd=tmp_path)  # fmt: skip
+    helpers.one_line(proc, needle)
+    assert not (tmp_path / "out.npz").exists()
 
 
 @pytest.mark.xdist_group("test_edge_features:nodes")
@@ -201,7 +217,7 @@ def test_bad_edge_features_are_one_line(tmp_path, change, needle):
 
 def test_what_does_not_take_edge_features_yet_says_so(tmp_path, capsys):
     """gine without them is refused, and link prediction, which does not read them yet, says it
-    trains without them."""
+    trains without them: of a typed graph, and of a homogeneous one (a PyG ``Data``, named so)."""
     with pytest.raises(GnnBridgeError, match="reads edge features"):
         gnnbridge.run(dataset="synthetic", overrides=["model.arch=gine"], out=tmp_path / "run", progress=False)
     a = node_graph()
@@ -212,6 +228,12 @@ def test_what_does_not_take_edge_features_yet_says_so(tmp_path, capsys):
     gnnbridge.run(dataset=tmp_path / "typed.npz", overrides=["task=link", "train.epochs=1"], out=tmp_path / "link",
                   progress=False)  # fmt: skip
     assert "has edge features, which link prediction does not read yet" in capsys.readouterr().err
+    from torch_geometric.data import Data
+
+    data = Data(**{key: torch.from_numpy(a[key]) for key in ("x", "edge_index", "edge_attr", "y")})
+    gnnbridge.run(dataset=data, overrides=["task=link", "train.epochs=1"], out=tmp_path / "homogeneous", progress=False)
+    err = capsys.readouterr().err
+    assert "dataset (a Data) has edge features, which link prediction does not read yet" in err, err
 
 
 def named_edges(rng, edges: dict) -> dict[str, np.ndarray]:
@@ -365,6 +387,14 @@ def test_an_edge_task_reads_each_scored_edges_own_features(tmp_path, backend):
     assert results["metrics"]["test_acc"] > 0.9, results["metrics"]  # endpoints alone reach about 0.7
     full = gnnbridge.evaluate(tmp_path / "run", overrides=["eval.mode=full"])["metrics"]
     assert full == pytest.approx(results["metrics"], abs=1e-6)
+    # Edges of another width to score: that is what the line says, not the head's weight shapes.
+    np.savez(tmp_path / "wider.npz", x=x, edge_index=np.stack([src, dst]), edge_attr=np.ones((3000, 5), np.float32))
+    trained_with = "was trained on edges with 2 features each (edge_attr), but the dataset's edges have"
+    with pytest.raises(GnnBridgeError, match=re.escape(f"{trained_with} 5 each")):
+        gnnbridge.predict(tmp_path / "run", dataset=tmp_path / "wider.npz")
+    np.savez(tmp_path / "bare.npz", x=x, edge_index=np.stack([src, dst]))
+    with pytest.raises(GnnBridgeError, match=re.escape(f"{trained_with} none")):
+        gnnbridge.predict(tmp_path / "run", dataset=tmp_path / "bare.npz")
 
 
 def test_heterogeneous_graphs_in_memory_bring_edge_labels_and_features(tmp_path):

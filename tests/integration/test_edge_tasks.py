@@ -182,6 +182,7 @@ def test_a_training_batch_never_samples_its_own_edges_or_their_mirrors():
             "edge_test_idx",
         ),  # fmt: skip
         (lambda a: a.update(edge_label=a["edge_label"].astype(np.float32)), "edge_label"),
+        (lambda a: a.update(edge_label=a["edge_label"] + 1), "bad.npz: edge_label has labels up to 3 but no 0"),
     ],
 )
 def test_bad_edge_input_is_one_line(tmp_path, change, needle):
@@ -199,6 +200,60 @@ def test_a_graph_without_node_or_edge_labels_is_told_of_the_edge_labels_an_edge_
     proc = helpers.in_process("train", "--dataset", "g.npz", "--set", "task=edge", "--out", "run", cwd=tmp_path)
     helpers.one_line(proc, f"Dataset '{tmp_path / 'g.npz'}' has no edge labels; task=edge reads edge_label")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_typed_files_bad_edge_label_is_named_as_the_file_names_it_at_the_users_column(tmp_path):
+    """The member's name, and the column of edge_index (not the record's sorted order)."""
+    arrays = ratings()
+    column = int(np.argmax(arrays["edge_index__user__rates__item"][1]))  # the last once sorted by destination
+    arrays["edge_label__user__rates__item"][column] = np.inf
+    helpers.refused_npz(
+        tmp_path, arrays, f"edge_label__user__rates__item holds an infinite value (first at (user,rates,item) edge "
+        f"{column})", "task=edge", "target=regression",
+    )  # fmt: skip
+
+
+def test_a_graph_objects_bad_edge_labels_are_named_as_its_library_names_them(tmp_path, monkeypatch):
+    """What the user handed over and its own array (a ``Data``'s ``edge_label``, a ``DGLGraph``'s
+    ``edata['label']``), never the file gnnbridge writes for it or ``y``; nothing is written. A
+    graph without edge labels is named so too (not as lacking ``y``)."""
+    from torch_geometric.data import Data, HeteroData
+
+    from gnnbridge.backends.dgl.compat import import_dgl
+
+    monkeypatch.setenv("GNNBRIDGE_DATA", str(tmp_path / "data"))
+    a = homogeneous()
+    x, ei, label = (torch.from_numpy(a[k]) for k in ("x", "edge_index", "edge_label"))
+    g = import_dgl().graph((ei[0], ei[1]), num_nodes=N)
+    g.ndata["feat"], g.edata["label"] = x, label + 1
+    given = {
+        "dataset (a torch_geometric Data): edge_label has labels up to 3 but no 0": Data(
+            x=x, edge_index=ei, edge_label=label + 1
+        ),
+        "dataset (a DGLGraph): edata['label'] has labels up to 3 but no 0": g,
+        "dataset (a torch_geometric Data): edge_label holds one class only (0)": Data(
+            x=x, edge_index=ei, edge_label=torch.zeros_like(label)
+        ),
+    }
+    for needle, graph in given.items():
+        with pytest.raises(GnnBridgeError) as refused:
+            gnnbridge.run(dataset=graph, overrides=["task=edge"], out=tmp_path / "run", progress=False)
+        assert str(refused.value).startswith(needle), refused.value
+    assert not (tmp_path / "run").exists() and not (tmp_path / "data").exists()
+    hetero = HeteroData()
+    hetero["user"].x, hetero["item"].x = x, x
+    hetero["user", "rates", "item"].edge_index = ei
+    unlabelled = {  # with node labels or without: what the edge task lacks
+        "dataset (a Data) has no edge labels; task=edge reads edge_label": Data(
+            x=x, edge_index=ei, y=torch.arange(N) % 2
+        ),
+        "dataset (a Data) has no edge labels": Data(x=x, edge_index=ei),
+        "dataset (a HeteroData) has no edge labels": hetero,
+    }
+    for needle, graph in unlabelled.items():
+        with pytest.raises(GnnBridgeError) as refused:
+            gnnbridge.run(dataset=graph, overrides=["task=edge"], out=tmp_path / "run", progress=False)
+        assert str(refused.value).startswith(needle), refused.value
 
 
 @pytest.mark.xdist_group("test_edge_tasks")
@@ -220,6 +275,9 @@ def test_predict_scores_the_edges_of_a_new_graph_that_carries_no_labels(files, t
     np.testing.assert_allclose(gnnbridge.predict(run, dataset=graph)["logits"], before["logits"], atol=1e-5)
     np.savez(tmp_path / "one.npz", x=arrays["x"], edge_index=arrays["edge_index"][:, 5:6])  # too few to split
     np.testing.assert_allclose(gnnbridge.predict(run, dataset=tmp_path / "one.npz")["logits"].shape, (1, 3))
+    narrow = Data(x=graph.x[:, :2], edge_index=graph.edge_index)  # counted as the graph's, not its one node type's
+    with pytest.raises(GnnBridgeError, match=f"has num_features=2 but the model in .* was trained with {F};"):
+        gnnbridge.predict(run, dataset=narrow)
 
 
 def test_a_homogeneous_model_is_refused_in_one_line(tmp_path):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import pickle
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ import scipy.sparse as sp
 import torch
 import yaml
 from torch_geometric.data import Data, HeteroData
-from torch_geometric.nn import GINConv, global_add_pool
+from torch_geometric.nn import GINConv, GINEConv, global_add_pool
 from torch_geometric.nn import SAGEConv as PygSAGEConv
 
 import gnnbridge
@@ -34,6 +35,7 @@ from gnnbridge.core.errors import CheckpointError, GnnBridgeError
 dgl = import_dgl()
 DglSAGEConv = dgl.nn.SAGEConv
 N, F, C = 300, 6, 3
+DOCS = helpers.REPO / "docs" / "evaluate-and-predict.md"  # its recipe for DGL's blocks of a whole graph
 
 
 @pytest.fixture(autouse=True)
@@ -224,13 +226,22 @@ def test_a_graph_in_memory_trains_to_the_metrics_of_the_same_arrays_in_an_npz(tm
 
 
 def test_a_dgl_run_gives_back_a_model_that_takes_blocks(tmp_path):
+    """The model takes the blocks docs/evaluate-and-predict.md builds for a whole graph, also one
+    whose last nodes have no in-edges (and no edges at all), and scores it as predict does."""
     a = arrays()
     run(tmp_path, dgl_graph(a), "dgl", "dgl")
     model, outputs = gnnbridge.load(tmp_path / "dgl"), gnnbridge.predict(tmp_path / "dgl")
-    g = dgl.graph((torch.from_numpy(a["edge_index"][0]), torch.from_numpy(a["edge_index"][1])), num_nodes=N)
-    with torch.no_grad():  # DGL's idiom: a block per layer, here every node's whole neighbourhood
-        logits = model([dgl.to_block(g)] * 2, torch.from_numpy(a["x"]))
-    assert torch.allclose(logits, torch.from_numpy(outputs["logits"]), atol=1e-5)
+    recipe = re.search(r"\(`(\[dgl\.to_block\(.*?\] \* layers)` for the whole graph", DOCS.read_text(), re.S)
+    keep = a["edge_index"][1] < N - 20  # the last 20 nodes: no in-edges, no out-edges
+    edges = a["edge_index"][:, keep & (a["edge_index"][0] < N - 20)]
+    np.savez(tmp_path / "lonely.npz", x=a["x"], edge_index=edges)
+    lonely = gnnbridge.predict(tmp_path / "dgl", dataset=tmp_path / "lonely.npz")
+    for graph_edges, scored in ((a["edge_index"], outputs), (edges, lonely)):
+        g = dgl.graph((torch.from_numpy(graph_edges[0]), torch.from_numpy(graph_edges[1])), num_nodes=N)
+        blocks = eval(recipe.group(1), {"dgl": dgl, "torch": torch, "g": g, "layers": 2})  # noqa: S307 - the page's own code
+        with torch.no_grad():  # DGL's idiom: a block per layer, here every node's whole neighbourhood
+            logits = model(blocks, torch.from_numpy(a["x"]))
+        assert torch.allclose(logits, torch.from_numpy(scored["logits"]), atol=1e-5)
     check_predict_takes_a_graph_without_labels(tmp_path, tmp_path / "dgl")
 
 
@@ -570,6 +581,40 @@ class PygSAGE(torch.nn.Module):
         return self.conv2(torch.relu(self.conv1(x, edge_index)), edge_index)
 
 
+class PygGINE(torch.nn.Module):
+    """GINE as a PyG user writes it: forward(x, edge_index, edge_attr), GINEConv reading each edge's features."""
+
+    def __init__(self, d_in, d_edge, hidden, d_out):
+        super().__init__()
+        nn = torch.nn
+        mlp = lambda d: nn.Sequential(nn.Linear(d, hidden), nn.ReLU(), nn.Linear(hidden, hidden))  # noqa: E731
+        self.conv1, self.conv2 = GINEConv(mlp(d_in), edge_dim=d_edge), GINEConv(mlp(hidden), edge_dim=d_edge)
+        self.out = torch.nn.Linear(hidden, d_out)
+
+    def forward(self, x, edge_index, edge_attr):
+        h = torch.relu(self.conv1(x, edge_index, edge_attr))
+        return self.out(self.conv2(h, edge_index, edge_attr))
+
+
+def test_a_pyg_model_that_takes_edge_attr_is_given_each_batchs_edge_features(tmp_path):
+    """Classes only the in-edges' features explain (the sign of their first column's sum): a
+    GINEConv model handed over learns them, so it got each sampled edge's own row; on a graph
+    without edge features it is refused in one line, before anything is written."""
+    rng = np.random.default_rng(3)
+    src, dst = rng.integers(0, N, 8 * N), rng.integers(0, N, 8 * N)
+    attr = rng.normal(size=(8 * N, 3)).astype(np.float32)
+    score = np.zeros(N)
+    np.add.at(score, dst, attr[:, 0])
+    x, ei = torch.from_numpy(rng.normal(size=(N, F)).astype(np.float32)), torch.from_numpy(np.stack([src, dst]))
+    y = torch.from_numpy((score > 0).astype(np.int64))
+    graph = Data(x=x, edge_index=ei, edge_attr=torch.from_numpy(attr), y=y)
+    result = run(tmp_path, graph, None, "gine", "train.epochs=8", "train.batch_size=32", model=PygGINE(F, 3, 32, 2))
+    assert result["metrics"]["test_acc"] > 0.8, result["metrics"]  # the node features alone: chance, 0.5
+    with pytest.raises(GnnBridgeError, match=re.escape("has forward(x, edge_index, edge_attr), which takes each")):
+        run(tmp_path, Data(x=x, edge_index=ei, y=y), None, "none", model=PygGINE(F, 3, 32, 2))
+    assert not (tmp_path / "none").exists()
+
+
 class DglGraphSAGE(torch.nn.Module):
     """GraphSAGE as a DGL user writes it for a whole graph: forward(g, x)."""
 
@@ -599,6 +644,8 @@ def test_a_pyg_users_model_instance_trains_on_two_ranks_and_its_run_works_everyw
     assert refused.returncode != 0 and "--trust-code" in refused.stderr and len(refused.stderr.splitlines()) == 1
     report = helpers.in_process("evaluate", "mine", "--trust-code", "--json", cwd=tmp_path)
     assert json.loads(report.stdout)["metrics"] == result["metrics"], report.stderr
+    with pytest.raises(GnnBridgeError, match=re.escape("load and port do that only with trust_code=True.")):
+        gnnbridge.load(tmp_path / "mine", kind="latest")  # from Python: the keyword, not the flag
     model = gnnbridge.load(tmp_path / "mine", kind="latest", trust_code=True)
     assert type(model).__name__ == "PygSAGE" and not model.training  # their class back, trained
     outputs = gnnbridge.predict(tmp_path / "mine", kind="latest", trust_code=True)

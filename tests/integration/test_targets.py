@@ -10,6 +10,7 @@ targets per graph, NaN where a label is missing."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -25,7 +26,8 @@ from torch_geometric.data import Data
 import gnnbridge
 from gnnbridge.backends.dgl.compat import import_dgl
 from gnnbridge.core.app.compare import same_batches
-from gnnbridge.core.errors import GnnBridgeError
+from gnnbridge.core.app.plan import plan_resume
+from gnnbridge.core.errors import ConfigError, GnnBridgeError
 from gnnbridge.core.plugins import get_target
 from gnnbridge.plugins.folder_datasets import prepare
 
@@ -217,6 +219,17 @@ def test_node_regression_layer_wise_is_the_whole_graph_through_the_model_handed_
     unlabelled = Data(x=torch.from_numpy(a["x"]), edge_index=torch.from_numpy(a["edge_index"]))
     on_it = gnnbridge.predict(run_dir, dataset=unlabelled)
     assert set(on_it) == {"logits"} and np.allclose(on_it["logits"], outputs["logits"], atol=1e-6)
+
+
+@pytest.mark.xdist_group("test_targets:node-regression")
+def test_resume_keeps_the_loss_it_trained_with(tmp_path_factory):
+    """Another ``train.loss`` would minimise something else from the resumed epoch on: refused,
+    nothing trained; naming the loss the run trains with (the target's own) is no change."""
+    run_dir = runs("node-regression", tmp_path_factory)["pyg"]["run_dir"]
+    with pytest.raises(ConfigError, match="train.loss='l1' differs from the checkpoint's 'mse', but --resume keeps"):
+        gnnbridge.run(resume=run_dir, overrides=["train.loss=l1", "train.epochs=5"], progress=False)
+    assert plan_resume(run_dir, None, None, None, ["train.loss=mse", "train.epochs=5"], {}).config.train.loss == "mse"
+    assert len(json.loads((Path(run_dir) / "results.json").read_text())["history"]) == 4
 
 
 @pytest.mark.xdist_group("test_targets:node-multilabel")

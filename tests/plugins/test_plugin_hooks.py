@@ -344,11 +344,11 @@ def test_a_checkpoint_naming_code_is_imported_only_with_trust_code(lab):
     gnnbridge.run(
         "karate-sage", out=lab / "run", overrides=["model.arch=my_lab.models:DeepMLP", "train.epochs=1"], **KARATE
     )
-    with pytest.raises(
-        ConfigError,
-        match="importing code a checkpoint names runs it, so evaluate and predict do that only with --trust-code",
-    ):
-        gnnbridge.evaluate(lab / "run")
+    refusal = "importing code a checkpoint names runs it, so evaluate, predict, load and port do that only with"
+    for call in (gnnbridge.evaluate, gnnbridge.load, gnnbridge.predict):  # from Python: the keyword
+        with pytest.raises(ConfigError, match=re.escape(f"{refusal} trust_code=True.")):
+            call(lab / "run")
+    helpers.one_line(helpers.in_process("evaluate", "run", cwd=lab), f"{refusal} --trust-code.")  # the command's flag
     report = gnnbridge.evaluate(lab / "run", trust_code=True)
     assert 0 <= report["metrics"]["test_acc"] <= 1 and report["eval"]["final"] == "full"
 

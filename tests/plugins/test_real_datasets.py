@@ -493,9 +493,7 @@ def test_ogbs_link_sets_are_ranked_against_ogbs_own_negatives_as_ogb_scores_them
             torch.cat([valid["edge"][:, 1], valid["edge_neg"][:, 1]]),
         )
     np.savez(tmp_path / "pairs.npz", src=pairs[0].numpy(), dst=pairs[1].numpy())
-    scores = torch.from_numpy(
-        gnnbridge.predict(tmp_path / "run", pairs=tmp_path / "pairs.npz")["scores"]
-    )
+    scores = torch.from_numpy(gnnbridge.predict(tmp_path / "run", pairs=tmp_path / "pairs.npz")["scores"])
     positives = len(dst) if per_edge else len(valid["edge"])
     pos, neg_scores = scores[:positives], scores[positives:]
     if per_edge:

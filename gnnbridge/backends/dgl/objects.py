@@ -7,8 +7,9 @@ DGL's conventions, as its examples read them: node features in ``ndata["feat"]``
 ``ndata["label"]``, the splits as boolean ``train_mask`` / ``val_mask`` / ``test_mask``; a
 heterogeneous graph keeps them per node type (``g.nodes["paper"].data``). Edges are taken in
 edge-id order; an edge task (``task: edge``) reads ``edata["label"]`` and ``edata["train_mask"]``
-..., as DGL's edge-classification examples hold them. Edge features (``edata``) are not used
-by gnnbridge's models yet: a graph that has them trains without them, and a warning line says so.
+..., as DGL's edge-classification examples hold them. Edge features (``edata["feat"]``, or
+``"x"``, ``"features"``) become the format's ``edge_attr``; other ``edata`` keys, which nothing
+reads, are left out with a warning line.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from gnnbridge.backends.graph_arrays import (
     SPLITS,
     all_or_no_splits,
     edge_features,
+    edge_item_labels,
     field,
     graph_labels,
     item_labels,
@@ -165,7 +167,7 @@ def edge_labels(frame, where: str, suffix: str, count: int) -> dict[str, np.ndar
     key = label_key(frame)
     if key is None or not edge_labels_wanted():  # (read for another task: the edges' labels are not its)
         return {}
-    y = item_labels(frame[key], f"{where}: edata['{key}']")
+    y = edge_item_labels(frame[key], f"{where}: edata['{key}']")
     return {f"edge_label{suffix}": y, **splits(frame, where, "edge", "edge_", suffix)}
 
 

@@ -8,8 +8,8 @@ PyG's conventions, as its own loaders read them: ``x`` and ``y`` per node, ``edg
 index tensors ``train_idx`` / ``val_idx`` / ``test_idx``; a ``HeteroData`` keeps the same names
 per node and edge type. An edge task (``task: edge``) reads ``edge_label`` (one per column of
 ``edge_index``) with ``edge_train_mask`` ... or ``edge_train_idx`` .... Edge features
-(``edge_attr``, ``edge_weight``) are not used by gnnbridge's models yet: a graph that has them
-trains without them, and a warning line says so.
+(``edge_attr``) become the format's ``edge_attr``; an ``edge_weight``, which nothing reads, is
+left out with a warning line.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from gnnbridge.backends.graph_arrays import (
     SPLITS,
     all_or_no_splits,
     edge_features,
+    edge_item_labels,
     field,
     graph_labels,
     item_labels,
@@ -194,7 +195,8 @@ def edge_labels(store, where: str, suffix: str) -> dict[str, np.ndarray]:
             found[f"edge_{split}_idx{suffix}"] = mask_ids(mask, f"{where}: edge_{split}_mask", count, "edge")
         elif idx is not None:
             found[f"edge_{split}_idx{suffix}"] = index(idx, f"{where}: edge_{split}_idx")
-    return {f"edge_label{suffix}": item_labels(y, f"{where}: edge_label"), **all_or_no_splits(found, where, "edge_")}
+    labels = edge_item_labels(y, f"{where}: edge_label")
+    return {f"edge_label{suffix}": labels, **all_or_no_splits(found, where, "edge_")}
 
 
 def index(idx, where: str) -> np.ndarray:

@@ -43,7 +43,7 @@ from gnnbridge.core.models.build import build_model, model_dims
 from gnnbridge.core.plugins import no_code, no_downloads
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData, check_ids
-from gnnbridge.core.records.hetero import HeteroGraphData
+from gnnbridge.core.records.hetero import HOMOGENEOUS_EDGE, HeteroGraphData
 from gnnbridge.core.records.labels import labels_optional
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.runtime.jobs import detect_job
@@ -198,7 +198,7 @@ def load(
         your own class, not gnnbridge's wrapper around it."""
     path, state, config, data = _prepare(target, kind, device or "cpu", overrides, "load", trust_code)
     model, _ = build_model(config.model, config.backend, config.kind, *model_dims(data), data)
-    checkpoint.load_model_state(model, state, path)
+    checkpoint.load_model_state(model, state, path, data)
     model = getattr(model, "user_model", model)  # a model the user handed over comes back as their class
     return model.to(config.device.value).eval()
 
@@ -468,9 +468,17 @@ def _check_fits(path: Path, state: dict, data: GraphData | GraphCollection, hand
     for key in ("num_features", "num_classes"):
         if key in trained and trained[key] != now[key]:
             raise CheckpointError(
-                f"{handed or 'The dataset'} has {key}={now[key]} but the model in '{path}' was trained with "
-                f"{trained[key]}; {fix}."
+                f"{handed or 'The dataset'} has {key}={_shown(now[key])} but the model in '{path}' was trained "
+                f"with {_shown(trained[key])}; {fix}."
             )
+
+
+def _shown(value):
+    """A count as a user of a homogeneous graph knows it: the one node type of its link or edge
+    task's record (``{'node': 6}``) is just the graph's (6)."""
+    if isinstance(value, dict) and list(value) == [HOMOGENEOUS_EDGE[0]]:
+        return value[HOMOGENEOUS_EDGE[0]]
+    return value
 
 
 def _check_out(out) -> Path:

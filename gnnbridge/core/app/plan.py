@@ -22,13 +22,17 @@ from gnnbridge.core.app.rundir import CONFIG, RESULTS, make_run_dir, new_run_dir
 from gnnbridge.core.config import ExperimentConfig
 from gnnbridge.core.errors import CheckpointError, ConfigError, DataFileNotFoundError, GnnBridgeError
 from gnnbridge.core.inference import checkpoint
+from gnnbridge.core.plugins import get_target
 from gnnbridge.core.training.state import TrainState
 
 # Keys a resumed run keeps from its checkpoint: they decide the weights' shapes, the data the
-# epochs replay on, what "best" means, and the optimizer (whose state the checkpoint holds).
-# Everything else (epochs, patience, nproc, device, eval, lr, the schedule ...) may change when a
-# run continues.
-RESUME_FROZEN = ("task", "backend", "dataset", "model", "train.monitor", "train.optimizer")
+# epochs replay on (``train.seed`` draws a split the dataset does not give, and every random
+# stream), what is learnt and minimised (``target``, ``train.loss``), what "best" means, and the
+# optimizer (whose state the checkpoint holds). Everything else (epochs, patience, nproc, device,
+# eval, lr, the schedule ...) may change when a run continues.
+RESUME_FROZEN = (
+    "task", "target", "backend", "dataset", "model", "train.monitor", "train.optimizer", "train.loss", "train.seed",
+)  # fmt: skip
 # Where the data lies, not what it is: a dataset that moved is pointed at (as for evaluate,
 # predict and port), and checked to be the one trained on (:meth:`Plan.check_same_data`).
 DATA_LOCATION = ("dataset.path", "dataset.root")
@@ -162,7 +166,8 @@ def plan_resume(
         )
     state = {**checkpoint.load(path), "path": str(path)}
     config = resolve_config(state["config"], overrides=overrides, **flags)
-    check_frozen(state["config"], config.to_dict(), RESUME_FROZEN, "--resume", movable=DATA_LOCATION)
+    saved, now = (_loss_named(c) for c in (state["config"], config.to_dict()))
+    check_frozen(saved, now, RESUME_FROZEN, "--resume", movable=DATA_LOCATION)
     if check_epochs:
         _check_epochs_left(state, config, run_dir)
     return Plan(
@@ -171,6 +176,16 @@ def plan_resume(
         latest=state,
         resumed_from={"epoch": state["epoch"], "world_size": state.get("world_size"), **inside(state)},
     )
+
+
+def _loss_named(config: dict) -> dict:
+    """``config`` with ``train.loss`` named as the run trains with it: empty is the target's own
+    (a resume that names that loss changes nothing)."""
+    train = config.get("train") or {}
+    if train.get("loss"):
+        return config
+    own = get_target(config.get("target") or ExperimentConfig().target).losses[0]
+    return {**config, "train": {**train, "loss": own}}
 
 
 def inside(state: dict | None) -> dict:

@@ -606,8 +606,9 @@ def _link_record(config: ExperimentConfig, data) -> HeteroGraphData:
     prepared folder, in memory otherwise)."""
     if getattr(data, "partition", None) is not None:  # cut by gnnbridge partition --task link
         return _check_negatives(config, open_link_part(data, link_settings(config)))
-    if isinstance(data, HeteroSource) and data.edge_attr:  # (link prediction rebuilds its edges from pairs)
-        warn(f"Dataset '{data.name}' has edge features, which link prediction does not read yet; trained without.")
+    if _has_edge_features(data):  # (link prediction rebuilds its edges from pairs)
+        label = made_from(config.dataset.path) or f"Dataset '{data.name}'"
+        warn(f"{label} has edge features, which link prediction does not read yet; trained without.")
     try:
         record = link_record(data, LinkSettings.of(config), functools.partial(check_source_fits, config))
     except DataError as exc:  # name the file (or dataset) the bad array came from
@@ -615,11 +616,20 @@ def _link_record(config: ExperimentConfig, data) -> HeteroGraphData:
     return _check_negatives(config, record)
 
 
+def _has_edge_features(data: GraphData | HeteroSource) -> bool:
+    """Whether the graph brings edge features: a homogeneous one's ``edge_attr``, a typed one's
+    per edge type (from an ``.npz``, an object, or a prepared folder's topology)."""
+    if isinstance(data, HeteroSource):
+        return bool(data.edge_attr) or bool(data.topology_edge_attr)
+    return data.edge_attr is not None
+
+
 def _check_edge_source(config: ExperimentConfig, data) -> None:
     """task=edge reads edge labels (from an ``.npz``, a prepared folder or arrays in memory): one
     line for a graph without them."""
-    if not isinstance(data, HeteroSource):  # (a source without them is refused where its record is built)
-        raise no_edge_labels(config.dataset.path or config.dataset.name)
+    if not isinstance(data, HeteroSource) or data.edge_y is None or data.target_edge is None:
+        given = made_from(config.dataset.path) or f"Dataset '{config.dataset.path or config.dataset.name}'"
+        raise no_edge_labels(given)
 
 
 # Bytes per node of a type while its task record is built and sampled: CSC offsets per edge type

@@ -71,7 +71,7 @@ class RunParts:
         self.target: Target = get_target(config.target)  # what the outputs predict: loss, metrics, monitor
         self.loss_name = config.train.loss or self.target.losses[0]
         if weights is not None:
-            load_model_state(self.model, weights, weights.get("path", "checkpoint"))
+            load_model_state(self.model, weights, weights.get("path", "checkpoint"), data)
         else:  # a built-in model starts from the same weights on every backend (no global stream is drawn)
             with self.call.blame("initialisation"):
                 initialise(self.model, config.train.seed)

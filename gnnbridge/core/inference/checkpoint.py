@@ -36,6 +36,7 @@ import torch
 
 from gnnbridge.core import files
 from gnnbridge.core.errors import CheckpointError, DataFileNotFoundError, OutputPathError
+from gnnbridge.core.records.hetero import HOMOGENEOUS_EDGE, edge_name
 
 FORMAT = "gnnbridge-checkpoint"
 VERSION = 1
@@ -315,10 +316,12 @@ def parameter_count(state: dict) -> int:
     return sum(t.numel() for t in state["model"].values())
 
 
-def load_model_state(model: torch.nn.Module, state: dict, label: str | os.PathLike) -> None:
+def load_model_state(model: torch.nn.Module, state: dict, label: str | os.PathLike, data: Any = None) -> None:
     """Put a checkpoint's weights into ``model``; a different model is refused by name and shape
     (``load_state_dict`` would otherwise fail with a page of tensor names, or half-load), and so
-    are weights of another revision of the same model (the same names, another function)."""
+    are weights of another revision of the same model (the same names, another function).
+    ``data``: the graph ``model`` was built for; where its edge features are not those the run
+    trained on, that is what the line names (the shapes differ because of them)."""
     have, want = state.get("model_revision", 1), model_revision(model)
     if have != want:
         raise CheckpointError(
@@ -332,18 +335,43 @@ def load_model_state(model: torch.nn.Module, state: dict, label: str | os.PathLi
     missing = [k for k in mine if k not in theirs]
     extra = [k for k in theirs if k not in mine]
     where = _model_summary(state)
+    detail = None
     if missing or extra:
         detail = f"it lacks {missing[0]}" if missing else f"it has {extra[0]}, which this model does not"
-        raise CheckpointError(f"Checkpoint '{label}' was made by a different model ({where}): {detail}.")
     for key, tensor in mine.items():
-        other = theirs[key]
-        if not isinstance(other, torch.Tensor) or other.shape != tensor.shape:
+        other = theirs.get(key)
+        if detail is None and (not isinstance(other, torch.Tensor) or other.shape != tensor.shape):
             shape = list(other.shape) if isinstance(other, torch.Tensor) else type(other).__name__
-            raise CheckpointError(
-                f"Checkpoint '{label}' was made by a different model ({where}): {key} is {shape} there but "
-                f"{list(tensor.shape)} here."
-            )
+            detail = f"{key} is {shape} there but {list(tensor.shape)} here"
+    if detail is not None:
+        raise _other_edges(label, state, data) or CheckpointError(
+            f"Checkpoint '{label}' was made by a different model ({where}): {detail}."
+        )
     model.load_state_dict(theirs)
+
+
+def _other_edges(label: str | os.PathLike, state: dict, data: Any) -> CheckpointError | None:
+    """The line for a model whose weights do not fit because the graph's edge features are not
+    those it was trained on (their width, or having some at all), as ``num_features`` is for nodes."""
+    trained = (state.get("data") or {}).get("edge_features")
+    now = data.summary().get("edge_features") if data is not None else None
+    if trained is None or now is None or trained == now:
+        return None
+    if isinstance(now, dict):  # per edge type: the first that differs
+        et = next(t for t in sorted({*trained, *now}) if trained.get(t, 0) != now.get(t, 0))
+        trained, now = trained.get(et, 0), now.get(et, 0)
+        edges = "edges" if et == edge_name(HOMOGENEOUS_EDGE) else f"({et}) edges"  # (a homogeneous graph's one type)
+    else:
+        edges = "edges"
+    return CheckpointError(
+        f"The model in '{label}' was trained on {_edge_rows(edges, trained)}, but the dataset's {edges} have "
+        f"{f'{now} each' if now else 'none'}; its weights are shaped by them, so give data of the same kind "
+        "(--set dataset.path=...)."
+    )
+
+
+def _edge_rows(edges: str, width: int) -> str:
+    return f"{edges} with {width} features each (edge_attr)" if width else f"{edges} without features (no edge_attr)"
 
 
 def _model_summary(state: dict) -> str:

@@ -48,6 +48,7 @@ from gnnbridge.core.plugins import (
     backends,
     blame,
     code_allowed,
+    code_switch,
     is_plugin_fault,
     models,
     stdout_to_stderr,
@@ -83,7 +84,7 @@ def _saved_instance(path: str, backend: str, task: Task) -> ModelChoice:
     if not code_allowed():
         raise ConfigError(
             f"The checkpoint's model is an instance saved in '{path}'; loading it runs the code it holds, "
-            "so evaluate and predict do that only with --trust-code."
+            f"so evaluate, predict, load and port do that only with {code_switch()}."
         )
     if not os.path.isfile(path):
         raise ConfigError(
@@ -110,8 +111,10 @@ def _saved_instance(path: str, backend: str, task: Task) -> ModelChoice:
             + (f" on the library whose idiom it is (--backend {written.split('-')[0]})." if written else ".")
         )
 
-    def build(in_dim, out_dim):
-        return backends.get(backend).adopt_model(instance.load(path))
+    def build(in_dim, out_dim, data):
+        model = instance.load(path)
+        instance.check_edge_features(model, name, data)
+        return backends.get(backend).adopt_model(model)
 
     return ModelChoice(instance.PREFIX + path, build, name)
 
@@ -120,7 +123,7 @@ def _import_class(path: str, backend: str) -> ModelChoice:
     if not code_allowed():
         raise ConfigError(
             f"The checkpoint's model is the class '{path}'; importing code a checkpoint names runs "
-            "it, so evaluate and predict do that only with --trust-code."
+            f"it, so evaluate, predict, load and port do that only with {code_switch()}."
         )
     module_name, _, attr = path.partition(":")
     if os.getcwd() not in sys.path:  # once, for good: spawned ranks inherit the parent's sys.path

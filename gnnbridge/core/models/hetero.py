@@ -37,6 +37,7 @@ from gnnbridge.core.config import DECODERS, ModelSpec
 from gnnbridge.core.errors import ConfigError
 from gnnbridge.core.models import init
 from gnnbridge.core.models.init import Rule
+from gnnbridge.core.records.hetero import HeteroGraphData
 
 
 class HeteroModel(nn.Module):
@@ -88,6 +89,17 @@ class HeteroModel(nn.Module):
         elif decoder == "mlp" or not self.is_link:
             width = 2 * hidden + self.pair_features
             self.head = nn.Sequential(nn.Linear(width, hidden), nn.ReLU(), nn.Linear(hidden, out_dim))
+
+    def leaves_parameters_unused(self) -> bool:
+        """Whether a training step may leave some of the parameters without a gradient (what DDP's
+        ``find_unused_parameters`` is for). Every relation runs on every batch, edges or none, so
+        only node types the heads never read can: a batch always holds the types the heads read
+        (the seeds'), but may draw no node of another, whose input layer then takes no part, and
+        the last layers' relations into such a type never reach the loss. Over the heads' types
+        alone (a homogeneous graph's link or edge task, users rating items) every parameter takes
+        part in every step, and DDP, told otherwise, warns once per rank that it found none unused."""
+        read = {self.target[0], self.target[2]} if self.scores_pairs else {self.target}
+        return any(t not in read for t in self.inputs)
 
     def init_rules(self) -> dict[str, Rule] | None:
         """``{neutral name: rule}`` for the layers' parameters that ``LAYER_INIT`` names (by
@@ -242,3 +254,14 @@ def states(h: dict[str, torch.Tensor], node_type: str, rows: int) -> torch.Tenso
         return h[node_type] if rows == h[node_type].shape[0] else h[node_type][:rows]
     some = next(iter(h.values()))
     return some.new_zeros(0, some.shape[1])
+
+
+def leaves_parameters_unused(model: nn.Module, data: Any) -> bool:
+    """Whether DDP must look for parameters a training step of ``model`` on ``data`` left unused:
+    what the model says (:meth:`HeteroModel.leaves_parameters_unused`), else yes for any model of
+    a heterogeneous graph (a batch may hold no node of a type, or no edge of a relation, and
+    nothing tells which parameters those feed)."""
+    decide = getattr(model, "leaves_parameters_unused", None)
+    if callable(decide):
+        return bool(decide())
+    return isinstance(data, HeteroGraphData) or bool(getattr(model, "heterogeneous", False))

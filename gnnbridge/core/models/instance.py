@@ -2,13 +2,14 @@
 written in its library's idiom, not against gnnbridge's ``forward(graph, x)``.
 
 The backends recognise their library's idiom from ``forward``'s parameter names (PyG's
-``forward(x, edge_index)``; DGL's ``forward(g, x)`` or ``forward(blocks, x)``) and wrap the
-instance so it takes their batches (``Backend.adopt_model``). Core keeps the instance itself in
+``forward(x, edge_index)``, given the batch's ``edge_attr`` too where it takes one; DGL's
+``forward(g, x)`` or ``forward(blocks, x)``) and wrap the instance so it takes their batches
+(``Backend.adopt_model``). Core keeps the instance itself in
 a file: it is pickled by cloudpickle, which writes a class defined in a script's or notebook's
 ``__main__`` by value (its code travels with it) and an importable class by reference. Ranks,
 ``evaluate``, ``predict`` and ``--resume`` rebuild it from that file. Unpickling runs the code
-it holds, so ``evaluate`` and ``predict`` do it only with ``--trust-code``, as for a class named
-by import path.
+it holds, so ``evaluate``, ``predict``, ``load`` and ``port`` do it only when trusted
+(``trust_code=True``, ``--trust-code``), as for a class named by import path.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pickle
 
 from torch import nn
 
+from gnnbridge.core.errors import ConfigError
 from gnnbridge.core.records.batches import IndexedRows
 
 PREFIX = "instance:"  # model.arch of a run whose model is a saved instance: instance:PATH
@@ -56,10 +58,37 @@ GRAPH_IDIOMS = "PyG's forward(x, edge_index, batch), DGL's forward(g, x) on a ba
 
 def takes(model: nn.Module, name: str) -> bool:
     """Whether ``model.forward`` has a parameter called ``name`` (keyword-only ones too)."""
+    return _parameter(model, name) is not None
+
+
+def requires(model: nn.Module, name: str) -> bool:
+    """Whether ``model.forward`` has a parameter called ``name`` without a default."""
+    param = _parameter(model, name)
+    return param is not None and param.default is param.empty
+
+
+def _parameter(model: nn.Module, name: str) -> inspect.Parameter | None:
     try:
-        return name in inspect.signature(model.forward).parameters
+        return inspect.signature(model.forward).parameters.get(name)
     except (TypeError, ValueError):
-        return False
+        return None
+
+
+# The parameter a PyG forward takes each batch's edge features by (PyG's own name, as its layers
+# that read them, GINEConv or GATConv(edge_dim=...), call it): it gets them, a row per edge of
+# edge_index, wherever the graph has some.
+EDGE_FEATURES = "edge_attr"
+
+
+def check_edge_features(model: nn.Module, name: str, data) -> None:
+    """One line for a PyG forward that must be given edge features (``edge_attr`` without a
+    default) on a graph that has none: it would fail at its first call, or train without them."""
+    if idiom(model) == "pyg" and requires(model, EDGE_FEATURES) and getattr(data, "edge_attr", None) is None:
+        raise ConfigError(
+            f"{name} has forward({', '.join(forward_names(model))}), which takes each batch's edge features, "
+            "but the graph has none; give it edge features (edge_attr [E, D] in an .npz or a PyG Data, "
+            "g.edata['feat'] in DGL), or edge_attr a default (edge_attr=None)."
+        )
 
 
 class UserModel(nn.Module):

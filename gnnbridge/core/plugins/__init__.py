@@ -54,7 +54,7 @@ from gnnbridge.core.plugins.registries import (
     samplers,
     targets,
 )
-from gnnbridge.core.plugins.switches import code_allowed, downloads_allowed, no_code, no_downloads
+from gnnbridge.core.plugins.switches import code_allowed, code_switch, downloads_allowed, no_code, no_downloads
 
 __all__ = [
     "ANY_BACKEND",
@@ -70,6 +70,7 @@ __all__ = [
     "backends",
     "blame",
     "code_allowed",
+    "code_switch",
     "dataset_libraries",
     "datasets",
     "default_backend",

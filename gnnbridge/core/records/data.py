@@ -236,6 +236,7 @@ class GraphData(LabelledRecord):
             "num_edges": self.num_edges,
             "num_features": self.num_features,
             "num_classes": self.num_classes,
+            "edge_features": 0 if self.edge_attr is None else int(self.edge_attr.shape[1]),
             **self._split_sizes(),
         }
 

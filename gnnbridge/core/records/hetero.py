@@ -352,7 +352,7 @@ class HeteroGraphData(Mapped):
                 f"{where} holds labels in [{int(self.y.min())}, {int(self.y.max())}] but num_classes="
                 f"{self.num_classes}; labels must be in [0, num_classes) with num_classes >= 2."
             )
-        check_values(self.y, self.labels, self.num_classes, items, unit)
+        check_values(self.y, self.labels, self.num_classes, items, unit, where)
 
     def _check_edge_features(self, et: EdgeType, count: int) -> None:
         name = f"edge_attr[{edge_name(et)}]"
@@ -430,6 +430,7 @@ class HeteroGraphData(Mapped):
             "edge_types": {edge_name(et): int(e.shape[1]) for et, e in self.edge_index.items()},
             "num_features": self.feature_dims(),
             "num_classes": self.num_classes,
+            "edge_features": {edge_name(et): int(rows.shape[1]) for et, rows in self.edge_attr.items()},
         }
         if self.is_edge:
             out["target_edge"] = edge_name(self.target_edge)

@@ -197,12 +197,20 @@ def check_form(y: object, form: str, name: str = "y") -> None:
     raise DataError(f"{name} is {found}; target={form} reads {described(form)}{hint}.")
 
 
-def width(y: torch.Tensor, form: str) -> int:
-    """The model's output columns for labels ``y`` of ``form`` (checked first)."""
-    check_form(y, form)
+def width(y: torch.Tensor, form: str, name: str = "y") -> int:
+    """The model's output columns for labels ``y`` of ``form`` (checked first; ``name``: what
+    the messages call ``y``, the array the user gave)."""
+    check_form(y, form, name)
     if form == "class":
-        return infer_num_classes(y)
+        return infer_num_classes(y, name)
     return 1 if y.dim() == 1 else int(y.shape[1])
+
+
+def checked_width(y: torch.Tensor, form: str, name: str, item: str) -> int:
+    """:func:`width` of ``y``, a label row per ``item``, its values checked too (:func:`check_values`)."""
+    columns = width(y, form, name)
+    check_values(y, form, columns, int(y.shape[0]), item, name)
+    return columns
 
 
 def placeholder(items: int, num_classes: int, form: str) -> torch.Tensor:
@@ -213,27 +221,27 @@ def placeholder(items: int, num_classes: int, form: str) -> torch.Tensor:
     return torch.zeros(items, num_classes, dtype=torch.float32)
 
 
-def infer_num_classes(y: torch.Tensor) -> int:
+def infer_num_classes(y: torch.Tensor, name: str = "y") -> int:
     """The class count of labels that must be ``0 .. C-1``, every class present.
 
     Labels are refused rather than guessed at: 1-based labels would otherwise add an empty
     class 0 (and turn a binary task into a 3-class one without ROC-AUC), and one stray large
     label would size every confusion matrix by it.
     """
-    check_form(y, "class")
+    check_form(y, "class", name)
     if y.numel() == 0:
-        raise DataError("y is empty; give one label per node (or graph).")
+        raise DataError(f"{name} is empty; give one label per node (or graph, or edge).")
     if int(y.min()) < 0:
-        raise DataError(f"y holds the label {int(y.min())}; labels must be 0 .. C-1.")
+        raise DataError(f"{name} holds the label {int(y.min())}; labels must be 0 .. C-1.")
     present = torch.unique(y)
     if present.numel() < 2:
-        raise DataError(f"y holds one class only ({int(present[0])}); classification needs at least 2 classes.")
+        raise DataError(f"{name} holds one class only ({int(present[0])}); classification needs at least 2 classes.")
     num_classes = int(y.max()) + 1
     if present.numel() != num_classes:
         absent = first_absent(present, 5)
         shown = ", ".join(map(str, absent)) + (" ..." if num_classes - present.numel() > len(absent) else "")
         raise DataError(
-            f"y has labels up to {num_classes - 1} but no {shown}; labels must be 0 .. C-1 with every class "
+            f"{name} has labels up to {num_classes - 1} but no {shown}; labels must be 0 .. C-1 with every class "
             "present (renumber them, e.g. numpy.unique(y, return_inverse=True)[1])."
         )
     return num_classes
@@ -252,31 +260,32 @@ def first_absent(present: torch.Tensor, k: int) -> list[int]:
     return absent
 
 
-def check_values(y: torch.Tensor, form: str, num_classes: int, items: int, item: str) -> None:
-    """One row per item, and values ``form`` allows, for a record of ``num_classes`` columns."""
-    check_form(y, form)
+def check_values(y: torch.Tensor, form: str, num_classes: int, items: int, item: str, name: str = "y") -> None:
+    """One row per item, and values ``form`` allows, for a record of ``num_classes`` columns
+    (``name``: what the messages call ``y``)."""
+    check_form(y, form, name)
     if y.shape[0] != items:
-        raise DataError(f"y has {y.shape[0]} rows but there are {items} {item}s; give one label row per {item}.")
+        raise DataError(f"{name} has {y.shape[0]} rows but there are {items} {item}s; give one label row per {item}.")
     if form == "class":
-        return _check_classes(y, num_classes)
+        return _check_classes(y, num_classes, name)
     columns = 1 if y.dim() == 1 else int(y.shape[1])
     if columns != num_classes or columns < 1:
-        raise DataError(f"y has {columns} column(s) but the record says num_classes={num_classes}.")
+        raise DataError(f"{name} has {columns} column(s) but the record says num_classes={num_classes}.")
     if torch.isinf(y).any():
         row = int(torch.isinf(y).reshape(items, -1).any(dim=1).nonzero()[0])
-        raise DataError(f"y holds an infinite value (first at {item} {row}); a missing label is NaN.")
+        raise DataError(f"{name} holds an infinite value (first at {item} {row}); a missing label is NaN.")
     if form == "multilabel":
         known = y[~torch.isnan(y)]
         if bool(((known != 0) & (known != 1)).any()):
             bad = float(known[(known != 0) & (known != 1)][0])
-            raise DataError(f"y holds {bad:g}; multilabel targets are 0 or 1 (NaN for a missing label).")
+            raise DataError(f"{name} holds {bad:g}; multilabel targets are 0 or 1 (NaN for a missing label).")
 
 
-def _check_classes(y: torch.Tensor, num_classes: int) -> None:
+def _check_classes(y: torch.Tensor, num_classes: int, name: str) -> None:
     if num_classes < 2:
         raise DataError(f"num_classes={num_classes}; classification needs at least 2 classes.")
     if y.numel() and (int(y.min()) < 0 or int(y.max()) >= num_classes):
         raise DataError(
-            f"y holds labels in [{int(y.min())}, {int(y.max())}] but num_classes={num_classes}; "
+            f"{name} holds labels in [{int(y.min())}, {int(y.max())}] but num_classes={num_classes}; "
             "labels must be in [0, num_classes)."
         )

@@ -26,6 +26,7 @@ from gnnbridge.core.records.labels import (
     unlabelled_target,
     unlabelled_width,
 )
+from gnnbridge.core.tasks.edge import no_edge_labels
 
 NPZ_REQUIRED = {"edge_index": (np.int64, 2), "x": (np.float32, 2), "y": (np.int64, 1)}
 NPZ_SPLITS = ("train_idx", "val_idx", "test_idx")
@@ -149,6 +150,8 @@ def missing_members(members) -> list[str]:
 
 def missing_arrays(where, missing: list[str]) -> DataError:
     """The one line for a homogeneous graph without one of its required arrays."""
+    if missing == ["y"] and edge_labels_wanted():  # (an edge task's graph must label its edges, not its nodes)
+        return no_edge_labels(str(where))
     if missing == ["y"]:
         return DataError(
             f"{where}: no y (int64, a class per node, or per graph of a collection); training and evaluation "

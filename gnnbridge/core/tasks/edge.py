@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from gnnbridge.core.errors import ConfigError, DataError
+from gnnbridge.core.errors import DataError
 from gnnbridge.core.records.data import check_ids, random_split
 from gnnbridge.core.records.hetero import (
     HOMOGENEOUS_EDGE,
@@ -31,7 +31,7 @@ from gnnbridge.core.records.hetero import (
     message_passing_features,
     reverse_types,
 )
-from gnnbridge.core.records.labels import current_form, unlabelled_width, width
+from gnnbridge.core.records.labels import checked_width, current_form, unlabelled_width
 from gnnbridge.core.tasks.link import message_passing
 from gnnbridge.core.tasks.pairs import find_pairs, mirror_ids
 
@@ -40,14 +40,16 @@ def for_edge_task(source: HeteroSource, reverse: bool, seed: int) -> HeteroGraph
     """The edge-task record of ``source`` (its ``edge_y`` on ``target_edge``); ``reverse`` adds
     ``rev_`` types (a type the dataset brought that mirrors the target is rebuilt instead)."""
     if source.edge_y is None or source.target_edge is None:
-        raise no_edge_labels(source.name)
+        raise no_edge_labels(f"Dataset '{source.name}'")
     target = tuple(source.target_edge)
     edges = source.edges[target]
     count = int(edges.shape[1])
-    where = f"edge_label[{edge_name(target)}]" if target != HOMOGENEOUS_EDGE else "edge_label"
+    where, unit = labels_name(target), "edge" if target == HOMOGENEOUS_EDGE else f"({edge_name(target)}) edge"
     if source.edge_y.shape[0] != count:
         raise DataError(f"{where} has {source.edge_y.shape[0]} labels for {count} edges of edge_index.")
-    if source.labelled:
+    num_classes = unlabelled_width()
+    if source.labelled:  # checked in the given order, so that a message names the user's column
+        num_classes = checked_width(source.edge_y, current_form(), where, unit)
         splits = _splits(source.edge_splits, count, seed, target)
     else:  # predict on edges without labels: nothing to split (any count of edges is scored)
         splits = (torch.empty(0, dtype=torch.int64),) * 3
@@ -72,7 +74,7 @@ def for_edge_task(source: HeteroSource, reverse: bool, seed: int) -> HeteroGraph
         train_idx=train,
         val_idx=val,
         test_idx=test,
-        num_classes=width(source.edge_y, current_form()) if source.labelled else unlabelled_width(),
+        num_classes=num_classes,
         name=source.name,
         edge_column=order,
         edge_attr=message_passing_features(features, mp, built_from),
@@ -82,10 +84,17 @@ def for_edge_task(source: HeteroSource, reverse: bool, seed: int) -> HeteroGraph
     return data
 
 
-def no_edge_labels(name: str) -> ConfigError:
-    """The one line for task=edge on a graph whose edges carry no labels."""
-    return ConfigError(
-        f"Dataset '{name}' has no edge labels; task=edge reads edge_label (one label per column of edge_index, "
+def labels_name(target: EdgeType) -> str:
+    """The labels of ``target`` as the dataset format names them: ``edge_label`` of a homogeneous
+    graph, ``edge_label__SRC__REL__DST`` of a typed one (a graph object's reader names its own)."""
+    return "edge_label" if target == HOMOGENEOUS_EDGE else f"edge_label__{'__'.join(target)}"
+
+
+def no_edge_labels(given: str) -> DataError:
+    """The one line for task=edge on a graph whose edges carry no labels (``given``: the graph, as
+    the line names it: ``Dataset 'name'``, a file, the object the user handed over)."""
+    return DataError(
+        f"{given} has no edge labels; task=edge reads edge_label (one label per column of edge_index, "
         "with optional edge_train_idx, edge_val_idx, edge_test_idx), edge_label__SRC__RELATION__DST, PyG's "
         "edge_label or DGL's edata['label']."
     )

@@ -32,10 +32,10 @@ from gnnbridge.core.inference.evaluation import (
 )
 from gnnbridge.core.inference.phases import NO_PHASES, PhaseTimer, slowest_rank
 from gnnbridge.core.inference.placement import autocast, grad_scaler, prefetched
+from gnnbridge.core.models.hetero import leaves_parameters_unused
 from gnnbridge.core.plugins import PluginError
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData
-from gnnbridge.core.records.hetero import HeteroGraphData
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.sampling.seeds import derived_seed, few_steps, split_batches
 from gnnbridge.core.training import midepoch, optim, shared_tables, sparse
@@ -91,8 +91,9 @@ class Trainer:
             self._restore(resume)
         device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
         # A heterogeneous batch may hold no node of a type, or no edge of a relation: the
-        # parameters of those take no part in that step, which DDP must be told to expect.
-        self.sparse_use = isinstance(data, HeteroGraphData) or bool(getattr(self.parts.model, "heterogeneous", False))
+        # parameters of those take no part in that step, which DDP must be told to expect (the
+        # model says whether it can happen: telling DDP when it cannot makes every rank warn).
+        self.sparse_use = leaves_parameters_unused(self.parts.model, data)
         tables = sparse.sparse_tables(self.parts.model)  # model.embeddings=sparse: reduced by sync_tables, not DDP
         if ctx.distributed and tables:
             sparse.exclude_from_ddp(self.parts.model, tables)
