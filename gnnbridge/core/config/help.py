@@ -42,7 +42,8 @@ KEY_HELP = {
     "model.arch": "sage | gcn | gat (node), gin (graph), a zoo or plugin model (gnnbridge models), or module:Class",
     "model.hidden": "width of every hidden layer",
     "model.layers": "message-passing layers (one fanout per layer)",
-    "model.dropout": "dropout between layers (GIN: on each readout's scores), 0 <= p < 1; graph tasks default to 0",
+    "model.dropout": "dropout between layers (GIN: on each readout's scores), 0 <= p < 1; graph and link tasks "
+    "default to 0",
     "model.aggr": "GraphSAGE neighbour aggregation",
     "model.heads": "GAT attention heads (hidden must divide by heads)",
     "model.pooling": "graph readout (GIN): sum | mean (graph tasks default to mean)",
@@ -55,7 +56,7 @@ KEY_HELP = {
     "train": "the optimisation (Adam unless train.optimizer says otherwise)",
     "train.epochs": "passes over the training seeds",
     "train.batch_size": "seeds (nodes, graphs or edges) per batch per rank, at most",
-    "train.lr": "the learning rate (the peak, with a schedule)",
+    "train.lr": "the learning rate (the peak, with a schedule); link tasks default to 0.001",
     "train.weight_decay": "L2 penalty (adam, sgd); decoupled weight decay (adamw)",
     "train.optimizer": "adam | adamw | sgd (torch.optim's)",
     "train.momentum": "sgd's momentum (0: plain SGD)",
