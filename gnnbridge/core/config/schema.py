@@ -56,8 +56,8 @@ def kind_of(task: str) -> Task | None:
 # - a graph task's readout averages its nodes' states (a molecule's property is a share or a mean
 #   over its atoms far more often than a sum, which grows with the graph; OGB's molecule examples
 #   and chemprop pool by the mean) and drops nothing (GIN's dropout falls on each readout's scores,
-#   where on regression values it is noise the loss fits around): on molecule-shaped graphs the
-#   share of one bond type went from test R² -0.40 to 0.96;
+#   where on regression values it is noise the loss fits around): on 1,000 molecule-shaped graphs
+#   the share of one bond type went from test R² -0.40 to 0.96 after 10 epochs;
 # - a link task drops nothing and steps at 0.001 (as the ogbl experiments do): at 0.01 a dot
 #   product of ReLU states collapsed to one score for every pair (loss log 2, ROC-AUC 0.50 on the
 #   synthetic graph), at 0.001 without dropout it reached 0.72.
