@@ -6,11 +6,15 @@ targets' contract):
     class       one class per item: cross-entropy; accuracy, macro-F1, ROC-AUC of two classes
     multilabel  L labels of 0/1 per item, NaN where missing: binary cross-entropy of the labels
                 present; ROC-AUC and average precision as OGB defines them, label accuracy
-    regression  T values per item, NaN where missing: mse, l1 or huber over the values present;
-                MAE, RMSE and R² (lower is better for the errors)
+    regression  T values per item, NaN where missing: mse, l1 or huber over the values present,
+                in standard units (each column's training mean and std,
+                ``train.target_scaling=standard``, kept in the checkpoint); MAE, RMSE and R² in
+                the labels' units (lower is better for the errors)
 """
 
 from __future__ import annotations
+
+import copy
 
 import torch
 import torch.nn.functional as F
@@ -26,6 +30,7 @@ from gnnbridge.core.inference.metrics import (
     MultilabelScores,
     RegressionScores,
 )
+from gnnbridge.core.records.labels import LabelScale
 
 
 class ClassTarget(Target):
@@ -131,15 +136,40 @@ class MultilabelTarget(Target):
 
 
 class RegressionTarget(Target):
+    """Values per item. Fitted (:meth:`fitted`), the model learns them standardised per column
+    (:class:`~gnnbridge.core.records.labels.LabelScale`): the loss compares standard units (a
+    huber delta of 1 is one standard deviation), every figure and predicted value is in the
+    labels' units. Unfitted (``train.target_scaling=none``, or a checkpoint from before scaling),
+    the model's outputs are the values themselves."""
+
     name = "regression"
     description = "one or more values per item, NaN where missing (mse, l1, huber; MAE, RMSE, R²)"
     labels = "regression"
     losses = ("mse", "l1", "huber")
     monitors = TARGET_MONITORS["regression"]
     lower_is_better = ("mae", "rmse")
+    scale: LabelScale | None = None  # None: the outputs are the values (no scaling)
+
+    def fitted(self, labels, width, reduce):
+        return self._scaled(LabelScale.fit(labels(), width, reduce))
+
+    def state(self):
+        return None if self.scale is None else {"scale": self.scale.state()}
+
+    def restored(self, state):
+        return self if not state or "scale" not in state else self._scaled(LabelScale.from_state(state["scale"]))
+
+    def _scaled(self, scale: LabelScale) -> RegressionTarget:
+        out = copy.copy(self)  # a plugin's subclass stays itself
+        out.scale = scale
+        return out
+
+    def units(self, outputs):
+        return outputs if self.scale is None else self.scale.units(outputs)
 
     def loss(self, outputs, y, name):
-        out, values = _known(outputs, y)
+        y = y.reshape(outputs.shape)
+        out, values = _known(outputs, y if self.scale is None else self.scale.standard(y.float()))
         fn = {"mse": F.mse_loss, "l1": F.l1_loss, "huber": F.huber_loss}[name]
         return fn(out, values, reduction="sum"), values.new_tensor(values.numel())
 
@@ -147,7 +177,7 @@ class RegressionTarget(Target):
         return torch.zeros(3, dtype=torch.float64, device=device)  # |error|, error², labelled values
 
     def add_running(self, sums, outputs, y):
-        out, values = _known(outputs.detach(), y)
+        out, values = _known(self.units(outputs.detach().float()), y)
         err = (out - values).double()
         sums += torch.stack([err.abs().sum(), err.square().sum(), sums.new_tensor(values.numel())])
 
@@ -161,7 +191,12 @@ class RegressionTarget(Target):
         return _present(y)
 
     def scores(self, width):
-        return RegressionScores(width)
+        return RegressionScores(width, self.scale.units if self.scale is not None else None)
+
+    def derived(self, items, width):
+        if self.scale is None:
+            return {}
+        return {"logits": (lambda z: self.scale.units(z.float()), torch.float32, (items, width))}
 
 
 BUILTIN_TARGETS = (ClassTarget(), MultilabelTarget(), RegressionTarget())

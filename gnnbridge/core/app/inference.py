@@ -40,7 +40,7 @@ from gnnbridge.core.inference import checkpoint
 from gnnbridge.core.inference.assembly import HOMOGENEOUS_EMBEDDINGS
 from gnnbridge.core.inference.scorer import Scorer
 from gnnbridge.core.models.build import build_model, model_dims
-from gnnbridge.core.plugins import no_code, no_downloads
+from gnnbridge.core.plugins import get_target, no_code, no_downloads
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData, check_ids
 from gnnbridge.core.records.hetero import HOMOGENEOUS_EDGE, HeteroGraphData
@@ -195,12 +195,36 @@ def load(
     :param overrides: ``KEY=VALUE`` data keys (``dataset.path=NEW.npz`` for data that moved).
     :param trust_code: import the model class the checkpoint names by import path.
     :returns: the model, a ``torch.nn.Module`` in eval mode: a model instance you trained is
-        your own class, not gnnbridge's wrapper around it."""
+        your own class, not gnnbridge's wrapper around it. A regression model that learnt
+        standardised values (``train.target_scaling=standard``) answers in the labels' units, as
+        ``predict`` does: a forward hook puts its outputs back in them; the hook is the model's
+        ``target_units`` attribute (:class:`InUnits`, its ``scale`` the mean and std per column),
+        and ``model.target_units.remove()`` leaves the outputs in standard units."""
     path, state, config, data = _prepare(target, kind, device or "cpu", overrides, "load", trust_code)
     model, _ = build_model(config.model, config.backend, config.kind, *model_dims(data), data)
     checkpoint.load_model_state(model, state, path, data)
     model = getattr(model, "user_model", model)  # a model the user handed over comes back as their class
+    fitted = get_target(config.target).restored(state.get("target"))
+    if fitted.state() is not None:
+        model.target_units = InUnits(model, fitted)
     return model.to(config.device.value).eval()
+
+
+class InUnits:
+    """A forward hook that puts a model's outputs in the labels' units (``target.units``: a fitted
+    regression's ``z * std + mean``); picklable, so ``torch.save(model)`` keeps it."""
+
+    def __init__(self, model: torch.nn.Module, target):
+        self.target = target
+        self.scale = getattr(target, "scale", None)
+        self.handle = model.register_forward_hook(self)
+
+    def __call__(self, module, args, output):
+        return self.target.units(output) if isinstance(output, torch.Tensor) else output
+
+    def remove(self) -> None:
+        """The model's outputs in standard units again (what it learnt)."""
+        self.handle.remove()
 
 
 def _dataset_overrides(dataset: Any, trained: dict) -> list[str]:
@@ -242,8 +266,8 @@ def _finite(arrays: dict) -> bool:
     """The model's outputs are finite, checked a chunk at a time (a top-k list's slots past its
     ``counts`` are unfilled and score ``-inf``: only the filled ones count)."""
     for key in ("logits", "scores"):
-        value = arrays.get(key)
-        for part in _chunks(value) if value is not None else ():
+        value = arrays.get(key)  # a fitted regression's logits: Derived (its values in the labels' units)
+        for part in () if value is None else value.chunks() if isinstance(value, Derived) else _chunks(value):
             if not bool(part.isfinite().all()):
                 return False
     scores, start = arrays.get("top_scores"), 0
@@ -701,9 +725,9 @@ def _predict_worker(ctx: DistContext, config: ExperimentConfig, data, state: dic
 
 
 def _class_arrays(scorer: Scorer, data) -> dict:
-    """The outputs of every item (``logits``: raw, whatever the target) and what the target derives
-    from them (a class's probabilities and prediction ...); with the labels and splits of a graph
-    that has them."""
+    """The outputs of every item (``logits``: raw, whatever the target, but a fitted regression's,
+    which are its values in the labels' units) and what the target derives from them (a class's
+    probabilities and prediction ...); with the labels and splits of a graph that has them."""
     logits = scorer.predict().float()  # float32 already (maybe mapped from disk): not copied
     n, width = logits.shape
     derived = scorer.parts.target.derived(n, width)

@@ -18,7 +18,7 @@ import typing
 from typing import Any
 
 from gnnbridge.core.config.guards import check_plain
-from gnnbridge.core.config.schema import ExperimentConfig
+from gnnbridge.core.config.schema import ExperimentConfig, with_kind_defaults
 from gnnbridge.core.config.values import MAX_INT, check_finite, show
 from gnnbridge.core.errors import ConfigError, did_you_mean
 
@@ -26,11 +26,13 @@ _EXPONENT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 
 
 def from_dict(data: dict) -> ExperimentConfig:
-    """Validate a nested dict into an :class:`ExperimentConfig` (raises :class:`ConfigError`)."""
+    """Validate a nested dict into an :class:`ExperimentConfig` (raises :class:`ConfigError`); the
+    keys it does not give take their defaults, its task kind's where it has its own
+    (:data:`~.schema.KIND_DEFAULTS`)."""
     if not isinstance(data, dict):
         raise ConfigError(f"A config must be a mapping of sections, got {type(data).__name__}.")
     check_plain(data, "The config")
-    return _build(ExperimentConfig, data, prefix="")
+    return _build(ExperimentConfig, with_kind_defaults(data), prefix="")
 
 
 def _build(cls: type, data: dict, prefix: str) -> Any:

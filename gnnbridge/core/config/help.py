@@ -46,10 +46,11 @@ KEY_HELP = {
     "model.arch": "sage | gcn | gat (node), gin (graph), a zoo or plugin model (gnnbridge models), or module:Class",
     "model.hidden": "width of every hidden layer",
     "model.layers": "message-passing layers (one fanout per layer)",
-    "model.dropout": "dropout between layers, 0 <= p < 1",
+    "model.dropout": "dropout between layers (GIN: on each readout's scores), 0 <= p < 1; graph and link tasks "
+    "default to 0",
     "model.aggr": "GraphSAGE neighbour aggregation",
     "model.heads": "GAT attention heads (hidden must divide by heads)",
-    "model.pooling": "graph readout (GIN): sum | mean",
+    "model.pooling": "graph readout (GIN): sum | mean (graph tasks default to mean)",
     "model.embeddings": "featureless node types' tables: dense | sparse (a step updates only the rows it looked up)",
     "model.options": "further keyword arguments of the model's builder, e.g. {jk: cat}",
     "sampler": "which neighbours feed each seed (docs: models and samplers)",
@@ -59,7 +60,7 @@ KEY_HELP = {
     "train": "the optimisation (Adam unless train.optimizer says otherwise)",
     "train.epochs": "passes over the training seeds",
     "train.batch_size": "seeds (nodes, graphs or edges) per batch per rank, at most",
-    "train.lr": "the learning rate (the peak, with a schedule)",
+    "train.lr": "the learning rate (the peak, with a schedule); link tasks default to 0.001",
     "train.weight_decay": "L2 penalty (adam, sgd); decoupled weight decay (adamw)",
     "train.optimizer": "adam | adamw | sgd (torch.optim's)",
     "train.momentum": "sgd's momentum (0: plain SGD)",
@@ -76,6 +77,8 @@ KEY_HELP = {
     "train.monitor": "the validation metric that picks best.pt (empty: the target's first: val_acc, val_roc_auc "
     "for multilabel and links, val_rmse for regression; links also val_mrr, val_hits@K)",
     "train.loss": "the loss (empty: the target's own: cross_entropy, bce, mse; regression also l1, huber)",
+    "train.target_scaling": "regression: standard (learnt in each column's training mean and std, reported in "
+    "the labels' units) | none (learnt as given)",
     "target": "what each node, edge or graph is predicted as: class | multilabel | regression (or a plugin's target)",
     "eval": "how the final scores are computed",
     "eval.mode": "node tasks: layerwise (exact) | full (every neighbour) | sampled",

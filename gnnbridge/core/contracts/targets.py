@@ -12,6 +12,14 @@ Every tensor handed to a target holds the rows of one batch (or one rank's share
 ``outputs`` ``[items, width]`` as the model returned them, ``y`` the record's labels of those
 items. A :class:`Scores` sums or gathers them on each rank and :meth:`Scores.reduce` makes every
 rank hold the same exact figures (never a mean of per-rank means).
+
+A target may learn something of the training split's labels before the first step and keep it
+with the run (:meth:`Target.fitted`, :meth:`Target.state`, :meth:`Target.restored`): regression
+standardises its values, so its model outputs values in standard units, which
+:meth:`Target.units` puts back in the labels' units for everything a user reads (the metrics,
+``predict``'s arrays, the model ``load`` hands back). The instance registered is the unfitted
+one; a run's parts hold the fitted copy, rebuilt from the checkpoint by ``evaluate``,
+``predict``, ``load``, ``port`` and ``--resume``.
 """
 
 from __future__ import annotations
@@ -68,7 +76,8 @@ class Target(ABC):
 
     def derived(self, items: int, width: int) -> dict[str, tuple[Callable, torch.dtype, tuple[int, ...]]]:
         """What ``predict`` writes beside ``logits`` (the raw outputs), computed from them:
-        ``{name: (function of a block of logits, dtype, shape)}``."""
+        ``{name: (function of a block of logits, dtype, shape)}``; an entry named ``logits``
+        replaces the raw outputs (a fitted regression's values in the labels' units)."""
         return {}
 
     def labelled(self, y: torch.Tensor) -> int:
@@ -77,6 +86,31 @@ class Target(ABC):
         every figure of that split undefined). Every row by default; the built-in multilabel and
         regression targets count the entries that are not NaN."""
         return int(y.shape[0])
+
+    def fitted(
+        self, labels: Callable[[], torch.Tensor], width: int, reduce: Callable[[torch.Tensor], torch.Tensor]
+    ) -> Target:
+        """This target for a run about to train, where ``train.target_scaling`` asks for it:
+        ``labels()`` returns this rank's share of the training split's labels (``[items]`` or
+        ``[items, width]``; read only when called), ``reduce`` sums a tensor over the ranks (every
+        rank calls it alike). A target that learns nothing returns itself (the default); one that
+        does returns a copy holding what :meth:`state` keeps."""
+        return self
+
+    def state(self) -> dict | None:
+        """What a checkpoint keeps of a fitted target (tensors and plain values); None: nothing."""
+        return None
+
+    def restored(self, state: dict | None) -> Target:
+        """This target as a checkpoint's ``state`` fitted it. None (a checkpoint that kept nothing,
+        such as one written before targets were fitted) must score as that run was trained: the
+        unfitted target. By default itself."""
+        return self
+
+    def units(self, outputs: torch.Tensor) -> torch.Tensor:
+        """A model's ``outputs`` ``[items, width]`` as a user reads them (a fitted regression's in
+        the labels' units); by default as they are."""
+        return outputs
 
     def is_better(self, monitor: str, value: float, best: float | None) -> bool:
         """Whether ``value`` of ``monitor`` beats ``best`` (ties do not)."""

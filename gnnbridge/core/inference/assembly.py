@@ -68,14 +68,28 @@ class RunParts:
         self.model, choice = build_model(config.model, config.backend, config.kind, *model_dims(data), data)
         self.call = ModelCall(choice.origin, data.num_classes, per_graph=self.family.per_graph)
         self.call.tell = ctx.doing  # calls into the model outside training steps are watched
-        self.target: Target = get_target(config.target)  # what the outputs predict: loss, metrics, monitor
+        # What the outputs predict (loss, metrics, monitor), fitted to the training labels or as
+        # the checkpoint kept it (nothing kept: as it was trained, unfitted).
+        self.target: Target = get_target(config.target)
         self.loss_name = config.train.loss or self.target.losses[0]
         if weights is not None:
             load_model_state(self.model, weights, weights.get("path", "checkpoint"), data)
+            self.target = self.target.restored(weights.get("target"))
         else:  # a built-in model starts from the same weights on every backend (no global stream is drawn)
             with self.call.blame("initialisation"):
                 initialise(self.model, config.train.seed)
+            if config.train.target_scaling != "none":
+                self.target = self.target.fitted(self._train_labels, self.output_width, ctx.all_reduce_sum)
         self.model.to(ctx.device)
+
+    def _train_labels(self) -> torch.Tensor:
+        """This rank's share of the training split's labels, for a target to fit: each machine's
+        first rank holds its record's (the whole graph's, or a partitioned graph's own part), the
+        others none, so a sum over the ranks counts every label once per machine."""
+        y = getattr(self.data, "y", None)
+        if y is None or not self.ctx.is_local_main:
+            return torch.zeros(0, self.output_width)
+        return y[self.data.split("train").to(y.device)]
 
     @property
     def output_width(self) -> int:

@@ -313,7 +313,18 @@ class RegressionScores(GatheredRows):
     """MAE, RMSE and R² as OGB's regression evaluators define them (ogbg-molesol's RMSE): each
     column over its labelled items, then the mean over columns (scikit-learn's ``r2_score``
     with uniform weights for R²). A column without a labelled item is left out; R² of a
-    column whose labels are all equal is undefined and left out too (None when none is left)."""
+    column whose labels are all equal is undefined and left out too (None when none is left).
+    ``units``: how the model's outputs become values in the labels' units (a fitted target's
+    scale, applied in float64 before anything is scored); None: they are the values."""
+
+    def __init__(self, width: int, units=None):
+        super().__init__(width)
+        self.units = units
+
+    def update(self, outputs: torch.Tensor, y: torch.Tensor) -> None:
+        if self.units is not None:
+            outputs = self.units(outputs.detach().double().reshape(-1, self.width))
+        super().update(outputs, y)
 
     def as_metrics(self, prefix: str) -> dict[str, float | None]:
         out, y = self.rows(prefix)

@@ -289,3 +289,63 @@ def _check_classes(y: torch.Tensor, num_classes: int, name: str) -> None:
             f"{name} holds labels in [{int(y.min())}, {int(y.max())}] but num_classes={num_classes}; "
             "labels must be in [0, num_classes)."
         )
+
+
+class LabelScale:
+    """A regression record's values standardised per column: ``(y - mean) / std``, with the mean
+    and the (population) standard deviation of each column over the training split's labelled
+    values, as chemprop and scikit-learn's ``StandardScaler`` fit them. A model then learns values
+    of unit scale whatever the labels' units (a share of 5 +- 2, a price of 300,000 +- 80,000, both
+    at the default learning rate), and every figure a user reads is put back in the labels' units
+    (:meth:`units`). A column without two distinct labelled values keeps its scale (std 1; mean 0
+    where none is labelled). ``state()`` is what a checkpoint keeps of it (two float64 tensors)."""
+
+    def __init__(self, mean: torch.Tensor, std: torch.Tensor):
+        self.mean, self.std = mean.double().cpu(), std.double().cpu()
+        self._on: dict[tuple[torch.device, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = {}
+
+    @classmethod
+    def fit(cls, y: torch.Tensor, width: int, reduce=lambda t: t) -> LabelScale:
+        """The scale of labels ``y`` (``[items]`` or ``[items, width]``, NaN where missing): this
+        process's share of them, summed over processes by ``reduce`` (an all-reduce; each process
+        sums the same labels as its peers or its own, which gives the same mean either way). Two
+        passes, so a mean large against the spread loses nothing to cancellation."""
+        y = y.detach().reshape(-1, width).double().cpu()
+        known = ~torch.isnan(y)
+        values = torch.where(known, y, torch.zeros_like(y))
+        sums = reduce(torch.stack([values.sum(0), known.sum(0).double()]))
+        count = sums[1]
+        mean = torch.where(count > 0, sums[0] / count.clamp(min=1), torch.zeros_like(count))
+        spread = reduce(torch.where(known, (y - mean).square(), torch.zeros_like(y)).sum(0))
+        std = (spread / count.clamp(min=1)).sqrt()
+        usable = (count > 1) & torch.isfinite(std) & (std > 1e-12 * mean.abs().clamp(min=1.0))
+        return cls(mean, torch.where(usable, std, torch.ones_like(std)))
+
+    @classmethod
+    def from_state(cls, state: dict) -> LabelScale:
+        return cls(state["mean"], state["std"])
+
+    def state(self) -> dict:
+        return {"mean": self.mean.clone(), "std": self.std.clone()}
+
+    def _like(self, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        key = (t.device, t.dtype)
+        if key not in self._on:
+            self._on[key] = (self.mean.to(t.device, t.dtype), self.std.to(t.device, t.dtype))
+        return self._on[key]
+
+    def standard(self, y: torch.Tensor) -> torch.Tensor:
+        """Labels ``[items, width]`` in standard units (what the model learns to output)."""
+        mean, std = self._like(y)
+        return (y - mean) / std
+
+    def units(self, z: torch.Tensor) -> torch.Tensor:
+        """Model outputs ``[items, width]`` in the labels' units."""
+        mean, std = self._like(z)
+        return z * std + mean
+
+    def __getstate__(self) -> dict:  # picklable (a model handed back holds one), without the device copies
+        return {"mean": self.mean, "std": self.std}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["mean"], state["std"])

@@ -2,7 +2,8 @@
 (every ``train.checkpoint_every`` epochs and after the last; every
 ``train.checkpoint_every_batches`` batches inside an epoch) and ``best.pt`` (when the monitor
 improved), what they hold (weights, optimizer and schedule state, RNG, the monitor's memory, the
-history ...), and the best epoch's weights kept in memory so the results can score them. The
+history, what the target fitted of the training labels ...), and the best epoch's weights kept
+in memory so the results can score them. The
 file format, its checks and its safe writing are
 :mod:`gnnbridge.core.inference.checkpoint`'s.
 """
@@ -72,6 +73,7 @@ class Checkpointing:
             "epoch": epoch,
             "model": trainer.parts.model.state_dict(),
             "model_revision": checkpoint.model_revision(trainer.parts.model),
+            "target": trainer.parts.target.state(),  # what the target fitted (regression's scale), or None
             "optimizer": trainer.optimizer.state_dict(),
             "scheduler": trainer.schedule.state_dict() if trainer.schedule is not None else None,
             "rng": checkpoint.rng_states(),

@@ -119,6 +119,42 @@ def test_graph_task_needs_no_fanouts_and_checks_pooling():
         from_dict({"task": "graph", "model": {"pooling": "max"}})
 
 
+def test_a_task_kind_takes_its_own_defaults_for_the_keys_a_config_does_not_give(tmp_path):
+    """Graph tasks pool by the mean and drop nothing, link tasks step at 0.001 without dropout,
+    node and edge tasks keep the schema's; whatever a config gives (its file, --set) is kept, and
+    a run's config.yaml (every key written) loads as it was."""
+    for task, dropout, pooling, lr in (
+        ("node", 0.5, "sum", 0.01),
+        ("edge", 0.5, "sum", 0.01),
+        ("graph", 0.0, "mean", 0.01),
+        ("link", 0.0, "sum", 0.001),
+    ):
+        config = resolve_config(overrides=[f"task={task}"])  # the default experiment, as --set task=... gives it
+        assert (config.model.dropout, config.model.pooling, config.train.lr) == (dropout, pooling, lr), task
+        assert from_dict(config.to_dict()) == config
+    given = resolve_config(overrides=["task=graph", "model.dropout=0.5", "model.pooling=sum"])
+    assert (given.model.dropout, given.model.pooling) == (0.5, "sum")
+    path = tmp_path / "graphs.yaml"
+    path.write_text("task: graph\nmodel:\n  arch: gin\n  dropout: 0.25\n")
+    from_file = resolve_config(str(path))
+    assert (from_file.model.dropout, from_file.model.pooling) == (0.25, "mean")
+    assert resolve_config("gin-synthetic").model.pooling == "sum"  # an experiment that names its readout keeps it
+    assert resolve_config(overrides=["task=link", "train.lr=0.01"]).train.lr == 0.01
+    assert resolve_config().model.dropout == 0.5 and resolve_config().train.lr == 0.01  # the default experiment
+
+
+def test_regression_scaling_is_a_key_of_regression_alone():
+    assert from_dict({"target": "regression", "train": {"target_scaling": "none"}}).train.target_scaling == "none"
+    with pytest.raises(ConfigError) as err:
+        from_dict({"target": "multilabel", "train": {"target_scaling": "none"}})
+    assert str(err.value) == (
+        "train.target_scaling='none' applies to target=regression only, but it is 'multilabel'; drop "
+        "train.target_scaling (its default is 'standard') or set target=regression."
+    )
+    with pytest.raises(ConfigError, match="train.target_scaling='minmax' is not a target scaling"):
+        from_dict({"target": "regression", "train": {"target_scaling": "minmax"}})
+
+
 @pytest.mark.parametrize("name", ["my-experiment.yaml", "my-graph-experiment.yaml"])
 def test_example_experiment_files_resolve(name):
 

@@ -13,7 +13,7 @@ import pytest
 
 from gnnbridge.core.config import ExperimentConfig, TrainConfig, from_dict
 from gnnbridge.core.config.bounds import bound_of
-from gnnbridge.core.config.schema import READ_ONLY_BY
+from gnnbridge.core.config.schema import READ_ONLY_BY, TARGET_MONITORS
 from gnnbridge.core.errors import ConfigError
 
 # A value other than the default for each key, valid under the modes that read it.
@@ -33,6 +33,7 @@ SET = {
     "link.hits_at": [5, 20],
     "link.val_fraction": 0.2,
     "link.test_fraction": 0.2,
+    "train.target_scaling": "none",
 }
 
 
@@ -48,7 +49,10 @@ def nested(pairs: dict) -> dict:
 
 
 def modes_of(mode_key: str) -> list[str]:
-    """Every value the key that picks the mode may take: its declared choices, or its Enum's."""
+    """Every value the key that picks the mode may take: its declared choices, or its Enum's (the
+    built-in targets for ``target``, whose names a plugin may add to)."""
+    if mode_key == "target":
+        return list(TARGET_MONITORS)
     *path, name = mode_key.split(".")
     cls = ExperimentConfig
     for part in path:
