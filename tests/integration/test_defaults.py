@@ -238,16 +238,14 @@ def test_predict_and_evaluate_give_a_regressions_figures_in_the_labels_units(tmp
     fam = FAMILIES[name]
     results = trained(name, tmp_path_factory.mktemp(name))[backend]
     shape = fam.shape(fam.target)
-    outputs = gnnbridge.predict(results["run_dir"], kind="latest")  # the last epoch's: results' metrics
+    outputs = gnnbridge.predict(results["run_dir"])  # best.pt: the checkpoint results' metrics are of
     test = outputs["test_idx"]
     assert np.array_equal(outputs["y"], shape.y) and np.array_equal(np.sort(test), np.sort(shape.test))
     for metric in ("mae", "rmse", "r2"):
         figure = scored("regression", outputs["logits"][test], outputs["y"][test], metric)
         assert figure == pytest.approx(results["metrics"][f"test_{metric}"], rel=1e-5), metric
     assert abs(outputs["logits"].mean() - shape.y.mean()) < 0.5 * shape.y.std()  # standard units would be near 0
-    assert gnnbridge.evaluate(results["run_dir"], kind="latest")["metrics"] == pytest.approx(
-        results["metrics"], rel=1e-5
-    )
+    assert gnnbridge.evaluate(results["run_dir"])["metrics"] == pytest.approx(results["metrics"], rel=1e-5)
     state = torch.load(Path(results["run_dir"]) / "checkpoints" / "latest.pt", weights_only=True)
     train = shape.y[shape.train].astype(np.float64)
     assert state["target"]["scale"]["mean"].item() == pytest.approx(train.mean(), rel=1e-9)  # the train split's alone
