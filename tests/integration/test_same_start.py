@@ -84,6 +84,21 @@ def test_the_initialisation_is_drawn_by_core_not_by_the_library():
     assert not torch.equal(other["layers.0.neigh.weight"], weight)
 
 
+def test_model_init_library_keeps_each_librarys_own_draws():
+    """``model.init=library``: the weights each library draws itself (DGL's SAGEConv Xavier with
+    ReLU's gain, up to three times PyG's Kaiming bound; PyG's bias nonzero), so the two start
+    apart, and the seed still decides them."""
+    library = [*NODES, "model.init=library"]
+    own = {b: parts("sage-synthetic", library, b).model.neutral_parameters() for b in ("pyg", "dgl")}
+    shared = parts("sage-synthetic", NODES, "dgl").model.neutral_parameters()
+    bound = 1 / shared["layers.0.neigh.weight"].shape[1] ** 0.5
+    assert float(own["dgl"]["layers.0.neigh.weight"].abs().max()) > 1.5 * bound  # DGL's own scale
+    assert float(own["pyg"]["layers.0.bias"].abs().max()) > 0 == float(shared["layers.0.bias"].abs().max())
+    assert not torch.equal(own["pyg"]["layers.0.neigh.weight"], own["dgl"]["layers.0.neigh.weight"])
+    again = parts("sage-synthetic", library, "dgl").model.neutral_parameters()
+    assert torch.equal(again["layers.0.neigh.weight"], own["dgl"]["layers.0.neigh.weight"])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "experiment, overrides",

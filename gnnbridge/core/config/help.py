@@ -52,6 +52,7 @@ KEY_HELP = {
     "model.heads": "GAT attention heads (hidden must divide by heads)",
     "model.pooling": "graph readout (GIN): sum | mean (graph tasks default to mean)",
     "model.embeddings": "featureless node types' tables: dense | sparse (a step updates only the rows it looked up)",
+    "model.init": "how a built-in model's weights start: shared (the same on every backend) | library (its own)",
     "model.options": "further keyword arguments of the model's builder, e.g. {jk: cat}",
     "sampler": "which neighbours feed each seed (docs: models and samplers)",
     "sampler.kind": "auto | native (the library's own) | core | a plugin's sampler (gnnbridge samplers)",

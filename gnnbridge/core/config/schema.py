@@ -120,6 +120,9 @@ DEFAULT_MONITOR = {"node": "val_acc", "graph": "val_acc", "link": "val_roc_auc",
 DECODERS = ("dot", "mlp")
 POOLINGS = ("sum", "mean")  # graph readouts (GIN's paper and DGL's tutorial use sum)
 EMBEDDINGS = ("dense", "sparse")  # featureless node types' tables (see core/training/sparse.py)
+# How a built-in model's weights start (core/models/init.py): one draw on every backend, or each
+# library's own (PyG's and DGL's then start apart, as a hand-written script on that library does).
+INITS = ("shared", "library")
 PLACES = ("host", "device")
 LAYER_STORES = ("auto", "memory", "disk")  # see core/inference/layerstore.py
 OPTIMIZERS = ("adam", "adamw", "sgd")  # see core/training/optim.py
@@ -198,6 +201,7 @@ class ModelSpec:
     embeddings: str = bounded(
         "dense", one_of(EMBEDDINGS, note="sparse: each step updates the rows its batch looked up")
     )
+    init: str = bounded("shared", one_of(INITS, note="library: each library's own draws, which differ between them"))
     options: dict = field(default_factory=dict)  # keyword arguments of the model's builder
 
     def __post_init__(self) -> None:

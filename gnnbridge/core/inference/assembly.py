@@ -75,9 +75,10 @@ class RunParts:
         if weights is not None:
             load_model_state(self.model, weights, weights.get("path", "checkpoint"), data)
             self.target = self.target.restored(weights.get("target"))
-        else:  # a built-in model starts from the same weights on every backend (no global stream is drawn)
-            with self.call.blame("initialisation"):
-                initialise(self.model, config.train.seed)
+        else:
+            if config.model.init == "shared":  # the same weights on every backend (no global stream is drawn)
+                with self.call.blame("initialisation"):
+                    initialise(self.model, config.train.seed)
             if config.train.target_scaling != "none":
                 self.target = self.target.fitted(self._train_labels, self.output_width, ctx.all_reduce_sum)
         self.model.to(ctx.device)
