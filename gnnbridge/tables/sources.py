@@ -203,6 +203,4 @@ def _suffix(suffixes: tuple) -> Callable[[str], bool]:
 register_source("folder", _is_table_folder, _open_folder, "a folder of .parquet or .csv files (one per table)")
 register_source("sqlite", _suffix(SQLITE_SUFFIXES), _open_sqlite, "a SQLite file (.sqlite, .sqlite3, .db)")
 register_source("duckdb", _suffix(DUCKDB_SUFFIXES), _open_duckdb, "a DuckDB file (.duckdb)")
-# PostgreSQL (not done yet): register_source("postgresql", lambda t: t.startswith(("postgresql://",
-# "postgres://")), _open_postgres, "a PostgreSQL URL") with an opener that streams through a driver's
-# server-side cursor or ADBC record batches, and a `where` that leaves the password out.
+from gnnbridge.tables import postgres  # noqa: E402, F401  (registers the postgresql URL source)
