@@ -115,7 +115,8 @@ def _schema(settings: Settings, source) -> dict:
     role = schema["tables"][table]["role"]
     if role == "skip":
         raise ConfigError(
-            f"--label {task['label']}: table '{table}' is skipped (no key, not an edge table); label an entity or edge table."
+            f"--label {task['label']}: table '{table}' is skipped (no key, not an edge table); "
+            "label an entity or edge table."
         )
     if settings.target:
         task["target"] = settings.target
@@ -377,7 +378,8 @@ class Builder:
         if target == "class":
             if missing:
                 raise DataError(
-                    f"Label {where} is missing on {missing} rows; target class needs a label on every row (fill them, or --target regression)."
+                    f"Label {where} is missing on {missing} rows; target class needs a label on every row "
+                    "(fill them, or --target regression)."
                 )
             vocab = sorted(set(values), key=_label_order)
             slot = {v: i for i, v in enumerate(vocab)}
@@ -439,7 +441,8 @@ class Builder:
                 t[rank] = values
             if np.isnan(t).any():
                 raise DataError(
-                    f"Time column {self.task['time_column']} is missing on {int(np.isnan(t).sum())} rows; every labelled row needs a time."
+                    f"Time column {self.task['time_column']} is missing on {int(np.isnan(t).sum())} rows; "
+                    "every labelled row needs a time."
                 )
             rows = np.flatnonzero(labelled)
             rows = rows[np.lexsort((rows, t[rows]))]
@@ -500,5 +503,6 @@ def _check_unique(name: str, pk: list, keys: np.ndarray) -> None:
         dup = list(dict.fromkeys(keys[1:][same].tolist()))
         examples = ", ".join(repr(k) for k in dup[:3])
         raise DataError(
-            f"Table '{name}': primary key {'+'.join(pk)} repeats on {int(same.sum())} rows (e.g. {examples}); keys must be unique."
+            f"Table '{name}': primary key {'+'.join(pk)} repeats on {int(same.sum())} rows (e.g. {examples}); "
+            "keys must be unique."
         )

@@ -130,6 +130,8 @@ def infer(source, label: str | None = None) -> dict:
     tables = {}
     for name, t in source.tables.items():
         p, pk, notes = profiles[name], pks[name], []
+        if pk and key_problem(pk, p):
+            notes.append(key_problem(pk, p))
         fks, checks = {}, []
         for c in p.keys:
             if c == pk:
@@ -145,9 +147,7 @@ def infer(source, label: str | None = None) -> dict:
             )
         role = "entity" if pk else "edge" if len(fks) == 2 else "skip"
         if role == "skip":
-            notes.append(
-                f"no primary key ({' / '.join(key_names(name))}, unique and non-null) and {len(fks)} foreign keys: skipped"
-            )
+            notes.append(f"no primary key ({' / '.join(key_names(name))}) and {len(fks)} foreign keys: skipped")
         if p.rows == 0:
             notes.append("empty")
         keyset = {pk, *fks} if pk else set(fks)
@@ -158,7 +158,8 @@ def infer(source, label: str | None = None) -> dict:
             distinct = p.distinct[c]
             if kind == "categorical" and len(distinct) > MAX_CATEGORIES:
                 notes.append(
-                    f"{c}: {len(distinct)} categories; the {MAX_CATEGORIES} most frequent one-hot, the rest 'other' (embedding ids: not done yet)"
+                    f"{c}: {len(distinct)} categories; the {MAX_CATEGORIES} most frequent one-hot, the rest 'other' "
+                    "(embedding ids: not done yet)"
                 )
             if kind == "text":
                 notes.append(f"{c}: text, left out (hashed tokens: not done yet)")
@@ -187,11 +188,16 @@ def guess_target(kind: str, distinct) -> str:
 
 
 def _primary_key(name: str, p: Profile) -> str | None:
-    for c in key_names(name):
-        if c in p.keys and p.rows and p.nulls[c] == 0:
-            values = key_array(p.keys[c])
-            if len(set(values.tolist())) == len(values):
-                return c
+    """The first column named as a key; whether its values are unique and non-null is checked
+    by :func:`key_problem` (noted here, refused by prepare with the counts)."""
+    return next((c for c in key_names(name) if c in p.keys), None)
+
+
+def key_problem(column: str, p: Profile) -> str | None:
+    values = key_array(p.keys[column])
+    repeats = len(values) - p.nulls[column] - len({v for v in values.tolist() if v is not None})
+    if p.nulls[column] or repeats:
+        return f"primary key {column}: {p.nulls[column]} missing, {repeats} repeated (prepare refuses it until fixed)"
     return None
 
 
@@ -226,6 +232,11 @@ def check(schema: dict, source) -> dict:
             "The schema file needs a 'tables:' mapping (write one with gnnbridge schema SOURCE --out FILE)."
         )
     _only(schema, ("tables", "task", "source"), "the schema file")
+    for name in schema["tables"]:
+        if name not in source.tables:
+            raise ConfigError(
+                f"Schema table '{name}' is not in {source.where}; its tables: {', '.join(source.tables)}."
+            )
     for name, entry in schema["tables"].items():
         _check_table(name, entry, schema, source)
     task = schema.setdefault("task", {})
@@ -270,11 +281,13 @@ def _check_table(name: str, entry: dict, schema: dict, source) -> None:
         entities = [t for t, e in schema["tables"].items() if e.get("role", "entity") == "entity"]
         if target not in entities:
             raise ConfigError(
-                f"Table '{name}': foreign key '{c}' points at '{target}', not an entity table; entity tables: {', '.join(entities)}."
+                f"Table '{name}': foreign key '{c}' points at '{target}', not an entity table; "
+                f"entity tables: {', '.join(entities)}."
             )
     if role == "edge" and len(fks) != 2:
         raise ConfigError(
-            f"Table '{name}' is an edge table and needs exactly two foreign_keys (source, destination); it has {len(fks)}."
+            f"Table '{name}' is an edge table and needs exactly two foreign_keys (source, destination); "
+            f"it has {len(fks)}."
         )
     columns = entry.setdefault("columns", {})
     for c, spec in columns.items():

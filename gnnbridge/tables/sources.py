@@ -82,6 +82,11 @@ def open_source(text: str) -> Source:
     raise ConfigError(f"'{text}' is not a table source; {_choices()}.")
 
 
+def is_table_source(text: str) -> bool:
+    """Whether a registered table source would open ``text`` (``gnnbridge prepare`` asks first)."""
+    return any(kind.matches(text) for kind in SOURCES.values())
+
+
 def _choices() -> str:
     return "give " + "; ".join(k.describe for k in SOURCES.values())
 

@@ -34,7 +34,9 @@ def make_shop(n_customers: int = 300, seed: int = 0) -> dict[str, pa.Table]:
     for c in range(n_customers):
         for _ in range(rng.integers(1, 4)):
             order_id += int(rng.integers(1, 5))
-            orders.append((order_id, customer_ids[c], dt.date(2024, 1, 1) + dt.timedelta(days=int(rng.integers(0, 300)))))
+            orders.append(
+                (order_id, customer_ids[c], dt.date(2024, 1, 1) + dt.timedelta(days=int(rng.integers(0, 300))))
+            )
             for p in rng.choice(n_products, rng.integers(1, 4), replace=False):
                 items.append((order_id, int(product_ids[p]), int(rng.integers(1, 4))))
                 faulty[c] += category[p] == "faulty"
@@ -55,8 +57,16 @@ def make_shop(n_customers: int = 300, seed: int = 0) -> dict[str, pa.Table]:
                 "churned": churned.tolist(),
             }
         ),
-        "products": pa.table({"product_id": product_ids.tolist(), "category": category.tolist(), "price": rng.gamma(2, 10, n_products).round(2)}),
-        "orders": pa.table({"order_id": list(o[0]), "customer_id": list(o[1]), "order_date": pa.array(o[2], pa.date32())}),
+        "products": pa.table(
+            {
+                "product_id": product_ids.tolist(),
+                "category": category.tolist(),
+                "price": rng.gamma(2, 10, n_products).round(2),
+            }
+        ),
+        "orders": pa.table(
+            {"order_id": list(o[0]), "customer_id": list(o[1]), "order_date": pa.array(o[2], pa.date32())}
+        ),
         "order_items": pa.table({"order_id": list(i[0]), "product_id": list(i[1]), "quantity": list(i[2])}),
         "reviews": pa.table({"customer_id": list(r[0]), "product_id": list(r[1]), "rating": list(r[2])}),
     }
