@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from helpers import gnnbridge, one_line
@@ -291,27 +292,29 @@ def test_unknown_url_forms_are_one_line(url):
 # --------------------------------------------------------------------------- prepare and the CLI
 
 
-def _has_command(name: str) -> bool:
-    from gnnbridge.cli import cli
-
-    return name in cli.commands and "SOURCE" in str([p.metavar for p in cli.commands[name].params])
-
-
-def test_prepare_writes_no_password(server, tmp_path):
+def test_prepare_gives_parquets_arrays_and_writes_no_password(server, tmp_path):
     from gnnbridge.tables.build import Settings, prepare_tables
 
-    out = tmp_path / "graph"
+    out, twin = tmp_path / "graph", tmp_path / "twin"
     prepare_tables(Settings(server.url(), str(out), label="customers.churned", progress=False))
-    written = [p for p in out.rglob("*") if p.is_file()]
-    assert written and (out / "tables.json").is_file()
+    parquet = str(write_parquet(_shop(), tmp_path / "shop"))
+    prepare_tables(Settings(parquet, str(twin), label="customers.churned", progress=False))
+    ours, theirs = (_arrays(folder) for folder in (out, twin))
+    assert ours.keys() == theirs.keys() and "x__customers.npy" in ours
+    for key, a in theirs.items():
+        assert a.dtype == ours[key].dtype and np.array_equal(a, ours[key], equal_nan=True), key
     assert f"{USER}:***@" in (out / "tables.json").read_text()
+    written = [p for p in out.rglob("*") if p.is_file()]
     leaked = [p for p in written if PASSWORD.encode() in p.read_bytes() or ENCODED.encode() in p.read_bytes()]
-    assert not leaked, leaked
+    assert written and not leaked, leaked
 
 
+def _arrays(folder: Path) -> dict:
+    return {p.name: np.load(p) for p in sorted(folder.glob("*.npy"))}
+
+
+@pytest.mark.slow  # two CLI runs that import torch (about 7 s on 2 cores)
 def test_cli_schema_and_prepare(server, tmp_path):
-    if not _has_command("schema"):
-        pytest.skip("`gnnbridge schema SOURCE` is not on this branch yet")
     shown = gnnbridge("schema", server.url(), "--label", "customers.churned", cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert f"{USER}:***@" in shown.stdout and not _secret_in(shown.stdout + shown.stderr)
@@ -322,15 +325,14 @@ def test_cli_schema_and_prepare(server, tmp_path):
         assert not path.is_file() or not _secret_in(path.read_bytes().decode("utf-8", "replace")), path
 
 
-def test_cli_refusals(server, tmp_path):
-    if not _has_command("schema"):
-        pytest.skip("`gnnbridge schema SOURCE` is not on this branch yet")
+def test_cli_refusals(server, tmp_path, refused):
     for url, needle in [
         (server.url(password="wrong"), "authentication failed"),
         (server.url(db="nope"), "database 'nope' does not exist"),
         (f"postgresql://{USER}:{ENCODED}@127.0.0.1:{_free_port()}/shop", "is unreachable"),
     ]:
-        proc = gnnbridge("schema", url, cwd=tmp_path)
-        one_line(proc, needle)
-        assert not _secret_in(proc.stdout + proc.stderr), proc.stderr
-    assert not list(tmp_path.iterdir())
+        for args in (["schema", url], ["prepare", url, "--label", "customers.churned", "--out", "g", "--quiet"]):
+            proc = refused(*args)
+            one_line(proc, needle)
+            assert not _secret_in(proc.stdout + proc.stderr), proc.stderr
+    assert not list(tmp_path.iterdir())  # nothing written, not even a partial folder
