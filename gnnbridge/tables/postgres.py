@@ -112,6 +112,12 @@ class Url:
         return f"database {self.db}, user {self.user}"
 
 
+def hide_password(text: str) -> str:
+    """``text`` with the password of a PostgreSQL URL in it replaced by ``***`` (any other text
+    unchanged): for whatever echoes a command line, such as a crash report."""
+    return _hidden(text) if str(text).startswith(SCHEMES) else text
+
+
 def _hidden(text: str) -> str:
     """``text`` with the password of its user-info (``user:password@``, up to the last ``@``
     before the query, so that an unencoded ``/`` or ``@`` in it is hidden too) and of a
@@ -244,9 +250,15 @@ def _batches(url: Url, table: str, columns: dict[str, str]) -> Iterator:
 
 def open_postgres(text: str) -> Source:
     """The base tables of the URL's schema, each column typed from the catalog."""
+    import psycopg
+
     url = Url(text)
     with _connect(url) as conn:
-        catalog = _catalog(conn, url)
+        try:
+            catalog = _catalog(conn, url)
+        except psycopg.Error as exc:  # the server's words, e.g. a catalog the user may not read
+            reason = url.scrub(str(exc).strip().splitlines()[0])
+            raise DataError(f"{url.where}: its tables cannot be listed: {reason}.") from None
     tables = {
         name: Table(name, {c: arrow_type(t) for c, t in cols.items()}, lambda n=name, c=cols: _batches(url, n, c))
         for name, cols in catalog.items()

@@ -30,6 +30,7 @@ from shop import make_shop, write_parquet
 
 from gnnbridge.core.errors import ConfigError, DataError
 from gnnbridge.tables import sources
+from gnnbridge.tables.postgres import hide_password
 from gnnbridge.tables.sources import open_source
 
 INITDB = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
@@ -208,6 +209,19 @@ def test_streams_the_same_rows_as_parquet_in_batches(server, tmp_path, monkeypat
     assert sum(b.num_rows for b in again) == _read(parquet.tables["orders"]).num_rows
 
 
+def test_rows_come_through_a_server_side_cursor(server, monkeypatch):
+    import psycopg
+
+    monkeypatch.setattr(sources, "BATCH_ROWS", 10)
+    passes = open_source(server.url()).tables["order_items"].batches()
+    first = next(passes)
+    with psycopg.connect(server.url("shop", "postgres", SUPER_PASSWORD)) as su:
+        seen = su.execute("SELECT query FROM pg_stat_activity WHERE usename = %s AND datname = 'shop'", (USER,))
+        queries = [q for (q,) in seen.fetchall()]
+    assert first.num_rows == 10 and any(q.startswith("FETCH FORWARD 10 FROM") for q in queries), queries
+    passes.close()  # the pass's connection closes with it
+
+
 def test_other_types_and_a_batch_of_nulls_keep_the_declared_types(server, monkeypatch):
     monkeypatch.setattr(sources, "BATCH_ROWS", 2)
     source = open_source(server.url(query="?schema=extras"))
@@ -231,6 +245,11 @@ def test_other_types_and_a_batch_of_nulls_keep_the_declared_types(server, monkey
 def test_where_hides_the_password(server):
     source = open_source(server.url(query="?schema=public"))
     assert source.where == f"postgresql://{USER}:***@127.0.0.1:{server.port}/shop?schema=public"
+    assert hide_password(server.url()) == f"postgresql://{USER}:***@127.0.0.1:{server.port}/shop"
+    assert hide_password(f"postgres://{USER}@h/db?password={ENCODED}&sslmode=disable").endswith(
+        "?password=***&sslmode=disable"
+    )
+    assert hide_password("data/shop") == "data/shop"
 
 
 def test_password_from_pgpassword_or_pgpass(server, tmp_path, monkeypatch):
