@@ -168,12 +168,12 @@ def _refusal(url: Url, message: str) -> DataError:
     reason = url.scrub(reason)
     low = message.lower()
     at = f"PostgreSQL {url.host}:{url.port}"
-    if "password authentication failed" in low or "no password supplied" in low or "authentication failed" in low:
+    if "authentication failed" in low or "no password supplied" in low:
         return DataError(
             f"{at}: authentication failed ({url.names()}): {reason}; "
             "check the user and the password (in the URL, PGPASSWORD or ~/.pgpass)."
         )
-    if "database" in low and "does not exist" in low:
+    if re.search(r'database ".*" does not exist', low):
         return DataError(f"{at}: database '{url.db}' does not exist (user {url.user}); create it or fix the URL's /db.")
     if any(word in low for word in UNREACHABLE):
         return DataError(f"PostgreSQL server {url.host}:{url.port} is unreachable ({url.names()}): {reason}.")
