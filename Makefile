@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-fast lint format docs install bench bench-gin clean
+.PHONY: demo test test-fast lint format docs install postgresql bench bench-gin clean
 
 # Code checked and formatted by ruff (pyproject.toml [tool.ruff]); CI runs lint.
 LINTED := gnnbridge tests benchmarks examples docs/conf.py docs/_ext setup.py _gnnbridge_dgl.py
@@ -15,12 +15,21 @@ install: $(STAMP)
 # newer (multi-GB CUDA) build; everything else is pinned by the same file. An editable install
 # leaves out gnnbridge-dgl.pth, the start-up line a wheel puts in site-packages so that a plain
 # `import dgl` works (setup.py, _gnnbridge_dgl.py): it is copied there.
-$(STAMP): pyproject.toml setup.py constraints.txt gnnbridge-dgl.pth gnnbridge/plugins/__init__.py
+$(STAMP): pyproject.toml setup.py constraints.txt gnnbridge-dgl.pth gnnbridge/plugins/__init__.py | postgresql
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -c constraints.txt torch
-	$(PY) -m pip install -q -c constraints.txt -e '.[pyg,dgl,datasets,log,retrieval,partition,test,lint,docs]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[pyg,dgl,datasets,log,retrieval,partition,tables,test,lint,docs]'
 	cp gnnbridge-dgl.pth "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 	touch $(STAMP)
+
+# The PostgreSQL server the tables tests start and stop themselves (tests/tables/test_postgres.py,
+# a cluster in a temporary folder): Debian's package, installed only where its initdb is missing
+# and we are root (elsewhere those tests say they are skipped and why). Checked on every install
+# (order-only: it never makes the venv stale), a no-op once the binaries are there.
+postgresql:
+	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql; \
+	fi
 
 demo: $(STAMP)
 	$(VENV)/bin/gnnbridge train --backend pyg --nproc 2

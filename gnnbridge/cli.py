@@ -718,11 +718,20 @@ Examples:
   gnnbridge prepare /readonly/papers --out /scratch/papers --dtype float16
   gnnbridge prepare graph.npz                          # writes graph/ beside it
   gnnbridge prepare karate --out data/karate --quiet
+
+\b
+From tables (a folder of .parquet or .csv files, a .sqlite/.sqlite3/.db or .duckdb file; see
+gnnbridge schema SOURCE): each entity table a node type, each foreign key and edge table a
+relation (and its reverse), the label column the task; fitted transforms and key maps kept in
+OUT/tables.json and OUT/keys/.
+  gnnbridge prepare data/shop --label customers.churned --out data/shop-graph
+  gnnbridge prepare shop.duckdb --schema shop.yaml --label reviews.rating --target regression --out g
+  gnnbridge prepare shop.sqlite --label customers.churned --on-dangling drop --out g
 """
 
 
 @cli.command(epilog=PREPARE_EXAMPLES)
-@click.argument("source", metavar="DIR|FILE.npz|NAME")
+@click.argument("source", metavar="DIR|FILE.npz|NAME|TABLES")
 @click.option(
     "--out",
     type=click.Path(file_okay=False),
@@ -736,15 +745,79 @@ Examples:
     help="Store the features as this type (float16 and bfloat16 halve them; training upcasts each batch).",
 )
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--label", metavar="TABLE.COLUMN", help="From tables: the column to predict (an entity or edge table's).")
+@click.option("--schema", "schema_file", type=click.Path(dir_okay=False), help="From tables: the schema file to use.")
+@click.option(
+    "--target", type=click.Choice(["class", "regression", "multilabel"]), help="From tables: the label's form."
+)
+@click.option(
+    "--on-dangling",
+    type=click.Choice(["refuse", "drop"]),
+    default="refuse",
+    show_default=True,
+    help="From tables: a foreign key naming no row is refused, or its edge dropped (and counted).",
+)
 @interruptible
-def prepare(source, out, dtype, quiet) -> None:
+def prepare(source, out, dtype, quiet, label, schema_file, target, on_dangling) -> None:
     """Check a dataset once and derive what training needs (CSC topology, counts, converted
     features), recorded in OUT/prepared/manifest.json, so that a run maps its files and starts in
-    seconds. A folder changed afterwards is refused until it is prepared again."""
+    seconds. A folder changed afterwards is refused until it is prepared again. From tables, the
+    folder dataset is written first (OUT is then required)."""
     from gnnbridge.core.storage.prepare import describe
+    from gnnbridge.tables.sources import is_table_source
+
+    if is_table_source(source) or label or schema_file:
+        from gnnbridge.tables.build import Settings, prepare_tables
+
+        if out is None:
+            raise click.UsageError("From tables, give the folder to write: --out DIR.")
+        settings = Settings(source, out, label, schema_file, target, on_dangling, dtype, not quiet)
+        result = prepare_tables(settings)
+        click.echo(describe(result))
+        for note in result["notes"]:
+            click.echo(f"note: {note}")
+        click.echo(f"train: {result['train']}")
+        return
     from gnnbridge.plugins.folder_datasets import prepare as prepare_dataset
 
     click.echo(describe(prepare_dataset(source, out=out, dtype=dtype, progress=not quiet)))
+
+
+SCHEMA_EXAMPLES = """
+\b
+Prints the schema inferred from SOURCE (a folder of .parquet or .csv files, one per table or a
+sub-folder of files per table; a .sqlite/.sqlite3/.db file; a .duckdb file) as YAML: keys, foreign
+keys (with their checked counts), entity and edge tables, each column's kind and transform. Edit
+it and give it to prepare with --schema.
+
+\b
+Examples:
+  gnnbridge schema data/shop --label customers.churned
+  gnnbridge schema shop.duckdb --label customers.churned --out shop.yaml
+  gnnbridge prepare shop.duckdb --schema shop.yaml --out data/shop-graph
+"""
+
+
+@cli.command(name="schema", epilog=SCHEMA_EXAMPLES)
+@click.argument("source", metavar="SOURCE")
+@click.option("--label", metavar="TABLE.COLUMN", help="The column to predict (recorded as task.label).")
+@click.option("--out", type=click.Path(dir_okay=False), help="Write the YAML to this file instead of printing it.")
+def schema_command(source, label, out) -> None:
+    """Infer the schema of a set of tables: every guess visible and editable."""
+    from gnnbridge.tables.schema import infer, to_yaml
+    from gnnbridge.tables.sources import open_source
+
+    opened = open_source(source)
+    text = to_yaml(infer(opened, label), opened.where)
+    if out is None:
+        click.echo(text, nl=False)
+        return
+    from pathlib import Path
+
+    from gnnbridge.core import files
+
+    files.replace(Path(out), text)
+    click.echo(f"schema: {out}")
 
 
 PARTITION_EXAMPLES = """

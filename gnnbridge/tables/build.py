@@ -1,0 +1,508 @@
+"""Tables to the heterogeneous folder dataset: ``gnnbridge prepare SOURCE --label TABLE.COLUMN``.
+
+Each entity table becomes a node type whose rows are ordered by key (so the same tables in any
+row order, from any source, give the same arrays), each foreign key a relation from the table
+holding it to the table it names, each edge table a relation whose other columns are its edges'
+features, and each relation also written reversed (``rev_<relation>``), so messages reach the
+labelled type whichever way a key points and ``gnnbridge train --dataset DIR`` needs nothing more
+(``dataset.reverse_edges=true`` then adds nothing: the reverse types are there).
+
+Two streamed passes per table: the first collects keys (the key maps are what stays in memory)
+and fits the encoders, the second encodes each batch and writes its rows in key order into a
+memory-mapped ``x``. An edge table's rows are held (ids and encoded features) to sort them into
+a canonical order. Everything is written under a temporary folder beside ``--out``, then the
+folder prepare checks it and derives its topology, and only then is it renamed into place: a
+refusal leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from gnnbridge.core.errors import ConfigError, DataError, OutputExistsError
+from gnnbridge.tables.schema import check, infer, read_yaml, split_name
+from gnnbridge.tables.sources import open_source
+from gnnbridge.tables.transforms import Encoder, category_strings, to_float
+
+SPLITS = ("train", "val", "test")
+SPLIT_WORDS = {"train": "train", "training": "train", "val": "val", "valid": "val", "validation": "val", "test": "test"}
+TIME_FRACTIONS = (0.6, 0.2)
+DANGLING = ("refuse", "drop")
+INFO = "tables.json"
+
+
+@dataclass(frozen=True)
+class Settings:
+    source: str
+    out: str
+    label: str | None = None
+    schema: str | None = None
+    target: str | None = None
+    on_dangling: str = "refuse"
+    dtype: str = "float32"
+    progress: bool = True
+
+
+@dataclass
+class Entity:
+    name: str
+    pk: list
+    keys: np.ndarray = None  # sorted normalised keys: row i of the node type is keys[i]
+    encoders: list = field(default_factory=list)
+
+
+def prepare_tables(settings: Settings) -> dict:
+    """Write the folder dataset of ``settings.source`` into ``settings.out``; returns the folder
+    prepare's result plus ``notes`` (what was dropped or left out) and ``train`` (the command)."""
+    if settings.on_dangling not in DANGLING:
+        raise ConfigError(f"--on-dangling {settings.on_dangling!r}: use one of {', '.join(DANGLING)}.")
+    out = Path(settings.out)
+    if out.exists() and not (out / INFO).is_file() and any(out.iterdir()):
+        raise OutputExistsError(
+            f"{out} exists and is not a dataset prepared from tables; give a new --out DIR (or remove it)."
+        )
+    source = open_source(settings.source)
+    schema = _schema(settings, source)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        folder = work / out.name
+        folder.mkdir()
+        notes = Builder(source, schema, folder, settings).run()
+        from gnnbridge.core.storage.prepare import prepare_folder
+
+        result = prepare_folder(folder, folder, settings.dtype, settings.progress)
+        _swap(folder, out)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    task = schema["task"]
+    sets = [f"--set target={task['target']}"] if task["target"] != "class" else []
+    if task["kind"] == "edge":
+        sets.append("--set task=edge")
+    return {
+        **result,
+        "out": str(out),
+        "notes": notes,
+        "train": " ".join(["gnnbridge train --dataset", str(out), *sets]),
+    }
+
+
+def _swap(folder: Path, out: Path) -> None:
+    if out.exists():
+        old = folder.parent / "replaced"
+        os.replace(out, old)
+    os.replace(folder, out)
+
+
+def _schema(settings: Settings, source) -> dict:
+    if settings.schema:
+        schema = check(read_yaml(settings.schema), source)
+        if settings.label:
+            schema["task"]["label"] = settings.label
+    else:
+        schema = infer(source, settings.label)
+    task = schema["task"]
+    if not task.get("label"):
+        raise ConfigError("Give the label: --label TABLE.COLUMN (or task.label in the schema file).")
+    table, column = split_name(task["label"], "--label", schema)
+    role = schema["tables"][table]["role"]
+    if role == "skip":
+        raise ConfigError(
+            f"--label {task['label']}: table '{table}' is skipped (no key, not an edge table); "
+            "label an entity or edge table."
+        )
+    if settings.target:
+        task["target"] = settings.target
+    if not task.get("target"):
+        from gnnbridge.tables.schema import guess_target
+
+        task["target"] = guess_target(schema["tables"][table]["columns"][column]["kind"], None)
+    task["kind"] = "node" if role == "entity" else "edge"
+    return schema
+
+
+class Builder:
+    """The two passes over every table, and the arrays they write into ``folder``."""
+
+    def __init__(self, source, schema: dict, folder: Path, settings: Settings):
+        self.source, self.schema, self.folder, self.settings = source, schema, folder, settings
+        self.task = schema["task"]
+        self.label_table, self.label_column = self.task["label"].split(".", 1)
+        self.used = {self.label_column} | {self.task[k].split(".", 1)[1] for k in ("split_column",) if self.task.get(k)}
+        self.entities: dict[str, Entity] = {}
+        self.notes: list[str] = []
+        self.info = {
+            "source": {"kind": source.kind, "where": source.where},
+            "schema": schema,
+            "node_types": {},
+            "edge_types": {},
+        }
+
+    def tables(self, role: str) -> list[str]:
+        return sorted(n for n, e in self.schema["tables"].items() if e["role"] == role)
+
+    def run(self) -> list[str]:
+        for name in self.tables("entity"):
+            _check_name(name)
+            self.entities[name] = self._fit_entity(name)
+        for name in self.tables("entity"):
+            self._write_entity(name)
+        for name in self.tables("edge"):
+            self._write_edge_table(name)
+        (self.folder / INFO).write_text(json.dumps(self.info, indent=1, default=str) + "\n")
+        return self.notes
+
+    # -- encoders ------------------------------------------------------------
+    def _encoders(self, name: str, skip: set) -> list[Encoder]:
+        entry = self.schema["tables"][name]
+        out = []
+        for c, spec in entry["columns"].items():
+            if c in skip or spec["transform"] == "drop" or (name == self.label_table and c in self.used):
+                continue
+            out.append(Encoder(c, spec["kind"], spec["transform"], spec.get("max_categories", 32)))
+        return out
+
+    def _fit(self, name: str, encoders: list, keys: list | None = None) -> int:
+        rows = 0
+        for batch in self.source.tables[name].batches():
+            rows += batch.num_rows
+            for e in encoders:
+                e.observe(batch.column(e.column))
+            if keys is not None:
+                keys.append(batch)
+        if rows == 0:
+            raise DataError(f"Table '{name}' is empty; give it rows or set its role to skip in the schema.")
+        for e in encoders:
+            e.finish()
+        return rows
+
+    # -- entities --------------------------------------------------------------
+    def _fit_entity(self, name: str) -> Entity:
+        entry = self.schema["tables"][name]
+        pk = [entry["primary_key"]] if isinstance(entry["primary_key"], str) else list(entry["primary_key"])
+        entity = Entity(name, pk, encoders=self._encoders(name, {*pk, *entry["foreign_keys"]}))
+        import pyarrow as pa
+
+        batches: list = []
+        encoders = entity.encoders
+        rows = 0
+        for batch in self.source.tables[name].batches():
+            rows += batch.num_rows
+            for e in encoders:
+                e.observe(batch.column(e.column))
+            batches.append(batch.select(pk))
+        if rows == 0:
+            raise DataError(f"Table '{name}' is empty; give it rows or set its role to skip in the schema.")
+        for e in encoders:
+            e.finish()
+        key_table = pa.Table.from_batches(batches) if batches else None
+        keys = _normal_keys(key_table, pk, name)
+        order = np.argsort(keys, kind="stable")
+        entity.keys = keys[order]
+        _check_unique(name, pk, entity.keys)
+        (self.folder / "keys").mkdir(exist_ok=True)
+        import pyarrow.parquet as pq
+
+        key_map = key_table.take(pa.array(order)).append_column("id", pa.array(np.arange(len(order), dtype=np.int64)))
+        pq.write_table(key_map, self.folder / "keys" / f"{name}.parquet")
+        return entity
+
+    def _write_entity(self, name: str) -> None:
+        entity, entry = self.entities[name], self.schema["tables"][name]
+        n = len(entity.keys)
+        names = [c for e in entity.encoders for c in e.names()]
+        x = (
+            np.lib.format.open_memmap(self.folder / f"x__{name}.npy", "w+", np.float32, (n, len(names)))
+            if names
+            else None
+        )
+        fks = entry["foreign_keys"]
+        edges = {c: np.full(n, -1, dtype=np.int64) for c in fks}
+        labelled = name == self.label_table
+        labels, times, splits = [], [], []
+        for batch in self.source.tables[name].batches():
+            rank = np.searchsorted(entity.keys, _normal_keys(batch, entity.pk, name))
+            if x is not None:
+                x[rank] = np.concatenate([e.encode(batch.column(e.column)) for e in entity.encoders], axis=1)
+            for c, target in fks.items():
+                edges[c][rank] = self._lookup(name, c, target, batch.column(c))
+            if labelled:
+                labels.append((rank, batch.column(self.label_column)))
+                times.append((rank, self._time(batch)))
+                splits.append((rank, self._split_values(batch)))
+        if x is not None:
+            x.flush()
+            del x
+        else:
+            np.save(self.folder / f"num_nodes__{name}.npy", np.array([n], dtype=np.int64))
+        for c, target in fks.items():
+            src = np.flatnonzero(edges[c] >= 0)
+            self._save_relation(name, c, target, np.stack([src, edges[c][src]]), None)
+        self.info["node_types"][name] = {
+            "table": name,
+            "rows": n,
+            "primary_key": entity.pk,
+            "key_map": f"keys/{name}.parquet",
+            "features": names,
+            "encoders": [e.describe() for e in entity.encoders],
+        }
+        if labelled:
+            y = self._labels(labels, n)
+            np.save(self.folder / f"y__{name}.npy", y)
+            for split, idx in self._splits(times, splits, n, y).items():
+                np.save(self.folder / f"{split}_idx__{name}.npy", idx)
+
+    # -- keys ------------------------------------------------------------------
+    def _lookup(self, table: str, column: str, target: str, values) -> np.ndarray:
+        """Ids in ``target`` of a foreign key's values; -1 where missing (or dangling and dropped)."""
+        import pyarrow.compute as pc
+
+        keys = self.entities[target].keys
+        present = ~pc.is_null(values).to_numpy(zero_copy_only=False)
+        v = _as_keys(values, keys.dtype)
+        pos = np.minimum(np.searchsorted(keys, v), len(keys) - 1)
+        found = present & (keys[pos] == v)
+        dangling = present & ~found
+        if dangling.any():
+            count = int(dangling.sum())
+            examples = ", ".join(repr(k) for k in list(dict.fromkeys(v[dangling].tolist()))[:3])
+            where = f"{table}.{column}: {count} values not among {target}'s keys (e.g. {examples})"
+            if self.settings.on_dangling == "refuse":
+                raise DataError(f"{where}; fix them, or give --on-dangling drop.")
+            self.notes.append(f"{where}: dropped")
+        return np.where(found, pos, -1)
+
+    # -- edge tables -------------------------------------------------------------
+    def _write_edge_table(self, name: str) -> None:
+        _check_name(name)
+        entry = self.schema["tables"][name]
+        (a, ta), (b, tb) = list(entry["foreign_keys"].items())
+        encoders = self._encoders(name, {a, b})
+        self._fit(name, encoders)
+        labelled = name == self.label_table
+        parts, labels, times, splits = [], [], [], []
+        for batch in self.source.tables[name].batches():
+            src, dst = self._lookup(name, a, ta, batch.column(a)), self._lookup(name, b, tb, batch.column(b))
+            keep = (src >= 0) & (dst >= 0)
+            feats = (
+                np.concatenate([e.encode(batch.column(e.column)) for e in encoders], axis=1)
+                if encoders
+                else np.zeros((batch.num_rows, 0), np.float32)
+            )
+            parts.append((src[keep], dst[keep], feats[keep]))
+            if labelled:
+                batch = batch.filter(keep)
+                labels.append(batch.column(self.label_column))
+                times.append(self._time(batch))
+                splits.append(self._split_values(batch))
+        src, dst, feats = (np.concatenate(p) for p in zip(*parts))
+        label = self._edge_label_rows(labels) if labelled else None
+        keys = [*(feats[:, j] for j in range(feats.shape[1] - 1, -1, -1)), dst, src]
+        if label is not None:
+            keys.insert(0, np.nan_to_num(label.reshape(len(src), -1)[:, 0].astype(np.float64), nan=-1e300))
+        order = np.lexsort(keys) if len(src) else np.zeros(0, np.int64)
+        rel = (ta, name, tb)
+        self._save_relation(name, name, tb, np.stack([src[order], dst[order]]), feats[order] if encoders else None, rel)
+        self.info["edge_types"][f"{ta}__{name}__{tb}"] = {
+            "table": name,
+            "rows": int(len(src)),
+            "features": [c for e in encoders for c in e.names()],
+            "encoders": [e.describe() for e in encoders],
+            "foreign_keys": entry["foreign_keys"],
+        }
+        if labelled:
+            et = "__".join(rel)
+            np.save(self.folder / f"edge_label__{et}.npy", label[order])
+            time = np.concatenate(times)[order] if times[0] is not None else None
+            split = [s for part in splits for s in part][: len(order)] if splits[0] is not None else None
+            if split is not None:
+                split = [split[i] for i in order]
+            for s, idx in self._splits(
+                [(np.arange(len(order)), time)], [(np.arange(len(order)), split)], len(order), label[order]
+            ).items():
+                np.save(self.folder / f"edge_{s}_idx__{et}.npy", idx)
+
+    def _save_relation(self, table, relation, target, edges, feats, rel=None) -> None:
+        s, r, d = rel or (table, relation, target)
+        _check_name(r)
+        for (a, name, b), e in (((s, r, d), edges), ((d, f"rev_{r}", s), edges[::-1])):
+            np.save(self.folder / f"edge_index__{a}__{name}__{b}.npy", np.ascontiguousarray(e, dtype=np.int64))
+            if feats is not None:
+                np.save(self.folder / f"edge_attr__{a}__{name}__{b}.npy", feats.astype(np.float32))
+        if rel is None:
+            self.info["edge_types"][f"{s}__{r}__{d}"] = {
+                "table": table,
+                "foreign_key": relation,
+                "rows": int(edges.shape[1]),
+            }
+
+    # -- labels and splits -----------------------------------------------------------
+    def _label_values(self, column):
+        return (
+            category_strings(column) if self.task["target"] in ("class", "multilabel") else to_float(column, "numeric")
+        )
+
+    def _labels(self, parts: list, n: int) -> np.ndarray:
+        rank = np.concatenate([r for r, _ in parts])
+        values = (
+            [v for _, col in parts for v in self._label_values(col)]
+            if self.task["target"] != "regression"
+            else np.concatenate([self._label_values(c) for _, c in parts])
+        )
+        y = self._encode_labels(values)
+        out = np.empty((n, *y.shape[1:]), dtype=y.dtype)
+        out[rank] = y
+        return out
+
+    def _edge_label_rows(self, columns: list) -> np.ndarray:
+        if self.task["target"] == "regression":
+            return self._encode_labels(np.concatenate([self._label_values(c) for c in columns]))
+        return self._encode_labels([v for c in columns for v in self._label_values(c)])
+
+    def _encode_labels(self, values) -> np.ndarray:
+        target, where = self.task["target"], self.task["label"]
+        if target == "regression":
+            v = np.asarray(values, dtype=np.float32)
+            if np.isnan(v).all():
+                raise DataError(f"Label {where} has no value on any row (target regression).")
+            self.info["labels"] = {"target": target, "missing": int(np.isnan(v).sum())}
+            return v
+        missing = sum(v is None for v in values)
+        if target == "class":
+            if missing:
+                raise DataError(
+                    f"Label {where} is missing on {missing} rows; target class needs a label on every row "
+                    "(fill them, or --target regression)."
+                )
+            vocab = sorted(set(values), key=_label_order)
+            slot = {v: i for i, v in enumerate(vocab)}
+            self.info["labels"] = {"target": target, "classes": vocab}
+            return np.fromiter((slot[v] for v in values), dtype=np.int64, count=len(values))
+        sets = [None if v is None else [p for p in v.split("|") if p] for v in values]
+        vocab = sorted({p for s in sets if s for p in s})
+        slot = {v: i for i, v in enumerate(vocab)}
+        y = np.zeros((len(sets), len(vocab)), dtype=np.float32)
+        for i, s in enumerate(sets):
+            if s is None:
+                y[i] = np.nan
+            else:
+                y[i, [slot[p] for p in s]] = 1.0
+        self.info["labels"] = {"target": target, "labels": vocab, "separator": "|"}
+        return y
+
+    def _time(self, batch):
+        col = self.task.get("time_column")
+        if not col:
+            return None
+        table, column = col.split(".", 1)
+        if table != self.label_table:
+            raise ConfigError(
+                f"task.time_column {col}: the time column must be in the labelled table '{self.label_table}'."
+            )
+        return to_float(
+            batch.column(column),
+            "datetime" if self.schema["tables"][table]["columns"][column]["kind"] == "datetime" else "numeric",
+        )
+
+    def _split_values(self, batch):
+        col = self.task.get("split_column")
+        if not col:
+            return None
+        table, column = col.split(".", 1)
+        if table != self.label_table:
+            raise ConfigError(
+                f"task.split_column {col}: the split column must be in the labelled table '{self.label_table}'."
+            )
+        return category_strings(batch.column(column))
+
+    def _splits(self, times: list, splits: list, n: int, y: np.ndarray) -> dict:
+        """From the split column, else by time (train before val before test), else none (seeded at train)."""
+        labelled = ~np.isnan(y.reshape(n, -1)).all(axis=1) if y.dtype.kind == "f" else np.ones(n, bool)
+        if splits and splits[0][1] is not None:
+            which = np.full(n, "", dtype=object)
+            for rank, values in splits:
+                which[rank] = [SPLIT_WORDS.get((v or "").lower(), f"?{v}") if v is not None else "" for v in values]
+            bad = sorted({w[1:] for w in which if w.startswith("?")})
+            if bad:
+                raise DataError(
+                    f"Split column {self.task['split_column']} holds {bad[:3]}; use train, val, test (or empty)."
+                )
+            return {s: np.flatnonzero((which == s) & labelled).astype(np.int64) for s in SPLITS}
+        if times and times[0][1] is not None:
+            t = np.empty(n)
+            for rank, values in times:
+                t[rank] = values
+            if np.isnan(t).any():
+                raise DataError(
+                    f"Time column {self.task['time_column']} is missing on {int(np.isnan(t).sum())} rows; "
+                    "every labelled row needs a time."
+                )
+            rows = np.flatnonzero(labelled)
+            rows = rows[np.lexsort((rows, t[rows]))]
+            a, b = int(len(rows) * TIME_FRACTIONS[0]), int(len(rows) * sum(TIME_FRACTIONS))
+            return {s: np.sort(part).astype(np.int64) for s, part in zip(SPLITS, (rows[:a], rows[a:b], rows[b:]))}
+        return {}
+
+
+def _label_order(v):
+    try:
+        return (0, float(v), "")
+    except ValueError:
+        return (1, 0.0, v)
+
+
+def _check_name(name: str) -> None:
+    if "__" in name or not name:
+        raise ConfigError(
+            f"Table or column name {name!r} holds '__', which the folder format uses to join names; rename it."
+        )
+
+
+def _normal_keys(table, pk: list, name: str) -> np.ndarray:
+    """A table's (or batch's) primary key as one comparable numpy array: int64 for a single
+    integer column, else text (composite keys joined by a separator no key holds)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    for c in pk:
+        nulls = table.column(c).null_count
+        if nulls:
+            raise DataError(f"Table '{name}': primary key {c} is missing on {nulls} rows; every row needs a key.")
+    cols = [table.column(c) for c in pk]
+    if len(cols) == 1 and pa.types.is_integer(cols[0].type):
+        return np.asarray(cols[0].to_numpy(), dtype=np.int64)
+    text = [pc.cast(c, pa.string()) for c in cols]
+    joined = text[0] if len(text) == 1 else pc.binary_join_element_wise(*text, "\x1f")
+    return np.asarray(joined.to_pylist(), dtype=str)
+
+
+def _as_keys(values, dtype) -> np.ndarray:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if dtype.kind == "i":
+        if pa.types.is_integer(values.type):
+            return np.asarray(values.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+        return np.asarray(
+            [int(v) if v is not None and str(v).lstrip("-").isdigit() else -(2**62) for v in values.to_pylist()],
+            dtype=np.int64,
+        )
+    return np.asarray(pc.cast(values, pa.string()).fill_null("").to_pylist(), dtype=str)
+
+
+def _check_unique(name: str, pk: list, keys: np.ndarray) -> None:
+    same = keys[1:] == keys[:-1]
+    if same.any():
+        dup = list(dict.fromkeys(keys[1:][same].tolist()))
+        examples = ", ".join(repr(k) for k in dup[:3])
+        raise DataError(
+            f"Table '{name}': primary key {'+'.join(pk)} repeats on {int(same.sum())} rows (e.g. {examples}); "
+            "keys must be unique."
+        )

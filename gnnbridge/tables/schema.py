@@ -1,0 +1,345 @@
+"""The schema of a set of tables, inferred from names and checked against values, written as
+YAML a person edits, and read back with every entry checked.
+
+The guesses, each visible and overridable in the file: a table's primary key is a column named
+``id``, ``<table>_id`` or ``<singular table>_id`` whose values are unique and non-null; a foreign
+key is a column named like another table's key (``customer_id`` for ``customers.customer_id`` or
+``customers.id``), its values checked against that table's keys; a table with a key is an
+entity (a node type), one with no key and exactly two foreign keys an edge table (a relation,
+its other columns edge features), anything else is skipped with a note. Column kinds come from
+arrow types and values: integers that are only 0/1 and booleans are ``boolean``; dates,
+timestamps and ISO date text ``datetime``; text with few distinct values ``categorical``, with
+many ``text``; key columns ``id``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gnnbridge.core.errors import ConfigError
+from gnnbridge.tables.transforms import DEFAULT_TRANSFORM, KINDS, MAX_CATEGORIES, TRANSFORMS
+
+ROLES = ("entity", "edge", "skip")
+TARGETS = ("class", "regression", "multilabel")
+DISTINCT_LIMIT = 1000  # distinct text values tracked while profiling; beyond: text
+TABLE_KEYS = ("role", "primary_key", "foreign_keys", "columns", "notes")
+TASK_KEYS = ("label", "target", "split_column", "time_column")
+
+
+@dataclass
+class Profile:
+    """One pass's facts about a table's columns."""
+
+    rows: int = 0
+    nulls: dict = field(default_factory=dict)
+    distinct: dict = field(default_factory=dict)  # column -> set of values (None once past DISTINCT_LIMIT)
+    keys: dict = field(default_factory=dict)  # candidate key column -> list of arrays
+    dates: dict = field(default_factory=dict)  # text column -> every value is an ISO date or time
+
+
+def singular(name: str) -> str:
+    if name.endswith("ies"):
+        return name[:-3] + "y"
+    if name.endswith(("ses", "xes", "ches", "shes")):
+        return name[:-2]
+    return name[:-1] if name.endswith("s") else name
+
+
+def key_names(table: str) -> tuple:
+    return ("id", f"{table}_id", f"{singular(table)}_id")
+
+
+def is_text(t) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+def profile(table) -> Profile:
+    """Stream ``table`` once: row and null counts, distinct values (bounded), key candidates' values."""
+    import pyarrow.compute as pc
+
+    p = Profile(nulls=dict.fromkeys(table.columns, 0), distinct={c: set() for c in table.columns})
+    candidates = [c for c in table.columns if c == "id" or c.endswith("_id")]
+    p.keys = {c: [] for c in candidates}
+    p.dates = {c: True for c, t in table.columns.items() if is_text(t)}
+    for batch in table.batches():
+        p.rows += batch.num_rows
+        for c in table.columns:
+            col = batch.column(c)
+            p.nulls[c] += col.null_count
+            if c in p.keys:
+                p.keys[c].append(col)
+            if p.distinct[c] is not None:
+                p.distinct[c].update(pc.unique(col.drop_null()).to_pylist())
+                if len(p.distinct[c]) > DISTINCT_LIMIT:
+                    p.distinct[c] = None
+            if p.dates.get(c):
+                valid = col.drop_null()
+                p.dates[c] = len(valid) == 0 or bool(
+                    pc.all(
+                        pc.match_substring_regex(valid, r"^\d{4}-\d{2}-\d{2}([ T]\d{2}:\d{2}(:\d{2}(\.\d+)?)?)?$")
+                    ).as_py()
+                )
+    return p
+
+
+def key_array(chunks: list) -> np.ndarray:
+    """One key column's values as numpy: int64 for integers, else text (so keys compare alike across sources)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not chunks:
+        return np.zeros(0, dtype=np.int64)
+    arr = pa.chunked_array(chunks)
+    if pa.types.is_integer(arr.type):
+        return arr.to_numpy().astype(np.int64) if arr.null_count == 0 else np.asarray(arr.to_pylist(), dtype=object)
+    return np.asarray(pc.cast(arr, pa.string()).to_pylist(), dtype=object)
+
+
+def kind_of(name: str, t, p: Profile, keys: set) -> str:
+    import pyarrow as pa
+
+    values = p.distinct[name]
+    if name in keys or name == "id" or name.endswith("_id"):
+        return "id"
+    if pa.types.is_boolean(t):
+        return "boolean"
+    if pa.types.is_integer(t) and values is not None and set(values) <= {0, 1} and values:
+        return "boolean"
+    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t):
+        return "numeric"
+    if pa.types.is_temporal(t):
+        return "datetime"
+    if is_text(t):
+        if p.dates.get(name) and values != set():
+            return "datetime"
+        if values is not None and len(values) <= max(MAX_CATEGORIES * 4, 1) and len(values) <= max(p.rows // 2, 2):
+            return "categorical"
+        return "text"
+    return "text"
+
+
+def infer(source, label: str | None = None) -> dict:
+    """The schema of ``source`` (an opened :class:`~gnnbridge.tables.sources.Source`), every guess checked."""
+    profiles = {name: profile(t) for name, t in source.tables.items()}
+    pks = {name: _primary_key(name, profiles[name]) for name in source.tables}
+    key_sets = {n: set(key_array(profiles[n].keys[k]).tolist()) for n, k in pks.items() if k}
+    tables = {}
+    for name, t in source.tables.items():
+        p, pk, notes = profiles[name], pks[name], []
+        if pk and key_problem(pk, p):
+            notes.append(key_problem(pk, p))
+        fks, checks = {}, []
+        for c in p.keys:
+            if c == pk:
+                continue
+            target = _referenced(c, name, pks)
+            if target is None:
+                continue
+            values = key_array(p.keys[c])
+            known = sum(1 for v in values.tolist() if v in key_sets[target])
+            fks[c] = target
+            checks.append(
+                f"{c} -> {target}.{pks[target]}: {known} of {len(values)} rows found, {len(values) - known} dangling"
+            )
+        role = "entity" if pk else "edge" if len(fks) == 2 else "skip"
+        if role == "skip":
+            notes.append(f"no primary key ({' / '.join(key_names(name))}) and {len(fks)} foreign keys: skipped")
+        if p.rows == 0:
+            notes.append("empty")
+        keyset = {pk, *fks} if pk else set(fks)
+        columns = {}
+        for c, typ in t.columns.items():
+            kind = kind_of(c, typ, p, keyset)
+            columns[c] = {"kind": kind, "transform": DEFAULT_TRANSFORM[kind]}
+            distinct = p.distinct[c]
+            if kind == "categorical" and len(distinct) > MAX_CATEGORIES:
+                notes.append(
+                    f"{c}: {len(distinct)} categories; the {MAX_CATEGORIES} most frequent one-hot, the rest 'other' "
+                    "(embedding ids: not done yet)"
+                )
+            if kind == "text":
+                notes.append(f"{c}: text, left out (hashed tokens: not done yet)")
+        entry = {"role": role, "primary_key": pk, "foreign_keys": fks, "columns": columns}
+        tables[name] = {**entry, "notes": checks + notes} if checks or notes else entry
+    schema = {"tables": tables, "task": {"label": label, "target": None, "split_column": None, "time_column": None}}
+    if label:
+        table, column = split_name(label, "--label", schema)
+        schema["task"]["target"] = guess_target(
+            tables[table]["columns"][column]["kind"], profiles[table].distinct[column]
+        )
+    return schema
+
+
+def guess_target(kind: str, distinct) -> str:
+    if kind in ("boolean", "categorical"):
+        return "class"
+    if (
+        kind == "numeric"
+        and distinct is not None
+        and len(distinct) <= 10
+        and all(float(v).is_integer() for v in distinct)
+    ):
+        return "class"
+    return "regression"
+
+
+def _primary_key(name: str, p: Profile) -> str | None:
+    """The first column named as a key; whether its values are unique and non-null is checked
+    by :func:`key_problem` (noted here, refused by prepare with the counts)."""
+    return next((c for c in key_names(name) if c in p.keys), None)
+
+
+def key_problem(column: str, p: Profile) -> str | None:
+    values = key_array(p.keys[column])
+    repeats = len(values) - p.nulls[column] - len({v for v in values.tolist() if v is not None})
+    if p.nulls[column] or repeats:
+        return f"primary key {column}: {p.nulls[column]} missing, {repeats} repeated (prepare refuses it until fixed)"
+    return None
+
+
+def _referenced(column: str, table: str, pks: dict) -> str | None:
+    """The table whose key ``column`` names: same key name, or ``<singular>_id`` for a key ``id``."""
+    found = [
+        t
+        for t, k in pks.items()
+        if t != table and k and (k == column != "id" or (k == "id" and column in key_names(t)[1:]))
+    ]
+    return found[0] if len(found) == 1 else None
+
+
+# --------------------------------------------------------------------------- reading it back
+
+
+def split_name(text: str, what: str, schema: dict) -> tuple[str, str]:
+    tables = schema["tables"]
+    table, dot, column = (text or "").partition(".")
+    if not dot or table not in tables:
+        raise ConfigError(f"{what} {text!r} names no table; give TABLE.COLUMN with TABLE one of: {', '.join(tables)}.")
+    if column not in tables[table]["columns"]:
+        cols = ", ".join(tables[table]["columns"])
+        raise ConfigError(f"{what} {text!r}: table '{table}' has no column '{column}'; its columns: {cols}.")
+    return table, column
+
+
+def check(schema: dict, source) -> dict:
+    """``schema`` (read from a file a person edited) checked against ``source``: one line per bad entry."""
+    if not isinstance(schema, dict) or not isinstance(schema.get("tables"), dict):
+        raise ConfigError(
+            "The schema file needs a 'tables:' mapping (write one with gnnbridge schema SOURCE --out FILE)."
+        )
+    _only(schema, ("tables", "task", "source"), "the schema file")
+    for name in schema["tables"]:
+        if name not in source.tables:
+            raise ConfigError(
+                f"Schema table '{name}' is not in {source.where}; its tables: {', '.join(source.tables)}."
+            )
+    for name, entry in schema["tables"].items():
+        _check_table(name, entry, schema, source)
+    task = schema.setdefault("task", {})
+    _only(task, TASK_KEYS, "task")
+    if task.get("target") not in (None, *TARGETS):
+        raise ConfigError(f"task.target {task['target']!r} is not a target; use one of: {', '.join(TARGETS)}.")
+    for key in ("label", "split_column", "time_column"):
+        if task.get(key):
+            split_name(task[key], f"task.{key}", schema)
+    return schema
+
+
+def _only(entry: dict, allowed: tuple, where: str) -> None:
+    for key in entry:
+        if key not in allowed:
+            raise ConfigError(f"{where}: unknown entry '{key}'; valid: {', '.join(allowed)}.")
+
+
+def _check_table(name: str, entry: dict, schema: dict, source) -> None:
+    if name not in source.tables:
+        raise ConfigError(f"Schema table '{name}' is not in {source.where}; its tables: {', '.join(source.tables)}.")
+    if not isinstance(entry, dict):
+        raise ConfigError(f"Schema table '{name}' must be a mapping of {', '.join(TABLE_KEYS)}.")
+    _only(entry, TABLE_KEYS, f"table '{name}'")
+    real = source.tables[name].columns
+    role = entry.setdefault("role", "entity")
+    if role not in ROLES:
+        raise ConfigError(f"Table '{name}': role {role!r} is not a role; use one of: {', '.join(ROLES)}.")
+    pk = entry.get("primary_key")
+    for c in [pk] if isinstance(pk, str) else (pk or []):
+        if c not in real:
+            raise ConfigError(f"Table '{name}': primary_key '{c}' is not a column; its columns: {', '.join(real)}.")
+    if role == "entity" and not pk:
+        raise ConfigError(
+            f"Table '{name}' is an entity but names no primary_key; give one of its columns: {', '.join(real)}."
+        )
+    fks = entry.setdefault("foreign_keys", {}) or {}
+    entry["foreign_keys"] = fks
+    for c, target in fks.items():
+        if c not in real:
+            raise ConfigError(f"Table '{name}': foreign key '{c}' is not a column; its columns: {', '.join(real)}.")
+        entities = [t for t, e in schema["tables"].items() if e.get("role", "entity") == "entity"]
+        if target not in entities:
+            raise ConfigError(
+                f"Table '{name}': foreign key '{c}' points at '{target}', not an entity table; "
+                f"entity tables: {', '.join(entities)}."
+            )
+    if role == "edge" and len(fks) != 2:
+        raise ConfigError(
+            f"Table '{name}' is an edge table and needs exactly two foreign_keys (source, destination); "
+            f"it has {len(fks)}."
+        )
+    columns = entry.setdefault("columns", {})
+    for c, spec in columns.items():
+        _check_column(name, c, spec, real)
+
+
+def _check_column(table: str, c: str, spec: dict, real: dict) -> None:
+    if c not in real:
+        raise ConfigError(f"Table '{table}': column '{c}' is not in the table; its columns: {', '.join(real)}.")
+    if not isinstance(spec, dict):
+        raise ConfigError(
+            f"Table '{table}', column '{c}': give kind and transform, e.g. {{kind: numeric, transform: standardize}}."
+        )
+    _only(spec, ("kind", "transform", "max_categories"), f"table '{table}', column '{c}'")
+    kind = spec.get("kind")
+    if kind not in KINDS:
+        raise ConfigError(
+            f"Table '{table}', column '{c}': kind {kind!r} is not a kind; use one of: {', '.join(KINDS)}."
+        )
+    spec.setdefault("transform", DEFAULT_TRANSFORM[kind])
+    if spec["transform"] not in TRANSFORMS[kind]:
+        raise ConfigError(
+            f"Table '{table}', column '{c}': transform {spec['transform']!r} does not apply to kind {kind}; "
+            f"use one of: {', '.join(TRANSFORMS[kind])}."
+        )
+    cap = spec.get("max_categories", MAX_CATEGORIES)
+    if not isinstance(cap, int) or isinstance(cap, bool) or cap < 1:
+        raise ConfigError(f"Table '{table}', column '{c}': max_categories {cap!r} must be a whole number >= 1.")
+
+
+def to_yaml(schema: dict, where: str) -> str:
+    import yaml
+
+    head = (
+        f"# The schema gnnbridge inferred from {where}: edit any entry, then\n"
+        "#   gnnbridge prepare SOURCE --schema THIS_FILE --label TABLE.COLUMN --out DIR\n"
+        f"# roles: {', '.join(ROLES)}; kinds and their transforms (the first is the default):\n"
+        + "".join(f"#   {k}: {', '.join(TRANSFORMS[k])}\n" for k in KINDS)
+        + f"# categorical columns take max_categories (default {MAX_CATEGORIES}); task.target: {', '.join(TARGETS)}\n"
+    )
+    return head + yaml.safe_dump(schema, sort_keys=False, default_flow_style=False, width=120)
+
+
+def read_yaml(path: str) -> dict:
+    import yaml
+
+    try:
+        with open(path) as f:
+            return yaml.safe_load(f)
+    except FileNotFoundError:
+        raise ConfigError(
+            f"Schema file '{path}' does not exist; write one with gnnbridge schema SOURCE --out {path}."
+        ) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"Schema file '{path}' is not YAML: {str(exc).splitlines()[0]}.") from None
