@@ -13,6 +13,7 @@ import datetime
 import functools
 import json
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -1009,8 +1010,16 @@ def _command(argv: list[str] | None) -> None:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
+    text = _scrubbed(str(exc)).strip()
     return text.splitlines()[0][:200] if text else "no message"
+
+
+def _scrubbed(text: str) -> str:
+    """``text`` with every database URL's password replaced by ``***`` (a bug's message or
+    traceback may quote a URL as the user typed it)."""
+    from gnnbridge.tables.postgres import hide_password
+
+    return re.sub(r"postgres(?:ql)?://\S+", lambda url: hide_password(url.group(0)), text)
 
 
 def _save_traceback(exc: BaseException) -> str:
@@ -1019,8 +1028,8 @@ def _save_traceback(exc: BaseException) -> str:
     try:
         fd, path = tempfile.mkstemp(prefix=f"gnnbridge-crash-{stamp}-", suffix=".txt")
         with os.fdopen(fd, "w") as f:
-            f.write(f"gnnbridge {' '.join(sys.argv[1:])}\n\n")
-            traceback.print_exception(exc, file=f)
+            text = f"gnnbridge {' '.join(sys.argv[1:])}\n\n" + "".join(traceback.format_exception(exc))
+            f.write(_scrubbed(text))
         return path
     except OSError:
         return "nowhere (no temporary folder is writable); rerun with python -X faulthandler"

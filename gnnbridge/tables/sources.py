@@ -14,6 +14,7 @@ the next one (``postgresql://...``; its password must never be written into a da
 
 from __future__ import annotations
 
+import importlib
 import sqlite3
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -60,6 +61,19 @@ class SourceKind:
 
 
 SOURCES: dict[str, SourceKind] = {}
+# Built-in sources kept in modules of their own, registered as a plugin's would be: loaded by
+# name when the registry is first asked (they import this module for register_source, and a
+# source whose driver is missing then fails on use, not on every import of the tables package).
+BUILTIN_SOURCES = ("gnnbridge.tables.postgres",)
+_loaded: list[str] = []
+
+
+def _kinds() -> list[SourceKind]:
+    for module in BUILTIN_SOURCES:
+        if module not in _loaded:
+            _loaded.append(module)
+            importlib.import_module(module)
+    return list(SOURCES.values())
 
 
 def register_source(name: str, matches: Callable[[str], bool], open: Callable[[str], Source], describe: str) -> None:
@@ -71,7 +85,7 @@ def register_source(name: str, matches: Callable[[str], bool], open: Callable[[s
 
 def open_source(text: str) -> Source:
     """The source ``text`` names (a folder, a database file, a URL), every table listed."""
-    for kind in SOURCES.values():
+    for kind in _kinds():
         if kind.matches(text):
             source = kind.open(text)
             if not source.tables:
@@ -84,11 +98,11 @@ def open_source(text: str) -> Source:
 
 def is_table_source(text: str) -> bool:
     """Whether a registered table source would open ``text`` (``gnnbridge prepare`` asks first)."""
-    return any(kind.matches(text) for kind in SOURCES.values())
+    return any(kind.matches(text) for kind in _kinds())
 
 
 def _choices() -> str:
-    return "give " + "; ".join(k.describe for k in SOURCES.values())
+    return "give " + "; ".join(k.describe for k in _kinds())
 
 
 # --------------------------------------------------------------------------- folders
@@ -208,4 +222,3 @@ def _suffix(suffixes: tuple) -> Callable[[str], bool]:
 register_source("folder", _is_table_folder, _open_folder, "a folder of .parquet or .csv files (one per table)")
 register_source("sqlite", _suffix(SQLITE_SUFFIXES), _open_sqlite, "a SQLite file (.sqlite, .sqlite3, .db)")
 register_source("duckdb", _suffix(DUCKDB_SUFFIXES), _open_duckdb, "a DuckDB file (.duckdb)")
-from gnnbridge.tables import postgres  # noqa: E402, F401  (registers the postgresql URL source)
