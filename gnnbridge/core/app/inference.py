@@ -167,7 +167,7 @@ def predict(
             return arrays
         table = keyed_table(keys, arrays)
         with files.reserved(out) as tmp:
-            files.publish(out, tmp, lambda f: write_table(table, f, out.suffix), "predicting")
+            files.publish(out, tmp, lambda f: _write_table(table, f, out.suffix), "predicting")
         return {
             **_describe(path, state, config),
             "out": str(out),
@@ -600,7 +600,8 @@ def keyed_table(keys, arrays: dict):
     return table
 
 
-def write_table(table, f, suffix: str) -> None:
+def _write_table(table, f, suffix: str) -> None:
+    """``table`` as CSV or Parquet into the open binary file ``f``."""
     if suffix == ".csv":
         import pyarrow.csv as pcsv
 
