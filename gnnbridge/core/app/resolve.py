@@ -1,7 +1,9 @@
 """From what the user typed to one validated :class:`ExperimentConfig`.
 
 Layers, last wins: the built-in defaults, an experiment (YAML path or registered name),
-``--dataset``, ``--set KEY=VALUE`` overrides, then flags. Nothing here touches data, devices or
+``--dataset`` (with a folder's own training defaults, ``DIR/train-defaults.json``: a folder
+prepared from tables says its task, target and ``dataset.reverse_edges``), ``--set KEY=VALUE``
+overrides, then flags. Nothing here touches data, devices or
 the disk beyond reading the experiment file, so every rank of a job can resolve the same config
 and refuse the same bad input before any of them waits for the others.
 """
