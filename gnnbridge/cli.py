@@ -203,6 +203,7 @@ Examples:
   gnnbridge predict runs/rec --out top.npz --top-k 20      # link task: 20 best items per user
   gnnbridge predict runs/rec --out s.npz --pairs pairs.npz # link task: scores of given (src, dst)
   gnnbridge predict runs/rec --out e.npz --embeddings      # link task: top 10 and every type's states
+  gnnbridge predict runs/shop --dataset data/new-graph --out churn.csv   # by customer_id (from tables)
 """
 
 checkpoint_option = click.option(
@@ -255,7 +256,13 @@ def evaluate(target, kind, device, overrides, trust_code, as_json) -> None:
 
 @cli.command(epilog=FROM_RUN_EXAMPLES)
 @click.argument("target", metavar="RUN|CHECKPOINT")
-@click.option("--out", required=True, type=click.Path(dir_okay=False), help="The .npz file to write (must not exist).")
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="The .npz file to write (must not exist); .csv or .parquet: a table by the user's keys (from tables).",
+)
+@click.option("--dataset", help="Predict on this graph: a .npz, or a folder (e.g. prepare NEW --like DIR).")
 @checkpoint_option
 @device_option
 @set_option
@@ -279,7 +286,7 @@ def evaluate(target, kind, device, overrides, trust_code, as_json) -> None:
     help="Link tasks, --top-k: every destination scored (exact) or FAISS's approximate HNSW index (dot decoder).",
 )
 @interruptible
-def predict(target, out, kind, device, overrides, trust_code, pairs, top_k, embeddings, index) -> None:
+def predict(target, out, dataset, kind, device, overrides, trust_code, pairs, top_k, embeddings, index) -> None:
     """Class scores for every node (or graph) of the run's dataset, or for a link task the scores
     of given pairs (--pairs) or each source's top destinations (--top-k), written to a .npz file."""
     from gnnbridge.core.app.inference import predict as predict_run
@@ -288,6 +295,7 @@ def predict(target, out, kind, device, overrides, trust_code, pairs, top_k, embe
         target,
         out,
         kind=kind,
+        dataset=dataset,
         device=device,
         overrides=overrides,
         trust_code=trust_code,
@@ -728,6 +736,7 @@ OUT/tables.json and OUT/keys/.
   gnnbridge prepare data/shop --label customers.churned --out data/shop-graph
   gnnbridge prepare shop.duckdb --schema shop.yaml --label reviews.rating --target regression --out g
   gnnbridge prepare shop.sqlite --label customers.churned --on-dangling drop --out g
+  gnnbridge prepare new-shop/ --like data/shop-graph --out data/new-graph   # then predict RUN --dataset it
 """
 
 
@@ -758,8 +767,13 @@ OUT/tables.json and OUT/keys/.
     show_default=True,
     help="From tables: a foreign key naming no row is refused, or its edge dropped (and counted).",
 )
+@click.option(
+    "--like",
+    type=click.Path(file_okay=False),
+    help="From tables: new tables read with this prepared folder's schema, encoders and classes (to predict on).",
+)
 @interruptible
-def prepare(source, out, dtype, quiet, label, schema_file, target, on_dangling) -> None:
+def prepare(source, out, dtype, quiet, label, schema_file, target, on_dangling, like) -> None:
     """Check a dataset once and derive what training needs (CSC topology, counts, converted
     features), recorded in OUT/prepared/manifest.json, so that a run maps its files and starts in
     seconds. A folder changed afterwards is refused until it is prepared again. From tables, the
@@ -767,17 +781,18 @@ def prepare(source, out, dtype, quiet, label, schema_file, target, on_dangling) 
     from gnnbridge.core.storage.prepare import describe
     from gnnbridge.tables.sources import is_table_source
 
-    if is_table_source(source) or label or schema_file:
+    if is_table_source(source) or label or schema_file or like:
         from gnnbridge.tables.build import Settings, prepare_tables
 
         if out is None:
             raise click.UsageError("From tables, give the folder to write: --out DIR.")
-        settings = Settings(source, out, label, schema_file, target, on_dangling, dtype, not quiet)
+        settings = Settings(source, out, label, schema_file, target, on_dangling, dtype, not quiet, like)
         result = prepare_tables(settings)
         click.echo(describe(result))
         for note in result["notes"]:
             click.echo(f"note: {note}")
-        click.echo(f"train: {result['train']}")
+        if not like:
+            click.echo(f"train: {result['train']}")
         return
     from gnnbridge.plugins.folder_datasets import prepare as prepare_dataset
 

@@ -3,9 +3,10 @@
 Each entity table becomes a node type whose rows are ordered by key (so the same tables in any
 row order, from any source, give the same arrays), each foreign key a relation from the table
 holding it to the table it names, each edge table a relation whose other columns are its edges'
-features, and each relation also written reversed (``rev_<relation>``), so messages reach the
-labelled type whichever way a key points and ``gnnbridge train --dataset DIR`` needs nothing more
-(``dataset.reverse_edges=true`` then adds nothing: the reverse types are there).
+features. The folder's ``train-defaults.json`` names its task and target and sets
+``dataset.reverse_edges``, so messages reach the labelled type whichever way a key points (the
+``rev_`` types are added at load, where a link task can leave out its held-out edges' mirrors)
+and ``gnnbridge train --dataset DIR`` needs nothing more.
 
 Two streamed passes per table: the first collects keys (the key maps are what stays in memory)
 and fits the encoders, the second encodes each batch and writes its rows in key order into a
@@ -27,9 +28,11 @@ from pathlib import Path
 import numpy as np
 
 from gnnbridge.core.errors import ConfigError, DataError, OutputExistsError
+from gnnbridge.core.storage.intent import write_train_defaults
+from gnnbridge.tables.like import changed_files, like_state, source_files
 from gnnbridge.tables.schema import check, infer, read_yaml, split_name
 from gnnbridge.tables.sources import open_source
-from gnnbridge.tables.transforms import Encoder, category_strings, to_float
+from gnnbridge.tables.transforms import Encoder, category_strings, encoder_from_state, to_float
 
 SPLITS = ("train", "val", "test")
 SPLIT_WORDS = {"train": "train", "training": "train", "val": "val", "valid": "val", "validation": "val", "test": "test"}
@@ -48,6 +51,7 @@ class Settings:
     on_dangling: str = "refuse"
     dtype: str = "float32"
     progress: bool = True
+    like: str | None = None  # a folder prepared from tables whose saved state to apply
 
 
 @dataclass
@@ -69,29 +73,33 @@ def prepare_tables(settings: Settings) -> dict:
             f"{out} exists and is not a dataset prepared from tables; give a new --out DIR (or remove it)."
         )
     source = open_source(settings.source)
-    schema = _schema(settings, source)
+    earlier = json.loads((out / INFO).read_text()).get("files", {}) if (out / INFO).is_file() else {}
+    changed = changed_files(earlier)
+    saved = like_state(settings, source) if settings.like else None
+    schema = saved["schema"] if saved else _schema(settings, source)
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         folder = work / out.name
         folder.mkdir()
-        notes = Builder(source, schema, folder, settings).run()
+        notes = Builder(source, schema, folder, settings, saved).run()
+        if changed:
+            notes.insert(0, f"changed since {out} was prepared: {', '.join(changed)}")
+        write_train_defaults(folder, train_defaults(schema["task"]))
         from gnnbridge.core.storage.prepare import prepare_folder
 
         result = prepare_folder(folder, folder, settings.dtype, settings.progress)
         _swap(folder, out)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    task = schema["task"]
-    sets = [f"--set target={task['target']}"] if task["target"] != "class" else []
-    if task["kind"] == "edge":
-        sets.append("--set task=edge")
-    return {
-        **result,
-        "out": str(out),
-        "notes": notes,
-        "train": " ".join(["gnnbridge train --dataset", str(out), *sets]),
-    }
+    return {**result, "out": str(out), "notes": notes, "train": f"gnnbridge train --dataset {out}"}
+
+
+def train_defaults(task: dict) -> dict:
+    """How the folder is trained (``DIR/train-defaults.json``, read by ``train --dataset DIR``):
+    its task kind and target, with every relation also passed backwards (``rev_`` types added at
+    load, so a link task on it leaves out the mirrors of its held-out edges)."""
+    return {"task": task["kind"], "target": task["target"], "dataset.reverse_edges": True}
 
 
 def _swap(folder: Path, out: Path) -> None:
@@ -131,8 +139,9 @@ def _schema(settings: Settings, source) -> dict:
 class Builder:
     """The two passes over every table, and the arrays they write into ``folder``."""
 
-    def __init__(self, source, schema: dict, folder: Path, settings: Settings):
+    def __init__(self, source, schema: dict, folder: Path, settings: Settings, saved: dict | None = None):
         self.source, self.schema, self.folder, self.settings = source, schema, folder, settings
+        self.saved = saved  # --like: the earlier folder's tables.json, whose encoders and labels are applied
         self.task = schema["task"]
         self.label_table, self.label_column = self.task["label"].split(".", 1)
         self.used = {self.label_column} | {self.task[k].split(".", 1)[1] for k in ("split_column",) if self.task.get(k)}
@@ -143,7 +152,10 @@ class Builder:
             "schema": schema,
             "node_types": {},
             "edge_types": {},
+            "files": source_files(source),
         }
+        if saved:
+            self.info["like"] = str(Path(settings.like).resolve())
 
     def tables(self, role: str) -> list[str]:
         return sorted(n for n, e in self.schema["tables"].items() if e["role"] == role)
@@ -161,6 +173,10 @@ class Builder:
 
     # -- encoders ------------------------------------------------------------
     def _encoders(self, name: str, skip: set) -> list[Encoder]:
+        if self.saved:
+            types = {**self.saved["node_types"], **self.saved["edge_types"]}
+            entry = next(t for t in types.values() if t["table"] == name and "encoders" in t)
+            return [encoder_from_state(state) for state in entry["encoders"]]
         entry = self.schema["tables"][name]
         out = []
         for c, spec in entry["columns"].items():
@@ -173,13 +189,13 @@ class Builder:
         rows = 0
         for batch in self.source.tables[name].batches():
             rows += batch.num_rows
-            for e in encoders:
+            for e in encoders if not self.saved else ():
                 e.observe(batch.column(e.column))
             if keys is not None:
                 keys.append(batch)
         if rows == 0:
             raise DataError(f"Table '{name}' is empty; give it rows or set its role to skip in the schema.")
-        for e in encoders:
+        for e in encoders if not self.saved else ():
             e.finish()
         return rows
 
@@ -195,12 +211,12 @@ class Builder:
         rows = 0
         for batch in self.source.tables[name].batches():
             rows += batch.num_rows
-            for e in encoders:
+            for e in encoders if not self.saved else ():
                 e.observe(batch.column(e.column))
             batches.append(batch.select(pk))
         if rows == 0:
             raise DataError(f"Table '{name}' is empty; give it rows or set its role to skip in the schema.")
-        for e in encoders:
+        for e in encoders if not self.saved else ():
             e.finish()
         key_table = pa.Table.from_batches(batches) if batches else None
         keys = _normal_keys(key_table, pk, name)
@@ -234,7 +250,7 @@ class Builder:
             for c, target in fks.items():
                 edges[c][rank] = self._lookup(name, c, target, batch.column(c))
             if labelled:
-                labels.append((rank, batch.column(self.label_column)))
+                labels.append((rank, self._label(batch)))
                 times.append((rank, self._time(batch)))
                 splits.append((rank, self._split_values(batch)))
         if x is not None:
@@ -299,7 +315,7 @@ class Builder:
             parts.append((src[keep], dst[keep], feats[keep]))
             if labelled:
                 batch = batch.filter(keep)
-                labels.append(batch.column(self.label_column))
+                labels.append(self._label(batch))
                 times.append(self._time(batch))
                 splits.append(self._split_values(batch))
         src, dst, feats = (np.concatenate(p) for p in zip(*parts))
@@ -332,10 +348,9 @@ class Builder:
     def _save_relation(self, table, relation, target, edges, feats, rel=None) -> None:
         s, r, d = rel or (table, relation, target)
         _check_name(r)
-        for (a, name, b), e in (((s, r, d), edges), ((d, f"rev_{r}", s), edges[::-1])):
-            np.save(self.folder / f"edge_index__{a}__{name}__{b}.npy", np.ascontiguousarray(e, dtype=np.int64))
-            if feats is not None:
-                np.save(self.folder / f"edge_attr__{a}__{name}__{b}.npy", feats.astype(np.float32))
+        np.save(self.folder / f"edge_index__{s}__{r}__{d}.npy", np.ascontiguousarray(edges, dtype=np.int64))
+        if feats is not None:
+            np.save(self.folder / f"edge_attr__{s}__{r}__{d}.npy", feats.astype(np.float32))
         if rel is None:
             self.info["edge_types"][f"{s}__{r}__{d}"] = {
                 "table": table,
@@ -366,7 +381,17 @@ class Builder:
             return self._encode_labels(np.concatenate([self._label_values(c) for c in columns]))
         return self._encode_labels([v for c in columns for v in self._label_values(c)])
 
+    def _label(self, batch):
+        """The label column of a batch; with --like, a new table may lack it (all missing)."""
+        if self.saved and self.label_column not in batch.schema.names:
+            import pyarrow as pa
+
+            return pa.nulls(batch.num_rows)
+        return batch.column(self.label_column)
+
     def _encode_labels(self, values) -> np.ndarray:
+        if self.saved:
+            return self._saved_labels(values)
         target, where = self.task["target"], self.task["label"]
         if target == "regression":
             v = np.asarray(values, dtype=np.float32)
@@ -397,9 +422,34 @@ class Builder:
         self.info["labels"] = {"target": target, "labels": vocab, "separator": "|"}
         return y
 
+    def _saved_labels(self, values) -> np.ndarray:
+        """--like: labels read with the earlier folder's classes; a missing or unseen one is a
+        placeholder (the classes in turn, or NaN), counted in a note: new rows are there to be predicted."""
+        labels = self.saved["labels"]
+        if labels["target"] == "regression":
+            v = np.asarray([np.nan if x is None else x for x in values], dtype=np.float32)
+            unknown = int(np.isnan(v).sum())
+        elif labels["target"] == "class":
+            slot, c = {c: i for i, c in enumerate(labels["classes"])}, len(labels["classes"])
+            # placeholders take the classes in turn: the folder check wants two classes, predict reads none
+            v = np.fromiter((slot.get(x, i % c) for i, x in enumerate(values)), dtype=np.int64, count=len(values))
+            unknown = sum(x not in slot for x in values)
+        else:
+            slot = {c: i for i, c in enumerate(labels["labels"])}
+            v = np.zeros((len(values), len(slot)), dtype=np.float32)
+            for i, x in enumerate(values):
+                parts = [slot.get(p) for p in (x or "").split("|") if p]
+                v[i] = np.nan if x is None or None in parts else 0.0
+                v[i, [p for p in parts if p is not None]] = 1.0
+            unknown = int(np.isnan(v).any(axis=1).sum())
+        self.info["labels"] = labels
+        if unknown:
+            self.notes.append(f"{self.task['label']}: {unknown} rows without a known label (placeholders, for predict)")
+        return v
+
     def _time(self, batch):
         col = self.task.get("time_column")
-        if not col:
+        if not col or self.saved:
             return None
         table, column = col.split(".", 1)
         if table != self.label_table:
@@ -413,7 +463,7 @@ class Builder:
 
     def _split_values(self, batch):
         col = self.task.get("split_column")
-        if not col:
+        if not col or self.saved:
             return None
         table, column = col.split(".", 1)
         if table != self.label_table:

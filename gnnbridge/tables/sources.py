@@ -135,7 +135,10 @@ def _open_folder(text: str) -> Source:
     tables = {}
     for name, (fmt, members) in _folder_tables(Path(text)).items():
         try:
-            dataset = ds.dataset([str(p) for p in members], format=fmt)
+            schema = _one_schema(name, members, fmt) if len(members) > 1 else None
+            dataset = ds.dataset([str(p) for p in members], format=fmt, schema=schema)
+        except DataError:
+            raise
         except Exception as exc:  # pyarrow's own words: a column whose type changes across files, a bad file
             raise DataError(f"{text}: table '{name}' cannot be read: {str(exc).splitlines()[0]}") from None
         tables[name] = Table(
@@ -144,6 +147,31 @@ def _open_folder(text: str) -> Source:
             lambda d=dataset: iter(d.to_batches(batch_size=BATCH_ROWS)),
         )
     return Source("folder", str(text), tables)
+
+
+def _one_schema(name: str, members: list, fmt: str):
+    """The schema of a table split over ``members``: every file's (pyarrow would take the first
+    file's and fail, or cast, later). A column all missing in one file takes the others' type,
+    integers beside floats read as floats; any other disagreement is refused, naming the files."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    seen: dict = {}
+    for path in members:
+        for f in ds.dataset(str(path), format=fmt).schema:
+            t, (old, where) = f.type, seen.get(f.name, (None, None))
+            if old is None or pa.types.is_null(old):
+                seen[f.name] = (t, path)
+            elif pa.types.is_null(t) or t == old:
+                continue
+            elif all(pa.types.is_integer(x) or pa.types.is_floating(x) for x in (t, old)):
+                seen[f.name] = (pa.float64(), where)
+            else:
+                raise DataError(
+                    f"Table '{name}': column '{f.name}' is {old} in {where.name} but {t} in {path.name}; "
+                    "give every file of a table the same column types."
+                )
+    return pa.schema([pa.field(c, t) for c, (t, _) in seen.items()])
 
 
 # --------------------------------------------------------------------------- DuckDB

@@ -305,7 +305,7 @@ def test_predict_never_overwrites_and_wants_npz(tmp_path, uninterrupted):
     (tmp_path / "preds.npz").write_text("mine")
     one_line(in_process("predict", str(uninterrupted["pyg"]), "--out", "preds.npz", cwd=tmp_path), "already exists")
     assert (tmp_path / "preds.npz").read_text() == "mine"
-    one_line(in_process("predict", str(uninterrupted["pyg"]), "--out", "preds.csv", cwd=tmp_path), "must end in .npz")
+    one_line(in_process("predict", str(uninterrupted["pyg"]), "--out", "preds.csv", cwd=tmp_path), "use --out FILE.npz")
     assert sorted(os.listdir(tmp_path)) == ["preds.npz"]
 
 

@@ -65,10 +65,9 @@ def test_every_source_and_row_order_gives_the_same_arrays(shop):
         "x__customers.npy",
         "y__customers.npy",
         "edge_index__orders__customer_id__customers.npy",
-        "edge_index__customers__rev_customer_id__orders.npy",
         "edge_attr__customers__reviews__products.npy",
     }
-    assert expected <= set(base)
+    assert expected <= set(base) and not any("rev_" in name for name in base)  # added at load
     for name, folder in shop["prepared"].items():
         other = arrays(folder)
         assert other.keys() == base.keys(), name
@@ -110,7 +109,9 @@ def test_time_split_and_edge_regression(shop, tmp_path):
     r = prepare_tables(
         Settings(source, str(tmp_path / "e"), label="reviews.rating", target="regression", progress=False)
     )
-    assert "--set task=edge" in r["train"]
+    assert r["train"] == f"gnnbridge train --dataset {tmp_path / 'e'}"
+    defaults = json.loads((tmp_path / "e" / "train-defaults.json").read_text())
+    assert defaults == {"task": "edge", "target": "regression", "dataset.reverse_edges": True}
     label = np.load(tmp_path / "e" / "edge_label__customers__reviews__products.npy")
     assert label.dtype == np.float32 and len(label) == shop["tables"]["reviews"].num_rows
     assert not (tmp_path / "e" / "edge_attr__customers__reviews__products.npy").exists()  # rating was its one column

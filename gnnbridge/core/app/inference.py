@@ -49,6 +49,7 @@ from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.runtime.jobs import detect_job
 from gnnbridge.core.runtime.launcher import interrupt_on_sigterm, launch
 from gnnbridge.core.runtime.sharing import machine_shared
+from gnnbridge.core.storage.intent import key_map
 from gnnbridge.core.storage.parts import read_partition
 from gnnbridge.core.tasks import retrieval
 from gnnbridge.core.tasks.retrieval import import_faiss
@@ -153,14 +154,26 @@ def predict(
     if embeddings:
         check_embeddings(data)
         request = {**(request or {}), "embeddings": True}
-    if out is None:
+    keys = by_keys(config, data, out) if out is not None and out.suffix in TABLE_SUFFIXES else None
+    if out is None or keys is not None:
         with interrupt_on_sigterm():
             arrays = launch(
                 _predict_worker, 1, config.device.value, (config, data, state, request), timeout_s=config.timeout
             )
         if not _finite(arrays):
             raise _nonfinite(path, "the model's outputs are NaN or infinite")
-        return {key: _numpy(value) for key, value in arrays.items()}
+        arrays = {key: _numpy(value) for key, value in arrays.items()}
+        if keys is None:
+            return arrays
+        table = keyed_table(keys, arrays)
+        with files.reserved(out) as tmp:
+            files.publish(out, tmp, lambda f: _write_table(table, f, out.suffix), "predicting")
+        return {
+            **_describe(path, state, config),
+            "out": str(out),
+            "arrays": table.column_names,
+            "shape": [table.num_rows, table.num_columns],
+        }
     with files.reserved(out) as tmp, interrupt_on_sigterm():  # a folder we cannot write fails now, not after inference
         arrays = launch(
             _predict_worker, 1, config.device.value, (config, data, state, request), timeout_s=config.timeout
@@ -234,10 +247,12 @@ def _dataset_overrides(dataset: Any, trained: dict) -> list[str]:
         return []
     path = as_dataset(dataset, trained)
     path = os.fspath(path) if isinstance(path, os.PathLike) else path  # a pathlib.Path as its text
+    if isinstance(path, str) and Path(path).is_dir():  # a prepared folder (such as prepare NEW --like DIR)
+        return ["dataset.name=folder", f"dataset.path={os.path.abspath(path)}", "dataset.options={}", "dataset.digest="]
     if not isinstance(path, str) or not path.endswith(".npz"):
         raise ConfigError(
-            f"dataset={path!r}: predict on another graph takes a .npz path or a graph held in memory "
-            "(a PyG Data, a DGLGraph, ...)."
+            f"dataset={path!r}: predict on another graph takes a .npz path, a prepared folder or a graph held "
+            "in memory (a PyG Data, a DGLGraph, ...)."
         )
     return ["dataset.name=npz", f"dataset.path={os.path.abspath(path)}", "dataset.options={}", "dataset.digest="]
 
@@ -509,8 +524,11 @@ def _check_out(out) -> Path:
     if not isinstance(out, (str, os.PathLike)):
         raise ConfigError(f"out={out!r} must be a path ending in .npz (a str or a pathlib.Path).")
     out = Path(out)
-    if out.suffix != ".npz":
-        raise ConfigError(f"--out {out} must end in .npz (numpy.load reads it), e.g. --out preds.npz.")
+    if out.suffix not in (".npz", *TABLE_SUFFIXES):
+        raise ConfigError(
+            f"--out {out} must end in .npz (numpy.load reads it), e.g. --out preds.npz, or in .csv or .parquet "
+            "(a table by the user's keys, for a dataset prepared from tables)."
+        )
     if out.exists() or out.is_symlink():
         raise OutputExistsError(f"'{out}' already exists; choose a new --out (gnnbridge never overwrites a file).")
     return out
@@ -546,6 +564,52 @@ def write_npz_stream(f, arrays: dict) -> None:
                     np.lib.format.write_array_header_2_0(member, header)
                 for part in parts:
                     member.write(np.ascontiguousarray(part.numpy()).tobytes())
+
+
+TABLE_SUFFIXES = (".csv", ".parquet")
+
+
+def by_keys(config: ExperimentConfig, data, out: Path):
+    """The key map (the user's key columns and ``id``) of the node type a table of predictions
+    has a row for; refused before any work where the dataset keeps none or the task is not a
+    node task of a typed graph."""
+    node_type = getattr(data, "target_node", None) if config.kind is Task.NODE else None
+    keys = key_map(config.dataset.path, node_type) if node_type and config.dataset.path else None
+    if keys is None:
+        raise ConfigError(
+            f"--out {out} writes a table by the user's keys, for a node task on a dataset prepared from tables "
+            f"(its keys/TYPE.parquet); this run's task is {config.task} on "
+            f"{config.dataset.path or config.dataset.name}: use --out FILE.npz."
+        )
+    return keys.sort_by("id")
+
+
+def keyed_table(keys, arrays: dict):
+    """One row per node: the key columns, then each per-node output (a column per class of a 2-D one)."""
+    import pyarrow as pa
+
+    n = keys.num_rows
+    table = keys.drop_columns(["id"])
+    for name, value in arrays.items():
+        if name == "y" or name.endswith("_idx") or name.startswith("embedding__") or len(value) != n:
+            continue
+        columns = [value] if value.ndim == 1 else [value[:, j] for j in range(value.shape[1])]
+        names = [name] if value.ndim == 1 else [f"{name}_{j}" for j in range(value.shape[1])]
+        for c, v in zip(names, columns):
+            table = table.append_column(c, pa.array(np.ascontiguousarray(v)))
+    return table
+
+
+def _write_table(table, f, suffix: str) -> None:
+    """``table`` as CSV or Parquet into the open binary file ``f``."""
+    if suffix == ".csv":
+        import pyarrow.csv as pcsv
+
+        pcsv.write_csv(table, f)
+    else:
+        import pyarrow.parquet as pq
+
+        pq.write_table(table, f)
 
 
 def _describe(path: Path, state: dict, config: ExperimentConfig) -> dict:

@@ -1,7 +1,9 @@
 """From what the user typed to one validated :class:`ExperimentConfig`.
 
 Layers, last wins: the built-in defaults, an experiment (YAML path or registered name),
-``--dataset``, ``--set KEY=VALUE`` overrides, then flags. Nothing here touches data, devices or
+``--dataset`` (with a folder's own training defaults, ``DIR/train-defaults.json``: a folder
+prepared from tables says its task, target and ``dataset.reverse_edges``), ``--set KEY=VALUE``
+overrides, then flags. Nothing here touches data, devices or
 the disk beyond reading the experiment file, so every rank of a job can resolve the same config
 and refuse the same bad input before any of them waits for the others.
 """
@@ -15,6 +17,7 @@ from gnnbridge.core import config as cfgmod
 from gnnbridge.core.config import ExperimentConfig
 from gnnbridge.core.errors import ConfigError
 from gnnbridge.core.plugins import default_backend, experiments
+from gnnbridge.core.storage.intent import read_train_defaults, with_defaults
 
 DEFAULT_EXPERIMENT = "sage-synthetic"
 
@@ -40,7 +43,9 @@ def resolve_config(
     :param device: sets ``device``.
     :param dataset: a dataset name, ``.npz`` path or prepared folder (``--dataset``): the
         experiment's graph is replaced, how it uses a graph (``dataset.reverse_edges``, and
-        ``dataset.partitions`` for a folder) is kept.
+        ``dataset.partitions`` for a folder) is kept; a folder's training defaults
+        (``DIR/train-defaults.json``: ``task``, ``target``, ``dataset.reverse_edges``) then replace
+        the experiment's values of those keys, and ``--set`` replaces theirs.
     :param timeout: sets ``timeout`` (seconds).
     :param max_restarts: sets ``max_restarts``.
     :returns: the validated :class:`ExperimentConfig` (``.to_dict()`` is the YAML a run writes as
@@ -71,6 +76,8 @@ def resolve_config(
         if given["name"] != "folder":  # only a folder is partitioned: a file or a name is read whole
             kept.pop("partitions", None)
         data = {**data, "dataset": {**kept, **given}}
+        if given["name"] == "folder":  # how the folder says it is trained: above the experiment, below --set
+            data = with_defaults(data, read_train_defaults(dataset))
         if experiment is None:  # the default experiment's name would mislabel this run
             data = {k: v for k, v in data.items() if k != "description"}
             data["name"] = Path(dataset).stem
