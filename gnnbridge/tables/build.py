@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from gnnbridge.core.errors import ConfigError, DataError, OutputExistsError
-from gnnbridge.core.storage.intent import write_train_defaults
+from gnnbridge.core.storage.intent import write_train_defaults, write_unknown_labels
 from gnnbridge.tables.like import changed_files, like_state, source_files
 from gnnbridge.tables.schema import check, infer, read_yaml, split_name
 from gnnbridge.tables.sources import open_source
@@ -445,6 +445,8 @@ class Builder:
         self.info["labels"] = labels
         if unknown:
             self.notes.append(f"{self.task['label']}: {unknown} rows without a known label (placeholders, for predict)")
+            if labels["target"] == "class":  # (a value or a set of labels is NaN where unknown: never scored)
+                write_unknown_labels(self.folder, self.task["label"], unknown)
         return v
 
     def _time(self, batch):

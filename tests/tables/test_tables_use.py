@@ -110,6 +110,11 @@ def test_predict_new_customers_by_their_ids(shop):
     assert {"pred", "probs_0", "probs_1"} <= set(fresh.columns)
     # a customer far from the new ones (one layer: its own columns, orders and reviews) scores the same
     assert np.allclose(fresh.loc["C0100", ["probs_0", "probs_1"]], old.loc["C0100", ["probs_0", "probs_1"]], atol=1e-5)
+    # the new customers' churn is unknown: their placeholder labels are never learnt from or scored
+    needle = "rows have no customers.churned (placeholders written for predict)"
+    one_line(in_process("evaluate", "run-churn", "--set", f"dataset.path={root / 'new'}", cwd=root), needle)
+    one_line(in_process("train", "--dataset", "new", *FEW, "--out", "refused", cwd=root), needle)
+    assert not (root / "refused").exists()
 
 
 def test_like_refuses_other_columns(shop, tmp_path):

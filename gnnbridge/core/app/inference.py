@@ -49,7 +49,7 @@ from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.runtime.jobs import detect_job
 from gnnbridge.core.runtime.launcher import interrupt_on_sigterm, launch
 from gnnbridge.core.runtime.sharing import machine_shared
-from gnnbridge.core.storage.intent import key_map
+from gnnbridge.core.storage.intent import key_map, refuse_unknown_labels
 from gnnbridge.core.storage.parts import read_partition
 from gnnbridge.core.tasks import retrieval
 from gnnbridge.core.tasks.retrieval import import_faiss
@@ -83,6 +83,8 @@ def evaluate(
         checkpoint written inside an epoch: ``{"epoch", "batches"}``), ``experiment``,
         ``backend``, ``task``, ``device``."""
     path, state, config = prepared_config(target, kind, device, overrides, "evaluate", trust_code, dataset)
+    if config.dataset.name == "folder":
+        refuse_unknown_labels(config.dataset.path, "evaluate")
     if config.dataset.partitions:  # a job of the partitioned graph's machines scores it together
         scored = _on_machines(path, state, config, trust_code, None)
         return None if scored is None else {**_describe(path, state, config), **scored}

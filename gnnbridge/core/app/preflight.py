@@ -37,6 +37,7 @@ from gnnbridge.core.records.data import GraphData
 from gnnbridge.core.records.hetero import HeteroGraphData, HeteroSource, edge_name, find_edge_type
 from gnnbridge.core.sampling.build import BACKEND_KINDS, check_hetero_kind, check_kind
 from gnnbridge.core.sampling.hetero import typed_fanouts
+from gnnbridge.core.storage.intent import refuse_unknown_labels
 from gnnbridge.core.storage.linkcache import link_record
 from gnnbridge.core.storage.linkparts import link_settings, open_link_part
 from gnnbridge.core.tasks import LinkSettings, for_edge_task, for_node_task, no_edge_labels
@@ -179,6 +180,8 @@ def load_dataset(config: ExperimentConfig, ranks_here: int | None = None) -> Gra
     """Load and validate the dataset for training; it must suit the task, every split must give
     each rank at least one node (or graph), the monitored metric must be able to name a best epoch,
     and the model must fit the ``ranks_here`` ranks of this machine (default: all ``nproc``)."""
+    if config.dataset.name == "folder" and config.dataset.path:
+        refuse_unknown_labels(config.dataset.path, "train")
     data = _load_for_task(config)
     # a machine's part holds a share of each split, whose labels say nothing of the whole split's
     if config.kind is not Task.LINK and getattr(data, "partition", None) is None:

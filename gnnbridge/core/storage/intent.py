@@ -20,6 +20,9 @@ from gnnbridge.core.errors import DataError
 
 TRAIN_DEFAULTS = "train-defaults.json"
 KEYS_FOLDER = "keys"
+# Rows whose class label a folder does not know (new rows written to be predicted: ``prepare
+# --like``); their labels are placeholders, so the folder is scored by predict only.
+UNKNOWN_LABELS = "unknown-labels.json"
 # key -> the type its value must have
 DEFAULT_KEYS = {"task": str, "target": str, "dataset.reverse_edges": bool}
 
@@ -52,6 +55,29 @@ def _check(defaults, path: Path) -> dict:
         if not isinstance(value, DEFAULT_KEYS[key]):
             raise DataError(f"{path}: {key}={value!r} must be a {DEFAULT_KEYS[key].__name__}.")
     return defaults
+
+
+def write_unknown_labels(folder: str | os.PathLike, label: str, rows: int) -> None:
+    """Record that ``rows`` rows of ``folder`` carry placeholders for ``label`` (a class label a
+    class cannot mark missing, as NaN does a value), so training and evaluation refuse it."""
+    (Path(folder) / UNKNOWN_LABELS).write_text(json.dumps({"label": label, "rows": int(rows)}) + "\n")
+
+
+def refuse_unknown_labels(folder: str | os.PathLike, action: str) -> None:
+    """One line when ``folder`` holds placeholder labels (see :func:`write_unknown_labels`):
+    ``action`` (train, evaluate) would learn from or score them as if they were the user's."""
+    path = Path(folder) / UNKNOWN_LABELS
+    if not path.is_file():
+        return
+    try:
+        record = json.loads(path.read_text())
+        label, rows = record["label"], int(record["rows"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise DataError(f"{path}: cannot be read; prepare the folder again.") from None
+    raise DataError(
+        f"{folder}: {rows} rows have no {label} (placeholders written for predict), so it cannot be used to "
+        f"{action}; {action} on a folder whose rows carry their labels, or predict on this one."
+    )
 
 
 def with_defaults(data: dict, defaults: dict) -> dict:
