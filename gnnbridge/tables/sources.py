@@ -125,8 +125,10 @@ def _folder_tables(root: Path) -> dict[str, tuple[str, list[Path]]]:
 
 
 def _is_table_folder(text: str) -> bool:
+    """A folder of table files, and not a folder of ``.npy`` arrays that also holds a ``.csv``
+    (the array folder ignores other files: ``notes.csv`` beside ``x.npy`` keeps it one)."""
     path = Path(text)
-    return path.is_dir() and bool(_folder_tables(path))
+    return path.is_dir() and not any(path.glob("*.npy")) and bool(_folder_tables(path))
 
 
 def _open_folder(text: str) -> Source:

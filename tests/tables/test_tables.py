@@ -231,3 +231,16 @@ def test_dgl_train_on_two_ranks(shop, tmp_path):
                  "--out", "run", cwd=tmp_path, timeout=600))  # fmt: skip
     metrics = json.loads((tmp_path / "run" / "results.json").read_text())["metrics"]
     assert metrics["test_roc_auc"] > 0.65, metrics
+
+
+def test_an_array_folder_with_a_csv_beside_it_stays_an_array_folder(tmp_path):
+    """``notes.csv`` beside ``x.npy`` is one of the other files an array folder ignores: the
+    folder prepares as arrays, never read as a table source."""
+    folder = tmp_path / "papers"
+    folder.mkdir()
+    np.save(folder / "x.npy", np.random.default_rng(0).normal(size=(30, 4)).astype(np.float32))
+    np.save(folder / "edge_index.npy", np.stack([np.arange(30), (np.arange(30) + 1) % 30]).astype(np.int64))
+    np.save(folder / "y.npy", np.arange(30, dtype=np.int64) % 2)
+    (folder / "notes.csv").write_text("who,what\nme,a note\n")
+    ok(in_process("prepare", str(folder), "--quiet", cwd=tmp_path))
+    assert (folder / "prepared" / "manifest.json").is_file() and not (folder / "tables.json").exists()
