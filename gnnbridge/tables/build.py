@@ -10,10 +10,13 @@ and ``gnnbridge train --dataset DIR`` needs nothing more.
 
 Two streamed passes per table: the first collects keys (the key maps are what stays in memory)
 and fits the encoders, the second encodes each batch and writes its rows in key order into a
-memory-mapped ``x``. An edge table's rows are held (ids and encoded features) to sort them into
-a canonical order. Everything is written under a temporary folder beside ``--out``, then the
-folder prepare checks it and derives its topology, and only then is it renamed into place: a
-refusal leaves nothing behind.
+memory-mapped ``x``. An edge table's rows (ids and encoded features) are sorted into a canonical
+order out of core: spilled batch by batch to raw files, scattered into buckets of source ids of at
+most ``SORT_ROWS`` rows each, and each bucket sorted in memory and written into the memory-mapped
+outputs, so its memory is one bucket, not the table (a labelled edge table is still held whole).
+Everything is written under a temporary folder beside ``--out``, then the folder prepare checks
+it and derives its topology, and only then is it renamed into place: a refusal leaves nothing
+behind.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ SPLIT_WORDS = {"train": "train", "training": "train", "val": "val", "valid": "va
 TIME_FRACTIONS = (0.6, 0.2)
 DANGLING = ("refuse", "drop")
 INFO = "tables.json"
+SORT_ROWS = 1 << 22  # rows of an edge table sorted in memory at once
 
 
 @dataclass(frozen=True)
@@ -302,8 +306,41 @@ class Builder:
         (a, ta), (b, tb) = list(entry["foreign_keys"].items())
         encoders = self._encoders(name, {a, b})
         self._fit(name, encoders)
-        labelled = name == self.label_table
-        parts, labels, times, splits = [], [], [], []
+        if name == self.label_table:
+            return self._write_labelled_edge_table(name, entry, encoders)
+        spill = self.folder / f".spill-{name}"
+        spill.mkdir()
+        try:
+            width = len([c for e in encoders for c in e.names()])
+            rows = self._spill_edge_rows(name, encoders, spill)
+            rel = (ta, name, tb)
+            if rows:
+                _sort_spilled(spill, rows, width, len(self.entities[ta].keys), self.folder, rel, bool(encoders))
+            else:
+                self._save_relation(
+                    name,
+                    name,
+                    tb,
+                    np.zeros((2, 0), np.int64),
+                    np.zeros((0, width), np.float32) if encoders else None,
+                    rel,
+                )
+        finally:
+            shutil.rmtree(spill, ignore_errors=True)
+        self._edge_table_info(name, entry, encoders, rel, rows)
+
+    def _edge_table_info(self, name, entry, encoders, rel, rows) -> None:
+        self.info["edge_types"]["__".join(rel)] = {
+            "table": name,
+            "rows": int(rows),
+            "features": [c for e in encoders for c in e.names()],
+            "encoders": [e.describe() for e in encoders],
+            "foreign_keys": entry["foreign_keys"],
+        }
+
+    def _edge_batches(self, name: str, encoders: list):
+        """``(batch, src, dst, feats, keep)`` of each batch of an edge table (rows whose ends are known: ``keep``)."""
+        (a, ta), (b, tb) = list(self.schema["tables"][name]["foreign_keys"].items())
         for batch in self.source.tables[name].batches():
             src, dst = self._lookup(name, a, ta, batch.column(a)), self._lookup(name, b, tb, batch.column(b))
             keep = (src >= 0) & (dst >= 0)
@@ -312,38 +349,47 @@ class Builder:
                 if encoders
                 else np.zeros((batch.num_rows, 0), np.float32)
             )
+            yield batch, src, dst, feats, keep
+
+    def _spill_edge_rows(self, name: str, encoders: list, spill: Path) -> int:
+        """Each batch's kept rows appended to raw files (src, dst int64; feats float32): only one batch in memory."""
+        rows = 0
+        with open(spill / "src", "wb") as fs, open(spill / "dst", "wb") as fd, open(spill / "feats", "wb") as ff:
+            for _, src, dst, feats, keep in self._edge_batches(name, encoders):
+                fs.write(src[keep].tobytes())
+                fd.write(dst[keep].tobytes())
+                ff.write(np.ascontiguousarray(feats[keep], dtype=np.float32).tobytes())
+                rows += int(keep.sum())
+        return rows
+
+    def _write_labelled_edge_table(self, name: str, entry: dict, encoders: list) -> None:
+        """A labelled edge table is held in memory (its labels and splits are sorted with its rows)."""
+        (a, ta), (b, tb) = list(entry["foreign_keys"].items())
+        parts, labels, times, splits = [], [], [], []
+        for batch, src, dst, feats, keep in self._edge_batches(name, encoders):
             parts.append((src[keep], dst[keep], feats[keep]))
-            if labelled:
-                batch = batch.filter(keep)
-                labels.append(self._label(batch))
-                times.append(self._time(batch))
-                splits.append(self._split_values(batch))
+            batch = batch.filter(keep)
+            labels.append(self._label(batch))
+            times.append(self._time(batch))
+            splits.append(self._split_values(batch))
         src, dst, feats = (np.concatenate(p) for p in zip(*parts))
-        label = self._edge_label_rows(labels) if labelled else None
+        label = self._edge_label_rows(labels)
         keys = [*(feats[:, j] for j in range(feats.shape[1] - 1, -1, -1)), dst, src]
-        if label is not None:
-            keys.insert(0, np.nan_to_num(label.reshape(len(src), -1)[:, 0].astype(np.float64), nan=-1e300))
+        keys.insert(0, np.nan_to_num(label.reshape(len(src), -1)[:, 0].astype(np.float64), nan=-1e300))
         order = np.lexsort(keys) if len(src) else np.zeros(0, np.int64)
         rel = (ta, name, tb)
         self._save_relation(name, name, tb, np.stack([src[order], dst[order]]), feats[order] if encoders else None, rel)
-        self.info["edge_types"][f"{ta}__{name}__{tb}"] = {
-            "table": name,
-            "rows": int(len(src)),
-            "features": [c for e in encoders for c in e.names()],
-            "encoders": [e.describe() for e in encoders],
-            "foreign_keys": entry["foreign_keys"],
-        }
-        if labelled:
-            et = "__".join(rel)
-            np.save(self.folder / f"edge_label__{et}.npy", label[order])
-            time = np.concatenate(times)[order] if times[0] is not None else None
-            split = [s for part in splits for s in part][: len(order)] if splits[0] is not None else None
-            if split is not None:
-                split = [split[i] for i in order]
-            for s, idx in self._splits(
-                [(np.arange(len(order)), time)], [(np.arange(len(order)), split)], len(order), label[order]
-            ).items():
-                np.save(self.folder / f"edge_{s}_idx__{et}.npy", idx)
+        self._edge_table_info(name, entry, encoders, rel, len(src))
+        et = "__".join(rel)
+        np.save(self.folder / f"edge_label__{et}.npy", label[order])
+        time = np.concatenate(times)[order] if times[0] is not None else None
+        split = [s for part in splits for s in part][: len(order)] if splits[0] is not None else None
+        if split is not None:
+            split = [split[i] for i in order]
+        for s, idx in self._splits(
+            [(np.arange(len(order)), time)], [(np.arange(len(order)), split)], len(order), label[order]
+        ).items():
+            np.save(self.folder / f"edge_{s}_idx__{et}.npy", idx)
 
     def _save_relation(self, table, relation, target, edges, feats, rel=None) -> None:
         s, r, d = rel or (table, relation, target)
@@ -558,3 +604,77 @@ def _check_unique(name: str, pk: list, keys: np.ndarray) -> None:
             f"Table '{name}': primary key {'+'.join(pk)} repeats on {int(same.sum())} rows (e.g. {examples}); "
             "keys must be unique."
         )
+
+
+# --------------------------------------------------------------------------- out-of-core edge sort
+
+
+def _sort_spilled(spill: Path, rows: int, width: int, sources: int, folder: Path, rel: tuple, feats: bool) -> None:
+    """Write the spilled edge rows sorted as ``np.lexsort((feats[:, -1], ..., feats[:, 0], dst, src))`` (stable),
+    the relation (its reverse is added at load), into ``folder``: rows are scattered by source-id bucket, then
+    each bucket sorted."""
+    src, dst = (np.memmap(spill / n, np.int64, "r", shape=(rows,)) for n in ("src", "dst"))
+    attr = np.memmap(spill / "feats", np.float32, "r", shape=(rows, width)) if width else None
+    starts, offsets = _src_buckets(src, sources)
+    src, dst, attr = _scatter(spill, src, dst, attr, starts, offsets)
+    s, r, d = rel
+    out = {
+        "fwd": np.lib.format.open_memmap(folder / f"edge_index__{s}__{r}__{d}.npy", "w+", np.int64, (2, rows)),
+    }
+    if feats:
+        path = folder / f"edge_attr__{s}__{r}__{d}.npy"
+        out["fwd_attr"] = np.lib.format.open_memmap(path, "w+", np.float32, (rows, width))
+    for lo, hi in zip(offsets[:-1], offsets[1:]):
+        if hi > lo:
+            _write_bucket(
+                out, np.array(src[lo:hi]), np.array(dst[lo:hi]), None if attr is None else np.array(attr[lo:hi]), lo
+            )
+    for m in out.values():
+        m.flush()
+    del out
+
+
+def _src_buckets(src: np.memmap, sources: int) -> tuple[np.ndarray, np.ndarray]:
+    """Source ids where each bucket starts (after the first, which starts at 0), and each bucket's first row."""
+    counts = np.zeros(sources, np.int64)
+    for lo in range(0, len(src), SORT_ROWS):
+        counts += np.bincount(src[lo : lo + SORT_ROWS], minlength=sources)
+    cum = np.cumsum(counts)
+    starts = np.searchsorted(cum, np.arange(SORT_ROWS, len(src), SORT_ROWS), side="right")
+    starts = np.unique(starts[(starts > 0) & (starts < sources)])
+    offsets = np.concatenate([[0], cum[starts - 1], [len(src)]]).astype(np.int64)
+    return starts, offsets
+
+
+def _scatter(spill: Path, src, dst, attr, starts: np.ndarray, offsets: np.ndarray):
+    """The rows moved into their buckets (stably: a bucket keeps the rows' order), as new memory-mapped files."""
+    rows = len(src)
+    moved = [np.memmap(spill / f"{n}.b", np.int64, "w+", shape=(rows,)) for n in ("src", "dst")]
+    if attr is not None:
+        moved.append(np.memmap(spill / "feats.b", np.float32, "w+", shape=attr.shape))
+    cursor = offsets[:-1].copy()
+    for lo in range(0, rows, SORT_ROWS):
+        s = np.array(src[lo : lo + SORT_ROWS])
+        bucket = np.searchsorted(starts, s, side="right")
+        order = np.argsort(bucket, kind="stable")
+        sizes = np.bincount(bucket, minlength=len(cursor))
+        first = np.cumsum(sizes) - sizes
+        where = np.repeat(cursor - first, sizes) + np.arange(len(s))
+        moved[0][where] = s[order]
+        moved[1][where] = np.asarray(dst[lo : lo + SORT_ROWS])[order]
+        if attr is not None:
+            moved[2][where] = np.asarray(attr[lo : lo + SORT_ROWS])[order]
+        cursor += sizes
+    for m in moved:
+        m.flush()
+    return moved[0], moved[1], moved[2] if attr is not None else None
+
+
+def _write_bucket(out: dict, src: np.ndarray, dst: np.ndarray, attr, lo: int) -> None:
+    keys = [*(attr[:, j] for j in range(attr.shape[1] - 1, -1, -1))] if attr is not None else []
+    order = np.lexsort([*keys, dst, src])
+    src, dst = src[order], dst[order]
+    hi = lo + len(src)
+    out["fwd"][0, lo:hi], out["fwd"][1, lo:hi] = src, dst
+    if attr is not None:
+        out["fwd_attr"][lo:hi] = attr[order]
