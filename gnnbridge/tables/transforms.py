@@ -7,7 +7,7 @@ numbers standardised (or min-max, or ``log1p`` then standardised); a missing num
 with the mean and flagged in a 0/1 column, never silently zero; categories one-hot over the
 ``max_categories`` most frequent values plus an ``other`` slot (unseen, missing and rarer values);
 booleans 0/1 (missing: filled and flagged); dates as standardised time plus month and weekday as
-points on a circle (sin, cos). Text and ids are left out.
+points on a circle (sin, cos). Ids are left out, and text unless the schema asks for ``hashed``.
 
 Beyond those: ``rank-gauss`` (a number's rank among the training values mapped through the
 inverse normal CDF; the state is quantiles and their normal scores, so applying it is one
