@@ -33,9 +33,9 @@ import numpy as np
 from gnnbridge.core.errors import ConfigError, DataError, OutputExistsError
 from gnnbridge.core.storage.intent import write_train_defaults, write_unknown_labels
 from gnnbridge.tables.like import changed_files, like_state, source_files
-from gnnbridge.tables.schema import check, infer, read_yaml, split_name
+from gnnbridge.tables.schema import check, infer, read_yaml, split_name, value_type
 from gnnbridge.tables.sources import open_source
-from gnnbridge.tables.transforms import Encoder, category_strings, encoder_from_state, to_float
+from gnnbridge.tables.transforms import OTHER, Encoder, category_strings, encoder_from_state, to_float
 
 SPLITS = ("train", "val", "test")
 SPLIT_WORDS = {"train": "train", "training": "train", "val": "val", "valid": "val", "validation": "val", "test": "test"}
@@ -179,14 +179,14 @@ class Builder:
     def _encoders(self, name: str, skip: set) -> list[Encoder]:
         if self.saved:
             types = {**self.saved["node_types"], **self.saved["edge_types"]}
-            entry = next(t for t in types.values() if t["table"] == name and "encoders" in t)
+            entry = next(t for t in types.values() if t.get("table") == name and "encoders" in t)
             return [encoder_from_state(state) for state in entry["encoders"]]
         entry = self.schema["tables"][name]
         out = []
         for c, spec in entry["columns"].items():
             if c in skip or spec["transform"] == "drop" or (name == self.label_table and c in self.used):
                 continue
-            out.append(Encoder(c, spec["kind"], spec["transform"], spec.get("max_categories", 32)))
+            out.append(Encoder(c, spec["kind"], spec["transform"], spec.get("max_categories", 32), spec.get("buckets")))
         return out
 
     def _fit(self, name: str, encoders: list, keys: list | None = None) -> int:
@@ -245,6 +245,7 @@ class Builder:
         )
         fks = entry["foreign_keys"]
         edges = {c: np.full(n, -1, dtype=np.int64) for c in fks}
+        values = {e.column: np.full(n, -1, dtype=np.int64) for e in entity.encoders if e.transform == "node"}
         labelled = name == self.label_table
         labels, times, splits = [], [], []
         for batch in self.source.tables[name].batches():
@@ -253,6 +254,9 @@ class Builder:
                 x[rank] = np.concatenate([e.encode(batch.column(e.column)) for e in entity.encoders], axis=1)
             for c, target in fks.items():
                 edges[c][rank] = self._lookup(name, c, target, batch.column(c))
+            for e in entity.encoders:
+                if e.transform == "node":
+                    values[e.column][rank] = e.node_ids(batch.column(e.column))
             if labelled:
                 labels.append((rank, self._label(batch)))
                 times.append((rank, self._time(batch)))
@@ -265,6 +269,9 @@ class Builder:
         for c, target in fks.items():
             src = np.flatnonzero(edges[c] >= 0)
             self._save_relation(name, c, target, np.stack([src, edges[c][src]]), None)
+        for e in entity.encoders:
+            if e.transform == "node":
+                self._write_value_nodes(name, e, values[e.column])
         self.info["node_types"][name] = {
             "table": name,
             "rows": n,
@@ -278,6 +285,37 @@ class Builder:
             np.save(self.folder / f"y__{name}.npy", y)
             for split, idx in self._splits(times, splits, n, y).items():
                 np.save(self.folder / f"{split}_idx__{name}.npy", idx)
+
+    def _write_value_nodes(self, table: str, encoder: Encoder, ids: np.ndarray) -> None:
+        """A ``transform: node`` column: a featureless node type ``<table>_<column>`` of one node
+        per vocabulary value plus ``<other>`` (last), and a relation from each row to its value's
+        node (none where the value is missing); models learn an embedding per node of it."""
+        column, vocab = encoder.column, encoder.state["vocabulary"]
+        kind = value_type(table, column)
+        _check_name(kind)
+        if kind in self.schema["tables"]:
+            raise ConfigError(
+                f"Table '{table}', column '{column}': transform node makes a node type '{kind}', which is a "
+                "table's name; rename the column or use onehot."
+            )
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        count = len(vocab) + 1
+        np.save(self.folder / f"num_nodes__{kind}.npy", np.array([count], dtype=np.int64))
+        key_map = pa.table({column: [*vocab, OTHER], "id": np.arange(count, dtype=np.int64)})
+        pq.write_table(key_map, self.folder / "keys" / f"{kind}.parquet")
+        src = np.flatnonzero(ids >= 0)
+        self._save_relation(table, column, kind, np.stack([src, ids[src]]), None)
+        unseen = int((ids == len(vocab)).sum())
+        if self.saved and unseen:
+            self.notes.append(f"{table}.{column}: {unseen} rows with a value not seen in training: node {OTHER!r}")
+        self.info["node_types"][kind] = {
+            "values_of": f"{table}.{column}",
+            "rows": count,
+            "key_map": f"keys/{kind}.parquet",
+            "features": [],
+        }
 
     # -- keys ------------------------------------------------------------------
     def _lookup(self, table: str, column: str, target: str, values) -> np.ndarray:

@@ -8,8 +8,11 @@ key is a column named like another table's key (``customer_id`` for ``customers.
 entity (a node type), one with no key and exactly two foreign keys an edge table (a relation,
 its other columns edge features), anything else is skipped with a note. Column kinds come from
 arrow types and values: integers that are only 0/1 and booleans are ``boolean``; dates,
-timestamps and ISO date text ``datetime``; text with few distinct values ``categorical``, with
-many ``text``; key columns ``id``.
+timestamps and ISO date text ``datetime``; text whose values repeat (at most
+:data:`DISTINCT_LIMIT` distinct, on average twice each or more) and are short ``categorical``,
+other text ``text``; key columns ``id``. A categorical column of an entity table with more than
+``max_categories`` values is given ``transform: node`` (its values become a node type of their
+own, whose learnt embeddings are the column's embedding ids) instead of ``onehot``.
 """
 
 from __future__ import annotations
@@ -19,11 +22,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gnnbridge.core.errors import ConfigError
-from gnnbridge.tables.transforms import DEFAULT_TRANSFORM, KINDS, MAX_CATEGORIES, TRANSFORMS
+from gnnbridge.tables.transforms import BUCKETS, DEFAULT_TRANSFORM, KINDS, MAX_CATEGORIES, OTHER, TRANSFORMS
 
 ROLES = ("entity", "edge", "skip")
 TARGETS = ("class", "regression", "multilabel")
 DISTINCT_LIMIT = 1000  # distinct text values tracked while profiling; beyond: text
+WORDS_LIMIT = 4  # a categorical value has at most this many words (longer values: text)
+COLUMN_KEYS = ("kind", "transform", "max_categories", "buckets")
 TABLE_KEYS = ("role", "primary_key", "foreign_keys", "columns", "notes")
 TASK_KEYS = ("label", "target", "split_column", "time_column")
 
@@ -116,10 +121,34 @@ def kind_of(name: str, t, p: Profile, keys: set) -> str:
     if is_text(t):
         if p.dates.get(name) and values != set():
             return "datetime"
-        if values is not None and len(values) <= max(MAX_CATEGORIES * 4, 1) and len(values) <= max(p.rows // 2, 2):
+        if values is not None and len(values) <= max(p.rows // 2, 2) and _short(values):
             return "categorical"
         return "text"
     return "text"
+
+
+def _short(values: set) -> bool:
+    return all(len(str(v).split()) <= WORDS_LIMIT for v in values)
+
+
+def column_spec(table: str, column: str, kind: str, distinct, role: str) -> tuple[dict, str | None]:
+    """A column's inferred entry, and the note it needs (a wide category, text left out)."""
+    spec = {"kind": kind, "transform": DEFAULT_TRANSFORM[kind]}
+    if kind == "categorical" and len(distinct) > MAX_CATEGORIES:
+        if role == "entity":
+            spec["transform"] = "node"
+            return spec, (
+                f"{column}: {len(distinct)} categories, more than {MAX_CATEGORIES} to one-hot: a node type "
+                f"'{value_type(table, column)}' (one node per value, plus {OTHER!r}), each with a learnt embedding "
+                "(transform: onehot keeps the most frequent instead)"
+            )
+        return spec, (
+            f"{column}: {len(distinct)} categories; the {MAX_CATEGORIES} most frequent one-hot, the rest "
+            f"{OTHER!r} (an edge table's column cannot be a node type)"
+        )
+    if kind == "text":
+        return spec, f"{column}: text, left out (transform: hashed gives hashed word counts)"
+    return spec, None
 
 
 def infer(source, label: str | None = None) -> dict:
@@ -153,16 +182,9 @@ def infer(source, label: str | None = None) -> dict:
         keyset = {pk, *fks} if pk else set(fks)
         columns = {}
         for c, typ in t.columns.items():
-            kind = kind_of(c, typ, p, keyset)
-            columns[c] = {"kind": kind, "transform": DEFAULT_TRANSFORM[kind]}
-            distinct = p.distinct[c]
-            if kind == "categorical" and len(distinct) > MAX_CATEGORIES:
-                notes.append(
-                    f"{c}: {len(distinct)} categories; the {MAX_CATEGORIES} most frequent one-hot, the rest 'other' "
-                    "(embedding ids: not done yet)"
-                )
-            if kind == "text":
-                notes.append(f"{c}: text, left out (hashed tokens: not done yet)")
+            columns[c], note = column_spec(name, c, kind_of(c, typ, p, keyset), p.distinct[c], role)
+            if note:
+                notes.append(note)
         entry = {"role": role, "primary_key": pk, "foreign_keys": fks, "columns": columns}
         tables[name] = {**entry, "notes": checks + notes} if checks or notes else entry
     schema = {"tables": tables, "task": {"label": label, "target": None, "split_column": None, "time_column": None}}
@@ -292,6 +314,31 @@ def _check_table(name: str, entry: dict, schema: dict, source) -> None:
     columns = entry.setdefault("columns", {})
     for c, spec in columns.items():
         _check_column(name, c, spec, real)
+        if spec["transform"] == "node":
+            _check_value_type(name, c, role, schema)
+
+
+def _check_value_type(table: str, column: str, role: str, schema: dict) -> None:
+    """``transform: node`` needs an entity table, and a type name no table has."""
+    if role != "entity":
+        raise ConfigError(
+            f"Table '{table}', column '{column}': transform node needs an entity table (this one is {role}); "
+            "use onehot."
+        )
+    _check_type_name(value_type(table, column), table, column, schema)
+
+
+def _check_type_name(name: str, table: str, column: str, schema: dict) -> None:
+    if name in schema["tables"]:
+        raise ConfigError(
+            f"Table '{table}', column '{column}': transform node makes a node type '{name}', which is a table's "
+            "name; rename the column or use onehot."
+        )
+
+
+def value_type(table: str, column: str) -> str:
+    """The node type of a ``transform: node`` column's values: ``<table>_<column>``."""
+    return f"{table}_{column}"
 
 
 def _check_column(table: str, c: str, spec: dict, real: dict) -> None:
@@ -301,7 +348,7 @@ def _check_column(table: str, c: str, spec: dict, real: dict) -> None:
         raise ConfigError(
             f"Table '{table}', column '{c}': give kind and transform, e.g. {{kind: numeric, transform: standardize}}."
         )
-    _only(spec, ("kind", "transform", "max_categories"), f"table '{table}', column '{c}'")
+    _only(spec, COLUMN_KEYS, f"table '{table}', column '{c}'")
     kind = spec.get("kind")
     if kind not in KINDS:
         raise ConfigError(
@@ -316,6 +363,14 @@ def _check_column(table: str, c: str, spec: dict, real: dict) -> None:
     cap = spec.get("max_categories", MAX_CATEGORIES)
     if not isinstance(cap, int) or isinstance(cap, bool) or cap < 1:
         raise ConfigError(f"Table '{table}', column '{c}': max_categories {cap!r} must be a whole number >= 1.")
+    count = spec.get("buckets", BUCKETS.get(spec["transform"], 2))
+    if "buckets" in spec and spec["transform"] not in BUCKETS:
+        raise ConfigError(
+            f"Table '{table}', column '{c}': buckets applies to transform {' or '.join(BUCKETS)}, "
+            f"not {spec['transform']}."
+        )
+    if not isinstance(count, int) or isinstance(count, bool) or count < 2:
+        raise ConfigError(f"Table '{table}', column '{c}': buckets {count!r} must be a whole number >= 2.")
 
 
 def to_yaml(schema: dict, where: str) -> str:
@@ -326,7 +381,10 @@ def to_yaml(schema: dict, where: str) -> str:
         "#   gnnbridge prepare SOURCE --schema THIS_FILE --label TABLE.COLUMN --out DIR\n"
         f"# roles: {', '.join(ROLES)}; kinds and their transforms (the first is the default):\n"
         + "".join(f"#   {k}: {', '.join(TRANSFORMS[k])}\n" for k in KINDS)
-        + f"# categorical columns take max_categories (default {MAX_CATEGORIES}); task.target: {', '.join(TARGETS)}\n"
+        + f"# categorical: onehot keeps the max_categories (default {MAX_CATEGORIES}) most frequent values,\n"
+        + "#   node makes a node type TABLE_COLUMN (a node per value, each with a learnt embedding)\n"
+        + f"# buckets: the count of {', '.join(f'{t} (default {n})' for t, n in BUCKETS.items())}\n"
+        + f"# task.target: {', '.join(TARGETS)}\n"
     )
     return head + yaml.safe_dump(schema, sort_keys=False, default_flow_style=False, width=120)
 
