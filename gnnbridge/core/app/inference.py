@@ -135,7 +135,9 @@ def predict(
     :param device: where to compute (``cpu``, ``cuda``, ``auto``); default the CPU.
     :param overrides: ``KEY=VALUE`` data keys (``dataset.path=NEW.npz``; never the model's).
     :param trust_code: import the model class the checkpoint names by import path.
-    :param pairs: link tasks: a ``.npz`` of the pairs to score (int64 ``src``, ``dst``).
+    :param pairs: link tasks: a ``.npz`` of the pairs to score (int64 ``src``, ``dst``), or, on a
+        dataset prepared from tables, a ``.csv`` / ``.parquet`` of both ends' key columns (an
+        ``out`` ending in ``.csv`` / ``.parquet`` writes any prediction by those keys).
     :param top_k: link tasks without ``pairs``: how many destinations per source (default 10).
     :param embeddings: also return every node type's final states (``embedding__<type>``).
     :param index: ``exact`` or ``hnsw``, for the top-k lists.
