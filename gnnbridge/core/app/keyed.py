@@ -59,8 +59,8 @@ def ends_of(config: ExperimentConfig, target) -> Ends | None:
 
 def no_keys(config: ExperimentConfig, what: str, fix: str) -> ConfigError:
     return ConfigError(
-        f"{what} by the user's keys needs a dataset prepared from tables (its keys/TYPE.parquet); this run's task "
-        f"is {config.task} on {config.dataset.path or config.dataset.name}: {fix}."
+        f"{what} by the user's keys, which needs a dataset prepared from tables (its keys/TYPE.parquet); "
+        f"this run's task is {config.task} on {config.dataset.path or config.dataset.name}: {fix}."
     )
 
 
@@ -167,7 +167,7 @@ def read_key_pairs(path: Path, config: ExperimentConfig, target) -> tuple[torch.
     ``target``)."""
     ends = ends_of(config, target)
     if ends is None:
-        raise no_keys(config, f"--pairs {path} gives pairs", "give a .npz with int64 src and dst")
+        raise no_keys(config, f"--pairs {path} gives the pairs", "give a .npz with int64 src and dst")
     want = dict(zip(ends.names[0] + ends.names[1], [*ends.maps[0].select(ends.keys[0]).schema.types,
                                                     *ends.maps[1].select(ends.keys[1]).schema.types]))  # fmt: skip
     table = _read_pairs_table(path, want)
