@@ -204,6 +204,7 @@ Examples:
   gnnbridge predict runs/rec --out s.npz --pairs pairs.npz # link task: scores of given (src, dst)
   gnnbridge predict runs/rec --out e.npz --embeddings      # link task: top 10 and every type's states
   gnnbridge predict runs/shop --dataset data/new-graph --out churn.csv   # by customer_id (from tables)
+  gnnbridge predict runs/reviews --pairs pairs.csv --out scored.csv    # by customer_id, product_id
 """
 
 checkpoint_option = click.option(
@@ -270,7 +271,8 @@ def evaluate(target, kind, device, overrides, trust_code, as_json) -> None:
 @click.option(
     "--pairs",
     type=click.Path(dir_okay=False),
-    help="Link tasks: a .npz with int64 src and dst; writes each pair's score.",
+    help="Link tasks: a .npz with int64 src and dst, or (from tables) a .csv/.parquet of both ends' key columns; "
+    "writes each pair's score.",
 )
 @click.option("--top-k", "top_k", type=int, help="Link tasks: the K best destinations of every source (default 10).")
 @click.option(

@@ -21,6 +21,8 @@ import numpy as np
 import torch
 
 from gnnbridge.core import files
+from gnnbridge.core.app import keyed
+from gnnbridge.core.app.keyed import TABLE_SUFFIXES
 from gnnbridge.core.app.objects import as_dataset, made_from
 from gnnbridge.core.app.plan import inside
 from gnnbridge.core.app.preflight import inference_preflight, load_for_inference
@@ -49,7 +51,7 @@ from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.runtime.jobs import detect_job
 from gnnbridge.core.runtime.launcher import interrupt_on_sigterm, launch
 from gnnbridge.core.runtime.sharing import machine_shared
-from gnnbridge.core.storage.intent import key_map, refuse_unknown_labels
+from gnnbridge.core.storage.intent import refuse_unknown_labels
 from gnnbridge.core.storage.parts import read_partition
 from gnnbridge.core.tasks import retrieval
 from gnnbridge.core.tasks.retrieval import import_faiss
@@ -133,7 +135,9 @@ def predict(
     :param device: where to compute (``cpu``, ``cuda``, ``auto``); default the CPU.
     :param overrides: ``KEY=VALUE`` data keys (``dataset.path=NEW.npz``; never the model's).
     :param trust_code: import the model class the checkpoint names by import path.
-    :param pairs: link tasks: a ``.npz`` of the pairs to score (int64 ``src``, ``dst``).
+    :param pairs: link tasks: a ``.npz`` of the pairs to score (int64 ``src``, ``dst``), or, on a
+        dataset prepared from tables, a ``.csv`` / ``.parquet`` of both ends' key columns (an
+        ``out`` ending in ``.csv`` / ``.parquet`` writes any prediction by those keys).
     :param top_k: link tasks without ``pairs``: how many destinations per source (default 10).
     :param embeddings: also return every node type's final states (``embedding__<type>``).
     :param index: ``exact`` or ``hnsw``, for the top-k lists.
@@ -146,17 +150,23 @@ def predict(
                 "predict of a partitioned graph has each machine write its own nodes' rows: give out= "
                 "(each machine writes OUT.part-M.npz)."
             )
+        if out.suffix in TABLE_SUFFIXES or (pairs is not None and Path(pairs).suffix in TABLE_SUFFIXES):
+            raise ConfigError(
+                "predict of a partitioned graph writes each machine's rows as arrays by node id: give --out FILE.npz "
+                "(and --pairs FILE.npz), or predict with the folder whole: --set dataset.partitions=0."
+            )
         request = _machines_request(config, pairs, top_k, index, embeddings)
         written = _on_machines(path, state, config, trust_code, out, request)
         return None if written is None else {**_describe(path, state, config), **written}
+    keyed_pairs = _keyed_pairs(config, state, pairs)  # the user's keys: refused before the graph loads
     data = inference_data(path, state, config, "predict", trust_code)
-    request = _link_request(config, data, pairs, top_k)
+    request = _link_request(config, data, keyed_pairs or pairs, top_k)
     if index != "exact":
         request = {**(request or {}), "index": check_index(config, request, index)}
     if embeddings:
         check_embeddings(data)
         request = {**(request or {}), "embeddings": True}
-    keys = by_keys(config, data, out) if out is not None and out.suffix in TABLE_SUFFIXES else None
+    keys = keyed.table_maker(config, data, out, request) if out is not None and out.suffix in TABLE_SUFFIXES else None
     if out is None or keys is not None:
         with interrupt_on_sigterm():
             arrays = launch(
@@ -167,9 +177,9 @@ def predict(
         arrays = {key: _numpy(value) for key, value in arrays.items()}
         if keys is None:
             return arrays
-        table = keyed_table(keys, arrays)
+        table = keys(arrays)
         with files.reserved(out) as tmp:
-            files.publish(out, tmp, lambda f: _write_table(table, f, out.suffix), "predicting")
+            files.publish(out, tmp, lambda f: keyed.write_table(table, f, out.suffix), "predicting")
         return {
             **_describe(path, state, config),
             "out": str(out),
@@ -310,7 +320,20 @@ def _link_request(config: ExperimentConfig, data, pairs, top_k) -> dict | None:
     if pairs is None:
         check_top_k(config, data, top_k or DEFAULT_TOP_K, given=top_k is not None)
         return {"top_k": top_k or DEFAULT_TOP_K}
+    if isinstance(pairs, tuple):  # read already, by the user's keys
+        return {"pairs": pairs}
+    if Path(pairs).suffix in TABLE_SUFFIXES:  # the user's keys (a dataset prepared from tables)
+        return {"pairs": keyed.read_key_pairs(Path(pairs), config, data.target_edge)}
     return {"pairs": read_pairs(Path(pairs), data)}
+
+
+def _keyed_pairs(config: ExperimentConfig, state: dict, pairs) -> tuple | None:
+    """A link task's pairs table (.csv, .parquet) read by the user's keys from the key maps of the
+    edge type the checkpoint scored, before the graph is loaded; None otherwise."""
+    target = state.get("data", {}).get("target_edge")
+    if config.kind is not Task.LINK or pairs is None or Path(pairs).suffix not in TABLE_SUFFIXES or not target:
+        return None
+    return keyed.read_key_pairs(Path(pairs), config, target)
 
 
 INDEXES = ("exact", "hnsw")
@@ -566,52 +589,6 @@ def write_npz_stream(f, arrays: dict) -> None:
                     np.lib.format.write_array_header_2_0(member, header)
                 for part in parts:
                     member.write(np.ascontiguousarray(part.numpy()).tobytes())
-
-
-TABLE_SUFFIXES = (".csv", ".parquet")
-
-
-def by_keys(config: ExperimentConfig, data, out: Path):
-    """The key map (the user's key columns and ``id``) of the node type a table of predictions
-    has a row for; refused before any work where the dataset keeps none or the task is not a
-    node task of a typed graph."""
-    node_type = getattr(data, "target_node", None) if config.kind is Task.NODE else None
-    keys = key_map(config.dataset.path, node_type) if node_type and config.dataset.path else None
-    if keys is None:
-        raise ConfigError(
-            f"--out {out} writes a table by the user's keys, for a node task on a dataset prepared from tables "
-            f"(its keys/TYPE.parquet); this run's task is {config.task} on "
-            f"{config.dataset.path or config.dataset.name}: use --out FILE.npz."
-        )
-    return keys.sort_by("id")
-
-
-def keyed_table(keys, arrays: dict):
-    """One row per node: the key columns, then each per-node output (a column per class of a 2-D one)."""
-    import pyarrow as pa
-
-    n = keys.num_rows
-    table = keys.drop_columns(["id"])
-    for name, value in arrays.items():
-        if name == "y" or name.endswith("_idx") or name.startswith("embedding__") or len(value) != n:
-            continue
-        columns = [value] if value.ndim == 1 else [value[:, j] for j in range(value.shape[1])]
-        names = [name] if value.ndim == 1 else [f"{name}_{j}" for j in range(value.shape[1])]
-        for c, v in zip(names, columns):
-            table = table.append_column(c, pa.array(np.ascontiguousarray(v)))
-    return table
-
-
-def _write_table(table, f, suffix: str) -> None:
-    """``table`` as CSV or Parquet into the open binary file ``f``."""
-    if suffix == ".csv":
-        import pyarrow.csv as pcsv
-
-        pcsv.write_csv(table, f)
-    else:
-        import pyarrow.parquet as pq
-
-        pq.write_table(table, f)
 
 
 def _describe(path: Path, state: dict, config: ExperimentConfig) -> dict:
