@@ -780,25 +780,17 @@ def prepare(source, out, dtype, quiet, label, schema_file, target, on_dangling, 
     features), recorded in OUT/prepared/manifest.json, so that a run maps its files and starts in
     seconds. A folder changed afterwards is refused until it is prepared again. From tables, the
     folder dataset is written first (OUT is then required)."""
+    from gnnbridge.core.app.prepare import prepare as prepare_source
     from gnnbridge.core.storage.prepare import describe
-    from gnnbridge.tables.sources import is_table_source
 
-    if is_table_source(source) or label or schema_file or like:
-        from gnnbridge.tables.build import Settings, prepare_tables
-
-        if out is None:
-            raise click.UsageError("From tables, give the folder to write: --out DIR.")
-        settings = Settings(source, out, label, schema_file, target, on_dangling, dtype, not quiet, like)
-        result = prepare_tables(settings)
-        click.echo(describe(result))
-        for note in result["notes"]:
-            click.echo(f"note: {note}")
-        if not like:
-            click.echo(f"train: {result['train']}")
-        return
-    from gnnbridge.plugins.folder_datasets import prepare as prepare_dataset
-
-    click.echo(describe(prepare_dataset(source, out=out, dtype=dtype, progress=not quiet)))
+    given = click.get_current_context().get_parameter_source("on_dangling") is not click.core.ParameterSource.DEFAULT
+    tables = {"label": label, "schema": schema_file, "target": target, "on_dangling": on_dangling if given else None}
+    result = prepare_source(source, out, dtype, not quiet, **tables, like=like)
+    click.echo(describe(result))
+    for note in result.get("notes", ()):
+        click.echo(f"note: {note}")
+    if result.get("train"):
+        click.echo(f"train: {result['train']}")
 
 
 SCHEMA_EXAMPLES = """
@@ -888,9 +880,9 @@ def partition(folder, parts, method, seed, task, experiment, overrides, quiet) -
     range of ids (of every node type, for a heterogeneous graph), each part holding its nodes'
     rows, labels, splits and in-edges. Reports the balance of the parts and the share of edges
     that cross them. With --task link, also the link task a run of the given settings trains."""
+    from gnnbridge.core.app.prepare import partition as partition_folder
     from gnnbridge.core.storage.linkparts import describe_cut
     from gnnbridge.core.storage.partition import describe
-    from gnnbridge.plugins.folder_datasets import partition_command
 
     if task == "node" and (experiment or overrides):
         raise click.UsageError("--experiment and --set choose a link task's settings: give them with --task link.")
@@ -901,7 +893,7 @@ def partition(folder, parts, method, seed, task, experiment, overrides, quiet) -
         link = link_config(folder, experiment, overrides)
     # --task link on a folder partitioned already: that partitioning, however it was made
     reuse = link is not None and method is None
-    click.echo(describe(partition_command(folder, parts, method or "auto", seed, progress=not quiet, reuse=reuse)))
+    click.echo(describe(partition_folder(folder, parts, method or "auto", seed, progress=not quiet, reuse=reuse)))
     if link is not None:
         click.echo(describe_cut(cut_link(folder, parts, link)))
 

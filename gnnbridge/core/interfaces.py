@@ -15,6 +15,7 @@ from gnnbridge.core.contracts.interfaces import (
     GraphStore,
     Sampler,
 )
+from gnnbridge.core.contracts.sources import DatasetSource
 from gnnbridge.core.contracts.targets import Scores, Target
 from gnnbridge.core.host import available_memory, format_bytes
 from gnnbridge.core.inference.families import EdgeFamily, GraphFamily, LinkFamily, NodeFamily
@@ -34,6 +35,7 @@ __all__ = [
     "CorePacker",
     "CoreSampler",
     "DatasetConfig",
+    "DatasetSource",
     "GNNModel",
     "GraphClassifier",
     "GraphCollection",

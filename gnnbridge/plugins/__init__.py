@@ -1,5 +1,5 @@
 """Built-in plugins: the backends (with their models), the core sampler, and the datasets and
-experiments that ship with gnnbridge.
+experiments that ship with gnnbridge, and the table sources (``gnnbridge.tables``).
 
 They are installed as entry points like any third-party plugin's, and this list is the one place
 they are named: ``setup.py`` writes the entry points from it, and it also loads them from a
@@ -19,6 +19,7 @@ BUILTIN_PLUGINS = {
     "experiments": "gnnbridge.plugins.experiments",
     "loggers": "gnnbridge.plugins.loggers",
     "tasks": "gnnbridge.plugins.tasks",
+    "tables": "gnnbridge.tables.plugin",
 }
 
 # The backend a config without ``backend`` (and a command without --backend) runs on.

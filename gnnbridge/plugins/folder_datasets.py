@@ -5,7 +5,8 @@ is a dataset once ``gnnbridge prepare DIR`` has checked it and derived what trai
 (:mod:`gnnbridge.core.storage.prepare`); a run then maps its files instead of reading them
 (:func:`gnnbridge.core.storage.folder.open_prepared`). ``prepare`` also takes an ``.npz`` file
 (streamed member by member into a folder, each header checked before its data is read) or a
-dataset name (loaded, then written as a folder).
+dataset name (loaded, then written as a folder). The three are registered as dataset sources
+(:mod:`gnnbridge.core.plugins.sources`), the catch-alls every other source is asked before.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import numpy as np
 
 from gnnbridge.core import files
 from gnnbridge.core.contracts.hookspecs import hookimpl
+from gnnbridge.core.contracts.sources import DatasetSource
 from gnnbridge.core.errors import (
     ConfigError,
     DataError,
@@ -56,30 +58,72 @@ def load_folder(config: DatasetConfig, seed: int):
     return open_prepared(config.path, seed)
 
 
+@hookimpl
+def register_dataset_sources(register):
+    """A folder of ``.npy`` arrays, an ``.npz`` file and a registered dataset name: catch-alls
+    (any folder, any path, any name), tried after every other source."""
+    register(
+        DatasetSource(
+            "folder", _is_folder, "a folder of .npy files", _section("folder"), _prepare_folder, fallback=True
+        )
+    )
+    register(DatasetSource("npz", _is_npz, "an .npz file", _section("npz"), _prepare_npz, fallback=True))
+    register(
+        DatasetSource(
+            "name", lambda text: True, "a dataset name", lambda text: {"name": text}, _prepare_named, fallback=True
+        )
+    )
+
+
+def _is_folder(text: str) -> bool:
+    """A folder, but ``./NAME`` given as ``NAME`` when NAME is a registered dataset (the name wins:
+    ``gnnbridge prepare NAME`` writes that folder; ``./NAME`` is the folder)."""
+    from gnnbridge.core.plugins import datasets
+
+    return Path(text).is_dir() and not text.endswith(".npz") and (os.sep in text or text not in datasets.names())
+
+
+def _is_npz(text: str) -> bool:
+    return text.endswith(".npz") or os.sep in text or Path(text).is_file()
+
+
+def _section(name: str):
+    return lambda text: {"name": name, "path": text}
+
+
 def prepare(source: str, out: str | os.PathLike | None = None, dtype: str = "float32", progress: bool = True) -> dict:
-    """Prepare a folder, an ``.npz`` file (into the folder beside it, its name without ``.npz``)
-    or a named dataset (into ``./NAME``); see :func:`~gnnbridge.core.storage.prepare.prepare_folder`.
-    A stop signal (Ctrl-C, SIGTERM, SIGHUP) undoes what this prepare wrote, and says so."""
-    with undone_on_stop("the derived files of this prepare were removed", f"gnnbridge prepare {source}"):
-        return _prepare(source, out, dtype, progress)
+    """Kept for callers of this module: :func:`gnnbridge.core.app.prepare.prepare`, which picks
+    the source through the registry of dataset sources."""
+    from gnnbridge.core.app.prepare import prepare as core_prepare
+
+    return core_prepare(source, out, dtype, progress)
 
 
 def partition_command(
     path: str, parts: int, method: str = "auto", seed: int = 0, progress: bool = True, reuse: bool = False
 ) -> dict:
-    """:func:`~gnnbridge.core.storage.partition.partition` as the command runs it: a stop signal
-    (Ctrl-C, SIGTERM, SIGHUP) undoes what it wrote, and says so."""
-    from gnnbridge.core.storage.partition import partition
+    """Kept for callers of this module: :func:`gnnbridge.core.app.prepare.partition`."""
+    from gnnbridge.core.app.prepare import partition
 
-    with undone_on_stop("the parts this partition wrote were removed", f"gnnbridge partition {path} --parts {parts}"):
-        return partition(path, parts, method, seed, progress, reuse=reuse)
+    return partition(path, parts, method, seed, progress, reuse=reuse)
 
 
-def _prepare(source: str, out, dtype: str, progress: bool) -> dict:
+def _undone(source: str):
+    """A stop signal (Ctrl-C, SIGTERM, SIGHUP) undoes what this prepare wrote, and says so."""
+    return undone_on_stop("the derived files of this prepare were removed", f"gnnbridge prepare {source}")
+
+
+def _prepare_folder(source: str, out, dtype: str, progress: bool) -> dict:
+    with _undone(source):
+        return prepare_folder(Path(source), out, dtype, progress)
+
+
+def _prepare_npz(source: str, out, dtype: str, progress: bool) -> dict:
+    """Into the folder beside it, its name without ``.npz`` (or ``out``), member by member."""
     path = Path(source)
-    if path.is_dir():
-        return prepare_folder(path, out, dtype, progress)
-    if source.endswith(".npz") or path.is_file() or os.sep in source:
+    with _undone(source):
+        if path.is_dir():  # a folder named *.npz is a folder
+            return prepare_folder(path, out, dtype, progress)
         if not path.exists():
             raise DataFileNotFoundError(
                 f"'{source}' does not exist; give a folder of .npy files, an .npz file or a "
@@ -88,19 +132,27 @@ def _prepare(source: str, out, dtype: str, progress: bool) -> dict:
         check_file(path)
         target = Path(out) if out is not None else path.with_suffix("")
         return _into_new(target, dtype, progress, lambda folder: _stream_npz(path, folder), path)
+
+
+def _prepare_named(source: str, out, dtype: str, progress: bool) -> dict:
+    """Loaded, then written into ``./NAME`` (or ``out``); a folder ``./NAME`` (an earlier
+    prepare's) is prepared where it is."""
     from gnnbridge.core.errors import unknown_name
     from gnnbridge.core.plugins import datasets
 
-    if source not in datasets.names():  # one line listing the known names, with prepare's own fix
-        raise unknown_name(
-            "dataset",
-            source,
-            datasets.names(),
-            "Or give a folder of .npy files or an .npz file (gnnbridge prepare --help).",
-        )
-    loader = datasets.get(source)
-    target = Path(out) if out is not None else Path(source)
-    return _into_new(target, dtype, progress, lambda folder: _write_named(source, loader, folder), source)
+    with _undone(source):
+        if Path(source).is_dir():
+            return prepare_folder(Path(source), out, dtype, progress)
+        if source not in datasets.names():  # one line listing the known names, with prepare's own fix
+            raise unknown_name(
+                "dataset",
+                source,
+                datasets.names(),
+                "Or give a folder of .npy files or an .npz file (gnnbridge prepare --help).",
+            )
+        loader = datasets.get(source)
+        target = Path(out) if out is not None else Path(source)
+        return _into_new(target, dtype, progress, lambda folder: _write_named(source, loader, folder), source)
 
 
 def _into_new(target: Path, dtype: str, progress: bool, fill, source) -> dict:

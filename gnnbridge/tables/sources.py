@@ -96,6 +96,12 @@ def open_source(text: str) -> Source:
     raise ConfigError(f"'{text}' is not a table source; {_choices()}.")
 
 
+def kinds() -> list[SourceKind]:
+    """Every kind of table source, in the order they are asked (the dataset sources' plugin,
+    :mod:`gnnbridge.tables.plugin`, registers one dataset source per kind)."""
+    return _kinds()
+
+
 def is_table_source(text: str) -> bool:
     """Whether a registered table source would open ``text`` (``gnnbridge prepare`` asks first)."""
     return any(kind.matches(text) for kind in _kinds())

@@ -237,8 +237,8 @@ def test_a_plugin_that_fails_to_import_or_misnames_a_hook_is_left_out_with_a_war
             "'ghost_plugin_pkg'; it is left out (uninstall it, or exclude it with GNNBRIDGE_LOAD_PLUGINS).",
             "Warning: plugin 'typo' (typo:Typo) implements 'register_modles', which is not a gnnbridge hook (did you "
             "mean 'register_models'?); hooks: register_backends, register_commands, register_dataset_libraries, "
-            "register_datasets, register_experiments, register_graph_readers, register_loggers, register_models, "
-            "register_samplers, register_tasks; it is left out "
+            "register_dataset_sources, register_datasets, register_experiments, register_graph_readers, "
+            "register_loggers, register_models, register_samplers, register_tasks; it is left out "
             "(uninstall it, or exclude it with GNNBRIDGE_LOAD_PLUGINS).",
         ]
         errors = {p["name"]: p["error"] for p in plugins.plugin_info() if "error" in p}

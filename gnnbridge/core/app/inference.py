@@ -42,7 +42,7 @@ from gnnbridge.core.inference import checkpoint
 from gnnbridge.core.inference.assembly import HOMOGENEOUS_EMBEDDINGS
 from gnnbridge.core.inference.scorer import Scorer
 from gnnbridge.core.models.build import build_model, model_dims
-from gnnbridge.core.plugins import get_target, no_code, no_downloads
+from gnnbridge.core.plugins import dataset_sources, get_target, no_code, no_downloads
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData, check_ids
 from gnnbridge.core.records.hetero import HOMOGENEOUS_EDGE, HeteroGraphData
@@ -259,14 +259,19 @@ def _dataset_overrides(dataset: Any, trained: dict) -> list[str]:
         return []
     path = as_dataset(dataset, trained)
     path = os.fspath(path) if isinstance(path, os.PathLike) else path  # a pathlib.Path as its text
-    if isinstance(path, str) and Path(path).is_dir():  # a prepared folder (such as prepare NEW --like DIR)
-        return ["dataset.name=folder", f"dataset.path={os.path.abspath(path)}", "dataset.options={}", "dataset.digest="]
-    if not isinstance(path, str) or not path.endswith(".npz"):
+    # a prepared folder (such as prepare NEW --like DIR) or an .npz, as the dataset sources tell them
+    section = dataset_sources.section(path) if isinstance(path, str) else {}
+    if section.get("name") not in PREDICTED_SOURCES or "path" not in section:
         raise ConfigError(
             f"dataset={path!r}: predict on another graph takes a .npz path, a prepared folder or a graph held "
             "in memory (a PyG Data, a DGLGraph, ...)."
         )
-    return ["dataset.name=npz", f"dataset.path={os.path.abspath(path)}", "dataset.options={}", "dataset.digest="]
+    path = os.path.abspath(section["path"])
+    return [f"dataset.name={section['name']}", f"dataset.path={path}", "dataset.options={}", "dataset.digest="]
+
+
+# The datasets predict reads another graph from: files, whose path the run's config then names.
+PREDICTED_SOURCES = ("folder", "npz")
 
 
 def _numpy(value) -> np.ndarray:

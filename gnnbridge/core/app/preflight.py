@@ -184,7 +184,7 @@ def load_dataset(config: ExperimentConfig, ranks_here: int | None = None) -> Gra
         refuse_unknown_labels(config.dataset.path, "train")
     data = _load_for_task(config)
     # a machine's part holds a share of each split, whose labels say nothing of the whole split's
-    if config.kind is not Task.LINK and getattr(data, "partition", None) is None:
+    if config.kind is not Task.LINK and data.partition is None:
         _check_labelled(config, data)
         target_of(config).check(data, config.train.monitor)
     _check_splits(config, data)
@@ -195,7 +195,7 @@ def load_dataset(config: ExperimentConfig, ranks_here: int | None = None) -> Gra
             "node task; a heterogeneous graph's part, or a link task's, fetches every remote row from its owner (leave "
             "placement.remote_cache unset)."
         )
-    if parse_size(config.placement.remote_cache) and getattr(data, "partition", None) is None:
+    if parse_size(config.placement.remote_cache) and data.partition is None:
         raise ConfigError(
             f"placement.remote_cache={config.placement.remote_cache} caches other machines' rows of a partitioned "
             "graph (dataset.partitions); this one is whole on each machine: use placement.feature_cache."
@@ -270,7 +270,7 @@ def _load_for_task(config: ExperimentConfig) -> GraphData | GraphCollection:
 
 
 def _check_splits(config: ExperimentConfig, data: GraphData | GraphCollection) -> None:
-    part = getattr(data, "partition", None)
+    part = data.partition
     # a partitioned graph's ranks run as many batches, some empty: a split needs one item somewhere
     need = 1 if part is not None else config.nproc
     for split in ("train", "val", "test"):
@@ -607,7 +607,7 @@ def _link_record(config: ExperimentConfig, data) -> HeteroGraphData:
     """A link task's record: a machine's share of the task cut into a partitioned folder, or the
     one builder's (:func:`~gnnbridge.core.storage.linkcache.link_record`: through the disk for a
     prepared folder, in memory otherwise)."""
-    if getattr(data, "partition", None) is not None:  # cut by gnnbridge partition --task link
+    if data.partition is not None:  # cut by gnnbridge partition --task link
         return _check_negatives(config, open_link_part(data, link_settings(config)))
     if _has_edge_features(data):  # (link prediction rebuilds its edges from pairs)
         label = made_from(config.dataset.path) or f"Dataset '{data.name}'"

@@ -16,7 +16,7 @@ from pathlib import Path
 from gnnbridge.core import config as cfgmod
 from gnnbridge.core.config import ExperimentConfig
 from gnnbridge.core.errors import ConfigError
-from gnnbridge.core.plugins import default_backend, experiments
+from gnnbridge.core.plugins import dataset_sources, default_backend, experiments
 from gnnbridge.core.storage.intent import read_train_defaults, with_defaults
 
 DEFAULT_EXPERIMENT = "sage-synthetic"
@@ -111,19 +111,9 @@ def _experiment_dict(experiment: str | os.PathLike | None) -> dict:
 
 
 def _dataset_section(dataset: str) -> dict:
-    if Path(dataset).is_dir() and not dataset.endswith(".npz") and (os.sep in dataset or not _is_named(dataset)):
-        return {"name": "folder", "path": dataset}  # a folder of .npy files, prepared (./NAME for a folder NAME)
-    if dataset.endswith(".npz") or os.sep in dataset or Path(dataset).is_file():
-        return {"name": "npz", "path": dataset}
-    return {"name": dataset}
-
-
-def _is_named(dataset: str) -> bool:
-    """Whether ``dataset`` is a registered dataset's name (which wins over a folder of that name
-    here, such as the one ``gnnbridge prepare NAME`` writes: that folder is ``./NAME``)."""
-    from gnnbridge.core.plugins import datasets
-
-    return dataset in datasets.names()
+    """The config section of ``--dataset``: the first readable dataset source that takes it
+    (:mod:`gnnbridge.core.plugins.sources`: a folder, an ``.npz``, a name, or a plugin's kind)."""
+    return dataset_sources.section(dataset)
 
 
 def check_frozen(saved: dict, new: dict, frozen: tuple[str, ...], action: str, movable: tuple[str, ...] = ()) -> None:

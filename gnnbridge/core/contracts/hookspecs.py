@@ -36,6 +36,16 @@ def register_datasets(register):
 
 
 @hookspec
+def register_dataset_sources(register):
+    """Called once when plugins load. Call ``register(source)`` with a
+    :class:`~gnnbridge.core.contracts.sources.DatasetSource`: a kind of text a user gives for a
+    dataset (``--dataset``, ``gnnbridge prepare SOURCE``), the config section a run reads it
+    through, and how ``prepare`` writes it as a folder. Sources are asked in registration order,
+    catch-alls (``fallback=True``) last; the first whose ``matches(text)`` is true takes it.
+    """
+
+
+@hookspec
 def register_graph_readers(register):
     """Called once when plugins load. Call ``register(name, read, description)``.
 

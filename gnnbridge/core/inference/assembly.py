@@ -126,7 +126,7 @@ class RunParts:
             )
         cfg = self.config.eval
         with evaluation_mode(self.ctx, self.model, self.call, "its embeddings pass"):
-            if getattr(self.data, "partition", None) is not None:
+            if self.data.partition is not None:
                 machine = PartitionedTypedPass(self.backend, self.data, self.ctx, cfg.batch_size, self.call)
                 return machine.states(self.model)
             typed = TypedLayerwise(self.backend, self.data, self.ctx, cfg.batch_size, cfg.layer_store, self.call)

@@ -102,7 +102,7 @@ class Evaluator(ABC):
         """This rank's disjoint, unpadded share of a split, in batches (empty ones dropped, but on a
         partitioned graph, where every rank must join every batch's exchanges)."""
         batches = split_batches(self.data, split, self.batch_size, 0, 0, self.ctx, shuffle=False)
-        if getattr(self.data, "partition", None) is not None:
+        if self.data.partition is not None:
             return batches
         return [b for b in batches if b.numel()]
 
@@ -203,7 +203,7 @@ class BatchedEvaluator(Evaluator, ABC):
         table (the store's mapped file when ``[items, classes]`` would not fit in memory, so
         ``predict`` streams it from disk; else a buffer the ranks all-gather)."""
         items = self.data.y.shape[0]
-        if getattr(self.data, "partition", None) is not None:
+        if self.data.partition is not None:
             return self._predict_part(model, items)
         shards = self.ctx.row_shards(items)
         shard, sizes = shards[self.ctx.rank], [s.numel() for s in shards]
@@ -454,7 +454,7 @@ class LinkEvaluator(Evaluator):
         """This rank's batches of the split's ``count`` shared negative pairs: a contiguous share;
         on a machine's part of a partitioned graph, a share of the pairs it holds (those whose
         destination it owns), as many batches on every rank of the job (each is a collective)."""
-        part = getattr(self.data, "partition", None)
+        part = self.data.partition
         if part is None:
             return list(self.ctx.row_shards(count)[self.ctx.rank].split(self.batch_size))
         counts = self.data.negative_pairs_per_machine[split]
@@ -514,7 +514,7 @@ class LinkEvaluator(Evaluator):
 def _whole_graph_only(data) -> None:
     """Given pairs and top-k lists in one process need the graph whole: a machine's part scores
     them as a job of the machines, from layer-wise states (``PartitionedTypedLinks``)."""
-    if getattr(data, "partition", None) is not None:
+    if data.partition is not None:
         raise ConfigError(
             "a partitioned graph's pairs and top-k lists are scored by a job of its machines from layer-wise "
             "states (eval.mode=layerwise), or with the folder whole (--set dataset.partitions=0)."

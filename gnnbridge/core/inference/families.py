@@ -79,7 +79,7 @@ class NodeFamily(TaskFamily):
         """The training sampler, or (``every_neighbour``) one taking all neighbours at every hop."""
         cfg = parts.config.sampler
         fanouts = [ALL_NEIGHBORS] * len(cfg.fanouts) if every_neighbour else cfg.fanouts
-        if getattr(parts.data, "partition", None) is not None:
+        if parts.data.partition is not None:
             sampler = partitioned_sampler(
                 parts, fanouts, {} if every_neighbour else cfg.edge_fanouts, self.negatives(parts)
             )
@@ -110,7 +110,7 @@ class NodeFamily(TaskFamily):
         """The exact layer-wise evaluator (typed on a heterogeneous graph)."""
         cfg = parts.config.eval
         kind = self.typed if isinstance(parts.data, HeteroGraphData) else LayerwiseEvaluator
-        if getattr(parts.data, "partition", None) is not None:
+        if parts.data.partition is not None:
             kind = PartitionedTypedLayerwise if isinstance(parts.data, HeteroGraphData) else PartitionedLayerwise
         return kind(parts.backend, parts.data, parts.ctx, cfg.batch_size, parts.call, cfg.layer_store, parts.target)
 
@@ -173,7 +173,7 @@ class LinkFamily(NodeFamily):
     def layerwise(self, parts: RunParts) -> Evaluator:
         full = self.sampler(parts, every_neighbour=True)  # only reseeded: every pair is scored from states
         cfg = parts.config
-        kind = PartitionedTypedLinks if getattr(parts.data, "partition", None) is not None else TypedLayerwiseLinks
+        kind = PartitionedTypedLinks if parts.data.partition is not None else TypedLayerwiseLinks
         return kind(
             parts.backend, parts.data, parts.ctx, cfg.eval.batch_size, full, cfg.train.seed, parts.call, cfg.link.ks,
             layer_store=cfg.eval.layer_store,

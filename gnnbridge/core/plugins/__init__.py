@@ -8,6 +8,7 @@
     faults.py      a plugin's failure told from everything else, and said in one line
     switches.py    no downloads, no imported code: what evaluate / predict turn off
     commands.py    plugins adding commands to the command line
+    sources.py     dataset sources in the order they are asked: which kind a text names
     info.py        what is installed (``gnnbridge plugins``) and the versions every result records
 
 The names callers need are re-exported here; a test reaching into the manager's state imports
@@ -54,6 +55,7 @@ from gnnbridge.core.plugins.registries import (
     samplers,
     targets,
 )
+from gnnbridge.core.plugins.sources import SourceRegistry, dataset_sources, source_for
 from gnnbridge.core.plugins.switches import code_allowed, code_switch, downloads_allowed, no_code, no_downloads
 
 __all__ = [
@@ -67,11 +69,13 @@ __all__ = [
     "PluginError",
     "Registry",
     "ScopedRegistry",
+    "SourceRegistry",
     "backends",
     "blame",
     "code_allowed",
     "code_switch",
     "dataset_libraries",
+    "dataset_sources",
     "datasets",
     "default_backend",
     "describe",
@@ -96,6 +100,7 @@ __all__ = [
     "plugin_info",
     "reset_registries",
     "samplers",
+    "source_for",
     "targets",
     "set_defaults",
     "stdout_to_stderr",

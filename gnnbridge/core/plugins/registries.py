@@ -378,7 +378,7 @@ families = Registry(
     "gnnbridge.core.interfaces.NodeFamily, GraphFamily, LinkFamily or EdgeFamily), or of a Target subclass",
     other=Target,
 )
-REGISTRIES = (
+REGISTRIES = [  # core.plugins.sources appends the dataset sources' registry
     backends,
     datasets,
     experiments,
@@ -389,7 +389,7 @@ REGISTRIES = (
     dataset_libraries,
     targets,
     families,
-)
+]
 
 
 def reset_registries() -> None:

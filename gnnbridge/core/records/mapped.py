@@ -38,6 +38,10 @@ class Mapped:
     record it returns) decides whether the record travels as its tensors or as its opener."""
 
     mapped_from: tuple[Callable[..., Any], tuple] | None = None
+    # Declared, not probed: a machine's part of a partitioned folder (the opener of
+    # :mod:`gnnbridge.core.storage.parts` sets its ``Partition`` / ``TypedPartition``); every
+    # other record is whole, ``None``. Callers read ``data.partition``.
+    partition: Any = None
 
     @property
     def is_mapped(self) -> bool:

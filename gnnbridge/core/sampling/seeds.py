@@ -99,7 +99,7 @@ def split_batches(
     """This rank's batches of ``data``'s ``split`` for ``epoch``, the same count on every rank:
     a share of the whole split, or, on a machine's part of a partitioned graph, a share of the
     machine's own members (:func:`machine_batches`)."""
-    part = getattr(data, "partition", None)
+    part = data.partition
     if part is None:
         return epoch_batches(data.split(split), batch_size, seed, epoch, ctx.rank, ctx.world_size, shuffle)
     return machine_batches(

@@ -663,7 +663,7 @@ def _rising(ids: torch.Tensor, low: int, high: int, what: str) -> None:
 def identity(record) -> Cut | None:
     """What every machine of a job must share of its record: for a machine's part, the cut it
     belongs to (:class:`Cut`); None for a record that is not a part."""
-    part = getattr(record, "partition", None)
+    part = record.partition
     return None if part is None else part.cut
 
 

@@ -52,7 +52,7 @@ def dry_step(parts) -> None:
 def _check(parts) -> None:
     model, ctx = parts.model, parts.ctx
     seeds = parts.data.split("train")[:SEEDS]
-    part = getattr(parts.data, "partition", None)
+    part = parts.data.partition
     if part is not None and not seeds.numel() and not getattr(parts.data, "scores_pairs", False):
         # every rank of a partitioned graph joins the batch's exchanges, one without training
         # seeds too: it tries its machine's first nodes (of a heterogeneous graph's labelled
@@ -86,7 +86,7 @@ def check_layers(call, backend, model, data, seeds: torch.Tensor, device: torch.
     the right width, dtype and device, without an L-hop neighbourhood. On a machine's part of a
     partitioned graph (every rank of the job at once: ``ctx``'s), across machines."""
     generator = torch.Generator().manual_seed(0)
-    if getattr(data, "partition", None) is not None:
+    if data.partition is not None:
         one_hop = PartitionSampler.of(data, [FANOUT], exchange_for(ctx))
         sub = one_hop.sample(seeds + one_hop.start, generator)
         graph, rows = layer_batch_of(backend, sub, one_hop.fetch(sub.node), device)

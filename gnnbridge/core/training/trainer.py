@@ -244,7 +244,7 @@ class Trainer:
         if self.ctx.attempt or self.state.next_epoch >= train.epochs:
             return
         seeds, ranks = self.parts.data.split("train").numel(), self.ctx.world_size
-        part = getattr(self.parts.data, "partition", None)
+        part = self.parts.data.partition
         if part is not None:  # each machine's ranks share its seeds; the fullest machine sets the steps
             seeds, ranks = max(part.split_counts["train"]), self.ctx.local_world_size
         norms = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in self.parts.model.modules())
