@@ -95,6 +95,7 @@ def test_keys_and_transforms_are_kept(shop):
     assert "password" not in json.dumps(info["source"])
 
 
+@pytest.mark.slow
 def test_time_split_and_edge_regression(shop, tmp_path):
     source = shop["sources"]["parquet"]
     ok(gnnbridge("schema", source, "--label", "customers.churned", "--out", "s.yaml", cwd=tmp_path))
@@ -221,6 +222,7 @@ def own_columns_auc(folder: Path, run: Path) -> float:
     return roc_auc_score(y[test], LogisticRegression().fit(x[train], y[train]).predict_proba(x[test])[:, 1])
 
 
+@pytest.mark.slow
 def test_pyg_train_uses_the_graph(shop, tmp_path):
     """The model beats a logistic regression on the customers' own columns, on the same split."""
     folder = shop["prepared"]["parquet"]

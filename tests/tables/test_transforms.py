@@ -69,6 +69,7 @@ print(json.dumps(e.encode(a).tolist()))
 """
 
 
+@pytest.mark.slow
 def test_hashed_tokens_are_deterministic_across_processes():
     runs = []
     for seed in ("1", "2"):
