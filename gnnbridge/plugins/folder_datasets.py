@@ -27,7 +27,7 @@ from gnnbridge.core.errors import (
     DataFileNotFoundError,
     ResourceError,
 )
-from gnnbridge.core.interfaces import DatasetConfig, GraphCollection, GraphData, HeteroSource
+from gnnbridge.core.interfaces import DatasetConfig, GraphCollection, GraphData, HeteroSource, LoaderConfig
 from gnnbridge.core.records.labels import label_form
 from gnnbridge.core.runtime.launcher import undone_on_stop
 from gnnbridge.core.storage.folder import PREPARED, open_prepared, stat_input
@@ -268,7 +268,7 @@ def _write_named(name: str, loader, folder: Path) -> dict:
     """The dataset's arrays as files; for the manifest, its default link target (which no array
     names)."""
     _claim(folder, f"dataset:{name}")
-    data = loader(DatasetConfig(name=name), 0)
+    data = loader(LoaderConfig(name=name), 0)  # read as classes, the form a prepared folder holds
     arrays = _arrays(name, data)
     for key, value in arrays.items():
         array = np.ascontiguousarray(value.numpy() if hasattr(value, "numpy") else value)

@@ -23,9 +23,10 @@ import os
 
 import torch
 
-from gnnbridge.core.app.objects import made_from, reading_as
+from gnnbridge.core.app.objects import form_of, made_from, reading_as
 from gnnbridge.core.config import DeviceChoice, EvalMode, ExperimentConfig, SamplerKind, Task
 from gnnbridge.core.config.values import parse_size
+from gnnbridge.core.contracts.loading import LoaderConfig
 from gnnbridge.core.contracts.targets import Target
 from gnnbridge.core.errors import BackendUnavailableError, ConfigError, DataError, ResourceError
 from gnnbridge.core.host import available_memory, format_bytes, free_disk
@@ -529,11 +530,14 @@ def check_disk(config: ExperimentConfig, data: GraphData | GraphCollection, fold
 
 
 def _call_loader(config: ExperimentConfig):
-    """The dataset plugin's loader, called: what it raises or returns wrongly names it."""
+    """The dataset plugin's loader, called with the run's dataset section told the labels' form
+    (a :class:`LoaderConfig`): what it raises or returns wrongly names it."""
     name = config.dataset.name
     origin = datasets.origin(name)
+    told = LoaderConfig.of(config.dataset, form_of(config))
     with blame(origin, "loader(config.dataset, seed)"):
-        data = datasets.get(name)(config.dataset, config.train.seed)
+        data = datasets.get(name)(told, config.train.seed)
+    told.settle(config.dataset)
     if not isinstance(data, (GraphData, GraphCollection, HeteroSource, HeteroGraphData)):
         raise PluginError(
             f"{origin} returned a {type(data).__name__} from its loader; expected a GraphData, "
