@@ -19,6 +19,7 @@ from gnnbridge.core.records.labels import (
     check_form,
     current_form,
     edge_labels_wanted,
+    label_form,
     labels_are_optional,
     node_labels_needed,
     placeholder,
@@ -99,11 +100,10 @@ def check_header(path, key: str, found: np.dtype, shape: tuple, dtype, ndim: int
         raise DataError(f"{path}: {key} has shape {list(shape)}; expected {ndim} dimension(s).")
 
 
-def check_member_header(path, key: str, found: np.dtype, shape: tuple, dtype, ndim: int) -> None:
+def check_member_header(path, key: str, found: np.dtype, shape: tuple, dtype, ndim: int, form: str) -> None:
     """:func:`check_header`, except for a homogeneous graph's ``y`` in a form it does not take
     (float values or a row of labels where classes are read, or any ``y`` outside target=class),
-    which is checked as the label form says (:mod:`.labels`), naming the target that reads it."""
-    form = current_form()
+    which is checked as the label form ``form`` says (:mod:`.labels`), naming the target that reads it."""
     other_form = found.kind in "fb" or len(shape) != 1
     as_torch = _torch_dtype(found)
     if not is_label_key(key) or (form == "class" and not other_form) or as_torch is None:
@@ -194,22 +194,33 @@ def unlabelled_edges(source: HeteroSource) -> HeteroSource:
     return source
 
 
-def graph_from_arrays(where, arrays: dict, seed: int, name: str) -> GraphData | GraphCollection | HeteroSource:
+def graph_from_arrays(
+    where, arrays: dict, seed: int, name: str, form: str | None = None
+) -> GraphData | GraphCollection | HeteroSource:
     """The record a dataset's arrays (``{member: numpy array}``, the format's names) make: a graph,
     a collection of graphs (``node_ptr``), or a heterogeneous graph (typed keys); every array is
     checked against the tables above. ``where`` starts each error line (a file, or what the
     arrays came from). The ``.npz`` reader and graphs handed over in memory both end here, so the
     same arrays make the same record whichever way they came. Read with ``dataset.splits: drawn``
-    (:func:`~gnnbridge.core.records.labels.reading_splits`), the arrays' own splits are left out."""
+    (:func:`~gnnbridge.core.records.labels.reading_splits`), the arrays' own splits are left out.
+    Labels are read in ``form`` (None: the context's, :func:`~gnnbridge.core.records.labels.label_form`)."""
+    form = form or current_form()
+    with label_form(form):  # (the records built here still read the form from the context)
+        return _graph_from_arrays(where, arrays, seed, name, form)
+
+
+def _graph_from_arrays(where, arrays: dict, seed: int, name: str, form: str):
     if not splits_wanted():
         arrays = {key: value for key, value in arrays.items() if not is_split_key(key)}
     if is_hetero(arrays):
-        tensors = {key: _checked(where, key, arrays[key], *spec) for key, spec in typed_keys(where, arrays).items()}
+        tensors = {
+            key: _checked(where, key, arrays[key], *spec, form) for key, spec in typed_keys(where, arrays).items()
+        }
         return hetero_source(where, tensors, name)
     missing = missing_members(arrays)
     if missing:
         raise missing_arrays(where, missing)
-    tensors = {key: _checked(where, key, arrays[key], *spec) for key, spec in NPZ_ARRAYS.items() if key in arrays}
+    tensors = {key: _checked(where, key, arrays[key], *spec, form) for key, spec in NPZ_ARRAYS.items() if key in arrays}
     if tensors["edge_index"].shape[0] != 2:
         raise DataError(f"{where}: edge_index has shape {list(tensors['edge_index'].shape)}; expected [2, E].")
     if as_edge_source(tensors) or (edge_labels_wanted() and labels_are_optional() and NODE_PTR not in tensors):
@@ -266,8 +277,8 @@ def edge_labelled(where, tensors: dict[str, torch.Tensor], name: str) -> HeteroS
     return source
 
 
-def _checked(where, key: str, array: np.ndarray, dtype, ndim: int) -> torch.Tensor:
-    check_member_header(where, key, array.dtype, array.shape, dtype, ndim)
+def _checked(where, key: str, array: np.ndarray, dtype, ndim: int, form: str) -> torch.Tensor:
+    check_member_header(where, key, array.dtype, array.shape, dtype, ndim, form)
     return torch.from_numpy(np.ascontiguousarray(array))
 
 

@@ -115,11 +115,14 @@ def on_machine(machine: int, machines: int) -> Iterator[None]:
         _MACHINE.reset(token)
 
 
-def open_machine_part(root: str | Path, parts: int, seed: int | None = None) -> GraphData | HeteroSource:
+def open_machine_part(
+    root: str | Path, parts: int, seed: int | None = None, form: str | None = None
+) -> GraphData | HeteroSource:
     """This machine's part of ``root`` partitioned into ``parts``: refused in one line unless the
     job has ``parts`` machines, and, where the partitioning drew the splits (the folder has no
     split files), unless the run's ``seed`` is the one it drew them with: a run of the folder
-    whole draws them from its seed, and the two would not train and score the same nodes."""
+    whole draws them from its seed, and the two would not train and score the same nodes. Its
+    labels are read in ``form`` (None: the context's)."""
     drawn = read_partition(root, parts).get("splits_seed")
     if drawn is not None and seed is not None and seed != drawn:
         raise ConfigError(
@@ -134,7 +137,7 @@ def open_machine_part(root: str | Path, parts: int, seed: int | None = None) -> 
             f"on {machines} machine{'s' if machines > 1 else ''}; start {parts} (torchrun --nnodes {parts}, or srun "
             f"over {parts} nodes), or train the whole folder (dataset.partitions=0)."
         )
-    return open_partition(root, parts, machine)
+    return open_partition(root, parts, machine, form)
 
 
 def partition_folder_of(root: str | Path, parts: int) -> Path:

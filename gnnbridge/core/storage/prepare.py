@@ -252,8 +252,7 @@ def open_checked(root: Path, key: str, file: Path, spec: tuple) -> np.ndarray:
             f"{root}: {key} ({file.name}) is not a numpy array ({str(exc)[:100]}); save arrays with numpy.save."
         ) from None
     if is_label_key(key):  # classes or rows of targets: which, the run's target says (see _prepare_node)
-        with label_form(labels_of(found, shape)):
-            check_member_header(root, key, found, shape, *spec)
+        check_member_header(root, key, found, shape, *spec, labels_of(found, shape))
     else:
         check_header(root, key, found, shape, *spec)
     try:
