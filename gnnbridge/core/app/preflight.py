@@ -601,8 +601,8 @@ def _for_task(config: ExperimentConfig, data):
     check_source_fits(config, data, reverse)
     try:
         if config.kind is Task.NODE:
-            return for_node_task(data, reverse, config.train.seed)
-        return for_edge_task(data, reverse, config.train.seed)
+            return for_node_task(data, reverse, config.train.seed, form_of(config))
+        return for_edge_task(data, reverse, config.train.seed, form_of(config))
     except DataError as exc:  # name the file (or dataset) the bad array came from
         raise DataError(f"{_source(config)}: {exc}") from None
 
