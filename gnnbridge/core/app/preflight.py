@@ -35,6 +35,7 @@ from gnnbridge.core.models.build import resolve as resolve_model
 from gnnbridge.core.plugins import PluginError, backends, blame, datasets, families, get_target, warn
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData
+from gnnbridge.core.records.dataset import Dataset
 from gnnbridge.core.records.hetero import HeteroGraphData, HeteroSource, edge_name, find_edge_type
 from gnnbridge.core.sampling.build import BACKEND_KINDS, check_hetero_kind, check_kind
 from gnnbridge.core.sampling.hetero import typed_fanouts
@@ -183,7 +184,7 @@ def load_dataset(config: ExperimentConfig, ranks_here: int | None = None) -> Gra
     and the model must fit the ``ranks_here`` ranks of this machine (default: all ``nproc``)."""
     if config.dataset.name == "folder" and config.dataset.path:
         refuse_unknown_labels(config.dataset.path, "train")
-    data = _load_for_task(config)
+    data = open_dataset(config).record
     # a machine's part holds a share of each split, whose labels say nothing of the whole split's
     if config.kind is not Task.LINK and data.partition is None:
         _check_labelled(config, data)
@@ -208,7 +209,7 @@ def load_for_inference(config: ExperimentConfig, params: int) -> GraphData | Gra
     """Load and validate the dataset for scoring a checkpoint of ``params`` parameters: it must
     suit the task, every split must hold a node (or graph), and scoring must fit in memory
     (:func:`check_inference_memory`). Nothing about training (its memory, its monitor)."""
-    data = _load_for_task(config)
+    data = open_dataset(config).record
     if getattr(data, "labelled", True):  # a graph handed to predict without labels has no splits
         _check_splits(config, data)
     check_inference_memory(config, data, params)
@@ -237,7 +238,14 @@ def target_of(config: ExperimentConfig) -> Target:
 
 def task_record(config: ExperimentConfig):
     """The dataset as the config's task trains on it (its record), checked to suit the task."""
-    return _load_for_task(config)
+    return open_dataset(config).record
+
+
+def open_dataset(config: ExperimentConfig) -> Dataset:
+    """The config's dataset opened for its task: the record (:func:`_load_for_task`) with the
+    task family, the target, the labels' form and the machine's part as declared fields."""
+    record = _load_for_task(config)
+    return Dataset(record, config.task, config.target, form_of(config), record.partition)
 
 
 def _load_for_task(config: ExperimentConfig) -> GraphData | GraphCollection:
