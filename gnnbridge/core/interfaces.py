@@ -15,6 +15,7 @@ from gnnbridge.core.contracts.interfaces import (
     GraphStore,
     Sampler,
 )
+from gnnbridge.core.contracts.loading import LoaderConfig
 from gnnbridge.core.contracts.sources import DatasetSource
 from gnnbridge.core.contracts.targets import Scores, Target
 from gnnbridge.core.host import available_memory, format_bytes
@@ -46,6 +47,7 @@ __all__ = [
     "HeteroSource",
     "IndexedRows",
     "LinkMiniBatch",
+    "LoaderConfig",
     "LibraryGraphLoader",
     "MiniBatch",
     "ModelSpec",

@@ -32,6 +32,7 @@ from gnnbridge.core.interfaces import (
     GraphCollection,
     GraphData,
     HeteroSource,
+    LoaderConfig,
     random_split,
 )
 from gnnbridge.core.storage.formats import (  # noqa: F401 - the format's tables, used here and by plugins
@@ -247,10 +248,10 @@ def molecule_graphs(
 # --------------------------------------------------------------------------- npz
 
 
-def load_npz(config: DatasetConfig, seed: int) -> GraphData | GraphCollection | HeteroSource:
+def load_npz(config: LoaderConfig, seed: int) -> GraphData | GraphCollection | HeteroSource:
     options(config, {})
     if not config.path:
         raise ConfigError("Dataset 'npz' needs a file: --dataset PATH.npz (or dataset.path in the config).")
     path = Path(config.path)
-    arrays = read_hetero_npz(path) if is_hetero_npz(path) else read_npz(path)
-    return graph_from_arrays(path, arrays, seed, path.stem)
+    arrays = read_hetero_npz(path) if is_hetero_npz(path) else read_npz(path, config.label_form)
+    return graph_from_arrays(path, arrays, seed, path.stem, config.label_form)

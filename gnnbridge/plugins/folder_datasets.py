@@ -27,8 +27,7 @@ from gnnbridge.core.errors import (
     DataFileNotFoundError,
     ResourceError,
 )
-from gnnbridge.core.interfaces import DatasetConfig, GraphCollection, GraphData, HeteroSource
-from gnnbridge.core.records.labels import label_form
+from gnnbridge.core.interfaces import GraphCollection, GraphData, HeteroSource, LoaderConfig
 from gnnbridge.core.runtime.launcher import undone_on_stop
 from gnnbridge.core.storage.folder import PREPARED, open_prepared, stat_input
 from gnnbridge.core.storage.formats import NPZ_ARRAYS, check_member_header, is_hetero, is_label_key, typed_keys
@@ -49,13 +48,13 @@ def register_datasets(register):
     )
 
 
-def load_folder(config: DatasetConfig, seed: int):
+def load_folder(config: LoaderConfig, seed: int):
     options(config, {})
     if not config.path:
         raise ConfigError("Dataset 'folder' needs a folder: --dataset DIR (or dataset.path in the config).")
     if config.partitions:
-        return open_machine_part(config.path, config.partitions, seed)
-    return open_prepared(config.path, seed)
+        return open_machine_part(config.path, config.partitions, seed, config.label_form)
+    return open_prepared(config.path, seed, config.label_form)
 
 
 @hookimpl
@@ -248,10 +247,9 @@ def _header(path: Path, f, info: zipfile.ZipInfo, key: str, spec: tuple) -> tupl
             f"{path}: {key} is not a numpy array ({str(exc)[:100]}); save arrays with numpy.savez."
         ) from None
     if is_label_key(key):  # classes or rows of targets, as prepare checks a folder's (labels_of)
-        with label_form(labels_of(found, shape)):
-            check_member_header(path, key, found, shape, *spec)
+        check_member_header(path, key, found, shape, *spec, labels_of(found, shape))
     else:
-        check_member_header(path, key, found, shape, *spec)
+        check_member_header(path, key, found, shape, *spec, "class")
     nbytes = int(np.prod(shape)) * found.itemsize
     if nbytes > info.file_size - f.tell() or nbytes > info.compress_size * DEFLATE_MAX_RATIO + 4096:
         raise DataError(
@@ -268,7 +266,7 @@ def _write_named(name: str, loader, folder: Path) -> dict:
     """The dataset's arrays as files; for the manifest, its default link target (which no array
     names)."""
     _claim(folder, f"dataset:{name}")
-    data = loader(DatasetConfig(name=name), 0)
+    data = loader(LoaderConfig(name=name), 0)  # read as classes, the form a prepared folder holds
     arrays = _arrays(name, data)
     for key, value in arrays.items():
         array = np.ascontiguousarray(value.numpy() if hasattr(value, "numpy") else value)

@@ -22,6 +22,7 @@ import numpy as np
 from gnnbridge.core.errors import DataError, DataFileNotFoundError, ResourceError
 from gnnbridge.core.interfaces import format_bytes
 from gnnbridge.core.records.hetero import HeteroSource
+from gnnbridge.core.records.labels import current_form
 from gnnbridge.core.storage.formats import (
     HETERO_MARKERS,
     NPZ_ARRAYS,
@@ -54,12 +55,13 @@ ZIP_ERRORS = (
 )
 
 
-def read_npz(path: Path) -> dict[str, np.ndarray]:
+def read_npz(path: Path, form: str | None = None) -> dict[str, np.ndarray]:
     """Read the format's arrays from ``path``, checking each header (dtype, shape, size) before
     any data is read: object arrays (pickles) are refused, and so is a header that claims more
     data than the member holds or than this machine could hold.
 
-    Why not ``numpy.load``: it trusts each header and allocates what it claims before reading."""
+    Why not ``numpy.load``: it trusts each header and allocates what it claims before reading.
+    ``y`` is checked as labels of ``form`` (None: the context's, :mod:`gnnbridge.core.records.labels`)."""
 
     def select(members: dict) -> dict:
         missing = missing_members(members)
@@ -67,7 +69,7 @@ def read_npz(path: Path) -> dict[str, np.ndarray]:
             raise missing_arrays(path, missing)
         return {key: spec for key, spec in NPZ_ARRAYS.items() if key in members}
 
-    arrays = read_members(path, select)
+    arrays = read_members(path, select, form=form)
     if arrays["edge_index"].shape[0] != 2:
         raise DataError(f"{path}: edge_index has shape {list(arrays['edge_index'].shape)}; expected [2, E].")
     return arrays
@@ -78,16 +80,21 @@ def is_hetero_npz(path: Path) -> bool:
     return bool(read_members(path, lambda members: {}, names_only=True) & set(HETERO_MARKERS))
 
 
-def read_members(path: Path, select, names_only: bool = False):
+def read_members(path: Path, select, names_only: bool = False, form: str | None = None):
     """``{key: array}`` for the members ``select(members)`` returns as ``{key: (dtype, ndim)}``,
-    each checked before it is read; ``names_only``: the set of array-kind prefixes present."""
+    each checked before it is read (labels as ``form``'s, None: the context's); ``names_only``:
+    the set of array-kind prefixes present."""
     check_file(path)
+    form = form or current_form()
     try:
         with zipfile.ZipFile(path) as archive:
             members = {info.filename[:-4]: info for info in archive.infolist() if info.filename.endswith(".npy")}
             if names_only:
                 return {name.split("__", 1)[0] for name in members if "__" in name}
-            return {key: _read_member(path, archive, members[key], key, *spec) for key, spec in select(members).items()}
+            return {
+                key: _read_member(path, archive, members[key], key, *spec, form)
+                for key, spec in select(members).items()
+            }
     except (DataError, ResourceError):
         raise
     except ZIP_ERRORS as exc:
@@ -108,7 +115,9 @@ def check_file(path: Path) -> None:
         )
 
 
-def _read_member(path: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo, key: str, dtype, ndim: int) -> np.ndarray:
+def _read_member(
+    path: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo, key: str, dtype, ndim: int, form: str
+) -> np.ndarray:
     with archive.open(info) as f:
         try:
             shape, fortran, found = read_header(f)
@@ -116,7 +125,7 @@ def _read_member(path: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo, ke
             raise DataError(
                 f"{path}: {key} is not a numpy array ({str(exc)[:100]}); save arrays with numpy.savez."
             ) from None
-        _check_header(path, key, found, shape, dtype, ndim)
+        _check_header(path, key, found, shape, dtype, ndim, form)
         nbytes = math.prod(shape) * found.itemsize
         if nbytes > info.file_size - f.tell() or nbytes > info.compress_size * DEFLATE_MAX_RATIO + 4096:
             raise DataError(

@@ -57,9 +57,8 @@ import torch
 from gnnbridge.core import environ
 from gnnbridge.core.contracts.hookspecs import hookimpl
 from gnnbridge.core.errors import BackendUnavailableError, ConfigError, DataError, DataFileNotFoundError, GnnBridgeError
-from gnnbridge.core.interfaces import DatasetConfig, GraphCollection, GraphData, downloads_allowed
+from gnnbridge.core.interfaces import DatasetConfig, GraphCollection, GraphData, LoaderConfig, downloads_allowed
 from gnnbridge.core.plugins import get_target
-from gnnbridge.core.records.labels import current_form
 from gnnbridge.plugins.options import options
 
 DEFAULTS = {"download": True}
@@ -259,11 +258,11 @@ def load_ogbn_products(config: DatasetConfig, seed: int) -> GraphData:
     return load_ogb("ogbn-products", config)
 
 
-def load_ogbn_proteins(config: DatasetConfig, seed: int) -> GraphData:
+def load_ogbn_proteins(config: LoaderConfig, seed: int) -> GraphData:
     """ogbn-proteins: 112 binary functions per protein (``target=multilabel``, ROC-AUC), split by
     species. Its nodes have no features, its edges eight (association scores); until models read
     edge features, a node's are the mean of its edges' (as PyG's example for this dataset does)."""
-    if current_form() != "multilabel":
+    if config.label_form != "multilabel":
         raise ConfigError(
             "Dataset 'ogbn-proteins' has 112 binary labels per protein, which OGB scores by ROC-AUC; train it "
             "with target=multilabel (the experiment 'ogbn-proteins' sets it, with OGB's monitor)."
@@ -378,13 +377,13 @@ MOLECULE_RAW = ("edge", "num-node-list", "num-edge-list", "node-feat", "edge-fea
 
 
 def _molecule_loader(name: str):
-    def load(config: DatasetConfig, seed: int) -> GraphCollection:
+    def load(config: LoaderConfig, seed: int) -> GraphCollection:
         return load_molecules(name, config)
 
     return load
 
 
-def load_molecules(name: str, config: DatasetConfig) -> GraphCollection:
+def load_molecules(name: str, config: LoaderConfig) -> GraphCollection:
     """An ogbg-mol* set through ogb's ``GraphPropPredDataset``, with its scaffold split. Atoms'
     nine categorical features become float columns (``x``), as gnnbridge's models read floats,
     and bonds' three the edge features (``edge_attr``, read by ``model.arch=gine``)."""
@@ -398,10 +397,13 @@ def load_molecules(name: str, config: DatasetConfig) -> GraphCollection:
     splits = [folder / "split" / "scaffold" / f"{p}.csv.gz" for p in ("train", "valid", "test")]
     ready_ogb_folder(name, folder, splits, MOLECULE_RAW, opts["download"])
     dataset, split = read_ogb(GraphPropPredDataset, "get_idx_split", name, folder, opts)
-    return molecule_collection(name, folder, dataset, [split["train"], split["valid"], split["test"]])
+    return molecule_collection(
+        name, folder, dataset, [split["train"], split["valid"], split["test"]], config.label_form
+    )
 
 
-def molecule_collection(name: str, folder: Path, dataset, splits) -> GraphCollection:
+def molecule_collection(name: str, folder: Path, dataset, splits, form: str) -> GraphCollection:
+    """The collection of ogb's molecules, read for a run whose labels take ``form``."""
     graphs = dataset.graphs
     sizes = torch.tensor([int(g["num_nodes"]) for g in graphs], dtype=torch.int64)
     node_ptr = torch.cat([torch.zeros(1, dtype=torch.int64), sizes.cumsum(0)])
@@ -411,7 +413,7 @@ def molecule_collection(name: str, folder: Path, dataset, splits) -> GraphCollec
     edge_attr = torch.cat([torch.from_numpy(b) for b in bonds]).float() if all(b is not None for b in bonds) else None
     y = torch.as_tensor(np.asarray(dataset.labels, dtype=np.float32))  # [G, T], NaN where unmeasured
     mol = OGB_MOLECULES[name]
-    if current_form() != get_target(mol.target).labels:
+    if form != get_target(mol.target).labels:
         raise ConfigError(
             f"Dataset '{name}' has {y.shape[1]} {'value' if mol.target == 'regression' else 'binary label'}(s) per "
             f"molecule, which OGB scores by {mol.metric}; train it with target={mol.target} (the experiment "

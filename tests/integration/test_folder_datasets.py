@@ -76,10 +76,10 @@ def test_a_folder_opens_as_the_npz_graph_mapped_from_its_files(tmp_path):
     folder = save_folder(tmp_path / "g", arrays)
     prepare(str(folder), progress=False)
     opened = open_prepared(folder, seed=3)
-    from gnnbridge.core.config import DatasetConfig
+    from gnnbridge.core.interfaces import LoaderConfig
     from gnnbridge.plugins.datasets import load_npz
 
-    loaded = load_npz(DatasetConfig(name="npz", path=str(tmp_path / "g.npz")), 3)
+    loaded = load_npz(LoaderConfig(name="npz", path=str(tmp_path / "g.npz")), 3)
     for key in ("indptr", "indices", "x", "y", "train_idx", "val_idx", "test_idx"):
         assert torch.equal(getattr(opened, key), getattr(loaded, key)), key
     assert opened.num_classes == loaded.num_classes
@@ -784,14 +784,14 @@ SPLIT_CASES = {
 @pytest.mark.parametrize("case", SPLIT_CASES)
 def test_bad_splits_are_refused_chunk_by_chunk_as_the_npz_refuses_them(tmp_path, monkeypatch, case):
     import gnnbridge.core.storage.prepare as preparing
-    from gnnbridge.core.interfaces import DatasetConfig
+    from gnnbridge.core.interfaces import LoaderConfig
     from gnnbridge.plugins.datasets import load_npz
 
     *splits, needle = SPLIT_CASES[case]
     arrays = {**graph_arrays(), **{k: np.asarray(v, dtype=np.int64) for k, v in zip(SPLITS, splits)}}
     np.savez(tmp_path / "g.npz", **arrays)
     with pytest.raises(DataError) as npz:
-        load_npz(DatasetConfig(name="npz", path=str(tmp_path / "g.npz")), 0)
+        load_npz(LoaderConfig(name="npz", path=str(tmp_path / "g.npz")), 0)
     monkeypatch.setattr(preparing, "chunk_bytes", lambda: 96)  # 3 split ids a chunk: the repeat spans chunks
     folder = save_folder(tmp_path / "g", arrays)
     with pytest.raises(DataError) as err:
@@ -861,10 +861,10 @@ def link_config(edge_type: str, reverse: bool = True, seed: int = 0, protocol: s
 
 
 def load_any_npz(path):
-    from gnnbridge.core.config import DatasetConfig
+    from gnnbridge.core.interfaces import LoaderConfig
     from gnnbridge.plugins.datasets import load_npz
 
-    return load_npz(DatasetConfig(name="npz", path=str(path)), 0)
+    return load_npz(LoaderConfig(name="npz", path=str(path)), 0)
 
 
 def link_tensors(record) -> dict:

@@ -11,6 +11,7 @@ from helpers import gnnbridge
 from gnnbridge.core.app.preflight import for_task
 from gnnbridge.core.config import from_dict
 from gnnbridge.core.errors import ConfigError, DataError
+from gnnbridge.core.interfaces import LoaderConfig
 from gnnbridge.plugins.datasets import load_npz
 
 USERS, ITEMS = 30, 20
@@ -33,7 +34,7 @@ def load(tmp_path, task: str, **changes):
     path = tmp_path / "shop.npz"
     np.savez(path, **arrays(**changes))
     config = from_dict({"task": task, "dataset": {"name": "npz", "path": str(path), "reverse_edges": True}})
-    return for_task(config, load_npz(config.dataset, 0))
+    return for_task(config, load_npz(LoaderConfig.of(config.dataset, "class"), 0))
 
 
 def test_one_file_serves_node_classification_and_link_prediction(tmp_path):
@@ -122,7 +123,7 @@ def test_three_destinations_rank_each_held_out_edge_among_all_others_once(tmp_pa
             "link": {"edge_type": "visits", "eval_negatives": 100, "hits_at": 3},
         }
     )
-    data = for_task(config, load_npz(config.dataset, 0))
+    data = for_task(config, load_npz(LoaderConfig.of(config.dataset, "class"), 0))
     for edges, negatives in (data.held_out("val"), data.held_out("test")):
         assert negatives.shape == (edges.shape[1], 2)  # every other store, once
         assert torch.equal(

@@ -1198,3 +1198,36 @@ def test_a_family_of_no_kind_or_of_no_contract_is_refused_naming_the_plugin(regi
         pytest.raises(plugins.PluginError, match=f"^Plugin 'odd' registered .*{re.escape(needle)}"),
     ):
         plugins.families.names() + plugins.targets.names()
+
+
+@pytest.mark.parametrize(
+    "target, form", [("class", "class"), ("regression", "regression"), ("multilabel", "multilabel")]
+)
+def test_a_dataset_loader_is_told_the_label_form_as_a_declared_field(target, form):
+    """A plugin's ``loader(config, seed)`` reads the form the run's target reads labels in from
+    ``config.label_form`` (a LoaderConfig, set by core), and builds its labels in that form."""
+    from gnnbridge.core.app.preflight import task_record
+    from gnnbridge.core.config import from_dict
+    from gnnbridge.core.interfaces import GraphData, LoaderConfig
+
+    told = []
+
+    def load(config, seed):
+        told.append(config)
+        n = 40
+        y = {"class": torch.arange(n) % 2, "regression": torch.rand(n), "multilabel": (torch.rand(n, 3) > 0.5).float()}
+        x, ring = torch.randn(n, 4), torch.stack([torch.arange(n), (torch.arange(n) + 1) % n])
+        splits = torch.arange(0, 24), torch.arange(24, 32), torch.arange(32, n)
+        return GraphData.from_edges(ring, x, y[config.label_form], *splits)
+
+    class FormPlugin:
+        @hookimpl
+        def register_datasets(self, register):
+            register("told-form", load, "a graph whose labels take the form it is told")
+
+    with registered_plugin(FormPlugin(), "told-form"):
+        config = from_dict({"task": "node", "target": target, "dataset": {"name": "told-form"}})
+        data = task_record(config)
+    assert isinstance(told[0], LoaderConfig) and told[0].label_form == form and told[0].name == "told-form"
+    assert data.labels == form
+    assert "label_form" not in config.to_dict()["dataset"]  # the run's own section is left as it was

@@ -21,6 +21,7 @@ import yaml
 
 import gnnbridge
 from gnnbridge.core.config import DatasetConfig
+from gnnbridge.core.contracts.loading import LoaderConfig
 from gnnbridge.core.errors import BackendUnavailableError, ConfigError, DataFileNotFoundError
 from gnnbridge.core.plugins import datasets
 from gnnbridge.core.records.labels import label_form
@@ -28,8 +29,11 @@ from gnnbridge.core.records.labels import label_form
 N, F, C = 40, 6, 3
 
 
-def load(name: str, root, **options):
-    return datasets.get(name)(DatasetConfig(name=name, root=str(root), options=options), 0)
+def load(name: str, root, form: str = "class", **options):
+    """The loader of ``name`` as core calls it: told the labels' form (``config.label_form``),
+    which the records it builds read them in too."""
+    with label_form(form):
+        return datasets.get(name)(LoaderConfig(name=name, root=str(root), options=options, label_form=form), 0)
 
 
 def ring(n: int) -> np.ndarray:
@@ -152,8 +156,7 @@ def test_ogbn_proteins_reads_its_edge_features_into_its_nodes_and_112_labels(tmp
     parts = np.split(np.arange(N), [20, 30])
     for part, ids in zip(("train", "valid", "test"), parts):
         write_csv(folder / "split" / "species" / f"{part}.csv.gz", ids)
-    with label_form("multilabel"):
-        data = load("ogbn-proteins", tmp_path, download=False)
+    data = load("ogbn-proteins", tmp_path, "multilabel", download=False)
     assert data.num_nodes == N and data.num_edges == 2 * N and data.num_classes == 112
     assert data.edge_attr.shape == (2 * N, 8)  # the edges' own features too (read by model.arch=gine)
     # node v's edges: v-1 -> v (ring edge v-1) and, reversed, v+1 -> v (ring edge v): both carry their features
@@ -202,8 +205,7 @@ def test_ogbs_molecules_read_with_their_scaffold_split_and_missing_labels(tmp_pa
     sizes, labels, parts = write_molecules(folder, tasks, target == "regression")
     bonds_written = np.loadtxt(folder / "raw" / "edge-feat.csv.gz", delimiter=",", ndmin=2)
     for _ in range(2):  # from the raw files, then from ogb's processed cache
-        with label_form(target):
-            data = load(name, tmp_path, download=False)
+        data = load(name, tmp_path, target, download=False)
         assert data.num_graphs == len(sizes) and data.num_nodes == sizes.sum()
         assert data.num_edges == 2 * (sizes - 1).sum()  # ogb adds every bond's other direction
         assert data.x.shape == (sizes.sum(), 9) and data.x.dtype == torch.float32
@@ -317,16 +319,15 @@ def mirror(tmp_path, monkeypatch):
 
 def test_ogb_downloads_without_a_terminal_what_it_does_not_ask_about(tmp_path, mirror, monkeypatch):
     monkeypatch.setattr("builtins.input", never_asked)
-    with label_form("regression"):
-        data = load("ogbg-molesol", tmp_path / "root")
+    data = load("ogbg-molesol", tmp_path / "root", "regression")
     assert data.num_graphs == 30 and len(mirror.seen) == 2  # ogb's size check, then the download
     assert (tmp_path / "root" / "ogbg_molesol" / "RELEASE_v1.txt").is_file()
 
 
 def test_ogbs_question_before_a_large_download_is_answered_by_assume_yes(tmp_path, mirror, capsys):
     mirror.claimed = 3 * 2**30  # ogb asks: "This will download 3.00GB. Will you proceed? (y/N)"
-    with label_form("regression"), pytest.raises(DataFileNotFoundError) as err:
-        load("ogbg-molesol", tmp_path / "root")
+    with pytest.raises(DataFileNotFoundError) as err:
+        load("ogbg-molesol", tmp_path / "root", "regression")
     assert str(err.value) == (
         f"Dataset 'ogbg-molesol' is not in '{tmp_path / 'root' / 'ogbg_molesol'}' and ogb asks before downloading "
         "it (over 1 GB), with no terminal to answer; --set dataset.options.assume_yes=true downloads it without "
@@ -334,8 +335,7 @@ def test_ogbs_question_before_a_large_download_is_answered_by_assume_yes(tmp_pat
     )
     assert not (tmp_path / "root").exists() or not list((tmp_path / "root").iterdir())  # nothing half-fetched
     mirror.seen.clear()
-    with label_form("regression"):
-        data = load("ogbg-molesol", tmp_path / "root", assume_yes=True)
+    data = load("ogbg-molesol", tmp_path / "root", "regression", assume_yes=True)
     assert data.num_graphs == 30 and "This will download 3.00GB" in capsys.readouterr().err
 
 

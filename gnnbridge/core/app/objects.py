@@ -61,16 +61,19 @@ def reading_as(config) -> Iterator[None]:
     edge labels for an edge task (:mod:`gnnbridge.core.records.labels`, ``reading_edge_labels``);
     node labels only where the family reads them (``node_labels``: not link prediction's); the
     data's own splits unless ``dataset.splits`` is ``drawn``."""
-    family = families.get(config.task)
-    form = family.labels or get_target(config.target).labels
     given = config.dataset.splits != "drawn"
     with (
-        label_form(form),
+        label_form(form_of(config)),
         reading_edge_labels(config.kind is Task.EDGE),
-        reading_node_labels(family.node_labels),
+        reading_node_labels(families.get(config.task).node_labels),
         reading_splits(given),
     ):
         yield
+
+
+def form_of(config) -> str:
+    """The form the run's labels are read in: its task family's, else its target's."""
+    return families.get(config.task).labels or get_target(config.target).labels
 
 
 def _graph_file(dataset: Any) -> str:

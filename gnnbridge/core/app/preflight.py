@@ -23,9 +23,10 @@ import os
 
 import torch
 
-from gnnbridge.core.app.objects import made_from, reading_as
+from gnnbridge.core.app.objects import form_of, made_from, reading_as
 from gnnbridge.core.config import DeviceChoice, EvalMode, ExperimentConfig, SamplerKind, Task
 from gnnbridge.core.config.values import parse_size
+from gnnbridge.core.contracts.loading import LoaderConfig
 from gnnbridge.core.contracts.targets import Target
 from gnnbridge.core.errors import BackendUnavailableError, ConfigError, DataError, ResourceError
 from gnnbridge.core.host import available_memory, format_bytes, free_disk
@@ -34,6 +35,7 @@ from gnnbridge.core.models.build import resolve as resolve_model
 from gnnbridge.core.plugins import PluginError, backends, blame, datasets, families, get_target, warn
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData
+from gnnbridge.core.records.dataset import Dataset
 from gnnbridge.core.records.hetero import HeteroGraphData, HeteroSource, edge_name, find_edge_type
 from gnnbridge.core.sampling.build import BACKEND_KINDS, check_hetero_kind, check_kind
 from gnnbridge.core.sampling.hetero import typed_fanouts
@@ -182,7 +184,7 @@ def load_dataset(config: ExperimentConfig, ranks_here: int | None = None) -> Gra
     and the model must fit the ``ranks_here`` ranks of this machine (default: all ``nproc``)."""
     if config.dataset.name == "folder" and config.dataset.path:
         refuse_unknown_labels(config.dataset.path, "train")
-    data = _load_for_task(config)
+    data = open_dataset(config).record
     # a machine's part holds a share of each split, whose labels say nothing of the whole split's
     if config.kind is not Task.LINK and data.partition is None:
         _check_labelled(config, data)
@@ -207,7 +209,7 @@ def load_for_inference(config: ExperimentConfig, params: int) -> GraphData | Gra
     """Load and validate the dataset for scoring a checkpoint of ``params`` parameters: it must
     suit the task, every split must hold a node (or graph), and scoring must fit in memory
     (:func:`check_inference_memory`). Nothing about training (its memory, its monitor)."""
-    data = _load_for_task(config)
+    data = open_dataset(config).record
     if getattr(data, "labelled", True):  # a graph handed to predict without labels has no splits
         _check_splits(config, data)
     check_inference_memory(config, data, params)
@@ -236,7 +238,14 @@ def target_of(config: ExperimentConfig) -> Target:
 
 def task_record(config: ExperimentConfig):
     """The dataset as the config's task trains on it (its record), checked to suit the task."""
-    return _load_for_task(config)
+    return open_dataset(config).record
+
+
+def open_dataset(config: ExperimentConfig) -> Dataset:
+    """The config's dataset opened for its task: the record (:func:`_load_for_task`) with the
+    task family, the target, the labels' form and the machine's part as declared fields."""
+    record = _load_for_task(config)
+    return Dataset(record, config.task, config.target, form_of(config), record.partition)
 
 
 def _load_for_task(config: ExperimentConfig) -> GraphData | GraphCollection:
@@ -529,11 +538,14 @@ def check_disk(config: ExperimentConfig, data: GraphData | GraphCollection, fold
 
 
 def _call_loader(config: ExperimentConfig):
-    """The dataset plugin's loader, called: what it raises or returns wrongly names it."""
+    """The dataset plugin's loader, called with the run's dataset section told the labels' form
+    (a :class:`LoaderConfig`): what it raises or returns wrongly names it."""
     name = config.dataset.name
     origin = datasets.origin(name)
+    told = LoaderConfig.of(config.dataset, form_of(config))
     with blame(origin, "loader(config.dataset, seed)"):
-        data = datasets.get(name)(config.dataset, config.train.seed)
+        data = datasets.get(name)(told, config.train.seed)
+    told.settle(config.dataset)
     if not isinstance(data, (GraphData, GraphCollection, HeteroSource, HeteroGraphData)):
         raise PluginError(
             f"{origin} returned a {type(data).__name__} from its loader; expected a GraphData, "
@@ -597,8 +609,8 @@ def _for_task(config: ExperimentConfig, data):
     check_source_fits(config, data, reverse)
     try:
         if config.kind is Task.NODE:
-            return for_node_task(data, reverse, config.train.seed)
-        return for_edge_task(data, reverse, config.train.seed)
+            return for_node_task(data, reverse, config.train.seed, form_of(config))
+        return for_edge_task(data, reverse, config.train.seed, form_of(config))
     except DataError as exc:  # name the file (or dataset) the bad array came from
         raise DataError(f"{_source(config)}: {exc}") from None
 

@@ -29,9 +29,11 @@ def register_backends(register):
 def register_datasets(register):
     """Called once when plugins load. Call ``register(name, loader, description)``.
 
-    ``loader(config: DatasetConfig, seed: int)`` returns a ``GraphData`` (node tasks) or a
-    ``GraphCollection`` (graph tasks). It runs once, in the launching process; it must validate
-    its inputs and raise ``DataError`` / ``ConfigError`` with one line.
+    ``loader(config: LoaderConfig, seed: int)`` returns a ``GraphData`` (node tasks) or a
+    ``GraphCollection`` (graph tasks). ``config`` is the run's dataset section with, declared,
+    ``config.label_form``: the form the run reads labels in (:mod:`gnnbridge.core.contracts.loading`).
+    It runs once, in the launching process; it must validate its inputs and raise ``DataError`` /
+    ``ConfigError`` with one line.
     """
 
 

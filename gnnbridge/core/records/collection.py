@@ -92,9 +92,11 @@ class GraphCollection(LabelledRecord):
         seed: int = 0,
         name: str = "graphs",
         edge_attr: torch.Tensor | None = None,
+        labels: str | None = None,
     ) -> GraphCollection:
         """Build from an unsorted edge list (``edge_attr``: a row per column, which follows its
-        edge); without ``splits``, a seeded 80/10/10 split."""
+        edge); without ``splits``, a seeded 80/10/10 split; ``y`` read in the form ``labels`` (a
+        loader's ``config.label_form``; None: the context's)."""
         check_features("x", x)
         check_edge_index(edge_index)
         check_ids("edge_index", edge_index, int(x.shape[0]))
@@ -102,7 +104,7 @@ class GraphCollection(LabelledRecord):
         edge_attr = in_edge_order(edge_attr, edge_index)
         edge_index = edge_index[:, torch.argsort(edge_index[1], stable=True)].contiguous()
         edge_ptr = torch.searchsorted(edge_index[1].contiguous(), node_ptr)
-        form = current_form()
+        form = labels or current_form()
         if num_classes is None:
             num_classes = width(y, form)
         if splits is None:

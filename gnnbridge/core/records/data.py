@@ -176,33 +176,39 @@ class GraphData(LabelledRecord):
         num_classes: int | None = None,
         name: str = "graph",
         edge_attr: torch.Tensor | None = None,
+        labels: str | None = None,
     ) -> GraphData:
         """Build from an unsorted edge list: checks ids, sorts by destination (stable), builds
-        ``indptr``; ``edge_attr`` (a row per column of ``edge_index``) follows its edges."""
+        ``indptr``; ``edge_attr`` (a row per column of ``edge_index``) follows its edges; ``y`` is
+        read in the form ``labels`` (a loader's ``config.label_form``; None: the context's)."""
         check_edge_index(edge_index)
         check_features("x", x)
         n = int(x.shape[0])
         check_ids("edge_index", edge_index, n)
         indptr, indices = csc_from_coo(edge_index[0], edge_index[1], n)
-        form = current_form()
+        form = labels or current_form()
         if num_classes is None:
             num_classes = width(y, form)
         edge_attr = in_edge_order(edge_attr, edge_index)
         return cls(indptr, indices, x, y, train_idx, val_idx, test_idx, int(num_classes), name, form, edge_attr)
 
     @classmethod
-    def unlabelled(cls, edge_index: torch.Tensor, x: torch.Tensor, num_classes: int, name: str = "graph") -> GraphData:
+    def unlabelled(
+        cls, edge_index: torch.Tensor, x: torch.Tensor, num_classes: int, name: str = "graph", labels: str | None = None
+    ) -> GraphData:
         """A graph without labels: placeholder labels (all 0) of ``num_classes`` (the model's, for
-        ``predict``; 0 for a task that reads no node labels, such as link prediction), no splits,
-        ``labelled`` False; checked as any graph is but for those."""
+        ``predict``; 0 for a task that reads no node labels, such as link prediction) in the form
+        ``labels`` (None: the context's), no splits, ``labelled`` False; checked as any graph is
+        but for those."""
+        form = labels or current_form()
         empty = torch.empty(0, dtype=torch.int64)
         check_edge_index(edge_index)
         check_features("x", x)
         n = int(x.shape[0])
         check_ids("edge_index", edge_index, n)
         indptr, indices = csc_from_coo(edge_index[0], edge_index[1], n)
-        y = placeholder(n, int(num_classes), current_form())
-        data = cls.unchecked(indptr=indptr, indices=indices, x=x, y=y, train_idx=empty, val_idx=empty)
+        y = placeholder(n, int(num_classes), form)
+        data = cls.unchecked(indptr=indptr, indices=indices, x=x, y=y, train_idx=empty, val_idx=empty, labels=form)
         data.test_idx, data.num_classes, data.name, data.labelled = empty, int(num_classes), name, False
         data.validate()
         return data

@@ -10,10 +10,13 @@ A task predicts one of three kinds of target (the config's ``target``, a task ob
 
 The width is what the record calls ``num_classes``: the model's output columns.
 
-Which form a graph's labels take is a context, not a parameter, as
-:func:`labels_optional` is: a graph passes through a dataset
-plugin's loader, whose signature is public and knows nothing of the run's target. Records built
-outside a :func:`label_form` block read their labels as classes, as they always did.
+Which form a graph's labels take is passed down as an argument: a dataset plugin's loader reads
+it from its config (``config.label_form``, :mod:`gnnbridge.core.contracts.loading`), the
+records take it as ``labels=`` and the readers of the format, of prepared folders and parts and
+the task builders as ``form``. The context (:func:`label_form`, :func:`current_form`) remains
+as what those arguments default to, for code that does not pass one: a plugin's loader or graph
+reader written before ``config.label_form``, which builds records without ``labels=``. Records
+built outside a :func:`label_form` block, and without ``labels=``, read their labels as classes.
 """
 
 from __future__ import annotations

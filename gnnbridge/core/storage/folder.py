@@ -38,7 +38,6 @@ from gnnbridge.core.records.labels import (
     classes_under,
     current_form,
     edge_labels_wanted,
-    label_form,
     node_labels_needed,
     node_labels_wanted,
     placeholder,
@@ -282,11 +281,11 @@ def open_prepared(
     record is handed, as it has no context of its own."""
     wanted = edge_labels_wanted() if edge_labels is None else edge_labels
     nodes = node_labels_wanted() if node_labels is None else node_labels
-    with label_form(form or current_form()), reading_edge_labels(wanted), reading_node_labels(nodes):
-        return _open_prepared(Path(path), seed)
+    with reading_edge_labels(wanted), reading_node_labels(nodes):
+        return _open_prepared(Path(path), seed, form or current_form())
 
 
-def _open_prepared(root: Path, seed: int):
+def _open_prepared(root: Path, seed: int, form: str):
     manifest = read_manifest(root)
     changed = changed_input(root, manifest)
     if changed:
@@ -295,24 +294,24 @@ def _open_prepared(root: Path, seed: int):
     advise_uncacheable(arrays.values(), sum(a.nbytes for a in arrays.values()))
     kind, name = manifest["kind"], root.name
     if kind == "node" and as_edge_source(arrays):  # as from an .npz, built at load
-        record = edge_labelled(root, {k: v for k, v in arrays.items() if k in NPZ_ARRAYS}, name)
+        record = edge_labelled(root, {k: v for k, v in arrays.items() if k in NPZ_ARRAYS}, name, form)
     elif kind == "node" and "y" not in arrays:
-        record = _unlabelled_graph(root, arrays, name)
+        record = _unlabelled_graph(root, arrays, name, form)
     elif kind == "node":
-        record = _node_graph(arrays, manifest, seed, name)
+        record = _node_graph(arrays, manifest, seed, name, form)
     elif kind == "hetero":
-        record = _hetero(root, arrays, manifest, name)
+        record = _hetero(root, arrays, manifest, name, form)
     elif kind == "collection":  # loaded whole and validated: collections are many small graphs
         arrays = {k: v.clone() for k, v in arrays.items()}
         splits = [arrays[k] for k in SPLITS] if "train_idx" in arrays else None
         record = GraphCollection.from_edges(
             arrays["x"], arrays["edge_index"], arrays["node_ptr"], arrays["y"], splits, seed=seed, name=name,
-            edge_attr=arrays.get(EDGE_ATTR),
+            edge_attr=arrays.get(EDGE_ATTR), labels=form,
         )  # fmt: skip
     else:
         raise DataError(f"{root / MANIFEST} names kind {kind!r}; run gnnbridge prepare {root} again.")
     record.folder = root
-    record.mapped_from = (open_prepared, (str(root), seed, current_form(), edge_labels_wanted(), node_labels_wanted()))
+    record.mapped_from = (open_prepared, (str(root), seed, form, edge_labels_wanted(), node_labels_wanted()))
     return record
 
 
@@ -341,7 +340,7 @@ def csc_keys(edge_type: tuple) -> tuple[str, str]:
     return f"{CSC_INDPTR}__{suffix}", f"{CSC_EDGES}__{suffix}"
 
 
-def _hetero(root: Path, arrays: dict, manifest: dict, name: str):
+def _hetero(root: Path, arrays: dict, manifest: dict, name: str, form: str):
     """A :class:`HeteroSource` of the folder's typed arrays, with its prepared topology (per
     edge type and per ``rev_`` type) attached for node tasks. A manifest written before prepare
     wrote topology has none: node tasks then build it in memory, as from an ``.npz``."""
@@ -353,7 +352,7 @@ def _hetero(root: Path, arrays: dict, manifest: dict, name: str):
             topology[edge_type] = (arrays[indptr_key], arrays[edges_key])
     derived = (CSC_INDPTR + "__", CSC_EDGES + "__", CSC_EDGE_ATTR + "__")
     typed = {k: v for k, v in arrays.items() if not k.startswith(derived)}
-    record = hetero_source(root, typed, name)
+    record = hetero_source(root, typed, name, form)
     if record.target_edge is None and manifest.get("target_edge"):  # a named dataset's default link target
         record.target_edge = tuple(manifest["target_edge"])
     if topology:
@@ -365,12 +364,12 @@ def _hetero(root: Path, arrays: dict, manifest: dict, name: str):
     return record
 
 
-def folder_labels(y: torch.Tensor, summary: dict, name: str) -> torch.Tensor:
-    """A prepared folder's ``y`` as the run's target reads it (:mod:`.labels`): what prepare found
+def folder_labels(y: torch.Tensor, summary: dict, name: str, form: str) -> torch.Tensor:
+    """A prepared folder's ``y`` as the run's target reads it (in ``form``, :mod:`.labels`): what prepare found
     (classes, or rows of targets and whether each is 0, 1 or NaN; a manifest from before targets
     holds classes) must suit the target, said in one line where it does not. Targets other than
     float32 are read into memory as float32 (mapped labels of classes stay mapped)."""
-    form, found = current_form(), summary.get("labels", "class")
+    found = summary.get("labels", "class")
     width = int(summary["num_classes"])
     if form == "class" and found != "class":
         raise DataError(
@@ -384,7 +383,7 @@ def folder_labels(y: torch.Tensor, summary: dict, name: str) -> torch.Tensor:
     return y if form == "class" else stored(y, form)
 
 
-def _unlabelled_graph(root: Path, arrays: dict, name: str) -> GraphData:
+def _unlabelled_graph(root: Path, arrays: dict, name: str, form: str) -> GraphData:
     """A folder of a graph without node labels, as :func:`~.formats.unlabelled_graph` opens its
     ``.npz``: where the task reads none (link prediction) or for predict; else refused in the
     ``.npz``'s line."""
@@ -395,30 +394,32 @@ def _unlabelled_graph(root: Path, arrays: dict, name: str) -> GraphData:
         indptr=arrays["indptr"],
         indices=arrays["indices"],
         x=arrays["x"],
-        y=placeholder(int(arrays["x"].shape[0]), width, current_form()),
+        y=placeholder(int(arrays["x"].shape[0]), width, form),
         train_idx=empty,
         val_idx=empty,
         test_idx=empty,
         num_classes=width,
         name=name,
+        labels=form,
         edge_attr=arrays.get(CSC_EDGE_ATTR),
     )
     record.labelled = False
     return record
 
 
-def _node_graph(arrays: dict, manifest: dict, seed: int, name: str) -> GraphData:
+def _node_graph(arrays: dict, manifest: dict, seed: int, name: str, form: str) -> GraphData:
     n = int(arrays["x"].shape[0])
     splits = [arrays[k] for k in SPLITS] if "train_idx" in arrays else list(random_split(n, seed))
     return GraphData.unchecked(
         indptr=arrays["indptr"],
         indices=arrays["indices"],
         x=arrays["x"],
-        y=folder_labels(arrays["y"], manifest["summary"], name),
+        y=folder_labels(arrays["y"], manifest["summary"], name, form),
         train_idx=splits[0],
         val_idx=splits[1],
         test_idx=splits[2],
         num_classes=int(manifest["summary"]["num_classes"]),
         name=name,
+        labels=form,
         edge_attr=arrays.get(CSC_EDGE_ATTR),  # in the topology's CSC order (prepare sorted it)
     )

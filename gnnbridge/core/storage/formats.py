@@ -99,11 +99,10 @@ def check_header(path, key: str, found: np.dtype, shape: tuple, dtype, ndim: int
         raise DataError(f"{path}: {key} has shape {list(shape)}; expected {ndim} dimension(s).")
 
 
-def check_member_header(path, key: str, found: np.dtype, shape: tuple, dtype, ndim: int) -> None:
+def check_member_header(path, key: str, found: np.dtype, shape: tuple, dtype, ndim: int, form: str) -> None:
     """:func:`check_header`, except for a homogeneous graph's ``y`` in a form it does not take
     (float values or a row of labels where classes are read, or any ``y`` outside target=class),
-    which is checked as the label form says (:mod:`.labels`), naming the target that reads it."""
-    form = current_form()
+    which is checked as the label form ``form`` says (:mod:`.labels`), naming the target that reads it."""
     other_form = found.kind in "fb" or len(shape) != 1
     as_torch = _torch_dtype(found)
     if not is_label_key(key) or (form == "class" and not other_form) or as_torch is None:
@@ -165,18 +164,18 @@ def missing_arrays(where, missing: list[str]) -> DataError:
     )
 
 
-def unlabelled_graph(where, tensors: dict[str, torch.Tensor], name: str) -> GraphData:
+def unlabelled_graph(where, tensors: dict[str, torch.Tensor], name: str, form: str) -> GraphData:
     """The record of a graph without node labels: for predict (placeholders of the model's width,
-    see :func:`labels_optional`), or for a task that reads none (link prediction's: width 0)."""
+    see :func:`labels_optional`, in ``form``), or for a task that reads none (link prediction's: width 0)."""
     try:
-        return GraphData.unlabelled(tensors["edge_index"], tensors["x"], unlabelled_width() or 0, name)
+        return GraphData.unlabelled(tensors["edge_index"], tensors["x"], unlabelled_width() or 0, name, form)
     except DataError as exc:
         raise DataError(f"{where}: {exc}") from None
 
 
-def unlabelled_edges(source: HeteroSource) -> HeteroSource:
+def unlabelled_edges(source: HeteroSource, form: str) -> HeteroSource:
     """``source`` (read for an edge task while labels are optional) as predict scores it when its
-    edges carry no labels: placeholder labels of the model's width on the type the model scores,
+    edges carry no labels: placeholder labels (of ``form``) of the model's width on the type the model scores,
     no splits, ``labelled`` False. A source that labels its edges is returned as it is."""
     if source.edge_y is not None or not (edge_labels_wanted() and labels_are_optional()):
         return source
@@ -189,40 +188,46 @@ def unlabelled_edges(source: HeteroSource) -> HeteroSource:
             f"no ({wanted or 'labelled'}) edges, the edge type this run's model scores; give a graph that has them."
         )
     count = int(source.edges[target].shape[1])
-    source.edge_y, source.target_edge = placeholder(count, unlabelled_width(), current_form()), target
+    source.edge_y, source.target_edge = placeholder(count, unlabelled_width(), form), target
     source.labelled = False
     return source
 
 
-def graph_from_arrays(where, arrays: dict, seed: int, name: str) -> GraphData | GraphCollection | HeteroSource:
+def graph_from_arrays(
+    where, arrays: dict, seed: int, name: str, form: str | None = None
+) -> GraphData | GraphCollection | HeteroSource:
     """The record a dataset's arrays (``{member: numpy array}``, the format's names) make: a graph,
     a collection of graphs (``node_ptr``), or a heterogeneous graph (typed keys); every array is
     checked against the tables above. ``where`` starts each error line (a file, or what the
     arrays came from). The ``.npz`` reader and graphs handed over in memory both end here, so the
     same arrays make the same record whichever way they came. Read with ``dataset.splits: drawn``
-    (:func:`~gnnbridge.core.records.labels.reading_splits`), the arrays' own splits are left out."""
+    (:func:`~gnnbridge.core.records.labels.reading_splits`), the arrays' own splits are left out.
+    Labels are read in ``form`` (None: the context's, :func:`~gnnbridge.core.records.labels.label_form`)."""
+    form = form or current_form()
     if not splits_wanted():
         arrays = {key: value for key, value in arrays.items() if not is_split_key(key)}
     if is_hetero(arrays):
-        tensors = {key: _checked(where, key, arrays[key], *spec) for key, spec in typed_keys(where, arrays).items()}
-        return hetero_source(where, tensors, name)
+        tensors = {
+            key: _checked(where, key, arrays[key], *spec, form) for key, spec in typed_keys(where, arrays).items()
+        }
+        return hetero_source(where, tensors, name, form)
     missing = missing_members(arrays)
     if missing:
         raise missing_arrays(where, missing)
-    tensors = {key: _checked(where, key, arrays[key], *spec) for key, spec in NPZ_ARRAYS.items() if key in arrays}
+    tensors = {key: _checked(where, key, arrays[key], *spec, form) for key, spec in NPZ_ARRAYS.items() if key in arrays}
     if tensors["edge_index"].shape[0] != 2:
         raise DataError(f"{where}: edge_index has shape {list(tensors['edge_index'].shape)}; expected [2, E].")
     if as_edge_source(tensors) or (edge_labels_wanted() and labels_are_optional() and NODE_PTR not in tensors):
-        return edge_labelled(where, tensors, name)
+        return edge_labelled(where, tensors, name, form)
     if "y" not in tensors:
-        return unlabelled_graph(where, tensors, name)
+        return unlabelled_graph(where, tensors, name, form)
     splits = _splits(where, tensors)
     try:
         edge_attr = tensors.get(EDGE_ATTR)
         if NODE_PTR in tensors:
             return GraphCollection.from_edges(
                 tensors["x"], tensors["edge_index"], tensors[NODE_PTR], tensors["y"], splits, seed=seed, name=name,
-                edge_attr=edge_attr,
+                edge_attr=edge_attr, labels=form,
             )  # fmt: skip
         n = tensors["x"].shape[0]
         if tensors["y"].shape[0] != n:
@@ -232,7 +237,7 @@ def graph_from_arrays(where, arrays: dict, seed: int, name: str) -> GraphData | 
             )
         splits = splits or list(random_split(n, seed))
         return GraphData.from_edges(
-            tensors["edge_index"], tensors["x"], tensors["y"], *splits, name=name, edge_attr=edge_attr
+            tensors["edge_index"], tensors["x"], tensors["y"], *splits, name=name, edge_attr=edge_attr, labels=form
         )
     except DataError as exc:
         raise DataError(f"{where}: {exc}") from None
@@ -245,9 +250,10 @@ def as_edge_source(members) -> bool:
     return EDGE_LABEL in members and (edge_labels_wanted() or "y" not in members)
 
 
-def edge_labelled(where, tensors: dict[str, torch.Tensor], name: str) -> HeteroSource:
+def edge_labelled(where, tensors: dict[str, torch.Tensor], name: str, form: str) -> HeteroSource:
     """A homogeneous graph whose edges carry labels, as the one-relation source an edge task reads
-    (node labels it also has stay those of its one node type, for task=node)."""
+    (node labels it also has stay those of its one node type, for task=node); placeholders where
+    predict reads it without labels are of ``form``."""
     if NODE_PTR in tensors:
         raise DataError(f"{where}: edge_label on a collection of graphs ({NODE_PTR}); edge tasks read one graph.")
     edge_y, edges = tensors.get(EDGE_LABEL), tensors["edge_index"]  # (none: predict's placeholders)
@@ -256,7 +262,7 @@ def edge_labelled(where, tensors: dict[str, torch.Tensor], name: str) -> HeteroS
             f"{where}: edge_label has {edge_y.shape[0]} labels for {edges.shape[1]} edges (columns of edge_index)."
         )
     splits = _splits(where, tensors, EDGE_SPLITS)
-    source = unlabelled_edges(edge_source(int(tensors["x"].shape[0]), tensors["x"], edges, edge_y, splits, name))
+    source = unlabelled_edges(edge_source(int(tensors["x"].shape[0]), tensors["x"], edges, edge_y, splits, name), form)
     if EDGE_ATTR in tensors:
         if tensors[EDGE_ATTR].shape[0] != edges.shape[1]:
             raise DataError(f"{where}: edge_attr has {tensors[EDGE_ATTR].shape[0]} rows for {edges.shape[1]} edges.")
@@ -266,8 +272,8 @@ def edge_labelled(where, tensors: dict[str, torch.Tensor], name: str) -> HeteroS
     return source
 
 
-def _checked(where, key: str, array: np.ndarray, dtype, ndim: int) -> torch.Tensor:
-    check_member_header(where, key, array.dtype, array.shape, dtype, ndim)
+def _checked(where, key: str, array: np.ndarray, dtype, ndim: int, form: str) -> torch.Tensor:
+    check_member_header(where, key, array.dtype, array.shape, dtype, ndim, form)
     return torch.from_numpy(np.ascontiguousarray(array))
 
 
@@ -324,7 +330,7 @@ def typed_keys(path, members) -> dict:
     return wanted
 
 
-def hetero_source(path, tensors: dict, name: str) -> HeteroSource:
+def hetero_source(path, tensors: dict, name: str, form: str) -> HeteroSource:
     """A :class:`HeteroSource` from typed arrays ``{key: tensor}`` (not yet checked for ids or values:
     the task record is, and ``gnnbridge prepare`` is)."""
     node, edge = {}, {}  # kind -> {type: tensor}, kind -> {(src, rel, dst): tensor}
@@ -344,7 +350,7 @@ def hetero_source(path, tensors: dict, name: str) -> HeteroSource:
                         f"{', '.join(sorted(num_nodes))} (declare it with x__{t} or num_nodes__{t})."
                     )
     try:
-        return unlabelled_edges(_source(num_nodes, node, edge, name))
+        return unlabelled_edges(_source(num_nodes, node, edge, name), form)
     except DataError as exc:
         raise DataError(f"{path}: {exc}") from None
 

@@ -71,7 +71,7 @@ from gnnbridge.core.records.hetero import (
     HeteroSource,
     edge_name,
 )
-from gnnbridge.core.records.labels import current_form, label_form, node_labels_needed
+from gnnbridge.core.records.labels import current_form, node_labels_needed
 from gnnbridge.core.storage.folder import (
     CHECK_STEP,
     MANIFEST,
@@ -115,11 +115,14 @@ def on_machine(machine: int, machines: int) -> Iterator[None]:
         _MACHINE.reset(token)
 
 
-def open_machine_part(root: str | Path, parts: int, seed: int | None = None) -> GraphData | HeteroSource:
+def open_machine_part(
+    root: str | Path, parts: int, seed: int | None = None, form: str | None = None
+) -> GraphData | HeteroSource:
     """This machine's part of ``root`` partitioned into ``parts``: refused in one line unless the
     job has ``parts`` machines, and, where the partitioning drew the splits (the folder has no
     split files), unless the run's ``seed`` is the one it drew them with: a run of the folder
-    whole draws them from its seed, and the two would not train and score the same nodes."""
+    whole draws them from its seed, and the two would not train and score the same nodes. Its
+    labels are read in ``form`` (None: the context's)."""
     drawn = read_partition(root, parts).get("splits_seed")
     if drawn is not None and seed is not None and seed != drawn:
         raise ConfigError(
@@ -134,7 +137,7 @@ def open_machine_part(root: str | Path, parts: int, seed: int | None = None) -> 
             f"on {machines} machine{'s' if machines > 1 else ''}; start {parts} (torchrun --nnodes {parts}, or srun "
             f"over {parts} nodes), or train the whole folder (dataset.partitions=0)."
         )
-    return open_partition(root, parts, machine)
+    return open_partition(root, parts, machine, form)
 
 
 def partition_folder_of(root: str | Path, parts: int) -> Path:
@@ -339,11 +342,10 @@ def open_partition(
     checked (see the module). ``values``: read the node-sized arrays' bounds, and the content of
     files whose times are not the recorded ones, too; a rank reopening a part its machine's first
     rank has just checked skips those reads (the stat checks stay)."""
-    with label_form(form or current_form()):
-        return _open(Path(root), parts, machine, values)
+    return _open(Path(root), parts, machine, form or current_form(), values)
 
 
-def _open(root: Path, parts: int, machine: int, values: bool = True) -> GraphData | HeteroSource:
+def _open(root: Path, parts: int, machine: int, form: str, values: bool = True) -> GraphData | HeteroSource:
     description = read_partition(root, parts)
     out = partition_folder_of(root, parts)
     if description.get("format") != FORMAT:
@@ -360,13 +362,13 @@ def _open(root: Path, parts: int, machine: int, values: bool = True) -> GraphDat
     _check_layout(folder, part, description, arrays, machine, values)
     advise_uncacheable(arrays.values(), sum(a.nbytes for a in arrays.values()))
     if description.get("kind") == "hetero":
-        record = _hetero_part(root, description, part, arrays, machine)
+        record = _hetero_part(root, description, part, arrays, machine, form)
     else:
-        record = _node_part(root, description, part, arrays, machine)
+        record = _node_part(root, description, part, arrays, machine, form)
     record.partition.cut = Cut(description["id"], part["description"], str(out / PARTITION_FILE))
     record.partition.reopened = not values
     record.folder = root
-    record.mapped_from = (open_partition, (str(root), parts, machine, current_form(), False))
+    record.mapped_from = (open_partition, (str(root), parts, machine, form, False))
     return record
 
 
@@ -417,7 +419,7 @@ def _split_counts(description: dict) -> dict[str, list[int]]:
     }
 
 
-def _node_part(root: Path, description: dict, part: dict, arrays: dict, machine: int) -> PartGraph:
+def _node_part(root: Path, description: dict, part: dict, arrays: dict, machine: int, form: str) -> PartGraph:
     start = int(part["start"])
     labelled = "y" in arrays  # (a graph without labels is partitioned for link tasks)
     if not labelled and node_labels_needed():  # refused as the whole folder refuses it
@@ -426,11 +428,12 @@ def _node_part(root: Path, description: dict, part: dict, arrays: dict, machine:
         indptr=arrays["indptr"],
         indices=arrays["indices"],
         x=arrays["x"],
-        y=folder_labels(arrays["y"], description["summary"], root.name) if labelled else None,
+        y=folder_labels(arrays["y"], description["summary"], root.name, form) if labelled else None,
         **{key: arrays[key] - start for key in SPLITS if labelled},
         num_classes=int(description["summary"]["num_classes"]),
         name=root.name,
         edge_attr=arrays.get("edge_attr"),  # in the part's CSC order: its owner sends a sampled edge's row
+        labels=form,
     )
     record.partition = Partition(
         id=description["id"],
@@ -444,7 +447,7 @@ def _node_part(root: Path, description: dict, part: dict, arrays: dict, machine:
     return record
 
 
-def _hetero_part(root: Path, description: dict, part: dict, arrays: dict, machine: int) -> PartHeteroSource:
+def _hetero_part(root: Path, description: dict, part: dict, arrays: dict, machine: int, form: str) -> PartHeteroSource:
     """The part as a :class:`PartHeteroSource` whose topology is every relation the folder
     holds (``rev_`` types included): the node task picks its relations from it."""
     target = description["target"]
@@ -472,7 +475,9 @@ def _hetero_part(root: Path, description: dict, part: dict, arrays: dict, machin
         {t: arrays[f"x__{t}"] for t in bounds if f"x__{t}" in arrays},
         {et: topology[et][1] for et in plain},
         target_node=target,
-        y=folder_labels(arrays[f"y__{target}"], description["summary"], root.name) if target is not None else None,
+        y=folder_labels(arrays[f"y__{target}"], description["summary"], root.name, form)
+        if target is not None
+        else None,
         splits=tuple(arrays[f"{key}__{target}"] - start for key in SPLITS) if target is not None else None,
         name=root.name,
         topology=topology,

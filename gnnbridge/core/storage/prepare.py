@@ -39,7 +39,7 @@ from gnnbridge.core.files import PARTIAL, fsync_file, partial_name, remove_parti
 from gnnbridge.core.host import available_memory
 from gnnbridge.core.records.data import check_ids
 from gnnbridge.core.records.hetero import edge_name, reverse_types
-from gnnbridge.core.records.labels import infer_num_classes, label_form, reading_node_labels
+from gnnbridge.core.records.labels import current_form, infer_num_classes, reading_node_labels
 from gnnbridge.core.storage.folder import (
     CSC_EDGE_ATTR,
     CSC_INDPTR,
@@ -252,8 +252,7 @@ def open_checked(root: Path, key: str, file: Path, spec: tuple) -> np.ndarray:
             f"{root}: {key} ({file.name}) is not a numpy array ({str(exc)[:100]}); save arrays with numpy.save."
         ) from None
     if is_label_key(key):  # classes or rows of targets: which, the run's target says (see _prepare_node)
-        with label_form(labels_of(found, shape)):
-            check_member_header(root, key, found, shape, *spec)
+        check_member_header(root, key, found, shape, *spec, labels_of(found, shape))
     else:
         check_header(root, key, found, shape, *spec)
     try:
@@ -757,10 +756,10 @@ def _prepare_collection(root: Path, members: dict) -> dict:
     t = {k: torch.from_numpy(np.array(v)) for k, v in a.items()}
     splits = [t[k] for k in SPLITS] if "train_idx" in t else None
     try:
-        with label_form(labels_of(a["y"].dtype, a["y"].shape)):  # the run's target checks them again
-            data = GraphCollection.from_edges(
-                t["x"], t["edge_index"], t[NODE_PTR], t["y"], splits, edge_attr=t.get(EDGE_ATTR)
-            )
+        form = labels_of(a["y"].dtype, a["y"].shape)  # the run's target checks them again
+        data = GraphCollection.from_edges(
+            t["x"], t["edge_index"], t[NODE_PTR], t["y"], splits, edge_attr=t.get(EDGE_ATTR), labels=form
+        )
     except DataError as exc:
         raise DataError(f"{root}: {exc}") from None
     summary = {k: v for k, v in data.summary().items() if k != "name"}
@@ -777,7 +776,7 @@ def _prepare_hetero(root: Path, members: dict, dtype: str, progress: bool) -> di
     a = {k: open_checked(root, k, members[k], specs[k]) for k in specs}
     with warnings.catch_warnings():  # read-only maps, never written (see folder.mapped)
         warnings.simplefilter("ignore", UserWarning)
-        source = hetero_source(root, {k: torch.from_numpy(v) for k, v in a.items()}, root.name)
+        source = hetero_source(root, {k: torch.from_numpy(v) for k, v in a.items()}, root.name, current_form())
     counts = source.num_nodes
     reverse = reverse_types(source.edges)
     sorted_bytes = 2 * sum(int(e.numel()) * 8 for e in source.edges.values()) * (1 + len(reverse) / len(source.edges))

@@ -36,9 +36,11 @@ from gnnbridge.core.tasks.link import message_passing
 from gnnbridge.core.tasks.pairs import find_pairs, mirror_ids
 
 
-def for_edge_task(source: HeteroSource, reverse: bool, seed: int) -> HeteroGraphData:
-    """The edge-task record of ``source`` (its ``edge_y`` on ``target_edge``); ``reverse`` adds
-    ``rev_`` types (a type the dataset brought that mirrors the target is rebuilt instead)."""
+def for_edge_task(source: HeteroSource, reverse: bool, seed: int, form: str | None = None) -> HeteroGraphData:
+    """The edge-task record of ``source`` (its ``edge_y`` on ``target_edge``, read in ``form``;
+    None: the context's); ``reverse`` adds ``rev_`` types (a type the dataset brought that mirrors
+    the target is rebuilt instead)."""
+    form = form or current_form()
     if source.edge_y is None or source.target_edge is None:
         raise no_edge_labels(f"Dataset '{source.name}'")
     target = tuple(source.target_edge)
@@ -49,7 +51,7 @@ def for_edge_task(source: HeteroSource, reverse: bool, seed: int) -> HeteroGraph
         raise DataError(f"{where} has {source.edge_y.shape[0]} labels for {count} edges of edge_index.")
     num_classes = unlabelled_width()
     if source.labelled:  # checked in the given order, so that a message names the user's column
-        num_classes = checked_width(source.edge_y, current_form(), where, unit)
+        num_classes = checked_width(source.edge_y, form, where, unit)
         splits = _splits(source.edge_splits, count, seed, target)
     else:  # predict on edges without labels: nothing to split (any count of edges is scored)
         splits = (torch.empty(0, dtype=torch.int64),) * 3
@@ -78,6 +80,7 @@ def for_edge_task(source: HeteroSource, reverse: bool, seed: int) -> HeteroGraph
         name=source.name,
         edge_column=order,
         edge_attr=message_passing_features(features, mp, built_from),
+        labels=form,
     )
     data.labelled = source.labelled  # (predict on edges without labels: placeholders, nothing to score)
     _exclusions(data, target, rev if rev in data.edge_index else None)

@@ -18,20 +18,21 @@ from gnnbridge.core.records.hetero import (
 from gnnbridge.core.records.labels import current_form, infer_num_classes, width
 
 
-def for_node_task(source: HeteroSource, reverse: bool, seed: int) -> HeteroGraphData:
-    """The node-classification record. From a prepared folder its topology is the folder's
-    mapped CSC files (read-only, not validated again: prepare checked them), the same arrays
-    as the build in memory, which every other source gets."""
+def for_node_task(source: HeteroSource, reverse: bool, seed: int, form: str | None = None) -> HeteroGraphData:
+    """The node-classification record, its labels read in ``form`` (None: the context's). From a
+    prepared folder its topology is the folder's mapped CSC files (read-only, not validated again:
+    prepare checked them), the same arrays as the build in memory, which every other source gets."""
+    form = form or current_form()
     if source.target_node is None or source.y is None:
         other = "task=edge (its edges are labelled) or task=link" if source.edge_y is not None else "task=link"
         raise ConfigError(f"Dataset '{source.name}' has no node labels (no labelled node type); use {other}.")
     mapped = source.mapped_topology(reverse)
     if mapped is not None:
-        return mapped_node_task(source, mapped, seed)
+        return mapped_node_task(source, mapped, seed, form)
     edges = with_reverse_edges(source.num_nodes, source.edges) if reverse else dict(source.edges)
     features = message_passing_features(source.edge_attr, edges, reverse_types(source.edges) if reverse else {})
     data = node_task(source.num_nodes, source.x, edges, source.target_node, source.y, source.splits, seed, source.name,
-                     edge_attr=features)  # fmt: skip
+                     edge_attr=features, labels=form)  # fmt: skip
     return data
 
 
@@ -46,13 +47,16 @@ def node_task(
     name: str = "hetero",
     num_classes: int | None = None,
     edge_attr: dict | None = None,
+    labels: str | None = None,
 ) -> HeteroGraphData:
     """A node-classification record; without ``splits``, a seeded 60/20/20 split of ``target``;
-    ``edge_attr``: edge features of some of ``edges``' types, a row per edge as given."""
+    ``edge_attr``: edge features of some of ``edges``' types, a row per edge as given; ``y`` read
+    in the form ``labels`` (None: the context's)."""
+    form = labels or current_form()
     if target not in num_nodes:
         raise DataError(f"The labelled node type {target!r} is not declared; node types: {', '.join(num_nodes)}.")
     splits = splits or random_split(num_nodes[target], seed)
-    classes = width(y, current_form()) if num_classes is None else num_classes
+    classes = width(y, form) if num_classes is None else num_classes
     return HeteroGraphData(
         dict(num_nodes),
         dict(x),
@@ -65,10 +69,11 @@ def node_task(
         num_classes=classes,
         name=name,
         edge_attr=dict(edge_attr or {}),
+        labels=form,
     )
 
 
-def mapped_node_task(source: HeteroSource, topology: dict, seed: int) -> HeteroGraphData:
+def mapped_node_task(source: HeteroSource, topology: dict, seed: int, form: str) -> HeteroGraphData:
     """A node task over ``topology`` (a prepared folder's mapped CSC files), built without
     validation, which would read every file whole: ``gnnbridge prepare`` checked ids, labels
     and splits, and its manifest records that. Splits the folder lacks are drawn from ``seed``
@@ -76,9 +81,9 @@ def mapped_node_task(source: HeteroSource, topology: dict, seed: int) -> HeteroG
     t = source.target_node
     if t not in source.num_nodes:
         raise DataError(f"The labelled node type {t!r} is not declared; node types: {', '.join(source.num_nodes)}.")
-    if current_form() != "class":
+    if form != "class":
         raise DataError(
-            f"Folder '{source.name}': a prepared heterogeneous folder's labels are classes; target={current_form()} "
+            f"Folder '{source.name}': a prepared heterogeneous folder's labels are classes; target={form} "
             "trains a heterogeneous graph from an .npz or a library's object (not from a folder yet)."
         )
     splits = source.splits or random_split(source.num_nodes[t], seed)

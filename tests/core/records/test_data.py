@@ -92,3 +92,25 @@ def test_decreasing_offsets_are_refused(small_data):
     bad[5], bad[6] = bad[6], bad[5] - 1
     with pytest.raises(DataError, match="never decrease"):
         replace(small_data, indptr=bad)
+
+
+def test_records_read_labels_in_the_form_they_are_given_without_a_context():
+    """``labels=`` is the form a record checks and stores ``y`` in, outside any label_form block
+    (what a loader passes from ``config.label_form``)."""
+    import torch
+
+    from gnnbridge.core.records.collection import GraphCollection
+    from gnnbridge.core.records.data import GraphData
+
+    ring = torch.stack([torch.arange(6), (torch.arange(6) + 1) % 6])
+    x, splits = torch.randn(6, 3), (torch.tensor([0, 1, 2]), torch.tensor([3]), torch.tensor([4, 5]))
+    graph = GraphData.from_edges(ring, x, torch.rand(6, dtype=torch.float64), *splits, labels="regression")
+    assert graph.labels == "regression" and graph.y.dtype == torch.float32 and graph.num_classes == 1
+    unlabelled = GraphData.unlabelled(ring, x, 3, labels="multilabel")
+    assert unlabelled.labels == "multilabel" and unlabelled.y.shape == (6, 3)
+    ptr, y = torch.tensor([0, 2, 4, 6]), torch.tensor([[0, 1], [1, 0], [1, 1]])
+    two = torch.tensor([[0, 2, 4], [1, 3, 5]])  # an edge in each of the three graphs
+    graphs = GraphCollection.from_edges(
+        x, two, ptr, y, (torch.tensor([0]), torch.tensor([1]), torch.tensor([2])), labels="multilabel"
+    )
+    assert graphs.labels == "multilabel" and graphs.y.dtype == torch.float32 and graphs.num_classes == 2
