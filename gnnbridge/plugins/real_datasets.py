@@ -56,6 +56,7 @@ import torch
 
 from gnnbridge.core import environ
 from gnnbridge.core.contracts.hookspecs import hookimpl
+from gnnbridge.core.contracts.loading import label_form_of
 from gnnbridge.core.errors import BackendUnavailableError, ConfigError, DataError, DataFileNotFoundError, GnnBridgeError
 from gnnbridge.core.interfaces import DatasetConfig, GraphCollection, GraphData, LoaderConfig, downloads_allowed
 from gnnbridge.core.plugins import get_target
@@ -262,7 +263,7 @@ def load_ogbn_proteins(config: LoaderConfig, seed: int) -> GraphData:
     """ogbn-proteins: 112 binary functions per protein (``target=multilabel``, ROC-AUC), split by
     species. Its nodes have no features, its edges eight (association scores); until models read
     edge features, a node's are the mean of its edges' (as PyG's example for this dataset does)."""
-    if config.label_form != "multilabel":
+    if label_form_of(config) != "multilabel":
         raise ConfigError(
             "Dataset 'ogbn-proteins' has 112 binary labels per protein, which OGB scores by ROC-AUC; train it "
             "with target=multilabel (the experiment 'ogbn-proteins' sets it, with OGB's monitor)."
@@ -398,7 +399,7 @@ def load_molecules(name: str, config: LoaderConfig) -> GraphCollection:
     ready_ogb_folder(name, folder, splits, MOLECULE_RAW, opts["download"])
     dataset, split = read_ogb(GraphPropPredDataset, "get_idx_split", name, folder, opts)
     return molecule_collection(
-        name, folder, dataset, [split["train"], split["valid"], split["test"]], config.label_form
+        name, folder, dataset, [split["train"], split["valid"], split["test"]], label_form_of(config)
     )
 
 

@@ -18,7 +18,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from gnnbridge.core.config import DatasetConfig
-from gnnbridge.core.records.labels import FORMS
+from gnnbridge.core.records.labels import FORMS, current_form
 
 
 @dataclass
@@ -47,3 +47,10 @@ class LoaderConfig(DatasetConfig):
         the run's ``section``, which the run records."""
         for f in dataclasses.fields(DatasetConfig):
             setattr(section, f.name, getattr(self, f.name))
+
+
+def label_form_of(config: DatasetConfig) -> str:
+    """The form a loader reads labels in: its :class:`LoaderConfig`'s, or, for a plain section
+    (a script calling a built-in loader itself, as ``benchmarks/`` do), the form in effect
+    (``class`` unless a caller chose another), so the loaders stay callable as they were."""
+    return config.label_form if isinstance(config, LoaderConfig) else current_form()
