@@ -534,29 +534,29 @@ class Builder:
         return v
 
     def _time(self, batch):
-        col = self.task.get("time_column")
-        if not col or self.saved:
+        named = self._task_column("time_column", "time")
+        if named is None:
             return None
-        table, column = col.split(".", 1)
-        if table != self.label_table:
-            raise ConfigError(
-                f"task.time_column {col}: the time column must be in the labelled table '{self.label_table}'."
-            )
-        return to_float(
-            batch.column(column),
-            "datetime" if self.schema["tables"][table]["columns"][column]["kind"] == "datetime" else "numeric",
-        )
+        table, column = named
+        kind = self.schema["tables"][table]["columns"][column]["kind"]
+        return to_float(batch.column(column), "datetime" if kind == "datetime" else "numeric")
 
     def _split_values(self, batch):
-        col = self.task.get("split_column")
+        named = self._task_column("split_column", "split")
+        return None if named is None else category_strings(batch.column(named[1]))
+
+    def _task_column(self, key: str, what: str) -> tuple[str, str] | None:
+        """``task.<key>``'s (table, column), which must be in the labelled table; None when the
+        schema names none, or with --like (new rows are not split: they are predicted)."""
+        col = self.task.get(key)
         if not col or self.saved:
             return None
         table, column = col.split(".", 1)
         if table != self.label_table:
             raise ConfigError(
-                f"task.split_column {col}: the split column must be in the labelled table '{self.label_table}'."
+                f"task.{key} {col}: the {what} column must be in the labelled table '{self.label_table}'."
             )
-        return category_strings(batch.column(column))
+        return table, column
 
     def _splits(self, times: list, splits: list, n: int, y: np.ndarray) -> dict:
         """From the split column, else by time (train before val before test), else none (seeded at train)."""

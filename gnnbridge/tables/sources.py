@@ -102,11 +102,6 @@ def kinds() -> list[SourceKind]:
     return _kinds()
 
 
-def is_table_source(text: str) -> bool:
-    """Whether a registered table source would open ``text`` (``gnnbridge prepare`` asks first)."""
-    return any(kind.matches(text) for kind in _kinds())
-
-
 def _choices() -> str:
     return "give " + "; ".join(k.describe for k in _kinds())
 
