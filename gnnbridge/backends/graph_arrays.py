@@ -1,7 +1,8 @@
 """The rules both backends' graph readers (``pyg/objects.py``, ``dgl/objects.py``) apply once a
 library's object is taken apart: labels are read in the run's form (one integer class per item,
-or a row of targets: :mod:`gnnbridge.core.records.labels`), the three splits come
-together or not at all, a type's name cannot hold the format's ``__`` separator, and a
+or a row of targets: :mod:`gnnbridge.core.records.labels`), as the
+:class:`~gnnbridge.core.records.reading.Reading` core hands each reader says, the three splits
+come together or not at all, a type's name cannot hold the format's ``__`` separator, and a
 collection's graphs are stacked with ``node_ptr`` (one feature width and one label shape for
 all). Every array the user's object holds is read through :func:`field`: a numpy array is taken
 as the tensor it would be, and a tensor without values (the meta device) or a value that is no
@@ -16,7 +17,8 @@ import numpy as np
 import torch
 
 from gnnbridge.core.errors import DataError
-from gnnbridge.core.records.labels import check_form, checked_width, current_form, splits_wanted
+from gnnbridge.core.records.labels import check_form, checked_width
+from gnnbridge.core.records.reading import Reading
 
 SPLITS = ("train", "val", "test")
 
@@ -39,11 +41,10 @@ def field(value, where: str) -> torch.Tensor:
     return value.detach()
 
 
-def item_labels(y: torch.Tensor, where: str) -> np.ndarray:
-    """``y`` (``where`` names it) in the run's label form: int64 classes, one per item (``[N, 1]``
+def item_labels(y: torch.Tensor, where: str, form: str) -> np.ndarray:
+    """``y`` (``where`` names it) in the run's label ``form``: int64 classes, one per item (``[N, 1]``
     read as ``[N]``), or float32 targets ``[N]`` / ``[N, T]`` (regression, multi-label)."""
     y = field(y, where)
-    form = current_form()
     if form != "class":
         check_form(y, form, where)
         return y.cpu().to(torch.float32).numpy()
@@ -62,34 +63,36 @@ def item_labels(y: torch.Tensor, where: str) -> np.ndarray:
     return y.cpu().to(torch.int64).numpy()
 
 
-def edge_item_labels(y: torch.Tensor, where: str) -> np.ndarray:
+def edge_item_labels(y: torch.Tensor, where: str, form: str) -> np.ndarray:
     """An edge task's labels (``where`` names them as the user gave them), as :func:`item_labels`
     reads them, their values checked here too (classes ``0 .. C-1``, each present; finite
     targets): the reader's words name the library's own array, which core's would not."""
-    labels = item_labels(y, where)
-    checked_width(torch.from_numpy(labels), current_form(), where, "edge")
+    labels = item_labels(y, where, form)
+    checked_width(torch.from_numpy(labels), form, where, "edge")
     return labels
 
 
-def graph_labels(y, where: str) -> np.ndarray:
+def graph_labels(y, where: str, form: str) -> np.ndarray:
     """One graph's label: a class (shape ``[]``) or its row of targets ``[T]`` (from ``[T]`` or
     ``[1, T]``, as PyG's molecule datasets hold them; a number or a list of them as a tensor)."""
     y = field(y if isinstance(y, (torch.Tensor, np.ndarray)) else np.asarray(y), where)
-    if current_form() == "class":
+    if form == "class":
         if y.numel() != 1:
             raise DataError(
                 f"{where} has y of shape {list(y.shape)}; graph classification takes one class per graph "
                 "(several targets per graph: target=regression or target=multilabel)."
             )
-        return item_labels(y.view(1), where)[0]
-    return item_labels(y.reshape(1, -1), where)[0]
+        return item_labels(y.view(1), where, form)[0]
+    return item_labels(y.reshape(1, -1), where, form)[0]
 
 
-def all_or_no_splits(found: dict[str, np.ndarray], where: str, prefix: str = "") -> dict[str, np.ndarray]:
+def all_or_no_splits(
+    found: dict[str, np.ndarray], where: str, reading: Reading, prefix: str = ""
+) -> dict[str, np.ndarray]:
     """``found`` (``train_idx`` ... read from masks; an edge task's ``edge_train_idx`` ... with
     ``prefix`` ``edge_``) when it holds all three splits or none; none read with
     ``dataset.splits: drawn`` (a library's class whose masks cannot be completed)."""
-    if not splits_wanted():
+    if not reading.splits:
         return {}
     if 0 < len(found) < len(SPLITS):
         given = ", ".join(f"{k.split('__')[0][:-4]}_mask" for k in found)

@@ -25,6 +25,7 @@ from gnnbridge.core.records.batches import IndexedRows, MiniBatch, SampledSubgra
 from gnnbridge.core.records.collection import GraphCollection, PackedGraphs, pack
 from gnnbridge.core.records.data import GraphData, random_split
 from gnnbridge.core.records.hetero import HeteroGraphData, HeteroSource
+from gnnbridge.core.records.reading import Reading
 from gnnbridge.core.sampling.adapters import CollectionStore, CorePacker, CoreSampler, LibraryGraphLoader
 from gnnbridge.core.sampling.hetero import HeteroSampledSubgraph, LinkMiniBatch
 from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS, NeighborSampler
@@ -48,6 +49,7 @@ __all__ = [
     "IndexedRows",
     "LinkMiniBatch",
     "LoaderConfig",
+    "Reading",
     "LibraryGraphLoader",
     "MiniBatch",
     "ModelSpec",

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from gnnbridge.core.contracts.hookspecs import hookimpl
-from gnnbridge.core.contracts.loading import label_form_of
+from gnnbridge.core.contracts.loading import reading_of
 from gnnbridge.core.errors import ConfigError
 from gnnbridge.core.interfaces import (
     DatasetConfig,
@@ -254,5 +254,6 @@ def load_npz(config: LoaderConfig, seed: int) -> GraphData | GraphCollection | H
     if not config.path:
         raise ConfigError("Dataset 'npz' needs a file: --dataset PATH.npz (or dataset.path in the config).")
     path = Path(config.path)
-    arrays = read_hetero_npz(path) if is_hetero_npz(path) else read_npz(path, label_form_of(config))
-    return graph_from_arrays(path, arrays, seed, path.stem, label_form_of(config))
+    reading = reading_of(config)
+    arrays = read_hetero_npz(path, reading.form) if is_hetero_npz(path) else read_npz(path, reading)
+    return graph_from_arrays(path, arrays, seed, path.stem, reading)

@@ -20,7 +20,7 @@ import numpy as np
 
 from gnnbridge.core import files
 from gnnbridge.core.contracts.hookspecs import hookimpl
-from gnnbridge.core.contracts.loading import label_form_of
+from gnnbridge.core.contracts.loading import reading_of
 from gnnbridge.core.contracts.sources import DatasetSource
 from gnnbridge.core.errors import (
     ConfigError,
@@ -54,8 +54,8 @@ def load_folder(config: LoaderConfig, seed: int):
     if not config.path:
         raise ConfigError("Dataset 'folder' needs a folder: --dataset DIR (or dataset.path in the config).")
     if config.partitions:
-        return open_machine_part(config.path, config.partitions, seed, label_form_of(config))
-    return open_prepared(config.path, seed, label_form_of(config))
+        return open_machine_part(config.path, config.partitions, seed, reading_of(config))
+    return open_prepared(config.path, seed, reading_of(config))
 
 
 @hookimpl

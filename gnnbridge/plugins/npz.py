@@ -22,7 +22,7 @@ import numpy as np
 from gnnbridge.core.errors import DataError, DataFileNotFoundError, ResourceError
 from gnnbridge.core.interfaces import format_bytes
 from gnnbridge.core.records.hetero import HeteroSource
-from gnnbridge.core.records.labels import current_form
+from gnnbridge.core.records.reading import Reading, as_reading
 from gnnbridge.core.storage.formats import (
     HETERO_MARKERS,
     NPZ_ARRAYS,
@@ -55,21 +55,23 @@ ZIP_ERRORS = (
 )
 
 
-def read_npz(path: Path, form: str | None = None) -> dict[str, np.ndarray]:
+def read_npz(path: Path, reading: Reading | str | None = None) -> dict[str, np.ndarray]:
     """Read the format's arrays from ``path``, checking each header (dtype, shape, size) before
     any data is read: object arrays (pickles) are refused, and so is a header that claims more
     data than the member holds or than this machine could hold.
 
     Why not ``numpy.load``: it trusts each header and allocates what it claims before reading.
-    ``y`` is checked as labels of ``form`` (None: the context's, :mod:`gnnbridge.core.records.labels`)."""
+    ``y`` is checked as labels of the reading's form (:mod:`gnnbridge.core.records.reading`;
+    None: classes), and required where the reading needs node labels."""
+    reading = as_reading(reading)
 
     def select(members: dict) -> dict:
-        missing = missing_members(members)
+        missing = missing_members(members, reading)
         if missing:
-            raise missing_arrays(path, missing)
+            raise missing_arrays(path, missing, reading)
         return {key: spec for key, spec in NPZ_ARRAYS.items() if key in members}
 
-    arrays = read_members(path, select, form=form)
+    arrays = read_members(path, select, form=reading.form)
     if arrays["edge_index"].shape[0] != 2:
         raise DataError(f"{path}: edge_index has shape {list(arrays['edge_index'].shape)}; expected [2, E].")
     return arrays
@@ -80,12 +82,11 @@ def is_hetero_npz(path: Path) -> bool:
     return bool(read_members(path, lambda members: {}, names_only=True) & set(HETERO_MARKERS))
 
 
-def read_members(path: Path, select, names_only: bool = False, form: str | None = None):
+def read_members(path: Path, select, names_only: bool = False, form: str = "class"):
     """``{key: array}`` for the members ``select(members)`` returns as ``{key: (dtype, ndim)}``,
-    each checked before it is read (labels as ``form``'s, None: the context's); ``names_only``:
-    the set of array-kind prefixes present."""
+    each checked before it is read (labels as ``form``'s); ``names_only``: the set of array-kind
+    prefixes present."""
     check_file(path)
-    form = form or current_form()
     try:
         with zipfile.ZipFile(path) as archive:
             members = {info.filename[:-4]: info for info in archive.infolist() if info.filename.endswith(".npy")}
@@ -160,9 +161,10 @@ def _read_into(f, buffer: bytearray) -> int:
 _check_header = check_member_header  # the format's header check, shared with folder datasets (core)
 
 
-def read_hetero_npz(path: Path) -> dict[str, np.ndarray]:
-    """The typed arrays of a heterogeneous ``.npz`` (see docs/tasks.md, "Heterogeneous graphs")."""
-    return read_members(path, lambda members: typed_keys(path, members))
+def read_hetero_npz(path: Path, form: str = "class") -> dict[str, np.ndarray]:
+    """The typed arrays of a heterogeneous ``.npz`` (see docs/tasks.md, "Heterogeneous graphs"),
+    labels checked as ``form``'s."""
+    return read_members(path, lambda members: typed_keys(path, members), form=form)
 
 
 def load_hetero_npz(path: Path) -> HeteroSource:

@@ -17,7 +17,7 @@ from gnnbridge.core.app.compare import same_batches
 from gnnbridge.core.errors import GnnBridgeError
 from gnnbridge.core.plugins import get_target
 from gnnbridge.core.records.hetero import HeteroSource
-from gnnbridge.core.records.labels import label_form, reading_edge_labels
+from gnnbridge.core.records.reading import Reading
 from gnnbridge.core.sampling.hetero import CoreHeteroSampler, HeteroStore, typed_fanouts
 from gnnbridge.core.storage.folder import open_prepared
 from gnnbridge.core.storage.formats import graph_from_arrays
@@ -151,8 +151,7 @@ def test_a_training_batch_never_samples_its_own_edges_or_their_mirrors():
         target_edge=rel,
         edge_y=torch.from_numpy(arrays["edge_label__user__rates__item"]),
     )
-    with label_form("regression"):
-        data = for_edge_task(source, reverse=True, seed=0)
+    data = for_edge_task(source, reverse=True, seed=0, reading="regression")
     rev = data.reverse_edge
     assert rev == ("item", "rev_rates", "user")
     sampler = CoreHeteroSampler(HeteroStore(data), typed_fanouts(data, [-1, -1], {}), lambda sub: sub, negatives=0)
@@ -313,10 +312,9 @@ def test_a_typed_folders_edge_task_is_the_npzs(tmp_path):
     }
     np.savez(tmp_path / "r.npz", **arrays)
     helpers.ok(helpers.gnnbridge("prepare", str(tmp_path / "r.npz"), "--quiet", cwd=tmp_path))
-    with label_form("regression"), reading_edge_labels(True):
-        folder, memory = (
-            for_edge_task(s, False, 0) for s in (open_prepared(tmp_path / "r"), graph_from_arrays("r", arrays, 0, "r"))
-        )
+    reading = Reading(form="regression", edge_labels=True)
+    sources = (open_prepared(tmp_path / "r", 0, reading), graph_from_arrays("r", arrays, 0, "r", reading))
+    folder, memory = (for_edge_task(s, False, 0, reading) for s in sources)
     for key in ("y", "train_idx", "val_idx", "test_idx"):
         assert torch.equal(getattr(folder, key), getattr(memory, key)), key
     assert folder.edge_attr.keys() == memory.edge_attr.keys() and folder.edge_attr

@@ -18,6 +18,7 @@ import torch
 import gnnbridge
 from gnnbridge.core.errors import DataError
 from gnnbridge.core.records.csc import csc_from_coo
+from gnnbridge.core.records.reading import Reading
 from gnnbridge.core.storage.folder import MANIFEST, open_prepared
 from gnnbridge.core.storage.prepare import build_csc, prepare_folder
 from gnnbridge.core.tasks import for_node_task
@@ -85,7 +86,7 @@ def test_a_folder_opens_as_the_npz_graph_mapped_from_its_files(tmp_path):
     assert opened.num_classes == loaded.num_classes
     # ranks reopen it in its label form, taking edge labels where the run is an edge task and node
     # labels where its family reads them
-    assert opened.mapped_from == (open_prepared, (str(folder), 3, "class", False, True))
+    assert opened.mapped_from == (open_prepared, (str(folder), 3, Reading()))
     assert isinstance(np.load(folder / "x.npy", mmap_mode="r"), np.memmap)
     maps = open(f"/proc/{os.getpid()}/maps").read()
     assert str(folder / "x.npy") in maps and str(folder / "prepared" / "indices.npy") in maps

@@ -1230,4 +1230,88 @@ def test_a_dataset_loader_is_told_the_label_form_as_a_declared_field(target, for
         data = task_record(config)
     assert isinstance(told[0], LoaderConfig) and told[0].label_form == form and told[0].name == "told-form"
     assert data.labels == form
-    assert "label_form" not in config.to_dict()["dataset"]  # the run's own section is left as it was
+    assert not {"label_form", "reading"} & set(config.to_dict()["dataset"])  # the run's own section is left as it was
+
+
+@pytest.mark.parametrize(
+    "target, built, refusal",
+    [
+        ("regression", "class", "holds a class per node (2 classes), but target=regression"),
+        ("class", "regression", "float labels are targets of regression or multilabel"),
+        ("multilabel", "values", "multilabel targets are 0 or 1"),
+    ],
+)
+def test_a_loaders_labels_of_another_form_are_one_line(target, built, refusal):
+    """A plugin's loader that builds its record without ``labels=`` and ignores ``config.reading``
+    gets the form its ``y`` shows; a form the run's target cannot read is refused in one line
+    naming what the labels are, not read wrongly (no context decides it any more)."""
+    from gnnbridge.core.app.preflight import task_record
+    from gnnbridge.core.config import from_dict
+    from gnnbridge.core.errors import DataError
+    from gnnbridge.core.interfaces import GraphData
+
+    def load(config, seed):
+        n = 40
+        y = {"class": torch.arange(n) % 2, "regression": torch.rand(n), "values": torch.rand(n, 3) * 5}[built]
+        ring = torch.stack([torch.arange(n), (torch.arange(n) + 1) % n])
+        return GraphData.from_edges(ring, torch.randn(n, 4), y, torch.arange(24), torch.arange(24, 32), torch.arange(32, n))
+
+    class StubbornPlugin:
+        @hookimpl
+        def register_datasets(self, register):
+            register("stubborn", load, "a graph whose labels take one form whatever it is told")
+
+    with registered_plugin(StubbornPlugin(), "stubborn"):
+        config = from_dict({"task": "node", "target": target, "dataset": {"name": "stubborn"}})
+        with pytest.raises(DataError, match=re.escape(refusal)):
+            task_record(config)
+
+
+def test_graph_readers_are_told_the_reading_and_one_argument_readers_still_work(tmp_path, monkeypatch):
+    """A graph reader of ``read(obj, reading)`` is told how the run reads the object (the form a
+    regression run reads, the drawn splits); one written as ``read(obj)``, before readings, is
+    still called so. Both objects become the run's dataset file."""
+    from pathlib import Path
+
+    import numpy as np
+
+    from gnnbridge.core.app.objects import as_dataset
+    from gnnbridge.plugins.npz import read_npz
+
+    monkeypatch.setenv("GNNBRIDGE_DATA", str(tmp_path / "data-root"))
+
+    class Told:
+        pass
+
+    class Plain:
+        pass
+
+    told = []
+    n = 30
+    arrays = {
+        "x": np.random.default_rng(0).normal(size=(n, 3)).astype(np.float32),
+        "edge_index": np.stack([np.arange(n), (np.arange(n) + 1) % n]).astype(np.int64),
+        "y": np.linspace(0, 1, n, dtype=np.float32),
+    }
+
+    def read_told(obj, reading):
+        if not isinstance(obj, Told):
+            return None
+        told.append(reading)
+        return dict(arrays)
+
+    def read_plain(obj):
+        return dict(arrays) if isinstance(obj, Plain) else None
+
+    class Readers:
+        @hookimpl
+        def register_graph_readers(self, register):
+            register("told", read_told, "a Told")
+            register("plain", read_plain, "a Plain")
+
+    overrides = ["target=regression", "dataset.splits=drawn"]
+    with registered_plugin(Readers(), "readers"):
+        first = as_dataset(Told(), {"task": "node"}, overrides)
+        second = as_dataset(Plain(), {"task": "node"}, overrides)
+    assert told[0].form == "regression" and told[0].splits is False and told[0].edge_labels is False
+    assert first == second and np.array_equal(read_npz(Path(first), "regression")["y"], arrays["y"])

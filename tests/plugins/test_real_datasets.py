@@ -24,16 +24,15 @@ from gnnbridge.core.config import DatasetConfig
 from gnnbridge.core.contracts.loading import LoaderConfig
 from gnnbridge.core.errors import BackendUnavailableError, ConfigError, DataFileNotFoundError
 from gnnbridge.core.plugins import datasets
-from gnnbridge.core.records.labels import label_form
+from gnnbridge.core.records.reading import Reading
 
 N, F, C = 40, 6, 3
 
 
 def load(name: str, root, form: str = "class", **options):
-    """The loader of ``name`` as core calls it: told the labels' form (``config.label_form``),
-    which the records it builds read them in too."""
-    with label_form(form):
-        return datasets.get(name)(LoaderConfig(name=name, root=str(root), options=options, label_form=form), 0)
+    """The loader of ``name`` as core calls it: told the labels' form (``config.reading``), which
+    the records it builds read them in too."""
+    return datasets.get(name)(LoaderConfig(name=name, root=str(root), options=options, reading=Reading(form)), 0)
 
 
 def ring(n: int) -> np.ndarray:

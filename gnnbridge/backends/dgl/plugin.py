@@ -81,10 +81,10 @@ def register_dataset_libraries(register):
     register(BACKEND, open_dataset, "any class of dgl.data: dgl:CoraGraphDataset, dgl:GINDataset, ...")
 
 
-def read_graph(obj):
+def read_graph(obj, reading):
     from gnnbridge.backends.dgl.objects import read
 
-    return read(obj)
+    return read(obj, reading)
 
 
 def open_dataset(name, config, seed):

@@ -32,44 +32,45 @@ from gnnbridge.backends.graph_arrays import (
 )
 from gnnbridge.core.errors import DataError
 from gnnbridge.core.plugins import warn
-from gnnbridge.core.records.labels import edge_labels_wanted, node_labels_needed
+from gnnbridge.core.records.reading import Reading
 
 
-def read(obj) -> dict[str, np.ndarray] | None:
+def read(obj, reading: Reading) -> dict[str, np.ndarray] | None:
+    """The arrays of a PyG object, read as ``reading`` says; None for another library's object."""
     if "torch_geometric.data" not in sys.modules:  # nobody holding a PyG object lacks it
         return None
     from torch_geometric.data import Data, Dataset, HeteroData
 
     if isinstance(obj, HeteroData):
-        return hetero_arrays(obj)
+        return hetero_arrays(obj, reading)
     if isinstance(obj, Data):
-        return graph_arrays(obj, "dataset (a torch_geometric Data)")
+        return graph_arrays(obj, "dataset (a torch_geometric Data)", reading)
     graphs = obj if isinstance(obj, Dataset) else None
     if isinstance(obj, (list, tuple)) and obj and all(isinstance(g, Data) for g in obj):
         graphs = obj
     if graphs is None:
         return None
     if len(graphs) == 1:  # a dataset of one graph (Planetoid, Reddit): that graph
-        return read(graphs[0])
-    return collection_arrays(graphs)
+        return read(graphs[0], reading)
+    return collection_arrays(graphs, reading.form)
 
 
-def graph_arrays(data, where: str) -> dict[str, np.ndarray]:
+def graph_arrays(data, where: str, reading: Reading) -> dict[str, np.ndarray]:
     """One homogeneous graph: its features, edges and splits, its labels where it has them or the
     task reads them (a node task's ``y``; an edge task's edge labels)."""
     arrays = {"x": features(data, where), "edge_index": edges(data.edge_index, where)}
     node_count(data, arrays["x"], where)
-    if data.get("y") is not None or node_labels_needed():  # (none: predict, a link or an edge task)
-        arrays["y"] = node_labels(data, where)
-    arrays.update(splits(data, where, data.num_nodes))
-    arrays.update(edge_labels(data, where, ""))
+    if data.get("y") is not None or reading.node_labels_needed:  # (none: predict, a link or an edge task)
+        arrays["y"] = node_labels(data, where, reading.form)
+    arrays.update(splits(data, where, data.num_nodes, reading))
+    arrays.update(edge_labels(data, where, "", reading))
     if data.get("edge_attr") is not None:
         arrays["edge_attr"] = edge_features(data.edge_attr, f"{where}: edge_attr")
     warn_edge_features(data, where)
     return arrays
 
 
-def hetero_arrays(data) -> dict[str, np.ndarray]:
+def hetero_arrays(data, reading: Reading) -> dict[str, np.ndarray]:
     where = "dataset (a torch_geometric HeteroData)"
     arrays: dict[str, np.ndarray] = {}
     for node_type in data.node_types:
@@ -82,21 +83,22 @@ def hetero_arrays(data) -> dict[str, np.ndarray]:
         else:
             arrays[f"num_nodes__{node_type}"] = np.array([store.num_nodes], dtype=np.int64)
         if store.get("y") is not None:
-            arrays[f"y__{node_type}"] = node_labels(store, at)
-            arrays.update({f"{key}__{node_type}": v for key, v in splits(store, at, store.num_nodes).items()})
+            arrays[f"y__{node_type}"] = node_labels(store, at, reading.form)
+            found = splits(store, at, store.num_nodes, reading)
+            arrays.update({f"{key}__{node_type}": v for key, v in found.items()})
     for edge_type in data.edge_types:
         at = f"{where}[{edge_type}]"
         if any("__" in part for part in edge_type):
             type_name("__".join(edge_type), where)
         arrays["edge_index__" + "__".join(edge_type)] = edges(data[edge_type].edge_index, at)
-        arrays.update(edge_labels(data[edge_type], at, "__" + "__".join(edge_type)))
+        arrays.update(edge_labels(data[edge_type], at, "__" + "__".join(edge_type), reading))
         if data[edge_type].get("edge_attr") is not None:
             arrays["edge_attr__" + "__".join(edge_type)] = edge_features(data[edge_type].edge_attr, f"{at}: edge_attr")
         warn_edge_features(data[edge_type], at)
     return arrays
 
 
-def collection_arrays(graphs) -> dict[str, np.ndarray]:
+def collection_arrays(graphs, form: str) -> dict[str, np.ndarray]:
     """Many graphs, one label each (graph classification): nodes stacked, ``node_ptr`` the
     first node of each graph."""
     where = f"dataset (a {type(graphs).__name__} of {len(graphs)} graphs)"
@@ -104,7 +106,7 @@ def collection_arrays(graphs) -> dict[str, np.ndarray]:
 
     def parts(i: int, g) -> tuple:
         at = f"{where}[{i}]"
-        out = (features(g, at), edges(g.edge_index, at), graph_label(g, at))
+        out = (features(g, at), edges(g.edge_index, at), graph_label(g, at, form))
         attr = g.get("edge_attr")
         return out if attr is None else (*out, edge_features(attr, f"{at}: edge_attr"))
 
@@ -137,18 +139,18 @@ def node_count(store, x: np.ndarray, where: str) -> None:
         )
 
 
-def node_labels(store, where: str) -> np.ndarray:
+def node_labels(store, where: str, form: str) -> np.ndarray:
     y = store.get("y")
     if y is None:
         raise DataError(f"{where} has no y (a class per node); training and evaluation need labels (predict does not).")
-    return item_labels(y, f"{where}: y")
+    return item_labels(y, f"{where}: y", form)
 
 
-def graph_label(g, where: str) -> np.ndarray:
+def graph_label(g, where: str, form: str) -> np.ndarray:
     y = g.get("y")
     if y is None:
         raise DataError(f"{where} has no y; a graph-level task takes a label (or a row of targets) per graph.")
-    return graph_labels(y, f"{where}: y")
+    return graph_labels(y, f"{where}: y", form)
 
 
 def edges(edge_index, where: str) -> np.ndarray:
@@ -164,7 +166,7 @@ def edges(edge_index, where: str) -> np.ndarray:
     return edge_index.cpu().to(torch.int64).numpy()
 
 
-def splits(store, where: str, num_nodes: int) -> dict[str, np.ndarray]:
+def splits(store, where: str, num_nodes: int, reading: Reading) -> dict[str, np.ndarray]:
     """``train_idx``/``val_idx``/``test_idx`` from masks or index tensors; none when none given
     (a seeded split is drawn then)."""
     found = {}
@@ -174,16 +176,16 @@ def splits(store, where: str, num_nodes: int) -> dict[str, np.ndarray]:
             found[f"{split}_idx"] = mask_ids(mask, f"{where}: {split}_mask", num_nodes)
         elif idx is not None:
             found[f"{split}_idx"] = index(idx, f"{where}: {split}_idx")
-    return all_or_no_splits(found, where)
+    return all_or_no_splits(found, where, reading)
 
 
-def edge_labels(store, where: str, suffix: str) -> dict[str, np.ndarray]:
+def edge_labels(store, where: str, suffix: str, reading: Reading) -> dict[str, np.ndarray]:
     """An edge task's ``edge_label`` (one per column of ``edge_index``, in the run's label form)
     and its splits (``edge_train_mask`` ... or ``edge_train_idx`` ...), as ``edge_label{suffix}``
     ...; none when the store has no such labels. An ``edge_label`` beside ``edge_label_index``
     labels other pairs (PyG's ``RandomLinkSplit``): that is link prediction's, not read here."""
     y = store.get("edge_label")
-    if y is None or store.get("edge_label_index") is not None or not edge_labels_wanted():
+    if y is None or store.get("edge_label_index") is not None or not reading.edge_labels:
         return {}
     count = store.edge_index.shape[1]
     if y.shape[0] != count:
@@ -195,8 +197,8 @@ def edge_labels(store, where: str, suffix: str) -> dict[str, np.ndarray]:
             found[f"edge_{split}_idx{suffix}"] = mask_ids(mask, f"{where}: edge_{split}_mask", count, "edge")
         elif idx is not None:
             found[f"edge_{split}_idx{suffix}"] = index(idx, f"{where}: edge_{split}_idx")
-    labels = edge_item_labels(y, f"{where}: edge_label")
-    return {f"edge_label{suffix}": labels, **all_or_no_splits(found, where, "edge_")}
+    labels = edge_item_labels(y, f"{where}: edge_label", reading.form)
+    return {f"edge_label{suffix}": labels, **all_or_no_splits(found, where, reading, "edge_")}
 
 
 def index(idx, where: str) -> np.ndarray:

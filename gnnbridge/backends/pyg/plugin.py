@@ -82,10 +82,10 @@ def register_dataset_libraries(register):
     register(BACKEND, open_dataset, "any class of torch_geometric.datasets: pyg:Planetoid, pyg:Amazon, ...")
 
 
-def read_graph(obj):
+def read_graph(obj, reading):
     from gnnbridge.backends.pyg.objects import read
 
-    return read(obj)
+    return read(obj, reading)
 
 
 def open_dataset(name, config, seed):

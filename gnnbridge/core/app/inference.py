@@ -23,7 +23,7 @@ import torch
 from gnnbridge.core import files
 from gnnbridge.core.app import keyed
 from gnnbridge.core.app.keyed import TABLE_SUFFIXES
-from gnnbridge.core.app.objects import as_dataset, made_from
+from gnnbridge.core.app.objects import as_dataset, made_from, reading_for
 from gnnbridge.core.app.plan import inside
 from gnnbridge.core.app.preflight import inference_preflight, load_for_inference
 from gnnbridge.core.app.resolve import check_frozen, resolve_config
@@ -46,7 +46,6 @@ from gnnbridge.core.plugins import dataset_sources, get_target, no_code, no_down
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData, check_ids
 from gnnbridge.core.records.hetero import HOMOGENEOUS_EDGE, HeteroGraphData
-from gnnbridge.core.records.labels import labels_optional
 from gnnbridge.core.runtime.context import DistContext
 from gnnbridge.core.runtime.jobs import detect_job
 from gnnbridge.core.runtime.launcher import interrupt_on_sigterm, launch
@@ -252,12 +251,13 @@ class InUnits:
         self.handle.remove()
 
 
-def _dataset_overrides(dataset: Any, trained: dict) -> list[str]:
-    """``dataset.*`` overrides pointing a run's config (``trained``) at another graph (its other
-    settings kept: reverse edges, the model's view of the data, the target its labels are read as)."""
+def _dataset_overrides(dataset: Any, state: dict, action: str) -> list[str]:
+    """``dataset.*`` overrides pointing the config of a run's checkpoint (``state``) at another
+    graph (its other settings kept: reverse edges, the model's view of the data, the target its
+    labels are read as; for predict, labels it may lack)."""
     if dataset is None:
         return []
-    path = as_dataset(dataset, trained)
+    path = as_dataset(dataset, state["config"], unlabelled=_unlabelled(state, action))
     path = os.fspath(path) if isinstance(path, os.PathLike) else path  # a pathlib.Path as its text
     # a prepared folder (such as prepare NEW --like DIR) or an .npz, as the dataset sources tell them
     section = dataset_sources.section(path) if isinstance(path, str) else {}
@@ -495,8 +495,8 @@ def prepared_config(target, kind: str, device: str | None, overrides, action: st
         raise ConfigError(f"target={target!r} must be a run folder or a checkpoint file (a str or a pathlib.Path).")
     path = checkpoint.find(target, kind)
     state = {**checkpoint.load(path), "path": str(path)}
-    with _reading(state, action, trust_code):
-        overrides = [*overrides, *_dataset_overrides(dataset, state["config"])]
+    with _switches(trust_code):
+        overrides = [*overrides, *_dataset_overrides(dataset, state, action)]
         config = resolve_config(state["config"], overrides=overrides, device=device, nproc=1)
         check_frozen(state["config"], config.to_dict(), INFERENCE_FROZEN, action)
         config = inference_preflight(config)
@@ -505,25 +505,28 @@ def prepared_config(target, kind: str, device: str | None, overrides, action: st
 
 def inference_data(path: Path, state: dict, config: ExperimentConfig, action: str, trust_code: bool):
     """The dataset ``config`` names, loaded for scoring the checkpoint ``state`` (at ``path``)."""
-    with _reading(state, action, trust_code):
-        data = load_for_inference(config, checkpoint.parameter_count(state))
+    reading = reading_for(config).unlabelled(*_unlabelled(state, action))
+    with _switches(trust_code):
+        data = load_for_inference(config, checkpoint.parameter_count(state), reading)
     _check_fits(path, state, data, made_from(config.dataset.path))
     return data
 
 
-@contextlib.contextmanager
-def _reading(state: dict, action: str, trust_code: bool):
-    """How a checkpoint's data is read: predict scores a graph without labels too (the model says
-    how many classes there are); the checkpoint names the data and the model, and never makes us
-    fetch or create a dataset, nor import code unless the user says they trust it. Only what
-    scoring needs is checked (preflight.inference_preflight): nothing of training's loggers,
-    memory or disk."""
+def _unlabelled(state: dict, action: str) -> tuple[int | None, str | None]:
+    """What a checkpoint's graph may lack for ``action``: predict scores a graph without labels
+    too, with the model's class count and (an edge task's) edge type; evaluation needs labels."""
     trained = state.get("data", {})
-    with (
-        labels_optional(trained.get("num_classes") if action == "predict" else None, trained.get("target_edge")),
-        no_downloads(),
-        contextlib.nullcontext() if trust_code else no_code(),
-    ):
+    if action != "predict":
+        return None, None
+    return trained.get("num_classes"), trained.get("target_edge")
+
+
+@contextlib.contextmanager
+def _switches(trust_code: bool):
+    """The checkpoint names the data and the model, and never makes us fetch or create a dataset,
+    nor import code unless the user says they trust it. Only what scoring needs is checked
+    (preflight.inference_preflight): nothing of training's loggers, memory or disk."""
+    with no_downloads(), contextlib.nullcontext() if trust_code else no_code():
         yield
 
 

@@ -19,10 +19,8 @@ often it is run, and two processes writing it at once each rename a whole file o
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +33,7 @@ from gnnbridge.core.config import Task
 from gnnbridge.core.errors import ConfigError, OutputPathError
 from gnnbridge.core.models import instance
 from gnnbridge.core.plugins import backends, families, get_target, graph_readers
-from gnnbridge.core.records.labels import label_form, reading_edge_labels, reading_node_labels, reading_splits
+from gnnbridge.core.records.reading import Reading
 from gnnbridge.core.storage.formats import digest, graph_from_arrays
 
 FOLDER = "in-memory"
@@ -44,31 +42,30 @@ FOLDER = "in-memory"
 _MADE_FROM: dict[str, str] = {}
 
 
-def as_dataset(dataset: Any, experiment: Any = None, overrides=()) -> Any:
+def as_dataset(dataset: Any, experiment: Any = None, overrides=(), unlabelled: tuple = (None, None)) -> Any:
     """``dataset`` as ``run`` takes it: a name or path as given; a graph object as the path of
     its arrays' ``.npz`` (written if this content was never written), its labels read in the form
-    of the target that ``experiment`` and ``overrides`` (a run's config, ``--set`` values) train."""
+    of the target that ``experiment`` and ``overrides`` (a run's config, ``--set`` values) train;
+    ``unlabelled``: predict's model width and edge type, where the graph may come without labels
+    (:meth:`~gnnbridge.core.records.reading.Reading.unlabelled`)."""
     if dataset is None or isinstance(dataset, (str, os.PathLike)):
         return dataset
     config = resolve_config(experiment, overrides=overrides)
-    with reading_as(config):
-        return _graph_file(dataset)
+    return _graph_file(dataset, reading_for(config).unlabelled(*unlabelled))
 
 
-@contextlib.contextmanager
-def reading_as(config) -> Iterator[None]:
-    """Inside: records read labels in the form the run's task family and target read them, and
-    edge labels for an edge task (:mod:`gnnbridge.core.records.labels`, ``reading_edge_labels``);
-    node labels only where the family reads them (``node_labels``: not link prediction's); the
-    data's own splits unless ``dataset.splits`` is ``drawn``."""
-    given = config.dataset.splits != "drawn"
-    with (
-        label_form(form_of(config)),
-        reading_edge_labels(config.kind is Task.EDGE),
-        reading_node_labels(families.get(config.task).node_labels),
-        reading_splits(given),
-    ):
-        yield
+def reading_for(config) -> Reading:
+    """How the run's task reads its graph (:class:`~gnnbridge.core.records.reading.Reading`):
+    labels in the form its task family and target read them, edge labels for an edge task, node
+    labels only where the family reads them (``node_labels``: not link prediction's), the data's
+    own splits unless ``dataset.splits`` is ``drawn``. Labels stay required (``predict`` makes
+    them optional with :meth:`Reading.unlabelled`)."""
+    return Reading(
+        form=form_of(config),
+        edge_labels=config.kind is Task.EDGE,
+        node_labels=families.get(config.task).node_labels,
+        splits=config.dataset.splits != "drawn",
+    )
 
 
 def form_of(config) -> str:
@@ -76,15 +73,15 @@ def form_of(config) -> str:
     return families.get(config.task).labels or get_target(config.target).labels
 
 
-def _graph_file(dataset: Any) -> str:
+def _graph_file(dataset: Any, reading: Reading) -> str:
     where = f"dataset (a {type(dataset).__name__})"
     if isinstance(dataset, (list, tuple)) and dataset:
         where = f"dataset (a {type(dataset).__name__} of {len(dataset)} {type(dataset[0]).__name__})"
-    _, arrays = graph_readers.read(dataset, where)
+    _, arrays = graph_readers.read(dataset, where, reading)
     arrays = {key: np.ascontiguousarray(value) for key, value in sorted(arrays.items())}
     path = environ.data_root() / FOLDER / f"graph-{digest(arrays)}.npz"  # the same arrays, one file
     if not path.is_file():
-        graph_from_arrays(where, arrays, 0, path.stem)  # refused here, before anything is written
+        graph_from_arrays(where, arrays, 0, path.stem, reading)  # refused here, before anything is written
         _write(path, arrays)
     _MADE_FROM[str(path)] = where
     return str(path)

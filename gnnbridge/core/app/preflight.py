@@ -23,7 +23,7 @@ import os
 
 import torch
 
-from gnnbridge.core.app.objects import form_of, made_from, reading_as
+from gnnbridge.core.app.objects import made_from, reading_for
 from gnnbridge.core.config import DeviceChoice, EvalMode, ExperimentConfig, SamplerKind, Task
 from gnnbridge.core.config.values import parse_size
 from gnnbridge.core.contracts.loading import LoaderConfig
@@ -37,6 +37,8 @@ from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData
 from gnnbridge.core.records.dataset import Dataset
 from gnnbridge.core.records.hetero import HeteroGraphData, HeteroSource, edge_name, find_edge_type
+from gnnbridge.core.records.labels import settled
+from gnnbridge.core.records.reading import Reading
 from gnnbridge.core.sampling.build import BACKEND_KINDS, check_hetero_kind, check_kind
 from gnnbridge.core.sampling.hetero import typed_fanouts
 from gnnbridge.core.storage.intent import refuse_unknown_labels
@@ -205,11 +207,14 @@ def load_dataset(config: ExperimentConfig, ranks_here: int | None = None) -> Gra
     return data
 
 
-def load_for_inference(config: ExperimentConfig, params: int) -> GraphData | GraphCollection:
-    """Load and validate the dataset for scoring a checkpoint of ``params`` parameters: it must
+def load_for_inference(
+    config: ExperimentConfig, params: int, reading: Reading | None = None
+) -> GraphData | GraphCollection:
+    """Load and validate the dataset for scoring a checkpoint of ``params`` parameters, read as
+    ``reading`` says (None: as the run's task reads it; predict's lets labels be absent): it must
     suit the task, every split must hold a node (or graph), and scoring must fit in memory
     (:func:`check_inference_memory`). Nothing about training (its memory, its monitor)."""
-    data = open_dataset(config).record
+    data = open_dataset(config, reading).record
     if getattr(data, "labelled", True):  # a graph handed to predict without labels has no splits
         _check_splits(config, data)
     check_inference_memory(config, data, params)
@@ -241,17 +246,20 @@ def task_record(config: ExperimentConfig):
     return open_dataset(config).record
 
 
-def open_dataset(config: ExperimentConfig) -> Dataset:
-    """The config's dataset opened for its task: the record (:func:`_load_for_task`) with the
-    task family, the target, the labels' form and the machine's part as declared fields."""
-    record = _load_for_task(config)
-    return Dataset(record, config.task, config.target, form_of(config), record.partition)
+def open_dataset(config: ExperimentConfig, reading: Reading | None = None) -> Dataset:
+    """The config's dataset opened for its task, read as ``reading`` says (None: as the task
+    reads it, :func:`~gnnbridge.core.app.objects.reading_for`): the record
+    (:func:`_load_for_task`) with the task family, the target, the reading and the machine's part
+    as declared fields."""
+    reading = reading or reading_for(config)
+    record = _load_for_task(config, reading)
+    return Dataset(record, config.task, config.target, reading, record.partition)
 
 
-def _load_for_task(config: ExperimentConfig) -> GraphData | GraphCollection:
+def _load_for_task(config: ExperimentConfig, reading: Reading) -> GraphData | GraphCollection:
     """The dataset, loaded and turned into the task's record, checked to suit the task (and by
-    the task family's own check); its labels are read in the family's or the target's form
-    (:func:`reading_as`)."""
+    the task family's own check); it is read as ``reading`` says (labels in the family's or the
+    target's form)."""
     target_of(config)
     if config.dataset.partitions and config.dataset.name != "folder":
         raise ConfigError(
@@ -263,8 +271,7 @@ def _load_for_task(config: ExperimentConfig) -> GraphData | GraphCollection:
             f"dataset.partitions={config.dataset.partitions}: a graph partitioned across machines trains node "
             f"and link tasks so far, not task={config.task}; train the folder whole (dataset.partitions=0)."
         )
-    with reading_as(config):
-        data = for_task(config, _call_loader(config))
+    data = for_task(config, _call_loader(config, reading), reading)
     _check_data_task(config, data)
     with blame(families.origin(config.task), "check(data, config)"):
         families.get(config.task).check(data, config)
@@ -537,12 +544,13 @@ def check_disk(config: ExperimentConfig, data: GraphData | GraphCollection, fold
         )
 
 
-def _call_loader(config: ExperimentConfig):
-    """The dataset plugin's loader, called with the run's dataset section told the labels' form
-    (a :class:`LoaderConfig`): what it raises or returns wrongly names it."""
+def _call_loader(config: ExperimentConfig, reading: Reading):
+    """The dataset plugin's loader, called with the run's dataset section told ``reading`` (a
+    :class:`LoaderConfig`): what it raises or returns wrongly names it. A record it built without
+    a form (``labels=``) is read in the run's (:func:`~gnnbridge.core.records.labels.settled`)."""
     name = config.dataset.name
     origin = datasets.origin(name)
-    told = LoaderConfig.of(config.dataset, form_of(config))
+    told = LoaderConfig.of(config.dataset, reading)
     with blame(origin, "loader(config.dataset, seed)"):
         data = datasets.get(name)(told, config.train.seed)
     told.settle(config.dataset)
@@ -551,10 +559,12 @@ def _call_loader(config: ExperimentConfig):
             f"{origin} returned a {type(data).__name__} from its loader; expected a GraphData, "
             "GraphCollection or HeteroSource (gnnbridge.core.records), e.g. GraphData(...)."
         )
+    if not isinstance(data, HeteroSource):
+        settled(data, reading.form, data.item_name)
     return data
 
 
-def for_task(config: ExperimentConfig, data):
+def for_task(config: ExperimentConfig, data, reading: Reading | None = None):
     """The record the task trains on: a heterogeneous source gets its task's splits (and reverse
     edges when asked for), and a homogeneous graph becomes a one-type heterogeneous graph for
     link prediction.
@@ -566,7 +576,7 @@ def for_task(config: ExperimentConfig, data):
     "reopen the source, derive again with this config" (deterministic given the seed), so
     nothing mapped is copied. Topology built in memory (a source that is not a prepared folder,
     or a link task of a read-only folder that lacks its cache) is each rank's own copy."""
-    derived = _family_record(config, _for_task(config, data))
+    derived = _family_record(config, _for_task(config, data, reading or reading_for(config)))
     if derived is not data and data.is_mapped:
         derived.mapped_from = (rederive, (copy.deepcopy(config), data.mapped_from))
     return derived
@@ -589,11 +599,10 @@ def _family_record(config: ExperimentConfig, data):
 def rederive(config: ExperimentConfig, mapped_from: tuple):
     """A rank's copy of a task record derived from a memory-mapped source (see :func:`for_task`)."""
     opener, args = mapped_from
-    with reading_as(config):  # a rank has no context of its own: the derivation reads labels too
-        return for_task(config, opener(*args))
+    return for_task(config, opener(*args))
 
 
-def _for_task(config: ExperimentConfig, data):
+def _for_task(config: ExperimentConfig, data, reading: Reading):
     if config.kind is Task.LINK and isinstance(data, (GraphData, HeteroSource)):
         return _link_record(config, data)
     reverse = config.dataset.reverse_edges
@@ -609,8 +618,8 @@ def _for_task(config: ExperimentConfig, data):
     check_source_fits(config, data, reverse)
     try:
         if config.kind is Task.NODE:
-            return for_node_task(data, reverse, config.train.seed, form_of(config))
-        return for_edge_task(data, reverse, config.train.seed, form_of(config))
+            return for_node_task(data, reverse, config.train.seed, reading.form)
+        return for_edge_task(data, reverse, config.train.seed, reading)
     except DataError as exc:  # name the file (or dataset) the bad array came from
         raise DataError(f"{_source(config)}: {exc}") from None
 

@@ -51,12 +51,16 @@ def register_dataset_sources(register):
 def register_graph_readers(register):
     """Called once when plugins load. Call ``register(name, read, description)``.
 
-    ``read(obj)`` turns a graph a user holds in memory (``gnnbridge.run(dataset=obj)``: a PyG
-    ``Data``, a ``DGLGraph``, ...) into the dataset format's arrays, ``{name: numpy array}`` with
-    the ``.npz``'s names (``x``, ``edge_index``, ``y``, ``train_idx``, ...; ``node_ptr`` for a
-    collection; typed keys such as ``x__paper`` for a heterogeneous graph), or returns ``None``
-    when ``obj`` is not of a kind it reads. Core checks the arrays as it checks a file's. A
-    reader must not import its library to answer ``None``: a user holding the library's object
+    ``read(obj, reading)`` turns a graph a user holds in memory (``gnnbridge.run(dataset=obj)``:
+    a PyG ``Data``, a ``DGLGraph``, ...) into the dataset format's arrays as ``reading`` (a
+    :class:`~gnnbridge.core.records.reading.Reading`) says: labels in its form, an edge task's
+    edge labels, node labels only where the task reads them, the object's own splits or none. It
+    returns ``{name: numpy array}`` with the ``.npz``'s names (``x``, ``edge_index``, ``y``,
+    ``train_idx``, ...; ``node_ptr`` for a collection; typed keys such as ``x__paper`` for a
+    heterogeneous graph), or ``None`` when ``obj`` is not of a kind it reads. Core checks the
+    arrays as it checks a file's; a reader written as ``read(obj)`` is still called so, and core
+    reads what it returns in the run's form. A reader must not import its library to answer
+    ``None``: a user holding the library's object
     has imported it already.
     """
 

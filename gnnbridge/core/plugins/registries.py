@@ -9,6 +9,7 @@ the plugin(s): which of two models a config means cannot be guessed.
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,12 +18,14 @@ from typing import Any
 from gnnbridge.core.config import Task
 from gnnbridge.core.config.schema import TASK_KINDS, TASK_NAME
 from gnnbridge.core.contracts.families import TaskFamily
+from gnnbridge.core.contracts.loading import reading_of
 from gnnbridge.core.contracts.targets import Target
 from gnnbridge.core.errors import ConfigError, DataError, unknown_name
 from gnnbridge.core.plugins import manager
 from gnnbridge.core.plugins.faults import PluginError, blame, describe, is_plugin_fault, stdout_to_stderr
 from gnnbridge.core.plugins.library import drawn_from, named, pin
 from gnnbridge.core.plugins.manager import ENV_LOAD, load_plugins, plugin_failed
+from gnnbridge.core.records.reading import Reading
 from gnnbridge.core.storage.formats import digest, graph_from_arrays
 
 
@@ -286,11 +289,12 @@ class GraphReaders(Registry):
     """Graph objects held in memory to the dataset format's arrays: the first reader that knows
     the object's kind reads it."""
 
-    def read(self, obj: Any, where: str) -> tuple[str, dict]:
-        """``(reader name, arrays)``; an object no reader knows is one line saying what is read."""
+    def read(self, obj: Any, where: str, reading: Reading) -> tuple[str, dict]:
+        """``(reader name, arrays)``, read as ``reading`` says; an object no reader knows is one
+        line saying what is read."""
         for entry in self.entries():
             with blame(self.origin(entry.name), f"read of a {type(obj).__name__}"):
-                arrays = entry.value(obj)
+                arrays = entry.value(obj, reading) if _takes_reading(entry.value) else entry.value(obj)
             if arrays is not None:
                 return entry.name, arrays
         kinds = "; ".join(e.description for e in self.entries()) or "none: no graph reader is installed"
@@ -298,6 +302,16 @@ class GraphReaders(Registry):
             f"{where} is a {type(obj).__module__}.{type(obj).__qualname__}, which no graph reader reads; give a "
             f"dataset name, a .npz path, a prepared folder, or a graph object ({kinds})."
         )
+
+
+def _takes_reading(read: Callable) -> bool:
+    """Whether a graph reader takes ``(obj, reading)``; one written before readings took ``(obj)``."""
+    try:
+        params = inspect.signature(read).parameters.values()
+    except (TypeError, ValueError):  # a builtin or C callable: called as the contract says now
+        return True
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in params)
 
 
 def _library_dataset(opener: Callable, prefix: str, cls: str, config, seed: int):
@@ -308,11 +322,11 @@ def _library_dataset(opener: Callable, prefix: str, cls: str, config, seed: int)
         with blame(dataset_libraries.origin(prefix), f"opening of {name}"):
             obj = opener(cls, config, seed)
         try:
-            _, arrays = graph_readers.read(obj, f"dataset '{name}'")
+            _, arrays = graph_readers.read(obj, f"dataset '{name}'", reading_of(config))
         except DataError as exc:
             raise named(exc, name) from None
     pin(config, name, digest(arrays), seed)
-    return graph_from_arrays(f"dataset '{name}'", arrays, seed, name)
+    return graph_from_arrays(f"dataset '{name}'", arrays, seed, name, reading_of(config))
 
 
 datasets = DatasetRegistry(

@@ -30,7 +30,7 @@ from gnnbridge.core.records.data import (
     in_edge_order,
     random_split,
 )
-from gnnbridge.core.records.labels import check_form, current_form, width
+from gnnbridge.core.records.labels import check_form, inferred, width
 
 # Graph classification's customary split (the DGL GIN tutorial's 80/10/10).
 GRAPH_SPLIT = (0.8, 0.1)
@@ -61,7 +61,7 @@ class GraphCollection(LabelledRecord):
     test_idx: torch.Tensor
     num_classes: int
     name: str = "graphs"
-    labels: str = ""  # y's form (core/records/labels.py); "": the context's, else class
+    labels: str = ""  # y's form (core/records/labels.py); "": what y shows (labels.inferred)
     edge_attr: torch.Tensor | None = None  # float32 [E, D] per edge, in edge_index's (sorted) order
 
     item_name = "graph"  # what a split counts, for messages
@@ -96,7 +96,7 @@ class GraphCollection(LabelledRecord):
     ) -> GraphCollection:
         """Build from an unsorted edge list (``edge_attr``: a row per column, which follows its
         edge); without ``splits``, a seeded 80/10/10 split; ``y`` read in the form ``labels`` (a
-        loader's ``config.label_form``; None: the context's)."""
+        loader's ``config.label_form``; None: what ``y`` shows)."""
         check_features("x", x)
         check_edge_index(edge_index)
         check_ids("edge_index", edge_index, int(x.shape[0]))
@@ -104,7 +104,7 @@ class GraphCollection(LabelledRecord):
         edge_attr = in_edge_order(edge_attr, edge_index)
         edge_index = edge_index[:, torch.argsort(edge_index[1], stable=True)].contiguous()
         edge_ptr = torch.searchsorted(edge_index[1].contiguous(), node_ptr)
-        form = labels or current_form()
+        form = labels or inferred(y)
         if num_classes is None:
             num_classes = width(y, form)
         if splits is None:

@@ -27,7 +27,7 @@ from gnnbridge.core.records.labels import (
     check_form,
     check_values,
     classes_under,
-    current_form,
+    inferred,
     placeholder,
     stored,
     width,
@@ -56,13 +56,13 @@ class LabelledRecord(Mapped):
         record = object.__new__(cls)
         for f in fields(cls):
             setattr(record, f.name, values[f.name] if f.name in values else f.default)
-        record.labels = record.labels or current_form()
+        record.labels = record.labels or inferred(record.y)
         return record
 
     def _take_labels(self) -> None:
-        """The labels' form: as given, else the context's (:func:`~.labels.label_form`); ``y`` as
+        """The labels' form: as given, else what ``y`` shows (:func:`~.labels.inferred`); ``y`` as
         that form stores it (multilabel and regression targets as float32)."""
-        self.labels = self.labels or current_form()
+        self.labels = self.labels or inferred(self.y)
         if not isinstance(self.y, torch.Tensor):
             return
         if self.labels != "class" and self.y.dtype == torch.int64 and self.y.dim() == 1 and self.num_classes > 1:
@@ -141,7 +141,7 @@ class GraphData(LabelledRecord):
     test_idx: torch.Tensor
     num_classes: int
     name: str = "graph"
-    labels: str = ""  # y's form (core/records/labels.py); "": the context's, else class
+    labels: str = ""  # y's form (core/records/labels.py); "": what y shows (labels.inferred)
     edge_attr: torch.Tensor | None = None  # float32 [E, D] per edge, in the CSC order of ``indices``
 
     item_name = "node"  # what a split counts, for messages
@@ -180,13 +180,13 @@ class GraphData(LabelledRecord):
     ) -> GraphData:
         """Build from an unsorted edge list: checks ids, sorts by destination (stable), builds
         ``indptr``; ``edge_attr`` (a row per column of ``edge_index``) follows its edges; ``y`` is
-        read in the form ``labels`` (a loader's ``config.label_form``; None: the context's)."""
+        read in the form ``labels`` (a loader's ``config.label_form``; None: what ``y`` shows)."""
         check_edge_index(edge_index)
         check_features("x", x)
         n = int(x.shape[0])
         check_ids("edge_index", edge_index, n)
         indptr, indices = csc_from_coo(edge_index[0], edge_index[1], n)
-        form = labels or current_form()
+        form = labels or inferred(y)
         if num_classes is None:
             num_classes = width(y, form)
         edge_attr = in_edge_order(edge_attr, edge_index)
@@ -198,9 +198,9 @@ class GraphData(LabelledRecord):
     ) -> GraphData:
         """A graph without labels: placeholder labels (all 0) of ``num_classes`` (the model's, for
         ``predict``; 0 for a task that reads no node labels, such as link prediction) in the form
-        ``labels`` (None: the context's), no splits, ``labelled`` False; checked as any graph is
+        ``labels`` (None: classes), no splits, ``labelled`` False; checked as any graph is
         but for those."""
-        form = labels or current_form()
+        form = labels or "class"
         empty = torch.empty(0, dtype=torch.int64)
         check_edge_index(edge_index)
         check_features("x", x)

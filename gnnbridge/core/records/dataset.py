@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gnnbridge.core.records.reading import Reading
+
 
 @dataclass(frozen=True)
 class Dataset:
@@ -21,7 +23,8 @@ class Dataset:
         checked to suit the task.
     :param family: the task family it was read for (``config.task``: ``node``, ``link`` ...).
     :param target: what each item is predicted as (``config.target``: ``class``, ``regression`` ...).
-    :param label_form: the form its labels were read in (:data:`~gnnbridge.core.records.labels.FORMS`).
+    :param reading: how it was read (:class:`~gnnbridge.core.records.reading.Reading`: the form
+        its labels were read in, whether they were optional ...).
     :param partition: this machine's part of a partitioned folder (its ``Partition``), or None
         for a graph whole on every machine.
     """
@@ -29,5 +32,10 @@ class Dataset:
     record: Any
     family: str
     target: str
-    label_form: str
+    reading: Reading
     partition: Any = None
+
+    @property
+    def label_form(self) -> str:
+        """The form its labels were read in (:data:`~gnnbridge.core.records.labels.FORMS`)."""
+        return self.reading.form

@@ -37,7 +37,7 @@ from gnnbridge.core.records.data import (
     check_ids,
     check_tensor,
 )
-from gnnbridge.core.records.labels import check_form, check_values, current_form, stored
+from gnnbridge.core.records.labels import check_form, check_values, inferred, stored
 from gnnbridge.core.records.mapped import Mapped
 
 EdgeType = tuple[str, str, str]
@@ -108,11 +108,11 @@ class HeteroGraphData(Mapped):
     edge_column: torch.Tensor | None = None
     edge_attr: dict[EdgeType, torch.Tensor] = field(default_factory=dict)
     name: str = "hetero"
-    labels: str = ""  # y's form (core/records/labels.py); "": the context's, else class
+    labels: str = ""  # y's form (core/records/labels.py); "": what y shows (labels.inferred)
 
     def __post_init__(self) -> None:
         canonical_order(self, ("num_nodes", "x", "edge_index", "indptr", "edge_attr"))
-        self.labels = self.labels or current_form()
+        self.labels = self.labels or inferred(self.y)
         if isinstance(self.y, torch.Tensor):
             self.y = stored(self.y, self.labels)
         if self.target_edge is not None:

@@ -10,146 +10,45 @@ A task predicts one of three kinds of target (the config's ``target``, a task ob
 
 The width is what the record calls ``num_classes``: the model's output columns.
 
-Which form a graph's labels take is passed down as an argument: a dataset plugin's loader reads
-it from its config (``config.label_form``, :mod:`gnnbridge.core.contracts.loading`), the
-records take it as ``labels=`` and the readers of the format, of prepared folders and parts and
-the task builders as ``form``. The context (:func:`label_form`, :func:`current_form`) remains
-as what those arguments default to, for code that does not pass one: a plugin's loader or graph
-reader written before ``config.label_form``, which builds records without ``labels=``. Records
-built outside a :func:`label_form` block, and without ``labels=``, read their labels as classes.
+Which form a graph's labels take is declared, never guessed from where a call runs: a dataset's
+readers are told it on a :class:`~gnnbridge.core.records.reading.Reading` (a loader on its
+``config.reading``), the records take it as ``labels=``. A record built without ``labels=`` (a
+plugin's loader written before ``config.label_form``) takes the form its ``y`` shows
+(:func:`inferred`), which core settles to the run's once the loader returns (:func:`settled`).
 """
 
 from __future__ import annotations
-
-import contextlib
-import contextvars
-from collections.abc import Iterator
 
 import torch
 
 from gnnbridge.core.errors import DataError
 
 FORMS = ("class", "multilabel", "regression")
-_FORM: contextvars.ContextVar[str] = contextvars.ContextVar("label_form", default="class")
 
 
-# The class count of the model that will score a graph without labels, while ``predict`` opens
-# one (None: labels are required, as training and evaluation need them). A context, not a
-# parameter: the graph passes through a dataset plugin's loader, whose signature is public.
-_UNLABELLED_CLASSES: contextvars.ContextVar[int | None] = contextvars.ContextVar("unlabelled_classes", default=None)
+def inferred(y: object) -> str:
+    """The form of labels ``y`` given without one (``labels=`` left out): classes for int64 labels
+    of one dimension (or none yet), 0/1 columns of integers or bools multilabel, floats
+    regression (whose float32 storage multilabel shares); :func:`settled` then makes it the
+    run's form or refuses it in one line."""
+    if not isinstance(y, torch.Tensor) or y.is_floating_point():
+        return "class" if not isinstance(y, torch.Tensor) else "regression"
+    return "multilabel" if y.dim() == 2 else "class"
 
 
-# Whether a library's graph object is read for an edge task, whose labels (``edge_label`` ...)
-# its readers then take from the edges; read for another task, the edges' labels are left alone
-# (they might not even suit that task's label form). A context for the reason above.
-_EDGE_LABELS: contextvars.ContextVar[bool] = contextvars.ContextVar("edge_labels", default=False)
-
-
-@contextlib.contextmanager
-def reading_edge_labels(wanted: bool) -> Iterator[None]:
-    """Inside: the graph readers take an edge task's labels and splits from the edges."""
-    with scoped(_EDGE_LABELS, wanted):
-        yield
-
-
-def edge_labels_wanted() -> bool:
-    return _EDGE_LABELS.get()
-
-
-# Whether the run's task family reads a graph's node labels (its declared ``node_labels``): link
-# prediction reads features and edges alone and an edge task its edges' labels, so a homogeneous
-# graph without ``y`` trains them; node classification needs them. A context for the reason above.
-_NODE_LABELS: contextvars.ContextVar[bool] = contextvars.ContextVar("node_labels", default=True)
-
-
-@contextlib.contextmanager
-def reading_node_labels(wanted: bool) -> Iterator[None]:
-    """Inside: a homogeneous graph must bring node labels (``y``) only if ``wanted`` (its task
-    family reads them); without, it opens as a record of placeholder labels (``labelled`` False)."""
-    with scoped(_NODE_LABELS, wanted):
-        yield
-
-
-def node_labels_wanted() -> bool:
-    return _NODE_LABELS.get()
-
-
-def node_labels_needed() -> bool:
-    """Whether a homogeneous graph must bring node labels here: its task family reads them
-    (:func:`reading_node_labels`) and they are not optional (:func:`labels_optional`, predict's)."""
-    return node_labels_wanted() and not labels_are_optional()
-
-
-# Whether the splits a graph's arrays hold are read (``dataset.splits: given``) or left out so that
-# gnnbridge draws its seeded split (``drawn``: a library's class whose masks cannot be completed,
-# such as KarateClub's lone train_mask). A context for the reason above.
-_SPLITS: contextvars.ContextVar[bool] = contextvars.ContextVar("splits", default=True)
-
-
-@contextlib.contextmanager
-def reading_splits(given: bool) -> Iterator[None]:
-    """Inside: the graph readers and the format take a graph's own splits (``given``) or none."""
-    with scoped(_SPLITS, given):
-        yield
-
-
-def splits_wanted() -> bool:
-    return _SPLITS.get()
-
-
-# The edge type whose edges an edge task's model scores ("src,rel,dst"), while predict opens a
-# graph that may not label them (see labels_optional).
-_UNLABELLED_EDGES: contextvars.ContextVar[str | None] = contextvars.ContextVar("unlabelled_edges", default=None)
-
-
-@contextlib.contextmanager
-def labels_optional(num_classes: int | None, target_edge: str | None = None) -> Iterator[None]:
-    """Inside: a homogeneous graph for node classification may come without labels (``y``); it
-    opens as a record of ``num_classes`` classes, all-zero placeholder labels and empty splits,
-    marked ``labelled = False`` (what ``predict`` on a new graph needs, and nothing else may
-    read its labels). ``num_classes`` None: labels stay required. Read for an edge task
-    (:func:`reading_edge_labels`), a graph may come without edge labels the same way: those of
-    ``target_edge`` (a typed graph's, ``src,rel,dst``) are then placeholders (:func:`unlabelled_edges`)."""
-    with scoped(_UNLABELLED_CLASSES, num_classes), scoped(_UNLABELLED_EDGES, target_edge):
-        yield
-
-
-def labels_are_optional() -> bool:
-    """Whether a graph reader may leave out a graph's node labels here (see :func:`labels_optional`)."""
-    return _UNLABELLED_CLASSES.get() is not None
-
-
-def unlabelled_width() -> int | None:
-    """The model's output width while labels are optional (see :func:`labels_optional`)."""
-    return _UNLABELLED_CLASSES.get()
-
-
-def unlabelled_target() -> str | None:
-    """The edge type ("src,rel,dst") an edge task's model scores while labels are optional."""
-    return _UNLABELLED_EDGES.get()
-
-
-@contextlib.contextmanager
-def label_form(form: str) -> Iterator[None]:
-    """Inside: records read ``y`` in ``form`` (one of :data:`FORMS`)."""
-    if form not in FORMS:
-        raise ValueError(f"label form {form!r}; one of {', '.join(FORMS)}")
-    with scoped(_FORM, form):
-        yield
-
-
-@contextlib.contextmanager
-def scoped(var: contextvars.ContextVar, value) -> Iterator[None]:
-    """``var`` holds ``value`` inside the block (what a reader is told without a parameter)."""
-    token = var.set(value)
-    try:
-        yield
-    finally:
-        var.reset(token)
-
-
-def current_form() -> str:
-    return _FORM.get()
+def settled(record, form: str, item: str) -> None:
+    """``record`` (a record with ``labels`` and ``y``, one row per ``item``) read in the run's
+    ``form``: a record of float targets becomes one of the other float form (regression and
+    multilabel store alike; multilabel's 0/1 checked); labels of another layout are refused with
+    the line naming the target that reads them."""
+    given = getattr(record, "labels", form) or form
+    y = getattr(record, "y", None)
+    if given == form or not isinstance(y, torch.Tensor) or not getattr(record, "labelled", True):
+        return
+    if given == "class":
+        raise classes_under(form, item, int(record.num_classes))
+    check_values(y, form, int(record.num_classes), int(y.shape[0]), item)
+    record.labels = form
 
 
 def accepted(form: str) -> tuple[tuple[torch.dtype, ...], tuple[int, ...]]:

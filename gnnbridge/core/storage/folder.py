@@ -34,18 +34,8 @@ from gnnbridge.core.errors import DataError, DataFileNotFoundError
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData, random_split
 from gnnbridge.core.records.features import advise
-from gnnbridge.core.records.labels import (
-    classes_under,
-    current_form,
-    edge_labels_wanted,
-    node_labels_needed,
-    node_labels_wanted,
-    placeholder,
-    reading_edge_labels,
-    reading_node_labels,
-    stored,
-    unlabelled_width,
-)
+from gnnbridge.core.records.labels import classes_under, placeholder, stored
+from gnnbridge.core.records.reading import Reading, as_reading
 from gnnbridge.core.storage.formats import (
     EDGE_ATTR,
     NPZ_ARRAYS,
@@ -265,42 +255,33 @@ def mapped(root: Path, spec: dict, written: Written | None = None) -> torch.Tens
     return tensor.view(torch.bfloat16) if spec["dtype"] == "bfloat16" else tensor
 
 
-def open_prepared(
-    path: str | os.PathLike,
-    seed: int = 0,
-    form: str | None = None,
-    edge_labels: bool | None = None,
-    node_labels: bool | None = None,
-):
+def open_prepared(path: str | os.PathLike, seed: int = 0, reading: Reading | str | None = None):
     """The record of a prepared folder (:class:`GraphData`, :class:`HeteroSource` or
     :class:`GraphCollection`), its arrays memory-mapped and not validated again; splits the
-    folder lacks are drawn from ``seed`` exactly as the ``.npz`` loader draws them. Its labels are
-    read in ``form`` (default: the context's, :mod:`.labels`), its edge labels taken when an
-    edge task reads it (``edge_labels``), and a graph without node labels opened where the task
-    reads none (``node_labels`` False; both default to the context's), which a rank reopening the
-    record is handed, as it has no context of its own."""
-    wanted = edge_labels_wanted() if edge_labels is None else edge_labels
-    nodes = node_labels_wanted() if node_labels is None else node_labels
-    with reading_edge_labels(wanted), reading_node_labels(nodes):
-        return _open_prepared(Path(path), seed, form or current_form())
+    folder lacks are drawn from ``seed`` exactly as the ``.npz`` loader draws them. It is read as
+    ``reading`` says (a :class:`~gnnbridge.core.records.reading.Reading`, or its form alone;
+    None: classes): the labels' form, an edge task's edge labels, a graph without node labels
+    where the task reads none; the reading is part of ``mapped_from``, which a rank reopening
+    the record is handed."""
+    return _open_prepared(Path(path), seed, as_reading(reading))
 
 
-def _open_prepared(root: Path, seed: int, form: str):
+def _open_prepared(root: Path, seed: int, reading: Reading):
     manifest = read_manifest(root)
     changed = changed_input(root, manifest)
     if changed:
         raise DataError(changed)
     arrays = {key: mapped(root, spec) for key, spec in manifest["arrays"].items()}
     advise_uncacheable(arrays.values(), sum(a.nbytes for a in arrays.values()))
-    kind, name = manifest["kind"], root.name
-    if kind == "node" and as_edge_source(arrays):  # as from an .npz, built at load
-        record = edge_labelled(root, {k: v for k, v in arrays.items() if k in NPZ_ARRAYS}, name, form)
+    kind, name, form = manifest["kind"], root.name, reading.form
+    if kind == "node" and as_edge_source(arrays, reading):  # as from an .npz, built at load
+        record = edge_labelled(root, {k: v for k, v in arrays.items() if k in NPZ_ARRAYS}, name, reading)
     elif kind == "node" and "y" not in arrays:
-        record = _unlabelled_graph(root, arrays, name, form)
+        record = _unlabelled_graph(root, arrays, name, reading)
     elif kind == "node":
         record = _node_graph(arrays, manifest, seed, name, form)
     elif kind == "hetero":
-        record = _hetero(root, arrays, manifest, name, form)
+        record = _hetero(root, arrays, manifest, name, reading)
     elif kind == "collection":  # loaded whole and validated: collections are many small graphs
         arrays = {k: v.clone() for k, v in arrays.items()}
         splits = [arrays[k] for k in SPLITS] if "train_idx" in arrays else None
@@ -311,7 +292,7 @@ def _open_prepared(root: Path, seed: int, form: str):
     else:
         raise DataError(f"{root / MANIFEST} names kind {kind!r}; run gnnbridge prepare {root} again.")
     record.folder = root
-    record.mapped_from = (open_prepared, (str(root), seed, form, edge_labels_wanted(), node_labels_wanted()))
+    record.mapped_from = (open_prepared, (str(root), seed, reading))
     return record
 
 
@@ -340,7 +321,7 @@ def csc_keys(edge_type: tuple) -> tuple[str, str]:
     return f"{CSC_INDPTR}__{suffix}", f"{CSC_EDGES}__{suffix}"
 
 
-def _hetero(root: Path, arrays: dict, manifest: dict, name: str, form: str):
+def _hetero(root: Path, arrays: dict, manifest: dict, name: str, reading: Reading):
     """A :class:`HeteroSource` of the folder's typed arrays, with its prepared topology (per
     edge type and per ``rev_`` type) attached for node tasks. A manifest written before prepare
     wrote topology has none: node tasks then build it in memory, as from an ``.npz``."""
@@ -352,7 +333,7 @@ def _hetero(root: Path, arrays: dict, manifest: dict, name: str, form: str):
             topology[edge_type] = (arrays[indptr_key], arrays[edges_key])
     derived = (CSC_INDPTR + "__", CSC_EDGES + "__", CSC_EDGE_ATTR + "__")
     typed = {k: v for k, v in arrays.items() if not k.startswith(derived)}
-    record = hetero_source(root, typed, name, form)
+    record = hetero_source(root, typed, name, reading)
     if record.target_edge is None and manifest.get("target_edge"):  # a named dataset's default link target
         record.target_edge = tuple(manifest["target_edge"])
     if topology:
@@ -383,13 +364,13 @@ def folder_labels(y: torch.Tensor, summary: dict, name: str, form: str) -> torch
     return y if form == "class" else stored(y, form)
 
 
-def _unlabelled_graph(root: Path, arrays: dict, name: str, form: str) -> GraphData:
+def _unlabelled_graph(root: Path, arrays: dict, name: str, reading: Reading) -> GraphData:
     """A folder of a graph without node labels, as :func:`~.formats.unlabelled_graph` opens its
     ``.npz``: where the task reads none (link prediction) or for predict; else refused in the
     ``.npz``'s line."""
-    if node_labels_needed():
-        raise missing_arrays(root, ["y"])
-    width, empty = unlabelled_width() or 0, torch.empty(0, dtype=torch.int64)
+    if reading.node_labels_needed:
+        raise missing_arrays(root, ["y"], reading)
+    width, empty, form = reading.unlabelled_classes or 0, torch.empty(0, dtype=torch.int64), reading.form
     record = GraphData.unchecked(
         indptr=arrays["indptr"],
         indices=arrays["indices"],

@@ -15,17 +15,8 @@ from gnnbridge.core.errors import DataError
 from gnnbridge.core.records.collection import GraphCollection
 from gnnbridge.core.records.data import GraphData, random_split
 from gnnbridge.core.records.hetero import HOMOGENEOUS_EDGE, HeteroSource, edge_source
-from gnnbridge.core.records.labels import (
-    check_form,
-    current_form,
-    edge_labels_wanted,
-    labels_are_optional,
-    node_labels_needed,
-    placeholder,
-    splits_wanted,
-    unlabelled_target,
-    unlabelled_width,
-)
+from gnnbridge.core.records.labels import check_form, placeholder
+from gnnbridge.core.records.reading import CLASSES, Reading, as_reading
 from gnnbridge.core.tasks.edge import no_edge_labels
 
 NPZ_REQUIRED = {"edge_index": (np.int64, 2), "x": (np.float32, 2), "y": (np.int64, 1)}
@@ -137,19 +128,19 @@ def _torch_dtype(found: np.dtype) -> torch.dtype | None:
         return None
 
 
-def missing_members(members) -> list[str]:
+def missing_members(members, reading: Reading = CLASSES) -> list[str]:
     """The required arrays a homogeneous graph's ``members`` lack; ``y`` may be missing where no
-    node labels are needed (:func:`node_labels_needed`: a link or edge task's graph, predict's)
-    or the edges carry the labels, never for a collection of graphs."""
+    node labels are needed (``reading.node_labels_needed`` False: a link or edge task's graph,
+    predict's) or the edges carry the labels, never for a collection of graphs."""
     missing = [k for k in NPZ_REQUIRED if k not in members]
-    if missing == ["y"] and NODE_PTR not in members and (not node_labels_needed() or EDGE_LABEL in members):
+    if missing == ["y"] and NODE_PTR not in members and (not reading.node_labels_needed or EDGE_LABEL in members):
         return []
     return missing
 
 
-def missing_arrays(where, missing: list[str]) -> DataError:
+def missing_arrays(where, missing: list[str], reading: Reading = CLASSES) -> DataError:
     """The one line for a homogeneous graph without one of its required arrays."""
-    if missing == ["y"] and edge_labels_wanted():  # (an edge task's graph must label its edges, not its nodes)
+    if missing == ["y"] and reading.edge_labels:  # (an edge task's graph must label its edges, not its nodes)
         return no_edge_labels(str(where))
     if missing == ["y"]:
         return DataError(
@@ -164,22 +155,25 @@ def missing_arrays(where, missing: list[str]) -> DataError:
     )
 
 
-def unlabelled_graph(where, tensors: dict[str, torch.Tensor], name: str, form: str) -> GraphData:
+def unlabelled_graph(where, tensors: dict[str, torch.Tensor], name: str, reading: Reading) -> GraphData:
     """The record of a graph without node labels: for predict (placeholders of the model's width,
-    see :func:`labels_optional`, in ``form``), or for a task that reads none (link prediction's: width 0)."""
+    ``reading.unlabelled_classes``, in its form), or for a task that reads none (link
+    prediction's: width 0)."""
+    width = reading.unlabelled_classes or 0
     try:
-        return GraphData.unlabelled(tensors["edge_index"], tensors["x"], unlabelled_width() or 0, name, form)
+        return GraphData.unlabelled(tensors["edge_index"], tensors["x"], width, name, reading.form)
     except DataError as exc:
         raise DataError(f"{where}: {exc}") from None
 
 
-def unlabelled_edges(source: HeteroSource, form: str) -> HeteroSource:
+def unlabelled_edges(source: HeteroSource, reading: Reading) -> HeteroSource:
     """``source`` (read for an edge task while labels are optional) as predict scores it when its
-    edges carry no labels: placeholder labels (of ``form``) of the model's width on the type the model scores,
-    no splits, ``labelled`` False. A source that labels its edges is returned as it is."""
-    if source.edge_y is not None or not (edge_labels_wanted() and labels_are_optional()):
+    edges carry no labels: placeholder labels (of the reading's form) of the model's width on the
+    type the model scores, no splits, ``labelled`` False. A source that labels its edges is
+    returned as it is."""
+    if source.edge_y is not None or not (reading.edge_labels and reading.labels_optional):
         return source
-    wanted = unlabelled_target()
+    wanted = reading.unlabelled_edge
     target = HOMOGENEOUS_EDGE if list(source.edges) == [HOMOGENEOUS_EDGE] else None
     if target is None and wanted is not None:
         target = next((et for et in source.edges if ",".join(et) == wanted), None)
@@ -188,39 +182,42 @@ def unlabelled_edges(source: HeteroSource, form: str) -> HeteroSource:
             f"no ({wanted or 'labelled'}) edges, the edge type this run's model scores; give a graph that has them."
         )
     count = int(source.edges[target].shape[1])
-    source.edge_y, source.target_edge = placeholder(count, unlabelled_width(), form), target
+    source.edge_y, source.target_edge = placeholder(count, reading.unlabelled_classes, reading.form), target
     source.labelled = False
     return source
 
 
 def graph_from_arrays(
-    where, arrays: dict, seed: int, name: str, form: str | None = None
+    where, arrays: dict, seed: int, name: str, reading: Reading | str | None = None
 ) -> GraphData | GraphCollection | HeteroSource:
     """The record a dataset's arrays (``{member: numpy array}``, the format's names) make: a graph,
     a collection of graphs (``node_ptr``), or a heterogeneous graph (typed keys); every array is
     checked against the tables above. ``where`` starts each error line (a file, or what the
     arrays came from). The ``.npz`` reader and graphs handed over in memory both end here, so the
-    same arrays make the same record whichever way they came. Read with ``dataset.splits: drawn``
-    (:func:`~gnnbridge.core.records.labels.reading_splits`), the arrays' own splits are left out.
-    Labels are read in ``form`` (None: the context's, :func:`~gnnbridge.core.records.labels.label_form`)."""
-    form = form or current_form()
-    if not splits_wanted():
+    same arrays make the same record whichever way they came. They are read as ``reading`` (a
+    :class:`~gnnbridge.core.records.reading.Reading`, or its form alone; None: classes) says: the
+    labels' form, the arrays' own splits left out where ``dataset.splits: drawn``."""
+    reading = as_reading(reading)
+    form = reading.form
+    if not reading.splits:
         arrays = {key: value for key, value in arrays.items() if not is_split_key(key)}
     if is_hetero(arrays):
         tensors = {
             key: _checked(where, key, arrays[key], *spec, form) for key, spec in typed_keys(where, arrays).items()
         }
-        return hetero_source(where, tensors, name, form)
-    missing = missing_members(arrays)
+        return hetero_source(where, tensors, name, reading)
+    missing = missing_members(arrays, reading)
     if missing:
-        raise missing_arrays(where, missing)
+        raise missing_arrays(where, missing, reading)
     tensors = {key: _checked(where, key, arrays[key], *spec, form) for key, spec in NPZ_ARRAYS.items() if key in arrays}
     if tensors["edge_index"].shape[0] != 2:
         raise DataError(f"{where}: edge_index has shape {list(tensors['edge_index'].shape)}; expected [2, E].")
-    if as_edge_source(tensors) or (edge_labels_wanted() and labels_are_optional() and NODE_PTR not in tensors):
-        return edge_labelled(where, tensors, name, form)
+    if as_edge_source(tensors, reading) or (
+        reading.edge_labels and reading.labels_optional and NODE_PTR not in tensors
+    ):
+        return edge_labelled(where, tensors, name, reading)
     if "y" not in tensors:
-        return unlabelled_graph(where, tensors, name, form)
+        return unlabelled_graph(where, tensors, name, reading)
     splits = _splits(where, tensors)
     try:
         edge_attr = tensors.get(EDGE_ATTR)
@@ -243,17 +240,17 @@ def graph_from_arrays(
         raise DataError(f"{where}: {exc}") from None
 
 
-def as_edge_source(members) -> bool:
+def as_edge_source(members, reading: Reading) -> bool:
     """Whether a homogeneous graph with these members (an ``.npz``'s, a folder's) opens as the
     one-relation source of its edge labels: when an edge task reads it, or when its nodes have
     no labels (link prediction may train on it); a node task reads it as a graph."""
-    return EDGE_LABEL in members and (edge_labels_wanted() or "y" not in members)
+    return EDGE_LABEL in members and (reading.edge_labels or "y" not in members)
 
 
-def edge_labelled(where, tensors: dict[str, torch.Tensor], name: str, form: str) -> HeteroSource:
+def edge_labelled(where, tensors: dict[str, torch.Tensor], name: str, reading: Reading) -> HeteroSource:
     """A homogeneous graph whose edges carry labels, as the one-relation source an edge task reads
     (node labels it also has stay those of its one node type, for task=node); placeholders where
-    predict reads it without labels are of ``form``."""
+    predict reads it without labels are of the reading's form."""
     if NODE_PTR in tensors:
         raise DataError(f"{where}: edge_label on a collection of graphs ({NODE_PTR}); edge tasks read one graph.")
     edge_y, edges = tensors.get(EDGE_LABEL), tensors["edge_index"]  # (none: predict's placeholders)
@@ -262,7 +259,8 @@ def edge_labelled(where, tensors: dict[str, torch.Tensor], name: str, form: str)
             f"{where}: edge_label has {edge_y.shape[0]} labels for {edges.shape[1]} edges (columns of edge_index)."
         )
     splits = _splits(where, tensors, EDGE_SPLITS)
-    source = unlabelled_edges(edge_source(int(tensors["x"].shape[0]), tensors["x"], edges, edge_y, splits, name), form)
+    source = edge_source(int(tensors["x"].shape[0]), tensors["x"], edges, edge_y, splits, name)
+    source = unlabelled_edges(source, reading)
     if EDGE_ATTR in tensors:
         if tensors[EDGE_ATTR].shape[0] != edges.shape[1]:
             raise DataError(f"{where}: edge_attr has {tensors[EDGE_ATTR].shape[0]} rows for {edges.shape[1]} edges.")
@@ -330,9 +328,9 @@ def typed_keys(path, members) -> dict:
     return wanted
 
 
-def hetero_source(path, tensors: dict, name: str, form: str) -> HeteroSource:
+def hetero_source(path, tensors: dict, name: str, reading: Reading = CLASSES) -> HeteroSource:
     """A :class:`HeteroSource` from typed arrays ``{key: tensor}`` (not yet checked for ids or values:
-    the task record is, and ``gnnbridge prepare`` is)."""
+    the task record is, and ``gnnbridge prepare`` is), read as ``reading`` says."""
     node, edge = {}, {}  # kind -> {type: tensor}, kind -> {(src, rel, dst): tensor}
     for key, value in tensors.items():
         kind, *parts = key.split("__")
@@ -350,7 +348,7 @@ def hetero_source(path, tensors: dict, name: str, form: str) -> HeteroSource:
                         f"{', '.join(sorted(num_nodes))} (declare it with x__{t} or num_nodes__{t})."
                     )
     try:
-        return unlabelled_edges(_source(num_nodes, node, edge, name), form)
+        return unlabelled_edges(_source(num_nodes, node, edge, name), reading)
     except DataError as exc:
         raise DataError(f"{path}: {exc}") from None
 

@@ -71,7 +71,7 @@ from gnnbridge.core.records.hetero import (
     HeteroSource,
     edge_name,
 )
-from gnnbridge.core.records.labels import current_form, node_labels_needed
+from gnnbridge.core.records.reading import Reading, as_reading
 from gnnbridge.core.storage.folder import (
     CHECK_STEP,
     MANIFEST,
@@ -116,13 +116,13 @@ def on_machine(machine: int, machines: int) -> Iterator[None]:
 
 
 def open_machine_part(
-    root: str | Path, parts: int, seed: int | None = None, form: str | None = None
+    root: str | Path, parts: int, seed: int | None = None, reading: Reading | str | None = None
 ) -> GraphData | HeteroSource:
     """This machine's part of ``root`` partitioned into ``parts``: refused in one line unless the
     job has ``parts`` machines, and, where the partitioning drew the splits (the folder has no
     split files), unless the run's ``seed`` is the one it drew them with: a run of the folder
-    whole draws them from its seed, and the two would not train and score the same nodes. Its
-    labels are read in ``form`` (None: the context's)."""
+    whole draws them from its seed, and the two would not train and score the same nodes. It is
+    read as ``reading`` says (or its form alone; None: classes)."""
     drawn = read_partition(root, parts).get("splits_seed")
     if drawn is not None and seed is not None and seed != drawn:
         raise ConfigError(
@@ -137,7 +137,7 @@ def open_machine_part(
             f"on {machines} machine{'s' if machines > 1 else ''}; start {parts} (torchrun --nnodes {parts}, or srun "
             f"over {parts} nodes), or train the whole folder (dataset.partitions=0)."
         )
-    return open_partition(root, parts, machine, form)
+    return open_partition(root, parts, machine, reading)
 
 
 def partition_folder_of(root: str | Path, parts: int) -> Path:
@@ -336,16 +336,16 @@ def _read_json(file: Path, error: type[DataError], missing: str, again: str) -> 
 
 
 def open_partition(
-    root: str | Path, parts: int, machine: int, form: str | None = None, values: bool = True
+    root: str | Path, parts: int, machine: int, reading: Reading | str | None = None, values: bool = True
 ) -> GraphData | HeteroSource:
     """Machine ``machine``'s part of ``root`` partitioned into ``parts``, its arrays mapped and
     checked (see the module). ``values``: read the node-sized arrays' bounds, and the content of
     files whose times are not the recorded ones, too; a rank reopening a part its machine's first
     rank has just checked skips those reads (the stat checks stay)."""
-    return _open(Path(root), parts, machine, form or current_form(), values)
+    return _open(Path(root), parts, machine, as_reading(reading), values)
 
 
-def _open(root: Path, parts: int, machine: int, form: str, values: bool = True) -> GraphData | HeteroSource:
+def _open(root: Path, parts: int, machine: int, reading: Reading, values: bool = True) -> GraphData | HeteroSource:
     description = read_partition(root, parts)
     out = partition_folder_of(root, parts)
     if description.get("format") != FORMAT:
@@ -362,13 +362,13 @@ def _open(root: Path, parts: int, machine: int, form: str, values: bool = True) 
     _check_layout(folder, part, description, arrays, machine, values)
     advise_uncacheable(arrays.values(), sum(a.nbytes for a in arrays.values()))
     if description.get("kind") == "hetero":
-        record = _hetero_part(root, description, part, arrays, machine, form)
+        record = _hetero_part(root, description, part, arrays, machine, reading.form)
     else:
-        record = _node_part(root, description, part, arrays, machine, form)
+        record = _node_part(root, description, part, arrays, machine, reading)
     record.partition.cut = Cut(description["id"], part["description"], str(out / PARTITION_FILE))
     record.partition.reopened = not values
     record.folder = root
-    record.mapped_from = (open_partition, (str(root), parts, machine, form, False))
+    record.mapped_from = (open_partition, (str(root), parts, machine, reading, False))
     return record
 
 
@@ -419,11 +419,11 @@ def _split_counts(description: dict) -> dict[str, list[int]]:
     }
 
 
-def _node_part(root: Path, description: dict, part: dict, arrays: dict, machine: int, form: str) -> PartGraph:
-    start = int(part["start"])
+def _node_part(root: Path, description: dict, part: dict, arrays: dict, machine: int, reading: Reading) -> PartGraph:
+    start, form = int(part["start"]), reading.form
     labelled = "y" in arrays  # (a graph without labels is partitioned for link tasks)
-    if not labelled and node_labels_needed():  # refused as the whole folder refuses it
-        raise missing_arrays(root, ["y"])
+    if not labelled and reading.node_labels_needed:  # refused as the whole folder refuses it
+        raise missing_arrays(root, ["y"], reading)
     record = PartGraph.unchecked(
         indptr=arrays["indptr"],
         indices=arrays["indices"],

@@ -39,7 +39,8 @@ from gnnbridge.core.files import PARTIAL, fsync_file, partial_name, remove_parti
 from gnnbridge.core.host import available_memory
 from gnnbridge.core.records.data import check_ids
 from gnnbridge.core.records.hetero import edge_name, reverse_types
-from gnnbridge.core.records.labels import current_form, infer_num_classes, reading_node_labels
+from gnnbridge.core.records.labels import infer_num_classes
+from gnnbridge.core.records.reading import Reading
 from gnnbridge.core.storage.folder import (
     CSC_EDGE_ATTR,
     CSC_INDPTR,
@@ -296,10 +297,13 @@ def _spec(file: str, array: np.ndarray, dtype: str | None = None) -> dict:
 
 # --------------------------------------------------------------------------- homogeneous node graphs
 
+# A folder serves every task: one without y trains link tasks, so its members are read as a
+# task that needs no node labels reads them.
+ANY_TASK = Reading(node_labels=False)
+
 
 def _prepare_node(root: Path, members: dict, dtype: str, progress: bool) -> dict:
-    with reading_node_labels(False):  # a folder serves every task: one without y trains link tasks
-        missing = missing_members(members)
+    missing = missing_members(members, ANY_TASK)
     if missing:
         raise DataError(
             f"{root}: missing {', '.join(f'{k}.npy' for k in missing)}; a graph folder needs "
@@ -776,7 +780,7 @@ def _prepare_hetero(root: Path, members: dict, dtype: str, progress: bool) -> di
     a = {k: open_checked(root, k, members[k], specs[k]) for k in specs}
     with warnings.catch_warnings():  # read-only maps, never written (see folder.mapped)
         warnings.simplefilter("ignore", UserWarning)
-        source = hetero_source(root, {k: torch.from_numpy(v) for k, v in a.items()}, root.name, current_form())
+        source = hetero_source(root, {k: torch.from_numpy(v) for k, v in a.items()}, root.name)
     counts = source.num_nodes
     reverse = reverse_types(source.edges)
     sorted_bytes = 2 * sum(int(e.numel()) * 8 for e in source.edges.values()) * (1 + len(reverse) / len(source.edges))

@@ -31,16 +31,21 @@ from gnnbridge.core.records.hetero import (
     message_passing_features,
     reverse_types,
 )
-from gnnbridge.core.records.labels import checked_width, current_form, unlabelled_width
+from gnnbridge.core.records.labels import checked_width
+from gnnbridge.core.records.reading import Reading, as_reading
 from gnnbridge.core.tasks.link import message_passing
 from gnnbridge.core.tasks.pairs import find_pairs, mirror_ids
 
 
-def for_edge_task(source: HeteroSource, reverse: bool, seed: int, form: str | None = None) -> HeteroGraphData:
-    """The edge-task record of ``source`` (its ``edge_y`` on ``target_edge``, read in ``form``;
-    None: the context's); ``reverse`` adds ``rev_`` types (a type the dataset brought that mirrors
-    the target is rebuilt instead)."""
-    form = form or current_form()
+def for_edge_task(
+    source: HeteroSource, reverse: bool, seed: int, reading: Reading | str | None = None
+) -> HeteroGraphData:
+    """The edge-task record of ``source`` (its ``edge_y`` on ``target_edge``, read as ``reading``
+    says, or in a form alone; None: classes; placeholders of its ``unlabelled_classes`` where
+    predict reads edges without labels); ``reverse`` adds ``rev_`` types (a type the dataset
+    brought that mirrors the target is rebuilt instead)."""
+    reading = as_reading(reading)
+    form = reading.form
     if source.edge_y is None or source.target_edge is None:
         raise no_edge_labels(f"Dataset '{source.name}'")
     target = tuple(source.target_edge)
@@ -49,7 +54,7 @@ def for_edge_task(source: HeteroSource, reverse: bool, seed: int, form: str | No
     where, unit = labels_name(target), "edge" if target == HOMOGENEOUS_EDGE else f"({edge_name(target)}) edge"
     if source.edge_y.shape[0] != count:
         raise DataError(f"{where} has {source.edge_y.shape[0]} labels for {count} edges of edge_index.")
-    num_classes = unlabelled_width()
+    num_classes = reading.unlabelled_classes
     if source.labelled:  # checked in the given order, so that a message names the user's column
         num_classes = checked_width(source.edge_y, form, where, unit)
         splits = _splits(source.edge_splits, count, seed, target)

@@ -15,14 +15,14 @@ from gnnbridge.core.records.hetero import (
     reverse_types,
     with_reverse_edges,
 )
-from gnnbridge.core.records.labels import current_form, infer_num_classes, width
+from gnnbridge.core.records.labels import infer_num_classes, inferred, width
 
 
 def for_node_task(source: HeteroSource, reverse: bool, seed: int, form: str | None = None) -> HeteroGraphData:
-    """The node-classification record, its labels read in ``form`` (None: the context's). From a
+    """The node-classification record, its labels read in ``form`` (None: what ``y`` shows). From a
     prepared folder its topology is the folder's mapped CSC files (read-only, not validated again:
     prepare checked them), the same arrays as the build in memory, which every other source gets."""
-    form = form or current_form()
+    form = form or inferred(source.y)
     if source.target_node is None or source.y is None:
         other = "task=edge (its edges are labelled) or task=link" if source.edge_y is not None else "task=link"
         raise ConfigError(f"Dataset '{source.name}' has no node labels (no labelled node type); use {other}.")
@@ -51,8 +51,8 @@ def node_task(
 ) -> HeteroGraphData:
     """A node-classification record; without ``splits``, a seeded 60/20/20 split of ``target``;
     ``edge_attr``: edge features of some of ``edges``' types, a row per edge as given; ``y`` read
-    in the form ``labels`` (None: the context's)."""
-    form = labels or current_form()
+    in the form ``labels`` (None: what ``y`` shows, :func:`~gnnbridge.core.records.labels.inferred`)."""
+    form = labels or inferred(y)
     if target not in num_nodes:
         raise DataError(f"The labelled node type {target!r} is not declared; node types: {', '.join(num_nodes)}.")
     splits = splits or random_split(num_nodes[target], seed)

@@ -19,7 +19,7 @@ def test_open_dataset_declares_what_the_record_was_opened_for():
 
 def test_a_built_in_loader_still_takes_a_plain_dataset_section(tmp_path):
     """A script that calls a built-in loader itself (``benchmarks/`` do) hands it the section as
-    the config holds it, not a LoaderConfig: the loader reads labels in the form in effect."""
+    the config holds it, not a LoaderConfig: the loader reads class labels, as it always did."""
     import numpy as np
 
     from gnnbridge.core.config import DatasetConfig
