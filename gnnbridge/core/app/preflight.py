@@ -193,13 +193,14 @@ def load_dataset(config: ExperimentConfig, ranks_here: int | None = None) -> Gra
         target_of(config).check(data, config.train.monitor)
     _check_splits(config, data)
     check_model(config, data, config.nproc if ranks_here is None else ranks_here)
-    if parse_size(config.placement.remote_cache) and isinstance(data, HeteroGraphData) and hasattr(data, "partition"):
+    remote = parse_size(config.placement.remote_cache)
+    if remote and isinstance(data, HeteroGraphData) and data.partition is not None:
         raise ConfigError(
             f"placement.remote_cache={config.placement.remote_cache} caches a homogeneous graph's remote rows for a "
             "node task; a heterogeneous graph's part, or a link task's, fetches every remote row from its owner (leave "
             "placement.remote_cache unset)."
         )
-    if parse_size(config.placement.remote_cache) and data.partition is None:
+    if remote and data.partition is None:
         raise ConfigError(
             f"placement.remote_cache={config.placement.remote_cache} caches other machines' rows of a partitioned "
             "graph (dataset.partitions); this one is whole on each machine: use placement.feature_cache."
