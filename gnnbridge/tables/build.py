@@ -86,23 +86,30 @@ def prepare_tables(settings: Settings) -> dict:
         with read_unchanged(source.files, out):
             saved = like_state(settings, source) if settings.like else None
             schema = saved["schema"] if saved else _schema(settings, source)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-        try:
-            folder = work / out.name
-            folder.mkdir()
-            with read_unchanged(source.files, out):  # the last batch read: every file as it was opened
-                notes = Builder(source, schema, folder, settings, saved).run()
-            if changed:
-                notes.insert(0, f"changed since {out} was prepared: {', '.join(changed)}")
-            write_train_defaults(folder, train_defaults(schema["task"]))
-            from gnnbridge.core.storage.prepare import prepare_folder
-
-            result = prepare_folder(folder, folder, settings.dtype, settings.progress)
-            _swap(folder, out)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
+        result, notes = _build(source, schema, saved, settings, out)
+    if changed:
+        notes.insert(0, f"changed since {out} was prepared: {', '.join(changed)}")
     return {**result, "out": str(out), "notes": notes, "train": f"gnnbridge train --dataset {out}"}
+
+
+def _build(source, schema: dict, saved: dict | None, settings: Settings, out: Path) -> tuple[dict, list]:
+    """The folder written from ``source`` beside ``out``, checked by the folder prepare and only
+    then swapped into place (a refusal at any step leaves ``out`` as it was); its result and notes."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        folder = work / out.name
+        folder.mkdir()
+        with read_unchanged(source.files, out):  # the last batch read: every file as it was opened
+            notes = Builder(source, schema, folder, settings, saved).run()
+        write_train_defaults(folder, train_defaults(schema["task"]))
+        from gnnbridge.core.storage.prepare import prepare_folder
+
+        result = prepare_folder(folder, folder, settings.dtype, settings.progress)
+        _swap(folder, out)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return result, notes
 
 
 def train_defaults(task: dict) -> dict:
