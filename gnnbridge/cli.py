@@ -817,8 +817,8 @@ def schema_command(source, label, out) -> None:
     from gnnbridge.tables.schema import infer, to_yaml
     from gnnbridge.tables.sources import open_source
 
-    opened = open_source(source)
-    text = to_yaml(infer(opened, label), opened.where)
+    with open_source(source) as opened:
+        text = to_yaml(infer(opened, label), opened.where)
     if out is None:
         click.echo(text, nl=False)
         return

@@ -16,7 +16,7 @@ most ``SORT_ROWS`` rows each, and each bucket sorted in memory and written into 
 outputs, so its memory is one bucket, not the table (a labelled edge table is still held whole).
 Everything is written under a temporary folder beside ``--out``, then the folder prepare checks
 it and derives its topology, and only then is it renamed into place: a refusal leaves nothing
-behind.
+behind. A source file that changed while it was read (:mod:`.stamps`) is such a refusal.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,9 +33,10 @@ import numpy as np
 
 from gnnbridge.core.errors import ConfigError, DataError, OutputExistsError
 from gnnbridge.core.storage.intent import write_train_defaults, write_unknown_labels
-from gnnbridge.tables.like import changed_files, like_state, source_files
+from gnnbridge.tables.like import like_state
 from gnnbridge.tables.schema import check, infer, read_yaml, split_name, value_type
 from gnnbridge.tables.sources import open_source
+from gnnbridge.tables.stamps import changed_since, read_unchanged
 from gnnbridge.tables.transforms import OTHER, Encoder, category_strings, encoder_from_state, to_float
 
 SPLITS = ("train", "val", "test")
@@ -56,6 +58,8 @@ class Settings:
     dtype: str = "float32"
     progress: bool = True
     like: str | None = None  # a folder prepared from tables whose saved state to apply
+    # told (table, rows) after each record batch the build reads: a caller's progress, or a stop (raise)
+    on_batch: Callable[[str, int], None] | None = None
 
 
 @dataclass
@@ -76,19 +80,28 @@ def prepare_tables(settings: Settings) -> dict:
         raise OutputExistsError(
             f"{out} exists and is not a dataset prepared from tables; give a new --out DIR (or remove it)."
         )
-    source = open_source(settings.source)
     earlier = json.loads((out / INFO).read_text()).get("files", {}) if (out / INFO).is_file() else {}
-    changed = changed_files(earlier)
-    saved = like_state(settings, source) if settings.like else None
-    schema = saved["schema"] if saved else _schema(settings, source)
+    changed = changed_since(earlier)
+    with open_source(settings.source) as source:
+        with read_unchanged(source.files, out):
+            saved = like_state(settings, source) if settings.like else None
+            schema = saved["schema"] if saved else _schema(settings, source)
+        result, notes = _build(source, schema, saved, settings, out)
+    if changed:
+        notes.insert(0, f"changed since {out} was prepared: {', '.join(changed)}")
+    return {**result, "out": str(out), "notes": notes, "train": f"gnnbridge train --dataset {out}"}
+
+
+def _build(source, schema: dict, saved: dict | None, settings: Settings, out: Path) -> tuple[dict, list]:
+    """The folder written from ``source`` beside ``out``, checked by the folder prepare and only
+    then swapped into place (a refusal at any step leaves ``out`` as it was); its result and notes."""
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         folder = work / out.name
         folder.mkdir()
-        notes = Builder(source, schema, folder, settings, saved).run()
-        if changed:
-            notes.insert(0, f"changed since {out} was prepared: {', '.join(changed)}")
+        with read_unchanged(source.files, out):  # the last batch read: every file as it was opened
+            notes = Builder(source, schema, folder, settings, saved).run()
         write_train_defaults(folder, train_defaults(schema["task"]))
         from gnnbridge.core.storage.prepare import prepare_folder
 
@@ -96,7 +109,7 @@ def prepare_tables(settings: Settings) -> dict:
         _swap(folder, out)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return {**result, "out": str(out), "notes": notes, "train": f"gnnbridge train --dataset {out}"}
+    return result, notes
 
 
 def train_defaults(task: dict) -> dict:
@@ -156,13 +169,21 @@ class Builder:
             "schema": schema,
             "node_types": {},
             "edge_types": {},
-            "files": source_files(source),
+            "files": source.files.record(),
         }
         if saved:
             self.info["like"] = str(Path(settings.like).resolve())
 
     def tables(self, role: str) -> list[str]:
         return sorted(n for n, e in self.schema["tables"].items() if e["role"] == role)
+
+    def _batches(self, name: str):
+        """One pass over table ``name``, each batch told to ``settings.on_batch`` as it is read."""
+        told = self.settings.on_batch
+        for batch in self.source.tables[name].batches():
+            if told is not None:
+                told(name, batch.num_rows)
+            yield batch
 
     def run(self) -> list[str]:
         for name in self.tables("entity"):
@@ -191,7 +212,7 @@ class Builder:
 
     def _fit(self, name: str, encoders: list, keys: list | None = None) -> int:
         rows = 0
-        for batch in self.source.tables[name].batches():
+        for batch in self._batches(name):
             rows += batch.num_rows
             for e in encoders if not self.saved else ():
                 e.observe(batch.column(e.column))
@@ -213,7 +234,7 @@ class Builder:
         batches: list = []
         encoders = entity.encoders
         rows = 0
-        for batch in self.source.tables[name].batches():
+        for batch in self._batches(name):
             rows += batch.num_rows
             for e in encoders if not self.saved else ():
                 e.observe(batch.column(e.column))
@@ -248,7 +269,7 @@ class Builder:
         values = {e.column: np.full(n, -1, dtype=np.int64) for e in entity.encoders if e.transform == "node"}
         labelled = name == self.label_table
         labels, times, splits = [], [], []
-        for batch in self.source.tables[name].batches():
+        for batch in self._batches(name):
             rank = np.searchsorted(entity.keys, _normal_keys(batch, entity.pk, name))
             if x is not None:
                 x[rank] = np.concatenate([e.encode(batch.column(e.column)) for e in entity.encoders], axis=1)
@@ -379,7 +400,7 @@ class Builder:
     def _edge_batches(self, name: str, encoders: list):
         """``(batch, src, dst, feats, keep)`` of each batch of an edge table (rows whose ends are known: ``keep``)."""
         (a, ta), (b, tb) = list(self.schema["tables"][name]["foreign_keys"].items())
-        for batch in self.source.tables[name].batches():
+        for batch in self._batches(name):
             src, dst = self._lookup(name, a, ta, batch.column(a)), self._lookup(name, b, tb, batch.column(b))
             keep = (src >= 0) & (dst >= 0)
             feats = (

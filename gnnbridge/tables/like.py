@@ -7,9 +7,6 @@ column DIR used is there, each of a type its saved kind can read: refused in one
 the column), and the build applies DIR's encoders (unseen categories to ``<other>``, missing
 numbers filled with the saved mean and flagged) and DIR's label classes, fitting nothing. The
 label column may be missing from the new tables (they are there to be predicted).
-
-Also here: each source file's size and modification time, recorded in ``tables.json`` so a later
-prepare can tell which files changed since.
 """
 
 from __future__ import annotations
@@ -21,7 +18,6 @@ from pathlib import Path
 from gnnbridge.core.errors import ConfigError, DataError
 
 INFO = "tables.json"
-SUFFIXES = (".parquet", ".pq", ".csv", ".sqlite", ".sqlite3", ".db", ".duckdb")
 
 
 def like_state(settings, source) -> dict:
@@ -76,37 +72,3 @@ def fits(kind: str, t) -> bool:
     if kind == "datetime":
         return pa.types.is_temporal(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
     return True  # categorical, text and id columns are read as text
-
-
-def source_files(source) -> dict:
-    """``{path: {"size", "mtime_ns"}}`` of the files a folder, SQLite or DuckDB source reads."""
-    where = Path(source.where)
-    if where.is_file():
-        paths = [where]
-    elif where.is_dir():
-        paths = sorted(p for p in where.rglob("*") if p.is_file() and p.suffix.lower() in SUFFIXES)
-    else:
-        return {}  # a server: nothing on this disk to stamp
-    out = {}
-    for p in paths:
-        stat = p.stat()
-        out[str(p.resolve())] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
-    return out
-
-
-def changed_files(recorded: dict) -> list[str]:
-    """The files of ``recorded`` (from :func:`source_files`) that are gone or differ now."""
-    changed = []
-    for path, stamp in recorded.items():
-        p = Path(path)
-        if not p.is_file():
-            changed.append(f"{p.name} (gone)")
-            continue
-        stat = p.stat()
-        if (stat.st_size, stat.st_mtime_ns) != (stamp["size"], stamp["mtime_ns"]):
-            changed.append(
-                f"{p.name} (size {stamp['size']} -> {stat.st_size})"
-                if stat.st_size != stamp["size"]
-                else f"{p.name} (modified)"
-            )
-    return changed

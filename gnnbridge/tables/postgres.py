@@ -17,12 +17,20 @@ is cast on the server, so exact decimals become floats); boolean is bool; text, 
 uuid are strings; date is date32; timestamp and timestamptz are microsecond timestamps (timestamptz
 in UTC). Any other type (json, arrays, intervals, enums, bytea...) is read as its text form, a
 string column. Rows are streamed through a server-side (named) cursor in batches of
-:data:`~gnnbridge.tables.sources.BATCH_ROWS`, each pass on a read-only connection of its own, so
-a table is never held whole in memory.
+:data:`~gnnbridge.tables.sources.BATCH_ROWS`, so a table is never held whole in memory.
+
+One snapshot, not fingerprints: a server has no files here to fingerprint (:mod:`.stamps`), and
+its writers need not wait for a prepare. The source holds one read-only ``REPEATABLE READ``
+transaction from its opening (the catalog is its first read) until ``close()``, and every pass of
+every table is a cursor in it, so prepare reads the database as it was when opened: rows that
+writers commit meanwhile are not seen by any pass (a first pass and a second never disagree, a
+foreign key never names a row its table's pass missed) and nothing is refused. The price is
+PostgreSQL's for any long read: the rows the snapshot can see are kept from vacuum until it ends.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from collections.abc import Iterator
@@ -149,7 +157,8 @@ def _login() -> str:
 
 
 def _connect(url: Url):
-    """A read-only connection in UTC, or one line saying why not (never the password)."""
+    """A read-only connection in UTC whose transaction is one snapshot (repeatable read), or one
+    line saying why not (never the password)."""
     import psycopg
 
     try:
@@ -157,6 +166,7 @@ def _connect(url: Url):
     except psycopg.Error as exc:
         raise _refusal(url, str(exc)) from None
     conn.read_only = True
+    conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
     conn.execute("SET TIME ZONE 'UTC'")
     return conn
 
@@ -230,14 +240,14 @@ def _select(url: Url, table: str, columns: dict[str, str]):
     )
 
 
-def _batches(url: Url, table: str, columns: dict[str, str]) -> Iterator:
-    """One pass over ``table``: a named cursor on a connection of its own, ``BATCH_ROWS`` rows a
+def _batches(conn, url: Url, table: str, columns: dict[str, str], cursor_name: str) -> Iterator:
+    """One pass over ``table``: a named cursor in the source's snapshot, ``BATCH_ROWS`` rows a
     batch, each a RecordBatch of the declared schema."""
     import psycopg
     import pyarrow as pa
 
     schema = pa.schema([(c, arrow_type(t)) for c, t in columns.items()])
-    with _connect(url) as conn, conn.cursor(name="gnnbridge_pass") as cursor:
+    with conn.cursor(name=cursor_name) as cursor:
         try:
             cursor.execute(_select(url, table, columns))
             while rows := cursor.fetchmany(sources.BATCH_ROWS):
@@ -249,21 +259,35 @@ def _batches(url: Url, table: str, columns: dict[str, str]) -> Iterator:
 
 
 def open_postgres(text: str) -> Source:
-    """The base tables of the URL's schema, each column typed from the catalog."""
-    import psycopg
-
+    """The base tables of the URL's schema, each column typed from the catalog, read in the
+    snapshot that reading the catalog began (held until the source is closed)."""
     url = Url(text)
-    with _connect(url) as conn:
-        try:
-            catalog = _catalog(conn, url)
-        except psycopg.Error as exc:  # the server's words, e.g. a catalog the user may not read
-            reason = url.scrub(str(exc).strip().splitlines()[0])
-            raise DataError(f"{url.where}: its tables cannot be listed: {reason}.") from None
+    conn = _connect(url)
+    try:
+        catalog = _listed(conn, url)
+    except BaseException:
+        conn.close()
+        raise
+    passes = itertools.count()  # cursors live side by side in the one transaction: each its own name
+
+    def batches(name: str, columns: dict) -> Iterator:
+        return _batches(conn, url, name, columns, f"gnnbridge_pass_{next(passes)}")
+
     tables = {
-        name: Table(name, {c: arrow_type(t) for c, t in cols.items()}, lambda n=name, c=cols: _batches(url, n, c))
+        name: Table(name, {c: arrow_type(t) for c, t in cols.items()}, lambda n=name, c=cols: batches(n, c))
         for name, cols in catalog.items()
     }
-    return Source("postgresql", url.where, tables)
+    return Source("postgresql", url.where, tables, close=conn.close)
+
+
+def _listed(conn, url: Url) -> dict[str, dict[str, str]]:
+    import psycopg
+
+    try:
+        return _catalog(conn, url)
+    except psycopg.Error as exc:  # the server's words, e.g. a catalog the user may not read
+        reason = url.scrub(str(exc).strip().splitlines()[0])
+        raise DataError(f"{url.where}: its tables cannot be listed: {reason}.") from None
 
 
 register_source(

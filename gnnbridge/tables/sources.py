@@ -5,7 +5,10 @@ an iterator of ``pyarrow.RecordBatch`` over its rows. Nothing here parses a file
 a table whole: folders of Parquet or CSV files go through ``pyarrow.dataset`` (a table is a file
 named after it, or a sub-folder of files), DuckDB files through ``duckdb``'s record-batch reader,
 SQLite files through the standard library's ``sqlite3`` (``fetchmany``, typed by the declared
-column types, so a batch of NULLs does not change a column's type).
+column types, so a batch of NULLs does not change a column's type). A source that reads files
+fingerprints them when it is opened, before it reads them (:mod:`.stamps`), so that prepare can
+refuse a file that changed while it read it; one that holds a connection closes it with
+``close()`` (or a ``with`` block).
 
 A new source (PostgreSQL, an object store) is one call to :func:`register_source` with a test of
 the text the user gave and an opener returning a :class:`Source`; the PostgreSQL URL source is
@@ -17,10 +20,11 @@ from __future__ import annotations
 import importlib
 import sqlite3
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gnnbridge.core.errors import ConfigError, DataError, DataFileNotFoundError
+from gnnbridge.tables.stamps import Files
 
 BATCH_ROWS = 65536
 SQLITE_SUFFIXES = (".sqlite", ".sqlite3", ".db")
@@ -42,14 +46,27 @@ class Table:
             raise DataError(f"Table '{self.name}' has no columns.")
 
 
+def _nothing() -> None:
+    return None
+
+
 @dataclass(frozen=True)
 class Source:
     """An opened source: ``kind`` (its registry name), ``where`` (what to show the user, with
-    no secret in it) and its tables by name."""
+    no secret in it), its tables by name, the files it reads fingerprinted when it was opened
+    (none for a server) and ``close``, which releases what it holds (a connection, a snapshot)."""
 
     kind: str
     where: str
     tables: dict
+    files: Files = field(default_factory=Files)
+    close: Callable[[], None] = _nothing
+
+    def __enter__(self) -> Source:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 @dataclass(frozen=True)
@@ -89,6 +106,7 @@ def open_source(text: str) -> Source:
         if kind.matches(text):
             source = kind.open(text)
             if not source.tables:
+                source.close()
                 raise DataError(f"{source.where}: no tables found.")
             return source
     if not Path(text).exists():
@@ -135,8 +153,10 @@ def _is_table_folder(text: str) -> bool:
 def _open_folder(text: str) -> Source:
     import pyarrow.dataset as ds
 
+    found = _folder_tables(Path(text))
+    files = Files.of(p for _, members in found.values() for p in members)
     tables = {}
-    for name, (fmt, members) in _folder_tables(Path(text)).items():
+    for name, (fmt, members) in found.items():
         try:
             schema = _one_schema(name, members, fmt) if len(members) > 1 else None
             dataset = ds.dataset([str(p) for p in members], format=fmt, schema=schema)
@@ -149,7 +169,7 @@ def _open_folder(text: str) -> Source:
             {f.name: f.type for f in dataset.schema},
             lambda d=dataset: iter(d.to_batches(batch_size=BATCH_ROWS)),
         )
-    return Source("folder", str(text), tables)
+    return Source("folder", str(text), tables, files)
 
 
 def _one_schema(name: str, members: list, fmt: str):
@@ -183,6 +203,7 @@ def _one_schema(name: str, members: list, fmt: str):
 def _open_duckdb(text: str) -> Source:
     import duckdb
 
+    files = Files.of([Path(text)], sides=[Path(f"{text}.wal")])
     try:
         con = duckdb.connect(text, read_only=True)
         names = [r[0] for r in con.execute("SELECT table_name FROM information_schema.tables ORDER BY 1").fetchall()]
@@ -196,7 +217,7 @@ def _open_duckdb(text: str) -> Source:
             {f.name: f.type for f in reader.schema},
             lambda n=name: iter(con.cursor().sql(f'SELECT * FROM "{n}"').to_arrow_reader(BATCH_ROWS)),
         )
-    return Source("duckdb", str(text), tables)
+    return Source("duckdb", str(text), tables, files, con.close)
 
 
 # --------------------------------------------------------------------------- SQLite
@@ -219,6 +240,7 @@ def _sqlite_type(declared: str):
 
 
 def _open_sqlite(text: str) -> Source:
+    files = Files.of([Path(text)], sides=[Path(f"{text}-wal")])
     try:
         con = sqlite3.connect(f"file:{text}?mode=ro", uri=True)
         names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
@@ -230,7 +252,7 @@ def _open_sqlite(text: str) -> Source:
             continue
         columns = {r[1]: _sqlite_type(r[2] or "") for r in con.execute(f'PRAGMA table_info("{name}")')}
         tables[name] = Table(name, columns, lambda n=name, c=columns: _sqlite_batches(con, n, c))
-    return Source("sqlite", str(text), tables)
+    return Source("sqlite", str(text), tables, files, con.close)
 
 
 def _sqlite_batches(con, name: str, columns: dict) -> Iterator:

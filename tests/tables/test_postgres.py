@@ -182,7 +182,8 @@ def _secret_in(text: str) -> bool:
 
 
 def test_lists_the_tables_with_their_catalog_types(server):
-    source = open_source(server.url())
+    with open_source(server.url()) as source:
+        pass
     assert source.kind == "postgresql"
     assert sorted(source.tables) == sorted(SQL_TYPES)
     assert source.tables["customers"].columns == {
@@ -197,15 +198,15 @@ def test_lists_the_tables_with_their_catalog_types(server):
 
 def test_streams_the_same_rows_as_parquet_in_batches(server, tmp_path, monkeypatch):
     monkeypatch.setattr(sources, "BATCH_ROWS", 50)
-    postgres = open_source(server.url())
     parquet = open_source(str(write_parquet(_shop(), tmp_path / "shop")))
-    for name, table in postgres.tables.items():
-        batches = list(table.batches())
-        assert all(b.num_rows <= 50 for b in batches) and len(batches) >= 2, name
-        ours, theirs = _read(table), _read(parquet.tables[name])
-        assert ours.schema == theirs.schema.remove_metadata(), name
-        assert _rows(ours) == _rows(theirs), name
-    again = list(postgres.tables["orders"].batches())  # a second pass starts again
+    with open_source(server.url()) as postgres:
+        for name, table in postgres.tables.items():
+            batches = list(table.batches())
+            assert all(b.num_rows <= 50 for b in batches) and len(batches) >= 2, name
+            ours, theirs = _read(table), _read(parquet.tables[name])
+            assert ours.schema == theirs.schema.remove_metadata(), name
+            assert _rows(ours) == _rows(theirs), name
+        again = list(postgres.tables["orders"].batches())  # a second pass starts again
     assert sum(b.num_rows for b in again) == _read(parquet.tables["orders"]).num_rows
 
 
@@ -213,25 +214,26 @@ def test_rows_come_through_a_server_side_cursor(server, monkeypatch):
     import psycopg
 
     monkeypatch.setattr(sources, "BATCH_ROWS", 10)
-    passes = open_source(server.url()).tables["order_items"].batches()
-    first = next(passes)
-    with psycopg.connect(server.url("shop", "postgres", SUPER_PASSWORD)) as su:
-        seen = su.execute("SELECT query FROM pg_stat_activity WHERE usename = %s AND datname = 'shop'", (USER,))
-        queries = [q for (q,) in seen.fetchall()]
-    assert first.num_rows == 10 and any(q.startswith("FETCH FORWARD 10 FROM") for q in queries), queries
-    passes.close()  # the pass's connection closes with it
+    with open_source(server.url()) as source:
+        passes = source.tables["order_items"].batches()
+        first = next(passes)
+        with psycopg.connect(server.url("shop", "postgres", SUPER_PASSWORD)) as su:
+            seen = su.execute("SELECT query FROM pg_stat_activity WHERE usename = %s AND datname = 'shop'", (USER,))
+            queries = [q for (q,) in seen.fetchall()]
+        assert first.num_rows == 10 and any(q.startswith("FETCH FORWARD 10 FROM") for q in queries), queries
+        passes.close()  # the pass's cursor closes with it; the source's connection with the source
 
 
 def test_other_types_and_a_batch_of_nulls_keep_the_declared_types(server, monkeypatch):
     monkeypatch.setattr(sources, "BATCH_ROWS", 2)
-    source = open_source(server.url(query="?schema=extras"))
-    assert list(source.tables) == ["Odd Table"]  # the view is left out
-    table = source.tables["Odd Table"]
+    with open_source(server.url(query="?schema=extras")) as source:
+        assert list(source.tables) == ["Odd Table"]  # the view is left out
+        table = source.tables["Odd Table"]
+        first, last = table.batches()
     declared = pa.schema(list(table.columns.items()))
     assert declared.types == [pa.float64(), pa.string(), pa.timestamp("us"), pa.timestamp("us", tz="UTC"),
                               pa.string(), pa.string(), pa.string(), pa.int64(), pa.float64(), pa.string(),
                               pa.int64()]  # fmt: skip
-    first, last = table.batches()
     assert first.schema == declared and first.num_rows == 2 and first.column("n").null_count == 2
     row = last.to_pylist()[0]
     assert row["n"] == 1.25 and row["u"] == "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11" and row["m"] == "busy"
@@ -243,7 +245,8 @@ def test_other_types_and_a_batch_of_nulls_keep_the_declared_types(server, monkey
 
 
 def test_where_hides_the_password(server):
-    source = open_source(server.url(query="?schema=public"))
+    with open_source(server.url(query="?schema=public")) as source:
+        pass
     assert source.where == f"postgresql://{USER}:***@127.0.0.1:{server.port}/shop?schema=public"
     assert hide_password(server.url()) == f"postgresql://{USER}:***@127.0.0.1:{server.port}/shop"
     assert hide_password(f"postgres://{USER}@h/db?password={ENCODED}&sslmode=disable").endswith(
@@ -254,14 +257,16 @@ def test_where_hides_the_password(server):
 
 def test_password_from_pgpassword_or_pgpass(server, tmp_path, monkeypatch):
     monkeypatch.setenv("PGPASSWORD", PASSWORD)
-    source = open_source(server.url(password=None))
+    with open_source(server.url(password=None)) as source:
+        pass
     assert source.where == f"postgresql://{USER}@127.0.0.1:{server.port}/shop" and len(source.tables) == 5
     monkeypatch.delenv("PGPASSWORD")
     pgpass = tmp_path / "pgpass"
     pgpass.write_text(f"127.0.0.1:{server.port}:shop:{USER}:{PASSWORD.replace(':', chr(92) + ':')}\n")
     pgpass.chmod(0o600)
     monkeypatch.setenv("PGPASSFILE", str(pgpass))
-    assert sum(b.num_rows for b in open_source(server.url(password=None)).tables["products"].batches()) == 60
+    with open_source(server.url(password=None)) as source:
+        assert sum(b.num_rows for b in source.tables["products"].batches()) == 60
 
 
 @pytest.mark.parametrize(
@@ -326,6 +331,44 @@ def test_prepare_gives_parquets_arrays_and_writes_no_password(server, tmp_path):
     written = [p for p in out.rglob("*") if p.is_file()]
     leaked = [p for p in written if PASSWORD.encode() in p.read_bytes() or ENCODED.encode() in p.read_bytes()]
     assert written and not leaked, leaked
+
+
+def test_prepare_reads_one_snapshot_whatever_writers_commit_meanwhile(server, tmp_path):
+    """A customer and an order committed while prepare reads the customers are seen by no pass:
+    every pass is a cursor in the one read-only REPEATABLE READ transaction begun when the source
+    was opened, so the folder is the one of the tables as they were then (a second pass seeing a
+    customer the first did not would misplace rows), and that transaction ends with the prepare."""
+    import psycopg
+
+    from gnnbridge.tables.build import Settings, prepare_tables
+
+    su = psycopg.connect(server.url("shop", "postgres", SUPER_PASSWORD), autocommit=True)
+    written = []
+
+    def write(table: str, rows: int) -> None:
+        if table == "customers" and not written:
+            su.execute("INSERT INTO customers VALUES ('Z9999', 30, 'retail', '2024-01-01', true)")
+            su.execute("INSERT INTO orders VALUES (999999, 'Z9999', '2024-02-01')")
+            written.append(table)
+
+    out, twin = tmp_path / "graph", tmp_path / "twin"
+    try:
+        prepare_tables(Settings(server.url(), str(out), label="customers.churned", progress=False, on_batch=write))
+        assert written and su.execute("SELECT count(*) FROM customers").fetchone()[0] == 121
+        open_now = su.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE usename = %s AND state LIKE 'idle in transaction%%'", (USER,)
+        ).fetchone()[0]
+    finally:
+        su.execute("DELETE FROM orders WHERE order_id = 999999")
+        su.execute("DELETE FROM customers WHERE customer_id = 'Z9999'")
+        su.close()
+    assert open_now == 0
+    prepare_tables(Settings(str(write_parquet(_shop(), tmp_path / "shop")), str(twin), label="customers.churned",
+                            progress=False))  # fmt: skip
+    ours, theirs = (_arrays(folder) for folder in (out, twin))
+    assert ours.keys() == theirs.keys()
+    for key, a in theirs.items():
+        assert np.array_equal(a, ours[key], equal_nan=True), key
 
 
 def _arrays(folder: Path) -> dict:
