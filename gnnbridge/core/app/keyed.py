@@ -66,6 +66,8 @@ def ends_of(config: ExperimentConfig, target) -> Ends | None:
 
 
 def no_keys(config: ExperimentConfig, what: str, fix: str) -> ConfigError:
+    """The line for a table asked of a dataset without key maps: a graph not prepared from tables,
+    or a machine whose copy of a partitioned folder lacks them (the usual cause there)."""
     if config.dataset.partitions:  # a machine holds its part; the key maps are copied beside it
         return ConfigError(
             f"{what} by the user's keys, from the prepared folder's {KEYS_FOLDER}/TYPE.parquet, which this "
@@ -104,7 +106,7 @@ def table_maker(config: ExperimentConfig, data, out: Path, request: dict | None)
     maps = {t: key_map(config.dataset.path, t) for t in types}
     if any(m is None for m in maps.values()):
         lacking = ", ".join(t for t, m in maps.items() if m is None)
-        raise no_keys(config, f"--embeddings --out {out} writes each node type's states (none for {lacking})",
+        raise no_keys(config, f"--embeddings --out {out} writes each node type's states (no key map of {lacking})",
                       "use --out FILE.npz")  # fmt: skip
     maps = {t: m.sort_by("id") for t, m in maps.items()}
     return KeyedOutput(
