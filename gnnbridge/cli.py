@@ -310,7 +310,8 @@ def predict(target, out, dataset, kind, device, overrides, trust_code, pairs, to
         return
     shape = "x".join(map(str, report["shape"]))
     where = ", ".join(report.get("files", [report["out"]]))
-    rows = " (each machine's own nodes; node_ids: their ids)" if len(report.get("files", ())) > 1 else ""
+    by = "by their keys" if report["out"].endswith((".csv", ".parquet")) else "node_ids: their ids"
+    rows = f" (each machine's own nodes; {by})" if report.get("machines") else ""
     click.echo(
         f"{where}: {', '.join(report['arrays'])} [{shape}]{rows} (from {report['checkpoint']}, {_trained(report)})"
     )

@@ -196,3 +196,33 @@ def dgl_pairs(items: list):
             return len(self.items)
 
     return Pairs(items)
+
+
+def job(
+    k: int, tmp_path: Path, command: list[str], env=None, launcher=("--nproc-per-node", "1")
+) -> tuple[list[int], list[tuple]]:
+    """``gnnbridge COMMAND`` as a job of ``k`` torchrun machines (of one rank unless ``launcher``
+    says otherwise), machine M in ``tmp_path/machineM``; their exit codes and (stdout, stderr)."""
+    from gnnbridge.testing.ports import free_port
+
+    port = free_port()
+    env = {**(env or os.environ), "OMP_NUM_THREADS": "1"}
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(k)]
+    torchrun += ["--master-addr", "127.0.0.1", "--master-port", str(port), *launcher]
+    procs = [
+        subprocess.Popen(
+            [*torchrun, "--node-rank", str(m), "-m", "gnnbridge", *command],
+            cwd=tmp_path / f"machine{m}",
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for m in reversed(range(k))
+    ]
+    try:
+        outs = [p.communicate(timeout=300) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    return [p.returncode for p in reversed(procs)], list(reversed(outs))

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import job
 
 from gnnbridge.core.errors import ConfigError, DataError, ResourceError
 from gnnbridge.core.storage.folder import open_prepared
@@ -28,7 +29,6 @@ from gnnbridge.core.storage.partition import partition
 from gnnbridge.core.storage.parts import PartError, on_machine, open_machine_part, open_partition
 from gnnbridge.core.storage.prepare import prepare_folder
 from gnnbridge.testing.conformance import small_graph
-from gnnbridge.testing.ports import free_port
 from gnnbridge.testing.workers import launch_ranks, part_layers_and_dump, sample_parts_and_dump
 
 METHODS = ("metis", "stream")
@@ -545,34 +545,6 @@ def machines(
     train = ["train", "--dataset", "data", "--backend", backend, "--out", "out"]
     codes, outs = job(k, tmp_path, [*train, "--set", f"dataset.partitions={k}", *JOB, *extra], env, launcher)
     return codes, [err.splitlines() for _, err in outs]
-
-
-def job(
-    k: int, tmp_path: Path, command: list[str], env=None, launcher=("--nproc-per-node", "1")
-) -> tuple[list[int], list[tuple]]:
-    """``gnnbridge COMMAND`` as a job of ``k`` torchrun machines (of one rank unless ``launcher``
-    says otherwise), machine M in ``tmp_path/machineM``; their exit codes and (stdout, stderr)."""
-    port = free_port()
-    env = {**(env or os.environ), "OMP_NUM_THREADS": "1"}
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(k)]
-    torchrun += ["--master-addr", "127.0.0.1", "--master-port", str(port), *launcher]
-    procs = [
-        subprocess.Popen(
-            [*torchrun, "--node-rank", str(m), "-m", "gnnbridge", *command],
-            cwd=tmp_path / f"machine{m}",
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for m in reversed(range(k))
-    ]
-    try:
-        outs = [p.communicate(timeout=300) for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-    return [p.returncode for p in reversed(procs)], list(reversed(outs))
 
 
 def _results(tmp_path: Path) -> dict:

@@ -125,3 +125,38 @@ def test_clashing_key_columns_are_prefixed():
     stores = pa.table({"store": [1, 2], "id": [0, 1]})
     assert Ends(("items", "sold_at", "stores"), shops, stores).names == (["src.store", "src.sku"], ["dst.store"])
     assert Ends(("users", "likes", "items"), people, shops).names == (["user_id"], ["store", "sku"])
+
+
+def _states(table: pa.Table) -> np.ndarray:
+    names = [c for c in table.column_names if c.startswith("embedding_")]
+    assert names == [f"embedding_{j}" for j in range(len(names))]
+    return np.stack([table.column(c).to_numpy() for c in names], 1)
+
+
+def test_link_embeddings_by_keys(shop):
+    """``--embeddings`` beside a table: every node type's final states in a table of its own,
+    named as the .npz names its array, a row per node by the key the user wrote; the states are
+    the .npz's rows of those nodes."""
+    root = shop["root"]
+    ok(in_process("predict", "run-link", "--top-k", "4", "--embeddings", "--out", "te.npz", cwd=root))
+    ok(in_process("predict", "run-link", "--top-k", "4", "--embeddings", "--out", "te.csv", cwd=root))
+    arrays = np.load(root / "te.npz")
+    assert pcsv.read_csv(root / "te.csv").column_names == ["customer_id", "rank", "product_id", "score"]  # as without
+    for node_type, column in (("customers", "customer_id"), ("products", "product_id"), ("orders", "order_id")):
+        table = pcsv.read_csv(root / f"te.embedding__{node_type}.csv")
+        assert table.column_names[0] == column
+        keys = pq.read_table(root / "g" / "keys" / f"{node_type}.parquet")
+        ids = dict(zip(keys.column(column).to_pylist(), keys.column("id").to_pylist()))  # the user's key -> node
+        rows = [ids[key] for key in table.column(column).to_pylist()]
+        assert sorted(rows) == list(range(len(ids)))  # every node once
+        np.testing.assert_allclose(_states(table), arrays[f"embedding__{node_type}"][rows], atol=1e-5)
+
+
+def test_embeddings_tables_are_checked_new_before_any_work(shop, tmp_path):
+    (tmp_path / "x.embedding__orders.csv").write_text("mine\n")
+    run = str(shop["root"] / "run-link")
+    done = in_process("predict", run, "--top-k", "4", "--embeddings", "--out", "x.csv", cwd=tmp_path)
+    errors = [line for line in done.stderr.splitlines() if not line.startswith("Warning: ")]  # (the graph's own)
+    assert done.returncode != 0 and len(errors) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "'x.embedding__orders.csv' already exists; choose a new --out" in errors[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.embedding__orders.csv"]

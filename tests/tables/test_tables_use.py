@@ -117,6 +117,28 @@ def test_predict_new_customers_by_their_ids(shop):
     assert not (root / "refused").exists()
 
 
+def test_node_embeddings_by_keys(shop):
+    """A node run's ``--embeddings --out FILE.parquet``: the predictions table as without it, and
+    every node type's final states by its keys (``FILE.embedding__TYPE.parquet``), each row the
+    .npz's states of the node that key names."""
+    root = shop["root"]
+    ok(in_process("predict", "run-churn", "--embeddings", "--out", "ce.npz", cwd=root))
+    ok(in_process("predict", "run-churn", "--embeddings", "--out", "ce.parquet", cwd=root))
+    arrays = np.load(root / "ce.npz")
+    table = pq.read_table(root / "ce.parquet")
+    assert table.column_names == ["customer_id", "logits_0", "logits_1", "probs_0", "probs_1", "pred"]
+    for node_type, column in (("customers", "customer_id"), ("orders", "order_id"), ("products", "product_id")):
+        states = pq.read_table(root / f"ce.embedding__{node_type}.parquet")
+        width = arrays[f"embedding__{node_type}"].shape[1]
+        assert states.column_names == [column, *(f"embedding_{j}" for j in range(width))]
+        keys = pq.read_table(root / "churn" / "keys" / f"{node_type}.parquet")
+        ids = dict(zip(keys.column(column).to_pylist(), keys.column("id").to_pylist()))  # the user's key -> node
+        rows = [ids[key] for key in states.column(column).to_pylist()]
+        assert sorted(rows) == list(range(len(ids)))  # every node once
+        got = np.stack([states.column(f"embedding_{j}").to_numpy() for j in range(width)], 1)
+        np.testing.assert_array_equal(got, arrays[f"embedding__{node_type}"][rows])
+
+
 def test_like_refuses_other_columns(shop, tmp_path):
     tables = shop["tables"]
     ages = pa.array([str(v) for v in tables["customers"].column("age").to_pylist()])

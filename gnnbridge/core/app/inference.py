@@ -149,11 +149,6 @@ def predict(
                 "predict of a partitioned graph has each machine write its own nodes' rows: give out= "
                 "(each machine writes OUT.part-M.npz)."
             )
-        if out.suffix in TABLE_SUFFIXES or (pairs is not None and Path(pairs).suffix in TABLE_SUFFIXES):
-            raise ConfigError(
-                "predict of a partitioned graph writes each machine's rows as arrays by node id: give --out FILE.npz "
-                "(and --pairs FILE.npz), or predict with the folder whole: --set dataset.partitions=0."
-            )
         request = _machines_request(config, pairs, top_k, index, embeddings)
         written = _on_machines(path, state, config, trust_code, out, request)
         return None if written is None else {**_describe(path, state, config), **written}
@@ -165,7 +160,7 @@ def predict(
     if embeddings:
         check_embeddings(data)
         request = {**(request or {}), "embeddings": True}
-    keys = keyed.table_maker(config, data, out, request) if out is not None and out.suffix in TABLE_SUFFIXES else None
+    keys = _keyed_output(config, data, out, request)
     if out is None or keys is not None:
         with interrupt_on_sigterm():
             arrays = launch(
@@ -176,15 +171,9 @@ def predict(
         arrays = {key: _numpy(value) for key, value in arrays.items()}
         if keys is None:
             return arrays
-        table = keys(arrays)
-        with files.reserved(out) as tmp:
-            files.publish(out, tmp, lambda f: keyed.write_table(table, f, out.suffix), "predicting")
-        return {
-            **_describe(path, state, config),
-            "out": str(out),
-            "arrays": table.column_names,
-            "shape": [table.num_rows, table.num_columns],
-        }
+        tables = keys.make(arrays)
+        keyed.write_tables(keys.paths, tables)
+        return {**_describe(path, state, config), **_tables_written(keys.paths, tables)}
     with files.reserved(out) as tmp, interrupt_on_sigterm():  # a folder we cannot write fails now, not after inference
         arrays = launch(
             _predict_worker, 1, config.device.value, (config, data, state, request), timeout_s=config.timeout
@@ -448,13 +437,16 @@ def read_pairs(path: Path, data) -> tuple[torch.Tensor, torch.Tensor]:
     return src, dst
 
 
-def _pairs_every_machine_read(ctx: DistContext, path: Path, data) -> tuple[torch.Tensor, torch.Tensor]:
+def _pairs_every_machine_read(
+    ctx: DistContext, path: Path, data, config: ExperimentConfig
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The pairs file of a partitioned ``predict --pairs``, which every machine reads from its
     own copy: refused on every rank at once where a machine could not read it, or read other
     pairs than machine 0 (one machine failing alone would leave the others waiting in the job's
     first exchange, and machines scoring different files would write nonsense)."""
     try:
-        src, dst = read_pairs(path, data)
+        keyed_file = path.suffix in TABLE_SUFFIXES  # by the user's keys, through this machine's key maps
+        src, dst = keyed.read_key_pairs(path, config, data.target_edge) if keyed_file else read_pairs(path, data)
         digest = hashlib.sha256(src.numpy())
         digest.update(dst.numpy())
         seen = (None, digest.hexdigest())
@@ -551,6 +543,25 @@ def _shown(value):
     if isinstance(value, dict) and list(value) == [HOMOGENEOUS_EDGE[0]]:
         return value[HOMOGENEOUS_EDGE[0]]
     return value
+
+
+def _keyed_output(config: ExperimentConfig, data, out: Path | None, request: dict | None):
+    """The tables by the user's keys that ``out`` (a .csv or .parquet) asks for, every file they
+    go to checked new before any work; None for an ``out`` of arrays."""
+    if out is None or out.suffix not in TABLE_SUFFIXES:
+        return None
+    keys = keyed.table_maker(config, data, out, request)
+    for extra in keys.paths[1:]:  # (``out`` itself is checked already)
+        _check_out(extra)
+    return keys
+
+
+def _tables_written(paths: list[Path], tables: list, rows: int | None = None) -> dict:
+    """What ``predict`` reports of the tables it wrote: the first (the predictions) by its columns
+    and shape (``rows``: all machines' together), every file by its path."""
+    first = tables[0]
+    shape = [first.num_rows if rows is None else rows, first.num_columns]
+    return {"out": str(paths[0]), "files": [str(p) for p in paths], "arrays": first.column_names, "shape": shape}
 
 
 def _check_out(out) -> Path:
@@ -676,13 +687,14 @@ def _job_worker(
     if out is None:
         scored = scorer.evaluate()
         return scored if ctx.is_main else None
-    if config.kind is Task.LINK:  # this machine's sources' lists, or its share of the pairs
-        arrays, shape = _machine_lists(ctx, scorer, data, request)
-    else:
-        arrays = _machine_outputs(scorer, data, bool(request and request["embeddings"]))
-        shape = [data.partition.num_nodes, arrays["logits"].shape[1]]
+    keys = None
+    if mine.suffix in TABLE_SUFFIXES:  # by the user's keys, from this machine's copy of the key maps
+        keys = _every_machine(ctx, lambda: _keyed_output(config, data, mine, request))
+    arrays, shape = _machine_arrays(ctx, scorer, data, request)
     if not _finite(arrays):
         raise _nonfinite(path, "the model's outputs are NaN or infinite")
+    if keys is not None:
+        return _machine_tables(ctx, out, arrays, keys)
     if ctx.local_rank == 0:
         with files.reserved(mine) as tmp:
             files.publish(mine, tmp, lambda f: write_npz_stream(f, arrays), "predicting")
@@ -693,9 +705,48 @@ def _job_worker(
     return {
         "out": str(out),
         "files": files_out,
+        "machines": ctx.num_nodes,
         "arrays": sorted(arrays),
         "shape": shape,
     }
+
+
+def _machine_arrays(ctx: DistContext, scorer: Scorer, data, request: dict | None) -> tuple[dict, list[int]]:
+    """What this machine of a partitioned ``predict`` writes, and the shape of all machines' together."""
+    if scorer.parts.config.kind is Task.LINK:  # this machine's sources' lists, or its share of the pairs
+        return _machine_lists(ctx, scorer, data, request)
+    arrays = _machine_outputs(scorer, data, bool(request and request["embeddings"]))
+    return arrays, [data.partition.num_nodes, arrays["logits"].shape[1]]
+
+
+def _machine_tables(ctx: DistContext, out: Path, arrays: dict, keys) -> dict | None:
+    """A machine's rows of a partitioned ``predict`` as tables by the user's keys (``keys``: where
+    they go and how), written by its first rank; rank 0 reports every machine's files, the rows
+    counted over the job."""
+    mine = ([], 0)
+    if ctx.local_rank == 0:
+        tables = keys.make({key: _numpy(value) for key, value in arrays.items()})
+        keyed.write_tables(keys.paths, tables)
+        mine = ([str(p) for p in keys.paths], tables[0].num_rows)
+    everyone = ctx.gather_objects(mine)  # every machine's tables are whole before rank 0 says where they are
+    if not ctx.is_main:
+        return None
+    written = [Path(p) for paths, _ in everyone for p in paths]
+    rows = sum(rows for _, rows in everyone)
+    return {**_tables_written(written, tables, rows), "out": str(out), "machines": ctx.num_nodes}
+
+
+def _every_machine(ctx: DistContext, check):
+    """``check()`` on every rank, refused on every rank at once where it failed on any (one rank
+    failing alone would leave the others waiting in the job's next exchange): its result."""
+    try:
+        result, error = check(), None
+    except Exception as exc:  # whatever it is, every rank must reach the gather below
+        result, error = None, str(exc) if isinstance(exc, GnnBridgeError) else f"{type(exc).__name__}: {exc}"
+    for machine, failed in ctx.gather_objects((ctx.node_rank, error)):
+        if failed is not None:
+            raise ConfigError(f"machine {machine}: {failed}" if ctx.num_nodes > 1 else failed)
+    return result
 
 
 def _machine_outputs(scorer: Scorer, data, embeddings: bool) -> dict:
@@ -729,7 +780,7 @@ def _machine_lists(ctx: DistContext, scorer: Scorer, data, request: dict) -> tup
             "folder whole: --set dataset.partitions=0."
         )
     if "pairs" in request:
-        src, dst = _pairs_every_machine_read(ctx, request["pairs"], data)
+        src, dst = _pairs_every_machine_read(ctx, request["pairs"], data, scorer.parts.config)
         return links.machine_pairs(scorer.model, src, dst, request["embeddings"]), [src.numel()]
     arrays = links.machine_predictions(
         scorer.model, request["top_k"], request["embeddings"], request.get("index", "exact")

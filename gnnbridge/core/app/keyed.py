@@ -7,19 +7,27 @@ edge task: both ends'; a link task's pairs and top-k lists: the source's and the
 and a pairs table is given by those same columns, mapped to rows once here and refused, naming
 the keys as written, where a key is not in the map. Everything is checked before any scoring:
 a table here is built from arrays the model already produced.
+
+``--embeddings`` writes each node type's final states beside the predictions, a table per type
+(its keys, then ``embedding_J``), since the types' keys are different columns. A machine of a
+partitioned run writes its own rows the same way, looked up by the dataset ids it already
+writes (``node_ids``) in its copy of the folder's key maps.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from gnnbridge.core import files
 from gnnbridge.core.config import ExperimentConfig, Task
 from gnnbridge.core.errors import ConfigError, DataError
-from gnnbridge.core.storage.intent import key_map
+from gnnbridge.core.storage.intent import KEYS_FOLDER, key_map
 
 TABLE_SUFFIXES = (".csv", ".parquet")
 ROW = "__gnnbridge_row"  # a pairs table's own row number while its keys are looked up
@@ -58,17 +66,56 @@ def ends_of(config: ExperimentConfig, target) -> Ends | None:
 
 
 def no_keys(config: ExperimentConfig, what: str, fix: str) -> ConfigError:
+    """The line for a table asked of a dataset without key maps: a graph not prepared from tables,
+    or a machine whose copy of a partitioned folder lacks them (the usual cause there)."""
+    if config.dataset.partitions:  # a machine holds its part; the key maps are copied beside it
+        return ConfigError(
+            f"{what} by the user's keys, from the prepared folder's {KEYS_FOLDER}/TYPE.parquet, which this "
+            f"machine's {config.dataset.path} lacks: copy the folder's {KEYS_FOLDER}/ to every machine (beside "
+            f"partitions/), or {fix}."
+        )
     return ConfigError(
         f"{what} by the user's keys, which needs a dataset prepared from tables (its keys/TYPE.parquet); "
         f"this run's task is {config.task} on {config.dataset.path or config.dataset.name}: {fix}."
     )
 
 
-def table_maker(config: ExperimentConfig, data, out: Path, request: dict | None) -> Callable[[dict], object]:
-    """How this prediction's arrays become a table by the user's keys (``out`` a .csv or .parquet);
-    refused before any work where the dataset keeps no key maps."""
-    if request and request.get("embeddings"):
-        raise ConfigError(f"--embeddings writes arrays [nodes, hidden]: use --out FILE.npz, not {out}.")
+@dataclass
+class KeyedOutput:
+    """The tables a prediction writes by the user's keys: ``paths``, known before any work (so
+    each is checked new then), and ``make``, the model's arrays to one table per path."""
+
+    paths: list[Path]
+    make: Callable[[dict], list]
+
+
+def embedding_file(out: Path, node_type: str) -> Path:
+    """Where ``--embeddings`` writes ``node_type``'s states beside the table ``out``: named as the
+    ``.npz`` names its array (``preds.csv`` -> ``preds.embedding__customers.csv``)."""
+    return out.with_name(f"{out.stem}.embedding__{node_type}{out.suffix}")
+
+
+def table_maker(config: ExperimentConfig, data, out: Path, request: dict | None) -> KeyedOutput:
+    """How this prediction's arrays become tables by the user's keys (``out`` a .csv or .parquet,
+    and with ``--embeddings`` a table per node type beside it); refused before any work where
+    the dataset keeps no key maps."""
+    main = _main_table(config, data, out, request)
+    if not (request and request.get("embeddings")):
+        return KeyedOutput([out], lambda arrays: [main(arrays)])
+    types = list(data.num_nodes)  # every node type's states (a heterogeneous graph, or a link task's view)
+    maps = {t: key_map(config.dataset.path, t) for t in types}
+    if any(m is None for m in maps.values()):
+        lacking = ", ".join(t for t, m in maps.items() if m is None)
+        raise no_keys(config, f"--embeddings --out {out} writes each node type's states (no key map of {lacking})",
+                      "use --out FILE.npz")  # fmt: skip
+    maps = {t: m.sort_by("id") for t, m in maps.items()}
+    return KeyedOutput(
+        [out, *(embedding_file(out, t) for t in types)],
+        lambda arrays: [main(arrays), *(states_table(maps[t], arrays, t) for t in types)],
+    )
+
+
+def _main_table(config: ExperimentConfig, data, out: Path, request: dict | None) -> Callable[[dict], object]:
     if config.kind is Task.NODE:
         node_type = getattr(data, "target_node", None)
         keys = key_map(config.dataset.path, node_type) if node_type and config.dataset.path else None
@@ -87,17 +134,38 @@ def table_maker(config: ExperimentConfig, data, out: Path, request: dict | None)
 
 
 def keyed_table(keys, arrays: dict):
-    """One row per node: the key columns, then each per-node output (a column per class of a 2-D one)."""
-    return _with_outputs(keys.drop_columns(["id"]), arrays, keys.num_rows)
+    """One row per node (a machine's: those ``node_ids`` names): the key columns, then each
+    per-node output (a column per class of a 2-D one)."""
+    rows = _rows(keys, arrays.get("node_ids"))
+    return _with_outputs(rows.drop_columns(["id"]), arrays, rows.num_rows)
+
+
+def states_table(keys, arrays: dict, node_type: str):
+    """One row per node of ``node_type`` (a machine's: those ``node_ids__TYPE`` names): its key
+    columns, then ``embedding_J``, its final states."""
+    import pyarrow as pa
+
+    rows = _rows(keys, arrays.get(f"node_ids__{node_type}")).drop_columns(["id"])
+    states = arrays[f"embedding__{node_type}"]
+    for j in range(states.shape[1]):
+        rows = rows.append_column(f"embedding_{j}", pa.array(np.ascontiguousarray(states[:, j])))
+    return rows
+
+
+def _rows(keys, ids):
+    """The key map's rows of the nodes ``ids`` (the dataset's ids), or all of them (None)."""
+    import pyarrow as pa
+
+    return keys if ids is None else keys.take(pa.array(np.ascontiguousarray(ids, dtype=np.int64)))
 
 
 def _with_outputs(table, arrays: dict, n: int):
     """``table`` with each output of ``n`` rows appended (a column per class of a 2-D one); labels,
-    splits and states are left out."""
+    splits, states and node ids are left out."""
     import pyarrow as pa
 
     for name, value in arrays.items():
-        if name == "y" or name.endswith("_idx") or name.startswith("embedding__") or len(value) != n:
+        if name == "y" or name.endswith("_idx") or name.startswith(("embedding__", "node_ids")) or len(value) != n:
             continue
         columns = [value] if value.ndim == 1 else [value[:, j] for j in range(value.shape[1])]
         names = [name] if value.ndim == 1 else [f"{name}_{j}" for j in range(value.shape[1])]
@@ -127,10 +195,13 @@ def edge_table(ends: Ends, src: np.ndarray, dst: np.ndarray, arrays: dict):
 
 
 def pairs_table(ends: Ends, arrays: dict):
-    """One row per given pair: its ends' key columns, ``score`` (a logit) and ``prob``."""
+    """One row per given pair: its ends' key columns, ``score`` (a logit) and ``prob``; a machine's
+    share of them first has ``index``, each pair's row in the pairs file."""
     import pyarrow as pa
 
     table = _ends_table(ends, arrays["src"], arrays["dst"])
+    if "index" in arrays:
+        table = table.add_column(0, "index", pa.array(np.ascontiguousarray(arrays["index"], dtype=np.int64)))
     table = table.append_column("score", pa.array(arrays["scores"]))
     return table.append_column("prob", pa.array(arrays["probs"]))
 
@@ -158,6 +229,23 @@ def write_table(table, f, suffix: str) -> None:
         import pyarrow.parquet as pq
 
         pq.write_table(table, f)
+
+
+def write_tables(paths: list[Path], tables: list) -> None:
+    """Each table at its path, every one written beside its target and linked into place; where
+    one fails, those already in place are removed: a prediction's tables appear together or not
+    at all."""
+    placed = []
+    try:
+        with contextlib.ExitStack() as stack:
+            for path, table in zip(paths, tables):
+                tmp = stack.enter_context(files.reserved(path))
+                files.publish(path, tmp, lambda f, t=table, p=path: write_table(t, f, p.suffix), "predicting")
+                placed.append(path)
+    except BaseException:
+        for path in placed:
+            path.unlink(missing_ok=True)
+        raise
 
 
 def read_key_pairs(path: Path, config: ExperimentConfig, target) -> tuple[torch.Tensor, torch.Tensor]:
