@@ -1254,7 +1254,8 @@ def test_a_loaders_labels_of_another_form_are_one_line(target, built, refusal):
         n = 40
         y = {"class": torch.arange(n) % 2, "regression": torch.rand(n), "values": torch.rand(n, 3) * 5}[built]
         ring = torch.stack([torch.arange(n), (torch.arange(n) + 1) % n])
-        return GraphData.from_edges(ring, torch.randn(n, 4), y, torch.arange(24), torch.arange(24, 32), torch.arange(32, n))
+        splits = torch.arange(24), torch.arange(24, 32), torch.arange(32, n)
+        return GraphData.from_edges(ring, torch.randn(n, 4), y, *splits)
 
     class StubbornPlugin:
         @hookimpl
