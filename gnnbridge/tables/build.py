@@ -33,6 +33,7 @@ import numpy as np
 
 from gnnbridge.core.errors import ConfigError, DataError, OutputExistsError
 from gnnbridge.core.storage.intent import write_train_defaults, write_unknown_labels
+from gnnbridge.tables.keys import positions, shown, text_bytes
 from gnnbridge.tables.like import like_state
 from gnnbridge.tables.schema import check, infer, read_yaml, split_name, value_type
 from gnnbridge.tables.sources import open_source
@@ -270,7 +271,7 @@ class Builder:
         labelled = name == self.label_table
         labels, times, splits = [], [], []
         for batch in self._batches(name):
-            rank = np.searchsorted(entity.keys, _normal_keys(batch, entity.pk, name))
+            rank = positions(entity.keys, _normal_keys(batch, entity.pk, name))
             if x is not None:
                 x[rank] = np.concatenate([e.encode(batch.column(e.column)) for e in entity.encoders], axis=1)
             for c, target in fks.items():
@@ -346,12 +347,12 @@ class Builder:
         keys = self.entities[target].keys
         present = ~pc.is_null(values).to_numpy(zero_copy_only=False)
         v = _as_keys(values, keys.dtype)
-        pos = np.minimum(np.searchsorted(keys, v), len(keys) - 1)
+        pos = np.minimum(positions(keys, v), len(keys) - 1)
         found = present & (keys[pos] == v)
         dangling = present & ~found
         if dangling.any():
             count = int(dangling.sum())
-            examples = ", ".join(repr(k) for k in list(dict.fromkeys(v[dangling].tolist()))[:3])
+            examples = ", ".join(repr(k) for k in shown(dict.fromkeys(v[dangling].tolist()))[:3])
             where = f"{table}.{column}: {count} values not among {target}'s keys (e.g. {examples})"
             if self.settings.on_dangling == "refuse":
                 raise DataError(f"{where}; fix them, or give --on-dangling drop.")
@@ -624,7 +625,7 @@ def _check_name(name: str) -> None:
 
 def _normal_keys(table, pk: list, name: str) -> np.ndarray:
     """A table's (or batch's) primary key as one comparable numpy array: int64 for a single
-    integer column, else text (composite keys joined by a separator no key holds)."""
+    integer column, else text bytes (:mod:`.keys`; composite keys joined by a separator no key holds)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -636,11 +637,12 @@ def _normal_keys(table, pk: list, name: str) -> np.ndarray:
     if len(cols) == 1 and pa.types.is_integer(cols[0].type):
         return np.asarray(cols[0].to_numpy(), dtype=np.int64)
     text = [pc.cast(c, pa.string()) for c in cols]
-    joined = text[0] if len(text) == 1 else pc.binary_join_element_wise(*text, "\x1f")
-    return np.asarray(joined.to_pylist(), dtype=str)
+    return text_bytes(text[0] if len(text) == 1 else pc.binary_join_element_wise(*text, "\x1f"))
 
 
 def _as_keys(values, dtype) -> np.ndarray:
+    """A foreign key's values as its target's keys are kept (missing ones: 0 or empty, masked by the
+    caller); text read against integer keys is parsed (digits only, else a value no key has)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -651,13 +653,13 @@ def _as_keys(values, dtype) -> np.ndarray:
             [int(v) if v is not None and str(v).lstrip("-").isdigit() else -(2**62) for v in values.to_pylist()],
             dtype=np.int64,
         )
-    return np.asarray(pc.cast(values, pa.string()).fill_null("").to_pylist(), dtype=str)
+    return text_bytes(pc.cast(values, pa.string()))
 
 
 def _check_unique(name: str, pk: list, keys: np.ndarray) -> None:
     same = keys[1:] == keys[:-1]
     if same.any():
-        dup = list(dict.fromkeys(keys[1:][same].tolist()))
+        dup = shown(dict.fromkeys(keys[1:][same].tolist()))
         examples = ", ".join(repr(k) for k in dup[:3])
         raise DataError(
             f"Table '{name}': primary key {'+'.join(pk)} repeats on {int(same.sum())} rows (e.g. {examples}); "

@@ -1,0 +1,97 @@
+"""Tables larger than memory (issue 62, part 7): schema inference keeps each primary key's
+distinct values (sorted arrays, merged batch by batch), never a column's rows, and gives the same
+schema in batches of seven rows as in one; text keys are read from arrow's buffers as fixed-width
+bytes that sort as Python's str does."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from shop import make_shop, write_parquet, write_sqlite
+
+from gnnbridge.tables import keys, sources
+from gnnbridge.tables.schema import infer
+from gnnbridge.tables.sources import open_source
+
+
+def odd_tables() -> dict:
+    """Keys that test the counting rules: missing and repeated keys, integers against text, a cycle."""
+    return {
+        "customers": pa.table({"customer_id": ["a", "b", None, "b", "c"], "v": [1, 2, 3, 4, 5]}),
+        "products": pa.table({"product_id": pa.array([1, 2, None, 4, 4, 5], pa.int64()), "w": [1.0] * 6}),
+        "stores": pa.table({"id": ["1", "2", "3"], "z": [1, 2, 3]}),
+        "visits": pa.table(
+            {
+                "customer_id": ["a", "x", None, "b", "c", "a"],
+                "product_id": pa.array([1, 2, 3, None, 9, 4], pa.int64()),
+                "store_id": pa.array([1, 2, 3, 4, 1, 1], pa.int64()),
+            }
+        ),
+        "uni": pa.table({"uni_id": ["é", "e", "ü", "z", "Z"], "customer_id": ["a", "a", "ü", "b", ""]}),
+        "aa": pa.table({"aa_id": [1, 2, 3, 4], "bb_id": pa.array([10, 11, 99, None], pa.int64())}),
+        "bb": pa.table({"bb_id": [10, 11, 12], "aa_id": pa.array([1, 5, 1], pa.int64())}),
+    }
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    root = tmp_path_factory.mktemp("stream")
+    return {
+        "shop": str(write_parquet(make_shop(n_customers=120), root / "shop")),
+        "shop.sqlite": str(write_sqlite(make_shop(n_customers=120), root / "shop.sqlite")),
+        "odd": str(write_parquet(odd_tables(), root / "odd")),
+    }
+
+
+def _infer(where: str) -> dict:
+    with open_source(where) as source:
+        return infer(source, None)
+
+
+def test_counts_follow_the_rules(written):
+    t = _infer(written["odd"])["tables"]
+    missing = "primary key customer_id: 1 missing, 1 repeated (prepare refuses it until fixed)"
+    assert t["customers"]["notes"] == [missing]
+    assert t["visits"]["notes"][:3] == [
+        "customer_id -> customers.customer_id: 5 of 6 rows found, 1 dangling",  # a missing value: the key has one too
+        "product_id -> products.product_id: 4 of 6 rows found, 2 dangling",
+        "store_id -> stores.id: 0 of 6 rows found, 6 dangling",  # integers are never among text keys
+    ]
+    assert t["uni"]["notes"] == ["customer_id -> customers.customer_id: 3 of 5 rows found, 2 dangling"]
+    assert t["aa"]["notes"] == ["bb_id -> bb.bb_id: 2 of 4 rows found, 2 dangling"]  # a cycle: aa -> bb -> aa
+    assert t["bb"]["notes"] == ["aa_id -> aa.aa_id: 2 of 3 rows found, 1 dangling"]
+
+
+@pytest.mark.parametrize("name", ["shop", "shop.sqlite", "odd"])
+def test_the_same_schema_in_batches_of_seven(written, name, monkeypatch):
+    whole = _infer(written[name])
+    monkeypatch.setattr(sources, "BATCH_ROWS", 7)
+    monkeypatch.setattr(keys, "MERGE_ROWS", 5)
+    monkeypatch.setattr(keys, "SCATTER_BYTES", 16)
+    assert _infer(written[name]) == whole
+
+
+def test_text_keys_sort_and_compare_as_python_strings():
+    rng = np.random.default_rng(0)
+    alphabet = list("aZ0_é€𝄞-") + ["\x1f"]
+    values = ["".join(rng.choice(alphabet, rng.integers(0, 9))) for _ in range(400)] + [None] * 20
+    rng.shuffle(values)
+    for array in (pa.array(values), pa.array(values, pa.large_string()), pa.array(values).slice(13, 300)):
+        got = keys.text_bytes(array)
+        want = ["" if v is None else v for v in array.to_pylist()]
+        assert keys.shown(got.tolist()) == want
+        assert keys.shown(np.sort(got).tolist()) == sorted(want)
+    chunked = pa.chunked_array([pa.array(["bb", "a"]), pa.array(["ccc"])])
+    assert keys.shown(keys.text_bytes(chunked).tolist()) == ["bb", "a", "ccc"]
+
+
+def test_a_key_set_is_its_distinct_values(monkeypatch):
+    monkeypatch.setattr(keys, "MERGE_ROWS", 3)
+    rng = np.random.default_rng(1)
+    seen = keys.KeySet()
+    parts = [rng.integers(0, 50, rng.integers(0, 9)) for _ in range(30)]
+    for part in parts:
+        seen.add(part)
+    assert np.array_equal(seen.keys(), np.unique(np.concatenate(parts)))
+    assert keys.count_in(seen.keys(), np.array([3, 3, 1000, -1])) == 2 * (3 in seen.keys())
