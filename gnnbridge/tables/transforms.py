@@ -74,14 +74,20 @@ def _dates(array) -> bool:
     return len(valid) > 0 and bool(pc.all(pc.match_substring_regex(valid, r"^\d{4}-\d{2}-\d{2}$")).as_py())
 
 
-def category_strings(array) -> list:
-    """A categorical column's values as text (missing: None), so a category reads alike from every source."""
+def category_text(array):
+    """A categorical column's values as an arrow string array (booleans as 0/1), so a category
+    reads alike from every source."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     if pa.types.is_boolean(array.type):
         array = pc.cast(array, pa.int8())
-    return pc.cast(array, pa.string()).to_pylist()
+    return pc.cast(array, pa.string())
+
+
+def category_strings(array) -> list:
+    """:func:`category_text` as Python strings (missing: None)."""
+    return category_text(array).to_pylist()
 
 
 class Encoder:

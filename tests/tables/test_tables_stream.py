@@ -95,3 +95,74 @@ def test_a_key_set_is_its_distinct_values(monkeypatch):
         seen.add(part)
     assert np.array_equal(seen.keys(), np.unique(np.concatenate(parts)))
     assert keys.count_in(seen.keys(), np.array([3, 3, 1000, -1])) == 2 * (3 in seen.keys())
+
+
+# --------------------------------------------------------------------------- a labelled edge table
+
+EDGE = "customers__reviews__products"
+WORDS = ["train", "Train", "validation", "test", "TEST", "val", None]
+
+
+@pytest.fixture(scope="module")
+def reviews(tmp_path_factory):
+    """The shop with reviews that carry a split word and a date (few dates: many ties)."""
+    root = tmp_path_factory.mktemp("reviews")
+    tables = make_shop(n_customers=120)
+    n = tables["reviews"].num_rows
+    rng = np.random.default_rng(4)
+    split = [WORDS[i] for i in rng.integers(0, len(WORDS), n)]
+    when = pa.array((19000 + rng.integers(0, 30, n)).astype(np.int32), pa.date32())
+    tables["reviews"] = (
+        tables["reviews"].append_column("split", pa.array(split, pa.string())).append_column("when", when)
+    )
+    return {"root": root, "source": str(write_parquet(tables, root / "src")), "reviews": tables["reviews"]}
+
+
+def _prepare(reviews, out: str, task: dict, target: str) -> dict:
+    from gnnbridge.tables.build import Settings, prepare_tables
+
+    with open_source(reviews["source"]) as source:
+        schema = infer(source, "reviews.rating")
+    schema["task"].update(task)
+    path = reviews["root"] / f"{out}.yaml"
+    import yaml
+
+    path.write_text(yaml.safe_dump(schema))
+    folder = reviews["root"] / out
+    prepare_tables(Settings(reviews["source"], str(folder), schema=str(path), target=target, progress=False))
+    return {p.name: np.load(p) for p in sorted(folder.glob("*.npy"))}
+
+
+CASES = {
+    "class-split": ({"split_column": "reviews.split"}, "class"),
+    "regression-time": ({"time_column": "reviews.when"}, "regression"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_labelled_edge_table_sorted_in_small_buckets_gives_the_same_arrays(reviews, case, monkeypatch):
+    from gnnbridge.tables import edgesort, labels
+
+    task, target = CASES[case]
+    whole = _prepare(reviews, f"{case}-whole", task, target)  # one bucket, one batch: the sort in memory
+    monkeypatch.setattr(sources, "BATCH_ROWS", 5)
+    monkeypatch.setattr(edgesort, "SORT_ROWS", 7)
+    monkeypatch.setattr(labels, "CHUNK", 3)
+    small = _prepare(reviews, f"{case}-small", task, target)
+    assert small.keys() == whole.keys()
+    for name, a in whole.items():
+        assert a.dtype == small[name].dtype and np.array_equal(a, small[name], equal_nan=True), name
+    src, dst = whole[f"edge_index__{EDGE}.npy"]
+    label, attr = whole[f"edge_label__{EDGE}.npy"], whole[f"edge_attr__{EDGE}.npy"]
+    keys = [label.astype(np.float64), *(attr[:, j] for j in range(attr.shape[1] - 1, -1, -1)), dst, src]
+    assert np.array_equal(np.lexsort(keys), np.arange(len(src)))  # in the canonical order
+    assert len(src) == reviews["reviews"].num_rows
+    splits = [whole[f"edge_{s}_idx__{EDGE}.npy"] for s in ("train", "val", "test")]
+    if case == "class-split":
+        words = [w for w in reviews["reviews"].column("split").to_pylist()]
+        expected = [sum(w is not None and w.lower() in names for w in words) for names in
+                    ({"train"}, {"val", "validation"}, {"test"})]  # fmt: skip
+        assert [len(s) for s in splits] == expected
+    else:
+        assert [len(s) for s in splits] == [int(len(src) * 0.6), int(len(src) * 0.8) - int(len(src) * 0.6),
+                                            len(src) - int(len(src) * 0.8)]  # fmt: skip
