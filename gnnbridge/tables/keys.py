@@ -73,22 +73,38 @@ def sorted_unique(values: np.ndarray) -> np.ndarray:
     return values[keep]
 
 
+def _range(keys: np.ndarray, values: np.ndarray) -> tuple[int, int] | None:
+    """``(first, last)`` of sorted unique integer keys that are every integer between them (ids
+    counted up, the usual case), where a key's position is its distance from the first."""
+    if keys.dtype.kind != "i" or values.dtype.kind != "i" or len(keys) == 0:
+        return None
+    first, last = int(keys[0]), int(keys[-1])
+    return (first, last) if last - first + 1 == len(keys) and -(2**62) < first and last < 2**62 else None
+
+
 def contains(keys: np.ndarray, values: np.ndarray) -> np.ndarray:
     """Whether each of ``values`` is among the sorted unique ``keys`` (of the same kind)."""
     if len(keys) == 0 or len(values) == 0:
         return np.zeros(len(values), bool)
+    span = _range(keys, values)
+    if span is not None:
+        return (values >= span[0]) & (values <= span[1])
     pos = np.minimum(np.searchsorted(keys, values), len(keys) - 1)
     return keys[pos] == values
 
 
 def count_in(keys: np.ndarray, values: np.ndarray) -> int:
     """How many of ``values`` are among the sorted unique ``keys`` (asked in sorted order)."""
-    return int(contains(keys, np.sort(values)).sum())
+    return int(contains(keys, values if _range(keys, values) else np.sort(values)).sum())
 
 
 def positions(keys: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """``np.searchsorted(keys, values)``, asked in sorted order (binary searches that walk the keys
-    in order stay in cache: several times faster on millions of keys) and put back."""
+    """``np.searchsorted(keys, values)``: by subtraction where the keys are a range of integers,
+    else asked in sorted order (binary searches that walk the keys in order stay in cache: several
+    times faster on millions of keys) and put back."""
+    span = _range(keys, values)
+    if span is not None:
+        return np.clip(values, span[0], span[1] + 1).astype(np.int64) - span[0]
     if len(values) < 2:
         return np.searchsorted(keys, values)
     order = np.argsort(values, kind="stable")

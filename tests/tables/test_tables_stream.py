@@ -166,3 +166,22 @@ def test_a_labelled_edge_table_sorted_in_small_buckets_gives_the_same_arrays(rev
     else:
         assert [len(s) for s in splits] == [int(len(src) * 0.6), int(len(src) * 0.8) - int(len(src) * 0.6),
                                             len(src) - int(len(src) * 0.8)]  # fmt: skip
+
+
+def test_a_bucket_sorted_by_its_pairs_is_lexsorted():
+    from gnnbridge.tables.edgesort import _order
+
+    rng = np.random.default_rng(2)
+    for _ in range(200):
+        n = int(rng.integers(1, 200))
+        src, dst = rng.integers(0, rng.integers(1, 15), n), rng.integers(0, rng.integers(1, 15), n)
+        extra = [rng.choice([np.nan, 0.0, 1.0, 2.0], n).astype(np.float32) for _ in range(rng.integers(0, 3))]
+        assert np.array_equal(_order(src, dst, extra), np.lexsort([*extra, dst, src]))
+
+
+@pytest.mark.parametrize("ids", [np.arange(-5, 40), 100 + 7 * np.arange(30), np.array([3])])
+def test_key_positions_are_searchsorted(ids):
+    values = np.random.default_rng(3).integers(-60, 400, 500)
+    assert np.array_equal(keys.positions(ids, values), np.searchsorted(ids, values))
+    assert np.array_equal(keys.contains(ids, values), np.isin(values, ids))
+    assert keys.count_in(ids, values) == int(np.isin(values, ids).sum())
