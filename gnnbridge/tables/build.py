@@ -283,7 +283,7 @@ class Builder:
             np.save(self.folder / f"num_nodes__{name}.npy", np.array([n], dtype=np.int64))
         for c, target in fks.items():
             src = np.flatnonzero(edges[c] >= 0)
-            self._save_relation(name, c, target, np.stack([src, edges[c][src]]), None)
+            self._save_relation(name, c, target, np.stack([src, edges[c][src]]))
         for e in entity.encoders:
             if e.transform == "node":
                 self._write_value_nodes(name, e, values[e.column])
@@ -321,7 +321,7 @@ class Builder:
         key_map = pa.table({column: [*vocab, OTHER], "id": np.arange(count, dtype=np.int64)})
         pq.write_table(key_map, self.folder / "keys" / f"{kind}.parquet")
         src = np.flatnonzero(ids >= 0)
-        self._save_relation(table, column, kind, np.stack([src, ids[src]]), None)
+        self._save_relation(table, column, kind, np.stack([src, ids[src]]))
         unseen = int((ids == len(vocab)).sum())
         if self.saved and unseen:
             self.notes.append(f"{table}.{column}: {unseen} rows with a value not seen in training: node {OTHER!r}")
@@ -364,16 +364,15 @@ class Builder:
         spill = self.folder / f".spill-{name}"
         spill.mkdir()
         try:
-            with Spill(spill, columns) as rows:
+            with Spill(spill, columns) as spilled:
                 for part in self._edge_rows(name, encoders, labelled):
-                    rows.write(part)
+                    spilled.write(part)
+            rows = spilled.rows
             if labelled:
                 self._finish_labels()
-            out = self._edge_outputs(rel, columns, rows.rows, spill, bool(encoders))
-            if rows.rows:
-                sort_spilled(
-                    spill, rows.rows, columns, len(self.entities[ta].keys), out, self.labels if labelled else None
-                )
+            out = self._edge_outputs(rel, columns, rows, spill, bool(encoders))
+            if rows:
+                sort_spilled(spill, rows, columns, len(self.entities[ta].keys), out, self.labels if labelled else None)
             for m in out.values():
                 if isinstance(m, np.memmap):
                     m.flush()
@@ -383,7 +382,7 @@ class Builder:
             del out
         finally:
             shutil.rmtree(spill, ignore_errors=True)
-        self._edge_table_info(name, entry, encoders, rel, rows.rows)
+        self._edge_table_info(name, entry, encoders, rel, rows)
 
     def _edge_table_info(self, name, entry, encoders, rel, rows) -> None:
         self.info["edge_types"]["__".join(rel)] = {
@@ -446,18 +445,15 @@ class Builder:
                 )
         return out
 
-    def _save_relation(self, table, relation, target, edges, feats, rel=None) -> None:
-        s, r, d = rel or (table, relation, target)
-        _check_name(r)
-        np.save(self.folder / f"edge_index__{s}__{r}__{d}.npy", np.ascontiguousarray(edges, dtype=np.int64))
-        if feats is not None:
-            np.save(self.folder / f"edge_attr__{s}__{r}__{d}.npy", feats.astype(np.float32))
-        if rel is None:
-            self.info["edge_types"][f"{s}__{r}__{d}"] = {
-                "table": table,
-                "foreign_key": relation,
-                "rows": int(edges.shape[1]),
-            }
+    def _save_relation(self, table: str, relation: str, target: str, edges: np.ndarray) -> None:
+        """A foreign key's (or a ``node`` column's) relation: ``edges`` [2, E] from ``table`` to ``target``."""
+        _check_name(relation)
+        np.save(self.folder / f"edge_index__{table}__{relation}__{target}.npy", np.ascontiguousarray(edges, np.int64))
+        self.info["edge_types"][f"{table}__{relation}__{target}"] = {
+            "table": table,
+            "foreign_key": relation,
+            "rows": int(edges.shape[1]),
+        }
 
     # -- labels and splits -----------------------------------------------------------
     def _finish_labels(self) -> None:
