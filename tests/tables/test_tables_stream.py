@@ -185,3 +185,21 @@ def test_key_positions_are_searchsorted(ids):
     assert np.array_equal(keys.positions(ids, values), np.searchsorted(ids, values))
     assert np.array_equal(keys.contains(ids, values), np.isin(values, ids))
     assert keys.count_in(ids, values) == int(np.isin(values, ids).sum())
+
+
+def test_a_time_split_counted_over_chunks_is_the_sort_by_time(tmp_path, monkeypatch):
+    from gnnbridge.tables import labels
+
+    monkeypatch.setattr(labels, "CHUNK", 7)
+    rng = np.random.default_rng(5)
+    for trial in range(20):
+        n = int(rng.integers(1, 120))
+        time = rng.choice([-3.5, -0.0, 0.0, 1.0, 2.25, 1e300, -np.inf], n)
+        label = rng.normal(size=n).astype(np.float32)
+        label[rng.random(n) < 0.3] = np.nan  # unlabelled rows are in no split
+        labels.write_splits(label, lambda s, t=trial: tmp_path / f"{t}-{s}.npy", time=time)
+        rows = np.flatnonzero(~np.isnan(label))
+        rows = rows[np.lexsort((rows, time[rows]))]
+        a, b = int(len(rows) * 0.6), int(len(rows) * 0.8)
+        for s, part in zip(("train", "val", "test"), (rows[:a], rows[a:b], rows[b:])):
+            assert np.array_equal(np.load(tmp_path / f"{trial}-{s}.npy"), np.sort(part)), (trial, s)
