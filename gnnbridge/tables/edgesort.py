@@ -1,10 +1,11 @@
 """An edge table's rows sorted into their canonical order out of core, so that its memory is one
 bucket, never the table: each batch's kept rows are appended to raw files (one per column:
 source and destination ids, edge features, and for the labelled table its label, time and split
-codes), scattered into buckets of source ids of at most :data:`SORT_ROWS` rows each (stably: a
-bucket keeps the rows' order), and each bucket sorted in memory and written into the
-memory-mapped outputs. The order is ``np.lexsort((label, feats[:, -1], ..., feats[:, 0], dst,
-src))`` over the whole table, so the arrays are byte for byte those of one sort in memory.
+codes), scattered into buckets of source ids of about :data:`SORT_ROWS` rows each (a bucket
+ends where a source's edges end; stably: a bucket keeps the rows' order), and each bucket sorted
+in memory and written into the memory-mapped outputs. The order is ``np.lexsort((label,
+feats[:, -1], ..., feats[:, 0], dst, src))`` over the whole table, so the arrays are byte for
+byte those of one sort in memory.
 """
 
 from __future__ import annotations
