@@ -177,15 +177,15 @@ class Tracker:
 
     def log(self, step: int, values: dict[str, float]) -> bool:
         """False when the epoch did not reach the tracker (it is away): a resume sends it again."""
-        return self._guard(f"epoch {step}", self._log, step, values)
+        return self._guard(f"at epoch {step}", self._log, step, values)
 
     def checkpoint_saved(self, path: Path, step: int) -> None:
         if self.config.log.model == "all":
-            self._guard(f"epoch {step}'s checkpoint", self._checkpoint, path, step)
+            self._guard(f"at epoch {step}'s checkpoint", self._checkpoint, path, step)
 
     def run_finished(self, run_dir: Path) -> None:
         results = json.loads((run_dir / "results.json").read_text())
-        self.finished = self._guard("the run's results", self._finish, run_dir, results)
+        self.finished = self._guard("sending the run's results", self._finish, run_dir, results)
 
     def close(self) -> None:
         self._guard("closing the run", self._close)
@@ -193,7 +193,7 @@ class Tracker:
 
     def _guard(self, doing: str | None, call: Callable, *args) -> bool:
         """``call(*args)`` with the client's settings; False (and, the first time, one warning
-        line) when the tracker is away or refuses. ``doing``: what the call is for (None: starting)."""
+        line) when the tracker is away or refuses. ``doing``: when, as the line says it (None: starting)."""
         if not self.live:
             return False
         with _client_settings():
@@ -202,7 +202,7 @@ class Tracker:
                 return True
             except Exception as exc:  # noqa: BLE001 - any failure of a tracker: one line, and training goes on
                 self.live = False
-                what = "this run is not tracked" if doing is None else f"tracking stopped at {doing}"
+                what = "this run is not tracked" if doing is None else f"tracking stopped {doing}"
                 print(
                     f"Warning: log.to={self.name}: {what}: {reason(exc)}; training goes on and the run folder "
                     "keeps everything.",

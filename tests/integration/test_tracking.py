@@ -20,7 +20,9 @@ import pytest
 from helpers import gnnbridge as cli
 from helpers import in_process, ok, one_line, suite_env
 
+import gnnbridge
 from gnnbridge.core.training.loggers import flatten
+from gnnbridge.testing import registered_plugin
 from gnnbridge.testing.ports import free_port
 
 mlflow = pytest.importorskip("mlflow")
@@ -207,6 +209,48 @@ def test_a_server_that_is_down_is_one_warning_and_a_resume_sends_every_epoch_it_
     ok(in_process("train", "--resume", "run", "--quiet", "--set", "train.epochs=3", cwd=tmp_path))
     client, rid, res = server.client(), run_id(tmp_path / "run"), results(tmp_path / "run")
     assert history_of(client, rid, "loss") == [(h["epoch"] + 1, pytest.approx(h["loss"])) for h in res["history"]]
+
+
+class DeletesTheRun:
+    """A lab's logger, listed after ``mlflow``, that deletes the tracked run on the server after
+    epoch 1: from epoch 2 on the server refuses every write to it, as a server gone away would."""
+
+    uri = ""
+
+    class Logger:
+        def __init__(self, run_dir, config):
+            self.run_dir = run_dir
+
+        def log(self, step, values):
+            if step == 1:
+                mlflow.MlflowClient(DeletesTheRun.uri).delete_run(run_id(self.run_dir))
+
+        def close(self):
+            pass
+
+    @gnnbridge.hookimpl
+    def register_loggers(self, register):
+        register("deletes", self.Logger, "deletes the MLflow run after epoch 1")
+
+
+def test_a_server_refusing_midway_is_one_warning_and_a_resume_sends_the_epochs_it_refused(server, tmp_path):
+    DeletesTheRun.uri = server.uri
+    sets = ["--set", f"log.mlflow.tracking_uri={server.uri}", "--set", "train.epochs=3"]
+    with registered_plugin(DeletesTheRun(), "lab"):
+        proc = ok(in_process("train", *SMALL, "--set", "log.to=[mlflow,deletes]", *sets, "--out", "run", cwd=tmp_path))
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Warning: log.to=mlflow: tracking stopped at epoch 2: "), lines
+    assert lines[0].endswith("; training goes on and the run folder keeps everything.")
+    assert len(results(tmp_path / "run")["history"]) == 3
+    assert json.loads((tmp_path / "run" / "checkpoints" / "loggers.json").read_text()) == {"mlflow": 1, "deletes": 3}
+    client, rid = server.client(), run_id(tmp_path / "run")
+    assert [step for step, _ in history_of(client, rid, "loss")] == [1]
+    client.restore_run(rid)  # the server takes writes again
+    ok(in_process("train", "--resume", "run", "--quiet", "--set", "train.epochs=4", "--set", "log.to=[mlflow]",
+                  cwd=tmp_path))  # fmt: skip
+    res = results(tmp_path / "run")
+    assert history_of(client, rid, "loss") == [(h["epoch"] + 1, pytest.approx(h["loss"])) for h in res["history"]]
+    assert client.get_run(rid).info.status == "FINISHED"
 
 
 @pytest.mark.slow
