@@ -13,7 +13,6 @@ import datetime
 import functools
 import json
 import os
-import re
 import sys
 import tempfile
 import threading
@@ -27,7 +26,7 @@ import click
 # that says why. Must be set before torch is imported; a user's own setting wins.
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
-from gnnbridge.core.errors import GnnBridgeError, record_interrupts
+from gnnbridge.core.errors import GnnBridgeError, record_interrupts, scrubbed
 
 
 class _Stopped(Exception):
@@ -1020,16 +1019,8 @@ def _command(argv: list[str] | None) -> None:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = _scrubbed(str(exc)).strip()
+    text = scrubbed(str(exc)).strip()
     return text.splitlines()[0][:200] if text else "no message"
-
-
-def _scrubbed(text: str) -> str:
-    """``text`` with every database URL's password replaced by ``***`` (a bug's message or
-    traceback may quote a URL as the user typed it)."""
-    from gnnbridge.tables.postgres import hide_password
-
-    return re.sub(r"postgres(?:ql)?://\S+", lambda url: hide_password(url.group(0)), text)
 
 
 def _save_traceback(exc: BaseException) -> str:
@@ -1039,7 +1030,7 @@ def _save_traceback(exc: BaseException) -> str:
         fd, path = tempfile.mkstemp(prefix=f"gnnbridge-crash-{stamp}-", suffix=".txt")
         with os.fdopen(fd, "w") as f:
             text = f"gnnbridge {' '.join(sys.argv[1:])}\n\n" + "".join(traceback.format_exception(exc))
-            f.write(_scrubbed(text))
+            f.write(scrubbed(text))
         return path
     except OSError:
         return "nowhere (no temporary folder is writable); rerun with python -X faulthandler"
