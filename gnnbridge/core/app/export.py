@@ -29,9 +29,9 @@ from gnnbridge.core.export.programs import GRAPH_ARCHS, NODE_ARCHS, program
 from gnnbridge.core.inference import checkpoint
 from gnnbridge.core.models.build import build_model, model_dims
 from gnnbridge.core.models.neutral import to_neutral
+from gnnbridge.core.plugins import get_target
 from gnnbridge.core.records.data import GraphData
 from gnnbridge.core.records.hetero import HeteroGraphData
-from gnnbridge.core.plugins import get_target
 
 ATOL = 1e-4
 VERSION = 1
@@ -61,6 +61,7 @@ def export(
         ``check``, the largest difference on each graph (``checked``)."""
     fmt = formats.check_format(fmt)
     out = _check_out(out, fmt)
+    _check_model(target, kind)  # before the run's model is built (a user's instance would need --trust-code)
     path, state, config, data = inference._prepare(target, kind, "cpu", overrides, "export", False)
     spec = describe(config, data, state)
     module = with_weights(config, data, state, path, spec)
@@ -85,6 +86,20 @@ def _check_out(out, fmt: str) -> Path:
     if out.exists() or out.is_symlink():
         raise OutputExistsError(f"'{out}' already exists; choose a new --out (gnnbridge never overwrites a file).")
     return out
+
+
+def _check_model(target, kind: str) -> None:
+    if not isinstance(target, (str, os.PathLike)):
+        raise ConfigError(f"target={target!r} must be a run folder or a checkpoint file (a str or a pathlib.Path).")
+    path = checkpoint.find(target, kind)
+    trained = checkpoint.load(path)["config"]
+    arch, task = trained["model"]["arch"], trained["task"]
+    archs = {Task.NODE.value: NODE_ARCHS, Task.GRAPH.value: GRAPH_ARCHS}.get(task)
+    if archs is not None and arch not in archs:
+        raise ConfigError(
+            f"{path} cannot be exported yet: model.arch={arch} has no exported program for {task} tasks "
+            f"(built in: {', '.join(archs)})."
+        )
 
 
 def describe(config: ExperimentConfig, data, state: dict) -> dict:
@@ -136,7 +151,9 @@ def _scale(config: ExperimentConfig, state: dict):
         return None
     scale = getattr(fitted, "scale", None)
     if scale is None or not hasattr(scale, "mean"):
-        raise ConfigError(f"target={config.target} fits a state the exported program cannot apply; it cannot be exported.")
+        raise ConfigError(
+            f"target={config.target} fits a state the exported program cannot apply; it cannot be exported."
+        )
     return scale
 
 

@@ -164,4 +164,3 @@ class GraphProgram(GIN):
 def program(spec: dict) -> nn.Module:
     """The module for an export description (see :mod:`gnnbridge.core.export`), weights unset."""
     return (GraphProgram if spec["task"] == "graph" else NodeProgram)(spec).eval()
-
