@@ -179,3 +179,21 @@ def test_the_safetensors_file_holds_neutral_names_and_its_description(tmp_path, 
         keys, meta = set(f.keys()), json.loads(f.metadata()["gnnbridge"])
     assert {"layers.0.weight", "layers.0.att_src", "layers.0.att_dst", "layers.1.bias"} <= keys
     assert meta["arch"] == "gat" and meta["inputs"] == ["x", "edge_index"]
+
+
+def test_a_safetensors_file_loads_without_either_library(tmp_path, trained):
+    import subprocess
+    import sys
+
+    run = trained("gcn-dgl")
+    gnnbridge.export(run, "safetensors", tmp_path / "m.safetensors")
+    code = (
+        "import sys, torch, gnnbridge\n"
+        "m = gnnbridge.load(sys.argv[1])\n"
+        "out = m(torch.randn(5, m.description['in_dim']), torch.tensor([[0, 1, 2], [1, 2, 3]]))\n"
+        "print(list(out.shape), sorted({'torch_geometric', 'dgl'} & set(sys.modules)))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "m.safetensors")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("]")[0] + "]" == f"[5, {describe_file(tmp_path / 'm.safetensors')['out_dim']}]"
+    assert proc.stdout.strip().endswith("[]"), proc.stdout  # neither library was imported

@@ -52,11 +52,13 @@ def export(
 
     :param target: a run folder, or a checkpoint file.
     :param fmt: the format; ``out`` must end in its suffix (``.onnx``, ``.pt2``, ``.safetensors``).
+    :param out: the file to write (must not exist).
     :param kind: which of a run folder's checkpoints: ``best`` or ``latest``.
     :param check: run the written file on the run's graph (and on ``dataset``) and require
         ``predict``'s logits within ``atol``; a file that fails is removed.
     :param dataset: with ``check``, a second graph to compare on (a path or a name, as ``predict`` takes).
     :param overrides: ``KEY=VALUE`` data keys (``dataset.path=NEW.npz`` for data that moved).
+    :param atol: the largest difference from ``predict``'s logits ``check`` accepts.
     :returns: ``out``, ``format``, the description the file carries (``spec``) and, with
         ``check``, the largest difference on each graph (``checked``)."""
     fmt = formats.check_format(fmt)

@@ -141,8 +141,12 @@ def describe_file(path: str | os.PathLike) -> dict:
 
 
 def load(path: str | os.PathLike) -> torch.nn.Module:
-    """The torch program of a ``.safetensors`` file written by ``gnnbridge export``, in eval mode:
-    ``model(x, edge_index)`` (graph tasks: ``model(x, edge_index, batch)``)."""
+    """The torch program of a ``.safetensors`` file written by ``gnnbridge export``.
+
+    :param path: the ``.safetensors`` file.
+    :returns: a ``torch.nn.Module`` in eval mode, called as ``model(x, edge_index)`` (graph tasks:
+        ``model(x, edge_index, batch)``), its description (architecture, widths, task) in
+        ``model.description``; no PyG or DGL is imported."""
     from safetensors.torch import load_file
 
     spec = describe_file(path)
