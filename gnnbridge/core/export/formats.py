@@ -111,7 +111,6 @@ def write(fmt: str, module: torch.nn.Module, spec: dict, f: BinaryIO) -> None:
         onnx_program = torch.onnx.export(
             module, args, dynamic_shapes=dynamic_shapes(spec), dynamo=True, output_names=[spec["output"]], verbose=False
         )
-        onnx_program.optimize()
         import onnx
 
         proto = onnx_program.model_proto
