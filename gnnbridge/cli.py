@@ -468,6 +468,51 @@ def port(run, to, out, overrides, trust_code) -> None:
     )
 
 
+EXPORT_EXAMPLES = """
+\b
+Examples:
+  gnnbridge export runs/sage-pyg --format onnx --out sage.onnx --check    # run by onnxruntime
+  gnnbridge export runs/gin-dgl --format torch-export --out gin.pt2       # torch.export.load(...).module()
+  gnnbridge export runs/gcn-dgl --format safetensors --out gcn.safetensors  # gnnbridge.load("gcn.safetensors")
+  gnnbridge export runs/sage-pyg --format onnx --out sage.onnx --check --dataset data/other.npz
+"""
+
+
+@cli.command(epilog=EXPORT_EXAMPLES)
+@click.argument("target", metavar="RUN|CHECKPOINT")
+@click.option(
+    "--format",
+    "fmt",
+    required=True,
+    metavar="FORMAT",
+    help="onnx (.onnx), torch-export (.pt2) or safetensors (.safetensors: the weights, neutral names).",
+)
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="The file to write (must not exist).")
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Run the file on the run's graph (and --dataset) and require predict's logits within 1e-4.",
+)
+@click.option("--dataset", help="With --check: a second graph to compare on (a .npz or a folder).")
+@checkpoint_option
+@set_option
+@interruptible
+def export(target, fmt, out, check, dataset, kind, overrides) -> None:
+    """The run's model as a file that runs without gnnbridge, PyG or DGL: (x, edge_index) ->
+    logits for node tasks, (x, edge_index, batch) -> one row per graph for graph tasks."""
+    from gnnbridge.core.app.export import export as export_run
+
+    report = export_run(target, fmt, out, kind=kind, check=check, dataset=dataset, overrides=overrides)
+    spec = report["spec"]
+    inputs = ", ".join(spec["inputs"])
+    checked = "; ".join(f"{name}: within {diff:.1g}" for name, diff in report.get("checked", {}).items())
+    click.echo(
+        f"{report['out']}: {spec['arch']} ({spec['trained_on']} run), ({inputs}) -> {spec['output']} "
+        f"[{'G' if spec['task'] == 'graph' else 'N'}, {spec['out_dim']}]"
+        + (f"; matches predict ({checked})" if checked else "")
+    )
+
+
 @cli.command(
     epilog="""
 \b
