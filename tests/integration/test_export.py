@@ -28,7 +28,15 @@ CASES = {  # name: (experiment, backend, overrides); every built-in exported arc
     "gat-dgl": ("gat-synthetic", "dgl", NODE),
     "gcn-dgl": ("gcn-synthetic", "dgl", NODE),
     "gin-pyg": ("gin-synthetic", "pyg", GRAPHS),
+    # heterogeneous: a link task's encoder (featureless users, a rev_ relation flipped inside) and a typed node task
+    "rec-dgl": (
+        "rec-synthetic",
+        "dgl",
+        ["dataset.options.num_users=150", "dataset.options.num_items=100", "train.epochs=1", "link.eval_negatives=20"],
+    ),
+    "mag-pyg": ("mag-synthetic", "pyg", ["train.epochs=1"]),
 }
+HOMOGENEOUS = ["sage-pyg", "gat-dgl", "gcn-dgl", "gin-pyg"]
 FORMATS = {"onnx": ".onnx", "torch-export": ".pt2", "safetensors": ".safetensors"}
 _runs: dict = {}
 
@@ -83,7 +91,7 @@ def scored(path, args: tuple[torch.Tensor, ...]) -> np.ndarray:
         return gnnbridge.load(path)(*args).numpy()
 
 
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", HOMOGENEOUS)
 def test_every_format_computes_predicts_logits_on_two_graphs(tmp_path, trained, name):
     run = trained(name)
     graph_task = name.startswith("gin")
@@ -96,7 +104,7 @@ def test_every_format_computes_predicts_logits_on_two_graphs(tmp_path, trained, 
         "other": gnnbridge.predict(run, dataset=str(tmp_path / "other.npz"))["logits"],
     }
     data = inference._prepare(run, "best", "cpu", (), "export", False)[3]  # the run's graph, as predict reads it
-    graphs = {"run": graph_inputs(data), "other": inputs(other, graph_task)}
+    graphs = {"run": graph_inputs(data, spec), "other": inputs(other, graph_task)}
     assert expected["run"].shape[0] != expected["other"].shape[0]  # two sizes: N (or G) is dynamic
     for fmt, suffix in FORMATS.items():
         path = tmp_path / f"m{suffix}"
@@ -107,6 +115,39 @@ def test_every_format_computes_predicts_logits_on_two_graphs(tmp_path, trained, 
             got = scored(path, args)
             assert got.shape == expected[which].shape, (fmt, which)
             np.testing.assert_allclose(got, expected[which], atol=1e-4, rtol=0, err_msg=f"{fmt} on {which}")
+
+
+@pytest.mark.parametrize("name", ["rec-dgl", "mag-pyg"])
+def test_a_typed_graph_exports_its_encoder_or_logits(tmp_path, trained, name):
+    """A link run exports the encoder: each end type's final states, equal to predict
+    --embeddings (the dot decoder named in the file); a typed node task its logits."""
+    run = trained(name)
+    spec = gnnbridge.export(run, "onnx", tmp_path / "m.onnx")["spec"]
+    link = name.startswith("rec")
+    if link:
+        arrays = gnnbridge.predict(run, embeddings=True)
+        expected = [arrays[f"embedding__{t}"] for t in spec["outputs_of"]]
+        assert spec["output"] == ["states__user", "states__item"] and spec["decoder"].startswith("dot")
+        assert not any("rev_" in name for name in spec["inputs"])  # the reverse relation is made inside
+    else:
+        expected = [gnnbridge.predict(run)["logits"]]
+    data = inference._prepare(run, "best", "cpu", (), "export", False)[3]
+    args = graph_inputs(data, spec)
+    session = onnxruntime.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    given = dict(zip(spec["inputs"], args))
+    outputs = {"onnx": session.run(None, {i.name: given[i.name].numpy() for i in session.get_inputs()})}
+    gnnbridge.export(run, "torch-export", tmp_path / "m.pt2")
+    with torch.no_grad():
+        for fmt, module in [("pt2", torch.export.load(str(tmp_path / "m.pt2")).module()), ("st", None)]:
+            if module is None:
+                gnnbridge.export(run, "safetensors", tmp_path / "m.safetensors")
+                module = gnnbridge.load(tmp_path / "m.safetensors")
+            out = module(*args)
+            outputs[fmt] = [t.numpy() for t in (out if isinstance(out, (tuple, list)) else (out,))]
+    for fmt, got in sorted(outputs.items(), reverse=True):
+        assert len(got) == len(expected), fmt
+        for g, e in zip(got, expected):
+            np.testing.assert_allclose(g, e, atol=1e-4, rtol=0, err_msg=fmt)
 
 
 def test_check_compares_with_predict_for_the_user(tmp_path, trained):

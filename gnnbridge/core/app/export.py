@@ -25,7 +25,7 @@ from gnnbridge.core.app import inference
 from gnnbridge.core.config import ExperimentConfig, Task
 from gnnbridge.core.errors import CheckpointError, ConfigError, OutputExistsError
 from gnnbridge.core.export import formats
-from gnnbridge.core.export.programs import GRAPH_ARCHS, NODE_ARCHS, program
+from gnnbridge.core.export.programs import GRAPH_ARCHS, NODE_ARCHS, TYPED_ARCHS, program, type_key
 from gnnbridge.core.inference import checkpoint
 from gnnbridge.core.models.build import build_model, model_dims
 from gnnbridge.core.models.neutral import to_neutral
@@ -96,7 +96,7 @@ def _check_model(target, kind: str) -> None:
     path = checkpoint.find(target, kind)
     trained = checkpoint.load(path)["config"]
     arch, task = trained["model"]["arch"], trained["task"]
-    archs = {Task.NODE.value: NODE_ARCHS, Task.GRAPH.value: GRAPH_ARCHS}.get(task)
+    archs = {Task.NODE.value: NODE_ARCHS, Task.GRAPH.value: GRAPH_ARCHS, Task.LINK.value: TYPED_ARCHS}.get(task)
     if archs is not None and arch not in archs:
         raise ConfigError(
             f"{path} cannot be exported yet: model.arch={arch} has no exported program for {task} tasks "
@@ -110,32 +110,82 @@ def describe(config: ExperimentConfig, data, state: dict) -> dict:
     spec, why = config.model, unexportable(config, data)
     if why:
         raise ConfigError(f"{state['path']} cannot be exported yet: {why}.")
-    graph = config.kind is Task.GRAPH
-    in_dim, out_dim = model_dims(data)
-    return {
+    common = {
         "format": "gnnbridge-export",
         "version": VERSION,
-        "task": "graph" if graph else "node",
         "arch": spec.arch,
-        "in_dim": int(in_dim),
-        "out_dim": int(out_dim),
         "hidden": spec.hidden,
         "layers": spec.layers,
-        "heads": spec.heads,
-        "pooling": spec.pooling,
         "scaled": _scale(config, state) is not None,
-        "inputs": ["x", "edge_index", "batch"] if graph else ["x", "edge_index"],
-        "output": "logits",
         "target": config.target,
         "trained_on": config.backend,
     }
+    if isinstance(data, HeteroGraphData):
+        return common | _typed(data, config)
+    graph = config.kind is Task.GRAPH
+    in_dim, out_dim = model_dims(data)
+    return common | {
+        "task": "graph" if graph else "node",
+        "in_dim": int(in_dim),
+        "out_dim": int(out_dim),
+        "heads": spec.heads,
+        "pooling": spec.pooling,
+        "inputs": ["x", "edge_index", "batch"] if graph else ["x", "edge_index"],
+        "output": "logits",
+    }
+
+
+def _typed(data: HeteroGraphData, config: ExperimentConfig) -> dict:
+    """A heterogeneous graph's inputs (one per node type and per given relation), the reverse
+    relations the program makes by flipping their mirror, and its outputs."""
+    dims = data.feature_dims()
+    mirrors = [[list(rev), list(et)] for rev, et in _mirrors(data).items()]
+    given = [et for et in data.edge_types if tuple(et) not in {tuple(r) for r, _ in mirrors}]
+    inputs = [f"{'x' if dims[t] else 'ids'}__{t}" for t in dims]
+    inputs += [f"edge_index__{type_key(et)}" for et in given]
+    link = data.is_link
+    ends = list(dict.fromkeys([data.target_edge[0], data.target_edge[2]])) if link else []
+    return {
+        "task": "link" if link else "node",
+        "typed": True,
+        "in_dims": {t: int(w) for t, w in dims.items()},
+        "num_nodes": {t: int(data.num_nodes[t]) for t in dims},
+        "edge_types": [list(et) for et in data.edge_types],
+        "mirrors": mirrors,
+        "inputs": inputs,
+        "out_dim": int(data.num_classes) if not link else int(config.model.hidden),
+        "target": list(data.target_edge) if link else data.target_node,
+        "outputs_of": ends,
+        "output": [f"states__{t}" for t in ends] if link else "logits",
+        "decoder": "dot: score(s, d) = sum(states__SRC[s] * states__DST[d])" if link else None,
+    }
+
+
+def _mirrors(data: HeteroGraphData) -> dict[tuple, tuple]:
+    """``{reverse type: its mirror}`` for each ``rev_`` type whose edges are exactly its mirror's
+    flipped (what ``dataset.reverse_edges`` adds): the program flips them instead of asking."""
+    types = {tuple(et) for et in data.edge_types}
+    found = {}
+    for src, rel, dst in types:
+        mirror = (dst, rel.removeprefix("rev_"), src)
+        if rel.startswith("rev_") and mirror in types and _flipped(data, (src, rel, dst), mirror):
+            found[(src, rel, dst)] = mirror
+    return found
+
+
+def _flipped(data: HeteroGraphData, et: tuple, mirror: tuple) -> bool:
+    a, b = data.edge_index[et], data.edge_index[mirror].flip(0)
+    if a.shape != b.shape:
+        return False
+    width = int(max(data.num_nodes[et[0]], data.num_nodes[et[2]], 1))
+    return torch.equal(torch.sort(a[0] * width + a[1]).values, torch.sort(b[0] * width + b[1]).values)
 
 
 def unexportable(config: ExperimentConfig, data) -> str | None:
     """Why ``config``'s model has no exported program (None: it has one)."""
     arch, kind = config.model.arch, config.kind
     if isinstance(data, HeteroGraphData):
-        return "heterogeneous graphs (and the link and edge tasks, which train on them) have no exported program"
+        return _typed_unexportable(config, data)
     if kind not in (Task.NODE, Task.GRAPH):
         return f"task={config.task} has no exported program (node and graph tasks do)"
     archs = NODE_ARCHS if kind is Task.NODE else GRAPH_ARCHS
@@ -143,6 +193,16 @@ def unexportable(config: ExperimentConfig, data) -> str | None:
         return f"model.arch={arch} has no exported program for {kind.value} tasks (built in: {', '.join(archs)})"
     if getattr(data, "edge_attr", None) is not None and arch == "gat":
         return "GAT reading edge features has no exported program (train without them, or use sage or gcn)"
+    return None
+
+
+def _typed_unexportable(config: ExperimentConfig, data: HeteroGraphData) -> str | None:
+    if config.kind is Task.EDGE:
+        return "task=edge has no exported program yet (node and link tasks on typed graphs do)"
+    if config.model.arch not in TYPED_ARCHS:
+        return f"model.arch={config.model.arch} on a heterogeneous graph has no exported program (built in: sage)"
+    if data.is_link and config.model.options.get("decoder", "dot") != "dot":
+        return "the mlp link decoder has no exported program yet (the dot decoder's encoder does)"
     return None
 
 
@@ -177,8 +237,11 @@ def with_weights(config: ExperimentConfig, data, state: dict, path: Path, spec: 
     return module
 
 
-def graph_inputs(data) -> tuple[torch.Tensor, ...]:
-    """``(x, edge_index[, batch])`` of a whole graph (or every graph of a collection)."""
+def graph_inputs(data, spec: dict) -> tuple[torch.Tensor, ...]:
+    """The program's inputs for a whole graph: ``(x, edge_index[, batch])`` (every graph of a
+    collection), or a typed graph's one per name in ``spec["inputs"]``."""
+    if isinstance(data, HeteroGraphData):
+        return tuple(_typed_input(data, name) for name in spec["inputs"])
     x = torch.as_tensor(data.x).float()
     if isinstance(data, GraphData):
         dst = torch.repeat_interleave(torch.arange(data.num_nodes), data.indptr.diff())
@@ -187,17 +250,35 @@ def graph_inputs(data) -> tuple[torch.Tensor, ...]:
     return x, torch.as_tensor(data.edge_index).long(), batch
 
 
+def _typed_input(data: HeteroGraphData, name: str) -> torch.Tensor:
+    kind, rest = name.split("__", 1)
+    if kind == "x":
+        return torch.as_tensor(data.x[rest]).float()
+    if kind == "ids":
+        return torch.arange(data.num_nodes[rest])
+    return torch.as_tensor(data.edge_index[tuple(rest.split("__"))]).long()
+
+
+def expected_outputs(target, kind: str, handed, overrides, spec: dict) -> list[np.ndarray]:
+    """What ``predict`` computes for the program's outputs: logits, or a link encoder's final
+    states of each end type (``predict --embeddings``)."""
+    if spec["task"] != "link":
+        return [inference.predict(target, kind=kind, dataset=handed, overrides=overrides)["logits"]]
+    arrays = inference.predict(target, kind=kind, dataset=handed, overrides=overrides, embeddings=True)
+    return [arrays[f"embedding__{t}"] for t in spec["outputs_of"]]
+
+
 def checked(target, kind: str, out: Path, data, dataset, overrides, atol: float) -> dict[str, float]:
     """``{graph: largest |file - predict|}`` on the run's graph and on ``dataset``; raises past ``atol``."""
     graphs = {"the run's graph": (data, None)}
     if dataset is not None:
         _, state, config = inference.prepared_config(target, kind, "cpu", overrides, "export", False, dataset)
         graphs[str(dataset)] = (inference.inference_data(Path(state["path"]), state, config, "export", False), dataset)
-    found = {}
+    found, spec = {}, formats.describe_file(out)
     for name, (graph, handed) in graphs.items():
-        expected = inference.predict(target, kind=kind, dataset=handed, overrides=overrides)["logits"]
-        got = formats.run(out, graph_inputs(graph))
-        diff = float(np.abs(got.reshape(expected.shape) - expected).max()) if expected.size else 0.0
+        expected = expected_outputs(target, kind, handed, overrides, spec)
+        got = formats.run(out, graph_inputs(graph, spec))
+        diff = max((float(np.abs(g.reshape(e.shape) - e).max()) if e.size else 0.0) for g, e in zip(got, expected))
         if not diff <= atol:
             raise CheckpointError(
                 f"{out} differs from predict on {name} by {diff:.3g} (more than {atol:g}); it was removed."

@@ -54,9 +54,11 @@ def _importable(module: str) -> bool:
 
 
 def example_inputs(spec: dict) -> tuple[torch.Tensor, ...]:
-    """A small graph to trace with: sizes chosen apart (7 nodes, 11 edges, 2 graphs) so no two
-    dynamic dimensions are taken for one."""
+    """A small graph to trace with: sizes chosen apart (7 nodes, 11 edges, 2 graphs; a typed
+    graph's types and relations each their own) so no two dynamic dimensions are taken for one."""
     gen = torch.Generator().manual_seed(0)
+    if spec.get("typed"):
+        return _typed_example(spec, gen)
     x = torch.randn(7, spec["in_dim"], generator=gen)
     edge_index = torch.randint(0, 7, (2, 11), generator=gen)
     if spec["task"] == "graph":
@@ -64,12 +66,43 @@ def example_inputs(spec: dict) -> tuple[torch.Tensor, ...]:
     return x, edge_index
 
 
+def _typed_example(spec: dict, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
+    types = list(spec["in_dims"])
+    sizes = {t: 7 + 2 * k for k, t in enumerate(types)}
+    out, edges = [], 0
+    for name in spec["inputs"]:
+        kind, rest = name.split("__", 1)
+        if kind == "x":
+            out.append(torch.randn(sizes[rest], spec["in_dims"][rest], generator=gen))
+        elif kind == "ids":
+            out.append(torch.randint(0, spec["num_nodes"][rest], (sizes[rest],), generator=gen))
+        else:
+            src, _, dst = rest.split("__")
+            count = 31 + 2 * edges
+            edges += 1
+            out.append(torch.stack([torch.randint(0, sizes[t], (count,), generator=gen) for t in (src, dst)]))
+    return tuple(out)
+
+
 def dynamic_shapes(spec: dict) -> dict:
+    if spec.get("typed"):
+        return {"flat": tuple(_typed_dims(spec, name) for name in spec["inputs"])}
     nodes, edges = torch.export.Dim("num_nodes", min=2), torch.export.Dim("num_edges", min=2)
     shapes = {"x": {0: nodes}, "edge_index": {1: edges}}
     if spec["task"] == "graph":
         shapes["batch"] = {0: nodes}
     return shapes
+
+
+def _typed_dims(spec: dict, name: str) -> dict:
+    kind, rest = name.split("__", 1)
+    if kind in ("x", "ids"):
+        return {0: torch.export.Dim(f"num_nodes__{rest}", min=2)}
+    return {1: torch.export.Dim(f"num_edges__{rest}", min=2)}
+
+
+def output_names(spec: dict) -> list[str]:
+    return list(spec["output"]) if isinstance(spec["output"], list) else [spec["output"]]
 
 
 @contextlib.contextmanager
@@ -109,7 +142,13 @@ def write(fmt: str, module: torch.nn.Module, spec: dict, f: BinaryIO) -> None:
             torch.export.save(program_, f, extra_files={f"{KEY}.json": text})
             return
         onnx_program = torch.onnx.export(
-            module, args, dynamic_shapes=dynamic_shapes(spec), dynamo=True, output_names=[spec["output"]], verbose=False
+            module,
+            args,
+            dynamic_shapes=dynamic_shapes(spec),
+            dynamo=True,
+            input_names=list(spec["inputs"]),
+            output_names=output_names(spec),
+            verbose=False,
         )
         import onnx
 
@@ -155,16 +194,17 @@ def load(path: str | os.PathLike) -> torch.nn.Module:
     return module
 
 
-def run(path: str | os.PathLike, inputs: tuple[torch.Tensor, ...]) -> np.ndarray:
-    """The outputs of an exported file on ``inputs``, computed by the format's own runtime."""
+def run(path: str | os.PathLike, inputs: tuple[torch.Tensor, ...]) -> list[np.ndarray]:
+    """The outputs of an exported file on ``inputs``, computed by the format's own runtime (a
+    list: one array, or a link encoder's states of each end type)."""
     path = Path(path)
     with torch.no_grad():
         if path.suffix == ".onnx":
             import onnxruntime
 
             session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-            names = [i.name for i in session.get_inputs()]
-            return session.run(None, {n: t.numpy() for n, t in zip(names, inputs)})[0]
-        if path.suffix == ".safetensors":
-            return load(path)(*inputs).numpy()
-        return torch.export.load(str(path)).module()(*inputs).numpy()
+            given = dict(zip(describe_file(path)["inputs"], inputs))  # by name: an input no output reads is dropped
+            return list(session.run(None, {i.name: given[i.name].numpy() for i in session.get_inputs()}))
+        module = load(path) if path.suffix == ".safetensors" else torch.export.load(str(path)).module()
+        out = module(*inputs)
+        return [t.numpy() for t in (out if isinstance(out, (tuple, list)) else (out,))]

@@ -29,19 +29,27 @@ from gnnbridge.core.models.graphops import layer_dims
 
 NODE_ARCHS = ("sage", "gcn", "gat")
 GRAPH_ARCHS = ("gin",)
+TYPED_ARCHS = ("sage",)  # heterogeneous graphs: node and link tasks
 
 
 def _summed(values: torch.Tensor, dst: torch.Tensor, n: int) -> torch.Tensor:
-    """Rows of ``values`` (one per edge) summed onto their destination, ``[n, ...]``."""
-    return values.new_zeros((n, *values.shape[1:])).index_add(0, dst, values)
+    """Rows of ``values`` (one per edge) summed onto their destination, ``[n, ...]``.
+
+    ``scatter_add`` with the index spread over every column, not ``index_add``: the exporter
+    turns ``index_add`` into ONNX ``ScatterND(reduction="add")``, which onnxruntime (1.32) sums
+    on several threads without guarding repeated indices, so rows of nodes with several
+    in-edges came out wrong, differently on every call; ``ScatterElements`` sums them right."""
+    index = dst.view(-1, *([1] * (values.dim() - 1))).expand_as(values)
+    return values.new_zeros((n, *values.shape[1:])).scatter_add(0, index, values)
 
 
 def _in_degree(dst: torch.Tensor, n: int, dtype: torch.dtype) -> torch.Tensor:
-    return torch.zeros(n, dtype=dtype, device=dst.device).index_add(0, dst, torch.ones_like(dst, dtype=dtype))
+    return _summed(torch.ones_like(dst, dtype=dtype), dst, n)
 
 
 class SageLayer(nn.Module):
-    """GraphSAGE, mean aggregation: ``neigh(mean of in-neighbours) + root(x) + bias``."""
+    """GraphSAGE, mean aggregation: ``neigh(mean of in-neighbours) + root(x) + bias``; ``x_dst``:
+    a relation's destination rows where they are another node type's (heterogeneous graphs)."""
 
     def __init__(self, d_in: int, d_out: int, heads: int = 1):
         super().__init__()
@@ -49,10 +57,13 @@ class SageLayer(nn.Module):
         self.root = nn.Linear(d_in, d_out, bias=False)
         self.bias = nn.Parameter(torch.zeros(d_out))
 
-    def forward(self, x: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
-        n = x.shape[0]
+    def forward(
+        self, x: torch.Tensor, src: torch.Tensor, dst: torch.Tensor, x_dst: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        x_dst = x if x_dst is None else x_dst
+        n = x_dst.shape[0]
         mean = _summed(x[src], dst, n) / _in_degree(dst, n, x.dtype).clamp(min=1).unsqueeze(-1)
-        return self.neigh(mean) + self.bias + self.root(x)
+        return self.neigh(mean) + self.bias + self.root(x_dst)
 
 
 class GCNLayer(nn.Module):
@@ -161,6 +172,61 @@ class GraphProgram(GIN):
         return self.units(super().forward((edge_index, batch), x))
 
 
+def type_key(edge_type) -> str:
+    return "__".join(edge_type)
+
+
+class TypedProgram(nn.Module):
+    """Heterogeneous GraphSAGE (core's ``HeteroSAGE`` on either library): one flat input per node
+    type (``x__TYPE`` float32 [N_t, F_t], or ``ids__TYPE`` int64 for a featureless type's
+    embedding rows) and per given edge type (``edge_index__SRC__REL__DST`` [2, E]); a reverse
+    type the run added (``rev_REL``) is its mirror flipped, not an input. Every relation adds its
+    mean into its destination type; ReLU between layers on the types a layer updated, the others
+    keep their states. Out: the labelled type's logits (node tasks), or the final states of a link
+    task's two end types (``states__TYPE``), scored by the decoder the description names."""
+
+    def __init__(self, spec: dict):
+        super().__init__()
+        self.spec = spec
+        hidden = spec["hidden"]
+        self.inputs = nn.ModuleDict(
+            {
+                t: nn.Linear(w, hidden) if w else nn.Embedding(spec["num_nodes"][t], hidden)
+                for t, w in spec["in_dims"].items()
+            }
+        )
+        self.edge_types = [tuple(et) for et in spec["edge_types"]]
+        self.mirrors = {tuple(rev): tuple(et) for rev, et in spec["mirrors"]}
+        self.layers = nn.ModuleList(
+            nn.ModuleDict({type_key(et): SageLayer(hidden, hidden) for et in self.edge_types})
+            for _ in range(spec["layers"])
+        )
+        if spec["task"] == "node":
+            self.head = nn.Linear(hidden, spec["out_dim"])
+            self.units = Units(spec["out_dim"], spec["scaled"])
+
+    def forward(self, *flat: torch.Tensor) -> tuple[torch.Tensor, ...] | torch.Tensor:
+        names = self.spec["inputs"]
+        given = dict(zip(names, flat))
+        h = {t: self.inputs[t](given[f"x__{t}"] if f"x__{t}" in given else given[f"ids__{t}"]) for t in self.inputs}
+        edges = {et: given[f"edge_index__{type_key(et)}"] for et in self.edge_types if et not in self.mirrors}
+        edges |= {rev: edges[et].flip(0) for rev, et in self.mirrors.items()}
+        for i, layer in enumerate(self.layers):
+            out: dict[str, torch.Tensor] = {}
+            for et in self.edge_types:
+                src_t, _, dst_t = et
+                y = layer[type_key(et)](h[src_t], edges[et][0], edges[et][1], h[dst_t])
+                out[dst_t] = out[dst_t] + y if dst_t in out else y
+            if i < len(self.layers) - 1:
+                out = {t: torch.relu(v) for t, v in out.items()}
+            h = h | out
+        if self.spec["task"] == "node":
+            return self.units(self.head(torch.relu(h[self.spec["target"]])))
+        return tuple(h[t] for t in self.spec["outputs_of"])
+
+
 def program(spec: dict) -> nn.Module:
     """The module for an export description (see :mod:`gnnbridge.core.export`), weights unset."""
+    if spec.get("typed"):
+        return TypedProgram(spec).eval()
     return (GraphProgram if spec["task"] == "graph" else NodeProgram)(spec).eval()
