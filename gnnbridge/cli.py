@@ -506,9 +506,11 @@ def export(target, fmt, out, check, dataset, kind, overrides) -> None:
     spec = report["spec"]
     inputs = ", ".join(spec["inputs"])
     checked = "; ".join(f"{name}: within {diff:.1g}" for name, diff in report.get("checked", {}).items())
+    outputs = spec["output"] if isinstance(spec["output"], list) else [spec["output"]]
+    rows = "G" if spec["task"] == "graph" else "N"
+    shown = ", ".join(f"{name} [{rows}, {spec['out_dim']}]" for name in outputs)
     click.echo(
-        f"{report['out']}: {spec['arch']} ({spec['trained_on']} run), ({inputs}) -> {spec['output']} "
-        f"[{'G' if spec['task'] == 'graph' else 'N'}, {spec['out_dim']}]"
+        f"{report['out']}: {spec['arch']} ({spec['trained_on']} run), ({inputs}) -> {shown}"
         + (f"; matches predict ({checked})" if checked else "")
     )
 
