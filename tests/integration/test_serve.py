@@ -6,7 +6,6 @@ get the same numbers; SIGTERM ends it with 0 once the request in flight has its 
 
 from __future__ import annotations
 
-import json
 import queue
 import signal
 import subprocess
@@ -133,6 +132,7 @@ def direct_forward(run: Path, x: torch.Tensor, edge_index: torch.Tensor) -> torc
         return model([graph] * model.num_layers, x)
 
 
+ONE = [[0.0] * 32]  # a sent graph's x: one node of the run's width
 BAD = [  # (path, body, status, field, words in the error)
     ("/predict", b"not json", 400, "body", "not JSON"),
     ("/predict", b"[1, 2]", 400, "body", "JSON object"),
@@ -144,9 +144,9 @@ BAD = [  # (path, body, status, field, words in the error)
     ("/predict", {"nodes": [0, -1]}, 422, "nodes[1]", "outside [0, 300)"),
     ("/predict", {"nodes": [300]}, 404, "nodes[0]", "outside [0, 300)"),
     ("/predict", {"graph": {"x": [[0.0] * 31], "edge_index": [[], []]}, "nodes": [0]}, 422, "graph.x[0]", "32"),
-    ("/predict", {"graph": {"x": [[0.0] * 32], "edge_index": [[0], [1]]}, "nodes": [0]}, 422, "graph.edge_index[1][0]", "[0, 1)"),
-    ("/predict", {"graph": {"x": [[0.0] * 32], "edge_index": [[0], []]}, "nodes": [0]}, 422, "graph.edge_index", "as long"),
-    ("/predict", {"graph": {"x": [[0.0] * 32], "edge_index": [[], []]}, "nodes": [1]}, 404, "nodes[0]", "[0, 1)"),
+    ("/predict", {"graph": {"x": ONE, "edge_index": [[0], [1]]}, "nodes": [0]}, 422, "graph.edge_index[1][0]", "[0, 1"),
+    ("/predict", {"graph": {"x": ONE, "edge_index": [[0], []]}, "nodes": [0]}, 422, "graph.edge_index", "as long"),
+    ("/predict", {"graph": {"x": ONE, "edge_index": [[], []]}, "nodes": [1]}, 404, "nodes[0]", "[0, 1)"),
     ("/predict", {"graph": [1], "nodes": [0]}, 422, "graph", "object"),
     ("/top-k", {"sources": [0], "k": 3}, 400, "sources", "link task"),
     ("/predict", {"edges": [[0, 1]]}, 400, "edges", "edge task"),
