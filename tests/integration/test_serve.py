@@ -236,3 +236,23 @@ def test_bad_top_k_requests_are_refused(rec_server, body, field, words):
     got = server.post("/predict" if "nodes" in body else "/top-k", body)
     assert 400 <= got.status_code < 500 and got.json()["field"] == field and words in got.json()["error"], got.text
     assert server.post("/top-k", {"sources": [1], "k": 2}).status_code == 200
+
+
+def test_a_model_error_is_a_500_of_one_line_and_the_server_goes_on(runs, tmp_path):
+    """Weights that give NaN (a checkpoint file written so, as a diverged run would leave it)."""
+    import shutil
+
+    run = tmp_path / "nan"
+    shutil.copytree(runs["pyg"], run)
+    path = run / "checkpoints" / "best.pt"
+    state = torch.load(path, weights_only=False)
+    state["model"] = {k: torch.full_like(v, float("nan")) for k, v in state["model"].items()}
+    torch.save(state, path)
+    server = Server(run)
+    try:
+        got = server.post("/predict", {"nodes": [1, 2]})
+        assert got.status_code == 500 and got.json()["field"] == "model", got.text
+        assert "NaN" in got.json()["error"] and "\n" not in got.json()["error"]
+        assert server.client.get("/health").status_code == 200
+    finally:
+        assert server.stop() == 0
