@@ -468,6 +468,54 @@ def port(run, to, out, overrides, trust_code) -> None:
     )
 
 
+SERVE_EXAMPLES = """
+\b
+Examples:
+  gnnbridge serve runs/x                              # http://127.0.0.1:8080, the best checkpoint
+  gnnbridge serve runs/x --port 9000 --checkpoint latest
+  gnnbridge serve runs/rec --max-batch 128 --max-wait-ms 5   # gather concurrent requests into one pass
+  curl -s localhost:8080/predict -d '{"nodes": [0, 5, 7]}'
+  curl -s localhost:8080/top-k -d '{"sources": [3], "k": 10}'   # link runs
+"""
+
+
+@cli.command(epilog=SERVE_EXAMPLES)
+@click.argument("run", metavar="RUN|CHECKPOINT")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (0.0.0.0: every interface).")
+@click.option("--port", type=int, default=8080, show_default=True, help="Port to listen on (0: a free one, printed).")
+@checkpoint_option
+@device_option
+@set_option
+@trust_option
+@click.option("--max-batch", type=click.IntRange(1), default=64, show_default=True, help="Requests per forward pass.")
+@click.option(
+    "--max-wait-ms",
+    type=click.FloatRange(0),
+    default=2.0,
+    show_default=True,
+    help="How long a request waits for others.",
+)
+@click.option(
+    "--max-body", type=click.IntRange(1), default=1 << 20, show_default=True, help="Largest request body, in bytes."
+)
+def serve(run, host, port, kind, device, overrides, trust_code, max_batch, max_wait_ms, max_body) -> None:
+    """Answer predictions over HTTP (JSON): GET /health and /metadata, POST /predict (node ids, or a
+    graph you send) and POST /top-k (link runs), with predict's numbers. Needs the serve extra."""
+    from gnnbridge.core.app.serving import Served
+    from gnnbridge.core.errors import ConfigError
+
+    try:
+        from gnnbridge.serving.server import serve as run_server
+    except ImportError as exc:
+        raise ConfigError(f"serve needs FastAPI and uvicorn ({exc}); pip install 'gnnbridge[serve]'.") from None
+    served = Served(run, kind=kind, device=device, overrides=overrides, trust_code=trust_code)
+    try:
+        say = functools.partial(click.echo, err=False)
+        run_server(served, host, port, max_body=max_body, max_batch=max_batch, max_wait_ms=max_wait_ms, say=say)
+    finally:
+        served.close()
+
+
 EXPORT_EXAMPLES = """
 \b
 Examples:

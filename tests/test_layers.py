@@ -61,6 +61,7 @@ PACKAGE = {
     "gnnbridge.backends": 1,
     "gnnbridge.plugins": 1,
     "gnnbridge.tables": 1,  # tables in: sources, schema, transforms; imports core only
+    "gnnbridge.serving": 1,  # serve: the HTTP layer (FastAPI) over core's Served; imports core only
     "gnnbridge.testing": 2,  # the conformance suites a plugin runs against itself
     "gnnbridge.cli": 3,
     "gnnbridge": 4,
