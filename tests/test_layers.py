@@ -352,7 +352,8 @@ def test_the_checker_names_each_broken_rule(tmp_path):
         "gnnbridge/core/contracts/config.py:3 imports gnnbridge: core imports only gnnbridge.core (the package above "
         "it is higher)",
         "gnnbridge/core/helpers.py is in no layer of core: move it into one (errors, compiled, environ, host, files, "
-        "records, config, contracts, tasks, storage, plugins, runtime, sampling, models, inference, export, training, app)",
+        "records, config, contracts, tasks, storage, plugins, runtime, sampling, models, inference, export, "
+        "training, app)",
         "gnnbridge/core/records/data.py:2 imports gnnbridge.core.training.trainer.Trainer: layer records imports "
         "training, which stands above it",
         "gnnbridge/core/runtime/rank.py:1 imports gnnbridge.core.sampling.seeds: layer runtime imports sampling, which "
