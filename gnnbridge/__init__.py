@@ -14,7 +14,19 @@ _plugins.set_defaults(BUILTIN_PLUGINS, DEFAULT_BACKEND)
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "compare", "evaluate", "hookimpl", "load", "plot", "port", "predict", "resolve_config", "run"]
+__all__ = [
+    "__version__",
+    "compare",
+    "evaluate",
+    "export",
+    "hookimpl",
+    "load",
+    "plot",
+    "port",
+    "predict",
+    "resolve_config",
+    "run",
+]
 
 
 def run(experiment=None, **kwargs):
@@ -49,10 +61,22 @@ def predict(target, out=None, **kwargs):
 
 def load(target, **kwargs):
     """The trained model of a run folder (or checkpoint file), in eval mode; see
-    :func:`gnnbridge.core.app.inference.load`."""
+    :func:`gnnbridge.core.app.inference.load`. A ``.safetensors`` file that ``gnnbridge export``
+    wrote loads as its plain-torch program (:func:`gnnbridge.core.export.load`)."""
+    if str(target).endswith(".safetensors"):
+        from gnnbridge.core.export import load as _load_file
+
+        return _load_file(target, **kwargs)
     from gnnbridge.core.app.inference import load as _load
 
     return _load(target, **kwargs)
+
+
+def export(run, format, out, **kwargs):
+    """Write a run's model as ONNX, torch.export or safetensors; see :func:`gnnbridge.core.app.export.export`."""
+    from gnnbridge.core.app.export import export as _export
+
+    return _export(run, format, out, **kwargs)
 
 
 def port(run, to, out, **kwargs):

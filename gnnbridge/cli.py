@@ -13,7 +13,6 @@ import datetime
 import functools
 import json
 import os
-import re
 import sys
 import tempfile
 import threading
@@ -27,7 +26,7 @@ import click
 # that says why. Must be set before torch is imported; a user's own setting wins.
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
-from gnnbridge.core.errors import GnnBridgeError, record_interrupts
+from gnnbridge.core.errors import GnnBridgeError, record_interrupts, scrubbed
 
 
 class _Stopped(Exception):
@@ -466,6 +465,101 @@ def port(run, to, out, overrides, trust_code) -> None:
     click.echo(
         f"{report['run_dir']}: {report['from_backend']} -> {report['backend']} "
         f"({', '.join(report['checkpoints'])}.pt); check it with: gnnbridge evaluate {report['run_dir']}"
+    )
+
+
+SERVE_EXAMPLES = """
+\b
+Examples:
+  gnnbridge serve runs/x                              # http://127.0.0.1:8080, the best checkpoint
+  gnnbridge serve runs/x --port 9000 --checkpoint latest
+  gnnbridge serve runs/rec --max-batch 128 --max-wait-ms 5   # gather concurrent requests into one pass
+  curl -s localhost:8080/predict -d '{"nodes": [0, 5, 7]}'
+  curl -s localhost:8080/top-k -d '{"sources": [3], "k": 10}'   # link runs
+"""
+
+
+@cli.command(epilog=SERVE_EXAMPLES)
+@click.argument("run", metavar="RUN|CHECKPOINT")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (0.0.0.0: every interface).")
+@click.option("--port", type=int, default=8080, show_default=True, help="Port to listen on (0: a free one, printed).")
+@checkpoint_option
+@device_option
+@set_option
+@trust_option
+@click.option("--max-batch", type=click.IntRange(1), default=64, show_default=True, help="Requests per forward pass.")
+@click.option(
+    "--max-wait-ms",
+    type=click.FloatRange(0),
+    default=2.0,
+    show_default=True,
+    help="How long a request waits for others.",
+)
+@click.option(
+    "--max-body", type=click.IntRange(1), default=1 << 20, show_default=True, help="Largest request body, in bytes."
+)
+def serve(run, host, port, kind, device, overrides, trust_code, max_batch, max_wait_ms, max_body) -> None:
+    """Answer predictions over HTTP (JSON): GET /health and /metadata, POST /predict (node ids, or a
+    graph you send) and POST /top-k (link runs), with predict's numbers. Needs the serve extra."""
+    from gnnbridge.core.app.serving import Served
+    from gnnbridge.core.errors import ConfigError
+
+    try:
+        from gnnbridge.serving.server import serve as run_server
+    except ImportError as exc:
+        raise ConfigError(f"serve needs FastAPI and uvicorn ({exc}); pip install 'gnnbridge[serve]'.") from None
+    served = Served(run, kind=kind, device=device, overrides=overrides, trust_code=trust_code)
+    try:
+        say = functools.partial(click.echo, err=False)
+        run_server(served, host, port, max_body=max_body, max_batch=max_batch, max_wait_ms=max_wait_ms, say=say)
+    finally:
+        served.close()
+
+
+EXPORT_EXAMPLES = """
+\b
+Examples:
+  gnnbridge export runs/sage-pyg --format onnx --out sage.onnx --check    # run by onnxruntime
+  gnnbridge export runs/gin-dgl --format torch-export --out gin.pt2       # torch.export.load(...).module()
+  gnnbridge export runs/gcn-dgl --format safetensors --out gcn.safetensors  # gnnbridge.load("gcn.safetensors")
+  gnnbridge export runs/sage-pyg --format onnx --out sage.onnx --check --dataset data/other.npz
+"""
+
+
+@cli.command(epilog=EXPORT_EXAMPLES)
+@click.argument("target", metavar="RUN|CHECKPOINT")
+@click.option(
+    "--format",
+    "fmt",
+    required=True,
+    metavar="FORMAT",
+    help="onnx (.onnx), torch-export (.pt2) or safetensors (.safetensors: the weights, neutral names).",
+)
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="The file to write (must not exist).")
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Run the file on the run's graph (and --dataset) and require predict's logits within 1e-4.",
+)
+@click.option("--dataset", help="With --check: a second graph to compare on (a .npz or a folder).")
+@checkpoint_option
+@set_option
+@interruptible
+def export(target, fmt, out, check, dataset, kind, overrides) -> None:
+    """The run's model as a file that runs without gnnbridge, PyG or DGL: (x, edge_index) ->
+    logits for node tasks, (x, edge_index, batch) -> one row per graph for graph tasks."""
+    from gnnbridge.core.app.export import export as export_run
+
+    report = export_run(target, fmt, out, kind=kind, check=check, dataset=dataset, overrides=overrides)
+    spec = report["spec"]
+    inputs = ", ".join(spec["inputs"])
+    checked = "; ".join(f"{name}: within {diff:.1g}" for name, diff in report.get("checked", {}).items())
+    outputs = spec["output"] if isinstance(spec["output"], list) else [spec["output"]]
+    rows = "G" if spec["task"] == "graph" else "N"
+    shown = ", ".join(f"{name} [{rows}, {spec['out_dim']}]" for name in outputs)
+    click.echo(
+        f"{report['out']}: {spec['arch']} ({spec['trained_on']} run), ({inputs}) -> {shown}"
+        + (f"; matches predict ({checked})" if checked else "")
     )
 
 
@@ -1020,16 +1114,8 @@ def _command(argv: list[str] | None) -> None:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = _scrubbed(str(exc)).strip()
+    text = scrubbed(str(exc)).strip()
     return text.splitlines()[0][:200] if text else "no message"
-
-
-def _scrubbed(text: str) -> str:
-    """``text`` with every database URL's password replaced by ``***`` (a bug's message or
-    traceback may quote a URL as the user typed it)."""
-    from gnnbridge.tables.postgres import hide_password
-
-    return re.sub(r"postgres(?:ql)?://\S+", lambda url: hide_password(url.group(0)), text)
 
 
 def _save_traceback(exc: BaseException) -> str:
@@ -1039,7 +1125,7 @@ def _save_traceback(exc: BaseException) -> str:
         fd, path = tempfile.mkstemp(prefix=f"gnnbridge-crash-{stamp}-", suffix=".txt")
         with os.fdopen(fd, "w") as f:
             text = f"gnnbridge {' '.join(sys.argv[1:])}\n\n" + "".join(traceback.format_exception(exc))
-            f.write(_scrubbed(text))
+            f.write(scrubbed(text))
         return path
     except OSError:
         return "nowhere (no temporary folder is writable); rerun with python -X faulthandler"

@@ -18,7 +18,7 @@ DOCUMENTED = [
 def test_the_reference_lists_the_function_behind_every_public_one():
     import gnnbridge
 
-    public = {"run", "resolve_config", "evaluate", "predict", "load", "port", "compare", "plot"}
+    public = {"run", "resolve_config", "evaluate", "predict", "load", "port", "export", "compare", "plot"}
     assert public <= set(gnnbridge.__all__)
     assert public <= {name.rsplit(".", 1)[1] for name in DOCUMENTED}
 

@@ -36,6 +36,7 @@ LAYERS = {
     "sampling": 5,
     "models": 5,
     "inference": 6,  # a run's parts, evaluators, metrics, checkpoints: what scores a model
+    "export": 6,  # the built-in models as plain torch programs, and the files they are written to
     "training": 7,  # the loop over those parts
     "app": 8,
 }
@@ -60,6 +61,7 @@ PACKAGE = {
     "gnnbridge.backends": 1,
     "gnnbridge.plugins": 1,
     "gnnbridge.tables": 1,  # tables in: sources, schema, transforms; imports core only
+    "gnnbridge.serving": 1,  # serve: the HTTP layer (FastAPI) over core's Served; imports core only
     "gnnbridge.testing": 2,  # the conformance suites a plugin runs against itself
     "gnnbridge.cli": 3,
     "gnnbridge": 4,
@@ -344,13 +346,14 @@ def test_the_checker_names_each_broken_rule(tmp_path):
         "facade gnnbridge.core.interfaces",
         "gnnbridge/core/app/train.py:2 imports gnnbridge.core.utils: gnnbridge.core.utils is in no layer of core "
         "(errors, compiled, environ, host, files, records, config, contracts, tasks, storage, plugins, runtime, "
-        "sampling, models, inference, training, app)",
+        "sampling, models, inference, export, training, app)",
         "gnnbridge/core/contracts/config.py:1 imports torch_geometric: core never imports torch_geometric",
         "gnnbridge/core/contracts/config.py:2 imports gnnbridge.plugins.BUILTIN: core never imports gnnbridge.plugins",
         "gnnbridge/core/contracts/config.py:3 imports gnnbridge: core imports only gnnbridge.core (the package above "
         "it is higher)",
         "gnnbridge/core/helpers.py is in no layer of core: move it into one (errors, compiled, environ, host, files, "
-        "records, config, contracts, tasks, storage, plugins, runtime, sampling, models, inference, training, app)",
+        "records, config, contracts, tasks, storage, plugins, runtime, sampling, models, inference, export, "
+        "training, app)",
         "gnnbridge/core/records/data.py:2 imports gnnbridge.core.training.trainer.Trainer: layer records imports "
         "training, which stands above it",
         "gnnbridge/core/runtime/rank.py:1 imports gnnbridge.core.sampling.seeds: layer runtime imports sampling, which "

@@ -7,6 +7,7 @@ enforces both)::
     training/   the DDP loop, optimizer and schedule, when to checkpoint, training state
     inference/  a run's parts, evaluators, metrics, checkpoint files; a trained model scored
                 without an optimizer, DDP or loggers (evaluate, predict)
+    export/     the built-in models as plain torch programs and the files export writes (beside inference/)
     runtime/    launching on torch.distributed.elastic, rank setup, watchdog, node-shared data
     sampling/   seed sharding, the core neighbour sampler, sampler adapters
     models/     model parts core owns for every backend (GIN's MLPs, GCN normalisation, one initialisation)
@@ -25,7 +26,7 @@ enforces both)::
 
 ``runtime``, ``sampling`` and ``models`` stand side by side on ``plugins``, which stands on
 ``storage``, which stands on ``contracts`` and ``tasks`` (side by side); ``files`` and
-``config`` stand beside ``records``, on ``compiled``, ``host`` and ``errors``; ``training``
-stands on ``inference``. ``interfaces.py`` re-exports what plugins import and is imported by
-nothing in core.
+``config`` stand beside ``records``, on ``compiled``, ``host`` and ``errors``; ``inference``
+and ``export`` stand side by side on ``models``; ``training`` stands on ``inference``.
+``interfaces.py`` re-exports what plugins import and is imported by nothing in core.
 """

@@ -9,6 +9,7 @@ traceback) and exits non-zero; library callers can catch the builtin base they e
 from __future__ import annotations
 
 import difflib
+import re
 import signal
 import threading
 from collections.abc import Iterable
@@ -159,6 +160,30 @@ def _edits(a: str, b: str) -> int:
             if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
                 d[i][j] = min(d[i][j], d[i - 2][j - 2] + 1)
     return d[len(a)][len(b)]
+
+
+HIDDEN = "***"  # what a password is shown as
+_URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://\S+")
+
+
+def hide_url_password(url: str) -> str:
+    """``url`` with the password of its user-info (``user:password@``, up to the last ``@``
+    before the query, so that an unencoded ``/`` or ``@`` in it is hidden too) and of a
+    ``password=`` parameter replaced by ``***``."""
+    scheme, sep, rest = url.partition("://")
+    head, mark, query = rest.partition("?")
+    userinfo, at, hostpath = head.rpartition("@")
+    if at and ":" in userinfo:
+        head = f"{userinfo.partition(':')[0]}:{HIDDEN}@{hostpath}"
+    query = re.sub(r"(?i)(^|&)password=[^&]*", rf"\1password={HIDDEN}", query)
+    return f"{scheme}{sep}{head}{mark}{query}"
+
+
+def scrubbed(text: str) -> str:
+    """``text`` with the password of every URL in it replaced by ``***``: whatever leaves the
+    process (a crash report, a tracked run's params, a warning) may quote a URL as the user typed
+    it, ``postgresql://user:secret@host/db`` or ``https://user:token@mlflow.lab``."""
+    return _URL.sub(lambda url: hide_url_password(url.group(0)), text)
 
 
 def unknown_name(kind: str, value: str, choices: Iterable[str], fix: str = "") -> UnknownNameError:

@@ -1,5 +1,6 @@
-"""Built-in logger plugins: ``csv`` and ``tensorboard`` (``log.to=[...]``; see
-:mod:`gnnbridge.core.training.loggers` for the contract)."""
+"""Built-in logger plugins: ``csv``, ``tensorboard``, and the trackers ``mlflow`` and
+``wandb`` (:mod:`.tracking`) (``log.to=[...]``; see :mod:`gnnbridge.core.training.loggers` for
+the contract)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 from gnnbridge.core import files
 from gnnbridge.core.contracts.hookspecs import hookimpl
+from gnnbridge.plugins.tracking import MlflowLogger, WandbLogger
 
 
 class CsvLogger:
@@ -77,7 +79,21 @@ def _tensorboard(run_dir: Path, config) -> TensorBoardLogger:
 _tensorboard.requires = "tensorboard"
 
 
+def _mlflow(run_dir: Path, config) -> MlflowLogger:
+    return MlflowLogger(run_dir, config)
+
+
+def _wandb(run_dir: Path, config) -> WandbLogger:
+    return WandbLogger(run_dir, config)
+
+
+_mlflow.requires, _mlflow.extra = "mlflow", "track"
+_wandb.requires, _wandb.extra = "wandb", "track"
+
+
 @hookimpl
 def register_loggers(register):
     register("csv", CsvLogger, "metrics.csv in the run folder, a row per epoch")
     register("tensorboard", _tensorboard, "TensorBoard event files in RUN/tensorboard/ (needs tensorboard)")
+    register("mlflow", _mlflow, "a run on an MLflow tracking server or store (needs mlflow; docs: tracking)")
+    register("wandb", _wandb, "a Weights & Biases run, offline with WANDB_MODE=offline (needs wandb; docs: tracking)")

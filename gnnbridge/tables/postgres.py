@@ -36,7 +36,8 @@ import re
 from collections.abc import Iterator
 from urllib.parse import parse_qsl, quote_plus, unquote, urlencode
 
-from gnnbridge.core.errors import ConfigError, DataError
+from gnnbridge.core.errors import HIDDEN, ConfigError, DataError
+from gnnbridge.core.errors import hide_url_password as _hidden
 from gnnbridge.tables import sources
 from gnnbridge.tables.sources import Source, Table, register_source
 
@@ -44,7 +45,6 @@ SCHEMES = ("postgresql://", "postgres://")
 FORM = "postgresql://user:password@host:port/db[?schema=NAME]"
 DEFAULT_SCHEMA = "public"
 CONNECT_TIMEOUT_S = 10
-HIDDEN = "***"
 ENCODE = "percent-encode any of : / @ ? # in the password"
 # information_schema.columns.data_type -> (arrow type name, SQL cast applied on the server or None)
 TYPES = {
@@ -126,21 +126,9 @@ def hide_password(text: str) -> str:
     return _hidden(text) if str(text).startswith(SCHEMES) else text
 
 
-def _hidden(text: str) -> str:
-    """``text`` with the password of its user-info (``user:password@``, up to the last ``@``
-    before the query, so that an unencoded ``/`` or ``@`` in it is hidden too) and of a
-    ``password=`` parameter replaced by ``***``."""
-    scheme, sep, rest = text.partition("://")
-    head, mark, query = rest.partition("?")
-    userinfo, at, hostpath = head.rpartition("@")
-    if at and ":" in userinfo:
-        head = f"{userinfo.partition(':')[0]}:{HIDDEN}@{hostpath}"
-    query = re.sub(r"(?i)(^|&)password=[^&]*", rf"\1password={HIDDEN}", query)
-    return f"{scheme}{sep}{head}{mark}{query}"
-
-
 def _raw_password(text: str) -> str | None:
-    """The password as written in the URL, to strip from messages (:meth:`Url._hidden`'s rule)."""
+    """The password as written in the URL, to strip from messages (the rule of
+    :func:`~gnnbridge.core.errors.hide_url_password`)."""
     head, _, query = text.partition("://")[2].partition("?")
     userinfo, at, _ = head.rpartition("@")
     found = re.search(r"(?i)(?:^|&)password=([^&]*)", query)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 import numpy as np
@@ -22,12 +24,14 @@ from gnnbridge.core.app.resolve import resolve_config
 from gnnbridge.core.config import KEY_HELP, ExperimentConfig
 
 
-def flat_keys(data: dict, prefix: str = "") -> set[str]:
-    keys = set()
+def flat_keys(data: dict, cls: type = ExperimentConfig, prefix: str = "") -> set[str]:
+    """Every dotted key of ``data``, the keys of its sections (and of a section's own, such as
+    ``log.mlflow``) included; a mapping that is a key's value (``dataset.options``) is one key."""
+    keys, hints = set(), typing.get_type_hints(cls)
     for key, value in data.items():
         keys.add(prefix + key)
-        if isinstance(value, dict) and not prefix:  # sections; a section's dict values are values
-            keys |= flat_keys(value, f"{key}.")
+        if dataclasses.is_dataclass(hints[key]):
+            keys |= flat_keys(value, hints[key], f"{prefix}{key}.")
     return keys
 
 

@@ -59,8 +59,8 @@ def test_csv_and_tensorboard_get_every_epoch_once_from_rank_0_and_resume_appends
 
 def test_an_unknown_logger_is_one_line_and_writes_nothing(tmp_path):
     one_line(
-        cli("train", *SMALL, "--set", "log.to=[wandb]", "--out", "run", cwd=tmp_path),
-        "Unknown logger 'wandb'. Available: csv, tensorboard",
+        cli("train", *SMALL, "--set", "log.to=[comet]", "--out", "run", cwd=tmp_path),
+        "Unknown logger 'comet'. Available: csv, mlflow, tensorboard, wandb",
     )
     one_line(
         cli("train", *SMALL, "--set", "log.to=[csv,csv]", "--out", "run", cwd=tmp_path), "repeats 'csv'; give each once"

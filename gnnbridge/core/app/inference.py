@@ -505,10 +505,11 @@ def inference_data(path: Path, state: dict, config: ExperimentConfig, action: st
 
 
 def _unlabelled(state: dict, action: str) -> tuple[int | None, str | None]:
-    """What a checkpoint's graph may lack for ``action``: predict scores a graph without labels
-    too, with the model's class count and (an edge task's) edge type; evaluation needs labels."""
+    """What a checkpoint's graph may lack for ``action``: predict (and export, which compares
+    with it) scores a graph without labels too, with the model's class count and (an edge
+    task's) edge type; evaluation needs labels."""
     trained = state.get("data", {})
-    if action != "predict":
+    if action not in ("predict", "export"):
         return None, None
     return trained.get("num_classes"), trained.get("target_edge")
 

@@ -2,8 +2,8 @@
 ``curves.png``.
 
 Rank 0 builds the results from the trainer's outcome and every rank's summary (where it ran,
-which training items it got); the launching process reads them back, draws the curves and
-returns them to the caller.
+which training items it got) and draws the curves (before the loggers that keep files take the
+folder); the launching process reads them back and returns them to the caller.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ def write(run_dir: Path, plan: Plan, ctx: DistContext, trainer: Trainer, outcome
     }
     keep_earlier_results(run_dir)
     files.write_json(run_dir / RESULTS, results)
+    plot(run_dir, results)  # here, so the curves are in the folder before the loggers take it
 
 
 def rank_summary(ctx: DistContext, trainer: Trainer) -> dict:
@@ -72,9 +73,8 @@ def peak_rss_bytes() -> int:
 
 
 def finish(run_dir: Path) -> dict:
-    """The results a caller gets back, after drawing them."""
+    """The results a caller gets back (rank 0 wrote them, and drew them: :func:`write`)."""
     results = json.loads((run_dir / RESULTS).read_text())
-    plot(run_dir, results)
     results["run_dir"] = str(run_dir)
     return results
 

@@ -294,6 +294,12 @@ def _worker(ctx: DistContext, plan: Plan, data: LabelledRecord, run_dir: Path | 
     if plan.restart is not None:
         trainer.state.restarts.append(plan.restart)
     outcome = trainer.fit()
-    ranks = ctx.gather_objects(results.rank_summary(ctx, trainer))
-    if ctx.is_main:
-        results.write(run_dir, plan, ctx, trainer, outcome, ranks)
+    try:
+        ranks = ctx.gather_objects(results.rank_summary(ctx, trainer))
+        if ctx.is_main:
+            results.write(run_dir, plan, ctx, trainer, outcome, ranks)
+            trainer.loggers.run_finished(run_dir)  # a tracked run takes results.json, curves.png, checkpoints
+    except BaseException:
+        trainer.loggers.close(warn=False)
+        raise
+    trainer.loggers.close()

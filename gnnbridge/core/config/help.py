@@ -107,7 +107,15 @@ KEY_HELP = {
     "placement.remote_cache": "a partitioned graph: RAM per machine for the other machines' rows its edges name "
     "most, fetched once: 512MB (0: off)",
     "log": "where each epoch's numbers go besides results.json",
-    "log.to": "logger plugins, e.g. [tensorboard, csv] (gnnbridge loggers)",
+    "log.to": "logger plugins, e.g. [tensorboard, csv] or [mlflow] (gnnbridge loggers)",
+    "log.model": "checkpoints a tracking logger keeps: false | end (best.pt, latest.pt) | all (also each one written)",
+    "log.mlflow": "log.to=[mlflow]: where the run is tracked (docs: tracking)",
+    "log.mlflow.tracking_uri": "the tracking server or store; empty: MLFLOW_TRACKING_URI, else MLflow's default",
+    "log.mlflow.experiment": "empty: MLFLOW_EXPERIMENT_NAME, else the experiment's name",
+    "log.mlflow.run_name": "empty: the run folder's name",
+    "log.wandb": "log.to=[wandb]: the W&B project (WANDB_MODE=offline needs no account)",
+    "log.wandb.project": "empty: WANDB_PROJECT, else the experiment's name",
+    "log.wandb.entity": "empty: WANDB_ENTITY, else the account's default",
 }
 
 
@@ -124,7 +132,7 @@ def _annotate(data: dict, prefix: str, depth: int, lines: list) -> None:
         dotted = f"{prefix}{key}"
         note = KEY_HELP.get(dotted, "")
         indent = "  " * depth
-        if isinstance(value, dict) and value and dotted.count(".") == 0 and dotted in _SECTIONS:
+        if isinstance(value, dict) and value and dotted in _SECTIONS:
             lines.append((f"{indent}{key}:", note))
             _annotate(value, dotted + ".", depth + 1, lines)
         else:
@@ -132,7 +140,17 @@ def _annotate(data: dict, prefix: str, depth: int, lines: list) -> None:
             lines.append((f"{indent}{text.removeprefix('{').removesuffix('}')}", note))
 
 
-_SECTIONS = {f.name for f in dataclasses.fields(ExperimentConfig) if f.default_factory is not dataclasses.MISSING}
+def _sections(cls: type, prefix: str = "") -> dict[str, type]:
+    """Every section's dotted name and its dataclass, a section inside one (``log.mlflow``) included."""
+    found = {}
+    for name, hint in typing.get_type_hints(cls).items():
+        if dataclasses.is_dataclass(hint):
+            found[f"{prefix}{name}"] = hint
+            found.update(_sections(hint, f"{prefix}{name}."))
+    return found
+
+
+_SECTIONS = _sections(ExperimentConfig)  # dotted name -> dataclass
 
 
 def json_schema() -> dict:
@@ -142,10 +160,8 @@ def json_schema() -> dict:
 
     out = pydantic.TypeAdapter(ExperimentConfig).json_schema()
     _describe(out, ExperimentConfig, "")
-    for field in dataclasses.fields(ExperimentConfig):
-        if field.name in _SECTIONS:
-            cls = typing.get_type_hints(ExperimentConfig)[field.name]
-            _describe(out["$defs"][cls.__name__], cls, f"{field.name}.")
+    for dotted, cls in _SECTIONS.items():
+        _describe(out["$defs"][cls.__name__], cls, f"{dotted}.")
     out.update({"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "gnnbridge experiment"})
     return out
 

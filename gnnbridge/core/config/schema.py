@@ -20,9 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gnnbridge.core.config.bounds import Bound, bounded, check_fields, integer, list_of, number, one_of
+from gnnbridge.core.config.bounds import Bound, as_set, bounded, check_fields, integer, list_of, number, one_of
 from gnnbridge.core.config.values import MAX_INT, SIZE_PATTERN, plain, show
-from gnnbridge.core.errors import ConfigError, did_you_mean
+from gnnbridge.core.errors import ConfigError, did_you_mean, scrubbed
 
 
 class Task(str, enum.Enum):
@@ -321,10 +321,35 @@ class EvalConfig:
         check_fields(self, "eval.")
 
 
+LOG_MODEL = ("false", "end", "all")  # log.model: which checkpoints a tracking logger keeps (see LogConfig)
+
+
+@dataclass
+class MlflowConfig:
+    """``log.to=[mlflow]``: where the run is tracked. Empty keys leave it to MLflow's own
+    environment (``MLFLOW_TRACKING_URI``, ``MLFLOW_EXPERIMENT_NAME``) and defaults."""
+
+    tracking_uri: str = ""  # "": MLFLOW_TRACKING_URI, else MLflow's default (sqlite:///mlflow.db here)
+    experiment: str = ""  # "": MLFLOW_EXPERIMENT_NAME, else the experiment's name
+    run_name: str = ""  # "": the run folder's name
+
+
+@dataclass
+class WandbConfig:
+    """``log.to=[wandb]``: the W&B project and entity. Empty keys leave them to W&B's own
+    environment (``WANDB_PROJECT``, ``WANDB_ENTITY``; ``WANDB_MODE=offline`` needs no account)."""
+
+    project: str = ""  # "": WANDB_PROJECT, else the experiment's name
+    entity: str = ""  # "": WANDB_ENTITY, else the account's default
+
+
 @dataclass
 class LogConfig:
     """Where each epoch's numbers go besides ``results.json``: logger plugins by name
-    (``gnnbridge loggers`` lists them; built in: ``csv``, ``tensorboard``). Rank 0 writes."""
+    (``gnnbridge loggers`` lists them; built in: ``csv``, ``tensorboard``, ``mlflow``,
+    ``wandb``). Rank 0 writes. ``model``: which checkpoints the tracking loggers keep with the
+    run (false: none; end: best.pt and latest.pt when the run ends; all: also every checkpoint
+    as it is written), as Lightning's ``log_model`` does."""
 
     to: list[str] = bounded(
         [],
@@ -334,10 +359,29 @@ class LogConfig:
             example="[tensorboard,csv]",
         ),
     )
+    model: Any = bounded(False, one_of(LOG_MODEL, "a checkpoint policy", also=(False,), example="end"))
+    mlflow: MlflowConfig = field(default_factory=MlflowConfig)
+    wandb: WandbConfig = field(default_factory=WandbConfig)
 
     def __post_init__(self) -> None:
         check_fields(self, "log.")
-        # Not in the JSON Schema: the names plugins register are known at run time (Unknown logger ...).
+        if self.model == "false":  # YAML's false and the text "false" are one choice
+            self.model = False
+        # Not in the JSON Schema: the names plugins register are known at run time (Unknown logger ...),
+        # and a tracker's keys apply only when log.to names it (set otherwise, they would be ignored).
+        for name, section in (("mlflow", self.mlflow), ("wandb", self.wandb)):
+            given = [f.name for f in dataclasses.fields(section) if getattr(section, f.name) != ""]
+            if given and name not in self.to:
+                key = f"log.{name}.{given[0]}"
+                raise ConfigError(
+                    f"{key}={show(scrubbed(getattr(section, given[0])))} applies to log.to=[{name}] only, but "
+                    f"log.to={as_set(self.to)}; add {name} to log.to or drop {key}."
+                )
+        if self.model is not False and not self.to:
+            raise ConfigError(
+                f"log.model={self.model} keeps checkpoints with a tracking logger, but log.to is empty; set "
+                "log.to=[mlflow] (or wandb), or drop log.model."
+            )
 
 
 @dataclass

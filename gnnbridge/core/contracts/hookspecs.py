@@ -114,8 +114,13 @@ def register_loggers(register):
     ``open(run_dir: Path, config: ExperimentConfig)`` is called on rank 0 when a run with
     ``log.to`` naming it starts (or resumes), and returns an object with ``log(step: int,
     values: dict[str, float])`` (once per epoch, ``step`` the epoch counted from 1; at the end
-    the final metrics under ``final/``) and ``close()``. ``open.requires`` may name a module
-    it needs, so a missing one is reported before the run starts.
+    the final metrics under ``final/``; returning ``False`` says the epoch was not taken, and a
+    resume sends it again) and ``close()``. Optional: ``checkpoint_saved(path: Path, step:
+    int)``, after each checkpoint written at the end of an epoch, and ``run_finished(run_dir:
+    Path)``, once ``results.json`` and ``curves.png`` are written (``close()`` follows; without
+    ``run_finished`` before it, the run failed or was stopped). ``open.requires`` may name a
+    module it needs, so a missing one is reported before the run starts (``open.extra``: the
+    gnnbridge extra that installs it).
     """
 
 

@@ -53,6 +53,8 @@ class Checkpointing:
                 trainer.loggers.commit()  # what a resume would train again is never logged twice
             if improved:
                 checkpoint.copy(latest, best) if write_latest else checkpoint.save(best, payload)
+            # the file this epoch wrote (best.pt, when latest.pt was not: a copy adds nothing)
+            trainer.loggers.checkpoint_saved(latest if write_latest else best, epoch + 1)
         trainer.ctx.barrier()
 
     def inside_epoch(self, trainer, epoch: int, batches: int, ranks: list[dict]) -> None:

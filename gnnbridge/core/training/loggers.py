@@ -1,9 +1,13 @@
-"""Each epoch's numbers to the logger plugins ``log.to`` names (CSV and TensorBoard are built in).
+"""Each epoch's numbers to the logger plugins ``log.to`` names (CSV, TensorBoard, MLflow and
+W&B are built in).
 
 Why plugins: where numbers go is a lab's own choice (TensorBoard, a CSV for a spreadsheet,
 Weights & Biases, MLflow); core flattens one epoch into ``{name: number}`` and hands it to each
 logger on rank 0, the one process that holds every rank's reduced figures. A logger that raises
-stops the run with one line naming it, like any plugin's code.
+stops the run with one line naming it, like any plugin's code. Two hooks are optional, for the
+loggers that keep files with a tracked run: ``checkpoint_saved(path, step)`` after each
+checkpoint written at the end of an epoch, and ``run_finished(run_dir)`` once the results and
+curves are written (the caller then closes the loggers). Core imports no tracking library.
 """
 
 from __future__ import annotations
@@ -30,9 +34,10 @@ def check_loggers(config: ExperimentConfig) -> None:
         opener = loggers.get(name)
         needs = getattr(opener, "requires", None)
         if needs and importlib.util.find_spec(needs) is None:
+            extra = getattr(opener, "extra", "log")  # the package's extra that brings it
             raise ConfigError(
                 f"log.to={name} needs the '{needs}' package, which is not installed: "
-                f"pip install {needs} (or pip install 'gnnbridge[log]')."
+                f"pip install {needs} (or pip install 'gnnbridge[{extra}]')."
             )
 
 
@@ -89,6 +94,29 @@ class RunLoggers:
     def finish(self, epochs: int, metrics: dict) -> None:
         self._send(epochs, {f"final/{k}": v for k, v in metrics.items() if _number(v)}, warn=True)
 
+    def checkpoint_saved(self, path: Path, step: int) -> None:
+        """Tell the loggers that keep checkpoints (``log.model=all``) that ``path`` was written
+        after epoch ``step`` (counted from 1); one that raises stops the run, as in ``log``."""
+        for name, logger in self._open:
+            hook = getattr(logger, "checkpoint_saved", None)  # optional: most loggers keep no files
+            if hook is not None:
+                with blame(loggers.origin(name), "checkpoint_saved(path, step)"):
+                    hook(Path(path), step)
+
+    def run_finished(self, run_dir: Path) -> None:
+        """The run's results and curves are in ``run_dir``: the loggers that keep files take
+        them (and ``log.model=end``'s checkpoints). The run has finished, so a failure is a
+        warning line."""
+        for name, logger in self._open:
+            hook = getattr(logger, "run_finished", None)
+            if hook is None:
+                continue
+            try:
+                with blame(loggers.origin(name), "run_finished(run_dir)"):
+                    hook(Path(run_dir))
+            except PluginError as exc:
+                print(f"Warning: {exc}", file=sys.stderr)
+
     def close(self, warn: bool = True) -> None:
         """Close every logger; with ``warn`` a failure is a warning line, else it is not said
         (the run is already stopping for another reason, whose line must stay the one shown)."""
@@ -123,9 +151,12 @@ class RunLoggers:
             self._keep_progress()
 
     def _log(self, name: str, logger: Any, step: int, values: dict[str, float]) -> None:
+        """Send one epoch; a logger that answers False did not take it (its tracking server
+        was away), so its progress stays where it was and a resume sends the epoch again."""
         with blame(loggers.origin(name), "log(step, values)"):
-            logger.log(step, dict(values))
-        self.logged[name] = max(step, self.logged.get(name, 0))
+            took = logger.log(step, dict(values))
+        if took is not False:
+            self.logged[name] = max(step, self.logged.get(name, 0))
 
     def _keep_progress(self) -> None:
         try:

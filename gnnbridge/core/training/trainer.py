@@ -139,14 +139,15 @@ class Trainer:
 
     def fit(self) -> dict:
         """Train from ``state.next_epoch`` to ``train.epochs`` (or until early stopping), then
-        score the final and the best model on every split."""
+        score the final and the best model on every split. The loggers stay open for the run's
+        results (:meth:`RunLoggers.run_finished`); whoever writes those closes them (a failure
+        here closes them at once)."""
         try:
             outcome = self._fit()
         except BaseException:
             self.loggers.close(warn=False)
             raise
         self.loggers.finish(len(self.state.history), outcome["metrics"])
-        self.loggers.close()
         return outcome
 
     def _fit(self) -> dict:
