@@ -11,8 +11,10 @@ time (interpreter start and imports included, about a second).
 
 ``python benchmarks/tables_scale.py WAREHOUSE [--methods a,b] [--out benchmarks/out/tables]``
 (``WAREHOUSE`` from ``make_warehouse.py``); methods: scan-pyarrow, scan-duckdb, gnnbridge
-(``prepare --label``: schema inferred), gnnbridge-schema (``prepare --schema --label``: the schema
-file written once by ``gnnbridge schema`` on a tiny warehouse of the same shape), pandas.
+(``prepare --label customers.churned``: schema inferred), gnnbridge-schema (``prepare --schema
+--label``: the schema file written once by ``gnnbridge schema`` on a tiny warehouse of the same
+shape), gnnbridge-edge-label (``prepare --label order_items.quantity``: schema inferred, the edge
+table labelled, so its labels are sorted with its rows), pandas.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 TABLES = ("customers", "products", "orders", "order_items")
-METHODS = ("scan-pyarrow", "scan-duckdb", "gnnbridge-schema", "gnnbridge", "pandas")
+METHODS = ("scan-pyarrow", "scan-duckdb", "gnnbridge-schema", "gnnbridge", "gnnbridge-edge-label", "pandas")
+LABELS = {"gnnbridge-edge-label": "order_items.quantity"}  # the others: customers.churned
 
 
 # --------------------------------------------------------------------------- children
@@ -124,7 +127,7 @@ def command(method: str, warehouse: Path, work: Path, schema: Path) -> list[str]
     py = sys.executable
     if method in CHILDREN:
         return [py, __file__, "--child", method, str(warehouse), "--child-out", str(work / method)]
-    cmd = [py, "-m", "gnnbridge", "prepare", str(warehouse), "--label", "customers.churned"]
+    cmd = [py, "-m", "gnnbridge", "prepare", str(warehouse), "--label", LABELS.get(method, "customers.churned")]
     cmd += ["--out", str(work / method), "--quiet"]
     return cmd + (["--schema", str(schema)] if method == "gnnbridge-schema" else [])
 

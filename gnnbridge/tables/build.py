@@ -10,10 +10,9 @@ and ``gnnbridge train --dataset DIR`` needs nothing more.
 
 Two streamed passes per table: the first collects keys (the key maps are what stays in memory)
 and fits the encoders, the second encodes each batch and writes its rows in key order into a
-memory-mapped ``x``. An edge table's rows (ids and encoded features) are sorted into a canonical
-order out of core: spilled batch by batch to raw files, scattered into buckets of source ids of at
-most ``SORT_ROWS`` rows each, and each bucket sorted in memory and written into the memory-mapped
-outputs, so its memory is one bucket, not the table (a labelled edge table is still held whole).
+memory-mapped ``x``. An edge table's rows (ids and encoded features, and for the labelled table
+its labels, times and split words, coded by :mod:`.labels`) are sorted into a canonical order out
+of core (:mod:`.edgesort`), so its memory is one bucket, not the table.
 Everything is written under a temporary folder beside ``--out``, then the folder prepare checks
 it and derives its topology, and only then is it renamed into place: a refusal leaves nothing
 behind. A source file that changed while it was read (:mod:`.stamps`) is such a refusal.
@@ -33,18 +32,17 @@ import numpy as np
 
 from gnnbridge.core.errors import ConfigError, DataError, OutputExistsError
 from gnnbridge.core.storage.intent import write_train_defaults, write_unknown_labels
+from gnnbridge.tables.edgesort import Column, Spill, sort_spilled
+from gnnbridge.tables.keys import positions, shown, text_bytes
+from gnnbridge.tables.labels import LabelCoder, SplitWords, write_splits
 from gnnbridge.tables.like import like_state
 from gnnbridge.tables.schema import check, infer, read_yaml, split_name, value_type
 from gnnbridge.tables.sources import open_source
 from gnnbridge.tables.stamps import changed_since, read_unchanged
-from gnnbridge.tables.transforms import OTHER, Encoder, category_strings, encoder_from_state, to_float
+from gnnbridge.tables.transforms import OTHER, Encoder, encoder_from_state, to_float
 
-SPLITS = ("train", "val", "test")
-SPLIT_WORDS = {"train": "train", "training": "train", "val": "val", "valid": "val", "validation": "val", "test": "test"}
-TIME_FRACTIONS = (0.6, 0.2)
 DANGLING = ("refuse", "drop")
 INFO = "tables.json"
-SORT_ROWS = 1 << 22  # rows of an edge table sorted in memory at once
 
 
 @dataclass(frozen=True)
@@ -173,6 +171,8 @@ class Builder:
         }
         if saved:
             self.info["like"] = str(Path(settings.like).resolve())
+        self.labels = LabelCoder(self.task.get("target"), self.task["label"], saved["labels"] if saved else None)
+        self.split_words = SplitWords(self.task.get("split_column"))
 
     def tables(self, role: str) -> list[str]:
         return sorted(n for n, e in self.schema["tables"].items() if e["role"] == role)
@@ -210,19 +210,25 @@ class Builder:
             out.append(Encoder(c, spec["kind"], spec["transform"], spec.get("max_categories", 32), spec.get("buckets")))
         return out
 
-    def _fit(self, name: str, encoders: list, keys: list | None = None) -> int:
-        rows = 0
+    def _fit(self, name: str, encoders: list, pk: list | None = None) -> list:
+        """The first pass: ``encoders`` fitted (not with --like) and the label's classes found;
+        returns each batch's ``pk`` columns (an entity's primary key, kept: the key map)."""
+        rows, labelled, keys = 0, name == self.label_table, []
         for batch in self._batches(name):
             rows += batch.num_rows
             for e in encoders if not self.saved else ():
                 e.observe(batch.column(e.column))
-            if keys is not None:
-                keys.append(batch)
+            if labelled:
+                self.labels.observe(self._label(batch))
+            if pk:
+                keys.append(batch.select(pk))
         if rows == 0:
             raise DataError(f"Table '{name}' is empty; give it rows or set its role to skip in the schema.")
         for e in encoders if not self.saved else ():
             e.finish()
-        return rows
+        if labelled:
+            self.labels.start()
+        return keys
 
     # -- entities --------------------------------------------------------------
     def _fit_entity(self, name: str) -> Entity:
@@ -231,19 +237,7 @@ class Builder:
         entity = Entity(name, pk, encoders=self._encoders(name, {*pk, *entry["foreign_keys"]}))
         import pyarrow as pa
 
-        batches: list = []
-        encoders = entity.encoders
-        rows = 0
-        for batch in self._batches(name):
-            rows += batch.num_rows
-            for e in encoders if not self.saved else ():
-                e.observe(batch.column(e.column))
-            batches.append(batch.select(pk))
-        if rows == 0:
-            raise DataError(f"Table '{name}' is empty; give it rows or set its role to skip in the schema.")
-        for e in encoders if not self.saved else ():
-            e.finish()
-        key_table = pa.Table.from_batches(batches) if batches else None
+        key_table = pa.Table.from_batches(self._fit(name, entity.encoders, pk))
         keys = _normal_keys(key_table, pk, name)
         order = np.argsort(keys, kind="stable")
         entity.keys = keys[order]
@@ -270,7 +264,7 @@ class Builder:
         labelled = name == self.label_table
         labels, times, splits = [], [], []
         for batch in self._batches(name):
-            rank = np.searchsorted(entity.keys, _normal_keys(batch, entity.pk, name))
+            rank = positions(entity.keys, _normal_keys(batch, entity.pk, name))
             if x is not None:
                 x[rank] = np.concatenate([e.encode(batch.column(e.column)) for e in entity.encoders], axis=1)
             for c, target in fks.items():
@@ -279,9 +273,9 @@ class Builder:
                 if e.transform == "node":
                     values[e.column][rank] = e.node_ids(batch.column(e.column))
             if labelled:
-                labels.append((rank, self._label(batch)))
+                labels.append((rank, self.labels.encode(self._label(batch))))
                 times.append((rank, self._time(batch)))
-                splits.append((rank, self._split_values(batch)))
+                splits.append((rank, self._split_codes(batch)))
         if x is not None:
             x.flush()
             del x
@@ -289,7 +283,7 @@ class Builder:
             np.save(self.folder / f"num_nodes__{name}.npy", np.array([n], dtype=np.int64))
         for c, target in fks.items():
             src = np.flatnonzero(edges[c] >= 0)
-            self._save_relation(name, c, target, np.stack([src, edges[c][src]]), None)
+            self._save_relation(name, c, target, np.stack([src, edges[c][src]]))
         for e in entity.encoders:
             if e.transform == "node":
                 self._write_value_nodes(name, e, values[e.column])
@@ -302,10 +296,10 @@ class Builder:
             "encoders": [e.describe() for e in entity.encoders],
         }
         if labelled:
-            y = self._labels(labels, n)
+            self._finish_labels()
+            y = _placed([(r, self.labels.final(v)) for r, v in labels], n)
             np.save(self.folder / f"y__{name}.npy", y)
-            for split, idx in self._splits(times, splits, n, y).items():
-                np.save(self.folder / f"{split}_idx__{name}.npy", idx)
+            self._write_splits(y, _placed(splits, n), _placed(times, n), lambda s: f"{s}_idx__{name}.npy")
 
     def _write_value_nodes(self, table: str, encoder: Encoder, ids: np.ndarray) -> None:
         """A ``transform: node`` column: a featureless node type ``<table>_<column>`` of one node
@@ -327,7 +321,7 @@ class Builder:
         key_map = pa.table({column: [*vocab, OTHER], "id": np.arange(count, dtype=np.int64)})
         pq.write_table(key_map, self.folder / "keys" / f"{kind}.parquet")
         src = np.flatnonzero(ids >= 0)
-        self._save_relation(table, column, kind, np.stack([src, ids[src]]), None)
+        self._save_relation(table, column, kind, np.stack([src, ids[src]]))
         unseen = int((ids == len(vocab)).sum())
         if self.saved and unseen:
             self.notes.append(f"{table}.{column}: {unseen} rows with a value not seen in training: node {OTHER!r}")
@@ -346,12 +340,12 @@ class Builder:
         keys = self.entities[target].keys
         present = ~pc.is_null(values).to_numpy(zero_copy_only=False)
         v = _as_keys(values, keys.dtype)
-        pos = np.minimum(np.searchsorted(keys, v), len(keys) - 1)
+        pos = np.minimum(positions(keys, v), len(keys) - 1)
         found = present & (keys[pos] == v)
         dangling = present & ~found
         if dangling.any():
             count = int(dangling.sum())
-            examples = ", ".join(repr(k) for k in list(dict.fromkeys(v[dangling].tolist()))[:3])
+            examples = ", ".join(repr(k) for k in shown(dict.fromkeys(v[dangling].tolist()))[:3])
             where = f"{table}.{column}: {count} values not among {target}'s keys (e.g. {examples})"
             if self.settings.on_dangling == "refuse":
                 raise DataError(f"{where}; fix them, or give --on-dangling drop.")
@@ -365,25 +359,27 @@ class Builder:
         (a, ta), (b, tb) = list(entry["foreign_keys"].items())
         encoders = self._encoders(name, {a, b})
         self._fit(name, encoders)
-        if name == self.label_table:
-            return self._write_labelled_edge_table(name, entry, encoders)
+        rel, labelled = (ta, name, tb), name == self.label_table
+        columns = self._edge_columns(encoders, labelled)
         spill = self.folder / f".spill-{name}"
         spill.mkdir()
         try:
-            width = len([c for e in encoders for c in e.names()])
-            rows = self._spill_edge_rows(name, encoders, spill)
-            rel = (ta, name, tb)
+            with Spill(spill, columns) as spilled:
+                for part in self._edge_rows(name, encoders, labelled):
+                    spilled.write(part)
+            rows = spilled.rows
+            if labelled:
+                self._finish_labels()
+            out = self._edge_outputs(rel, columns, rows, spill, bool(encoders))
             if rows:
-                _sort_spilled(spill, rows, width, len(self.entities[ta].keys), self.folder, rel, bool(encoders))
-            else:
-                self._save_relation(
-                    name,
-                    name,
-                    tb,
-                    np.zeros((2, 0), np.int64),
-                    np.zeros((0, width), np.float32) if encoders else None,
-                    rel,
-                )
+                sort_spilled(spill, rows, columns, len(self.entities[ta].keys), out, self.labels if labelled else None)
+            for m in out.values():
+                if isinstance(m, np.memmap):
+                    m.flush()
+            if labelled:
+                et = "__".join(rel)
+                self._write_splits(out["label"], out.get("split"), out.get("time"), lambda s: f"edge_{s}_idx__{et}.npy")
+            del out
         finally:
             shutil.rmtree(spill, ignore_errors=True)
         self._edge_table_info(name, entry, encoders, rel, rows)
@@ -397,94 +393,77 @@ class Builder:
             "foreign_keys": entry["foreign_keys"],
         }
 
-    def _edge_batches(self, name: str, encoders: list):
-        """``(batch, src, dst, feats, keep)`` of each batch of an edge table (rows whose ends are known: ``keep``)."""
+    def _edge_columns(self, encoders: list, labelled: bool) -> list[Column]:
+        """What is spilled of each kept row: its ends, its features, and the label table's label, time and split."""
+        width = len([c for e in encoders for c in e.names()])
+        columns = [Column("src", "int64"), Column("dst", "int64")] + (
+            [Column("feats", "float32", width)] if width else []
+        )
+        if labelled:
+            columns.append(Column("label", self.labels.dtype, self.labels.width))
+            if self._task_column("time_column", "time"):
+                columns.append(Column("time", "float64"))
+            if self._task_column("split_column", "split"):
+                columns.append(Column("split", "int8"))
+        return columns
+
+    def _edge_rows(self, name: str, encoders: list, labelled: bool):
+        """Each batch's kept rows (both ends known) as ``{column: values}`` of :meth:`_edge_columns`."""
         (a, ta), (b, tb) = list(self.schema["tables"][name]["foreign_keys"].items())
         for batch in self._batches(name):
             src, dst = self._lookup(name, a, ta, batch.column(a)), self._lookup(name, b, tb, batch.column(b))
             keep = (src >= 0) & (dst >= 0)
-            feats = (
-                np.concatenate([e.encode(batch.column(e.column)) for e in encoders], axis=1)
-                if encoders
-                else np.zeros((batch.num_rows, 0), np.float32)
-            )
-            yield batch, src, dst, feats, keep
+            part = {"src": src[keep], "dst": dst[keep]}
+            if encoders:
+                part["feats"] = np.concatenate([e.encode(batch.column(e.column)) for e in encoders], axis=1)[keep]
+            if labelled:
+                kept = batch.filter(keep)
+                part["label"] = self.labels.encode(self._label(kept))
+                part["time"], part["split"] = self._time(kept), self._split_codes(kept)
+            yield part
 
-    def _spill_edge_rows(self, name: str, encoders: list, spill: Path) -> int:
-        """Each batch's kept rows appended to raw files (src, dst int64; feats float32): only one batch in memory."""
-        rows = 0
-        with open(spill / "src", "wb") as fs, open(spill / "dst", "wb") as fd, open(spill / "feats", "wb") as ff:
-            for _, src, dst, feats, keep in self._edge_batches(name, encoders):
-                fs.write(src[keep].tobytes())
-                fd.write(dst[keep].tobytes())
-                ff.write(np.ascontiguousarray(feats[keep], dtype=np.float32).tobytes())
-                rows += int(keep.sum())
-        return rows
-
-    def _write_labelled_edge_table(self, name: str, entry: dict, encoders: list) -> None:
-        """A labelled edge table is held in memory (its labels and splits are sorted with its rows)."""
-        (a, ta), (b, tb) = list(entry["foreign_keys"].items())
-        parts, labels, times, splits = [], [], [], []
-        for batch, src, dst, feats, keep in self._edge_batches(name, encoders):
-            parts.append((src[keep], dst[keep], feats[keep]))
-            batch = batch.filter(keep)
-            labels.append(self._label(batch))
-            times.append(self._time(batch))
-            splits.append(self._split_values(batch))
-        src, dst, feats = (np.concatenate(p) for p in zip(*parts))
-        label = self._edge_label_rows(labels)
-        keys = [*(feats[:, j] for j in range(feats.shape[1] - 1, -1, -1)), dst, src]
-        keys.insert(0, np.nan_to_num(label.reshape(len(src), -1)[:, 0].astype(np.float64), nan=-1e300))
-        order = np.lexsort(keys) if len(src) else np.zeros(0, np.int64)
-        rel = (ta, name, tb)
-        self._save_relation(name, name, tb, np.stack([src[order], dst[order]]), feats[order] if encoders else None, rel)
-        self._edge_table_info(name, entry, encoders, rel, len(src))
+    def _edge_outputs(self, rel: tuple, columns: list[Column], rows: int, spill: Path, feats: bool) -> dict:
+        """Where each sorted column goes: the relation's edge_index, edge_attr and edge_label files
+        (memory-mapped), and raw files for the times and split codes that the splits are counted from."""
+        s, r, d = rel
         et = "__".join(rel)
-        np.save(self.folder / f"edge_label__{et}.npy", label[order])
-        time = np.concatenate(times)[order] if times[0] is not None else None
-        split = [s for part in splits for s in part][: len(order)] if splits[0] is not None else None
-        if split is not None:
-            split = [split[i] for i in order]
-        for s, idx in self._splits(
-            [(np.arange(len(order)), time)], [(np.arange(len(order)), split)], len(order), label[order]
-        ).items():
-            np.save(self.folder / f"edge_{s}_idx__{et}.npy", idx)
-
-    def _save_relation(self, table, relation, target, edges, feats, rel=None) -> None:
-        s, r, d = rel or (table, relation, target)
-        _check_name(r)
-        np.save(self.folder / f"edge_index__{s}__{r}__{d}.npy", np.ascontiguousarray(edges, dtype=np.int64))
-        if feats is not None:
-            np.save(self.folder / f"edge_attr__{s}__{r}__{d}.npy", feats.astype(np.float32))
-        if rel is None:
-            self.info["edge_types"][f"{s}__{r}__{d}"] = {
-                "table": table,
-                "foreign_key": relation,
-                "rows": int(edges.shape[1]),
-            }
-
-    # -- labels and splits -----------------------------------------------------------
-    def _label_values(self, column):
-        return (
-            category_strings(column) if self.task["target"] in ("class", "multilabel") else to_float(column, "numeric")
-        )
-
-    def _labels(self, parts: list, n: int) -> np.ndarray:
-        rank = np.concatenate([r for r, _ in parts])
-        values = (
-            [v for _, col in parts for v in self._label_values(col)]
-            if self.task["target"] != "regression"
-            else np.concatenate([self._label_values(c) for _, c in parts])
-        )
-        y = self._encode_labels(values)
-        out = np.empty((n, *y.shape[1:]), dtype=y.dtype)
-        out[rank] = y
+        index = np.lib.format.open_memmap(self.folder / f"edge_index__{s}__{r}__{d}.npy", "w+", np.int64, (2, rows))
+        out = {"src": index[0], "dst": index[1], "index": index}
+        if feats:
+            width = next((c.width for c in columns if c.name == "feats"), 0)
+            path = self.folder / f"edge_attr__{s}__{r}__{d}.npy"
+            out["feats"] = np.lib.format.open_memmap(path, "w+", np.float32, (rows, width))
+        for c in columns:
+            if c.name == "label":
+                path = self.folder / f"edge_label__{et}.npy"
+                out["label"] = np.lib.format.open_memmap(path, "w+", c.dtype, c.shape(rows))
+            elif c.name in ("time", "split"):
+                out[c.name] = (
+                    np.memmap(spill / f"{c.name}.sorted", c.dtype, "w+", shape=(rows,))
+                    if rows
+                    else np.zeros(0, c.dtype)
+                )
         return out
 
-    def _edge_label_rows(self, columns: list) -> np.ndarray:
-        if self.task["target"] == "regression":
-            return self._encode_labels(np.concatenate([self._label_values(c) for c in columns]))
-        return self._encode_labels([v for c in columns for v in self._label_values(c)])
+    def _save_relation(self, table: str, relation: str, target: str, edges: np.ndarray) -> None:
+        """A foreign key's (or a ``node`` column's) relation: ``edges`` [2, E] from ``table`` to ``target``."""
+        _check_name(relation)
+        np.save(self.folder / f"edge_index__{table}__{relation}__{target}.npy", np.ascontiguousarray(edges, np.int64))
+        self.info["edge_types"][f"{table}__{relation}__{target}"] = {
+            "table": table,
+            "foreign_key": relation,
+            "rows": int(edges.shape[1]),
+        }
+
+    # -- labels and splits -----------------------------------------------------------
+    def _finish_labels(self) -> None:
+        """The labels' entry of tables.json; with --like, the count of rows without a known label noted."""
+        self.info["labels"] = self.labels.finish()
+        unknown = self.labels.unknown
+        if unknown:
+            self.notes.append(f"{self.task['label']}: {unknown} rows without a known label (placeholders, for predict)")
+            if self.labels.target == "class":  # (a value or a set of labels is NaN where unknown: never scored)
+                write_unknown_labels(self.folder, self.task["label"], unknown)
 
     def _label(self, batch):
         """The label column of a batch; with --like, a new table may lack it (all missing)."""
@@ -494,66 +473,6 @@ class Builder:
             return pa.nulls(batch.num_rows)
         return batch.column(self.label_column)
 
-    def _encode_labels(self, values) -> np.ndarray:
-        if self.saved:
-            return self._saved_labels(values)
-        target, where = self.task["target"], self.task["label"]
-        if target == "regression":
-            v = np.asarray(values, dtype=np.float32)
-            if np.isnan(v).all():
-                raise DataError(f"Label {where} has no value on any row (target regression).")
-            self.info["labels"] = {"target": target, "missing": int(np.isnan(v).sum())}
-            return v
-        missing = sum(v is None for v in values)
-        if target == "class":
-            if missing:
-                raise DataError(
-                    f"Label {where} is missing on {missing} rows; target class needs a label on every row "
-                    "(fill them, or --target regression)."
-                )
-            vocab = sorted(set(values), key=_label_order)
-            slot = {v: i for i, v in enumerate(vocab)}
-            self.info["labels"] = {"target": target, "classes": vocab}
-            return np.fromiter((slot[v] for v in values), dtype=np.int64, count=len(values))
-        sets = [None if v is None else [p for p in v.split("|") if p] for v in values]
-        vocab = sorted({p for s in sets if s for p in s})
-        slot = {v: i for i, v in enumerate(vocab)}
-        y = np.zeros((len(sets), len(vocab)), dtype=np.float32)
-        for i, s in enumerate(sets):
-            if s is None:
-                y[i] = np.nan
-            else:
-                y[i, [slot[p] for p in s]] = 1.0
-        self.info["labels"] = {"target": target, "labels": vocab, "separator": "|"}
-        return y
-
-    def _saved_labels(self, values) -> np.ndarray:
-        """--like: labels read with the earlier folder's classes; a missing or unseen one is a
-        placeholder (the classes in turn, or NaN), counted in a note: new rows are there to be predicted."""
-        labels = self.saved["labels"]
-        if labels["target"] == "regression":
-            v = np.asarray([np.nan if x is None else x for x in values], dtype=np.float32)
-            unknown = int(np.isnan(v).sum())
-        elif labels["target"] == "class":
-            slot, c = {c: i for i, c in enumerate(labels["classes"])}, len(labels["classes"])
-            # placeholders take the classes in turn: the folder check wants two classes, predict reads none
-            v = np.fromiter((slot.get(x, i % c) for i, x in enumerate(values)), dtype=np.int64, count=len(values))
-            unknown = sum(x not in slot for x in values)
-        else:
-            slot = {c: i for i, c in enumerate(labels["labels"])}
-            v = np.zeros((len(values), len(slot)), dtype=np.float32)
-            for i, x in enumerate(values):
-                parts = [slot.get(p) for p in (x or "").split("|") if p]
-                v[i] = np.nan if x is None or None in parts else 0.0
-                v[i, [p for p in parts if p is not None]] = 1.0
-            unknown = int(np.isnan(v).any(axis=1).sum())
-        self.info["labels"] = labels
-        if unknown:
-            self.notes.append(f"{self.task['label']}: {unknown} rows without a known label (placeholders, for predict)")
-            if labels["target"] == "class":  # (a value or a set of labels is NaN where unknown: never scored)
-                write_unknown_labels(self.folder, self.task["label"], unknown)
-        return v
-
     def _time(self, batch):
         named = self._task_column("time_column", "time")
         if named is None:
@@ -562,9 +481,9 @@ class Builder:
         kind = self.schema["tables"][table]["columns"][column]["kind"]
         return to_float(batch.column(column), "datetime" if kind == "datetime" else "numeric")
 
-    def _split_values(self, batch):
+    def _split_codes(self, batch):
         named = self._task_column("split_column", "split")
-        return None if named is None else category_strings(batch.column(named[1]))
+        return None if named is None else self.split_words.encode(batch.column(named[1]))
 
     def _task_column(self, key: str, what: str) -> tuple[str, str] | None:
         """``task.<key>``'s (table, column), which must be in the labelled table; None when the
@@ -579,40 +498,22 @@ class Builder:
             )
         return table, column
 
-    def _splits(self, times: list, splits: list, n: int, y: np.ndarray) -> dict:
+    def _write_splits(self, label, which, time, name: Callable[[str], str]) -> None:
         """From the split column, else by time (train before val before test), else none (seeded at train)."""
-        labelled = ~np.isnan(y.reshape(n, -1)).all(axis=1) if y.dtype.kind == "f" else np.ones(n, bool)
-        if splits and splits[0][1] is not None:
-            which = np.full(n, "", dtype=object)
-            for rank, values in splits:
-                which[rank] = [SPLIT_WORDS.get((v or "").lower(), f"?{v}") if v is not None else "" for v in values]
-            bad = sorted({w[1:] for w in which if w.startswith("?")})
-            if bad:
-                raise DataError(
-                    f"Split column {self.task['split_column']} holds {bad[:3]}; use train, val, test (or empty)."
-                )
-            return {s: np.flatnonzero((which == s) & labelled).astype(np.int64) for s in SPLITS}
-        if times and times[0][1] is not None:
-            t = np.empty(n)
-            for rank, values in times:
-                t[rank] = values
-            if np.isnan(t).any():
-                raise DataError(
-                    f"Time column {self.task['time_column']} is missing on {int(np.isnan(t).sum())} rows; "
-                    "every labelled row needs a time."
-                )
-            rows = np.flatnonzero(labelled)
-            rows = rows[np.lexsort((rows, t[rows]))]
-            a, b = int(len(rows) * TIME_FRACTIONS[0]), int(len(rows) * sum(TIME_FRACTIONS))
-            return {s: np.sort(part).astype(np.int64) for s, part in zip(SPLITS, (rows[:a], rows[a:b], rows[b:]))}
-        return {}
+        if which is not None:
+            self.split_words.check()
+        write_splits(label, lambda s: self.folder / name(s), which, time, self.task.get("time_column"))
 
 
-def _label_order(v):
-    try:
-        return (0, float(v), "")
-    except ValueError:
-        return (1, 0.0, v)
+def _placed(parts: list, n: int):
+    """Values given by batch, ``[(rows, values)]``, in row order (None where they are None)."""
+    if not parts or parts[0][1] is None:
+        return None
+    first = parts[0][1]
+    out = np.empty((n, *first.shape[1:]), dtype=first.dtype)
+    for rank, values in parts:
+        out[rank] = values
+    return out
 
 
 def _check_name(name: str) -> None:
@@ -624,7 +525,7 @@ def _check_name(name: str) -> None:
 
 def _normal_keys(table, pk: list, name: str) -> np.ndarray:
     """A table's (or batch's) primary key as one comparable numpy array: int64 for a single
-    integer column, else text (composite keys joined by a separator no key holds)."""
+    integer column, else text bytes (:mod:`.keys`; composite keys joined by a separator no key holds)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -636,11 +537,12 @@ def _normal_keys(table, pk: list, name: str) -> np.ndarray:
     if len(cols) == 1 and pa.types.is_integer(cols[0].type):
         return np.asarray(cols[0].to_numpy(), dtype=np.int64)
     text = [pc.cast(c, pa.string()) for c in cols]
-    joined = text[0] if len(text) == 1 else pc.binary_join_element_wise(*text, "\x1f")
-    return np.asarray(joined.to_pylist(), dtype=str)
+    return text_bytes(text[0] if len(text) == 1 else pc.binary_join_element_wise(*text, "\x1f"))
 
 
 def _as_keys(values, dtype) -> np.ndarray:
+    """A foreign key's values as its target's keys are kept (missing ones: 0 or empty, masked by the
+    caller); text read against integer keys is parsed (digits only, else a value no key has)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -651,89 +553,15 @@ def _as_keys(values, dtype) -> np.ndarray:
             [int(v) if v is not None and str(v).lstrip("-").isdigit() else -(2**62) for v in values.to_pylist()],
             dtype=np.int64,
         )
-    return np.asarray(pc.cast(values, pa.string()).fill_null("").to_pylist(), dtype=str)
+    return text_bytes(pc.cast(values, pa.string()))
 
 
 def _check_unique(name: str, pk: list, keys: np.ndarray) -> None:
     same = keys[1:] == keys[:-1]
     if same.any():
-        dup = list(dict.fromkeys(keys[1:][same].tolist()))
+        dup = shown(dict.fromkeys(keys[1:][same].tolist()))
         examples = ", ".join(repr(k) for k in dup[:3])
         raise DataError(
             f"Table '{name}': primary key {'+'.join(pk)} repeats on {int(same.sum())} rows (e.g. {examples}); "
             "keys must be unique."
         )
-
-
-# --------------------------------------------------------------------------- out-of-core edge sort
-
-
-def _sort_spilled(spill: Path, rows: int, width: int, sources: int, folder: Path, rel: tuple, feats: bool) -> None:
-    """Write the spilled edge rows sorted as ``np.lexsort((feats[:, -1], ..., feats[:, 0], dst, src))`` (stable),
-    the relation (its reverse is added at load), into ``folder``: rows are scattered by source-id bucket, then
-    each bucket sorted."""
-    src, dst = (np.memmap(spill / n, np.int64, "r", shape=(rows,)) for n in ("src", "dst"))
-    attr = np.memmap(spill / "feats", np.float32, "r", shape=(rows, width)) if width else None
-    starts, offsets = _src_buckets(src, sources)
-    src, dst, attr = _scatter(spill, src, dst, attr, starts, offsets)
-    s, r, d = rel
-    out = {
-        "fwd": np.lib.format.open_memmap(folder / f"edge_index__{s}__{r}__{d}.npy", "w+", np.int64, (2, rows)),
-    }
-    if feats:
-        path = folder / f"edge_attr__{s}__{r}__{d}.npy"
-        out["fwd_attr"] = np.lib.format.open_memmap(path, "w+", np.float32, (rows, width))
-    for lo, hi in zip(offsets[:-1], offsets[1:]):
-        if hi > lo:
-            _write_bucket(
-                out, np.array(src[lo:hi]), np.array(dst[lo:hi]), None if attr is None else np.array(attr[lo:hi]), lo
-            )
-    for m in out.values():
-        m.flush()
-    del out
-
-
-def _src_buckets(src: np.memmap, sources: int) -> tuple[np.ndarray, np.ndarray]:
-    """Source ids where each bucket starts (after the first, which starts at 0), and each bucket's first row."""
-    counts = np.zeros(sources, np.int64)
-    for lo in range(0, len(src), SORT_ROWS):
-        counts += np.bincount(src[lo : lo + SORT_ROWS], minlength=sources)
-    cum = np.cumsum(counts)
-    starts = np.searchsorted(cum, np.arange(SORT_ROWS, len(src), SORT_ROWS), side="right")
-    starts = np.unique(starts[(starts > 0) & (starts < sources)])
-    offsets = np.concatenate([[0], cum[starts - 1], [len(src)]]).astype(np.int64)
-    return starts, offsets
-
-
-def _scatter(spill: Path, src, dst, attr, starts: np.ndarray, offsets: np.ndarray):
-    """The rows moved into their buckets (stably: a bucket keeps the rows' order), as new memory-mapped files."""
-    rows = len(src)
-    moved = [np.memmap(spill / f"{n}.b", np.int64, "w+", shape=(rows,)) for n in ("src", "dst")]
-    if attr is not None:
-        moved.append(np.memmap(spill / "feats.b", np.float32, "w+", shape=attr.shape))
-    cursor = offsets[:-1].copy()
-    for lo in range(0, rows, SORT_ROWS):
-        s = np.array(src[lo : lo + SORT_ROWS])
-        bucket = np.searchsorted(starts, s, side="right")
-        order = np.argsort(bucket, kind="stable")
-        sizes = np.bincount(bucket, minlength=len(cursor))
-        first = np.cumsum(sizes) - sizes
-        where = np.repeat(cursor - first, sizes) + np.arange(len(s))
-        moved[0][where] = s[order]
-        moved[1][where] = np.asarray(dst[lo : lo + SORT_ROWS])[order]
-        if attr is not None:
-            moved[2][where] = np.asarray(attr[lo : lo + SORT_ROWS])[order]
-        cursor += sizes
-    for m in moved:
-        m.flush()
-    return moved[0], moved[1], moved[2] if attr is not None else None
-
-
-def _write_bucket(out: dict, src: np.ndarray, dst: np.ndarray, attr, lo: int) -> None:
-    keys = [*(attr[:, j] for j in range(attr.shape[1] - 1, -1, -1))] if attr is not None else []
-    order = np.lexsort([*keys, dst, src])
-    src, dst = src[order], dst[order]
-    hi = lo + len(src)
-    out["fwd"][0, lo:hi], out["fwd"][1, lo:hi] = src, dst
-    if attr is not None:
-        out["fwd_attr"][lo:hi] = attr[order]

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gnnbridge.core.errors import ConfigError
+from gnnbridge.tables.keys import KeySet, count_in, integer_key, key_values
 from gnnbridge.tables.transforms import BUCKETS, DEFAULT_TRANSFORM, KINDS, MAX_CATEGORIES, OTHER, TRANSFORMS
 
 ROLES = ("entity", "edge", "skip")
@@ -35,13 +36,18 @@ TASK_KEYS = ("label", "target", "split_column", "time_column")
 
 @dataclass
 class Profile:
-    """One pass's facts about a table's columns."""
+    """One pass's facts about a table's columns: what fits in memory whatever the rows, each
+    column's distinct values up to :data:`DISTINCT_LIMIT` and the primary key's distinct values
+    (entity-sized), never a column's values."""
 
     rows: int = 0
     nulls: dict = field(default_factory=dict)
     distinct: dict = field(default_factory=dict)  # column -> set of values (None once past DISTINCT_LIMIT)
-    keys: dict = field(default_factory=dict)  # candidate key column -> list of arrays
     dates: dict = field(default_factory=dict)  # text column -> every value is an ISO date or time
+    key: str | None = None  # the primary key (named as one), whose values are kept
+    key_type: object = None
+    keys: np.ndarray | None = None  # its distinct present values, sorted (see gnnbridge.tables.keys)
+    found: dict = field(default_factory=dict)  # foreign key column -> rows whose value is among its table's keys
 
 
 def singular(name: str) -> str:
@@ -62,21 +68,27 @@ def is_text(t) -> bool:
     return pa.types.is_string(t) or pa.types.is_large_string(t)
 
 
-def profile(table) -> Profile:
-    """Stream ``table`` once: row and null counts, distinct values (bounded), key candidates' values."""
+def candidates(table) -> list[str]:
+    """The columns named as keys (``id``, ``*_id``), in the table's order."""
+    return [c for c in table.columns if c == "id" or c.endswith("_id")]
+
+
+def profile(table, key: str | None = None, checks: dict | None = None) -> Profile:
+    """Stream ``table`` once: row and null counts, distinct values (bounded), the distinct values
+    of its primary key ``key``, and how many rows of each foreign key in ``checks`` (column ->
+    the profile of the table it names) are found among that table's keys."""
     import pyarrow.compute as pc
 
     p = Profile(nulls=dict.fromkeys(table.columns, 0), distinct={c: set() for c in table.columns})
-    candidates = [c for c in table.columns if c == "id" or c.endswith("_id")]
-    p.keys = {c: [] for c in candidates}
+    p.key, p.key_type = key, table.columns.get(key)
     p.dates = {c: True for c, t in table.columns.items() if is_text(t)}
+    p.found = dict.fromkeys(checks or {}, 0)
+    seen = KeySet()
     for batch in table.batches():
         p.rows += batch.num_rows
         for c in table.columns:
             col = batch.column(c)
             p.nulls[c] += col.null_count
-            if c in p.keys:
-                p.keys[c].append(col)
             if p.distinct[c] is not None:
                 p.distinct[c].update(pc.unique(col.drop_null()).to_pylist())
                 if len(p.distinct[c]) > DISTINCT_LIMIT:
@@ -88,20 +100,55 @@ def profile(table) -> Profile:
                         pc.match_substring_regex(valid, r"^\d{4}-\d{2}-\d{2}([ T]\d{2}:\d{2}(:\d{2}(\.\d+)?)?)?$")
                     ).as_py()
                 )
+        if key:
+            seen.add(key_values(batch.column(key)))
+        _count_found(batch, checks or {}, p)
+    p.keys = seen.keys() if key else None
     return p
 
 
-def key_array(chunks: list) -> np.ndarray:
-    """One key column's values as numpy: int64 for integers, else text (so keys compare alike across sources)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
+def _count_found(batch, checks: dict, p: Profile) -> None:
+    """Add each foreign key's rows found among its table's keys: a missing value is found where that
+    key has missing values too, an integer never among text keys (nor text among integers)."""
+    for c, target in checks.items():
+        col = batch.column(c)
+        found = col.null_count if target.nulls[target.key] else 0
+        if integer_key(col.type) == integer_key(target.key_type):
+            found += count_in(target.keys, key_values(col))
+        p.found[c] += found
 
-    if not chunks:
-        return np.zeros(0, dtype=np.int64)
-    arr = pa.chunked_array(chunks)
-    if pa.types.is_integer(arr.type):
-        return arr.to_numpy().astype(np.int64) if arr.null_count == 0 else np.asarray(arr.to_pylist(), dtype=object)
-    return np.asarray(pc.cast(arr, pa.string()).to_pylist(), dtype=object)
+
+def _profiles(source, pks: dict, refs: dict) -> dict:
+    """Every table profiled, each table whose key others name before them, so that a foreign key is
+    checked while its own table is read; only the foreign keys of a cycle of references (a table
+    naming one that names it back) take a second pass over their table."""
+    profiles: dict = {}
+    for name in _targets_first(list(source.tables), refs):
+        checks = {c: profiles[t] for c, t in refs[name].items() if t in profiles}
+        profiles[name] = profile(source.tables[name], pks[name], checks)
+    for name, p in profiles.items():
+        late = {c: profiles[t] for c, t in refs[name].items() if c not in p.found}
+        if late:
+            p.found.update(dict.fromkeys(late, 0))
+            for batch in source.tables[name].batches():
+                _count_found(batch, late, p)
+    return profiles
+
+
+def _targets_first(names: list, refs: dict) -> list:
+    """``names`` with every table after the tables its foreign keys name, where no cycle forbids it."""
+    order: list = []
+
+    def visit(name: str, path: frozenset) -> None:
+        if name in order or name in path:
+            return
+        for target in refs[name].values():
+            visit(target, path | {name})
+        order.append(name)
+
+    for name in names:
+        visit(name, frozenset())
+    return order
 
 
 def kind_of(name: str, t, p: Profile, keys: set) -> str:
@@ -152,28 +199,21 @@ def column_spec(table: str, column: str, kind: str, distinct, role: str) -> tupl
 
 
 def infer(source, label: str | None = None) -> dict:
-    """The schema of ``source`` (an opened :class:`~gnnbridge.tables.sources.Source`), every guess checked."""
-    profiles = {name: profile(t) for name, t in source.tables.items()}
-    pks = {name: _primary_key(name, profiles[name]) for name in source.tables}
-    key_sets = {n: set(key_array(profiles[n].keys[k]).tolist()) for n, k in pks.items() if k}
+    """The schema of ``source`` (an opened :class:`~gnnbridge.tables.sources.Source`), every guess
+    checked, each table streamed once (memory: the primary keys' distinct values, not the rows)."""
+    named = {name: candidates(t) for name, t in source.tables.items()}
+    pks = {name: _primary_key(name, cols) for name, cols in named.items()}
+    refs = {name: _foreign_keys(name, cols, pks) for name, cols in named.items()}
+    profiles = _profiles(source, pks, refs)
     tables = {}
     for name, t in source.tables.items():
         p, pk, notes = profiles[name], pks[name], []
         if pk and key_problem(pk, p):
             notes.append(key_problem(pk, p))
-        fks, checks = {}, []
-        for c in p.keys:
-            if c == pk:
-                continue
-            target = _referenced(c, name, pks)
-            if target is None:
-                continue
-            values = key_array(p.keys[c])
-            known = sum(1 for v in values.tolist() if v in key_sets[target])
-            fks[c] = target
-            checks.append(
-                f"{c} -> {target}.{pks[target]}: {known} of {len(values)} rows found, {len(values) - known} dangling"
-            )
+        fks, checks = refs[name], []
+        for c, target in fks.items():
+            known = p.found[c]
+            checks.append(f"{c} -> {target}.{pks[target]}: {known} of {p.rows} rows found, {p.rows - known} dangling")
         role = "entity" if pk else "edge" if len(fks) == 2 else "skip"
         if role == "skip":
             notes.append(f"no primary key ({' / '.join(key_names(name))}) and {len(fks)} foreign keys: skipped")
@@ -185,7 +225,7 @@ def infer(source, label: str | None = None) -> dict:
             columns[c], note = column_spec(name, c, kind_of(c, typ, p, keyset), p.distinct[c], role)
             if note:
                 notes.append(note)
-        entry = {"role": role, "primary_key": pk, "foreign_keys": fks, "columns": columns}
+        entry = {"role": role, "primary_key": pk, "foreign_keys": dict(fks), "columns": columns}
         tables[name] = {**entry, "notes": checks + notes} if checks or notes else entry
     schema = {"tables": tables, "task": {"label": label, "target": None, "split_column": None, "time_column": None}}
     if label:
@@ -209,15 +249,24 @@ def guess_target(kind: str, distinct) -> str:
     return "regression"
 
 
-def _primary_key(name: str, p: Profile) -> str | None:
+def _primary_key(name: str, columns: list) -> str | None:
     """The first column named as a key; whether its values are unique and non-null is checked
     by :func:`key_problem` (noted here, refused by prepare with the counts)."""
-    return next((c for c in key_names(name) if c in p.keys), None)
+    return next((c for c in key_names(name) if c in columns), None)
+
+
+def _foreign_keys(name: str, columns: list, pks: dict) -> dict:
+    """``{column: table}``: the columns (in the table's order) named like another table's key."""
+    found = {}
+    for c in columns:
+        target = _referenced(c, name, pks) if c != pks[name] else None
+        if target is not None:
+            found[c] = target
+    return found
 
 
 def key_problem(column: str, p: Profile) -> str | None:
-    values = key_array(p.keys[column])
-    repeats = len(values) - p.nulls[column] - len({v for v in values.tolist() if v is not None})
+    repeats = p.rows - p.nulls[column] - len(p.keys)
     if p.nulls[column] or repeats:
         return f"primary key {column}: {p.nulls[column]} missing, {repeats} repeated (prepare refuses it until fixed)"
     return None

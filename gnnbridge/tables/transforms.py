@@ -74,14 +74,15 @@ def _dates(array) -> bool:
     return len(valid) > 0 and bool(pc.all(pc.match_substring_regex(valid, r"^\d{4}-\d{2}-\d{2}$")).as_py())
 
 
-def category_strings(array) -> list:
-    """A categorical column's values as text (missing: None), so a category reads alike from every source."""
+def category_text(array):
+    """A categorical column's values as an arrow string array (booleans as 0/1), so a category
+    reads alike from every source."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     if pa.types.is_boolean(array.type):
         array = pc.cast(array, pa.int8())
-    return pc.cast(array, pa.string()).to_pylist()
+    return pc.cast(array, pa.string())
 
 
 class Encoder:
@@ -106,8 +107,11 @@ class Encoder:
     # fitting ---------------------------------------------------------------
     def observe(self, array) -> None:
         if self.transform in ("onehot", "node"):
-            for value in category_strings(array):
-                self.counts[value] = self.counts.get(value, 0) + 1
+            import pyarrow.compute as pc
+
+            counted = pc.value_counts(category_text(array))  # per distinct value, missing ones as None
+            for value, count in zip(counted.field(0).to_pylist(), counted.field(1).to_pylist()):
+                self.counts[value] = self.counts.get(value, 0) + count
             return
         if self.transform == "hashed":
             self.count += len(array) - array.null_count
@@ -212,11 +216,9 @@ class Encoder:
     def node_ids(self, array) -> np.ndarray:
         """``node``: each row's value node (the vocabulary's index, ``<other>`` last for unseen
         values), -1 where the value is missing (no edge)."""
-        vocab = self.state["vocabulary"]
-        slot = {v: i for i, v in enumerate(vocab)}
-        return np.fromiter(
-            (-1 if v is None else slot.get(v, len(vocab)) for v in category_strings(array)), dtype=np.int64
-        )
+        text = category_text(array)
+        missing = text.is_null().to_numpy(zero_copy_only=False)
+        return np.where(missing, -1, self._slots(text))
 
     def _buckets(self, v: np.ndarray) -> np.ndarray:
         edges = np.asarray(self.state["edges"], dtype=np.float64)
@@ -240,11 +242,19 @@ class Encoder:
         out[:, :n] /= np.where(norm > 0, norm, 1.0)
         return out.astype(np.float32)
 
-    def _onehot(self, array) -> np.ndarray:
+    def _slots(self, text) -> np.ndarray:
+        """Each value's index in the vocabulary (arrow's hash lookup, no Python per row); ``<other>``
+        (the vocabulary's length) for values not in it and missing ones."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
         vocab = self.state["vocabulary"]
-        slot = {v: i for i, v in enumerate(vocab)}
-        index = np.fromiter((slot.get(v, len(vocab)) for v in category_strings(array)), dtype=np.int64)
-        out = np.zeros((index.size, len(vocab) + 1), dtype=np.float32)
+        index = pc.index_in(text, value_set=pa.array(vocab, pa.string())).fill_null(len(vocab))
+        return index.to_numpy(zero_copy_only=False).astype(np.int64)
+
+    def _onehot(self, array) -> np.ndarray:
+        index = self._slots(category_text(array))
+        out = np.zeros((index.size, len(self.state["vocabulary"]) + 1), dtype=np.float32)
         out[np.arange(index.size), index] = 1.0
         return out
 
