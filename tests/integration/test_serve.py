@@ -6,11 +6,6 @@ get the same numbers; SIGTERM ends it with 0 once the request in flight has its 
 
 from __future__ import annotations
 
-import queue
-import signal
-import subprocess
-import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -19,6 +14,7 @@ import httpx
 import numpy as np
 import pytest
 import torch
+from served import Server
 
 import gnnbridge
 
@@ -26,7 +22,6 @@ pytestmark = pytest.mark.slow  # trains runs and starts servers
 
 NODE = ["dataset.options.num_nodes=300", "train.batch_size=64", "train.epochs=2"]
 REC = ["dataset.options.num_users=150", "dataset.options.num_items=100", "train.epochs=2", "link.eval_negatives=20"]
-START_S = 120  # a server's start on a busy two-core machine (imports, the run loaded)
 
 
 @pytest.fixture(scope="module")
@@ -39,36 +34,6 @@ def runs(tmp_path_factory):
     out["rec"] = root / "rec"
     gnnbridge.run("rec-synthetic", backend="pyg", nproc=1, overrides=REC, out=out["rec"], progress=False)
     return out
-
-
-class Server:
-    """``gnnbridge serve RUN --port 0`` in a subprocess; ``url`` from the line it prints."""
-
-    def __init__(self, run: Path, *args: str):
-        cmd = [sys.executable, "-m", "gnnbridge", "serve", str(run), "--port", "0", *args]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        lines: queue.Queue = queue.Queue()
-        threading.Thread(target=lambda: [lines.put(line) for line in self.proc.stdout], daemon=True).start()
-        try:
-            self.line = lines.get(timeout=START_S)
-        except queue.Empty:
-            self.stop()
-            pytest.fail(f"the server printed nothing in {START_S} s; stderr: {self.proc.stderr.read()}")
-        assert "127.0.0.1" in self.line and "loopback only" in self.line, self.line
-        self.url = "http://" + self.line.split("http://")[1].split()[0]
-        self.client = httpx.Client(base_url=self.url, timeout=60)
-        deadline = time.monotonic() + START_S
-        while self.client.get("/health").status_code != 200:
-            assert time.monotonic() < deadline and self.proc.poll() is None, self.proc.stderr.read()
-            time.sleep(0.2)
-
-    def post(self, path: str, body) -> httpx.Response:
-        return self.client.post(path, json=body)
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=60)
 
 
 @pytest.fixture(scope="module", params=["pyg", "dgl"])

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from gnnbridge.core.app.inference import check_candidates, inference_data, prepared_config
+from gnnbridge.core.app.keyed import KeyLookup, key_lookup
 from gnnbridge.core.config import SamplerKind, Task
 from gnnbridge.core.errors import ConfigError, GnnBridgeError
 from gnnbridge.core.inference import checkpoint
@@ -72,6 +73,7 @@ class Served:
         self.parts = RunParts(self.config, data, self.ctx, weights=self.state)
         self.data = self.parts.data
         self.lock = threading.Lock()  # the sampler and the model are used by one request at a time
+        self.keys = self._key_lookups()  # {node type: its key map}: a dataset prepared from tables
         self._stack = contextlib.ExitStack()  # a link run's mapped states live as long as the server
         self._states = self._link_states() if self.config.kind is Task.LINK else None
         self._full = None if self.config.kind is Task.LINK else self._full_evaluator()
@@ -97,21 +99,41 @@ class Served:
         }
         if config.kind is Task.LINK:
             s, rel, d = data.target_edge
-            return out | {
-                "edge_type": [s, rel, d],
-                "num_sources": data.num_nodes[s],
-                "num_destinations": data.num_nodes[d],
-                "endpoints": ["/top-k"],
-            }
-        out |= {"num_nodes": self._num_nodes(), "outputs": data.num_classes}
+            out |= {"edge_type": [s, rel, d], "num_sources": data.num_nodes[s], "num_destinations": data.num_nodes[d]}
+            return out | self._ids_metadata() | {"endpoints": ["/top-k"]}
+        out |= {"num_nodes": self._num_nodes(), "outputs": data.num_classes} | self._ids_metadata()
         if isinstance(data, GraphData):
             out |= {"feature_width": data.num_features, "edge_feature_width": _edge_width(data)}
         if config.target == "class":
             out["classes"] = data.num_classes
         return out | {"endpoints": ["/predict"]}
 
+    def _ids_metadata(self) -> dict:
+        """How a request names nodes: ``"ids": "keys"`` and each node type's key columns for a
+        dataset prepared from tables, ``"ids": "rows"`` (0 .. N-1) otherwise."""
+        if not self.keys:
+            return {"ids": "rows"}
+        return {"ids": "keys", "keys": {t: lookup.columns for t, lookup in self.keys.items()}}
+
     def _num_nodes(self) -> int:
         return int(self.data.y.shape[0])  # the items predict writes a row for
+
+    def _key_lookups(self) -> dict[str, KeyLookup]:
+        """The key maps of the node types a request names (a node task's target type, a link or
+        edge task's two ends), where the dataset was prepared from tables; {} otherwise."""
+        if self.config.kind is Task.NODE:
+            types = [getattr(self.data, "target_node", None)]
+        else:
+            edge = getattr(self.data, "target_edge", None) or ()
+            types = [edge[0], edge[2]] if len(edge) == 3 else []
+        found = {t: key_lookup(self.config, t) for t in dict.fromkeys(types)}
+        return {t: lookup for t, lookup in found.items() if lookup is not None} if all(found.values()) else {}
+
+    def _ids(self, field: str, given: Any, node_type: str | None, n: int, unit: str) -> torch.Tensor:
+        """A request's nodes of ``node_type``: by the user's keys where the dataset keeps them,
+        else as ids in ``[0, n)``."""
+        lookup = self.keys.get(node_type) if node_type else None
+        return node_ids(field, given, n, unit) if lookup is None else keyed_ids(field, given, lookup)
 
     # ------------------------------------------------------------------ node ids
 
@@ -128,7 +150,7 @@ class Served:
         """A request's node ids, checked (:class:`RequestError` otherwise)."""
         if self.config.kind is not Task.NODE:
             raise RequestError("nodes", f"this run's task is {self.config.task}; it scores no node ids", 400)
-        return node_ids("nodes", ids, self._num_nodes())
+        return self._ids("nodes", ids, getattr(self.data, "target_node", None), self._num_nodes(), "node")
 
     def score_nodes(self, requests: list[torch.Tensor]) -> list[dict]:
         """The rows of several requests' checked ids from one pass over the union of their
@@ -224,7 +246,7 @@ class Served:
             )
         s, _, d = self.data.target_edge
         n_src, n_dst = self.data.num_nodes[s], self.data.num_nodes[d]
-        ids = node_ids("sources", sources, n_src, unit=f"'{s}' node")
+        ids = self._ids("sources", sources, s, n_src, f"'{s}' node")
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= n_dst:
             raise RequestError("k", f"must be a whole number in [1, {n_dst}] (the '{d}' nodes), got {k!r}")
         try:
@@ -243,8 +265,11 @@ class Served:
             )
         counts = retrieval.fillable(exclude, unique.numel(), n_dst, k)
         top, scores, counts = top[order], scores[order], counts[order]
+        items = [row[:c].tolist() for row, c in zip(top, counts.tolist())]
+        if d in self.keys:  # named back by the destinations' keys
+            items = [self.keys[d].keys(row) if row else [] for row in items]
         return {
-            "items": [row[:c].tolist() for row, c in zip(top, counts.tolist())],
+            "items": items,
             "scores": [row[:c].tolist() for row, c in zip(scores.float(), counts.tolist())],
         }
 
@@ -262,6 +287,62 @@ def node_ids(field: str, ids: Any, n: int, unit: str = "node") -> torch.Tensor:
         if not 0 <= v < n:
             raise RequestError(f"{field}[{i}]", f"{unit} id {v} is outside [0, {n})", 404 if v >= 0 else 422)
     return torch.tensor(ids, dtype=torch.int64)
+
+
+def keyed_ids(field: str, given: Any, lookup: KeyLookup) -> torch.Tensor:
+    """``given``: a non-empty JSON list of keys of ``lookup``'s node type, as the user wrote them
+    in the tables (a value for a one-column key; ``[a, b]`` in the key's column order or
+    ``{"a": .., "b": ..}`` for a composite one); their node ids, in the request's order."""
+    import pyarrow as pa
+
+    cols = ", ".join(lookup.columns)
+    what = f"'{lookup.type}' keys ({cols})"
+    if not isinstance(given, list) or not given:
+        raise RequestError(field, f"must be a non-empty list of {what}, got {_shown(given)}")
+    parts = [_key_parts(f"{field}[{i}]", v, lookup) for i, v in enumerate(given)]
+    columns = {}
+    for j, (name, kind) in enumerate(zip(lookup.columns, lookup.types)):
+        values = [p[j] for p in parts]
+        try:
+            columns[name] = pa.array(values, type=kind)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+            i = next(i for i, v in enumerate(values) if not _converts(v, kind))
+            raise RequestError(
+                f"{field}[{i}]", f"column {name} of '{lookup.type}' holds {kind} keys, got {_shown(values[i])}"
+            ) from None
+    ids = lookup.ids(columns)
+    unknown = (ids < 0).nonzero()[0]
+    if unknown.size:
+        i = int(unknown[0])
+        raise RequestError(
+            f"{field}[{i}]", f"{_shown(given[i])} is not among the keys of '{lookup.type}' (column {cols})", 404
+        )
+    return torch.from_numpy(ids)
+
+
+def _key_parts(field: str, value: Any, lookup: KeyLookup) -> list:
+    cols = lookup.columns
+    if len(cols) == 1:
+        if isinstance(value, (list, dict)):
+            got = _shown(value)
+            raise RequestError(field, f"must be one '{lookup.type}' key (a value of column {cols[0]}), got {got}")
+        return [value]
+    if isinstance(value, list) and len(value) == len(cols):
+        return value
+    if isinstance(value, dict) and set(value) == set(cols):
+        return [value[c] for c in cols]
+    shape = "[" + ", ".join(cols) + "] or {" + ", ".join(f'"{c}": ..' for c in cols) + "}"
+    raise RequestError(field, f"must be a '{lookup.type}' key {shape}, got {_shown(value)}")
+
+
+def _converts(value: Any, kind) -> bool:
+    import pyarrow as pa
+
+    try:
+        pa.array([value], type=kind)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+        return False
+    return True
 
 
 def float_rows(field: str, value: Any, width: int, rows: int | None = None) -> torch.Tensor:
