@@ -221,3 +221,67 @@ def test_a_model_error_is_a_500_of_one_line_and_the_server_goes_on(runs, tmp_pat
         assert server.client.get("/health").status_code == 200
     finally:
         assert server.stop() == 0
+
+
+def edge_graph(n: int = 200, e: int = 1200) -> dict[str, np.ndarray]:
+    """A directed graph whose edges carry one of two classes, a rule of both ends' features."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(n, 6)).astype(np.float32)
+    src, dst = rng.integers(0, n, e), rng.integers(0, n, e)
+    return {"x": x, "edge_index": np.stack([src, dst]).astype(np.int64), "edge_label": (x[src, 0] + x[dst, 1] > 0)}
+
+
+@pytest.fixture(scope="module")
+def edge_server(tmp_path_factory):
+    """An edge task (task=edge) trained briefly on a homogeneous .npz, served."""
+    root = tmp_path_factory.mktemp("serve-edges")
+    arrays = edge_graph()
+    np.savez(root / "edges.npz", **{**arrays, "edge_label": arrays["edge_label"].astype(np.int64)})
+    run = root / "run"
+    gnnbridge.run(dataset=root / "edges.npz", backend="pyg", nproc=1, out=run, progress=False,
+                  overrides=["task=edge", "train.epochs=1", "train.batch_size=256"])  # fmt: skip
+    server = Server(run)
+    yield server, run, arrays["edge_index"]
+    assert server.stop() == 0
+
+
+def test_edges_answer_predicts_rows_of_those_edges(edge_server):
+    server, run, edge_index = edge_server
+    expected = gnnbridge.predict(run)  # row i: column i of the file's edge_index
+    columns = [7, 0, 1199, 7, 512]
+    got = server.post("/predict", {"edges": edge_index[:, columns].T.tolist()})
+    assert got.status_code == 200, got.text
+    body = got.json()
+    for key in ("logits", "probs"):
+        np.testing.assert_allclose(np.array(body[key]), expected[key][columns], atol=1e-5, rtol=0, err_msg=key)
+    assert body["pred"] == expected["pred"][columns].tolist()
+    meta = server.client.get("/metadata").json()
+    assert meta["task"] == "edge" and meta["num_edges"] == 1200 and meta["ids"] == "rows"
+
+
+@pytest.mark.parametrize(
+    "body, status, field, words",
+    [
+        ({"edges": "0,1"}, 422, "edges", "non-empty list of [source, destination] pairs"),
+        ({"edges": [[0, 1, 2]]}, 422, "edges[0]", "pair [source, destination]"),
+        ({"edges": [[0, 0], 5]}, 422, "edges[1]", "pair"),
+        ({"edges": [[0, 200]]}, 404, "edges[0][1]", "outside [0, 200)"),
+        ({"edges": [[-1, 0]]}, 422, "edges[0][0]", "outside [0, 200)"),
+        ({"edges": [[0, 1.5]]}, 422, "edges[0][1]", "whole number"),
+        ({"nodes": [0]}, 400, "nodes", "edge"),
+    ],
+)
+def test_bad_edges_are_refused_naming_the_field(edge_server, body, status, field, words):
+    server, _, edge_index = edge_server
+    got = server.post("/predict", body)
+    assert got.status_code == status and got.json()["field"] == field and words in got.json()["error"], got.text
+    assert server.post("/predict", {"edges": edge_index[:, :2].T.tolist()}).status_code == 200
+
+
+def test_a_pair_that_is_not_an_edge_is_refused(edge_server):
+    server, _, edge_index = edge_server
+    present = set(zip(*edge_index.tolist()))
+    absent = next([s, d] for s in range(200) for d in range(200) if (s, d) not in present)
+    got = server.post("/predict", {"edges": [edge_index[:, 0].tolist(), absent]})
+    assert got.status_code == 404 and got.json()["field"] == "edges[1]", got.text
+    assert f"{absent} is not an edge of (" in got.json()["error"] and "its graph's own edges" in got.json()["error"]

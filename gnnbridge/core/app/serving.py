@@ -32,12 +32,13 @@ from gnnbridge.core.config import SamplerKind, Task
 from gnnbridge.core.errors import ConfigError, GnnBridgeError
 from gnnbridge.core.inference import checkpoint
 from gnnbridge.core.inference.assembly import RunParts
-from gnnbridge.core.inference.evaluation import SampledEvaluator, evaluation_mode, forward
+from gnnbridge.core.inference.evaluation import SampledEvaluator, evaluation_mode, forward, scored_features
 from gnnbridge.core.inference.typed_layerwise import unwrap
 from gnnbridge.core.records.data import GraphData
 from gnnbridge.core.runtime.context import DistContext, resolve_device
 from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS
 from gnnbridge.core.tasks import retrieval
+from gnnbridge.core.tasks.pairs import find_pairs
 
 
 class RequestError(GnnBridgeError, ValueError):
@@ -75,8 +76,8 @@ class Served:
         self.lock = threading.Lock()  # the sampler and the model are used by one request at a time
         self.keys = self._key_lookups()  # {node type: its key map}: a dataset prepared from tables
         self._stack = contextlib.ExitStack()  # a link run's mapped states live as long as the server
-        self._states = self._link_states() if self.config.kind is Task.LINK else None
-        self._full = None if self.config.kind is Task.LINK else self._full_evaluator()
+        self._states = self._final_states() if self.config.kind in (Task.LINK, Task.EDGE) else None
+        self._full = self._full_evaluator() if self.config.kind is Task.NODE else None
         self.digest = _sha256(self.path)
 
     def close(self) -> None:
@@ -97,10 +98,16 @@ class Served:
             "device": str(self.ctx.device),
             "checkpoint": {"path": str(self.path), "epoch": self.state["epoch"], "sha256": self.digest},
         }
-        if config.kind is Task.LINK:
+        if config.kind in (Task.LINK, Task.EDGE):
             s, rel, d = data.target_edge
             out |= {"edge_type": [s, rel, d], "num_sources": data.num_nodes[s], "num_destinations": data.num_nodes[d]}
-            return out | self._ids_metadata() | {"endpoints": ["/top-k"]}
+            out |= self._ids_metadata()
+            if config.kind is Task.LINK:
+                return out | {"endpoints": ["/top-k"]}
+            out |= {"num_edges": self._num_nodes(), "outputs": data.num_classes}  # (an edge task's items: edges)
+            return (
+                out | ({"classes": data.num_classes} if config.target == "class" else {}) | {"endpoints": ["/predict"]}
+            )
         out |= {"num_nodes": self._num_nodes(), "outputs": data.num_classes} | self._ids_metadata()
         if isinstance(data, GraphData):
             out |= {"feature_width": data.num_features, "edge_feature_width": _edge_width(data)}
@@ -129,11 +136,11 @@ class Served:
         found = {t: key_lookup(self.config, t) for t in dict.fromkeys(types)}
         return {t: lookup for t, lookup in found.items() if lookup is not None} if all(found.values()) else {}
 
-    def _ids(self, field: str, given: Any, node_type: str | None, n: int, unit: str) -> torch.Tensor:
+    def _ids(self, field: str, given: Any, node_type: str | None, n: int, unit: str, at: str = "[{}]") -> torch.Tensor:
         """A request's nodes of ``node_type``: by the user's keys where the dataset keeps them,
-        else as ids in ``[0, n)``."""
+        else as ids in ``[0, n)``; item ``i``'s field is ``field + at.format(i)``."""
         lookup = self.keys.get(node_type) if node_type else None
-        return node_ids(field, given, n, unit) if lookup is None else keyed_ids(field, given, lookup)
+        return node_ids(field, given, n, unit, at) if lookup is None else keyed_ids(field, given, lookup, at)
 
     # ------------------------------------------------------------------ node ids
 
@@ -222,13 +229,51 @@ class Served:
     # ------------------------------------------------------------------ edge tasks
 
     def edges(self, pairs: Any) -> dict:
-        """An edge task's rows of the given ``[[src, dst], ...]`` edges of its graph."""
-        raise RequestError("edges", f"scores an edge task's edges; this run's task is {self.config.task}", 400)
+        """An edge task's rows of the given ``[[src, dst], ...]`` edges of its graph (ids, or the
+        two ends' keys for a dataset prepared from tables): ``predict``'s rows of those edges,
+        decoded from the final states computed when the server loaded."""
+        if self.config.kind is not Task.EDGE:
+            raise RequestError("edges", f"scores an edge task's edges; this run's task is {self.config.task}", 400)
+        data = self.data
+        s, rel, d = data.target_edge
+        if not isinstance(pairs, list) or not pairs:
+            raise RequestError("edges", f"must be a non-empty list of [source, destination] pairs, got {_shown(pairs)}")
+        for i, pair in enumerate(pairs):
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise RequestError(f"edges[{i}]", f"must be a pair [source, destination], got {_shown(pair)}")
+        ends = [
+            self._ids("edges", [p[end] for p in pairs], t, data.num_nodes[t], f"'{t}' node", at=f"[{{}}][{end}]")
+            for end, t in ((0, s), (1, d))
+        ]
+        wanted = torch.stack(ends)
+        found = find_pairs(data.edge_index[data.target_edge], wanted, data.num_nodes[d])
+        missing = (found < 0).nonzero().flatten()
+        if missing.numel():
+            i = int(missing[0])
+            raise RequestError(
+                f"edges[{i}]",
+                f"{_shown(pairs[i])} is not an edge of ({s}, {rel}, {d}); an edge task scores its graph's own edges",
+                404,
+            )
+        inner, device = unwrap(self.parts.model), self.ctx.device
+        with self.lock, torch.no_grad(), self.parts.call.blame("decode (edges)"):
+            features = scored_features(data, found, device)
+            src, dst = self._states[s][wanted[0]].to(device), self._states[d][wanted[1]].to(device)
+            logits = inner.decode(src, dst) if features is None else inner.decode(src, dst, features)
+        return self.outputs(logits.float().cpu())
 
     # ------------------------------------------------------------------ link runs
 
-    def _link_states(self) -> dict[str, torch.Tensor]:
-        """Every node type's final states, from the typed layer-wise pass ``predict`` uses."""
+    def _final_states(self) -> dict[str, torch.Tensor]:
+        """Every node type's final states, from the typed layer-wise pass ``predict`` uses (a link
+        run's top-k and an edge task's edges are decoded from them)."""
+        if self.config.kind is Task.EDGE:
+            if not self.parts.family.can_run_layerwise(self.parts):
+                raise ConfigError(
+                    f"serve answers an edge task's edges from layer-wise states, but {self.parts.call.origin} "
+                    "offers no typed layer-wise pass."
+                )
+            return self.parts.embeddings(self._stack)
         links = self.parts.link_scorer()
         if not hasattr(links, "layerwise"):
             raise ConfigError(
@@ -277,19 +322,19 @@ class Served:
 # ---------------------------------------------------------------------- request fields
 
 
-def node_ids(field: str, ids: Any, n: int, unit: str = "node") -> torch.Tensor:
-    """``ids``: a non-empty JSON list of whole numbers in ``[0, n)``."""
+def node_ids(field: str, ids: Any, n: int, unit: str = "node", at: str = "[{}]") -> torch.Tensor:
+    """``ids``: a non-empty JSON list of whole numbers in ``[0, n)`` (item ``i``: ``field + at.format(i)``)."""
     if not isinstance(ids, list) or not ids:
         raise RequestError(field, f"must be a non-empty list of {unit} ids in [0, {n}), got {_shown(ids)}")
     for i, v in enumerate(ids):
         if isinstance(v, bool) or not isinstance(v, int):
-            raise RequestError(f"{field}[{i}]", f"must be a whole number ({unit} id in [0, {n})), got {_shown(v)}")
+            raise RequestError(field + at.format(i), f"must be a whole number ({unit} id in [0, {n})), got {_shown(v)}")
         if not 0 <= v < n:
-            raise RequestError(f"{field}[{i}]", f"{unit} id {v} is outside [0, {n})", 404 if v >= 0 else 422)
+            raise RequestError(field + at.format(i), f"{unit} id {v} is outside [0, {n})", 404 if v >= 0 else 422)
     return torch.tensor(ids, dtype=torch.int64)
 
 
-def keyed_ids(field: str, given: Any, lookup: KeyLookup) -> torch.Tensor:
+def keyed_ids(field: str, given: Any, lookup: KeyLookup, at: str = "[{}]") -> torch.Tensor:
     """``given``: a non-empty JSON list of keys of ``lookup``'s node type, as the user wrote them
     in the tables (a value for a one-column key; ``[a, b]`` in the key's column order or
     ``{"a": .., "b": ..}`` for a composite one); their node ids, in the request's order."""
@@ -299,7 +344,7 @@ def keyed_ids(field: str, given: Any, lookup: KeyLookup) -> torch.Tensor:
     what = f"'{lookup.type}' keys ({cols})"
     if not isinstance(given, list) or not given:
         raise RequestError(field, f"must be a non-empty list of {what}, got {_shown(given)}")
-    parts = [_key_parts(f"{field}[{i}]", v, lookup) for i, v in enumerate(given)]
+    parts = [_key_parts(field + at.format(i), v, lookup) for i, v in enumerate(given)]
     columns = {}
     for j, (name, kind) in enumerate(zip(lookup.columns, lookup.types)):
         values = [p[j] for p in parts]
@@ -308,14 +353,14 @@ def keyed_ids(field: str, given: Any, lookup: KeyLookup) -> torch.Tensor:
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
             i = next(i for i, v in enumerate(values) if not _converts(v, kind))
             raise RequestError(
-                f"{field}[{i}]", f"column {name} of '{lookup.type}' holds {kind} keys, got {_shown(values[i])}"
+                field + at.format(i), f"column {name} of '{lookup.type}' holds {kind} keys, got {_shown(values[i])}"
             ) from None
     ids = lookup.ids(columns)
     unknown = (ids < 0).nonzero()[0]
     if unknown.size:
         i = int(unknown[0])
         raise RequestError(
-            f"{field}[{i}]", f"{_shown(given[i])} is not among the keys of '{lookup.type}' (column {cols})", 404
+            field + at.format(i), f"{_shown(given[i])} is not among the keys of '{lookup.type}' (column {cols})", 404
         )
     return torch.from_numpy(ids)
 
