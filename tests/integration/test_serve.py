@@ -6,6 +6,8 @@ get the same numbers; SIGTERM ends it with 0 once the request in flight has its 
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -285,3 +287,28 @@ def test_a_pair_that_is_not_an_edge_is_refused(edge_server):
     got = server.post("/predict", {"edges": [edge_index[:, 0].tolist(), absent]})
     assert got.status_code == 404 and got.json()["field"] == "edges[1]", got.text
     assert f"{absent} is not an edge of (" in got.json()["error"] and "its graph's own edges" in got.json()["error"]
+
+
+def test_health_is_503_loading_until_the_run_has_loaded_then_200(runs):
+    """The server listens before the run loads: its first line names the URL, every answer
+    before ``/health``'s 200 was a 503 in JSON (:class:`served.Server` checks that for every
+    server here), and a second line says it is ready, with the checkpoint's epoch."""
+    server = Server(runs["dgl"])
+    try:
+        assert server.client.get("/health").json()["status"] == "ok"
+        assert server.post("/predict", {"nodes": [1]}).status_code == 200
+        ready = server.lines.get(timeout=60)
+        assert "ready" in ready and "checkpoint epoch" in ready, ready
+    finally:
+        assert server.stop() == 0
+    assert "Traceback" not in server.proc.stderr.read()
+
+
+def test_a_run_that_fails_to_load_stops_the_server_with_one_line(runs):
+    """Checked before listening: the checkpoint; after (while /health says loading): the graph,
+    here one too small for the run's classes."""
+    cmd = [sys.executable, "-m", "gnnbridge", "serve", str(runs["pyg"]), "--port", "0"]
+    proc = subprocess.run([*cmd, "--set", "dataset.options.num_nodes=10"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "http://127.0.0.1:" in proc.stdout, proc
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "num_nodes=10 is too small" in lines[0], proc.stderr

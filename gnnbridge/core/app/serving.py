@@ -50,7 +50,12 @@ class RequestError(GnnBridgeError, ValueError):
 
 
 class Served:
-    """A run's ``kind`` checkpoint ready to score requests (one at a time: :attr:`lock`)."""
+    """A run's ``kind`` checkpoint ready to score requests (one at a time: :attr:`lock`).
+
+    Built in two steps so a server can listen while the run loads: the constructor reads and
+    checks the checkpoint and its config (a bad run is refused before anything listens), and
+    :meth:`load` (called by the constructor unless ``load=False``) loads the dataset, assembles
+    the parts and computes what a link or edge task decodes from."""
 
     def __init__(
         self,
@@ -60,6 +65,7 @@ class Served:
         device: str | None = None,
         overrides: list[str] | tuple[str, ...] = (),
         trust_code: bool = False,
+        load: bool = True,
     ):
         self.path, self.state, self.config = prepared_config(
             target, kind, device or "cpu", overrides, "predict", trust_code
@@ -69,16 +75,25 @@ class Served:
                 "serve loads the whole graph in one process; a partitioned run is served with the folder whole: "
                 "--set dataset.partitions=0."
             )
-        data = inference_data(self.path, self.state, self.config, "predict", trust_code)
+        self.trust_code = trust_code
+        self.loaded = False
+        self._stack = contextlib.ExitStack()  # a link run's mapped states live as long as the server
+        if load:
+            self.load()
+
+    def load(self) -> Served:
+        """Load the dataset and assemble the model (the slow part of a start); returns ``self``."""
+        data = inference_data(self.path, self.state, self.config, "predict", self.trust_code)
         self.ctx = DistContext(0, 1, 0, resolve_device(self.config.device.value, 0))
         self.parts = RunParts(self.config, data, self.ctx, weights=self.state)
         self.data = self.parts.data
         self.lock = threading.Lock()  # the sampler and the model are used by one request at a time
         self.keys = self._key_lookups()  # {node type: its key map}: a dataset prepared from tables
-        self._stack = contextlib.ExitStack()  # a link run's mapped states live as long as the server
         self._states = self._final_states() if self.config.kind in (Task.LINK, Task.EDGE) else None
         self._full = self._full_evaluator() if self.config.kind is Task.NODE else None
         self.digest = _sha256(self.path)
+        self.loaded = True
+        return self
 
     def close(self) -> None:
         self._stack.close()
