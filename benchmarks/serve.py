@@ -186,6 +186,10 @@ def naive_server(run: Path, port: int) -> None:
     lock = threading.Lock()
     app = FastAPI()
 
+    @app.get("/health")
+    def health() -> dict:
+        return {"status": "ok"}
+
     @app.post("/predict")
     def predict(payload: dict) -> dict:
         with lock:
