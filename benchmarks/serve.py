@@ -96,7 +96,12 @@ def parse() -> argparse.Namespace:
 def start(cmd: list[str]) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
-    return proc, "http://" + line.split("http://")[1].split()[0]
+    url = "http://" + line.split("http://")[1].split()[0]
+    import httpx
+
+    while httpx.get(url + "/health", timeout=60).status_code != 200:  # it listens first, then loads the run
+        time.sleep(0.2)
+    return proc, url
 
 
 def body(kind: str, rng: np.random.Generator, args, served) -> dict:
@@ -180,6 +185,10 @@ def naive_server(run: Path, port: int) -> None:
     served = Served(run)
     lock = threading.Lock()
     app = FastAPI()
+
+    @app.get("/health")
+    def health() -> dict:
+        return {"status": "ok"}
 
     @app.post("/predict")
     def predict(payload: dict) -> dict:

@@ -508,7 +508,8 @@ def serve(run, host, port, kind, device, overrides, trust_code, max_batch, max_w
         from gnnbridge.serving.server import serve as run_server
     except ImportError as exc:
         raise ConfigError(f"serve needs FastAPI and uvicorn ({exc}); pip install 'gnnbridge[serve]'.") from None
-    served = Served(run, kind=kind, device=device, overrides=overrides, trust_code=trust_code)
+    # The checkpoint is read and checked here; the run loads once the server listens.
+    served = Served(run, kind=kind, device=device, overrides=overrides, trust_code=trust_code, load=False)
     try:
         say = functools.partial(click.echo, err=False)
         run_server(served, host, port, max_body=max_body, max_batch=max_batch, max_wait_ms=max_wait_ms, say=say)

@@ -14,6 +14,8 @@ import asyncio
 import contextlib
 import json
 import logging
+import threading
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -30,17 +32,33 @@ class BodyTooLarge(Exception):
     pass
 
 
-def create_app(served: Served, max_body: int = 1 << 20, max_batch: int = 64, max_wait_ms: float = 2.0) -> FastAPI:
-    """The routes over ``served``; see the module docstring."""
+def create_app(
+    served: Served,
+    max_body: int = 1 << 20,
+    max_batch: int = 64,
+    max_wait_ms: float = 2.0,
+    on_ready: Callable[[Served], None] | None = None,
+    on_failure: Callable[[BaseException], None] | None = None,
+) -> FastAPI:
+    """The routes over ``served``; see the module docstring. A ``served`` not loaded yet is
+    loaded in a thread of its own once the server listens: until then ``/health`` answers 503
+    ``{"status": "loading"}`` and every other route a 503 refusal; then ``on_ready(served)``, or
+    ``on_failure(exc)`` where loading failed (the server should stop)."""
     batcher = Batcher(served, max_batch, max_wait_ms / 1000)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
+        if served.loaded:
+            on_ready and on_ready(served)
+        else:
+            _load_in_background(served, asyncio.get_running_loop(), on_ready, on_failure)
         yield
         await batcher.close()  # after uvicorn has let the in-flight requests finish
 
     app = FastAPI(title="gnnbridge serve", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
     app.state.batcher = batcher
+
+    app.add_middleware(WhileLoading, served=served)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:  # unknown route, wrong method
@@ -50,7 +68,7 @@ def create_app(served: Served, max_body: int = 1 << 20, max_batch: int = 64, max
         )
 
     @app.get("/health")
-    async def health() -> dict:
+    async def health() -> dict:  # (503 {"status": "loading"} before: the middleware above)
         return {"status": "ok", "checkpoint": served.digest}
 
     @app.get("/metadata")
@@ -84,6 +102,46 @@ def create_app(served: Served, max_body: int = 1 << 20, max_batch: int = 64, max
         return await answer(lambda: served.top_k(body["sources"], body["k"]))
 
     return app
+
+
+class WhileLoading:
+    """Until ``served`` has loaded: ``GET /health`` is 503 ``{"status": "loading"}``, every other
+    request a 503 refusal. A plain ASGI middleware (one attribute read per request once loaded;
+    Starlette's ``BaseHTTPMiddleware`` would cost every request a task and a queue)."""
+
+    def __init__(self, app, served: Served):
+        self.app, self.served = app, served
+
+    async def __call__(self, scope, receive, send) -> None:
+        if self.served.loaded or scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        if scope["path"] == "/health":
+            response = JSONResponse({"status": "loading"}, status_code=503)
+        else:
+            response = error(503, "server", "the run is still loading; GET /health answers 200 once it is ready")
+        await response(scope, receive, send)
+
+
+def _load_in_background(served: Served, loop: asyncio.AbstractEventLoop, on_ready, on_failure) -> None:
+    """``served.load()`` in a daemon thread (a SIGTERM while loading ends the program without
+    waiting for it); its outcome is handed to ``on_ready`` / ``on_failure`` on the event loop."""
+
+    def done(exc: BaseException | None) -> None:
+        if exc is None:
+            on_ready and on_ready(served)
+        elif on_failure is not None:  # (the server stops and raises it: the CLI's one line)
+            on_failure(exc)
+
+    def work() -> None:
+        try:
+            served.load()
+            outcome = None
+        except BaseException as exc:  # noqa: BLE001 - handed to the server, which stops and reports it
+            outcome = exc
+        with contextlib.suppress(RuntimeError):  # (the loop has closed: the server stopped meanwhile)
+            loop.call_soon_threadsafe(done, outcome)
+
+    threading.Thread(target=work, name="gnnbridge-serve-load", daemon=True).start()
 
 
 async def answer(compute, awaited: bool = False):

@@ -1,6 +1,8 @@
-"""Starting and stopping ``gnnbridge serve``: the run is loaded, the socket bound (a port in use
-is one clear line, before anything listens), one line says where it listens, and uvicorn serves
-until SIGTERM or Ctrl-C, which let the requests in flight finish and end the program with 0.
+"""Starting and stopping ``gnnbridge serve``: the run's checkpoint is read and checked, the socket
+bound (a port in use is one clear line, before anything listens), one line says where it
+listens, the run loads while uvicorn already answers (``/health``: 503 ``loading``, then 200; a
+second line says it is ready), and uvicorn serves until SIGTERM or Ctrl-C, which let the
+requests in flight finish and end the program with 0.
 """
 
 from __future__ import annotations
@@ -28,12 +30,13 @@ def serve(
     say: Callable[[str], None] = print,
 ) -> None:
     """Serve ``served`` on ``host:port`` (0: a free port, named in the line ``say`` is given)
-    until a signal stops it."""
+    until a signal stops it. A ``served`` not loaded yet (``Served(..., load=False)``) is loaded
+    once the server listens (``/health`` answers 503 until then); a failure to load stops the
+    server and is raised here."""
     import uvicorn
 
     from gnnbridge.serving.app import create_app
 
-    app = create_app(served, max_body, max_batch, max_wait_ms)
     sock = bind(host, port)
     bound = sock.getsockname()[1]
     where = (
@@ -41,16 +44,27 @@ def serve(
         if host == LOOPBACK
         else "every client that can reach it"
     )
-    meta = served.metadata()
-    say(
-        f"gnnbridge serve: {meta['experiment']} ({meta['task']}, {meta['backend']}, checkpoint epoch "
-        f"{meta['checkpoint']['epoch']}) on http://{host}:{bound} ({where}); Ctrl-C stops"
-    )
+    say(f"gnnbridge serve: {served.config.name} on http://{host}:{bound} ({where}); Ctrl-C stops")
+    failed: list[BaseException] = []
+
+    def ready(s: Served) -> None:
+        meta = s.metadata()
+        say(
+            f"gnnbridge serve: ready: {meta['task']}, {meta['backend']}, checkpoint epoch {meta['checkpoint']['epoch']}"
+        )
+
+    def failure(exc: BaseException) -> None:
+        failed.append(exc)
+        server.should_exit = True
+
+    app = create_app(served, max_body, max_batch, max_wait_ms, on_ready=ready, on_failure=failure)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=30)
     server = uvicorn.Server(config)
     with _signals_end_quietly():
         server.run(sockets=[sock])
     sock.close()
+    if failed:
+        raise failed[0]
 
 
 def bind(host: str, port: int) -> socket.socket:

@@ -6,11 +6,8 @@ get the same numbers; SIGTERM ends it with 0 once the request in flight has its 
 
 from __future__ import annotations
 
-import queue
-import signal
 import subprocess
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -19,6 +16,7 @@ import httpx
 import numpy as np
 import pytest
 import torch
+from served import Server
 
 import gnnbridge
 
@@ -26,7 +24,6 @@ pytestmark = pytest.mark.slow  # trains runs and starts servers
 
 NODE = ["dataset.options.num_nodes=300", "train.batch_size=64", "train.epochs=2"]
 REC = ["dataset.options.num_users=150", "dataset.options.num_items=100", "train.epochs=2", "link.eval_negatives=20"]
-START_S = 120  # a server's start on a busy two-core machine (imports, the run loaded)
 
 
 @pytest.fixture(scope="module")
@@ -39,36 +36,6 @@ def runs(tmp_path_factory):
     out["rec"] = root / "rec"
     gnnbridge.run("rec-synthetic", backend="pyg", nproc=1, overrides=REC, out=out["rec"], progress=False)
     return out
-
-
-class Server:
-    """``gnnbridge serve RUN --port 0`` in a subprocess; ``url`` from the line it prints."""
-
-    def __init__(self, run: Path, *args: str):
-        cmd = [sys.executable, "-m", "gnnbridge", "serve", str(run), "--port", "0", *args]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        lines: queue.Queue = queue.Queue()
-        threading.Thread(target=lambda: [lines.put(line) for line in self.proc.stdout], daemon=True).start()
-        try:
-            self.line = lines.get(timeout=START_S)
-        except queue.Empty:
-            self.stop()
-            pytest.fail(f"the server printed nothing in {START_S} s; stderr: {self.proc.stderr.read()}")
-        assert "127.0.0.1" in self.line and "loopback only" in self.line, self.line
-        self.url = "http://" + self.line.split("http://")[1].split()[0]
-        self.client = httpx.Client(base_url=self.url, timeout=60)
-        deadline = time.monotonic() + START_S
-        while self.client.get("/health").status_code != 200:
-            assert time.monotonic() < deadline and self.proc.poll() is None, self.proc.stderr.read()
-            time.sleep(0.2)
-
-    def post(self, path: str, body) -> httpx.Response:
-        return self.client.post(path, json=body)
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=60)
 
 
 @pytest.fixture(scope="module", params=["pyg", "dgl"])
@@ -256,3 +223,92 @@ def test_a_model_error_is_a_500_of_one_line_and_the_server_goes_on(runs, tmp_pat
         assert server.client.get("/health").status_code == 200
     finally:
         assert server.stop() == 0
+
+
+def edge_graph(n: int = 200, e: int = 1200) -> dict[str, np.ndarray]:
+    """A directed graph whose edges carry one of two classes, a rule of both ends' features."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(n, 6)).astype(np.float32)
+    src, dst = rng.integers(0, n, e), rng.integers(0, n, e)
+    return {"x": x, "edge_index": np.stack([src, dst]).astype(np.int64), "edge_label": (x[src, 0] + x[dst, 1] > 0)}
+
+
+@pytest.fixture(scope="module")
+def edge_server(tmp_path_factory):
+    """An edge task (task=edge) trained briefly on a homogeneous .npz, served."""
+    root = tmp_path_factory.mktemp("serve-edges")
+    arrays = edge_graph()
+    np.savez(root / "edges.npz", **{**arrays, "edge_label": arrays["edge_label"].astype(np.int64)})
+    run = root / "run"
+    gnnbridge.run(dataset=root / "edges.npz", backend="pyg", nproc=1, out=run, progress=False,
+                  overrides=["task=edge", "train.epochs=1", "train.batch_size=256"])  # fmt: skip
+    server = Server(run)
+    yield server, run, arrays["edge_index"]
+    assert server.stop() == 0
+
+
+def test_edges_answer_predicts_rows_of_those_edges(edge_server):
+    server, run, edge_index = edge_server
+    expected = gnnbridge.predict(run)  # row i: column i of the file's edge_index
+    columns = [7, 0, 1199, 7, 512]
+    got = server.post("/predict", {"edges": edge_index[:, columns].T.tolist()})
+    assert got.status_code == 200, got.text
+    body = got.json()
+    for key in ("logits", "probs"):
+        np.testing.assert_allclose(np.array(body[key]), expected[key][columns], atol=1e-5, rtol=0, err_msg=key)
+    assert body["pred"] == expected["pred"][columns].tolist()
+    meta = server.client.get("/metadata").json()
+    assert meta["task"] == "edge" and meta["num_edges"] == 1200 and meta["ids"] == "rows"
+
+
+@pytest.mark.parametrize(
+    "body, status, field, words",
+    [
+        ({"edges": "0,1"}, 422, "edges", "non-empty list of [source, destination] pairs"),
+        ({"edges": [[0, 1, 2]]}, 422, "edges[0]", "pair [source, destination]"),
+        ({"edges": [[0, 0], 5]}, 422, "edges[1]", "pair"),
+        ({"edges": [[0, 200]]}, 404, "edges[0][1]", "outside [0, 200)"),
+        ({"edges": [[-1, 0]]}, 422, "edges[0][0]", "outside [0, 200)"),
+        ({"edges": [[0, 1.5]]}, 422, "edges[0][1]", "whole number"),
+        ({"nodes": [0]}, 400, "nodes", "edge"),
+    ],
+)
+def test_bad_edges_are_refused_naming_the_field(edge_server, body, status, field, words):
+    server, _, edge_index = edge_server
+    got = server.post("/predict", body)
+    assert got.status_code == status and got.json()["field"] == field and words in got.json()["error"], got.text
+    assert server.post("/predict", {"edges": edge_index[:, :2].T.tolist()}).status_code == 200
+
+
+def test_a_pair_that_is_not_an_edge_is_refused(edge_server):
+    server, _, edge_index = edge_server
+    present = set(zip(*edge_index.tolist()))
+    absent = next([s, d] for s in range(200) for d in range(200) if (s, d) not in present)
+    got = server.post("/predict", {"edges": [edge_index[:, 0].tolist(), absent]})
+    assert got.status_code == 404 and got.json()["field"] == "edges[1]", got.text
+    assert f"{absent} is not an edge of (" in got.json()["error"] and "its graph's own edges" in got.json()["error"]
+
+
+def test_health_is_503_loading_until_the_run_has_loaded_then_200(runs):
+    """The server listens before the run loads: its first line names the URL, every answer
+    before ``/health``'s 200 was a 503 in JSON (:class:`served.Server` checks that for every
+    server here), and a second line says it is ready, with the checkpoint's epoch."""
+    server = Server(runs["dgl"])
+    try:
+        assert server.client.get("/health").json()["status"] == "ok"
+        assert server.post("/predict", {"nodes": [1]}).status_code == 200
+        ready = server.lines.get(timeout=60)
+        assert "ready" in ready and "checkpoint epoch" in ready, ready
+    finally:
+        assert server.stop() == 0
+    assert "Traceback" not in server.proc.stderr.read()
+
+
+def test_a_run_that_fails_to_load_stops_the_server_with_one_line(runs):
+    """Checked before listening: the checkpoint; after (while /health says loading): the graph,
+    here one too small for the run's classes."""
+    cmd = [sys.executable, "-m", "gnnbridge", "serve", str(runs["pyg"]), "--port", "0"]
+    proc = subprocess.run([*cmd, "--set", "dataset.options.num_nodes=10"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "http://127.0.0.1:" in proc.stdout, proc
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "num_nodes=10 is too small" in lines[0], proc.stderr

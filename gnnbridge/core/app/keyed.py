@@ -308,3 +308,45 @@ def _lookup(table, ends: Ends, end: int) -> tuple[np.ndarray | None, str]:
     distinct = list(dict.fromkeys(tuple(row.values()) for row in unknown))
     shown = ", ".join(repr(k[0]) if len(k) == 1 else repr(k) for k in distinct[:3])
     return None, f"{len(distinct)} {', '.join(names)} value(s) not among the keys of '{ends.types[end]}' (e.g. {shown})"
+
+
+class KeyLookup:
+    """One node type's key map, to find the nodes a request names by the user's keys and to name
+    nodes back by them (``serve``). The map stays a pyarrow table: a request's keys are joined
+    against it (vectorised, no index of Python objects held beside the map), one join per request."""
+
+    def __init__(self, node_type: str, keys):
+        self.type = node_type
+        self.map = keys.sort_by("id")  # row i: node i (the map holds every node of the type once)
+        self.columns = [c for c in keys.column_names if c != "id"]
+        self.types = [keys.schema.field(c).type for c in self.columns]
+
+    def ids(self, columns: dict) -> np.ndarray:
+        """The node ids of the keys ``{column: pyarrow array}`` (every key column, as long each),
+        in their order; -1 where a key is not in the map."""
+        import pyarrow as pa
+
+        asked = pa.table(columns).append_column(ROW, pa.array(np.arange(len(next(iter(columns.values()))))))
+        found = asked.join(self.map, keys=self.columns, join_type="left outer").sort_by(ROW)
+        return found.column("id").fill_null(-1).to_numpy().astype(np.int64)
+
+    def keys(self, ids: np.ndarray) -> list:
+        """The keys of the nodes ``ids`` as JSON values: the value of a one-column key, an object
+        ``{column: value}`` of a composite one (dates and other values as their text)."""
+        import pyarrow as pa
+
+        rows = self.map.take(pa.array(np.ascontiguousarray(ids, dtype=np.int64))).select(self.columns).to_pylist()
+        plain = [{c: _json_value(v) for c, v in row.items()} for row in rows]
+        return [row[self.columns[0]] for row in plain] if len(self.columns) == 1 else plain
+
+
+def key_lookup(config: ExperimentConfig, node_type: str | None) -> KeyLookup | None:
+    """``node_type``'s key map in the run's dataset folder, or None where it keeps none."""
+    if not node_type or not config.dataset.path:
+        return None
+    keys = key_map(config.dataset.path, node_type)
+    return None if keys is None else KeyLookup(node_type, keys)
+
+
+def _json_value(value):
+    return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)

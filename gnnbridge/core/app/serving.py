@@ -27,16 +27,18 @@ from typing import Any
 import torch
 
 from gnnbridge.core.app.inference import check_candidates, inference_data, prepared_config
+from gnnbridge.core.app.keyed import KeyLookup, key_lookup
 from gnnbridge.core.config import SamplerKind, Task
 from gnnbridge.core.errors import ConfigError, GnnBridgeError
 from gnnbridge.core.inference import checkpoint
 from gnnbridge.core.inference.assembly import RunParts
-from gnnbridge.core.inference.evaluation import SampledEvaluator, evaluation_mode, forward
+from gnnbridge.core.inference.evaluation import SampledEvaluator, evaluation_mode, forward, scored_features
 from gnnbridge.core.inference.typed_layerwise import unwrap
 from gnnbridge.core.records.data import GraphData
 from gnnbridge.core.runtime.context import DistContext, resolve_device
 from gnnbridge.core.sampling.neighbors import ALL_NEIGHBORS
 from gnnbridge.core.tasks import retrieval
+from gnnbridge.core.tasks.pairs import find_pairs
 
 
 class RequestError(GnnBridgeError, ValueError):
@@ -48,7 +50,12 @@ class RequestError(GnnBridgeError, ValueError):
 
 
 class Served:
-    """A run's ``kind`` checkpoint ready to score requests (one at a time: :attr:`lock`)."""
+    """A run's ``kind`` checkpoint ready to score requests (one at a time: :attr:`lock`).
+
+    Built in two steps so a server can listen while the run loads: the constructor reads and
+    checks the checkpoint and its config (a bad run is refused before anything listens), and
+    :meth:`load` (called by the constructor unless ``load=False``) loads the dataset, assembles
+    the parts and computes what a link or edge task decodes from."""
 
     def __init__(
         self,
@@ -58,6 +65,7 @@ class Served:
         device: str | None = None,
         overrides: list[str] | tuple[str, ...] = (),
         trust_code: bool = False,
+        load: bool = True,
     ):
         self.path, self.state, self.config = prepared_config(
             target, kind, device or "cpu", overrides, "predict", trust_code
@@ -67,15 +75,25 @@ class Served:
                 "serve loads the whole graph in one process; a partitioned run is served with the folder whole: "
                 "--set dataset.partitions=0."
             )
-        data = inference_data(self.path, self.state, self.config, "predict", trust_code)
+        self.trust_code = trust_code
+        self.loaded = False
+        self._stack = contextlib.ExitStack()  # a link run's mapped states live as long as the server
+        if load:
+            self.load()
+
+    def load(self) -> Served:
+        """Load the dataset and assemble the model (the slow part of a start); returns ``self``."""
+        data = inference_data(self.path, self.state, self.config, "predict", self.trust_code)
         self.ctx = DistContext(0, 1, 0, resolve_device(self.config.device.value, 0))
         self.parts = RunParts(self.config, data, self.ctx, weights=self.state)
         self.data = self.parts.data
         self.lock = threading.Lock()  # the sampler and the model are used by one request at a time
-        self._stack = contextlib.ExitStack()  # a link run's mapped states live as long as the server
-        self._states = self._link_states() if self.config.kind is Task.LINK else None
-        self._full = None if self.config.kind is Task.LINK else self._full_evaluator()
+        self.keys = self._key_lookups()  # {node type: its key map}: a dataset prepared from tables
+        self._states = self._final_states() if self.config.kind in (Task.LINK, Task.EDGE) else None
+        self._full = self._full_evaluator() if self.config.kind is Task.NODE else None
         self.digest = _sha256(self.path)
+        self.loaded = True
+        return self
 
     def close(self) -> None:
         self._stack.close()
@@ -95,23 +113,49 @@ class Served:
             "device": str(self.ctx.device),
             "checkpoint": {"path": str(self.path), "epoch": self.state["epoch"], "sha256": self.digest},
         }
-        if config.kind is Task.LINK:
+        if config.kind in (Task.LINK, Task.EDGE):
             s, rel, d = data.target_edge
-            return out | {
-                "edge_type": [s, rel, d],
-                "num_sources": data.num_nodes[s],
-                "num_destinations": data.num_nodes[d],
-                "endpoints": ["/top-k"],
-            }
-        out |= {"num_nodes": self._num_nodes(), "outputs": data.num_classes}
+            out |= {"edge_type": [s, rel, d], "num_sources": data.num_nodes[s], "num_destinations": data.num_nodes[d]}
+            out |= self._ids_metadata()
+            if config.kind is Task.LINK:
+                return out | {"endpoints": ["/top-k"]}
+            out |= {"num_edges": self._num_nodes(), "outputs": data.num_classes}  # (an edge task's items: edges)
+            return (
+                out | ({"classes": data.num_classes} if config.target == "class" else {}) | {"endpoints": ["/predict"]}
+            )
+        out |= {"num_nodes": self._num_nodes(), "outputs": data.num_classes} | self._ids_metadata()
         if isinstance(data, GraphData):
             out |= {"feature_width": data.num_features, "edge_feature_width": _edge_width(data)}
         if config.target == "class":
             out["classes"] = data.num_classes
         return out | {"endpoints": ["/predict"]}
 
+    def _ids_metadata(self) -> dict:
+        """How a request names nodes: ``"ids": "keys"`` and each node type's key columns for a
+        dataset prepared from tables, ``"ids": "rows"`` (0 .. N-1) otherwise."""
+        if not self.keys:
+            return {"ids": "rows"}
+        return {"ids": "keys", "keys": {t: lookup.columns for t, lookup in self.keys.items()}}
+
     def _num_nodes(self) -> int:
         return int(self.data.y.shape[0])  # the items predict writes a row for
+
+    def _key_lookups(self) -> dict[str, KeyLookup]:
+        """The key maps of the node types a request names (a node task's target type, a link or
+        edge task's two ends), where the dataset was prepared from tables; {} otherwise."""
+        if self.config.kind is Task.NODE:
+            types = [getattr(self.data, "target_node", None)]
+        else:
+            edge = getattr(self.data, "target_edge", None) or ()
+            types = [edge[0], edge[2]] if len(edge) == 3 else []
+        found = {t: key_lookup(self.config, t) for t in dict.fromkeys(types)}
+        return {t: lookup for t, lookup in found.items() if lookup is not None} if all(found.values()) else {}
+
+    def _ids(self, field: str, given: Any, node_type: str | None, n: int, unit: str, at: str = "[{}]") -> torch.Tensor:
+        """A request's nodes of ``node_type``: by the user's keys where the dataset keeps them,
+        else as ids in ``[0, n)``; item ``i``'s field is ``field + at.format(i)``."""
+        lookup = self.keys.get(node_type) if node_type else None
+        return node_ids(field, given, n, unit, at) if lookup is None else keyed_ids(field, given, lookup, at)
 
     # ------------------------------------------------------------------ node ids
 
@@ -128,7 +172,7 @@ class Served:
         """A request's node ids, checked (:class:`RequestError` otherwise)."""
         if self.config.kind is not Task.NODE:
             raise RequestError("nodes", f"this run's task is {self.config.task}; it scores no node ids", 400)
-        return node_ids("nodes", ids, self._num_nodes())
+        return self._ids("nodes", ids, getattr(self.data, "target_node", None), self._num_nodes(), "node")
 
     def score_nodes(self, requests: list[torch.Tensor]) -> list[dict]:
         """The rows of several requests' checked ids from one pass over the union of their
@@ -200,13 +244,51 @@ class Served:
     # ------------------------------------------------------------------ edge tasks
 
     def edges(self, pairs: Any) -> dict:
-        """An edge task's rows of the given ``[[src, dst], ...]`` edges of its graph."""
-        raise RequestError("edges", f"scores an edge task's edges; this run's task is {self.config.task}", 400)
+        """An edge task's rows of the given ``[[src, dst], ...]`` edges of its graph (ids, or the
+        two ends' keys for a dataset prepared from tables): ``predict``'s rows of those edges,
+        decoded from the final states computed when the server loaded."""
+        if self.config.kind is not Task.EDGE:
+            raise RequestError("edges", f"scores an edge task's edges; this run's task is {self.config.task}", 400)
+        data = self.data
+        s, rel, d = data.target_edge
+        if not isinstance(pairs, list) or not pairs:
+            raise RequestError("edges", f"must be a non-empty list of [source, destination] pairs, got {_shown(pairs)}")
+        for i, pair in enumerate(pairs):
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise RequestError(f"edges[{i}]", f"must be a pair [source, destination], got {_shown(pair)}")
+        ends = [
+            self._ids("edges", [p[end] for p in pairs], t, data.num_nodes[t], f"'{t}' node", at=f"[{{}}][{end}]")
+            for end, t in ((0, s), (1, d))
+        ]
+        wanted = torch.stack(ends)
+        found = find_pairs(data.edge_index[data.target_edge], wanted, data.num_nodes[d])
+        missing = (found < 0).nonzero().flatten()
+        if missing.numel():
+            i = int(missing[0])
+            raise RequestError(
+                f"edges[{i}]",
+                f"{_shown(pairs[i])} is not an edge of ({s}, {rel}, {d}); an edge task scores its graph's own edges",
+                404,
+            )
+        inner, device = unwrap(self.parts.model), self.ctx.device
+        with self.lock, torch.no_grad(), self.parts.call.blame("decode (edges)"):
+            features = scored_features(data, found, device)
+            src, dst = self._states[s][wanted[0]].to(device), self._states[d][wanted[1]].to(device)
+            logits = inner.decode(src, dst) if features is None else inner.decode(src, dst, features)
+        return self.outputs(logits.float().cpu())
 
     # ------------------------------------------------------------------ link runs
 
-    def _link_states(self) -> dict[str, torch.Tensor]:
-        """Every node type's final states, from the typed layer-wise pass ``predict`` uses."""
+    def _final_states(self) -> dict[str, torch.Tensor]:
+        """Every node type's final states, from the typed layer-wise pass ``predict`` uses (a link
+        run's top-k and an edge task's edges are decoded from them)."""
+        if self.config.kind is Task.EDGE:
+            if not self.parts.family.can_run_layerwise(self.parts):
+                raise ConfigError(
+                    f"serve answers an edge task's edges from layer-wise states, but {self.parts.call.origin} "
+                    "offers no typed layer-wise pass."
+                )
+            return self.parts.embeddings(self._stack)
         links = self.parts.link_scorer()
         if not hasattr(links, "layerwise"):
             raise ConfigError(
@@ -224,7 +306,7 @@ class Served:
             )
         s, _, d = self.data.target_edge
         n_src, n_dst = self.data.num_nodes[s], self.data.num_nodes[d]
-        ids = node_ids("sources", sources, n_src, unit=f"'{s}' node")
+        ids = self._ids("sources", sources, s, n_src, f"'{s}' node")
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= n_dst:
             raise RequestError("k", f"must be a whole number in [1, {n_dst}] (the '{d}' nodes), got {k!r}")
         try:
@@ -243,8 +325,11 @@ class Served:
             )
         counts = retrieval.fillable(exclude, unique.numel(), n_dst, k)
         top, scores, counts = top[order], scores[order], counts[order]
+        items = [row[:c].tolist() for row, c in zip(top, counts.tolist())]
+        if d in self.keys:  # named back by the destinations' keys
+            items = [self.keys[d].keys(row) if row else [] for row in items]
         return {
-            "items": [row[:c].tolist() for row, c in zip(top, counts.tolist())],
+            "items": items,
             "scores": [row[:c].tolist() for row, c in zip(scores.float(), counts.tolist())],
         }
 
@@ -252,16 +337,72 @@ class Served:
 # ---------------------------------------------------------------------- request fields
 
 
-def node_ids(field: str, ids: Any, n: int, unit: str = "node") -> torch.Tensor:
-    """``ids``: a non-empty JSON list of whole numbers in ``[0, n)``."""
+def node_ids(field: str, ids: Any, n: int, unit: str = "node", at: str = "[{}]") -> torch.Tensor:
+    """``ids``: a non-empty JSON list of whole numbers in ``[0, n)`` (item ``i``: ``field + at.format(i)``)."""
     if not isinstance(ids, list) or not ids:
         raise RequestError(field, f"must be a non-empty list of {unit} ids in [0, {n}), got {_shown(ids)}")
     for i, v in enumerate(ids):
         if isinstance(v, bool) or not isinstance(v, int):
-            raise RequestError(f"{field}[{i}]", f"must be a whole number ({unit} id in [0, {n})), got {_shown(v)}")
+            raise RequestError(field + at.format(i), f"must be a whole number ({unit} id in [0, {n})), got {_shown(v)}")
         if not 0 <= v < n:
-            raise RequestError(f"{field}[{i}]", f"{unit} id {v} is outside [0, {n})", 404 if v >= 0 else 422)
+            raise RequestError(field + at.format(i), f"{unit} id {v} is outside [0, {n})", 404 if v >= 0 else 422)
     return torch.tensor(ids, dtype=torch.int64)
+
+
+def keyed_ids(field: str, given: Any, lookup: KeyLookup, at: str = "[{}]") -> torch.Tensor:
+    """``given``: a non-empty JSON list of keys of ``lookup``'s node type, as the user wrote them
+    in the tables (a value for a one-column key; ``[a, b]`` in the key's column order or
+    ``{"a": .., "b": ..}`` for a composite one); their node ids, in the request's order."""
+    import pyarrow as pa
+
+    cols = ", ".join(lookup.columns)
+    what = f"'{lookup.type}' keys ({cols})"
+    if not isinstance(given, list) or not given:
+        raise RequestError(field, f"must be a non-empty list of {what}, got {_shown(given)}")
+    parts = [_key_parts(field + at.format(i), v, lookup) for i, v in enumerate(given)]
+    columns = {}
+    for j, (name, kind) in enumerate(zip(lookup.columns, lookup.types)):
+        values = [p[j] for p in parts]
+        try:
+            columns[name] = pa.array(values, type=kind)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+            i = next(i for i, v in enumerate(values) if not _converts(v, kind))
+            raise RequestError(
+                field + at.format(i), f"column {name} of '{lookup.type}' holds {kind} keys, got {_shown(values[i])}"
+            ) from None
+    ids = lookup.ids(columns)
+    unknown = (ids < 0).nonzero()[0]
+    if unknown.size:
+        i = int(unknown[0])
+        raise RequestError(
+            field + at.format(i), f"{_shown(given[i])} is not among the keys of '{lookup.type}' (column {cols})", 404
+        )
+    return torch.from_numpy(ids)
+
+
+def _key_parts(field: str, value: Any, lookup: KeyLookup) -> list:
+    cols = lookup.columns
+    if len(cols) == 1:
+        if isinstance(value, (list, dict)):
+            got = _shown(value)
+            raise RequestError(field, f"must be one '{lookup.type}' key (a value of column {cols[0]}), got {got}")
+        return [value]
+    if isinstance(value, list) and len(value) == len(cols):
+        return value
+    if isinstance(value, dict) and set(value) == set(cols):
+        return [value[c] for c in cols]
+    shape = "[" + ", ".join(cols) + "] or {" + ", ".join(f'"{c}": ..' for c in cols) + "}"
+    raise RequestError(field, f"must be a '{lookup.type}' key {shape}, got {_shown(value)}")
+
+
+def _converts(value: Any, kind) -> bool:
+    import pyarrow as pa
+
+    try:
+        pa.array([value], type=kind)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+        return False
+    return True
 
 
 def float_rows(field: str, value: Any, width: int, rows: int | None = None) -> torch.Tensor:
