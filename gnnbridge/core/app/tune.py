@@ -334,7 +334,7 @@ def tune(
     )  # fmt: skip
     for frozen in _interrupted(the_study):
         _run_trial(search, the_study, optuna.Trial(the_study, frozen._trial_id), taken_over=True)
-    while _held(the_study) < trials:
+    while _held(the_study) < trials and not _grid_done(the_study):
         trial = the_study.ask()
         for param in params:
             param.suggest(trial)
@@ -373,6 +373,22 @@ def _check_folder(out: Path, record: dict) -> None:
 def _held(study) -> int:
     """Trials the study holds: finished (any state) or running somewhere."""
     return sum(1 for t in study.get_trials(deepcopy=False) if t.state.name != "WAITING")
+
+
+def _grid_done(study) -> bool:
+    """``--sampler grid`` has walked its whole grid (the study ends there, short of ``--trials``)."""
+    exhausted = getattr(study.sampler, "is_exhausted", None)
+    return bool(exhausted and exhausted(study))
+
+
+def _told(study, trial, *args, **kwargs) -> None:
+    """``study.tell``; Optuna's grid sampler calls ``study.stop()`` once its grid is done, which
+    raises outside ``study.optimize`` after the trial is stored: that is the end, not an error."""
+    try:
+        study.tell(trial, *args, **kwargs)
+    except RuntimeError as exc:
+        if "Study.stop" not in str(exc):
+            raise
 
 
 def _interrupted(study) -> list:
@@ -434,7 +450,7 @@ def _run_trial(search: Search, study, trial, taken_over: bool = False) -> None:
         if not isinstance(exc, GnnBridgeError):
             reason = f"{type(exc).__name__}: {reason}"
         trial.set_user_attr("fail_reason", reason)
-        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        _told(study, trial, state=optuna.trial.TrialState.FAIL)
         search.say(f"trial {trial.number} failed: {reason}")
         return
     _tell(search, study, trial, results)
@@ -448,14 +464,14 @@ def _tell(search: Search, study, trial, results: dict) -> None:
     stopped = results.get("stopped_by")
     if stopped:
         trial.set_user_attr("pruned", stopped["reason"])
-        study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        _told(study, trial, state=optuna.trial.TrialState.PRUNED)
         search.say(f"trial {trial.number} {stopped['reason']}")
     elif value is None or not math.isfinite(value):
         trial.set_user_attr("fail_reason", f"{search.monitor} was undefined in every epoch")
-        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        _told(study, trial, state=optuna.trial.TrialState.FAIL)
         search.say(f"trial {trial.number} failed: {search.monitor} was undefined in every epoch")
     else:
-        study.tell(trial, float(value))
+        _told(study, trial, float(value))
         search.say(f"trial {trial.number}: {search.monitor} {value:.4f} after {epochs} epoch(s)")
 
 
