@@ -553,7 +553,8 @@ def _fmt(value: Any, digits: int = 4) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):
-        return f"{value:.{digits}g}" if abs(value) < 1e-3 and value else f"{value:.{digits}f}"
+        tiny_or_huge = value and not 1e-3 <= abs(value) < 1e5
+        return f"{value:.{digits}g}" if tiny_or_huge else f"{value:.{digits}f}"
     return str(value)
 
 
