@@ -125,3 +125,16 @@ def test_pruned_trial_of_two_ranks_stops_both_and_studies_are_shared(tmp_path):
     results = json.loads((tmp_path / "b" / "trial-2" / "results.json").read_text())
     assert results["world_size"] == 2 and results["stopped_by"]["epoch"] < 2
     assert len(results["history"]) == results["stopped_by"]["epoch"] + 1
+
+
+def test_two_commands_at_once_share_one_sqlite_study(tmp_path):
+    space = _space(tmp_path, "space.yaml", {"model.hidden": {"int": [8, 32]}})
+    common = ["--space", space, "--trials", "3", "--storage", f"sqlite:///{tmp_path / 'shared.db'}", *TINY]
+    procs = [start("tune", *common, "--out", out, "--seed", str(seed), cwd=tmp_path) for seed, out in enumerate("ab")]
+    for proc in procs:
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err
+    states = [s for _, s in _states(tmp_path / "shared.db")]
+    assert 3 <= len(states) <= 4 and set(states) == {"COMPLETE"}
+    ran = [p.name for out in "ab" for p in (tmp_path / out).glob("trial-*")]
+    assert len(ran) == len(states) and len(set(ran)) == len(ran)  # every trial once, in one folder
