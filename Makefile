@@ -18,7 +18,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml setup.py constraints.txt gnnbridge-dgl.pth gnnbridge/plugins/__init__.py | postgresql
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -c constraints.txt torch
-	$(PY) -m pip install -q -c constraints.txt -e '.[pyg,dgl,datasets,log,track,export,serve,retrieval,partition,tables,test,lint,docs]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[pyg,dgl,datasets,log,track,export,serve,tune,retrieval,partition,tables,test,lint,docs]'
 	cp gnnbridge-dgl.pth "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 	touch $(STAMP)
 

@@ -97,35 +97,47 @@ def cli() -> None:
     """Train one GNN experiment on PyG or DGL, on one process or many (DDP)."""
 
 
-@cli.command(epilog=TRAIN_EXAMPLES)
-@click.argument("experiment", required=False)
-@click.option("--backend", help="Backend name (see `gnnbridge backends`), e.g. pyg or dgl.")
-@click.option(
+# The options of a run that train declares and tune takes alike (for the runs it starts).
+backend_option = click.option("--backend", help="Backend name (see `gnnbridge backends`), e.g. pyg or dgl.")
+nproc_option = click.option(
     "--nproc",
     type=int,
     help="Number of training processes (ranks) to spawn on this machine "
     "(not inside torchrun / srun, which start the ranks themselves).",
 )
-@click.option("--device", help="cpu, cuda or auto.")
-@click.option(
+run_device_option = click.option("--device", help="cpu, cuda or auto.")
+dataset_option = click.option(
     "--dataset",
     help="A dataset name, a .npz file or a folder prepared with gnnbridge prepare (replaces the experiment's dataset).",
 )
-@click.option(
+config_set_option = click.option(
     "--set",
     "overrides",
     multiple=True,
     metavar="KEY=VALUE",
     help="Override a config key; VALUE is YAML (repeatable), e.g. --set train.epochs=5.",
 )
+timeout_option = click.option(
+    "--timeout", type=float, help="Seconds a rank may wait on its peers before the whole job stops (default 180)."
+)
+
+
+def run_options(command):
+    """``--backend``, ``--nproc``, ``--device``, ``--dataset``, ``--set``: how a run is started."""
+    for option in (config_set_option, dataset_option, run_device_option, nproc_option, backend_option):
+        command = option(command)
+    return command
+
+
+@cli.command(epilog=TRAIN_EXAMPLES)
+@click.argument("experiment", required=False)
+@run_options
 @click.option(
     "--out",
     type=click.Path(file_okay=False),
     help="Run folder (must not hold a run); default: a new folder under runs/.",
 )
-@click.option(
-    "--timeout", type=float, help="Seconds a rank may wait on its peers before the whole job stops (default 180)."
-)
+@timeout_option
 @click.option(
     "--max-restarts",
     type=click.IntRange(min=0),
@@ -173,6 +185,57 @@ def train(experiment, backend, nproc, device, dataset, overrides, out, timeout, 
     if stop["stopped"]:
         click.echo(f"stopped early after epoch {stop['stopped_after_epoch'] + 1} (train.patience={stop['patience']})")
     click.echo(f"results: {results['run_dir']}/results.json")
+
+
+TUNE_EXAMPLES = """
+\b
+Examples:
+  gnnbridge tune --space space.yaml --trials 12 --out runs/search     # TPE over the default experiment
+  gnnbridge tune my.yaml --space space.yaml --trials 20 --pruner median --nproc 2 --out runs/s
+  gnnbridge tune my.yaml --space space.yaml --trials 30 --out runs/s  # again: resumes, then extends to 30
+  gnnbridge tune --space space.yaml --trials 40 --storage postgresql://db/optuna --study s1 --out runs/m1
+  gnnbridge tune --show runs/search                                   # table, best.yaml, plots
+
+\b
+space.yaml (any config key; a list is choices, a mapping one range):
+  train.lr: {log: [1e-4, 1e-1]}
+  model.hidden: [64, 128, 256]
+  sampler.fanouts: [[10, 5], [25, 10]]
+  model.dropout: {uniform: [0, 0.6]}
+  model.layers: {int: [1, 3]}
+"""
+
+
+@cli.command(epilog=TUNE_EXAMPLES)
+@click.argument("experiment", required=False)
+@click.option("--space", type=click.Path(dir_okay=False),
+              help="The search space: YAML, KEY: [choices] or {RANGE: [low, high]}.")  # fmt: skip
+@click.option("--trials", type=click.IntRange(min=1), help="Trials the study should hold in all.")
+@click.option("--study", help="Study name (default: the experiment's name).")
+@click.option("--storage", help="Optuna storage URL (default: sqlite:///DIR/study.db).")
+@click.option("--out", type=click.Path(file_okay=False), help="The search folder DIR: DIR/trial-K per trial.")
+@click.option("--sampler", type=click.Choice(["tpe", "random", "grid"]), default="tpe", show_default=True)
+@click.option("--pruner", type=click.Choice(["none", "median", "halving"]), default="none", show_default=True,
+              help="Stop hopeless trials after their first epochs (median, or successive halving).")  # fmt: skip
+@click.option("--seed", type=int, default=0, show_default=True, help="The sampler's seed.")
+@click.option("--show", "show_dir", type=click.Path(file_okay=False), metavar="DIR", help="Show DIR's study, exit.")
+@run_options
+@timeout_option
+@click.option("--progress", is_flag=True, help="Progress bars of each trial's run.")
+@interruptible
+def tune(experiment, space, trials, study, storage, out, sampler, pruner, seed, show_dir, **run) -> None:
+    """Search EXPERIMENT's settings over SPACE with Optuna: each trial is a train run in DIR/trial-K."""
+    from gnnbridge.core.app import tune as tuning
+
+    if show_dir is not None:
+        tuning.show(show_dir, say=click.echo)
+        return
+    missing = [name for name, value in (("--space", space), ("--trials", trials), ("--out", out)) if value is None]
+    if missing:
+        raise click.UsageError(f"tune needs {', '.join(missing)} (or --show DIR).")
+    progress, run["overrides"] = run.pop("progress"), list(run["overrides"])
+    tuning.tune(experiment, space=space, trials=trials, out=out, study=study, storage=storage, sampler=sampler,
+                pruner=pruner, seed=seed, progress=progress, say=click.echo, **run)  # fmt: skip
 
 
 def _trained(report: dict) -> str:

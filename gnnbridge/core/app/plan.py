@@ -14,6 +14,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gnnbridge.core import config as cfgmod
 from gnnbridge.core import files
@@ -51,6 +52,7 @@ class Plan:
     restart: dict | None = None
     resumed_from: dict | None = None  # {"epoch", "world_size"} of a --resume (kept through restarts)
     created: Path | None = None  # what the first attempt created for ``resume_dir`` (removed if all fail)
+    on_epoch: Any = None  # called on rank 0 after each epoch; a reason it returns stops every rank (tune)
 
     def make_run_dir(self) -> tuple[Path, Path | None]:
         """The run folder and what to remove if the run fails (when continuing: only what a first

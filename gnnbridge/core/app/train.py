@@ -59,6 +59,7 @@ def run(
     resume: str | os.PathLike | None = None,
     max_restarts: int | None = None,
     target: str | None = None,
+    on_epoch: Any = None,
 ) -> dict | None:
     """Train an experiment and return its results (the content of ``results.json``).
 
@@ -92,6 +93,10 @@ def run(
     :param target: what each node, edge or graph is predicted as: ``class`` (one class, the default),
         ``multilabel`` (0/1 labels, NaN where missing) or ``regression`` (values), or a plugin's
         target; the same as ``overrides=["target=..."]``.
+    :param on_epoch: a picklable callable, called on rank 0 with each epoch's figures (a dict:
+        ``epoch``, ``loss``, the monitor ...); when it returns a reason (a non-empty string) every
+        rank stops after that epoch, its checkpoint written, and ``results.json``'s ``stopped_by``
+        says ``{"epoch", "reason"}`` (how ``gnnbridge tune`` prunes a trial).
     :returns: ``results.json``'s content (its keys: :doc:`/outputs`): ``metrics`` (every split's,
         of the checkpoint later commands use by default: ``best.pt``; ``metrics_from`` names it),
         ``last`` (the last epoch's metrics), ``best`` (the best epoch and its metrics), ``history`` (one
@@ -113,6 +118,7 @@ def run(
         plan = plan_resume(resume, experiment, dataset, out, overrides, flags, check_epochs=not (job and job.attempt))
     else:
         plan = Plan(resolve_config(experiment, overrides=overrides, dataset=dataset, **flags), out)
+    plan.on_epoch = on_epoch
     if job is not None:
         return _run_job_rank(job, plan, flags, progress)
     if plan.config.nproc > 1 or plan.config.max_restarts:
@@ -290,7 +296,9 @@ def _worker(ctx: DistContext, plan: Plan, data: LabelledRecord, run_dir: Path | 
     """Every rank: train (continuing the plan's checkpoint, if any), then rank 0 writes results.
     ``run_dir`` is None on ranks that do not write (ranks other than 0 of a job)."""
     resume = plan.resume_state()
-    trainer = Trainer(plan.config, data, ctx, show_progress=progress, run_dir=run_dir, resume=resume)
+    trainer = Trainer(
+        plan.config, data, ctx, show_progress=progress, run_dir=run_dir, resume=resume, on_epoch=plan.on_epoch
+    )
     if plan.restart is not None:
         trainer.state.restarts.append(plan.restart)
     outcome = trainer.fit()

@@ -68,9 +68,12 @@ class Trainer:
         show_progress: bool = True,
         run_dir: str | None = None,
         resume: dict | None = None,
+        on_epoch=None,
     ):
         """``run_dir``: where rank 0 writes checkpoints (None: nowhere). ``resume``: a loaded
-        checkpoint (every rank holds it) to continue from."""
+        checkpoint (every rank holds it) to continue from. ``on_epoch``: called on rank 0 with
+        each epoch's figures; a reason (str) it returns stops every rank after that epoch
+        (:meth:`_asked_to_stop`), as ``gnnbridge tune``'s pruner does."""
         # tqdm's default lock is a multiprocessing semaphore: a rank killed by a signal would leave
         # it registered, and the resource tracker would warn about a "leak" under the error line.
         tqdm.set_lock(threading.RLock())
@@ -109,6 +112,7 @@ class Trainer:
         self.loggers = RunLoggers(config, folder, resume)
         self.shard_fingerprint: dict = {}  # this rank's first-epoch training items (see _fingerprint)
         self._grads_checked = False
+        self.on_epoch, self.stopped_by = on_epoch, None
 
     def _table_sync(self, tables: dict):
         """The sparse tables' exchange: one shared copy per machine where that applies and is
@@ -173,8 +177,11 @@ class Trainer:
                 self.checkpointing.remember_best(self.parts.model)
             self._log(stats)
             self.loggers.epoch(stats)
-            last = epoch == cfg.epochs - 1 or state.should_stop(cfg.patience)
+            stop = self._asked_to_stop(epoch, stats)
+            last = epoch == cfg.epochs - 1 or state.should_stop(cfg.patience) or stop
             self.checkpointing.after_epoch(self, epoch, improved, last)
+            if stop:
+                break
         t0 = time.perf_counter()
         final_evaluator = self.parts.final_evaluator()
         final = final_evaluator.evaluate(self.parts.model, ("train", "val", "test"))
@@ -185,10 +192,34 @@ class Trainer:
             "final_eval_time_s": time.perf_counter() - t0,
             "best": {**state.best_summary(cfg.monitor), "metrics": best},
             "early_stopping": state.stopping_summary(cfg.patience),
+            "stopped_by": self.stopped_by,  # on_epoch's stop: {"epoch", "reason"} (tune's pruner)
             "epochs_trained": len(state.history),
             "eval": self.parts.eval_summary(),
             **self.cache_summary(),
         }
+
+    def _asked_to_stop(self, epoch: int, stats: dict) -> bool:
+        """Rank 0 asks ``on_epoch`` whether to stop after this epoch; its answer reaches every rank
+        through the store (one key per epoch), so all stop together and none waits in a
+        collective for a rank that left. Every rank holds the same reduced figures, but only rank
+        0 may ask (the hook may talk to a database), hence the exchange. A hook that raises is a
+        warning line and the run goes on: a tuning study that is briefly unreachable must not
+        cost a trial."""
+        if self.on_epoch is None:
+            return False
+        reason = ""
+        if self.ctx.is_main:
+            try:
+                reason = self.on_epoch(dict(stats)) or ""
+            except Exception as exc:  # noqa: BLE001 - said, and the run goes on
+                self._note(f"Warning: the epoch hook failed after epoch {epoch + 1}: {exc}")
+            if self.ctx.distributed:
+                self.ctx.store.set(f"stop/{epoch}", reason)
+        elif self.ctx.distributed:
+            reason = self.ctx.wait_key(f"stop/{epoch}").decode()
+        if reason:
+            self.stopped_by = {"epoch": epoch, "reason": str(reason)}
+        return bool(reason)
 
     def cache_summary(self) -> dict:
         """What ``results.json`` says about ``placement.feature_cache`` (nothing when it is off):
