@@ -35,8 +35,12 @@ CASES = {  # name: (experiment, backend, overrides); every built-in exported arc
         ["dataset.options.num_users=150", "dataset.options.num_items=100", "train.epochs=1", "link.eval_negatives=20"],
     ),
     "mag-pyg": ("mag-synthetic", "pyg", ["train.epochs=1"]),
+    # edge features: GAT's edge attention (node task) and GINE's edge maps (graph task)
+    "gat-edges-pyg": ("edges:nodes", "pyg", ["model.arch=gat", "train.batch_size=64", "train.epochs=1"]),
+    "gine-dgl": ("edges:graphs", "dgl", ["model.arch=gine", "task=graph", "train.batch_size=16", "train.epochs=1"]),
 }
-HOMOGENEOUS = ["sage-pyg", "gat-dgl", "gcn-dgl", "gin-pyg"]
+HOMOGENEOUS = ["sage-pyg", "gat-dgl", "gcn-dgl", "gin-pyg", "gat-edges-pyg", "gine-dgl"]
+GRAPH_CASES = ("gin-pyg", "gine-dgl")
 FORMATS = {"onnx": ".onnx", "torch-export": ".pt2", "safetensors": ".safetensors"}
 _runs: dict = {}
 
@@ -49,11 +53,34 @@ def trained(tmp_path_factory):
         if name not in _runs:
             experiment, backend, overrides = CASES[name]
             out = tmp_path_factory.mktemp(name) / "run"
-            gnnbridge.run(experiment, backend=backend, nproc=1, overrides=overrides, out=out, progress=False)
+            dataset = None
+            if experiment.startswith("edges:"):  # an .npz whose edges carry features
+                dataset, experiment = out.parent / "edges.npz", None
+                np.savez(dataset, **with_edge_features(graphs=name in GRAPH_CASES))
+            run = dict(backend=backend, nproc=1, overrides=overrides, out=out, progress=False, dataset=dataset)
+            gnnbridge.run(experiment, **run)
             _runs[name] = out
         return _runs[name]
 
     return get
+
+
+def with_edge_features(graphs: bool) -> dict[str, np.ndarray]:
+    """300 nodes (or 60 graphs of 5-11 nodes) whose edges carry 3 features each."""
+    gen = np.random.default_rng(3)
+    if not graphs:
+        src, dst = gen.integers(0, 300, 2400), gen.integers(0, 300, 2400)
+        attr = gen.standard_normal((2400, 3)).astype(np.float32)
+        return {"x": gen.standard_normal((300, 4)).astype(np.float32), "edge_index": np.stack([src, dst]),
+                "edge_attr": attr, "y": gen.integers(0, 2, 300)}  # fmt: skip
+    edges, attrs, ptr = [], [], [0]
+    for _ in range(60):
+        n = int(gen.integers(5, 12))
+        edges.append(gen.integers(0, n, (2, 3 * n)) + ptr[-1])
+        attrs.append(gen.standard_normal((3 * n, 3)).astype(np.float32))
+        ptr.append(ptr[-1] + n)
+    return {"x": np.ones((ptr[-1], 2), np.float32), "edge_index": np.concatenate(edges, 1),
+            "edge_attr": np.concatenate(attrs), "node_ptr": np.array(ptr), "y": gen.integers(0, 2, 60)}  # fmt: skip
 
 
 def second_graph(path, spec: dict, graph_task: bool):
@@ -68,16 +95,20 @@ def second_graph(path, spec: dict, graph_task: bool):
         arrays |= {"edge_index": np.concatenate(parts, axis=1), "node_ptr": ptr, "y": np.arange(3) % spec["out_dim"]}
     else:
         arrays |= {"edge_index": gen.integers(0, n, size=(2, e)), "y": gen.integers(0, spec["out_dim"], size=n)}
+    if spec.get("edge_dim"):
+        edges = arrays["edge_index"].shape[1]
+        arrays["edge_attr"] = gen.standard_normal((edges, spec["edge_dim"])).astype(np.float32)
     np.savez(path, **arrays)
     return arrays
 
 
 def inputs(arrays: dict, graph_task: bool) -> tuple[torch.Tensor, ...]:
     x, edge_index = torch.from_numpy(arrays["x"]), torch.from_numpy(arrays["edge_index"]).long()
+    features = (torch.from_numpy(arrays["edge_attr"]),) if "edge_attr" in arrays else ()
     if not graph_task:
-        return x, edge_index
+        return x, edge_index, *features
     ptr = torch.from_numpy(arrays["node_ptr"])
-    return x, edge_index, torch.repeat_interleave(torch.arange(ptr.numel() - 1), ptr.diff())
+    return x, edge_index, torch.repeat_interleave(torch.arange(ptr.numel() - 1), ptr.diff()), *features
 
 
 def scored(path, args: tuple[torch.Tensor, ...]) -> np.ndarray:
@@ -94,7 +125,7 @@ def scored(path, args: tuple[torch.Tensor, ...]) -> np.ndarray:
 @pytest.mark.parametrize("name", HOMOGENEOUS)
 def test_every_format_computes_predicts_logits_on_two_graphs(tmp_path, trained, name):
     run = trained(name)
-    graph_task = name.startswith("gin")
+    graph_task = name in GRAPH_CASES
     report = gnnbridge.export(run, "safetensors", tmp_path / "m.safetensors")
     spec = report["spec"]
     assert spec["trained_on"] == CASES[name][1] and spec["task"] == ("graph" if graph_task else "node")
@@ -207,7 +238,7 @@ def test_what_has_no_program_is_named_in_one_line(tmp_path):
                   overrides=[*NODE, "train.epochs=1"])  # fmt: skip
     proc = in_process("export", run, "--format", "onnx", "--out", "m.onnx", cwd=tmp_path)
     one_line(proc, "cannot be exported yet: model.arch=")
-    assert "has no exported program for node tasks (built in: sage, gcn, gat)" in proc.stderr
+    assert "has no exported program for node tasks (built in: sage, gcn, gat, gine)" in proc.stderr
     assert not (tmp_path / "m.onnx").exists()
 
 

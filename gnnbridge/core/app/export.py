@@ -34,6 +34,7 @@ from gnnbridge.core.records.data import GraphData
 from gnnbridge.core.records.hetero import HeteroGraphData
 
 ATOL = 1e-4
+EDGE_READERS = ("gat", "gine")  # the built-in architectures that read edge features where there are some
 VERSION = 1
 
 
@@ -124,13 +125,17 @@ def describe(config: ExperimentConfig, data, state: dict) -> dict:
         return common | _typed(data, config)
     graph = config.kind is Task.GRAPH
     in_dim, out_dim = model_dims(data)
+    features = getattr(data, "edge_attr", None)
+    edge_dim = int(features.shape[1]) if features is not None and spec.arch in EDGE_READERS else 0
+    inputs = ["x", "edge_index", "batch"] if graph else ["x", "edge_index"]
     return common | {
         "task": "graph" if graph else "node",
         "in_dim": int(in_dim),
         "out_dim": int(out_dim),
         "heads": spec.heads,
         "pooling": spec.pooling,
-        "inputs": ["x", "edge_index", "batch"] if graph else ["x", "edge_index"],
+        "edge_dim": edge_dim,
+        "inputs": inputs + (["edge_attr"] if edge_dim else []),
         "output": "logits",
     }
 
@@ -191,8 +196,6 @@ def unexportable(config: ExperimentConfig, data) -> str | None:
     archs = NODE_ARCHS if kind is Task.NODE else GRAPH_ARCHS
     if arch not in archs:
         return f"model.arch={arch} has no exported program for {kind.value} tasks (built in: {', '.join(archs)})"
-    if getattr(data, "edge_attr", None) is not None and arch == "gat":
-        return "GAT reading edge features has no exported program (train without them, or use sage or gcn)"
     return None
 
 
@@ -224,8 +227,8 @@ def with_weights(config: ExperimentConfig, data, state: dict, path: Path, spec: 
     model, choice = build_model(config.model, config.backend, config.kind, *model_dims(data), data)
     checkpoint.load_model_state(model, state, path, data)
     weights = to_neutral(model, model.state_dict(), choice.origin)
-    # The library's neighbour-sum layers of GIN hold only their fixed epsilon (0, a buffer).
-    weights = {k: v for k, v in weights.items() if not (spec["arch"] == "gin" and k.startswith("convs."))}
+    # The library's neighbour-sum layers of GIN and GINE hold only their fixed epsilon (0, a buffer).
+    weights = {k: v for k, v in weights.items() if not (spec["task"] == "graph" and k.startswith("convs."))}
     scale = _scale(config, state)
     if scale is not None:
         weights |= {"units.mean": scale.mean.reshape(-1), "units.std": scale.std.reshape(-1)}
@@ -243,11 +246,12 @@ def graph_inputs(data, spec: dict) -> tuple[torch.Tensor, ...]:
     if isinstance(data, HeteroGraphData):
         return tuple(_typed_input(data, name) for name in spec["inputs"])
     x = torch.as_tensor(data.x).float()
-    if isinstance(data, GraphData):
+    features = (torch.as_tensor(data.edge_attr).float(),) if spec.get("edge_dim") else ()
+    if isinstance(data, GraphData):  # edge features are in the CSC order of ``indices``
         dst = torch.repeat_interleave(torch.arange(data.num_nodes), data.indptr.diff())
-        return x, torch.stack([torch.as_tensor(data.indices).long(), dst])
+        return x, torch.stack([torch.as_tensor(data.indices).long(), dst]), *features
     batch = torch.repeat_interleave(torch.arange(data.node_ptr.numel() - 1), data.node_ptr.diff())
-    return x, torch.as_tensor(data.edge_index).long(), batch
+    return x, torch.as_tensor(data.edge_index).long(), batch, *features
 
 
 def _typed_input(data: HeteroGraphData, name: str) -> torch.Tensor:

@@ -61,9 +61,10 @@ def example_inputs(spec: dict) -> tuple[torch.Tensor, ...]:
         return _typed_example(spec, gen)
     x = torch.randn(7, spec["in_dim"], generator=gen)
     edge_index = torch.randint(0, 7, (2, 11), generator=gen)
+    features = (torch.randn(11, spec["edge_dim"], generator=gen),) if spec.get("edge_dim") else ()
     if spec["task"] == "graph":
-        return x, edge_index, torch.tensor([0, 0, 0, 1, 1, 1, 1])
-    return x, edge_index
+        return x, edge_index, torch.tensor([0, 0, 0, 1, 1, 1, 1]), *features
+    return x, edge_index, *features
 
 
 def _typed_example(spec: dict, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
@@ -91,6 +92,8 @@ def dynamic_shapes(spec: dict) -> dict:
     shapes = {"x": {0: nodes}, "edge_index": {1: edges}}
     if spec["task"] == "graph":
         shapes["batch"] = {0: nodes}
+    if spec.get("edge_dim"):
+        shapes["edge_attr"] = ({0: edges},)  # the programs' trailing *edge_attr
     return shapes
 
 

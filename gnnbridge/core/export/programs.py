@@ -25,10 +25,11 @@ from torch import nn
 
 from gnnbridge.core.config import ModelSpec
 from gnnbridge.core.models.gin import GIN
+from gnnbridge.core.models.gine import GINE
 from gnnbridge.core.models.graphops import layer_dims
 
-NODE_ARCHS = ("sage", "gcn", "gat")
-GRAPH_ARCHS = ("gin",)
+NODE_ARCHS = ("sage", "gcn", "gat", "gine")
+GRAPH_ARCHS = ("gin", "gine")
 TYPED_ARCHS = ("sage",)  # heterogeneous graphs: node and link tasks
 
 
@@ -84,24 +85,39 @@ class GCNLayer(nn.Module):
 
 
 class GATLayer(nn.Module):
-    """PyG's ``GATConv`` (heads concatenated, one self-loop per node, slope 0.2), in eval mode."""
+    """PyG's ``GATConv`` (heads concatenated, one self-loop per node, slope 0.2), in eval mode;
+    with edge features (``edge_width``), their map and attention vector enter each edge's score,
+    and a node's self-loop reads the mean of its other in-edges' features (``fill_value="mean"``)."""
 
-    def __init__(self, d_in: int, d_out: int, heads: int = 1):
+    def __init__(self, d_in: int, d_out: int, heads: int = 1, edge_width: int = 0):
         super().__init__()
         self.heads, self.width = heads, d_out
         self.weight = nn.Parameter(torch.zeros(heads * d_out, d_in))
         self.att_src = nn.Parameter(torch.zeros(1, heads, d_out))
         self.att_dst = nn.Parameter(torch.zeros(1, heads, d_out))
         self.bias = nn.Parameter(torch.zeros(heads * d_out))
+        if edge_width:
+            self.edge = nn.Linear(edge_width, heads * d_out, bias=False)
+            self.att_edge = nn.Parameter(torch.zeros(1, heads, d_out))
 
-    def forward(self, x: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+    def _edge_scores(self, e: torch.Tensor) -> torch.Tensor:
+        return (self.edge(e).view(-1, self.heads, self.width) * self.att_edge).sum(-1)
+
+    def forward(
+        self, x: torch.Tensor, src: torch.Tensor, dst: torch.Tensor, edge_attr: torch.Tensor | None = None
+    ) -> torch.Tensor:
         n = x.shape[0]
         h = (x @ self.weight.t()).view(n, self.heads, self.width)
         a_src, a_dst = (h * self.att_src).sum(-1), (h * self.att_dst).sum(-1)  # [n, heads]
         slope = nn.functional.leaky_relu
-        edge = slope(a_src[src] + a_dst[dst], 0.2)
-        edge = edge.masked_fill((src == dst).unsqueeze(-1), float("-inf"))  # the graph's own loops: replaced
-        loop = slope(a_src + a_dst, 0.2)
+        own = src == dst  # the graph's own loops: replaced by one per node
+        edge, loop = a_src[src] + a_dst[dst], a_src + a_dst
+        if edge_attr is not None:
+            other = (~own).to(edge_attr.dtype).unsqueeze(-1)
+            mean = _summed(edge_attr * other, dst, n) / _summed(other, dst, n).clamp(min=1)
+            edge, loop = edge + self._edge_scores(edge_attr), loop + self._edge_scores(mean)
+        edge = slope(edge, 0.2).masked_fill(own.unsqueeze(-1), float("-inf"))
+        loop = slope(loop, 0.2)
         top = loop.scatter_reduce(0, dst.unsqueeze(-1).expand_as(edge), edge, "amax", include_self=True)
         e_edge, e_loop = torch.exp(edge - top[dst]), torch.exp(loop - top)
         total = _summed(e_edge, dst, n) + e_loop
@@ -109,7 +125,19 @@ class GATLayer(nn.Module):
         return (out / total.unsqueeze(-1)).reshape(n, self.heads * self.width) + self.bias
 
 
-LAYERS = {"sage": SageLayer, "gcn": GCNLayer, "gat": GATLayer}
+class GINELayer(nn.Module):
+    """GINE: ``mlp(h_v + sum over in-edges of ReLU(h_u + edge(e_uv)))`` (core's ``GINEParts``)."""
+
+    def __init__(self, d_in: int, d_out: int, heads: int = 1, edge_width: int = 0, inner: int = 0):
+        super().__init__()
+        self.edge = nn.Linear(edge_width, d_in)
+        self.mlp = nn.Sequential(nn.Linear(d_in, inner), nn.ReLU(), nn.Linear(inner, d_out))
+
+    def forward(self, x: torch.Tensor, src: torch.Tensor, dst: torch.Tensor, edge_attr: torch.Tensor) -> torch.Tensor:
+        return self.mlp(x + _summed(torch.relu(x[src] + self.edge(edge_attr)), dst, x.shape[0]))
+
+
+LAYERS = {"sage": SageLayer, "gcn": GCNLayer, "gat": GATLayer, "gine": GINELayer}
 
 
 class Units(nn.Module):
@@ -133,15 +161,18 @@ class NodeProgram(nn.Module):
 
     def __init__(self, spec: dict):
         super().__init__()
-        heads = spec["heads"] if spec["arch"] == "gat" else 1
+        arch, width = spec["arch"], spec.get("edge_dim", 0)
+        heads = spec["heads"] if arch == "gat" else 1
         dims = layer_dims(spec["layers"], spec["hidden"], spec["in_dim"], spec["out_dim"], heads)
-        self.layers = nn.ModuleList(LAYERS[spec["arch"]](d_in, d_out, h) for d_in, d_out, h in dims)
+        extra = {"gat": {"edge_width": width}, "gine": {"edge_width": width, "inner": spec["hidden"]}}.get(arch, {})
+        self.layers = nn.ModuleList(LAYERS[arch](d_in, d_out, h, **extra) for d_in, d_out, h in dims)
         self.units = Units(spec["out_dim"], spec["scaled"])
 
-    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor, *edge_attr: torch.Tensor) -> torch.Tensor:
+        """``edge_attr`` (float32 [E, D], in ``edge_index``'s order): where the run read edge features."""
         src, dst = edge_index[0], edge_index[1]
         for i, layer in enumerate(self.layers):
-            x = layer(x, src, dst)
+            x = layer(x, src, dst, *edge_attr)
             if i < len(self.layers) - 1:
                 x = torch.relu(x)
         return self.units(x)
@@ -152,24 +183,41 @@ class GraphProgram(GIN):
     core's GIN with its two library calls written in torch, the neighbour sum and the pooling."""
 
     def __init__(self, spec: dict):
-        model = ModelSpec(arch="gin", hidden=spec["hidden"], layers=spec["layers"], pooling=spec["pooling"])
-        super().__init__(model, spec["in_dim"], spec["out_dim"])
+        super().__init__(_graph_spec(spec), spec["in_dim"], spec["out_dim"])
         self.units = Units(spec["out_dim"], spec["scaled"])
 
     def aggregate(self, index: int, graph, h: torch.Tensor) -> torch.Tensor:
-        edge_index, _ = graph
+        edge_index = graph[0]
         return h + _summed(h[edge_index[0]], edge_index[1], h.shape[0])
 
     def readout(self, graph, h: torch.Tensor) -> torch.Tensor:
-        _, batch = graph
+        batch = graph[1]
         count = batch.max() + 1  # the one data-dependent size: graphs in the batch
         pooled = _summed(h, batch, h.shape[0])
         if self.spec.pooling == "mean":
             pooled = pooled / _in_degree(batch, h.shape[0], h.dtype).clamp(min=1).unsqueeze(-1)
         return pooled[:count]
 
-    def forward(self, x: torch.Tensor, edge_index: torch.Tensor, batch: torch.Tensor) -> torch.Tensor:
-        return self.units(super().forward((edge_index, batch), x))
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor, batch: torch.Tensor, *edge_attr) -> torch.Tensor:
+        return self.units(GIN.forward(self, (edge_index, batch, *edge_attr), x))
+
+
+class EdgeGraphProgram(GraphProgram, GINE):
+    """GINE for graph tasks: ``(x, edge_index, batch, edge_attr [E, D]) -> logits [G, C]``; each
+    layer sums ``ReLU(h_u + edge_maps[i](e_uv))`` onto ``h_v``."""
+
+    def __init__(self, spec: dict):
+        GINE.__init__(self, _graph_spec(spec), spec["in_dim"], spec["out_dim"], spec["edge_dim"])
+        self.units = Units(spec["out_dim"], spec["scaled"])
+
+    def aggregate(self, index: int, graph, h: torch.Tensor) -> torch.Tensor:
+        edge_index, _, edge_attr = graph
+        messages = torch.relu(h[edge_index[0]] + self.edge_maps[index](edge_attr))
+        return h + _summed(messages, edge_index[1], h.shape[0])
+
+
+def _graph_spec(spec: dict) -> ModelSpec:
+    return ModelSpec(arch=spec["arch"], hidden=spec["hidden"], layers=spec["layers"], pooling=spec["pooling"])
 
 
 def type_key(edge_type) -> str:
@@ -229,4 +277,6 @@ def program(spec: dict) -> nn.Module:
     """The module for an export description (see :mod:`gnnbridge.core.export`), weights unset."""
     if spec.get("typed"):
         return TypedProgram(spec).eval()
-    return (GraphProgram if spec["task"] == "graph" else NodeProgram)(spec).eval()
+    if spec["task"] == "graph":
+        return (EdgeGraphProgram if spec.get("edge_dim") else GraphProgram)(spec).eval()
+    return NodeProgram(spec).eval()
