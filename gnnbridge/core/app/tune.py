@@ -221,9 +221,17 @@ class Reporter:
 def open_storage(url: str):
     """Optuna's storage for ``url``; SQLite waits for a lock (several ranks and processes write)."""
     optuna = _optuna()
-    if url.startswith("sqlite"):
-        return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 120}})
-    return url
+    if not url.startswith("sqlite"):
+        return url
+    from sqlalchemy.exc import IntegrityError, OperationalError
+
+    for attempt in range(3):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 120}})
+        except (IntegrityError, OperationalError):  # two processes created a new file's tables at once
+            if attempt == 2:  # (the second finds them made: "already exists", a duplicate version row)
+                raise
+    raise AssertionError("unreachable")
 
 
 def make_pruner(name: str):
