@@ -194,6 +194,7 @@ Examples:
   gnnbridge tune my.yaml --space space.yaml --trials 20 --pruner median --nproc 2 --out runs/s
   gnnbridge tune my.yaml --space space.yaml --trials 30 --out runs/s  # again: resumes, then extends to 30
   gnnbridge tune --space space.yaml --trials 40 --storage postgresql://db/optuna --study s1 --out runs/m1
+  gnnbridge tune my.yaml --space space.yaml --trials 16 --parallel 4 --nproc 2 --device cuda --out runs/p  # 8 GPUs
   gnnbridge tune --show runs/search                                   # table, best.yaml, plots
 
 \b
@@ -218,12 +219,14 @@ space.yaml (any config key; a list is choices, a mapping one range):
 @click.option("--pruner", type=click.Choice(["none", "median", "halving"]), default="none", show_default=True,
               help="Stop hopeless trials after their first epochs (median, or successive halving).")  # fmt: skip
 @click.option("--seed", type=int, default=0, show_default=True, help="The sampler's seed.")
+@click.option("--parallel", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Trials at once, each on devices of its own (CUDA: --nproc GPUs each).")  # fmt: skip
 @click.option("--show", "show_dir", type=click.Path(file_okay=False), metavar="DIR", help="Show DIR's study, exit.")
 @run_options
 @timeout_option
 @click.option("--progress", is_flag=True, help="Progress bars of each trial's run.")
 @interruptible
-def tune(experiment, space, trials, study, storage, out, sampler, pruner, seed, show_dir, **run) -> None:
+def tune(experiment, space, trials, study, storage, out, sampler, pruner, seed, parallel, show_dir, **run) -> None:
     """Search EXPERIMENT's settings over SPACE with Optuna: each trial is a train run in DIR/trial-K."""
     from gnnbridge.core.app import tune as tuning
 
@@ -235,7 +238,7 @@ def tune(experiment, space, trials, study, storage, out, sampler, pruner, seed, 
         raise click.UsageError(f"tune needs {', '.join(missing)} (or --show DIR).")
     progress, run["overrides"] = run.pop("progress"), list(run["overrides"])
     tuning.tune(experiment, space=space, trials=trials, out=out, study=study, storage=storage, sampler=sampler,
-                pruner=pruner, seed=seed, progress=progress, say=click.echo, **run)  # fmt: skip
+                pruner=pruner, seed=seed, parallel=parallel, progress=progress, say=click.echo, **run)  # fmt: skip
 
 
 def _trained(report: dict) -> str:

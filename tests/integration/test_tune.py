@@ -138,3 +138,68 @@ def test_two_commands_at_once_share_one_sqlite_study(tmp_path):
     assert 3 <= len(states) <= 4 and set(states) == {"COMPLETE"}
     ran = [p.name for out in "ab" for p in (tmp_path / out).glob("trial-*")]
     assert len(ran) == len(states) and len(set(ran)) == len(ran)  # every trial once, in one folder
+
+
+def _owners(db) -> dict[int, dict]:
+    """Each trial's ``owner`` user attribute (host and pid of the process that ran it)."""
+    with sqlite3.connect(db, timeout=60) as con:
+        rows = con.execute(
+            "SELECT t.number, a.value_json FROM trial_user_attributes a JOIN trials t ON a.trial_id = t.trial_id "
+            "WHERE a.key = 'owner'"
+        ).fetchall()
+    return {number: json.loads(value) for number, value in rows}
+
+
+def test_parallel_workers_run_trials_side_by_side(tmp_path):
+    space = _space(tmp_path, "space.yaml", {"model.hidden": {"int": [8, 32]}})
+    args = ["tune", "--space", space, "--trials", "4", "--parallel", "2", "--nproc", "1", "--out", "s", *TINY]
+    done = ok(gnnbridge(*args, cwd=tmp_path))
+    db = tmp_path / "s" / "study.db"
+    states = _states(db)
+    assert 4 <= len(states) <= 5 and {s for _, s in states} == {"COMPLETE"}, done.stdout  # 5: both asked at once
+    for number, _ in states:
+        assert (tmp_path / "s" / f"trial-{number}" / "results.json").is_file()
+    pids = {owner["pid"] for owner in _owners(db).values()}
+    assert len(pids) == 2, pids  # two worker processes ran the trials
+    assert "[worker 0]" in done.stdout and "[worker 1]" in done.stdout and "best: trial" in done.stdout
+
+
+def test_parallel_on_cuda_needs_a_gpu_set_per_worker(tmp_path, refused):
+    space = _space(tmp_path, "space.yaml", {"model.hidden": [8, 16]})
+    args = ["tune", "--space", space, "--trials", "2", "--out", "s", "--parallel", "64", "--nproc", "8"]
+    one_line(refused(*args, "--device", "cuda"), "--parallel 64 with --nproc 8 needs 512 GPUs of its own")
+    assert not (tmp_path / "s").exists()
+
+
+def test_parallel_search_stopped_by_sigterm_records_both_trials_and_resumes(tmp_path):
+    space = _space(tmp_path, "space.yaml", {"model.hidden": {"int": [8, 32]}})
+    args = [
+        "tune",
+        "--space",
+        space,
+        "--trials",
+        "2",
+        "--parallel",
+        "2",
+        "--out",
+        "s",
+        *TINY,
+        "--set",
+        "train.epochs=100",
+    ]
+    proc = start(*args, cwd=tmp_path)
+    db, deadline = tmp_path / "s" / "study.db", time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:  # both workers inside a trial's epochs
+        if db.exists() and sum(1 for n in range(2) if (tmp_path / "s" / f"trial-{n}" / "config.yaml").exists()) == 2:
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode != 0 and "Traceback" not in err, err
+    assert "Stopped by SIGTERM: the 2 workers stopped" in err.strip().splitlines()[-1]
+    with sqlite3.connect(db, timeout=60) as con:
+        flags = con.execute("SELECT value_json FROM trial_user_attributes WHERE key = 'interrupted'").fetchall()
+    assert [json.loads(v) for (v,) in flags] == [True, True]
+    done = ok(gnnbridge(*args, cwd=tmp_path))  # each from its checkpoint
+    assert [s for _, s in _states(db)] == ["COMPLETE", "COMPLETE"] and done.stdout.count("(continued)") == 2

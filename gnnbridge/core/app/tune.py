@@ -23,7 +23,8 @@ this host that is gone, and finishes it in its folder: from its latest checkpoin
 exists, else from the start, with the same values. ``--trials N`` is the study's total, so the
 same command resumes the search and a larger N extends it. Several ``tune`` processes (or
 machines) may share one study through one storage URL; each runs trials until the study holds N
-(the last ones to start may each add one).
+(the last ones to start may each add one). ``--parallel K`` starts K such processes on this
+machine, each on devices of its own (:mod:`.tune_parallel`).
 """
 
 from __future__ import annotations
@@ -220,9 +221,17 @@ class Reporter:
 def open_storage(url: str):
     """Optuna's storage for ``url``; SQLite waits for a lock (several ranks and processes write)."""
     optuna = _optuna()
-    if url.startswith("sqlite"):
-        return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 120}})
-    return url
+    if not url.startswith("sqlite"):
+        return url
+    from sqlalchemy.exc import IntegrityError, OperationalError
+
+    for attempt in range(3):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 120}})
+        except (IntegrityError, OperationalError):  # two processes created a new file's tables at once
+            if attempt == 2:  # (the second finds them made: "already exists", a duplicate version row)
+                raise
+    raise AssertionError("unreachable")
 
 
 def make_pruner(name: str):
@@ -283,6 +292,7 @@ def tune(
     dataset: str | None = None,
     overrides: list[str] | tuple[str, ...] = (),
     timeout: float | None = None,
+    parallel: int = 1,
     progress: bool = False,
     say=print,
 ) -> dict:
@@ -293,6 +303,8 @@ def tune(
     optuna = _optuna()
     if not isinstance(trials, int) or trials < 1:
         raise ConfigError(f"--trials {trials}: give the number of trials the study should hold (1 or more).")
+    if not isinstance(parallel, int) or parallel < 1:
+        raise ConfigError(f"--parallel {parallel}: give the number of trials to run at once (1 or more).")
     for name, value, valid in (("--sampler", sampler, SAMPLERS), ("--pruner", pruner, PRUNERS)):
         if value not in valid:
             raise ConfigError(f"{name} {value!r} is not one of {', '.join(valid)}.")
@@ -305,6 +317,10 @@ def tune(
     if sampler == "grid":
         for param in params:
             param.grid()  # a float range has no grid: refused here
+    if parallel > 1:
+        from gnnbridge.core.app.tune_parallel import device_sets
+
+        device_sets(parallel, base)  # too few GPUs for K trials of nproc ranks: refused here
     record = {
         "study": study or base.name,
         "storage": storage or f"sqlite:///{out / 'study.db'}",
@@ -332,14 +348,27 @@ def tune(
         experiment, params, out, record["storage"], record["study"], pruner, list(overrides), flags,
         base.train.monitor, progress, say,
     )  # fmt: skip
-    for frozen in _interrupted(the_study):
-        _run_trial(search, the_study, optuna.Trial(the_study, frozen._trial_id), taken_over=True)
-    while _held(the_study) < trials and not _grid_done(the_study):
-        trial = the_study.ask()
-        for param in params:
-            param.suggest(trial)
-        _run_trial(search, the_study, trial)
+    taken = [t._trial_id for t in _interrupted(the_study)]
+    if parallel == 1:
+        _work(search, the_study, trials, taken)
+    else:
+        from gnnbridge.core.app.tune_parallel import parallel_search
+
+        parallel_search(experiment, record, out, trials, parallel, base, taken, progress, say)
     return show(out, say=say)
+
+
+def _work(search: Search, study, trials: int, taken: list[int], worker: int | None = None) -> None:
+    """One process's loop: finish the trials it took over, then ask for new ones until the
+    study holds ``trials`` (counted before each ask: searches sharing the study may each add one)."""
+    optuna = _optuna()
+    for trial_id in taken:
+        _run_trial(search, study, optuna.Trial(study, trial_id), taken_over=True, worker=worker)
+    while _held(study) < trials and not _grid_done(study):
+        trial = study.ask()
+        for param in search.space:
+            param.suggest(trial)
+        _run_trial(search, study, trial, worker=worker)
 
 
 def _spec(param: Param) -> Any:
@@ -415,7 +444,7 @@ def _alive(pid: Any) -> bool:
     return True
 
 
-def _run_trial(search: Search, study, trial, taken_over: bool = False) -> None:
+def _run_trial(search: Search, study, trial, taken_over: bool = False, worker: int | None = None) -> None:
     """One trial as an ordinary run; told COMPLETE, PRUNED or FAIL (with its one-line reason)."""
     from gnnbridge.core.app import train
 
@@ -426,6 +455,8 @@ def _run_trial(search: Search, study, trial, taken_over: bool = False) -> None:
     trial.set_user_attr("overrides", sets)
     trial.set_user_attr("owner", {"host": platform.node(), "pid": os.getpid()})
     trial.set_user_attr("interrupted", False)
+    if worker is not None:
+        trial.set_user_attr("worker", worker)  # which of --parallel's workers ran it (its pid: owner)
     settings = "  ".join(s for s in sets[len(search.overrides) :])
     search.say(f"trial {trial.number}{' (continued)' if taken_over else ''}: {settings}")
     hook = Reporter(search.storage, search.study_name, trial._trial_id, search.monitor, search.pruner)
