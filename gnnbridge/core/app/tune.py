@@ -34,6 +34,8 @@ import math
 import os
 import platform
 import shutil
+import signal
+import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +46,13 @@ import yaml
 from gnnbridge.core import files
 from gnnbridge.core.app.resolve import resolve_config
 from gnnbridge.core.config import ExperimentConfig
-from gnnbridge.core.errors import ConfigError, DataFileNotFoundError, GnnBridgeError, OutputExistsError
+from gnnbridge.core.errors import (
+    ConfigError,
+    DataFileNotFoundError,
+    GnnBridgeError,
+    OutputExistsError,
+    record_interrupts,
+)
 from gnnbridge.core.inference import checkpoint
 from gnnbridge.core.plugins import get_target
 
@@ -362,13 +370,33 @@ def _work(search: Search, study, trials: int, taken: list[int], worker: int | No
     """One process's loop: finish the trials it took over, then ask for new ones until the
     study holds ``trials`` (counted before each ask: searches sharing the study may each add one)."""
     optuna = _optuna()
-    for trial_id in taken:
-        _run_trial(search, study, optuna.Trial(study, trial_id), taken_over=True, worker=worker)
-    while _held(study) < trials and not _grid_done(study):
-        trial = study.ask()
-        for param in search.space:
-            param.suggest(trial)
-        _run_trial(search, study, trial, worker=worker)
+    try:
+        for trial_id in taken:
+            _hold_stop_signals()
+            _run_trial(search, study, optuna.Trial(study, trial_id), taken_over=True, worker=worker)
+        while _held(study) < trials and not _grid_done(study):
+            _hold_stop_signals()  # released inside _run_trial, once the trial is recorded as ours
+            trial = study.ask()
+            for param in search.space:
+                param.suggest(trial)
+            _run_trial(search, study, trial, worker=worker)
+    finally:
+        _release_stop_signals()  # (where a failure came before _run_trial released them)
+
+
+STOPS = {signal.SIGINT, signal.SIGTERM}
+
+
+def _hold_stop_signals() -> None:
+    """Hold SIGINT and SIGTERM from the moment a trial is asked for until it records its owner and
+    its run has begun: a stop in between left a trial RUNNING with no owner and no mark, which no
+    later ``tune`` took over (the study then held a trial that never ends). Held, the signal
+    arrives inside :func:`_run_trial`'s ``try``, which marks the trial interrupted."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
+
+
+def _release_stop_signals() -> None:
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)  # a stop that came meanwhile is raised here
 
 
 def _spec(param: Param) -> Any:
@@ -462,6 +490,7 @@ def _run_trial(search: Search, study, trial, taken_over: bool = False, worker: i
     hook = Reporter(search.storage, search.study_name, trial._trial_id, search.monitor, search.pruner)
     flags = {k: v for k, v in search.flags.items() if k in ("nproc", "device", "timeout")}
     try:
+        _release_stop_signals()
         if (folder / "results.json").is_file() and taken_over:
             results = json.loads((folder / "results.json").read_text())
         elif taken_over and checkpoint.has_checkpoint(folder):
@@ -642,3 +671,45 @@ def _plots(study, out: Path) -> list[str]:
         finally:
             plt.close("all")
     return made
+
+
+def worker_main(text: str) -> None:
+    """A ``--parallel`` worker's program (started by :mod:`.tune_parallel`): the single ``tune``
+    loop on the study the parent created; its lines are prefixed ``[worker K]``; it ends as a
+    ``gnnbridge`` command does (one line, an exit code)."""
+    from gnnbridge.core.runtime.launcher import interrupt_on_sigterm, own_this_process
+
+    spec = json.loads(text)
+    own_this_process()  # the worker's process is gnnbridge's alone, as the command line's is
+    record_interrupts()
+    k = spec["worker"]
+    try:
+        with interrupt_on_sigterm():
+            _run_worker(spec, lambda line: print(f"[worker {k}] {line}", flush=True))
+    except KeyboardInterrupt as exc:
+        sys.stdout.flush()
+        os._exit(128 + int(getattr(exc, "signum", signal.SIGINT)))
+    except Exception as exc:  # noqa: BLE001 - a worker's failure is one line, as a command's is
+        line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        print(f"Error: worker {k}: {line}", file=sys.stderr, flush=True)
+        os._exit(1)
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def _run_worker(spec: dict, say) -> None:
+    from pathlib import Path
+
+    optuna = _optuna()
+    params = parse_space(spec["space"])
+    study = optuna.load_study(
+        study_name=spec["study"],
+        storage=open_storage(spec["storage"]),
+        sampler=make_sampler(spec["sampler"], params, spec["seed"]),
+        pruner=make_pruner(spec["pruner"]),
+    )
+    search = Search(
+        spec["experiment"], params, Path(spec["out"]), spec["storage"], spec["study"], spec["pruner"],
+        list(spec["overrides"]), spec["flags"], spec["monitor"], spec["progress"], say,
+    )  # fmt: skip
+    _work(search, study, spec["trials"], spec["taken"], worker=spec["worker"])

@@ -31,10 +31,12 @@ import sys
 from typing import Any
 
 from gnnbridge.core.config import DeviceChoice, ExperimentConfig
-from gnnbridge.core.errors import ConfigError, GnnBridgeError, RunInterrupted, record_interrupts, signal_name
+from gnnbridge.core.errors import ConfigError, GnnBridgeError, RunInterrupted, signal_name
 
 STOP_WAIT_S = 120.0  # how long a stopped worker may take to stop its ranks and record its trial
-WORKER = "import sys; from gnnbridge.core.app.tune_parallel import worker_main; worker_main(sys.argv[1])"
+# A worker runs tune's own loop (``tune.worker_main``), named here as text: this module is what
+# ``tune`` imports to start workers, and must not import ``tune`` back.
+WORKER = "import sys; from gnnbridge.core.app.tune import worker_main; worker_main(sys.argv[1])"
 
 
 def device_sets(parallel: int, base: ExperimentConfig) -> list[str] | None:
@@ -110,46 +112,3 @@ def _stop(procs: list[subprocess.Popen]) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-
-
-def worker_main(text: str) -> None:
-    """A worker's program: the single ``tune`` loop on the study the parent created; its lines
-    are prefixed ``[worker K]``; it ends as a ``gnnbridge`` command does (one line, an exit code)."""
-    from gnnbridge.core.runtime.launcher import interrupt_on_sigterm, own_this_process
-
-    spec = json.loads(text)
-    own_this_process()  # the worker's process is gnnbridge's alone, as the command line's is
-    record_interrupts()
-    k = spec["worker"]
-    try:
-        with interrupt_on_sigterm():
-            _run_worker(spec, lambda line: print(f"[worker {k}] {line}", flush=True))
-    except KeyboardInterrupt as exc:
-        sys.stdout.flush()
-        os._exit(128 + int(getattr(exc, "signum", signal.SIGINT)))
-    except Exception as exc:  # noqa: BLE001 - a worker's failure is one line, as a command's is
-        line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        print(f"Error: worker {k}: {line}", file=sys.stderr, flush=True)
-        os._exit(1)
-    sys.stdout.flush()
-    os._exit(0)
-
-
-def _run_worker(spec: dict, say) -> None:
-    from pathlib import Path
-
-    from gnnbridge.core.app import tune
-
-    optuna = tune._optuna()
-    params = tune.parse_space(spec["space"])
-    study = optuna.load_study(
-        study_name=spec["study"],
-        storage=tune.open_storage(spec["storage"]),
-        sampler=tune.make_sampler(spec["sampler"], params, spec["seed"]),
-        pruner=tune.make_pruner(spec["pruner"]),
-    )
-    search = tune.Search(
-        spec["experiment"], params, Path(spec["out"]), spec["storage"], spec["study"], spec["pruner"],
-        list(spec["overrides"]), spec["flags"], spec["monitor"], spec["progress"], say,
-    )  # fmt: skip
-    tune._work(search, study, spec["trials"], spec["taken"], worker=spec["worker"])
