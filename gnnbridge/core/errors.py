@@ -30,6 +30,11 @@ def signal_received() -> bool:
     return bool(_signals_received) or not _recording[0]
 
 
+def last_signal() -> int | None:
+    """The last stop signal this process was sent (see :func:`note_signal`), or None."""
+    return _signals_received[-1] if _signals_received else None
+
+
 def _on_sigint(signum, frame):
     note_signal(signum)
     raise KeyboardInterrupt

@@ -51,7 +51,10 @@ from gnnbridge.core.errors import (
     DataFileNotFoundError,
     GnnBridgeError,
     OutputExistsError,
+    RunInterrupted,
+    last_signal,
     record_interrupts,
+    signal_name,
 )
 from gnnbridge.core.inference import checkpoint
 from gnnbridge.core.plugins import get_target
@@ -506,6 +509,7 @@ def _run_trial(search: Search, study, trial, taken_over: bool = False, worker: i
         trial.set_user_attr("interrupted", True)  # the next tune of this study finishes it
         raise
     except Exception as exc:  # noqa: BLE001 - a failed trial is recorded and the search goes on
+        _stopped_meanwhile(trial)  # a stop the run reported as its own failure (while it started)
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         if not isinstance(exc, GnnBridgeError):
             reason = f"{type(exc).__name__}: {reason}"
@@ -513,7 +517,22 @@ def _run_trial(search: Search, study, trial, taken_over: bool = False, worker: i
         _told(study, trial, state=optuna.trial.TrialState.FAIL)
         search.say(f"trial {trial.number} failed: {reason}")
         return
+    _stopped_meanwhile(trial)
     _tell(search, study, trial, results)
+
+
+def _stopped_meanwhile(trial) -> None:
+    """A stop signal that reached this process during the trial interrupts it, whatever the run
+    made of it (a run stopped while it started can end in its own error, or return early): the
+    trial is marked interrupted, not told failed or complete, so the next ``tune`` finishes it."""
+    signum = last_signal()
+    if signum is not None:
+        trial.set_user_attr("interrupted", True)
+        raise RunInterrupted(
+            signum,
+            f"Stopped by {signal_name(signum)}: trial {trial.number} is recorded as interrupted; run the same "
+            "command again to finish it.",
+        ) from None
 
 
 def _tell(search: Search, study, trial, results: dict) -> None:
