@@ -36,6 +36,7 @@ import platform
 import shutil
 import signal
 import sys
+import threading
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +54,7 @@ from gnnbridge.core.errors import (
     OutputExistsError,
     RunInterrupted,
     last_signal,
+    note_signal,
     record_interrupts,
     signal_name,
 )
@@ -387,19 +389,40 @@ def _work(search: Search, study, trials: int, taken: list[int], worker: int | No
         _release_stop_signals()  # (where a failure came before _run_trial released them)
 
 
-STOPS = {signal.SIGINT, signal.SIGTERM}
+STOPS = (signal.SIGINT, signal.SIGTERM)
+_holding: dict = {}  # while stops are held: the handlers they had, and the stops that came meanwhile
 
 
 def _hold_stop_signals() -> None:
     """Hold SIGINT and SIGTERM from the moment a trial is asked for until it records its owner and
     its run has begun: a stop in between left a trial RUNNING with no owner and no mark, which no
-    later ``tune`` took over (the study then held a trial that never ends). Held, the signal
-    arrives inside :func:`_run_trial`'s ``try``, which marks the trial interrupted."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
+    later ``tune`` took over (the study then held a trial that never ends). Held, the stop is
+    raised inside :func:`_run_trial`'s ``try``, which marks the trial interrupted.
+
+    By swapping the handlers for one that only notes the signal, not by masking it: a mask is the
+    calling thread's, and a process-directed signal is then delivered to another thread (torch's,
+    a database driver's), whose C handler still has the main thread run the Python one."""
+    if "handlers" in _holding or threading.current_thread() is not threading.main_thread():
+        return
+    _holding["handlers"] = {signum: signal.getsignal(signum) for signum in STOPS}
+    _holding["came"] = []
+    for signum in STOPS:
+        if _holding["handlers"][signum] not in (signal.SIG_IGN, None):
+            signal.signal(signum, lambda signum, frame: _holding["came"].append(signum))
 
 
 def _release_stop_signals() -> None:
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)  # a stop that came meanwhile is raised here
+    """The handlers back; a stop that came meanwhile is raised here, as its handler would have."""
+    handlers = _holding.pop("handlers", None)
+    if handlers is None:
+        return
+    came = _holding.pop("came", [])
+    for signum, old in handlers.items():
+        if old is not None:
+            signal.signal(signum, old)
+    if came:
+        note_signal(came[0])
+        raise RunInterrupted(came[0])
 
 
 def _spec(param: Param) -> Any:
