@@ -39,7 +39,11 @@ class Server:
         deadline = time.monotonic() + START_S
         while (health := self.client.get("/health")).status_code != 200:
             self.early += [health, self.client.post("/predict", json={"nodes": [0]})]
-            assert time.monotonic() < deadline and self.proc.poll() is None, self.proc.stderr.read()
+            if self.proc.poll() is not None or time.monotonic() > deadline:  # (stderr is read once it has ended)
+                code = self.stop()
+                pytest.fail(
+                    f"the server did not load within {START_S} s (exit {code}); stderr: {self.proc.stderr.read()}"
+                )
             time.sleep(0.2)
         for answer in self.early:  # (a /predict asked while loading may have found it loaded meanwhile)
             if answer.request.url.path == "/health":
