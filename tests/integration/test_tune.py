@@ -200,6 +200,6 @@ def test_parallel_search_stopped_by_sigterm_records_both_trials_and_resumes(tmp_
     assert "Stopped by SIGTERM: the 2 workers stopped" in err.strip().splitlines()[-1]
     with sqlite3.connect(db, timeout=60) as con:
         flags = con.execute("SELECT value_json FROM trial_user_attributes WHERE key = 'interrupted'").fetchall()
-    assert [json.loads(v) for (v,) in flags] == [True, True]
+    assert [json.loads(v) for (v,) in flags] == [True, True], err
     done = ok(gnnbridge(*args, cwd=tmp_path))  # each from its checkpoint
     assert [s for _, s in _states(db)] == ["COMPLETE", "COMPLETE"] and done.stdout.count("(continued)") == 2

@@ -36,7 +36,6 @@ import platform
 import shutil
 import signal
 import sys
-import threading
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,12 +53,12 @@ from gnnbridge.core.errors import (
     OutputExistsError,
     RunInterrupted,
     last_signal,
-    note_signal,
     record_interrupts,
     signal_name,
 )
 from gnnbridge.core.inference import checkpoint
 from gnnbridge.core.plugins import get_target
+from gnnbridge.core.runtime import held_stops
 
 TUNE_FILE = "tune.json"  # DIR/tune.json: the study's name and storage, the experiment and the space
 SAMPLERS = ("tpe", "random", "grid")
@@ -221,12 +220,14 @@ class Reporter:
         if value is None or not math.isfinite(value):
             return None
         optuna = _optuna()
-        if self._opened is None:
-            storage = open_storage(self.storage)
-            self._opened = optuna.load_study(study_name=self.study, storage=storage, pruner=make_pruner(self.pruner))
-        trial = optuna.Trial(self._opened, self.trial_id)
-        trial.report(float(value), step=int(stats["epoch"]))
-        if trial.should_prune():
+        with held_stops.stops_held():  # a stop inside a write kept its lock from the mark "interrupted"
+            if self._opened is None:
+                storage, pruner = open_storage(self.storage), make_pruner(self.pruner)
+                self._opened = optuna.load_study(study_name=self.study, storage=storage, pruner=pruner)
+            trial = optuna.Trial(self._opened, self.trial_id)
+            trial.report(float(value), step=int(stats["epoch"]))
+            prune = trial.should_prune()
+        if prune:
             return f"pruned by the {self.pruner} pruner after epoch {stats['epoch'] + 1} ({self.monitor} {value:.4f})"
         return None
 
@@ -363,7 +364,10 @@ def tune(
     )  # fmt: skip
     taken = [t._trial_id for t in _interrupted(the_study)]
     if parallel == 1:
-        _work(search, the_study, trials, taken)
+        from gnnbridge.core.runtime.launcher import interrupt_on_sigterm
+
+        with interrupt_on_sigterm():  # a stop between trials ends in its line too, as inside one
+            _work(search, the_study, trials, taken)
     else:
         from gnnbridge.core.app.tune_parallel import parallel_search
 
@@ -377,52 +381,16 @@ def _work(search: Search, study, trials: int, taken: list[int], worker: int | No
     optuna = _optuna()
     try:
         for trial_id in taken:
-            _hold_stop_signals()
+            held_stops.hold()
             _run_trial(search, study, optuna.Trial(study, trial_id), taken_over=True, worker=worker)
         while _held(study) < trials and not _grid_done(study):
-            _hold_stop_signals()  # released inside _run_trial, once the trial is recorded as ours
+            held_stops.hold()  # released inside _run_trial, once the trial is recorded as ours
             trial = study.ask()
             for param in search.space:
                 param.suggest(trial)
             _run_trial(search, study, trial, worker=worker)
     finally:
-        _release_stop_signals()  # (where a failure came before _run_trial released them)
-
-
-STOPS = (signal.SIGINT, signal.SIGTERM)
-_holding: dict = {}  # while stops are held: the handlers they had, and the stops that came meanwhile
-
-
-def _hold_stop_signals() -> None:
-    """Hold SIGINT and SIGTERM from the moment a trial is asked for until it records its owner and
-    its run has begun: a stop in between left a trial RUNNING with no owner and no mark, which no
-    later ``tune`` took over (the study then held a trial that never ends). Held, the stop is
-    raised inside :func:`_run_trial`'s ``try``, which marks the trial interrupted.
-
-    By swapping the handlers for one that only notes the signal, not by masking it: a mask is the
-    calling thread's, and a process-directed signal is then delivered to another thread (torch's,
-    a database driver's), whose C handler still has the main thread run the Python one."""
-    if "handlers" in _holding or threading.current_thread() is not threading.main_thread():
-        return
-    _holding["handlers"] = {signum: signal.getsignal(signum) for signum in STOPS}
-    _holding["came"] = []
-    for signum in STOPS:
-        if _holding["handlers"][signum] not in (signal.SIG_IGN, None):
-            signal.signal(signum, lambda signum, frame: _holding["came"].append(signum))
-
-
-def _release_stop_signals() -> None:
-    """The handlers back; a stop that came meanwhile is raised here, as its handler would have."""
-    handlers = _holding.pop("handlers", None)
-    if handlers is None:
-        return
-    came = _holding.pop("came", [])
-    for signum, old in handlers.items():
-        if old is not None:
-            signal.signal(signum, old)
-    if came:
-        note_signal(came[0])
-        raise RunInterrupted(came[0])
+        held_stops.release()  # (where a failure came before _run_trial released them)
 
 
 def _spec(param: Param) -> Any:
@@ -516,7 +484,7 @@ def _run_trial(search: Search, study, trial, taken_over: bool = False, worker: i
     hook = Reporter(search.storage, search.study_name, trial._trial_id, search.monitor, search.pruner)
     flags = {k: v for k, v in search.flags.items() if k in ("nproc", "device", "timeout")}
     try:
-        _release_stop_signals()
+        held_stops.release()
         if (folder / "results.json").is_file() and taken_over:
             results = json.loads((folder / "results.json").read_text())
         elif taken_over and checkpoint.has_checkpoint(folder):
@@ -529,7 +497,8 @@ def _run_trial(search: Search, study, trial, taken_over: bool = False, worker: i
                 backend=search.flags["backend"], dataset=search.flags["dataset"], **flags,
             )  # fmt: skip
     except KeyboardInterrupt:
-        trial.set_user_attr("interrupted", True)  # the next tune of this study finishes it
+        with held_stops.stops_held():
+            trial.set_user_attr("interrupted", True)  # the next tune of this study finishes it
         raise
     except Exception as exc:  # noqa: BLE001 - a failed trial is recorded and the search goes on
         _stopped_meanwhile(trial)  # a stop the run reported as its own failure (while it started)
@@ -541,7 +510,8 @@ def _run_trial(search: Search, study, trial, taken_over: bool = False, worker: i
         search.say(f"trial {trial.number} failed: {reason}")
         return
     _stopped_meanwhile(trial)
-    _tell(search, study, trial, results)
+    with held_stops.stops_held():  # told whole; a stop meanwhile comes after
+        _tell(search, study, trial, results)
 
 
 def _stopped_meanwhile(trial) -> None:
