@@ -40,7 +40,7 @@ demo: $(STAMP)
 # fifth of the CPU idle); tests that share a module fixture (a trained run, a built dataset) go
 # to one worker, so it is built once (tests/conftest.py); every other test is handed out alone.
 test: $(STAMP)
-	$(PY) -m pytest -q -n 4 --dist loadgroup
+	$(PY) -m pytest -q -n 6 --dist loadgroup
 
 # The everyday loop: unit tests only, no multi-process training runs (about 2 minutes on 2 cores).
 test-fast: $(STAMP)
