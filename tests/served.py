@@ -1,4 +1,5 @@
-"""``gnnbridge serve RUN --port 0`` as a user starts it: a subprocess on a free loopback port,
+"""``gnnbridge serve RUN --port 0`` as a user starts it: a process of its own (a fork of the suite's
+warm interpreter, :mod:`warm`, which runs a command as a fresh one does) on a free loopback port,
 its URL read from the line it prints (the first, once it listens), ready once ``GET /health``
 answers 200; every answer before that must be a 503 in JSON (the run still loading). (``tests/`` is on
 ``sys.path``; the serve tests import this as ``served``.)"""
@@ -7,12 +8,11 @@ from __future__ import annotations
 
 import queue
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
+import helpers
 import httpx
 import pytest
 
@@ -23,8 +23,7 @@ class Server:
     """``gnnbridge serve RUN --port 0`` in a subprocess; ``url`` from the line it prints."""
 
     def __init__(self, run: Path, *args: str):
-        cmd = [sys.executable, "-m", "gnnbridge", "serve", str(run), "--port", "0", *args]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.proc = helpers.start("serve", run, "--port", "0", *args, cwd=Path(run).parent)
         self.lines: queue.Queue = queue.Queue()  # what it prints, line by line
         threading.Thread(target=lambda: [self.lines.put(line) for line in self.proc.stdout], daemon=True).start()
         try:

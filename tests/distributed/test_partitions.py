@@ -14,13 +14,12 @@ import os
 import re
 import shutil
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from helpers import gnnbridge as gnnbridge_command
 from helpers import job
 
 from gnnbridge.core.errors import ConfigError, DataError, ResourceError
@@ -738,18 +737,8 @@ def test_evaluate_and_predict_run_on_the_machines_each_scoring_its_own_nodes(syn
         assert (part["y"] == whole["y"][ids]).all() and set(part["test_idx"]) <= set(whole["test_idx"].tolist())
     assert sorted(seen) == list(range(whole["logits"].shape[0]))
     for option, needle in (("--embeddings", "homogeneous graph"), ("--index=hnsw", "no top-k lists")):
-        command = [
-            sys.executable,
-            "-m",
-            "gnnbridge",
-            "predict",
-            "out",
-            "--out",
-            "e.npz",
-            option,
-            "--set=dataset.path=data",
-        ]
-        done = subprocess.run(command, cwd=two_machines / "machine0", capture_output=True, text=True, timeout=120)
+        command = ["predict", "out", "--out", "e.npz", option, "--set=dataset.path=data"]
+        done = gnnbridge_command(*command, cwd=two_machines / "machine0", timeout=120)
         lines = done.stderr.strip().splitlines()
         assert done.returncode != 0 and len(lines) == 1 and needle in lines[0], lines  # before any machine loads
         assert not list((two_machines / "machine0").glob("e*"))
@@ -1456,10 +1445,8 @@ def _check_machine_index(root: Path, where: Path, exact: np.ndarray) -> None:
         part = np.load(where / f"machine{m}" / f"h.part-{m}.npz")
         found = [len(set(a) & set(b)) / 5 for a, b in zip(part["top_dst"], exact[part["src"]])]
         assert np.mean(found) > 0.9, np.mean(found)  # a few hundred items: near exact
-    command = [sys.executable, "-m", "gnnbridge", "predict", "out", "--out", "q.npz", "--index", "hnsw"]
-    done = subprocess.run(
-        [*command, "--pairs", "pairs.npz"], cwd=where / "machine0", capture_output=True, text=True, timeout=120
-    )
+    command = ["predict", "out", "--out", "q.npz", "--index", "hnsw", "--pairs", "pairs.npz"]
+    done = gnnbridge_command(*command, cwd=where / "machine0", timeout=120)
     lines = done.stderr.strip().splitlines()
     assert done.returncode != 0 and len(lines) == 1 and "this prediction has no top-k lists" in lines[0], lines
     assert not list((where / "machine0").glob("q*"))
@@ -1475,8 +1462,8 @@ def test_a_link_task_not_cut_or_cut_otherwise_is_refused_in_one_line(graph, tmp_
 
     root = _copy(graph, tmp_path)
     partition(root, 2, method="stream", progress=False)
-    command = [sys.executable, "-m", "gnnbridge", "partition", str(root), "--parts", "2", "--task", "link"]
-    done = subprocess.run([*command, "--set", "task=node"], capture_output=True, text=True, timeout=120)
+    command = ["partition", str(root), "--parts", "2", "--task", "link", "--set", "task=node"]
+    done = gnnbridge_command(*command, cwd=tmp_path, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "already partitioned" in done.stdout and "link task on (node,to,node) cut into 2 parts" in done.stdout
     both = _link_config(root, "dataset.reverse_edges=true")

@@ -64,8 +64,10 @@ def export(
         ``check``, the largest difference on each graph (``checked``)."""
     fmt = formats.check_format(fmt)
     out = _check_out(out, fmt)
-    _check_model(target, kind)  # before the run's model is built (a user's instance would need --trust-code)
-    path, state, config, data = inference._prepare(target, kind, "cpu", overrides, "export", False)
+    loaded = inference.loaded_checkpoint(target, kind)
+    _check_model(*loaded)  # before its config is checked (a user's model would need --trust-code)
+    path, state, config = inference.prepared_config(target, kind, "cpu", overrides, "export", False, loaded=loaded)
+    data = inference.inference_data(path, state, config, "export", False)
     spec = describe(config, data, state)
     module = with_weights(config, data, state, path, spec)
     with files.reserved(out) as tmp:
@@ -91,11 +93,9 @@ def _check_out(out, fmt: str) -> Path:
     return out
 
 
-def _check_model(target, kind: str) -> None:
-    if not isinstance(target, (str, os.PathLike)):
-        raise ConfigError(f"target={target!r} must be a run folder or a checkpoint file (a str or a pathlib.Path).")
-    path = checkpoint.find(target, kind)
-    trained = checkpoint.load(path)["config"]
+def _check_model(path: Path, state: dict) -> None:
+    """Refuse, naming why, an architecture with no exported program (the checkpoint's own config)."""
+    trained = state["config"]
     arch, task = trained["model"]["arch"], trained["task"]
     archs = {Task.NODE.value: NODE_ARCHS, Task.GRAPH.value: GRAPH_ARCHS, Task.LINK.value: TYPED_ARCHS}.get(task)
     if archs is not None and arch not in archs:

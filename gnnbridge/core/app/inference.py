@@ -480,13 +480,20 @@ def _prepare(target, kind: str, device: str | None, overrides, action: str, trus
     return path, state, config, data
 
 
-def prepared_config(target, kind: str, device: str | None, overrides, action: str, trust_code: bool, dataset=None):
-    """The checkpoint's path, its state and the config it is scored with (checked, the data not
-    yet loaded)."""
+def loaded_checkpoint(target, kind: str) -> tuple[Path, dict]:
+    """The checkpoint ``target`` names (a run folder's ``kind``, or a file) and its state."""
     if not isinstance(target, (str, os.PathLike)):
         raise ConfigError(f"target={target!r} must be a run folder or a checkpoint file (a str or a pathlib.Path).")
     path = checkpoint.find(target, kind)
-    state = {**checkpoint.load(path), "path": str(path)}
+    return path, {**checkpoint.load(path), "path": str(path)}
+
+
+def prepared_config(
+    target, kind: str, device: str | None, overrides, action: str, trust_code: bool, dataset=None, loaded=None
+):
+    """The checkpoint's path, its state and the config it is scored with (checked, the data not
+    yet loaded). ``loaded``: :func:`loaded_checkpoint`'s answer, where the caller has read it."""
+    path, state = loaded or loaded_checkpoint(target, kind)
     with _switches(trust_code):
         overrides = [*overrides, *_dataset_overrides(dataset, state, action)]
         config = resolve_config(state["config"], overrides=overrides, device=device, nproc=1)
