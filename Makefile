@@ -36,9 +36,9 @@ demo: $(STAMP)
 	$(VENV)/bin/gnnbridge train --backend dgl --nproc 2
 
 # The full suite: what CI runs (multi-process DDP, launch, kill and restart tests included).
-# Six workers on two cores (most tests wait on subprocesses, ranks, servers and deadlines: with
-# four, 1,834 tests took 19.0 min alone, with six 15.6); tests that share a module fixture (a trained run, a built dataset) go
-# to one worker, so it is built once (tests/conftest.py); every other test is handed out alone.
+# Six workers on two cores (most tests wait on subprocesses, ranks, servers and deadlines; see
+# docs/development.md for what four and six took); tests that share a module fixture (a trained
+# run, a built dataset) go to one worker, so it is built once (tests/conftest.py); every other test is handed out alone.
 test: $(STAMP)
 	$(PY) -m pytest -q -n 6 --dist loadgroup
 
